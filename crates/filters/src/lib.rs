@@ -1,0 +1,1 @@
+//! treecast filters layer.

@@ -1,0 +1,1 @@
+//! treecast launch layer.

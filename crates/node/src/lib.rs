@@ -1,0 +1,1 @@
+//! treecast node layer.

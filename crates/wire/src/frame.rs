@@ -1,0 +1,263 @@
+//! Frames: the unit every link carries, and the batching codec.
+//!
+//! Layout (little-endian, 28-byte header, then `payload_len` bytes):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 1 | protocol version ([`PROTOCOL_VERSION`]) |
+//! | 1 | 1 | kind ([`FrameKind`]) |
+//! | 2 | 2 | flags (`FLAG_*`) |
+//! | 4 | 4 | stream id |
+//! | 8 | 4 | tag (signed) |
+//! | 12 | 4 | rank: source rank, or destination rank with [`FLAG_DIRECT`] |
+//! | 16 | 8 | send timestamp, nanoseconds |
+//! | 24 | 4 | payload length |
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::{codec::Reader, DecodeError};
+
+/// Version byte every frame starts with.
+pub const PROTOCOL_VERSION: u8 = 1;
+/// Size of the fixed frame header in bytes.
+pub const HEADER_LEN: usize = 28;
+/// Largest payload a decoder accepts (256 MiB); larger frames close the link.
+pub const MAX_PAYLOAD_LEN: usize = 256 << 20;
+
+/// Downstream only: the frame goes to one back-end, whose rank is in the rank field.
+pub const FLAG_DIRECT: u16 = 1;
+/// Upstream only: a partial average (sums followed by a `%uld` count).
+pub const FLAG_PARTIAL_AVG: u16 = 2;
+/// Upstream only: the payload is an equivalence-class table.
+pub const FLAG_EQCLASS: u16 = 4;
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// Tool data on a stream; the payload is typed values.
+    Data = 1,
+    /// A [`crate::ControlMsg`] between nodes.
+    Control = 2,
+}
+
+impl FrameKind {
+    fn from_u8(b: u8) -> Result<Self, DecodeError> {
+        match b {
+            1 => Ok(FrameKind::Data),
+            2 => Ok(FrameKind::Control),
+            other => Err(DecodeError::UnknownKind(other)),
+        }
+    }
+}
+
+/// The fixed part of a frame; the payload length is derived from the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FrameHeader {
+    /// Data or control.
+    pub kind: FrameKind,
+    /// `FLAG_*` bits.
+    pub flags: u16,
+    /// Stream the frame belongs to (0 for control frames).
+    pub stream: u32,
+    /// Tool-chosen tag.
+    pub tag: i32,
+    /// Source rank (upstream) or destination rank ([`FLAG_DIRECT`]).
+    pub rank: u32,
+    /// Send time in nanoseconds of the sender's clock (0 when unset).
+    pub timestamp_ns: u64,
+}
+
+impl FrameHeader {
+    /// A data header for `stream` and `tag` from `rank`, no flags, no timestamp.
+    pub fn data(stream: u32, tag: i32, rank: u32) -> Self {
+        FrameHeader { kind: FrameKind::Data, flags: 0, stream, tag, rank, timestamp_ns: 0 }
+    }
+
+    /// A control header.
+    pub fn control() -> Self {
+        FrameHeader { kind: FrameKind::Control, flags: 0, stream: 0, tag: 0, rank: 0, timestamp_ns: 0 }
+    }
+
+    /// Writes the 28-byte header for a payload of `payload_len` bytes.
+    pub fn encode(&self, payload_len: usize, out: &mut impl bytes::BufMut) {
+        out.put_u8(PROTOCOL_VERSION);
+        out.put_u8(self.kind as u8);
+        out.put_u16_le(self.flags);
+        out.put_u32_le(self.stream);
+        out.put_i32_le(self.tag);
+        out.put_u32_le(self.rank);
+        out.put_u64_le(self.timestamp_ns);
+        out.put_u32_le(payload_len as u32);
+    }
+
+    /// Reads a header and the payload length that follows it.
+    ///
+    /// # Errors
+    /// Truncation, a wrong version, an unknown kind, or a payload over [`MAX_PAYLOAD_LEN`].
+    pub fn decode(buf: &[u8]) -> Result<(FrameHeader, usize), DecodeError> {
+        let mut r = Reader::new(buf);
+        let version = r.u8("frame header")?;
+        if version != PROTOCOL_VERSION {
+            return Err(DecodeError::BadVersion { found: version, expected: PROTOCOL_VERSION });
+        }
+        let kind = FrameKind::from_u8(r.u8("frame header")?)?;
+        let header = FrameHeader {
+            kind,
+            flags: r.u16("frame header")?,
+            stream: r.u32("frame header")?,
+            tag: r.i32("frame header")?,
+            rank: r.u32("frame header")?,
+            timestamp_ns: r.u64("frame header")?,
+        };
+        let len = r.len_u32("frame payload", MAX_PAYLOAD_LEN)?;
+        Ok((header, len))
+    }
+}
+
+/// A header and its payload. Cloning shares the payload (reference counted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// The fixed part.
+    pub header: FrameHeader,
+    /// The payload bytes, shared between clones.
+    pub payload: Bytes,
+}
+
+impl Frame {
+    /// Builds a frame.
+    pub fn new(header: FrameHeader, payload: impl Into<Bytes>) -> Self {
+        Frame { header, payload: payload.into() }
+    }
+
+    /// Bytes this frame occupies on the wire.
+    pub fn wire_len(&self) -> usize {
+        HEADER_LEN + self.payload.len()
+    }
+
+    /// Appends header and payload to `out`.
+    pub fn encode(&self, out: &mut impl bytes::BufMut) {
+        self.header.encode(self.payload.len(), out);
+        out.put_slice(&self.payload);
+    }
+}
+
+/// Splits a byte stream into frames as bytes arrive.
+///
+/// Payloads are split off the input buffer without copying.
+#[derive(Debug, Default)]
+pub struct FrameDecoder {
+    pending: Option<(FrameHeader, usize)>,
+}
+
+impl FrameDecoder {
+    /// A decoder at the start of a stream.
+    pub fn new() -> Self {
+        FrameDecoder { pending: None }
+    }
+
+    /// Takes the next complete frame out of `buf`, or `None` if more bytes are needed.
+    ///
+    /// # Errors
+    /// A malformed header; the stream cannot be resynchronised, so the link must close.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, DecodeError> {
+        let (header, len) = match self.pending {
+            Some(p) => p,
+            None => {
+                if buf.len() < HEADER_LEN {
+                    return Ok(None);
+                }
+                let parsed = FrameHeader::decode(&buf[..HEADER_LEN])?;
+                buf.advance(HEADER_LEN);
+                self.pending = Some(parsed);
+                parsed
+            }
+        };
+        if buf.len() < len {
+            buf.reserve(len - buf.len());
+            return Ok(None);
+        }
+        self.pending = None;
+        let payload = buf.split_to(len).freeze();
+        Ok(Some(Frame { header, payload }))
+    }
+}
+
+/// Encodes frames back to back into one buffer.
+pub fn encode_batch(frames: &[Frame]) -> Bytes {
+    let mut out = BytesMut::with_capacity(frames.iter().map(Frame::wire_len).sum());
+    for f in frames {
+        f.encode(&mut out);
+    }
+    out.freeze()
+}
+
+/// Decodes a buffer that holds whole frames back to back, and nothing else.
+///
+/// # Errors
+/// A malformed frame, or bytes left over after the last whole frame.
+pub fn decode_batch(buf: Bytes) -> Result<Vec<Frame>, DecodeError> {
+    let mut frames = Vec::new();
+    let mut rest = buf;
+    while !rest.is_empty() {
+        let (header, len) = FrameHeader::decode(&rest)?;
+        if rest.len() < HEADER_LEN + len {
+            return Err(DecodeError::Truncated {
+                what: "frame payload",
+                needed: HEADER_LEN + len - rest.len(),
+                available: rest.len() - HEADER_LEN,
+            });
+        }
+        rest.advance(HEADER_LEN);
+        frames.push(Frame { header, payload: rest.split_to(len) });
+    }
+    Ok(frames)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(n: u8) -> Frame {
+        Frame::new(FrameHeader::data(7, -3, n as u32), vec![n; n as usize])
+    }
+
+    #[test]
+    fn decoder_handles_byte_by_byte_input() {
+        let frames: Vec<Frame> = (0..5).map(sample).collect();
+        let wire = encode_batch(&frames);
+        let mut dec = FrameDecoder::new();
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for b in wire.iter() {
+            buf.extend_from_slice(&[*b]);
+            while let Some(f) = dec.decode(&mut buf).unwrap() {
+                out.push(f);
+            }
+        }
+        assert_eq!(out, frames);
+    }
+
+    #[test]
+    fn batch_rejects_trailing_partial_frame() {
+        let mut wire = encode_batch(&[sample(3)]).to_vec();
+        wire.push(PROTOCOL_VERSION);
+        assert!(matches!(decode_batch(wire.into()), Err(DecodeError::Truncated { .. })));
+    }
+
+    #[test]
+    fn wrong_version_is_named() {
+        let mut wire = encode_batch(&[sample(1)]).to_vec();
+        wire[0] = 9;
+        let err = decode_batch(wire.into()).unwrap_err();
+        assert_eq!(err, DecodeError::BadVersion { found: 9, expected: PROTOCOL_VERSION });
+    }
+
+    #[test]
+    fn oversized_payload_is_refused_before_allocation() {
+        let mut hdr = BytesMut::new();
+        FrameHeader::data(1, 0, 0).encode(MAX_PAYLOAD_LEN + 1, &mut hdr);
+        let mut dec = FrameDecoder::new();
+        assert!(matches!(dec.decode(&mut hdr), Err(DecodeError::TooLong { .. })));
+    }
+}

@@ -1,0 +1,34 @@
+//! The wire layer of treecast: everything that crosses a link, as plain data.
+//!
+//! * [`FrameHeader`] and [`Frame`]: the unit every link carries, with a fixed
+//!   28-byte little-endian header followed by the payload.
+//! * [`FrameDecoder`] turns a byte stream into frames; [`encode_batch`] and
+//!   [`decode_batch`] pack many frames into one buffer (one syscall).
+//! * [`Value`], [`ValueType`] and [`Format`]: typed payloads described by
+//!   MRNet-style format strings (`%d %lf %as` ...), see [`encode_values`].
+//! * [`ControlMsg`]: the messages nodes exchange to build the tree, create
+//!   streams and report failures.
+//! * [`RankSet`]: compact sets of back-end ranks (`0-15,32`).
+//!
+//! No function here does I/O; every decoder returns a typed [`DecodeError`]
+//! and is fuzzed (see `fuzz/`). The byte layout is written down in
+//! `docs/wire-format.md` and pinned by the vectors in `testdata/wire/`.
+
+mod codec;
+mod control;
+mod error;
+mod format;
+mod frame;
+mod rankset;
+mod value;
+
+pub use codec::Reader;
+pub use control::{ControlMsg, SyncMode, TransformKind};
+pub use error::{DecodeError, FormatError};
+pub use format::Format;
+pub use frame::{
+    decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, FLAG_DIRECT, FLAG_EQCLASS,
+    FLAG_PARTIAL_AVG, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
+};
+pub use rankset::RankSet;
+pub use value::{decode_values, encode_values, ScalarType, Value, ValueType};
