@@ -1,1 +1,67 @@
-fn main() {}
+//! `treecast`: the command line, the comm node (`treecast node`) and the generic
+//! back-end (`treecast backend`) in one binary.
+
+#![forbid(unsafe_code)]
+// A binary: `pub` marks what the apps modules offer each other, nothing is exported.
+#![allow(unreachable_pub)]
+
+mod apps;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use apps::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let outcome = match cli.command {
+        // Comm nodes and back-ends are many per machine: one thread each keeps them light.
+        Command::Node => single_threaded(apps::node::main()),
+        Command::Backend(args) => single_threaded(apps::backend::main(args)),
+        Command::Topo(args) => apps::topo::main(args),
+        Command::Run(args) => multi_threaded(apps::run::main(args)),
+        Command::Demo(args) => multi_threaded(apps::demo::main(args)),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("treecast: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn single_threaded(
+    fut: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(fut)
+}
+
+fn multi_threaded(
+    fut: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(fut)
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = std::env::var("TREECAST_LOG").unwrap_or_else(|_| default.to_owned());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

@@ -1,1 +1,32 @@
-//! treecast api layer.
+//! The treecast API: what a tool links against.
+//!
+//! Front-end side:
+//! * [`NetworkBuilder`] launches a tree from a [`treecast_topology::Topology`]
+//!   and a back-end command, and returns a [`Network`].
+//! * [`Network::broadcast_communicator`] and [`Network::communicator`] give
+//!   [`Communicator`]s (sets of back-end ranks); [`Network::new_stream`] binds
+//!   one to filters ([`StreamOptions`]) and returns a [`Stream`].
+//! * [`Stream::send`] multicasts typed values (`"%d %s"`) down;
+//!   [`Stream::recv`] returns reductions ([`Packet`]) coming up.
+//! * [`Network::next_event`] reports lost ranks and filter errors ([`Event`]).
+//!
+//! Back-end side: [`BackEnd::connect`] joins the tree using the environment the
+//! launcher set; [`BackEnd::recv`] returns packets of any stream; [`BackEnd::send`]
+//! sends up.
+//!
+//! Every call that waits either has a `_timeout` variant or ends with an error
+//! when the network goes away.
+
+#![forbid(unsafe_code)]
+
+mod backend;
+mod error;
+mod network;
+mod packet;
+
+pub use backend::{BackEnd, BackEndSender};
+pub use error::ApiError;
+pub use network::{Communicator, Event, Network, NetworkBuilder, Stream, StreamOptions, FRONT_END_RANK};
+pub use packet::{EqClass, Packet};
+pub use treecast_topology::Topology;
+pub use treecast_wire::{RankSet, SyncMode, TransformKind, Value};

@@ -1,1 +1,231 @@
-//! treecast launch layer.
+//! The launch layer of treecast: how a parent starts the processes below it.
+//!
+//! * [`ProcessSpec`]: program, arguments and environment of one process, plus
+//!   the name and host used in error messages.
+//! * [`LocalLauncher`]: fork/exec on this host, the embedded default.
+//! * [`Launched`]: a running child. It is killed when dropped, and the kernel
+//!   kills it if its parent dies (`PR_SET_PDEATHSIG`), so no process outlives
+//!   the tree. The last lines it wrote to stderr are kept for error reports.
+//!
+//! Environment, never argv, carries the session secret: see [`ProcessSpec::env`].
+
+#![deny(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use thiserror::Error;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Lines of a child's stderr kept for error reports.
+const STDERR_TAIL_LINES: usize = 40;
+
+/// Why a process could not be started.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// The OS refused to start the program.
+    #[error("cannot start {name} on {host} ({program}): {source}")]
+    Spawn {
+        /// The node's name.
+        name: String,
+        /// The host it was meant to run on.
+        host: String,
+        /// The program.
+        program: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Everything needed to start one process.
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    /// Human name for errors, e.g. `comm node localhost:3`.
+    pub name: String,
+    /// Host the process runs on.
+    pub host: String,
+    /// Program to execute.
+    pub program: PathBuf,
+    /// Arguments after the program.
+    pub args: Vec<String>,
+    /// Variables added to the inherited environment; the secret travels here.
+    pub env: Vec<(String, String)>,
+    /// Forward the child's stderr lines to ours, prefixed by its name.
+    pub forward_stderr: bool,
+}
+
+/// A started child process.
+#[derive(Debug)]
+pub struct Launched {
+    child: Child,
+    name: String,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Launched {
+    /// The name given in the spec.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The OS process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// The last lines the process wrote to stderr.
+    pub fn stderr_tail(&self) -> String {
+        match self.stderr_tail.lock() {
+            Ok(tail) => tail.iter().cloned().collect::<Vec<_>>().join("\n"),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Waits for the process to exit and describes how it ended.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn wait(&mut self) -> String {
+        match self.child.wait().await {
+            Ok(status) => describe_status(status),
+            Err(e) => format!("could not be waited for: {e}"),
+        }
+    }
+
+    /// Returns the exit description if the process has already ended.
+    pub fn try_wait(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(describe_status(status)),
+            Ok(None) => None,
+            Err(e) => Some(format!("could not be waited for: {e}")),
+        }
+    }
+
+    /// Kills the process (if still running) and reaps it.
+    ///
+    /// Cancel safety: cancel safe; the kill is sent before the first await.
+    pub async fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}
+
+fn describe_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        _ => "ended".to_owned(),
+    }
+}
+
+/// Starts processes on this host by fork/exec.
+#[derive(Debug, Clone, Default)]
+pub struct LocalLauncher;
+
+impl LocalLauncher {
+    /// Starts `spec`. Stdin is closed, stdout inherited, stderr captured.
+    ///
+    /// # Errors
+    /// [`LaunchError::Spawn`] naming the node, host and program.
+    pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+        let mut cmd = Command::new(&spec.program);
+        cmd.args(&spec.args)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        die_with_parent(&mut cmd);
+        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+            name: spec.name.clone(),
+            host: spec.host.clone(),
+            program: spec.program.display().to_string(),
+            source,
+        })?;
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(keep_stderr(stderr, spec.name.clone(), spec.forward_stderr, stderr_tail.clone()));
+        }
+        Ok(Launched { child, name: spec.name.clone(), stderr_tail })
+    }
+}
+
+async fn keep_stderr(
+    stderr: tokio::process::ChildStderr,
+    name: String,
+    forward: bool,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if forward {
+            eprintln!("[{name}] {line}");
+        }
+        if let Ok(mut t) = tail.lock() {
+            if t.len() == STDERR_TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    }
+}
+
+/// Asks the kernel to kill the child when the thread that started it exits, so a
+/// crashed or killed parent never leaves orphans behind.
+pub fn die_with_parent(cmd: &mut Command) {
+    #[allow(unsafe_code)]
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // prctl(2), which is async-signal-safe; it touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn spec(program: &str, args: &[&str]) -> ProcessSpec {
+        ProcessSpec {
+            name: "test node".into(),
+            host: "localhost".into(),
+            program: program.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: vec![("TREECAST_TEST_VAR".into(), "v".into())],
+            forward_stderr: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn stderr_tail_and_exit_status_are_kept() {
+        let mut p = LocalLauncher
+            .launch(&spec("/bin/sh", &["-c", "echo oops >&2; echo $TREECAST_TEST_VAR >&2; exit 3"]))
+            .unwrap();
+        assert_eq!(p.wait().await, "exited with status 3");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(p.stderr_tail(), "oops\nv");
+    }
+
+    #[tokio::test]
+    async fn missing_program_names_node_and_host() {
+        let err = LocalLauncher.launch(&spec("/nonexistent/treecast", &[])).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("test node")
+                && text.contains("localhost")
+                && text.contains("/nonexistent/treecast"),
+            "{text}"
+        );
+    }
+}

@@ -1,1 +1,29 @@
-//! treecast transport layer.
+//! The transport layer of treecast: links between a parent and a child node.
+//!
+//! * [`Secret`]: the per-session key every process receives through the
+//!   environment (`TREECAST_SECRET`), never on a command line.
+//! * [`handshake`]: the HMAC challenge–response that starts every link; a peer
+//!   that cannot prove it holds the secret is dropped before it can send a frame.
+//! * [`spawn_link`]: runs a link as two tasks, a reader that decodes frames in
+//!   batches and a writer that batches queued frames into few syscalls. Queues
+//!   are bounded; a full queue makes the sender wait, it never drops a frame.
+//!
+//! TCP is the route used today; the link code is generic over any byte stream
+//! so Unix sockets and striped links can be added behind the same seam.
+
+mod error;
+pub mod handshake;
+mod link;
+mod secret;
+
+pub use error::TransportError;
+pub use link::{spawn_link, Inbound, LinkEvent, LinkSender, LINK_QUEUE_FRAMES};
+pub use secret::{Secret, SECRET_ENV};
+
+/// Sets the socket options every treecast TCP link uses (no Nagle delay).
+///
+/// # Errors
+/// The OS refused the option.
+pub fn tune_tcp(stream: &tokio::net::TcpStream) -> Result<(), TransportError> {
+    stream.set_nodelay(true).map_err(|e| TransportError::Io { what: "setting TCP_NODELAY".into(), source: e })
+}

@@ -296,6 +296,7 @@ impl ControlMsg {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -215,6 +215,7 @@ pub fn decode_batch(buf: Bytes) -> Result<Vec<Frame>, DecodeError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -153,14 +153,16 @@ impl RankSet {
     /// Truncation, or ranges that are not sorted, disjoint and non-adjacent.
     pub fn decode(r: &mut Reader<'_>) -> Result<RankSet, DecodeError> {
         let n = r.len_u32("rank set", r.remaining() / 8)?;
-        let mut ranges = Vec::with_capacity(n);
+        let mut ranges: Vec<(u32, u32)> = Vec::with_capacity(n);
         for _ in 0..n {
             let lo = r.u32("rank set")?;
             let hi = r.u32("rank set")?;
             let ordered = lo <= hi;
-            let after_prev = ranges
-                .last()
-                .is_none_or(|&(_, phi): &(u32, u32)| phi.checked_add(1).is_some_and(|next| lo > next));
+            // `Option::is_none_or` would need Rust 1.82; the MSRV is 1.80.
+            let after_prev = match ranges.last() {
+                None => true,
+                Some(&(_, phi)) => phi.checked_add(1).is_some_and(|next: u32| lo > next),
+            };
             if !ordered || !after_prev {
                 return Err(DecodeError::Invalid {
                     what: "rank set",
@@ -230,6 +232,7 @@ impl FromStr for RankSet {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -1,6 +1,19 @@
 //! Typed values carried in data payloads, and their self-describing encoding.
+//!
+//! Each value is one type-code byte followed by its data, little-endian:
+//!
+//! * a scalar: code = [`ScalarType`] discriminant (1..=11), then the value
+//!   (fixed width; `%s` is a `u32` byte length then UTF-8);
+//! * an array: code = `0x40 | scalar code`, then a `u32` element count, then
+//!   the elements back to back as above (without per-element codes);
+//! * raw bytes (`%b`): code `0x20`, then a `u32` length and the bytes.
+//!
+//! The payload is exactly the concatenation of its values: nothing may follow
+//! the last one.
 
-use crate::DecodeError;
+use std::fmt;
+
+use crate::{codec::Reader, DecodeError};
 
 /// The element types a format string can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -30,6 +43,83 @@ pub enum ScalarType {
     Str = 11,
 }
 
+/// Type code of raw bytes (`%b`).
+const BYTES_CODE: u8 = 0x20;
+/// Bit set in the type code of an array; the low bits are the element's scalar code.
+const ARRAY_BIT: u8 = 0x40;
+
+impl ScalarType {
+    /// Every scalar type, in type-code order.
+    pub const ALL: [ScalarType; 11] = [
+        ScalarType::Char,
+        ScalarType::UChar,
+        ScalarType::Short,
+        ScalarType::UShort,
+        ScalarType::Int,
+        ScalarType::UInt,
+        ScalarType::Long,
+        ScalarType::ULong,
+        ScalarType::Float,
+        ScalarType::Double,
+        ScalarType::Str,
+    ];
+
+    /// The format specifier, e.g. `%uhd`.
+    pub fn spec(self) -> &'static str {
+        match self {
+            ScalarType::Char => "%c",
+            ScalarType::UChar => "%uc",
+            ScalarType::Short => "%hd",
+            ScalarType::UShort => "%uhd",
+            ScalarType::Int => "%d",
+            ScalarType::UInt => "%ud",
+            ScalarType::Long => "%ld",
+            ScalarType::ULong => "%uld",
+            ScalarType::Float => "%f",
+            ScalarType::Double => "%lf",
+            ScalarType::Str => "%s",
+        }
+    }
+
+    /// The specifier without its `%`, e.g. `uhd` (what follows `%a` in an array).
+    pub fn letters(self) -> &'static str {
+        &self.spec()[1..]
+    }
+
+    /// The type code of one scalar of this type on the wire.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The scalar type whose code is `code`, if any.
+    pub fn from_code(code: u8) -> Option<ScalarType> {
+        ScalarType::ALL.into_iter().find(|t| t.code() == code)
+    }
+
+    /// Encoded width in bytes; `None` for `%s`, whose width depends on its length.
+    pub fn width(self) -> Option<usize> {
+        match self {
+            ScalarType::Char | ScalarType::UChar => Some(1),
+            ScalarType::Short | ScalarType::UShort => Some(2),
+            ScalarType::Int | ScalarType::UInt | ScalarType::Float => Some(4),
+            ScalarType::Long | ScalarType::ULong | ScalarType::Double => Some(8),
+            ScalarType::Str => None,
+        }
+    }
+
+    /// Fewest bytes one element of this type occupies (4 for a string: its length).
+    fn min_width(self) -> usize {
+        self.width().unwrap_or(4)
+    }
+}
+
+impl fmt::Display for ScalarType {
+    /// Writes the specifier, e.g. `%lf`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.spec())
+    }
+}
+
 /// The type of one value of a payload: a scalar, an array of scalars, or raw bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ValueType {
@@ -39,6 +129,56 @@ pub enum ValueType {
     Array(ScalarType),
     /// Raw bytes, `%b`.
     Bytes,
+}
+
+impl ValueType {
+    /// The type code that starts a value of this type on the wire.
+    pub fn code(self) -> u8 {
+        match self {
+            ValueType::Scalar(t) => t.code(),
+            ValueType::Array(t) => ARRAY_BIT | t.code(),
+            ValueType::Bytes => BYTES_CODE,
+        }
+    }
+
+    /// The value type whose code is `code`, if any.
+    pub fn from_code(code: u8) -> Option<ValueType> {
+        if code == BYTES_CODE {
+            Some(ValueType::Bytes)
+        } else if code & ARRAY_BIT != 0 {
+            ScalarType::from_code(code & !ARRAY_BIT).map(ValueType::Array)
+        } else {
+            ScalarType::from_code(code).map(ValueType::Scalar)
+        }
+    }
+
+    /// The canonical specifier, e.g. `%d`, `%alf` or `%b`.
+    pub fn spec(self) -> &'static str {
+        match self {
+            ValueType::Scalar(t) => t.spec(),
+            ValueType::Array(t) => match t {
+                ScalarType::Char => "%ac",
+                ScalarType::UChar => "%auc",
+                ScalarType::Short => "%ahd",
+                ScalarType::UShort => "%auhd",
+                ScalarType::Int => "%ad",
+                ScalarType::UInt => "%aud",
+                ScalarType::Long => "%ald",
+                ScalarType::ULong => "%auld",
+                ScalarType::Float => "%af",
+                ScalarType::Double => "%alf",
+                ScalarType::Str => "%as",
+            },
+            ValueType::Bytes => "%b",
+        }
+    }
+}
+
+impl fmt::Display for ValueType {
+    /// Writes the canonical specifier, e.g. `%ad`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.spec())
+    }
 }
 
 /// One typed value of a payload.
@@ -73,21 +213,382 @@ pub enum Value {
 impl Value {
     /// The type of this value, as a format string would name it.
     pub fn value_type(&self) -> ValueType {
-        todo!("wire helper")
+        use ScalarType as S;
+        use ValueType::{Array, Scalar};
+        match self {
+            Value::Char(_) => Scalar(S::Char),
+            Value::UChar(_) => Scalar(S::UChar),
+            Value::Short(_) => Scalar(S::Short),
+            Value::UShort(_) => Scalar(S::UShort),
+            Value::Int(_) => Scalar(S::Int),
+            Value::UInt(_) => Scalar(S::UInt),
+            Value::Long(_) => Scalar(S::Long),
+            Value::ULong(_) => Scalar(S::ULong),
+            Value::Float(_) => Scalar(S::Float),
+            Value::Double(_) => Scalar(S::Double),
+            Value::Str(_) => Scalar(S::Str),
+            Value::CharArray(_) => Array(S::Char),
+            Value::UCharArray(_) => Array(S::UChar),
+            Value::ShortArray(_) => Array(S::Short),
+            Value::UShortArray(_) => Array(S::UShort),
+            Value::IntArray(_) => Array(S::Int),
+            Value::UIntArray(_) => Array(S::UInt),
+            Value::LongArray(_) => Array(S::Long),
+            Value::ULongArray(_) => Array(S::ULong),
+            Value::FloatArray(_) => Array(S::Float),
+            Value::DoubleArray(_) => Array(S::Double),
+            Value::StrArray(_) => Array(S::Str),
+            Value::Bytes(_) => ValueType::Bytes,
+        }
     }
+
+    /// The canonical specifier of this value's type, e.g. `%ad`.
+    pub fn spec(&self) -> &'static str {
+        self.value_type().spec()
+    }
+
+    /// Raw bytes (`%b`); use this rather than `From<Vec<u8>>`, which gives a `%auc` array.
+    pub fn bytes(data: impl Into<Vec<u8>>) -> Value {
+        Value::Bytes(data.into())
+    }
+
+    /// The value of an integer scalar of any width, if it fits in an `i64`.
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::Char(v) => Some(v.into()),
+            Value::UChar(v) => Some(v.into()),
+            Value::Short(v) => Some(v.into()),
+            Value::UShort(v) => Some(v.into()),
+            Value::Int(v) => Some(v.into()),
+            Value::UInt(v) => Some(v.into()),
+            Value::Long(v) => Some(v),
+            Value::ULong(v) => i64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value of an integer scalar of any width, if it is not negative.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::ULong(v) => Some(v),
+            _ => self.as_i64().and_then(|v| u64::try_from(v).ok()),
+        }
+    }
+
+    /// The value of any numeric scalar as an `f64` (64-bit integers may round).
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::Float(v) => Some(v.into()),
+            Value::Double(v) => Some(v),
+            Value::Long(v) => Some(v as f64),
+            Value::ULong(v) => Some(v as f64),
+            _ => self.as_i64().map(|v| v as f64),
+        }
+    }
+
+    /// The string of a `%s` value.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The bytes of a `%b` value.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Value::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+macro_rules! value_from {
+    ($($t:ty => $scalar:ident, $array:ident;)*) => {$(
+        impl From<$t> for Value {
+            fn from(v: $t) -> Self {
+                Value::$scalar(v)
+            }
+        }
+        impl From<Vec<$t>> for Value {
+            fn from(v: Vec<$t>) -> Self {
+                Value::$array(v)
+            }
+        }
+    )*};
+}
+
+value_from! {
+    i8 => Char, CharArray;
+    u8 => UChar, UCharArray;
+    i16 => Short, ShortArray;
+    u16 => UShort, UShortArray;
+    i32 => Int, IntArray;
+    u32 => UInt, UIntArray;
+    i64 => Long, LongArray;
+    u64 => ULong, ULongArray;
+    f32 => Float, FloatArray;
+    f64 => Double, DoubleArray;
+    String => Str, StrArray;
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::Str(v.to_owned())
+    }
+}
+
+impl From<Vec<&str>> for Value {
+    fn from(v: Vec<&str>) -> Self {
+        Value::StrArray(v.into_iter().map(str::to_owned).collect())
+    }
+}
+
+/// Appends a `u32` length. Lengths over `u32::MAX` cannot occur in a frame
+/// (payloads are at most [`crate::MAX_PAYLOAD_LEN`] bytes).
+fn put_len(out: &mut Vec<u8>, len: usize) {
+    debug_assert!(u32::try_from(len).is_ok(), "length {len} does not fit the wire's u32");
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_len(out, s.len());
+    out.extend_from_slice(s.as_bytes());
+}
+
+macro_rules! put_array {
+    ($out:expr, $v:expr) => {{
+        put_len($out, $v.len());
+        for x in $v {
+            $out.extend_from_slice(&x.to_le_bytes());
+        }
+    }};
 }
 
 /// Appends the self-describing encoding of `values` to `out`.
 pub fn encode_values(values: &[Value], out: &mut Vec<u8>) {
-    let _ = (values, out);
-    todo!("wire helper")
+    for value in values {
+        out.push(value.value_type().code());
+        match value {
+            Value::Char(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::UChar(v) => out.push(*v),
+            Value::Short(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::UShort(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::Int(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::UInt(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::Long(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::ULong(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::Float(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::Double(v) => out.extend_from_slice(&v.to_le_bytes()),
+            Value::Str(s) => put_str(out, s),
+            Value::CharArray(v) => put_array!(out, v),
+            Value::UCharArray(v) | Value::Bytes(v) => {
+                put_len(out, v.len());
+                out.extend_from_slice(v);
+            }
+            Value::ShortArray(v) => put_array!(out, v),
+            Value::UShortArray(v) => put_array!(out, v),
+            Value::IntArray(v) => put_array!(out, v),
+            Value::UIntArray(v) => put_array!(out, v),
+            Value::LongArray(v) => put_array!(out, v),
+            Value::ULongArray(v) => put_array!(out, v),
+            Value::FloatArray(v) => put_array!(out, v),
+            Value::DoubleArray(v) => put_array!(out, v),
+            Value::StrArray(v) => {
+                put_len(out, v.len());
+                for s in v {
+                    put_str(out, s);
+                }
+            }
+        }
+    }
+}
+
+/// Reads a `u32` count of items that each take at least `min_width` bytes, and
+/// checks that the rest of the input can hold them, before anything is allocated.
+fn read_count(r: &mut Reader<'_>, what: &'static str, min_width: usize) -> Result<usize, DecodeError> {
+    let n = r.u32(what)?;
+    // u32 * 8 cannot overflow a u64.
+    let needed = u64::from(n) * min_width as u64;
+    let available = r.remaining();
+    if needed > available as u64 {
+        return Err(DecodeError::Truncated {
+            what,
+            needed: usize::try_from(needed - available as u64).unwrap_or(usize::MAX),
+            available,
+        });
+    }
+    Ok(n as usize)
+}
+
+fn read_str(r: &mut Reader<'_>, what: &'static str) -> Result<String, DecodeError> {
+    let len = read_count(r, what, 1)?;
+    let offset = r.offset();
+    let bytes = r.take(len, what)?;
+    std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| DecodeError::InvalidUtf8 { what, offset })
+}
+
+macro_rules! get_array {
+    ($r:expr, $read:ident, $width:expr) => {{
+        let n = read_count($r, "array", $width)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push($r.$read("array element")?);
+        }
+        v
+    }};
+}
+
+fn decode_one(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
+    let offset = r.offset();
+    let code = r.u8("value type code")?;
+    let Some(ty) = ValueType::from_code(code) else {
+        return Err(DecodeError::UnknownTypeCode { code, offset });
+    };
+    use ScalarType as S;
+    const W: &str = "value";
+    Ok(match ty {
+        ValueType::Scalar(t) => match t {
+            S::Char => Value::Char(r.i8(W)?),
+            S::UChar => Value::UChar(r.u8(W)?),
+            S::Short => Value::Short(r.i16(W)?),
+            S::UShort => Value::UShort(r.u16(W)?),
+            S::Int => Value::Int(r.i32(W)?),
+            S::UInt => Value::UInt(r.u32(W)?),
+            S::Long => Value::Long(r.i64(W)?),
+            S::ULong => Value::ULong(r.u64(W)?),
+            S::Float => Value::Float(r.f32(W)?),
+            S::Double => Value::Double(r.f64(W)?),
+            S::Str => Value::Str(read_str(r, "string")?),
+        },
+        ValueType::Array(t) => {
+            let w = t.min_width();
+            match t {
+                S::Char => Value::CharArray(get_array!(r, i8, w)),
+                S::UChar => {
+                    let n = read_count(r, "array", w)?;
+                    Value::UCharArray(r.take(n, "array")?.to_vec())
+                }
+                S::Short => Value::ShortArray(get_array!(r, i16, w)),
+                S::UShort => Value::UShortArray(get_array!(r, u16, w)),
+                S::Int => Value::IntArray(get_array!(r, i32, w)),
+                S::UInt => Value::UIntArray(get_array!(r, u32, w)),
+                S::Long => Value::LongArray(get_array!(r, i64, w)),
+                S::ULong => Value::ULongArray(get_array!(r, u64, w)),
+                S::Float => Value::FloatArray(get_array!(r, f32, w)),
+                S::Double => Value::DoubleArray(get_array!(r, f64, w)),
+                S::Str => {
+                    let n = read_count(r, "string array", w)?;
+                    let mut v = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        v.push(read_str(r, "string array element")?);
+                    }
+                    Value::StrArray(v)
+                }
+            }
+        }
+        ValueType::Bytes => {
+            let n = read_count(r, "bytes", 1)?;
+            Value::Bytes(r.take(n, "bytes")?.to_vec())
+        }
+    })
 }
 
 /// Decodes a whole payload into values.
 ///
+/// Never panics, and never allocates more than the input could hold: every
+/// length is checked against the bytes that remain before anything is reserved.
+///
 /// # Errors
 /// A [`DecodeError`] naming what was malformed; trailing bytes are an error.
 pub fn decode_values(buf: &[u8]) -> Result<Vec<Value>, DecodeError> {
-    let _ = buf;
-    todo!("wire helper")
+    let mut r = Reader::new(buf);
+    let mut values = Vec::new();
+    // Every byte left over starts another value, so bytes after the last
+    // well-formed value fail as an unknown type code or a truncated value.
+    while r.remaining() > 0 {
+        values.push(decode_one(&mut r)?);
+    }
+    Ok(values)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn enc(values: &[Value]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_values(values, &mut out);
+        out
+    }
+
+    #[test]
+    fn codes_and_specs_are_consistent() {
+        for t in ScalarType::ALL {
+            assert_eq!(ScalarType::from_code(t.code()), Some(t));
+            assert_eq!(ValueType::from_code(t.code()), Some(ValueType::Scalar(t)));
+            assert_eq!(ValueType::from_code(0x40 | t.code()), Some(ValueType::Array(t)));
+            assert_eq!(ValueType::Array(t).spec(), format!("%a{}", t.letters()));
+            assert_eq!(ValueType::Scalar(t).to_string(), t.spec());
+        }
+        assert_eq!(ValueType::from_code(0x20), Some(ValueType::Bytes));
+        for bad in [0u8, 12, 0x21, 0x40, 0x4c, 0x60, 0x61, 0xff] {
+            assert_eq!(ValueType::from_code(bad), None, "{bad:#x}");
+        }
+    }
+
+    #[test]
+    fn scalar_layout_is_code_then_little_endian() {
+        assert_eq!(enc(&[Value::Int(-2)]), [5, 0xfe, 0xff, 0xff, 0xff]);
+        assert_eq!(enc(&[Value::Str("hé".into())]), [11, 3, 0, 0, 0, b'h', 0xc3, 0xa9]);
+        assert_eq!(enc(&[Value::ShortArray(vec![1, -1])]), [0x43, 2, 0, 0, 0, 1, 0, 0xff, 0xff]);
+        assert_eq!(enc(&[Value::bytes([7u8])]), [0x20, 1, 0, 0, 0, 7]);
+    }
+
+    #[test]
+    fn hostile_array_count_is_refused_before_allocation() {
+        // %auld claiming u32::MAX elements with 16 bytes behind it.
+        let mut buf = vec![0x48, 0xff, 0xff, 0xff, 0xff];
+        buf.extend_from_slice(&[0; 16]);
+        let err = decode_values(&buf).unwrap_err();
+        assert!(matches!(err, DecodeError::Truncated { what: "array", available: 16, .. }), "{err:?}");
+        // %as claiming 5 strings with 16 bytes: needs at least 20.
+        let mut buf = vec![0x4b, 5, 0, 0, 0];
+        buf.extend_from_slice(&[0; 16]);
+        assert!(matches!(decode_values(&buf), Err(DecodeError::Truncated { what: "string array", .. })));
+    }
+
+    #[test]
+    fn errors_name_what_and_where() {
+        assert_eq!(
+            decode_values(&[5, 1, 0]).unwrap_err().to_string(),
+            "truncated value: needed 2 more bytes, 2 available"
+        );
+        let err = decode_values(&[5, 0, 0, 0, 0, 0x13]).unwrap_err();
+        assert_eq!(err, DecodeError::UnknownTypeCode { code: 0x13, offset: 5 });
+        assert_eq!(err.to_string(), "unknown value type code 0x13 at byte 5");
+        let err = decode_values(&[11, 2, 0, 0, 0, 0xc3, 0x28]).unwrap_err();
+        assert_eq!(err, DecodeError::InvalidUtf8 { what: "string", offset: 5 });
+        assert_eq!(
+            decode_values(&[11, 9, 0, 0, 0, b'a']).unwrap_err().to_string(),
+            "truncated string: needed 8 more bytes, 1 available"
+        );
+    }
+
+    #[test]
+    fn accessors_convert_across_widths() {
+        assert_eq!(Value::from(-3i8).as_i64(), Some(-3));
+        assert_eq!(Value::from(-3i8).as_u64(), None);
+        assert_eq!(Value::from(u64::MAX).as_i64(), None);
+        assert_eq!(Value::from(u64::MAX).as_u64(), Some(u64::MAX));
+        assert_eq!(Value::from(7u16).as_f64(), Some(7.0));
+        assert_eq!(Value::from(1.5f32).as_f64(), Some(1.5));
+        assert_eq!(Value::from(1.5f32).as_i64(), None);
+        assert_eq!(Value::from("x").as_str(), Some("x"));
+        assert_eq!(Value::from(vec!["a", "b"]).spec(), "%as");
+        assert_eq!(Value::from(vec![1u8]).spec(), "%auc");
+        assert_eq!(Value::bytes(vec![1u8]).as_bytes(), Some(&[1u8][..]));
+        assert_eq!(Value::from("x").as_bytes(), None);
+    }
 }

@@ -1,0 +1,180 @@
+//! The back-end side: join the tree, receive on any stream, send up.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use treecast_node::{connect_parent, control_frame, env};
+use treecast_transport::{spawn_link, Inbound, LinkEvent, LinkSender};
+use treecast_wire::{ControlMsg, Frame, FrameHeader, FrameKind, RankSet, TransformKind, Value};
+
+use crate::network::{check_filter, encode_checked};
+use crate::{ApiError, Packet};
+
+/// Time allowed to reach and authenticate with the parent.
+const CONNECT_LIMIT: Duration = Duration::from_secs(30);
+
+type StreamTable = Arc<Mutex<HashMap<u32, TransformKind>>>;
+
+/// A back-end's connection to the tree.
+///
+/// `recv` takes `&mut self`; to send from other tasks, clone a [`BackEndSender`].
+#[derive(Debug)]
+pub struct BackEnd {
+    sender: BackEndSender,
+    size: u32,
+    inbound: mpsc::Receiver<Inbound>,
+    pending: VecDeque<Frame>,
+    writer: Option<JoinHandle<()>>,
+    closed: Option<String>,
+}
+
+/// Sends packets up the tree from a back-end; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct BackEndSender {
+    rank: u32,
+    link: LinkSender,
+    streams: StreamTable,
+}
+
+impl BackEndSender {
+    /// Sends values upstream on `stream`.
+    ///
+    /// # Errors
+    /// A malformed format, values that do not match it, a format the stream's
+    /// filter cannot reduce, an unknown stream, or a closed link.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
+        let up = self.filter_of(stream)?;
+        check_filter(stream, up, format)?;
+        let payload = encode_checked(format, values)?;
+        let frame = Frame::new(FrameHeader::data(stream, tag, self.rank), payload);
+        self.link.send(frame).await.map_err(|_| ApiError::Closed("the link to the parent is closed".into()))
+    }
+
+    fn filter_of(&self, stream: u32) -> Result<TransformKind, ApiError> {
+        let table = self.streams.lock().map_err(|_| ApiError::Closed("stream table poisoned".into()))?;
+        table.get(&stream).copied().ok_or(ApiError::UnknownStream(stream))
+    }
+}
+
+impl BackEnd {
+    /// Joins the tree with the settings the launcher put in the environment
+    /// (`TREECAST_PARENT`, `TREECAST_NODE_ID`, `TREECAST_RANK`, `TREECAST_SIZE`, `TREECAST_SECRET`).
+    ///
+    /// # Errors
+    /// Missing environment (the program was not started by treecast), or a
+    /// parent that cannot be reached or authenticated.
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn connect() -> Result<BackEnd, ApiError> {
+        let rank = env_u32(env::RANK)?;
+        let size = env_u32(env::SIZE)?;
+        let (stream, parent, _, _) = connect_parent(CONNECT_LIMIT).await?;
+        let (r, w) = stream.into_split();
+        let (tx, inbound) = mpsc::channel(1024);
+        let (link, writer) = spawn_link(r, w, 0, format!("parent {parent}"), tx);
+        let ready = ControlMsg::Ready { ranks: RankSet::single(rank), commnodes: 0 };
+        link.send(control_frame(&ready))
+            .await
+            .map_err(|_| ApiError::Closed("the parent closed the link".into()))?;
+        let sender = BackEndSender { rank, link, streams: Arc::default() };
+        Ok(BackEnd { sender, size, inbound, pending: VecDeque::new(), writer: Some(writer), closed: None })
+    }
+
+    /// This back-end's rank.
+    pub fn rank(&self) -> u32 {
+        self.sender.rank
+    }
+
+    /// Number of back-ends in the network.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// A sender usable from other tasks.
+    pub fn sender(&self) -> BackEndSender {
+        self.sender.clone()
+    }
+
+    /// Waits for the next packet on any stream; [`Packet::stream`] says which.
+    ///
+    /// # Errors
+    /// [`ApiError::Closed`] once the front-end shut the network down or the parent is gone.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn recv(&mut self) -> Result<Packet, ApiError> {
+        loop {
+            while let Some(frame) = self.pending.pop_front() {
+                if frame.header.kind == FrameKind::Data {
+                    return Ok(Packet::from_frame(frame));
+                }
+                self.on_control(&frame)?;
+            }
+            if let Some(reason) = &self.closed {
+                return Err(ApiError::Closed(reason.clone()));
+            }
+            match self.inbound.recv().await {
+                Some(Inbound { event: LinkEvent::Frames(frames), .. }) => self.pending.extend(frames),
+                Some(Inbound { event: LinkEvent::Closed(reason), .. }) => {
+                    self.closed = Some(reason.unwrap_or_else(|| "the parent closed the link".into()));
+                }
+                None => self.closed = Some("the link task ended".into()),
+            }
+        }
+    }
+
+    fn on_control(&mut self, frame: &Frame) -> Result<(), ApiError> {
+        match ControlMsg::decode(&frame.payload) {
+            Ok(ControlMsg::NewStream { id, up, .. }) => {
+                if let Ok(mut t) = self.sender.streams.lock() {
+                    t.insert(id, up);
+                }
+            }
+            Ok(ControlMsg::CloseStream { id }) => {
+                if let Ok(mut t) = self.sender.streams.lock() {
+                    t.remove(&id);
+                }
+            }
+            Ok(ControlMsg::Shutdown) => {
+                self.closed = Some("the front-end shut the network down".into());
+                self.pending.clear();
+                return Err(ApiError::Closed("the front-end shut the network down".into()));
+            }
+            Ok(other) => tracing::debug!("back-end ignoring {other:?}"),
+            Err(e) => tracing::warn!("back-end ignoring malformed control frame: {e}"),
+        }
+        Ok(())
+    }
+
+    /// Sends values upstream on `stream`; see [`BackEndSender::send`].
+    ///
+    /// # Errors
+    /// As [`BackEndSender::send`].
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
+        self.sender.send(stream, tag, format, values).await
+    }
+
+    /// Flushes what was sent and leaves the tree.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn close(mut self) {
+        let writer = self.writer.take();
+        drop(self);
+        if let Some(w) = writer {
+            let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
+        }
+    }
+}
+
+fn env_u32(var: &'static str) -> Result<u32, ApiError> {
+    let text = std::env::var(var).map_err(|_| {
+        ApiError::Env(format!("{var} is not set: this program must be started by treecast as a back-end"))
+    })?;
+    text.parse().map_err(|_| ApiError::Env(format!("{var}={text:?} is not a number")))
+}

@@ -1,0 +1,362 @@
+//! Synchronization: grouping the packets that arrive from a node's children into waves.
+//!
+//! [`Synchronizer`] is a pure state machine: packets and failures come in through
+//! [`Synchronizer::push`] and [`Synchronizer::child_lost`], the passing of time through
+//! [`Synchronizer::poll`], and every call returns the waves it completed. It never
+//! reads a clock; the caller arms a timer at [`Synchronizer::next_deadline`].
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use treecast_wire::{Frame, SyncMode};
+
+/// Groups packets from children into waves according to a [`SyncMode`].
+///
+/// * [`SyncMode::WaitForAll`]: one FIFO per child; a wave is ready when every live
+///   expected child has at least one queued packet, and takes the head of every
+///   non-empty queue.
+/// * [`SyncMode::TimeOut`]`(ms)`: the same, but a packet waits at most `ms` for the
+///   rest of its wave: the pending wave's deadline is the arrival time of its oldest
+///   head packet plus `ms`. When [`Synchronizer::poll`] sees that deadline pass, the
+///   heads of the non-empty queues form a wave. After such a release the next heads
+///   may already be older than `ms` (a backlog behind a silent child); they are
+///   released in the same call, so a silent child never throttles the others.
+/// * [`SyncMode::DoNotWait`]: every packet is a wave of one, at once.
+///
+/// Membership:
+///
+/// * A packet from a child that is not expected (a node may learn of a new child
+///   after its first packet) is accepted, and the child is expected from then on.
+/// * [`Synchronizer::child_lost`] removes a child from every future wave. Packets it
+///   had already queued were accepted and are not dropped: they are delivered, one
+///   per wave, with the next waves. A packet arriving later from a lost child (a race
+///   with the failure report) is handled the same way, without making the child
+///   expected again; [`Synchronizer::add_child`] does that explicitly.
+///
+/// Every wave lists its packets in increasing child index.
+#[derive(Debug, Clone)]
+pub struct Synchronizer {
+    mode: SyncMode,
+    /// Live children expected in every wave.
+    expected: BTreeSet<usize>,
+    /// Children reported lost and not added again.
+    lost: BTreeSet<usize>,
+    /// Queued packets with their arrival time; the entry of a child that is not
+    /// expected is removed when its queue empties.
+    queues: BTreeMap<usize, VecDeque<(Frame, Instant)>>,
+    /// Number of expected children whose queue is not empty.
+    ready_children: usize,
+    /// Total queued packets.
+    queued: usize,
+}
+
+impl Synchronizer {
+    /// A synchronizer in `mode` expecting a packet from each of `children` (indices
+    /// chosen by the caller, e.g. the position of the child link) in every wave.
+    pub fn new(mode: SyncMode, children: impl IntoIterator<Item = usize>) -> Self {
+        Synchronizer {
+            mode,
+            expected: children.into_iter().collect(),
+            lost: BTreeSet::new(),
+            queues: BTreeMap::new(),
+            ready_children: 0,
+            queued: 0,
+        }
+    }
+
+    /// The synchronization mode.
+    pub fn mode(&self) -> SyncMode {
+        self.mode
+    }
+
+    /// Accepts `frame` from `child` at time `now` and returns the waves now
+    /// complete, oldest first (usually none or one).
+    ///
+    /// Time-out waves whose deadline passed before `now` are released first, without
+    /// this packet.
+    pub fn push(&mut self, child: usize, frame: Frame, now: Instant) -> Vec<Vec<Frame>> {
+        if matches!(self.mode, SyncMode::DoNotWait) {
+            if !self.lost.contains(&child) {
+                self.expected.insert(child);
+            }
+            return vec![vec![frame]];
+        }
+        let mut waves = self.release_expired(now);
+        if !self.lost.contains(&child) && self.expected.insert(child) {
+            // A newly learnt child: its queue (if any) now counts toward readiness.
+            if self.queues.get(&child).is_some_and(|q| !q.is_empty()) {
+                self.ready_children += 1;
+            }
+        }
+        let queue = self.queues.entry(child).or_default();
+        queue.push_back((frame, now));
+        if queue.len() == 1 && self.expected.contains(&child) {
+            self.ready_children += 1;
+        }
+        self.queued += 1;
+        waves.extend(self.release_complete());
+        waves.extend(self.release_expired(now));
+        waves
+    }
+
+    /// `child` is gone: it leaves every future wave. Returns the waves this completes
+    /// (those that were waiting only for it). Its queued packets are still delivered.
+    pub fn child_lost(&mut self, child: usize, now: Instant) -> Vec<Vec<Frame>> {
+        self.lost.insert(child);
+        if self.expected.remove(&child) {
+            match self.queues.get(&child) {
+                Some(q) if !q.is_empty() => self.ready_children -= 1,
+                Some(_) => {
+                    self.queues.remove(&child);
+                }
+                None => {}
+            }
+        }
+        let mut waves = self.release_complete();
+        waves.extend(self.release_expired(now));
+        waves
+    }
+
+    /// Makes `child` expected in every future wave, also after it was lost (a child
+    /// that reconnected, or one announced before its first packet). Returns nothing
+    /// because adding a member never completes a wave.
+    pub fn add_child(&mut self, child: usize) {
+        self.lost.remove(&child);
+        if self.expected.insert(child) && self.queues.get(&child).is_some_and(|q| !q.is_empty()) {
+            self.ready_children += 1;
+        }
+    }
+
+    /// Releases the time-out waves whose deadline is at or before `now`.
+    pub fn poll(&mut self, now: Instant) -> Vec<Vec<Frame>> {
+        let mut waves = self.release_complete();
+        waves.extend(self.release_expired(now));
+        waves
+    }
+
+    /// When [`Synchronizer::poll`] must next be called: the deadline of the pending
+    /// time-out wave, if any. Always `None` outside [`SyncMode::TimeOut`].
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let SyncMode::TimeOut(ms) = self.mode else { return None };
+        let oldest = self.queues.values().filter_map(|q| q.front().map(|(_, t)| *t)).min()?;
+        Some(oldest + Duration::from_millis(u64::from(ms)))
+    }
+
+    /// Number of live children expected in every wave.
+    pub fn expected(&self) -> usize {
+        self.expected.len()
+    }
+
+    /// The live expected children, in increasing index.
+    pub fn children(&self) -> impl Iterator<Item = usize> + '_ {
+        self.expected.iter().copied()
+    }
+
+    /// Number of packets held, waiting for their wave.
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    fn wave_ready(&self) -> bool {
+        self.queued > 0 && self.ready_children == self.expected.len()
+    }
+
+    /// Releases complete waves; more than one only after membership changed.
+    fn release_complete(&mut self) -> Vec<Vec<Frame>> {
+        let mut waves = Vec::new();
+        while self.wave_ready() {
+            waves.push(self.take_wave());
+        }
+        waves
+    }
+
+    /// Releases time-out waves whose deadline passed.
+    fn release_expired(&mut self, now: Instant) -> Vec<Vec<Frame>> {
+        let mut waves = Vec::new();
+        while self.next_deadline().is_some_and(|d| d <= now) {
+            waves.push(self.take_wave());
+            // The invariant "no complete wave is held" still holds: an expected child
+            // whose queue was empty still has an empty queue.
+        }
+        waves
+    }
+
+    /// Takes the head of every non-empty queue.
+    fn take_wave(&mut self) -> Vec<Frame> {
+        let mut wave = Vec::new();
+        let mut emptied_gone = Vec::new();
+        for (child, queue) in &mut self.queues {
+            let Some((frame, _)) = queue.pop_front() else { continue };
+            wave.push(frame);
+            self.queued -= 1;
+            if queue.is_empty() {
+                if self.expected.contains(child) {
+                    self.ready_children -= 1;
+                } else {
+                    emptied_gone.push(*child);
+                }
+            }
+        }
+        for child in emptied_gone {
+            self.queues.remove(&child);
+        }
+        wave
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use treecast_wire::FrameHeader;
+
+    fn f(rank: u32, n: u8) -> Frame {
+        Frame::new(FrameHeader::data(1, 0, rank), vec![n])
+    }
+
+    fn ids(wave: &[Frame]) -> Vec<(u32, u8)> {
+        wave.iter().map(|f| (f.header.rank, f.payload[0])).collect()
+    }
+
+    #[test]
+    fn wait_for_all_with_interleaved_arrivals() {
+        let t = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, [0, 1, 2]);
+        assert!(s.push(0, f(0, 1), t).is_empty());
+        assert!(s.push(0, f(0, 2), t).is_empty());
+        assert!(s.push(2, f(2, 1), t).is_empty());
+        assert!(s.push(2, f(2, 2), t).is_empty());
+        assert_eq!(s.queued(), 4);
+        let w = s.push(1, f(1, 1), t);
+        assert_eq!(w.len(), 1);
+        assert_eq!(ids(&w[0]), vec![(0, 1), (1, 1), (2, 1)]);
+        assert!(s.push(0, f(0, 3), t).is_empty());
+        let w = s.push(1, f(1, 2), t);
+        assert_eq!(ids(&w[0]), vec![(0, 2), (1, 2), (2, 2)]);
+        assert_eq!(s.queued(), 1);
+        assert_eq!(s.next_deadline(), None);
+        assert!(s.poll(t + Duration::from_secs(100)).is_empty());
+    }
+
+    #[test]
+    fn child_lost_mid_wave_completes_with_survivors() {
+        let t = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, [0, 1, 2]);
+        assert!(s.push(0, f(0, 1), t).is_empty());
+        assert!(s.push(2, f(2, 1), t).is_empty());
+        let w = s.child_lost(1, t);
+        assert_eq!(w.len(), 1);
+        assert_eq!(ids(&w[0]), vec![(0, 1), (2, 1)]);
+        assert_eq!(s.expected(), 2);
+        // A late packet from the lost child does not make it expected again.
+        assert!(s.push(1, f(1, 9), t).is_empty());
+        assert_eq!(s.expected(), 2);
+        assert!(s.push(0, f(0, 2), t).is_empty());
+        let w = s.push(2, f(2, 2), t);
+        assert_eq!(ids(&w[0]), vec![(0, 2), (1, 9), (2, 2)]);
+        assert_eq!(s.queued(), 0);
+    }
+
+    #[test]
+    fn lost_child_queued_packets_are_delivered_in_later_waves() {
+        let t = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, [0, 1]);
+        for n in 1..=3 {
+            assert!(s.push(0, f(0, n), t).is_empty());
+        }
+        // Child 0 dies with three packets queued: child 1 alone drives the waves.
+        assert!(s.child_lost(0, t).is_empty());
+        assert_eq!(s.queued(), 3);
+        let w = s.push(1, f(1, 1), t);
+        assert_eq!(ids(&w[0]), vec![(0, 1), (1, 1)]);
+        // Degenerate case: the last expected child is lost, the backlog drains at once.
+        let w = s.child_lost(1, t);
+        assert_eq!(w.len(), 2);
+        assert_eq!(ids(&w[0]), vec![(0, 2)]);
+        assert_eq!(ids(&w[1]), vec![(0, 3)]);
+        assert_eq!(s.queued(), 0);
+        assert_eq!(s.expected(), 0);
+    }
+
+    #[test]
+    fn unknown_child_becomes_expected() {
+        let t = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, [0]);
+        assert!(s.push(5, f(5, 1), t).is_empty());
+        assert_eq!(s.expected(), 2);
+        let w = s.push(0, f(0, 1), t);
+        assert_eq!(ids(&w[0]), vec![(0, 1), (5, 1)]);
+        s.add_child(7);
+        assert!(s.push(0, f(0, 2), t).is_empty());
+        assert!(s.push(5, f(5, 2), t).is_empty());
+        assert_eq!(s.push(7, f(7, 2), t).len(), 1);
+    }
+
+    #[test]
+    fn timeout_releases_at_the_deadline_and_not_before() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s = Synchronizer::new(SyncMode::TimeOut(100), [0, 1, 2]);
+        assert_eq!(s.next_deadline(), None);
+        assert!(s.push(1, f(1, 1), ms(10)).is_empty());
+        assert_eq!(s.next_deadline(), Some(ms(110)));
+        assert!(s.push(0, f(0, 1), ms(50)).is_empty());
+        assert_eq!(s.next_deadline(), Some(ms(110)));
+        assert!(s.poll(ms(109)).is_empty());
+        let w = s.poll(ms(110));
+        assert_eq!(w.len(), 1);
+        assert_eq!(ids(&w[0]), vec![(0, 1), (1, 1)]);
+        assert_eq!(s.next_deadline(), None);
+        // A complete wave is released before its deadline.
+        assert!(s.push(0, f(0, 2), ms(200)).is_empty());
+        assert!(s.push(1, f(1, 2), ms(210)).is_empty());
+        let w = s.push(2, f(2, 2), ms(220));
+        assert_eq!(ids(&w[0]), vec![(0, 2), (1, 2), (2, 2)]);
+        assert_eq!(s.next_deadline(), None);
+    }
+
+    #[test]
+    fn timeout_packet_after_deadline_starts_a_new_wave() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s = Synchronizer::new(SyncMode::TimeOut(100), [0, 1]);
+        assert!(s.push(0, f(0, 1), ms(0)).is_empty());
+        // The poll came late; the expired wave goes out alone, then child 1's packet
+        // starts the next wave.
+        let w = s.push(1, f(1, 1), ms(150));
+        assert_eq!(w.len(), 1);
+        assert_eq!(ids(&w[0]), vec![(0, 1)]);
+        assert_eq!(s.next_deadline(), Some(ms(250)));
+    }
+
+    #[test]
+    fn timeout_backlog_behind_a_silent_child_drains() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut s = Synchronizer::new(SyncMode::TimeOut(100), [0, 1]);
+        assert!(s.push(0, f(0, 1), ms(0)).is_empty());
+        assert!(s.push(0, f(0, 2), ms(10)).is_empty());
+        assert!(s.push(0, f(0, 3), ms(20)).is_empty());
+        // The push comes after two deadlines passed: both expired waves go out first.
+        let w = s.push(0, f(0, 4), ms(115));
+        assert_eq!(w.iter().map(|w| ids(w)).collect::<Vec<_>>(), vec![vec![(0, 1)], vec![(0, 2)]]);
+        assert_eq!(s.next_deadline(), Some(ms(120)));
+        assert!(s.poll(ms(119)).is_empty());
+        let w = s.poll(ms(300));
+        assert_eq!(w.iter().map(|w| ids(w)).collect::<Vec<_>>(), vec![vec![(0, 3)], vec![(0, 4)]]);
+        assert_eq!(s.queued(), 0);
+    }
+
+    #[test]
+    fn do_not_wait_releases_every_packet() {
+        let t = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::DoNotWait, [0, 1]);
+        let w = s.push(1, f(1, 1), t);
+        assert_eq!(w.len(), 1);
+        assert_eq!(ids(&w[0]), vec![(1, 1)]);
+        assert_eq!(s.queued(), 0);
+        assert_eq!(s.next_deadline(), None);
+        assert!(s.child_lost(0, t).is_empty());
+        assert_eq!(s.expected(), 1);
+    }
+}

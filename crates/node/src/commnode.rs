@@ -1,0 +1,269 @@
+//! `treecast node`: a comm node's whole life.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use treecast_topology::Topology;
+use treecast_transport::{handshake, spawn_link, tune_tcp, Inbound, LinkEvent, LinkSender, Secret};
+use treecast_wire::{ControlMsg, Frame, FrameKind};
+
+use crate::{
+    control_frame, env, start_children, ChildSet, Downstream, LaunchPlan, NodeError, StreamSpec, UpOutput,
+    Upstream,
+};
+
+/// How long a new node waits for its sub-tree after connecting.
+const SUBTREE_WAIT: Duration = Duration::from_secs(30);
+/// How long a node waits for its children to exit after a shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+fn env_var(var: &'static str) -> Result<String, NodeError> {
+    std::env::var(var).map_err(|_| NodeError::Env { var, reason: "not set".into() })
+}
+
+fn env_parse<T: std::str::FromStr>(var: &'static str) -> Result<T, NodeError>
+where
+    T::Err: std::fmt::Display,
+{
+    env_var(var)?.parse().map_err(|e: T::Err| NodeError::Env { var, reason: e.to_string() })
+}
+
+/// Connects to the parent named in the environment and authenticates as `node_id`.
+///
+/// # Errors
+/// Missing environment, connection failure, or a failed handshake.
+pub async fn connect_parent(limit: Duration) -> Result<(TcpStream, SocketAddr, u32, Secret), NodeError> {
+    let parent: SocketAddr = env_parse(env::PARENT)?;
+    let node_id: u32 = env_parse(env::NODE_ID)?;
+    let secret = Secret::from_env()?;
+    let mut stream = tokio::time::timeout(limit, TcpStream::connect(parent))
+        .await
+        .map_err(|_| NodeError::Startup(format!("connecting to parent {parent} timed out")))?
+        .map_err(|source| NodeError::Io { what: format!("connecting to parent {parent}"), source })?;
+    tune_tcp(&stream)?;
+    handshake::connect(&mut stream, &secret, node_id, &parent.to_string(), limit).await?;
+    Ok((stream, parent, node_id, secret))
+}
+
+/// Runs a comm node: connect to the parent, start the sub-tree it sends,
+/// report ready, then route until the parent goes away or says shut down.
+///
+/// # Errors
+/// Failures before the node is ready (they are also reported to the parent
+/// when the link allows).
+pub async fn run_comm_node() -> Result<(), NodeError> {
+    let (stream, parent_addr, node_id, secret) = connect_parent(SUBTREE_WAIT).await?;
+    let (r, w) = stream.into_split();
+    let (ptx, mut from_parent) = mpsc::channel::<Inbound>(1024);
+    let (parent, parent_writer) = spawn_link(r, w, 0, format!("parent {parent_addr}"), ptx);
+    let plan = receive_plan(&mut from_parent, node_id, secret).await?;
+    let name = format!("comm node {} (id {node_id})", plan.topology.node(0).host);
+    let children = match start_children(&plan).await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = parent.send(control_frame(&ControlMsg::LaunchFailed { message: e.to_string() })).await;
+            drop(parent);
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, parent_writer).await;
+            return Err(e);
+        }
+    };
+    let ready = ControlMsg::Ready { ranks: children.ranks(), commnodes: 1 + children.commnodes() };
+    if parent.send(control_frame(&ready)).await.is_err() {
+        children.shut_down(SHUTDOWN_GRACE).await;
+        return Ok(());
+    }
+    route(name, parent, from_parent, children).await;
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, parent_writer).await;
+    Ok(())
+}
+
+async fn receive_plan(
+    from_parent: &mut mpsc::Receiver<Inbound>,
+    node_id: u32,
+    secret: Secret,
+) -> Result<LaunchPlan, NodeError> {
+    let protocol = |reason: String| NodeError::Protocol { peer: "parent".into(), reason };
+    let first = tokio::time::timeout(SUBTREE_WAIT, from_parent.recv())
+        .await
+        .map_err(|_| protocol("no sub-tree received in time".into()))?;
+    let frame = match first {
+        Some(Inbound { event: LinkEvent::Frames(mut f), .. }) if !f.is_empty() => f.remove(0),
+        _ => return Err(protocol("the link closed before a sub-tree arrived".into())),
+    };
+    let msg = ControlMsg::decode(&frame.payload).map_err(|e| protocol(format!("malformed sub-tree: {e}")))?;
+    let ControlMsg::Subtree {
+        topology,
+        first_id,
+        first_rank,
+        total_backends,
+        backend,
+        env,
+        startup_timeout_ms,
+    } = msg
+    else {
+        return Err(protocol(format!("expected a sub-tree, got {msg:?}")));
+    };
+    if first_id != node_id {
+        return Err(protocol(format!("sub-tree is for node {first_id}, this is node {node_id}")));
+    }
+    let listen: IpAddr = std::env::var(env::LISTEN)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let treecast_exe: PathBuf = std::env::current_exe()
+        .map_err(|source| NodeError::Io { what: "finding the treecast binary".into(), source })?;
+    Ok(LaunchPlan {
+        topology: Topology::parse(&topology)?,
+        first_id,
+        first_rank,
+        total_backends,
+        backend,
+        env,
+        startup_timeout: Duration::from_millis(u64::from(startup_timeout_ms)),
+        treecast_exe,
+        secret,
+        session: std::env::var(env::SESSION).unwrap_or_default(),
+        listen,
+    })
+}
+
+enum UpCtl {
+    Add(StreamSpec),
+    Remove(u32),
+}
+
+/// Routes both directions until the parent link ends, then takes the sub-tree down.
+async fn route(name: String, parent: LinkSender, from_parent: mpsc::Receiver<Inbound>, children: ChildSet) {
+    let ChildSet { children: links, inbound } = children;
+    let senders: Vec<LinkSender> = links.iter().map(|c| c.sender.clone()).collect();
+    let ranks: Vec<_> = links.iter().map(|c| (c.name.clone(), c.ranks.clone())).collect();
+    let (ctl_tx, ctl_rx) = mpsc::channel(64);
+    let up = Upstream::new(name.clone(), false, ranks.clone());
+    let down = Downstream::new(ranks.into_iter().map(|(_, r)| r).collect());
+    let up_task = tokio::spawn(up_loop(up, inbound, ctl_rx, parent));
+    down_loop(&name, down, from_parent, &senders, ctl_tx).await;
+    drop(senders);
+    up_task.abort();
+    let set = ChildSet { children: links, inbound: mpsc::channel(1).1 };
+    set.shut_down(SHUTDOWN_GRACE).await;
+}
+
+async fn down_loop(
+    name: &str,
+    mut down: Downstream,
+    mut from_parent: mpsc::Receiver<Inbound>,
+    children: &[LinkSender],
+    up_ctl: mpsc::Sender<UpCtl>,
+) {
+    while let Some(Inbound { event, .. }) = from_parent.recv().await {
+        let frames = match event {
+            LinkEvent::Frames(f) => f,
+            LinkEvent::Closed(reason) => {
+                tracing::info!(
+                    node = name,
+                    "parent link closed ({}); shutting down",
+                    reason.as_deref().unwrap_or("orderly")
+                );
+                return;
+            }
+        };
+        for frame in frames {
+            if frame.header.kind == FrameKind::Data {
+                match down.route(frame) {
+                    Ok(out) => {
+                        for (child, f) in out {
+                            let _ = children[child].send(f).await;
+                        }
+                    }
+                    Err(e) => tracing::warn!(node = name, "dropping downstream frame: {e}"),
+                }
+                continue;
+            }
+            match ControlMsg::decode(&frame.payload) {
+                Ok(ControlMsg::NewStream { id, ranks, sync, up, down: d }) => {
+                    let spec = StreamSpec { id, ranks, sync, up, down: d };
+                    let targets = down.add_stream(&spec, true);
+                    if up_ctl.send(UpCtl::Add(spec)).await.is_err() {
+                        return;
+                    }
+                    broadcast(children, &targets, &frame).await;
+                }
+                Ok(ControlMsg::CloseStream { id }) => {
+                    let targets = down.remove_stream(id);
+                    let _ = up_ctl.send(UpCtl::Remove(id)).await;
+                    broadcast(children, &targets, &frame).await;
+                }
+                Ok(ControlMsg::Shutdown) => {
+                    let all: Vec<usize> = (0..children.len()).collect();
+                    broadcast(children, &all, &frame).await;
+                    return;
+                }
+                Ok(other) => {
+                    tracing::warn!(node = name, "ignoring unexpected control message from parent: {other:?}")
+                }
+                Err(e) => {
+                    tracing::warn!(node = name, "malformed control frame from parent: {e}; shutting down");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn broadcast(children: &[LinkSender], targets: &[usize], frame: &Frame) {
+    for &c in targets {
+        let _ = children[c].send(frame.clone()).await;
+    }
+}
+
+async fn up_loop(
+    mut up: Upstream,
+    mut inbound: mpsc::Receiver<Inbound>,
+    mut ctl: mpsc::Receiver<UpCtl>,
+    parent: LinkSender,
+) {
+    loop {
+        let deadline = up.next_deadline();
+        let out = tokio::select! {
+            biased;
+            c = ctl.recv() => match c {
+                Some(UpCtl::Add(spec)) => { up.add_stream(&spec); continue; }
+                Some(UpCtl::Remove(id)) => { up.remove_stream(id); continue; }
+                None => return,
+            },
+            ev = inbound.recv() => match ev {
+                Some(Inbound { link, event: LinkEvent::Frames(frames) }) => {
+                    let now = std::time::Instant::now();
+                    frames.into_iter().flat_map(|f| up.on_frame(link, f, now)).collect::<Vec<_>>()
+                }
+                Some(Inbound { link, event: LinkEvent::Closed(reason) }) => {
+                    up.on_child_closed(link, reason.as_deref(), std::time::Instant::now())
+                }
+                None => return,
+            },
+            _ = sleep_until_opt(deadline) => up.poll(std::time::Instant::now()),
+        };
+        for o in out {
+            let frame = match o {
+                UpOutput::Data(f) => f,
+                UpOutput::Control(msg) => control_frame(&msg),
+                UpOutput::StreamDone(_) => continue,
+            };
+            if parent.send(frame).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever when there is none.
+pub async fn sleep_until_opt(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(Instant::from_std(d)).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,19 @@
+//! Environment variables through which a parent configures the processes it starts.
+//!
+//! The session secret travels in [`treecast_transport::SECRET_ENV`]; nothing
+//! secret is ever put on a command line.
+
+/// `ip:port` of the parent's listener.
+pub const PARENT: &str = "TREECAST_PARENT";
+/// Node id of the process in the whole tree (pre-order index).
+pub const NODE_ID: &str = "TREECAST_NODE_ID";
+/// Back-end rank (back-ends only).
+pub const RANK: &str = "TREECAST_RANK";
+/// Number of back-ends in the network (back-ends only).
+pub const SIZE: &str = "TREECAST_SIZE";
+/// Session id shared by every process of one network; tests find leftovers by it.
+pub const SESSION: &str = "TREECAST_SESSION";
+/// Address comm nodes listen on (default loopback).
+pub const LISTEN: &str = "TREECAST_LISTEN";
+/// Log filter for comm nodes and back-ends (tracing's env-filter syntax).
+pub const LOG: &str = "TREECAST_LOG";

@@ -1,0 +1,240 @@
+//! Upward routing: waves, reductions and loss reports, as a state machine without I/O.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use treecast_filters::{apply_dropping_bad, builtin, FilterContext, Synchronizer, Transform};
+use treecast_wire::{ControlMsg, Frame, FrameKind, RankSet, SyncMode, TransformKind};
+
+/// What a stream needs at a node on the way up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamSpec {
+    /// Stream id.
+    pub id: u32,
+    /// Back-end ranks of the stream's communicator.
+    pub ranks: RankSet,
+    /// How packets are grouped into waves.
+    pub sync: SyncMode,
+    /// How a wave is reduced.
+    pub up: TransformKind,
+    /// The filter applied on the way down.
+    pub down: TransformKind,
+}
+
+/// What the node must send on after an input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpOutput {
+    /// A data frame for the parent (or, at the root, for the tool).
+    Data(Frame),
+    /// A control message for the parent (or, at the root, an event).
+    Control(ControlMsg),
+    /// At the root: no live member is left in this stream; nothing more will arrive.
+    StreamDone(u32),
+}
+
+struct UpStream {
+    ranks: RankSet,
+    sync: Synchronizer,
+    transform: Box<dyn Transform>,
+}
+
+struct UpChild {
+    name: String,
+    ranks: RankSet,
+    alive: bool,
+}
+
+/// Per-node upward state: one synchroniser and one transformation per stream.
+pub struct Upstream {
+    node: String,
+    is_root: bool,
+    children: Vec<UpChild>,
+    streams: HashMap<u32, UpStream>,
+}
+
+impl Upstream {
+    /// State for a node named `node` whose children reach the given ranks.
+    pub fn new(node: String, is_root: bool, children: Vec<(String, RankSet)>) -> Self {
+        let children =
+            children.into_iter().map(|(name, ranks)| UpChild { name, ranks, alive: true }).collect();
+        Upstream { node, is_root, children, streams: HashMap::new() }
+    }
+
+    /// Live ranks reached through the children.
+    pub fn live_ranks(&self) -> RankSet {
+        let mut all = RankSet::new();
+        for c in self.children.iter().filter(|c| c.alive) {
+            all.union_with(&c.ranks);
+        }
+        all
+    }
+
+    /// Starts tracking a stream.
+    pub fn add_stream(&mut self, spec: &StreamSpec) {
+        let members = self.members(&spec.ranks);
+        let stream = UpStream {
+            ranks: spec.ranks.clone(),
+            sync: Synchronizer::new(spec.sync, members),
+            transform: builtin(spec.up),
+        };
+        self.streams.insert(spec.id, stream);
+    }
+
+    /// Forgets a stream; frames still queued for it are discarded with it.
+    pub fn remove_stream(&mut self, id: u32) {
+        self.streams.remove(&id);
+    }
+
+    fn members(&self, ranks: &RankSet) -> Vec<usize> {
+        (0..self.children.len())
+            .filter(|&i| self.children[i].alive && self.children[i].ranks.intersects(ranks))
+            .collect()
+    }
+
+    /// Handles a frame from child `child`.
+    pub fn on_frame(&mut self, child: usize, frame: Frame, now: Instant) -> Vec<UpOutput> {
+        match frame.header.kind {
+            FrameKind::Control => self.on_control(child, &frame, now),
+            FrameKind::Data => {
+                let stream_id = frame.header.stream;
+                let rank = frame.header.rank;
+                let Some(stream) = self.streams.get_mut(&stream_id) else {
+                    return vec![UpOutput::Control(ControlMsg::FilterError {
+                        stream: stream_id,
+                        rank,
+                        message: format!(
+                            "{}: packet from rank {rank} on unknown stream {stream_id}",
+                            self.node
+                        ),
+                    })];
+                };
+                let waves = stream.sync.push(child, frame, now);
+                self.reduce(stream_id, waves)
+            }
+        }
+    }
+
+    fn on_control(&mut self, child: usize, frame: &Frame, now: Instant) -> Vec<UpOutput> {
+        match ControlMsg::decode(&frame.payload) {
+            Ok(ControlMsg::RanksLost { ranks, reason }) => {
+                let mut out = self.lose_ranks(child, &ranks, now);
+                out.insert(0, UpOutput::Control(ControlMsg::RanksLost { ranks, reason }));
+                out
+            }
+            Ok(msg @ ControlMsg::FilterError { .. }) => vec![UpOutput::Control(msg)],
+            Ok(other) => {
+                tracing::warn!(node = %self.node, "ignoring unexpected control message from below: {other:?}");
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!(node = %self.node, "ignoring undecodable control message from below: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Handles the loss of a whole child: its ranks leave every stream.
+    pub fn on_child_closed(&mut self, child: usize, reason: Option<&str>, now: Instant) -> Vec<UpOutput> {
+        let Some(c) = self.children.get_mut(child) else { return Vec::new() };
+        if !c.alive {
+            return Vec::new();
+        }
+        c.alive = false;
+        let ranks = c.ranks.clone();
+        let why = match reason {
+            Some(r) => format!("{}: link to {} failed: {r}", self.node, c.name),
+            None => format!("{}: link to {} closed", self.node, c.name),
+        };
+        let mut out = Vec::new();
+        if !ranks.is_empty() {
+            out.push(UpOutput::Control(ControlMsg::RanksLost { ranks: ranks.clone(), reason: why }));
+        }
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            if let Some(s) = self.streams.get_mut(&id) {
+                let waves = s.sync.child_lost(child, now);
+                out.extend(self.reduce(id, waves));
+            }
+        }
+        out.extend(self.finished_streams());
+        out
+    }
+
+    fn lose_ranks(&mut self, child: usize, lost: &RankSet, now: Instant) -> Vec<UpOutput> {
+        let Some(c) = self.children.get_mut(child) else { return Vec::new() };
+        c.ranks = c.ranks.difference(lost);
+        let remaining = c.ranks.clone();
+        let mut out = Vec::new();
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            let Some(s) = self.streams.get_mut(&id) else { continue };
+            if !remaining.intersects(&s.ranks) {
+                let waves = s.sync.child_lost(child, now);
+                out.extend(self.reduce(id, waves));
+            }
+        }
+        out.extend(self.finished_streams());
+        out
+    }
+
+    fn finished_streams(&mut self) -> Vec<UpOutput> {
+        if !self.is_root {
+            return Vec::new();
+        }
+        let done: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.sync.expected() == 0 && s.sync.queued() == 0)
+            .map(|(id, _)| *id)
+            .collect();
+        done.into_iter()
+            .map(|id| {
+                self.streams.remove(&id);
+                UpOutput::StreamDone(id)
+            })
+            .collect()
+    }
+
+    /// Releases time-out waves whose deadline passed.
+    pub fn poll(&mut self, now: Instant) -> Vec<UpOutput> {
+        let due: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.sync.next_deadline().is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut out = Vec::new();
+        for id in due {
+            if let Some(s) = self.streams.get_mut(&id) {
+                let waves = s.sync.poll(now);
+                out.extend(self.reduce(id, waves));
+            }
+        }
+        out
+    }
+
+    /// The earliest time-out deadline of any stream.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.streams.values().filter_map(|s| s.sync.next_deadline()).min()
+    }
+
+    /// Applies the stream's transformation to each wave. A packet the filter
+    /// refuses is reported and left out; the rest of its wave goes on.
+    fn reduce(&mut self, stream_id: u32, waves: Vec<Vec<Frame>>) -> Vec<UpOutput> {
+        let mut out = Vec::new();
+        let ctx = FilterContext { stream: stream_id, is_root: self.is_root };
+        let Some(stream) = self.streams.get_mut(&stream_id) else { return out };
+        for wave in waves {
+            let (frames, errors) = apply_dropping_bad(stream.transform.as_mut(), wave, &ctx);
+            for e in errors {
+                out.push(UpOutput::Control(ControlMsg::FilterError {
+                    stream: stream_id,
+                    rank: e.rank().unwrap_or(u32::MAX),
+                    message: format!("{}: {e}", self.node),
+                }));
+            }
+            out.extend(frames.into_iter().map(UpOutput::Data));
+        }
+        out
+    }
+}

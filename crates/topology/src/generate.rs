@@ -1,0 +1,428 @@
+//! Generated trees: [`Shape`], [`Topology::generate`] and [`Topology::from_spec`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::parse::host_char_ok;
+use crate::{Topology, TopologyError, MAX_NODES};
+
+/// The host name generators use when none is given.
+pub const DEFAULT_HOST: &str = "localhost";
+
+/// The shape of a generated tree; see [`Topology::generate`].
+///
+/// Parsed from specs: `flat`, `kary:K`, `knomial:K`, `balanced:AxBxC` (also written
+/// `AxBxC`, and MRNet's `1xAxB` where the leading `1` is the front-end) and `fanout:F`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// The front-end with every back-end as a direct child.
+    Flat,
+    /// The shallowest tree in which no node has more than K children, as balanced as
+    /// possible.
+    Kary(usize),
+    /// A k-nomial tree (binomial for K = 2).
+    Knomial(usize),
+    /// A fixed fan-out per level: the root has `A` children, each of them `B`, and so on.
+    Balanced(Vec<usize>),
+    /// "N back-ends with fan-out at most F": the same tree as [`Shape::Kary`].
+    Fanout(usize),
+}
+
+impl fmt::Display for Shape {
+    /// Writes the spec form that [`Shape::from_str`] reads back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Shape::Flat => f.write_str("flat"),
+            Shape::Kary(k) => write!(f, "kary:{k}"),
+            Shape::Knomial(k) => write!(f, "knomial:{k}"),
+            Shape::Fanout(k) => write!(f, "fanout:{k}"),
+            Shape::Balanced(levels) => {
+                f.write_str("balanced:")?;
+                for (i, l) in levels.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("x")?;
+                    }
+                    write!(f, "{l}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl FromStr for Shape {
+    type Err = TopologyError;
+
+    /// Reads a generator spec: `flat`, `kary:K`, `knomial:K`, `balanced:AxB...` (or bare
+    /// `AxB...`, with MRNet's optional leading `1x`), `fanout:F`. The kind is
+    /// case-insensitive; surrounding blanks are ignored. Values are checked by
+    /// [`Topology::generate`], not here (so `kary:1` parses).
+    ///
+    /// # Errors
+    ///
+    /// [`TopologyError::BadSpec`] for an unknown kind, a missing or non-numeric
+    /// parameter, or a `flat` with a parameter.
+    fn from_str(spec: &str) -> Result<Shape, TopologyError> {
+        let s = spec.trim();
+        let bad = |reason: &str| TopologyError::BadSpec { spec: s.to_string(), reason: reason.to_string() };
+        let (kind, arg) = match s.split_once(':') {
+            Some((k, a)) => (k.trim().to_ascii_lowercase(), Some(a.trim())),
+            None => (s.to_ascii_lowercase(), None),
+        };
+        let number = |a: Option<&str>| -> Result<usize, TopologyError> {
+            let a = a.ok_or_else(|| bad(&format!("`{kind}` needs a number after `:`")))?;
+            if a.is_empty() || !a.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad(&format!("`{a}` is not a non-negative integer")));
+            }
+            a.parse().map_err(|_| bad(&format!("`{a}` is too large")))
+        };
+        match kind.as_str() {
+            "flat" if arg.is_none() => Ok(Shape::Flat),
+            "flat" => Err(bad("`flat` takes no parameter; give the back-end count separately")),
+            "kary" => Ok(Shape::Kary(number(arg)?)),
+            "knomial" => Ok(Shape::Knomial(number(arg)?)),
+            "fanout" => Ok(Shape::Fanout(number(arg)?)),
+            "balanced" => match arg {
+                Some(a) => Ok(Shape::Balanced(levels(a).map_err(|r| bad(&r))?)),
+                None => Err(bad("`balanced` needs fan-outs per level, like `balanced:4x4`")),
+            },
+            _ if arg.is_none()
+                && kind.contains('x')
+                && kind.bytes().all(|b| b.is_ascii_digit() || b == b'x') =>
+            {
+                Ok(Shape::Balanced(levels(&kind).map_err(|r| bad(&r))?))
+            }
+            _ => Err(bad("unknown kind")),
+        }
+    }
+}
+
+/// Reads `AxBxC` into fan-outs, dropping MRNet's leading `1` (the front-end).
+fn levels(text: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in text.split(['x', 'X']) {
+        let part = part.trim();
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("`{part}` is not a fan-out; write fan-outs per level like `4x4x4`"));
+        }
+        out.push(part.parse::<usize>().map_err(|_| format!("fan-out `{part}` is too large"))?);
+    }
+    if out.len() > 1 && out[0] == 1 {
+        out.remove(0);
+    }
+    Ok(out)
+}
+
+/// Checks a host name for generated trees.
+fn check_host(host: &str) -> Result<(), TopologyError> {
+    if host.is_empty() || !host.chars().all(host_char_ok) {
+        return Err(TopologyError::BadHostName { host: host.to_string() });
+    }
+    Ok(())
+}
+
+/// A tree under construction: child lists in any numbering, node 0 the root.
+struct Builder {
+    children: Vec<Vec<usize>>,
+}
+
+impl Builder {
+    fn new() -> Builder {
+        Builder { children: vec![Vec::new()] }
+    }
+
+    fn add(&mut self, parent: usize) -> usize {
+        let id = self.children.len();
+        self.children.push(Vec::new());
+        self.children[parent].push(id);
+        id
+    }
+
+    fn finish(self, host: &str) -> Topology {
+        Topology::from_children(0, &self.children, |_, id| (host.to_string(), id as u32))
+    }
+}
+
+/// Splits `n` into `parts` shares that differ by at most one, larger ones first.
+fn shares(n: usize, parts: usize) -> impl Iterator<Item = usize> {
+    let (q, r) = (n / parts, n % parts);
+    (0..parts).map(move |i| q + usize::from(i < r))
+}
+
+/// Nodes in a k-ary sub-tree holding `n` leaves (a single leaf when `n == 1`).
+fn kary_count(k: usize, n: usize, memo: &mut HashMap<usize, usize>) -> usize {
+    if n <= 1 {
+        return 1;
+    }
+    if let Some(&c) = memo.get(&n) {
+        return c;
+    }
+    let c = 1 + shares(n, k.min(n)).map(|s| kary_count(k, s, memo)).sum::<usize>();
+    memo.insert(n, c);
+    c
+}
+
+fn kary(k: usize, n: usize, what: &str, host: &str) -> Result<Topology, TopologyError> {
+    // The root always gets min(k, n) children, even for n == 1.
+    let mut memo = HashMap::new();
+    let total = 1 + shares(n, k.min(n)).map(|s| kary_count(k, s, &mut memo)).sum::<usize>();
+    if total > MAX_NODES {
+        return Err(TopologyError::TooLarge { what: what.to_string(), limit: MAX_NODES });
+    }
+    let mut b = Builder::new();
+    // Work list of (node, leaves to hold); a node with one leaf to hold is that leaf.
+    let mut work = vec![(0usize, n)];
+    while let Some((node, leaves)) = work.pop() {
+        let kids = k.min(leaves);
+        for share in shares(leaves, kids) {
+            let child = b.add(node);
+            if share > 1 {
+                work.push((child, share));
+            }
+        }
+    }
+    Ok(b.finish(host))
+}
+
+fn knomial(k: usize, n: usize, what: &str, host: &str) -> Result<Topology, TopologyError> {
+    let mut b = Builder::new();
+    let mut leaves = 0usize;
+    // `pow`: the largest power of k not above the next node number.
+    let mut pow = 1usize;
+    while leaves < n {
+        let r = b.children.len();
+        if r >= MAX_NODES {
+            return Err(TopologyError::TooLarge { what: what.to_string(), limit: MAX_NODES });
+        }
+        if let Some(next) = pow.checked_mul(k) {
+            if next <= r {
+                pow = next;
+            }
+        }
+        // Clearing the most significant base-k digit of r is r mod k^m, k^m <= r < k^(m+1).
+        let parent = r % pow;
+        if parent != 0 && b.children[parent].is_empty() {
+            leaves -= 1;
+        }
+        b.add(parent);
+        leaves += 1;
+    }
+    Ok(b.finish(host))
+}
+
+fn balanced(levels: &[usize], host: &str, what: &str) -> Result<Topology, TopologyError> {
+    let too_large = || TopologyError::TooLarge { what: what.to_string(), limit: MAX_NODES };
+    let mut total = 1usize;
+    let mut width = 1usize;
+    for &f in levels {
+        width = width.checked_mul(f).ok_or_else(too_large)?;
+        total = total.checked_add(width).ok_or_else(too_large)?;
+        if total > MAX_NODES {
+            return Err(too_large());
+        }
+    }
+    let mut b = Builder::new();
+    let mut level = vec![0usize];
+    for &f in levels {
+        let mut next = Vec::with_capacity(level.len() * f);
+        for &node in &level {
+            for _ in 0..f {
+                next.push(b.add(node));
+            }
+        }
+        level = next;
+    }
+    Ok(b.finish(host))
+}
+
+impl Topology {
+    /// Generates a tree of the given shape with `backends` leaves, every node on `host`
+    /// with its pre-order id as index.
+    ///
+    /// * [`Shape::Flat`]: the root with N back-end children.
+    /// * [`Shape::Kary`] / [`Shape::Fanout`]: the shallowest tree with N leaves in which
+    ///   no node has more than K children. Each interior node uses as many children as
+    ///   allowed (`min(K, leaves below it)`) and spreads its leaves over them as evenly
+    ///   as possible, larger shares first; a share of one leaf is that leaf. With N <= K
+    ///   the tree is flat.
+    /// * [`Shape::Knomial`]: nodes 0, 1, 2, ... where node r's parent is r with its most
+    ///   significant base-K digit cleared, added until there are N leaves.
+    /// * [`Shape::Balanced`]: the fan-out of each level; the back-ends are the product.
+    ///   `backends` may be `None`; if given it must equal the product.
+    ///
+    /// # Errors
+    ///
+    /// [`TopologyError::MissingBackendCount`] when a shape other than `balanced` gets no
+    /// count, [`TopologyError::NoBackends`] for a count of 0,
+    /// [`TopologyError::FanoutTooSmall`] for K < 2, [`TopologyError::BadSpec`] for a
+    /// balanced shape with no level or a zero fan-out,
+    /// [`TopologyError::BackendMismatch`] when a balanced shape has a different number of
+    /// back-ends, [`TopologyError::TooLarge`] above [`MAX_NODES`] nodes, and
+    /// [`TopologyError::BadHostName`] for a host name the text format cannot hold.
+    pub fn generate(shape: &Shape, backends: Option<usize>, host: &str) -> Result<Topology, TopologyError> {
+        check_host(host)?;
+        if backends == Some(0) {
+            return Err(TopologyError::NoBackends);
+        }
+        let spec = shape.to_string();
+        let need = || backends.ok_or_else(|| TopologyError::MissingBackendCount { spec: spec.clone() });
+        let fanout = |k: usize| {
+            if k < 2 {
+                Err(TopologyError::FanoutTooSmall { spec: spec.clone() })
+            } else {
+                Ok(k)
+            }
+        };
+        match shape {
+            Shape::Flat => {
+                let n = need()?;
+                if n >= MAX_NODES {
+                    return Err(TopologyError::TooLarge {
+                        what: format!("{spec} with {n} back-ends"),
+                        limit: MAX_NODES,
+                    });
+                }
+                let mut b = Builder::new();
+                for _ in 0..n {
+                    b.add(0);
+                }
+                Ok(b.finish(host))
+            }
+            Shape::Kary(k) | Shape::Fanout(k) => {
+                let k = fanout(*k)?;
+                let n = need()?;
+                let what = format!("{spec} with {n} back-ends");
+                if n >= MAX_NODES {
+                    return Err(TopologyError::TooLarge { what, limit: MAX_NODES });
+                }
+                kary(k, n, &what, host)
+            }
+            Shape::Knomial(k) => {
+                let k = fanout(*k)?;
+                let n = need()?;
+                let what = format!("{spec} with {n} back-ends");
+                if n >= MAX_NODES {
+                    return Err(TopologyError::TooLarge { what, limit: MAX_NODES });
+                }
+                knomial(k, n, &what, host)
+            }
+            Shape::Balanced(levels) => {
+                if levels.is_empty() {
+                    return Err(TopologyError::BadSpec {
+                        spec,
+                        reason: "`balanced` needs at least one level, like `balanced:4x4`".to_string(),
+                    });
+                }
+                if levels.contains(&0) {
+                    return Err(TopologyError::BadSpec {
+                        spec,
+                        reason: "every level needs a fan-out of at least 1".to_string(),
+                    });
+                }
+                let has = levels.iter().try_fold(1usize, |acc, &f| acc.checked_mul(f));
+                let Some(has) = has.filter(|&h| h < MAX_NODES) else {
+                    return Err(TopologyError::TooLarge { what: spec, limit: MAX_NODES });
+                };
+                if let Some(asked) = backends {
+                    if asked != has {
+                        return Err(TopologyError::BackendMismatch { what: spec, has, asked });
+                    }
+                }
+                balanced(levels, host, &spec)
+            }
+        }
+    }
+
+    /// Builds a tree from a command-line spec: a generator spec (see [`Shape`]) on
+    /// [`DEFAULT_HOST`], or else the path of a topology file.
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`Topology::generate`] for a generator spec; for a file,
+    /// [`TopologyError::ReadFile`] if it cannot be read (the message lists the accepted
+    /// specs), [`TopologyError::File`] wrapping the parse error, and
+    /// [`TopologyError::BackendMismatch`] if `backends` is given and differs from the
+    /// file's number of leaves. A string that starts like a generator spec (`kary:x`)
+    /// but is no valid spec and no existing file reports the spec error.
+    pub fn from_spec(spec: &str, backends: Option<usize>) -> Result<Topology, TopologyError> {
+        let shape_err = match spec.parse::<Shape>() {
+            Ok(shape) => return Topology::generate(&shape, backends, DEFAULT_HOST),
+            Err(e) => e,
+        };
+        let path = std::path::Path::new(spec);
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) => {
+                let lower = spec.trim().to_ascii_lowercase();
+                let looks_like_spec = ["flat", "kary", "knomial", "balanced", "fanout"]
+                    .iter()
+                    .any(|k| lower == *k || lower.starts_with(&format!("{k}:")));
+                if looks_like_spec && !path.exists() {
+                    return Err(shape_err);
+                }
+                return Err(TopologyError::ReadFile { path: spec.to_string(), reason: e.to_string() });
+            }
+        };
+        let topo = Topology::parse(&text)
+            .map_err(|e| TopologyError::File { path: spec.to_string(), source: Box::new(e) })?;
+        if let Some(asked) = backends {
+            if asked != topo.backends() {
+                return Err(TopologyError::BackendMismatch {
+                    what: format!("topology file {spec}"),
+                    has: topo.backends(),
+                    asked,
+                });
+            }
+        }
+        Ok(topo)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_are_even_larger_first() {
+        assert_eq!(shares(10, 4).collect::<Vec<_>>(), vec![3, 3, 2, 2]);
+        assert_eq!(shares(3, 3).collect::<Vec<_>>(), vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn kary_count_matches_build() {
+        for k in 2..6 {
+            for n in 1..300 {
+                let t = kary(k, n, "x", "h").unwrap();
+                let mut memo = HashMap::new();
+                let total = 1 + shares(n, k.min(n)).map(|s| kary_count(k, s, &mut memo)).sum::<usize>();
+                assert_eq!(t.len(), total, "k={k} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn levels_drop_leading_one() {
+        assert_eq!(levels("1x4x4").unwrap(), vec![4, 4]);
+        assert_eq!(levels("1").unwrap(), vec![1]);
+        assert!(levels("4xx4").is_err());
+    }
+
+    #[test]
+    fn knomial_parent_rule() {
+        // Binomial with 8 nodes: 0 -> 1 2 4, 1 -> 3 5, 2 -> 6, 3 -> 7.
+        let mut b = Builder::new();
+        let mut pow = 1;
+        for r in 1..8usize {
+            if pow * 2 <= r {
+                pow *= 2;
+            }
+            b.add(r % pow);
+        }
+        assert_eq!(b.children[0], vec![1, 2, 4]);
+        assert_eq!(b.children[1], vec![3, 5]);
+        assert_eq!(b.children[2], vec![6]);
+        assert_eq!(b.children[3], vec![7]);
+    }
+}

@@ -1,0 +1,214 @@
+//! The HMAC-SHA256 challenge–response that opens every link.
+//!
+//! ```text
+//! parent -> child : "TCST" version nonce_p[32]
+//! child  -> parent: "TCST" version node_id:u32 nonce_c[32] mac_c[32]
+//!                   mac_c = HMAC(secret, "treecast child" nonce_p nonce_c node_id)
+//! parent -> child : mac_p[32]
+//!                   mac_p = HMAC(secret, "treecast parent" nonce_c nonce_p node_id)
+//! ```
+//!
+//! Both sides prove they hold the secret, fresh nonces defeat replay, and the
+//! child's claimed node id is covered by its MAC. A parent that rejects a child
+//! closes the connection without answering; nothing the child sends after the
+//! handshake is read.
+
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::Sha256;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::{Secret, TransportError};
+
+const MAGIC: &[u8; 4] = b"TCST";
+const VERSION: u8 = 1;
+const NONCE: usize = 32;
+const MAC: usize = 32;
+
+type HmacSha256 = Hmac<Sha256>;
+
+fn mac(secret: &Secret, label: &[u8], first: &[u8], second: &[u8], node_id: u32) -> HmacSha256 {
+    // new_from_slice only fails for invalid key lengths, and HMAC accepts any length.
+    let mut m = match HmacSha256::new_from_slice(secret.as_bytes()) {
+        Ok(m) => m,
+        Err(_) => unreachable!("HMAC accepts keys of any length"),
+    };
+    m.update(label);
+    m.update(first);
+    m.update(second);
+    m.update(&node_id.to_le_bytes());
+    m
+}
+
+fn nonce() -> [u8; NONCE] {
+    let mut n = [0u8; NONCE];
+    rand::rngs::OsRng.fill_bytes(&mut n);
+    n
+}
+
+async fn timed<T>(
+    limit: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = Result<T, TransportError>>,
+) -> Result<T, TransportError> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| TransportError::Timeout { what: what.to_owned(), secs: limit.as_secs_f64() })?
+}
+
+fn io_err(peer: &str, what: &str) -> impl FnOnce(std::io::Error) -> TransportError {
+    let what = format!("{what} with {peer}");
+    move |source| TransportError::Io { what, source }
+}
+
+/// Parent side: challenges a freshly accepted connection and returns the child's node id.
+///
+/// # Errors
+/// [`TransportError::Auth`] when the child does not prove the secret (the caller
+/// must close the connection), I/O errors and a timeout after `limit`.
+///
+/// Cancel safety: not cancel safe; drop the stream if cancelled.
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    peer: &str,
+    limit: Duration,
+) -> Result<u32, TransportError> {
+    timed(limit, &format!("handshake with {peer}"), async {
+        let nonce_p = nonce();
+        let mut hello = Vec::with_capacity(4 + 1 + NONCE);
+        hello.extend_from_slice(MAGIC);
+        hello.push(VERSION);
+        hello.extend_from_slice(&nonce_p);
+        stream.write_all(&hello).await.map_err(io_err(peer, "sending challenge"))?;
+
+        let mut answer = [0u8; 4 + 1 + 4 + NONCE + MAC];
+        stream.read_exact(&mut answer).await.map_err(io_err(peer, "reading challenge answer"))?;
+        if &answer[..4] != MAGIC || answer[4] != VERSION {
+            return Err(TransportError::Auth {
+                peer: peer.to_owned(),
+                reason: "the peer does not speak the treecast handshake (wrong program or version)".into(),
+            });
+        }
+        let node_id = u32::from_le_bytes([answer[5], answer[6], answer[7], answer[8]]);
+        let nonce_c = &answer[9..9 + NONCE];
+        let mac_c = &answer[9 + NONCE..];
+        mac(secret, b"treecast child", &nonce_p, nonce_c, node_id).verify_slice(mac_c).map_err(|_| {
+            TransportError::Auth {
+                peer: peer.to_owned(),
+                reason: format!("node id {node_id} did not prove the session secret"),
+            }
+        })?;
+        let mac_p = mac(secret, b"treecast parent", nonce_c, &nonce_p, node_id).finalize().into_bytes();
+        stream.write_all(&mac_p).await.map_err(io_err(peer, "sending challenge response"))?;
+        Ok(node_id)
+    })
+    .await
+}
+
+/// Child side: answers the parent's challenge as `node_id` and checks the parent's proof.
+///
+/// # Errors
+/// [`TransportError::Auth`] when the parent closes the connection (it refused
+/// our proof) or does not prove the secret itself; I/O errors; a timeout.
+///
+/// Cancel safety: not cancel safe; drop the stream if cancelled.
+pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    node_id: u32,
+    peer: &str,
+    limit: Duration,
+) -> Result<(), TransportError> {
+    timed(limit, &format!("handshake with {peer}"), async {
+        let mut hello = [0u8; 4 + 1 + NONCE];
+        stream.read_exact(&mut hello).await.map_err(io_err(peer, "reading challenge"))?;
+        if &hello[..4] != MAGIC || hello[4] != VERSION {
+            return Err(TransportError::Auth {
+                peer: peer.to_owned(),
+                reason: "the peer is not a treecast node of this version".into(),
+            });
+        }
+        let nonce_p = &hello[5..];
+        let nonce_c = nonce();
+        let mac_c = mac(secret, b"treecast child", nonce_p, &nonce_c, node_id).finalize().into_bytes();
+        let mut answer = Vec::with_capacity(4 + 1 + 4 + NONCE + MAC);
+        answer.extend_from_slice(MAGIC);
+        answer.push(VERSION);
+        answer.extend_from_slice(&node_id.to_le_bytes());
+        answer.extend_from_slice(&nonce_c);
+        answer.extend_from_slice(&mac_c);
+        stream.write_all(&answer).await.map_err(io_err(peer, "answering challenge"))?;
+        let mut mac_p = [0u8; MAC];
+        stream.read_exact(&mut mac_p).await.map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => TransportError::Auth {
+                peer: peer.to_owned(),
+                reason:
+                    "the parent closed the link: it refused our proof (is TREECAST_SECRET from this session?)"
+                        .into(),
+            },
+            _ => TransportError::Io { what: format!("reading challenge response from {peer}"), source: e },
+        })?;
+        mac(secret, b"treecast parent", &nonce_c, nonce_p, node_id).verify_slice(&mac_p).map_err(|_| {
+            TransportError::Auth {
+                peer: peer.to_owned(),
+                reason: "the parent did not prove the session secret".into(),
+            }
+        })
+    })
+    .await
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn matching_secrets_authenticate_both_ways() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let s = Secret::generate();
+        let s2 = s.clone();
+        let child = tokio::spawn(async move { connect(&mut b, &s2, 42, "parent", LIMIT).await });
+        assert_eq!(accept(&mut a, &s, "child", LIMIT).await.unwrap(), 42);
+        child.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn wrong_secret_is_refused_and_child_learns_it() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let child = tokio::spawn(async move {
+            let r = connect(&mut b, &Secret::generate(), 7, "parent", LIMIT).await;
+            drop(b);
+            r
+        });
+        let err = accept(&mut a, &Secret::generate(), "child", LIMIT).await.unwrap_err();
+        assert!(err.to_string().contains("did not prove the session secret"), "{err}");
+        drop(a);
+        let child_err = child.await.unwrap().unwrap_err();
+        assert!(matches!(child_err, TransportError::Auth { .. }), "{child_err}");
+    }
+
+    #[tokio::test]
+    async fn garbage_peer_is_refused() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        tokio::spawn(async move {
+            let mut buf = [0u8; 37];
+            let _ = b.read_exact(&mut buf).await;
+            let _ = b.write_all(&[0x47; 73]).await;
+        });
+        let err = accept(&mut a, &Secret::generate(), "child", LIMIT).await.unwrap_err();
+        assert!(err.to_string().contains("does not speak"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn silent_peer_times_out() {
+        let (mut a, _b) = tokio::io::duplex(1024);
+        let err = accept(&mut a, &Secret::generate(), "child", Duration::from_millis(50)).await.unwrap_err();
+        assert!(matches!(err, TransportError::Timeout { .. }));
+    }
+}

@@ -1,0 +1,266 @@
+//! A link as two tasks: a batching writer and a batch-decoding reader.
+
+use std::io::IoSlice;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use treecast_wire::{Frame, FrameDecoder};
+
+/// Frames a link's send queue holds before senders wait.
+pub const LINK_QUEUE_FRAMES: usize = 1024;
+/// Bytes gathered into one write before it is issued.
+const BATCH_BYTES: usize = 256 << 10;
+/// Payloads at least this large are written from their own buffer instead of being copied.
+const ZERO_COPY_MIN: usize = 8 << 10;
+
+/// What a link's reader reports to the node that owns it.
+#[derive(Debug)]
+pub struct Inbound {
+    /// Which link (the owner's index).
+    pub link: usize,
+    /// What happened.
+    pub event: LinkEvent,
+}
+
+/// An event on a link.
+#[derive(Debug)]
+pub enum LinkEvent {
+    /// Frames decoded from one read, in order.
+    Frames(Vec<Frame>),
+    /// The link is gone: `None` for an orderly close, else the reason (I/O error, malformed frame).
+    Closed(Option<String>),
+}
+
+/// The sending side of a link. Cloning shares the same queue.
+#[derive(Debug, Clone)]
+pub struct LinkSender {
+    tx: mpsc::Sender<Frame>,
+    name: Arc<str>,
+}
+
+impl LinkSender {
+    /// Queues a frame, waiting while the queue is full.
+    ///
+    /// # Errors
+    /// Hands the frame back when the link is closed.
+    ///
+    /// Cancel safety: cancel safe; a cancelled send queued nothing.
+    pub async fn send(&self, frame: Frame) -> Result<(), Frame> {
+        self.tx.send(frame).await.map_err(|e| e.0)
+    }
+
+    /// Queues a frame if there is room now.
+    ///
+    /// # Errors
+    /// Hands the frame back when the queue is full or the link closed.
+    pub fn try_send(&self, frame: Frame) -> Result<(), Frame> {
+        self.tx.try_send(frame).map_err(|e| e.into_inner())
+    }
+
+    /// True once the writer has stopped.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// The peer's name, for logs.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Starts the reader and writer tasks of an authenticated link.
+///
+/// Frames read are reported to `inbound` tagged with `link`; a malformed frame
+/// or an I/O error closes the reader and is reported as [`LinkEvent::Closed`]
+/// with the reason. The writer stops when every [`LinkSender`] is dropped,
+/// which closes the connection. Returns the sender and the writer task.
+pub fn spawn_link<R, W>(
+    reader: R,
+    writer: W,
+    link: usize,
+    name: String,
+    inbound: mpsc::Sender<Inbound>,
+) -> (LinkSender, JoinHandle<()>)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let name: Arc<str> = name.into();
+    let (tx, rx) = mpsc::channel(LINK_QUEUE_FRAMES);
+    tokio::spawn(read_loop(reader, link, name.clone(), inbound));
+    let writer = tokio::spawn(write_loop(writer, rx, name.clone()));
+    (LinkSender { tx, name }, writer)
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut reader: R,
+    link: usize,
+    name: Arc<str>,
+    inbound: mpsc::Sender<Inbound>,
+) {
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut decoder = FrameDecoder::new();
+    let reason = loop {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(64 << 10);
+        }
+        match reader.read_buf(&mut buf).await {
+            Ok(0) => break None,
+            Ok(_) => {}
+            Err(e) => break Some(format!("read error: {e}")),
+        }
+        let mut frames = Vec::new();
+        let failure = loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(f)) => frames.push(f),
+                Ok(None) => break None,
+                Err(e) => break Some(format!("malformed frame: {e}")),
+            }
+        };
+        if !frames.is_empty()
+            && inbound.send(Inbound { link, event: LinkEvent::Frames(frames) }).await.is_err()
+        {
+            return;
+        }
+        if let Some(reason) = failure {
+            tracing::warn!(peer = %name, "closing link: {reason}");
+            break Some(reason);
+        }
+    };
+    let _ = inbound.send(Inbound { link, event: LinkEvent::Closed(reason) }).await;
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// Gathers queued frames into segments: small frames copied together, large payloads by reference.
+struct Batch {
+    small: BytesMut,
+    segments: Vec<Bytes>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Batch { small: BytesMut::with_capacity(64 << 10), segments: Vec::new(), bytes: 0 }
+    }
+
+    fn push(&mut self, mut frame: Frame, stamp: u64) {
+        if frame.header.timestamp_ns == 0 {
+            frame.header.timestamp_ns = stamp;
+        }
+        self.bytes += frame.wire_len();
+        frame.header.encode(frame.payload.len(), &mut self.small);
+        if frame.payload.len() >= ZERO_COPY_MIN {
+            self.segments.push(self.small.split().freeze());
+            self.segments.push(frame.payload);
+        } else {
+            self.small.extend_from_slice(&frame.payload);
+        }
+    }
+
+    fn finish(&mut self) {
+        if !self.small.is_empty() {
+            self.segments.push(self.small.split().freeze());
+        }
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::Receiver<Frame>, name: Arc<str>) {
+    let mut batch = Batch::new();
+    while let Some(first) = rx.recv().await {
+        let stamp = now_ns();
+        batch.push(first, stamp);
+        while batch.bytes < BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(f) => batch.push(f, stamp),
+                Err(_) => break,
+            }
+        }
+        batch.finish();
+        if let Err(e) = write_segments(&mut writer, &mut batch.segments).await {
+            tracing::debug!(peer = %name, "link write failed: {e}");
+            return;
+        }
+        batch.bytes = 0;
+    }
+    let _ = writer.shutdown().await;
+}
+
+async fn write_segments<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    segments: &mut Vec<Bytes>,
+) -> std::io::Result<()> {
+    let mut first = 0;
+    while first < segments.len() {
+        if segments.len() - first == 1 {
+            writer.write_all(&segments[first]).await?;
+            break;
+        }
+        let slices: Vec<IoSlice<'_>> = segments[first..].iter().take(64).map(|b| IoSlice::new(b)).collect();
+        let mut written = writer.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while first < segments.len() && written >= segments[first].len() {
+            written -= segments[first].len();
+            first += 1;
+        }
+        if written > 0 {
+            let _ = segments[first].split_to(written);
+        }
+    }
+    segments.clear();
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use treecast_wire::FrameHeader;
+
+    #[tokio::test]
+    async fn frames_cross_in_order_small_and_large() {
+        let (a, b) = tokio::io::duplex(4096);
+        let (ar, aw) = tokio::io::split(a);
+        let (br, bw) = tokio::io::split(b);
+        let (in_tx, mut in_rx) = mpsc::channel(16);
+        let (sender, _w) = spawn_link(ar, aw, 0, "a".into(), mpsc::channel(1).0);
+        let (_bs, _bw) = spawn_link(br, bw, 5, "b".into(), in_tx);
+        let sizes = [0usize, 1, 100, ZERO_COPY_MIN, ZERO_COPY_MIN * 3 + 7, 5];
+        for (i, &n) in sizes.iter().enumerate() {
+            sender.send(Frame::new(FrameHeader::data(1, i as i32, 0), vec![i as u8; n])).await.unwrap();
+        }
+        let mut got = Vec::new();
+        while got.len() < sizes.len() {
+            match in_rx.recv().await.unwrap() {
+                Inbound { link: 5, event: LinkEvent::Frames(f) } => got.extend(f),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        for (i, f) in got.iter().enumerate() {
+            assert_eq!(f.header.tag, i as i32);
+            assert_eq!(f.payload.len(), sizes[i]);
+            assert!(f.header.timestamp_ns > 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn malformed_bytes_close_the_link_with_a_reason() {
+        let (a, mut b) = tokio::io::duplex(4096);
+        let (ar, aw) = tokio::io::split(a);
+        let (in_tx, mut in_rx) = mpsc::channel(16);
+        let (_s, _w) = spawn_link(ar, aw, 3, "peer".into(), in_tx);
+        b.write_all(&[0xEE; 64]).await.unwrap();
+        match in_rx.recv().await.unwrap().event {
+            LinkEvent::Closed(Some(reason)) => assert!(reason.contains("malformed frame"), "{reason}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Checks the codec against the language-neutral vectors in `testdata/wire/`.
+//!
+//! The vectors are written by `testdata/wire/gen_vectors.py`, an independent
+//! encoder, so these tests pin the byte layout of `docs/wire-format.md`.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+
+use bytes::{Bytes, BytesMut};
+use serde_json::Value as Json;
+use treecast_wire::{
+    decode_batch, decode_values, encode_batch, encode_values, ControlMsg, DecodeError, Format, Frame,
+    FrameDecoder, FrameHeader, FrameKind, RankSet, ScalarType, SyncMode, TransformKind, Value, ValueType,
+    HEADER_LEN,
+};
+
+fn load(name: &str) -> Vec<Json> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/wire").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    match serde_json::from_str(&text).unwrap() {
+        Json::Array(cases) => cases,
+        other => panic!("{name} is not a JSON array: {other}"),
+    }
+}
+
+fn str_of<'a>(case: &'a Json, key: &str) -> &'a str {
+    case[key].as_str().unwrap_or_else(|| panic!("{key} is not a string in {case}"))
+}
+
+fn u32_of(case: &Json, key: &str) -> u32 {
+    u32::try_from(case[key].as_u64().unwrap_or_else(|| panic!("{key} in {case}"))).unwrap()
+}
+
+fn unhex(case: &Json, key: &str) -> Vec<u8> {
+    hex::decode(str_of(case, key)).unwrap()
+}
+
+/// One scalar from its JSON form: numbers, 64-bit integers as decimal strings, strings.
+fn scalar(t: ScalarType, v: &Json) -> Value {
+    let int = || v.as_i64().unwrap_or_else(|| panic!("{v} is not an integer"));
+    match t {
+        ScalarType::Char => Value::Char(int().try_into().unwrap()),
+        ScalarType::UChar => Value::UChar(int().try_into().unwrap()),
+        ScalarType::Short => Value::Short(int().try_into().unwrap()),
+        ScalarType::UShort => Value::UShort(int().try_into().unwrap()),
+        ScalarType::Int => Value::Int(int().try_into().unwrap()),
+        ScalarType::UInt => Value::UInt(int().try_into().unwrap()),
+        ScalarType::Long => Value::Long(v.as_str().unwrap().parse().unwrap()),
+        ScalarType::ULong => Value::ULong(v.as_str().unwrap().parse().unwrap()),
+        ScalarType::Float => {
+            let x = v.as_f64().unwrap();
+            assert_eq!(f64::from(x as f32), x, "{x} is not exact in f32");
+            Value::Float(x as f32)
+        }
+        ScalarType::Double => Value::Double(v.as_f64().unwrap()),
+        ScalarType::Str => Value::Str(v.as_str().unwrap().to_owned()),
+    }
+}
+
+macro_rules! collect {
+    ($elems:expr, $scalar:ident => $array:ident) => {
+        Value::$array(
+            $elems
+                .into_iter()
+                .map(|e| match e {
+                    Value::$scalar(x) => x,
+                    other => unreachable!("{other:?}"),
+                })
+                .collect(),
+        )
+    };
+}
+
+/// A value from `{"type": "%ad", "value": [...]}`.
+fn value_from_json(v: &Json) -> Value {
+    let spec = str_of(v, "type");
+    let format = Format::parse(spec).unwrap();
+    assert_eq!(format.len(), 1, "{spec}");
+    let data = &v["value"];
+    match format.types[0] {
+        ValueType::Scalar(t) => scalar(t, data),
+        ValueType::Bytes => Value::Bytes(hex::decode(data.as_str().unwrap()).unwrap()),
+        ValueType::Array(t) => {
+            let elems: Vec<Value> = data.as_array().unwrap().iter().map(|e| scalar(t, e)).collect();
+            match t {
+                ScalarType::Char => collect!(elems, Char => CharArray),
+                ScalarType::UChar => collect!(elems, UChar => UCharArray),
+                ScalarType::Short => collect!(elems, Short => ShortArray),
+                ScalarType::UShort => collect!(elems, UShort => UShortArray),
+                ScalarType::Int => collect!(elems, Int => IntArray),
+                ScalarType::UInt => collect!(elems, UInt => UIntArray),
+                ScalarType::Long => collect!(elems, Long => LongArray),
+                ScalarType::ULong => collect!(elems, ULong => ULongArray),
+                ScalarType::Float => collect!(elems, Float => FloatArray),
+                ScalarType::Double => collect!(elems, Double => DoubleArray),
+                ScalarType::Str => collect!(elems, Str => StrArray),
+            }
+        }
+    }
+}
+
+#[test]
+fn value_vectors() {
+    let cases = load("values.json");
+    assert!(cases.len() >= 30);
+    let mut specs_seen = std::collections::HashSet::new();
+    for case in &cases {
+        let name = str_of(case, "name");
+        let values: Vec<Value> = case["values"].as_array().unwrap().iter().map(value_from_json).collect();
+        let wire = unhex(case, "hex");
+
+        let mut out = Vec::new();
+        encode_values(&values, &mut out);
+        assert_eq!(hex::encode(&out), hex::encode(&wire), "encoding of {name}");
+        assert_eq!(decode_values(&wire).unwrap(), values, "decoding of {name}");
+
+        let format = Format::parse(str_of(case, "format")).unwrap();
+        assert_eq!(format, Format::of(&values), "format of {name}");
+        format.check(&values).unwrap();
+        assert_eq!(Format::parse(&format.to_string()).unwrap(), format, "canonical format of {name}");
+        specs_seen.extend(values.iter().map(Value::spec));
+    }
+    // Every specifier, scalar and array, and %b appear in some vector.
+    for t in ScalarType::ALL {
+        assert!(specs_seen.contains(ValueType::Scalar(t).spec()), "no vector for {t}");
+        assert!(specs_seen.contains(ValueType::Array(t).spec()), "no vector for %a{}", t.letters());
+    }
+    assert!(specs_seen.contains("%b"));
+}
+
+fn frame_from_json(case: &Json) -> Frame {
+    let kind = match str_of(case, "kind") {
+        "data" => FrameKind::Data,
+        "control" => FrameKind::Control,
+        other => panic!("unknown kind {other}"),
+    };
+    let header = FrameHeader {
+        kind,
+        flags: u16::try_from(u32_of(case, "flags")).unwrap(),
+        stream: u32_of(case, "stream"),
+        tag: i32::try_from(case["tag"].as_i64().unwrap()).unwrap(),
+        rank: u32_of(case, "rank"),
+        timestamp_ns: str_of(case, "timestamp_ns").parse().unwrap(),
+    };
+    Frame::new(header, unhex(case, "payload_hex"))
+}
+
+#[test]
+fn frame_vectors() {
+    let cases = load("frames.json");
+    let mut frames = Vec::new();
+    let mut all = Vec::new();
+    for case in &cases {
+        let name = str_of(case, "name");
+        let frame = frame_from_json(case);
+        let wire = unhex(case, "hex");
+        assert_eq!(hex::encode(encode_batch(std::slice::from_ref(&frame))), hex::encode(&wire), "{name}");
+        assert_eq!(
+            FrameHeader::decode(&wire[..HEADER_LEN]).unwrap(),
+            (frame.header, frame.payload.len()),
+            "{name}"
+        );
+        assert_eq!(decode_batch(Bytes::from(wire.clone())).unwrap(), vec![frame.clone()], "{name}");
+        all.extend_from_slice(&wire);
+        frames.push(frame);
+    }
+    assert_eq!(decode_batch(Bytes::from(all.clone())).unwrap(), frames);
+    let mut dec = FrameDecoder::new();
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    for chunk in all.chunks(5) {
+        buf.extend_from_slice(chunk);
+        while let Some(f) = dec.decode(&mut buf).unwrap() {
+            out.push(f);
+        }
+    }
+    assert_eq!(out, frames);
+}
+
+fn ranks(case: &Json) -> RankSet {
+    str_of(case, "ranks").parse().unwrap()
+}
+
+fn filter(name: &str) -> TransformKind {
+    TransformKind::ALL.into_iter().find(|k| k.name() == name).unwrap()
+}
+
+fn control_from_json(m: &Json) -> ControlMsg {
+    let strings = |key: &str| -> Vec<String> {
+        m[key].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_owned()).collect()
+    };
+    match str_of(m, "type") {
+        "subtree" => ControlMsg::Subtree {
+            topology: str_of(m, "topology").to_owned(),
+            first_id: u32_of(m, "first_id"),
+            first_rank: u32_of(m, "first_rank"),
+            total_backends: u32_of(m, "total_backends"),
+            backend: strings("backend"),
+            env: m["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].as_str().unwrap().to_owned()))
+                .collect(),
+            startup_timeout_ms: u32_of(m, "startup_timeout_ms"),
+        },
+        "ready" => ControlMsg::Ready { ranks: ranks(m), commnodes: u32_of(m, "commnodes") },
+        "launch_failed" => ControlMsg::LaunchFailed { message: str_of(m, "message").to_owned() },
+        "new_stream" => ControlMsg::NewStream {
+            id: u32_of(m, "id"),
+            ranks: ranks(m),
+            sync: match str_of(m, "sync") {
+                "wait_for_all" => SyncMode::WaitForAll,
+                "timeout" => SyncMode::TimeOut(u32_of(m, "timeout_ms")),
+                "do_not_wait" => SyncMode::DoNotWait,
+                other => panic!("sync {other}"),
+            },
+            up: filter(str_of(m, "up")),
+            down: filter(str_of(m, "down")),
+        },
+        "close_stream" => ControlMsg::CloseStream { id: u32_of(m, "id") },
+        "ranks_lost" => ControlMsg::RanksLost { ranks: ranks(m), reason: str_of(m, "reason").to_owned() },
+        "filter_error" => ControlMsg::FilterError {
+            stream: u32_of(m, "stream"),
+            rank: u32_of(m, "rank"),
+            message: str_of(m, "message").to_owned(),
+        },
+        "shutdown" => ControlMsg::Shutdown,
+        other => panic!("unknown control type {other}"),
+    }
+}
+
+#[test]
+fn control_vectors() {
+    for case in &load("control.json") {
+        let name = str_of(case, "name");
+        let msg = control_from_json(&case["msg"]);
+        let wire = unhex(case, "hex");
+        assert_eq!(hex::encode(msg.encode()), hex::encode(&wire), "{name}");
+        assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
+    }
+}
+
+/// The variant name of an error, e.g. `Truncated`.
+fn kind(e: &DecodeError) -> String {
+    format!("{e:?}").chars().take_while(char::is_ascii_alphanumeric).collect()
+}
+
+#[test]
+fn invalid_vectors() {
+    let cases = load("invalid.json");
+    for decoder in ["values", "batch", "control"] {
+        assert!(cases.iter().any(|c| c["decoder"] == decoder), "no invalid vector for {decoder}");
+    }
+    for case in &cases {
+        let name = str_of(case, "name");
+        let wire = unhex(case, "hex");
+        let err = match str_of(case, "decoder") {
+            "values" => decode_values(&wire).map(drop),
+            "batch" => decode_batch(Bytes::from(wire.clone())).map(drop),
+            "control" => ControlMsg::decode(&wire).map(drop),
+            other => panic!("unknown decoder {other}"),
+        }
+        .expect_err(name);
+        assert_eq!(kind(&err), str_of(case, "error"), "{name}: {err}");
+        // A stream decoder sees the same errors as the batch decoder, or waits for more bytes.
+        if case["decoder"] == "batch" {
+            let mut buf = BytesMut::from(&wire[..]);
+            let mut dec = FrameDecoder::new();
+            let streamed = loop {
+                match dec.decode(&mut buf) {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => break None,
+                    Err(e) => break Some(e),
+                }
+            };
+            if let Some(e) = streamed {
+                assert_eq!(e, err, "{name}");
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! `treecast backend`: the generic back-end that answers [`super::protocol`] requests.
+
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use treecast_api::{ApiError, BackEnd, Packet, Value};
+
+use super::cli::BackendArgs;
+use super::protocol::*;
+
+/// Joins the tree and answers requests until the network shuts down.
+pub async fn main(_args: BackendArgs) -> anyhow::Result<ExitCode> {
+    let mut be = BackEnd::connect().await.context("joining the tree")?;
+    loop {
+        let packet = match be.recv().await {
+            Ok(p) => p,
+            Err(ApiError::Closed(_)) => return Ok(ExitCode::SUCCESS),
+            Err(e) => return Err(e.into()),
+        };
+        let sender = be.sender();
+        let rank = be.rank();
+        // Requests run concurrently so a slow command does not hold up other streams.
+        tokio::spawn(async move {
+            if let Err(e) = answer(&sender, rank, packet).await {
+                tracing::warn!(rank, "could not answer a request: {e}");
+            }
+        });
+    }
+}
+
+async fn answer(be: &treecast_api::BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError> {
+    let (stream, tag) = (p.stream(), p.tag());
+    match tag {
+        TAG_RUN => {
+            let v = p.unpack("%as %uld")?;
+            let (Value::StrArray(argv), Value::ULong(limit_ms)) = (&v[0], &v[1]) else { return Ok(()) };
+            let (out, err, code) = run_command(argv, *limit_ms).await;
+            be.send(stream, tag, "%s %s %d", &[out.into(), err.into(), code.into()]).await
+        }
+        TAG_ADD_RANK => {
+            let v = p.unpack("%d")?;
+            let x = v[0].as_i64().unwrap_or(0) as i32;
+            be.send(stream, tag, "%d", &[x.wrapping_add(rank as i32).into()]).await
+        }
+        TAG_WHERE => {
+            let parent = std::env::var(treecast_node::env::PARENT).unwrap_or_default();
+            be.send(stream, tag, "%s", &[format!("parent {parent}").into()]).await
+        }
+        TAG_DIE => {
+            let v = p.unpack("%ad")?;
+            if let Value::IntArray(ranks) = &v[0] {
+                if ranks.contains(&(rank as i32)) {
+                    std::process::exit(3);
+                }
+            }
+            be.send(stream, tag, "%d", &[(rank as i32).into()]).await
+        }
+        TAG_SLEEP => {
+            let v = p.unpack("%d")?;
+            let ms = v[0].as_i64().unwrap_or(0).max(0) as u64;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            be.send(stream, tag, "%d", &[(rank as i32).into()]).await
+        }
+        // TAG_ECHO, and any tag this back-end does not know: answer with what arrived.
+        _ => {
+            let values = p.values()?;
+            let format = values.iter().map(|v| v.spec()).collect::<Vec<_>>().join(" ");
+            be.send(stream, tag, &format, &values).await
+        }
+    }
+}
+
+/// Runs `argv` without the session secret in its environment; returns stdout, stderr and the exit code.
+async fn run_command(argv: &[String], limit_ms: u64) -> (String, String, i32) {
+    let Some((program, args)) = argv.split_first() else {
+        return (String::new(), "treecast: empty command".into(), EXIT_NOT_STARTED);
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env_remove(treecast_transport::SECRET_ENV)
+        .env_remove(treecast_node::env::PARENT)
+        .env_remove(treecast_node::env::NODE_ID)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    treecast_launch::die_with_parent(&mut cmd);
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return (String::new(), format!("treecast: cannot run {program}: {e}\n"), EXIT_NOT_STARTED),
+    };
+    let output = child.wait_with_output();
+    let result = if limit_ms > 0 {
+        match tokio::time::timeout(Duration::from_millis(limit_ms), output).await {
+            Ok(r) => r,
+            Err(_) => {
+                let msg = format!(
+                    "treecast: {program} did not finish within {:.1} s and was killed\n",
+                    limit_ms as f64 / 1e3
+                );
+                return (String::new(), msg, EXIT_TIMED_OUT);
+            }
+        }
+    } else {
+        output.await
+    };
+    match result {
+        Ok(out) => (text(out.stdout), text(out.stderr), exit_code(out.status)),
+        Err(e) => (String::new(), format!("treecast: waiting for {program}: {e}\n"), EXIT_NOT_STARTED),
+    }
+}
+
+fn text(mut bytes: Vec<u8>) -> String {
+    let cut = bytes.len() > MAX_OUTPUT;
+    bytes.truncate(MAX_OUTPUT);
+    let mut s = String::from_utf8_lossy(&bytes).into_owned();
+    if cut {
+        s.push_str("\n[treecast: output truncated at 1 MiB]\n");
+    }
+    s
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
+}

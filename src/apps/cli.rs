@@ -1,0 +1,86 @@
+//! Command-line flags, parsed by clap.
+
+use clap::{Args, Parser, Subcommand};
+
+/// treecast: a tree-based overlay network for scalable cluster tools.
+#[derive(Debug, Parser)]
+#[command(name = "treecast", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug); TREECAST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a local tree and show a broadcast, a sum reduction, equivalence classes and a run.
+    Demo(DemoArgs),
+    /// Run a command on every back-end and print each distinct output once, with its ranks.
+    Run(RunArgs),
+    /// Print a topology (generated from a spec or read from a file), or why it is invalid.
+    Topo(TopoArgs),
+    /// Internal: a comm node, started by its parent.
+    #[command(hide = true)]
+    Node,
+    /// The generic back-end, started by its parent (or by a tool's launcher).
+    #[command(hide = true)]
+    Backend(BackendArgs),
+}
+
+/// Flags of `treecast demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Shape of the demo tree.
+    #[arg(long, default_value = "balanced:4x4")]
+    pub topology: String,
+}
+
+/// Flags of `treecast run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Number of back-ends to start on this machine.
+    #[arg(long, value_name = "N")]
+    pub local: usize,
+    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
+    #[arg(long, value_name = "SPEC")]
+    pub topology: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Give up on ranks that have not answered after this many seconds (they are reported).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Flags of `treecast topo`.
+#[derive(Debug, Args)]
+pub struct TopoArgs {
+    /// flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
+    pub spec: String,
+    /// Number of back-ends for generated shapes.
+    #[arg(long, value_name = "N")]
+    pub backends: Option<usize>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = TopoFormat::Tree)]
+    pub format: TopoFormat,
+}
+
+/// How `treecast topo` prints a tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TopoFormat {
+    /// An indented drawing.
+    Tree,
+    /// MRNet's topology file format.
+    Mrnet,
+}
+
+/// Flags of `treecast backend`.
+#[derive(Debug, Args)]
+pub struct BackendArgs {}

@@ -1,0 +1,9 @@
+//! What the command line offers: one module per subcommand.
+
+pub mod backend;
+pub mod cli;
+pub mod demo;
+pub mod node;
+pub mod protocol;
+pub mod run;
+pub mod topo;

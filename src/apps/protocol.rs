@@ -1,0 +1,25 @@
+//! What the generic back-end (`treecast backend`) understands: requests by tag.
+//!
+//! Each request arrives on a stream and is answered on the same stream with the
+//! same tag, so filters reduce the answers on the way up.
+
+/// Run a command: `%as %uld` (argv, time limit in ms, 0 for none) → `%s %s %d` (stdout, stderr, exit code).
+pub const TAG_RUN: i32 = 1;
+/// Answer with the values received, unchanged.
+#[allow(dead_code)] // answered by the catch-all arm; named for tools and tests
+pub const TAG_ECHO: i32 = 2;
+/// `%d x` → `%d` (x + rank).
+pub const TAG_ADD_RANK: i32 = 3;
+/// Answer `%s` naming the parent this back-end is connected to.
+pub const TAG_WHERE: i32 = 4;
+/// `%ad ranks` → the listed ranks exit at once without answering; the others answer `%d` rank.
+pub const TAG_DIE: i32 = 5;
+/// `%d ms` → sleep that long, then answer `%d` rank.
+pub const TAG_SLEEP: i32 = 6;
+
+/// Exit code reported for a command stopped by the time limit (as `timeout(1)` does).
+pub const EXIT_TIMED_OUT: i32 = 124;
+/// Exit code reported for a command that could not be started (as shells do).
+pub const EXIT_NOT_STARTED: i32 = 127;
+/// Largest stdout or stderr kept per rank.
+pub const MAX_OUTPUT: usize = 1 << 20;

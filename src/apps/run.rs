@@ -1,0 +1,163 @@
+//! `treecast run`: a command on every back-end, outputs grouped by equivalence class.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Serialize;
+use treecast_api::{Event, Network, NetworkBuilder, RankSet, StreamOptions, Topology, TransformKind, Value};
+
+use super::cli::RunArgs;
+use super::protocol::TAG_RUN;
+
+/// Fan-out used when no topology is given.
+pub const DEFAULT_TOPOLOGY: &str = "kary:16";
+
+/// One distinct (stdout, stderr, exit code) and the ranks that produced it.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputClass {
+    /// Ranks, compact (`0-15,32`).
+    pub ranks: String,
+    /// Number of ranks.
+    pub count: u64,
+    /// Exit code of the command.
+    pub exit_code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Ranks that never answered.
+#[derive(Debug, Clone, Serialize)]
+pub struct Lost {
+    /// Ranks, compact.
+    pub ranks: String,
+    /// Why, as the node that noticed said it.
+    pub reason: String,
+}
+
+/// What `run` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Back-ends started.
+    pub backends: u32,
+    /// Distinct outputs, by lowest rank.
+    pub classes: Vec<OutputClass>,
+    /// Ranks lost before answering.
+    pub lost: Vec<Lost>,
+    /// True when every rank answered with exit code 0.
+    pub ok: bool,
+}
+
+/// Starts the tree, runs the command, prints the grouped output.
+pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.local == 0 {
+        anyhow::bail!("--local needs at least 1 back-end");
+    }
+    let spec = args.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY);
+    let topology =
+        Topology::from_spec(spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
+    let net = NetworkBuilder::new(topology).launch().await?;
+    let limit = args.timeout.map(Duration::from_secs_f64);
+    let report = run_on(net, &args.command, limit).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// Runs `command` on every back-end of `net`, then shuts it down.
+///
+/// # Errors
+/// The stream could not be used or answers were malformed.
+pub async fn run_on(
+    mut net: Network,
+    command: &[String],
+    limit: Option<Duration>,
+) -> anyhow::Result<RunReport> {
+    let comm = net.broadcast_communicator();
+    let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
+    let limit_ms = limit.map(|d| d.as_millis() as u64).unwrap_or(0);
+    stream.send(TAG_RUN, "%as %uld", &[command.to_vec().into(), Value::ULong(limit_ms)]).await?;
+    let answer = stream.recv().await;
+    let mut classes = Vec::new();
+    if let Ok(packet) = answer {
+        for class in packet.eq_classes()? {
+            let [Value::Str(stdout), Value::Str(stderr), Value::Int(code)] = class.values.as_slice() else {
+                anyhow::bail!("malformed answer from ranks {}", class.ranks);
+            };
+            classes.push(OutputClass {
+                ranks: class.ranks.to_string(),
+                count: class.ranks.len(),
+                exit_code: *code,
+                stdout: stdout.clone(),
+                stderr: stderr.clone(),
+            });
+        }
+    }
+    let mut lost = Vec::new();
+    while let Some(event) = net.try_event() {
+        match event {
+            Event::RanksLost { ranks, reason } => lost.push(Lost { ranks: ranks.to_string(), reason }),
+            Event::FilterError { rank, message, .. } => tracing::warn!(rank, "{message}"),
+            _ => {}
+        }
+    }
+    let backends = net.backends();
+    net.shutdown().await;
+    let ok = lost.is_empty() && classes.iter().all(|c| c.exit_code == 0);
+    Ok(RunReport { backends, classes, lost, ok })
+}
+
+/// The human-readable report: each distinct output once, then a summary.
+pub fn render(report: &RunReport) -> String {
+    let mut out = String::new();
+    for c in &report.classes {
+        let exit = if c.exit_code == 0 { String::new() } else { format!(" exit {}", c.exit_code) };
+        out.push_str(&format!("---- [{}] ({} rank{}){exit} ----\n", c.ranks, c.count, plural(c.count)));
+        out.push_str(&c.stdout);
+        if !c.stdout.is_empty() && !c.stdout.ends_with('\n') {
+            out.push('\n');
+        }
+        if !c.stderr.is_empty() {
+            out.push_str("[stderr]\n");
+            out.push_str(&c.stderr);
+            if !c.stderr.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+    }
+    out.push_str(&summary(report));
+    out
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn summary(report: &RunReport) -> String {
+    let mut by_code: Vec<(i32, RankSet)> = Vec::new();
+    for c in &report.classes {
+        let ranks: RankSet = c.ranks.parse().unwrap_or_default();
+        match by_code.iter_mut().find(|(code, _)| *code == c.exit_code) {
+            Some((_, set)) => set.union_with(&ranks),
+            None => by_code.push((c.exit_code, ranks)),
+        }
+    }
+    by_code.sort_by_key(|(code, _)| *code);
+    let parts: Vec<String> =
+        by_code.iter().map(|(code, set)| format!("exit {code}: {} [{set}]", set.len())).collect();
+    let mut s =
+        format!("{} back-end{}; {}\n", report.backends, plural(report.backends.into()), parts.join(", "));
+    for l in &report.lost {
+        s.push_str(&format!("lost [{}]: {}\n", l.ranks, l.reason));
+    }
+    s
+}
