@@ -2,16 +2,13 @@
 //! back-end (`treecast backend`) in one binary.
 
 #![forbid(unsafe_code)]
-// A binary: `pub` marks what the apps modules offer each other, nothing is exported.
-#![allow(unreachable_pub)]
-
-mod apps;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use apps::cli::{Cli, Command};
+use treecast::apps;
+use treecast::apps::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -149,6 +149,16 @@ def gen_frames():
         ("partial avg", "data", 2, 3, 0, 0, 0, enc_value("%lf", 1.5) + enc_value("%uld", "4")),
         ("all fields max", "data", 0xFFFF, 2**32 - 1, 2**31 - 1, 2**32 - 1, str(U64_MAX), b"\x00\x01"),
         ("control shutdown", "control", 0, 0, 0, 0, 0, bytes([8])),
+        (
+            "worked example in docs/wire-format.md",
+            "data",
+            0,
+            7,
+            -3,
+            12,
+            0,
+            enc_value("%d", 42) + enc_value("%alf", [1.5, 2.25]) + enc_value("%s", "node-3"),
+        ),
     ]
     out = []
     for name, kind, flags, stream, tag, rank, ts, payload in cases:

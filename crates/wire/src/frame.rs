@@ -24,6 +24,9 @@ pub const HEADER_LEN: usize = 28;
 /// Largest payload a decoder accepts (256 MiB); larger frames close the link.
 pub const MAX_PAYLOAD_LEN: usize = 256 << 20;
 
+/// Most a decoder reserves at once for a payload still arriving.
+const RESERVE_STEP: usize = 1 << 20;
+
 /// Downstream only: the frame goes to one back-end, whose rank is in the rank field.
 pub const FLAG_DIRECT: u16 = 1;
 /// Upstream only: a partial average (sums followed by a `%uld` count).
@@ -174,7 +177,8 @@ impl FrameDecoder {
             }
         };
         if buf.len() < len {
-            buf.reserve(len - buf.len());
+            // Grow in steps: a header alone must not make the receiver allocate 256 MiB.
+            buf.reserve((len - buf.len()).min(RESERVE_STEP));
             return Ok(None);
         }
         self.pending = None;

@@ -17,12 +17,12 @@ impl RankSet {
         RankSet::default()
     }
 
-    /// All ranks in `first..first + count`.
+    /// All ranks in `first..first + count`, clamped at `u32::MAX`.
     pub fn range(first: u32, count: u32) -> Self {
         if count == 0 {
             return RankSet::new();
         }
-        RankSet { ranges: vec![(first, first + (count - 1))] }
+        RankSet { ranges: vec![(first, first.saturating_add(count - 1))] }
     }
 
     /// The set holding only `rank`.

@@ -1,0 +1,472 @@
+//! End-to-end tests: real comm nodes and back-ends on loopback.
+//!
+//! Every test checks that no process of its network is left behind, by looking
+//! for its session id (or a per-test tag) in the environment of every process.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use treecast::apps::protocol::*;
+use treecast_api::{
+    ApiError, Event, Network, NetworkBuilder, RankSet, StreamOptions, SyncMode, Topology, TransformKind,
+    Value,
+};
+
+const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// Pids of live processes whose environment holds `needle` (e.g. `TREECAST_SESSION=ab12`).
+fn processes_with_env(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(&entry.path()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn is_zombie(proc_dir: &Path) -> bool {
+    std::fs::read_to_string(proc_dir.join("stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// Waits (up to 5 s) until no process carries `needle`; kills and fails otherwise.
+fn assert_no_leftovers(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = processes_with_env(needle);
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            for pid in &left {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+            panic!("processes left behind with {needle}: {left:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn launch(spec: &str, backends: usize) -> Network {
+    let topo = Topology::from_spec(spec, Some(backends)).unwrap();
+    builder(topo).launch().await.unwrap()
+}
+
+fn builder(topo: Topology) -> NetworkBuilder {
+    NetworkBuilder::new(topo).treecast_path(TREECAST).startup_timeout(LIMIT)
+}
+
+async fn finish(net: Network) {
+    let needle = format!("TREECAST_SESSION={}", net.session());
+    net.shutdown().await;
+    assert_no_leftovers(&needle);
+}
+
+fn int(p: &treecast_api::Packet) -> i64 {
+    p.values().unwrap()[0].as_i64().unwrap()
+}
+
+async fn sum_waves(spec: &str, n: usize) {
+    let net = launch(spec, n).await;
+    assert_eq!(net.backends(), n as u32);
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    let ranks: i64 = (0..n as i64).sum();
+    for wave in 0..5 {
+        s.send(TAG_ADD_RANK, "%d", &[Value::Int(wave)]).await.unwrap();
+    }
+    for wave in 0..5 {
+        let p = s.recv_timeout(LIMIT).await.unwrap();
+        assert_eq!(int(&p), wave * n as i64 + ranks, "wave {wave} on {spec}");
+    }
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn sums_are_correct_on_a_flat_tree_of_64() {
+    sum_waves("flat", 64).await;
+}
+
+#[tokio::test]
+async fn sums_are_correct_on_kary8_with_64() {
+    sum_waves("kary:8", 64).await;
+}
+
+#[tokio::test]
+async fn sums_are_correct_on_balanced_4x4x4() {
+    sum_waves("balanced:4x4x4", 64).await;
+}
+
+#[tokio::test]
+async fn concurrent_streams_with_different_filters_and_communicators() {
+    let net = launch("balanced:4x4", 16).await;
+    let low = net.communicator(RankSet::range(0, 8)).unwrap();
+    let high = net.communicator(RankSet::range(8, 8)).unwrap();
+    let all = net.broadcast_communicator();
+    let mut sum = net.new_stream(&low, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let mut max = net.new_stream(&high, StreamOptions::reduce(TransformKind::Max)).await.unwrap();
+    let mut min = net.new_stream(&all, StreamOptions::reduce(TransformKind::Min)).await.unwrap();
+    let mut cat = net.new_stream(&low, StreamOptions::reduce(TransformKind::Concat)).await.unwrap();
+    let mut avg = net.new_stream(&all, StreamOptions::reduce(TransformKind::Avg)).await.unwrap();
+    let mut eq = net.new_stream(&all, StreamOptions::reduce(TransformKind::EqClass)).await.unwrap();
+    let mut raw = net
+        .new_stream(&high, StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::default() })
+        .await
+        .unwrap();
+    for s in [&sum, &max, &min, &cat, &avg, &raw] {
+        s.send(TAG_ADD_RANK, "%d", &[Value::Int(100)]).await.unwrap();
+    }
+    eq.send(TAG_WHERE, "", &[]).await.unwrap();
+    assert_eq!(int(&sum.recv_timeout(LIMIT).await.unwrap()), 800 + 28);
+    assert_eq!(int(&max.recv_timeout(LIMIT).await.unwrap()), 115);
+    assert_eq!(int(&min.recv_timeout(LIMIT).await.unwrap()), 100);
+    assert_eq!(int(&avg.recv_timeout(LIMIT).await.unwrap()), (16 * 100 + 120) / 16);
+    let cat_values = cat.recv_timeout(LIMIT).await.unwrap().unpack("%ad").unwrap();
+    let Value::IntArray(mut got) = cat_values[0].clone() else { panic!("not %ad") };
+    got.sort();
+    assert_eq!(got, (100..108).collect::<Vec<_>>());
+    let classes = eq.recv_timeout(LIMIT).await.unwrap().eq_classes().unwrap();
+    let groups: Vec<String> = classes.iter().map(|c| c.ranks.to_string()).collect();
+    assert_eq!(groups, ["0-3", "4-7", "8-11", "12-15"]);
+    let mut seen = BTreeSet::new();
+    for _ in 0..8 {
+        let p = raw.recv_timeout(LIMIT).await.unwrap();
+        assert_eq!(int(&p), 100 + i64::from(p.rank()));
+        seen.insert(p.rank());
+    }
+    assert_eq!(seen, (8..16).collect());
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
+    let mut net = launch("balanced:2x4", 8).await;
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    s.send(TAG_DIE, "%ad", &[Value::IntArray(vec![5])]).await.unwrap();
+    let p = s.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(int(&p), (0..8).sum::<i64>() - 5);
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::RanksLost { ranks, reason }) => {
+            assert_eq!(ranks, RankSet::single(5));
+            assert!(reason.contains("rank 5"), "{reason}");
+        }
+        other => panic!("expected RanksLost, got {other:?}"),
+    }
+    // Later waves go on without the lost rank.
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), (0..8).sum::<i64>() - 5);
+    finish(net).await;
+}
+
+/// Pid of the comm node with `id` in a session.
+fn commnode_pid(session: &str, id: u32) -> u32 {
+    let a = processes_with_env(&format!("TREECAST_SESSION={session}"));
+    let b = processes_with_env(&format!("TREECAST_NODE_ID={id}"));
+    let both: Vec<u32> = a.into_iter().filter(|p| b.contains(p)).collect();
+    let nodes: Vec<u32> = both
+        .into_iter()
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.ends_with(b"node\0")))
+        .collect();
+    assert_eq!(nodes.len(), 1, "comm node {id}");
+    nodes[0]
+}
+
+#[tokio::test]
+async fn a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
+    let mut net = launch("balanced:2x3", 6).await;
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    // Pre-order ids: 0 front-end, 1 first comm node (ranks 0-2), 5 second comm node (ranks 3-5).
+    let pid = commnode_pid(net.session(), 5);
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::RanksLost { ranks, .. }) => assert_eq!(ranks, RankSet::range(3, 3)),
+        other => panic!("expected RanksLost, got {other:?}"),
+    }
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 30 + 3);
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_stream_whose_members_are_all_lost_is_closed_not_hung() {
+    let net = launch("flat", 3).await;
+    let comm = net.communicator(RankSet::single(1)).unwrap();
+    let mut s = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    s.send(TAG_DIE, "%ad", &[Value::IntArray(vec![1])]).await.unwrap();
+    let err = s.recv_timeout(LIMIT).await.unwrap_err();
+    assert!(matches!(err, ApiError::StreamClosed(_)), "{err}");
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn mismatched_formats_are_reported_and_the_wave_goes_on() {
+    let mut net = launch("flat", 4).await;
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    for rank in 0..4u32 {
+        if rank == 2 {
+            s.send_to(rank, TAG_ECHO, "%lf", &[Value::Double(1.5)]).await.unwrap();
+        } else {
+            s.send_to(rank, TAG_ECHO, "%d", &[Value::Int(rank as i32 + 10)]).await.unwrap();
+        }
+    }
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 10 + 11 + 13);
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::FilterError { rank, message, .. }) => {
+            assert_eq!(rank, 2);
+            assert!(message.contains("%lf") && message.contains("%d"), "{message}");
+        }
+        other => panic!("expected FilterError, got {other:?}"),
+    }
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn time_out_filter_releases_a_partial_wave() {
+    let net = launch("flat", 4).await;
+    let options = StreamOptions { sync: SyncMode::TimeOut(300), ..StreamOptions::reduce(TransformKind::Sum) };
+    let mut s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
+    for rank in 0..4u32 {
+        let ms = if rank == 3 { 3000 } else { 0 };
+        s.send_to(rank, TAG_SLEEP, "%d", &[Value::Int(ms)]).await.unwrap();
+    }
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 1 + 2, "ranks 0, 1 and 2");
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 3);
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn format_errors_are_caught_at_the_sender() {
+    let net = launch("flat", 2).await;
+    let s = net.new_stream(&net.broadcast_communicator(), StreamOptions::default()).await.unwrap();
+    let err = s.send(TAG_ECHO, "%d %s", &[Value::Int(1), Value::Int(2)]).await.unwrap_err();
+    assert!(err.to_string().contains("value 1"), "{err}");
+    let err = s.send(TAG_ECHO, "%q", &[]).await.unwrap_err();
+    assert!(err.to_string().contains("column"), "{err}");
+    let err = s.send_to(7, TAG_ECHO, "", &[]).await.unwrap_err();
+    assert!(matches!(err, ApiError::NoSuchRanks { .. }), "{err}");
+    assert!(net.communicator(RankSet::range(1, 5)).is_err());
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_backend_that_cannot_start_is_named_with_its_stderr() {
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let err = builder(topo)
+        .backend_command(["/bin/sh", "-c", "echo boom on $TREECAST_RANK >&2; exit 7"])
+        .launch()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("back-end rank"), "{err}");
+    assert!(err.contains("exited with status 7"), "{err}");
+    assert!(err.contains("boom on"), "{err}");
+
+    let topo = Topology::from_spec("flat", Some(2)).unwrap();
+    let err = builder(topo).backend_command(["/nonexistent/tool"]).launch().await.unwrap_err().to_string();
+    assert!(err.contains("/nonexistent/tool") && err.contains("back-end rank 0"), "{err}");
+}
+
+#[tokio::test]
+async fn a_peer_with_the_wrong_secret_is_refused() {
+    let topo = Topology::from_spec("flat", Some(2)).unwrap();
+    let wrong = "00".repeat(32);
+    let err = builder(topo)
+        .backend_command([TREECAST, "backend"])
+        .env("TREECAST_SECRET", wrong)
+        .startup_timeout(Duration::from_secs(5))
+        .launch()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("refused our proof"), "{err}");
+}
+
+/// Not a test on its own: the body of a rogue back-end that authenticates, reports
+/// ready, then sends bytes that are not a frame. Runs only when re-executed by
+/// `a_malformed_frame_closes_only_that_link`.
+#[tokio::test]
+async fn rogue_backend_entry() {
+    if std::env::var("TREECAST_ROGUE").is_err() {
+        return;
+    }
+    use tokio::io::AsyncWriteExt;
+    let (mut stream, _, _, _) = treecast_node::connect_parent(LIMIT).await.unwrap();
+    let rank: u32 = std::env::var("TREECAST_RANK").unwrap().parse().unwrap();
+    let ready = treecast_wire::ControlMsg::Ready { ranks: RankSet::single(rank), commnodes: 0 };
+    let mut bytes = bytes::BytesMut::new();
+    treecast_node::control_frame(&ready).encode(&mut bytes);
+    stream.write_all(&bytes).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stream.write_all(&[0xEE; 64]).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn a_malformed_frame_closes_only_that_link() {
+    let test_bin = std::env::current_exe().unwrap();
+    let script = format!(
+        "if [ \"$TREECAST_RANK\" = 1 ]; then exec {} rogue_backend_entry --exact --nocapture --test-threads=1; else exec {TREECAST} backend; fi",
+        test_bin.display()
+    );
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let mut net = builder(topo)
+        .backend_command(["/bin/sh", "-c", &script])
+        .env("TREECAST_ROGUE", "1")
+        .launch()
+        .await
+        .unwrap();
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::RanksLost { ranks, reason }) => {
+            assert_eq!(ranks, RankSet::single(1));
+            assert!(reason.contains("malformed frame"), "{reason}");
+        }
+        other => panic!("expected RanksLost, got {other:?}"),
+    }
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
+    finish(net).await;
+}
+
+// ---- the command line ----
+
+/// A unique tag put in the environment of a CLI run, inherited by its whole tree.
+fn tag() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("TREECAST_TEST_TAG={}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn treecast(tag: &str, args: &[&str]) -> std::process::Output {
+    let (k, v) = tag.split_once('=').unwrap();
+    let out = Command::new(TREECAST).args(args).env(k, v).output().unwrap();
+    assert_no_leftovers(tag);
+    out
+}
+
+#[test]
+fn run_groups_outputs_by_equivalence_class() {
+    let t = tag();
+    let out = treecast(
+        &t,
+        &[
+            "run",
+            "--local",
+            "8",
+            "--topology",
+            "kary:4",
+            "--",
+            "sh",
+            "-c",
+            "echo $((TREECAST_RANK % 2)) of $TREECAST_SIZE",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("---- [0,2,4,6] (4 ranks) ----\n0 of 8\n"), "{stdout}");
+    assert!(stdout.contains("---- [1,3,5,7] (4 ranks) ----\n1 of 8\n"), "{stdout}");
+    assert!(stdout.contains("8 back-ends; exit 0: 8 [0-7]"), "{stdout}");
+}
+
+#[test]
+fn run_reports_failures_in_json_and_exit_status() {
+    let t = tag();
+    let out = treecast(&t, &["run", "--local", "4", "--json", "--", "sh", "-c", "[ $TREECAST_RANK != 2 ]"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    let classes = report["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 2);
+    assert_eq!(classes[0]["ranks"], "0-1,3");
+    assert_eq!(classes[1]["ranks"], "2");
+    assert_eq!(classes[1]["exit_code"], 1);
+}
+
+#[test]
+fn run_does_not_leak_the_secret_to_commands() {
+    let t = tag();
+    let out =
+        treecast(&t, &["run", "--local", "2", "--", "sh", "-c", "echo secret=${TREECAST_SECRET:-none}"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("secret=none"), "{stdout}");
+}
+
+#[test]
+fn killing_the_front_end_takes_the_whole_tree_down() {
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let mut child = Command::new(TREECAST)
+        .args(["run", "--local", "8", "--topology", "balanced:2x4", "--", "sleep", "60"])
+        .env(k, v)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + LIMIT;
+    // front-end + 2 comm nodes + 8 back-ends + 8 sleeps
+    while processes_with_env(&t).len() < 19 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(processes_with_env(&t).len(), 19);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_no_leftovers(&t);
+}
+
+#[test]
+fn topo_prints_trees_and_names_line_and_column_of_errors() {
+    let t = tag();
+    let out = treecast(&t, &["topo", "balanced:2x2", "--format", "mrnet"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(text.contains("=>"), "{text}");
+
+    let dir = std::env::temp_dir().join(format!("treecast-topo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.top");
+    std::fs::write(&bad, "fe.example.org:0 => n1.example.org:1 n2:2 ;\nn1.example.org:1 => n2:2 ;\n")
+        .unwrap();
+    let out = treecast(&t, &["topo", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("line 2, column"), "{err}");
+    let out = treecast(&t, &["run", "--local", "2", "--topology", bad.to_str().unwrap(), "--", "true"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn demo_runs_and_explains_itself() {
+    let t = tag();
+    let out = treecast(&t, &["demo"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("(expected 16120)") && text.contains("16120"), "{text}");
+    assert!(text.contains("[0-15]"), "{text}");
+}
