@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Command::Node => single_threaded(apps::node::main()),
         Command::Backend(args) => single_threaded(apps::backend::main(args)),
         Command::Topo(args) => apps::topo::main(args),
+        Command::Bench(args) => single_threaded(apps::bench::main(args)),
         Command::Run(args) => multi_threaded(apps::run::main(args)),
         Command::Demo(args) => multi_threaded(apps::demo::main(args)),
     };

@@ -114,6 +114,19 @@ async fn sums_are_correct_on_balanced_4x4x4() {
 }
 
 #[tokio::test]
+async fn sums_are_correct_over_tcp_links() {
+    let topo = Topology::from_spec("balanced:2x3", None).unwrap();
+    let net = builder(topo).unix_links(false).launch().await.unwrap();
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 6 + 15);
+    finish(net).await;
+}
+
+#[tokio::test]
 async fn concurrent_streams_with_different_filters_and_communicators() {
     let net = launch("balanced:4x4", 16).await;
     let low = net.communicator(RankSet::range(0, 8)).unwrap();

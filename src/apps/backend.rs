@@ -56,6 +56,13 @@ async fn answer(be: &treecast_api::BackEndSender, rank: u32, p: Packet) -> Resul
             }
             be.send(stream, tag, "%d", &[(rank as i32).into()]).await
         }
+        TAG_BURST => {
+            let v = p.unpack("%d")?;
+            for _ in 0..v[0].as_i64().unwrap_or(0).max(0) {
+                be.send(stream, tag, "%d", &[Value::Int(1)]).await?;
+            }
+            Ok(())
+        }
         TAG_SLEEP => {
             let v = p.unpack("%d")?;
             let ms = v[0].as_i64().unwrap_or(0).max(0) as u64;

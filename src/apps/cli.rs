@@ -21,6 +21,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run a command on every back-end and print each distinct output once, with its ranks.
     Run(RunArgs),
+    /// Micro-benchmarks (MRNet's: instantiation, round trip, reduction throughput).
+    Bench(BenchArgs),
     /// Print a topology (generated from a spec or read from a file), or why it is invalid.
     Topo(TopoArgs),
     /// Internal: a comm node, started by its parent.
@@ -84,3 +86,41 @@ pub enum TopoFormat {
 /// Flags of `treecast backend`.
 #[derive(Debug, Args)]
 pub struct BackendArgs {}
+
+/// Flags of `treecast bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which benchmark.
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Instantiation latency, broadcast + sum round trips, back-to-back reduction throughput.
+    Microbench(MicrobenchArgs),
+}
+
+/// Flags of `treecast bench microbench`.
+#[derive(Debug, Args)]
+pub struct MicrobenchArgs {
+    /// Number of back-ends to start on this machine.
+    #[arg(long, value_name = "N")]
+    pub local: usize,
+    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
+    #[arg(long, value_name = "SPEC", default_value = "kary:16")]
+    pub topology: String,
+    /// Round trips to time.
+    #[arg(long, default_value_t = 1000)]
+    pub rt: usize,
+    /// Back-to-back reductions to time.
+    #[arg(long, default_value_t = 2000)]
+    pub tp: usize,
+    /// Measure this shape too, with the same back-ends, and print the ratios (e.g. `flat`).
+    #[arg(long, value_name = "SPEC")]
+    pub compare: Option<String>,
+    /// One JSON object per case instead of text.
+    #[arg(long)]
+    pub json: bool,
+}

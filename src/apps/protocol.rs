@@ -17,6 +17,9 @@ pub const TAG_DIE: i32 = 5;
 /// `%d ms` → sleep that long, then answer `%d` rank.
 pub const TAG_SLEEP: i32 = 6;
 
+/// `%d count` → answer `count` packets `%d 1` back to back (reduction throughput).
+pub const TAG_BURST: i32 = 7;
+
 /// Exit code reported for a command stopped by the time limit (as `timeout(1)` does).
 pub const EXIT_TIMED_OUT: i32 = 124;
 /// Exit code reported for a command that could not be started (as shells do).

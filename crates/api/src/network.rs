@@ -11,8 +11,8 @@ use rand::RngCore;
 use tokio::sync::mpsc;
 use treecast_filters::check_format;
 use treecast_node::{
-    control_frame, sleep_until_opt, start_children, ChildLink, ChildSet, Downstream, LaunchPlan, StreamSpec,
-    UpOutput, Upstream,
+    control_frame, sleep_until_opt, start_children, unix_links_from_env, ChildLink, ChildSet, Downstream,
+    LaunchPlan, StreamSpec, UpOutput, Upstream,
 };
 use treecast_topology::Topology;
 use treecast_transport::{Inbound, LinkEvent, LinkSender, Secret};
@@ -101,6 +101,7 @@ pub struct NetworkBuilder {
     startup_timeout: Duration,
     treecast_path: Option<PathBuf>,
     listen: IpAddr,
+    unix_links: bool,
 }
 
 impl NetworkBuilder {
@@ -119,6 +120,7 @@ impl NetworkBuilder {
             startup_timeout,
             treecast_path: None,
             listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            unix_links: unix_links_from_env(),
         }
     }
 
@@ -152,6 +154,13 @@ impl NetworkBuilder {
         self
     }
 
+    /// Links processes of this host through Unix sockets (`true`, the default unless
+    /// `TREECAST_ROUTE=tcp`) or through TCP on the listen address.
+    pub fn unix_links(mut self, yes: bool) -> Self {
+        self.unix_links = yes;
+        self
+    }
+
     /// Starts every comm node and back-end and waits until all have reported.
     ///
     /// # Errors
@@ -181,6 +190,7 @@ impl NetworkBuilder {
             secret: Secret::generate(),
             session: hex::encode(session),
             listen: self.listen,
+            unix_links: self.unix_links,
         };
         let started = Instant::now();
         let children = start_children(&plan).await?;

@@ -1,18 +1,17 @@
 //! Starting the children of a node: launch, authenticate, hand down sub-trees, collect reports.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use treecast_launch::{Launched, LocalLauncher, ProcessSpec};
 use treecast_topology::Topology;
 use treecast_transport::{
-    handshake, spawn_link, tune_tcp, Inbound, LinkEvent, LinkSender, Secret, SECRET_ENV,
+    handshake, spawn_link, Inbound, LinkEvent, LinkSender, Listener, Secret, Stream, SECRET_ENV,
 };
 use treecast_wire::{ControlMsg, FrameKind, RankSet};
 
@@ -48,8 +47,10 @@ pub struct LaunchPlan {
     pub secret: Secret,
     /// The session id.
     pub session: String,
-    /// Address this node listens on for its children.
+    /// Address this node listens on for its children (TCP route).
     pub listen: IpAddr,
+    /// Link to children through a Unix socket instead of TCP (they run on this host).
+    pub unix_links: bool,
 }
 
 /// One connected, ready child.
@@ -130,7 +131,7 @@ struct Pending {
     sub: Option<Topology>,
     first_rank: u32,
     process: Option<Launched>,
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
 }
 
 impl Pending {
@@ -158,12 +159,8 @@ impl Pending {
 ///
 /// Cancel safety: not cancel safe; started processes are killed when dropped.
 pub async fn start_children(plan: &LaunchPlan) -> Result<ChildSet, NodeError> {
-    let listener = TcpListener::bind((plan.listen, 0))
-        .await
-        .map_err(|source| NodeError::Io { what: format!("listening on {}", plan.listen), source })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| NodeError::Io { what: "reading listener address".into(), source })?;
+    let listener = if plan.unix_links { Listener::unix()? } else { Listener::tcp(plan.listen).await? };
+    let addr = listener.address()?;
     let mut pending = launch_all(plan, addr)?;
     let deadline = Instant::now() + plan.startup_timeout;
     accept_all(&listener, plan, &mut pending, deadline).await?;
@@ -215,7 +212,7 @@ pub async fn start_children(plan: &LaunchPlan) -> Result<ChildSet, NodeError> {
     Ok(set)
 }
 
-fn launch_all(plan: &LaunchPlan, parent: SocketAddr) -> Result<Vec<Pending>, NodeError> {
+fn launch_all(plan: &LaunchPlan, parent: String) -> Result<Vec<Pending>, NodeError> {
     let topo = &plan.topology;
     let root = topo.root();
     let mut pending = Vec::new();
@@ -232,7 +229,7 @@ fn launch_all(plan: &LaunchPlan, parent: SocketAddr) -> Result<Vec<Pending>, Nod
             format!("{role} {}:{}", node.host, node.index)
         };
         let mut envs = vec![
-            (env::PARENT.to_owned(), parent.to_string()),
+            (env::PARENT.to_owned(), parent.clone()),
             (env::NODE_ID.to_owned(), id.to_string()),
             (SECRET_ENV.to_owned(), plan.secret.to_hex()),
             (env::SESSION.to_owned(), plan.session.clone()),
@@ -247,6 +244,7 @@ fn launch_all(plan: &LaunchPlan, parent: SocketAddr) -> Result<Vec<Pending>, Nod
             }
         } else {
             envs.push((env::LISTEN.to_owned(), plan.listen.to_string()));
+            envs.push((env::ROUTE.to_owned(), if plan.unix_links { "unix" } else { "tcp" }.to_owned()));
             (plan.treecast_exe.clone(), vec!["node".to_owned()])
         };
         let spec = ProcessSpec {
@@ -274,24 +272,23 @@ fn launch_all(plan: &LaunchPlan, parent: SocketAddr) -> Result<Vec<Pending>, Nod
 }
 
 async fn accept_all(
-    listener: &TcpListener,
+    listener: &Listener,
     plan: &LaunchPlan,
     pending: &mut [Pending],
     deadline: Instant,
 ) -> Result<(), NodeError> {
     let by_id: HashMap<u32, usize> = pending.iter().enumerate().map(|(i, p)| (p.id, i)).collect();
-    let (hs_tx, mut hs_rx) = mpsc::channel::<(Result<u32, String>, TcpStream)>(64);
+    let (hs_tx, mut hs_rx) = mpsc::channel::<(Result<u32, String>, Stream)>(64);
     let mut connected = 0;
     let mut poll = tokio::time::interval(EXIT_POLL);
     while connected < pending.len() {
         tokio::select! {
             accepted = listener.accept() => {
-                let (mut stream, peer) = accepted.map_err(|source| NodeError::Io { what: "accepting a child".into(), source })?;
-                let _ = tune_tcp(&stream);
+                let (mut stream, peer) = accepted?;
                 let secret = plan.secret.clone();
                 let tx = hs_tx.clone();
                 tokio::spawn(async move {
-                    let r = handshake::accept(&mut stream, &secret, &peer.to_string(), HANDSHAKE_LIMIT).await;
+                    let r = handshake::accept(&mut stream, &secret, &peer, HANDSHAKE_LIMIT).await;
                     let _ = tx.send((r.map_err(|e| e.to_string()), stream)).await;
                 });
             }

@@ -1,14 +1,13 @@
 //! `treecast node`: a comm node's whole life.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use treecast_topology::Topology;
-use treecast_transport::{handshake, spawn_link, tune_tcp, Inbound, LinkEvent, LinkSender, Secret};
+use treecast_transport::{handshake, spawn_link, Inbound, LinkEvent, LinkSender, Secret, Stream};
 use treecast_wire::{ControlMsg, Frame, FrameKind};
 
 use crate::{
@@ -36,17 +35,18 @@ where
 ///
 /// # Errors
 /// Missing environment, connection failure, or a failed handshake.
-pub async fn connect_parent(limit: Duration) -> Result<(TcpStream, SocketAddr, u32, Secret), NodeError> {
-    let parent: SocketAddr = env_parse(env::PARENT)?;
+pub async fn connect_parent(limit: Duration) -> Result<(Stream, String, u32, Secret), NodeError> {
+    let parent = env_var(env::PARENT)?;
     let node_id: u32 = env_parse(env::NODE_ID)?;
     let secret = Secret::from_env()?;
-    let mut stream = tokio::time::timeout(limit, TcpStream::connect(parent))
-        .await
-        .map_err(|_| NodeError::Startup(format!("connecting to parent {parent} timed out")))?
-        .map_err(|source| NodeError::Io { what: format!("connecting to parent {parent}"), source })?;
-    tune_tcp(&stream)?;
-    handshake::connect(&mut stream, &secret, node_id, &parent.to_string(), limit).await?;
+    let mut stream = Stream::connect(&parent, limit).await?;
+    handshake::connect(&mut stream, &secret, node_id, &parent, limit).await?;
     Ok((stream, parent, node_id, secret))
+}
+
+/// Whether this node links to its children through Unix sockets (`TREECAST_ROUTE`, default `unix`).
+pub fn unix_links_from_env() -> bool {
+    std::env::var(env::ROUTE).map(|r| r != "tcp").unwrap_or(true)
 }
 
 /// Runs a comm node: connect to the parent, start the sub-tree it sends,
@@ -128,6 +128,7 @@ async fn receive_plan(
         secret,
         session: std::env::var(env::SESSION).unwrap_or_default(),
         listen,
+        unix_links: unix_links_from_env(),
     })
 }
 

@@ -72,3 +72,44 @@ impl Downstream {
         Ok(stream.targets.iter().flat_map(|&c| frames.iter().map(move |f| (c, f.clone()))).collect())
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use treecast_wire::{FrameHeader, SyncMode};
+
+    fn spec(id: u32, ranks: RankSet) -> StreamSpec {
+        StreamSpec {
+            id,
+            ranks,
+            sync: SyncMode::WaitForAll,
+            up: TransformKind::Sum,
+            down: TransformKind::Null,
+        }
+    }
+
+    #[test]
+    fn streams_reach_only_children_with_members_and_share_payloads() {
+        let mut d = Downstream::new(vec![RankSet::range(0, 4), RankSet::range(4, 4), RankSet::range(8, 4)]);
+        assert_eq!(d.add_stream(&spec(1, RankSet::range(3, 2)), true), [0, 1]);
+        let frame = Frame::new(FrameHeader::data(1, 0, 0), vec![1u8; 100]);
+        let out = d.route(frame.clone()).unwrap();
+        assert_eq!(out.iter().map(|(c, _)| *c).collect::<Vec<_>>(), [0, 1]);
+        assert!(out.iter().all(|(_, f)| f.payload.as_ptr() == frame.payload.as_ptr()), "shared, not copied");
+    }
+
+    #[test]
+    fn direct_frames_go_to_the_child_holding_the_rank() {
+        let mut d = Downstream::new(vec![RankSet::range(0, 4), RankSet::range(4, 4)]);
+        let mut h = FrameHeader::data(7, 0, 5);
+        h.flags |= FLAG_DIRECT;
+        assert_eq!(d.route(Frame::new(h, vec![])).unwrap()[0].0, 1);
+        h.rank = 99;
+        assert!(d.route(Frame::new(h, vec![])).unwrap_err().contains("rank 99"));
+        assert!(d
+            .route(Frame::new(FrameHeader::data(8, 0, 0), vec![]))
+            .unwrap_err()
+            .contains("unknown stream 8"));
+    }
+}

@@ -3,7 +3,7 @@
 //! The session secret travels in [`treecast_transport::SECRET_ENV`]; nothing
 //! secret is ever put on a command line.
 
-/// `ip:port` of the parent's listener.
+/// Address of the parent's listener: `ip:port`, or `unix:PATH`.
 pub const PARENT: &str = "TREECAST_PARENT";
 /// Node id of the process in the whole tree (pre-order index).
 pub const NODE_ID: &str = "TREECAST_NODE_ID";
@@ -17,3 +17,5 @@ pub const SESSION: &str = "TREECAST_SESSION";
 pub const LISTEN: &str = "TREECAST_LISTEN";
 /// Log filter for comm nodes and back-ends (tracing's env-filter syntax).
 pub const LOG: &str = "TREECAST_LOG";
+/// Route comm nodes use to their own children: `unix` (default, same host) or `tcp`.
+pub const ROUTE: &str = "TREECAST_ROUTE";

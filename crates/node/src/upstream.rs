@@ -238,3 +238,101 @@ impl Upstream {
         out
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! A simulated node: frames in, outputs checked, no sockets.
+
+    use super::*;
+    use treecast_wire::{decode_values, encode_values, FrameHeader, Value};
+
+    fn int_frame(stream: u32, rank: u32, v: i32) -> Frame {
+        let mut payload = Vec::new();
+        encode_values(&[Value::Int(v)], &mut payload);
+        Frame::new(FrameHeader::data(stream, 0, rank), payload)
+    }
+
+    fn ints(out: &[UpOutput]) -> Vec<i64> {
+        out.iter()
+            .filter_map(|o| match o {
+                UpOutput::Data(f) => Some(decode_values(&f.payload).unwrap()[0].as_i64().unwrap()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn node(is_root: bool) -> Upstream {
+        let children = vec![("a".into(), RankSet::range(0, 2)), ("b".into(), RankSet::range(2, 2))];
+        let mut up = Upstream::new("test node".into(), is_root, children);
+        up.add_stream(&StreamSpec {
+            id: 1,
+            ranks: RankSet::range(0, 4),
+            sync: SyncMode::WaitForAll,
+            up: TransformKind::Sum,
+            down: TransformKind::Null,
+        });
+        up
+    }
+
+    #[test]
+    fn a_wave_waits_for_every_child_then_is_summed() {
+        let mut up = node(false);
+        let now = Instant::now();
+        assert!(up.on_frame(0, int_frame(1, 0, 5), now).is_empty());
+        assert!(up.on_frame(0, int_frame(1, 0, 6), now).is_empty());
+        assert_eq!(ints(&up.on_frame(1, int_frame(1, 2, 10), now)), [15]);
+        assert_eq!(ints(&up.on_frame(1, int_frame(1, 2, 20), now)), [26]);
+    }
+
+    #[test]
+    fn a_lost_child_is_reported_and_releases_the_wave() {
+        let mut up = node(true);
+        let now = Instant::now();
+        assert!(up.on_frame(0, int_frame(1, 0, 5), now).is_empty());
+        let out = up.on_child_closed(1, Some("reset"), now);
+        assert!(matches!(&out[0], UpOutput::Control(ControlMsg::RanksLost { ranks, reason })
+            if *ranks == RankSet::range(2, 2) && reason.contains("reset")));
+        assert_eq!(ints(&out), [5]);
+        assert_eq!(up.live_ranks(), RankSet::range(0, 2));
+    }
+
+    #[test]
+    fn ranks_lost_below_a_comm_node_leave_streams_they_emptied() {
+        let mut up = node(true);
+        let now = Instant::now();
+        assert!(up.on_frame(0, int_frame(1, 0, 1), now).is_empty());
+        let lost = ControlMsg::RanksLost { ranks: RankSet::range(2, 2), reason: "below".into() };
+        let out = up.on_frame(1, Frame::new(FrameHeader::control(), lost.encode()), now);
+        assert!(matches!(&out[0], UpOutput::Control(ControlMsg::RanksLost { .. })));
+        assert_eq!(ints(&out), [1]);
+    }
+
+    #[test]
+    fn the_root_closes_a_stream_with_no_member_left() {
+        let mut up = node(true);
+        let now = Instant::now();
+        up.on_child_closed(0, None, now);
+        let out = up.on_child_closed(1, None, now);
+        assert!(out.contains(&UpOutput::StreamDone(1)));
+    }
+
+    #[test]
+    fn a_mismatched_packet_is_reported_and_left_out() {
+        let mut up = node(false);
+        let now = Instant::now();
+        let mut payload = Vec::new();
+        encode_values(&[Value::Double(1.0)], &mut payload);
+        up.on_frame(0, int_frame(1, 0, 5), now);
+        let out = up.on_frame(1, Frame::new(FrameHeader::data(1, 0, 3), payload), now);
+        assert!(out.iter().any(|o| matches!(o, UpOutput::Control(ControlMsg::FilterError { rank: 3, .. }))));
+        assert_eq!(ints(&out), [5]);
+    }
+
+    #[test]
+    fn packets_on_unknown_streams_are_reported() {
+        let mut up = node(false);
+        let out = up.on_frame(0, int_frame(9, 1, 5), Instant::now());
+        assert!(matches!(&out[0], UpOutput::Control(ControlMsg::FilterError { stream: 9, rank: 1, .. })));
+    }
+}

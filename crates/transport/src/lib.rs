@@ -8,16 +8,19 @@
 //!   batches and a writer that batches queued frames into few syscalls. Queues
 //!   are bounded; a full queue makes the sender wait, it never drops a frame.
 //!
-//! TCP is the route used today; the link code is generic over any byte stream
-//! so Unix sockets and striped links can be added behind the same seam.
+//! * [`Stream`] and [`Listener`]: the routes, TCP between hosts and Unix
+//!   sockets within one; the link code is generic over the byte stream, so
+//!   striped links can be added behind the same seam.
 
 mod error;
 pub mod handshake;
 mod link;
+mod route;
 mod secret;
 
 pub use error::TransportError;
 pub use link::{spawn_link, Inbound, LinkEvent, LinkSender, LINK_QUEUE_FRAMES};
+pub use route::{Listener, ReadHalf, Stream, WriteHalf};
 pub use secret::{Secret, SECRET_ENV};
 
 /// Sets the socket options every treecast TCP link uses (no Nagle delay).
