@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use treecast_node::{connect_parent, control_frame, env};
-use treecast_transport::{spawn_link, Inbound, LinkEvent, LinkSender};
+use treecast_transport::{spawn_socket_link, Inbound, LinkEvent, LinkSender};
 use treecast_wire::{ControlMsg, Frame, FrameHeader, FrameKind, RankSet, TransformKind, Value};
 
 use crate::network::{check_filter, encode_checked};
@@ -74,9 +74,12 @@ impl BackEnd {
         let rank = env_u32(env::RANK)?;
         let size = env_u32(env::SIZE)?;
         let (stream, parent, _, _) = connect_parent(CONNECT_LIMIT).await?;
-        let (r, w) = stream.into_split();
         let (tx, inbound) = mpsc::channel(1024);
-        let (link, writer) = spawn_link(r, w, 0, format!("parent {parent}"), tx);
+        let socket = stream
+            .into_socket()
+            .map_err(|e| ApiError::Closed(format!("taking over the parent link: {e}")))?;
+        let (link, writer) = spawn_socket_link(socket, 0, format!("parent {parent}"), tx)
+            .map_err(|e| ApiError::Closed(format!("registering the parent link: {e}")))?;
         let ready = ControlMsg::Ready { ranks: RankSet::single(rank), commnodes: 0 };
         link.send(control_frame(&ready))
             .await

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use treecast_launch::{Launched, LocalLauncher, ProcessSpec};
 use treecast_topology::Topology;
 use treecast_transport::{
-    handshake, spawn_link, Inbound, LinkEvent, LinkSender, Listener, Secret, Stream, SECRET_ENV,
+    handshake, spawn_socket_link, Inbound, LinkEvent, LinkSender, Listener, Secret, Stream, SECRET_ENV,
 };
 use treecast_wire::{ControlMsg, FrameKind, RankSet};
 
@@ -169,8 +169,15 @@ pub async fn start_children(plan: &LaunchPlan) -> Result<ChildSet, NodeError> {
     let mut links = Vec::with_capacity(pending.len());
     for (i, p) in pending.iter_mut().enumerate() {
         let Some(stream) = p.stream.take() else { continue };
-        let (r, w) = stream.into_split();
-        let (sender, writer) = spawn_link(r, w, i, p.name.clone(), in_tx.clone());
+        let socket = stream.into_socket().map_err(|source| NodeError::Io {
+            what: format!("taking over the link to {}", p.name),
+            source,
+        })?;
+        let (sender, writer) =
+            spawn_socket_link(socket, i, p.name.clone(), in_tx.clone()).map_err(|source| NodeError::Io {
+                what: format!("registering the link to {}", p.name),
+                source,
+            })?;
         links.push((sender, writer));
     }
     drop(in_tx);

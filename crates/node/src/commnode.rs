@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use treecast_topology::Topology;
-use treecast_transport::{handshake, spawn_link, Inbound, LinkEvent, LinkSender, Secret, Stream};
+use treecast_transport::{handshake, spawn_socket_link, Inbound, LinkEvent, LinkSender, Secret, Stream};
 use treecast_wire::{ControlMsg, Frame, FrameKind};
 
 use crate::{
@@ -57,9 +57,11 @@ pub fn unix_links_from_env() -> bool {
 /// when the link allows).
 pub async fn run_comm_node() -> Result<(), NodeError> {
     let (stream, parent_addr, node_id, secret) = connect_parent(SUBTREE_WAIT).await?;
-    let (r, w) = stream.into_split();
     let (ptx, mut from_parent) = mpsc::channel::<Inbound>(1024);
-    let (parent, parent_writer) = spawn_link(r, w, 0, format!("parent {parent_addr}"), ptx);
+    let io = |what: &'static str| move |source| NodeError::Io { what: what.into(), source };
+    let socket = stream.into_socket().map_err(io("taking over the parent link"))?;
+    let (parent, parent_writer) = spawn_socket_link(socket, 0, format!("parent {parent_addr}"), ptx)
+        .map_err(io("registering the parent link"))?;
     let plan = receive_plan(&mut from_parent, node_id, secret).await?;
     let name = format!("comm node {} (id {node_id})", plan.topology.node(0).host);
     let children = match start_children(&plan).await {

@@ -356,4 +356,48 @@ pub enum TopologyError {
         /// The host name.
         host: String,
     },
+
+    /// A host-list expression ([`hostlist::expand`](crate::hostlist::expand)) that cannot
+    /// be read: unbalanced brackets, an empty item or range, a non-numeric or reversed
+    /// range, a character that cannot be in a host name, or too many hosts.
+    #[error("host list `{expr}`, column {column}: {reason}")]
+    BadHostList {
+        /// The expression as given.
+        expr: String,
+        /// 1-based column, in characters, of what is wrong.
+        column: usize,
+        /// What is wrong, and what is accepted.
+        reason: String,
+    },
+
+    /// A host-list expression that names the same host twice.
+    #[error(
+        "host list `{expr}`, column {column}: host `{host}` appears twice (first from the item at \
+         column {first_column}); a host may be listed once"
+    )]
+    DuplicateHost {
+        /// The expression as given.
+        expr: String,
+        /// Column of the item that names the host the second time.
+        column: usize,
+        /// Column of the item that names it first.
+        first_column: usize,
+        /// The host.
+        host: String,
+    },
+
+    /// A list of hosts given to a generator that holds the same host twice.
+    #[error("host `{host}` is listed twice (entries {first} and {second}, counted from 1); a host may be listed once")]
+    RepeatedHost {
+        /// The host.
+        host: String,
+        /// Position of its first entry, from 1.
+        first: usize,
+        /// Position of its second entry, from 1.
+        second: usize,
+    },
+
+    /// A host-based generator got an empty list of hosts.
+    #[error("a host-based tree needs at least one host")]
+    NoHosts,
 }

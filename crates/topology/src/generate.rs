@@ -1,4 +1,5 @@
-//! Generated trees: [`Shape`], [`Topology::generate`] and [`Topology::from_spec`].
+//! Generated trees: [`Shape`], [`Topology::generate`], [`Topology::from_spec`] and the
+//! host-based [`Topology::from_hosts`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -376,6 +377,116 @@ impl Topology {
             }
         }
         Ok(topo)
+    }
+
+    /// Builds a tree over real hosts: the front-end `front_end_host:0` at the root,
+    /// `backends_per_host` back-ends on each host as leaves, and comm nodes on the hosts
+    /// themselves.
+    ///
+    /// * **Shape**: exactly the tree of [`Shape::Kary`] (`kary:F`, `fanout:F`) with
+    ///   `hosts.len() * backends_per_host` back-ends: no node has more than `fanout`
+    ///   children and the depth is the smallest possible (`F^depth >= N`). When all the
+    ///   back-ends fit under the root, they are its direct children and there is no comm
+    ///   node.
+    /// * **Ranks** follow the host order: the back-ends of `hosts[0]` get ranks
+    ///   `0 .. backends_per_host`, then those of `hosts[1]`, and so on.
+    /// * **Placement**: a back-end runs on its host. A comm node serves a contiguous range
+    ///   of ranks and runs on the host of the first of them, so it is always on a host of
+    ///   its own sub-tree.
+    /// * **Indexes** are unique per host: a host's back-ends take `0 .. backends_per_host`
+    ///   in rank order, then its comm nodes take the next indexes in pre-order
+    ///   (back-ends `h1:0 .. h1:k-1`, comm node `h1:k`). When `front_end_host` is also in
+    ///   `hosts`, the front-end keeps index 0 there and everything else on that host
+    ///   moves up by one.
+    ///
+    /// Host names are kept whole, dots included.
+    ///
+    /// # Errors
+    ///
+    /// [`TopologyError::NoHosts`] for an empty list, [`TopologyError::FanoutTooSmall`]
+    /// for `fanout < 2`, [`TopologyError::NoBackends`] for `backends_per_host == 0`,
+    /// [`TopologyError::BadHostName`] for a host name the text format cannot hold,
+    /// [`TopologyError::RepeatedHost`] for a host listed twice, and
+    /// [`TopologyError::TooLarge`] above [`MAX_NODES`] nodes.
+    pub fn from_hosts(
+        hosts: &[String],
+        fanout: usize,
+        backends_per_host: usize,
+        front_end_host: &str,
+    ) -> Result<Topology, TopologyError> {
+        check_host(front_end_host)?;
+        if hosts.is_empty() {
+            return Err(TopologyError::NoHosts);
+        }
+        if fanout < 2 {
+            return Err(TopologyError::FanoutTooSmall { spec: format!("fanout:{fanout}") });
+        }
+        if backends_per_host == 0 {
+            return Err(TopologyError::NoBackends);
+        }
+        let mut seen: HashMap<&str, usize> = HashMap::with_capacity(hosts.len());
+        for (k, host) in hosts.iter().enumerate() {
+            check_host(host)?;
+            if let Some(&first) = seen.get(host.as_str()) {
+                return Err(TopologyError::RepeatedHost {
+                    host: host.clone(),
+                    first: first + 1,
+                    second: k + 1,
+                });
+            }
+            seen.insert(host, k);
+        }
+        let what =
+            format!("fanout:{fanout} over {} hosts with {backends_per_host} back-ends each", hosts.len());
+        let Some(n) = hosts.len().checked_mul(backends_per_host).filter(|&n| n < MAX_NODES) else {
+            return Err(TopologyError::TooLarge { what, limit: MAX_NODES });
+        };
+        let shape = kary(fanout, n, &what, front_end_host)?;
+
+        // Below MAX_NODES, so indexes fit in u32.
+        let per_host = backends_per_host as u32;
+        let base = |host: &str| u32::from(host == front_end_host);
+        let mut next_comm: HashMap<&str, u32> = HashMap::new();
+        let mut nodes = shape.nodes().to_vec();
+        for (id, node) in nodes.iter_mut().enumerate() {
+            if id == 0 {
+                node.host = front_end_host.to_string();
+                node.index = 0;
+                continue;
+            }
+            let (host, index) = match shape.backend_rank(id) {
+                Some(rank) => {
+                    let host = hosts[rank as usize / backends_per_host].as_str();
+                    (host, base(host) + rank % per_host)
+                }
+                None => {
+                    let host = hosts[shape.first_rank(id) as usize / backends_per_host].as_str();
+                    let next = next_comm.entry(host).or_insert_with(|| base(host) + per_host);
+                    *next += 1;
+                    (host, *next - 1)
+                }
+            };
+            node.host = host.to_string();
+            node.index = index;
+        }
+        Ok(Topology::from_preorder(nodes))
+    }
+
+    /// [`Topology::from_hosts`] over a host-list expression such as `node[01-16],login1`
+    /// (see [`hostlist`](crate::hostlist)).
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`hostlist::expand`](crate::hostlist::expand), then those of
+    /// [`Topology::from_hosts`].
+    pub fn from_hosts_spec(
+        hosts_expr: &str,
+        fanout: usize,
+        backends_per_host: usize,
+        front_end_host: &str,
+    ) -> Result<Topology, TopologyError> {
+        let hosts = crate::hostlist::expand(hosts_expr)?;
+        Topology::from_hosts(&hosts, fanout, backends_per_host, front_end_host)
     }
 }
 

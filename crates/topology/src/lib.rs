@@ -12,6 +12,10 @@
 //! * [`Shape`] and [`Topology::generate`]: `flat`, `kary:K`, `knomial:K`,
 //!   `balanced:AxBxC` and `fanout:F` trees; [`Topology::from_spec`] takes either such a
 //!   spec or a file path, as a command line would.
+//! * [`hostlist`]: host lists as cluster users type them (`node[01-16,20],login1`),
+//!   [`hostlist::expand`] and [`hostlist::compress`]; [`Topology::from_hosts`] and
+//!   [`Topology::from_hosts_spec`] build a tree over those hosts with a given fan-out
+//!   and number of back-ends per host, comm nodes placed on the hosts themselves.
 //! * [`TopologyError`]: one enum for every failure; errors from text name the line and
 //!   column of the offending token.
 //!
@@ -35,6 +39,7 @@
 
 mod error;
 mod generate;
+pub mod hostlist;
 mod parse;
 mod render;
 mod topology;

@@ -12,16 +12,20 @@
 //!   sockets within one; the link code is generic over the byte stream, so
 //!   striped links can be added behind the same seam.
 
+#![deny(unsafe_code)]
+
 mod error;
 pub mod handshake;
 mod link;
 mod route;
 mod secret;
+mod socket;
 
 pub use error::TransportError;
-pub use link::{spawn_link, Inbound, LinkEvent, LinkSender, LINK_QUEUE_FRAMES};
+pub use link::{spawn_link, spawn_socket_link, Inbound, LinkEvent, LinkSender, LINK_QUEUE_FRAMES};
 pub use route::{Listener, ReadHalf, Stream, WriteHalf};
 pub use secret::{Secret, SECRET_ENV};
+pub use socket::Socket;
 
 /// Sets the socket options every treecast TCP link uses (no Nagle delay).
 ///

@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use treecast_wire::{Frame, FrameDecoder};
+
+use crate::socket::{split, ByteSink, ByteSource, Socket, TokioReader, TokioWriter};
 
 /// Frames a link's send queue holds before senders wait.
 pub const LINK_QUEUE_FRAMES: usize = 1024;
@@ -89,6 +91,33 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    start(TokioReader(reader), TokioWriter(writer), link, name, inbound)
+}
+
+/// Starts the reader and writer tasks of an authenticated socket; see [`spawn_link`].
+///
+/// The socket is driven directly so that this process is woken only for data,
+/// never for write space it is not waiting for.
+///
+/// # Errors
+/// The socket could not be registered with the runtime's reactor.
+pub fn spawn_socket_link(
+    socket: Socket,
+    link: usize,
+    name: String,
+    inbound: mpsc::Sender<Inbound>,
+) -> std::io::Result<(LinkSender, JoinHandle<()>)> {
+    let (r, w) = split(socket)?;
+    Ok(start(r, w, link, name, inbound))
+}
+
+fn start(
+    reader: impl ByteSource,
+    writer: impl ByteSink,
+    link: usize,
+    name: String,
+    inbound: mpsc::Sender<Inbound>,
+) -> (LinkSender, JoinHandle<()>) {
     let name: Arc<str> = name.into();
     let (tx, rx) = mpsc::channel(LINK_QUEUE_FRAMES);
     tokio::spawn(read_loop(reader, link, name.clone(), inbound));
@@ -96,19 +125,11 @@ where
     (LinkSender { tx, name }, writer)
 }
 
-async fn read_loop<R: AsyncRead + Unpin>(
-    mut reader: R,
-    link: usize,
-    name: Arc<str>,
-    inbound: mpsc::Sender<Inbound>,
-) {
+async fn read_loop(mut reader: impl ByteSource, link: usize, name: Arc<str>, inbound: mpsc::Sender<Inbound>) {
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut decoder = FrameDecoder::new();
     let reason = loop {
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(64 << 10);
-        }
-        match reader.read_buf(&mut buf).await {
+        match reader.read_some(&mut buf).await {
             Ok(0) => break None,
             Ok(_) => {}
             Err(e) => break Some(format!("read error: {e}")),
@@ -171,7 +192,7 @@ impl Batch {
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::Receiver<Frame>, name: Arc<str>) {
+async fn write_loop(mut writer: impl ByteSink, mut rx: mpsc::Receiver<Frame>, name: Arc<str>) {
     let mut batch = Batch::new();
     while let Some(first) = rx.recv().await {
         let stamp = now_ns();
@@ -189,21 +210,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::Receiver
         }
         batch.bytes = 0;
     }
-    let _ = writer.shutdown().await;
+    writer.finish().await;
 }
 
-async fn write_segments<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    segments: &mut Vec<Bytes>,
-) -> std::io::Result<()> {
+async fn write_segments(writer: &mut impl ByteSink, segments: &mut Vec<Bytes>) -> std::io::Result<()> {
     let mut first = 0;
     while first < segments.len() {
-        if segments.len() - first == 1 {
-            writer.write_all(&segments[first]).await?;
-            break;
-        }
         let slices: Vec<IoSlice<'_>> = segments[first..].iter().take(64).map(|b| IoSlice::new(b)).collect();
-        let mut written = writer.write_vectored(&slices).await?;
+        let mut written = writer.write_some(&slices).await?;
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
@@ -223,6 +237,7 @@ async fn write_segments<W: AsyncWrite + Unpin>(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncWriteExt;
     use treecast_wire::FrameHeader;
 
     #[tokio::test]

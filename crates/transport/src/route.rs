@@ -61,6 +61,17 @@ impl Stream {
         })?
     }
 
+    /// Hands the connection over to be driven directly (see [`crate::spawn_socket_link`]).
+    ///
+    /// # Errors
+    /// The runtime could not release the socket.
+    pub fn into_socket(self) -> std::io::Result<crate::Socket> {
+        Ok(match self {
+            Stream::Tcp(s) => crate::Socket::Tcp(s.into_std()?),
+            Stream::Unix(s) => crate::Socket::Unix(s.into_std()?),
+        })
+    }
+
     /// Splits into independently owned halves for the reader and writer tasks.
     pub fn into_split(self) -> (ReadHalf, WriteHalf) {
         match self {

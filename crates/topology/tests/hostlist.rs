@@ -1,0 +1,239 @@
+//! Integration tests of host lists and host-based trees (`Topology::from_hosts`).
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{HashMap, HashSet};
+
+use proptest::prelude::*;
+use treecast_topology::hostlist::{compress, expand};
+use treecast_topology::{Shape, Topology, TopologyError, MAX_NODES};
+
+fn hosts(expr: &str) -> Vec<String> {
+    expand(expr).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn tree(expr: &str, fanout: usize, per_host: usize, fe: &str) -> Topology {
+    Topology::from_hosts_spec(expr, fanout, per_host, fe).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The structural invariants the crate promises (the same checks as tests/topology.rs).
+fn check_invariants(t: &Topology) {
+    assert!(!t.is_empty());
+    assert_eq!(t.root(), 0);
+    assert_eq!(t.node(0).parent, None);
+    assert_eq!(t.subtree_len(0), t.len());
+    let mut next_rank = 0u32;
+    let mut leaves = 0;
+    let mut names = HashSet::new();
+    for id in 0..t.len() {
+        let node = t.node(id);
+        assert!(names.insert((node.host.clone(), node.index)), "duplicate {node}");
+        let mut expect = id + 1;
+        for &c in &node.children {
+            assert_eq!(c, expect, "pre-order broken at {id}");
+            assert_eq!(t.node(c).parent, Some(id));
+            expect += t.subtree_len(c);
+        }
+        assert_eq!(expect, id + t.subtree_len(id));
+        assert_eq!(t.first_rank(id), next_rank);
+        if t.is_leaf(id) {
+            assert_eq!(t.backend_rank(id), Some(next_rank));
+            assert_eq!(t.leaf_of_rank(next_rank), Some(id));
+            assert_eq!(t.subtree_backends(id), 1);
+            next_rank += 1;
+            leaves += 1;
+        } else {
+            assert_eq!(t.backend_rank(id), None);
+            let mut r = t.first_rank(id);
+            for &c in &node.children {
+                assert_eq!(t.first_rank(c), r);
+                r += t.subtree_backends(c) as u32;
+            }
+            assert_eq!(r, t.first_rank(id) + t.subtree_backends(id) as u32);
+        }
+        assert_eq!(t.rank_range(id), t.first_rank(id)..t.first_rank(id) + t.subtree_backends(id) as u32);
+    }
+    assert_eq!(t.backends(), leaves);
+    let interior = t.len() - leaves;
+    assert_eq!(t.comm_nodes(), interior.saturating_sub(1));
+}
+
+/// Everything `from_hosts` promises about a tree built over `hosts`.
+fn check_host_tree(t: &Topology, hosts: &[String], fanout: usize, per_host: usize, fe: &str) {
+    check_invariants(t);
+    let n = hosts.len() * per_host;
+    assert_eq!(t.backends(), n);
+    assert_eq!(t.node(0).name(), format!("{fe}:0"));
+    // Minimal depth: the smallest d with fanout^d >= n.
+    let mut d = 1;
+    while fanout.pow(d as u32) < n {
+        d += 1;
+    }
+    assert_eq!(t.depth(), d, "{}", t.to_mrnet());
+    let base = |h: &str| u32::from(h == fe);
+    let mut comm_indexes: HashMap<&str, Vec<u32>> = HashMap::new();
+    for id in 0..t.len() {
+        let node = t.node(id);
+        assert!(node.children.len() <= fanout, "{node} has {} children", node.children.len());
+        if let Some(rank) = t.backend_rank(id) {
+            // Ranks in host order, back-ends on their own host, indexes 0.. per host.
+            let h = &hosts[rank as usize / per_host];
+            assert_eq!(&node.host, h);
+            assert_eq!(node.index, base(h) + rank % per_host as u32);
+        } else if id != 0 {
+            // A comm node runs on the host of the first back-end it serves.
+            let first = t.leaf_of_rank(t.first_rank(id)).unwrap();
+            assert_eq!(node.host, t.node(first).host);
+            assert!(t.rank_range(id).any(|r| hosts[r as usize / per_host] == node.host));
+            comm_indexes
+                .entry(hosts.iter().find(|h| **h == node.host).unwrap())
+                .or_default()
+                .push(node.index);
+        }
+    }
+    // Comm nodes take the indexes just after their host's back-ends, in pre-order.
+    for (h, idx) in comm_indexes {
+        let start = base(h) + per_host as u32;
+        assert_eq!(idx, (start..start + idx.len() as u32).collect::<Vec<_>>(), "on {h}");
+    }
+    // Same shape as kary:F.
+    let k = Topology::generate(&Shape::Kary(fanout), Some(n), "x").unwrap();
+    assert_eq!(t.len(), k.len());
+    for id in 0..t.len() {
+        assert_eq!(t.node(id).children, k.node(id).children);
+    }
+    // The text format keeps everything.
+    assert_eq!(Topology::parse(&t.to_mrnet()).unwrap(), *t);
+}
+
+#[test]
+fn eight_hosts_fanout_three() {
+    let h = hosts("n[1-8]");
+    let t = Topology::from_hosts(&h, 3, 1, "fe").unwrap();
+    assert_eq!(t.depth(), 2);
+    assert_eq!(t.comm_nodes(), 3);
+    check_host_tree(&t, &h, 3, 1, "fe");
+    assert_eq!(
+        t.to_mrnet(),
+        "fe:0 => n1:1 n4:1 n7:1 ;\nn1:1 => n1:0 n2:0 n3:0 ;\nn4:1 => n4:0 n5:0 n6:0 ;\nn7:1 => n7:0 n8:0 ;\n"
+    );
+}
+
+#[test]
+fn several_backends_per_host() {
+    // 4 hosts x 2 back-ends, fan-out 3: depth 2, comm nodes on h1, h2 (second share) and h4.
+    let h = hosts("h[1-4]");
+    let t = Topology::from_hosts(&h, 3, 2, "fe").unwrap();
+    check_host_tree(&t, &h, 3, 2, "fe");
+    assert_eq!(
+        t.to_mrnet(),
+        "fe:0 => h1:2 h2:2 h4:2 ;\nh1:2 => h1:0 h1:1 h2:0 ;\nh2:2 => h2:1 h3:0 h3:1 ;\nh4:2 => h4:0 h4:1 ;\n"
+    );
+    // More back-ends per host than the fan-out: several comm nodes on one host.
+    let t = Topology::from_hosts(&h, 2, 4, "fe").unwrap();
+    check_host_tree(&t, &h, 2, 4, "fe");
+    assert!(t.find("h1", 6).is_some(), "{}", t.to_mrnet());
+}
+
+#[test]
+fn small_trees_are_flat() {
+    let h = hosts("a,b,c");
+    let t = Topology::from_hosts(&h, 8, 2, "fe").unwrap();
+    assert_eq!((t.depth(), t.comm_nodes(), t.backends()), (1, 0, 6));
+    assert_eq!(t.to_mrnet(), "fe:0 => a:0 a:1 b:0 b:1 c:0 c:1 ;\n");
+    let t = Topology::from_hosts(&h, 3, 1, "fe").unwrap();
+    assert_eq!(t.to_mrnet(), "fe:0 => a:0 b:0 c:0 ;\n");
+    let t = Topology::from_hosts(&hosts("solo"), 2, 1, "fe").unwrap();
+    assert_eq!(t.to_mrnet(), "fe:0 => solo:0 ;\n");
+}
+
+#[test]
+fn dotted_host_names_are_kept_whole() {
+    let expr = "n[01-05].cluster.example.org";
+    let t = tree(expr, 2, 1, "fe.cluster.example.org");
+    let h = hosts(expr);
+    check_host_tree(&t, &h, 2, 1, "fe.cluster.example.org");
+    assert_eq!(t.node(0).host, "fe.cluster.example.org");
+    for id in 1..t.len() {
+        assert!(t.node(id).host.ends_with(".cluster.example.org"), "{}", t.node(id));
+    }
+    let text = t.to_mrnet();
+    assert!(text.contains("n05.cluster.example.org:0"), "{text}");
+    assert_eq!(Topology::parse(&text).unwrap(), t);
+}
+
+#[test]
+fn front_end_host_in_the_list() {
+    let h = hosts("h[1-4]");
+    let t = Topology::from_hosts(&h, 2, 2, "h1").unwrap();
+    check_host_tree(&t, &h, 2, 2, "h1");
+    assert_eq!(t.node(0).name(), "h1:0");
+    // h1's back-ends move up to 1 and 2, its comm nodes start at 3.
+    assert!(t.find("h1", 1).is_some_and(|id| t.is_leaf(id)));
+    assert!(t.find("h1", 3).is_some_and(|id| !t.is_leaf(id)));
+}
+
+#[test]
+fn mixed_list_from_spec() {
+    let t = tree("rack[1-2]-n[01-03], login1", 4, 3, "fe");
+    let h = hosts("rack[1-2]-n[01-03],login1");
+    assert_eq!(h.len(), 7);
+    check_host_tree(&t, &h, 4, 3, "fe");
+    assert_eq!(t.node(t.leaf_of_rank(20).unwrap()).name(), "login1:2");
+}
+
+#[test]
+fn errors() {
+    let h = hosts("a,b");
+    assert_eq!(Topology::from_hosts(&[], 2, 1, "fe"), Err(TopologyError::NoHosts));
+    assert!(matches!(Topology::from_hosts(&h, 1, 1, "fe"), Err(TopologyError::FanoutTooSmall { .. })));
+    assert_eq!(Topology::from_hosts(&h, 2, 0, "fe"), Err(TopologyError::NoBackends));
+    assert!(matches!(Topology::from_hosts(&h, 2, 1, "f e"), Err(TopologyError::BadHostName { .. })));
+    let bad = vec!["a".to_string(), "b[1]".to_string()];
+    assert!(matches!(Topology::from_hosts(&bad, 2, 1, "fe"), Err(TopologyError::BadHostName { .. })));
+    let twice = vec!["a".to_string(), "b".to_string(), "a".to_string()];
+    let e = Topology::from_hosts(&twice, 2, 1, "fe").unwrap_err();
+    assert_eq!(e, TopologyError::RepeatedHost { host: "a".to_string(), first: 1, second: 3 });
+    assert!(e.to_string().contains("`a` is listed twice"), "{e}");
+    assert!(matches!(Topology::from_hosts(&h, 2, MAX_NODES, "fe"), Err(TopologyError::TooLarge { .. })));
+    assert!(matches!(Topology::from_hosts(&h, 2, usize::MAX, "fe"), Err(TopologyError::TooLarge { .. })));
+    // Host-list errors come through from_hosts_spec.
+    assert!(matches!(
+        Topology::from_hosts_spec("n[5-3]", 2, 1, "fe"),
+        Err(TopologyError::BadHostList { column: 3, .. })
+    ));
+    assert!(matches!(
+        Topology::from_hosts_spec("n[1-3],n2", 2, 1, "fe"),
+        Err(TopologyError::DuplicateHost { column: 8, .. })
+    ));
+}
+
+#[test]
+fn compress_shows_the_hosts_of_a_tree() {
+    let expr = "node[01-16,20],login1";
+    let h = hosts(expr);
+    let t = Topology::from_hosts(&h, 4, 1, "fe").unwrap();
+    let mut seen = Vec::new();
+    for id in 1..t.len() {
+        if t.is_leaf(id) {
+            seen.push(t.node(id).host.clone());
+        }
+    }
+    assert_eq!(compress(&seen), expr);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn host_trees_are_well_formed(
+        n_hosts in 1usize..60,
+        fanout in 2usize..7,
+        per_host in 1usize..5,
+        fe_in_list in any::<bool>(),
+    ) {
+        let h: Vec<String> = (1..=n_hosts).map(|i| format!("n{i:03}.c.org")).collect();
+        let fe = if fe_in_list { "n001.c.org" } else { "fe.c.org" };
+        let t = Topology::from_hosts(&h, fanout, per_host, fe).unwrap();
+        check_host_tree(&t, &h, fanout, per_host, fe);
+    }
+}

@@ -1,0 +1,184 @@
+//! Sockets driven directly, so a link registers for exactly the readiness it waits for.
+//!
+//! A tokio stream registers every socket for both readable and writable
+//! events. With edge-triggered epoll, each time a peer drains our data the
+//! kernel then reports "writable" and wakes this process for nothing: one
+//! extra context switch per message. Here the reader registers for readable
+//! only, and the writer writes straight away, registering a duplicate of the
+//! socket for writable only while the kernel buffer is full.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+/// Bytes read per syscall at most.
+const READ_CHUNK: usize = 64 << 10;
+
+/// A connected, non-blocking stream socket.
+#[derive(Debug)]
+pub enum Socket {
+    /// TCP.
+    Tcp(std::net::TcpStream),
+    /// A Unix stream socket.
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Socket {
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => (&*s).read(buf),
+            Socket::Unix(s) => (&*s).read(buf),
+        }
+    }
+
+    fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => (&*s).write_vectored(bufs),
+            Socket::Unix(s) => (&*s).write_vectored(bufs),
+        }
+    }
+
+    fn try_clone(&self) -> io::Result<Socket> {
+        Ok(match self {
+            Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
+            Socket::Unix(s) => Socket::Unix(s.try_clone()?),
+        })
+    }
+
+    fn shutdown_write(&self) {
+        let _ = match self {
+            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+        };
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Socket::Tcp(s) => s.as_raw_fd(),
+            Socket::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// Where a link's reader gets bytes from.
+pub(crate) trait ByteSource: Send + 'static {
+    /// Appends at least one byte to `buf`, or returns 0 at end of stream.
+    fn read_some(
+        &mut self,
+        buf: &mut BytesMut,
+    ) -> impl std::future::Future<Output = io::Result<usize>> + Send;
+}
+
+/// Where a link's writer puts bytes.
+pub(crate) trait ByteSink: Send + 'static {
+    /// Writes some of `bufs`, returning how many bytes were taken.
+    fn write_some(
+        &mut self,
+        bufs: &[IoSlice<'_>],
+    ) -> impl std::future::Future<Output = io::Result<usize>> + Send;
+    /// Signals end of stream to the peer.
+    fn finish(&mut self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// The reading side of a [`Socket`], registered for readable events only.
+pub(crate) struct SocketReader {
+    fd: AsyncFd<Arc<Socket>>,
+    scratch: Box<[u8]>,
+}
+
+/// The writing side of a [`Socket`].
+pub(crate) struct SocketWriter {
+    sock: Arc<Socket>,
+}
+
+/// Registers a socket with the reactor for `interest` only.
+#[allow(unsafe_code)]
+fn register(sock: Arc<Socket>, interest: Interest) -> io::Result<AsyncFd<Arc<Socket>>> {
+    // SAFETY: the `Socket` owns its file descriptor and closes it only when dropped;
+    // the `AsyncFd` holds an `Arc` to it, so the descriptor stays open and keeps
+    // referring to the same socket for as long as the registration exists, and
+    // `as_raw_fd` always returns that same descriptor.
+    Ok(unsafe { AsyncFd::register_with_interest(sock, interest) }?)
+}
+
+/// Splits a socket for a link's two tasks.
+///
+/// # Errors
+/// The socket could not be registered with the reactor (must run inside tokio).
+pub(crate) fn split(sock: Socket) -> io::Result<(SocketReader, SocketWriter)> {
+    let sock = Arc::new(sock);
+    let fd = register(sock.clone(), Interest::READABLE)?;
+    Ok((SocketReader { fd, scratch: vec![0u8; READ_CHUNK].into_boxed_slice() }, SocketWriter { sock }))
+}
+
+impl ByteSource for SocketReader {
+    async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        let scratch = &mut self.scratch;
+        loop {
+            let mut guard = self.fd.readable().await?;
+            match guard.try_io(|inner| inner.get_ref().read(scratch)) {
+                Ok(Ok(n)) => {
+                    // A short read drained the socket: edge-triggered epoll will report new data.
+                    if n < scratch.len() {
+                        guard.clear_ready();
+                    }
+                    buf.extend_from_slice(&scratch[..n]);
+                    return Ok(n);
+                }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl ByteSink for SocketWriter {
+    async fn write_some(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        loop {
+            match self.sock.write_vectored(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Full kernel buffer: wait for room on a duplicate registered for writable only.
+                    let waiter = register(Arc::new(self.sock.try_clone()?), Interest::WRITABLE)?;
+                    let _ready = waiter.writable().await?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    async fn finish(&mut self) {
+        self.sock.shutdown_write();
+    }
+}
+
+/// Adapts any tokio reader (tests use in-memory pipes).
+pub(crate) struct TokioReader<R>(pub(crate) R);
+/// Adapts any tokio writer.
+pub(crate) struct TokioWriter<W>(pub(crate) W);
+
+impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> ByteSource for TokioReader<R> {
+    async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(READ_CHUNK);
+        }
+        tokio::io::AsyncReadExt::read_buf(&mut self.0, buf).await
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin + Send + 'static> ByteSink for TokioWriter<W> {
+    async fn write_some(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        tokio::io::AsyncWriteExt::write_vectored(&mut self.0, bufs).await
+    }
+
+    async fn finish(&mut self) {
+        let _ = tokio::io::AsyncWriteExt::shutdown(&mut self.0).await;
+    }
+}
