@@ -20,12 +20,17 @@ pub async fn main(_args: BackendArgs) -> anyhow::Result<ExitCode> {
         };
         let sender = be.sender();
         let rank = be.rank();
-        // Requests run concurrently so a slow command does not hold up other streams.
-        tokio::spawn(async move {
-            if let Err(e) = answer(&sender, rank, packet).await {
-                tracing::warn!(rank, "could not answer a request: {e}");
-            }
-        });
+        // Requests that take time run as tasks of their own so they hold up no other
+        // stream; quick ones are answered at once, which keeps round trips short.
+        if matches!(packet.tag(), TAG_RUN | TAG_SLEEP | TAG_BURST) {
+            tokio::spawn(async move {
+                if let Err(e) = answer(&sender, rank, packet).await {
+                    tracing::warn!(rank, "could not answer a request: {e}");
+                }
+            });
+        } else if let Err(e) = answer(&sender, rank, packet).await {
+            tracing::warn!(rank, "could not answer a request: {e}");
+        }
     }
 }
 

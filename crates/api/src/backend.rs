@@ -49,8 +49,8 @@ impl BackEndSender {
     /// Cancel safety: cancel safe.
     pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
         let up = self.filter_of(stream)?;
-        check_filter(stream, up, format)?;
-        let payload = encode_checked(format, values)?;
+        let (format, payload) = encode_checked(format, values)?;
+        check_filter(stream, up, &format)?;
         let frame = Frame::new(FrameHeader::data(stream, tag, self.rank), payload);
         self.link.send(frame).await.map_err(|_| ApiError::Closed("the link to the parent is closed".into()))
     }
@@ -74,7 +74,7 @@ impl BackEnd {
         let rank = env_u32(env::RANK)?;
         let size = env_u32(env::SIZE)?;
         let (stream, parent, _, _) = connect_parent(CONNECT_LIMIT).await?;
-        let (tx, inbound) = mpsc::channel(1024);
+        let (tx, inbound) = mpsc::channel(128);
         let socket = stream
             .into_socket()
             .map_err(|e| ApiError::Closed(format!("taking over the parent link: {e}")))?;

@@ -428,13 +428,13 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-/// Encodes `values` after checking them against `format`.
-pub(crate) fn encode_checked(format: &str, values: &[Value]) -> Result<Vec<u8>, ApiError> {
+/// Encodes `values` after checking them against `format`; returns the parsed format too.
+pub(crate) fn encode_checked(format: &str, values: &[Value]) -> Result<(Format, Vec<u8>), ApiError> {
     let fmt = Format::parse(format)?;
     fmt.check(values)?;
-    let mut payload = Vec::new();
+    let mut payload = Vec::with_capacity(values.len() * 8 + 8);
     encode_values(values, &mut payload);
-    Ok(payload)
+    Ok((fmt, payload))
 }
 
 impl Stream {
@@ -460,7 +460,7 @@ impl Stream {
     ///
     /// Cancel safety: not cancel safe; some children may have been sent the packet.
     pub async fn send(&self, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
-        let payload = encode_checked(format, values)?;
+        let (_, payload) = encode_checked(format, values)?;
         let frame = Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload);
         self.shared.send_frame(frame).await
     }
@@ -478,7 +478,7 @@ impl Stream {
                 last: self.shared.backends.saturating_sub(1),
             });
         }
-        let payload = encode_checked(format, values)?;
+        let (_, payload) = encode_checked(format, values)?;
         let mut header = FrameHeader::data(self.id, tag, rank);
         header.flags |= FLAG_DIRECT;
         self.shared.send_frame(Frame::new(header, payload)).await
@@ -522,10 +522,9 @@ impl Stream {
     }
 }
 
-/// Checks values against a stream filter before sending (used by back-ends).
-pub(crate) fn check_filter(stream: u32, up: TransformKind, format: &str) -> Result<(), ApiError> {
-    let fmt = Format::parse(format)?;
-    check_format(up, &fmt).map_err(|source| ApiError::Filter { stream, source })
+/// Checks that a stream's upstream filter can reduce packets of `format` (used by back-ends).
+pub(crate) fn check_filter(stream: u32, up: TransformKind, format: &Format) -> Result<(), ApiError> {
+    check_format(up, format).map_err(|source| ApiError::Filter { stream, source })
 }
 
 async fn root_loop(

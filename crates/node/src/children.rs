@@ -18,7 +18,7 @@ use treecast_wire::{ControlMsg, FrameKind, RankSet};
 use crate::{control_frame, env, NodeError};
 
 /// Inbound queue depth (each entry is a batch of frames from one read).
-const INBOUND_BATCHES: usize = 1024;
+const INBOUND_BATCHES: usize = 128;
 /// Time allowed for one handshake.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 /// How often unconnected children are checked for an early exit.

@@ -57,7 +57,7 @@ pub fn unix_links_from_env() -> bool {
 /// when the link allows).
 pub async fn run_comm_node() -> Result<(), NodeError> {
     let (stream, parent_addr, node_id, secret) = connect_parent(SUBTREE_WAIT).await?;
-    let (ptx, mut from_parent) = mpsc::channel::<Inbound>(1024);
+    let (ptx, mut from_parent) = mpsc::channel::<Inbound>(128);
     let io = |what: &'static str| move |source| NodeError::Io { what: what.into(), source };
     let socket = stream.into_socket().map_err(io("taking over the parent link"))?;
     let (parent, parent_writer) = spawn_socket_link(socket, 0, format!("parent {parent_addr}"), ptx)
@@ -116,8 +116,12 @@ async fn receive_plan(
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    let treecast_exe: PathBuf = std::env::current_exe()
-        .map_err(|source| NodeError::Io { what: "finding the treecast binary".into(), source })?;
+    // TREECAST_PATH wins so a wrapper (a profiler, a debugger) can stand in for the binary.
+    let treecast_exe: PathBuf = match std::env::var_os("TREECAST_PATH") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()
+            .map_err(|source| NodeError::Io { what: "finding the treecast binary".into(), source })?,
+    };
     Ok(LaunchPlan {
         topology: Topology::parse(&topology)?,
         first_id,

@@ -7,15 +7,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
-use treecast_wire::{Frame, FrameDecoder};
+use treecast_wire::{decode_batch, Frame, FrameHeader, HEADER_LEN};
 
 use crate::socket::{split, ByteSink, ByteSource, Socket, TokioReader, TokioWriter};
 
 /// Frames a link's send queue holds before senders wait.
-pub const LINK_QUEUE_FRAMES: usize = 1024;
+pub const LINK_QUEUE_FRAMES: usize = 256;
 /// Bytes gathered into one write before it is issued.
 const BATCH_BYTES: usize = 256 << 10;
+/// Most the read buffer grows by at once while a large frame arrives.
+const RESERVE_STEP: usize = 1 << 20;
 /// Payloads at least this large are written from their own buffer instead of being copied.
 const ZERO_COPY_MIN: usize = 8 << 10;
 
@@ -125,31 +128,79 @@ fn start(
     (LinkSender { tx, name }, writer)
 }
 
-async fn read_loop(mut reader: impl ByteSource, link: usize, name: Arc<str>, inbound: mpsc::Sender<Inbound>) {
-    let mut buf = BytesMut::with_capacity(64 << 10);
-    let mut decoder = FrameDecoder::new();
-    let reason = loop {
-        match reader.read_some(&mut buf).await {
-            Ok(0) => break None,
-            Ok(_) => {}
-            Err(e) => break Some(format!("read error: {e}")),
+/// Read chunks a link may have in flight (decoded but not yet dropped by the node).
+///
+/// This is what bounds a node's memory per link: once a slow consumer (say, a
+/// wave waiting for another child) holds this many chunks, the reader stops
+/// and the kernel's flow control slows the sender down.
+pub const LINK_CHUNKS_IN_FLIGHT: usize = 4;
+
+/// Received bytes holding one of the link's in-flight permits until every frame cut from them is dropped.
+struct Chunk {
+    bytes: BytesMut,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Chunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Length of the longest prefix of `buf` made of whole frames.
+///
+/// # Errors
+/// A malformed frame header (the stream cannot be resynchronised).
+fn whole_frames_len(buf: &[u8]) -> Result<usize, treecast_wire::DecodeError> {
+    let mut off = 0;
+    while buf.len() - off >= HEADER_LEN {
+        let (_, len) = FrameHeader::decode(&buf[off..off + HEADER_LEN])?;
+        if buf.len() - off - HEADER_LEN < len {
+            break;
         }
-        let mut frames = Vec::new();
-        let failure = loop {
-            match decoder.decode(&mut buf) {
-                Ok(Some(f)) => frames.push(f),
-                Ok(None) => break None,
-                Err(e) => break Some(format!("malformed frame: {e}")),
+        off += HEADER_LEN + len;
+    }
+    Ok(off)
+}
+
+async fn read_loop(mut reader: impl ByteSource, link: usize, name: Arc<str>, inbound: mpsc::Sender<Inbound>) {
+    let permits = Arc::new(Semaphore::new(LINK_CHUNKS_IN_FLIGHT));
+    let mut buf = BytesMut::new();
+    let reason = loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else { break None };
+        let whole = loop {
+            match reader.read_some(&mut buf).await {
+                Ok(0) => break Err(None),
+                Ok(_) => {}
+                Err(e) => break Err(Some(format!("read error: {e}"))),
+            }
+            match whole_frames_len(&buf) {
+                Ok(0) => {
+                    // Grow in steps: a header alone must not make us allocate a whole payload.
+                    if buf.capacity() == buf.len() {
+                        buf.reserve(RESERVE_STEP);
+                    }
+                }
+                Ok(n) => break Ok(n),
+                Err(e) => break Err(Some(format!("malformed frame: {e}"))),
             }
         };
-        if !frames.is_empty()
-            && inbound.send(Inbound { link, event: LinkEvent::Frames(frames) }).await.is_err()
-        {
+        let n = match whole {
+            Ok(n) => n,
+            Err(reason) => {
+                if let Some(r) = &reason {
+                    tracing::warn!(peer = %name, "closing link: {r}");
+                }
+                break reason;
+            }
+        };
+        let chunk = Bytes::from_owner(Chunk { bytes: buf.split_to(n), _permit: permit });
+        let frames = match decode_batch(chunk) {
+            Ok(f) => f,
+            Err(e) => break Some(format!("malformed frame: {e}")),
+        };
+        if inbound.send(Inbound { link, event: LinkEvent::Frames(frames) }).await.is_err() {
             return;
-        }
-        if let Some(reason) = failure {
-            tracing::warn!(peer = %name, "closing link: {reason}");
-            break Some(reason);
         }
     };
     let _ = inbound.send(Inbound { link, event: LinkEvent::Closed(reason) }).await;
@@ -168,7 +219,7 @@ struct Batch {
 
 impl Batch {
     fn new() -> Self {
-        Batch { small: BytesMut::with_capacity(64 << 10), segments: Vec::new(), bytes: 0 }
+        Batch { small: BytesMut::with_capacity(4 << 10), segments: Vec::new(), bytes: 0 }
     }
 
     fn push(&mut self, mut frame: Frame, stamp: u64) {
@@ -264,6 +315,39 @@ mod tests {
             assert_eq!(f.payload.len(), sizes[i]);
             assert!(f.header.timestamp_ns > 0);
         }
+    }
+
+    #[tokio::test]
+    async fn a_consumer_that_holds_frames_stops_the_reader_then_resumes() {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let (ar, aw) = tokio::io::split(a);
+        let (br, bw) = tokio::io::split(b);
+        let (in_tx, mut in_rx) = mpsc::channel(1024);
+        let (sender, _w) = spawn_link(ar, aw, 0, "a".into(), mpsc::channel(1).0);
+        let (_bs, _bw) = spawn_link(br, bw, 1, "b".into(), in_tx);
+        const N: usize = 20_000;
+        tokio::spawn(async move {
+            for i in 0..N {
+                sender.send(Frame::new(FrameHeader::data(1, i as i32, 0), vec![7u8; 100])).await.unwrap();
+            }
+        });
+        let mut held = Vec::new();
+        while let Ok(Some(Inbound { event: LinkEvent::Frames(f), .. })) =
+            tokio::time::timeout(std::time::Duration::from_millis(300), in_rx.recv()).await
+        {
+            held.push(f);
+        }
+        assert_eq!(held.len(), LINK_CHUNKS_IN_FLIGHT, "the reader stops once every chunk is held");
+        let mut total: usize = held.iter().map(Vec::len).sum();
+        assert!(total < N);
+        drop(held);
+        while total < N {
+            match in_rx.recv().await.unwrap().event {
+                LinkEvent::Frames(f) => total += f.len(),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(total, N, "nothing was lost");
     }
 
     #[tokio::test]

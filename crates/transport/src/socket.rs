@@ -16,7 +16,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 /// Bytes read per syscall at most.
-const READ_CHUNK: usize = 64 << 10;
+const READ_CHUNK: usize = 16 << 10;
 
 /// A connected, non-blocking stream socket.
 #[derive(Debug)]
@@ -89,7 +89,12 @@ pub(crate) trait ByteSink: Send + 'static {
 /// The reading side of a [`Socket`], registered for readable events only.
 pub(crate) struct SocketReader {
     fd: AsyncFd<Arc<Socket>>,
-    scratch: Box<[u8]>,
+}
+
+thread_local! {
+    // One read buffer per thread, not per link: a comm node with many children
+    // stays small. It is borrowed only for the duration of one read syscall.
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; READ_CHUNK].into_boxed_slice());
 }
 
 /// The writing side of a [`Socket`].
@@ -114,21 +119,27 @@ fn register(sock: Arc<Socket>, interest: Interest) -> io::Result<AsyncFd<Arc<Soc
 pub(crate) fn split(sock: Socket) -> io::Result<(SocketReader, SocketWriter)> {
     let sock = Arc::new(sock);
     let fd = register(sock.clone(), Interest::READABLE)?;
-    Ok((SocketReader { fd, scratch: vec![0u8; READ_CHUNK].into_boxed_slice() }, SocketWriter { sock }))
+    Ok((SocketReader { fd }, SocketWriter { sock }))
 }
 
 impl ByteSource for SocketReader {
     async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        let scratch = &mut self.scratch;
         loop {
             let mut guard = self.fd.readable().await?;
-            match guard.try_io(|inner| inner.get_ref().read(scratch)) {
-                Ok(Ok(n)) => {
+            let result = SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                guard.try_io(|inner| {
+                    let n = inner.get_ref().read(&mut scratch)?;
+                    buf.extend_from_slice(&scratch[..n]);
+                    Ok((n, n < scratch.len()))
+                })
+            });
+            match result {
+                Ok(Ok((n, drained))) => {
                     // A short read drained the socket: edge-triggered epoll will report new data.
-                    if n < scratch.len() {
+                    if drained {
                         guard.clear_ready();
                     }
-                    buf.extend_from_slice(&scratch[..n]);
                     return Ok(n);
                 }
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
