@@ -26,7 +26,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("treecast: error: {e:#}");
+            eprintln!("treecast: error: {}", chain(&e));
             ExitCode::from(2)
         }
     }
@@ -42,6 +42,22 @@ fn multi_threaded(
     fut: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
 ) -> anyhow::Result<ExitCode> {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(fut)
+}
+
+/// The error and its causes, each cause added only when the text so far does not
+/// already say it (many messages quote their cause).
+fn chain(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

@@ -308,9 +308,9 @@ async fn a_backend_that_cannot_start_is_named_with_its_stderr() {
 async fn a_peer_with_the_wrong_secret_is_refused() {
     let topo = Topology::from_spec("flat", Some(2)).unwrap();
     let wrong = "00".repeat(32);
+    let script = format!("TREECAST_SECRET={wrong} exec {TREECAST} backend");
     let err = builder(topo)
-        .backend_command([TREECAST, "backend"])
-        .env("TREECAST_SECRET", wrong)
+        .backend_command(["/bin/sh", "-c", &script])
         .startup_timeout(Duration::from_secs(5))
         .launch()
         .await

@@ -45,11 +45,32 @@ pub struct DemoArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Number of back-ends to start on this machine.
-    #[arg(long, value_name = "N")]
-    pub local: usize,
-    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
+    #[arg(long, value_name = "N", required_unless_present = "hosts", conflicts_with = "hosts")]
+    pub local: Option<usize>,
+    /// Hosts to run on, as a host list (`node[01-16,20]`, `h[1-4],login1`); one back-end per host by default.
+    #[arg(long, value_name = "LIST")]
+    pub hosts: Option<String>,
+    /// With --hosts: the largest number of children of any node.
+    #[arg(long, value_name = "F", default_value_t = 16)]
+    pub fanout: usize,
+    /// With --hosts: back-ends started on each host.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub per_host: usize,
+    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file (which names its hosts).
     #[arg(long, value_name = "SPEC")]
     pub topology: Option<String>,
+    /// How processes on other hosts are started.
+    #[arg(long, value_enum, default_value_t = LauncherKind::Ssh)]
+    pub launcher: LauncherKind,
+    /// Extra ssh arguments (split on spaces); default from TREECAST_SSH_ARGS.
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub ssh_args: Option<String>,
+    /// Path of treecast on the other hosts (default: `treecast` on their PATH).
+    #[arg(long, value_name = "PATH")]
+    pub remote_path: Option<String>,
+    /// Start even if some hosts cannot be reached; they are reported as lost.
+    #[arg(long)]
+    pub allow_missing: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -59,6 +80,15 @@ pub struct RunArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// How processes on other hosts are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LauncherKind {
+    /// Everything on this host (fork/exec); other host names are an error.
+    Local,
+    /// The system `ssh`, recursively: comm nodes start their own children.
+    Ssh,
 }
 
 /// Flags of `treecast topo`.

@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde::Serialize;
-use treecast_api::{Event, Network, NetworkBuilder, RankSet, StreamOptions, Topology, TransformKind, Value};
+use treecast_api::{
+    Event, Network, NetworkBuilder, RankSet, SshOptions, StreamOptions, Topology, TransformKind, Value,
+};
+use treecast_topology::hostlist;
 
-use super::cli::RunArgs;
+use super::cli::{LauncherKind, RunArgs};
 use super::protocol::TAG_RUN;
 
 /// Fan-out used when no topology is given.
@@ -26,6 +29,8 @@ pub struct OutputClass {
     pub stdout: String,
     /// Standard error.
     pub stderr: String,
+    /// The hosts of these ranks, as a host list.
+    pub hosts: String,
 }
 
 /// Ranks that never answered.
@@ -52,13 +57,7 @@ pub struct RunReport {
 
 /// Starts the tree, runs the command, prints the grouped output.
 pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
-    if args.local == 0 {
-        anyhow::bail!("--local needs at least 1 back-end");
-    }
-    let spec = args.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY);
-    let topology =
-        Topology::from_spec(spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
-    let net = NetworkBuilder::new(topology).launch().await?;
+    let net = launch(&args).await?;
     let limit = args.timeout.map(Duration::from_secs_f64);
     let report = run_on(net, &args.command, limit).await?;
     if args.json {
@@ -67,6 +66,50 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         print!("{}", render(&report));
     }
     Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// This machine's host name, as other hosts' names are compared with it.
+pub fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// The topology `run` flags describe: local back-ends, a host list, or a topology file.
+///
+/// # Errors
+/// Bad flags, a bad host list, or a bad topology.
+pub fn topology_of(args: &RunArgs) -> anyhow::Result<Topology> {
+    match (&args.hosts, args.local) {
+        (_, Some(0)) => anyhow::bail!("--local needs at least 1 back-end"),
+        (None, Some(n)) => {
+            let spec = args.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY);
+            Topology::from_spec(spec, Some(n)).with_context(|| format!("topology {spec:?}"))
+        }
+        (Some(_), _) if args.topology.is_some() => {
+            let spec = args.topology.as_deref().unwrap_or_default();
+            Topology::from_spec(spec, None).with_context(|| format!("topology {spec:?}"))
+        }
+        (Some(hosts), _) => Topology::from_hosts_spec(hosts, args.fanout, args.per_host, &this_host())
+            .with_context(|| format!("hosts {hosts:?}")),
+        (None, None) => anyhow::bail!("give --local N or --hosts LIST"),
+    }
+}
+
+async fn launch(args: &RunArgs) -> anyhow::Result<Network> {
+    let topology = topology_of(args)?;
+    let mut builder = NetworkBuilder::new(topology).allow_missing(args.allow_missing);
+    if args.launcher == LauncherKind::Ssh {
+        let mut ssh = SshOptions::from_env();
+        if let Some(extra) = &args.ssh_args {
+            ssh.args = extra.split_whitespace().map(str::to_owned).collect();
+        }
+        if let Some(path) = &args.remote_path {
+            ssh.remote_path = path.clone();
+        }
+        builder = builder.ssh(ssh);
+    }
+    Ok(builder.launch().await?)
 }
 
 /// Runs `command` on every back-end of `net`, then shuts it down.
@@ -95,6 +138,7 @@ pub async fn run_on(
                 exit_code: *code,
                 stdout: stdout.clone(),
                 stderr: stderr.clone(),
+                hosts: hosts_of(net.topology(), &class.ranks),
             });
         }
     }
@@ -112,12 +156,36 @@ pub async fn run_on(
     Ok(RunReport { backends, classes, lost, ok })
 }
 
+/// The hosts that run `ranks`, as a compact host list.
+fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
+    let mut hosts: Vec<String> = Vec::new();
+    for r in ranks.iter() {
+        if let Some(leaf) = topo.leaf_of_rank(r) {
+            let h = &topo.node(leaf).host;
+            if !hosts.contains(h) {
+                hosts.push(h.clone());
+            }
+        }
+    }
+    hostlist::compress(&hosts)
+}
+
 /// The human-readable report: each distinct output once, then a summary.
 pub fn render(report: &RunReport) -> String {
     let mut out = String::new();
     for c in &report.classes {
         let exit = if c.exit_code == 0 { String::new() } else { format!(" exit {}", c.exit_code) };
-        out.push_str(&format!("---- [{}] ({} rank{}){exit} ----\n", c.ranks, c.count, plural(c.count)));
+        let hosts = if c.hosts.is_empty() || c.hosts == "localhost" {
+            String::new()
+        } else {
+            format!(" on {}", c.hosts)
+        };
+        out.push_str(&format!(
+            "---- [{}] ({} rank{}){hosts}{exit} ----\n",
+            c.ranks,
+            c.count,
+            plural(c.count)
+        ));
         out.push_str(&c.stdout);
         if !c.stdout.is_empty() && !c.stdout.ends_with('\n') {
             out.push('\n');

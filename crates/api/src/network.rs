@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use rand::RngCore;
 use tokio::sync::mpsc;
 use treecast_filters::check_format;
+use treecast_launch::SshOptions;
 use treecast_node::{
     control_frame, sleep_until_opt, start_children, unix_links_from_env, ChildLink, ChildSet, Downstream,
     LaunchPlan, StreamSpec, UpOutput, Upstream,
@@ -102,6 +103,9 @@ pub struct NetworkBuilder {
     treecast_path: Option<PathBuf>,
     listen: IpAddr,
     unix_links: bool,
+    remote: Option<SshOptions>,
+    remote_listen: Option<IpAddr>,
+    allow_missing: bool,
 }
 
 impl NetworkBuilder {
@@ -121,7 +125,30 @@ impl NetworkBuilder {
             treecast_path: None,
             listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
             unix_links: unix_links_from_env(),
+            remote: None,
+            remote_listen: std::env::var("TREECAST_LISTEN").ok().and_then(|s| s.parse().ok()),
+            allow_missing: false,
         }
+    }
+
+    /// Starts processes on other hosts of the topology with ssh.
+    pub fn ssh(mut self, options: SshOptions) -> Self {
+        self.remote = Some(options);
+        self
+    }
+
+    /// The address processes on other hosts connect back to (default: found from the route to them,
+    /// or `TREECAST_LISTEN`).
+    pub fn remote_listen(mut self, addr: IpAddr) -> Self {
+        self.remote_listen = Some(addr);
+        self
+    }
+
+    /// Starts without the nodes that fail to start; their ranks are reported as
+    /// [`Event::RanksLost`] right away instead of failing the launch.
+    pub fn allow_missing(mut self, yes: bool) -> Self {
+        self.allow_missing = yes;
+        self
     }
 
     /// Runs this program (with arguments) as the back-end instead of `treecast backend`.
@@ -191,6 +218,9 @@ impl NetworkBuilder {
             session: hex::encode(session),
             listen: self.listen,
             unix_links: self.unix_links,
+            remote: self.remote,
+            remote_listen: self.remote_listen,
+            allow_missing: self.allow_missing,
         };
         let started = Instant::now();
         let children = start_children(&plan).await?;
@@ -288,11 +318,14 @@ impl std::fmt::Debug for Network {
 impl Network {
     fn from_children(topology: Topology, session: String, set: ChildSet, startup: Duration) -> Network {
         let commnodes = set.commnodes();
-        let ChildSet { children, inbound } = set;
+        let ChildSet { children, inbound, missing } = set;
         let ranks: Vec<(String, RankSet)> =
             children.iter().map(|c| (c.name.clone(), c.ranks.clone())).collect();
         let (ctl_tx, ctl_rx) = mpsc::channel(64);
         let (ev_tx, events) = mpsc::channel(EVENT_QUEUE);
+        for (ranks, reason) in missing {
+            let _ = ev_tx.try_send(Event::RanksLost { ranks, reason });
+        }
         let up = Upstream::new("front-end".into(), true, ranks.clone());
         tokio::spawn(root_loop(up, inbound, ctl_rx, ev_tx));
         let shared = Arc::new(Shared {
@@ -399,7 +432,7 @@ impl Network {
     pub async fn shutdown_with(self, grace: Duration) {
         let all: Vec<usize> = (0..self.shared.senders.len()).collect();
         self.shared.send_control(&all, &ControlMsg::Shutdown).await;
-        let set = ChildSet { children: self.children, inbound: mpsc::channel(1).1 };
+        let set = ChildSet { children: self.children, inbound: mpsc::channel(1).1, missing: Vec::new() };
         drop(self.shared);
         set.shut_down(grace).await;
     }

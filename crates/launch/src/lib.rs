@@ -3,6 +3,7 @@
 //! * [`ProcessSpec`]: program, arguments and environment of one process, plus
 //!   the name and host used in error messages.
 //! * [`LocalLauncher`]: fork/exec on this host, the embedded default.
+//! * [`SshOptions`]: the system `ssh` for other hosts; the secret goes over stdin.
 //! * [`Launched`]: a running child. It is killed when dropped, and the kernel
 //!   kills it if its parent dies (`PR_SET_PDEATHSIG`), so no process outlives
 //!   the tree. The last lines it wrote to stderr are kept for error reports.
@@ -10,6 +11,10 @@
 //! Environment, never argv, carries the session secret: see [`ProcessSpec::env`].
 
 #![deny(unsafe_code)]
+
+mod ssh;
+
+pub use ssh::{secret_from_stdin, shell_quote, SshOptions, SECRET_STDIN_ENV, SSH_ARGS_ENV};
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -53,8 +58,11 @@ pub struct ProcessSpec {
     pub program: PathBuf,
     /// Arguments after the program.
     pub args: Vec<String>,
-    /// Variables added to the inherited environment; the secret travels here.
+    /// Variables added to the inherited environment (never secret: over ssh they are on a command line).
     pub env: Vec<(String, String)>,
+    /// The session secret's variable and value: in the environment for a local
+    /// process, on standard input for a remote one.
+    pub secret: Option<(String, String)>,
     /// Forward the child's stderr lines to ours, prefixed by its name.
     pub forward_stderr: bool,
 }
@@ -62,9 +70,9 @@ pub struct ProcessSpec {
 /// A started child process.
 #[derive(Debug)]
 pub struct Launched {
-    child: Child,
-    name: String,
-    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    pub(crate) child: Child,
+    pub(crate) name: String,
+    pub(crate) stderr_tail: Arc<Mutex<VecDeque<String>>>,
 }
 
 impl Launched {
@@ -135,7 +143,8 @@ impl LocalLauncher {
     pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .env_remove(SECRET_STDIN_ENV)
+            .envs(spec.env.iter().chain(spec.secret.iter()).map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped())
@@ -155,7 +164,7 @@ impl LocalLauncher {
     }
 }
 
-async fn keep_stderr(
+pub(crate) async fn keep_stderr(
     stderr: tokio::process::ChildStderr,
     name: String,
     forward: bool,
@@ -203,6 +212,7 @@ mod tests {
             program: program.into(),
             args: args.iter().map(|s| s.to_string()).collect(),
             env: vec![("TREECAST_TEST_VAR".into(), "v".into())],
+            secret: None,
             forward_stderr: false,
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use treecast_launch::{Launched, LocalLauncher, ProcessSpec};
+use treecast_launch::{Launched, LocalLauncher, ProcessSpec, SshOptions};
 use treecast_topology::Topology;
 use treecast_transport::{
     handshake, spawn_socket_link, Inbound, LinkEvent, LinkSender, Listener, Secret, Stream, SECRET_ENV,
@@ -47,10 +47,28 @@ pub struct LaunchPlan {
     pub secret: Secret,
     /// The session id.
     pub session: String,
-    /// Address this node listens on for its children (TCP route).
+    /// Address this node listens on for children on this host when `unix_links` is off.
     pub listen: IpAddr,
-    /// Link to children through a Unix socket instead of TCP (they run on this host).
+    /// Link to children on this host through a Unix socket instead of TCP.
     pub unix_links: bool,
+    /// How to start children on other hosts; `None` allows only this host.
+    pub remote: Option<SshOptions>,
+    /// Address children on other hosts connect to; `None` finds it from the route to them.
+    pub remote_listen: Option<IpAddr>,
+    /// Start without children that fail to start (they are reported in [`ChildSet::missing`]).
+    pub allow_missing: bool,
+}
+
+impl LaunchPlan {
+    /// The host this node runs on, as the topology names it.
+    pub fn own_host(&self) -> &str {
+        &self.topology.node(self.topology.root()).host
+    }
+
+    /// True when a child on `host` runs on this node's host.
+    pub fn is_local(&self, host: &str) -> bool {
+        host == self.own_host() || host == "localhost"
+    }
 }
 
 /// One connected, ready child.
@@ -81,6 +99,8 @@ pub struct ChildSet {
     pub children: Vec<ChildLink>,
     /// Frames and closures from every child.
     pub inbound: mpsc::Receiver<Inbound>,
+    /// Ranks below this node that did not start, and why (only with `allow_missing`).
+    pub missing: Vec<(RankSet, String)>,
 }
 
 impl ChildSet {
@@ -132,6 +152,7 @@ struct Pending {
     first_rank: u32,
     process: Option<Launched>,
     stream: Option<Stream>,
+    failed: Option<String>,
 }
 
 impl Pending {
@@ -155,45 +176,36 @@ impl Pending {
 ///
 /// # Errors
 /// [`NodeError::Startup`] naming the first node that failed (with its host,
-/// exit status and stderr), after killing everything this call started.
+/// exit status and stderr), after killing everything this call started. With
+/// `allow_missing`, failed children are left out and listed in
+/// [`ChildSet::missing`] instead; only a node with no child left fails.
 ///
 /// Cancel safety: not cancel safe; started processes are killed when dropped.
 pub async fn start_children(plan: &LaunchPlan) -> Result<ChildSet, NodeError> {
-    let listener = if plan.unix_links { Listener::unix()? } else { Listener::tcp(plan.listen).await? };
-    let addr = listener.address()?;
-    let mut pending = launch_all(plan, addr)?;
+    let listeners = Listeners::open(plan).await?;
+    let mut pending = launch_all(plan, &listeners)?;
     let deadline = Instant::now() + plan.startup_timeout;
-    accept_all(&listener, plan, &mut pending, deadline).await?;
-    drop(listener);
+    accept_all(&listeners, plan, &mut pending, deadline).await?;
+    drop(listeners);
     let (in_tx, inbound) = mpsc::channel(INBOUND_BATCHES);
-    let mut links = Vec::with_capacity(pending.len());
-    for (i, p) in pending.iter_mut().enumerate() {
-        let Some(stream) = p.stream.take() else { continue };
-        let socket = stream.into_socket().map_err(|source| NodeError::Io {
-            what: format!("taking over the link to {}", p.name),
-            source,
-        })?;
-        let (sender, writer) =
-            spawn_socket_link(socket, i, p.name.clone(), in_tx.clone()).map_err(|source| NodeError::Io {
-                what: format!("registering the link to {}", p.name),
-                source,
-            })?;
-        links.push((sender, writer));
-    }
-    drop(in_tx);
-    let mut set = ChildSet { children: Vec::new(), inbound };
-    for (p, (sender, writer)) in pending.iter_mut().zip(links) {
+    let mut set = ChildSet { children: Vec::new(), inbound, missing: Vec::new() };
+    let mut kept = Vec::new();
+    for p in pending.iter_mut() {
+        let Some(stream) = p.stream.take() else {
+            let reason = p.failed.clone().unwrap_or_else(|| p.failure("did not start"));
+            set.missing.push((p.ranks.clone(), reason));
+            continue;
+        };
+        let link = set.children.len();
+        let io = |what: &str| {
+            let what = format!("{what} {}", p.name);
+            move |source| NodeError::Io { what, source }
+        };
+        let socket = stream.into_socket().map_err(io("taking over the link to"))?;
+        let (sender, writer) = spawn_socket_link(socket, link, p.name.clone(), in_tx.clone())
+            .map_err(io("registering the link to"))?;
         if let Some(sub) = &p.sub {
-            let msg = ControlMsg::Subtree {
-                topology: sub.to_mrnet(),
-                first_id: p.id,
-                first_rank: p.first_rank,
-                total_backends: plan.total_backends,
-                backend: plan.backend.clone(),
-                env: plan.env.clone(),
-                startup_timeout_ms: plan.startup_timeout.as_millis().min(u32::MAX as u128) as u32,
-            };
-            let _ = sender.send(control_frame(&msg)).await;
+            let _ = sender.send(control_frame(&subtree_msg(plan, p, sub))).await;
         }
         set.children.push(ChildLink {
             name: p.name.clone(),
@@ -205,92 +217,236 @@ pub async fn start_children(plan: &LaunchPlan) -> Result<ChildSet, NodeError> {
             writer,
             process: None,
         });
+        kept.push(p);
     }
+    drop(in_tx);
     // Deeper levels start their own children before reporting: allow for the depth below.
     let depth = plan.topology.depth().max(1) as u32;
     let ready_deadline = deadline + plan.startup_timeout * depth.saturating_sub(1);
-    if let Err(e) = collect_ready(&mut set, &mut pending, ready_deadline).await {
+    let failed = collect_ready(&mut set, &mut kept, ready_deadline, plan.allow_missing).await;
+    if let Err(e) = failed {
         set.shut_down(Duration::from_millis(200)).await;
         return Err(e);
     }
-    for (c, p) in set.children.iter_mut().zip(pending.iter_mut()) {
+    for (c, p) in set.children.iter_mut().zip(kept.iter_mut()) {
         c.process = p.process.take();
+    }
+    if set.children.iter().all(|c| c.ranks.is_empty()) {
+        let why: Vec<String> = set.missing.iter().map(|(_, r)| r.clone()).collect();
+        set.shut_down(Duration::from_millis(200)).await;
+        return Err(NodeError::Startup(format!("no child of this node started: {}", why.join("; "))));
     }
     Ok(set)
 }
 
-fn launch_all(plan: &LaunchPlan, parent: String) -> Result<Vec<Pending>, NodeError> {
+fn subtree_msg(plan: &LaunchPlan, p: &Pending, sub: &Topology) -> ControlMsg {
+    ControlMsg::Subtree {
+        topology: sub.to_mrnet(),
+        first_id: p.id,
+        first_rank: p.first_rank,
+        total_backends: plan.total_backends,
+        backend: plan.backend.clone(),
+        env: plan.env.clone(),
+        startup_timeout_ms: plan.startup_timeout.as_millis().min(u32::MAX as u128) as u32,
+    }
+}
+
+/// The address of this host that the first resolvable child host can reach;
+/// children whose host does not resolve fail on their own when ssh cannot reach them.
+async fn remote_address(ssh: &SshOptions, hosts: &[&str]) -> Result<IpAddr, NodeError> {
+    let mut errors = Vec::new();
+    for host in hosts {
+        match ssh.local_address_towards(host).await {
+            Ok(ip) => return Ok(ip),
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(NodeError::Startup(format!(
+        "cannot tell which address the other hosts can reach this host on ({}); set TREECAST_LISTEN",
+        errors.join("; ")
+    )))
+}
+
+/// Where children connect: a local listener for this host, a TCP one for other hosts.
+struct Listeners {
+    local: Option<Listener>,
+    remote: Option<Listener>,
+    /// Why there is no remote listener although remote children exist.
+    remote_error: Option<String>,
+}
+
+impl Listeners {
+    async fn open(plan: &LaunchPlan) -> Result<Listeners, NodeError> {
+        let children: Vec<&str> = plan
+            .topology
+            .node(plan.topology.root())
+            .children
+            .iter()
+            .map(|&c| plan.topology.node(c).host.as_str())
+            .collect();
+        let local = match children.iter().any(|h| plan.is_local(h)) {
+            false => None,
+            true if plan.unix_links => Some(Listener::unix()?),
+            true => Some(Listener::tcp(plan.listen).await?),
+        };
+        let remote_hosts: Vec<&str> = children.iter().copied().filter(|h| !plan.is_local(h)).collect();
+        let remote = match remote_hosts.first() {
+            None => None,
+            Some(host) => {
+                let Some(ssh) = &plan.remote else {
+                    return Err(NodeError::Startup(format!(
+                        "host {host} is not this host ({}) and no launcher for other hosts was chosen (use --launcher ssh)",
+                        plan.own_host()
+                    )));
+                };
+                let ip = match plan.remote_listen {
+                    Some(ip) => Ok(ip),
+                    None => remote_address(ssh, &remote_hosts).await,
+                };
+                match ip {
+                    Ok(ip) => Some(Listener::tcp(ip).await?),
+                    Err(e) if plan.allow_missing => {
+                        return Ok(Listeners { local, remote: None, remote_error: Some(e.to_string()) })
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        Ok(Listeners { local, remote, remote_error: None })
+    }
+
+    fn address_for(&self, local: bool) -> Result<String, NodeError> {
+        let l = if local { &self.local } else { &self.remote };
+        match (l, &self.remote_error) {
+            (Some(l), _) => Ok(l.address()?),
+            (None, Some(e)) => Err(NodeError::Startup(e.clone())),
+            (None, None) => Err(NodeError::Startup("no listener for this child".into())),
+        }
+    }
+
+    /// Waits for the next connection on any listener.
+    ///
+    /// Cancel safety: cancel safe.
+    async fn accept(&self) -> Result<(Stream, String), NodeError> {
+        let r = match (&self.local, &self.remote) {
+            (Some(a), Some(b)) => tokio::select! { r = a.accept() => r, r = b.accept() => r },
+            (Some(a), None) | (None, Some(a)) => a.accept().await,
+            (None, None) => std::future::pending().await,
+        };
+        Ok(r?)
+    }
+}
+
+fn launch_all(plan: &LaunchPlan, listeners: &Listeners) -> Result<Vec<Pending>, NodeError> {
     let topo = &plan.topology;
-    let root = topo.root();
     let mut pending = Vec::new();
-    for &c in &topo.node(root).children {
+    for &c in &topo.node(topo.root()).children {
         let node = topo.node(c);
+        let local = plan.is_local(&node.host);
         let id = plan.first_id + c as u32;
         let first_rank = plan.first_rank + topo.first_rank(c);
         let is_backend = topo.is_leaf(c);
-        let count = topo.subtree_backends(c) as u32;
-        let role = if is_backend { "back-end" } else { "comm node" };
         let name = if is_backend {
-            format!("{role} rank {first_rank} ({}:{})", node.host, node.index)
+            format!("back-end rank {first_rank} ({}:{})", node.host, node.index)
         } else {
-            format!("{role} {}:{}", node.host, node.index)
+            format!("comm node {}:{}", node.host, node.index)
         };
-        let mut envs = vec![
-            (env::PARENT.to_owned(), parent.clone()),
-            (env::NODE_ID.to_owned(), id.to_string()),
-            (SECRET_ENV.to_owned(), plan.secret.to_hex()),
-            (env::SESSION.to_owned(), plan.session.clone()),
-        ];
-        let (program, args) = if is_backend {
-            envs.push((env::RANK.to_owned(), first_rank.to_string()));
-            envs.push((env::SIZE.to_owned(), plan.total_backends.to_string()));
-            envs.extend(plan.env.iter().cloned());
-            match plan.backend.split_first() {
-                Some((prog, args)) => (PathBuf::from(prog), args.to_vec()),
-                None => (plan.treecast_exe.clone(), vec!["backend".to_owned()]),
-            }
-        } else {
-            envs.push((env::LISTEN.to_owned(), plan.listen.to_string()));
-            envs.push((env::ROUTE.to_owned(), if plan.unix_links { "unix" } else { "tcp" }.to_owned()));
-            (plan.treecast_exe.clone(), vec!["node".to_owned()])
-        };
-        let spec = ProcessSpec {
-            name: name.clone(),
-            host: node.host.clone(),
-            program,
-            args,
-            env: envs,
-            forward_stderr: true,
-        };
-        let process = LocalLauncher.launch(&spec)?;
-        pending.push(Pending {
+        let mut p = Pending {
             name,
             id,
             host: node.host.clone(),
             is_backend,
-            ranks: RankSet::range(first_rank, count),
+            ranks: RankSet::range(first_rank, topo.subtree_backends(c) as u32),
             sub: (!is_backend).then(|| topo.subtree(c)),
             first_rank,
-            process: Some(process),
+            process: None,
             stream: None,
+            failed: None,
+        };
+        let launched = listeners.address_for(local).and_then(|parent| {
+            let spec = process_spec(plan, &p, parent, local);
+            match (local, &plan.remote) {
+                (false, Some(ssh)) => Ok(ssh.launch(&spec)?),
+                _ => Ok(LocalLauncher.launch(&spec)?),
+            }
         });
+        match launched {
+            Ok(process) => p.process = Some(process),
+            Err(e) => {
+                let reason = format!("{} on {}: {e}", p.name, p.host);
+                fail(&mut p, reason, plan.allow_missing)?
+            }
+        }
+        pending.push(p);
     }
     Ok(pending)
 }
 
+/// What to run for a child, with its environment (the secret apart).
+fn process_spec(plan: &LaunchPlan, p: &Pending, parent: String, local: bool) -> ProcessSpec {
+    let mut envs = vec![
+        (env::PARENT.to_owned(), parent),
+        (env::NODE_ID.to_owned(), p.id.to_string()),
+        (env::SESSION.to_owned(), plan.session.clone()),
+    ];
+    let exe = match (&plan.remote, local) {
+        (Some(ssh), false) => PathBuf::from(&ssh.remote_path),
+        _ => plan.treecast_exe.clone(),
+    };
+    let (program, args) = if p.is_backend {
+        envs.push((env::RANK.to_owned(), p.first_rank.to_string()));
+        envs.push((env::SIZE.to_owned(), plan.total_backends.to_string()));
+        envs.extend(plan.env.iter().cloned());
+        match plan.backend.split_first() {
+            Some((prog, args)) => (PathBuf::from(prog), args.to_vec()),
+            None => (exe, vec!["backend".to_owned()]),
+        }
+    } else {
+        envs.extend(launch_env(plan, local));
+        (exe, vec!["node".to_owned()])
+    };
+    ProcessSpec {
+        name: p.name.clone(),
+        host: p.host.clone(),
+        program,
+        args,
+        env: envs,
+        secret: Some((SECRET_ENV.to_owned(), plan.secret.to_hex())),
+        forward_stderr: true,
+    }
+}
+
+/// The launch settings a comm node passes on to the comm nodes it starts.
+fn launch_env(plan: &LaunchPlan, local: bool) -> Vec<(String, String)> {
+    let mut envs = vec![(env::ROUTE.to_owned(), if plan.unix_links { "unix" } else { "tcp" }.to_owned())];
+    if local {
+        envs.push((env::LISTEN.to_owned(), plan.listen.to_string()));
+    }
+    if plan.allow_missing {
+        envs.push((env::ALLOW_MISSING.to_owned(), "1".to_owned()));
+    }
+    if let Some(ssh) = &plan.remote {
+        envs.push((env::LAUNCHER.to_owned(), "ssh".to_owned()));
+        envs.push((treecast_launch::SSH_ARGS_ENV.to_owned(), ssh.args.join(" ")));
+        envs.push((env::REMOTE_PATH.to_owned(), ssh.remote_path.clone()));
+    }
+    envs
+}
+
 async fn accept_all(
-    listener: &Listener,
+    listeners: &Listeners,
     plan: &LaunchPlan,
     pending: &mut [Pending],
     deadline: Instant,
 ) -> Result<(), NodeError> {
     let by_id: HashMap<u32, usize> = pending.iter().enumerate().map(|(i, p)| (p.id, i)).collect();
     let (hs_tx, mut hs_rx) = mpsc::channel::<(Result<u32, String>, Stream)>(64);
-    let mut connected = 0;
     let mut poll = tokio::time::interval(EXIT_POLL);
-    while connected < pending.len() {
+    let waiting =
+        |pending: &[Pending]| pending.iter().filter(|p| p.stream.is_none() && p.failed.is_none()).count();
+    while waiting(pending) > 0 {
         tokio::select! {
-            accepted = listener.accept() => {
+            accepted = listeners.accept() => {
                 let (mut stream, peer) = accepted?;
                 let secret = plan.secret.clone();
                 let tx = hs_tx.clone();
@@ -301,84 +457,134 @@ async fn accept_all(
             }
             Some((result, stream)) = hs_rx.recv() => match result {
                 Ok(id) => match by_id.get(&id) {
-                    Some(&i) if pending[i].stream.is_none() => {
+                    Some(&i) if pending[i].stream.is_none() && pending[i].failed.is_none() => {
                         pending[i].stream = Some(stream);
-                        connected += 1;
                     }
                     _ => tracing::warn!("refusing a link that claims node id {id}: not an expected child or already connected"),
                 },
                 Err(reason) => tracing::warn!("refused a connection: {reason}"),
             },
             _ = poll.tick() => {
-                for p in pending.iter_mut().filter(|p| p.stream.is_none()) {
+                for p in pending.iter_mut().filter(|p| p.stream.is_none() && p.failed.is_none()) {
                     let exited = p.process.as_mut().and_then(Launched::try_wait).is_some();
                     if exited {
                         tokio::time::sleep(Duration::from_millis(20)).await; // let stderr drain
-                        return Err(NodeError::Startup(p.failure("exited before connecting")));
+                        let reason = p.failure("exited before connecting");
+                        fail(p, reason, plan.allow_missing)?;
                     }
                 }
             }
             _ = tokio::time::sleep_until(deadline) => {
                 let secs = plan.startup_timeout.as_secs_f64();
-                let late = pending.iter_mut().find(|p| p.stream.is_none());
-                let msg = match late {
-                    Some(p) => p.failure(&format!("did not connect within {secs:.1} s")),
-                    None => "start-up timed out".to_owned(),
-                };
-                return Err(NodeError::Startup(msg));
+                for p in pending.iter_mut().filter(|p| p.stream.is_none() && p.failed.is_none()) {
+                    let reason = p.failure(&format!("did not connect within {secs:.1} s"));
+                    fail(p, reason, plan.allow_missing)?;
+                }
             }
         }
     }
     Ok(())
 }
 
+/// Records a child's failure, or turns it into the error when missing children are not allowed.
+fn fail(p: &mut Pending, reason: String, allow_missing: bool) -> Result<(), NodeError> {
+    if !allow_missing {
+        return Err(NodeError::Startup(reason));
+    }
+    tracing::warn!("{reason}; going on without it");
+    p.failed = Some(reason);
+    if let Some(process) = p.process.as_mut() {
+        let _ = process.try_wait();
+    }
+    p.process = None; // dropping kills it
+    Ok(())
+}
+
 async fn collect_ready(
     set: &mut ChildSet,
-    pending: &mut [Pending],
+    pending: &mut [&mut Pending],
     deadline: Instant,
+    allow_missing: bool,
 ) -> Result<(), NodeError> {
     let mut ready = vec![false; set.children.len()];
-    let mut left = set.children.len();
-    while left > 0 {
+    while ready.iter().any(|r| !r) {
         let inbound = tokio::time::timeout_at(deadline, set.inbound.recv()).await;
         let Ok(Some(Inbound { link, event })) = inbound else {
-            let i = ready.iter().position(|r| !r).unwrap_or(0);
-            return Err(NodeError::Startup(pending[i].failure("did not report ready in time")));
-        };
-        match event {
-            LinkEvent::Frames(frames) => {
-                for f in frames.into_iter().filter(|f| f.header.kind == FrameKind::Control) {
-                    match ControlMsg::decode(&f.payload) {
-                        Ok(ControlMsg::Ready { ranks, commnodes }) if !ready[link] => {
-                            let child = &mut set.children[link];
-                            if ranks != child.ranks {
-                                return Err(NodeError::Startup(format!(
-                                    "{} reported ranks {ranks} but was given {}",
-                                    child.name, child.ranks
-                                )));
-                            }
-                            child.commnodes = commnodes;
-                            ready[link] = true;
-                            left -= 1;
-                        }
-                        Ok(ControlMsg::LaunchFailed { message }) => return Err(NodeError::Startup(message)),
-                        Ok(other) => tracing::debug!("ignoring {other:?} during start-up"),
-                        Err(e) => {
-                            return Err(NodeError::Startup(
-                                pending[link].failure(&format!("sent a malformed control message: {e}")),
-                            ))
-                        }
-                    }
+            for i in 0..ready.len() {
+                if !ready[i] {
+                    let reason = pending[i].failure("did not report ready in time");
+                    drop_child(set, i, reason, allow_missing)?;
+                    ready[i] = true;
                 }
             }
-            LinkEvent::Closed(reason) => {
+            break;
+        };
+        let frames = match event {
+            LinkEvent::Frames(frames) => frames,
+            LinkEvent::Closed(reason) if !ready[link] => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let why = reason.unwrap_or_else(|| "closed its link".into());
-                return Err(NodeError::Startup(
+                drop_child(
+                    set,
+                    link,
                     pending[link].failure(&format!("failed during start-up: {why}")),
-                ));
+                    allow_missing,
+                )?;
+                ready[link] = true;
+                continue;
+            }
+            LinkEvent::Closed(_) => continue,
+        };
+        for f in frames.into_iter().filter(|f| f.header.kind == FrameKind::Control) {
+            match ControlMsg::decode(&f.payload) {
+                Ok(ControlMsg::Ready { ranks, commnodes }) if !ready[link] => {
+                    let child = &mut set.children[link];
+                    let extra = ranks.difference(&child.ranks);
+                    if !extra.is_empty() || (ranks != child.ranks && !allow_missing) {
+                        return Err(NodeError::Startup(format!(
+                            "{} reported ranks {ranks} but was given {}",
+                            child.name, child.ranks
+                        )));
+                    }
+                    let unreported = child.ranks.difference(&ranks);
+                    let reported: RankSet = set.missing.iter().fold(RankSet::new(), |mut acc, (r, _)| {
+                        acc.union_with(r);
+                        acc
+                    });
+                    let silent = unreported.difference(&reported);
+                    if !silent.is_empty() {
+                        set.missing.push((silent, format!("{} did not start them", child.name)));
+                    }
+                    child.ranks = ranks;
+                    child.commnodes = commnodes;
+                    ready[link] = true;
+                }
+                // A comm node reports the ranks it could not start before its own Ready.
+                Ok(ControlMsg::RanksLost { ranks, reason }) => set.missing.push((ranks, reason)),
+                Ok(ControlMsg::LaunchFailed { message }) if !ready[link] => {
+                    drop_child(set, link, message, allow_missing)?;
+                    ready[link] = true;
+                }
+                Ok(other) => tracing::debug!("ignoring {other:?} during start-up"),
+                Err(e) => {
+                    let reason = pending[link].failure(&format!("sent a malformed control message: {e}"));
+                    drop_child(set, link, reason, allow_missing)?;
+                    ready[link] = true;
+                }
             }
         }
     }
+    Ok(())
+}
+
+/// Takes a child that failed during start-up out of service (its ranks become missing).
+fn drop_child(set: &mut ChildSet, link: usize, reason: String, allow_missing: bool) -> Result<(), NodeError> {
+    if !allow_missing {
+        return Err(NodeError::Startup(reason));
+    }
+    tracing::warn!("{reason}; going on without it");
+    let child = &mut set.children[link];
+    let ranks = std::mem::take(&mut child.ranks);
+    set.missing.push((ranks, reason));
     Ok(())
 }

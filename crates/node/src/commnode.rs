@@ -10,6 +10,8 @@ use treecast_topology::Topology;
 use treecast_transport::{handshake, spawn_socket_link, Inbound, LinkEvent, LinkSender, Secret, Stream};
 use treecast_wire::{ControlMsg, Frame, FrameKind};
 
+use treecast_launch::SshOptions;
+
 use crate::{
     control_frame, env, start_children, ChildSet, Downstream, LaunchPlan, NodeError, StreamSpec, UpOutput,
     Upstream,
@@ -38,10 +40,34 @@ where
 pub async fn connect_parent(limit: Duration) -> Result<(Stream, String, u32, Secret), NodeError> {
     let parent = env_var(env::PARENT)?;
     let node_id: u32 = env_parse(env::NODE_ID)?;
-    let secret = Secret::from_env()?;
+    // The environment wins: a local parent puts the secret there; over ssh it comes on stdin.
+    let secret = match Secret::from_env() {
+        Ok(secret) => secret,
+        Err(env_err) => match treecast_launch::secret_from_stdin() {
+            Some(line) => {
+                let line = line.map_err(|source| NodeError::Io {
+                    what: "reading the secret from stdin".into(),
+                    source,
+                })?;
+                Secret::from_hex(&line)?
+            }
+            None => return Err(env_err.into()),
+        },
+    };
     let mut stream = Stream::connect(&parent, limit).await?;
     handshake::connect(&mut stream, &secret, node_id, &parent, limit).await?;
     Ok((stream, parent, node_id, secret))
+}
+
+/// How this node starts children on other hosts, as its parent set it (`TREECAST_LAUNCHER=ssh`).
+pub fn remote_from_env() -> Option<SshOptions> {
+    (std::env::var(env::LAUNCHER).ok()? == "ssh").then(|| {
+        let mut ssh = SshOptions::from_env();
+        if let Ok(path) = std::env::var(env::REMOTE_PATH) {
+            ssh.remote_path = path;
+        }
+        ssh
+    })
 }
 
 /// Whether this node links to its children through Unix sockets (`TREECAST_ROUTE`, default `unix`).
@@ -73,6 +99,10 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
             return Err(e);
         }
     };
+    for (ranks, reason) in &children.missing {
+        let lost = ControlMsg::RanksLost { ranks: ranks.clone(), reason: reason.clone() };
+        let _ = parent.send(control_frame(&lost)).await;
+    }
     let ready = ControlMsg::Ready { ranks: children.ranks(), commnodes: 1 + children.commnodes() };
     if parent.send(control_frame(&ready)).await.is_err() {
         children.shut_down(SHUTDOWN_GRACE).await;
@@ -135,6 +165,9 @@ async fn receive_plan(
         session: std::env::var(env::SESSION).unwrap_or_default(),
         listen,
         unix_links: unix_links_from_env(),
+        remote: remote_from_env(),
+        remote_listen: None,
+        allow_missing: std::env::var(env::ALLOW_MISSING).is_ok_and(|v| v == "1"),
     })
 }
 
@@ -145,7 +178,7 @@ enum UpCtl {
 
 /// Routes both directions until the parent link ends, then takes the sub-tree down.
 async fn route(name: String, parent: LinkSender, from_parent: mpsc::Receiver<Inbound>, children: ChildSet) {
-    let ChildSet { children: links, inbound } = children;
+    let ChildSet { children: links, inbound, .. } = children;
     let senders: Vec<LinkSender> = links.iter().map(|c| c.sender.clone()).collect();
     let ranks: Vec<_> = links.iter().map(|c| (c.name.clone(), c.ranks.clone())).collect();
     let (ctl_tx, ctl_rx) = mpsc::channel(64);
@@ -155,7 +188,7 @@ async fn route(name: String, parent: LinkSender, from_parent: mpsc::Receiver<Inb
     down_loop(&name, down, from_parent, &senders, ctl_tx).await;
     drop(senders);
     up_task.abort();
-    let set = ChildSet { children: links, inbound: mpsc::channel(1).1 };
+    let set = ChildSet { children: links, inbound: mpsc::channel(1).1, missing: Vec::new() };
     set.shut_down(SHUTDOWN_GRACE).await;
 }
 

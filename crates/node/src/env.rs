@@ -19,3 +19,9 @@ pub const LISTEN: &str = "TREECAST_LISTEN";
 pub const LOG: &str = "TREECAST_LOG";
 /// Route comm nodes use to their own children: `unix` (default, same host) or `tcp`.
 pub const ROUTE: &str = "TREECAST_ROUTE";
+/// `1` to start without children that fail to start (they are reported lost).
+pub const ALLOW_MISSING: &str = "TREECAST_ALLOW_MISSING";
+/// Launcher for children on other hosts: `ssh` (or unset: this host only).
+pub const LAUNCHER: &str = "TREECAST_LAUNCHER";
+/// Path of `treecast` on other hosts.
+pub const REMOTE_PATH: &str = "TREECAST_REMOTE_PATH";

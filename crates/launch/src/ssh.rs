@@ -1,0 +1,225 @@
+//! Starting processes on other hosts with the system `ssh`.
+//!
+//! The user's ssh configuration, agents and jump hosts apply because the real
+//! `ssh` binary is used. Configuration travels on the remote command line as
+//! environment assignments; the session secret never does: it is written to the
+//! remote process's standard input and read there (`TREECAST_SECRET_STDIN=1`).
+
+use std::net::IpAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::{die_with_parent, keep_stderr, LaunchError, Launched, ProcessSpec};
+
+/// Environment variable holding extra ssh arguments (split on white space).
+pub const SSH_ARGS_ENV: &str = "TREECAST_SSH_ARGS";
+/// Set on a remote command whose secret arrives on standard input.
+pub const SECRET_STDIN_ENV: &str = "TREECAST_SECRET_STDIN";
+
+/// How to reach other hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshOptions {
+    /// The ssh program (default `ssh`).
+    pub program: String,
+    /// Extra arguments before the host, e.g. `-F cluster_config`.
+    pub args: Vec<String>,
+    /// Seconds ssh may take to connect.
+    pub connect_timeout: u32,
+    /// Path of `treecast` on the remote hosts (default: found on the remote `PATH`).
+    pub remote_path: String,
+}
+
+impl Default for SshOptions {
+    fn default() -> Self {
+        SshOptions {
+            program: "ssh".into(),
+            args: Vec::new(),
+            connect_timeout: 10,
+            remote_path: "treecast".into(),
+        }
+    }
+}
+
+/// Quotes a word for a POSIX shell.
+pub fn shell_quote(word: &str) -> String {
+    if !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b)) {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+impl SshOptions {
+    /// Options with extra arguments from `TREECAST_SSH_ARGS`.
+    pub fn from_env() -> Self {
+        let args = std::env::var(SSH_ARGS_ENV)
+            .map(|s| s.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default();
+        SshOptions { args, ..SshOptions::default() }
+    }
+
+    fn command(&self, host: &str) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.arg("-o")
+            .arg("BatchMode=yes")
+            .arg("-o")
+            .arg(format!("ConnectTimeout={}", self.connect_timeout))
+            .args(&self.args)
+            .arg(host);
+        cmd
+    }
+
+    /// The remote command line: environment assignments, then the program and its arguments.
+    pub fn remote_command(spec: &ProcessSpec) -> String {
+        let mut words = vec!["exec".to_owned(), "env".to_owned()];
+        for (k, v) in &spec.env {
+            words.push(shell_quote(&format!("{k}={v}")));
+        }
+        if spec.secret.is_some() {
+            words.push(format!("{SECRET_STDIN_ENV}=1"));
+        }
+        words.push(shell_quote(&spec.program.to_string_lossy()));
+        words.extend(spec.args.iter().map(|a| shell_quote(a)));
+        words.join(" ")
+    }
+
+    /// Starts `spec` on `spec.host` through ssh.
+    ///
+    /// # Errors
+    /// [`LaunchError::Spawn`] when the `ssh` program cannot be run.
+    pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+        let mut cmd = self.command(&spec.host);
+        cmd.arg(Self::remote_command(spec))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        die_with_parent(&mut cmd);
+        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+            name: spec.name.clone(),
+            host: spec.host.clone(),
+            program: self.program.clone(),
+            source,
+        })?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let line = spec.secret.as_ref().map(|(_, v)| format!("{v}\n")).unwrap_or_default();
+            tokio::spawn(async move {
+                let _ = stdin.write_all(line.as_bytes()).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        let stderr_tail = Arc::new(Mutex::new(std::collections::VecDeque::new()));
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(keep_stderr(stderr, spec.name.clone(), spec.forward_stderr, stderr_tail.clone()));
+        }
+        Ok(Launched { child, name: spec.name.clone(), stderr_tail })
+    }
+
+    /// The address of this host that `host` can reach us on: ssh's own view of
+    /// the host name (`ssh -G`), resolved, and the local end of a route to it.
+    ///
+    /// # Errors
+    /// A description when the host cannot be resolved or no route leads to it.
+    pub async fn local_address_towards(&self, host: &str) -> Result<IpAddr, String> {
+        let out = self
+            .command(host)
+            .arg("-G")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| format!("running {} -G {host}: {e}", self.program))?;
+        let config = String::from_utf8_lossy(&out.stdout);
+        let target = config
+            .lines()
+            .find_map(|l| l.strip_prefix("hostname "))
+            .map(str::trim)
+            .unwrap_or(host)
+            .to_owned();
+        let addr = tokio::net::lookup_host((target.as_str(), 22))
+            .await
+            .map_err(|e| format!("resolving {target} (host {host}): {e}"))?
+            .next()
+            .ok_or_else(|| format!("{target} (host {host}) has no address"))?;
+        // Connecting a UDP socket sends nothing; it only asks the kernel for a route.
+        let unspecified: IpAddr = if addr.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() };
+        let probe = std::net::UdpSocket::bind((unspecified, 0)).map_err(|e| format!("route probe: {e}"))?;
+        probe.connect(addr).map_err(|e| format!("no route to {host} ({addr}): {e}"))?;
+        probe.local_addr().map(|a| a.ip()).map_err(|e| format!("route probe: {e}"))
+    }
+}
+
+/// Reads the session secret from standard input when the launcher said it is there.
+///
+/// Returns `None` when `TREECAST_SECRET_STDIN` is not set.
+///
+/// # Errors
+/// Standard input could not be read.
+pub fn secret_from_stdin() -> Option<std::io::Result<String>> {
+    std::env::var_os(SECRET_STDIN_ENV)?;
+    let mut line = String::new();
+    Some(std::io::stdin().read_line(&mut line).map(|_| line.trim().to_owned()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_a_shell() {
+        for word in ["plain", "with space", "it's", "$HOME", "a;b", "", "x=y z"] {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", shell_quote(word)))
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), word);
+        }
+    }
+
+    #[test]
+    fn the_secret_is_not_on_the_remote_command_line() {
+        let spec = ProcessSpec {
+            name: "n".into(),
+            host: "h".into(),
+            program: "/opt/treecast".into(),
+            args: vec!["node".into()],
+            env: vec![("TREECAST_NODE_ID".into(), "3".into())],
+            secret: Some(("TREECAST_SECRET".into(), "deadbeef".into())),
+            forward_stderr: false,
+        };
+        let line = SshOptions::remote_command(&spec);
+        assert!(!line.contains("deadbeef"), "{line}");
+        assert_eq!(line, "exec env TREECAST_NODE_ID=3 TREECAST_SECRET_STDIN=1 /opt/treecast node");
+    }
+
+    #[tokio::test]
+    async fn a_fake_ssh_gets_the_secret_on_stdin() {
+        // A stand-in for ssh that runs the remote command locally.
+        let dir = std::env::temp_dir().join(format!("treecast-fake-ssh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("ssh");
+        std::fs::write(&fake, "#!/bin/sh\nfor last; do :; done\nexec sh -c \"$last\"\n").unwrap();
+        std::process::Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+        let out = dir.join("out");
+        let opts = SshOptions { program: fake.to_string_lossy().into_owned(), ..SshOptions::default() };
+        let spec = ProcessSpec {
+            name: "n".into(),
+            host: "h".into(),
+            program: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                format!("read s; echo \"$s $TREECAST_SECRET_STDIN $V\" > {}", out.display()),
+            ],
+            env: vec![("V".into(), "two words".into())],
+            secret: Some(("TREECAST_SECRET".into(), "s3cret".into())),
+            forward_stderr: false,
+        };
+        let mut p = opts.launch(&spec).unwrap();
+        assert_eq!(p.wait().await, "exited with status 0");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "s3cret 1 two words\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

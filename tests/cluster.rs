@@ -1,0 +1,191 @@
+//! Multi-host tests on a test cluster of network namespaces (`tools/testcluster`),
+//! each host with its own address, host name and sshd. They need root; without it
+//! they say so and pass without running.
+//!
+//! One test function runs every scenario in turn on one cluster, because the
+//! cluster is slow to build; a guard removes it even when a scenario fails.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use treecast::apps::protocol::TAG_ADD_RANK;
+use treecast_api::{
+    Event, NetworkBuilder, RankSet, SshOptions, StreamOptions, Topology, TransformKind, Value,
+};
+
+const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
+const PREFIX: &str = "tct";
+const HOSTS: usize = 8;
+
+struct Cluster {
+    state: String,
+}
+
+impl Cluster {
+    fn up() -> Option<Cluster> {
+        let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        if !root {
+            eprintln!("skipped: the test cluster needs root (network namespaces)");
+            return None;
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/testcluster");
+        let out =
+            Command::new(&script).args(["up", &HOSTS.to_string(), "--prefix", PREFIX]).output().unwrap();
+        assert!(out.status.success(), "testcluster up failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        Some(Cluster { state: format!("/tmp/treecast-testcluster-{PREFIX}") })
+    }
+
+    fn ssh_args(&self) -> String {
+        format!("-F {}/ssh_config", self.state)
+    }
+
+    fn ssh(&self) -> SshOptions {
+        SshOptions {
+            args: self.ssh_args().split_whitespace().map(str::to_owned).collect(),
+            remote_path: TREECAST.to_owned(),
+            ..SshOptions::default()
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new(TREECAST)
+            .arg("run")
+            .args(["--ssh-args", &self.ssh_args(), "--remote-path", TREECAST])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_no_tree_left();
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/testcluster");
+        let _ = Command::new(script).args(["down", "--prefix", PREFIX]).status();
+        let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let left = String::from_utf8_lossy(&left.stdout);
+        if !std::thread::panicking() {
+            assert!(!left.contains(&format!("treecast-{PREFIX}")), "namespaces left behind: {left}");
+        }
+    }
+}
+
+/// Waits up to 5 s until no treecast process of any session runs (this test binary is the only user).
+fn assert_no_tree_left() {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+            .filter(|e| {
+                std::fs::read(e.path().join("environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv.starts_with(b"TREECAST_SESSION=")))
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "treecast processes left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_owned()
+}
+
+#[test]
+fn multi_host_cluster() {
+    let Some(cluster) = Cluster::up() else { return };
+
+    // Every host answers with its own name, one group per host.
+    let out = cluster.run(&["--hosts", &format!("{PREFIX}[1-{HOSTS}]"), "--", "hostname"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    for k in 1..=HOSTS {
+        let rank = k - 1;
+        assert!(
+            stdout.contains(&format!("---- [{rank}] (1 rank) on {PREFIX}{k} ----\n{PREFIX}{k}\n")),
+            "{stdout}"
+        );
+    }
+
+    // A depth-3 tree over ssh (front-end, 2 comm-node hosts, 3 back-end hosts each),
+    // with dotted host names, sums correctly.
+    let text_topo = format!(
+        "{fe}:0 => {p}1:0 {p}5.cluster.test:0 ;\n{p}1:0 => {p}2.cluster.test:0 {p}3:0 {p}4:0 ;\n\
+         {p}5.cluster.test:0 => {p}6:0 {p}7:0 {p}8.cluster.test:0 ;\n",
+        fe = this_host(),
+        p = PREFIX
+    );
+    let topo = Topology::parse(&text_topo).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let net =
+            NetworkBuilder::new(topo).treecast_path(TREECAST).ssh(cluster.ssh()).launch().await.unwrap();
+        assert_eq!((net.backends(), net.commnodes()), (6, 2));
+        let mut s = net
+            .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+            .await
+            .unwrap();
+        s.send(TAG_ADD_RANK, "%d", &[Value::Int(100)]).await.unwrap();
+        let p = s.recv_timeout(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(p.values().unwrap()[0].as_i64(), Some(600 + 15));
+        net.shutdown().await;
+    });
+    assert_no_tree_left();
+
+    // An unreachable host is named with ssh's message; with --allow-missing the rest completes.
+    let hosts = format!("{PREFIX}[1-3],nosuchhost");
+    let out = cluster.run(&["--hosts", &hosts, "--", "hostname"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("on nosuchhost") && err.contains("Could not resolve hostname"), "{err}");
+    let out = cluster.run(&["--hosts", &hosts, "--allow-missing", "--json", "--", "hostname"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["classes"].as_array().unwrap().len(), 3);
+    assert_eq!(report["lost"][0]["ranks"], "3");
+    assert!(report["lost"][0]["reason"].as_str().unwrap().contains("nosuchhost"));
+
+    // The same through the API: the missing rank is an event, waves go on without it.
+    rt.block_on(async {
+        let hosts: Vec<String> = vec![format!("{PREFIX}1"), "nosuchhost".into(), format!("{PREFIX}2")];
+        let topo = Topology::from_hosts(&hosts, 2, 1, &this_host()).unwrap();
+        let mut net = NetworkBuilder::new(topo)
+            .treecast_path(TREECAST)
+            .ssh(cluster.ssh())
+            .allow_missing(true)
+            .launch()
+            .await
+            .unwrap();
+        match net.try_event() {
+            Some(Event::RanksLost { ranks, reason }) => {
+                assert_eq!(ranks, RankSet::single(1));
+                assert!(reason.contains("nosuchhost"), "{reason}");
+            }
+            other => panic!("expected the missing rank as an event, got {other:?}"),
+        }
+        let mut s = net
+            .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+            .await
+            .unwrap();
+        s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+        assert_eq!(
+            s.recv_timeout(Duration::from_secs(30)).await.unwrap().values().unwrap()[0].as_i64(),
+            Some(2)
+        );
+        net.shutdown().await;
+    });
+    assert_no_tree_left();
+}
