@@ -483,3 +483,88 @@ fn demo_runs_and_explains_itself() {
     assert!(text.contains("(expected 16120)") && text.contains("16120"), "{text}");
     assert!(text.contains("[0-15]"), "{text}");
 }
+
+// ---- attach mode ----
+
+/// Launches a network in attach mode, starts its back-ends with `start` once the
+/// attach file exists, and checks a sum over them; leaves nothing behind.
+async fn attach_and_sum(spec: &str, n: usize, start: impl FnOnce(&Path, &str) -> std::process::Child) {
+    let dir = std::env::temp_dir().join(format!("treecast-attach-test-{}-{spec}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("attach");
+    let topo = Topology::from_spec(spec, Some(n)).unwrap();
+    let launching = tokio::spawn(builder(topo).attach(&file, LIMIT).launch());
+    let deadline = Instant::now() + LIMIT;
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "no attach file");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let t = tag();
+    let mut launcher = start(&file, &t);
+    let net = launching.await.unwrap().unwrap();
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), n as i64 + (0..n as i64).sum::<i64>());
+    finish(net).await;
+    let _ = tokio::task::spawn_blocking(move || launcher.wait()).await;
+    assert_no_leftovers(&t);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn backends_started_by_a_shell_loop_attach() {
+    attach_and_sum("balanced:2x3", 6, |file, tag| {
+        let (k, v) = tag.split_once('=').unwrap();
+        let script = format!(
+            "for r in 0 1 2 3 4 5; do TREECAST_RANK=$r {TREECAST} backend --attach {} & done; wait",
+            file.display()
+        );
+        Command::new("/bin/sh").arg("-c").arg(script).env(k, v).spawn().unwrap()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn backends_started_by_mpirun_attach() {
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        eprintln!("skipped: mpirun is not installed (Debian: openmpi-bin)");
+        return;
+    }
+    attach_and_sum("kary:2", 4, |file, tag| {
+        let (k, v) = tag.split_once('=').unwrap();
+        Command::new("mpirun")
+            .args(["--allow-run-as-root", "--oversubscribe", "-n", "4", "-x", k])
+            .args([TREECAST, "backend", "--attach"])
+            .arg(file)
+            .env(k, v)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    })
+    .await;
+}
+
+#[test]
+fn a_backend_without_a_place_in_the_attach_file_says_so() {
+    let dir = std::env::temp_dir().join(format!("treecast-attach-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("attach");
+    std::fs::write(
+        &file,
+        format!("version 1\nsession s\nsecret {}\nsize 1\nrank 0 1 unix:/nonexistent/s\n", "ab".repeat(32)),
+    )
+    .unwrap();
+    let out = Command::new(TREECAST)
+        .args(["backend", "--attach"])
+        .arg(&file)
+        .args(["--rank", "3"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("rank 3 has no place in the attach file"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,8 +10,11 @@ use super::cli::BackendArgs;
 use super::protocol::*;
 
 /// Joins the tree and answers requests until the network shuts down.
-pub async fn main(_args: BackendArgs) -> anyhow::Result<ExitCode> {
-    let mut be = BackEnd::connect().await.context("joining the tree")?;
+pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
+    let mut be = match &args.attach {
+        Some(file) => BackEnd::attach(Some(file), args.rank).await.context("attaching to the tree")?,
+        None => BackEnd::connect().await.context("joining the tree")?,
+    };
     loop {
         let packet = match be.recv().await {
             Ok(p) => p,
@@ -40,7 +43,7 @@ async fn answer(be: &treecast_api::BackEndSender, rank: u32, p: Packet) -> Resul
         TAG_RUN => {
             let v = p.unpack("%as %uld")?;
             let (Value::StrArray(argv), Value::ULong(limit_ms)) = (&v[0], &v[1]) else { return Ok(()) };
-            let (out, err, code) = run_command(argv, *limit_ms).await;
+            let (out, err, code) = run_command(argv, *limit_ms, rank, be.size()).await;
             be.send(stream, tag, "%s %s %d", &[out.into(), err.into(), code.into()]).await
         }
         TAG_ADD_RANK => {
@@ -84,7 +87,7 @@ async fn answer(be: &treecast_api::BackEndSender, rank: u32, p: Packet) -> Resul
 }
 
 /// Runs `argv` without the session secret in its environment; returns stdout, stderr and the exit code.
-async fn run_command(argv: &[String], limit_ms: u64) -> (String, String, i32) {
+async fn run_command(argv: &[String], limit_ms: u64, rank: u32, size: u32) -> (String, String, i32) {
     let Some((program, args)) = argv.split_first() else {
         return (String::new(), "treecast: empty command".into(), EXIT_NOT_STARTED);
     };
@@ -93,6 +96,9 @@ async fn run_command(argv: &[String], limit_ms: u64) -> (String, String, i32) {
         .env_remove(treecast_transport::SECRET_ENV)
         .env_remove(treecast_node::env::PARENT)
         .env_remove(treecast_node::env::NODE_ID)
+        // Set here too: a back-end that attached was not given them by treecast.
+        .env(treecast_node::env::RANK, rank.to_string())
+        .env(treecast_node::env::SIZE, size.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

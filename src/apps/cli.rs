@@ -71,6 +71,13 @@ pub struct RunArgs {
     /// Start even if some hosts cannot be reached; they are reported as lost.
     #[arg(long)]
     pub allow_missing: bool,
+    /// Attach mode: start the comm nodes only, write FILE, and wait for back-ends
+    /// started by someone else (`treecast backend --attach FILE`, e.g. under mpirun).
+    #[arg(long, value_name = "FILE")]
+    pub attach: Option<std::path::PathBuf>,
+    /// With --attach: seconds the back-ends have to connect.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0, requires = "attach")]
+    pub attach_timeout: f64,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -115,7 +122,14 @@ pub enum TopoFormat {
 
 /// Flags of `treecast backend`.
 #[derive(Debug, Args)]
-pub struct BackendArgs {}
+pub struct BackendArgs {
+    /// Join a network in attach mode through this attach file (default: started by a parent).
+    #[arg(long, value_name = "FILE")]
+    pub attach: Option<std::path::PathBuf>,
+    /// With --attach: this back-end's rank (default: TREECAST_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK or SLURM_PROCID).
+    #[arg(long, value_name = "R", requires = "attach")]
+    pub rank: Option<u32>,
+}
 
 /// Flags of `treecast bench`.
 #[derive(Debug, Args)]

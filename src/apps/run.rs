@@ -98,7 +98,16 @@ pub fn topology_of(args: &RunArgs) -> anyhow::Result<Topology> {
 
 async fn launch(args: &RunArgs) -> anyhow::Result<Network> {
     let topology = topology_of(args)?;
+    let backends = topology.backends();
     let mut builder = NetworkBuilder::new(topology).allow_missing(args.allow_missing);
+    if let Some(file) = &args.attach {
+        eprintln!(
+            "treecast: waiting up to {:.0} s for {backends} back-ends; start them with: treecast backend --attach {}",
+            args.attach_timeout,
+            file.display()
+        );
+        builder = builder.attach(file, Duration::from_secs_f64(args.attach_timeout));
+    }
     if args.launcher == LauncherKind::Ssh {
         let mut ssh = SshOptions::from_env();
         if let Some(extra) = &args.ssh_args {

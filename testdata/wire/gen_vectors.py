@@ -302,7 +302,7 @@ INVALID_CASES = [
     ("batch", "trailing partial frame", hdr() + b"\x01", "Truncated"),
     # control: ControlMsg::decode
     ("control", "empty", b"", "Truncated"),
-    ("control", "unknown tag", bytes([9]), "UnknownControl"),
+    ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),
     ("control", "close stream truncated", bytes([5, 1, 0]), "Truncated"),

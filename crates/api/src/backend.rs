@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use treecast_node::{connect_parent, control_frame, env};
+use treecast_node::{connect_parent, connect_to, control_frame, env};
 use treecast_transport::{spawn_socket_link, Inbound, LinkEvent, LinkSender};
 use treecast_wire::{ControlMsg, Frame, FrameHeader, FrameKind, RankSet, TransformKind, Value};
 
 use crate::network::{check_filter, encode_checked};
-use crate::{ApiError, Packet};
+use crate::{rank_from_env, ApiError, AttachInfo, Packet};
 
 /// Time allowed to reach and authenticate with the parent.
 const CONNECT_LIMIT: Duration = Duration::from_secs(30);
@@ -35,11 +35,17 @@ pub struct BackEnd {
 #[derive(Debug, Clone)]
 pub struct BackEndSender {
     rank: u32,
+    size: u32,
     link: LinkSender,
     streams: StreamTable,
 }
 
 impl BackEndSender {
+    /// Number of back-ends in the network.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
     /// Sends values upstream on `stream`.
     ///
     /// # Errors
@@ -74,6 +80,42 @@ impl BackEnd {
         let rank = env_u32(env::RANK)?;
         let size = env_u32(env::SIZE)?;
         let (stream, parent, _, _) = connect_parent(CONNECT_LIMIT).await?;
+        Self::join(stream, parent, rank, size).await
+    }
+
+    /// Joins a network in attach mode, through its attach file: `file`, or the
+    /// path in `TREECAST_ATTACH`. The rank comes from `rank` or, when `None`, from
+    /// the environment (`TREECAST_RANK`, then the MPI launchers' and Slurm's
+    /// variables, see [`crate::RANK_VARS`]).
+    ///
+    /// # Errors
+    /// No attach file or rank, a rank without a place in the file, or a parent
+    /// that cannot be reached or authenticated.
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn attach(file: Option<&std::path::Path>, rank: Option<u32>) -> Result<BackEnd, ApiError> {
+        let path = match file {
+            Some(p) => p.to_path_buf(),
+            None => std::env::var_os(env::ATTACH_FILE).map(Into::into).ok_or_else(|| {
+                ApiError::Env(format!("no attach file given: pass one or set {}", env::ATTACH_FILE))
+            })?,
+        };
+        let info = AttachInfo::read(&path)?;
+        let rank = match rank {
+            Some(r) => r,
+            None => rank_from_env()?,
+        };
+        let (node_id, parent) = info.point(rank)?;
+        let stream = connect_to(parent, node_id, &info.secret, CONNECT_LIMIT).await?;
+        Self::join(stream, parent.to_owned(), rank, info.size).await
+    }
+
+    async fn join(
+        stream: treecast_transport::Stream,
+        parent: String,
+        rank: u32,
+        size: u32,
+    ) -> Result<BackEnd, ApiError> {
         let (tx, inbound) = mpsc::channel(128);
         let socket = stream
             .into_socket()
@@ -84,7 +126,7 @@ impl BackEnd {
         link.send(control_frame(&ready))
             .await
             .map_err(|_| ApiError::Closed("the parent closed the link".into()))?;
-        let sender = BackEndSender { rank, link, streams: Arc::default() };
+        let sender = BackEndSender { rank, size, link, streams: Arc::default() };
         Ok(BackEnd { sender, size, inbound, pending: VecDeque::new(), writer: Some(writer), closed: None })
     }
 

@@ -19,11 +19,13 @@
 
 #![forbid(unsafe_code)]
 
+mod attach;
 mod backend;
 mod error;
 mod network;
 mod packet;
 
+pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
 pub use backend::{BackEnd, BackEndSender};
 pub use error::ApiError;
 pub use network::{Communicator, Event, Network, NetworkBuilder, Stream, StreamOptions, FRONT_END_RANK};

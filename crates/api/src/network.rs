@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use treecast_filters::check_format;
 use treecast_launch::SshOptions;
 use treecast_node::{
-    control_frame, sleep_until_opt, start_children, unix_links_from_env, ChildLink, ChildSet, Downstream,
-    LaunchPlan, StreamSpec, UpOutput, Upstream,
+    control_frame, sleep_until_opt, start_children, unix_links_from_env, AttachSink, ChildLink, ChildSet,
+    Downstream, LaunchPlan, StreamSpec, UpOutput, Upstream,
 };
 use treecast_topology::Topology;
 use treecast_transport::{Inbound, LinkEvent, LinkSender, Secret};
@@ -22,7 +22,7 @@ use treecast_wire::{
     FLAG_DIRECT,
 };
 
-use crate::{ApiError, Packet};
+use crate::{ApiError, AttachInfo, Packet};
 
 /// Rank put in downstream frames sent by the front-end.
 pub const FRONT_END_RANK: u32 = u32::MAX;
@@ -106,6 +106,7 @@ pub struct NetworkBuilder {
     remote: Option<SshOptions>,
     remote_listen: Option<IpAddr>,
     allow_missing: bool,
+    attach: Option<(PathBuf, Duration)>,
 }
 
 impl NetworkBuilder {
@@ -128,7 +129,16 @@ impl NetworkBuilder {
             remote: None,
             remote_listen: std::env::var("TREECAST_LISTEN").ok().and_then(|s| s.parse().ok()),
             allow_missing: false,
+            attach: None,
         }
+    }
+
+    /// Attach mode: start the comm nodes only, write `file` (mode 0600) with where
+    /// each rank connects and the session secret, and wait up to `limit` for
+    /// back-ends started by someone else (`BackEnd::attach`, `treecast backend --attach`).
+    pub fn attach(mut self, file: impl Into<PathBuf>, limit: Duration) -> Self {
+        self.attach = Some((file.into(), limit));
+        self
     }
 
     /// Starts processes on other hosts of the topology with ssh.
@@ -221,9 +231,31 @@ impl NetworkBuilder {
             remote: self.remote,
             remote_listen: self.remote_listen,
             allow_missing: self.allow_missing,
+            attach: self.attach.as_ref().map(|(_, limit)| *limit),
         };
         let started = Instant::now();
-        let children = start_children(&plan).await?;
+        let write_error = std::sync::Mutex::new(None);
+        let write_file = |points: Vec<(u32, u32, String)>| {
+            let Some((path, _)) = &self.attach else { return };
+            let info = AttachInfo {
+                session: plan.session.clone(),
+                secret: plan.secret.clone(),
+                size: plan.total_backends,
+                points,
+            };
+            if let Err(e) = info.write(path) {
+                tracing::error!("{e}");
+                if let Ok(mut slot) = write_error.lock() {
+                    *slot = Some(e);
+                }
+            }
+        };
+        let sink: Option<AttachSink<'_>> = if self.attach.is_some() { Some(&write_file) } else { None };
+        let children = start_children(&plan, sink).await;
+        if let Some(e) = write_error.lock().ok().and_then(|mut slot| slot.take()) {
+            return Err(e);
+        }
+        let children = children?;
         Ok(Network::from_children(self.topology, plan.session, children, started.elapsed()))
     }
 }

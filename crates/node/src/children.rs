@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use treecast_launch::{Launched, LocalLauncher, ProcessSpec, SshOptions};
 use treecast_topology::Topology;
 use treecast_transport::{
-    handshake, spawn_socket_link, Inbound, LinkEvent, LinkSender, Listener, Secret, Stream, SECRET_ENV,
+    handshake, spawn_link, spawn_socket_link, Inbound, LinkEvent, LinkSender, Listener, Secret, Stream,
+    SECRET_ENV,
 };
 use treecast_wire::{ControlMsg, FrameKind, RankSet};
 
@@ -57,6 +58,8 @@ pub struct LaunchPlan {
     pub remote_listen: Option<IpAddr>,
     /// Start without children that fail to start (they are reported in [`ChildSet::missing`]).
     pub allow_missing: bool,
+    /// Attach mode: back-ends are started by someone else and have this long to connect.
+    pub attach: Option<Duration>,
 }
 
 impl LaunchPlan {
@@ -153,6 +156,10 @@ struct Pending {
     process: Option<Launched>,
     stream: Option<Stream>,
     failed: Option<String>,
+    /// Attach mode: a back-end slot that someone else starts.
+    attach: bool,
+    /// Its link is running.
+    connected: bool,
 }
 
 impl Pending {
@@ -171,8 +178,16 @@ impl Pending {
     }
 }
 
+/// Receives the attach points of a sub-tree (attach mode): `(rank, node id, address)`.
+pub type AttachSink<'a> = &'a (dyn Fn(Vec<(u32, u32, String)>) + Sync);
+
 /// Launches the children of the plan's root, authenticates them, hands each
 /// comm node its sub-tree, and waits until every child reports ready.
+///
+/// In attach mode (`plan.attach`), back-ends are not launched: once every comm
+/// node below has bound its listeners, the places where each rank must connect
+/// are handed to `attach_sink`, and the back-ends started by someone else are
+/// then awaited.
 ///
 /// # Errors
 /// [`NodeError::Startup`] naming the first node that failed (with its host,
@@ -181,54 +196,50 @@ impl Pending {
 /// [`ChildSet::missing`] instead; only a node with no child left fails.
 ///
 /// Cancel safety: not cancel safe; started processes are killed when dropped.
-pub async fn start_children(plan: &LaunchPlan) -> Result<ChildSet, NodeError> {
+pub async fn start_children(
+    plan: &LaunchPlan,
+    attach_sink: Option<AttachSink<'_>>,
+) -> Result<ChildSet, NodeError> {
     let listeners = Listeners::open(plan).await?;
     let mut pending = launch_all(plan, &listeners)?;
     let deadline = Instant::now() + plan.startup_timeout;
-    accept_all(&listeners, plan, &mut pending, deadline).await?;
-    drop(listeners);
+    accept_all(&listeners, plan, &mut pending, deadline, false).await?;
     let (in_tx, inbound) = mpsc::channel(INBOUND_BATCHES);
     let mut set = ChildSet { children: Vec::new(), inbound, missing: Vec::new() };
-    let mut kept = Vec::new();
-    for p in pending.iter_mut() {
-        let Some(stream) = p.stream.take() else {
-            let reason = p.failed.clone().unwrap_or_else(|| p.failure("did not start"));
-            set.missing.push((p.ranks.clone(), reason));
-            continue;
-        };
-        let link = set.children.len();
-        let io = |what: &str| {
-            let what = format!("{what} {}", p.name);
-            move |source| NodeError::Io { what, source }
-        };
-        let socket = stream.into_socket().map_err(io("taking over the link to"))?;
-        let (sender, writer) = spawn_socket_link(socket, link, p.name.clone(), in_tx.clone())
-            .map_err(io("registering the link to"))?;
-        if let Some(sub) = &p.sub {
-            let _ = sender.send(control_frame(&subtree_msg(plan, p, sub))).await;
-        }
-        set.children.push(ChildLink {
-            name: p.name.clone(),
-            id: p.id,
-            is_backend: p.is_backend,
-            ranks: p.ranks.clone(),
-            commnodes: 0,
-            sender,
-            writer,
-            process: None,
-        });
-        kept.push(p);
+    for (link, p) in pending.iter_mut().enumerate() {
+        set.children.push(connect_child(plan, p, link, &in_tx).await?);
     }
+    let mut backlog = Vec::new();
+    if let Some(limit) = plan.attach {
+        let points =
+            gather_attach_points(plan, &listeners, &pending, &mut set, &mut backlog, deadline).await?;
+        if let Some(sink) = attach_sink {
+            sink(points);
+        }
+        accept_all(&listeners, plan, &mut pending, Instant::now() + limit, true).await?;
+        for (link, p) in pending.iter_mut().enumerate().filter(|(_, p)| p.stream.is_some()) {
+            set.children[link] = connect_child(plan, p, link, &in_tx).await?;
+        }
+    }
+    drop(listeners);
     drop(in_tx);
+    for p in pending.iter().filter(|p| !p.connected) {
+        let reason = p
+            .failed
+            .clone()
+            .unwrap_or_else(|| format!("{} (node id {}) on {} did not start", p.name, p.id, p.host));
+        set.missing.push((p.ranks.clone(), reason));
+    }
     // Deeper levels start their own children before reporting: allow for the depth below.
     let depth = plan.topology.depth().max(1) as u32;
-    let ready_deadline = deadline + plan.startup_timeout * depth.saturating_sub(1);
-    let failed = collect_ready(&mut set, &mut kept, ready_deadline, plan.allow_missing).await;
+    let ready_deadline = Instant::now() + plan.startup_timeout * depth + plan.attach.unwrap_or_default();
+    let mut live: Vec<&mut Pending> = pending.iter_mut().collect();
+    let failed = collect_ready(&mut set, &mut live, backlog, ready_deadline, plan.allow_missing).await;
     if let Err(e) = failed {
         set.shut_down(Duration::from_millis(200)).await;
         return Err(e);
     }
-    for (c, p) in set.children.iter_mut().zip(kept.iter_mut()) {
+    for (c, p) in set.children.iter_mut().zip(pending.iter_mut()) {
         c.process = p.process.take();
     }
     if set.children.iter().all(|c| c.ranks.is_empty()) {
@@ -237,6 +248,91 @@ pub async fn start_children(plan: &LaunchPlan) -> Result<ChildSet, NodeError> {
         return Err(NodeError::Startup(format!("no child of this node started: {}", why.join("; "))));
     }
     Ok(set)
+}
+
+/// Starts the link of a connected child (handing a comm node its sub-tree), or a
+/// closed stand-in with no ranks for a child that is not (yet) connected.
+async fn connect_child(
+    plan: &LaunchPlan,
+    p: &mut Pending,
+    link: usize,
+    in_tx: &mpsc::Sender<Inbound>,
+) -> Result<ChildLink, NodeError> {
+    let Some(stream) = p.stream.take() else {
+        let (sender, _) =
+            spawn_link(tokio::io::empty(), tokio::io::sink(), link, p.name.clone(), mpsc::channel(1).0);
+        let writer = tokio::spawn(async {});
+        return Ok(ChildLink {
+            name: p.name.clone(),
+            id: p.id,
+            is_backend: p.is_backend,
+            ranks: RankSet::new(),
+            commnodes: 0,
+            sender,
+            writer,
+            process: None,
+        });
+    };
+    let io = |what: &str| {
+        let what = format!("{what} {}", p.name);
+        move |source| NodeError::Io { what, source }
+    };
+    let socket = stream.into_socket().map_err(io("taking over the link to"))?;
+    let (sender, writer) = spawn_socket_link(socket, link, p.name.clone(), in_tx.clone())
+        .map_err(io("registering the link to"))?;
+    if let Some(sub) = &p.sub {
+        let _ = sender.send(control_frame(&subtree_msg(plan, p, sub))).await;
+    }
+    p.connected = true;
+    Ok(ChildLink {
+        name: p.name.clone(),
+        id: p.id,
+        is_backend: p.is_backend,
+        ranks: p.ranks.clone(),
+        commnodes: 0,
+        sender,
+        writer,
+        process: None,
+    })
+}
+
+/// Attach mode: this node's own back-end slots plus those every comm-node child reports.
+async fn gather_attach_points(
+    plan: &LaunchPlan,
+    listeners: &Listeners,
+    pending: &[Pending],
+    set: &mut ChildSet,
+    backlog: &mut Vec<Inbound>,
+    deadline: Instant,
+) -> Result<Vec<(u32, u32, String)>, NodeError> {
+    let mut points = Vec::new();
+    for p in pending.iter().filter(|p| p.attach) {
+        points.push((p.first_rank, p.id, listeners.address_for(plan.is_local(&p.host))?));
+    }
+    let mut waiting: Vec<bool> = pending.iter().map(|p| p.sub.is_some() && p.connected).collect();
+    while waiting.iter().any(|w| *w) {
+        let Ok(Some(inbound)) = tokio::time::timeout_at(deadline, set.inbound.recv()).await else {
+            let late = waiting.iter().position(|w| *w).map(|i| pending[i].name.clone()).unwrap_or_default();
+            return Err(NodeError::Startup(format!(
+                "{late} did not report where its back-ends attach in time"
+            )));
+        };
+        let link = inbound.link;
+        match &inbound.event {
+            LinkEvent::Frames(frames) => {
+                for f in frames.iter().filter(|f| f.header.kind == FrameKind::Control) {
+                    if let Ok(ControlMsg::AttachPoints { points: theirs }) = ControlMsg::decode(&f.payload) {
+                        points.extend(theirs);
+                        waiting[link] = false;
+                    }
+                }
+            }
+            LinkEvent::Closed(_) => waiting[link] = false,
+        }
+        backlog.push(inbound);
+    }
+    points.sort();
+    Ok(points)
 }
 
 fn subtree_msg(plan: &LaunchPlan, p: &Pending, sub: &Topology) -> ControlMsg {
@@ -362,7 +458,13 @@ fn launch_all(plan: &LaunchPlan, listeners: &Listeners) -> Result<Vec<Pending>, 
             process: None,
             stream: None,
             failed: None,
+            attach: is_backend && plan.attach.is_some(),
+            connected: false,
         };
+        if p.attach {
+            pending.push(p);
+            continue;
+        }
         let launched = listeners.address_for(local).and_then(|parent| {
             let spec = process_spec(plan, &p, parent, local);
             match (local, &plan.remote) {
@@ -425,6 +527,9 @@ fn launch_env(plan: &LaunchPlan, local: bool) -> Vec<(String, String)> {
     if plan.allow_missing {
         envs.push((env::ALLOW_MISSING.to_owned(), "1".to_owned()));
     }
+    if let Some(limit) = plan.attach {
+        envs.push((env::ATTACH_MS.to_owned(), limit.as_millis().to_string()));
+    }
     if let Some(ssh) = &plan.remote {
         envs.push((env::LAUNCHER.to_owned(), "ssh".to_owned()));
         envs.push((treecast_launch::SSH_ARGS_ENV.to_owned(), ssh.args.join(" ")));
@@ -438,13 +543,16 @@ async fn accept_all(
     plan: &LaunchPlan,
     pending: &mut [Pending],
     deadline: Instant,
+    attach_phase: bool,
 ) -> Result<(), NodeError> {
     let by_id: HashMap<u32, usize> = pending.iter().enumerate().map(|(i, p)| (p.id, i)).collect();
     let (hs_tx, mut hs_rx) = mpsc::channel::<(Result<u32, String>, Stream)>(64);
     let mut poll = tokio::time::interval(EXIT_POLL);
-    let waiting =
-        |pending: &[Pending]| pending.iter().filter(|p| p.stream.is_none() && p.failed.is_none()).count();
-    while waiting(pending) > 0 {
+    // A child is awaited in the phase it belongs to: launched ones first, attaching back-ends after.
+    let awaited = move |p: &Pending| {
+        p.stream.is_none() && !p.connected && p.failed.is_none() && p.attach == attach_phase
+    };
+    while pending.iter().any(awaited) {
         tokio::select! {
             accepted = listeners.accept() => {
                 let (mut stream, peer) = accepted?;
@@ -457,7 +565,7 @@ async fn accept_all(
             }
             Some((result, stream)) = hs_rx.recv() => match result {
                 Ok(id) => match by_id.get(&id) {
-                    Some(&i) if pending[i].stream.is_none() && pending[i].failed.is_none() => {
+                    Some(&i) if pending[i].stream.is_none() && !pending[i].connected && pending[i].failed.is_none() => {
                         pending[i].stream = Some(stream);
                     }
                     _ => tracing::warn!("refusing a link that claims node id {id}: not an expected child or already connected"),
@@ -465,7 +573,7 @@ async fn accept_all(
                 Err(reason) => tracing::warn!("refused a connection: {reason}"),
             },
             _ = poll.tick() => {
-                for p in pending.iter_mut().filter(|p| p.stream.is_none() && p.failed.is_none()) {
+                for p in pending.iter_mut().filter(|p| awaited(p)) {
                     let exited = p.process.as_mut().and_then(Launched::try_wait).is_some();
                     if exited {
                         tokio::time::sleep(Duration::from_millis(20)).await; // let stderr drain
@@ -476,7 +584,8 @@ async fn accept_all(
             }
             _ = tokio::time::sleep_until(deadline) => {
                 let secs = plan.startup_timeout.as_secs_f64();
-                for p in pending.iter_mut().filter(|p| p.stream.is_none() && p.failed.is_none()) {
+                let secs = if attach_phase { plan.attach.unwrap_or_default().as_secs_f64() } else { secs };
+                for p in pending.iter_mut().filter(|p| awaited(p)) {
                     let reason = p.failure(&format!("did not connect within {secs:.1} s"));
                     fail(p, reason, plan.allow_missing)?;
                 }
@@ -503,12 +612,18 @@ fn fail(p: &mut Pending, reason: String, allow_missing: bool) -> Result<(), Node
 async fn collect_ready(
     set: &mut ChildSet,
     pending: &mut [&mut Pending],
+    backlog: Vec<Inbound>,
     deadline: Instant,
     allow_missing: bool,
 ) -> Result<(), NodeError> {
-    let mut ready = vec![false; set.children.len()];
+    // Children that never connected have no ranks and nothing to report.
+    let mut ready: Vec<bool> = set.children.iter().map(|c| c.ranks.is_empty()).collect();
+    let mut backlog = backlog.into_iter();
     while ready.iter().any(|r| !r) {
-        let inbound = tokio::time::timeout_at(deadline, set.inbound.recv()).await;
+        let inbound = match backlog.next() {
+            Some(b) => Ok(Some(b)),
+            None => tokio::time::timeout_at(deadline, set.inbound.recv()).await,
+        };
         let Ok(Some(Inbound { link, event })) = inbound else {
             for i in 0..ready.len() {
                 if !ready[i] {
@@ -561,6 +676,7 @@ async fn collect_ready(
                 }
                 // A comm node reports the ranks it could not start before its own Ready.
                 Ok(ControlMsg::RanksLost { ranks, reason }) => set.missing.push((ranks, reason)),
+                Ok(ControlMsg::AttachPoints { .. }) => {}
                 Ok(ControlMsg::LaunchFailed { message }) if !ready[link] => {
                     drop_child(set, link, message, allow_missing)?;
                     ready[link] = true;

@@ -54,9 +54,23 @@ pub async fn connect_parent(limit: Duration) -> Result<(Stream, String, u32, Sec
             None => return Err(env_err.into()),
         },
     };
-    let mut stream = Stream::connect(&parent, limit).await?;
-    handshake::connect(&mut stream, &secret, node_id, &parent, limit).await?;
+    let stream = connect_to(&parent, node_id, &secret, limit).await?;
     Ok((stream, parent, node_id, secret))
+}
+
+/// Connects to a parent at `addr` and authenticates as `node_id`.
+///
+/// # Errors
+/// Connection failure or a failed handshake.
+pub async fn connect_to(
+    addr: &str,
+    node_id: u32,
+    secret: &Secret,
+    limit: Duration,
+) -> Result<Stream, NodeError> {
+    let mut stream = Stream::connect(addr, limit).await?;
+    handshake::connect(&mut stream, secret, node_id, addr, limit).await?;
+    Ok(stream)
 }
 
 /// How this node starts children on other hosts, as its parent set it (`TREECAST_LAUNCHER=ssh`).
@@ -90,7 +104,13 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
         .map_err(io("registering the parent link"))?;
     let plan = receive_plan(&mut from_parent, node_id, secret).await?;
     let name = format!("comm node {} (id {node_id})", plan.topology.node(0).host);
-    let children = match start_children(&plan).await {
+    let report_points = |points: Vec<(u32, u32, String)>| {
+        if parent.try_send(control_frame(&ControlMsg::AttachPoints { points })).is_err() {
+            tracing::warn!("could not report attach points to the parent");
+        }
+    };
+    let sink: Option<crate::AttachSink<'_>> = if plan.attach.is_some() { Some(&report_points) } else { None };
+    let children = match start_children(&plan, sink).await {
         Ok(c) => c,
         Err(e) => {
             let _ = parent.send(control_frame(&ControlMsg::LaunchFailed { message: e.to_string() })).await;
@@ -168,6 +188,7 @@ async fn receive_plan(
         remote: remote_from_env(),
         remote_listen: None,
         allow_missing: std::env::var(env::ALLOW_MISSING).is_ok_and(|v| v == "1"),
+        attach: std::env::var(env::ATTACH_MS).ok().and_then(|v| v.parse().ok()).map(Duration::from_millis),
     })
 }
 

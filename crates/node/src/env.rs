@@ -25,3 +25,7 @@ pub const ALLOW_MISSING: &str = "TREECAST_ALLOW_MISSING";
 pub const LAUNCHER: &str = "TREECAST_LAUNCHER";
 /// Path of `treecast` on other hosts.
 pub const REMOTE_PATH: &str = "TREECAST_REMOTE_PATH";
+/// Attach mode: milliseconds back-ends started by someone else have to connect.
+pub const ATTACH_MS: &str = "TREECAST_ATTACH_MS";
+/// Path of the attach file a back-end joins through (`BackEnd::attach`).
+pub const ATTACH_FILE: &str = "TREECAST_ATTACH";

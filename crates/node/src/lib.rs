@@ -22,8 +22,10 @@ pub mod env;
 mod error;
 mod upstream;
 
-pub use children::{start_children, ChildLink, ChildSet, LaunchPlan};
-pub use commnode::{connect_parent, remote_from_env, run_comm_node, sleep_until_opt, unix_links_from_env};
+pub use children::{start_children, AttachSink, ChildLink, ChildSet, LaunchPlan};
+pub use commnode::{
+    connect_parent, connect_to, remote_from_env, run_comm_node, sleep_until_opt, unix_links_from_env,
+};
 pub use downstream::Downstream;
 pub use error::NodeError;
 pub use upstream::{StreamSpec, UpOutput, Upstream};

@@ -160,6 +160,11 @@ pub enum ControlMsg {
         /// What did not match.
         message: String,
     },
+    /// Upstream, in attach mode: where the back-ends of these ranks must connect.
+    AttachPoints {
+        /// `(rank, node id, parent address)` for every back-end slot of the sub-tree.
+        points: Vec<(u32, u32, String)>,
+    },
     /// Downstream: exit now, taking every descendant down.
     Shutdown,
 }
@@ -172,6 +177,7 @@ const CLOSE_STREAM: u8 = 5;
 const RANKS_LOST: u8 = 6;
 const FILTER_ERROR: u8 = 7;
 const SHUTDOWN: u8 = 8;
+const ATTACH_POINTS: u8 = 9;
 
 impl ControlMsg {
     /// The payload bytes of a control frame.
@@ -236,6 +242,15 @@ impl ControlMsg {
                 put_string(&mut out, message);
             }
             ControlMsg::Shutdown => out.push(SHUTDOWN),
+            ControlMsg::AttachPoints { points } => {
+                out.push(ATTACH_POINTS);
+                out.extend_from_slice(&(points.len() as u32).to_le_bytes());
+                for (rank, id, addr) in points {
+                    out.extend_from_slice(&rank.to_le_bytes());
+                    out.extend_from_slice(&id.to_le_bytes());
+                    put_string(&mut out, addr);
+                }
+            }
         }
         out
     }
@@ -288,6 +303,15 @@ impl ControlMsg {
                 message: r.string("filter error")?,
             },
             SHUTDOWN => ControlMsg::Shutdown,
+            ATTACH_POINTS => {
+                let n = r.len_u32("attach points", r.remaining() / 12)?;
+                let points = (0..n)
+                    .map(|_| {
+                        Ok((r.u32("attach point")?, r.u32("attach point")?, r.string("attach address")?))
+                    })
+                    .collect::<Result<_, DecodeError>>()?;
+                ControlMsg::AttachPoints { points }
+            }
             other => return Err(DecodeError::UnknownControl(other)),
         };
         r.finish("control message")?;
@@ -324,6 +348,9 @@ mod tests {
             ControlMsg::RanksLost { ranks: RankSet::single(7), reason: "link closed".into() },
             ControlMsg::FilterError { stream: 2, rank: 1, message: "bad".into() },
             ControlMsg::Shutdown,
+            ControlMsg::AttachPoints {
+                points: vec![(0, 3, "unix:/tmp/x/s".into()), (1, 3, "10.0.0.1:4000".into())],
+            },
         ]
     }
 
