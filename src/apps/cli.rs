@@ -45,9 +45,10 @@ pub struct DemoArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Number of back-ends to start on this machine.
-    #[arg(long, value_name = "N", required_unless_present = "hosts", conflicts_with = "hosts")]
+    #[arg(long, value_name = "N", conflicts_with = "hosts")]
     pub local: Option<usize>,
     /// Hosts to run on, as a host list (`node[01-16,20]`, `h[1-4],login1`); one back-end per host by default.
+    /// With `--launcher slurm` the default is the allocation's nodes (SLURM_JOB_NODELIST).
     #[arg(long, value_name = "LIST")]
     pub hosts: Option<String>,
     /// With --hosts: the largest number of children of any node.
@@ -65,7 +66,7 @@ pub struct RunArgs {
     /// Extra ssh arguments (split on spaces); default from TREECAST_SSH_ARGS.
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub ssh_args: Option<String>,
-    /// Path of treecast on the other hosts (default: `treecast` on their PATH).
+    /// Path of treecast on the other hosts (default: `treecast` on their PATH for ssh, this binary for slurm).
     #[arg(long, value_name = "PATH")]
     pub remote_path: Option<String>,
     /// Start even if some hosts cannot be reached; they are reported as lost.
@@ -96,6 +97,8 @@ pub enum LauncherKind {
     Local,
     /// The system `ssh`, recursively: comm nodes start their own children.
     Ssh,
+    /// Slurm job steps (`srun`) inside the current allocation, for every process.
+    Slurm,
 }
 
 /// Flags of `treecast topo`.

@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 use treecast_api::{
-    Event, Network, NetworkBuilder, RankSet, SshOptions, StreamOptions, Topology, TransformKind, Value,
+    Event, Network, NetworkBuilder, RankSet, SrunOptions, SshOptions, StreamOptions, Topology, TransformKind,
+    Value,
 };
 use treecast_topology::hostlist;
 
@@ -92,6 +93,13 @@ pub fn topology_of(args: &RunArgs) -> anyhow::Result<Topology> {
         }
         (Some(hosts), _) => Topology::from_hosts_spec(hosts, args.fanout, args.per_host, &this_host())
             .with_context(|| format!("hosts {hosts:?}")),
+        (None, None) if args.launcher == LauncherKind::Slurm => {
+            let nodes = std::env::var("SLURM_JOB_NODELIST").map_err(|_| {
+                anyhow::anyhow!("--launcher slurm needs an allocation (SLURM_JOB_NODELIST is not set): run inside salloc or sbatch, or give --hosts")
+            })?;
+            Topology::from_hosts_spec(&nodes, args.fanout, args.per_host, &this_host())
+                .with_context(|| format!("SLURM_JOB_NODELIST {nodes:?}"))
+        }
         (None, None) => anyhow::bail!("give --local N or --hosts LIST"),
     }
 }
@@ -108,15 +116,23 @@ async fn launch(args: &RunArgs) -> anyhow::Result<Network> {
         );
         builder = builder.attach(file, Duration::from_secs_f64(args.attach_timeout));
     }
-    if args.launcher == LauncherKind::Ssh {
-        let mut ssh = SshOptions::from_env();
-        if let Some(extra) = &args.ssh_args {
-            ssh.args = extra.split_whitespace().map(str::to_owned).collect();
+    match args.launcher {
+        LauncherKind::Local => {}
+        LauncherKind::Ssh => {
+            let mut ssh = SshOptions::from_env();
+            if let Some(extra) = &args.ssh_args {
+                ssh.args = extra.split_whitespace().map(str::to_owned).collect();
+            }
+            if let Some(path) = &args.remote_path {
+                ssh.remote_path = path.clone();
+            }
+            builder = builder.ssh(ssh);
         }
-        if let Some(path) = &args.remote_path {
-            ssh.remote_path = path.clone();
+        LauncherKind::Slurm => {
+            let me = std::env::current_exe().context("finding this treecast binary")?;
+            let path = args.remote_path.clone().unwrap_or_else(|| me.to_string_lossy().into_owned());
+            builder = builder.slurm(SrunOptions::from_env(path));
         }
-        builder = builder.ssh(ssh);
     }
     Ok(builder.launch().await?)
 }

@@ -30,6 +30,6 @@ pub use backend::{BackEnd, BackEndSender};
 pub use error::ApiError;
 pub use network::{Communicator, Event, Network, NetworkBuilder, Stream, StreamOptions, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
-pub use treecast_launch::SshOptions;
+pub use treecast_launch::{SrunOptions, SshOptions};
 pub use treecast_topology::Topology;
 pub use treecast_wire::{RankSet, SyncMode, TransformKind, Value};

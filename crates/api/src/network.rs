@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rand::RngCore;
 use tokio::sync::mpsc;
 use treecast_filters::check_format;
-use treecast_launch::SshOptions;
+use treecast_launch::{Remote, SrunOptions, SshOptions};
 use treecast_node::{
     control_frame, sleep_until_opt, start_children, unix_links_from_env, AttachSink, ChildLink, ChildSet,
     Downstream, LaunchPlan, StreamSpec, UpOutput, Upstream,
@@ -103,7 +103,7 @@ pub struct NetworkBuilder {
     treecast_path: Option<PathBuf>,
     listen: IpAddr,
     unix_links: bool,
-    remote: Option<SshOptions>,
+    remote: Option<Remote>,
     remote_listen: Option<IpAddr>,
     allow_missing: bool,
     attach: Option<(PathBuf, Duration)>,
@@ -143,7 +143,14 @@ impl NetworkBuilder {
 
     /// Starts processes on other hosts of the topology with ssh.
     pub fn ssh(mut self, options: SshOptions) -> Self {
-        self.remote = Some(options);
+        self.remote = Some(Remote::Ssh(options));
+        self
+    }
+
+    /// Starts every comm node and back-end as a Slurm job step (`srun`); the
+    /// front-end must run inside the allocation.
+    pub fn slurm(mut self, options: SrunOptions) -> Self {
+        self.remote = Some(Remote::Slurm(options));
         self
     }
 

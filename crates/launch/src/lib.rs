@@ -4,6 +4,7 @@
 //!   the name and host used in error messages.
 //! * [`LocalLauncher`]: fork/exec on this host, the embedded default.
 //! * [`SshOptions`]: the system `ssh` for other hosts; the secret goes over stdin.
+//! * [`SrunOptions`]: Slurm job steps inside an allocation; [`Remote`] picks one.
 //! * [`Launched`]: a running child. It is killed when dropped, and the kernel
 //!   kills it if its parent dies (`PR_SET_PDEATHSIG`), so no process outlives
 //!   the tree. The last lines it wrote to stderr are kept for error reports.
@@ -12,8 +13,10 @@
 
 #![deny(unsafe_code)]
 
+mod slurm;
 mod ssh;
 
+pub use slurm::{Remote, SrunOptions, LAUNCHER_ENV, REMOTE_PATH_ENV, SRUN_ARGS_ENV};
 pub use ssh::{secret_from_stdin, shell_quote, SshOptions, SECRET_STDIN_ENV, SSH_ARGS_ENV};
 
 use std::collections::VecDeque;

@@ -137,16 +137,7 @@ impl SshOptions {
             .map(str::trim)
             .unwrap_or(host)
             .to_owned();
-        let addr = tokio::net::lookup_host((target.as_str(), 22))
-            .await
-            .map_err(|e| format!("resolving {target} (host {host}): {e}"))?
-            .next()
-            .ok_or_else(|| format!("{target} (host {host}) has no address"))?;
-        // Connecting a UDP socket sends nothing; it only asks the kernel for a route.
-        let unspecified: IpAddr = if addr.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() };
-        let probe = std::net::UdpSocket::bind((unspecified, 0)).map_err(|e| format!("route probe: {e}"))?;
-        probe.connect(addr).map_err(|e| format!("no route to {host} ({addr}): {e}"))?;
-        probe.local_addr().map(|a| a.ip()).map_err(|e| format!("route probe: {e}"))
+        crate::slurm::local_address_towards(&target).await.map_err(|e| format!("{e} (host {host})"))
     }
 }
 

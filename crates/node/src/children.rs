@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use treecast_launch::{Launched, LocalLauncher, ProcessSpec, SshOptions};
+use treecast_launch::{Launched, LocalLauncher, ProcessSpec, Remote};
 use treecast_topology::Topology;
 use treecast_transport::{
     handshake, spawn_link, spawn_socket_link, Inbound, LinkEvent, LinkSender, Listener, Secret, Stream,
@@ -52,8 +52,8 @@ pub struct LaunchPlan {
     pub listen: IpAddr,
     /// Link to children on this host through a Unix socket instead of TCP.
     pub unix_links: bool,
-    /// How to start children on other hosts; `None` allows only this host.
-    pub remote: Option<SshOptions>,
+    /// How to start children on other hosts (with Slurm: every child); `None` allows only this host.
+    pub remote: Option<Remote>,
     /// Address children on other hosts connect to; `None` finds it from the route to them.
     pub remote_listen: Option<IpAddr>,
     /// Start without children that fail to start (they are reported in [`ChildSet::missing`]).
@@ -70,6 +70,9 @@ impl LaunchPlan {
 
     /// True when a child on `host` runs on this node's host.
     pub fn is_local(&self, host: &str) -> bool {
+        if self.remote.as_ref().is_some_and(Remote::takes_local_hosts) {
+            return false;
+        }
         host == self.own_host() || host == "localhost"
     }
 }
@@ -349,7 +352,7 @@ fn subtree_msg(plan: &LaunchPlan, p: &Pending, sub: &Topology) -> ControlMsg {
 
 /// The address of this host that the first resolvable child host can reach;
 /// children whose host does not resolve fail on their own when ssh cannot reach them.
-async fn remote_address(ssh: &SshOptions, hosts: &[&str]) -> Result<IpAddr, NodeError> {
+async fn remote_address(ssh: &Remote, hosts: &[&str]) -> Result<IpAddr, NodeError> {
     let mut errors = Vec::new();
     for host in hosts {
         match ssh.local_address_towards(host).await {
@@ -391,7 +394,7 @@ impl Listeners {
             Some(host) => {
                 let Some(ssh) = &plan.remote else {
                     return Err(NodeError::Startup(format!(
-                        "host {host} is not this host ({}) and no launcher for other hosts was chosen (use --launcher ssh)",
+                                "host {host} is not this host ({}) and no launcher for other hosts was chosen (use --launcher ssh or slurm)",
                         plan.own_host()
                     )));
                 };
@@ -468,7 +471,7 @@ fn launch_all(plan: &LaunchPlan, listeners: &Listeners) -> Result<Vec<Pending>, 
         let launched = listeners.address_for(local).and_then(|parent| {
             let spec = process_spec(plan, &p, parent, local);
             match (local, &plan.remote) {
-                (false, Some(ssh)) => Ok(ssh.launch(&spec)?),
+                (false, Some(remote)) => Ok(remote.launch(&spec)?),
                 _ => Ok(LocalLauncher.launch(&spec)?),
             }
         });
@@ -492,7 +495,7 @@ fn process_spec(plan: &LaunchPlan, p: &Pending, parent: String, local: bool) -> 
         (env::SESSION.to_owned(), plan.session.clone()),
     ];
     let exe = match (&plan.remote, local) {
-        (Some(ssh), false) => PathBuf::from(&ssh.remote_path),
+        (Some(remote), false) => PathBuf::from(remote.remote_path()),
         _ => plan.treecast_exe.clone(),
     };
     let (program, args) = if p.is_backend {
@@ -530,10 +533,8 @@ fn launch_env(plan: &LaunchPlan, local: bool) -> Vec<(String, String)> {
     if let Some(limit) = plan.attach {
         envs.push((env::ATTACH_MS.to_owned(), limit.as_millis().to_string()));
     }
-    if let Some(ssh) = &plan.remote {
-        envs.push((env::LAUNCHER.to_owned(), "ssh".to_owned()));
-        envs.push((treecast_launch::SSH_ARGS_ENV.to_owned(), ssh.args.join(" ")));
-        envs.push((env::REMOTE_PATH.to_owned(), ssh.remote_path.clone()));
+    if let Some(remote) = &plan.remote {
+        envs.extend(remote.env());
     }
     envs
 }

@@ -10,7 +10,7 @@ use treecast_topology::Topology;
 use treecast_transport::{handshake, spawn_socket_link, Inbound, LinkEvent, LinkSender, Secret, Stream};
 use treecast_wire::{ControlMsg, Frame, FrameKind};
 
-use treecast_launch::SshOptions;
+use treecast_launch::Remote;
 
 use crate::{
     control_frame, env, start_children, ChildSet, Downstream, LaunchPlan, NodeError, StreamSpec, UpOutput,
@@ -73,15 +73,9 @@ pub async fn connect_to(
     Ok(stream)
 }
 
-/// How this node starts children on other hosts, as its parent set it (`TREECAST_LAUNCHER=ssh`).
-pub fn remote_from_env() -> Option<SshOptions> {
-    (std::env::var(env::LAUNCHER).ok()? == "ssh").then(|| {
-        let mut ssh = SshOptions::from_env();
-        if let Ok(path) = std::env::var(env::REMOTE_PATH) {
-            ssh.remote_path = path;
-        }
-        ssh
-    })
+/// How this node starts children on other hosts, as its parent set it (`TREECAST_LAUNCHER`).
+pub fn remote_from_env() -> Option<Remote> {
+    Remote::from_env()
 }
 
 /// Whether this node links to its children through Unix sockets (`TREECAST_ROUTE`, default `unix`).

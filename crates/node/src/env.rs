@@ -21,10 +21,10 @@ pub const LOG: &str = "TREECAST_LOG";
 pub const ROUTE: &str = "TREECAST_ROUTE";
 /// `1` to start without children that fail to start (they are reported lost).
 pub const ALLOW_MISSING: &str = "TREECAST_ALLOW_MISSING";
-/// Launcher for children on other hosts: `ssh` (or unset: this host only).
-pub const LAUNCHER: &str = "TREECAST_LAUNCHER";
-/// Path of `treecast` on other hosts.
-pub const REMOTE_PATH: &str = "TREECAST_REMOTE_PATH";
+/// Launcher for children on other hosts: `ssh` or `slurm` (unset: this host only).
+pub const LAUNCHER: &str = treecast_launch::LAUNCHER_ENV;
+/// Path of `treecast` where children run.
+pub const REMOTE_PATH: &str = treecast_launch::REMOTE_PATH_ENV;
 /// Attach mode: milliseconds back-ends started by someone else have to connect.
 pub const ATTACH_MS: &str = "TREECAST_ATTACH_MS";
 /// Path of the attach file a back-end joins through (`BackEnd::attach`).

@@ -1,0 +1,208 @@
+//! Starting processes as Slurm job steps with `srun`, inside an allocation.
+//!
+//! Every process becomes a step of the job, so Slurm places, accounts for and
+//! cleans up after it. The environment (secret included) reaches the step through
+//! srun's default `--export=ALL`, never through the command line. Steps use
+//! `--overlap` so that dozens of single-task steps run at once in one allocation.
+
+use std::net::IpAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use tokio::process::Command;
+
+use crate::{die_with_parent, keep_stderr, LaunchError, Launched, ProcessSpec};
+
+/// Environment variable holding extra srun arguments (split on white space).
+pub const SRUN_ARGS_ENV: &str = "TREECAST_SRUN_ARGS";
+
+/// How to start job steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SrunOptions {
+    /// The srun program (default `srun`).
+    pub program: String,
+    /// Extra arguments, e.g. `--partition=debug`.
+    pub args: Vec<String>,
+    /// Path of `treecast` on the nodes (default: this binary's path; Slurm clusters share file systems).
+    pub remote_path: String,
+}
+
+impl SrunOptions {
+    /// Options with extra arguments from `TREECAST_SRUN_ARGS`, running `remote_path` on the nodes.
+    pub fn from_env(remote_path: String) -> Self {
+        let args = std::env::var(SRUN_ARGS_ENV)
+            .map(|s| s.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default();
+        SrunOptions { program: "srun".into(), args, remote_path }
+    }
+
+    /// Starts `spec` as a one-task job step on `spec.host`.
+    ///
+    /// # Errors
+    /// [`LaunchError::Spawn`] when `srun` cannot be run.
+    pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(["-N1", "-n1", "--overlap", "--quiet", "--kill-on-bad-exit=1"])
+            .arg(format!("--nodelist={}", spec.host))
+            .arg(format!("--job-name=treecast:{}", spec.name.replace(' ', "_")))
+            .args(&self.args)
+            .arg("--")
+            .arg(&spec.program)
+            .args(&spec.args)
+            .env_remove(crate::SECRET_STDIN_ENV)
+            .envs(spec.env.iter().chain(spec.secret.iter()).map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        die_with_parent(&mut cmd);
+        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+            name: spec.name.clone(),
+            host: spec.host.clone(),
+            program: self.program.clone(),
+            source,
+        })?;
+        let stderr_tail = Arc::new(Mutex::new(std::collections::VecDeque::new()));
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(keep_stderr(stderr, spec.name.clone(), spec.forward_stderr, stderr_tail.clone()));
+        }
+        Ok(Launched { child, name: spec.name.clone(), stderr_tail })
+    }
+}
+
+/// The local end of the route to `host`, resolved by the system resolver.
+///
+/// # Errors
+/// A description when the host does not resolve or no route leads to it.
+pub(crate) async fn local_address_towards(host: &str) -> Result<IpAddr, String> {
+    let addr = tokio::net::lookup_host((host, 22))
+        .await
+        .map_err(|e| format!("resolving {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host} has no address"))?;
+    // Connecting a UDP socket sends nothing; it only asks the kernel for a route.
+    let unspecified: IpAddr = if addr.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() };
+    let probe = std::net::UdpSocket::bind((unspecified, 0)).map_err(|e| format!("route probe: {e}"))?;
+    probe.connect(addr).map_err(|e| format!("no route to {host} ({addr}): {e}"))?;
+    probe.local_addr().map(|a| a.ip()).map_err(|e| format!("route probe: {e}"))
+}
+
+/// How a node starts children that are not plain local processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Remote {
+    /// The system ssh, for hosts other than this one.
+    Ssh(crate::SshOptions),
+    /// Slurm job steps, for every child (this host's too).
+    Slurm(SrunOptions),
+}
+
+impl Remote {
+    /// Starts `spec` with this launcher.
+    ///
+    /// # Errors
+    /// The launcher program cannot be run.
+    pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+        match self {
+            Remote::Ssh(ssh) => ssh.launch(spec),
+            Remote::Slurm(srun) => srun.launch(spec),
+        }
+    }
+
+    /// The address of this host that a child on `host` can reach.
+    ///
+    /// # Errors
+    /// A description when the host does not resolve or no route leads to it.
+    pub async fn local_address_towards(&self, host: &str) -> Result<IpAddr, String> {
+        match self {
+            Remote::Ssh(ssh) => ssh.local_address_towards(host).await,
+            Remote::Slurm(_) => local_address_towards(host).await,
+        }
+    }
+
+    /// Path of `treecast` where the children run.
+    pub fn remote_path(&self) -> &str {
+        match self {
+            Remote::Ssh(ssh) => &ssh.remote_path,
+            Remote::Slurm(srun) => &srun.remote_path,
+        }
+    }
+
+    /// True when every child goes through this launcher, this host's included.
+    pub fn takes_local_hosts(&self) -> bool {
+        matches!(self, Remote::Slurm(_))
+    }
+
+    /// Name for `TREECAST_LAUNCHER`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Remote::Ssh(_) => "ssh",
+            Remote::Slurm(_) => "slurm",
+        }
+    }
+
+    /// The variables that let a child comm node rebuild this launcher ([`Remote::from_env`]).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let (args_var, args) = match self {
+            Remote::Ssh(ssh) => (crate::SSH_ARGS_ENV, ssh.args.join(" ")),
+            Remote::Slurm(srun) => (SRUN_ARGS_ENV, srun.args.join(" ")),
+        };
+        vec![
+            (LAUNCHER_ENV.to_owned(), self.name().to_owned()),
+            (args_var.to_owned(), args),
+            (REMOTE_PATH_ENV.to_owned(), self.remote_path().to_owned()),
+        ]
+    }
+
+    /// The launcher a parent described in the environment, if any.
+    pub fn from_env() -> Option<Remote> {
+        let path = std::env::var(REMOTE_PATH_ENV).ok();
+        match std::env::var(LAUNCHER_ENV).ok()?.as_str() {
+            "ssh" => {
+                let mut ssh = crate::SshOptions::from_env();
+                if let Some(p) = path {
+                    ssh.remote_path = p;
+                }
+                Some(Remote::Ssh(ssh))
+            }
+            "slurm" => Some(Remote::Slurm(SrunOptions::from_env(path.unwrap_or_else(|| "treecast".into())))),
+            _ => None,
+        }
+    }
+}
+
+/// Launcher for children on other hosts: `ssh` or `slurm` (unset: this host only).
+pub const LAUNCHER_ENV: &str = "TREECAST_LAUNCHER";
+/// Path of `treecast` where children run.
+pub const REMOTE_PATH_ENV: &str = "TREECAST_REMOTE_PATH";
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launchers_survive_the_trip_through_the_environment() {
+        for remote in [
+            Remote::Ssh(crate::SshOptions {
+                args: vec!["-F".into(), "cfg".into()],
+                remote_path: "/x/treecast".into(),
+                ..Default::default()
+            }),
+            Remote::Slurm(SrunOptions {
+                program: "srun".into(),
+                args: vec!["--partition=p".into()],
+                remote_path: "/y/treecast".into(),
+            }),
+        ] {
+            let env = remote.env();
+            let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            assert_eq!(get(LAUNCHER_ENV).as_deref(), Some(remote.name()));
+            assert_eq!(get(REMOTE_PATH_ENV).as_deref(), Some(remote.remote_path()));
+        }
+    }
+
+    #[tokio::test]
+    async fn loopback_routes_to_itself() {
+        assert_eq!(local_address_towards("localhost").await.unwrap().to_string(), "127.0.0.1");
+    }
+}

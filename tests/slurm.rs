@@ -1,0 +1,116 @@
+//! The Slurm launcher against a real single-machine Slurm (`tools/slurmbed`:
+//! munge, slurmctld and slurmd from Debian's packages, started here and stopped
+//! after). Needs root; without it the test says so and passes without running.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
+
+struct Bed {
+    script: PathBuf,
+    dir: String,
+}
+
+impl Bed {
+    fn up() -> Option<Bed> {
+        let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        if !root {
+            eprintln!("skipped: the Slurm test bed needs root");
+            return None;
+        }
+        let bed = Bed {
+            script: Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/slurmbed"),
+            dir: format!("/tmp/treecast-slurmbed-test-{}", std::process::id()),
+        };
+        let out =
+            Command::new(&bed.script).arg("up").env("TREECAST_SLURMBED_DIR", &bed.dir).output().unwrap();
+        assert!(
+            out.status.success(),
+            "slurmbed up failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(bed)
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new(&self.script)
+            .args(["run", "--ntasks", "8", "--", TREECAST])
+            .args(args)
+            .env("TREECAST_SLURMBED_DIR", &self.dir)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.script).arg("down").env("TREECAST_SLURMBED_DIR", &self.dir).status();
+    }
+}
+
+fn assert_no_tree_left() {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read(e.path().join("environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv.starts_with(b"TREECAST_SESSION=")))
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "treecast processes left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn every_process_is_a_slurm_job_step() {
+    let out = Command::new(TREECAST)
+        .args(["run", "--launcher", "slurm", "--", "true"])
+        .env_remove("SLURM_JOB_NODELIST")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs an allocation"));
+
+    let Some(bed) = Bed::up() else { return };
+    let out = bed.run(&[
+        "run",
+        "--launcher",
+        "slurm",
+        "--per-host",
+        "4",
+        "--fanout",
+        "2",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo $SLURM_STEP_ID",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let classes = report["classes"].as_array().unwrap();
+    // Each back-end is a step of its own, so each prints a different step id.
+    assert_eq!(classes.len(), 4, "{report}");
+    let steps: std::collections::BTreeSet<&str> =
+        classes.iter().map(|c| c["stdout"].as_str().unwrap().trim()).collect();
+    assert_eq!(steps.len(), 4, "{report}");
+    assert!(steps.iter().all(|s| s.parse::<u32>().is_ok()), "{report}");
+    assert_no_tree_left();
+}
