@@ -58,6 +58,7 @@ pub struct MicrobenchResult {
 pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         BenchCommand::Microbench(m) => microbench(m).await,
+        BenchCommand::Run(r) => bench_run(r).await,
     }
 }
 
@@ -134,6 +135,37 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
         rt_iterations: args.rt,
         tp_iterations: args.tp,
     })
+}
+
+/// Times start-up plus a first command, then the same command three times on the running tree.
+async fn bench_run(args: super::cli::RunArgs) -> anyhow::Result<ExitCode> {
+    let t = Instant::now();
+    let mut net = super::run::launch(&args).await?;
+    let first = super::run::run_command(&mut net, &args.command, None).await?;
+    let cold = t.elapsed().as_secs_f64();
+    let mut warm = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let again = super::run::run_command(&mut net, &args.command, None).await?;
+        warm.push(t.elapsed().as_secs_f64());
+        ensure!(again.ok, "a later command failed on the running tree");
+    }
+    net.shutdown().await;
+    ensure!(first.ok, "the first command failed: {}", super::run::render(&first));
+    warm.sort_by(f64::total_cmp);
+    let median = warm[warm.len() / 2];
+    if args.json {
+        let v = serde_json::json!({"backends": first.backends, "first_s": cold, "next_s_median": median, "ratio": median / cold});
+        println!("{v}");
+    } else {
+        println!("bench run: {} back-ends, command {:?}", first.backends, args.command.join(" "));
+        println!("  start-up + first command     {cold:.3} s");
+        println!(
+            "  next command on the tree     {median:.4} s (median of 3; {:.3}x of the first)",
+            median / cold
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {

@@ -147,6 +147,8 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Instantiation latency, broadcast + sum round trips, back-to-back reduction throughput.
     Microbench(MicrobenchArgs),
+    /// `treecast run`'s cost: start-up plus a first command, then more commands on the running tree.
+    Run(RunArgs),
 }
 
 /// Flags of `treecast bench microbench`.

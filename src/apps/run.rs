@@ -104,7 +104,11 @@ pub fn topology_of(args: &RunArgs) -> anyhow::Result<Topology> {
     }
 }
 
-async fn launch(args: &RunArgs) -> anyhow::Result<Network> {
+/// Launches the network `run` flags describe.
+///
+/// # Errors
+/// Bad flags or a failed start-up.
+pub async fn launch(args: &RunArgs) -> anyhow::Result<Network> {
     let topology = topology_of(args)?;
     let backends = topology.backends();
     let mut builder = NetworkBuilder::new(topology).allow_missing(args.allow_missing);
@@ -146,6 +150,20 @@ pub async fn run_on(
     command: &[String],
     limit: Option<Duration>,
 ) -> anyhow::Result<RunReport> {
+    let report = run_command(&mut net, command, limit).await?;
+    net.shutdown().await;
+    Ok(report)
+}
+
+/// Runs `command` on every back-end of a running `net` and gathers the outputs.
+///
+/// # Errors
+/// The stream could not be used or answers were malformed.
+pub async fn run_command(
+    net: &mut Network,
+    command: &[String],
+    limit: Option<Duration>,
+) -> anyhow::Result<RunReport> {
     let comm = net.broadcast_communicator();
     let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
     let limit_ms = limit.map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -167,6 +185,7 @@ pub async fn run_on(
             });
         }
     }
+    stream.close().await;
     let mut lost = Vec::new();
     while let Some(event) = net.try_event() {
         match event {
@@ -175,10 +194,8 @@ pub async fn run_on(
             _ => {}
         }
     }
-    let backends = net.backends();
-    net.shutdown().await;
     let ok = lost.is_empty() && classes.iter().all(|c| c.exit_code == 0);
-    Ok(RunReport { backends, classes, lost, ok })
+    Ok(RunReport { backends: net.backends(), classes, lost, ok })
 }
 
 /// The hosts that run `ranks`, as a compact host list.
