@@ -7,9 +7,11 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use treecast::apps::protocol::TAG_ADD_RANK;
 use treecast_api::{
@@ -57,7 +59,7 @@ impl Cluster {
             .args(args)
             .output()
             .unwrap();
-        assert_no_tree_left();
+        common::assert_no_session_left();
         out
     }
 }
@@ -71,28 +73,6 @@ impl Drop for Cluster {
         if !std::thread::panicking() {
             assert!(!left.contains(&format!("treecast-{PREFIX}")), "namespaces left behind: {left}");
         }
-    }
-}
-
-/// Waits up to 5 s until no treecast process of any session runs (this test binary is the only user).
-fn assert_no_tree_left() {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left: Vec<String> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-            .filter(|e| {
-                std::fs::read(e.path().join("environ"))
-                    .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv.starts_with(b"TREECAST_SESSION=")))
-            })
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "treecast processes left behind: {left:?}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -143,7 +123,7 @@ fn multi_host_cluster() {
         assert_eq!(p.values().unwrap()[0].as_i64(), Some(600 + 15));
         net.shutdown().await;
     });
-    assert_no_tree_left();
+    common::assert_no_session_left();
 
     // An unreachable host is named with ssh's message; with --allow-missing the rest completes.
     let hosts = format!("{PREFIX}[1-3],nosuchhost");
@@ -187,5 +167,5 @@ fn multi_host_cluster() {
         );
         net.shutdown().await;
     });
-    assert_no_tree_left();
+    common::assert_no_session_left();
 }

@@ -5,11 +5,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{assert_no_leftovers, processes_with_env};
 use treecast::apps::protocol::*;
 use treecast_api::{
     ApiError, Event, Network, NetworkBuilder, RankSet, StreamOptions, SyncMode, Topology, TransformKind,
@@ -18,48 +21,6 @@ use treecast_api::{
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// Pids of live processes whose environment holds `needle` (e.g. `TREECAST_SESSION=ab12`).
-fn processes_with_env(needle: &str) -> Vec<u32> {
-    let me = std::process::id();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        if pid == me {
-            continue;
-        }
-        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
-        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(&entry.path()) {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-fn is_zombie(proc_dir: &Path) -> bool {
-    std::fs::read_to_string(proc_dir.join("stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
-        .unwrap_or(true)
-}
-
-/// Waits (up to 5 s) until no process carries `needle`; kills and fails otherwise.
-fn assert_no_leftovers(needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = processes_with_env(needle);
-        if left.is_empty() {
-            return;
-        }
-        if Instant::now() > deadline {
-            for pid in &left {
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            }
-            panic!("processes left behind with {needle}: {left:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 async fn launch(spec: &str, backends: usize) -> Network {
     let topo = Topology::from_spec(spec, Some(backends)).unwrap();

@@ -4,9 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 
@@ -53,26 +54,6 @@ impl Drop for Bed {
     }
 }
 
-fn assert_no_tree_left() {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left: Vec<String> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter(|e| {
-                std::fs::read(e.path().join("environ"))
-                    .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv.starts_with(b"TREECAST_SESSION=")))
-            })
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "treecast processes left behind: {left:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn every_process_is_a_slurm_job_step() {
     let out = Command::new(TREECAST)
@@ -112,5 +93,5 @@ fn every_process_is_a_slurm_job_step() {
         classes.iter().map(|c| c["stdout"].as_str().unwrap().trim()).collect();
     assert_eq!(steps.len(), 4, "{report}");
     assert!(steps.iter().all(|s| s.parse::<u32>().is_ok()), "{report}");
-    assert_no_tree_left();
+    common::assert_no_session_left();
 }

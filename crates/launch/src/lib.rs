@@ -149,22 +149,27 @@ impl LocalLauncher {
             .env_remove(SECRET_STDIN_ENV)
             .envs(spec.env.iter().chain(spec.secret.iter()).map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        die_with_parent(&mut cmd);
-        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
-            name: spec.name.clone(),
-            host: spec.host.clone(),
-            program: spec.program.display().to_string(),
-            source,
-        })?;
-        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(keep_stderr(stderr, spec.name.clone(), spec.forward_stderr, stderr_tail.clone()));
-        }
-        Ok(Launched { child, name: spec.name.clone(), stderr_tail })
+            .stdout(Stdio::inherit());
+        spawn(cmd, spec, &spec.program.display().to_string())
     }
+}
+
+/// Starts `cmd` for `spec` (`program` names what runs, for errors): it dies with
+/// this process, and the tail of its stderr is kept (and forwarded if asked).
+pub(crate) fn spawn(mut cmd: Command, spec: &ProcessSpec, program: &str) -> Result<Launched, LaunchError> {
+    cmd.stderr(Stdio::piped()).kill_on_drop(true);
+    die_with_parent(&mut cmd);
+    let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+        name: spec.name.clone(),
+        host: spec.host.clone(),
+        program: program.to_owned(),
+        source,
+    })?;
+    let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(keep_stderr(stderr, spec.name.clone(), spec.forward_stderr, stderr_tail.clone()));
+    }
+    Ok(Launched { child, name: spec.name.clone(), stderr_tail })
 }
 
 pub(crate) async fn keep_stderr(

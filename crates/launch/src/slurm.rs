@@ -7,11 +7,10 @@
 
 use std::net::IpAddr;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 
 use tokio::process::Command;
 
-use crate::{die_with_parent, keep_stderr, LaunchError, Launched, ProcessSpec};
+use crate::{spawn, LaunchError, Launched, ProcessSpec};
 
 /// Environment variable holding extra srun arguments (split on white space).
 pub const SRUN_ARGS_ENV: &str = "TREECAST_SRUN_ARGS";
@@ -52,21 +51,8 @@ impl SrunOptions {
             .env_remove(crate::SECRET_STDIN_ENV)
             .envs(spec.env.iter().chain(spec.secret.iter()).map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        die_with_parent(&mut cmd);
-        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
-            name: spec.name.clone(),
-            host: spec.host.clone(),
-            program: self.program.clone(),
-            source,
-        })?;
-        let stderr_tail = Arc::new(Mutex::new(std::collections::VecDeque::new()));
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(keep_stderr(stderr, spec.name.clone(), spec.forward_stderr, stderr_tail.clone()));
-        }
-        Ok(Launched { child, name: spec.name.clone(), stderr_tail })
+            .stdout(Stdio::inherit());
+        spawn(cmd, spec, &self.program)
     }
 }
 

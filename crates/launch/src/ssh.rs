@@ -7,12 +7,11 @@
 
 use std::net::IpAddr;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::{die_with_parent, keep_stderr, LaunchError, Launched, ProcessSpec};
+use crate::{spawn, LaunchError, Launched, ProcessSpec};
 
 /// Environment variable holding extra ssh arguments (split on white space).
 pub const SSH_ARGS_ENV: &str = "TREECAST_SSH_ARGS";
@@ -91,30 +90,16 @@ impl SshOptions {
     /// [`LaunchError::Spawn`] when the `ssh` program cannot be run.
     pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
         let mut cmd = self.command(&spec.host);
-        cmd.arg(Self::remote_command(spec))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        die_with_parent(&mut cmd);
-        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
-            name: spec.name.clone(),
-            host: spec.host.clone(),
-            program: self.program.clone(),
-            source,
-        })?;
-        if let Some(mut stdin) = child.stdin.take() {
+        cmd.arg(Self::remote_command(spec)).stdin(Stdio::piped()).stdout(Stdio::null());
+        let mut launched = spawn(cmd, spec, &self.program)?;
+        if let Some(mut stdin) = launched.child.stdin.take() {
             let line = spec.secret.as_ref().map(|(_, v)| format!("{v}\n")).unwrap_or_default();
             tokio::spawn(async move {
                 let _ = stdin.write_all(line.as_bytes()).await;
                 let _ = stdin.shutdown().await;
             });
         }
-        let stderr_tail = Arc::new(Mutex::new(std::collections::VecDeque::new()));
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(keep_stderr(stderr, spec.name.clone(), spec.forward_stderr, stderr_tail.clone()));
-        }
-        Ok(Launched { child, name: spec.name.clone(), stderr_tail })
+        Ok(launched)
     }
 
     /// The address of this host that `host` can reach us on: ssh's own view of

@@ -1,0 +1,77 @@
+//! Helpers shared by the end-to-end test binaries: finding processes a test left behind.
+
+// Each test binary uses a different subset of these.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Pids of live processes whose environment holds `needle` (e.g. `TREECAST_SESSION=ab12`).
+pub(crate) fn processes_with_env(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(&entry.path()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+pub(crate) fn is_zombie(proc_dir: &Path) -> bool {
+    std::fs::read_to_string(proc_dir.join("stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// Waits (up to 5 s) until no process carries `needle`; kills and fails otherwise.
+pub(crate) fn assert_no_leftovers(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = processes_with_env(needle);
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            for pid in &left {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+            panic!("processes left behind with {needle}: {left:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits (up to 10 s) until no process of any treecast session runs; the test
+/// binaries that use this are the only users of treecast on the machine.
+pub(crate) fn assert_no_session_left() {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_with_env_prefix("TREECAST_SESSION=");
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "treecast processes left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Pids of live processes with an environment entry starting with `prefix`.
+pub(crate) fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        if env.split(|b| *b == 0).any(|kv| kv.starts_with(prefix.as_bytes())) && !is_zombie(&entry.path()) {
+            found.push(pid);
+        }
+    }
+    found
+}
