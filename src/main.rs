@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         Command::Topo(args) => apps::topo::main(args),
         Command::Bench(args) => single_threaded(apps::bench::main(args)),
         Command::Run(args) => multi_threaded(apps::run::main(args)),
+        Command::Bcast(args) => multi_threaded(apps::bcast::main(args)),
         Command::Demo(args) => multi_threaded(apps::demo::main(args)),
     };
     match outcome {

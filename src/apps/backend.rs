@@ -1,10 +1,13 @@
 //! `treecast backend`: the generic back-end that answers [`super::protocol`] requests.
 
+use std::collections::HashMap;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
-use treecast_api::{ApiError, BackEnd, Packet, Value};
+use treecast_api::{
+    file_answer, ApiError, BackEnd, BackEndSender, Decision, FileReceiver, Outcome, Packet, Value,
+};
 
 use super::cli::BackendArgs;
 use super::protocol::*;
@@ -15,6 +18,8 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         Some(file) => BackEnd::attach(Some(file), args.rank).await.context("attaching to the tree")?,
         None => BackEnd::connect().await.context("joining the tree")?,
     };
+    // File transfers in progress, by stream; their packets are handled here, in order.
+    let mut files: HashMap<u32, FileReceiver> = HashMap::new();
     loop {
         let packet = match be.recv().await {
             Ok(p) => p,
@@ -23,6 +28,12 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         };
         let sender = be.sender();
         let rank = be.rank();
+        if matches!(packet.tag(), TAG_FILE_STATUS | TAG_FILE_CHUNK | TAG_FILE_END) {
+            if let Err(e) = on_file_packet(&mut files, &sender, packet).await {
+                tracing::warn!(rank, "could not answer a file transfer: {e}");
+            }
+            continue;
+        }
         // Requests that take time run as tasks of their own so they hold up no other
         // stream; quick ones are answered at once, which keeps round trips short.
         if matches!(packet.tag(), TAG_RUN | TAG_SLEEP | TAG_BURST) {
@@ -37,7 +48,44 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn answer(be: &treecast_api::BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError> {
+/// Feeds one packet of a file transfer to its stream's receiver; answers once per transfer.
+async fn on_file_packet(
+    files: &mut HashMap<u32, FileReceiver>,
+    be: &BackEndSender,
+    p: Packet,
+) -> Result<(), ApiError> {
+    let stream = p.stream();
+    let answer = match p.tag() {
+        TAG_FILE_STATUS => {
+            let mut receiver = FileReceiver::new();
+            let decision = receiver.on_status(&p, stream);
+            files.insert(stream, receiver);
+            match decision {
+                Decision::Receive => None,
+                Decision::Answer(outcome, detail) => Some((outcome, detail)),
+            }
+        }
+        TAG_FILE_CHUNK => {
+            if let Some(receiver) = files.get_mut(&stream) {
+                receiver.on_chunk(&p);
+            }
+            None
+        }
+        _ => match files.remove(&stream) {
+            Some(mut receiver) => receiver.on_end(&p),
+            None => Some((Outcome::Failed, "the transfer ended but its status packet never arrived".into())),
+        },
+    };
+    match answer {
+        Some((outcome, detail)) => {
+            let (format, values) = file_answer(outcome, &detail);
+            be.send(stream, TAG_FILE_END, format, &values).await
+        }
+        None => Ok(()),
+    }
+}
+
+async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError> {
     let (stream, tag) = (p.stream(), p.tag());
     match tag {
         TAG_RUN => {

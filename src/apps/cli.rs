@@ -21,6 +21,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run a command on every back-end and print each distinct output once, with its ranks.
     Run(RunArgs),
+    /// Copy a file to every back-end's host (skipping hosts that already see it), verified end to end.
+    Bcast(BcastArgs),
     /// Micro-benchmarks (MRNet's: instantiation, round trip, reduction throughput).
     Bench(BenchArgs),
     /// Print a topology (generated from a spec or read from a file), or why it is invalid.
@@ -172,4 +174,52 @@ pub struct MicrobenchArgs {
     /// One JSON object per case instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Flags of `treecast bcast`.
+#[derive(Debug, Args)]
+pub struct BcastArgs {
+    /// The file to send.
+    pub src: std::path::PathBuf,
+    /// Where to write it on each host (default: the same absolute path; an existing directory takes the file under its name).
+    pub dst: Option<std::path::PathBuf>,
+    /// What to do with an existing destination: leave it, overwrite it if the source is newer, or overwrite it.
+    #[arg(long, value_name = "MODE", default_value = "leave", value_parser = ["leave", "newer", "overwrite"])]
+    pub mode: String,
+    /// Bytes per chunk sent down the tree.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    pub chunk: usize,
+    /// Number of back-ends to start on this machine.
+    #[arg(long, value_name = "N", conflicts_with = "hosts")]
+    pub local: Option<usize>,
+    /// Hosts to copy to, as a host list (`node[01-16,20]`); one back-end per host by default.
+    #[arg(long, value_name = "LIST")]
+    pub hosts: Option<String>,
+    /// With --hosts: the largest number of children of any node.
+    #[arg(long, value_name = "F", default_value_t = 16)]
+    pub fanout: usize,
+    /// With --hosts: back-ends started on each host.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub per_host: usize,
+    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
+    #[arg(long, value_name = "SPEC")]
+    pub topology: Option<String>,
+    /// How processes on other hosts are started.
+    #[arg(long, value_enum, default_value_t = LauncherKind::Ssh)]
+    pub launcher: LauncherKind,
+    /// Extra ssh arguments (split on spaces); default from TREECAST_SSH_ARGS.
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub ssh_args: Option<String>,
+    /// Path of treecast on the other hosts.
+    #[arg(long, value_name = "PATH")]
+    pub remote_path: Option<String>,
+    /// Start even if some hosts cannot be reached; they are reported as lost.
+    #[arg(long)]
+    pub allow_missing: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar, even on a terminal.
+    #[arg(long)]
+    pub quiet: bool,
 }

@@ -1,6 +1,7 @@
 //! What the command line offers: one module per subcommand.
 
 pub mod backend;
+pub mod bcast;
 pub mod bench;
 pub mod cli;
 pub mod demo;

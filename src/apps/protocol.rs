@@ -20,6 +20,13 @@ pub const TAG_SLEEP: i32 = 6;
 /// `%d count` → answer `count` packets `%d 1` back to back (reduction throughput).
 pub const TAG_BURST: i32 = 7;
 
+/// File distribution (see `treecast_api::bcast_file`): the status packet that opens a transfer.
+pub const TAG_FILE_STATUS: i32 = treecast_api::FILE_STATUS;
+/// File distribution: one chunk, `%uld %b` (offset, bytes).
+pub const TAG_FILE_CHUNK: i32 = treecast_api::FILE_CHUNK;
+/// File distribution: the end of a transfer; also the tag of the one answer `%s %s` (outcome, detail).
+pub const TAG_FILE_END: i32 = treecast_api::FILE_END;
+
 /// Exit code reported for a command stopped by the time limit (as `timeout(1)` does).
 pub const EXIT_TIMED_OUT: i32 = 124;
 /// Exit code reported for a command that could not be started (as shells do).

@@ -47,14 +47,12 @@ impl AttachInfo {
     /// The file cannot be created or written.
     pub fn write(&self, path: &Path) -> Result<(), ApiError> {
         let io = |e: std::io::Error| ApiError::Env(format!("writing attach file {}: {e}", path.display()));
-        let tmp = PathBuf::from(format!("{}.tmp{}", path.display(), std::process::id()));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io)?;
+        // A fresh name, created exclusively (never through a planted file or link), mode 0600 from the start.
+        let mut tag = [0u8; 8];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut tag);
+        let tmp = PathBuf::from(format!("{}.{}.tmp", path.display(), hex::encode(tag)));
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(io)?;
         let mut text =
             String::from("# treecast attach file: it holds the session secret, keep it private\nversion 1\n");
         text.push_str(&format!(

@@ -469,8 +469,12 @@ impl Network {
     ///
     /// Cancel safety: not cancel safe; processes left are killed when dropped.
     pub async fn shutdown_with(self, grace: Duration) {
-        let all: Vec<usize> = (0..self.shared.senders.len()).collect();
-        self.shared.send_control(&all, &ControlMsg::Shutdown).await;
+        // A child that stopped reading must not hold the shutdown up: it is killed after `grace`.
+        let frame = control_frame(&ControlMsg::Shutdown);
+        let deadline = tokio::time::Instant::now() + grace;
+        for sender in &self.shared.senders {
+            let _ = tokio::time::timeout_at(deadline, sender.send(frame.clone())).await;
+        }
         let set = ChildSet { children: self.children, inbound: mpsc::channel(1).1, missing: Vec::new() };
         drop(self.shared);
         set.shut_down(grace).await;

@@ -6,9 +6,6 @@ use treecast_wire::{decode_values, Format, Frame, RankSet, Value};
 
 use crate::ApiError;
 
-/// Payloads smaller than this are copied out of the link's receive buffer.
-const COPY_BELOW: usize = 16 << 10;
-
 /// One packet received on a stream: tag, source rank and typed values.
 ///
 /// Cloning shares the payload.
@@ -28,11 +25,9 @@ pub struct EqClass {
 
 impl Packet {
     pub(crate) fn from_frame(mut frame: Frame) -> Self {
-        // A small payload is a slice of a whole read chunk, which counts against its
-        // link's in-flight bound: copy it, so a tool that keeps packets never stalls a link.
-        if frame.payload.len() < COPY_BELOW {
-            frame.payload = Bytes::copy_from_slice(&frame.payload);
-        }
+        // A payload may be a slice of a read chunk, which counts against its link's
+        // in-flight bound: copy it, so a tool that keeps packets never stalls a link.
+        frame.payload = Bytes::copy_from_slice(&frame.payload);
         Packet { frame }
     }
 

@@ -142,8 +142,13 @@ impl ChildSet {
             }
         }
         drop(self.inbound);
-        for w in writers {
-            w.abort();
+        // Give writers a moment to deliver what is queued (a Shutdown to an attached
+        // back-end, which has no process to wait for), then stop them.
+        let flush = Instant::now() + Duration::from_millis(200);
+        for mut w in writers {
+            if tokio::time::timeout_at(flush, &mut w).await.is_err() {
+                w.abort();
+            }
         }
     }
 }
@@ -214,8 +219,11 @@ pub async fn start_children(
     }
     let mut backlog = Vec::new();
     if let Some(limit) = plan.attach {
+        // Each comm-node level below first accepts its own children: allow for the depth.
+        let depth = plan.topology.depth().max(1) as u32;
+        let gather_deadline = deadline + plan.startup_timeout * depth;
         let points =
-            gather_attach_points(plan, &listeners, &pending, &mut set, &mut backlog, deadline).await?;
+            gather_attach_points(plan, &listeners, &pending, &mut set, &mut backlog, gather_deadline).await?;
         if let Some(sink) = attach_sink {
             sink(points);
         }
@@ -556,7 +564,15 @@ async fn accept_all(
     while pending.iter().any(awaited) {
         tokio::select! {
             accepted = listeners.accept() => {
-                let (mut stream, peer) = accepted?;
+                let (mut stream, peer) = match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        // Out of descriptors or an aborted connection: not fatal for the others.
+                        tracing::warn!("accepting a connection failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
                 let secret = plan.secret.clone();
                 let tx = hs_tx.clone();
                 tokio::spawn(async move {
@@ -637,7 +653,9 @@ async fn collect_ready(
         };
         let frames = match event {
             LinkEvent::Frames(frames) => frames,
-            LinkEvent::Closed(reason) if !ready[link] => {
+            // A child that dies before every sibling is ready, even one that reported, is lost.
+            LinkEvent::Closed(_) if set.children[link].ranks.is_empty() => continue,
+            LinkEvent::Closed(reason) => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let why = reason.unwrap_or_else(|| "closed its link".into());
                 drop_child(
@@ -649,7 +667,6 @@ async fn collect_ready(
                 ready[link] = true;
                 continue;
             }
-            LinkEvent::Closed(_) => continue,
         };
         for f in frames.into_iter().filter(|f| f.header.kind == FrameKind::Control) {
             match ControlMsg::decode(&f.payload) {
@@ -676,7 +693,11 @@ async fn collect_ready(
                     ready[link] = true;
                 }
                 // A comm node reports the ranks it could not start before its own Ready.
-                Ok(ControlMsg::RanksLost { ranks, reason }) => set.missing.push((ranks, reason)),
+                Ok(ControlMsg::RanksLost { ranks, reason }) => {
+                    let child = &mut set.children[link];
+                    child.ranks = child.ranks.difference(&ranks);
+                    set.missing.push((ranks, reason));
+                }
                 Ok(ControlMsg::AttachPoints { .. }) => {}
                 Ok(ControlMsg::LaunchFailed { message }) if !ready[link] => {
                     drop_child(set, link, message, allow_missing)?;

@@ -253,8 +253,7 @@ async fn down_loop(
                     broadcast(children, &targets, &frame).await;
                 }
                 Ok(ControlMsg::Shutdown) => {
-                    let all: Vec<usize> = (0..children.len()).collect();
-                    broadcast(children, &all, &frame).await;
+                    broadcast_shutdown(children, &frame).await;
                     return;
                 }
                 Ok(other) => {
@@ -272,6 +271,14 @@ async fn down_loop(
 async fn broadcast(children: &[LinkSender], targets: &[usize], frame: &Frame) {
     for &c in targets {
         let _ = children[c].send(frame.clone()).await;
+    }
+}
+
+/// Sends a shutdown to every child without waiting long on one that stopped reading.
+async fn broadcast_shutdown(children: &[LinkSender], frame: &Frame) {
+    let deadline = Instant::now() + SHUTDOWN_GRACE;
+    for c in children {
+        let _ = tokio::time::timeout_at(deadline, c.send(frame.clone())).await;
     }
 }
 

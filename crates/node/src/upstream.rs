@@ -108,6 +108,10 @@ impl Upstream {
                         ),
                     })];
                 };
+                // A frame waiting for its wave must not pin its link's read chunk: with the
+                // link's chunks all pinned by waves that wait on another link, both stall.
+                let mut frame = frame;
+                frame.payload = bytes::Bytes::copy_from_slice(&frame.payload);
                 let waves = stream.sync.push(child, frame, now);
                 self.reduce(stream_id, waves)
             }
@@ -327,6 +331,17 @@ mod tests {
         let out = up.on_frame(1, Frame::new(FrameHeader::data(1, 0, 3), payload), now);
         assert!(out.iter().any(|o| matches!(o, UpOutput::Control(ControlMsg::FilterError { rank: 3, .. }))));
         assert_eq!(ints(&out), [5]);
+    }
+
+    #[test]
+    fn frames_waiting_for_a_wave_do_not_pin_the_read_buffer() {
+        // Regression: held frames pinned their link's read chunks, so two links whose
+        // chunks were all held by waves waiting on the other stalled each other.
+        let mut up = node(false);
+        let chunk = int_frame(1, 0, 5).payload;
+        let frame = Frame::new(FrameHeader::data(1, 0, 0), chunk.clone());
+        assert!(up.on_frame(0, frame, Instant::now()).is_empty(), "the wave waits for child 1");
+        assert!(chunk.is_unique(), "the queued frame holds a copy, not the chunk");
     }
 
     #[test]

@@ -170,7 +170,13 @@ async fn read_loop(mut reader: impl ByteSource, link: usize, name: Arc<str>, inb
         let Ok(permit) = permits.clone().acquire_owned().await else { break None };
         let whole = loop {
             match reader.read_some(&mut buf).await {
-                Ok(0) => break Err(None),
+                Ok(0) if buf.is_empty() => break Err(None),
+                Ok(0) => {
+                    break Err(Some(format!(
+                        "the peer closed the link in the middle of a frame ({} bytes)",
+                        buf.len()
+                    )))
+                }
                 Ok(_) => {}
                 Err(e) => break Err(Some(format!("read error: {e}"))),
             }
@@ -257,6 +263,8 @@ async fn write_loop(mut writer: impl ByteSink, mut rx: mpsc::Receiver<Frame>, na
         batch.finish();
         if let Err(e) = write_segments(&mut writer, &mut batch.segments).await {
             tracing::debug!(peer = %name, "link write failed: {e}");
+            // Close both ways so the reader reports the link closed and the node notices.
+            writer.abort();
             return;
         }
         batch.bytes = 0;

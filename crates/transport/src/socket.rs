@@ -49,6 +49,13 @@ impl Socket {
         })
     }
 
+    fn shutdown_both(&self) {
+        let _ = match self {
+            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+
     fn shutdown_write(&self) {
         let _ = match self {
             Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
@@ -84,6 +91,8 @@ pub(crate) trait ByteSink: Send + 'static {
     ) -> impl std::future::Future<Output = io::Result<usize>> + Send;
     /// Signals end of stream to the peer.
     fn finish(&mut self) -> impl std::future::Future<Output = ()> + Send;
+    /// Closes the connection both ways after a failure.
+    fn abort(&mut self) {}
 }
 
 /// The reading side of a [`Socket`], registered for readable events only.
@@ -167,6 +176,10 @@ impl ByteSink for SocketWriter {
 
     async fn finish(&mut self) {
         self.sock.shutdown_write();
+    }
+
+    fn abort(&mut self) {
+        self.sock.shutdown_both();
     }
 }
 

@@ -1,0 +1,355 @@
+//! End-to-end tests of file distribution (`bcast_file`, `treecast bcast`) on loopback.
+//!
+//! All back-ends run on this host, so they share one file system: real copies go
+//! to a destination under a per-test directory (temporary file + rename makes
+//! identical concurrent writes safe), and the shared-file-system case sends a file
+//! to its own path.
+
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use treecast::apps::protocol::TAG_DIE;
+use treecast_api::{
+    bcast_file, bcast_file_with_progress, FileReport, Network, NetworkBuilder, Outcome, RankSet,
+    StreamOptions, Topology, TransformKind, Value, WriteMode,
+};
+
+const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
+const LIMIT: Duration = Duration::from_secs(20);
+const CHUNK: usize = 4096;
+
+/// Pids of live processes whose environment holds `needle` (e.g. `TREECAST_SESSION=ab12`).
+fn processes_with_env(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(&entry.path()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn is_zombie(proc_dir: &Path) -> bool {
+    std::fs::read_to_string(proc_dir.join("stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// Waits (up to 5 s) until no process carries `needle`; kills and fails otherwise.
+fn assert_no_leftovers(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = processes_with_env(needle);
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            for pid in &left {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+            panic!("processes left behind with {needle}: {left:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn launch(spec: &str, backends: usize) -> Network {
+    let topo = Topology::from_spec(spec, Some(backends)).unwrap();
+    NetworkBuilder::new(topo).treecast_path(TREECAST).startup_timeout(LIMIT).launch().await.unwrap()
+}
+
+async fn finish(net: Network) {
+    let needle = format!("TREECAST_SESSION={}", net.session());
+    net.shutdown().await;
+    assert_no_leftovers(&needle);
+}
+
+/// A fresh directory for one test, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("treecast-files-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Pseudo-random bytes (xorshift), different for every call.
+fn random_bytes(n: usize) -> Vec<u8> {
+    static SEED: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+    let mut x = SEED.fetch_add(0x2545_f491_4f6c_dd1d, Ordering::Relaxed) | 1;
+    let mut data = Vec::with_capacity(n + 8);
+    while data.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data.extend_from_slice(&x.to_le_bytes());
+    }
+    data.truncate(n);
+    data
+}
+
+fn set_mtime(path: &Path, time: SystemTime) {
+    std::fs::File::options().write(true).open(path).unwrap().set_modified(time).unwrap();
+}
+
+fn mtime(path: &Path) -> SystemTime {
+    std::fs::metadata(path).unwrap().modified().unwrap()
+}
+
+/// Files in `dir` whose names look like a transfer's temporary file.
+fn temp_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".treecast-"))
+        .collect()
+}
+
+async fn send(net: &mut Network, src: &Path, dst: Option<&Path>, mode: WriteMode) -> FileReport {
+    let comm = net.broadcast_communicator();
+    tokio::time::timeout(LIMIT, bcast_file(net, &comm, src, dst, mode, CHUNK)).await.unwrap().unwrap()
+}
+
+fn all(net: &Network) -> RankSet {
+    RankSet::range(0, net.backends())
+}
+
+#[tokio::test]
+async fn every_size_is_copied_exactly_to_every_rank() {
+    let dir = TempDir::new("sizes");
+    let mut net = launch("kary:2", 3).await;
+    for size in [0, 1, CHUNK, CHUNK + 1, 3 * CHUNK, 3_000_000 + 17] {
+        let data = random_bytes(size);
+        let src = dir.path(&format!("src-{size}"));
+        std::fs::write(&src, &data).unwrap();
+        let dst = dir.path(&format!("dst-{size}"));
+        let report = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
+        assert!(report.ok(), "{report:?}");
+        assert_eq!(report.ranks_with(Outcome::Written), all(&net), "{report:?}");
+        assert_eq!(report.size, size as u64);
+        assert!(report.hash.len() == 64 && report.hash.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(std::fs::read(&dst).unwrap(), data, "size {size}");
+    }
+    assert!(temp_files(&dir.0).is_empty(), "{:?}", temp_files(&dir.0));
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn mode_bits_and_mtime_are_preserved_and_a_directory_takes_the_source_name() {
+    let dir = TempDir::new("meta");
+    let mut net = launch("flat", 2).await;
+    let src = dir.path("tool.sh");
+    std::fs::write(&src, b"#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o751)).unwrap();
+    let when = UNIX_EPOCH + Duration::new(1_600_000_000, 123_456_789);
+    set_mtime(&src, when);
+    let out = dir.path("out");
+    std::fs::create_dir(&out).unwrap();
+    let report = send(&mut net, &src, Some(&out), WriteMode::Leave).await;
+    assert_eq!(report.ranks_with(Outcome::Written), all(&net), "{report:?}");
+    let copy = out.join("tool.sh");
+    let meta = std::fs::metadata(&copy).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o751);
+    assert_eq!(meta.modified().unwrap(), when);
+    assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(&src).unwrap());
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn write_modes_leave_newer_and_overwrite() {
+    let dir = TempDir::new("modes");
+    let mut net = launch("flat", 1).await;
+    let src = dir.path("src");
+    let dst = dir.path("dst");
+    let t = |s: u64| UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s);
+    std::fs::write(&src, b"new content").unwrap();
+    set_mtime(&src, t(100));
+    let put_old = |content: &[u8], time: SystemTime| {
+        std::fs::write(&dst, content).unwrap();
+        set_mtime(&dst, time);
+    };
+
+    // leave: an existing destination is kept, whatever its age.
+    put_old(b"old", t(0));
+    let r = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
+    assert_eq!(r.ranks_with(Outcome::SkippedLeave), all(&net), "{r:?}");
+    assert!(r.ok());
+    assert_eq!(std::fs::read(&dst).unwrap(), b"old");
+
+    // newer: kept when the destination is newer …
+    put_old(b"newer", t(200));
+    let r = send(&mut net, &src, Some(&dst), WriteMode::Newer).await;
+    assert_eq!(r.ranks_with(Outcome::SkippedOlder), all(&net), "{r:?}");
+    assert_eq!(std::fs::read(&dst).unwrap(), b"newer");
+    // … or as old as the source …
+    put_old(b"same age", t(100));
+    let r = send(&mut net, &src, Some(&dst), WriteMode::Newer).await;
+    assert_eq!(r.ranks_with(Outcome::SkippedOlder), all(&net), "{r:?}");
+    // … and overwritten when older.
+    put_old(b"old", t(0));
+    let r = send(&mut net, &src, Some(&dst), WriteMode::Newer).await;
+    assert_eq!(r.ranks_with(Outcome::Written), all(&net), "{r:?}");
+    assert_eq!(std::fs::read(&dst).unwrap(), b"new content");
+    assert_eq!(mtime(&dst), t(100));
+
+    // overwrite: always, even over a newer destination.
+    put_old(b"newest", t(300));
+    let r = send(&mut net, &src, Some(&dst), WriteMode::Overwrite).await;
+    assert_eq!(r.ranks_with(Outcome::Written), all(&net), "{r:?}");
+    assert_eq!(std::fs::read(&dst).unwrap(), b"new content");
+
+    // A destination with the same size and mtime is the same file: skipped in every mode.
+    let r = send(&mut net, &src, Some(&dst), WriteMode::Overwrite).await;
+    assert_eq!(r.ranks_with(Outcome::SkippedShared), all(&net), "{r:?}");
+    assert!(temp_files(&dir.0).is_empty());
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn ranks_that_see_the_source_at_its_path_skip_it() {
+    let dir = TempDir::new("shared");
+    let mut net = launch("kary:2", 4).await;
+    let src = dir.path("shared.bin");
+    let data = random_bytes(3 * CHUNK + 5);
+    std::fs::write(&src, &data).unwrap();
+    let before = mtime(&src);
+    for mode in [WriteMode::Leave, WriteMode::Newer, WriteMode::Overwrite] {
+        let r = send(&mut net, &src, None, mode).await;
+        assert!(r.ok(), "{r:?}");
+        assert_eq!(r.ranks_with(Outcome::SkippedShared), all(&net), "{r:?}");
+        assert_eq!(r.outcomes.len(), 1, "one class for every rank: {r:?}");
+        assert!(r.outcomes[0].detail.contains("shared file system"), "{r:?}");
+    }
+    assert_eq!(std::fs::read(&src).unwrap(), data);
+    assert_eq!(mtime(&src), before);
+    assert!(temp_files(&dir.0).is_empty());
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_missing_destination_directory_fails_every_rank_with_a_clear_message() {
+    let dir = TempDir::new("nodir");
+    let mut net = launch("flat", 2).await;
+    let src = dir.path("src");
+    std::fs::write(&src, b"x").unwrap();
+    let dst = dir.path("missing/sub/file");
+    let r = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
+    assert!(!r.ok());
+    assert_eq!(r.ranks_with(Outcome::Failed), all(&net), "{r:?}");
+    let detail = &r.outcomes[0].detail;
+    assert!(detail.contains("does not exist") && detail.contains("missing/sub"), "{detail}");
+    assert!(!dst.exists());
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_bad_source_is_an_error_before_anything_is_sent() {
+    let dir = TempDir::new("badsrc");
+    let mut net = launch("flat", 1).await;
+    let comm = net.broadcast_communicator();
+    let err =
+        bcast_file(&mut net, &comm, &dir.path("absent"), None, WriteMode::Leave, CHUNK).await.unwrap_err();
+    assert!(err.to_string().contains("absent"), "{err}");
+    let err = bcast_file(&mut net, &comm, &dir.0, None, WriteMode::Leave, CHUNK).await.unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destination() {
+    let dir = TempDir::new("killed");
+    let mut net = launch("flat", 2).await;
+    let src = dir.path("big");
+    let data = random_bytes(16 << 20);
+    std::fs::write(&src, &data).unwrap();
+    let dst = dir.path("copy");
+    // Only rank 1 receives, so a file under `dst` could only be its partial copy.
+    let comm = net.communicator(RankSet::single(1)).unwrap();
+    let killer = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let sent = Arc::new(AtomicU64::new(0));
+    let seen = sent.clone();
+    let transfer =
+        bcast_file_with_progress(&mut net, &comm, &src, Some(&dst), WriteMode::Leave, CHUNK, |n, _| {
+            seen.store(n, Ordering::Relaxed)
+        });
+    let kill = async {
+        while sent.load(Ordering::Relaxed) < (1 << 20) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        killer.send(TAG_DIE, "%ad", &[Value::IntArray(vec![1])]).await.unwrap();
+    };
+    let (report, ()) = tokio::time::timeout(LIMIT, async { tokio::join!(transfer, kill) }).await.unwrap();
+    let report = report.unwrap();
+    assert!(!report.ok());
+    assert_eq!(report.lost_ranks(), RankSet::single(1), "{report:?}");
+    assert!(report.outcomes.is_empty(), "{report:?}");
+    assert!(!dst.exists(), "a partial file was left under the destination name");
+    finish(net).await;
+}
+
+#[test]
+fn the_command_line_copies_and_exits_1_on_failure() {
+    let dir = TempDir::new("cli");
+    let src = dir.path("src");
+    let data = random_bytes(2 * CHUNK + 3);
+    std::fs::write(&src, &data).unwrap();
+    let tag = format!("TREECAST_FILES_TEST={}", std::process::id());
+    let run = |args: &[&str]| {
+        let (k, v) = tag.split_once('=').unwrap();
+        Command::new(TREECAST)
+            .arg("bcast")
+            .args(args)
+            .args(["--local", "2", "--launcher", "local", "--chunk", "4096"])
+            .env(k, v)
+            .output()
+            .unwrap()
+    };
+    let dst = dir.path("dst");
+    let out = run(&[src.to_str().unwrap(), dst.to_str().unwrap(), "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["ok"], true);
+    assert_eq!(json["classes"][0]["outcome"], "written");
+    assert_eq!(json["classes"][0]["count"], 2);
+    assert_eq!(std::fs::read(&dst).unwrap(), data);
+
+    let out = run(&[src.to_str().unwrap(), dst.to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("skipped-shared: 2 [0-1]"), "{text}");
+
+    let bad = dir.path("nowhere/dst");
+    let out = run(&[src.to_str().unwrap(), bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("failed: 2 [0-1]") && text.contains("does not exist"), "{text}");
+    assert_no_leftovers(&tag);
+}
