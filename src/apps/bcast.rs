@@ -8,7 +8,7 @@ use anyhow::Context;
 use serde::Serialize;
 use treecast_api::{bcast_file_with_progress, FileReport, WriteMode};
 
-use super::cli::{BcastArgs, RunArgs};
+use super::cli::BcastArgs;
 
 /// Ranks that had one outcome.
 #[derive(Debug, Clone, Serialize)]
@@ -53,25 +53,6 @@ pub struct BcastReport {
     pub lost: Vec<LostRanks>,
     /// True when no rank failed or was lost.
     pub ok: bool,
-}
-
-fn run_args(args: &BcastArgs) -> RunArgs {
-    RunArgs {
-        local: args.local,
-        hosts: args.hosts.clone(),
-        fanout: args.fanout,
-        per_host: args.per_host,
-        topology: args.topology.clone(),
-        launcher: args.launcher,
-        ssh_args: args.ssh_args.clone(),
-        remote_path: args.remote_path.clone(),
-        allow_missing: args.allow_missing,
-        attach: None,
-        attach_timeout: 300.0,
-        json: args.json,
-        timeout: None,
-        command: Vec::new(),
-    }
 }
 
 /// Converts the API's report for printing.
@@ -137,7 +118,7 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
         "--chunk must be between 1 and {} bytes",
         treecast_api::MAX_CHUNK
     );
-    let mut net = super::run::launch(&run_args(&args)).await?;
+    let mut net = super::run::launch(&args.tree).await?;
     let comm = net.broadcast_communicator();
     let show = !args.quiet && !args.json && std::io::stderr().is_terminal();
     let started = Instant::now();

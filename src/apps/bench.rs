@@ -140,7 +140,7 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
 /// Times start-up plus a first command, then the same command three times on the running tree.
 async fn bench_run(args: super::cli::RunArgs) -> anyhow::Result<ExitCode> {
     let t = Instant::now();
-    let mut net = super::run::launch(&args).await?;
+    let mut net = super::run::launch(&args.tree).await?;
     let first = super::run::run_command(&mut net, &args.command, None).await?;
     let cold = t.elapsed().as_secs_f64();
     let mut warm = Vec::new();

@@ -43,13 +43,13 @@ pub struct DemoArgs {
     pub topology: String,
 }
 
-/// Flags of `treecast run`.
+/// Where the back-ends run and how the tree is started: shared by `run`, `bcast` and `bench run`.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct TreeArgs {
     /// Number of back-ends to start on this machine.
     #[arg(long, value_name = "N", conflicts_with = "hosts")]
     pub local: Option<usize>,
-    /// Hosts to run on, as a host list (`node[01-16,20]`, `h[1-4],login1`); one back-end per host by default.
+    /// Hosts, as a host list (`node[01-16,20]`, `h[1-4],login1`); one back-end per host by default.
     /// With `--launcher slurm` the default is the allocation's nodes (SLURM_JOB_NODELIST).
     #[arg(long, value_name = "LIST")]
     pub hosts: Option<String>,
@@ -81,6 +81,14 @@ pub struct RunArgs {
     /// With --attach: seconds the back-ends have to connect.
     #[arg(long, value_name = "SECS", default_value_t = 300.0, requires = "attach")]
     pub attach_timeout: f64,
+}
+
+/// Flags of `treecast run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Where the back-ends run.
+    #[command(flatten)]
+    pub tree: TreeArgs,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -189,33 +197,9 @@ pub struct BcastArgs {
     /// Bytes per chunk sent down the tree.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub chunk: usize,
-    /// Number of back-ends to start on this machine.
-    #[arg(long, value_name = "N", conflicts_with = "hosts")]
-    pub local: Option<usize>,
-    /// Hosts to copy to, as a host list (`node[01-16,20]`); one back-end per host by default.
-    #[arg(long, value_name = "LIST")]
-    pub hosts: Option<String>,
-    /// With --hosts: the largest number of children of any node.
-    #[arg(long, value_name = "F", default_value_t = 16)]
-    pub fanout: usize,
-    /// With --hosts: back-ends started on each host.
-    #[arg(long, value_name = "K", default_value_t = 1)]
-    pub per_host: usize,
-    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
-    #[arg(long, value_name = "SPEC")]
-    pub topology: Option<String>,
-    /// How processes on other hosts are started.
-    #[arg(long, value_enum, default_value_t = LauncherKind::Ssh)]
-    pub launcher: LauncherKind,
-    /// Extra ssh arguments (split on spaces); default from TREECAST_SSH_ARGS.
-    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
-    pub ssh_args: Option<String>,
-    /// Path of treecast on the other hosts.
-    #[arg(long, value_name = "PATH")]
-    pub remote_path: Option<String>,
-    /// Start even if some hosts cannot be reached; they are reported as lost.
-    #[arg(long)]
-    pub allow_missing: bool,
+    /// Where the back-ends run.
+    #[command(flatten)]
+    pub tree: TreeArgs,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,

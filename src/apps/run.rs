@@ -11,7 +11,7 @@ use treecast_api::{
 };
 use treecast_topology::hostlist;
 
-use super::cli::{LauncherKind, RunArgs};
+use super::cli::{LauncherKind, RunArgs, TreeArgs};
 use super::protocol::TAG_RUN;
 
 /// Fan-out used when no topology is given.
@@ -58,7 +58,7 @@ pub struct RunReport {
 
 /// Starts the tree, runs the command, prints the grouped output.
 pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let net = launch(&args).await?;
+    let net = launch(&args.tree).await?;
     let limit = args.timeout.map(Duration::from_secs_f64);
     let report = run_on(net, &args.command, limit).await?;
     if args.json {
@@ -76,11 +76,11 @@ pub fn this_host() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// The topology `run` flags describe: local back-ends, a host list, or a topology file.
+/// The topology the tree flags describe: local back-ends, a host list, or a topology file.
 ///
 /// # Errors
 /// Bad flags, a bad host list, or a bad topology.
-pub fn topology_of(args: &RunArgs) -> anyhow::Result<Topology> {
+pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
     match (&args.hosts, args.local) {
         (_, Some(0)) => anyhow::bail!("--local needs at least 1 back-end"),
         (None, Some(n)) => {
@@ -104,11 +104,11 @@ pub fn topology_of(args: &RunArgs) -> anyhow::Result<Topology> {
     }
 }
 
-/// Launches the network `run` flags describe.
+/// Launches the network the tree flags describe.
 ///
 /// # Errors
 /// Bad flags or a failed start-up.
-pub async fn launch(args: &RunArgs) -> anyhow::Result<Network> {
+pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
     let topology = topology_of(args)?;
     let backends = topology.backends();
     let mut builder = NetworkBuilder::new(topology).allow_missing(args.allow_missing);
