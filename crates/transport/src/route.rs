@@ -5,7 +5,7 @@
 //! handed to a child in its environment: `127.0.0.1:4000` or `unix:/tmp/tc-…/s`.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::os::linux::net::SocketAddrExt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -43,7 +43,7 @@ impl Stream {
         let io = |source| TransportError::Io { what: format!("connecting to {addr}"), source };
         let connecting = async {
             match addr.strip_prefix(UNIX_PREFIX) {
-                Some(path) => UnixStream::connect(path).await.map(Stream::Unix).map_err(io),
+                Some(name) => connect_unix(name).map(Stream::Unix).map_err(io),
                 None => {
                     let sock: SocketAddr = addr.parse().map_err(|e| TransportError::Io {
                         what: format!("parsing address {addr:?}"),
@@ -128,12 +128,12 @@ impl AsyncWrite for Stream {
 pub enum Listener {
     /// A TCP port on one address.
     Tcp(TcpListener),
-    /// A Unix socket in a private directory, removed when the listener is dropped.
+    /// An abstract Unix socket, on this host only.
     Unix {
         /// The listening socket.
         listener: UnixListener,
-        /// The directory (mode 0700) holding the socket.
-        dir: PathBuf,
+        /// Its abstract name (without the leading `@`).
+        name: String,
     },
 }
 
@@ -149,28 +149,23 @@ impl Listener {
             .map_err(|source| TransportError::Io { what: format!("listening on {ip}"), source })
     }
 
-    /// Listens on a Unix socket in a new private directory under the system temp directory.
+    /// Listens on a new abstract Unix socket (Linux): nothing in the file system,
+    /// so a node killed outright leaves nothing behind; the handshake, not file
+    /// permissions, keeps strangers out.
     ///
     /// # Errors
-    /// The directory or socket could not be created.
+    /// The socket could not be created.
     pub fn unix() -> Result<Listener, TransportError> {
-        use std::os::unix::fs::DirBuilderExt;
-        let io = |what: String| move |source| TransportError::Io { what, source };
-        let mut tag = [0u8; 8];
+        let mut tag = [0u8; 12];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut tag);
-        let dir = std::env::temp_dir().join(format!("treecast-{}", hex::encode(tag)));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(io(format!("creating {}", dir.display())))?;
-        let path = dir.join("s");
-        match UnixListener::bind(&path) {
-            Ok(listener) => Ok(Listener::Unix { listener, dir }),
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                Err(io(format!("listening on {}", path.display()))(e))
-            }
-        }
+        let name = format!("treecast-{}", hex::encode(tag));
+        let io =
+            |source| TransportError::Io { what: format!("listening on abstract socket @{name}"), source };
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(io)?;
+        let std_listener = std::os::unix::net::UnixListener::bind_addr(&addr).map_err(io)?;
+        std_listener.set_nonblocking(true).map_err(io)?;
+        let listener = UnixListener::from_std(std_listener).map_err(io)?;
+        Ok(Listener::Unix { listener, name })
     }
 
     /// The address children connect to, for their environment.
@@ -181,7 +176,7 @@ impl Listener {
         let io = |source| TransportError::Io { what: "reading the listening address".into(), source };
         match self {
             Listener::Tcp(l) => Ok(l.local_addr().map_err(io)?.to_string()),
-            Listener::Unix { dir, .. } => Ok(format!("{UNIX_PREFIX}{}", dir.join("s").display())),
+            Listener::Unix { name, .. } => Ok(format!("{UNIX_PREFIX}@{name}")),
         }
     }
 
@@ -199,20 +194,25 @@ impl Listener {
                 tune_tcp(&s)?;
                 Ok((Stream::Tcp(s), peer.to_string()))
             }
-            Listener::Unix { listener, dir } => {
+            Listener::Unix { listener, name } => {
                 let (s, _) = listener.accept().await.map_err(io)?;
-                Ok((Stream::Unix(s), format!("local peer on {}", dir.display())))
+                Ok((Stream::Unix(s), format!("local peer on @{name}")))
             }
         }
     }
 }
 
-impl Drop for Listener {
-    fn drop(&mut self) {
-        if let Listener::Unix { dir, .. } = self {
-            let _ = std::fs::remove_dir_all(dir);
+/// Connects to `unix:@name` (abstract) or `unix:/path`.
+fn connect_unix(name: &str) -> std::io::Result<UnixStream> {
+    let std_stream = match name.strip_prefix('@') {
+        Some(abstract_name) => {
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())?;
+            std::os::unix::net::UnixStream::connect_addr(&addr)?
         }
-    }
+        None => std::os::unix::net::UnixStream::connect(name)?,
+    };
+    std_stream.set_nonblocking(true)?;
+    UnixStream::from_std(std_stream)
 }
 
 #[cfg(test)]
@@ -242,10 +242,8 @@ mod tests {
     async fn both_routes_carry_bytes() {
         echo_once(Listener::tcp("127.0.0.1".parse().unwrap()).await.unwrap()).await;
         let unix = Listener::unix().unwrap();
-        let Listener::Unix { dir, .. } = &unix else { panic!() };
-        let dir = dir.clone();
+        assert!(unix.address().unwrap().starts_with("unix:@treecast-"));
         echo_once(unix).await;
-        assert!(!dir.exists(), "the socket directory is removed with the listener");
     }
 
     #[tokio::test]
