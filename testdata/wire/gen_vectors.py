@@ -217,6 +217,9 @@ def enc_control(m):
         return bytes([7]) + u32(m["stream"]) + u32(m["rank"]) + enc_str(m["message"])
     if t == "shutdown":
         return bytes([8])
+    if t == "attach_points":
+        out = bytes([9]) + u32(len(m["points"]))
+        return out + b"".join(u32(r) + u32(i) + enc_str(a) for r, i, a in m["points"])
     raise ValueError(t)
 
 
@@ -262,6 +265,8 @@ CONTROL_CASES = [
     ("ranks lost", {"type": "ranks_lost", "ranks": "7", "reason": "link closed"}),
     ("filter error", {"type": "filter_error", "stream": 2, "rank": 1, "message": "bad"}),
     ("shutdown", {"type": "shutdown"}),
+    ("attach points", {"type": "attach_points", "points": [[0, 3, "unix:@treecast-ab"], [1, 3, "10.0.0.1:4000"]]}),
+    ("attach points empty", {"type": "attach_points", "points": []}),
 ]
 
 

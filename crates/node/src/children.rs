@@ -721,6 +721,15 @@ fn drop_child(set: &mut ChildSet, link: usize, reason: String, allow_missing: bo
         return Err(NodeError::Startup(reason));
     }
     tracing::warn!("{reason}; going on without it");
+    // Closing the link makes a child that is still alive exit (its parent is gone).
+    let (dead, _) = spawn_link(
+        tokio::io::empty(),
+        tokio::io::sink(),
+        link,
+        set.children[link].name.clone(),
+        mpsc::channel(1).0,
+    );
+    set.children[link].sender = dead;
     let child = &mut set.children[link];
     let ranks = std::mem::take(&mut child.ranks);
     set.missing.push((ranks, reason));

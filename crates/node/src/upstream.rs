@@ -50,6 +50,8 @@ pub struct Upstream {
     is_root: bool,
     children: Vec<UpChild>,
     streams: HashMap<u32, UpStream>,
+    /// Streams closed here; packets still on their way up for them are dropped quietly.
+    closed: std::collections::HashSet<u32>,
 }
 
 impl Upstream {
@@ -57,7 +59,7 @@ impl Upstream {
     pub fn new(node: String, is_root: bool, children: Vec<(String, RankSet)>) -> Self {
         let children =
             children.into_iter().map(|(name, ranks)| UpChild { name, ranks, alive: true }).collect();
-        Upstream { node, is_root, children, streams: HashMap::new() }
+        Upstream { node, is_root, children, streams: HashMap::new(), closed: Default::default() }
     }
 
     /// Live ranks reached through the children.
@@ -82,7 +84,9 @@ impl Upstream {
 
     /// Forgets a stream; frames still queued for it are discarded with it.
     pub fn remove_stream(&mut self, id: u32) {
-        self.streams.remove(&id);
+        if self.streams.remove(&id).is_some() {
+            self.closed.insert(id);
+        }
     }
 
     fn members(&self, ranks: &RankSet) -> Vec<usize> {
@@ -99,6 +103,9 @@ impl Upstream {
                 let stream_id = frame.header.stream;
                 let rank = frame.header.rank;
                 let Some(stream) = self.streams.get_mut(&stream_id) else {
+                    if self.closed.contains(&stream_id) {
+                        return Vec::new();
+                    }
                     return vec![UpOutput::Control(ControlMsg::FilterError {
                         stream: stream_id,
                         rank,
@@ -342,6 +349,13 @@ mod tests {
         let frame = Frame::new(FrameHeader::data(1, 0, 0), chunk.clone());
         assert!(up.on_frame(0, frame, Instant::now()).is_empty(), "the wave waits for child 1");
         assert!(chunk.is_unique(), "the queued frame holds a copy, not the chunk");
+    }
+
+    #[test]
+    fn packets_still_in_flight_for_a_closed_stream_are_dropped_quietly() {
+        let mut up = node(false);
+        up.remove_stream(1);
+        assert!(up.on_frame(0, int_frame(1, 0, 5), Instant::now()).is_empty());
     }
 
     #[test]

@@ -226,6 +226,21 @@ fn control_from_json(m: &Json) -> ControlMsg {
             message: str_of(m, "message").to_owned(),
         },
         "shutdown" => ControlMsg::Shutdown,
+        "attach_points" => ControlMsg::AttachPoints {
+            points: m["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    let p = p.as_array().unwrap();
+                    (
+                        p[0].as_u64().unwrap() as u32,
+                        p[1].as_u64().unwrap() as u32,
+                        p[2].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect(),
+        },
         other => panic!("unknown control type {other}"),
     }
 }
