@@ -80,6 +80,39 @@ fn text(out: &Output) -> String {
     format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
+/// A directory under /tmp, seen by every test host (they share this file system),
+/// removed when dropped, even when a scenario fails.
+struct SharedDir(std::path::PathBuf);
+
+impl SharedDir {
+    fn new(name: &str) -> SharedDir {
+        let dir = std::env::temp_dir().join(format!("treecast-cluster-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        SharedDir(dir)
+    }
+}
+
+impl Drop for SharedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Pseudo-random bytes (xorshift).
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id());
+    let mut data = Vec::with_capacity(n + 8);
+    while data.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data.extend_from_slice(&x.to_le_bytes());
+    }
+    data.truncate(n);
+    data
+}
+
 fn this_host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_owned()
 }
@@ -168,4 +201,42 @@ fn multi_host_cluster() {
         net.shutdown().await;
     });
     common::assert_no_session_left();
+
+    // `treecast bcast` of a 20 MB file over ssh to every host. The hosts share this
+    // file system, so each rank either writes the file or finds it already written
+    // by a faster rank (same size and mtime: skipped-shared).
+    let dir = SharedDir::new("bcast");
+    let src = dir.0.join("src.bin");
+    let data = random_bytes(20 << 20);
+    std::fs::write(&src, &data).unwrap();
+    let out_dir = dir.0.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = Command::new(TREECAST)
+        .arg("bcast")
+        .args([src.to_str().unwrap(), out_dir.to_str().unwrap(), "--json"])
+        .args(["--hosts", &format!("{PREFIX}[1-{HOSTS}]")])
+        .args(["--ssh-args", &cluster.ssh_args(), "--remote-path", TREECAST])
+        .output()
+        .unwrap();
+    common::assert_no_session_left();
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["backends"], HOSTS, "{report}");
+    let mut ranks = 0;
+    let mut written = 0;
+    for class in report["classes"].as_array().unwrap() {
+        let outcome = class["outcome"].as_str().unwrap();
+        assert!(outcome == "written" || outcome == "skipped-shared", "{report}");
+        ranks += class["count"].as_u64().unwrap();
+        if outcome == "written" {
+            written += class["count"].as_u64().unwrap();
+        }
+    }
+    assert_eq!(ranks, HOSTS as u64, "{report}");
+    assert!(written >= 1, "{report}");
+    assert!(std::fs::read(out_dir.join("src.bin")).unwrap() == data, "the copy differs from the source");
+    let left: Vec<_> = std::fs::read_dir(&out_dir).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left.len(), 1, "temporary files left: {left:?}");
+    drop(dir);
 }

@@ -285,6 +285,57 @@ async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destina
     finish(net).await;
 }
 
+/// A 1 MiB tmpfs mounted at a fresh directory, unmounted and removed when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// None (with a message) when not root.
+    fn mount(name: &str) -> Option<Tmpfs> {
+        let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        if !root {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("treecast-files-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let guard = Tmpfs(dir);
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(&guard.0)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount -t tmpfs failed");
+        Some(guard)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn a_full_file_system_fails_every_rank_with_no_space_and_leaves_nothing() {
+    let Some(full) = Tmpfs::mount("nospace") else { return };
+    let dir = TempDir::new("nospace-src");
+    let src = dir.path("big");
+    std::fs::write(&src, random_bytes(4 << 20)).unwrap();
+    let dst = full.0.join("big");
+    let mut net = launch("flat", 2).await;
+    let r = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
+    assert!(!r.ok());
+    assert_eq!(r.ranks_with(Outcome::Failed), all(&net), "{r:?}");
+    for o in &r.outcomes {
+        assert!(o.detail.contains("No space left on device"), "{r:?}");
+    }
+    assert_eq!(r.outcomes.len(), 1, "the message names no rank, so ranks group: {r:?}");
+    assert!(!dst.exists(), "a partial file was left under the destination name");
+    assert!(temp_files(&full.0).is_empty(), "{:?}", temp_files(&full.0));
+    finish(net).await;
+}
+
 #[test]
 fn the_command_line_copies_and_exits_1_on_failure() {
     let dir = TempDir::new("cli");
@@ -322,5 +373,87 @@ fn the_command_line_copies_and_exits_1_on_failure() {
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("failed: 2 [0-1]") && text.contains("does not exist"), "{text}");
+    assert_no_leftovers(&tag);
+}
+
+#[test]
+fn the_command_line_copies_several_files_and_directory_trees() {
+    let dir = TempDir::new("tree");
+    let tree = dir.path("tool");
+    std::fs::create_dir_all(tree.join("sub/deeper")).unwrap();
+    std::fs::create_dir_all(tree.join("empty-dir")).unwrap();
+    let a = random_bytes(3 * CHUNK + 1);
+    let b = random_bytes(10);
+    std::fs::write(tree.join("a.bin"), &a).unwrap();
+    std::fs::write(tree.join("sub/b.bin"), &b).unwrap();
+    std::fs::write(tree.join("sub/deeper/empty"), b"").unwrap();
+    std::fs::set_permissions(tree.join("sub/b.bin"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let extra = dir.path("extra.txt");
+    std::fs::write(&extra, b"extra\n").unwrap();
+    let out_dir = dir.path("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let tag = format!("TREECAST_FILES_TEST_TREE={}", std::process::id());
+    let run = |args: &[&str]| {
+        let (k, v) = tag.split_once('=').unwrap();
+        Command::new(TREECAST)
+            .arg("bcast")
+            .args(args)
+            .args(["--local", "2", "--launcher", "local", "--chunk", "4096"])
+            .env(k, v)
+            .output()
+            .unwrap()
+    };
+    let (t, e, o) = (tree.to_str().unwrap(), extra.to_str().unwrap(), out_dir.to_str().unwrap());
+
+    // A directory without -r is refused before anything starts.
+    let out = run(&[t, o]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use -r"), "{out:?}");
+
+    let out = run(&[t, e, o, "-r", "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["ok"], true, "{json}");
+    assert_eq!(json["count"], 4, "{json}");
+    assert_eq!(json["bytes"], a.len() + b.len() + 6, "{json}");
+    let files: Vec<&str> =
+        json["files"].as_array().unwrap().iter().map(|f| f["destination"].as_str().unwrap()).collect();
+    let want = ["tool/a.bin", "tool/sub/b.bin", "tool/sub/deeper/empty", "extra.txt"];
+    assert_eq!(files, want.map(|w| out_dir.join(w).display().to_string()), "{json}");
+    for f in json["files"].as_array().unwrap() {
+        let mut done = 0;
+        for c in f["classes"].as_array().unwrap() {
+            assert!(c["outcome"] == "written" || c["outcome"] == "skipped-shared", "{json}");
+            done += c["count"].as_u64().unwrap();
+        }
+        assert_eq!(done, 2, "{json}");
+    }
+    let copy = out_dir.join("tool");
+    assert_eq!(std::fs::read(copy.join("a.bin")).unwrap(), a);
+    assert_eq!(std::fs::read(copy.join("sub/b.bin")).unwrap(), b);
+    assert_eq!(std::fs::metadata(copy.join("sub/b.bin")).unwrap().permissions().mode() & 0o7777, 0o750);
+    assert_eq!(std::fs::read(copy.join("sub/deeper/empty")).unwrap(), b"");
+    assert!(copy.join("empty-dir").is_dir(), "empty directories are recreated");
+    assert_eq!(std::fs::read(out_dir.join("extra.txt")).unwrap(), b"extra\n");
+    for d in [copy.clone(), copy.join("sub"), copy.join("sub/deeper")] {
+        assert!(temp_files(&d).is_empty(), "{:?}", temp_files(&d));
+    }
+
+    // Again, as text: every file is already there, and the total line sums them up.
+    let out = run(&[t, e, o, "-r"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("skipped-shared: 2 [0-1]").count(), 4, "{text}");
+    assert!(text.contains(&format!("total: 4 files, {} bytes", a.len() + b.len() + 6)), "{text}");
+
+    // Several files into a directory that does not exist: each fails, exit status 1.
+    let missing = dir.path("missing");
+    let out = run(&[e, tree.join("a.bin").to_str().unwrap(), missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("does not exist").count(), 2, "{text}");
+    assert!(text.contains("total: 2 files") && text.contains("2 with failures"), "{text}");
+    assert!(!missing.exists());
     assert_no_leftovers(&tag);
 }

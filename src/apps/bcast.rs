@@ -1,12 +1,13 @@
 //! `treecast bcast`: copy a file to every back-end's host through the tree.
 
 use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
 use serde::Serialize;
-use treecast_api::{bcast_file_with_progress, FileReport, WriteMode};
+use treecast_api::{bcast_file_with_progress, FileReport, Network, WriteMode};
 
 use super::cli::BcastArgs;
 
@@ -107,50 +108,273 @@ pub fn render(r: &BcastReport) -> String {
     out
 }
 
-/// Starts the tree, sends the file, prints the summary; exit 1 if a rank failed or was lost.
+/// One file to send: where from, where to (`None`: the same absolute path).
+#[derive(Debug, Clone)]
+struct Entry {
+    source: PathBuf,
+    destination: Option<PathBuf>,
+}
+
+/// Directories to create on every host before the files: `mkdir -p` of `dirs`
+/// (relative) inside `base`, which must exist.
+#[derive(Debug, Clone)]
+struct MakeDirs {
+    base: PathBuf,
+    dirs: Vec<PathBuf>,
+}
+
+/// What a multi-file call will do, worked out on the front-end before any process starts.
+#[derive(Debug, Default)]
+struct Plan {
+    entries: Vec<Entry>,
+    mkdirs: Vec<MakeDirs>,
+    /// Paths under a source directory that are not regular files or directories.
+    ignored: Vec<PathBuf>,
+}
+
+fn name_of(path: &Path) -> anyhow::Result<std::ffi::OsString> {
+    let canonical = std::fs::canonicalize(path).with_context(|| format!("source {}", path.display()))?;
+    canonical
+        .file_name()
+        .map(ToOwned::to_owned)
+        .with_context(|| format!("source {} has no name", path.display()))
+}
+
+/// Lists the files of several sources (directories with `recursive`), in a stable order.
+fn plan(sources: &[PathBuf], dst: Option<&Path>, recursive: bool) -> anyhow::Result<Plan> {
+    let mut plan = Plan::default();
+    for src in sources {
+        let meta = std::fs::metadata(src).with_context(|| format!("source {}", src.display()))?;
+        let abs = std::path::absolute(src).with_context(|| format!("source {}", src.display()))?;
+        if meta.is_file() {
+            let destination = dst.map(|d| name_of(src).map(|n| d.join(n))).transpose()?;
+            plan.entries.push(Entry { source: abs, destination });
+            continue;
+        }
+        anyhow::ensure!(meta.is_dir(), "source {} is not a regular file or a directory", src.display());
+        anyhow::ensure!(recursive, "source {} is a directory (use -r)", src.display());
+        let name = name_of(src)?;
+        let parent = match dst {
+            Some(d) => d.to_path_buf(),
+            None => abs.parent().context("a source directory has no parent")?.to_path_buf(),
+        };
+        let mut dirs = vec![PathBuf::from(&name)];
+        let mut stack = vec![PathBuf::from(&name)];
+        while let Some(rel) = stack.pop() {
+            let here = if rel.as_os_str() == name { abs.clone() } else { abs.join(rel.strip_prefix(&name)?) };
+            let mut children: Vec<_> = std::fs::read_dir(&here)
+                .with_context(|| format!("reading {}", here.display()))?
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("reading {}", here.display()))?;
+            children.sort_by_key(std::fs::DirEntry::file_name);
+            let mut subdirs = Vec::new();
+            for child in children {
+                let kind = child.file_type().with_context(|| format!("{}", child.path().display()))?;
+                let child_rel = rel.join(child.file_name());
+                if kind.is_file() {
+                    plan.entries
+                        .push(Entry { source: child.path(), destination: Some(parent.join(&child_rel)) });
+                } else if kind.is_dir() {
+                    dirs.push(child_rel.clone());
+                    subdirs.push(child_rel);
+                } else {
+                    plan.ignored.push(child.path());
+                }
+            }
+            // Depth first, in name order.
+            stack.extend(subdirs.into_iter().rev());
+        }
+        plan.mkdirs.push(MakeDirs { base: parent, dirs });
+    }
+    Ok(plan)
+}
+
+/// Creates the directories of a recursive copy on every back-end (one `mkdir -p` per source directory).
+async fn make_dirs(net: &mut Network, m: &MakeDirs) -> anyhow::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for batch in m.dirs.chunks(1000) {
+        let mut argv: Vec<String> = ["sh", "-c", "cd -- \"$1\" && shift && mkdir -p -- \"$@\"", "sh"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        argv.push(m.base.display().to_string());
+        argv.extend(batch.iter().map(|d| d.display().to_string()));
+        let report = super::run::run_command(net, &argv, Some(std::time::Duration::from_secs(60))).await?;
+        for c in report.classes.iter().filter(|c| c.exit_code != 0) {
+            problems.push(format!(
+                "creating directories under {} failed on ranks [{}] (exit {}): {}",
+                m.base.display(),
+                c.ranks,
+                c.exit_code,
+                c.stderr.trim()
+            ));
+        }
+        for l in &report.lost {
+            problems.push(format!("lost [{}] while creating directories: {}", l.ranks, l.reason));
+        }
+    }
+    Ok(problems)
+}
+
+/// The total of a multi-file call, as printed with `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreeReport {
+    /// One report per file, in the order sent.
+    pub files: Vec<BcastReport>,
+    /// Directory creation problems (empty when every directory was made).
+    pub directory_errors: Vec<String>,
+    /// Paths under a source directory that were not sent (not regular files or directories).
+    pub ignored: Vec<String>,
+    /// Files sent.
+    pub count: usize,
+    /// Bytes in all files.
+    pub bytes: u64,
+    /// Seconds for the whole call (directories and files, not the start-up).
+    pub seconds: f64,
+    /// Files with a failed or lost rank.
+    pub files_not_ok: usize,
+    /// True when every file is ok and every directory was made.
+    pub ok: bool,
+}
+
+/// The total line of a multi-file call.
+pub fn render_total(t: &TreeReport) -> String {
+    let mut out = String::new();
+    for e in &t.directory_errors {
+        out.push_str(&format!("error: {e}\n"));
+    }
+    for i in &t.ignored {
+        out.push_str(&format!("ignored (not a regular file or directory): {i}\n"));
+    }
+    out.push_str(&format!(
+        "total: {} file{}, {} bytes, {:.2} s, {} with failures\n",
+        t.count,
+        if t.count == 1 { "" } else { "s" },
+        t.bytes,
+        t.seconds,
+        t.files_not_ok
+    ));
+    out
+}
+
+/// Starts the tree, sends the file(s), prints the summary; exit 1 if a rank failed or was lost.
 pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     let mode: WriteMode = args.mode.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-    // Check the source before starting any process.
-    let meta = std::fs::metadata(&args.src).with_context(|| format!("source {}", args.src.display()))?;
-    anyhow::ensure!(meta.is_file(), "source {} is not a regular file", args.src.display());
     anyhow::ensure!(
         (1..=treecast_api::MAX_CHUNK).contains(&args.chunk),
         "--chunk must be between 1 and {} bytes",
         treecast_api::MAX_CHUNK
     );
+    let (sources, dst) = match args.paths.as_slice() {
+        [src] => (vec![src.clone()], None),
+        [sources @ .., dst] => (sources.to_vec(), Some(dst.clone())),
+        [] => anyhow::bail!("no source given"),
+    };
+    // Check the sources before starting any process.
+    let single = sources.len() == 1 && std::fs::metadata(&sources[0]).is_ok_and(|m| m.is_file());
+    let plan = if single {
+        Plan { entries: vec![Entry { source: sources[0].clone(), destination: dst }], ..Plan::default() }
+    } else {
+        plan(&sources, dst.as_deref(), args.recursive)?
+    };
+    if !single {
+        // The usual message for a missing or special single source.
+        let meta =
+            std::fs::metadata(&sources[0]).with_context(|| format!("source {}", sources[0].display()))?;
+        anyhow::ensure!(
+            sources.len() > 1 || meta.is_dir(),
+            "source {} is not a regular file",
+            sources[0].display()
+        );
+    }
     let mut net = super::run::launch(&args.tree).await?;
+    let backends = net.backends();
     let comm = net.broadcast_communicator();
     let show = !args.quiet && !args.json && std::io::stderr().is_terminal();
     let started = Instant::now();
-    let mut last = Instant::now();
-    let progress = |sent: u64, size: u64| {
-        if show && (sent == size || last.elapsed().as_millis() >= 100) {
-            last = Instant::now();
-            let pct = if size == 0 { 100.0 } else { sent as f64 * 100.0 / size as f64 };
-            let rate = sent as f64 / started.elapsed().as_secs_f64().max(1e-6) / (1 << 20) as f64;
-            let mut err = std::io::stderr().lock();
-            let _ = write!(
-                err,
-                "\r[{:<30}] {pct:5.1}% {:.1} MiB/s ",
-                "#".repeat((pct / 100.0 * 30.0) as usize),
-                rate
-            );
-            let _ = err.flush();
+    let mut directory_errors = Vec::new();
+    for m in &plan.mkdirs {
+        match make_dirs(&mut net, m).await {
+            Ok(problems) => directory_errors.extend(problems),
+            Err(e) => {
+                directory_errors.push(format!("creating directories under {}: {e:#}", m.base.display()))
+            }
         }
-    };
-    let result =
-        bcast_file_with_progress(&mut net, &comm, &args.src, args.dst.as_deref(), mode, args.chunk, progress)
-            .await;
-    if show {
-        eprintln!();
     }
-    let backends = net.backends();
+    let mut reports = Vec::new();
+    let mut error = None;
+    for entry in &plan.entries {
+        let file_started = Instant::now();
+        let mut last = Instant::now();
+        let progress = |sent: u64, size: u64| {
+            if show && (sent == size || last.elapsed().as_millis() >= 100) {
+                last = Instant::now();
+                let pct = if size == 0 { 100.0 } else { sent as f64 * 100.0 / size as f64 };
+                let rate = sent as f64 / file_started.elapsed().as_secs_f64().max(1e-6) / (1 << 20) as f64;
+                let mut err = std::io::stderr().lock();
+                let _ = write!(
+                    err,
+                    "\r[{:<30}] {pct:5.1}% {:.1} MiB/s ",
+                    "#".repeat((pct / 100.0 * 30.0) as usize),
+                    rate
+                );
+                let _ = err.flush();
+            }
+        };
+        let result = bcast_file_with_progress(
+            &mut net,
+            &comm,
+            &entry.source,
+            entry.destination.as_deref(),
+            mode,
+            args.chunk,
+            progress,
+        )
+        .await;
+        if show {
+            eprintln!();
+        }
+        match result {
+            Ok(r) => {
+                let report = report_of(&r, backends);
+                if !args.json {
+                    print!("{}", render(&report));
+                    let _ = std::io::stdout().flush();
+                }
+                reports.push(report);
+            }
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
     net.shutdown().await;
-    let report = report_of(&result?, backends);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render(&report));
+    if let Some(e) = error {
+        return Err(e.into());
     }
-    Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    if single {
+        let report = &reports[0];
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(report)?);
+        }
+        return Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
+    let files_not_ok = reports.iter().filter(|r| !r.ok).count();
+    let total = TreeReport {
+        count: reports.len(),
+        bytes: reports.iter().map(|r| r.size).sum(),
+        seconds: started.elapsed().as_secs_f64(),
+        files_not_ok,
+        ok: files_not_ok == 0 && directory_errors.is_empty(),
+        directory_errors,
+        ignored: plan.ignored.iter().map(|p| p.display().to_string()).collect(),
+        files: reports,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&total)?);
+    } else {
+        print!("{}", render_total(&total));
+    }
+    Ok(if total.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

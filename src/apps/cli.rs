@@ -187,10 +187,15 @@ pub struct MicrobenchArgs {
 /// Flags of `treecast bcast`.
 #[derive(Debug, Args)]
 pub struct BcastArgs {
-    /// The file to send.
-    pub src: std::path::PathBuf,
-    /// Where to write it on each host (default: the same absolute path; an existing directory takes the file under its name).
-    pub dst: Option<std::path::PathBuf>,
+    /// SRC... [DST]: the files (and with -r directories) to send, then where to write them on
+    /// each host. With one SRC, DST defaults to the same absolute path and an existing
+    /// directory takes the file under its name; with several sources or a directory, DST is
+    /// a directory that must exist on the hosts, and each source goes under its own name.
+    #[arg(required = true, num_args = 1.., value_name = "PATH")]
+    pub paths: Vec<std::path::PathBuf>,
+    /// Copy directories: recreate each source directory's tree under DST (files, then empty directories included).
+    #[arg(short, long)]
+    pub recursive: bool,
     /// What to do with an existing destination: leave it, overwrite it if the source is newer, or overwrite it.
     #[arg(long, value_name = "MODE", default_value = "leave", value_parser = ["leave", "newer", "overwrite"])]
     pub mode: String,

@@ -529,7 +529,7 @@ impl FileReceiver {
                     } else {
                         inc.hasher.update(data);
                         inc.written += data.len() as u64;
-                        inc.file.write_all(data).map_err(|e| format!("writing {}: {e}", inc.tmp.display()))
+                        inc.file.write_all(data).map_err(|e| format!("writing {}: {e}", inc.dst.display()))
                     }
                 }
                 [Value::ULong(offset), Value::Bytes(_)] => {
@@ -603,9 +603,9 @@ impl FileReceiver {
         let result = (|| {
             let time = UNIX_EPOCH + Duration::from_nanos(self.mtime);
             file.set_permissions(std::fs::Permissions::from_mode(self.perm))
-                .map_err(|e| format!("setting the mode of {}: {e}", tmp.display()))?;
-            file.set_modified(time).map_err(|e| format!("setting the mtime of {}: {e}", tmp.display()))?;
-            file.sync_all().map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+                .map_err(|e| format!("setting the mode of {}: {e}", dst.display()))?;
+            file.set_modified(time).map_err(|e| format!("setting the mtime of {}: {e}", dst.display()))?;
+            file.sync_all().map_err(|e| format!("writing {}: {e}", dst.display()))?;
             drop(file);
             std::fs::rename(&tmp, &dst).map_err(|e| format!("renaming into {}: {e}", dst.display()))
         })();
