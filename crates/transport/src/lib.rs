@@ -23,7 +23,8 @@ mod socket;
 
 pub use error::TransportError;
 pub use link::{
-    spawn_link, spawn_socket_link, Inbound, LinkEvent, LinkSender, LINK_CHUNKS_IN_FLIGHT, LINK_QUEUE_FRAMES,
+    spawn_link, spawn_socket_link, Inbound, LinkEvent, LinkSender, LINK_CHUNKS_IN_FLIGHT, LINK_QUEUE_BYTES,
+    LINK_QUEUE_FRAMES,
 };
 pub use route::{Listener, ReadHalf, Stream, WriteHalf};
 pub use secret::{Secret, SECRET_ENV};

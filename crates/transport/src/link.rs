@@ -40,11 +40,27 @@ pub enum LinkEvent {
     Closed(Option<String>),
 }
 
+/// Bytes a link's send queue holds before senders wait (besides the frame count bound).
+pub const LINK_QUEUE_BYTES: usize = 4 << 20;
+
+/// A queued frame and the share of the link's byte budget it holds until written.
+#[derive(Debug)]
+struct Queued {
+    frame: Frame,
+    budget: OwnedSemaphorePermit,
+}
+
 /// The sending side of a link. Cloning shares the same queue.
 #[derive(Debug, Clone)]
 pub struct LinkSender {
-    tx: mpsc::Sender<Frame>,
+    tx: mpsc::Sender<Queued>,
+    budget: Arc<Semaphore>,
     name: Arc<str>,
+}
+
+/// The budget a frame takes: its size, capped so one huge frame still fits alone.
+fn cost(frame: &Frame) -> u32 {
+    frame.wire_len().min(LINK_QUEUE_BYTES) as u32
 }
 
 impl LinkSender {
@@ -55,7 +71,10 @@ impl LinkSender {
     ///
     /// Cancel safety: cancel safe; a cancelled send queued nothing.
     pub async fn send(&self, frame: Frame) -> Result<(), Frame> {
-        self.tx.send(frame).await.map_err(|e| e.0)
+        let Ok(budget) = self.budget.clone().acquire_many_owned(cost(&frame)).await else {
+            return Err(frame);
+        };
+        self.tx.send(Queued { frame, budget }).await.map_err(|e| e.0.frame)
     }
 
     /// Queues a frame if there is room now.
@@ -63,7 +82,8 @@ impl LinkSender {
     /// # Errors
     /// Hands the frame back when the queue is full or the link closed.
     pub fn try_send(&self, frame: Frame) -> Result<(), Frame> {
-        self.tx.try_send(frame).map_err(|e| e.into_inner())
+        let Ok(budget) = self.budget.clone().try_acquire_many_owned(cost(&frame)) else { return Err(frame) };
+        self.tx.try_send(Queued { frame, budget }).map_err(|e| e.into_inner().frame)
     }
 
     /// True once the writer has stopped.
@@ -125,7 +145,7 @@ fn start(
     let (tx, rx) = mpsc::channel(LINK_QUEUE_FRAMES);
     tokio::spawn(read_loop(reader, link, name.clone(), inbound));
     let writer = tokio::spawn(write_loop(writer, rx, name.clone()));
-    (LinkSender { tx, name }, writer)
+    (LinkSender { tx, budget: Arc::new(Semaphore::new(LINK_QUEUE_BYTES)), name }, writer)
 }
 
 /// Read chunks a link may have in flight (decoded but not yet dropped by the node).
@@ -249,14 +269,20 @@ impl Batch {
     }
 }
 
-async fn write_loop(mut writer: impl ByteSink, mut rx: mpsc::Receiver<Frame>, name: Arc<str>) {
+async fn write_loop(mut writer: impl ByteSink, mut rx: mpsc::Receiver<Queued>, name: Arc<str>) {
     let mut batch = Batch::new();
+    // Budget shares are given back only once their frames are written.
+    let mut held = Vec::new();
     while let Some(first) = rx.recv().await {
         let stamp = now_ns();
-        batch.push(first, stamp);
+        batch.push(first.frame, stamp);
+        held.push(first.budget);
         while batch.bytes < BATCH_BYTES {
             match rx.try_recv() {
-                Ok(f) => batch.push(f, stamp),
+                Ok(q) => {
+                    batch.push(q.frame, stamp);
+                    held.push(q.budget);
+                }
                 Err(_) => break,
             }
         }
@@ -268,6 +294,7 @@ async fn write_loop(mut writer: impl ByteSink, mut rx: mpsc::Receiver<Frame>, na
             return;
         }
         batch.bytes = 0;
+        held.clear();
     }
     writer.finish().await;
 }
@@ -356,6 +383,22 @@ mod tests {
             }
         }
         assert_eq!(total, N, "nothing was lost");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_link_holds_at_most_its_byte_budget() {
+        // The peer never reads: the writer blocks and queued frames keep their budget.
+        let (a, _peer) = tokio::io::duplex(1024);
+        let (ar, aw) = tokio::io::split(a);
+        let (sender, _w) = spawn_link(ar, aw, 0, "a".into(), mpsc::channel(1).0);
+        let mib = Frame::new(FrameHeader::data(1, 0, 0), vec![0u8; 1 << 20]);
+        let mut accepted = 0;
+        while sender.try_send(mib.clone()).is_ok() {
+            accepted += 1;
+            assert!(accepted <= LINK_QUEUE_BYTES >> 20, "the byte budget did not hold");
+            tokio::task::yield_now().await;
+        }
+        assert!(accepted >= 1);
     }
 
     #[tokio::test]
