@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use treecast_api::{bcast_file_with_progress, FileReport, Network, WriteMode};
 
@@ -304,21 +305,22 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     let mut reports = Vec::new();
     let mut error = None;
     for entry in &plan.entries {
-        let file_started = Instant::now();
-        let mut last = Instant::now();
+        // Bytes sent, rate and time left, on a terminal only.
+        let bar = show.then(|| {
+            let bar = ProgressBar::new(0);
+            let style = ProgressStyle::with_template(
+                "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+            bar.set_style(style);
+            bar.set_message(format!("{} -> {backends} back-ends", entry.source.display()));
+            bar
+        });
         let progress = |sent: u64, size: u64| {
-            if show && (sent == size || last.elapsed().as_millis() >= 100) {
-                last = Instant::now();
-                let pct = if size == 0 { 100.0 } else { sent as f64 * 100.0 / size as f64 };
-                let rate = sent as f64 / file_started.elapsed().as_secs_f64().max(1e-6) / (1 << 20) as f64;
-                let mut err = std::io::stderr().lock();
-                let _ = write!(
-                    err,
-                    "\r[{:<30}] {pct:5.1}% {:.1} MiB/s ",
-                    "#".repeat((pct / 100.0 * 30.0) as usize),
-                    rate
-                );
-                let _ = err.flush();
+            if let Some(bar) = &bar {
+                bar.set_length(size);
+                bar.set_position(sent);
             }
         };
         let result = bcast_file_with_progress(
@@ -331,8 +333,8 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
             progress,
         )
         .await;
-        if show {
-            eprintln!();
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
         }
         match result {
             Ok(r) => {
