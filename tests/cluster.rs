@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::random_bytes;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -97,20 +99,6 @@ impl Drop for SharedDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Pseudo-random bytes (xorshift).
-fn random_bytes(n: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id());
-    let mut data = Vec::with_capacity(n + 8);
-    while data.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        data.extend_from_slice(&x.to_le_bytes());
-    }
-    data.truncate(n);
-    data
 }
 
 fn this_host() -> String {

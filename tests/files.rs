@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::assert_no_leftovers;
+use common::{assert_no_leftovers, random_bytes};
 use treecast::apps::protocol::TAG_DIE;
 use treecast_api::{
     bcast_file, bcast_file_with_progress, FileReport, Network, NetworkBuilder, Outcome, RankSet,
@@ -58,21 +58,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Pseudo-random bytes (xorshift), different for every call.
-fn random_bytes(n: usize) -> Vec<u8> {
-    static SEED: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-    let mut x = SEED.fetch_add(0x2545_f491_4f6c_dd1d, Ordering::Relaxed) | 1;
-    let mut data = Vec::with_capacity(n + 8);
-    while data.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        data.extend_from_slice(&x.to_le_bytes());
-    }
-    data.truncate(n);
-    data
 }
 
 fn set_mtime(path: &Path, time: SystemTime) {

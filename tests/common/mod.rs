@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Pids of live processes whose environment holds `needle` (e.g. `TREECAST_SESSION=ab12`).
@@ -74,4 +75,19 @@ pub(crate) fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
         }
     }
     found
+}
+
+/// Pseudo-random bytes (xorshift), different for every call.
+pub(crate) fn random_bytes(n: usize) -> Vec<u8> {
+    static SEED: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+    let mut x = SEED.fetch_add(0x2545_f491_4f6c_dd1d, Ordering::Relaxed) | 1;
+    let mut data = Vec::with_capacity(n + 8);
+    while data.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data.extend_from_slice(&x.to_le_bytes());
+    }
+    data.truncate(n);
+    data
 }

@@ -1,8 +1,11 @@
 //! Integration tests of host lists and host-based trees (`Topology::from_hosts`).
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
+mod common;
+
+use common::check_invariants;
 use proptest::prelude::*;
 use treecast_topology::hostlist::{compress, expand};
 use treecast_topology::{Shape, Topology, TopologyError, MAX_NODES};
@@ -13,48 +16,6 @@ fn hosts(expr: &str) -> Vec<String> {
 
 fn tree(expr: &str, fanout: usize, per_host: usize, fe: &str) -> Topology {
     Topology::from_hosts_spec(expr, fanout, per_host, fe).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// The structural invariants the crate promises (the same checks as tests/topology.rs).
-fn check_invariants(t: &Topology) {
-    assert!(!t.is_empty());
-    assert_eq!(t.root(), 0);
-    assert_eq!(t.node(0).parent, None);
-    assert_eq!(t.subtree_len(0), t.len());
-    let mut next_rank = 0u32;
-    let mut leaves = 0;
-    let mut names = HashSet::new();
-    for id in 0..t.len() {
-        let node = t.node(id);
-        assert!(names.insert((node.host.clone(), node.index)), "duplicate {node}");
-        let mut expect = id + 1;
-        for &c in &node.children {
-            assert_eq!(c, expect, "pre-order broken at {id}");
-            assert_eq!(t.node(c).parent, Some(id));
-            expect += t.subtree_len(c);
-        }
-        assert_eq!(expect, id + t.subtree_len(id));
-        assert_eq!(t.first_rank(id), next_rank);
-        if t.is_leaf(id) {
-            assert_eq!(t.backend_rank(id), Some(next_rank));
-            assert_eq!(t.leaf_of_rank(next_rank), Some(id));
-            assert_eq!(t.subtree_backends(id), 1);
-            next_rank += 1;
-            leaves += 1;
-        } else {
-            assert_eq!(t.backend_rank(id), None);
-            let mut r = t.first_rank(id);
-            for &c in &node.children {
-                assert_eq!(t.first_rank(c), r);
-                r += t.subtree_backends(c) as u32;
-            }
-            assert_eq!(r, t.first_rank(id) + t.subtree_backends(id) as u32);
-        }
-        assert_eq!(t.rank_range(id), t.first_rank(id)..t.first_rank(id) + t.subtree_backends(id) as u32);
-    }
-    assert_eq!(t.backends(), leaves);
-    let interior = t.len() - leaves;
-    assert_eq!(t.comm_nodes(), interior.saturating_sub(1));
 }
 
 /// Everything `from_hosts` promises about a tree built over `hosts`.
