@@ -129,6 +129,31 @@ async fn concurrent_streams_with_different_filters_and_communicators() {
 }
 
 #[tokio::test]
+async fn a_stream_the_tool_does_not_read_holds_up_no_other_stream() {
+    // Flow control regression: stream `unread` gets more waves than the front-end
+    // buffers (ROOT_WINDOW), so the tree must hold them back per stream; stream
+    // `read` must still complete, then every held wave must arrive intact.
+    let net = launch("balanced:2x4", 8).await;
+    let all = net.broadcast_communicator();
+    let mut unread = net.new_stream(&all, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let mut read = net.new_stream(&all, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let many = treecast_api::ROOT_WINDOW as i32 + 1000;
+    unread.send(TAG_BURST, "%d", &[Value::Int(many)]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    read.send(TAG_BURST, "%d", &[Value::Int(300)]).await.unwrap();
+    for i in 0..300 {
+        let p = read.recv_timeout(LIMIT).await.unwrap_or_else(|e| panic!("wave {i} of the read stream: {e}"));
+        assert_eq!(int(&p), 8);
+    }
+    for i in 0..many {
+        let p = unread.recv_timeout(LIMIT).await.unwrap_or_else(|e| panic!("held wave {i}: {e}"));
+        assert_eq!(int(&p), 8, "held wave {i}");
+    }
+    assert!(unread.try_recv().is_none());
+    finish(net).await;
+}
+
+#[tokio::test]
 async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
     let mut net = launch("balanced:2x4", 8).await;
     let mut s = net

@@ -132,7 +132,7 @@ def gen_values():
 
 
 PROTOCOL_VERSION = 1
-KINDS = {"data": 1, "control": 2}
+KINDS = {"data": 1, "control": 2, "credit": 3}
 
 
 def enc_frame(kind, flags, stream, tag, rank, ts, payload):
@@ -149,6 +149,7 @@ def gen_frames():
         ("partial avg", "data", 2, 3, 0, 0, 0, enc_value("%lf", 1.5) + enc_value("%uld", "4")),
         ("all fields max", "data", 0xFFFF, 2**32 - 1, 2**31 - 1, 2**32 - 1, str(U64_MAX), b"\x00\x01"),
         ("control shutdown", "control", 0, 0, 0, 0, 0, bytes([8])),
+        ("credit 64 on stream 5", "credit", 0, 5, 64, 0, 0, b""),
         (
             "worked example in docs/wire-format.md",
             "data",
@@ -300,7 +301,7 @@ INVALID_CASES = [
     ("values", "bytes longer than payload", bytes([0x20]) + u32(4) + b"\x01\x02", "Truncated"),
     # batch: decode_batch
     ("batch", "bad version", hdr(version=2), "BadVersion"),
-    ("batch", "unknown kind", hdr(kind=3), "UnknownKind"),
+    ("batch", "unknown kind", hdr(kind=4), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),
     ("batch", "truncated header", hdr()[:27], "Truncated"),
     ("batch", "truncated payload", hdr(length=4) + b"\x01\x02", "Truncated"),

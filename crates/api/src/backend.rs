@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use treecast_node::{connect_parent, connect_to, control_frame, env};
-use treecast_transport::{spawn_socket_link, Inbound, LinkEvent, LinkSender};
+use treecast_transport::SendCredits;
+use treecast_transport::{spawn_socket_link_with_credits, Inbound, LinkEvent, LinkSender};
 use treecast_wire::{ControlMsg, Frame, FrameHeader, FrameKind, RankSet, TransformKind, Value};
 
 use crate::network::{check_filter, encode_checked};
@@ -38,6 +39,7 @@ pub struct BackEndSender {
     size: u32,
     link: LinkSender,
     streams: StreamTable,
+    credits: Arc<SendCredits>,
 }
 
 impl BackEndSender {
@@ -47,6 +49,12 @@ impl BackEndSender {
     }
 
     /// Sends values upstream on `stream`.
+    ///
+    /// Waits when this back-end already has [`treecast_wire::UP_WINDOW`] packets on
+    /// `stream` that the tree has not yet reduced (flow control: a wave is waiting
+    /// for slower back-ends, or the front-end is not reading). Packets sent to it
+    /// keep arriving meanwhile; if the tool also waits for those, it should receive
+    /// in another task (see [`BackEnd::sender`]).
     ///
     /// # Errors
     /// A malformed format, values that do not match it, a format the stream's
@@ -58,7 +66,15 @@ impl BackEndSender {
         let (format, payload) = encode_checked(format, values)?;
         check_filter(stream, up, &format)?;
         let frame = Frame::new(FrameHeader::data(stream, tag, self.rank), payload);
-        self.link.send(frame).await.map_err(|_| ApiError::Closed("the link to the parent is closed".into()))
+        let credit = self.credits.acquire(stream).await;
+        self.link
+            .send(frame)
+            .await
+            .map_err(|_| ApiError::Closed("the link to the parent is closed".into()))?;
+        if let Some(credit) = credit {
+            credit.spend();
+        }
+        Ok(())
     }
 
     fn filter_of(&self, stream: u32) -> Result<TransformKind, ApiError> {
@@ -120,13 +136,15 @@ impl BackEnd {
         let socket = stream
             .into_socket()
             .map_err(|e| ApiError::Closed(format!("taking over the parent link: {e}")))?;
-        let (link, writer) = spawn_socket_link(socket, 0, format!("parent {parent}"), tx)
-            .map_err(|e| ApiError::Closed(format!("registering the parent link: {e}")))?;
+        let credits = SendCredits::new();
+        let (link, writer) =
+            spawn_socket_link_with_credits(socket, 0, format!("parent {parent}"), tx, credits.clone())
+                .map_err(|e| ApiError::Closed(format!("registering the parent link: {e}")))?;
         let ready = ControlMsg::Ready { ranks: RankSet::single(rank), commnodes: 0 };
         link.send(control_frame(&ready))
             .await
             .map_err(|_| ApiError::Closed("the parent closed the link".into()))?;
-        let sender = BackEndSender { rank, size, link, streams: Arc::default() };
+        let sender = BackEndSender { rank, size, link, streams: Arc::default(), credits };
         Ok(BackEnd { sender, size, inbound, pending: VecDeque::new(), writer: Some(writer), closed: None })
     }
 
@@ -183,6 +201,7 @@ impl BackEnd {
                 if let Ok(mut t) = self.sender.streams.lock() {
                     t.remove(&id);
                 }
+                self.sender.credits.remove(id);
             }
             Ok(ControlMsg::Shutdown) => {
                 self.closed = Some("the front-end shut the network down".into());

@@ -36,5 +36,6 @@ pub use files::{
 pub use network::{Communicator, Event, Network, NetworkBuilder, Stream, StreamOptions, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
 pub use treecast_launch::{SrunOptions, SshOptions};
+pub use treecast_node::ROOT_WINDOW;
 pub use treecast_topology::Topology;
-pub use treecast_wire::{RankSet, SyncMode, TransformKind, Value};
+pub use treecast_wire::{RankSet, SyncMode, TransformKind, Value, UP_WINDOW};

@@ -12,22 +12,20 @@ use tokio::sync::mpsc;
 use treecast_filters::check_format;
 use treecast_launch::{Remote, SrunOptions, SshOptions};
 use treecast_node::{
-    control_frame, sleep_until_opt, start_children, unix_links_from_env, AttachSink, ChildLink, ChildSet,
-    Downstream, LaunchPlan, StreamSpec, UpOutput, Upstream,
+    control_frame, credit_frame, sleep_until_opt, start_children, unix_links_from_env, AttachSink, ChildLink,
+    ChildSet, Downstream, LaunchPlan, StreamSpec, UpOutput, Upstream,
 };
 use treecast_topology::Topology;
 use treecast_transport::{Inbound, LinkEvent, LinkSender, Secret};
 use treecast_wire::{
     encode_values, ControlMsg, Format, Frame, FrameHeader, RankSet, SyncMode, TransformKind, Value,
-    FLAG_DIRECT,
+    CREDIT_BATCH, FLAG_DIRECT,
 };
 
 use crate::{ApiError, AttachInfo, Packet};
 
 /// Rank put in downstream frames sent by the front-end.
 pub const FRONT_END_RANK: u32 = u32::MAX;
-/// Packets a stream buffers for the tool before the tree slows down.
-const STREAM_QUEUE: usize = 4096;
 /// Events buffered for the tool; past this, events are logged and dropped.
 const EVENT_QUEUE: usize = 65536;
 /// Default time each level of the tree may take to start.
@@ -297,8 +295,10 @@ fn resolve_treecast(explicit: Option<&Path>) -> Result<PathBuf, ApiError> {
 }
 
 enum RootCtl {
-    Add(StreamSpec, mpsc::Sender<Packet>),
+    Add(StreamSpec, mpsc::UnboundedSender<Packet>),
     Remove(u32),
+    /// The tool read this many packets of a stream (flow control, see [`treecast_node::ROOT_WINDOW`]).
+    Credit(u32, u32),
 }
 
 struct Shared {
@@ -366,9 +366,10 @@ impl Network {
             let _ = ev_tx.try_send(Event::RanksLost { ranks, reason });
         }
         let up = Upstream::new("front-end".into(), true, ranks.clone());
-        tokio::spawn(root_loop(up, inbound, ctl_rx, ev_tx));
+        let senders: Vec<LinkSender> = children.iter().map(|c| c.sender.clone()).collect();
+        tokio::spawn(root_loop(up, inbound, ctl_rx, ev_tx, senders.clone()));
         let shared = Arc::new(Shared {
-            senders: children.iter().map(|c| c.sender.clone()).collect(),
+            senders,
             down: Mutex::new(Downstream::new(ranks.into_iter().map(|(_, r)| r).collect())),
             ctl: ctl_tx,
             next_stream: AtomicU32::new(1),
@@ -437,7 +438,8 @@ impl Network {
             up: options.up,
             down: options.down,
         };
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        // Unbounded, but the root hands over at most ROOT_WINDOW packets the tool has not read.
+        let (tx, rx) = mpsc::unbounded_channel();
         self.shared
             .ctl
             .send(RootCtl::Add(spec.clone(), tx))
@@ -450,7 +452,7 @@ impl Network {
         let msg =
             ControlMsg::NewStream { id, ranks: spec.ranks, sync: spec.sync, up: spec.up, down: spec.down };
         self.shared.send_control(&targets, &msg).await;
-        Ok(Stream { id, shared: self.shared.clone(), rx, comm: comm.clone(), options })
+        Ok(Stream { id, shared: self.shared.clone(), rx, comm: comm.clone(), options, unreturned: 0 })
     }
 
     /// Waits for the next event.
@@ -493,9 +495,11 @@ impl Network {
 pub struct Stream {
     id: u32,
     shared: Arc<Shared>,
-    rx: mpsc::Receiver<Packet>,
+    rx: mpsc::UnboundedReceiver<Packet>,
     comm: Communicator,
     options: StreamOptions,
+    /// Packets read whose credit has not yet gone back to the root.
+    unreturned: u32,
 }
 
 impl std::fmt::Debug for Shared {
@@ -567,7 +571,29 @@ impl Stream {
     ///
     /// Cancel safety: cancel safe.
     pub async fn recv(&mut self) -> Result<Packet, ApiError> {
-        self.rx.recv().await.ok_or(ApiError::StreamClosed(self.id))
+        if let Some(packet) = self.try_recv() {
+            return Ok(packet);
+        }
+        if self.unreturned >= CREDIT_BATCH {
+            // An earlier try_send found the control queue full; the root may be
+            // holding packets until it hears from us, so wait for room this time.
+            if self.shared.ctl.send(RootCtl::Credit(self.id, self.unreturned)).await.is_ok() {
+                self.unreturned = 0;
+            }
+        }
+        let packet = self.rx.recv().await.ok_or(ApiError::StreamClosed(self.id))?;
+        self.count_read();
+        Ok(packet)
+    }
+
+    /// Counts a packet read and gives the root its credits back in batches.
+    fn count_read(&mut self) {
+        self.unreturned += 1;
+        if self.unreturned >= CREDIT_BATCH
+            && self.shared.ctl.try_send(RootCtl::Credit(self.id, self.unreturned)).is_ok()
+        {
+            self.unreturned = 0;
+        }
     }
 
     /// [`Stream::recv`] with a time limit.
@@ -582,7 +608,9 @@ impl Stream {
 
     /// Returns a packet if one is queued.
     pub fn try_recv(&mut self) -> Option<Packet> {
-        self.rx.try_recv().ok()
+        let packet = self.rx.try_recv().ok()?;
+        self.count_read();
+        Some(packet)
     }
 
     /// Closes the stream in the whole tree.
@@ -608,8 +636,9 @@ async fn root_loop(
     mut inbound: mpsc::Receiver<Inbound>,
     mut ctl: mpsc::Receiver<RootCtl>,
     events: mpsc::Sender<Event>,
+    children: Vec<LinkSender>,
 ) {
-    let mut streams: HashMap<u32, mpsc::Sender<Packet>> = HashMap::new();
+    let mut streams: HashMap<u32, mpsc::UnboundedSender<Packet>> = HashMap::new();
     loop {
         let deadline = up.next_deadline();
         let out = tokio::select! {
@@ -617,6 +646,7 @@ async fn root_loop(
             c = ctl.recv() => match c {
                 Some(RootCtl::Add(spec, tx)) => { up.add_stream(&spec); streams.insert(spec.id, tx); continue; }
                 Some(RootCtl::Remove(id)) => { up.remove_stream(id); streams.remove(&id); continue; }
+                Some(RootCtl::Credit(id, packets)) => up.on_credit(id, packets),
                 None => return,
             },
             ev = inbound.recv() => match ev {
@@ -634,7 +664,7 @@ async fn root_loop(
                 UpOutput::Data(frame) => {
                     let id = frame.header.stream;
                     if let Some(tx) = streams.get(&id) {
-                        if tx.send(Packet::from_frame(frame)).await.is_err() {
+                        if tx.send(Packet::from_frame(frame)).is_err() {
                             streams.remove(&id);
                         }
                     }
@@ -653,6 +683,11 @@ async fn root_loop(
                 }
                 UpOutput::StreamDone(id) => {
                     streams.remove(&id);
+                }
+                UpOutput::Credit { child, stream, packets } => {
+                    if let Some(link) = children.get(child) {
+                        let _ = link.send(credit_frame(stream, packets)).await;
+                    }
                 }
             }
         }

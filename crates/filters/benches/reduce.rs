@@ -75,7 +75,7 @@ fn bench_sync(c: &mut Criterion) {
     };
     let waves = push_wave(&mut sync, packets.clone());
     assert_eq!(waves.len(), 1);
-    assert_eq!(waves[0].len(), CHILDREN as usize);
+    assert_eq!(waves[0].frames.len(), CHILDREN as usize);
     assert_eq!(sync.queued(), 0);
 
     let mut group = c.benchmark_group("sync_wait_for_all");

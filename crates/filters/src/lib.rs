@@ -35,7 +35,7 @@ use treecast_wire::{Format, Frame, TransformKind};
 
 pub use eqclass::{decode_eq_classes, eq_classes_frame};
 pub use error::FilterError;
-pub use sync::Synchronizer;
+pub use sync::{Synchronizer, Wave};
 
 /// What a transformation filter knows about where it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

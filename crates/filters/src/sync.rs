@@ -10,6 +10,16 @@ use std::time::{Duration, Instant};
 
 use treecast_wire::{Frame, SyncMode};
 
+/// Packets released together, with the children they came from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Wave {
+    /// The packets, in increasing child index.
+    pub frames: Vec<Frame>,
+    /// The child each packet came from, in the same order (so a parent can give
+    /// flow-control credits back to the right children).
+    pub children: Vec<usize>,
+}
+
 /// Groups packets from children into waves according to a [`SyncMode`].
 ///
 /// * [`SyncMode::WaitForAll`]: one FIFO per child; a wave is ready when every live
@@ -74,12 +84,12 @@ impl Synchronizer {
     ///
     /// Time-out waves whose deadline passed before `now` are released first, without
     /// this packet.
-    pub fn push(&mut self, child: usize, frame: Frame, now: Instant) -> Vec<Vec<Frame>> {
+    pub fn push(&mut self, child: usize, frame: Frame, now: Instant) -> Vec<Wave> {
         if matches!(self.mode, SyncMode::DoNotWait) {
             if !self.lost.contains(&child) {
                 self.expected.insert(child);
             }
-            return vec![vec![frame]];
+            return vec![Wave { frames: vec![frame], children: vec![child] }];
         }
         let mut waves = self.release_expired(now);
         if !self.lost.contains(&child) && self.expected.insert(child) {
@@ -101,7 +111,7 @@ impl Synchronizer {
 
     /// `child` is gone: it leaves every future wave. Returns the waves this completes
     /// (those that were waiting only for it). Its queued packets are still delivered.
-    pub fn child_lost(&mut self, child: usize, now: Instant) -> Vec<Vec<Frame>> {
+    pub fn child_lost(&mut self, child: usize, now: Instant) -> Vec<Wave> {
         self.lost.insert(child);
         if self.expected.remove(&child) {
             match self.queues.get(&child) {
@@ -128,7 +138,7 @@ impl Synchronizer {
     }
 
     /// Releases the time-out waves whose deadline is at or before `now`.
-    pub fn poll(&mut self, now: Instant) -> Vec<Vec<Frame>> {
+    pub fn poll(&mut self, now: Instant) -> Vec<Wave> {
         let mut waves = self.release_complete();
         waves.extend(self.release_expired(now));
         waves
@@ -162,7 +172,7 @@ impl Synchronizer {
     }
 
     /// Releases complete waves; more than one only after membership changed.
-    fn release_complete(&mut self) -> Vec<Vec<Frame>> {
+    fn release_complete(&mut self) -> Vec<Wave> {
         let mut waves = Vec::new();
         while self.wave_ready() {
             waves.push(self.take_wave());
@@ -171,7 +181,7 @@ impl Synchronizer {
     }
 
     /// Releases time-out waves whose deadline passed.
-    fn release_expired(&mut self, now: Instant) -> Vec<Vec<Frame>> {
+    fn release_expired(&mut self, now: Instant) -> Vec<Wave> {
         let mut waves = Vec::new();
         while self.next_deadline().is_some_and(|d| d <= now) {
             waves.push(self.take_wave());
@@ -182,12 +192,13 @@ impl Synchronizer {
     }
 
     /// Takes the head of every non-empty queue.
-    fn take_wave(&mut self) -> Vec<Frame> {
-        let mut wave = Vec::new();
+    fn take_wave(&mut self) -> Wave {
+        let mut wave = Wave::default();
         let mut emptied_gone = Vec::new();
         for (child, queue) in &mut self.queues {
             let Some((frame, _)) = queue.pop_front() else { continue };
-            wave.push(frame);
+            wave.frames.push(frame);
+            wave.children.push(*child);
             self.queued -= 1;
             if queue.is_empty() {
                 if self.expected.contains(child) {
@@ -214,8 +225,9 @@ mod tests {
         Frame::new(FrameHeader::data(1, 0, rank), vec![n])
     }
 
-    fn ids(wave: &[Frame]) -> Vec<(u32, u8)> {
-        wave.iter().map(|f| (f.header.rank, f.payload[0])).collect()
+    fn ids(wave: &Wave) -> Vec<(u32, u8)> {
+        assert_eq!(wave.frames.len(), wave.children.len(), "one child per packet");
+        wave.frames.iter().map(|f| (f.header.rank, f.payload[0])).collect()
     }
 
     #[test]
@@ -230,6 +242,7 @@ mod tests {
         let w = s.push(1, f(1, 1), t);
         assert_eq!(w.len(), 1);
         assert_eq!(ids(&w[0]), vec![(0, 1), (1, 1), (2, 1)]);
+        assert_eq!(w[0].children, vec![0, 1, 2]);
         assert!(s.push(0, f(0, 3), t).is_empty());
         let w = s.push(1, f(1, 2), t);
         assert_eq!(ids(&w[0]), vec![(0, 2), (1, 2), (2, 2)]);
@@ -339,11 +352,11 @@ mod tests {
         assert!(s.push(0, f(0, 3), ms(20)).is_empty());
         // The push comes after two deadlines passed: both expired waves go out first.
         let w = s.push(0, f(0, 4), ms(115));
-        assert_eq!(w.iter().map(|w| ids(w)).collect::<Vec<_>>(), vec![vec![(0, 1)], vec![(0, 2)]]);
+        assert_eq!(w.iter().map(ids).collect::<Vec<_>>(), vec![vec![(0, 1)], vec![(0, 2)]]);
         assert_eq!(s.next_deadline(), Some(ms(120)));
         assert!(s.poll(ms(119)).is_empty());
         let w = s.poll(ms(300));
-        assert_eq!(w.iter().map(|w| ids(w)).collect::<Vec<_>>(), vec![vec![(0, 3)], vec![(0, 4)]]);
+        assert_eq!(w.iter().map(ids).collect::<Vec<_>>(), vec![vec![(0, 3)], vec![(0, 4)]]);
         assert_eq!(s.queued(), 0);
     }
 

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use treecast_topology::Topology;
 use treecast_transport::{handshake, spawn_socket_link, Inbound, LinkEvent, LinkSender, Secret, Stream};
-use treecast_wire::{ControlMsg, Frame, FrameKind};
+use treecast_wire::{ControlMsg, Frame, FrameHeader, FrameKind};
 
 use treecast_launch::Remote;
 
@@ -189,6 +189,8 @@ async fn receive_plan(
 enum UpCtl {
     Add(StreamSpec),
     Remove(u32),
+    /// The parent granted credits on a stream.
+    Credit(u32, u32),
 }
 
 /// Routes both directions until the parent link ends, then takes the sub-tree down.
@@ -199,7 +201,7 @@ async fn route(name: String, parent: LinkSender, from_parent: mpsc::Receiver<Inb
     let (ctl_tx, ctl_rx) = mpsc::channel(64);
     let up = Upstream::new(name.clone(), false, ranks.clone());
     let down = Downstream::new(ranks.into_iter().map(|(_, r)| r).collect());
-    let up_task = tokio::spawn(up_loop(up, inbound, ctl_rx, parent));
+    let up_task = tokio::spawn(up_loop(up, inbound, ctl_rx, parent, senders.clone()));
     down_loop(&name, down, from_parent, &senders, ctl_tx).await;
     drop(senders);
     up_task.abort();
@@ -227,6 +229,12 @@ async fn down_loop(
             }
         };
         for frame in frames {
+            if frame.header.kind == FrameKind::Credit {
+                if up_ctl.send(UpCtl::Credit(frame.header.stream, frame.header.credits())).await.is_err() {
+                    return;
+                }
+                continue;
+            }
             if frame.header.kind == FrameKind::Data {
                 match down.route(frame) {
                     Ok(out) => {
@@ -287,6 +295,7 @@ async fn up_loop(
     mut inbound: mpsc::Receiver<Inbound>,
     mut ctl: mpsc::Receiver<UpCtl>,
     parent: LinkSender,
+    children: Vec<LinkSender>,
 ) {
     loop {
         let deadline = up.next_deadline();
@@ -295,6 +304,7 @@ async fn up_loop(
             c = ctl.recv() => match c {
                 Some(UpCtl::Add(spec)) => { up.add_stream(&spec); continue; }
                 Some(UpCtl::Remove(id)) => { up.remove_stream(id); continue; }
+                Some(UpCtl::Credit(stream, packets)) => up.on_credit(stream, packets),
                 None => return,
             },
             ev = inbound.recv() => match ev {
@@ -314,12 +324,24 @@ async fn up_loop(
                 UpOutput::Data(f) => f,
                 UpOutput::Control(msg) => control_frame(&msg),
                 UpOutput::StreamDone(_) => continue,
+                UpOutput::Credit { child, stream, packets } => {
+                    // A child that is gone has its ranks reported lost already.
+                    if let Some(link) = children.get(child) {
+                        let _ = link.send(credit_frame(stream, packets)).await;
+                    }
+                    continue;
+                }
             };
             if parent.send(frame).await.is_err() {
                 return;
             }
         }
     }
+}
+
+/// A frame granting `packets` more data frames on `stream` to the child that receives it.
+pub fn credit_frame(stream: u32, packets: u32) -> Frame {
+    Frame::new(FrameHeader::credit(stream, packets), bytes::Bytes::new())
 }
 
 /// Sleeps until `deadline`, or forever when there is none.

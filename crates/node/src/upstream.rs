@@ -1,10 +1,16 @@
 //! Upward routing: waves, reductions and loss reports, as a state machine without I/O.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use treecast_filters::{apply_dropping_bad, builtin, FilterContext, Synchronizer, Transform};
-use treecast_wire::{ControlMsg, Frame, FrameKind, RankSet, SyncMode, TransformKind};
+use treecast_filters::{apply_dropping_bad, builtin, FilterContext, Synchronizer, Transform, Wave};
+use treecast_wire::{
+    ControlMsg, Frame, FrameKind, RankSet, SyncMode, TransformKind, CREDIT_BATCH, UP_WINDOW,
+};
+
+/// Reduced packets the front-end buffers per stream for the tool; the tool's reads
+/// give the credits back (the root's parent is the tool).
+pub const ROOT_WINDOW: u32 = 4096;
 
 /// What a stream needs at a node on the way up.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,12 +36,27 @@ pub enum UpOutput {
     Control(ControlMsg),
     /// At the root: no live member is left in this stream; nothing more will arrive.
     StreamDone(u32),
+    /// Flow control for child `child`: it may send `packets` more data frames on `stream`.
+    Credit {
+        /// Index of the child link.
+        child: usize,
+        /// Stream id.
+        stream: u32,
+        /// Credits returned.
+        packets: u32,
+    },
 }
 
 struct UpStream {
     ranks: RankSet,
     sync: Synchronizer,
     transform: Box<dyn Transform>,
+    /// Data frames this node may still send to its parent (at the root: hand to the
+    /// tool) on this stream; negative after a filter made several frames of one wave.
+    credit: i64,
+    /// Complete waves waiting for credit from the parent, oldest first. Their
+    /// children get no credit back until they are reduced and sent.
+    held: VecDeque<Wave>,
 }
 
 struct UpChild {
@@ -52,6 +73,8 @@ pub struct Upstream {
     streams: HashMap<u32, UpStream>,
     /// Streams closed here; packets still on their way up for them are dropped quietly.
     closed: std::collections::HashSet<u32>,
+    /// Credits owed to each (child, stream), returned in batches of [`CREDIT_BATCH`].
+    owed: HashMap<(usize, u32), u32>,
 }
 
 impl Upstream {
@@ -59,7 +82,14 @@ impl Upstream {
     pub fn new(node: String, is_root: bool, children: Vec<(String, RankSet)>) -> Self {
         let children =
             children.into_iter().map(|(name, ranks)| UpChild { name, ranks, alive: true }).collect();
-        Upstream { node, is_root, children, streams: HashMap::new(), closed: Default::default() }
+        Upstream {
+            node,
+            is_root,
+            children,
+            streams: HashMap::new(),
+            closed: Default::default(),
+            owed: HashMap::new(),
+        }
     }
 
     /// Live ranks reached through the children.
@@ -78,6 +108,8 @@ impl Upstream {
             ranks: spec.ranks.clone(),
             sync: Synchronizer::new(spec.sync, members),
             transform: builtin(spec.up),
+            credit: i64::from(if self.is_root { ROOT_WINDOW } else { UP_WINDOW }),
+            held: VecDeque::new(),
         };
         self.streams.insert(spec.id, stream);
     }
@@ -86,7 +118,23 @@ impl Upstream {
     pub fn remove_stream(&mut self, id: u32) {
         if self.streams.remove(&id).is_some() {
             self.closed.insert(id);
+            self.owed.retain(|&(_, stream), _| stream != id);
         }
+    }
+
+    /// The parent (at the root, the tool) granted `packets` more data frames on
+    /// `stream`: sends what was held.
+    pub fn on_credit(&mut self, stream: u32, packets: u32) -> Vec<UpOutput> {
+        let Some(s) = self.streams.get_mut(&stream) else { return Vec::new() };
+        s.credit += i64::from(packets);
+        self.reduce(stream, Vec::new())
+    }
+
+    /// Packets waiting at this node on `stream` (in wait queues or held waves).
+    pub fn waiting(&self, stream: u32) -> usize {
+        self.streams
+            .get(&stream)
+            .map_or(0, |s| s.sync.queued() + s.held.iter().map(|w| w.frames.len()).sum::<usize>())
     }
 
     fn members(&self, ranks: &RankSet) -> Vec<usize> {
@@ -99,6 +147,10 @@ impl Upstream {
     pub fn on_frame(&mut self, child: usize, frame: Frame, now: Instant) -> Vec<UpOutput> {
         match frame.header.kind {
             FrameKind::Control => self.on_control(child, &frame, now),
+            FrameKind::Credit => {
+                tracing::warn!(node = %self.node, child, "ignoring a credit frame from below");
+                Vec::new()
+            }
             FrameKind::Data => {
                 let stream_id = frame.header.stream;
                 let rank = frame.header.rank;
@@ -152,6 +204,7 @@ impl Upstream {
         }
         c.alive = false;
         let ranks = c.ranks.clone();
+        self.owed.retain(|&(owed_to, _), _| owed_to != child);
         let why = match reason {
             Some(r) => format!("{}: link to {} failed: {r}", self.node, c.name),
             None => format!("{}: link to {} closed", self.node, c.name),
@@ -195,7 +248,7 @@ impl Upstream {
         let done: Vec<u32> = self
             .streams
             .iter()
-            .filter(|(_, s)| s.sync.expected() == 0 && s.sync.queued() == 0)
+            .filter(|(_, s)| s.sync.expected() == 0 && s.sync.queued() == 0 && s.held.is_empty())
             .map(|(id, _)| *id)
             .collect();
         done.into_iter()
@@ -229,14 +282,20 @@ impl Upstream {
         self.streams.values().filter_map(|s| s.sync.next_deadline()).min()
     }
 
-    /// Applies the stream's transformation to each wave. A packet the filter
-    /// refuses is reported and left out; the rest of its wave goes on.
-    fn reduce(&mut self, stream_id: u32, waves: Vec<Vec<Frame>>) -> Vec<UpOutput> {
+    /// Queues complete waves, then applies the stream's transformation to as many as
+    /// the parent's (at the root, the tool's) credit allows. A packet the filter refuses is
+    /// reported and left out; the rest of its wave goes on.
+    fn reduce(&mut self, stream_id: u32, waves: Vec<Wave>) -> Vec<UpOutput> {
         let mut out = Vec::new();
         let ctx = FilterContext { stream: stream_id, is_root: self.is_root };
         let Some(stream) = self.streams.get_mut(&stream_id) else { return out };
-        for wave in waves {
-            let (frames, errors) = apply_dropping_bad(stream.transform.as_mut(), wave, &ctx);
+        stream.held.extend(waves);
+        let mut consumed = Vec::new();
+        while stream.credit > 0 {
+            let Some(wave) = stream.held.pop_front() else { break };
+            consumed.extend(wave.children);
+            let (frames, errors) = apply_dropping_bad(stream.transform.as_mut(), wave.frames, &ctx);
+            stream.credit -= frames.len() as i64;
             for e in errors {
                 out.push(UpOutput::Control(ControlMsg::FilterError {
                     stream: stream_id,
@@ -245,6 +304,14 @@ impl Upstream {
                 }));
             }
             out.extend(frames.into_iter().map(UpOutput::Data));
+        }
+        for child in consumed {
+            let owed = self.owed.entry((child, stream_id)).or_insert(0);
+            *owed += 1;
+            if *owed >= CREDIT_BATCH {
+                out.push(UpOutput::Credit { child, stream: stream_id, packets: *owed });
+                *owed = 0;
+            }
         }
         out
     }
@@ -349,6 +416,66 @@ mod tests {
         let frame = Frame::new(FrameHeader::data(1, 0, 0), chunk.clone());
         assert!(up.on_frame(0, frame, Instant::now()).is_empty(), "the wave waits for child 1");
         assert!(chunk.is_unique(), "the queued frame holds a copy, not the chunk");
+    }
+
+    fn credits_for(out: &[UpOutput], to: usize) -> u32 {
+        out.iter()
+            .map(|o| match o {
+                UpOutput::Credit { child, stream: 1, packets } if *child == to => *packets,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    #[test]
+    fn without_credit_from_the_parent_waves_are_held_and_children_get_none_back() {
+        let mut up = node(false);
+        let now = Instant::now();
+        let mut sums = Vec::new();
+        let mut returned = 0;
+        for i in 0..UP_WINDOW + 10 {
+            up.on_frame(0, int_frame(1, 0, 1), now);
+            let out = up.on_frame(1, int_frame(1, 2, i as i32), now);
+            sums.extend(ints(&out));
+            returned += credits_for(&out, 0);
+        }
+        assert_eq!(sums.len(), UP_WINDOW as usize, "only a window's worth goes up");
+        assert_eq!(returned, UP_WINDOW, "children get back what was sent up, in batches");
+        assert_eq!(up.waiting(1), 20, "ten waves of two packets are held");
+        let out = up.on_credit(1, 4);
+        assert_eq!(
+            ints(&out),
+            [1 + UP_WINDOW as i64, 2 + UP_WINDOW as i64, 3 + UP_WINDOW as i64, 4 + UP_WINDOW as i64]
+        );
+        assert_eq!(up.waiting(1), 12);
+    }
+
+    #[test]
+    fn a_child_that_runs_ahead_is_held_to_its_window() {
+        // Child 0 sends whenever it has credit; child 1 sends one packet in ten steps.
+        // The node never holds more than a window per child, and every wave is right.
+        let mut up = node(true);
+        let now = Instant::now();
+        let (mut credit0, mut sent0, mut sent1) = (UP_WINDOW, 0i64, 0i64);
+        let mut sums = Vec::new();
+        for step in 0..10 * UP_WINDOW {
+            let mut out = Vec::new();
+            if credit0 > 0 {
+                credit0 -= 1;
+                out.extend(up.on_frame(0, int_frame(1, 0, sent0 as i32), now));
+                sent0 += 1;
+            }
+            if step % 10 == 0 {
+                out.extend(up.on_frame(1, int_frame(1, 2, 1000), now));
+                sent1 += 1;
+            }
+            credit0 += credits_for(&out, 0);
+            sums.extend(ints(&out));
+            assert!(up.waiting(1) <= UP_WINDOW as usize, "{} packets wait", up.waiting(1));
+        }
+        assert_eq!(sums.len() as i64, sent1);
+        assert!(sums.iter().enumerate().all(|(i, &s)| s == i as i64 + 1000));
+        assert!(sent0 < 2 * sent1 + i64::from(UP_WINDOW), "child 0 ran {sent0} packets ahead of {sent1}");
     }
 
     #[test]

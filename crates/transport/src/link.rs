@@ -9,8 +9,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
-use treecast_wire::{decode_batch, Frame, FrameHeader, HEADER_LEN};
+use treecast_wire::{decode_batch, Frame, FrameHeader, FrameKind, HEADER_LEN};
 
+use crate::credit::SendCredits;
 use crate::socket::{split, ByteSink, ByteSource, Socket, TokioReader, TokioWriter};
 
 /// Frames a link's send queue holds before senders wait.
@@ -114,7 +115,7 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    start(TokioReader(reader), TokioWriter(writer), link, name, inbound)
+    start(TokioReader(reader), TokioWriter(writer), link, name, inbound, None)
 }
 
 /// Starts the reader and writer tasks of an authenticated socket; see [`spawn_link`].
@@ -131,7 +132,24 @@ pub fn spawn_socket_link(
     inbound: mpsc::Sender<Inbound>,
 ) -> std::io::Result<(LinkSender, JoinHandle<()>)> {
     let (r, w) = split(socket)?;
-    Ok(start(r, w, link, name, inbound))
+    Ok(start(r, w, link, name, inbound, None))
+}
+
+/// [`spawn_socket_link`] for a back-end's link to its parent: credit frames read
+/// from it are added to `credits` at once (not queued behind data the tool has not
+/// read yet) and are not reported to `inbound`.
+///
+/// # Errors
+/// The socket could not be registered with the runtime's reactor.
+pub fn spawn_socket_link_with_credits(
+    socket: Socket,
+    link: usize,
+    name: String,
+    inbound: mpsc::Sender<Inbound>,
+    credits: Arc<SendCredits>,
+) -> std::io::Result<(LinkSender, JoinHandle<()>)> {
+    let (r, w) = split(socket)?;
+    Ok(start(r, w, link, name, inbound, Some(credits)))
 }
 
 fn start(
@@ -140,10 +158,11 @@ fn start(
     link: usize,
     name: String,
     inbound: mpsc::Sender<Inbound>,
+    credits: Option<Arc<SendCredits>>,
 ) -> (LinkSender, JoinHandle<()>) {
     let name: Arc<str> = name.into();
     let (tx, rx) = mpsc::channel(LINK_QUEUE_FRAMES);
-    tokio::spawn(read_loop(reader, link, name.clone(), inbound));
+    tokio::spawn(read_loop(reader, link, name.clone(), inbound, credits));
     let writer = tokio::spawn(write_loop(writer, rx, name.clone()));
     (LinkSender { tx, budget: Arc::new(Semaphore::new(LINK_QUEUE_BYTES)), name }, writer)
 }
@@ -183,7 +202,13 @@ fn whole_frames_len(buf: &[u8]) -> Result<usize, treecast_wire::DecodeError> {
     Ok(off)
 }
 
-async fn read_loop(mut reader: impl ByteSource, link: usize, name: Arc<str>, inbound: mpsc::Sender<Inbound>) {
+async fn read_loop(
+    mut reader: impl ByteSource,
+    link: usize,
+    name: Arc<str>,
+    inbound: mpsc::Sender<Inbound>,
+    credits: Option<Arc<SendCredits>>,
+) {
     let permits = Arc::new(Semaphore::new(LINK_CHUNKS_IN_FLIGHT));
     let mut buf = BytesMut::new();
     let reason = loop {
@@ -221,15 +246,34 @@ async fn read_loop(mut reader: impl ByteSource, link: usize, name: Arc<str>, inb
             }
         };
         let chunk = Bytes::from_owner(Chunk { bytes: buf.split_to(n), _permit: permit });
-        let frames = match decode_batch(chunk) {
+        let mut frames = match decode_batch(chunk) {
             Ok(f) => f,
             Err(e) => break Some(format!("malformed frame: {e}")),
         };
+        if let Some(credits) = &credits {
+            take_credits(&mut frames, credits);
+            if frames.is_empty() {
+                continue;
+            }
+        }
         if inbound.send(Inbound { link, event: LinkEvent::Frames(frames) }).await.is_err() {
             return;
         }
     };
     let _ = inbound.send(Inbound { link, event: LinkEvent::Closed(reason) }).await;
+}
+
+/// Applies and removes the credit frames of a batch.
+fn take_credits(frames: &mut Vec<Frame>, credits: &SendCredits) {
+    if frames.iter().any(|f| f.header.kind == FrameKind::Credit) {
+        frames.retain(|f| {
+            if f.header.kind != FrameKind::Credit {
+                return true;
+            }
+            credits.grant(f.header.stream, f.header.credits());
+            false
+        });
+    }
 }
 
 fn now_ns() -> u64 {

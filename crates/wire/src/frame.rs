@@ -27,6 +27,16 @@ pub const MAX_PAYLOAD_LEN: usize = 256 << 20;
 /// Most a decoder reserves at once for a payload still arriving.
 const RESERVE_STEP: usize = 1 << 20;
 
+/// Data frames a child may send up on one stream before its parent grants more.
+///
+/// Every sender starts each stream with this many credits; the parent gives them
+/// back with [`FrameKind::Credit`] frames as the packets leave its wait queues, in
+/// batches of at least [`CREDIT_BATCH`]. This bounds what a node queues per child
+/// and stream whatever the children send, without one stream blocking another.
+pub const UP_WINDOW: u32 = 128;
+/// Fewest credits a parent returns in one [`FrameKind::Credit`] frame.
+pub const CREDIT_BATCH: u32 = UP_WINDOW / 2;
+
 /// Downstream only: the frame goes to one back-end, whose rank is in the rank field.
 pub const FLAG_DIRECT: u16 = 1;
 /// Upstream only: a partial average (sums followed by a `%uld` count).
@@ -42,6 +52,9 @@ pub enum FrameKind {
     Data = 1,
     /// A [`crate::ControlMsg`] between nodes.
     Control = 2,
+    /// Flow control, from a parent to a child: the child may send `tag` more data
+    /// frames up on `stream` (see [`UP_WINDOW`]). No payload.
+    Credit = 3,
 }
 
 impl FrameKind {
@@ -49,6 +62,7 @@ impl FrameKind {
         match b {
             1 => Ok(FrameKind::Data),
             2 => Ok(FrameKind::Control),
+            3 => Ok(FrameKind::Credit),
             other => Err(DecodeError::UnknownKind(other)),
         }
     }
@@ -80,6 +94,20 @@ impl FrameHeader {
     /// A control header.
     pub fn control() -> Self {
         FrameHeader { kind: FrameKind::Control, flags: 0, stream: 0, tag: 0, rank: 0, timestamp_ns: 0 }
+    }
+
+    /// A credit header granting `packets` more data frames on `stream`.
+    pub fn credit(stream: u32, packets: u32) -> Self {
+        let tag = i32::try_from(packets).unwrap_or(i32::MAX);
+        FrameHeader { kind: FrameKind::Credit, flags: 0, stream, tag, rank: 0, timestamp_ns: 0 }
+    }
+
+    /// The credits a [`FrameKind::Credit`] header grants (0 for other kinds or a negative tag).
+    pub fn credits(&self) -> u32 {
+        match self.kind {
+            FrameKind::Credit => u32::try_from(self.tag).unwrap_or(0),
+            _ => 0,
+        }
     }
 
     /// Writes the 28-byte header for a payload of `payload_len` bytes.

@@ -27,8 +27,8 @@ pub use control::{ControlMsg, SyncMode, TransformKind};
 pub use error::{DecodeError, FormatError};
 pub use format::Format;
 pub use frame::{
-    decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, FLAG_DIRECT, FLAG_EQCLASS,
-    FLAG_PARTIAL_AVG, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
+    decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, CREDIT_BATCH, FLAG_DIRECT,
+    FLAG_EQCLASS, FLAG_PARTIAL_AVG, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION, UP_WINDOW,
 };
 pub use rankset::RankSet;
 pub use value::{decode_values, encode_values, ScalarType, Value, ValueType};

@@ -81,7 +81,7 @@ fn value_type() -> impl Strategy<Value = ValueType> {
 
 fn header() -> impl Strategy<Value = FrameHeader> {
     (
-        prop_oneof![Just(FrameKind::Data), Just(FrameKind::Control)],
+        prop_oneof![Just(FrameKind::Data), Just(FrameKind::Control), Just(FrameKind::Credit)],
         any::<u16>(),
         any::<u32>(),
         any::<i32>(),

@@ -132,6 +132,7 @@ fn frame_from_json(case: &Json) -> Frame {
     let kind = match str_of(case, "kind") {
         "data" => FrameKind::Data,
         "control" => FrameKind::Control,
+        "credit" => FrameKind::Credit,
         other => panic!("unknown kind {other}"),
     };
     let header = FrameHeader {
