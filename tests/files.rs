@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::{assert_no_leftovers, random_bytes};
 use treecast::apps::protocol::TAG_DIE;
 use treecast_api::{
-    bcast_file, bcast_file_with_progress, FileReport, Network, NetworkBuilder, Outcome, RankSet,
-    StreamOptions, Topology, TransformKind, Value, WriteMode,
+    bcast_file, bcast_file_with_progress, ApiError, FileReport, Network, NetworkBuilder, Outcome, RankSet,
+    SourceError, StreamOptions, Topology, TransformKind, Value, WriteMode,
 };
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
@@ -232,9 +232,15 @@ async fn a_bad_source_is_an_error_before_anything_is_sent() {
     let comm = net.broadcast_communicator();
     let err =
         bcast_file(&mut net, &comm, &dir.path("absent"), None, WriteMode::Leave, CHUNK).await.unwrap_err();
+    assert!(matches!(err, ApiError::Source(SourceError::Open { .. })), "{err:?}");
     assert!(err.to_string().contains("absent"), "{err}");
     let err = bcast_file(&mut net, &comm, &dir.0, None, WriteMode::Leave, CHUNK).await.unwrap_err();
-    assert!(err.to_string().contains("not a regular file"), "{err}");
+    assert!(matches!(err, ApiError::Source(SourceError::NotAFile { .. })), "{err:?}");
+    assert!(err.to_string().contains("not a regular file (a directory)"), "{err}");
+    let src = dir.path("src");
+    std::fs::write(&src, b"x").unwrap();
+    let err = bcast_file(&mut net, &comm, &src, None, WriteMode::Leave, 0).await.unwrap_err();
+    assert!(matches!(err, ApiError::Source(SourceError::ChunkSize(0))), "{err:?}");
     finish(net).await;
 }
 

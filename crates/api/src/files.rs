@@ -190,8 +190,69 @@ impl FileReport {
     }
 }
 
-fn source_error(path: &Path, what: &str, e: impl std::fmt::Display) -> ApiError {
-    ApiError::Env(format!("source {}: {what}: {e}", path.display()))
+/// Why a file cannot be sent: every cause is found on the front-end before anything
+/// is sent for that file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The chunk size is 0 or over [`MAX_CHUNK`].
+    #[error("chunk size {0} is not between 1 and {MAX_CHUNK} bytes: pick a size in that range (default {DEFAULT_CHUNK})")]
+    ChunkSize(usize),
+    /// A path could not be made absolute (the working directory is gone).
+    #[error("cannot make {path} absolute: {source}; give an absolute path")]
+    Absolute {
+        /// The path as given.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The source could not be opened.
+    #[error("cannot open source {path}: {source}; check that it exists and is readable")]
+    Open {
+        /// The source.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The source's metadata (size, mtime, mode) could not be read.
+    #[error("cannot stat source {path}: {source}")]
+    Stat {
+        /// The source.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The source is not a regular file (a directory, a device …).
+    #[error("source {path} is not a regular file ({kind}); send directories with `treecast bcast -r`")]
+    NotAFile {
+        /// The source.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// A source or destination path is not valid UTF-8, which the status packet needs.
+    #[error("path {0} is not valid UTF-8: rename it, or send it under a UTF-8 destination name")]
+    NotUtf8(PathBuf),
+}
+
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_fifo() {
+        "a fifo"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
 }
 
 fn mtime_ns(meta: &std::fs::Metadata) -> u64 {
@@ -229,8 +290,9 @@ pub async fn bcast_file(
 /// directory) and lost ranks are in the report, not errors.
 ///
 /// # Errors
-/// The source is not a readable regular file, `chunk` is 0 or over [`MAX_CHUNK`], the
-/// network is gone, or an answer is malformed.
+/// [`ApiError::Source`] when the source is not a readable regular file, a path is not
+/// UTF-8 or `chunk` is 0 or over [`MAX_CHUNK`] (nothing is sent then); an error of the
+/// network when it is gone, or an answer is malformed.
 ///
 /// Cancel safety: not cancel safe.
 pub async fn bcast_file_with_progress(
@@ -243,37 +305,37 @@ pub async fn bcast_file_with_progress(
     mut progress: impl FnMut(u64, u64),
 ) -> Result<FileReport, ApiError> {
     if chunk == 0 || chunk > MAX_CHUNK {
-        return Err(ApiError::Env(format!("chunk size {chunk} is not between 1 and {MAX_CHUNK} bytes")));
+        return Err(SourceError::ChunkSize(chunk).into());
     }
-    let source = std::path::absolute(src).map_err(|e| source_error(src, "cannot make it absolute", e))?;
+    let absolute =
+        |p: &Path| std::path::absolute(p).map_err(|source| SourceError::Absolute { path: p.into(), source });
+    let source = absolute(src)?;
     let destination = match dst {
-        Some(d) => {
-            std::path::absolute(d).map_err(|e| ApiError::Env(format!("destination {}: {e}", d.display())))?
-        }
+        Some(d) => absolute(d)?,
         None => source.clone(),
     };
-    let mut file =
-        tokio::fs::File::open(&source).await.map_err(|e| source_error(&source, "cannot open", e))?;
-    let meta = file.metadata().await.map_err(|e| source_error(&source, "cannot stat", e))?;
+    let mut file = tokio::fs::File::open(&source)
+        .await
+        .map_err(|e| SourceError::Open { path: source.clone(), source: e })?;
+    let meta = file.metadata().await.map_err(|e| SourceError::Stat { path: source.clone(), source: e })?;
     if !meta.is_file() {
-        return Err(ApiError::Env(format!("source {} is not a regular file", source.display())));
+        return Err(SourceError::NotAFile { path: source, kind: kind_of(meta.file_type()) }.into());
     }
     let size = meta.len();
     let mtime = mtime_ns(&meta);
     let perm = meta.permissions().mode() & 0o7777;
-    let (Some(src_text), Some(dst_text)) = (source.to_str(), destination.to_str()) else {
-        return Err(ApiError::Env("source and destination paths must be valid UTF-8".into()));
-    };
+    let utf8 = |p: &Path| p.to_str().map(str::to_owned).ok_or_else(|| SourceError::NotUtf8(p.into()));
+    let (src_text, dst_text) = (utf8(&source)?, utf8(&destination)?);
 
     let started = Instant::now();
     let options =
         StreamOptions { sync: SyncMode::WaitForAll, up: TransformKind::EqClass, down: TransformKind::Null };
     let mut stream = net.new_stream(comm, options).await?;
     let status = [
-        Value::Str(src_text.to_owned()),
+        Value::Str(src_text),
         Value::ULong(mtime),
         Value::ULong(size),
-        Value::Str(dst_text.to_owned()),
+        Value::Str(dst_text),
         Value::Int(mode.code()),
         Value::UInt(perm),
     ];

@@ -31,7 +31,7 @@ pub use backend::{BackEnd, BackEndSender};
 pub use error::ApiError;
 pub use files::{
     bcast_file, bcast_file_with_progress, file_answer, Decision, FileReceiver, FileReport, Outcome,
-    RankOutcome, WriteMode, DEFAULT_CHUNK, FILE_CHUNK, FILE_END, FILE_STATUS, MAX_CHUNK,
+    RankOutcome, SourceError, WriteMode, DEFAULT_CHUNK, FILE_CHUNK, FILE_END, FILE_STATUS, MAX_CHUNK,
 };
 pub use network::{Communicator, Event, Network, NetworkBuilder, Stream, StreamOptions, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
