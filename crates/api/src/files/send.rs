@@ -4,13 +4,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use bytes::BufMut;
 use tokio::io::AsyncReadExt;
-use treecast_wire::{RankSet, SyncMode, TransformKind, Value};
+use treecast_wire::{encode_bytes_head, encode_values, RankSet, SyncMode, TransformKind, Value};
 
 use super::{
     kind_of, mtime_ns, EntryKind, FileOptions, FileReport, Outcome, RankOutcome, SourceError, WriteMode,
-    CHUNK_FORMAT, END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK, OPEN_FORMAT,
-    RECEIVE_WORD, STATUS_FORMAT,
+    END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK, OPEN_FORMAT, RECEIVE_WORD,
+    STATUS_FORMAT,
 };
 use crate::{ApiError, Communicator, EqClass, Event, Network, Stream, StreamOptions};
 
@@ -433,10 +434,10 @@ impl<'n> Sender<'n> {
         let mut hasher = blake3::Hasher::new();
         let mut sent: u64 = 0;
         let mut abort = String::new();
-        let mut buf = vec![0u8; self.options.chunk];
+        let chunk = self.options.chunk;
         loop {
-            let filled = match fill(&mut file, &mut buf).await {
-                Ok(n) => n,
+            let (payload, filled) = match read_chunk(&mut file, sent, chunk).await {
+                Ok(p) => p,
                 Err(e) => {
                     abort = format!("reading the source failed after {sent} bytes: {e}");
                     break;
@@ -449,14 +450,13 @@ impl<'n> Sender<'n> {
                 abort = format!("the source grew during the transfer (past {} bytes)", src.size);
                 break;
             }
-            hasher.update(&buf[..filled]);
-            let values = [Value::ULong(sent), Value::Bytes(buf[..filled].to_vec())];
-            if within(limit, data.send(FILE_CHUNK, CHUNK_FORMAT, &values)).await?.is_none() {
+            hasher.update(&payload[payload.len() - filled..]);
+            if within(limit, data.send_encoded(FILE_CHUNK, payload)).await?.is_none() {
                 return self.stall(data, &receivers, answers).await;
             }
             sent += filled as u64;
             progress(Progress::Sent { index, sent, size: src.size });
-            if filled < buf.len() {
+            if filled < chunk {
                 break;
             }
         }
@@ -569,16 +569,41 @@ async fn open(src: &mut Source) -> Result<tokio::fs::File, SourceError> {
     Ok(file)
 }
 
-/// Fills `buf` from `file` (short reads happen), so chunks are fixed-size but the last.
-async fn fill(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match file.read(&mut buf[filled..]).await? {
-            0 => break,
-            n => filled += n,
+/// The head of a [`FILE_CHUNK`] payload (`%uld %b`) for `len` bytes at `offset`.
+fn chunk_head(offset: u64, len: usize, out: &mut Vec<u8>) {
+    encode_values(&[Value::ULong(offset)], out);
+    encode_bytes_head(len, out);
+}
+
+/// Reads up to `chunk` bytes at `offset` straight into a [`FILE_CHUNK`] payload, so
+/// the bytes are not copied again on their way to the links. Fills the whole chunk
+/// (short reads happen), so chunks are fixed-size but the last. Returns the payload
+/// and the number of bytes read (at its end).
+async fn read_chunk(
+    file: &mut tokio::fs::File,
+    offset: u64,
+    chunk: usize,
+) -> std::io::Result<(Vec<u8>, usize)> {
+    let mut payload = Vec::with_capacity(chunk + 16);
+    chunk_head(offset, chunk, &mut payload);
+    let start = payload.len();
+    let end = start + chunk;
+    while payload.len() < end {
+        // Reads into the spare capacity: no zero-filling, no growth past `end`.
+        let left = end - payload.len();
+        let mut room = (&mut payload).limit(left);
+        if file.read_buf(&mut room).await? == 0 {
+            break;
         }
     }
-    Ok(filled)
+    let filled = payload.len() - start;
+    // The same head with the length actually read; it has the same size.
+    let mut head = Vec::with_capacity(start);
+    chunk_head(offset, filled, &mut head);
+    if let Some(place) = payload.get_mut(..head.len()) {
+        place.copy_from_slice(&head);
+    }
+    Ok((payload, filled))
 }
 
 /// `fut`, or `None` when it did not finish within `limit`.
@@ -595,4 +620,29 @@ async fn within<T>(
 /// Closes a stream; a tree that takes no control message within `limit` is left as it is.
 async fn close(stream: Stream, limit: Duration) {
     let _ = tokio::time::timeout(limit, stream.close()).await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::network::encode_checked;
+
+    #[tokio::test]
+    async fn chunks_read_into_their_payload_encode_as_stream_send_would() {
+        let path = std::env::temp_dir().join(format!("treecast-chunk-{}", std::process::id()));
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let mut file = tokio::fs::File::open(&path).await.unwrap();
+        let mut offset = 0u64;
+        for want in [4096, 4096, 1808, 0] {
+            let (payload, filled) = read_chunk(&mut file, offset, 4096).await.unwrap();
+            assert_eq!(filled, want);
+            let part = data[offset as usize..offset as usize + filled].to_vec();
+            let values = [Value::ULong(offset), Value::Bytes(part)];
+            assert_eq!(payload, encode_checked(super::super::CHUNK_FORMAT, &values).unwrap().1);
+            offset += filled as u64;
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
 }
