@@ -117,6 +117,74 @@ async fn every_size_is_copied_exactly_to_every_rank() {
     finish(net).await;
 }
 
+/// Writes `size` pseudo-random bytes (seeded xorshift, in 1 MiB blocks) to `path`;
+/// returns their BLAKE3.
+fn write_random_file(path: &Path, size: usize, seed: u64) -> blake3::Hash {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut hasher = blake3::Hasher::new();
+    let mut x = seed | 1;
+    let mut block = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(block.len());
+        for word in block[..n].chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            word.copy_from_slice(&x.to_le_bytes()[..word.len()]);
+        }
+        hasher.update(&block[..n]);
+        out.write_all(&block[..n]).unwrap();
+        left -= n;
+    }
+    out.flush().unwrap();
+    hasher.finalize()
+}
+
+fn hash_file(path: &Path) -> blake3::Hash {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(std::fs::File::open(path).unwrap()).unwrap();
+    hasher.finalize()
+}
+
+#[tokio::test]
+async fn two_hundred_megabytes_arrive_byte_identical_at_every_rank() {
+    const SIZE: usize = 200 << 20;
+    let dir = TempDir::new("big");
+    let src = dir.path("src.bin");
+    let want = write_random_file(&src, SIZE, 0x5eed_2000_0000_0001);
+    // Each back-end runs in a directory of its own, and the destination goes through
+    // /proc/self/cwd, so every rank writes its own copy although they share this host.
+    for rank in 0..4 {
+        std::fs::create_dir(dir.path(&format!("rank{rank}"))).unwrap();
+    }
+    let script = format!("cd {}/rank$TREECAST_RANK && exec {TREECAST} backend", dir.0.display());
+    let topo = Topology::from_spec("kary:2", Some(4)).unwrap();
+    let mut net = NetworkBuilder::new(topo)
+        .treecast_path(TREECAST)
+        .startup_timeout(LIMIT)
+        .backend_command(["/bin/sh", "-c", &script])
+        .launch()
+        .await
+        .unwrap();
+    let comm = net.broadcast_communicator();
+    let entries = [FileEntry::file(&src, Some(PathBuf::from("/proc/self/cwd/copy.bin")))];
+    let options = FileOptions::default();
+    let transfer = bcast_files(&mut net, &comm, &entries, &options, |_| {});
+    let r = tokio::time::timeout(Duration::from_secs(300), transfer).await.unwrap().unwrap().pop().unwrap();
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(r.ranks_with(Outcome::Written), all(&net), "every rank writes its own copy: {r:?}");
+    assert_eq!(r.hash, want.to_hex().as_str());
+    for rank in 0..4 {
+        let copy = dir.path(&format!("rank{rank}/copy.bin"));
+        assert_eq!(std::fs::metadata(&copy).unwrap().len(), SIZE as u64, "rank {rank}");
+        assert_eq!(hash_file(&copy), want, "rank {rank}");
+        assert!(temp_files(&dir.path(&format!("rank{rank}"))).is_empty());
+    }
+    finish(net).await;
+}
+
 #[tokio::test]
 async fn mode_bits_and_mtime_are_preserved_and_a_directory_takes_the_source_name() {
     let dir = TempDir::new("meta");
