@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{assert_no_leftovers, random_bytes};
-use treecast::apps::protocol::TAG_DIE;
+use treecast::apps::protocol::{TAG_DIE, TAG_STALL};
 use treecast_api::{
-    bcast_file, bcast_file_with_progress, FileReport, Network, NetworkBuilder, Outcome, RankSet,
-    StreamOptions, Topology, TransformKind, Value, WriteMode,
+    bcast_file, bcast_files, ApiError, FileEntry, FileOptions, FileReport, Network, NetworkBuilder, Outcome,
+    Progress, RankSet, SourceError, StreamOptions, Topology, TransformKind, Value, WriteMode,
 };
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
@@ -117,6 +117,74 @@ async fn every_size_is_copied_exactly_to_every_rank() {
     finish(net).await;
 }
 
+/// Writes `size` pseudo-random bytes (seeded xorshift, in 1 MiB blocks) to `path`;
+/// returns their BLAKE3.
+fn write_random_file(path: &Path, size: usize, seed: u64) -> blake3::Hash {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut hasher = blake3::Hasher::new();
+    let mut x = seed | 1;
+    let mut block = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(block.len());
+        for word in block[..n].chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            word.copy_from_slice(&x.to_le_bytes()[..word.len()]);
+        }
+        hasher.update(&block[..n]);
+        out.write_all(&block[..n]).unwrap();
+        left -= n;
+    }
+    out.flush().unwrap();
+    hasher.finalize()
+}
+
+fn hash_file(path: &Path) -> blake3::Hash {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(std::fs::File::open(path).unwrap()).unwrap();
+    hasher.finalize()
+}
+
+#[tokio::test]
+async fn two_hundred_megabytes_arrive_byte_identical_at_every_rank() {
+    const SIZE: usize = 200 << 20;
+    let dir = TempDir::new("big");
+    let src = dir.path("src.bin");
+    let want = write_random_file(&src, SIZE, 0x5eed_2000_0000_0001);
+    // Each back-end runs in a directory of its own, and the destination goes through
+    // /proc/self/cwd, so every rank writes its own copy although they share this host.
+    for rank in 0..4 {
+        std::fs::create_dir(dir.path(&format!("rank{rank}"))).unwrap();
+    }
+    let script = format!("cd {}/rank$TREECAST_RANK && exec {TREECAST} backend", dir.0.display());
+    let topo = Topology::from_spec("kary:2", Some(4)).unwrap();
+    let mut net = NetworkBuilder::new(topo)
+        .treecast_path(TREECAST)
+        .startup_timeout(LIMIT)
+        .backend_command(["/bin/sh", "-c", &script])
+        .launch()
+        .await
+        .unwrap();
+    let comm = net.broadcast_communicator();
+    let entries = [FileEntry::file(&src, Some(PathBuf::from("/proc/self/cwd/copy.bin")))];
+    let options = FileOptions::default();
+    let transfer = bcast_files(&mut net, &comm, &entries, &options, |_| {});
+    let r = tokio::time::timeout(Duration::from_secs(300), transfer).await.unwrap().unwrap().pop().unwrap();
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(r.ranks_with(Outcome::Written), all(&net), "every rank writes its own copy: {r:?}");
+    assert_eq!(r.hash, want.to_hex().as_str());
+    for rank in 0..4 {
+        let copy = dir.path(&format!("rank{rank}/copy.bin"));
+        assert_eq!(std::fs::metadata(&copy).unwrap().len(), SIZE as u64, "rank {rank}");
+        assert_eq!(hash_file(&copy), want, "rank {rank}");
+        assert!(temp_files(&dir.path(&format!("rank{rank}"))).is_empty());
+    }
+    finish(net).await;
+}
+
 #[tokio::test]
 async fn mode_bits_and_mtime_are_preserved_and_a_directory_takes_the_source_name() {
     let dir = TempDir::new("meta");
@@ -157,6 +225,7 @@ async fn write_modes_leave_newer_and_overwrite() {
     let r = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
     assert_eq!(r.ranks_with(Outcome::SkippedLeave), all(&net), "{r:?}");
     assert!(r.ok());
+    assert!(r.receivers.is_empty(), "skipping ranks take no data: {r:?}");
     assert_eq!(std::fs::read(&dst).unwrap(), b"old");
 
     // newer: kept when the destination is newer …
@@ -172,6 +241,7 @@ async fn write_modes_leave_newer_and_overwrite() {
     put_old(b"old", t(0));
     let r = send(&mut net, &src, Some(&dst), WriteMode::Newer).await;
     assert_eq!(r.ranks_with(Outcome::Written), all(&net), "{r:?}");
+    assert_eq!(r.receivers, all(&net), "{r:?}");
     assert_eq!(std::fs::read(&dst).unwrap(), b"new content");
     assert_eq!(mtime(&dst), t(100));
 
@@ -201,6 +271,7 @@ async fn ranks_that_see_the_source_at_its_path_skip_it() {
         assert!(r.ok(), "{r:?}");
         assert_eq!(r.ranks_with(Outcome::SkippedShared), all(&net), "{r:?}");
         assert_eq!(r.outcomes.len(), 1, "one class for every rank: {r:?}");
+        assert!(r.receivers.is_empty(), "no rank took the data: {r:?}");
         assert!(r.outcomes[0].detail.contains("shared file system"), "{r:?}");
     }
     assert_eq!(std::fs::read(&src).unwrap(), data);
@@ -232,9 +303,15 @@ async fn a_bad_source_is_an_error_before_anything_is_sent() {
     let comm = net.broadcast_communicator();
     let err =
         bcast_file(&mut net, &comm, &dir.path("absent"), None, WriteMode::Leave, CHUNK).await.unwrap_err();
+    assert!(matches!(err, ApiError::Source(SourceError::Open { .. })), "{err:?}");
     assert!(err.to_string().contains("absent"), "{err}");
     let err = bcast_file(&mut net, &comm, &dir.0, None, WriteMode::Leave, CHUNK).await.unwrap_err();
-    assert!(err.to_string().contains("not a regular file"), "{err}");
+    assert!(matches!(err, ApiError::Source(SourceError::NotAFile { .. })), "{err:?}");
+    assert!(err.to_string().contains("not a regular file (a directory)"), "{err}");
+    let src = dir.path("src");
+    std::fs::write(&src, b"x").unwrap();
+    let err = bcast_file(&mut net, &comm, &src, None, WriteMode::Leave, 0).await.unwrap_err();
+    assert!(matches!(err, ApiError::Source(SourceError::ChunkSize(0))), "{err:?}");
     finish(net).await;
 }
 
@@ -251,22 +328,62 @@ async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destina
     let killer = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
     let sent = Arc::new(AtomicU64::new(0));
     let seen = sent.clone();
-    let transfer =
-        bcast_file_with_progress(&mut net, &comm, &src, Some(&dst), WriteMode::Leave, CHUNK, |n, _| {
-            seen.store(n, Ordering::Relaxed)
-        });
+    let entry = [FileEntry::file(&src, Some(dst.clone()))];
+    let options = FileOptions { chunk: CHUNK, ..FileOptions::default() };
+    let transfer = bcast_files(&mut net, &comm, &entry, &options, |p| {
+        if let Progress::Sent { sent, .. } = p {
+            seen.store(sent, Ordering::Relaxed)
+        }
+    });
     let kill = async {
         while sent.load(Ordering::Relaxed) < (1 << 20) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         killer.send(TAG_DIE, "%ad", &[Value::IntArray(vec![1])]).await.unwrap();
     };
-    let (report, ()) = tokio::time::timeout(LIMIT, async { tokio::join!(transfer, kill) }).await.unwrap();
-    let report = report.unwrap();
+    let (reports, ()) = tokio::time::timeout(LIMIT, async { tokio::join!(transfer, kill) }).await.unwrap();
+    let report = reports.unwrap().pop().unwrap();
     assert!(!report.ok());
     assert_eq!(report.lost_ranks(), RankSet::single(1), "{report:?}");
     assert!(report.outcomes.is_empty(), "{report:?}");
     assert!(!dst.exists(), "a partial file was left under the destination name");
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_rank_that_stops_answering_fails_after_the_time_limit_and_the_others_go_on() {
+    let dir = TempDir::new("stall");
+    let mut net = launch("flat", 2).await;
+    let src = dir.path("src");
+    let data = random_bytes(3 * CHUNK + 1);
+    std::fs::write(&src, &data).unwrap();
+    let out = dir.path("out");
+    std::fs::create_dir(&out).unwrap();
+    // Rank 1 stops reading for a while; its link stays up.
+    let comm = net.broadcast_communicator();
+    let mut stall = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    stall.send(TAG_STALL, "%ad %d", &[Value::IntArray(vec![1]), Value::Int(3000)]).await.unwrap();
+    let options = FileOptions { chunk: CHUNK, timeout: Duration::from_millis(500), ..FileOptions::default() };
+    let entries = [FileEntry::file(&src, Some(out.join("a")))];
+    let r = bcast_files(&mut net, &comm, &entries, &options, |_| {}).await.unwrap().pop().unwrap();
+    assert!(!r.ok());
+    assert!(r.lost.is_empty(), "a silent rank is not lost: {r:?}");
+    assert_eq!(r.receivers, RankSet::single(0), "{r:?}");
+    assert_eq!(r.ranks_with(Outcome::Written), RankSet::single(0), "{r:?}");
+    assert_eq!(r.ranks_with(Outcome::Failed), RankSet::single(1), "{r:?}");
+    let failed = r.outcomes.iter().find(|o| o.outcome == Outcome::Failed).unwrap();
+    assert!(failed.detail.contains("no answer within 0.5 s to the status packet"), "{r:?}");
+    assert_eq!(std::fs::read(out.join("a")).unwrap(), data);
+
+    // Back, rank 1 reads the old status late and drops its temporary file; the next
+    // transfer reaches it again.
+    stall.recv_timeout(LIMIT).await.unwrap();
+    let entries = [FileEntry::file(&src, Some(out.join("b")))];
+    let r = bcast_files(&mut net, &comm, &entries, &options, |_| {}).await.unwrap().pop().unwrap();
+    assert!(r.ok(), "{r:?}");
+    assert_written_everywhere(&r, &net);
+    assert!(temp_files(&out).is_empty(), "{:?}", temp_files(&out));
+    stall.close().await;
     finish(net).await;
 }
 
@@ -373,6 +490,15 @@ fn the_command_line_copies_several_files_and_directory_trees() {
     std::fs::write(tree.join("sub/b.bin"), &b).unwrap();
     std::fs::write(tree.join("sub/deeper/empty"), b"").unwrap();
     std::fs::set_permissions(tree.join("sub/b.bin"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    std::os::unix::fs::symlink("sub/b.bin", tree.join("link")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent/target", tree.join("sub/dangling")).unwrap();
+    assert!(Command::new("mkfifo").arg(tree.join("fifo")).status().unwrap().success());
+    std::fs::set_permissions(tree.join("sub"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let dir_times = [("", 10), ("sub", 20), ("sub/deeper", 30), ("empty-dir", 40)];
+    for (d, secs) in dir_times {
+        let f = std::fs::File::open(tree.join(d)).unwrap();
+        f.set_modified(UNIX_EPOCH + Duration::new(1_500_000_000 + secs, 7)).unwrap();
+    }
     let extra = dir.path("extra.txt");
     std::fs::write(&extra, b"extra\n").unwrap();
     let out_dir = dir.path("out");
@@ -402,8 +528,20 @@ fn the_command_line_copies_several_files_and_directory_trees() {
     assert_eq!(json["ok"], true, "{json}");
     assert_eq!(json["count"], 4, "{json}");
     assert_eq!(json["bytes"], a.len() + b.len() + 6, "{json}");
-    let files: Vec<&str> =
-        json["files"].as_array().unwrap().iter().map(|f| f["destination"].as_str().unwrap()).collect();
+    let of_kind = |kind: &str| -> Vec<String> {
+        let entries = json["files"].as_array().unwrap().iter().filter(|f| f["kind"] == kind);
+        entries.map(|f| f["destination"].as_str().unwrap().to_owned()).collect()
+    };
+    let files = of_kind("file");
+    assert_eq!(of_kind("symlink").len(), 2, "{json}");
+    let dirs = of_kind("directory");
+    let copy = out_dir.join("tool");
+    let deepest_first: Vec<String> = ["sub/deeper", "empty-dir", "sub", ""]
+        .iter()
+        .map(|d| if d.is_empty() { copy.clone() } else { copy.join(d) }.display().to_string())
+        .collect();
+    assert_eq!(dirs, deepest_first, "directory attributes last, deepest first: {json}");
+    assert_eq!(json["ignored"][0], tree.join("fifo").display().to_string(), "{json}");
     let want = ["tool/a.bin", "tool/sub/b.bin", "tool/sub/deeper/empty", "extra.txt"];
     assert_eq!(files, want.map(|w| out_dir.join(w).display().to_string()), "{json}");
     for f in json["files"].as_array().unwrap() {
@@ -414,12 +552,19 @@ fn the_command_line_copies_several_files_and_directory_trees() {
         }
         assert_eq!(done, 2, "{json}");
     }
-    let copy = out_dir.join("tool");
     assert_eq!(std::fs::read(copy.join("a.bin")).unwrap(), a);
     assert_eq!(std::fs::read(copy.join("sub/b.bin")).unwrap(), b);
     assert_eq!(std::fs::metadata(copy.join("sub/b.bin")).unwrap().permissions().mode() & 0o7777, 0o750);
     assert_eq!(std::fs::read(copy.join("sub/deeper/empty")).unwrap(), b"");
     assert!(copy.join("empty-dir").is_dir(), "empty directories are recreated");
+    assert_eq!(std::fs::read_link(copy.join("link")).unwrap(), Path::new("sub/b.bin"));
+    assert_eq!(std::fs::read_link(copy.join("sub/dangling")).unwrap(), Path::new("/nonexistent/target"));
+    assert!(!copy.join("fifo").exists(), "special files are not sent");
+    for (d, _) in dir_times {
+        let (from, to) = (std::fs::metadata(tree.join(d)).unwrap(), std::fs::metadata(copy.join(d)).unwrap());
+        assert_eq!(to.modified().unwrap(), from.modified().unwrap(), "mtime of {d:?}");
+        assert_eq!(to.permissions().mode(), from.permissions().mode(), "mode of {d:?}");
+    }
     assert_eq!(std::fs::read(out_dir.join("extra.txt")).unwrap(), b"extra\n");
     for d in [copy.clone(), copy.join("sub"), copy.join("sub/deeper")] {
         assert!(temp_files(&d).is_empty(), "{:?}", temp_files(&d));
@@ -429,7 +574,8 @@ fn the_command_line_copies_several_files_and_directory_trees() {
     let out = run(&[t, e, o, "-r"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.matches("skipped-shared: 2 [0-1]").count(), 4, "{text}");
+    // 4 files, 2 links, 4 directories.
+    assert_eq!(text.matches("skipped-shared: 2 [0-1]").count(), 10, "{text}");
     assert!(text.contains(&format!("total: 4 files, {} bytes", a.len() + b.len() + 6)), "{text}");
 
     // Several files into a directory that does not exist: each fails, exit status 1.

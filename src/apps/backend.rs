@@ -1,13 +1,10 @@
 //! `treecast backend`: the generic back-end that answers [`super::protocol`] requests.
 
-use std::collections::HashMap;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
-use treecast_api::{
-    file_answer, ApiError, BackEnd, BackEndSender, Decision, FileReceiver, Outcome, Packet, Value,
-};
+use treecast_api::{ApiError, BackEnd, BackEndSender, FileReceivers, Packet, Value};
 
 use super::cli::BackendArgs;
 use super::protocol::*;
@@ -18,8 +15,8 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         Some(file) => BackEnd::attach(Some(file), args.rank).await.context("attaching to the tree")?,
         None => BackEnd::connect().await.context("joining the tree")?,
     };
-    // File transfers in progress, by stream; their packets are handled here, in order.
-    let mut files: HashMap<u32, FileReceiver> = HashMap::new();
+    // File transfers in progress; their packets are handled here, in order.
+    let mut files = FileReceivers::new(be.rank());
     loop {
         let packet = match be.recv().await {
             Ok(p) => p,
@@ -28,9 +25,11 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         };
         let sender = be.sender();
         let rank = be.rank();
-        if matches!(packet.tag(), TAG_FILE_STATUS | TAG_FILE_CHUNK | TAG_FILE_END) {
-            if let Err(e) = on_file_packet(&mut files, &sender, packet).await {
-                tracing::warn!(rank, "could not answer a file transfer: {e}");
+        if FileReceivers::handles(packet.tag()) {
+            if let Some(a) = files.on_packet(&packet) {
+                if let Err(e) = sender.send(a.stream, a.tag, a.format, &a.values).await {
+                    tracing::warn!(rank, "could not answer a file transfer: {e}");
+                }
             }
             continue;
         }
@@ -45,43 +44,6 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         } else if let Err(e) = answer(&sender, rank, packet).await {
             tracing::warn!(rank, "could not answer a request: {e}");
         }
-    }
-}
-
-/// Feeds one packet of a file transfer to its stream's receiver; answers once per transfer.
-async fn on_file_packet(
-    files: &mut HashMap<u32, FileReceiver>,
-    be: &BackEndSender,
-    p: Packet,
-) -> Result<(), ApiError> {
-    let stream = p.stream();
-    let answer = match p.tag() {
-        TAG_FILE_STATUS => {
-            let mut receiver = FileReceiver::new();
-            let decision = receiver.on_status(&p, stream);
-            files.insert(stream, receiver);
-            match decision {
-                Decision::Receive => None,
-                Decision::Answer(outcome, detail) => Some((outcome, detail)),
-            }
-        }
-        TAG_FILE_CHUNK => {
-            if let Some(receiver) = files.get_mut(&stream) {
-                receiver.on_chunk(&p);
-            }
-            None
-        }
-        _ => match files.remove(&stream) {
-            Some(mut receiver) => receiver.on_end(&p),
-            None => Some((Outcome::Failed, "the transfer ended but its status packet never arrived".into())),
-        },
-    };
-    match answer {
-        Some((outcome, detail)) => {
-            let (format, values) = file_answer(outcome, &detail);
-            be.send(stream, TAG_FILE_END, format, &values).await
-        }
-        None => Ok(()),
     }
 }
 
@@ -118,6 +80,16 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
                 be.send(stream, tag, "%d", &[Value::Int(1)]).await?;
             }
             Ok(())
+        }
+        TAG_STALL => {
+            let v = p.unpack("%ad %d")?;
+            if let (Value::IntArray(ranks), Value::Int(ms)) = (&v[0], &v[1]) {
+                if ranks.contains(&(rank as i32)) {
+                    // Awaited in the receive loop: no packet of any stream is read meanwhile.
+                    tokio::time::sleep(Duration::from_millis((*ms).max(0) as u64)).await;
+                }
+            }
+            be.send(stream, tag, "%d", &[(rank as i32).into()]).await
         }
         TAG_SLEEP => {
             let v = p.unpack("%d")?;

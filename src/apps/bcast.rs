@@ -3,12 +3,14 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use treecast_api::{bcast_file_with_progress, FileReport, Network, WriteMode};
+use treecast_api::{
+    bcast_files, EntryKind, FileEntry, FileOptions, FileReport, Network, Progress, WriteMode,
+};
 
 use super::cli::BcastArgs;
 
@@ -37,6 +39,8 @@ pub struct LostRanks {
 /// What `bcast` did, as printed with `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct BcastReport {
+    /// `file`, `symlink` or `directory` (its mode and mtime).
+    pub kind: &'static str,
     /// Absolute source path.
     pub source: String,
     /// Destination path sent to the back-ends.
@@ -60,6 +64,7 @@ pub struct BcastReport {
 /// Converts the API's report for printing.
 pub fn report_of(report: &FileReport, backends: u32) -> BcastReport {
     BcastReport {
+        kind: kind_name(report.kind),
         source: report.source.display().to_string(),
         destination: report.destination.display().to_string(),
         size: report.size,
@@ -85,13 +90,25 @@ pub fn report_of(report: &FileReport, backends: u32) -> BcastReport {
     }
 }
 
+fn kind_name(kind: EntryKind) -> &'static str {
+    match kind {
+        EntryKind::Symlink => "symlink",
+        EntryKind::Directory => "directory",
+        _ => "file",
+    }
+}
+
 /// The text summary: one line per outcome class, then lost ranks.
 pub fn render(r: &BcastReport) -> String {
+    let what = match r.kind {
+        "symlink" => "symbolic link".to_owned(),
+        "directory" => "directory mode and mtime".to_owned(),
+        _ => format!("{} bytes", r.size),
+    };
     let mut out = format!(
-        "{} -> {} ({} bytes, {} back-end{}, {:.2} s)\n",
+        "{} -> {} ({what}, {} back-end{}, {:.2} s)\n",
         r.source,
         r.destination,
-        r.size,
         r.backends,
         if r.backends == 1 { "" } else { "s" },
         r.seconds
@@ -109,13 +126,6 @@ pub fn render(r: &BcastReport) -> String {
     out
 }
 
-/// One file to send: where from, where to (`None`: the same absolute path).
-#[derive(Debug, Clone)]
-struct Entry {
-    source: PathBuf,
-    destination: Option<PathBuf>,
-}
-
 /// Directories to create on every host before the files: `mkdir -p` of `dirs`
 /// (relative) inside `base`, which must exist.
 #[derive(Debug, Clone)]
@@ -127,9 +137,9 @@ struct MakeDirs {
 /// What a multi-file call will do, worked out on the front-end before any process starts.
 #[derive(Debug, Default)]
 struct Plan {
-    entries: Vec<Entry>,
+    entries: Vec<FileEntry>,
     mkdirs: Vec<MakeDirs>,
-    /// Paths under a source directory that are not regular files or directories.
+    /// Paths under a source directory that are not regular files, links or directories.
     ignored: Vec<PathBuf>,
 }
 
@@ -149,7 +159,7 @@ fn plan(sources: &[PathBuf], dst: Option<&Path>, recursive: bool) -> anyhow::Res
         let abs = std::path::absolute(src).with_context(|| format!("source {}", src.display()))?;
         if meta.is_file() {
             let destination = dst.map(|d| name_of(src).map(|n| d.join(n))).transpose()?;
-            plan.entries.push(Entry { source: abs, destination });
+            plan.entries.push(FileEntry::file(abs, destination));
             continue;
         }
         anyhow::ensure!(meta.is_dir(), "source {} is not a regular file or a directory", src.display());
@@ -173,8 +183,10 @@ fn plan(sources: &[PathBuf], dst: Option<&Path>, recursive: bool) -> anyhow::Res
                 let kind = child.file_type().with_context(|| format!("{}", child.path().display()))?;
                 let child_rel = rel.join(child.file_name());
                 if kind.is_file() {
-                    plan.entries
-                        .push(Entry { source: child.path(), destination: Some(parent.join(&child_rel)) });
+                    plan.entries.push(FileEntry::file(child.path(), Some(parent.join(&child_rel))));
+                } else if kind.is_symlink() {
+                    // Recreated as a link with the same target text, never followed.
+                    plan.entries.push(FileEntry::symlink(child.path(), parent.join(&child_rel)));
                 } else if kind.is_dir() {
                     dirs.push(child_rel.clone());
                     subdirs.push(child_rel);
@@ -184,6 +196,18 @@ fn plan(sources: &[PathBuf], dst: Option<&Path>, recursive: bool) -> anyhow::Res
             }
             // Depth first, in name order.
             stack.extend(subdirs.into_iter().rev());
+        }
+        // Modes and mtimes last, deepest first: writing a directory's entries (and its
+        // subdirectories' attributes, which come before it) would change its mtime again.
+        let mut attrs: Vec<&PathBuf> = dirs.iter().collect();
+        attrs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for rel in attrs {
+            let here = match rel.strip_prefix(&name) {
+                Ok(inner) if inner.as_os_str().is_empty() => abs.clone(),
+                Ok(inner) => abs.join(inner),
+                Err(_) => continue,
+            };
+            plan.entries.push(FileEntry::directory(here, parent.join(rel)));
         }
         plan.mkdirs.push(MakeDirs { base: parent, dirs });
     }
@@ -220,19 +244,19 @@ async fn make_dirs(net: &mut Network, m: &MakeDirs) -> anyhow::Result<Vec<String
 /// The total of a multi-file call, as printed with `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct TreeReport {
-    /// One report per file, in the order sent.
+    /// One report per entry (files, links, directory attributes), in the order sent.
     pub files: Vec<BcastReport>,
     /// Directory creation problems (empty when every directory was made).
     pub directory_errors: Vec<String>,
-    /// Paths under a source directory that were not sent (not regular files or directories).
+    /// Paths under a source directory that were not sent (not regular files, links or directories).
     pub ignored: Vec<String>,
-    /// Files sent.
+    /// Regular files sent.
     pub count: usize,
     /// Bytes in all files.
     pub bytes: u64,
     /// Seconds for the whole call (directories and files, not the start-up).
     pub seconds: f64,
-    /// Files with a failed or lost rank.
+    /// Entries with a failed or lost rank.
     pub files_not_ok: usize,
     /// True when every file is ok and every directory was made.
     pub ok: bool,
@@ -245,7 +269,7 @@ pub fn render_total(t: &TreeReport) -> String {
         out.push_str(&format!("error: {e}\n"));
     }
     for i in &t.ignored {
-        out.push_str(&format!("ignored (not a regular file or directory): {i}\n"));
+        out.push_str(&format!("ignored (not a regular file, link or directory): {i}\n"));
     }
     out.push_str(&format!(
         "total: {} file{}, {} bytes, {:.2} s, {} with failures\n",
@@ -258,6 +282,72 @@ pub fn render_total(t: &TreeReport) -> String {
     out
 }
 
+/// A progress bar per file (bytes sent, rate, time left) and each file's summary as it completes.
+struct Display {
+    show_bar: bool,
+    json: bool,
+    backends: u32,
+    bar: Option<ProgressBar>,
+    reports: Vec<BcastReport>,
+}
+
+impl Display {
+    fn on(&mut self, p: Progress<'_>) {
+        match p {
+            Progress::Started { entry, size, .. } if self.show_bar && entry.kind == EntryKind::File => {
+                let bar = ProgressBar::new(size);
+                let style = ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> ");
+                bar.set_style(style);
+                bar.set_message(format!("{} -> {} back-ends", entry.source.display(), self.backends));
+                self.bar = Some(bar);
+            }
+            Progress::Sent { sent, .. } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_position(sent);
+                }
+            }
+            Progress::Done { report, .. } => {
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+                let report = report_of(report, self.backends);
+                if !self.json {
+                    print!("{}", render(&report));
+                    let _ = std::io::stdout().flush();
+                }
+                self.reports.push(report);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Works out what to send before any process starts.
+fn plan_of(args: &BcastArgs) -> anyhow::Result<(Plan, bool)> {
+    let (sources, dst) = match args.paths.as_slice() {
+        [src] => (vec![src.clone()], None),
+        [sources @ .., dst] => (sources.to_vec(), Some(dst.clone())),
+        [] => anyhow::bail!("no source given"),
+    };
+    let single = sources.len() == 1 && std::fs::metadata(&sources[0]).is_ok_and(|m| m.is_file());
+    if single {
+        let entries = vec![FileEntry::file(sources[0].clone(), dst)];
+        return Ok((Plan { entries, ..Plan::default() }, true));
+    }
+    // The usual message for a missing or special single source.
+    let meta = std::fs::metadata(&sources[0]).with_context(|| format!("source {}", sources[0].display()))?;
+    anyhow::ensure!(
+        sources.len() > 1 || meta.is_dir(),
+        "source {} is not a regular file",
+        sources[0].display()
+    );
+    Ok((plan(&sources, dst.as_deref(), args.recursive)?, false))
+}
+
 /// Starts the tree, sends the file(s), prints the summary; exit 1 if a rank failed or was lost.
 pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     let mode: WriteMode = args.mode.parse().map_err(|e: String| anyhow::anyhow!(e))?;
@@ -266,32 +356,15 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
         "--chunk must be between 1 and {} bytes",
         treecast_api::MAX_CHUNK
     );
-    let (sources, dst) = match args.paths.as_slice() {
-        [src] => (vec![src.clone()], None),
-        [sources @ .., dst] => (sources.to_vec(), Some(dst.clone())),
-        [] => anyhow::bail!("no source given"),
-    };
-    // Check the sources before starting any process.
-    let single = sources.len() == 1 && std::fs::metadata(&sources[0]).is_ok_and(|m| m.is_file());
-    let plan = if single {
-        Plan { entries: vec![Entry { source: sources[0].clone(), destination: dst }], ..Plan::default() }
-    } else {
-        plan(&sources, dst.as_deref(), args.recursive)?
-    };
-    if !single {
-        // The usual message for a missing or special single source.
-        let meta =
-            std::fs::metadata(&sources[0]).with_context(|| format!("source {}", sources[0].display()))?;
-        anyhow::ensure!(
-            sources.len() > 1 || meta.is_dir(),
-            "source {} is not a regular file",
-            sources[0].display()
-        );
-    }
+    anyhow::ensure!(
+        args.timeout.is_finite() && args.timeout > 0.0,
+        "--timeout must be a positive number of seconds"
+    );
+    let options = FileOptions { mode, chunk: args.chunk, timeout: Duration::from_secs_f64(args.timeout) };
+    let (plan, single) = plan_of(&args)?;
     let mut net = super::run::launch(&args.tree).await?;
     let backends = net.backends();
     let comm = net.broadcast_communicator();
-    let show = !args.quiet && !args.json && std::io::stderr().is_terminal();
     let started = Instant::now();
     let mut directory_errors = Vec::new();
     for m in &plan.mkdirs {
@@ -302,70 +375,27 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let mut reports = Vec::new();
-    let mut error = None;
-    for entry in &plan.entries {
-        // Bytes sent, rate and time left, on a terminal only.
-        let bar = show.then(|| {
-            let bar = ProgressBar::new(0);
-            let style = ProgressStyle::with_template(
-                "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> ");
-            bar.set_style(style);
-            bar.set_message(format!("{} -> {backends} back-ends", entry.source.display()));
-            bar
-        });
-        let progress = |sent: u64, size: u64| {
-            if let Some(bar) = &bar {
-                bar.set_length(size);
-                bar.set_position(sent);
-            }
-        };
-        let result = bcast_file_with_progress(
-            &mut net,
-            &comm,
-            &entry.source,
-            entry.destination.as_deref(),
-            mode,
-            args.chunk,
-            progress,
-        )
-        .await;
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
-        match result {
-            Ok(r) => {
-                let report = report_of(&r, backends);
-                if !args.json {
-                    print!("{}", render(&report));
-                    let _ = std::io::stdout().flush();
-                }
-                reports.push(report);
-            }
-            Err(e) => {
-                error = Some(e);
-                break;
-            }
-        }
+    let show_bar = !args.quiet && !args.json && std::io::stderr().is_terminal();
+    let mut display = Display { show_bar, json: args.json, backends, bar: None, reports: Vec::new() };
+    let result = bcast_files(&mut net, &comm, &plan.entries, &options, |p| display.on(p)).await;
+    if let Some(bar) = display.bar.take() {
+        bar.finish_and_clear();
     }
     net.shutdown().await;
-    if let Some(e) = error {
-        return Err(e.into());
-    }
+    result?;
+    let reports = display.reports;
     if single {
-        let report = &reports[0];
+        let report = reports.first().context("no report for the file")?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(report)?);
         }
         return Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
+    let files = reports.iter().filter(|r| r.kind == "file");
     let files_not_ok = reports.iter().filter(|r| !r.ok).count();
     let total = TreeReport {
-        count: reports.len(),
-        bytes: reports.iter().map(|r| r.size).sum(),
+        count: files.clone().count(),
+        bytes: files.map(|r| r.size).sum(),
         seconds: started.elapsed().as_secs_f64(),
         files_not_ok,
         ok: files_not_ok == 0 && directory_errors.is_empty(),

@@ -193,7 +193,8 @@ pub struct BcastArgs {
     /// a directory that must exist on the hosts, and each source goes under its own name.
     #[arg(required = true, num_args = 1.., value_name = "PATH")]
     pub paths: Vec<std::path::PathBuf>,
-    /// Copy directories: recreate each source directory's tree under DST (files, then empty directories included).
+    /// Copy directories: recreate each source directory's tree under DST (files, symbolic
+    /// links, empty directories; directory modes and mtimes last).
     #[arg(short, long)]
     pub recursive: bool,
     /// What to do with an existing destination: leave it, overwrite it if the source is newer, or overwrite it.
@@ -202,6 +203,12 @@ pub struct BcastArgs {
     /// Bytes per chunk sent down the tree.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub chunk: usize,
+    /// Seconds to wait for the ranks at each step: for their answers to a file's status,
+    /// for the tree to take each chunk, and for their answers after the last chunk (plus
+    /// 1 s per 32 MiB for flushing to disk). The whole transfer has no limit. Ranks that
+    /// miss it (still connected) fail with "no answer within".
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub timeout: f64,
     /// Where the back-ends run.
     #[command(flatten)]
     pub tree: TreeArgs,

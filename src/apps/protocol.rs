@@ -20,12 +20,19 @@ pub const TAG_SLEEP: i32 = 6;
 /// `%d count` → answer `count` packets `%d 1` back to back (reduction throughput).
 pub const TAG_BURST: i32 = 7;
 
-/// File distribution (see `treecast_api::bcast_file`): the status packet that opens a transfer.
+/// `%ad ranks %d ms` → the listed ranks stop reading packets for `ms` (their links stay
+/// up), then every rank answers `%d` rank: a rank that hangs, for tests of time limits.
+pub const TAG_STALL: i32 = 8;
+
+/// File distribution (see `treecast_api::bcast_files`, handled by `FileReceivers`): the
+/// status packet that opens a transfer, and every rank's first answer.
 pub const TAG_FILE_STATUS: i32 = treecast_api::FILE_STATUS;
 /// File distribution: one chunk, `%uld %b` (offset, bytes).
 pub const TAG_FILE_CHUNK: i32 = treecast_api::FILE_CHUNK;
-/// File distribution: the end of a transfer; also the tag of the one answer `%s %s` (outcome, detail).
+/// File distribution: the end of a transfer; also the tag of the final answer `%s %s` (outcome, detail).
 pub const TAG_FILE_END: i32 = treecast_api::FILE_END;
+/// File distribution: the end of the status phase (data stream and receiving ranks).
+pub const TAG_FILE_OPEN: i32 = treecast_api::FILE_OPEN;
 
 /// Exit code reported for a command stopped by the time limit (as `timeout(1)` does).
 pub const EXIT_TIMED_OUT: i32 = 124;

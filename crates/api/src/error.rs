@@ -53,6 +53,9 @@ pub enum ApiError {
     /// A receive did not complete in time.
     #[error("nothing arrived within {0:?}")]
     Timeout(Duration),
+    /// A file to send cannot be used (see [`crate::bcast_file`]); nothing was sent for it.
+    #[error(transparent)]
+    Source(#[from] crate::SourceError),
     /// The environment set by the launcher is missing or wrong.
     #[error("{0}")]
     Env(String),

@@ -30,8 +30,9 @@ pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
 pub use backend::{BackEnd, BackEndSender};
 pub use error::ApiError;
 pub use files::{
-    bcast_file, bcast_file_with_progress, file_answer, Decision, FileReceiver, FileReport, Outcome,
-    RankOutcome, WriteMode, DEFAULT_CHUNK, FILE_CHUNK, FILE_END, FILE_STATUS, MAX_CHUNK,
+    bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileOptions, FileReceiver,
+    FileReceivers, FileReport, Outcome, Progress, RankOutcome, SourceError, WriteMode, DEFAULT_CHUNK,
+    DEFAULT_TIMEOUT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK,
 };
 pub use network::{Communicator, Event, Network, NetworkBuilder, Stream, StreamOptions, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};

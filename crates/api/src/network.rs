@@ -545,6 +545,18 @@ impl Stream {
         self.shared.send_frame(frame).await
     }
 
+    /// Multicasts a payload that is already encoded (by the wire crate's encoders, as
+    /// [`Stream::send`] would), so a large payload is not copied once more.
+    ///
+    /// # Errors
+    /// [`ApiError::Closed`] when the network is gone.
+    ///
+    /// Cancel safety: not cancel safe; some children may have been sent the packet.
+    pub(crate) async fn send_encoded(&self, tag: i32, payload: Vec<u8>) -> Result<(), ApiError> {
+        let frame = Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload);
+        self.shared.send_frame(frame).await
+    }
+
     /// Sends values to one back-end of the stream (point to point).
     ///
     /// # Errors

@@ -31,4 +31,4 @@ pub use frame::{
     FLAG_EQCLASS, FLAG_PARTIAL_AVG, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION, UP_WINDOW,
 };
 pub use rankset::RankSet;
-pub use value::{decode_values, encode_values, ScalarType, Value, ValueType};
+pub use value::{decode_values, encode_bytes_head, encode_values, ScalarType, Value, ValueType};

@@ -404,6 +404,15 @@ pub fn encode_values(values: &[Value], out: &mut Vec<u8>) {
     }
 }
 
+/// Appends the head of a `%b` value of `len` bytes (its type code and length); the
+/// caller appends the `len` bytes themselves. With [`encode_values`] for the values
+/// before it, this lets a large byte payload be read straight into the buffer that
+/// becomes the frame, with the same encoding as a [`Value::Bytes`].
+pub fn encode_bytes_head(len: usize, out: &mut Vec<u8>) {
+    out.push(BYTES_CODE);
+    put_len(out, len);
+}
+
 /// Reads a `u32` count of items that each take at least `min_width` bytes, and
 /// checks that the rest of the input can hold them, before anything is allocated.
 fn read_count(r: &mut Reader<'_>, what: &'static str, min_width: usize) -> Result<usize, DecodeError> {
@@ -516,6 +525,18 @@ pub fn decode_values(buf: &[u8]) -> Result<Vec<Value>, DecodeError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bytes_head_then_the_bytes_encode_as_a_bytes_value() {
+        let data = vec![7u8; 300];
+        let mut whole = Vec::new();
+        encode_values(&[Value::ULong(5), Value::Bytes(data.clone())], &mut whole);
+        let mut parts = Vec::new();
+        encode_values(&[Value::ULong(5)], &mut parts);
+        encode_bytes_head(data.len(), &mut parts);
+        parts.extend_from_slice(&data);
+        assert_eq!(parts, whole);
+    }
 
     fn enc(values: &[Value]) -> Vec<u8> {
         let mut out = Vec::new();

@@ -1,0 +1,716 @@
+//! The back-end side: [`FileReceiver`] per transfer, [`FileReceivers`] for all of a
+//! back-end's transfers. Plain state machines: packets in, answers out, no network I/O.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use treecast_wire::{RankSet, Value};
+
+use super::{
+    mtime_ns, EntryKind, Outcome, WriteMode, ANSWER_FORMAT, CHUNK_FORMAT, END_FORMAT, FILE_CHUNK, FILE_END,
+    FILE_OPEN, FILE_STATUS, OPEN_FORMAT, RECEIVE_WORD, STATUS_FORMAT,
+};
+use crate::Packet;
+
+/// What a back-end decided on a status packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Wants the data: answers `receive`, then its outcome after [`FILE_END`].
+    Receive,
+    /// Done at the status: this outcome and detail are its only answer.
+    Answer(Outcome, String),
+}
+
+struct Incoming {
+    tmp: PathBuf,
+    dst: PathBuf,
+    file: File,
+    hasher: blake3::Hasher,
+    written: u64,
+}
+
+enum State {
+    Idle,
+    Answered,
+    Receiving(Box<Incoming>),
+    Failed(String),
+}
+
+/// The back-end side of one transfer: a state machine fed with its packets in order.
+///
+/// Data goes to a temporary file in the destination directory, which is renamed over
+/// the destination only after the checksum matched; dropping a receiver before that
+/// removes the temporary file. Links and directory attributes are applied at the status.
+pub struct FileReceiver {
+    size: u64,
+    mtime: u64,
+    perm: u32,
+    state: State,
+}
+
+impl std::fmt::Debug for FileReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Idle => "idle",
+            State::Answered => "answered",
+            State::Receiving(_) => "receiving",
+            State::Failed(_) => "failed",
+        };
+        f.debug_struct("FileReceiver").field("size", &self.size).field("state", &state).finish()
+    }
+}
+
+impl Default for FileReceiver {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn failed(detail: String) -> Decision {
+    Decision::Answer(Outcome::Failed, detail)
+}
+
+/// The fields of a status packet.
+struct Status<'a> {
+    src: &'a Path,
+    dst: &'a Path,
+    mode: WriteMode,
+    kind: EntryKind,
+    target: &'a str,
+}
+
+impl FileReceiver {
+    /// A receiver waiting for its status packet.
+    pub fn new() -> Self {
+        FileReceiver { size: 0, mtime: 0, perm: 0o644, state: State::Idle }
+    }
+
+    /// Reads a [`FILE_STATUS`] packet and decides; `tag` is a name for the temporary file
+    /// (e.g. the stream id), unique among this process's transfers. Links and directory
+    /// attributes are applied here.
+    pub fn on_status(&mut self, packet: &Packet, tag: u32) -> Decision {
+        let decision = match packet.unpack(STATUS_FORMAT) {
+            Ok(v) => match v.as_slice() {
+                [Value::Str(src), Value::ULong(mtime), Value::ULong(size), Value::Str(dst), Value::Int(mode), Value::UInt(perm), Value::Int(kind), Value::Str(target)] =>
+                {
+                    self.size = *size;
+                    self.mtime = *mtime;
+                    self.perm = *perm;
+                    match (WriteMode::from_code(*mode), EntryKind::from_code(*kind)) {
+                        (Some(mode), Some(kind)) => {
+                            let status =
+                                Status { src: Path::new(src), dst: Path::new(dst), mode, kind, target };
+                            self.decide(&status, tag)
+                        }
+                        (None, _) => failed(format!("unknown write mode {mode}")),
+                        (_, None) => failed(format!("unknown kind {kind} (a newer front-end?)")),
+                    }
+                }
+                _ => failed("malformed status packet".into()),
+            },
+            Err(e) => failed(format!("malformed status packet: {e}")),
+        };
+        if let Decision::Answer(..) = decision {
+            self.state = State::Answered;
+        }
+        decision
+    }
+
+    fn decide(&mut self, s: &Status<'_>, tag: u32) -> Decision {
+        match s.kind {
+            EntryKind::File => self.decide_file(s.src, s.dst, s.mode, tag),
+            EntryKind::Symlink => self.make_link(s.dst, s.target, s.mode, tag),
+            EntryKind::Directory => self.set_directory(s.dst),
+        }
+    }
+
+    /// Skips for an existing destination `m` according to the write mode; `None` to write.
+    fn skip_existing(&self, dst: &Path, m: &std::fs::Metadata, mode: WriteMode) -> Option<Decision> {
+        match mode {
+            WriteMode::Leave => Some(Decision::Answer(
+                Outcome::SkippedLeave,
+                format!("{} exists (write mode leave)", dst.display()),
+            )),
+            WriteMode::Newer if mtime_ns(m) >= self.mtime => Some(Decision::Answer(
+                Outcome::SkippedOlder,
+                format!("{} is not older than the source (write mode newer)", dst.display()),
+            )),
+            _ => None,
+        }
+    }
+
+    fn decide_file(&mut self, src: &Path, dst: &Path, mode: WriteMode, tag: u32) -> Decision {
+        // A destination that is an existing directory receives the file under its own name.
+        let dst = match std::fs::metadata(dst) {
+            Ok(m) if m.is_dir() => match src.file_name() {
+                Some(name) => dst.join(name),
+                None => return failed(format!("source {} has no file name", src.display())),
+            },
+            _ => dst.to_path_buf(),
+        };
+        match std::fs::metadata(&dst) {
+            Ok(m) if m.is_dir() => {
+                return failed(format!("destination {} is a directory", dst.display()));
+            }
+            Ok(m) if m.len() == self.size && mtime_ns(&m) == self.mtime => {
+                let detail = if dst == src {
+                    "the same file is already at this path (shared file system)".to_owned()
+                } else {
+                    format!("{} already has the same size and mtime", dst.display())
+                };
+                return Decision::Answer(Outcome::SkippedShared, detail);
+            }
+            Ok(m) => {
+                if let Some(skip) = self.skip_existing(&dst, &m, mode) {
+                    return skip;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return failed(format!("cannot stat {}: {e}", dst.display())),
+        }
+        let (dir, tmp) = match temp_path(&dst, tag) {
+            Ok(p) => p,
+            Err(detail) => return failed(detail),
+        };
+        let file = match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp) {
+            Ok(f) => f,
+            Err(e) => return failed(format!("cannot create a file in {}: {e}", dir.display())),
+        };
+        self.state = State::Receiving(Box::new(Incoming {
+            tmp,
+            dst,
+            file,
+            hasher: blake3::Hasher::new(),
+            written: 0,
+        }));
+        Decision::Receive
+    }
+
+    /// Creates (or replaces, as the write mode allows) a symbolic link to `target`.
+    fn make_link(&self, dst: &Path, target: &str, mode: WriteMode, tag: u32) -> Decision {
+        match std::fs::symlink_metadata(dst) {
+            Ok(m) if m.is_symlink() && std::fs::read_link(dst).is_ok_and(|t| t.as_os_str() == target) => {
+                let detail = format!("{} already links to {target}", dst.display());
+                return Decision::Answer(Outcome::SkippedShared, detail);
+            }
+            Ok(m) if m.is_dir() => return failed(format!("destination {} is a directory", dst.display())),
+            Ok(m) => {
+                if let Some(skip) = self.skip_existing(dst, &m, mode) {
+                    return skip;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return failed(format!("cannot stat {}: {e}", dst.display())),
+        }
+        let (dir, tmp) = match temp_path(dst, tag) {
+            Ok(p) => p,
+            Err(detail) => return failed(detail),
+        };
+        // Made under a temporary name and renamed, so an existing file is replaced at once.
+        if let Err(e) = std::os::unix::fs::symlink(target, &tmp) {
+            return failed(format!("cannot create a link in {}: {e}", dir.display()));
+        }
+        match std::fs::rename(&tmp, dst) {
+            Ok(()) => Decision::Answer(Outcome::Written, String::new()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                failed(format!("renaming a link into {}: {e}", dst.display()))
+            }
+        }
+    }
+
+    /// Sets the mode bits and mtime of the existing directory `dst`.
+    fn set_directory(&self, dst: &Path) -> Decision {
+        let meta = match std::fs::symlink_metadata(dst) {
+            Ok(m) if m.is_dir() => m,
+            Ok(_) => return failed(format!("destination {} is not a directory", dst.display())),
+            Err(e) => return failed(format!("cannot stat directory {}: {e}", dst.display())),
+        };
+        if meta.permissions().mode() & 0o7777 == self.perm && mtime_ns(&meta) == self.mtime {
+            let detail = format!("{} already has the same mode and mtime", dst.display());
+            return Decision::Answer(Outcome::SkippedShared, detail);
+        }
+        let result = std::fs::set_permissions(dst, std::fs::Permissions::from_mode(self.perm))
+            .map_err(|e| format!("setting the mode of {}: {e}", dst.display()))
+            .and_then(|()| {
+                let time = UNIX_EPOCH + Duration::from_nanos(self.mtime);
+                File::open(dst)
+                    .and_then(|d| d.set_modified(time))
+                    .map_err(|e| format!("setting the mtime of {}: {e}", dst.display()))
+            });
+        match result {
+            Ok(()) => Decision::Answer(Outcome::Written, String::new()),
+            Err(detail) => failed(detail),
+        }
+    }
+
+    /// Writes a [`FILE_CHUNK`] packet; errors are kept for the answer at the end.
+    pub fn on_chunk(&mut self, packet: &Packet) {
+        let State::Receiving(inc) = &mut self.state else { return };
+        let result = match packet.unpack(CHUNK_FORMAT) {
+            Ok(v) => match v.as_slice() {
+                [Value::ULong(offset), Value::Bytes(data)] if *offset == inc.written => {
+                    if inc.written + data.len() as u64 > self.size {
+                        Err(format!("more data than the announced {} bytes", self.size))
+                    } else {
+                        inc.hasher.update(data);
+                        inc.written += data.len() as u64;
+                        inc.file.write_all(data).map_err(|e| format!("writing {}: {e}", inc.dst.display()))
+                    }
+                }
+                [Value::ULong(offset), Value::Bytes(_)] => {
+                    Err(format!("chunk at offset {offset} arrived while expecting {}", inc.written))
+                }
+                _ => Err("malformed chunk packet".into()),
+            },
+            Err(e) => Err(format!("malformed chunk packet: {e}")),
+        };
+        if let Err(detail) = result {
+            self.fail(detail);
+        }
+    }
+
+    fn fail(&mut self, detail: String) {
+        if let State::Receiving(inc) = std::mem::replace(&mut self.state, State::Failed(detail)) {
+            let Incoming { tmp, file, .. } = *inc;
+            drop(file);
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+
+    /// Reads the [`FILE_END`] packet, verifies and renames into place. Returns the
+    /// answer to send, or `None` if the only answer was given at the status.
+    pub fn on_end(&mut self, packet: &Packet) -> Option<(Outcome, String)> {
+        match &self.state {
+            State::Answered => return None,
+            State::Idle => return Some((Outcome::Failed, "the transfer ended before its status".into())),
+            _ => {}
+        }
+        if let State::Receiving(_) = self.state {
+            if let Err(detail) = self.verify(packet) {
+                self.fail(detail);
+            }
+        }
+        let answer = match std::mem::replace(&mut self.state, State::Answered) {
+            State::Failed(detail) => (Outcome::Failed, detail),
+            State::Receiving(inc) => match self.finish(*inc) {
+                Ok(()) => (Outcome::Written, String::new()),
+                Err(detail) => (Outcome::Failed, detail),
+            },
+            State::Idle | State::Answered => return None,
+        };
+        Some(answer)
+    }
+
+    fn verify(&self, packet: &Packet) -> Result<(), String> {
+        let State::Receiving(inc) = &self.state else { return Ok(()) };
+        let v = packet.unpack(END_FORMAT).map_err(|e| format!("malformed end packet: {e}"))?;
+        let [Value::Str(hash), Value::ULong(sent), Value::Str(abort)] = v.as_slice() else {
+            return Err("malformed end packet".into());
+        };
+        if !abort.is_empty() {
+            return Err(format!("the front-end aborted: {abort}"));
+        }
+        if *sent != inc.written || inc.written != self.size {
+            return Err(format!(
+                "received {} bytes, the front-end sent {sent}, the file has {}",
+                inc.written, self.size
+            ));
+        }
+        let mine = inc.hasher.finalize().to_hex();
+        if mine.as_str() != hash {
+            return Err(format!("checksum mismatch (BLAKE3 {mine}, expected {hash})"));
+        }
+        Ok(())
+    }
+
+    fn finish(&self, inc: Incoming) -> Result<(), String> {
+        let Incoming { tmp, dst, file, .. } = inc;
+        let result = (|| {
+            let time = UNIX_EPOCH + Duration::from_nanos(self.mtime);
+            file.set_permissions(std::fs::Permissions::from_mode(self.perm))
+                .map_err(|e| format!("setting the mode of {}: {e}", dst.display()))?;
+            file.set_modified(time).map_err(|e| format!("setting the mtime of {}: {e}", dst.display()))?;
+            file.sync_all().map_err(|e| format!("writing {}: {e}", dst.display()))?;
+            drop(file);
+            std::fs::rename(&tmp, &dst).map_err(|e| format!("renaming into {}: {e}", dst.display()))
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+}
+
+impl Drop for FileReceiver {
+    fn drop(&mut self) {
+        if let State::Receiving(inc) = &self.state {
+            let _ = std::fs::remove_file(&inc.tmp);
+        }
+    }
+}
+
+/// The temporary name beside `dst` (in an existing directory), and that directory.
+fn temp_path(dst: &Path, tag: u32) -> Result<(PathBuf, PathBuf), String> {
+    let (Some(dir), Some(name)) = (dst.parent(), dst.file_name()) else {
+        return Err(format!("destination {} has no parent directory", dst.display()));
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(format!("destination directory {} is not a directory", dir.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("destination directory {} does not exist", dir.display()));
+        }
+        Err(e) => return Err(format!("destination directory {}: {e}", dir.display())),
+    }
+    let tmp = dir.join(format!(".{}.treecast-{}-{tag}.tmp", name.to_string_lossy(), std::process::id()));
+    Ok((dir.to_path_buf(), tmp))
+}
+
+/// An answer a back-end sends up: `send(stream, tag, format, &values)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileAnswer {
+    /// The stream to answer on.
+    pub stream: u32,
+    /// The tag ([`FILE_STATUS`] or [`FILE_END`]).
+    pub tag: i32,
+    /// The format of `values`.
+    pub format: &'static str,
+    /// Outcome word (or `receive`) and detail.
+    pub values: [Value; 2],
+}
+
+impl FileAnswer {
+    fn new(stream: u32, tag: i32, word: &str, detail: &str) -> FileAnswer {
+        FileAnswer {
+            stream,
+            tag,
+            format: ANSWER_FORMAT,
+            values: [Value::Str(word.to_owned()), Value::Str(detail.to_owned())],
+        }
+    }
+}
+
+/// Every transfer a back-end takes part in: feed it each packet whose tag
+/// [`FileReceivers::handles`], in order, and send the answers it returns.
+///
+/// Transfers are keyed by the stream their next packets arrive on: the status stream
+/// until [`FILE_OPEN`], then the data stream.
+#[derive(Debug)]
+pub struct FileReceivers {
+    rank: u32,
+    active: HashMap<u32, FileReceiver>,
+}
+
+impl FileReceivers {
+    /// The transfers of the back-end of rank `rank` (none yet).
+    pub fn new(rank: u32) -> Self {
+        FileReceivers { rank, active: HashMap::new() }
+    }
+
+    /// True for the tags of the file protocol.
+    pub fn handles(tag: i32) -> bool {
+        matches!(tag, FILE_STATUS | FILE_CHUNK | FILE_END | FILE_OPEN)
+    }
+
+    /// Transfers in progress (waiting for their data stream or their end).
+    pub fn len(&self) -> usize {
+        self.active.len()
+    }
+
+    /// True when no transfer is in progress.
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty()
+    }
+
+    /// Feeds one packet; returns the answer to send, if any.
+    pub fn on_packet(&mut self, p: &Packet) -> Option<FileAnswer> {
+        let stream = p.stream();
+        match p.tag() {
+            FILE_STATUS => {
+                let mut receiver = FileReceiver::new();
+                let answer = match receiver.on_status(p, stream) {
+                    Decision::Receive => {
+                        self.active.insert(stream, receiver);
+                        FileAnswer::new(stream, FILE_STATUS, RECEIVE_WORD, "")
+                    }
+                    Decision::Answer(outcome, detail) => {
+                        FileAnswer::new(stream, FILE_STATUS, outcome.word(), &detail)
+                    }
+                };
+                Some(answer)
+            }
+            FILE_OPEN => {
+                // Not among the receivers (or a malformed packet): the receiver is dropped,
+                // which removes its temporary file.
+                let receiver = self.active.remove(&stream)?;
+                if let Some(data) = self.data_stream(p) {
+                    self.active.insert(data, receiver);
+                }
+                None
+            }
+            FILE_CHUNK => {
+                if let Some(receiver) = self.active.get_mut(&stream) {
+                    receiver.on_chunk(p);
+                }
+                None
+            }
+            FILE_END => {
+                let (outcome, detail) = match self.active.remove(&stream) {
+                    Some(mut receiver) => receiver.on_end(p)?,
+                    None => {
+                        (Outcome::Failed, "the transfer ended but its status packet never arrived".into())
+                    }
+                };
+                Some(FileAnswer::new(stream, FILE_END, outcome.word(), &detail))
+            }
+            _ => None,
+        }
+    }
+
+    /// The data stream of a [`FILE_OPEN`] packet, if this rank is among its receivers.
+    fn data_stream(&self, p: &Packet) -> Option<u32> {
+        let v = p.unpack(OPEN_FORMAT).ok()?;
+        let [Value::UInt(data), Value::Str(ranks)] = v.as_slice() else { return None };
+        let ranks: RankSet = ranks.parse().ok()?;
+        (*data != 0 && ranks.contains(self.rank)).then_some(*data)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use treecast_wire::{Frame, FrameHeader};
+
+    use super::*;
+    use crate::network::encode_checked;
+
+    fn packet_on(stream: u32, tag: i32, format: &str, values: &[Value]) -> Packet {
+        let (_, payload) = encode_checked(format, values).unwrap();
+        Packet::from_frame(Frame::new(FrameHeader::data(stream, tag, 0), payload))
+    }
+
+    fn packet(tag: i32, format: &str, values: &[Value]) -> Packet {
+        packet_on(1, tag, format, values)
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("treecast-receiver-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn status_of(dst: &Path, size: u64, mode: WriteMode, kind: EntryKind, target: &str) -> Packet {
+        let values = [
+            Value::Str("/nonexistent/src".into()),
+            Value::ULong(1_000_000_000),
+            Value::ULong(size),
+            Value::Str(dst.to_str().unwrap().into()),
+            Value::Int(mode.code()),
+            Value::UInt(0o640),
+            Value::Int(kind.code()),
+            Value::Str(target.into()),
+        ];
+        packet(FILE_STATUS, STATUS_FORMAT, &values)
+    }
+
+    fn status(dst: &Path, size: u64, mode: WriteMode) -> Packet {
+        status_of(dst, size, mode, EntryKind::File, "")
+    }
+
+    fn chunk(offset: u64, data: &[u8]) -> Packet {
+        packet(FILE_CHUNK, CHUNK_FORMAT, &[Value::ULong(offset), Value::Bytes(data.to_vec())])
+    }
+
+    fn end(hash: &str, sent: u64, abort: &str) -> Packet {
+        packet(FILE_END, END_FORMAT, &[Value::Str(hash.into()), Value::ULong(sent), Value::Str(abort.into())])
+    }
+
+    fn entries(d: &Path) -> usize {
+        std::fs::read_dir(d).unwrap().count()
+    }
+
+    #[test]
+    fn a_verified_file_is_renamed_into_place_with_its_mode_and_mtime() {
+        let d = dir("ok");
+        let dst = d.join("f");
+        let mut r = FileReceiver::new();
+        assert_eq!(r.on_status(&status(&dst, 6, WriteMode::Leave), 1), Decision::Receive);
+        r.on_chunk(&chunk(0, b"abc"));
+        r.on_chunk(&chunk(3, b"def"));
+        assert!(!dst.exists(), "nothing under the destination name before the end");
+        let hash = blake3::hash(b"abcdef").to_hex().to_string();
+        assert_eq!(r.on_end(&end(&hash, 6, "")), Some((Outcome::Written, String::new())));
+        assert_eq!(std::fs::read(&dst).unwrap(), b"abcdef");
+        let meta = std::fs::metadata(&dst).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
+        assert_eq!(mtime_ns(&meta), 1_000_000_000);
+        assert_eq!(entries(&d), 1);
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn a_checksum_mismatch_fails_and_leaves_nothing() {
+        let d = dir("mismatch");
+        let dst = d.join("f");
+        let mut r = FileReceiver::new();
+        r.on_status(&status(&dst, 3, WriteMode::Leave), 1);
+        r.on_chunk(&chunk(0, b"abc"));
+        let wrong = blake3::hash(b"abd").to_hex().to_string();
+        let (outcome, detail) = r.on_end(&end(&wrong, 3, "")).unwrap();
+        assert_eq!(outcome, Outcome::Failed);
+        assert!(detail.contains("checksum mismatch"), "{detail}");
+        assert_eq!(entries(&d), 0);
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn out_of_order_chunks_an_abort_or_a_drop_leave_nothing() {
+        let d = dir("order");
+        let dst = d.join("f");
+        let mut r = FileReceiver::new();
+        r.on_status(&status(&dst, 6, WriteMode::Leave), 1);
+        r.on_chunk(&chunk(3, b"def"));
+        let (outcome, detail) = r.on_end(&end("x", 6, "")).unwrap();
+        assert_eq!(outcome, Outcome::Failed);
+        assert!(detail.contains("offset 3"), "{detail}");
+        assert_eq!(entries(&d), 0);
+
+        let mut r = FileReceiver::new();
+        r.on_status(&status(&dst, 6, WriteMode::Leave), 2);
+        r.on_chunk(&chunk(0, b"abc"));
+        let (outcome, detail) = r.on_end(&end("x", 3, "the source shrank")).unwrap();
+        assert_eq!(outcome, Outcome::Failed);
+        assert!(detail.contains("the source shrank"), "{detail}");
+        assert_eq!(entries(&d), 0);
+
+        let mut r = FileReceiver::new();
+        r.on_status(&status(&dst, 6, WriteMode::Leave), 3);
+        r.on_chunk(&chunk(0, b"abc"));
+        assert_eq!(entries(&d), 1);
+        drop(r);
+        assert_eq!(entries(&d), 0);
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn a_skip_is_answered_once_at_the_status() {
+        let d = dir("skip");
+        let dst = d.join("f");
+        std::fs::write(&dst, b"old").unwrap();
+        let mut r = FileReceiver::new();
+        let decision = r.on_status(&status(&dst, 6, WriteMode::Leave), 1);
+        assert!(matches!(decision, Decision::Answer(Outcome::SkippedLeave, _)), "{decision:?}");
+        r.on_chunk(&chunk(0, b"abcdef"));
+        assert_eq!(r.on_end(&end("x", 6, "")), None);
+        assert_eq!(std::fs::read(&dst).unwrap(), b"old");
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    fn open(status_stream: u32, data: u32, ranks: &str) -> Packet {
+        packet_on(status_stream, FILE_OPEN, OPEN_FORMAT, &[Value::UInt(data), Value::Str(ranks.into())])
+    }
+
+    fn on(stream: u32, p: &Packet) -> Packet {
+        let mut frame = Frame::new(FrameHeader::data(stream, p.tag(), 0), p.payload().clone());
+        frame.header.rank = 0;
+        Packet::from_frame(frame)
+    }
+
+    #[test]
+    fn receivers_move_to_the_data_stream_only_when_named_among_the_receivers() {
+        let d = dir("open");
+        let dst = d.join("f");
+        let mut rs = FileReceivers::new(3);
+        let answer = rs.on_packet(&on(5, &status(&dst, 3, WriteMode::Leave))).unwrap();
+        assert_eq!((answer.stream, answer.tag), (5, FILE_STATUS));
+        assert_eq!(answer.values[0], Value::Str("receive".into()));
+        assert_eq!(entries(&d), 1, "the temporary file is made at the status");
+        assert_eq!(rs.on_packet(&open(5, 6, "0-2,3")), None);
+        assert_eq!(rs.on_packet(&on(6, &chunk(0, b"abc"))), None);
+        let hash = blake3::hash(b"abc").to_hex().to_string();
+        let answer = rs.on_packet(&on(6, &end(&hash, 3, ""))).unwrap();
+        assert_eq!((answer.stream, answer.tag), (6, FILE_END));
+        assert_eq!(answer.values[0], Value::Str("written".into()));
+        assert_eq!(std::fs::read(&dst).unwrap(), b"abc");
+        assert!(rs.is_empty());
+
+        // Left out of the data stream (an answer that came too late): the temporary file goes.
+        let other = d.join("g");
+        rs.on_packet(&on(7, &status(&other, 3, WriteMode::Leave))).unwrap();
+        assert_eq!(entries(&d), 2);
+        assert_eq!(rs.on_packet(&open(7, 8, "0-2")), None);
+        assert_eq!(entries(&d), 1);
+        assert!(rs.is_empty());
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn links_are_made_with_their_target_text_and_replaced_by_the_write_mode() {
+        let d = dir("link");
+        let dst = d.join("l");
+        let mut r = FileReceiver::new();
+        let link = |mode| status_of(&dst, 0, mode, EntryKind::Symlink, "../some/where");
+        assert_eq!(
+            r.on_status(&link(WriteMode::Leave), 1),
+            Decision::Answer(Outcome::Written, String::new())
+        );
+        assert_eq!(std::fs::read_link(&dst).unwrap(), Path::new("../some/where"));
+        let again = FileReceiver::new().on_status(&link(WriteMode::Overwrite), 2);
+        assert!(matches!(again, Decision::Answer(Outcome::SkippedShared, _)), "{again:?}");
+        std::fs::remove_file(&dst).unwrap();
+        std::fs::write(&dst, b"a file").unwrap();
+        let leave = FileReceiver::new().on_status(&link(WriteMode::Leave), 3);
+        assert!(matches!(leave, Decision::Answer(Outcome::SkippedLeave, _)), "{leave:?}");
+        let over = FileReceiver::new().on_status(&link(WriteMode::Overwrite), 4);
+        assert_eq!(over, Decision::Answer(Outcome::Written, String::new()));
+        assert!(std::fs::symlink_metadata(&dst).unwrap().is_symlink());
+        assert_eq!(entries(&d), 1, "no temporary link left");
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn directory_attributes_are_set_on_an_existing_directory_only() {
+        let d = dir("dirattr");
+        let sub = d.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let attrs = |p: &Path| status_of(p, 0, WriteMode::Leave, EntryKind::Directory, "");
+        let set = FileReceiver::new().on_status(&attrs(&sub), 1);
+        assert_eq!(set, Decision::Answer(Outcome::Written, String::new()));
+        let meta = std::fs::metadata(&sub).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
+        assert_eq!(mtime_ns(&meta), 1_000_000_000);
+        let again = FileReceiver::new().on_status(&attrs(&sub), 2);
+        assert!(matches!(again, Decision::Answer(Outcome::SkippedShared, _)), "{again:?}");
+        let missing = FileReceiver::new().on_status(&attrs(&d.join("missing")), 3);
+        assert!(matches!(missing, Decision::Answer(Outcome::Failed, _)), "{missing:?}");
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn words_modes_and_kinds_round_trip() {
+        for o in [
+            Outcome::Written,
+            Outcome::SkippedShared,
+            Outcome::SkippedLeave,
+            Outcome::SkippedOlder,
+            Outcome::Failed,
+        ] {
+            assert_eq!(Outcome::from_word(o.word()), Some(o));
+        }
+        assert_eq!(Outcome::from_word(RECEIVE_WORD), None, "receive is no outcome");
+        for m in [WriteMode::Leave, WriteMode::Newer, WriteMode::Overwrite] {
+            assert_eq!(WriteMode::from_code(m.code()), Some(m));
+            assert_eq!(m.name().parse::<WriteMode>(), Ok(m));
+        }
+        for k in [EntryKind::File, EntryKind::Symlink, EntryKind::Directory] {
+            assert_eq!(EntryKind::from_code(k.code()), Some(k));
+        }
+    }
+}

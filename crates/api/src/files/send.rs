@@ -1,0 +1,648 @@
+//! The front-end side: [`bcast_files`] and [`bcast_file`].
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::BufMut;
+use tokio::io::AsyncReadExt;
+use treecast_wire::{encode_bytes_head, encode_values, RankSet, SyncMode, TransformKind, Value};
+
+use super::{
+    kind_of, mtime_ns, EntryKind, FileOptions, FileReport, Outcome, RankOutcome, SourceError, WriteMode,
+    END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK, OPEN_FORMAT, RECEIVE_WORD,
+    STATUS_FORMAT,
+};
+use crate::{ApiError, Communicator, EqClass, Event, Network, Stream, StreamOptions};
+
+/// One thing for [`bcast_files`] to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileEntry {
+    /// Where it is on this host.
+    pub source: PathBuf,
+    /// Where it goes on the ranks (`None`: the source's absolute path). A relative
+    /// path is made absolute against this process's working directory.
+    pub destination: Option<PathBuf>,
+    /// What is sent.
+    pub kind: EntryKind,
+}
+
+impl FileEntry {
+    /// A regular file; a `destination` that is an existing directory on a rank receives
+    /// the file under the source's name.
+    pub fn file(source: impl Into<PathBuf>, destination: Option<PathBuf>) -> Self {
+        FileEntry { source: source.into(), destination, kind: EntryKind::File }
+    }
+
+    /// A symbolic link, recreated at `destination` with the same target text.
+    pub fn symlink(source: impl Into<PathBuf>, destination: impl Into<PathBuf>) -> Self {
+        FileEntry { source: source.into(), destination: Some(destination.into()), kind: EntryKind::Symlink }
+    }
+
+    /// The mode bits and mtime of the directory `source`, set on the existing
+    /// directory `destination`. Send it after the directory's content.
+    pub fn directory(source: impl Into<PathBuf>, destination: impl Into<PathBuf>) -> Self {
+        FileEntry { source: source.into(), destination: Some(destination.into()), kind: EntryKind::Directory }
+    }
+}
+
+/// What [`bcast_files`] reports while it works, through its `progress` callback.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Progress<'a> {
+    /// Entry `index` starts; `size` bytes will be read (0 for links and directories).
+    Started {
+        /// Position in the entries.
+        index: usize,
+        /// The entry.
+        entry: &'a FileEntry,
+        /// Bytes in the file.
+        size: u64,
+    },
+    /// A chunk of entry `index` was sent.
+    Sent {
+        /// Position in the entries.
+        index: usize,
+        /// Bytes sent so far.
+        sent: u64,
+        /// Bytes in the file.
+        size: u64,
+    },
+    /// Entry `index` is done.
+    Done {
+        /// Position in the entries.
+        index: usize,
+        /// What happened on every rank.
+        report: &'a FileReport,
+    },
+}
+
+/// Sends the file `src` to every rank of `comm`, to `dst` (default: the same absolute path).
+///
+/// [`bcast_files`] with one entry, [`FileOptions::timeout`] at its default and no
+/// progress report.
+///
+/// # Errors
+/// As [`bcast_files`].
+///
+/// Cancel safety: not cancel safe; ranks keep a temporary file until the network shuts down.
+pub async fn bcast_file(
+    net: &mut Network,
+    comm: &Communicator,
+    src: &Path,
+    dst: Option<&Path>,
+    mode: WriteMode,
+    chunk: usize,
+) -> Result<FileReport, ApiError> {
+    let entry = FileEntry::file(src, dst.map(Path::to_path_buf));
+    let options = FileOptions { mode, chunk, ..FileOptions::default() };
+    let mut reports = bcast_files(net, comm, std::slice::from_ref(&entry), &options, |_| {}).await?;
+    reports.pop().ok_or_else(|| ApiError::Closed("no report for the file".into()))
+}
+
+/// Sends files, links and directory attributes to every rank of `comm`, one after
+/// another, and returns one report per entry, in order.
+///
+/// Each transfer asks every rank first (status packet) and sends the data only to
+/// the ranks that want it (see the [module](crate::files) comment for the protocol).
+/// Per-rank failures (no space, permission, checksum mismatch, missing destination
+/// directory, no answer in time) and lost ranks are in the reports, not errors.
+/// `progress` is called as entries start, as chunks go out and as entries finish.
+///
+/// This call reads the network's events ([`Network::next_event`]): lost ranks are in
+/// the reports; other events are dropped.
+///
+/// # Errors
+/// [`ApiError::Source`] when an entry cannot be sent (missing or unreadable source,
+/// a source that is not of its kind, a path that is not UTF-8) or the chunk size is
+/// 0 or over [`MAX_CHUNK`]: every entry is checked before the first is sent, and an
+/// entry that fails to open later stops the call there. An error of the network when
+/// it is gone, or a malformed reduction.
+///
+/// Cancel safety: not cancel safe; ranks keep a temporary file until the network shuts down.
+pub async fn bcast_files(
+    net: &mut Network,
+    comm: &Communicator,
+    entries: &[FileEntry],
+    options: &FileOptions,
+    mut progress: impl FnMut(Progress<'_>),
+) -> Result<Vec<FileReport>, ApiError> {
+    if options.chunk == 0 || options.chunk > MAX_CHUNK {
+        return Err(SourceError::ChunkSize(options.chunk).into());
+    }
+    // Every source is checked before anything is sent, so a typo fails the whole call early.
+    let sources = entries.iter().map(inspect).collect::<Result<Vec<_>, _>>()?;
+    let mut sender = Sender::new(net, *options);
+    let mut reports = Vec::with_capacity(entries.len());
+    for (index, (entry, source)) in entries.iter().zip(sources).enumerate() {
+        let report = sender.transfer(comm, entry, source, index, &mut progress).await?;
+        progress(Progress::Done { index, report: &report });
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// What the status packet says about an entry.
+#[derive(Debug)]
+struct Source {
+    kind: EntryKind,
+    source: PathBuf,
+    destination: PathBuf,
+    size: u64,
+    mtime: u64,
+    perm: u32,
+    target: String,
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, SourceError> {
+    std::path::absolute(p).map_err(|source| SourceError::Absolute { path: p.into(), source })
+}
+
+fn utf8(p: &Path) -> Result<String, SourceError> {
+    p.to_str().map(str::to_owned).ok_or_else(|| SourceError::NotUtf8(p.into()))
+}
+
+/// Checks an entry against its kind and reads what its status packet needs.
+fn inspect(entry: &FileEntry) -> Result<Source, SourceError> {
+    let source = absolute(&entry.source)?;
+    let destination = match &entry.destination {
+        Some(d) => absolute(d)?,
+        None => source.clone(),
+    };
+    let meta = match entry.kind {
+        EntryKind::File => std::fs::metadata(&source),
+        EntryKind::Symlink | EntryKind::Directory => std::fs::symlink_metadata(&source),
+    };
+    let meta = meta.map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => SourceError::Open { path: source.clone(), source: e },
+        _ => SourceError::Stat { path: source.clone(), source: e },
+    })?;
+    let t = meta.file_type();
+    let (fits, expected) = match entry.kind {
+        EntryKind::File => (t.is_file(), "a regular file"),
+        EntryKind::Symlink => (t.is_symlink(), "a symbolic link"),
+        EntryKind::Directory => (t.is_dir(), "a directory"),
+    };
+    if !fits {
+        let kind = kind_of(t);
+        return Err(match entry.kind {
+            EntryKind::File => SourceError::NotAFile { path: source, kind },
+            _ => SourceError::WrongKind { path: source, kind, expected },
+        });
+    }
+    let target = match entry.kind {
+        EntryKind::Symlink => {
+            let t = std::fs::read_link(&source)
+                .map_err(|e| SourceError::ReadLink { path: source.clone(), source: e })?;
+            utf8(&t)?
+        }
+        _ => String::new(),
+    };
+    Ok(Source {
+        kind: entry.kind,
+        size: if entry.kind == EntryKind::File { meta.len() } else { 0 },
+        mtime: mtime_ns(&meta),
+        perm: meta.permissions().mode() & 0o7777,
+        source,
+        destination,
+        target,
+    })
+}
+
+/// Lost ranks seen during one call, with the reason given for each.
+#[derive(Debug, Default)]
+struct LostLog {
+    entries: Vec<(RankSet, String)>,
+    all: RankSet,
+}
+
+impl LostLog {
+    fn add(&mut self, ranks: RankSet, reason: String) {
+        let new = ranks.difference(&self.all);
+        if !new.is_empty() {
+            self.all.union_with(&new);
+            self.entries.push((new, reason));
+        }
+    }
+
+    /// The lost ranks among `ranks`, by reason; the rest as lost without a known reason.
+    fn report(&self, ranks: &RankSet) -> Vec<(RankSet, String)> {
+        let mut out = Vec::new();
+        for (lost, reason) in &self.entries {
+            let mine = lost.intersection(ranks);
+            if !mine.is_empty() {
+                out.push((mine, reason.clone()));
+            }
+        }
+        let unknown = ranks.difference(&self.all);
+        if !unknown.is_empty() {
+            out.push((unknown, "no answer (lost earlier or the stream closed)".into()));
+        }
+        out
+    }
+}
+
+/// Final answers of one transfer, grouped by outcome and detail.
+#[derive(Debug, Default)]
+struct Answers {
+    outcomes: Vec<RankOutcome>,
+    accounted: RankSet,
+}
+
+impl Answers {
+    fn add(&mut self, outcome: Outcome, detail: String, ranks: &RankSet) {
+        self.accounted.union_with(ranks);
+        match self.outcomes.iter_mut().find(|o| o.outcome == outcome && o.detail == detail) {
+            Some(o) => o.ranks.union_with(ranks),
+            None => self.outcomes.push(RankOutcome { outcome, detail, ranks: ranks.clone() }),
+        }
+    }
+
+    /// Records one class of answers; `receive` answers go to `receivers` when given.
+    fn add_class(&mut self, class: EqClass, receivers: Option<&mut RankSet>) {
+        let [Value::Str(word), Value::Str(detail)] = class.values.as_slice() else {
+            self.add(
+                Outcome::Failed,
+                "malformed answer (a different treecast version?)".into(),
+                &class.ranks,
+            );
+            return;
+        };
+        match (Outcome::from_word(word), receivers) {
+            (Some(outcome), _) => self.add(outcome, detail.clone(), &class.ranks),
+            (None, Some(receivers)) if word == RECEIVE_WORD => receivers.union_with(&class.ranks),
+            (None, _) => {
+                self.add(Outcome::Failed, format!("unknown outcome {word:?}: {detail}"), &class.ranks)
+            }
+        }
+    }
+}
+
+/// The answers of one phase that arrived in time.
+struct Gathered {
+    classes: Vec<EqClass>,
+    /// Ranks still connected that did not answer before the deadline.
+    silent: RankSet,
+}
+
+/// Sends the entries of one [`bcast_files`] call.
+struct Sender<'n> {
+    net: &'n mut Network,
+    options: FileOptions,
+    lost: LostLog,
+    /// How long a comm node holds a partial wave of answers before sending it up.
+    wave: Duration,
+    /// The most the waves of the tree's levels can add to a rank's answer.
+    slack: Duration,
+}
+
+impl<'n> Sender<'n> {
+    fn new(net: &'n mut Network, options: FileOptions) -> Self {
+        // Short enough that a silent rank delays the others' answers little, long enough
+        // that answers arriving close together travel as one class.
+        let wave = (options.timeout / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
+        let levels = net.topology().depth() as u32 + 1;
+        Sender { net, options, lost: LostLog::default(), wave, slack: wave * levels }
+    }
+
+    fn stream_options(&self) -> StreamOptions {
+        let ms = u32::try_from(self.wave.as_millis()).unwrap_or(u32::MAX);
+        StreamOptions { sync: SyncMode::TimeOut(ms), up: TransformKind::EqClass, down: TransformKind::Null }
+    }
+
+    fn no_answer(&self, when: &str) -> String {
+        format!(
+            "no answer within {} s {when} (the rank is still connected: a hung file system?)",
+            self.options.timeout.as_secs_f64()
+        )
+    }
+
+    fn stalled(&self) -> String {
+        format!(
+            "the tree took no packet within {} s (a rank or comm node stopped reading; its link is up)",
+            self.options.timeout.as_secs_f64()
+        )
+    }
+
+    /// One entry: status phase, then the data phase over the ranks that want the data.
+    async fn transfer(
+        &mut self,
+        comm: &Communicator,
+        entry: &FileEntry,
+        mut src: Source,
+        index: usize,
+        progress: &mut impl FnMut(Progress<'_>),
+    ) -> Result<FileReport, ApiError> {
+        let started = Instant::now();
+        let file = match src.kind {
+            EntryKind::File => Some(open(&mut src).await?),
+            _ => None,
+        };
+        progress(Progress::Started { index, entry, size: src.size });
+        let mut answers = Answers::default();
+        let (receivers, data) = self.status_phase(comm, &src, &mut answers).await?;
+        let mut hash = String::new();
+        if let (Some(file), Some(data)) = (file, data) {
+            let send = Transfer { src: &src, index, file, data, receivers: receivers.clone() };
+            hash = self.data_phase(send, &mut answers, progress).await?;
+        }
+        let mut outcomes = answers.outcomes;
+        outcomes.sort_by_key(|o| (o.outcome, o.ranks.first()));
+        let Source { kind, source, destination, size, .. } = src;
+        Ok(FileReport {
+            kind,
+            source,
+            destination,
+            size,
+            hash,
+            receivers,
+            lost: self.lost.report(&comm.ranks().difference(&answers.accounted)),
+            outcomes,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Sends the status, gathers the decisions, opens the data stream over the ranks
+    /// that want the data (if any and if the entry has data) and tells every rank.
+    async fn status_phase(
+        &mut self,
+        comm: &Communicator,
+        src: &Source,
+        answers: &mut Answers,
+    ) -> Result<(RankSet, Option<Stream>), ApiError> {
+        let limit = self.options.timeout;
+        let mut status = self.net.new_stream(comm, self.stream_options()).await?;
+        let values = [
+            Value::Str(utf8(&src.source)?),
+            Value::ULong(src.mtime),
+            Value::ULong(src.size),
+            Value::Str(utf8(&src.destination)?),
+            Value::Int(self.options.mode.code()),
+            Value::UInt(src.perm),
+            Value::Int(src.kind.code()),
+            Value::Str(src.target.clone()),
+        ];
+        if within(limit, status.send(FILE_STATUS, STATUS_FORMAT, &values)).await?.is_none() {
+            answers.add(Outcome::Failed, self.stalled(), &comm.ranks().difference(&self.lost.all));
+            close(status, limit).await;
+            return Ok((RankSet::new(), None));
+        }
+        let gathered = self.gather(&mut status, comm.ranks(), limit).await?;
+        let mut receivers = RankSet::new();
+        for class in gathered.classes {
+            answers.add_class(class, Some(&mut receivers));
+        }
+        if !gathered.silent.is_empty() {
+            answers.add(Outcome::Failed, self.no_answer("to the status packet"), &gathered.silent);
+        }
+        let receivers = receivers.difference(&self.lost.all);
+        // Links and directories are done at the status; only files have data.
+        let data = if receivers.is_empty() || src.kind != EntryKind::File {
+            None
+        } else {
+            let comm = self.net.communicator(receivers.clone())?;
+            Some(self.net.new_stream(&comm, self.stream_options()).await?)
+        };
+        let open = [Value::UInt(data.as_ref().map_or(0, Stream::id)), Value::Str(receivers.to_string())];
+        let opened = within(limit, status.send(FILE_OPEN, OPEN_FORMAT, &open)).await?.is_some();
+        close(status, limit).await;
+        match data {
+            Some(data) if opened => Ok((receivers, Some(data))),
+            Some(data) => {
+                answers.add(Outcome::Failed, self.stalled(), &receivers);
+                close(data, limit).await;
+                Ok((receivers, None))
+            }
+            None if receivers.is_empty() => Ok((receivers, None)),
+            None => {
+                // Only a front-end and back-end that disagree on the kinds get here.
+                answers.add(Outcome::Failed, "asked for data that has none".into(), &receivers);
+                Ok((receivers, None))
+            }
+        }
+    }
+
+    /// Sends the chunks and the end packet, gathers the final answers; returns the hash.
+    async fn data_phase(
+        &mut self,
+        t: Transfer<'_>,
+        answers: &mut Answers,
+        progress: &mut impl FnMut(Progress<'_>),
+    ) -> Result<String, ApiError> {
+        let Transfer { src, index, mut file, mut data, receivers } = t;
+        let limit = self.options.timeout;
+        let mut hasher = blake3::Hasher::new();
+        let mut sent: u64 = 0;
+        let mut abort = String::new();
+        let chunk = self.options.chunk;
+        loop {
+            let (payload, filled) = match read_chunk(&mut file, sent, chunk).await {
+                Ok(p) => p,
+                Err(e) => {
+                    abort = format!("reading the source failed after {sent} bytes: {e}");
+                    break;
+                }
+            };
+            if filled == 0 {
+                break;
+            }
+            if sent + filled as u64 > src.size {
+                abort = format!("the source grew during the transfer (past {} bytes)", src.size);
+                break;
+            }
+            hasher.update(&payload[payload.len() - filled..]);
+            if within(limit, data.send_encoded(FILE_CHUNK, payload)).await?.is_none() {
+                return self.stall(data, &receivers, answers).await;
+            }
+            sent += filled as u64;
+            progress(Progress::Sent { index, sent, size: src.size });
+            if filled < chunk {
+                break;
+            }
+        }
+        if abort.is_empty() && sent != src.size {
+            abort = format!("the source shrank during the transfer ({sent} of {} bytes)", src.size);
+        }
+        let hash = hasher.finalize().to_hex().to_string();
+        let end = [Value::Str(hash.clone()), Value::ULong(sent), Value::Str(abort)];
+        if within(limit, data.send(FILE_END, END_FORMAT, &end)).await?.is_none() {
+            return self.stall(data, &receivers, answers).await;
+        }
+        // Renaming into place comes after flushing the file to disk, which for a large
+        // file can take long after the last chunk: allow 1 s per 32 MiB on top.
+        let flush = Duration::from_secs(src.size >> 25);
+        let gathered = self.gather(&mut data, &receivers, limit + flush).await?;
+        for class in gathered.classes {
+            answers.add_class(class, None);
+        }
+        if !gathered.silent.is_empty() {
+            let when = format!("(+{} s to flush) after the last chunk", flush.as_secs());
+            answers.add(Outcome::Failed, self.no_answer(&when), &gathered.silent);
+        }
+        close(data, limit).await;
+        Ok(hash)
+    }
+
+    /// The tree stopped taking packets: every receiver still connected failed.
+    async fn stall(
+        &mut self,
+        data: Stream,
+        receivers: &RankSet,
+        answers: &mut Answers,
+    ) -> Result<String, ApiError> {
+        answers.add(Outcome::Failed, self.stalled(), &receivers.difference(&self.lost.all));
+        close(data, self.options.timeout).await;
+        Ok(String::new())
+    }
+
+    /// Reads answers from `expect` until each answered or was lost, or `limit` (plus
+    /// what the tree's levels may add) passed.
+    async fn gather(
+        &mut self,
+        stream: &mut Stream,
+        expect: &RankSet,
+        limit: Duration,
+    ) -> Result<Gathered, ApiError> {
+        let deadline = tokio::time::Instant::now() + limit + self.slack;
+        let mut missing = expect.difference(&self.lost.all);
+        let mut classes = Vec::new();
+        let mut timed_out = false;
+        let mut events_open = true;
+        while !missing.is_empty() {
+            tokio::select! {
+                packet = stream.recv() => match packet {
+                    Ok(p) => for class in p.eq_classes()? {
+                        missing = missing.difference(&class.ranks);
+                        classes.push(class);
+                    },
+                    Err(ApiError::StreamClosed(_)) => break,
+                    Err(e) => return Err(e),
+                },
+                event = self.net.next_event(), if events_open => match event {
+                    Some(Event::RanksLost { ranks, reason }) => {
+                        self.lost.add(ranks, reason);
+                        missing = missing.difference(&self.lost.all);
+                    }
+                    Some(_) => {}
+                    None => events_open = false,
+                },
+                () = tokio::time::sleep_until(deadline) => {
+                    timed_out = true;
+                    break;
+                }
+            }
+        }
+        // Losses reported while the last answers came in.
+        while let Some(event) = self.net.try_event() {
+            if let Event::RanksLost { ranks, reason } = event {
+                self.lost.add(ranks, reason);
+            }
+        }
+        let silent = if timed_out { missing.difference(&self.lost.all) } else { RankSet::new() };
+        Ok(Gathered { classes, silent })
+    }
+}
+
+/// The data phase of one file.
+struct Transfer<'a> {
+    src: &'a Source,
+    index: usize,
+    file: tokio::fs::File,
+    data: Stream,
+    receivers: RankSet,
+}
+
+/// Opens a file entry and reads size, mtime and mode from the open file, so they
+/// describe the content that is sent.
+async fn open(src: &mut Source) -> Result<tokio::fs::File, SourceError> {
+    let file = tokio::fs::File::open(&src.source)
+        .await
+        .map_err(|e| SourceError::Open { path: src.source.clone(), source: e })?;
+    let meta =
+        file.metadata().await.map_err(|e| SourceError::Stat { path: src.source.clone(), source: e })?;
+    if !meta.is_file() {
+        return Err(SourceError::NotAFile { path: src.source.clone(), kind: kind_of(meta.file_type()) });
+    }
+    src.size = meta.len();
+    src.mtime = mtime_ns(&meta);
+    src.perm = meta.permissions().mode() & 0o7777;
+    Ok(file)
+}
+
+/// The head of a [`FILE_CHUNK`] payload (`%uld %b`) for `len` bytes at `offset`.
+fn chunk_head(offset: u64, len: usize, out: &mut Vec<u8>) {
+    encode_values(&[Value::ULong(offset)], out);
+    encode_bytes_head(len, out);
+}
+
+/// Reads up to `chunk` bytes at `offset` straight into a [`FILE_CHUNK`] payload, so
+/// the bytes are not copied again on their way to the links. Fills the whole chunk
+/// (short reads happen), so chunks are fixed-size but the last. Returns the payload
+/// and the number of bytes read (at its end).
+async fn read_chunk(
+    file: &mut tokio::fs::File,
+    offset: u64,
+    chunk: usize,
+) -> std::io::Result<(Vec<u8>, usize)> {
+    let mut payload = Vec::with_capacity(chunk + 16);
+    chunk_head(offset, chunk, &mut payload);
+    let start = payload.len();
+    let end = start + chunk;
+    while payload.len() < end {
+        // Reads into the spare capacity: no zero-filling, no growth past `end`.
+        let left = end - payload.len();
+        let mut room = (&mut payload).limit(left);
+        if file.read_buf(&mut room).await? == 0 {
+            break;
+        }
+    }
+    let filled = payload.len() - start;
+    // The same head with the length actually read; it has the same size.
+    let mut head = Vec::with_capacity(start);
+    chunk_head(offset, filled, &mut head);
+    if let Some(place) = payload.get_mut(..head.len()) {
+        place.copy_from_slice(&head);
+    }
+    Ok((payload, filled))
+}
+
+/// `fut`, or `None` when it did not finish within `limit`.
+async fn within<T>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<Option<T>, ApiError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(result) => result.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Closes a stream; a tree that takes no control message within `limit` is left as it is.
+async fn close(stream: Stream, limit: Duration) {
+    let _ = tokio::time::timeout(limit, stream.close()).await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::network::encode_checked;
+
+    #[tokio::test]
+    async fn chunks_read_into_their_payload_encode_as_stream_send_would() {
+        let path = std::env::temp_dir().join(format!("treecast-chunk-{}", std::process::id()));
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let mut file = tokio::fs::File::open(&path).await.unwrap();
+        let mut offset = 0u64;
+        for want in [4096, 4096, 1808, 0] {
+            let (payload, filled) = read_chunk(&mut file, offset, 4096).await.unwrap();
+            assert_eq!(filled, want);
+            let part = data[offset as usize..offset as usize + filled].to_vec();
+            let values = [Value::ULong(offset), Value::Bytes(part)];
+            assert_eq!(payload, encode_checked(super::super::CHUNK_FORMAT, &values).unwrap().1);
+            offset += filled as u64;
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
