@@ -33,7 +33,8 @@ const RESERVE_STEP: usize = 1 << 20;
 /// back with [`FrameKind::Credit`] frames as the packets leave its wait queues, in
 /// batches of at least [`CREDIT_BATCH`]. This bounds what a node queues per child
 /// and stream whatever the children send, without one stream blocking another.
-pub const UP_WINDOW: u32 = 128;
+/// A larger window buys burst throughput with memory: see docs/benchmarks.md.
+pub const UP_WINDOW: u32 = 256;
 /// Fewest credits a parent returns in one [`FrameKind::Credit`] frame.
 pub const CREDIT_BATCH: u32 = UP_WINDOW / 2;
 
