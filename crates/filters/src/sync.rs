@@ -193,7 +193,8 @@ impl Synchronizer {
 
     /// Takes the head of every non-empty queue.
     fn take_wave(&mut self) -> Wave {
-        let mut wave = Wave::default();
+        let n = self.queues.len();
+        let mut wave = Wave { frames: Vec::with_capacity(n), children: Vec::with_capacity(n) };
         let mut emptied_gone = Vec::new();
         for (child, queue) in &mut self.queues {
             let Some((frame, _)) = queue.pop_front() else { continue };

@@ -57,6 +57,48 @@ struct UpStream {
     /// Complete waves waiting for credit from the parent, oldest first. Their
     /// children get no credit back until they are reduced and sent.
     held: VecDeque<Wave>,
+    /// Credits owed to each child (by index), returned in batches of [`CREDIT_BATCH`].
+    owed: Vec<u32>,
+}
+
+impl UpStream {
+    /// Queues complete waves, then applies the transformation to as many as the
+    /// parent's (at the root, the tool's) credit allows. A packet the filter refuses
+    /// is reported and left out; the rest of its wave goes on.
+    fn reduce(&mut self, id: u32, waves: Vec<Wave>, node: &str, is_root: bool) -> Vec<UpOutput> {
+        let mut out = Vec::new();
+        let ctx = FilterContext { stream: id, is_root };
+        self.held.extend(waves);
+        while self.credit > 0 {
+            let Some(wave) = self.held.pop_front() else { break };
+            for child in wave.children {
+                self.owe(id, child, &mut out);
+            }
+            let (frames, errors) = apply_dropping_bad(self.transform.as_mut(), wave.frames, &ctx);
+            self.credit -= frames.len() as i64;
+            for e in errors {
+                out.push(UpOutput::Control(ControlMsg::FilterError {
+                    stream: id,
+                    rank: e.rank().unwrap_or(u32::MAX),
+                    message: format!("{node}: {e}"),
+                }));
+            }
+            out.extend(frames.into_iter().map(UpOutput::Data));
+        }
+        out
+    }
+
+    /// Counts one packet of `child` as consumed; returns a batch of credits when due.
+    fn owe(&mut self, id: u32, child: usize, out: &mut Vec<UpOutput>) {
+        if self.owed.len() <= child {
+            self.owed.resize(child + 1, 0);
+        }
+        self.owed[child] += 1;
+        if self.owed[child] >= CREDIT_BATCH {
+            out.push(UpOutput::Credit { child, stream: id, packets: self.owed[child] });
+            self.owed[child] = 0;
+        }
+    }
 }
 
 struct UpChild {
@@ -73,8 +115,6 @@ pub struct Upstream {
     streams: HashMap<u32, UpStream>,
     /// Streams closed here; packets still on their way up for them are dropped quietly.
     closed: std::collections::HashSet<u32>,
-    /// Credits owed to each (child, stream), returned in batches of [`CREDIT_BATCH`].
-    owed: HashMap<(usize, u32), u32>,
 }
 
 impl Upstream {
@@ -82,14 +122,7 @@ impl Upstream {
     pub fn new(node: String, is_root: bool, children: Vec<(String, RankSet)>) -> Self {
         let children =
             children.into_iter().map(|(name, ranks)| UpChild { name, ranks, alive: true }).collect();
-        Upstream {
-            node,
-            is_root,
-            children,
-            streams: HashMap::new(),
-            closed: Default::default(),
-            owed: HashMap::new(),
-        }
+        Upstream { node, is_root, children, streams: HashMap::new(), closed: Default::default() }
     }
 
     /// Live ranks reached through the children.
@@ -110,6 +143,7 @@ impl Upstream {
             transform: builtin(spec.up),
             credit: i64::from(if self.is_root { ROOT_WINDOW } else { UP_WINDOW }),
             held: VecDeque::new(),
+            owed: vec![0; self.children.len()],
         };
         self.streams.insert(spec.id, stream);
     }
@@ -118,7 +152,6 @@ impl Upstream {
     pub fn remove_stream(&mut self, id: u32) {
         if self.streams.remove(&id).is_some() {
             self.closed.insert(id);
-            self.owed.retain(|&(_, stream), _| stream != id);
         }
     }
 
@@ -172,7 +205,7 @@ impl Upstream {
                 let mut frame = frame;
                 frame.payload = bytes::Bytes::copy_from_slice(&frame.payload);
                 let waves = stream.sync.push(child, frame, now);
-                self.reduce(stream_id, waves)
+                stream.reduce(stream_id, waves, &self.node, self.is_root)
             }
         }
     }
@@ -204,7 +237,6 @@ impl Upstream {
         }
         c.alive = false;
         let ranks = c.ranks.clone();
-        self.owed.retain(|&(owed_to, _), _| owed_to != child);
         let why = match reason {
             Some(r) => format!("{}: link to {} failed: {r}", self.node, c.name),
             None => format!("{}: link to {} closed", self.node, c.name),
@@ -282,38 +314,12 @@ impl Upstream {
         self.streams.values().filter_map(|s| s.sync.next_deadline()).min()
     }
 
-    /// Queues complete waves, then applies the stream's transformation to as many as
-    /// the parent's (at the root, the tool's) credit allows. A packet the filter refuses is
-    /// reported and left out; the rest of its wave goes on.
+    /// Reduces and sends what stream `stream_id` can now (see [`UpStream::reduce`]).
     fn reduce(&mut self, stream_id: u32, waves: Vec<Wave>) -> Vec<UpOutput> {
-        let mut out = Vec::new();
-        let ctx = FilterContext { stream: stream_id, is_root: self.is_root };
-        let Some(stream) = self.streams.get_mut(&stream_id) else { return out };
-        stream.held.extend(waves);
-        let mut consumed = Vec::new();
-        while stream.credit > 0 {
-            let Some(wave) = stream.held.pop_front() else { break };
-            consumed.extend(wave.children);
-            let (frames, errors) = apply_dropping_bad(stream.transform.as_mut(), wave.frames, &ctx);
-            stream.credit -= frames.len() as i64;
-            for e in errors {
-                out.push(UpOutput::Control(ControlMsg::FilterError {
-                    stream: stream_id,
-                    rank: e.rank().unwrap_or(u32::MAX),
-                    message: format!("{}: {e}", self.node),
-                }));
-            }
-            out.extend(frames.into_iter().map(UpOutput::Data));
+        match self.streams.get_mut(&stream_id) {
+            Some(stream) => stream.reduce(stream_id, waves, &self.node, self.is_root),
+            None => Vec::new(),
         }
-        for child in consumed {
-            let owed = self.owed.entry((child, stream_id)).or_insert(0);
-            *owed += 1;
-            if *owed >= CREDIT_BATCH {
-                out.push(UpOutput::Credit { child, stream: stream_id, packets: *owed });
-                *owed = 0;
-            }
-        }
-        out
     }
 }
 
