@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use treecast_filters::check_format;
 use treecast_launch::{Remote, SrunOptions, SshOptions};
 use treecast_node::{
-    control_frame, credit_frame, sleep_until_opt, start_children, unix_links_from_env, AttachSink, ChildLink,
+    control_frame, send_credit, sleep_until_opt, start_children, unix_links_from_env, AttachSink, ChildLink,
     ChildSet, Downstream, LaunchPlan, StreamSpec, UpOutput, Upstream,
 };
 use treecast_topology::Topology;
@@ -698,7 +698,7 @@ async fn root_loop(
                 }
                 UpOutput::Credit { child, stream, packets } => {
                     if let Some(link) = children.get(child) {
-                        let _ = link.send(credit_frame(stream, packets)).await;
+                        send_credit(link, stream, packets);
                     }
                 }
             }

@@ -327,7 +327,7 @@ async fn up_loop(
                 UpOutput::Credit { child, stream, packets } => {
                     // A child that is gone has its ranks reported lost already.
                     if let Some(link) = children.get(child) {
-                        let _ = link.send(credit_frame(stream, packets)).await;
+                        send_credit(link, stream, packets);
                     }
                     continue;
                 }
@@ -344,10 +344,64 @@ pub fn credit_frame(stream: u32, packets: u32) -> Frame {
     Frame::new(FrameHeader::credit(stream, packets), bytes::Bytes::new())
 }
 
+/// Grants a child credits without making the caller wait.
+///
+/// The upward loop must never wait on one child's send queue (it may be full of file
+/// chunks for a slow child): that would stop every stream. Credits add up, so when
+/// the queue is full a task delivers this grant whenever the queue has room; it ends
+/// when the link closes.
+pub fn send_credit(link: &LinkSender, stream: u32, packets: u32) {
+    if let Err(frame) = link.try_send(credit_frame(stream, packets)) {
+        if !link.is_closed() {
+            let link = link.clone();
+            tokio::spawn(async move {
+                let _ = link.send(frame).await;
+            });
+        }
+    }
+}
+
 /// Sleeps until `deadline`, or forever when there is none.
 pub async fn sleep_until_opt(deadline: Option<std::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(Instant::from_std(d)).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::time::Duration;
+
+    use treecast_transport::spawn_link;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_credit_for_a_child_whose_queue_is_full_does_not_wait_and_still_arrives() {
+        // Regression: the upward loop awaited the child's full send queue (file chunks
+        // for a slow child), which stopped every stream of the node.
+        let (near, far) = tokio::io::duplex(64);
+        let (near_read, near_write) = tokio::io::split(near);
+        let (far_read, far_write) = tokio::io::split(far);
+        let (to_child, _writer) = spawn_link(near_read, near_write, 0, "child".into(), mpsc::channel(1).0);
+        let big = Frame::new(FrameHeader::data(1, 0, 0), vec![0u8; 1 << 20]);
+        while to_child.try_send(big.clone()).is_ok() {}
+        send_credit(&to_child, 7, 128);
+
+        let (in_tx, mut in_rx) = mpsc::channel(64);
+        let (_parent, _w) = spawn_link(far_read, far_write, 0, "parent".into(), in_tx);
+        let credit = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(Inbound { event: LinkEvent::Frames(frames), .. }) = in_rx.recv().await {
+                if let Some(f) = frames.into_iter().find(|f| f.header.kind == FrameKind::Credit) {
+                    return f.header;
+                }
+            }
+            panic!("link closed before the credit arrived");
+        })
+        .await
+        .unwrap();
+        assert_eq!((credit.stream, credit.credits()), (7, 128));
     }
 }
