@@ -570,9 +570,10 @@ async fn open(src: &mut Source) -> Result<tokio::fs::File, SourceError> {
 }
 
 /// The head of a [`FILE_CHUNK`] payload (`%uld %b`) for `len` bytes at `offset`.
-fn chunk_head(offset: u64, len: usize, out: &mut Vec<u8>) {
+fn chunk_head(offset: u64, len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
     encode_values(&[Value::ULong(offset)], out);
-    encode_bytes_head(len, out);
+    // Cannot fail: chunks are at most MAX_CHUNK, far below what a frame carries.
+    encode_bytes_head(len, out).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
 }
 
 /// Reads up to `chunk` bytes at `offset` straight into a [`FILE_CHUNK`] payload, so
@@ -585,7 +586,7 @@ async fn read_chunk(
     chunk: usize,
 ) -> std::io::Result<(Vec<u8>, usize)> {
     let mut payload = Vec::with_capacity(chunk + 16);
-    chunk_head(offset, chunk, &mut payload);
+    chunk_head(offset, chunk, &mut payload)?;
     let start = payload.len();
     let end = start + chunk;
     while payload.len() < end {
@@ -599,7 +600,7 @@ async fn read_chunk(
     let filled = payload.len() - start;
     // The same head with the length actually read; it has the same size.
     let mut head = Vec::with_capacity(start);
-    chunk_head(offset, filled, &mut head);
+    chunk_head(offset, filled, &mut head)?;
     if let Some(place) = payload.get_mut(..head.len()) {
         place.copy_from_slice(&head);
     }
