@@ -4,7 +4,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
-use treecast_api::{ApiError, BackEnd, BackEndSender, FileReceivers, Packet, Value};
+use treecast_api::{ApiError, BackEnd, BackEndEvent, BackEndSender, FileReceivers, Packet, Value};
 
 use super::cli::BackendArgs;
 use super::protocol::*;
@@ -18,8 +18,14 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
     // File transfers in progress; their packets are handled here, in order.
     let mut files = FileReceivers::new(be.rank());
     loop {
-        let packet = match be.recv().await {
-            Ok(p) => p,
+        let packet = match be.next_event().await {
+            Ok(BackEndEvent::Packet(p)) => p,
+            Ok(BackEndEvent::StreamClosed(id)) => {
+                // A transfer the front-end gave up on leaves no temporary file behind.
+                files.on_stream_closed(id);
+                continue;
+            }
+            Ok(_) => continue,
             Err(ApiError::Closed(_)) => return Ok(ExitCode::SUCCESS),
             Err(e) => return Err(e.into()),
         };

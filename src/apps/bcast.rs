@@ -9,7 +9,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use treecast_api::{
-    bcast_files, EntryKind, FileEntry, FileOptions, FileReport, Network, Progress, WriteMode,
+    bcast_files, EntryKind, FileEntry, FileOptions, FileReport, Network, Progress, WriteMode, MAX_TIMEOUT,
 };
 
 use super::cli::BcastArgs;
@@ -143,23 +143,52 @@ struct Plan {
     ignored: Vec<PathBuf>,
 }
 
+/// `path` made absolute against the working directory, with `.` and `..` removed
+/// lexically: symbolic links are never resolved, so a link keeps its own name.
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    use std::path::Component;
+    let abs = std::path::absolute(path).with_context(|| format!("making {} absolute", path.display()))?;
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+/// The name a source is copied under: its last component, as given (a symbolic link
+/// keeps its own name, as with `cp`).
 fn name_of(path: &Path) -> anyhow::Result<std::ffi::OsString> {
-    let canonical = std::fs::canonicalize(path).with_context(|| format!("source {}", path.display()))?;
-    canonical
+    absolute(path)?
         .file_name()
         .map(ToOwned::to_owned)
         .with_context(|| format!("source {} has no name", path.display()))
 }
 
 /// Lists the files of several sources (directories with `recursive`), in a stable order.
+///
+/// `dst` is made absolute here, against the front-end's working directory: the
+/// back-ends' working directories differ (`$HOME` over ssh), and directories and files
+/// must land in the same place.
 fn plan(sources: &[PathBuf], dst: Option<&Path>, recursive: bool) -> anyhow::Result<Plan> {
+    let dst = dst.map(absolute).transpose()?;
+    let dst = dst.as_deref();
     let mut plan = Plan::default();
     for src in sources {
         let meta = std::fs::metadata(src).with_context(|| format!("source {}", src.display()))?;
         let abs = std::path::absolute(src).with_context(|| format!("source {}", src.display()))?;
         if meta.is_file() {
-            let destination = dst.map(|d| name_of(src).map(|n| d.join(n))).transpose()?;
-            plan.entries.push(FileEntry::file(abs, destination));
+            let entry = match dst {
+                // DST/NAME exactly: an existing directory there is an error, as with cp.
+                Some(d) => FileEntry::file_at(abs, d.join(name_of(src)?)),
+                None => FileEntry::file(abs, None),
+            };
+            plan.entries.push(entry);
             continue;
         }
         anyhow::ensure!(meta.is_dir(), "source {} is not a regular file or a directory", src.display());
@@ -183,7 +212,7 @@ fn plan(sources: &[PathBuf], dst: Option<&Path>, recursive: bool) -> anyhow::Res
                 let kind = child.file_type().with_context(|| format!("{}", child.path().display()))?;
                 let child_rel = rel.join(child.file_name());
                 if kind.is_file() {
-                    plan.entries.push(FileEntry::file(child.path(), Some(parent.join(&child_rel))));
+                    plan.entries.push(FileEntry::file_at(child.path(), parent.join(&child_rel)));
                 } else if kind.is_symlink() {
                     // Recreated as a link with the same target text, never followed.
                     plan.entries.push(FileEntry::symlink(child.path(), parent.join(&child_rel)));
@@ -214,8 +243,9 @@ fn plan(sources: &[PathBuf], dst: Option<&Path>, recursive: bool) -> anyhow::Res
     Ok(plan)
 }
 
-/// Creates the directories of a recursive copy on every back-end (one `mkdir -p` per source directory).
-async fn make_dirs(net: &mut Network, m: &MakeDirs) -> anyhow::Result<Vec<String>> {
+/// Creates the directories of a recursive copy on every back-end (one `mkdir -p` per
+/// source directory); ranks that do not answer within `limit` (plus a grace) are problems.
+async fn make_dirs(net: &mut Network, m: &MakeDirs, limit: Duration) -> anyhow::Result<Vec<String>> {
     let mut problems = Vec::new();
     for batch in m.dirs.chunks(1000) {
         let mut argv: Vec<String> = ["sh", "-c", "cd -- \"$1\" && shift && mkdir -p -- \"$@\"", "sh"]
@@ -224,7 +254,7 @@ async fn make_dirs(net: &mut Network, m: &MakeDirs) -> anyhow::Result<Vec<String
             .collect();
         argv.push(m.base.display().to_string());
         argv.extend(batch.iter().map(|d| d.display().to_string()));
-        let report = super::run::run_command(net, &argv, Some(std::time::Duration::from_secs(60))).await?;
+        let report = super::run::run_command(net, &argv, Some(limit)).await?;
         for c in report.classes.iter().filter(|c| c.exit_code != 0) {
             problems.push(format!(
                 "creating directories under {} failed on ranks [{}] (exit {}): {}",
@@ -236,6 +266,14 @@ async fn make_dirs(net: &mut Network, m: &MakeDirs) -> anyhow::Result<Vec<String
         }
         for l in &report.lost {
             problems.push(format!("lost [{}] while creating directories: {}", l.ranks, l.reason));
+        }
+        for l in &report.no_answer {
+            problems.push(format!(
+                "creating directories under {} on ranks [{}]: {}",
+                m.base.display(),
+                l.ranks,
+                l.reason
+            ));
         }
     }
     Ok(problems)
@@ -356,11 +394,18 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
         "--chunk must be between 1 and {} bytes",
         treecast_api::MAX_CHUNK
     );
-    anyhow::ensure!(
-        args.timeout.is_finite() && args.timeout > 0.0,
-        "--timeout must be a positive number of seconds"
-    );
-    let options = FileOptions { mode, chunk: args.chunk, timeout: Duration::from_secs_f64(args.timeout) };
+    let timeout = Duration::try_from_secs_f64(args.timeout)
+        .ok()
+        .filter(|t| !t.is_zero() && *t <= MAX_TIMEOUT)
+        .with_context(|| {
+            format!(
+                "--timeout {} is not a number of seconds between 0.001 and {}",
+                args.timeout,
+                MAX_TIMEOUT.as_secs()
+            )
+        })?;
+    let options = FileOptions { mode, chunk: args.chunk, timeout };
+    options.validate()?;
     let (plan, single) = plan_of(&args)?;
     let mut net = super::run::launch(&args.tree).await?;
     let backends = net.backends();
@@ -368,7 +413,7 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let mut directory_errors = Vec::new();
     for m in &plan.mkdirs {
-        match make_dirs(&mut net, m).await {
+        match make_dirs(&mut net, m, options.timeout).await {
             Ok(problems) => directory_errors.extend(problems),
             Err(e) => {
                 directory_errors.push(format!("creating directories under {}: {e:#}", m.base.display()))
@@ -409,4 +454,56 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
         print!("{}", render_total(&total));
     }
     Ok(if total.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let d = std::env::temp_dir().join(format!("treecast-plan-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            Scratch(d)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_relative_destination_puts_directories_and_files_in_the_same_absolute_place() {
+        let s = Scratch::new("relative");
+        std::fs::create_dir_all(s.0.join("tool/sub")).unwrap();
+        std::fs::write(s.0.join("tool/sub/f"), b"x").unwrap();
+        let plan = plan(&[s.0.join("tool")], Some(Path::new("./rel/../out")), true).unwrap();
+        let base = std::env::current_dir().unwrap().join("out");
+        assert_eq!(plan.mkdirs[0].base, base, "{plan:?}");
+        for e in &plan.entries {
+            let dst = e.destination.as_ref().unwrap();
+            assert!(dst.starts_with(&base), "{dst:?} is not under {base:?}");
+        }
+    }
+
+    #[test]
+    fn a_symlinked_source_keeps_its_own_name() {
+        let s = Scratch::new("symlink");
+        std::fs::write(s.0.join("liba.so.1.2"), b"x").unwrap();
+        std::os::unix::fs::symlink("liba.so.1.2", s.0.join("lib.so")).unwrap();
+        std::fs::write(s.0.join("b.so"), b"y").unwrap();
+        let sources = [s.0.join("lib.so"), s.0.join("b.so")];
+        let plan = plan(&sources, Some(Path::new("/d")), false).unwrap();
+        let dsts: Vec<_> = plan.entries.iter().map(|e| e.destination.clone().unwrap()).collect();
+        assert_eq!(dsts, [PathBuf::from("/d/lib.so"), PathBuf::from("/d/b.so")]);
+        assert!(plan.entries.iter().all(|e| e.exact), "DST/NAME is exact: {plan:?}");
+        assert_eq!(name_of(&s.0.join("sub/..").join("b.so")).unwrap(), "b.so");
+    }
 }

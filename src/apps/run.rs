@@ -6,8 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 use treecast_api::{
-    Event, Network, NetworkBuilder, RankSet, SrunOptions, SshOptions, StreamOptions, Topology, TransformKind,
-    Value,
+    Network, NetworkBuilder, RankSet, SrunOptions, SshOptions, StreamOptions, Topology, TransformKind, Value,
 };
 use treecast_topology::hostlist;
 
@@ -52,14 +51,30 @@ pub struct RunReport {
     pub classes: Vec<OutputClass>,
     /// Ranks lost before answering.
     pub lost: Vec<Lost>,
+    /// Ranks still connected that did not answer in time, and why (empty without a limit).
+    pub no_answer: Vec<Lost>,
     /// True when every rank answered with exit code 0.
     pub ok: bool,
 }
 
+/// Time the back-ends get to answer after a command's limit, on top of it: they kill
+/// the command at the limit, then answer through the tree.
+const ANSWER_GRACE: Duration = Duration::from_secs(10);
+/// Longest wait for the tree to take the message that closes the stream.
+const CLOSE_LIMIT: Duration = Duration::from_secs(10);
+
 /// Starts the tree, runs the command, prints the grouped output.
 pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let limit = args
+        .timeout
+        .map(|secs| {
+            Duration::try_from_secs_f64(secs)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .with_context(|| format!("--timeout {secs} is not a positive number of seconds"))
+        })
+        .transpose()?;
     let net = launch(&args.tree).await?;
-    let limit = args.timeout.map(Duration::from_secs_f64);
     let report = run_on(net, &args.command, limit).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -118,7 +133,10 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
             args.attach_timeout,
             file.display()
         );
-        builder = builder.attach(file, Duration::from_secs_f64(args.attach_timeout));
+        let limit = Duration::try_from_secs_f64(args.attach_timeout).with_context(|| {
+            format!("--attach-timeout {} is not a number of seconds", args.attach_timeout)
+        })?;
+        builder = builder.attach(file, limit);
     }
     match args.launcher {
         LauncherKind::Local => {}
@@ -157,6 +175,11 @@ pub async fn run_on(
 
 /// Runs `command` on every back-end of a running `net` and gathers the outputs.
 ///
+/// With a `limit`, the back-ends kill the command after it, and ranks that have not
+/// answered a little after it are reported in [`RunReport::no_answer`]; without one,
+/// this waits until every rank answered or was lost. Lost ranks come from
+/// [`Network::lost`]; the network's events are left for the caller.
+///
 /// # Errors
 /// The stream could not be used or answers were malformed.
 pub async fn run_command(
@@ -166,12 +189,17 @@ pub async fn run_command(
 ) -> anyhow::Result<RunReport> {
     let comm = net.broadcast_communicator();
     let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
-    let limit_ms = limit.map(|d| d.as_millis() as u64).unwrap_or(0);
+    let limit_ms = limit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
     stream.send(TAG_RUN, "%as %uld", &[command.to_vec().into(), Value::ULong(limit_ms)]).await?;
-    let answer = stream.recv().await;
+    let answer = match limit {
+        Some(limit) => stream.recv_timeout(limit.saturating_add(ANSWER_GRACE)).await,
+        None => stream.recv().await,
+    };
     let mut classes = Vec::new();
+    let mut answered = RankSet::new();
     if let Ok(packet) = answer {
         for class in packet.eq_classes()? {
+            answered.union_with(&class.ranks);
             let [Value::Str(stdout), Value::Str(stderr), Value::Int(code)] = class.values.as_slice() else {
                 anyhow::bail!("malformed answer from ranks {}", class.ranks);
             };
@@ -185,17 +213,25 @@ pub async fn run_command(
             });
         }
     }
-    stream.close().await;
-    let mut lost = Vec::new();
-    while let Some(event) = net.try_event() {
-        match event {
-            Event::RanksLost { ranks, reason } => lost.push(Lost { ranks: ranks.to_string(), reason }),
-            Event::FilterError { rank, message, .. } => tracing::warn!(rank, "{message}"),
-            _ => {}
-        }
+    // A tree that takes nothing more is left as it is; the caller shuts it down.
+    let _ = tokio::time::timeout(CLOSE_LIMIT, stream.close()).await;
+    let missing = comm.ranks().difference(&answered);
+    let known_lost = net.lost();
+    let lost: Vec<Lost> = known_lost
+        .among(&missing)
+        .into_iter()
+        .map(|(ranks, reason)| Lost { ranks: ranks.to_string(), reason })
+        .collect();
+    let silent = missing.difference(known_lost.ranks());
+    let mut no_answer = Vec::new();
+    if !silent.is_empty() {
+        let waited = limit.map_or(0.0, |l| l.saturating_add(ANSWER_GRACE).as_secs_f64());
+        let reason =
+            format!("no answer within {waited} s (still connected: the command or the back-end hangs?)");
+        no_answer.push(Lost { ranks: silent.to_string(), reason });
     }
-    let ok = lost.is_empty() && classes.iter().all(|c| c.exit_code == 0);
-    Ok(RunReport { backends: net.backends(), classes, lost, ok })
+    let ok = lost.is_empty() && no_answer.is_empty() && classes.iter().all(|c| c.exit_code == 0);
+    Ok(RunReport { backends: net.backends(), classes, lost, no_answer, ok })
 }
 
 /// The hosts that run `ranks`, as a compact host list.
@@ -268,6 +304,9 @@ fn summary(report: &RunReport) -> String {
         format!("{} back-end{}; {}\n", report.backends, plural(report.backends.into()), parts.join(", "));
     for l in &report.lost {
         s.push_str(&format!("lost [{}]: {}\n", l.ranks, l.reason));
+    }
+    for l in &report.no_answer {
+        s.push_str(&format!("no answer [{}]: {}\n", l.ranks, l.reason));
     }
     s
 }

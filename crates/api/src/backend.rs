@@ -19,6 +19,17 @@ const CONNECT_LIMIT: Duration = Duration::from_secs(30);
 
 type StreamTable = Arc<Mutex<HashMap<u32, TransformKind>>>;
 
+/// What [`BackEnd::next_event`] returns.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BackEndEvent {
+    /// A packet of some stream; [`Packet::stream`] says which.
+    Packet(Packet),
+    /// The front-end closed this stream: nothing more arrives on it, and state kept
+    /// for it (a [`crate::FileReceivers`] transfer, say) can go.
+    StreamClosed(u32),
+}
+
 /// A back-end's connection to the tree.
 ///
 /// `recv` takes `&mut self`; to send from other tasks, clone a [`BackEndSender`].
@@ -171,11 +182,27 @@ impl BackEnd {
     /// Cancel safety: cancel safe.
     pub async fn recv(&mut self) -> Result<Packet, ApiError> {
         loop {
+            if let BackEndEvent::Packet(p) = self.next_event().await? {
+                return Ok(p);
+            }
+        }
+    }
+
+    /// Waits for the next packet on any stream, or the close of a stream.
+    ///
+    /// # Errors
+    /// [`ApiError::Closed`] once the front-end shut the network down or the parent is gone.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn next_event(&mut self) -> Result<BackEndEvent, ApiError> {
+        loop {
             while let Some(frame) = self.pending.pop_front() {
                 if frame.header.kind == FrameKind::Data {
-                    return Ok(Packet::from_frame(frame));
+                    return Ok(BackEndEvent::Packet(Packet::from_frame(frame)));
                 }
-                self.on_control(&frame)?;
+                if let Some(closed) = self.on_control(&frame)? {
+                    return Ok(BackEndEvent::StreamClosed(closed));
+                }
             }
             if let Some(reason) = &self.closed {
                 return Err(ApiError::Closed(reason.clone()));
@@ -190,7 +217,8 @@ impl BackEnd {
         }
     }
 
-    fn on_control(&mut self, frame: &Frame) -> Result<(), ApiError> {
+    /// Applies a control frame; returns the id of a stream it closed.
+    fn on_control(&mut self, frame: &Frame) -> Result<Option<u32>, ApiError> {
         match ControlMsg::decode(&frame.payload) {
             Ok(ControlMsg::NewStream { id, up, .. }) => {
                 if let Ok(mut t) = self.sender.streams.lock() {
@@ -202,6 +230,7 @@ impl BackEnd {
                     t.remove(&id);
                 }
                 self.sender.credits.remove(id);
+                return Ok(Some(id));
             }
             Ok(ControlMsg::Shutdown) => {
                 self.closed = Some("the front-end shut the network down".into());
@@ -211,7 +240,7 @@ impl BackEnd {
             Ok(other) => tracing::debug!("back-end ignoring {other:?}"),
             Err(e) => tracing::warn!("back-end ignoring malformed control frame: {e}"),
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Sends values upstream on `stream`; see [`BackEndSender::send`].

@@ -1,9 +1,12 @@
 //! Errors of the API.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use thiserror::Error;
 use treecast_wire::RankSet;
+
+use crate::{DEFAULT_CHUNK, DEFAULT_TIMEOUT, MAX_CHUNK, MAX_TIMEOUT};
 
 /// Why an API call failed.
 #[derive(Debug, Error)]
@@ -55,8 +58,80 @@ pub enum ApiError {
     Timeout(Duration),
     /// A file to send cannot be used (see [`crate::bcast_file`]); nothing was sent for it.
     #[error(transparent)]
-    Source(#[from] crate::SourceError),
+    Source(#[from] SourceError),
     /// The environment set by the launcher is missing or wrong.
     #[error("{0}")]
     Env(String),
+}
+
+/// Why a file cannot be sent: every cause is found on the front-end before anything
+/// is sent for that file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The chunk size is 0 or over [`MAX_CHUNK`].
+    #[error("chunk size {0} is not between 1 and {MAX_CHUNK} bytes: pick a size in that range (default {DEFAULT_CHUNK})")]
+    ChunkSize(usize),
+    /// A source is not what its [`crate::EntryKind`] says (a link that is not a link …).
+    #[error("source {path} is {kind}, not {expected}: send it as what it is, or pick another path")]
+    WrongKind {
+        /// The source.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+        /// What it was sent as.
+        expected: &'static str,
+    },
+    /// The time limit is zero or longer than [`MAX_TIMEOUT`].
+    #[error("time limit {0:?} is not between 1 ms and {MAX_TIMEOUT:?}: pick a limit in that range (default {DEFAULT_TIMEOUT:?})")]
+    Timeout(std::time::Duration),
+    /// A path could not be made absolute (the working directory is gone).
+    #[error("cannot make {path} absolute: {source}; give an absolute path")]
+    Absolute {
+        /// The path as given.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The source could not be opened.
+    #[error("cannot open source {path}: {source}; check that it exists and is readable")]
+    Open {
+        /// The source.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The target of a source link could not be read.
+    #[error(
+        "cannot read the link {path}: {source}; check that it still exists and its directory is readable"
+    )]
+    ReadLink {
+        /// The link.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The source's metadata (size, mtime, mode) could not be read.
+    #[error("cannot stat source {path}: {source}; check the permissions of its directories")]
+    Stat {
+        /// The source.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The source is not a regular file (a directory, a device …).
+    #[error("source {path} is not a regular file ({kind}); send directories with `treecast bcast -r`")]
+    NotAFile {
+        /// The source.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// A source or destination path, or a link target, is not valid UTF-8, which the status packet needs.
+    #[error("path {0} is not valid UTF-8: rename it, or send it under a UTF-8 destination name")]
+    NotUtf8(PathBuf),
 }

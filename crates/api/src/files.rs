@@ -7,10 +7,12 @@
 //! up no other rank's answer for long.
 //!
 //! 1. The *status stream*, over every rank of the communicator:
-//!    * [`FILE_STATUS`] `%s %uld %uld %s %d %ud %d %s`: absolute source path, mtime
+//!    * [`FILE_STATUS`] `%s %uld %uld %s %d %ud %d %s %ud`: absolute source path, mtime
 //!      (ns since the epoch), size, destination path, write mode ([`WriteMode::code`]),
 //!      mode bits, kind ([`EntryKind::code`]: 0 file, 1 symbolic link, 2 directory
-//!      attributes) and the link's target (empty unless a link).
+//!      attributes), the link's target (empty unless a link) and flags (bit 0: the
+//!      destination is exact, so an existing directory there is an error rather than
+//!      the place to put the file under the source's name).
 //!    * Every rank answers at once, on the status stream with tag [`FILE_STATUS`],
 //!      `%s %s`: `receive` (empty detail) when it wants the data, or its final
 //!      outcome ([`Outcome::word`]) and a detail that names no rank. Links and
@@ -35,6 +37,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use treecast_wire::RankSet;
 
+use crate::error::SourceError;
+
 mod receive;
 mod send;
 
@@ -55,8 +59,13 @@ pub const DEFAULT_CHUNK: usize = 1 << 20;
 pub const MAX_CHUNK: usize = 64 << 20;
 /// Default of [`FileOptions::timeout`].
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest [`FileOptions::timeout`] accepted: one day. The limit is per step without
+/// progress, so more is never needed, and deadlines computed from it cannot overflow.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
-const STATUS_FORMAT: &str = "%s %uld %uld %s %d %ud %d %s";
+const STATUS_FORMAT: &str = "%s %uld %uld %s %d %ud %d %s %ud";
+/// Status flag: the destination is the file's own path ([`FileEntry::file_at`]).
+const FLAG_EXACT: u32 = 1;
 const OPEN_FORMAT: &str = "%ud %s";
 const CHUNK_FORMAT: &str = "%uld %b";
 const END_FORMAT: &str = "%s %uld %s";
@@ -77,6 +86,24 @@ pub struct FileOptions {
     /// The whole transfer has no limit. Ranks still connected that miss it are
     /// reported as failed with "no answer within …".
     pub timeout: Duration,
+}
+
+impl FileOptions {
+    /// Checks the chunk size and the time limit, as [`bcast_files`] does before it
+    /// sends anything; lets a program check its configuration before it starts a tree.
+    ///
+    /// # Errors
+    /// [`SourceError::ChunkSize`] for a chunk of 0 or over [`MAX_CHUNK`],
+    /// [`SourceError::Timeout`] for a time limit of 0 or over [`MAX_TIMEOUT`].
+    pub fn validate(&self) -> Result<(), SourceError> {
+        if self.chunk == 0 || self.chunk > MAX_CHUNK {
+            return Err(SourceError::ChunkSize(self.chunk));
+        }
+        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
+            return Err(SourceError::Timeout(self.timeout));
+        }
+        Ok(())
+    }
 }
 
 impl Default for FileOptions {
@@ -269,79 +296,14 @@ impl FileReport {
     }
 }
 
-/// Why a file cannot be sent: every cause is found on the front-end before anything
-/// is sent for that file.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SourceError {
-    /// The chunk size is 0 or over [`MAX_CHUNK`].
-    #[error("chunk size {0} is not between 1 and {MAX_CHUNK} bytes: pick a size in that range (default {DEFAULT_CHUNK})")]
-    ChunkSize(usize),
-    /// A source is not what its [`EntryKind`] says (a link that is not a link …).
-    #[error("source {path} is {kind}, not {expected}")]
-    WrongKind {
-        /// The source.
-        path: PathBuf,
-        /// What it is.
-        kind: &'static str,
-        /// What it was sent as.
-        expected: &'static str,
-    },
-    /// A path could not be made absolute (the working directory is gone).
-    #[error("cannot make {path} absolute: {source}; give an absolute path")]
-    Absolute {
-        /// The path as given.
-        path: PathBuf,
-        /// What the system said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The source could not be opened.
-    #[error("cannot open source {path}: {source}; check that it exists and is readable")]
-    Open {
-        /// The source.
-        path: PathBuf,
-        /// What the system said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The target of a source link could not be read.
-    #[error("cannot read the link {path}: {source}")]
-    ReadLink {
-        /// The link.
-        path: PathBuf,
-        /// What the system said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The source's metadata (size, mtime, mode) could not be read.
-    #[error("cannot stat source {path}: {source}")]
-    Stat {
-        /// The source.
-        path: PathBuf,
-        /// What the system said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The source is not a regular file (a directory, a device …).
-    #[error("source {path} is not a regular file ({kind}); send directories with `treecast bcast -r`")]
-    NotAFile {
-        /// The source.
-        path: PathBuf,
-        /// What it is.
-        kind: &'static str,
-    },
-    /// A source or destination path, or a link target, is not valid UTF-8, which the status packet needs.
-    #[error("path {0} is not valid UTF-8: rename it, or send it under a UTF-8 destination name")]
-    NotUtf8(PathBuf),
-}
-
 pub(crate) fn kind_of(t: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if t.is_dir() {
         "a directory"
     } else if t.is_symlink() {
         "a symbolic link"
+    } else if t.is_file() {
+        "a regular file"
     } else if t.is_fifo() {
         "a fifo"
     } else if t.is_socket() {

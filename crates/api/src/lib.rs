@@ -27,14 +27,16 @@ mod network;
 mod packet;
 
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
-pub use backend::{BackEnd, BackEndSender};
-pub use error::ApiError;
+pub use backend::{BackEnd, BackEndEvent, BackEndSender};
+pub use error::{ApiError, SourceError};
 pub use files::{
     bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileOptions, FileReceiver,
-    FileReceivers, FileReport, Outcome, Progress, RankOutcome, SourceError, WriteMode, DEFAULT_CHUNK,
-    DEFAULT_TIMEOUT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK,
+    FileReceivers, FileReport, Outcome, Progress, RankOutcome, WriteMode, DEFAULT_CHUNK, DEFAULT_TIMEOUT,
+    FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK, MAX_TIMEOUT,
 };
-pub use network::{Communicator, Event, Network, NetworkBuilder, Stream, StreamOptions, FRONT_END_RANK};
+pub use network::{
+    Communicator, Event, LostRanks, Network, NetworkBuilder, Stream, StreamOptions, FRONT_END_RANK,
+};
 pub use packet::{EqClass, Packet};
 pub use treecast_launch::{SrunOptions, SshOptions};
 pub use treecast_node::ROOT_WINDOW;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use treecast_filters::check_format;
 use treecast_launch::{Remote, SrunOptions, SshOptions};
 use treecast_node::{
@@ -51,6 +51,51 @@ pub enum Event {
         /// What did not match.
         message: String,
     },
+}
+
+/// Every rank lost so far, with the reason given for each (the first reported).
+///
+/// Kept by the front-end's root task, so it is complete whoever reads the
+/// [`Event::RanksLost`] events (ranks missing at launch are in it from the start).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LostRanks {
+    all: RankSet,
+    by_reason: Vec<(RankSet, String)>,
+}
+
+impl LostRanks {
+    /// Records `ranks` as lost for `reason`; returns false when every one was known.
+    pub(crate) fn add(&mut self, ranks: &RankSet, reason: &str) -> bool {
+        let new = ranks.difference(&self.all);
+        if new.is_empty() {
+            return false;
+        }
+        self.all.union_with(&new);
+        self.by_reason.push((new, reason.to_owned()));
+        true
+    }
+
+    /// Every lost rank.
+    pub fn ranks(&self) -> &RankSet {
+        &self.all
+    }
+
+    /// The lost ranks, grouped by the reason they were lost for, in the order reported.
+    pub fn by_reason(&self) -> &[(RankSet, String)] {
+        &self.by_reason
+    }
+
+    /// The lost ranks among `ranks`, grouped by reason.
+    pub fn among(&self, ranks: &RankSet) -> Vec<(RankSet, String)> {
+        let mut out = Vec::new();
+        for (lost, reason) in &self.by_reason {
+            let mine = lost.intersection(ranks);
+            if !mine.is_empty() {
+                out.push((mine, reason.clone()));
+            }
+        }
+        out
+    }
 }
 
 /// A set of back-end ranks that streams are created over.
@@ -307,6 +352,8 @@ struct Shared {
     ctl: mpsc::Sender<RootCtl>,
     next_stream: AtomicU32,
     backends: u32,
+    /// Written by the root task only (on every `RanksLost`), so no lock is held across an await.
+    lost: watch::Receiver<LostRanks>,
 }
 
 impl Shared {
@@ -362,18 +409,23 @@ impl Network {
             children.iter().map(|c| (c.name.clone(), c.ranks.clone())).collect();
         let (ctl_tx, ctl_rx) = mpsc::channel(64);
         let (ev_tx, events) = mpsc::channel(EVENT_QUEUE);
+        let mut lost_at_start = LostRanks::default();
         for (ranks, reason) in missing {
+            lost_at_start.add(&ranks, &reason);
             let _ = ev_tx.try_send(Event::RanksLost { ranks, reason });
         }
+        let (lost_tx, lost) = watch::channel(lost_at_start);
         let up = Upstream::new("front-end".into(), true, ranks.clone());
         let senders: Vec<LinkSender> = children.iter().map(|c| c.sender.clone()).collect();
-        tokio::spawn(root_loop(up, inbound, ctl_rx, ev_tx, senders.clone()));
+        let root_events = RootEvents { events: ev_tx, lost: lost_tx };
+        tokio::spawn(root_loop(up, inbound, ctl_rx, root_events, senders.clone()));
         let shared = Arc::new(Shared {
             senders,
             down: Mutex::new(Downstream::new(ranks.into_iter().map(|(_, r)| r).collect())),
             ctl: ctl_tx,
             next_stream: AtomicU32::new(1),
             backends: topology.backends() as u32,
+            lost,
         });
         Network { shared, topology, session, startup, commnodes, children, events }
     }
@@ -453,6 +505,22 @@ impl Network {
             ControlMsg::NewStream { id, ranks: spec.ranks, sync: spec.sync, up: spec.up, down: spec.down };
         self.shared.send_control(&targets, &msg).await;
         Ok(Stream { id, shared: self.shared.clone(), rx, comm: comm.clone(), options, unreturned: 0 })
+    }
+
+    /// Every rank lost so far (including ranks missing at launch), whoever read the events.
+    pub fn lost_ranks(&self) -> RankSet {
+        self.shared.lost.borrow().ranks().clone()
+    }
+
+    /// Every rank lost so far, with the reasons; see [`Network::lost_ranks`].
+    pub fn lost(&self) -> LostRanks {
+        self.shared.lost.borrow().clone()
+    }
+
+    /// A receiver that sees each change of the lost ranks (for waits that must end
+    /// when a rank is lost without reading the events).
+    pub(crate) fn lost_watch(&self) -> watch::Receiver<LostRanks> {
+        self.shared.lost.clone()
     }
 
     /// Waits for the next event.
@@ -643,11 +711,18 @@ pub(crate) fn check_filter(stream: u32, up: TransformKind, format: &Format) -> R
     check_format(up, format).map_err(|source| ApiError::Filter { stream, source })
 }
 
+/// Where the root task reports what happened: the tool's event queue, and the lost
+/// ranks kept for [`Network::lost_ranks`].
+struct RootEvents {
+    events: mpsc::Sender<Event>,
+    lost: watch::Sender<LostRanks>,
+}
+
 async fn root_loop(
     mut up: Upstream,
     mut inbound: mpsc::Receiver<Inbound>,
     mut ctl: mpsc::Receiver<RootCtl>,
-    events: mpsc::Sender<Event>,
+    events: RootEvents,
     children: Vec<LinkSender>,
 ) {
     let mut streams: HashMap<u32, mpsc::UnboundedSender<Packet>> = HashMap::new();
@@ -683,13 +758,16 @@ async fn root_loop(
                 }
                 UpOutput::Control(msg) => {
                     let event = match msg {
-                        ControlMsg::RanksLost { ranks, reason } => Event::RanksLost { ranks, reason },
+                        ControlMsg::RanksLost { ranks, reason } => {
+                            events.lost.send_if_modified(|lost| lost.add(&ranks, &reason));
+                            Event::RanksLost { ranks, reason }
+                        }
                         ControlMsg::FilterError { stream, rank, message } => {
                             Event::FilterError { stream, rank, message }
                         }
                         _ => continue,
                     };
-                    if events.try_send(event).is_err() {
+                    if events.events.try_send(event).is_err() {
                         tracing::warn!("event queue full: an event was dropped; read Network::next_event");
                     }
                 }

@@ -77,6 +77,22 @@ pub enum DecodeError {
     },
 }
 
+/// Why values could not be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// A length is over what a frame can carry; split the data into smaller values.
+    #[error("{what} of {len} bytes is over the limit of {max}: split it into smaller values")]
+    TooLong {
+        /// The item whose length is too large.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The largest length accepted.
+        max: usize,
+    },
+}
+
 /// Why a format string is malformed or does not match the values given with it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]

@@ -24,7 +24,7 @@ mod value;
 
 pub use codec::Reader;
 pub use control::{ControlMsg, SyncMode, TransformKind};
-pub use error::{DecodeError, FormatError};
+pub use error::{DecodeError, EncodeError, FormatError};
 pub use format::Format;
 pub use frame::{
     decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, CREDIT_BATCH, FLAG_DIRECT,

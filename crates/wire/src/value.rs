@@ -13,7 +13,7 @@
 
 use std::fmt;
 
-use crate::{codec::Reader, DecodeError};
+use crate::{codec::Reader, DecodeError, EncodeError};
 
 /// The element types a format string can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -408,9 +408,18 @@ pub fn encode_values(values: &[Value], out: &mut Vec<u8>) {
 /// caller appends the `len` bytes themselves. With [`encode_values`] for the values
 /// before it, this lets a large byte payload be read straight into the buffer that
 /// becomes the frame, with the same encoding as a [`Value::Bytes`].
-pub fn encode_bytes_head(len: usize, out: &mut Vec<u8>) {
+///
+/// # Errors
+/// [`EncodeError::TooLong`] when `len` is over [`crate::MAX_PAYLOAD_LEN`] (no frame
+/// could carry the value, and the wire's `u32` length could not say it); nothing is
+/// appended then.
+pub fn encode_bytes_head(len: usize, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    if len > crate::MAX_PAYLOAD_LEN {
+        return Err(EncodeError::TooLong { what: "byte array", len, max: crate::MAX_PAYLOAD_LEN });
+    }
     out.push(BYTES_CODE);
     put_len(out, len);
+    Ok(())
 }
 
 /// Reads a `u32` count of items that each take at least `min_width` bytes, and
@@ -533,9 +542,18 @@ mod tests {
         encode_values(&[Value::ULong(5), Value::Bytes(data.clone())], &mut whole);
         let mut parts = Vec::new();
         encode_values(&[Value::ULong(5)], &mut parts);
-        encode_bytes_head(data.len(), &mut parts);
+        encode_bytes_head(data.len(), &mut parts).unwrap();
         parts.extend_from_slice(&data);
         assert_eq!(parts, whole);
+    }
+
+    #[test]
+    fn a_bytes_head_too_long_for_a_frame_is_an_error_and_appends_nothing() {
+        let mut out = vec![1u8];
+        let err = encode_bytes_head(crate::MAX_PAYLOAD_LEN + 1, &mut out).unwrap_err();
+        assert!(matches!(err, EncodeError::TooLong { .. }), "{err:?}");
+        assert_eq!(out, [1u8]);
+        encode_bytes_head(crate::MAX_PAYLOAD_LEN, &mut out).unwrap();
     }
 
     fn enc(values: &[Value]) -> Vec<u8> {

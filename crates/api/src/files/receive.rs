@@ -12,7 +12,7 @@ use treecast_wire::{RankSet, Value};
 
 use super::{
     mtime_ns, EntryKind, Outcome, WriteMode, ANSWER_FORMAT, CHUNK_FORMAT, END_FORMAT, FILE_CHUNK, FILE_END,
-    FILE_OPEN, FILE_STATUS, OPEN_FORMAT, RECEIVE_WORD, STATUS_FORMAT,
+    FILE_OPEN, FILE_STATUS, FLAG_EXACT, OPEN_FORMAT, RECEIVE_WORD, STATUS_FORMAT,
 };
 use crate::Packet;
 
@@ -31,6 +31,10 @@ struct Incoming {
     file: File,
     hasher: blake3::Hasher,
     written: u64,
+    /// Write mode `leave`: the file is linked into place only if nothing is there yet.
+    leave: bool,
+    /// The destination is the source's own path (what a shared file system looks like).
+    same_path: bool,
 }
 
 enum State {
@@ -81,6 +85,8 @@ struct Status<'a> {
     mode: WriteMode,
     kind: EntryKind,
     target: &'a str,
+    /// The destination is the file's own path: an existing directory there is an error.
+    exact: bool,
 }
 
 impl FileReceiver {
@@ -95,16 +101,16 @@ impl FileReceiver {
     pub fn on_status(&mut self, packet: &Packet, tag: u32) -> Decision {
         let decision = match packet.unpack(STATUS_FORMAT) {
             Ok(v) => match v.as_slice() {
-                [Value::Str(src), Value::ULong(mtime), Value::ULong(size), Value::Str(dst), Value::Int(mode), Value::UInt(perm), Value::Int(kind), Value::Str(target)] =>
+                [Value::Str(src), Value::ULong(mtime), Value::ULong(size), Value::Str(dst), Value::Int(mode), Value::UInt(perm), Value::Int(kind), Value::Str(target), Value::UInt(flags)] =>
                 {
                     self.size = *size;
                     self.mtime = *mtime;
                     self.perm = *perm;
                     match (WriteMode::from_code(*mode), EntryKind::from_code(*kind)) {
                         (Some(mode), Some(kind)) => {
-                            let status =
-                                Status { src: Path::new(src), dst: Path::new(dst), mode, kind, target };
-                            self.decide(&status, tag)
+                            let (src, dst) = (Path::new(src), Path::new(dst));
+                            let exact = flags & FLAG_EXACT != 0;
+                            self.decide(&Status { src, dst, mode, kind, target, exact }, tag)
                         }
                         (None, _) => failed(format!("unknown write mode {mode}")),
                         (_, None) => failed(format!("unknown kind {kind} (a newer front-end?)")),
@@ -122,7 +128,7 @@ impl FileReceiver {
 
     fn decide(&mut self, s: &Status<'_>, tag: u32) -> Decision {
         match s.kind {
-            EntryKind::File => self.decide_file(s.src, s.dst, s.mode, tag),
+            EntryKind::File => self.decide_file(s, tag),
             EntryKind::Symlink => self.make_link(s.dst, s.target, s.mode, tag),
             EntryKind::Directory => self.set_directory(s.dst),
         }
@@ -143,26 +149,26 @@ impl FileReceiver {
         }
     }
 
-    fn decide_file(&mut self, src: &Path, dst: &Path, mode: WriteMode, tag: u32) -> Decision {
-        // A destination that is an existing directory receives the file under its own name.
-        let dst = match std::fs::metadata(dst) {
-            Ok(m) if m.is_dir() => match src.file_name() {
-                Some(name) => dst.join(name),
+    fn decide_file(&mut self, s: &Status<'_>, tag: u32) -> Decision {
+        let (src, mode) = (s.src, s.mode);
+        // Unless the destination is exact, an existing directory there receives the
+        // file under its own name.
+        let dst = match std::fs::metadata(s.dst) {
+            Ok(m) if m.is_dir() && !s.exact => match src.file_name() {
+                Some(name) => s.dst.join(name),
                 None => return failed(format!("source {} has no file name", src.display())),
             },
-            _ => dst.to_path_buf(),
+            _ => s.dst.to_path_buf(),
         };
         match std::fs::metadata(&dst) {
             Ok(m) if m.is_dir() => {
-                return failed(format!("destination {} is a directory", dst.display()));
+                return failed(format!(
+                    "destination {} is a directory (remove it, or send to another path)",
+                    dst.display()
+                ));
             }
-            Ok(m) if m.len() == self.size && mtime_ns(&m) == self.mtime => {
-                let detail = if dst == src {
-                    "the same file is already at this path (shared file system)".to_owned()
-                } else {
-                    format!("{} already has the same size and mtime", dst.display())
-                };
-                return Decision::Answer(Outcome::SkippedShared, detail);
+            Ok(m) if self.is_same(&m) => {
+                return Decision::Answer(Outcome::SkippedShared, same_detail(&dst, dst == src));
             }
             Ok(m) => {
                 if let Some(skip) = self.skip_existing(&dst, &m, mode) {
@@ -182,18 +188,25 @@ impl FileReceiver {
         };
         self.state = State::Receiving(Box::new(Incoming {
             tmp,
+            same_path: dst == src,
             dst,
             file,
             hasher: blake3::Hasher::new(),
             written: 0,
+            leave: mode == WriteMode::Leave,
         }));
         Decision::Receive
+    }
+
+    /// True when `m` (an existing destination) has the source's size and mtime.
+    fn is_same(&self, m: &std::fs::Metadata) -> bool {
+        m.len() == self.size && mtime_ns(m) == self.mtime
     }
 
     /// Creates (or replaces, as the write mode allows) a symbolic link to `target`.
     fn make_link(&self, dst: &Path, target: &str, mode: WriteMode, tag: u32) -> Decision {
         match std::fs::symlink_metadata(dst) {
-            Ok(m) if m.is_symlink() && std::fs::read_link(dst).is_ok_and(|t| t.as_os_str() == target) => {
+            Ok(m) if m.is_symlink() && links_to(dst, target) => {
                 let detail = format!("{} already links to {target}", dst.display());
                 return Decision::Answer(Outcome::SkippedShared, detail);
             }
@@ -205,6 +218,24 @@ impl FileReceiver {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return failed(format!("cannot stat {}: {e}", dst.display())),
+        }
+        if mode == WriteMode::Leave {
+            // Made in place: creating fails if something appeared since the check
+            // above, which write mode leave must not replace.
+            return match std::os::unix::fs::symlink(target, dst) {
+                Ok(()) => Decision::Answer(Outcome::Written, String::new()),
+                // The same link, made by another rank on a shared file system.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && links_to(dst, target) => {
+                    Decision::Answer(
+                        Outcome::SkippedShared,
+                        format!("{} already links to {target}", dst.display()),
+                    )
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    Decision::Answer(Outcome::SkippedLeave, appeared(dst))
+                }
+                Err(e) => failed(format!("cannot create the link {}: {e}", dst.display())),
+            };
         }
         let (dir, tmp) = match temp_path(dst, tag) {
             Ok(p) => p,
@@ -224,25 +255,32 @@ impl FileReceiver {
     }
 
     /// Sets the mode bits and mtime of the existing directory `dst`.
+    ///
+    /// Everything goes through one handle, opened without following a link: a link
+    /// put in place after a check cannot redirect the change, and a new mode without
+    /// read permission for the owner does not keep the directory from being opened.
     fn set_directory(&self, dst: &Path) -> Decision {
-        let meta = match std::fs::symlink_metadata(dst) {
+        let not_dir = || failed(format!("destination {} is not a directory", dst.display()));
+        let dir = match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dst)
+        {
+            Ok(d) => d,
+            // ELOOP: a symbolic link, ENOTDIR: something else that is no directory.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => return not_dir(),
+            Err(e) => return failed(format!("cannot open directory {}: {e}", dst.display())),
+        };
+        let meta = match dir.metadata() {
             Ok(m) if m.is_dir() => m,
-            Ok(_) => return failed(format!("destination {} is not a directory", dst.display())),
+            Ok(_) => return not_dir(),
             Err(e) => return failed(format!("cannot stat directory {}: {e}", dst.display())),
         };
         if meta.permissions().mode() & 0o7777 == self.perm && mtime_ns(&meta) == self.mtime {
             let detail = format!("{} already has the same mode and mtime", dst.display());
             return Decision::Answer(Outcome::SkippedShared, detail);
         }
-        let result = std::fs::set_permissions(dst, std::fs::Permissions::from_mode(self.perm))
-            .map_err(|e| format!("setting the mode of {}: {e}", dst.display()))
-            .and_then(|()| {
-                let time = UNIX_EPOCH + Duration::from_nanos(self.mtime);
-                File::open(dst)
-                    .and_then(|d| d.set_modified(time))
-                    .map_err(|e| format!("setting the mtime of {}: {e}", dst.display()))
-            });
-        match result {
+        match set_mode_and_mtime(&dir, dst, self.perm, self.mtime) {
             Ok(()) => Decision::Answer(Outcome::Written, String::new()),
             Err(detail) => failed(detail),
         }
@@ -298,7 +336,7 @@ impl FileReceiver {
         let answer = match std::mem::replace(&mut self.state, State::Answered) {
             State::Failed(detail) => (Outcome::Failed, detail),
             State::Receiving(inc) => match self.finish(*inc) {
-                Ok(()) => (Outcome::Written, String::new()),
+                Ok(placed) => placed,
                 Err(detail) => (Outcome::Failed, detail),
             },
             State::Idle | State::Answered => return None,
@@ -328,22 +366,79 @@ impl FileReceiver {
         Ok(())
     }
 
-    fn finish(&self, inc: Incoming) -> Result<(), String> {
-        let Incoming { tmp, dst, file, .. } = inc;
+    /// Sets mode and mtime, flushes, and puts the verified file in place; returns
+    /// the outcome (write mode leave: skipped when a file appeared meanwhile).
+    fn finish(&self, inc: Incoming) -> Result<(Outcome, String), String> {
+        let Incoming { tmp, dst, file, leave, same_path, .. } = inc;
         let result = (|| {
-            let time = UNIX_EPOCH + Duration::from_nanos(self.mtime);
-            file.set_permissions(std::fs::Permissions::from_mode(self.perm))
-                .map_err(|e| format!("setting the mode of {}: {e}", dst.display()))?;
-            file.set_modified(time).map_err(|e| format!("setting the mtime of {}: {e}", dst.display()))?;
+            set_mode_and_mtime(&file, &dst, self.perm, self.mtime)?;
             file.sync_all().map_err(|e| format!("writing {}: {e}", dst.display()))?;
             drop(file);
-            std::fs::rename(&tmp, &dst).map_err(|e| format!("renaming into {}: {e}", dst.display()))
+            if leave {
+                return self.link_new(&tmp, &dst, same_path);
+            }
+            std::fs::rename(&tmp, &dst).map_err(|e| format!("renaming into {}: {e}", dst.display()))?;
+            Ok((Outcome::Written, String::new()))
         })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
+        // Left after an error, or after a hard link made the destination.
+        let _ = std::fs::remove_file(&tmp);
         result
     }
+
+    /// Write mode leave: makes `dst` a hard link to the finished temporary file, which
+    /// fails if `dst` appeared since the status check (another process, or another
+    /// rank on a shared file system), so nothing is replaced. Where hard links are not
+    /// supported (EPERM, EOPNOTSUPP, EMLINK on some network and FUSE file systems), the
+    /// file is renamed into place, which leaves that window open.
+    fn link_new(&self, tmp: &Path, dst: &Path, same_path: bool) -> Result<(Outcome, String), String> {
+        match std::fs::hard_link(tmp, dst) {
+            Ok(()) => Ok((Outcome::Written, String::new())),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match std::fs::metadata(dst) {
+                Ok(m) if !m.is_dir() && self.is_same(&m) => {
+                    Ok((Outcome::SkippedShared, same_detail(dst, same_path)))
+                }
+                _ => Ok((Outcome::SkippedLeave, appeared(dst))),
+            },
+            Err(e) if links_unsupported(&e) => std::fs::rename(tmp, dst)
+                .map(|()| (Outcome::Written, String::new()))
+                .map_err(|e| format!("renaming into {}: {e}", dst.display())),
+            Err(e) => Err(format!("linking into {}: {e}", dst.display())),
+        }
+    }
+}
+
+/// True when `dst` is a symbolic link to `target`.
+fn links_to(dst: &Path, target: &str) -> bool {
+    std::fs::read_link(dst).is_ok_and(|t| t.as_os_str() == target)
+}
+
+/// True for the errors of a file system that cannot make hard links.
+fn links_unsupported(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::Unsupported
+        || matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP | libc::EMLINK))
+}
+
+/// The detail of a destination that already has the source's size and mtime.
+fn same_detail(dst: &Path, same_path: bool) -> String {
+    if same_path {
+        "the same file is already at this path (shared file system)".to_owned()
+    } else {
+        format!("{} already has the same size and mtime", dst.display())
+    }
+}
+
+/// The detail of a destination that appeared during the transfer in write mode leave.
+fn appeared(dst: &Path) -> String {
+    format!("{} exists (write mode leave; it appeared during the transfer)", dst.display())
+}
+
+/// Sets the mtime, then the mode bits, of an open file or directory (through the
+/// handle, so a path swapped meanwhile is not followed).
+fn set_mode_and_mtime(f: &File, path: &Path, perm: u32, mtime: u64) -> Result<(), String> {
+    let time = UNIX_EPOCH + Duration::from_nanos(mtime);
+    f.set_modified(time).map_err(|e| format!("setting the mtime of {}: {e}", path.display()))?;
+    f.set_permissions(std::fs::Permissions::from_mode(perm))
+        .map_err(|e| format!("setting the mode of {}: {e}", path.display()))
 }
 
 impl Drop for FileReceiver {
@@ -354,7 +449,15 @@ impl Drop for FileReceiver {
     }
 }
 
+/// Bytes of the destination's name kept in a temporary name, so that name stays
+/// under the usual 255-byte limit.
+const TEMP_NAME_KEEP: usize = 100;
+
 /// The temporary name beside `dst` (in an existing directory), and that directory.
+///
+/// `.NAME.treecast-PID-TAG-RANDOM.tmp`, NAME cut to [`TEMP_NAME_KEEP`] bytes: the
+/// random part keeps back-ends on different hosts apart on a shared file system,
+/// where process ids (in containers, for example) can be equal.
 fn temp_path(dst: &Path, tag: u32) -> Result<(PathBuf, PathBuf), String> {
     let (Some(dir), Some(name)) = (dst.parent(), dst.file_name()) else {
         return Err(format!("destination {} has no parent directory", dst.display()));
@@ -367,7 +470,16 @@ fn temp_path(dst: &Path, tag: u32) -> Result<(PathBuf, PathBuf), String> {
         }
         Err(e) => return Err(format!("destination directory {}: {e}", dir.display())),
     }
-    let tmp = dir.join(format!(".{}.treecast-{}-{tag}.tmp", name.to_string_lossy(), std::process::id()));
+    let mut name = name.to_string_lossy().into_owned();
+    if name.len() > TEMP_NAME_KEEP {
+        let mut cut = TEMP_NAME_KEEP;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name.truncate(cut);
+    }
+    let random: u32 = rand::random();
+    let tmp = dir.join(format!(".{name}.treecast-{}-{tag}-{random:08x}.tmp", std::process::id()));
     Ok((dir.to_path_buf(), tmp))
 }
 
@@ -425,6 +537,14 @@ impl FileReceivers {
     /// True when no transfer is in progress.
     pub fn is_empty(&self) -> bool {
         self.active.is_empty()
+    }
+
+    /// Drops the transfer whose packets arrive on `stream`, if any, removing its
+    /// temporary file: call it when the front-end closed that stream (see
+    /// [`crate::BackEndEvent::StreamClosed`]), which it does when it gave up on the
+    /// transfer (a stall, an error) as well as after a complete one.
+    pub fn on_stream_closed(&mut self, stream: u32) {
+        self.active.remove(&stream);
     }
 
     /// Feeds one packet; returns the answer to send, if any.
@@ -506,6 +626,17 @@ mod tests {
     }
 
     fn status_of(dst: &Path, size: u64, mode: WriteMode, kind: EntryKind, target: &str) -> Packet {
+        status_flags(dst, size, mode, kind, target, 0)
+    }
+
+    fn status_flags(
+        dst: &Path,
+        size: u64,
+        mode: WriteMode,
+        kind: EntryKind,
+        target: &str,
+        flags: u32,
+    ) -> Packet {
         let values = [
             Value::Str("/nonexistent/src".into()),
             Value::ULong(1_000_000_000),
@@ -515,6 +646,7 @@ mod tests {
             Value::UInt(0o640),
             Value::Int(kind.code()),
             Value::Str(target.into()),
+            Value::UInt(flags),
         ];
         packet(FILE_STATUS, STATUS_FORMAT, &values)
     }
@@ -690,6 +822,157 @@ mod tests {
         let missing = FileReceiver::new().on_status(&attrs(&d.join("missing")), 3);
         assert!(matches!(missing, Decision::Answer(Outcome::Failed, _)), "{missing:?}");
         std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    fn temp_names(d: &Path) -> Vec<String> {
+        let names =
+            std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned());
+        names.filter(|n| n.contains(".treecast-")).collect()
+    }
+
+    #[test]
+    fn an_existing_directory_at_an_exact_destination_fails_instead_of_taking_the_file() {
+        let d = dir("exact");
+        let dst = d.join("name");
+        std::fs::create_dir(&dst).unwrap();
+        let exact = status_flags(&dst, 3, WriteMode::Overwrite, EntryKind::File, "", FLAG_EXACT);
+        let decision = FileReceiver::new().on_status(&exact, 1);
+        let Decision::Answer(Outcome::Failed, detail) = &decision else { panic!("{decision:?}") };
+        assert!(detail.contains("is a directory"), "{detail}");
+        assert_eq!(entries(&dst), 0, "nothing nested inside the directory");
+        // Without the flag (one file to a directory), the directory takes the file.
+        let plain = status(&dst, 3, WriteMode::Overwrite);
+        assert_eq!(FileReceiver::new().on_status(&plain, 2), Decision::Receive);
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn directory_attributes_are_set_through_one_handle_and_never_through_a_link() {
+        let d = dir("dirhandle");
+        let sub = d.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        // A mode without read permission for the owner: opening after the change would
+        // fail for a user other than root.
+        let values = |p: &Path, perm: u32| {
+            [
+                Value::Str("/nonexistent/src".into()),
+                Value::ULong(2_000_000_000),
+                Value::ULong(0),
+                Value::Str(p.to_str().unwrap().into()),
+                Value::Int(WriteMode::Leave.code()),
+                Value::UInt(perm),
+                Value::Int(EntryKind::Directory.code()),
+                Value::Str(String::new()),
+                Value::UInt(0),
+            ]
+        };
+        let set = FileReceiver::new().on_status(&packet(FILE_STATUS, STATUS_FORMAT, &values(&sub, 0o311)), 1);
+        assert_eq!(set, Decision::Answer(Outcome::Written, String::new()));
+        let meta = std::fs::metadata(&sub).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o311);
+        assert_eq!(mtime_ns(&meta), 2_000_000_000);
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A link to a directory is not followed.
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&sub, &link).unwrap();
+        let via =
+            FileReceiver::new().on_status(&packet(FILE_STATUS, STATUS_FORMAT, &values(&link, 0o700)), 2);
+        let Decision::Answer(Outcome::Failed, detail) = &via else { panic!("{via:?}") };
+        assert!(detail.contains("is not a directory"), "{detail}");
+        assert_eq!(std::fs::metadata(&sub).unwrap().permissions().mode() & 0o7777, 0o755);
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn leave_mode_keeps_a_file_that_appeared_during_the_transfer() {
+        let d = dir("leave-race");
+        let dst = d.join("f");
+        let mut r = FileReceiver::new();
+        assert_eq!(r.on_status(&status(&dst, 3, WriteMode::Leave), 1), Decision::Receive);
+        r.on_chunk(&chunk(0, b"abc"));
+        std::fs::write(&dst, b"someone else's").unwrap();
+        let hash = blake3::hash(b"abc").to_hex().to_string();
+        let (outcome, detail) = r.on_end(&end(&hash, 3, "")).unwrap();
+        assert_eq!(outcome, Outcome::SkippedLeave, "{detail}");
+        assert!(detail.contains("appeared during the transfer"), "{detail}");
+        assert_eq!(std::fs::read(&dst).unwrap(), b"someone else's");
+        assert_eq!(entries(&d), 1, "no temporary file left");
+
+        // The same file put there by another rank (a shared file system) counts as shared.
+        let other = d.join("g");
+        let mut first = FileReceiver::new();
+        let mut second = FileReceiver::new();
+        assert_eq!(first.on_status(&status(&other, 3, WriteMode::Leave), 2), Decision::Receive);
+        assert_eq!(second.on_status(&status(&other, 3, WriteMode::Leave), 3), Decision::Receive);
+        for r in [&mut first, &mut second] {
+            r.on_chunk(&chunk(0, b"abc"));
+        }
+        assert_eq!(first.on_end(&end(&hash, 3, "")), Some((Outcome::Written, String::new())));
+        let (outcome, detail) = second.on_end(&end(&hash, 3, "")).unwrap();
+        assert_eq!(outcome, Outcome::SkippedShared, "{detail}");
+        assert_eq!(std::fs::read(&other).unwrap(), b"abc");
+        assert!(temp_names(&d).is_empty(), "{:?}", temp_names(&d));
+
+        // A link in leave mode is not made over something that appeared either.
+        let link = d.join("l");
+        std::fs::write(&link, b"x").unwrap();
+        let r = FileReceiver::new();
+        assert!(matches!(
+            r.make_link(&link, "t", WriteMode::Leave, 4),
+            Decision::Answer(Outcome::SkippedLeave, _)
+        ));
+        assert_eq!(std::fs::read(&link).unwrap(), b"x");
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn a_closed_stream_drops_its_transfer_and_temporary_file() {
+        let d = dir("closed");
+        let dst = d.join("f");
+        let mut rs = FileReceivers::new(0);
+        rs.on_packet(&on(5, &status(&dst, 3, WriteMode::Leave))).unwrap();
+        assert_eq!(temp_names(&d).len(), 1);
+        rs.on_stream_closed(4);
+        assert_eq!(rs.len(), 1, "another stream's close changes nothing");
+        rs.on_stream_closed(5);
+        assert!(rs.is_empty());
+        assert!(temp_names(&d).is_empty(), "{:?}", temp_names(&d));
+
+        // Also on the data stream, after FILE_OPEN and some chunks.
+        rs.on_packet(&on(7, &status(&dst, 6, WriteMode::Leave))).unwrap();
+        assert_eq!(rs.on_packet(&open(7, 8, "0")), None);
+        assert_eq!(rs.on_packet(&on(8, &chunk(0, b"abc"))), None);
+        rs.on_stream_closed(7);
+        assert_eq!(temp_names(&d).len(), 1, "the status stream's close does not end the transfer");
+        rs.on_stream_closed(8);
+        assert!(temp_names(&d).is_empty() && !dst.exists());
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn temporary_names_of_long_destination_names_stay_short_and_unique() {
+        let d = dir("longname");
+        // 240 bytes, multi-byte characters at the cut.
+        let name: String = "é".repeat(120);
+        let dst = d.join(&name);
+        let mut a = FileReceiver::new();
+        let mut b = FileReceiver::new();
+        assert_eq!(a.on_status(&status(&dst, 3, WriteMode::Overwrite), 1), Decision::Receive);
+        assert_eq!(
+            b.on_status(&status(&dst, 3, WriteMode::Overwrite), 1),
+            Decision::Receive,
+            "same tag, same process"
+        );
+        let names = temp_names(&d);
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.iter().all(|n| n.len() <= 255), "{names:?}");
+        a.on_chunk(&chunk(0, b"abc"));
+        let hash = blake3::hash(b"abc").to_hex().to_string();
+        assert_eq!(a.on_end(&end(&hash, 3, "")), Some((Outcome::Written, String::new())));
+        assert_eq!(std::fs::read(&dst).unwrap(), b"abc");
+        drop(b);
+        assert!(temp_names(&d).is_empty());
         let _ = std::fs::remove_dir_all(d);
     }
 

@@ -6,14 +6,15 @@ use std::time::{Duration, Instant};
 
 use bytes::BufMut;
 use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
 use treecast_wire::{encode_bytes_head, encode_values, RankSet, SyncMode, TransformKind, Value};
 
 use super::{
     kind_of, mtime_ns, EntryKind, FileOptions, FileReport, Outcome, RankOutcome, SourceError, WriteMode,
-    END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK, OPEN_FORMAT, RECEIVE_WORD,
+    END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, FLAG_EXACT, OPEN_FORMAT, RECEIVE_WORD,
     STATUS_FORMAT,
 };
-use crate::{ApiError, Communicator, EqClass, Event, Network, Stream, StreamOptions};
+use crate::{ApiError, Communicator, EqClass, LostRanks, Network, Stream, StreamOptions};
 
 /// One thing for [`bcast_files`] to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,24 +26,41 @@ pub struct FileEntry {
     pub destination: Option<PathBuf>,
     /// What is sent.
     pub kind: EntryKind,
+    /// For a file: `destination` is the file's own path, and an existing directory
+    /// there fails the entry (as `cp` does) instead of receiving the file under the
+    /// source's name.
+    pub exact: bool,
 }
 
 impl FileEntry {
     /// A regular file; a `destination` that is an existing directory on a rank receives
     /// the file under the source's name.
     pub fn file(source: impl Into<PathBuf>, destination: Option<PathBuf>) -> Self {
-        FileEntry { source: source.into(), destination, kind: EntryKind::File }
+        FileEntry { source: source.into(), destination, kind: EntryKind::File, exact: false }
+    }
+
+    /// A regular file written exactly at `destination`: a rank where that is an
+    /// existing directory fails the entry with "… is a directory".
+    pub fn file_at(source: impl Into<PathBuf>, destination: impl Into<PathBuf>) -> Self {
+        FileEntry {
+            source: source.into(),
+            destination: Some(destination.into()),
+            kind: EntryKind::File,
+            exact: true,
+        }
     }
 
     /// A symbolic link, recreated at `destination` with the same target text.
     pub fn symlink(source: impl Into<PathBuf>, destination: impl Into<PathBuf>) -> Self {
-        FileEntry { source: source.into(), destination: Some(destination.into()), kind: EntryKind::Symlink }
+        let destination = Some(destination.into());
+        FileEntry { source: source.into(), destination, kind: EntryKind::Symlink, exact: true }
     }
 
     /// The mode bits and mtime of the directory `source`, set on the existing
     /// directory `destination`. Send it after the directory's content.
     pub fn directory(source: impl Into<PathBuf>, destination: impl Into<PathBuf>) -> Self {
-        FileEntry { source: source.into(), destination: Some(destination.into()), kind: EntryKind::Directory }
+        let destination = Some(destination.into());
+        FileEntry { source: source.into(), destination, kind: EntryKind::Directory, exact: true }
     }
 }
 
@@ -96,8 +114,9 @@ pub async fn bcast_file(
 ) -> Result<FileReport, ApiError> {
     let entry = FileEntry::file(src, dst.map(Path::to_path_buf));
     let options = FileOptions { mode, chunk, ..FileOptions::default() };
-    let mut reports = bcast_files(net, comm, std::slice::from_ref(&entry), &options, |_| {}).await?;
-    reports.pop().ok_or_else(|| ApiError::Closed("no report for the file".into()))
+    options.validate()?;
+    let source = inspect(&entry)?;
+    Sender::new(net, options).transfer(comm, &entry, source, 0, &mut |_| {}).await
 }
 
 /// Sends files, links and directory attributes to every rank of `comm`, one after
@@ -109,15 +128,19 @@ pub async fn bcast_file(
 /// directory, no answer in time) and lost ranks are in the reports, not errors.
 /// `progress` is called as entries start, as chunks go out and as entries finish.
 ///
-/// This call reads the network's events ([`Network::next_event`]): lost ranks are in
-/// the reports; other events are dropped.
+/// Lost ranks come from [`Network::lost`], so ranks lost before the call (for example
+/// missing at launch) are reported lost at once, not waited for; the network's events
+/// are left for the caller. When the tree stops taking packets (a child link that
+/// stopped draining), the entry's ranks fail with "the tree took no packet …" and the
+/// entries after it fail without touching the tree.
 ///
 /// # Errors
 /// [`ApiError::Source`] when an entry cannot be sent (missing or unreadable source,
-/// a source that is not of its kind, a path that is not UTF-8) or the chunk size is
-/// 0 or over [`MAX_CHUNK`]: every entry is checked before the first is sent, and an
-/// entry that fails to open later stops the call there. An error of the network when
-/// it is gone, or a malformed reduction.
+/// a source that is not of its kind, a path that is not UTF-8), the chunk size is
+/// 0 or over [`super::MAX_CHUNK`], or the time limit is 0 or over [`super::MAX_TIMEOUT`]: every
+/// entry is checked before the first is sent. A source that vanishes after that check
+/// is reported as failed on every rank, and the call goes on. An error of the network
+/// when it is gone, or a malformed reduction.
 ///
 /// Cancel safety: not cancel safe; ranks keep a temporary file until the network shuts down.
 pub async fn bcast_files(
@@ -127,9 +150,7 @@ pub async fn bcast_files(
     options: &FileOptions,
     mut progress: impl FnMut(Progress<'_>),
 ) -> Result<Vec<FileReport>, ApiError> {
-    if options.chunk == 0 || options.chunk > MAX_CHUNK {
-        return Err(SourceError::ChunkSize(options.chunk).into());
-    }
+    options.validate()?;
     // Every source is checked before anything is sent, so a typo fails the whole call early.
     let sources = entries.iter().map(inspect).collect::<Result<Vec<_>, _>>()?;
     let mut sender = Sender::new(net, *options);
@@ -152,6 +173,7 @@ struct Source {
     mtime: u64,
     perm: u32,
     target: String,
+    exact: bool,
 }
 
 fn absolute(p: &Path) -> Result<PathBuf, SourceError> {
@@ -206,40 +228,18 @@ fn inspect(entry: &FileEntry) -> Result<Source, SourceError> {
         source,
         destination,
         target,
+        exact: entry.exact,
     })
 }
 
-/// Lost ranks seen during one call, with the reason given for each.
-#[derive(Debug, Default)]
-struct LostLog {
-    entries: Vec<(RankSet, String)>,
-    all: RankSet,
-}
-
-impl LostLog {
-    fn add(&mut self, ranks: RankSet, reason: String) {
-        let new = ranks.difference(&self.all);
-        if !new.is_empty() {
-            self.all.union_with(&new);
-            self.entries.push((new, reason));
-        }
+/// The lost ranks among `ranks`, by reason; the rest as lost without a known reason.
+fn lost_report(lost: &LostRanks, ranks: &RankSet) -> Vec<(RankSet, String)> {
+    let mut out = lost.among(ranks);
+    let unknown = ranks.difference(lost.ranks());
+    if !unknown.is_empty() {
+        out.push((unknown, "no answer (lost earlier or the stream closed)".into()));
     }
-
-    /// The lost ranks among `ranks`, by reason; the rest as lost without a known reason.
-    fn report(&self, ranks: &RankSet) -> Vec<(RankSet, String)> {
-        let mut out = Vec::new();
-        for (lost, reason) in &self.entries {
-            let mine = lost.intersection(ranks);
-            if !mine.is_empty() {
-                out.push((mine, reason.clone()));
-            }
-        }
-        let unknown = ranks.difference(&self.all);
-        if !unknown.is_empty() {
-            out.push((unknown, "no answer (lost earlier or the stream closed)".into()));
-        }
-        out
-    }
+    out
 }
 
 /// Final answers of one transfer, grouped by outcome and detail.
@@ -289,7 +289,13 @@ struct Gathered {
 struct Sender<'n> {
     net: &'n mut Network,
     options: FileOptions,
-    lost: LostLog,
+    /// The network's lost ranks when last looked at.
+    lost: LostRanks,
+    /// Changes of the network's lost ranks, so waits end when a rank is lost.
+    lost_watch: watch::Receiver<LostRanks>,
+    /// Set once the tree took no packet in time: later entries do not touch the tree,
+    /// since sending anything more (even making a stream) would wait on the same link.
+    stalled: Option<String>,
     /// How long a comm node holds a partial wave of answers before sending it up.
     wave: Duration,
     /// The most the waves of the tree's levels can add to a rank's answer.
@@ -302,7 +308,19 @@ impl<'n> Sender<'n> {
         // that answers arriving close together travel as one class.
         let wave = (options.timeout / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));
         let levels = net.topology().depth() as u32 + 1;
-        Sender { net, options, lost: LostLog::default(), wave, slack: wave * levels }
+        let lost_watch = net.lost_watch();
+        let lost = lost_watch.borrow().clone();
+        Sender { net, options, lost, lost_watch, stalled: None, wave, slack: wave * levels }
+    }
+
+    /// Takes the network's lost ranks as they are now.
+    fn refresh_lost(&mut self) {
+        self.lost = self.lost_watch.borrow_and_update().clone();
+    }
+
+    /// The ranks of `ranks` not lost.
+    fn live(&self, ranks: &RankSet) -> RankSet {
+        ranks.difference(self.lost.ranks())
     }
 
     fn stream_options(&self) -> StreamOptions {
@@ -334,18 +352,36 @@ impl<'n> Sender<'n> {
         progress: &mut impl FnMut(Progress<'_>),
     ) -> Result<FileReport, ApiError> {
         let started = Instant::now();
-        let file = match src.kind {
-            EntryKind::File => Some(open(&mut src).await?),
-            _ => None,
+        self.refresh_lost();
+        let mut answers = Answers::default();
+        // None: the entry is not sent, and its ranks failed.
+        let file = match (&self.stalled, src.kind) {
+            (Some(stall), _) => {
+                let detail = format!("not sent: {stall}, earlier in this call");
+                answers.add(Outcome::Failed, detail, &self.live(comm.ranks()));
+                None
+            }
+            (None, EntryKind::File) => match open(&mut src).await {
+                Ok(file) => Some(Some(file)),
+                Err(e) => {
+                    answers.add(Outcome::Failed, vanished(&src.source, &e), &self.live(comm.ranks()));
+                    None
+                }
+            },
+            (None, _) => Some(None),
         };
         progress(Progress::Started { index, entry, size: src.size });
-        let mut answers = Answers::default();
-        let (receivers, data) = self.status_phase(comm, &src, &mut answers).await?;
+        let mut receivers = RankSet::new();
         let mut hash = String::new();
-        if let (Some(file), Some(data)) = (file, data) {
-            let send = Transfer { src: &src, index, file, data, receivers: receivers.clone() };
-            hash = self.data_phase(send, &mut answers, progress).await?;
+        if let Some(file) = file {
+            let data;
+            (receivers, data) = self.status_phase(comm, &src, &mut answers).await?;
+            if let (Some(file), Some(data)) = (file, data) {
+                let send = Transfer { src: &src, index, file, data, receivers: receivers.clone() };
+                hash = self.data_phase(send, &mut answers, progress).await?;
+            }
         }
+        self.refresh_lost();
         let mut outcomes = answers.outcomes;
         outcomes.sort_by_key(|o| (o.outcome, o.ranks.first()));
         let Source { kind, source, destination, size, .. } = src;
@@ -356,7 +392,7 @@ impl<'n> Sender<'n> {
             size,
             hash,
             receivers,
-            lost: self.lost.report(&comm.ranks().difference(&answers.accounted)),
+            lost: lost_report(&self.lost, &comm.ranks().difference(&answers.accounted)),
             outcomes,
             elapsed: started.elapsed(),
         })
@@ -371,7 +407,11 @@ impl<'n> Sender<'n> {
         answers: &mut Answers,
     ) -> Result<(RankSet, Option<Stream>), ApiError> {
         let limit = self.options.timeout;
-        let mut status = self.net.new_stream(comm, self.stream_options()).await?;
+        // Making a stream sends a control message down: it waits on the same links.
+        let Some(mut status) = within(limit, self.net.new_stream(comm, self.stream_options())).await? else {
+            self.stall(comm.ranks(), answers);
+            return Ok((RankSet::new(), None));
+        };
         let values = [
             Value::Str(utf8(&src.source)?),
             Value::ULong(src.mtime),
@@ -381,9 +421,10 @@ impl<'n> Sender<'n> {
             Value::UInt(src.perm),
             Value::Int(src.kind.code()),
             Value::Str(src.target.clone()),
+            Value::UInt(if src.exact { FLAG_EXACT } else { 0 }),
         ];
         if within(limit, status.send(FILE_STATUS, STATUS_FORMAT, &values)).await?.is_none() {
-            answers.add(Outcome::Failed, self.stalled(), &comm.ranks().difference(&self.lost.all));
+            self.stall(comm.ranks(), answers);
             close(status, limit).await;
             return Ok((RankSet::new(), None));
         }
@@ -395,21 +436,28 @@ impl<'n> Sender<'n> {
         if !gathered.silent.is_empty() {
             answers.add(Outcome::Failed, self.no_answer("to the status packet"), &gathered.silent);
         }
-        let receivers = receivers.difference(&self.lost.all);
+        let receivers = self.live(&receivers);
         // Links and directories are done at the status; only files have data.
         let data = if receivers.is_empty() || src.kind != EntryKind::File {
             None
         } else {
             let comm = self.net.communicator(receivers.clone())?;
-            Some(self.net.new_stream(&comm, self.stream_options()).await?)
+            match within(limit, self.net.new_stream(&comm, self.stream_options())).await? {
+                Some(data) => Some(data),
+                None => {
+                    self.stall(&receivers, answers);
+                    close(status, limit).await;
+                    return Ok((receivers, None));
+                }
+            }
         };
         let open = [Value::UInt(data.as_ref().map_or(0, Stream::id)), Value::Str(receivers.to_string())];
         let opened = within(limit, status.send(FILE_OPEN, OPEN_FORMAT, &open)).await?.is_some();
-        close(status, limit).await;
+        self.close(status).await;
         match data {
             Some(data) if opened => Ok((receivers, Some(data))),
             Some(data) => {
-                answers.add(Outcome::Failed, self.stalled(), &receivers);
+                self.stall(&receivers, answers);
                 close(data, limit).await;
                 Ok((receivers, None))
             }
@@ -452,7 +500,9 @@ impl<'n> Sender<'n> {
             }
             hasher.update(&payload[payload.len() - filled..]);
             if within(limit, data.send_encoded(FILE_CHUNK, payload)).await?.is_none() {
-                return self.stall(data, &receivers, answers).await;
+                self.stall(&receivers, answers);
+                close(data, limit).await;
+                return Ok(String::new());
             }
             sent += filled as u64;
             progress(Progress::Sent { index, sent, size: src.size });
@@ -466,12 +516,14 @@ impl<'n> Sender<'n> {
         let hash = hasher.finalize().to_hex().to_string();
         let end = [Value::Str(hash.clone()), Value::ULong(sent), Value::Str(abort)];
         if within(limit, data.send(FILE_END, END_FORMAT, &end)).await?.is_none() {
-            return self.stall(data, &receivers, answers).await;
+            self.stall(&receivers, answers);
+            close(data, limit).await;
+            return Ok(String::new());
         }
         // Renaming into place comes after flushing the file to disk, which for a large
         // file can take long after the last chunk: allow 1 s per 32 MiB on top.
         let flush = Duration::from_secs(src.size >> 25);
-        let gathered = self.gather(&mut data, &receivers, limit + flush).await?;
+        let gathered = self.gather(&mut data, &receivers, limit.saturating_add(flush)).await?;
         for class in gathered.classes {
             answers.add_class(class, None);
         }
@@ -479,20 +531,26 @@ impl<'n> Sender<'n> {
             let when = format!("(+{} s to flush) after the last chunk", flush.as_secs());
             answers.add(Outcome::Failed, self.no_answer(&when), &gathered.silent);
         }
-        close(data, limit).await;
+        self.close(data).await;
         Ok(hash)
     }
 
-    /// The tree stopped taking packets: every receiver still connected failed.
-    async fn stall(
-        &mut self,
-        data: Stream,
-        receivers: &RankSet,
-        answers: &mut Answers,
-    ) -> Result<String, ApiError> {
-        answers.add(Outcome::Failed, self.stalled(), &receivers.difference(&self.lost.all));
-        close(data, self.options.timeout).await;
-        Ok(String::new())
+    /// The tree stopped taking packets: every rank of `ranks` still connected failed,
+    /// and the entries after this one are not sent.
+    fn stall(&mut self, ranks: &RankSet, answers: &mut Answers) {
+        // Ranks lost while the tree was stuck (perhaps why it was) are reported lost.
+        self.refresh_lost();
+        let stall = self.stalled();
+        answers.add(Outcome::Failed, stall.clone(), &self.live(ranks));
+        self.stalled = Some(stall);
+    }
+
+    /// Closes a stream; when the tree takes no control message in time, later entries
+    /// are not sent (see [`Sender::stalled`]).
+    async fn close(&mut self, stream: Stream) {
+        if !close(stream, self.options.timeout).await {
+            self.stalled = Some(self.stalled());
+        }
     }
 
     /// Reads answers from `expect` until each answered or was lost, or `limit` (plus
@@ -503,11 +561,12 @@ impl<'n> Sender<'n> {
         expect: &RankSet,
         limit: Duration,
     ) -> Result<Gathered, ApiError> {
-        let deadline = tokio::time::Instant::now() + limit + self.slack;
-        let mut missing = expect.difference(&self.lost.all);
+        let deadline = deadline_after(limit.saturating_add(self.slack));
+        self.refresh_lost();
+        let mut missing = self.live(expect);
         let mut classes = Vec::new();
         let mut timed_out = false;
-        let mut events_open = true;
+        let mut watching = true;
         while !missing.is_empty() {
             tokio::select! {
                 packet = stream.recv() => match packet {
@@ -518,13 +577,13 @@ impl<'n> Sender<'n> {
                     Err(ApiError::StreamClosed(_)) => break,
                     Err(e) => return Err(e),
                 },
-                event = self.net.next_event(), if events_open => match event {
-                    Some(Event::RanksLost { ranks, reason }) => {
-                        self.lost.add(ranks, reason);
-                        missing = missing.difference(&self.lost.all);
+                changed = self.lost_watch.changed(), if watching => match changed {
+                    Ok(()) => {
+                        self.lost = self.lost_watch.borrow_and_update().clone();
+                        missing = missing.difference(self.lost.ranks());
                     }
-                    Some(_) => {}
-                    None => events_open = false,
+                    // The root task ended: the stream closes too, or the deadline passes.
+                    Err(_) => watching = false,
                 },
                 () = tokio::time::sleep_until(deadline) => {
                     timed_out = true;
@@ -533,12 +592,8 @@ impl<'n> Sender<'n> {
             }
         }
         // Losses reported while the last answers came in.
-        while let Some(event) = self.net.try_event() {
-            if let Event::RanksLost { ranks, reason } = event {
-                self.lost.add(ranks, reason);
-            }
-        }
-        let silent = if timed_out { missing.difference(&self.lost.all) } else { RankSet::new() };
+        self.refresh_lost();
+        let silent = if timed_out { self.live(&missing) } else { RankSet::new() };
         Ok(Gathered { classes, silent })
     }
 }
@@ -569,10 +624,21 @@ async fn open(src: &mut Source) -> Result<tokio::fs::File, SourceError> {
     Ok(file)
 }
 
+/// Why an entry whose source passed the check before the call is not sent.
+fn vanished(path: &Path, e: &SourceError) -> String {
+    match e {
+        SourceError::Open { source, .. } | SourceError::Stat { source, .. } => {
+            format!("source {} vanished: {source}", path.display())
+        }
+        other => format!("source {} changed after it was checked: {other}", path.display()),
+    }
+}
+
 /// The head of a [`FILE_CHUNK`] payload (`%uld %b`) for `len` bytes at `offset`.
-fn chunk_head(offset: u64, len: usize, out: &mut Vec<u8>) {
+fn chunk_head(offset: u64, len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
     encode_values(&[Value::ULong(offset)], out);
-    encode_bytes_head(len, out);
+    // Cannot fail: chunks are at most MAX_CHUNK, far below what a frame carries.
+    encode_bytes_head(len, out).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
 }
 
 /// Reads up to `chunk` bytes at `offset` straight into a [`FILE_CHUNK`] payload, so
@@ -585,7 +651,7 @@ async fn read_chunk(
     chunk: usize,
 ) -> std::io::Result<(Vec<u8>, usize)> {
     let mut payload = Vec::with_capacity(chunk + 16);
-    chunk_head(offset, chunk, &mut payload);
+    chunk_head(offset, chunk, &mut payload)?;
     let start = payload.len();
     let end = start + chunk;
     while payload.len() < end {
@@ -599,7 +665,7 @@ async fn read_chunk(
     let filled = payload.len() - start;
     // The same head with the length actually read; it has the same size.
     let mut head = Vec::with_capacity(start);
-    chunk_head(offset, filled, &mut head);
+    chunk_head(offset, filled, &mut head)?;
     if let Some(place) = payload.get_mut(..head.len()) {
         place.copy_from_slice(&head);
     }
@@ -617,9 +683,16 @@ async fn within<T>(
     }
 }
 
-/// Closes a stream; a tree that takes no control message within `limit` is left as it is.
-async fn close(stream: Stream, limit: Duration) {
-    let _ = tokio::time::timeout(limit, stream.close()).await;
+/// Closes a stream; a tree that takes no control message within `limit` is left as it
+/// is, and false is returned.
+async fn close(stream: Stream, limit: Duration) -> bool {
+    tokio::time::timeout(limit, stream.close()).await.is_ok()
+}
+
+/// `limit` from now; far in the future when that is past what an instant can hold.
+fn deadline_after(limit: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(limit).unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 #[cfg(test)]
@@ -644,5 +717,27 @@ mod tests {
             offset += filled as u64;
         }
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_regular_file_sent_as_a_link_is_named_a_regular_file() {
+        let path = std::env::temp_dir().join(format!("treecast-kind-{}", std::process::id()));
+        std::fs::write(&path, b"x").unwrap();
+        let err = inspect(&FileEntry::symlink(&path, "/d/x")).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        let text = err.to_string();
+        assert!(text.contains("is a regular file, not a symbolic link"), "{text}");
+    }
+
+    #[test]
+    fn a_zero_or_huge_time_limit_is_refused_before_anything_is_sent() {
+        for timeout in [Duration::ZERO, Duration::from_secs(u64::MAX), super::super::MAX_TIMEOUT * 2] {
+            let options = FileOptions { timeout, ..FileOptions::default() };
+            assert!(matches!(options.validate(), Err(SourceError::Timeout(_))), "{timeout:?}");
+        }
+        let options = FileOptions { timeout: super::super::MAX_TIMEOUT, ..FileOptions::default() };
+        options.validate().unwrap();
+        // Deadlines from the largest values do not overflow.
+        let _ = deadline_after(Duration::MAX);
     }
 }
