@@ -171,10 +171,18 @@ async fn two_hundred_megabytes_arrive_byte_identical_at_every_rank() {
     let comm = net.broadcast_communicator();
     let entries = [FileEntry::file(&src, Some(PathBuf::from("/proc/self/cwd/copy.bin")))];
     let options = FileOptions::default();
-    let transfer = bcast_files(&mut net, &comm, &entries, &options, |_| {});
+    let mut ranks_done = Vec::new();
+    let transfer = bcast_files(&mut net, &comm, &entries, &options, |p| {
+        if let Progress::Ranks { done, total, .. } = p {
+            ranks_done.push((done, total));
+        }
+    });
     let r = tokio::time::timeout(Duration::from_secs(300), transfer).await.unwrap().unwrap().pop().unwrap();
     assert!(r.ok(), "{r:?}");
     assert_eq!(r.ranks_with(Outcome::Written), all(&net), "every rank writes its own copy: {r:?}");
+    assert_eq!(ranks_done.first(), Some(&(0, 4)), "nobody is done before the data: {ranks_done:?}");
+    assert_eq!(ranks_done.last(), Some(&(4, 4)), "the progress ends with every rank: {ranks_done:?}");
+    assert!(ranks_done.windows(2).all(|w| w[0].0 <= w[1].0), "{ranks_done:?}");
     assert_eq!(r.hash, want.to_hex().as_str());
     for rank in 0..4 {
         let copy = dir.path(&format!("rank{rank}/copy.bin"));

@@ -320,7 +320,7 @@ pub fn render_total(t: &TreeReport) -> String {
     out
 }
 
-/// A progress bar per file (bytes sent, rate, time left) and each file's summary as it completes.
+/// A progress bar per file (bytes sent, rate, time left, ranks done) and each file's summary as it completes.
 struct Display {
     show_bar: bool,
     json: bool,
@@ -335,7 +335,7 @@ impl Display {
             Progress::Started { entry, size, .. } if self.show_bar && entry.kind == EntryKind::File => {
                 let bar = ProgressBar::new(size);
                 let style = ProgressStyle::with_template(
-                    "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+                    "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta} {prefix}",
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> ");
@@ -346,6 +346,11 @@ impl Display {
             Progress::Sent { sent, .. } => {
                 if let Some(bar) = &self.bar {
                     bar.set_position(sent);
+                }
+            }
+            Progress::Ranks { done, total, .. } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_prefix(format!("{done}/{total} ranks done"));
                 }
             }
             Progress::Done { report, .. } => {

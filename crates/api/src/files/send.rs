@@ -86,6 +86,16 @@ pub enum Progress<'a> {
         /// Bytes in the file.
         size: u64,
     },
+    /// More ranks have their final outcome for entry `index` (skipped or failed at the
+    /// status, written or failed after the data, or lost).
+    Ranks {
+        /// Position in the entries.
+        index: usize,
+        /// Ranks done so far.
+        done: u64,
+        /// Ranks of the communicator.
+        total: u64,
+    },
     /// Entry `index` is done.
     Done {
         /// Position in the entries.
@@ -323,6 +333,11 @@ impl<'n> Sender<'n> {
         ranks.difference(self.lost.ranks())
     }
 
+    /// How many ranks of `ranks` are done: answered for good, or lost.
+    fn finished(&self, ranks: &RankSet, answered: &RankSet) -> u64 {
+        ranks.len() - self.live(ranks).difference(answered).len()
+    }
+
     fn stream_options(&self) -> StreamOptions {
         let ms = u32::try_from(self.wave.as_millis()).unwrap_or(u32::MAX);
         StreamOptions { sync: SyncMode::TimeOut(ms), up: TransformKind::EqClass, down: TransformKind::Null }
@@ -376,8 +391,12 @@ impl<'n> Sender<'n> {
         if let Some(file) = file {
             let data;
             (receivers, data) = self.status_phase(comm, &src, &mut answers).await?;
+            let total = comm.ranks().len();
+            let done = self.finished(comm.ranks(), &answers.accounted);
+            progress(Progress::Ranks { index, done, total });
             if let (Some(file), Some(data)) = (file, data) {
-                let send = Transfer { src: &src, index, file, data, receivers: receivers.clone() };
+                let ranks = comm.ranks().clone();
+                let send = Transfer { src: &src, index, file, data, receivers: receivers.clone(), ranks };
                 hash = self.data_phase(send, &mut answers, progress).await?;
             }
         }
@@ -428,7 +447,7 @@ impl<'n> Sender<'n> {
             close(status, limit).await;
             return Ok((RankSet::new(), None));
         }
-        let gathered = self.gather(&mut status, comm.ranks(), limit).await?;
+        let gathered = self.gather(&mut status, comm.ranks(), limit, &mut |_: &Self, _: &RankSet| {}).await?;
         let mut receivers = RankSet::new();
         for class in gathered.classes {
             answers.add_class(class, Some(&mut receivers));
@@ -477,7 +496,7 @@ impl<'n> Sender<'n> {
         answers: &mut Answers,
         progress: &mut impl FnMut(Progress<'_>),
     ) -> Result<String, ApiError> {
-        let Transfer { src, index, mut file, mut data, receivers } = t;
+        let Transfer { src, index, mut file, mut data, receivers, ranks } = t;
         let limit = self.options.timeout;
         let mut hasher = blake3::Hasher::new();
         let mut sent: u64 = 0;
@@ -523,7 +542,15 @@ impl<'n> Sender<'n> {
         // Renaming into place comes after flushing the file to disk, which for a large
         // file can take long after the last chunk: allow 1 s per 32 MiB on top.
         let flush = Duration::from_secs(src.size >> 25);
-        let gathered = self.gather(&mut data, &receivers, limit.saturating_add(flush)).await?;
+        let total = ranks.len();
+        let before = answers.accounted.clone();
+        let mut done = |sender: &Self, answered: &RankSet| {
+            let mut all = before.clone();
+            all.union_with(answered);
+            let done = sender.finished(&ranks, &all);
+            progress(Progress::Ranks { index, done, total });
+        };
+        let gathered = self.gather(&mut data, &receivers, limit.saturating_add(flush), &mut done).await?;
         for class in gathered.classes {
             answers.add_class(class, None);
         }
@@ -555,25 +582,32 @@ impl<'n> Sender<'n> {
 
     /// Reads answers from `expect` until each answered or was lost, or `limit` (plus
     /// what the tree's levels may add) passed.
+    /// `answered` is told, after each packet, every rank that answered so far.
     async fn gather(
         &mut self,
         stream: &mut Stream,
         expect: &RankSet,
         limit: Duration,
+        answered: &mut impl FnMut(&Self, &RankSet),
     ) -> Result<Gathered, ApiError> {
         let deadline = deadline_after(limit.saturating_add(self.slack));
         self.refresh_lost();
         let mut missing = self.live(expect);
         let mut classes = Vec::new();
+        let mut got = RankSet::new();
         let mut timed_out = false;
         let mut watching = true;
         while !missing.is_empty() {
             tokio::select! {
                 packet = stream.recv() => match packet {
-                    Ok(p) => for class in p.eq_classes()? {
-                        missing = missing.difference(&class.ranks);
-                        classes.push(class);
-                    },
+                    Ok(p) => {
+                        for class in p.eq_classes()? {
+                            missing = missing.difference(&class.ranks);
+                            got.union_with(&class.ranks);
+                            classes.push(class);
+                        }
+                        answered(self, &got);
+                    }
                     Err(ApiError::StreamClosed(_)) => break,
                     Err(e) => return Err(e),
                 },
@@ -605,6 +639,8 @@ struct Transfer<'a> {
     file: tokio::fs::File,
     data: Stream,
     receivers: RankSet,
+    /// Every rank of the communicator, for progress reports.
+    ranks: RankSet,
 }
 
 /// Opens a file entry and reads size, mtime and mode from the open file, so they
