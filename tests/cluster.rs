@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::random_bytes;
+use common::{random_bytes, TestDir};
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -80,25 +80,6 @@ impl Drop for Cluster {
 
 fn text(out: &Output) -> String {
     format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
-
-/// A directory under /tmp, seen by every test host (they share this file system),
-/// removed when dropped, even when a scenario fails.
-struct SharedDir(std::path::PathBuf);
-
-impl SharedDir {
-    fn new(name: &str) -> SharedDir {
-        let dir = std::env::temp_dir().join(format!("treecast-cluster-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        SharedDir(dir)
-    }
-}
-
-impl Drop for SharedDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn this_host() -> String {
@@ -193,11 +174,11 @@ fn multi_host_cluster() {
     // `treecast bcast` of a 20 MB file over ssh to every host. The hosts share this
     // file system, so each rank either writes the file or finds it already written
     // by a faster rank (same size and mtime: skipped-shared).
-    let dir = SharedDir::new("bcast");
-    let src = dir.0.join("src.bin");
+    let dir = TestDir::new("bcast");
+    let src = dir.path("src.bin");
     let data = random_bytes(20 << 20);
     std::fs::write(&src, &data).unwrap();
-    let out_dir = dir.0.join("out");
+    let out_dir = dir.path("out");
     std::fs::create_dir(&out_dir).unwrap();
     let out = Command::new(TREECAST)
         .arg("bcast")

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{assert_no_leftovers, random_bytes};
+use common::{assert_no_leftovers, random_bytes, TestDir};
 use treecast::apps::protocol::{TAG_DIE, TAG_STALL};
 use treecast_api::{
     bcast_file, bcast_files, ApiError, FileEntry, FileOptions, FileReport, Network, NetworkBuilder, Outcome,
@@ -36,28 +36,6 @@ async fn finish(net: Network) {
     let needle = format!("TREECAST_SESSION={}", net.session());
     net.shutdown().await;
     assert_no_leftovers(&needle);
-}
-
-/// A fresh directory for one test, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("treecast-files-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn set_mtime(path: &Path, time: SystemTime) {
@@ -99,7 +77,7 @@ fn all(net: &Network) -> RankSet {
 
 #[tokio::test]
 async fn every_size_is_copied_exactly_to_every_rank() {
-    let dir = TempDir::new("sizes");
+    let dir = TestDir::new("sizes");
     let mut net = launch("kary:2", 3).await;
     for size in [0, 1, CHUNK, CHUNK + 1, 3 * CHUNK, 3_000_000 + 17] {
         let data = random_bytes(size);
@@ -113,7 +91,7 @@ async fn every_size_is_copied_exactly_to_every_rank() {
         assert!(report.hash.len() == 64 && report.hash.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_eq!(std::fs::read(&dst).unwrap(), data, "size {size}");
     }
-    assert!(temp_files(&dir.0).is_empty(), "{:?}", temp_files(&dir.0));
+    assert!(temp_files(dir.root()).is_empty(), "{:?}", temp_files(dir.root()));
     finish(net).await;
 }
 
@@ -151,7 +129,7 @@ fn hash_file(path: &Path) -> blake3::Hash {
 #[tokio::test]
 async fn two_hundred_megabytes_arrive_byte_identical_at_every_rank() {
     const SIZE: usize = 200 << 20;
-    let dir = TempDir::new("big");
+    let dir = TestDir::new("big");
     let src = dir.path("src.bin");
     let want = write_random_file(&src, SIZE, 0x5eed_2000_0000_0001);
     // Each back-end runs in a directory of its own, and the destination goes through
@@ -159,7 +137,7 @@ async fn two_hundred_megabytes_arrive_byte_identical_at_every_rank() {
     for rank in 0..4 {
         std::fs::create_dir(dir.path(&format!("rank{rank}"))).unwrap();
     }
-    let script = format!("cd {}/rank$TREECAST_RANK && exec {TREECAST} backend", dir.0.display());
+    let script = format!("cd {}/rank$TREECAST_RANK && exec {TREECAST} backend", dir.root().display());
     let topo = Topology::from_spec("kary:2", Some(4)).unwrap();
     let mut net = NetworkBuilder::new(topo)
         .treecast_path(TREECAST)
@@ -195,7 +173,7 @@ async fn two_hundred_megabytes_arrive_byte_identical_at_every_rank() {
 
 #[tokio::test]
 async fn mode_bits_and_mtime_are_preserved_and_a_directory_takes_the_source_name() {
-    let dir = TempDir::new("meta");
+    let dir = TestDir::new("meta");
     let mut net = launch("flat", 2).await;
     let src = dir.path("tool.sh");
     std::fs::write(&src, b"#!/bin/sh\necho hi\n").unwrap();
@@ -216,7 +194,7 @@ async fn mode_bits_and_mtime_are_preserved_and_a_directory_takes_the_source_name
 
 #[tokio::test]
 async fn write_modes_leave_newer_and_overwrite() {
-    let dir = TempDir::new("modes");
+    let dir = TestDir::new("modes");
     let mut net = launch("flat", 1).await;
     let src = dir.path("src");
     let dst = dir.path("dst");
@@ -262,13 +240,13 @@ async fn write_modes_leave_newer_and_overwrite() {
     // A destination with the same size and mtime is the same file: skipped in every mode.
     let r = send(&mut net, &src, Some(&dst), WriteMode::Overwrite).await;
     assert_eq!(r.ranks_with(Outcome::SkippedShared), all(&net), "{r:?}");
-    assert!(temp_files(&dir.0).is_empty());
+    assert!(temp_files(dir.root()).is_empty());
     finish(net).await;
 }
 
 #[tokio::test]
 async fn ranks_that_see_the_source_at_its_path_skip_it() {
-    let dir = TempDir::new("shared");
+    let dir = TestDir::new("shared");
     let mut net = launch("kary:2", 4).await;
     let src = dir.path("shared.bin");
     let data = random_bytes(3 * CHUNK + 5);
@@ -284,13 +262,13 @@ async fn ranks_that_see_the_source_at_its_path_skip_it() {
     }
     assert_eq!(std::fs::read(&src).unwrap(), data);
     assert_eq!(mtime(&src), before);
-    assert!(temp_files(&dir.0).is_empty());
+    assert!(temp_files(dir.root()).is_empty());
     finish(net).await;
 }
 
 #[tokio::test]
 async fn a_missing_destination_directory_fails_every_rank_with_a_clear_message() {
-    let dir = TempDir::new("nodir");
+    let dir = TestDir::new("nodir");
     let mut net = launch("flat", 2).await;
     let src = dir.path("src");
     std::fs::write(&src, b"x").unwrap();
@@ -306,14 +284,14 @@ async fn a_missing_destination_directory_fails_every_rank_with_a_clear_message()
 
 #[tokio::test]
 async fn a_bad_source_is_an_error_before_anything_is_sent() {
-    let dir = TempDir::new("badsrc");
+    let dir = TestDir::new("badsrc");
     let mut net = launch("flat", 1).await;
     let comm = net.broadcast_communicator();
     let err =
         bcast_file(&mut net, &comm, &dir.path("absent"), None, WriteMode::Leave, CHUNK).await.unwrap_err();
     assert!(matches!(err, ApiError::Source(SourceError::Open { .. })), "{err:?}");
     assert!(err.to_string().contains("absent"), "{err}");
-    let err = bcast_file(&mut net, &comm, &dir.0, None, WriteMode::Leave, CHUNK).await.unwrap_err();
+    let err = bcast_file(&mut net, &comm, dir.root(), None, WriteMode::Leave, CHUNK).await.unwrap_err();
     assert!(matches!(err, ApiError::Source(SourceError::NotAFile { .. })), "{err:?}");
     assert!(err.to_string().contains("not a regular file (a directory)"), "{err}");
     let src = dir.path("src");
@@ -325,7 +303,7 @@ async fn a_bad_source_is_an_error_before_anything_is_sent() {
 
 #[tokio::test]
 async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destination() {
-    let dir = TempDir::new("killed");
+    let dir = TestDir::new("killed");
     let mut net = launch("flat", 2).await;
     let src = dir.path("big");
     let data = random_bytes(16 << 20);
@@ -360,7 +338,7 @@ async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destina
 
 #[tokio::test]
 async fn a_rank_that_stops_answering_fails_after_the_time_limit_and_the_others_go_on() {
-    let dir = TempDir::new("stall");
+    let dir = TestDir::new("stall");
     let mut net = launch("flat", 2).await;
     let src = dir.path("src");
     let data = random_bytes(3 * CHUNK + 1);
@@ -397,7 +375,7 @@ async fn a_rank_that_stops_answering_fails_after_the_time_limit_and_the_others_g
 
 #[tokio::test]
 async fn a_rank_missing_at_launch_is_reported_lost_at_once_not_waited_for() {
-    let dir = TempDir::new("missing-rank");
+    let dir = TestDir::new("missing-rank");
     let out = dir.path("out");
     std::fs::create_dir(&out).unwrap();
     let script = format!("if [ \"$TREECAST_RANK\" = 1 ]; then exit 1; fi; exec {TREECAST} backend");
@@ -436,7 +414,7 @@ async fn a_rank_missing_at_launch_is_reported_lost_at_once_not_waited_for() {
 
 #[tokio::test]
 async fn a_source_that_vanishes_during_the_call_fails_that_entry_and_the_rest_are_sent() {
-    let dir = TempDir::new("vanish");
+    let dir = TestDir::new("vanish");
     let out = dir.path("out");
     std::fs::create_dir(&out).unwrap();
     let names = ["a", "b", "c"];
@@ -468,7 +446,7 @@ async fn a_source_that_vanishes_during_the_call_fails_that_entry_and_the_rest_ar
 
 #[test]
 fn the_command_line_refuses_a_zero_or_huge_timeout_before_starting() {
-    let dir = TempDir::new("cli-timeout");
+    let dir = TestDir::new("cli-timeout");
     let src = dir.path("src");
     std::fs::write(&src, b"x").unwrap();
     for timeout in ["0", "1e20", "inf", "-1"] {
@@ -487,7 +465,7 @@ fn the_command_line_refuses_a_zero_or_huge_timeout_before_starting() {
 }
 
 /// A 1 MiB tmpfs mounted at a fresh directory, unmounted and removed when dropped.
-struct Tmpfs(PathBuf);
+struct Tmpfs(TestDir);
 
 impl Tmpfs {
     /// None (with a message) when not root.
@@ -497,12 +475,10 @@ impl Tmpfs {
             eprintln!("skipped: mounting a tmpfs needs root");
             return None;
         }
-        let dir = std::env::temp_dir().join(format!("treecast-files-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let guard = Tmpfs(dir);
+        let guard = Tmpfs(TestDir::new(name));
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-            .arg(&guard.0)
+            .arg(guard.0.root())
             .status()
             .unwrap();
         assert!(status.success(), "mount -t tmpfs failed");
@@ -512,18 +488,18 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
+        // Unmount before the directory is removed (fields drop after this).
+        let _ = Command::new("umount").arg(self.0.root()).status();
     }
 }
 
 #[tokio::test]
 async fn a_full_file_system_fails_every_rank_with_no_space_and_leaves_nothing() {
     let Some(full) = Tmpfs::mount("nospace") else { return };
-    let dir = TempDir::new("nospace-src");
+    let dir = TestDir::new("nospace-src");
     let src = dir.path("big");
     std::fs::write(&src, random_bytes(4 << 20)).unwrap();
-    let dst = full.0.join("big");
+    let dst = full.0.path("big");
     let mut net = launch("flat", 2).await;
     let r = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
     assert!(!r.ok());
@@ -533,13 +509,13 @@ async fn a_full_file_system_fails_every_rank_with_no_space_and_leaves_nothing() 
     }
     assert_eq!(r.outcomes.len(), 1, "the message names no rank, so ranks group: {r:?}");
     assert!(!dst.exists(), "a partial file was left under the destination name");
-    assert!(temp_files(&full.0).is_empty(), "{:?}", temp_files(&full.0));
+    assert!(temp_files(full.0.root()).is_empty(), "{:?}", temp_files(full.0.root()));
     finish(net).await;
 }
 
 #[test]
 fn the_command_line_copies_and_exits_1_on_failure() {
-    let dir = TempDir::new("cli");
+    let dir = TestDir::new("cli");
     let src = dir.path("src");
     let data = random_bytes(2 * CHUNK + 3);
     std::fs::write(&src, &data).unwrap();
@@ -583,7 +559,7 @@ fn the_command_line_copies_and_exits_1_on_failure() {
 
 #[test]
 fn the_command_line_copies_several_files_and_directory_trees() {
-    let dir = TempDir::new("tree");
+    let dir = TestDir::new("tree");
     let tree = dir.path("tool");
     std::fs::create_dir_all(tree.join("sub/deeper")).unwrap();
     std::fs::create_dir_all(tree.join("empty-dir")).unwrap();

@@ -466,30 +466,12 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
 mod tests {
     use super::*;
 
-    /// A fresh directory, removed when dropped.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Scratch {
-            let d = std::env::temp_dir().join(format!("treecast-plan-{}-{name}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            Scratch(d)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     #[test]
     fn a_relative_destination_puts_directories_and_files_in_the_same_absolute_place() {
-        let s = Scratch::new("relative");
-        std::fs::create_dir_all(s.0.join("tool/sub")).unwrap();
-        std::fs::write(s.0.join("tool/sub/f"), b"x").unwrap();
-        let plan = plan(&[s.0.join("tool")], Some(Path::new("./rel/../out")), true).unwrap();
+        let s = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(s.path().join("tool/sub")).unwrap();
+        std::fs::write(s.path().join("tool/sub/f"), b"x").unwrap();
+        let plan = plan(&[s.path().join("tool")], Some(Path::new("./rel/../out")), true).unwrap();
         let base = std::env::current_dir().unwrap().join("out");
         assert_eq!(plan.mkdirs[0].base, base, "{plan:?}");
         for e in &plan.entries {
@@ -500,15 +482,15 @@ mod tests {
 
     #[test]
     fn a_symlinked_source_keeps_its_own_name() {
-        let s = Scratch::new("symlink");
-        std::fs::write(s.0.join("liba.so.1.2"), b"x").unwrap();
-        std::os::unix::fs::symlink("liba.so.1.2", s.0.join("lib.so")).unwrap();
-        std::fs::write(s.0.join("b.so"), b"y").unwrap();
-        let sources = [s.0.join("lib.so"), s.0.join("b.so")];
+        let s = tempfile::tempdir().unwrap();
+        std::fs::write(s.path().join("liba.so.1.2"), b"x").unwrap();
+        std::os::unix::fs::symlink("liba.so.1.2", s.path().join("lib.so")).unwrap();
+        std::fs::write(s.path().join("b.so"), b"y").unwrap();
+        let sources = [s.path().join("lib.so"), s.path().join("b.so")];
         let plan = plan(&sources, Some(Path::new("/d")), false).unwrap();
         let dsts: Vec<_> = plan.entries.iter().map(|e| e.destination.clone().unwrap()).collect();
         assert_eq!(dsts, [PathBuf::from("/d/lib.so"), PathBuf::from("/d/b.so")]);
         assert!(plan.entries.iter().all(|e| e.exact), "DST/NAME is exact: {plan:?}");
-        assert_eq!(name_of(&s.0.join("sub/..").join("b.so")).unwrap(), "b.so");
+        assert_eq!(name_of(&s.path().join("sub/..").join("b.so")).unwrap(), "b.so");
     }
 }

@@ -1,9 +1,10 @@
-//! Helpers shared by the end-to-end test binaries: finding processes a test left behind.
+//! Helpers shared by the end-to-end test binaries: finding processes a test left
+//! behind, and scratch directories.
 
 // Each test binary uses a different subset of these.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -90,4 +91,24 @@ pub(crate) fn random_bytes(n: usize) -> Vec<u8> {
     }
     data.truncate(n);
     data
+}
+
+/// A fresh directory under the system's temporary directory, removed when dropped
+/// (also when the test fails).
+pub(crate) struct TestDir(tempfile::TempDir);
+
+impl TestDir {
+    pub(crate) fn new(name: &str) -> TestDir {
+        TestDir(tempfile::Builder::new().prefix(&format!("treecast-{name}-")).tempdir().unwrap())
+    }
+
+    /// The directory itself.
+    pub(crate) fn root(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// `name` inside the directory.
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
 }

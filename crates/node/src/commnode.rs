@@ -340,7 +340,7 @@ async fn up_loop(
 }
 
 /// A frame granting `packets` more data frames on `stream` to the child that receives it.
-pub fn credit_frame(stream: u32, packets: u32) -> Frame {
+fn credit_frame(stream: u32, packets: u32) -> Frame {
     Frame::new(FrameHeader::credit(stream, packets), bytes::Bytes::new())
 }
 

@@ -29,7 +29,7 @@ mod upstream;
 
 pub use children::{start_children, AttachSink, ChildLink, ChildSet, LaunchPlan};
 pub use commnode::{
-    connect_parent, connect_to, credit_frame, remote_from_env, run_comm_node, send_credit, sleep_until_opt,
+    connect_parent, connect_to, remote_from_env, run_comm_node, send_credit, sleep_until_opt,
     unix_links_from_env,
 };
 pub use downstream::Downstream;

@@ -159,8 +159,8 @@ impl Upstream {
     /// `stream`: sends what was held.
     pub fn on_credit(&mut self, stream: u32, packets: u32) -> Vec<UpOutput> {
         let Some(s) = self.streams.get_mut(&stream) else { return Vec::new() };
-        s.credit += i64::from(packets);
-        self.reduce(stream, Vec::new())
+        s.credit = s.credit.saturating_add(i64::from(packets));
+        s.reduce(stream, Vec::new(), &self.node, self.is_root)
     }
 
     /// Packets waiting at this node on `stream` (in wait queues or held waves).
@@ -202,6 +202,7 @@ impl Upstream {
                 };
                 // A frame waiting for its wave must not pin its link's read chunk: with the
                 // link's chunks all pinned by waves that wait on another link, both stall.
+                // Frames of any stream may also wait for credit from the parent (held waves).
                 let mut frame = frame;
                 frame.payload = bytes::Bytes::copy_from_slice(&frame.payload);
                 let waves = stream.sync.push(child, frame, now);

@@ -64,7 +64,8 @@ impl SendCredits {
     }
 
     /// Credits left on stream `id`.
-    pub fn available(&self, id: u32) -> usize {
+    #[cfg(test)]
+    fn available(&self, id: u32) -> usize {
         self.stream(id).available_permits()
     }
 }

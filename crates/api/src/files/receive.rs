@@ -618,13 +618,6 @@ mod tests {
         packet_on(1, tag, format, values)
     }
 
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("treecast-receiver-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     fn status_of(dst: &Path, size: u64, mode: WriteMode, kind: EntryKind, target: &str) -> Packet {
         status_flags(dst, size, mode, kind, target, 0)
     }
@@ -669,7 +662,8 @@ mod tests {
 
     #[test]
     fn a_verified_file_is_renamed_into_place_with_its_mode_and_mtime() {
-        let d = dir("ok");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let dst = d.join("f");
         let mut r = FileReceiver::new();
         assert_eq!(r.on_status(&status(&dst, 6, WriteMode::Leave), 1), Decision::Receive);
@@ -682,13 +676,13 @@ mod tests {
         let meta = std::fs::metadata(&dst).unwrap();
         assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
         assert_eq!(mtime_ns(&meta), 1_000_000_000);
-        assert_eq!(entries(&d), 1);
-        let _ = std::fs::remove_dir_all(d);
+        assert_eq!(entries(d), 1);
     }
 
     #[test]
     fn a_checksum_mismatch_fails_and_leaves_nothing() {
-        let d = dir("mismatch");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let dst = d.join("f");
         let mut r = FileReceiver::new();
         r.on_status(&status(&dst, 3, WriteMode::Leave), 1);
@@ -697,13 +691,13 @@ mod tests {
         let (outcome, detail) = r.on_end(&end(&wrong, 3, "")).unwrap();
         assert_eq!(outcome, Outcome::Failed);
         assert!(detail.contains("checksum mismatch"), "{detail}");
-        assert_eq!(entries(&d), 0);
-        let _ = std::fs::remove_dir_all(d);
+        assert_eq!(entries(d), 0);
     }
 
     #[test]
     fn out_of_order_chunks_an_abort_or_a_drop_leave_nothing() {
-        let d = dir("order");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let dst = d.join("f");
         let mut r = FileReceiver::new();
         r.on_status(&status(&dst, 6, WriteMode::Leave), 1);
@@ -711,7 +705,7 @@ mod tests {
         let (outcome, detail) = r.on_end(&end("x", 6, "")).unwrap();
         assert_eq!(outcome, Outcome::Failed);
         assert!(detail.contains("offset 3"), "{detail}");
-        assert_eq!(entries(&d), 0);
+        assert_eq!(entries(d), 0);
 
         let mut r = FileReceiver::new();
         r.on_status(&status(&dst, 6, WriteMode::Leave), 2);
@@ -719,20 +713,20 @@ mod tests {
         let (outcome, detail) = r.on_end(&end("x", 3, "the source shrank")).unwrap();
         assert_eq!(outcome, Outcome::Failed);
         assert!(detail.contains("the source shrank"), "{detail}");
-        assert_eq!(entries(&d), 0);
+        assert_eq!(entries(d), 0);
 
         let mut r = FileReceiver::new();
         r.on_status(&status(&dst, 6, WriteMode::Leave), 3);
         r.on_chunk(&chunk(0, b"abc"));
-        assert_eq!(entries(&d), 1);
+        assert_eq!(entries(d), 1);
         drop(r);
-        assert_eq!(entries(&d), 0);
-        let _ = std::fs::remove_dir_all(d);
+        assert_eq!(entries(d), 0);
     }
 
     #[test]
     fn a_skip_is_answered_once_at_the_status() {
-        let d = dir("skip");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let dst = d.join("f");
         std::fs::write(&dst, b"old").unwrap();
         let mut r = FileReceiver::new();
@@ -741,7 +735,6 @@ mod tests {
         r.on_chunk(&chunk(0, b"abcdef"));
         assert_eq!(r.on_end(&end("x", 6, "")), None);
         assert_eq!(std::fs::read(&dst).unwrap(), b"old");
-        let _ = std::fs::remove_dir_all(d);
     }
 
     fn open(status_stream: u32, data: u32, ranks: &str) -> Packet {
@@ -756,13 +749,14 @@ mod tests {
 
     #[test]
     fn receivers_move_to_the_data_stream_only_when_named_among_the_receivers() {
-        let d = dir("open");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let dst = d.join("f");
         let mut rs = FileReceivers::new(3);
         let answer = rs.on_packet(&on(5, &status(&dst, 3, WriteMode::Leave))).unwrap();
         assert_eq!((answer.stream, answer.tag), (5, FILE_STATUS));
         assert_eq!(answer.values[0], Value::Str("receive".into()));
-        assert_eq!(entries(&d), 1, "the temporary file is made at the status");
+        assert_eq!(entries(d), 1, "the temporary file is made at the status");
         assert_eq!(rs.on_packet(&open(5, 6, "0-2,3")), None);
         assert_eq!(rs.on_packet(&on(6, &chunk(0, b"abc"))), None);
         let hash = blake3::hash(b"abc").to_hex().to_string();
@@ -775,16 +769,16 @@ mod tests {
         // Left out of the data stream (an answer that came too late): the temporary file goes.
         let other = d.join("g");
         rs.on_packet(&on(7, &status(&other, 3, WriteMode::Leave))).unwrap();
-        assert_eq!(entries(&d), 2);
+        assert_eq!(entries(d), 2);
         assert_eq!(rs.on_packet(&open(7, 8, "0-2")), None);
-        assert_eq!(entries(&d), 1);
+        assert_eq!(entries(d), 1);
         assert!(rs.is_empty());
-        let _ = std::fs::remove_dir_all(d);
     }
 
     #[test]
     fn links_are_made_with_their_target_text_and_replaced_by_the_write_mode() {
-        let d = dir("link");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let dst = d.join("l");
         let mut r = FileReceiver::new();
         let link = |mode| status_of(&dst, 0, mode, EntryKind::Symlink, "../some/where");
@@ -802,13 +796,13 @@ mod tests {
         let over = FileReceiver::new().on_status(&link(WriteMode::Overwrite), 4);
         assert_eq!(over, Decision::Answer(Outcome::Written, String::new()));
         assert!(std::fs::symlink_metadata(&dst).unwrap().is_symlink());
-        assert_eq!(entries(&d), 1, "no temporary link left");
-        let _ = std::fs::remove_dir_all(d);
+        assert_eq!(entries(d), 1, "no temporary link left");
     }
 
     #[test]
     fn directory_attributes_are_set_on_an_existing_directory_only() {
-        let d = dir("dirattr");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let sub = d.join("sub");
         std::fs::create_dir(&sub).unwrap();
         let attrs = |p: &Path| status_of(p, 0, WriteMode::Leave, EntryKind::Directory, "");
@@ -822,7 +816,6 @@ mod tests {
         let missing = FileReceiver::new().on_status(&attrs(&d.join("missing")), 3);
         assert!(matches!(missing, Decision::Answer(Outcome::Failed, _)), "{missing:?}");
         std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let _ = std::fs::remove_dir_all(d);
     }
 
     fn temp_names(d: &Path) -> Vec<String> {
@@ -833,7 +826,8 @@ mod tests {
 
     #[test]
     fn an_existing_directory_at_an_exact_destination_fails_instead_of_taking_the_file() {
-        let d = dir("exact");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let dst = d.join("name");
         std::fs::create_dir(&dst).unwrap();
         let exact = status_flags(&dst, 3, WriteMode::Overwrite, EntryKind::File, "", FLAG_EXACT);
@@ -844,12 +838,12 @@ mod tests {
         // Without the flag (one file to a directory), the directory takes the file.
         let plain = status(&dst, 3, WriteMode::Overwrite);
         assert_eq!(FileReceiver::new().on_status(&plain, 2), Decision::Receive);
-        let _ = std::fs::remove_dir_all(d);
     }
 
     #[test]
     fn directory_attributes_are_set_through_one_handle_and_never_through_a_link() {
-        let d = dir("dirhandle");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let sub = d.join("sub");
         std::fs::create_dir(&sub).unwrap();
         // A mode without read permission for the owner: opening after the change would
@@ -881,12 +875,12 @@ mod tests {
         let Decision::Answer(Outcome::Failed, detail) = &via else { panic!("{via:?}") };
         assert!(detail.contains("is not a directory"), "{detail}");
         assert_eq!(std::fs::metadata(&sub).unwrap().permissions().mode() & 0o7777, 0o755);
-        let _ = std::fs::remove_dir_all(d);
     }
 
     #[test]
     fn leave_mode_keeps_a_file_that_appeared_during_the_transfer() {
-        let d = dir("leave-race");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let dst = d.join("f");
         let mut r = FileReceiver::new();
         assert_eq!(r.on_status(&status(&dst, 3, WriteMode::Leave), 1), Decision::Receive);
@@ -897,7 +891,7 @@ mod tests {
         assert_eq!(outcome, Outcome::SkippedLeave, "{detail}");
         assert!(detail.contains("appeared during the transfer"), "{detail}");
         assert_eq!(std::fs::read(&dst).unwrap(), b"someone else's");
-        assert_eq!(entries(&d), 1, "no temporary file left");
+        assert_eq!(entries(d), 1, "no temporary file left");
 
         // The same file put there by another rank (a shared file system) counts as shared.
         let other = d.join("g");
@@ -912,7 +906,7 @@ mod tests {
         let (outcome, detail) = second.on_end(&end(&hash, 3, "")).unwrap();
         assert_eq!(outcome, Outcome::SkippedShared, "{detail}");
         assert_eq!(std::fs::read(&other).unwrap(), b"abc");
-        assert!(temp_names(&d).is_empty(), "{:?}", temp_names(&d));
+        assert!(temp_names(d).is_empty(), "{:?}", temp_names(d));
 
         // A link in leave mode is not made over something that appeared either.
         let link = d.join("l");
@@ -923,36 +917,36 @@ mod tests {
             Decision::Answer(Outcome::SkippedLeave, _)
         ));
         assert_eq!(std::fs::read(&link).unwrap(), b"x");
-        let _ = std::fs::remove_dir_all(d);
     }
 
     #[test]
     fn a_closed_stream_drops_its_transfer_and_temporary_file() {
-        let d = dir("closed");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let dst = d.join("f");
         let mut rs = FileReceivers::new(0);
         rs.on_packet(&on(5, &status(&dst, 3, WriteMode::Leave))).unwrap();
-        assert_eq!(temp_names(&d).len(), 1);
+        assert_eq!(temp_names(d).len(), 1);
         rs.on_stream_closed(4);
         assert_eq!(rs.len(), 1, "another stream's close changes nothing");
         rs.on_stream_closed(5);
         assert!(rs.is_empty());
-        assert!(temp_names(&d).is_empty(), "{:?}", temp_names(&d));
+        assert!(temp_names(d).is_empty(), "{:?}", temp_names(d));
 
         // Also on the data stream, after FILE_OPEN and some chunks.
         rs.on_packet(&on(7, &status(&dst, 6, WriteMode::Leave))).unwrap();
         assert_eq!(rs.on_packet(&open(7, 8, "0")), None);
         assert_eq!(rs.on_packet(&on(8, &chunk(0, b"abc"))), None);
         rs.on_stream_closed(7);
-        assert_eq!(temp_names(&d).len(), 1, "the status stream's close does not end the transfer");
+        assert_eq!(temp_names(d).len(), 1, "the status stream's close does not end the transfer");
         rs.on_stream_closed(8);
-        assert!(temp_names(&d).is_empty() && !dst.exists());
-        let _ = std::fs::remove_dir_all(d);
+        assert!(temp_names(d).is_empty() && !dst.exists());
     }
 
     #[test]
     fn temporary_names_of_long_destination_names_stay_short_and_unique() {
-        let d = dir("longname");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         // 240 bytes, multi-byte characters at the cut.
         let name: String = "é".repeat(120);
         let dst = d.join(&name);
@@ -964,7 +958,7 @@ mod tests {
             Decision::Receive,
             "same tag, same process"
         );
-        let names = temp_names(&d);
+        let names = temp_names(d);
         assert_eq!(names.len(), 2, "{names:?}");
         assert!(names.iter().all(|n| n.len() <= 255), "{names:?}");
         a.on_chunk(&chunk(0, b"abc"));
@@ -972,8 +966,7 @@ mod tests {
         assert_eq!(a.on_end(&end(&hash, 3, "")), Some((Outcome::Written, String::new())));
         assert_eq!(std::fs::read(&dst).unwrap(), b"abc");
         drop(b);
-        assert!(temp_names(&d).is_empty());
-        let _ = std::fs::remove_dir_all(d);
+        assert!(temp_names(d).is_empty());
     }
 
     #[test]
