@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json).
+"""Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
+protocol version 2.
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -131,25 +132,41 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 KINDS = {"data": 1, "control": 2, "credit": 3}
 
 
-def enc_frame(kind, flags, stream, tag, rank, ts, payload):
-    hdr = struct.pack("<BBHIiIQI", PROTOCOL_VERSION, KINDS[kind], flags, stream, tag, rank, ts, len(payload))
+def u16(n):
+    return struct.pack("<H", n)
+
+
+def u64(n):
+    return struct.pack("<Q", int(n))
+
+
+def enc_frame(kind, flags, stream, tag, rank, ts, payload, version=PROTOCOL_VERSION):
+    hdr = struct.pack("<BBHIiIQI", version, KINDS[kind], flags, stream, tag, rank, ts, len(payload))
     assert len(hdr) == 28
     return hdr + payload
 
 
+def enc_grant(packets, nbytes):
+    """A credit frame's payload: packets u32, bytes u64 (12 bytes)."""
+    return u32(packets) + u64(nbytes)
+
+
 def gen_frames():
+    # (name, kind, flags, stream, tag, rank, timestamp, payload, grant or None)
     cases = [
-        ("data empty payload", "data", 0, 1, 0, 0, 0, b""),
-        ("data int 5", "data", 0, 7, -3, 12, 1_700_000_000_123_456_789, enc_value("%d", 5)),
-        ("direct downstream", "data", 1, 2, 100, 4_000_000_000, 0, enc_value("%s", "go")),
-        ("partial avg", "data", 2, 3, 0, 0, 0, enc_value("%lf", 1.5) + enc_value("%uld", "4")),
-        ("all fields max", "data", 0xFFFF, 2**32 - 1, 2**31 - 1, 2**32 - 1, str(U64_MAX), b"\x00\x01"),
-        ("control shutdown", "control", 0, 0, 0, 0, 0, bytes([8])),
-        ("credit 64 on stream 5", "credit", 0, 5, 64, 0, 0, b""),
+        ("data empty payload", "data", 0, 1, 0, 0, 0, b"", None),
+        ("data int 5", "data", 0, 7, -3, 12, 1_700_000_000_123_456_789, enc_value("%d", 5), None),
+        ("direct downstream", "data", 1, 2, 100, 4_000_000_000, 0, enc_value("%s", "go"), None),
+        ("partial avg", "data", 2, 3, 0, 0, 0, enc_value("%lf", 1.5) + enc_value("%uld", "4"), None),
+        ("all fields max", "data", 0xFFFF, 2**32 - 1, 2**31 - 1, 2**32 - 1, str(U64_MAX), b"\x00\x01", None),
+        ("control shutdown", "control", 0, 0, 0, 0, 0, bytes([8]), None),
+        ("credit half an up window on stream 5", "credit", 0, 5, 0, 0, 0, None, (128, 512 << 10)),
+        ("credit half a down window on stream 1", "credit", 0, 1, 0, 0, 0, None, (128, 4 << 20)),
+        ("credit max", "credit", 0, 2**32 - 1, 0, 0, 0, None, (2**32 - 1, U64_MAX)),
         (
             "worked example in docs/wire-format.md",
             "data",
@@ -159,24 +176,28 @@ def gen_frames():
             12,
             0,
             enc_value("%d", 42) + enc_value("%alf", [1.5, 2.25]) + enc_value("%s", "node-3"),
+            None,
         ),
     ]
     out = []
-    for name, kind, flags, stream, tag, rank, ts, payload in cases:
+    for name, kind, flags, stream, tag, rank, ts, payload, grant in cases:
+        if grant is not None:
+            payload = enc_grant(*grant)
         wire = enc_frame(kind, flags, stream, tag, rank, int(ts), payload)
-        out.append(
-            {
-                "name": name,
-                "kind": kind,
-                "flags": flags,
-                "stream": stream,
-                "tag": tag,
-                "rank": rank,
-                "timestamp_ns": str(ts),
-                "payload_hex": payload.hex(),
-                "hex": wire.hex(),
-            }
-        )
+        case = {
+            "name": name,
+            "kind": kind,
+            "flags": flags,
+            "stream": stream,
+            "tag": tag,
+            "rank": rank,
+            "timestamp_ns": str(ts),
+            "payload_hex": payload.hex(),
+            "hex": wire.hex(),
+        }
+        if grant is not None:
+            case["grant"] = {"packets": grant[0], "bytes": str(grant[1])}
+        out.append(case)
     return out
 
 
@@ -189,31 +210,74 @@ def enc_ranks(text):
     return u32(len(ranges)) + b"".join(u32(a) + u32(b) for a, b in ranges)
 
 
+def enc_bytes_str(b):
+    """A string field from raw bytes (for invalid UTF-8)."""
+    return u32(len(b)) + b
+
+
+def enc_flag(v):
+    """A bool as one byte 0/1; an int is written as it is (for invalid vectors)."""
+    return bytes([int(v)])
+
+
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
-FILTERS = {"null": 0, "sum": 1, "min": 2, "max": 3, "avg": 4, "concat": 5, "eqclass": 6}
+ROUTES = {"unix": 0, "tcp": 1}
+LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
+PLAN_VERSION = 1
+
+
+def enc_strings(items):
+    return u32(len(items)) + b"".join(enc_str(s) for s in items)
+
+
+def enc_plan(p, version=PLAN_VERSION):
+    """The launch plan, field by field, in the order of docs/wire-format.md."""
+    out = u16(version) + enc_str(p["session"])
+    out += u32(p["node_id"]) + u32(p["first_rank"]) + u32(p["total_backends"])
+    out += enc_str(p["topology"])
+    out += enc_strings(p["backend"])
+    out += u32(len(p["env"])) + b"".join(enc_str(k) + enc_str(v) for k, v in p["env"])
+    out += u32(p["startup_timeout_ms"]) + u32(p["attach_ms"])
+    out += enc_flag(p["allow_missing"])
+    out += bytes([ROUTES.get(p["local_route"], p["local_route"])])
+    out += enc_str(p["listen"]) + enc_str(p["remote_listen"])
+    la = p["launcher"]
+    out += bytes([LAUNCHERS.get(la["kind"], la["kind"])])
+    out += enc_str(la["program"]) + enc_strings(la["args"]) + u32(la["connect_timeout_s"])
+    out += enc_str(la["remote_path"])
+    return out + u32(p["max_frame"]) + enc_str(p["log"])
+
+
+def enc_filter(f):
+    params = bytes.fromhex(f.get("params_hex", ""))
+    return enc_str(f["name"]) + u16(f["version"]) + u32(len(params)) + params
+
+
+def enc_window(w):
+    return u32(w["packets"]) + u64(w["bytes"])
+
+
+def enc_stream(m):
+    out = u32(m["id"]) + enc_ranks(m["ranks"])
+    out += bytes([SYNC[m["sync"]]]) + u32(m.get("timeout_ms", 0))
+    out += enc_filter(m["up"]) + enc_filter(m["down"])
+    return out + enc_window(m["up_window"]) + enc_window(m["down_window"])
 
 
 def enc_control(m):
     t = m["type"]
-    if t == "subtree":
-        out = bytes([1]) + enc_str(m["topology"])
-        out += u32(m["first_id"]) + u32(m["first_rank"]) + u32(m["total_backends"])
-        out += u32(len(m["backend"])) + b"".join(enc_str(a) for a in m["backend"])
-        out += u32(len(m["env"])) + b"".join(enc_str(k) + enc_str(v) for k, v in m["env"])
-        return out + u32(m["startup_timeout_ms"])
-    if t == "ready":
+    if t == "plan":
+        return bytes([1]) + enc_plan(m)
+    if t == "join":
         return bytes([2]) + enc_ranks(m["ranks"]) + u32(m["commnodes"])
     if t == "launch_failed":
         return bytes([3]) + enc_str(m["message"])
     if t == "new_stream":
-        sync = bytes([SYNC[m["sync"]]]) + u32(m.get("timeout_ms", 0))
-        return (
-            bytes([4]) + u32(m["id"]) + enc_ranks(m["ranks"]) + sync + bytes([FILTERS[m["up"]], FILTERS[m["down"]]])
-        )
+        return bytes([4]) + enc_stream(m)
     if t == "close_stream":
         return bytes([5]) + u32(m["id"])
-    if t == "ranks_lost":
-        return bytes([6]) + enc_ranks(m["ranks"]) + enc_str(m["reason"])
+    if t == "leave":
+        return bytes([6]) + enc_ranks(m["ranks"]) + enc_str(m["reason"]) + enc_flag(m["graceful"])
     if t == "filter_error":
         return bytes([7]) + u32(m["stream"]) + u32(m["rank"]) + enc_str(m["message"])
     if t == "shutdown":
@@ -221,53 +285,146 @@ def enc_control(m):
     if t == "attach_points":
         out = bytes([9]) + u32(len(m["points"]))
         return out + b"".join(u32(r) + u32(i) + enc_str(a) for r, i, a in m["points"])
+    if t == "stream_refused":
+        return bytes([10]) + u32(m["stream"]) + enc_str(m["node"]) + enc_str(m["message"])
     raise ValueError(t)
 
 
+PLAN_SSH = {
+    "type": "plan",
+    "session": "1f2e3d4c5b6a7988",
+    "node_id": 1,
+    "first_rank": 0,
+    "total_backends": 4,
+    "topology": "localhost:1 => localhost:2 ;",
+    "backend": ["/bin/tool", "-v"],
+    "env": [["A", "b"], ["OMP_NUM_THREADS", "4"]],
+    "startup_timeout_ms": 30000,
+    "attach_ms": 0,
+    "allow_missing": True,
+    "local_route": "tcp",
+    "listen": "127.0.0.1",
+    "remote_listen": "",
+    "launcher": {
+        "kind": "ssh",
+        "program": "ssh",
+        "args": ["-o", "ProxyCommand=ssh -W %h:%p gw", "-o", "BatchMode=yes"],
+        "connect_timeout_s": 10,
+        "remote_path": "/opt/treecast/bin/treecast",
+    },
+    "max_frame": 64 << 20,
+    "log": "warn",
+}
+
+PLAN_LOCAL = {
+    "type": "plan",
+    "session": "",
+    "node_id": 0,
+    "first_rank": 0,
+    "total_backends": 1,
+    "topology": "h:0 ;",
+    "backend": [],
+    "env": [],
+    "startup_timeout_ms": 0,
+    "attach_ms": 0,
+    "allow_missing": False,
+    "local_route": "unix",
+    "listen": "",
+    "remote_listen": "",
+    "launcher": {"kind": "local", "program": "", "args": [], "connect_timeout_s": 0, "remote_path": ""},
+    "max_frame": 0,
+    "log": "",
+}
+
+PLAN_SLURM = {
+    "type": "plan",
+    "session": "s\u00e9ance-7",
+    "node_id": 5,
+    "first_rank": 4096,
+    "total_backends": 2**32 - 1,
+    "topology": "n1:0 => n2:0 n3:0 ;\nn2:0 => n2:1 ;",
+    "backend": ["/usr/bin/env", "TOOL=a b", "tool"],
+    "env": [["EMPTY", ""]],
+    "startup_timeout_ms": 2**32 - 1,
+    "attach_ms": 60000,
+    "allow_missing": True,
+    "local_route": "unix",
+    "listen": "0.0.0.0",
+    "remote_listen": "10.1.2.3:7000",
+    "launcher": {
+        "kind": "slurm",
+        "program": "srun",
+        "args": ["--overlap", "--cpu-bind=none"],
+        "connect_timeout_s": 30,
+        "remote_path": "treecast",
+    },
+    "max_frame": 256 << 20,
+    "log": "treecast=debug,info",
+}
+
+WINDOW_UP = {"packets": 256, "bytes": str(1 << 20)}
+WINDOW_DOWN = {"packets": 256, "bytes": str(8 << 20)}
+
+NEW_STREAM = {
+    "type": "new_stream",
+    "id": 3,
+    "ranks": "4-7",
+    "sync": "timeout",
+    "timeout_ms": 50,
+    "up": {"name": "sum", "version": 1, "params_hex": ""},
+    "down": {"name": "null", "version": 1, "params_hex": ""},
+    "up_window": WINDOW_UP,
+    "down_window": WINDOW_DOWN,
+}
+
+NEW_STREAM_PARAMS = {
+    "type": "new_stream",
+    "id": 9,
+    "ranks": "0,2,4",
+    "sync": "wait_for_all",
+    "up": {
+        "name": "histogram",
+        "version": 2,
+        "params_hex": (enc_value("%lf", 0.0) + enc_value("%lf", 100.0) + enc_value("%ud", 10)).hex(),
+    },
+    "down": {"name": "null", "version": 1, "params_hex": ""},
+    "up_window": {"packets": 16, "bytes": str(64 << 10)},
+    "down_window": {"packets": 1, "bytes": "1"},
+}
+
 CONTROL_CASES = [
-    (
-        "subtree",
-        {
-            "type": "subtree",
-            "topology": "localhost:1 => localhost:2 ;",
-            "first_id": 1,
-            "first_rank": 0,
-            "total_backends": 4,
-            "backend": ["/bin/tool", "-v"],
-            "env": [["A", "b"]],
-            "startup_timeout_ms": 30000,
-        },
-    ),
-    (
-        "subtree generic backend",
-        {
-            "type": "subtree",
-            "topology": "h:0 ;",
-            "first_id": 0,
-            "first_rank": 0,
-            "total_backends": 1,
-            "backend": [],
-            "env": [],
-            "startup_timeout_ms": 0,
-        },
-    ),
-    ("ready", {"type": "ready", "ranks": "0-15,32", "commnodes": 5}),
-    ("ready empty", {"type": "ready", "ranks": "", "commnodes": 1}),
+    ("plan ssh with a spaced argument", PLAN_SSH),
+    ("plan local minimal", PLAN_LOCAL),
+    ("plan slurm attach", PLAN_SLURM),
+    ("join", {"type": "join", "ranks": "0-15,32", "commnodes": 5}),
+    ("join empty", {"type": "join", "ranks": "", "commnodes": 1}),
     ("launch failed", {"type": "launch_failed", "message": "node 3 on h\u00f4te: exited 1"}),
+    ("new stream", NEW_STREAM),
+    ("new stream with filter params", NEW_STREAM_PARAMS),
     (
-        "new stream",
-        {"type": "new_stream", "id": 3, "ranks": "4-7", "sync": "timeout", "timeout_ms": 50, "up": "sum", "down": "null"},
-    ),
-    (
-        "new stream eqclass",
-        {"type": "new_stream", "id": 1, "ranks": "0,2,4", "sync": "wait_for_all", "up": "eqclass", "down": "concat"},
+        "new stream plug-in filters",
+        {
+            "type": "new_stream",
+            "id": 4294967295,
+            "ranks": "0-4294967295",
+            "sync": "do_not_wait",
+            "up": {"name": "\u00e9" * 128, "version": 65535, "params_hex": "20030000000102ff"},
+            "down": {"name": "libmine.so:down", "version": 0, "params_hex": ""},
+            "up_window": {"packets": 4294967295, "bytes": str(U64_MAX)},
+            "down_window": WINDOW_DOWN,
+        },
     ),
     ("close stream", {"type": "close_stream", "id": 3}),
-    ("ranks lost", {"type": "ranks_lost", "ranks": "7", "reason": "link closed"}),
+    ("leave failed", {"type": "leave", "ranks": "7", "reason": "link closed", "graceful": False}),
+    ("leave graceful", {"type": "leave", "ranks": "0-3,8", "reason": "node 2: detached", "graceful": True}),
     ("filter error", {"type": "filter_error", "stream": 2, "rank": 1, "message": "bad"}),
     ("shutdown", {"type": "shutdown"}),
     ("attach points", {"type": "attach_points", "points": [[0, 3, "unix:@treecast-ab"], [1, 3, "10.0.0.1:4000"]]}),
     ("attach points empty", {"type": "attach_points", "points": []}),
+    (
+        "stream refused",
+        {"type": "stream_refused", "stream": 4, "node": "comm node h:2", "message": "no filter named histogram"},
+    ),
 ]
 
 
@@ -275,8 +432,30 @@ def gen_control():
     return [{"name": n, "msg": m, "hex": enc_control(m).hex()} for n, m in CONTROL_CASES]
 
 
-def hdr(kind=1, length=0, version=PROTOCOL_VERSION):
-    return struct.pack("<BBHIiIQI", version, kind, 0, 1, 0, 0, 0, length)
+def hdr(kind=1, length=0, version=PROTOCOL_VERSION, tag=0):
+    return struct.pack("<BBHIiIQI", version, kind, 0, 1, tag, 0, 0, length)
+
+
+def with_(base, **changes):
+    """A copy of a message with some fields changed; `launcher__kind=3` reaches into nested dicts."""
+    m = json.loads(json.dumps(base))
+    for key, value in changes.items():
+        d = m
+        *path, last = key.split("__")
+        for p in path:
+            d = d[p]
+        d[last] = value
+    return m
+
+
+def replace_once(data, old, new):
+    """`data` with its only occurrence of `old` replaced by `new`."""
+    assert data.count(old) == 1, (data.hex(), old.hex())
+    return data.replace(old, new)
+
+
+def stream_bytes(m):
+    return bytes([4]) + enc_stream(m)
 
 
 INVALID_CASES = [
@@ -299,35 +478,113 @@ INVALID_CASES = [
     ("values", "array count one too many", bytes([0x45]) + u32(3) + b"\x00" * 8, "Truncated"),
     ("values", "hostile string array count", bytes([0x4B]) + u32(0xFFFFFFFF) + b"\x00" * 8, "Truncated"),
     ("values", "bytes longer than payload", bytes([0x20]) + u32(4) + b"\x01\x02", "Truncated"),
-    # batch: decode_batch
-    ("batch", "bad version", hdr(version=2), "BadVersion"),
+    # batch: decode_batch (and FrameDecoder)
+    ("batch", "version 1 header", hdr(version=1), "BadVersion"),
+    ("batch", "version 1 credit frame", hdr(kind=3, version=1, tag=64), "BadVersion"),
+    ("batch", "version 0", hdr(version=0), "BadVersion"),
+    ("batch", "version 3", hdr(version=3), "BadVersion"),
     ("batch", "unknown kind", hdr(kind=4), "UnknownKind"),
+    ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),
     ("batch", "truncated header", hdr()[:27], "Truncated"),
     ("batch", "truncated payload", hdr(length=4) + b"\x01\x02", "Truncated"),
-    ("batch", "trailing partial frame", hdr() + b"\x01", "Truncated"),
+    ("batch", "trailing partial frame", hdr() + bytes([PROTOCOL_VERSION]), "Truncated"),
+    ("batch", "trailing partial header", hdr() + hdr(kind=3, length=12)[:20], "Truncated"),
+    ("batch", "trailing version 1 byte", hdr() + bytes([1]), "BadVersion"),
+    # grant: one whole credit frame (decode_batch accepts it), then Frame::grant
+    ("grant", "credit without payload", hdr(kind=3), "Truncated"),
+    ("grant", "credit with packets only", hdr(kind=3, length=4) + u32(1), "Truncated"),
+    ("grant", "credit one byte short", hdr(kind=3, length=11) + enc_grant(1, 1)[:11], "Truncated"),
+    ("grant", "credit with a trailing byte", hdr(kind=3, length=13) + enc_grant(1, 1) + b"\x00", "TrailingBytes"),
     # control: ControlMsg::decode
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
+    ("control", "tag after the last", bytes([11]), "UnknownControl"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),
     ("control", "close stream truncated", bytes([5, 1, 0]), "Truncated"),
     ("control", "ranks unsorted", bytes([2]) + u32(2) + u32(5) + u32(6) + u32(0) + u32(1) + u32(1), "Invalid"),
     ("control", "ranks adjacent", bytes([2]) + u32(2) + u32(0) + u32(1) + u32(2) + u32(3) + u32(1), "Invalid"),
     ("control", "range reversed", bytes([2]) + u32(1) + u32(3) + u32(1) + u32(1), "Invalid"),
+    ("control", "bad utf8 message", bytes([3]) + u32(1) + b"\x80", "InvalidUtf8"),
+    # plan
+    ("control", "plan version 2", bytes([1]) + enc_plan(PLAN_SSH, version=2), "Invalid"),
+    ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
+    ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
+    ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
+    ("control", "plan without its log", bytes([1]) + enc_plan(PLAN_LOCAL)[:-4], "Truncated"),
+    ("control", "plan trailing byte", bytes([1]) + enc_plan(PLAN_LOCAL) + b"\x00", "TrailingBytes"),
+    ("control", "plan allow missing 2", bytes([1]) + enc_plan(with_(PLAN_LOCAL, allow_missing=2)), "Invalid"),
+    ("control", "plan local route 2", bytes([1]) + enc_plan(with_(PLAN_SSH, local_route=2)), "Invalid"),
+    ("control", "plan launcher 3", bytes([1]) + enc_plan(with_(PLAN_SSH, launcher__kind=3)), "Invalid"),
+    (
+        "control",
+        "plan hostile argument count",
+        bytes([1]) + replace_once(enc_plan(PLAN_SSH), u32(4) + enc_str("-o"), u32(0xFFFFFFFF) + enc_str("-o")),
+        "TooLong",
+    ),
+    (
+        "control",
+        "plan bad utf8 launcher argument",
+        bytes([1])
+        + replace_once(enc_plan(PLAN_SSH), enc_str("ProxyCommand=ssh -W %h:%p gw"), enc_bytes_str(b"Proxy\xff")),
+        "InvalidUtf8",
+    ),
+    (
+        "control",
+        "v1 Subtree layout",
+        bytes([1]) + enc_str("h:0 ;") + u32(0) * 3 + u32(0) + u32(0) + u32(0),
+        "Invalid",
+    ),
+    # new stream
     (
         "control",
         "unknown sync mode",
-        bytes([4]) + u32(1) + enc_ranks("0") + bytes([3]) + u32(0) + bytes([0, 0]),
+        replace_once(stream_bytes(NEW_STREAM), bytes([1]) + u32(50), bytes([3]) + u32(50)),
         "Invalid",
     ),
     (
         "control",
-        "unknown filter",
-        bytes([4]) + u32(1) + enc_ranks("0") + bytes([0]) + u32(0) + bytes([7, 0]),
+        "v1 NewStream layout",
+        bytes([4]) + u32(1) + enc_ranks("0") + bytes([0]) + u32(0) + bytes([1, 0]),
+        "Truncated",
+    ),
+    ("control", "empty up filter name", stream_bytes(with_(NEW_STREAM, up__name="")), "Invalid"),
+    ("control", "257-byte filter name", stream_bytes(with_(NEW_STREAM, down__name="\u00e9" * 128 + "x")), "Invalid"),
+    (
+        "control",
+        "filter params longer than the message",
+        bytes([4]) + u32(1) + enc_ranks("0") + bytes([0]) + u32(0) + enc_str("sum") + u16(1) + u32(100) + b"\x05",
+        "TooLong",
+    ),
+    ("control", "zero up window packets", stream_bytes(with_(NEW_STREAM, up_window__packets=0)), "Invalid"),
+    ("control", "zero up window bytes", stream_bytes(with_(NEW_STREAM, up_window__bytes="0")), "Invalid"),
+    ("control", "zero down window", stream_bytes(with_(NEW_STREAM, down_window={"packets": 0, "bytes": "0"})), "Invalid"),
+    ("control", "down window truncated", stream_bytes(NEW_STREAM)[:-4], "Truncated"),
+    ("control", "new stream with a trailing byte", stream_bytes(NEW_STREAM) + b"\x00", "TrailingBytes"),
+    # leave
+    (
+        "control",
+        "leave graceful 2",
+        enc_control({"type": "leave", "ranks": "7", "reason": "x", "graceful": 2}),
         "Invalid",
     ),
-    ("control", "bad utf8 message", bytes([3]) + u32(1) + b"\x80", "InvalidUtf8"),
+    (
+        "control",
+        "leave graceful 255",
+        enc_control({"type": "leave", "ranks": "7", "reason": "x", "graceful": 255}),
+        "Invalid",
+    ),
+    ("control", "v1 RanksLost layout", bytes([6]) + enc_ranks("7") + enc_str("link closed"), "Truncated"),
+    # attach points, stream refused
+    ("control", "attach points hostile count", bytes([9]) + u32(0xFFFFFFFF) + b"\x00" * 12, "TooLong"),
+    ("control", "stream refused without message", bytes([10]) + u32(4) + enc_str("n"), "Truncated"),
+    (
+        "control",
+        "stream refused bad utf8 node",
+        bytes([10]) + u32(4) + enc_bytes_str(b"\xc0\xaf") + enc_str(""),
+        "InvalidUtf8",
+    ),
 ]
 
 

@@ -126,3 +126,40 @@ impl FilterError {
         }
     }
 }
+
+/// Why a stream's filter could not be made on a node: what refuses a stream at creation.
+#[derive(Error, Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// No filter of this name is registered on the node.
+    #[error("unknown filter {name:?}: this node has {known}; load the plug-in on every node or pick one of these")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The names the node has, comma-separated.
+        known: String,
+    },
+    /// The filter exists but not in the version the stream asks for.
+    #[error("filter {name:?} version {found} is not available (this node has versions {low} to {high}); run the same version on every node")]
+    Version {
+        /// The filter.
+        name: String,
+        /// The version asked for.
+        found: u16,
+        /// Oldest version available.
+        low: u16,
+        /// Newest version available.
+        high: u16,
+    },
+    /// The filter refused the stream's parameters.
+    #[error("filter {name:?} refused its parameters: {detail}")]
+    Params {
+        /// The filter.
+        name: String,
+        /// Why, in the filter's words.
+        detail: String,
+    },
+    /// The filter cannot take packets of the given format.
+    #[error(transparent)]
+    Format(FilterError),
+}

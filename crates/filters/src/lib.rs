@@ -15,6 +15,11 @@
 //!    frames to send on up (usually one), or a [`FilterError`] naming the rank of the
 //!    offending packet; [`apply_dropping_bad`] drops such packets and reduces the rest.
 //!
+//! The wire names filters by name, version and parameters; a [`FilterRegistry`]
+//! (built-ins by [`TransformKind`] name, plug-ins later) turns those names into
+//! instances when a stream is created, and refuses unknown names and bad parameters
+//! with a [`RegistryError`].
+//!
 //! A [`FilterContext`] tells the transform which stream it serves and whether the node
 //! is the root (the front-end), where the average is finished. Back-ends call
 //! [`check_format`] before sending, so a bad format fails at the source.
@@ -28,13 +33,17 @@ pub mod avg;
 mod concat;
 pub mod eqclass;
 mod error;
+mod kind;
+mod registry;
 mod spec;
 mod sync;
 
-use treecast_wire::{Format, Frame, TransformKind};
+use treecast_wire::{Format, Frame};
 
 pub use eqclass::{decode_eq_classes, eq_classes_frame};
-pub use error::FilterError;
+pub use error::{FilterError, RegistryError};
+pub use kind::{TransformKind, BUILTIN_VERSION};
+pub use registry::{FilterFactory, FilterRegistry, FormatCheck};
 pub use sync::{Synchronizer, Wave};
 
 /// What a transformation filter knows about where it runs.
@@ -45,6 +54,9 @@ pub struct FilterContext {
     /// True at the front-end (the root of the tree), where the average is finished.
     pub is_root: bool,
 }
+
+/// A filter instance that can move between threads with its node.
+pub type BoxedTransform = Box<dyn Transform>;
 
 /// A transformation filter: a wave of packets in, the packets to send on up out.
 ///

@@ -7,8 +7,6 @@
 //! * [`spawn_link`]: runs a link as two tasks, a reader that decodes frames in
 //!   batches and a writer that batches queued frames into few syscalls. Queues
 //!   are bounded; a full queue makes the sender wait, it never drops a frame.
-//! * [`SendCredits`]: a back-end's per-stream upward credits, granted by its
-//!   parent's credit frames (which the link's reader applies at once).
 //!
 //! * [`Stream`] and [`Listener`]: the routes, TCP between hosts and Unix
 //!   sockets within one; the link code is generic over the byte stream, so
@@ -16,7 +14,6 @@
 
 #![deny(unsafe_code)]
 
-mod credit;
 mod error;
 pub mod handshake;
 mod link;
@@ -24,11 +21,10 @@ mod route;
 mod secret;
 mod socket;
 
-pub use credit::{Credit, SendCredits};
 pub use error::TransportError;
 pub use link::{
-    spawn_link, spawn_socket_link, spawn_socket_link_with_credits, Inbound, LinkEvent, LinkSender,
-    LINK_CHUNKS_IN_FLIGHT, LINK_QUEUE_BYTES, LINK_QUEUE_FRAMES,
+    spawn_link, spawn_socket_link, Inbound, LinkEvent, LinkSender, LINK_CHUNKS_IN_FLIGHT, LINK_QUEUE_BYTES,
+    LINK_QUEUE_FRAMES,
 };
 pub use route::{Listener, ReadHalf, Stream, WriteHalf};
 pub use secret::{Secret, SECRET_ENV};

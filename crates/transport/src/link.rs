@@ -11,7 +11,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use treecast_wire::{decode_batch, Frame, FrameHeader, FrameKind, HEADER_LEN};
 
-use crate::credit::SendCredits;
 use crate::socket::{split, ByteSink, ByteSource, Socket, TokioReader, TokioWriter};
 
 /// Frames a link's send queue holds before senders wait.
@@ -115,7 +114,7 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    start(TokioReader(reader), TokioWriter(writer), link, name, inbound, None)
+    start(TokioReader(reader), TokioWriter(writer), link, name, inbound)
 }
 
 /// Starts the reader and writer tasks of an authenticated socket; see [`spawn_link`].
@@ -132,24 +131,7 @@ pub fn spawn_socket_link(
     inbound: mpsc::Sender<Inbound>,
 ) -> std::io::Result<(LinkSender, JoinHandle<()>)> {
     let (r, w) = split(socket)?;
-    Ok(start(r, w, link, name, inbound, None))
-}
-
-/// [`spawn_socket_link`] for a back-end's link to its parent: credit frames read
-/// from it are added to `credits` at once (not queued behind data the tool has not
-/// read yet) and are not reported to `inbound`.
-///
-/// # Errors
-/// The socket could not be registered with the runtime's reactor.
-pub fn spawn_socket_link_with_credits(
-    socket: Socket,
-    link: usize,
-    name: String,
-    inbound: mpsc::Sender<Inbound>,
-    credits: Arc<SendCredits>,
-) -> std::io::Result<(LinkSender, JoinHandle<()>)> {
-    let (r, w) = split(socket)?;
-    Ok(start(r, w, link, name, inbound, Some(credits)))
+    Ok(start(r, w, link, name, inbound))
 }
 
 fn start(
@@ -158,11 +140,10 @@ fn start(
     link: usize,
     name: String,
     inbound: mpsc::Sender<Inbound>,
-    credits: Option<Arc<SendCredits>>,
 ) -> (LinkSender, JoinHandle<()>) {
     let name: Arc<str> = name.into();
     let (tx, rx) = mpsc::channel(LINK_QUEUE_FRAMES);
-    tokio::spawn(read_loop(reader, link, name.clone(), inbound, credits));
+    tokio::spawn(read_loop(reader, link, name.clone(), inbound));
     let writer = tokio::spawn(write_loop(writer, rx, name.clone()));
     (LinkSender { tx, budget: Arc::new(Semaphore::new(LINK_QUEUE_BYTES)), name }, writer)
 }
@@ -207,7 +188,6 @@ async fn read_loop(
     link: usize,
     name: Arc<str>,
     inbound: mpsc::Sender<Inbound>,
-    credits: Option<Arc<SendCredits>>,
 ) {
     let permits = Arc::new(Semaphore::new(LINK_CHUNKS_IN_FLIGHT));
     let mut buf = BytesMut::new();
@@ -250,30 +230,11 @@ async fn read_loop(
             Ok(f) => f,
             Err(e) => break Some(format!("malformed frame: {e}")),
         };
-        if let Some(credits) = &credits {
-            take_credits(&mut frames, credits);
-            if frames.is_empty() {
-                continue;
-            }
-        }
         if inbound.send(Inbound { link, event: LinkEvent::Frames(frames) }).await.is_err() {
             return;
         }
     };
     let _ = inbound.send(Inbound { link, event: LinkEvent::Closed(reason) }).await;
-}
-
-/// Applies and removes the credit frames of a batch.
-fn take_credits(frames: &mut Vec<Frame>, credits: &SendCredits) {
-    if frames.iter().any(|f| f.header.kind == FrameKind::Credit) {
-        frames.retain(|f| {
-            if f.header.kind != FrameKind::Credit {
-                return true;
-            }
-            credits.grant(f.header.stream, f.header.credits());
-            false
-        });
-    }
 }
 
 fn now_ns() -> u64 {

@@ -1,10 +1,10 @@
-//! Control messages: how nodes build the tree, create streams and report failures.
+//! Control messages: how nodes build the tree, create streams and report membership.
 //!
 //! A control frame's payload is one tag byte followed by the message's fields,
 //! little-endian, strings as `u32` length + UTF-8.
 
 use crate::codec::{put_string, Reader};
-use crate::{DecodeError, RankSet};
+use crate::{DecodeError, LaunchPlan, RankSet};
 
 /// How a node groups packets arriving from its children into waves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -15,59 +15,6 @@ pub enum SyncMode {
     TimeOut(u32),
     /// Every packet is a wave of its own.
     DoNotWait,
-}
-
-/// The built-in transformation filters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum TransformKind {
-    /// Pass every packet through unchanged.
-    Null = 0,
-    /// Element-wise sum of numeric values.
-    Sum = 1,
-    /// Element-wise minimum.
-    Min = 2,
-    /// Element-wise maximum.
-    Max = 3,
-    /// Element-wise average, weighted by the number of back-ends behind each packet.
-    Avg = 4,
-    /// Concatenation of arrays (scalars become one-element arrays).
-    Concat = 5,
-    /// Equivalence classes: ranks grouped by equal payload.
-    EqClass = 6,
-}
-
-impl TransformKind {
-    /// Every built-in kind, for help texts and tests.
-    pub const ALL: [TransformKind; 7] = [
-        TransformKind::Null,
-        TransformKind::Sum,
-        TransformKind::Min,
-        TransformKind::Max,
-        TransformKind::Avg,
-        TransformKind::Concat,
-        TransformKind::EqClass,
-    ];
-
-    /// The lower-case name used on command lines and in errors.
-    pub fn name(self) -> &'static str {
-        match self {
-            TransformKind::Null => "null",
-            TransformKind::Sum => "sum",
-            TransformKind::Min => "min",
-            TransformKind::Max => "max",
-            TransformKind::Avg => "avg",
-            TransformKind::Concat => "concat",
-            TransformKind::EqClass => "eqclass",
-        }
-    }
-
-    fn from_u8(b: u8) -> Result<Self, DecodeError> {
-        TransformKind::ALL.into_iter().find(|k| *k as u8 == b).ok_or(DecodeError::Invalid {
-            what: "transformation filter",
-            detail: format!("unknown filter id {b}"),
-        })
-    }
 }
 
 impl SyncMode {
@@ -93,29 +40,142 @@ impl SyncMode {
     }
 }
 
+/// A transformation filter as the wire names it: what every node looks up in its
+/// filter registry when a stream is created.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FilterSpec {
+    /// The registered name, e.g. `sum` (built-ins) or a plug-in's name.
+    pub name: String,
+    /// The version of the filter's behaviour the stream was made for.
+    pub version: u16,
+    /// Parameters in the typed-value encoding (see `encode_values`); empty for none.
+    pub params: Vec<u8>,
+}
+
+/// Longest filter name accepted.
+pub const MAX_FILTER_NAME: usize = 256;
+
+impl FilterSpec {
+    /// A filter by name and version, without parameters.
+    pub fn new(name: impl Into<String>, version: u16) -> Self {
+        FilterSpec { name: name.into(), version, params: Vec::new() }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        put_string(out, &self.name);
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(&(self.params.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.params);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let name = r.string("filter name")?;
+        if name.is_empty() || name.len() > MAX_FILTER_NAME {
+            return Err(DecodeError::Invalid {
+                what: "filter name",
+                detail: format!("{} bytes long; names have 1 to {MAX_FILTER_NAME}", name.len()),
+            });
+        }
+        let version = r.u16("filter version")?;
+        let n = r.len_u32("filter parameters", r.remaining())?;
+        let params = r.take(n, "filter parameters")?.to_vec();
+        Ok(FilterSpec { name, version, params })
+    }
+}
+
+/// A flow-control window: how much a sender may have outstanding on one stream of
+/// one link before the receiver grants more. A sender may send while it has at
+/// least one packet and one byte of credit left, so one frame may overshoot the
+/// byte budget (a frame larger than the whole window still goes, alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Window {
+    /// Data frames.
+    pub packets: u32,
+    /// Payload bytes.
+    pub bytes: u64,
+}
+
+impl Window {
+    fn encode(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.packets.to_le_bytes());
+        out.extend_from_slice(&self.bytes.to_le_bytes());
+    }
+
+    fn decode(r: &mut Reader<'_>, what: &'static str) -> Result<Self, DecodeError> {
+        let w = Window { packets: r.u32(what)?, bytes: r.u64(what)? };
+        if w.packets == 0 || w.bytes == 0 {
+            return Err(DecodeError::Invalid {
+                what,
+                detail: "a window must allow at least one packet and byte".into(),
+            });
+        }
+        Ok(w)
+    }
+}
+
+/// Everything a node needs to know about a stream, as the front-end made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSpec {
+    /// Stream id (1 and up).
+    pub id: u32,
+    /// The communicator: back-end ranks of the stream.
+    pub ranks: RankSet,
+    /// Upstream synchronisation.
+    pub sync: SyncMode,
+    /// Upstream transformation.
+    pub up: FilterSpec,
+    /// Downstream transformation, applied at each comm node on the way down.
+    pub down: FilterSpec,
+    /// What a child may send up on this stream before its parent grants more.
+    pub up_window: Window,
+    /// What a parent may send down on this stream before the child grants more.
+    pub down_window: Window,
+}
+
+impl StreamSpec {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.id.to_le_bytes());
+        self.ranks.encode(out);
+        self.sync.encode(out);
+        self.up.encode(out);
+        self.down.encode(out);
+        self.up_window.encode(out);
+        self.down_window.encode(out);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(StreamSpec {
+            id: r.u32("new stream")?,
+            ranks: RankSet::decode(r)?,
+            sync: SyncMode::decode(r)?,
+            up: FilterSpec::decode(r)?,
+            down: FilterSpec::decode(r)?,
+            up_window: Window::decode(r, "upward window")?,
+            down_window: Window::decode(r, "downward window")?,
+        })
+    }
+}
+
+/// Where a back-end started by someone else connects (attach mode).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AttachPoint {
+    /// The back-end's rank.
+    pub rank: u32,
+    /// The node id it authenticates as.
+    pub node_id: u32,
+    /// Its parent's address.
+    pub address: String,
+}
+
 /// A message between nodes, carried in a [`crate::FrameKind::Control`] frame.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ControlMsg {
-    /// Parent to a new comm node: the sub-tree it is responsible for.
-    Subtree {
-        /// The sub-tree rooted at the receiver, in the MRNet topology text format.
-        topology: String,
-        /// Node id of the receiver; its descendants follow in pre-order.
-        first_id: u32,
-        /// Rank of the first back-end of this sub-tree; the others follow in order.
-        first_rank: u32,
-        /// Number of back-ends in the whole network.
-        total_backends: u32,
-        /// Back-end program and arguments; empty means the generic `treecast backend`.
-        backend: Vec<String>,
-        /// Extra environment for back-ends.
-        env: Vec<(String, String)>,
-        /// How long each level may take to start, in milliseconds.
-        startup_timeout_ms: u32,
-    },
-    /// Child to parent: the sub-tree is up.
-    Ready {
+    /// Parent to a new comm node: everything it needs to start its sub-tree.
+    Plan(Box<LaunchPlan>),
+    /// Child to parent: these ranks are reachable through the sender (its
+    /// sub-tree is up, or it joined while the tree runs).
+    Join {
         /// Back-end ranks reached through the sender.
         ranks: RankSet,
         /// Comm nodes in the sender's sub-tree, the sender included.
@@ -127,29 +187,20 @@ pub enum ControlMsg {
         message: String,
     },
     /// Front-end to the tree: a new stream.
-    NewStream {
-        /// Stream id (1 and up).
-        id: u32,
-        /// The communicator: back-end ranks of the stream.
-        ranks: RankSet,
-        /// Upstream synchronisation.
-        sync: SyncMode,
-        /// Upstream transformation.
-        up: TransformKind,
-        /// Downstream transformation.
-        down: TransformKind,
-    },
+    NewStream(StreamSpec),
     /// Front-end to the tree: a stream is closed.
     CloseStream {
         /// Stream id.
         id: u32,
     },
-    /// Upstream: back-ends were lost.
-    RanksLost {
-        /// The ranks no longer reachable.
+    /// Upstream: back-ends are no longer reachable.
+    Leave {
+        /// The ranks that left.
         ranks: RankSet,
         /// Why, naming the node that noticed.
         reason: String,
+        /// True when they left on purpose (not a failure).
+        graceful: bool,
     },
     /// Upstream: a filter refused a packet.
     FilterError {
@@ -160,57 +211,46 @@ pub enum ControlMsg {
         /// What did not match.
         message: String,
     },
-    /// Upstream, in attach mode: where the back-ends of these ranks must connect.
+    /// Upstream, in attach mode: where the back-ends of a sub-tree must connect.
     AttachPoints {
-        /// `(rank, node id, parent address)` for every back-end slot of the sub-tree.
-        points: Vec<(u32, u32, String)>,
+        /// One entry per back-end slot of the sub-tree.
+        points: Vec<AttachPoint>,
     },
     /// Downstream: exit now, taking every descendant down.
     Shutdown,
+    /// Upstream: a node could not create a stream's filters.
+    StreamRefused {
+        /// The stream.
+        stream: u32,
+        /// The node that refused it.
+        node: String,
+        /// Why (unknown filter, bad parameter).
+        message: String,
+    },
 }
 
-const SUBTREE: u8 = 1;
-const READY: u8 = 2;
+const PLAN: u8 = 1;
+const JOIN: u8 = 2;
 const LAUNCH_FAILED: u8 = 3;
 const NEW_STREAM: u8 = 4;
 const CLOSE_STREAM: u8 = 5;
-const RANKS_LOST: u8 = 6;
+const LEAVE: u8 = 6;
 const FILTER_ERROR: u8 = 7;
 const SHUTDOWN: u8 = 8;
 const ATTACH_POINTS: u8 = 9;
+const STREAM_REFUSED: u8 = 10;
 
 impl ControlMsg {
     /// The payload bytes of a control frame.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
-            ControlMsg::Subtree {
-                topology,
-                first_id,
-                first_rank,
-                total_backends,
-                backend,
-                env,
-                startup_timeout_ms,
-            } => {
-                out.push(SUBTREE);
-                put_string(&mut out, topology);
-                for v in [first_id, first_rank, total_backends] {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-                out.extend_from_slice(&(backend.len() as u32).to_le_bytes());
-                for arg in backend {
-                    put_string(&mut out, arg);
-                }
-                out.extend_from_slice(&(env.len() as u32).to_le_bytes());
-                for (k, v) in env {
-                    put_string(&mut out, k);
-                    put_string(&mut out, v);
-                }
-                out.extend_from_slice(&startup_timeout_ms.to_le_bytes());
+            ControlMsg::Plan(plan) => {
+                out.push(PLAN);
+                plan.encode(&mut out);
             }
-            ControlMsg::Ready { ranks, commnodes } => {
-                out.push(READY);
+            ControlMsg::Join { ranks, commnodes } => {
+                out.push(JOIN);
                 ranks.encode(&mut out);
                 out.extend_from_slice(&commnodes.to_le_bytes());
             }
@@ -218,22 +258,19 @@ impl ControlMsg {
                 out.push(LAUNCH_FAILED);
                 put_string(&mut out, message);
             }
-            ControlMsg::NewStream { id, ranks, sync, up, down } => {
+            ControlMsg::NewStream(spec) => {
                 out.push(NEW_STREAM);
-                out.extend_from_slice(&id.to_le_bytes());
-                ranks.encode(&mut out);
-                sync.encode(&mut out);
-                out.push(*up as u8);
-                out.push(*down as u8);
+                spec.encode(&mut out);
             }
             ControlMsg::CloseStream { id } => {
                 out.push(CLOSE_STREAM);
                 out.extend_from_slice(&id.to_le_bytes());
             }
-            ControlMsg::RanksLost { ranks, reason } => {
-                out.push(RANKS_LOST);
+            ControlMsg::Leave { ranks, reason, graceful } => {
+                out.push(LEAVE);
                 ranks.encode(&mut out);
                 put_string(&mut out, reason);
+                out.push(u8::from(*graceful));
             }
             ControlMsg::FilterError { stream, rank, message } => {
                 out.push(FILTER_ERROR);
@@ -245,11 +282,17 @@ impl ControlMsg {
             ControlMsg::AttachPoints { points } => {
                 out.push(ATTACH_POINTS);
                 out.extend_from_slice(&(points.len() as u32).to_le_bytes());
-                for (rank, id, addr) in points {
-                    out.extend_from_slice(&rank.to_le_bytes());
-                    out.extend_from_slice(&id.to_le_bytes());
-                    put_string(&mut out, addr);
+                for p in points {
+                    out.extend_from_slice(&p.rank.to_le_bytes());
+                    out.extend_from_slice(&p.node_id.to_le_bytes());
+                    put_string(&mut out, &p.address);
                 }
+            }
+            ControlMsg::StreamRefused { stream, node, message } => {
+                out.push(STREAM_REFUSED);
+                out.extend_from_slice(&stream.to_le_bytes());
+                put_string(&mut out, node);
+                put_string(&mut out, message);
             }
         }
         out
@@ -262,41 +305,16 @@ impl ControlMsg {
     pub fn decode(buf: &[u8]) -> Result<ControlMsg, DecodeError> {
         let mut r = Reader::new(buf);
         let msg = match r.u8("control tag")? {
-            SUBTREE => {
-                let topology = r.string("sub-tree topology")?;
-                let first_id = r.u32("sub-tree")?;
-                let first_rank = r.u32("sub-tree")?;
-                let total_backends = r.u32("sub-tree")?;
-                let n = r.len_u32("back-end command", r.remaining() / 4)?;
-                let backend = (0..n).map(|_| r.string("back-end argument")).collect::<Result<_, _>>()?;
-                let n = r.len_u32("environment", r.remaining() / 8)?;
-                let env = (0..n)
-                    .map(|_| Ok((r.string("environment name")?, r.string("environment value")?)))
-                    .collect::<Result<_, DecodeError>>()?;
-                let startup_timeout_ms = r.u32("sub-tree")?;
-                ControlMsg::Subtree {
-                    topology,
-                    first_id,
-                    first_rank,
-                    total_backends,
-                    backend,
-                    env,
-                    startup_timeout_ms,
-                }
-            }
-            READY => ControlMsg::Ready { ranks: RankSet::decode(&mut r)?, commnodes: r.u32("ready")? },
+            PLAN => ControlMsg::Plan(Box::new(LaunchPlan::decode(&mut r)?)),
+            JOIN => ControlMsg::Join { ranks: RankSet::decode(&mut r)?, commnodes: r.u32("join")? },
             LAUNCH_FAILED => ControlMsg::LaunchFailed { message: r.string("launch failure")? },
-            NEW_STREAM => ControlMsg::NewStream {
-                id: r.u32("new stream")?,
-                ranks: RankSet::decode(&mut r)?,
-                sync: SyncMode::decode(&mut r)?,
-                up: TransformKind::from_u8(r.u8("new stream")?)?,
-                down: TransformKind::from_u8(r.u8("new stream")?)?,
-            },
+            NEW_STREAM => ControlMsg::NewStream(StreamSpec::decode(&mut r)?),
             CLOSE_STREAM => ControlMsg::CloseStream { id: r.u32("close stream")? },
-            RANKS_LOST => {
-                ControlMsg::RanksLost { ranks: RankSet::decode(&mut r)?, reason: r.string("ranks lost")? }
-            }
+            LEAVE => ControlMsg::Leave {
+                ranks: RankSet::decode(&mut r)?,
+                reason: r.string("leave reason")?,
+                graceful: decode_bool(&mut r, "leave")?,
+            },
             FILTER_ERROR => ControlMsg::FilterError {
                 stream: r.u32("filter error")?,
                 rank: r.u32("filter error")?,
@@ -307,11 +325,20 @@ impl ControlMsg {
                 let n = r.len_u32("attach points", r.remaining() / 12)?;
                 let points = (0..n)
                     .map(|_| {
-                        Ok((r.u32("attach point")?, r.u32("attach point")?, r.string("attach address")?))
+                        Ok(AttachPoint {
+                            rank: r.u32("attach point")?,
+                            node_id: r.u32("attach point")?,
+                            address: r.string("attach address")?,
+                        })
                     })
                     .collect::<Result<_, DecodeError>>()?;
                 ControlMsg::AttachPoints { points }
             }
+            STREAM_REFUSED => ControlMsg::StreamRefused {
+                stream: r.u32("stream refused")?,
+                node: r.string("stream refused")?,
+                message: r.string("stream refused")?,
+            },
             other => return Err(DecodeError::UnknownControl(other)),
         };
         r.finish("control message")?;
@@ -319,37 +346,53 @@ impl ControlMsg {
     }
 }
 
+/// Reads a `u8` that must be 0 or 1.
+pub(crate) fn decode_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
+    match r.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(DecodeError::Invalid { what, detail: format!("flag {other} is neither 0 nor 1") }),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::plan::sample_plan;
+
+    pub(crate) fn stream_spec() -> StreamSpec {
+        StreamSpec {
+            id: 3,
+            ranks: RankSet::range(4, 4),
+            sync: SyncMode::TimeOut(50),
+            up: FilterSpec { name: "sum".into(), version: 1, params: vec![5, 1, 0, 0, 0] },
+            down: FilterSpec::new("null", 1),
+            up_window: Window { packets: 256, bytes: 4 << 20 },
+            down_window: Window { packets: 64, bytes: 8 << 20 },
+        }
+    }
 
     fn samples() -> Vec<ControlMsg> {
         vec![
-            ControlMsg::Subtree {
-                topology: "localhost:1 => localhost:2 ;".into(),
-                first_id: 1,
-                first_rank: 0,
-                total_backends: 4,
-                backend: vec!["/bin/tool".into(), "-v".into()],
-                env: vec![("A".into(), "b".into())],
-                startup_timeout_ms: 30_000,
-            },
-            ControlMsg::Ready { ranks: RankSet::range(0, 16), commnodes: 5 },
+            ControlMsg::Plan(Box::new(sample_plan())),
+            ControlMsg::Join { ranks: RankSet::range(0, 16), commnodes: 5 },
             ControlMsg::LaunchFailed { message: "node 3 on localhost: exited".into() },
-            ControlMsg::NewStream {
-                id: 3,
-                ranks: RankSet::range(4, 4),
-                sync: SyncMode::TimeOut(50),
-                up: TransformKind::Sum,
-                down: TransformKind::Null,
-            },
+            ControlMsg::NewStream(stream_spec()),
             ControlMsg::CloseStream { id: 3 },
-            ControlMsg::RanksLost { ranks: RankSet::single(7), reason: "link closed".into() },
+            ControlMsg::Leave { ranks: RankSet::single(7), reason: "link closed".into(), graceful: false },
             ControlMsg::FilterError { stream: 2, rank: 1, message: "bad".into() },
             ControlMsg::Shutdown,
             ControlMsg::AttachPoints {
-                points: vec![(0, 3, "unix:/tmp/x/s".into()), (1, 3, "10.0.0.1:4000".into())],
+                points: vec![
+                    AttachPoint { rank: 0, node_id: 3, address: "unix:@x".into() },
+                    AttachPoint { rank: 1, node_id: 3, address: "10.0.0.1:4000".into() },
+                ],
+            },
+            ControlMsg::StreamRefused {
+                stream: 4,
+                node: "comm node h:2".into(),
+                message: "no filter".into(),
             },
         ]
     }
@@ -372,5 +415,17 @@ mod tests {
             longer.push(0);
             assert!(ControlMsg::decode(&longer).is_err());
         }
+    }
+
+    #[test]
+    fn empty_windows_and_filter_names_are_refused() {
+        let mut spec = stream_spec();
+        spec.up_window.packets = 0;
+        let err = ControlMsg::decode(&ControlMsg::NewStream(spec).encode()).unwrap_err();
+        assert!(err.to_string().contains("upward window"), "{err}");
+        let mut spec = stream_spec();
+        spec.down.name.clear();
+        let err = ControlMsg::decode(&ControlMsg::NewStream(spec).encode()).unwrap_err();
+        assert!(err.to_string().contains("filter name"), "{err}");
     }
 }

@@ -15,28 +15,29 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use crate::{codec::Reader, DecodeError};
+use crate::{codec::Reader, DecodeError, Window};
 
 /// Version byte every frame starts with.
-pub const PROTOCOL_VERSION: u8 = 1;
+pub const PROTOCOL_VERSION: u8 = 2;
 /// Size of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 28;
 /// Largest payload a decoder accepts (256 MiB); larger frames close the link.
 pub const MAX_PAYLOAD_LEN: usize = 256 << 20;
+/// [`MAX_PAYLOAD_LEN`] as the `u32` the header carries.
+pub(crate) const MAX_PAYLOAD_U32: u32 = 256 << 20;
 
 /// Most a decoder reserves at once for a payload still arriving.
 const RESERVE_STEP: usize = 1 << 20;
 
-/// Data frames a child may send up on one stream before its parent grants more.
-///
-/// Every sender starts each stream with this many credits; the parent gives them
-/// back with [`FrameKind::Credit`] frames as the packets leave its wait queues, in
-/// batches of at least [`CREDIT_BATCH`]. This bounds what a node queues per child
-/// and stream whatever the children send, without one stream blocking another.
-/// A larger window buys burst throughput with memory: see docs/benchmarks.md.
-pub const UP_WINDOW: u32 = 256;
-/// Fewest credits a parent returns in one [`FrameKind::Credit`] frame.
-pub const CREDIT_BATCH: u32 = UP_WINDOW / 2;
+/// The window a child is given on each stream on the way up, unless the stream says
+/// otherwise: what a comm node holds at most per child and stream, however far one
+/// child runs ahead of its siblings. A larger window buys burst throughput with
+/// memory: see docs/benchmarks.md.
+pub const DEFAULT_UP_WINDOW: Window = Window { packets: 256, bytes: 1 << 20 };
+/// The window a parent is given on each stream on the way down, unless the stream
+/// says otherwise: what a node holds at most per stream for children slower than
+/// their siblings (file chunks are pipelined this deep).
+pub const DEFAULT_DOWN_WINDOW: Window = Window { packets: 256, bytes: 8 << 20 };
 
 /// Downstream only: the frame goes to one back-end, whose rank is in the rank field.
 pub const FLAG_DIRECT: u16 = 1;
@@ -53,8 +54,9 @@ pub enum FrameKind {
     Data = 1,
     /// A [`crate::ControlMsg`] between nodes.
     Control = 2,
-    /// Flow control, from a parent to a child: the child may send `tag` more data
-    /// frames up on `stream` (see [`UP_WINDOW`]). No payload.
+    /// Flow control: the receiver of data on `stream` grants its sender more (see
+    /// [`Grant`]). Both directions use it: a parent grants a child upward credit, a
+    /// child grants its parent downward credit.
     Credit = 3,
 }
 
@@ -72,7 +74,7 @@ impl FrameKind {
 /// The fixed part of a frame; the payload length is derived from the payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FrameHeader {
-    /// Data or control.
+    /// Data, control or credit.
     pub kind: FrameKind,
     /// `FLAG_*` bits.
     pub flags: u16,
@@ -97,18 +99,9 @@ impl FrameHeader {
         FrameHeader { kind: FrameKind::Control, flags: 0, stream: 0, tag: 0, rank: 0, timestamp_ns: 0 }
     }
 
-    /// A credit header granting `packets` more data frames on `stream`.
-    pub fn credit(stream: u32, packets: u32) -> Self {
-        let tag = i32::try_from(packets).unwrap_or(i32::MAX);
-        FrameHeader { kind: FrameKind::Credit, flags: 0, stream, tag, rank: 0, timestamp_ns: 0 }
-    }
-
-    /// The credits a [`FrameKind::Credit`] header grants (0 for other kinds or a negative tag).
-    pub fn credits(&self) -> u32 {
-        match self.kind {
-            FrameKind::Credit => u32::try_from(self.tag).unwrap_or(0),
-            _ => 0,
-        }
+    /// A credit header for `stream`; the grant is the payload (see [`Frame::credit`]).
+    pub fn credit(stream: u32) -> Self {
+        FrameHeader { kind: FrameKind::Credit, flags: 0, stream, tag: 0, rank: 0, timestamp_ns: 0 }
     }
 
     /// Writes the 28-byte header for a payload of `payload_len` bytes.
@@ -156,7 +149,39 @@ pub struct Frame {
     pub payload: Bytes,
 }
 
+/// What a credit frame gives back: the sender of data on the frame's stream may send
+/// this much more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Grant {
+    /// Data frames.
+    pub packets: u32,
+    /// Payload bytes.
+    pub bytes: u64,
+}
+
+/// Payload length of a credit frame.
+const GRANT_LEN: usize = 12;
+
 impl Frame {
+    /// A credit frame granting `grant` more on `stream`.
+    pub fn credit(stream: u32, grant: Grant) -> Frame {
+        let mut payload = Vec::with_capacity(GRANT_LEN);
+        payload.extend_from_slice(&grant.packets.to_le_bytes());
+        payload.extend_from_slice(&grant.bytes.to_le_bytes());
+        Frame::new(FrameHeader::credit(stream), payload)
+    }
+
+    /// The grant a credit frame carries.
+    ///
+    /// # Errors
+    /// A payload of the wrong size.
+    pub fn grant(&self) -> Result<Grant, DecodeError> {
+        let mut r = Reader::new(&self.payload);
+        let grant = Grant { packets: r.u32("credit")?, bytes: r.u64("credit")? };
+        r.finish("credit")?;
+        Ok(grant)
+    }
+
     /// Builds a frame.
     pub fn new(header: FrameHeader, payload: impl Into<Bytes>) -> Self {
         Frame { header, payload: payload.into() }

@@ -6,8 +6,9 @@
 //!   [`decode_batch`] pack many frames into one buffer (one syscall).
 //! * [`Value`], [`ValueType`] and [`Format`]: typed payloads described by
 //!   MRNet-style format strings (`%d %lf %as` ...), see [`encode_values`].
-//! * [`ControlMsg`]: the messages nodes exchange to build the tree, create
-//!   streams and report failures.
+//! * [`ControlMsg`]: the messages nodes exchange to build the tree ([`LaunchPlan`],
+//!   join and leave), create streams ([`StreamSpec`], with filters named by
+//!   [`FilterSpec`] and flow-control [`Window`]s) and report failures.
 //! * [`RankSet`]: compact sets of back-end ranks (`0-15,32`).
 //!
 //! No function here does I/O; every decoder returns a typed [`DecodeError`]
@@ -19,16 +20,19 @@ mod control;
 mod error;
 mod format;
 mod frame;
+mod plan;
 mod rankset;
 mod value;
 
 pub use codec::Reader;
-pub use control::{ControlMsg, SyncMode, TransformKind};
+pub use control::{AttachPoint, ControlMsg, FilterSpec, StreamSpec, SyncMode, Window, MAX_FILTER_NAME};
 pub use error::{DecodeError, EncodeError, FormatError};
 pub use format::Format;
 pub use frame::{
-    decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, CREDIT_BATCH, FLAG_DIRECT,
-    FLAG_EQCLASS, FLAG_PARTIAL_AVG, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION, UP_WINDOW,
+    decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, DEFAULT_DOWN_WINDOW,
+    DEFAULT_UP_WINDOW, FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, HEADER_LEN, MAX_PAYLOAD_LEN,
+    PROTOCOL_VERSION,
 };
+pub use plan::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, PLAN_VERSION};
 pub use rankset::RankSet;
 pub use value::{decode_values, encode_bytes_head, encode_values, ScalarType, Value, ValueType};

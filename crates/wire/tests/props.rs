@@ -6,8 +6,10 @@ use bytes::{Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use treecast_wire::{
-    decode_batch, decode_values, encode_batch, encode_values, ControlMsg, Format, Frame, FrameDecoder,
-    FrameHeader, FrameKind, RankSet, Reader, ScalarType, SyncMode, TransformKind, Value, ValueType,
+    decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ControlMsg, DecodeError,
+    FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind,
+    LauncherSpec, LocalRoute, RankSet, Reader, ScalarType, StreamSpec, SyncMode, Value, ValueType, Window,
+    MAX_FILTER_NAME, PLAN_VERSION,
 };
 
 fn short_string() -> impl Strategy<Value = String> {
@@ -116,10 +118,6 @@ fn rank_set() -> impl Strategy<Value = RankSet> {
     ]
 }
 
-fn transform() -> impl Strategy<Value = TransformKind> {
-    proptest::sample::select(TransformKind::ALL.to_vec())
-}
-
 fn sync_mode() -> impl Strategy<Value = SyncMode> {
     prop_oneof![
         Just(SyncMode::WaitForAll),
@@ -128,40 +126,146 @@ fn sync_mode() -> impl Strategy<Value = SyncMode> {
     ]
 }
 
+fn strings(n: usize) -> impl Strategy<Value = Vec<String>> {
+    vec(short_string(), 0..n)
+}
+
+fn plan() -> impl Strategy<Value = LaunchPlan> {
+    let launcher = (
+        proptest::sample::select(vec![LauncherKind::Local, LauncherKind::Ssh, LauncherKind::Slurm]),
+        short_string(),
+        // Arguments with spaces, quotes and `%` must survive as they are.
+        vec(prop_oneof![short_string(), "[ -~]{0,30}"], 0..4),
+        any::<u32>(),
+        short_string(),
+    )
+        .prop_map(|(kind, program, args, connect_timeout_s, remote_path)| LauncherSpec {
+            kind,
+            program,
+            args,
+            connect_timeout_s,
+            remote_path,
+        });
+    (
+        (short_string(), any::<u32>(), any::<u32>(), any::<u32>(), short_string(), strings(4)),
+        (vec((short_string(), short_string()), 0..4), any::<u32>(), any::<u32>(), any::<bool>()),
+        (
+            prop_oneof![Just(LocalRoute::Unix), Just(LocalRoute::Tcp)],
+            short_string(),
+            short_string(),
+            launcher,
+            any::<u32>(),
+            short_string(),
+        ),
+    )
+        .prop_map(
+            |(
+                (session, node_id, first_rank, total_backends, topology, backend),
+                (env, startup_timeout_ms, attach_ms, allow_missing),
+                (local_route, listen, remote_listen, launcher, max_frame, log),
+            )| LaunchPlan {
+                session,
+                node_id,
+                first_rank,
+                total_backends,
+                topology,
+                backend,
+                env,
+                startup_timeout_ms,
+                attach_ms,
+                allow_missing,
+                local_route,
+                listen,
+                remote_listen,
+                launcher,
+                max_frame,
+                log,
+            },
+        )
+}
+
+/// Names of 1 to [`MAX_FILTER_NAME`] bytes, the longest included.
+fn filter_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z][a-z0-9_.:/-]{0,15}",
+        "\\PC{1,12}",
+        Just("f".repeat(MAX_FILTER_NAME)),
+        Just("\u{e9}".repeat(MAX_FILTER_NAME / 2)),
+    ]
+}
+
+fn filter_spec() -> impl Strategy<Value = FilterSpec> {
+    (filter_name(), any::<u16>(), prop_oneof![Just(Vec::new()), vec(any::<u8>(), 0..24)])
+        .prop_map(|(name, version, params)| FilterSpec { name, version, params })
+}
+
+fn window() -> impl Strategy<Value = Window> {
+    (1..=u32::MAX, prop_oneof![1..=u64::MAX, 1u64..4096])
+        .prop_map(|(packets, bytes)| Window { packets, bytes })
+}
+
+fn stream_spec() -> impl Strategy<Value = StreamSpec> {
+    (any::<u32>(), rank_set(), sync_mode(), filter_spec(), filter_spec(), window(), window()).prop_map(
+        |(id, ranks, sync, up, down, up_window, down_window)| StreamSpec {
+            id,
+            ranks,
+            sync,
+            up,
+            down,
+            up_window,
+            down_window,
+        },
+    )
+}
+
+fn attach_point() -> impl Strategy<Value = AttachPoint> {
+    (any::<u32>(), any::<u32>(), short_string()).prop_map(|(rank, node_id, address)| AttachPoint {
+        rank,
+        node_id,
+        address,
+    })
+}
+
 fn control_msg() -> impl Strategy<Value = ControlMsg> {
     prop_oneof![
-        (
-            short_string(),
-            any::<u32>(),
-            any::<u32>(),
-            any::<u32>(),
-            vec(short_string(), 0..4),
-            vec((short_string(), short_string()), 0..4),
-            any::<u32>(),
-        )
-            .prop_map(
-                |(topology, first_id, first_rank, total_backends, backend, env, startup_timeout_ms)| {
-                    ControlMsg::Subtree {
-                        topology,
-                        first_id,
-                        first_rank,
-                        total_backends,
-                        backend,
-                        env,
-                        startup_timeout_ms,
-                    }
-                }
-            ),
-        (rank_set(), any::<u32>()).prop_map(|(ranks, commnodes)| ControlMsg::Ready { ranks, commnodes }),
+        plan().prop_map(|p| ControlMsg::Plan(Box::new(p))),
+        (rank_set(), any::<u32>()).prop_map(|(ranks, commnodes)| ControlMsg::Join { ranks, commnodes }),
         short_string().prop_map(|message| ControlMsg::LaunchFailed { message }),
-        (any::<u32>(), rank_set(), sync_mode(), transform(), transform())
-            .prop_map(|(id, ranks, sync, up, down)| ControlMsg::NewStream { id, ranks, sync, up, down }),
+        stream_spec().prop_map(ControlMsg::NewStream),
         any::<u32>().prop_map(|id| ControlMsg::CloseStream { id }),
-        (rank_set(), short_string()).prop_map(|(ranks, reason)| ControlMsg::RanksLost { ranks, reason }),
+        (rank_set(), short_string(), any::<bool>()).prop_map(|(ranks, reason, graceful)| ControlMsg::Leave {
+            ranks,
+            reason,
+            graceful
+        }),
         (any::<u32>(), any::<u32>(), short_string())
             .prop_map(|(stream, rank, message)| ControlMsg::FilterError { stream, rank, message }),
         Just(ControlMsg::Shutdown),
+        vec(attach_point(), 0..4).prop_map(|points| ControlMsg::AttachPoints { points }),
+        (any::<u32>(), short_string(), short_string())
+            .prop_map(|(stream, node, message)| ControlMsg::StreamRefused { stream, node, message }),
     ]
+}
+
+/// The tag byte each message is written with.
+fn tag_of(msg: &ControlMsg) -> u8 {
+    match msg {
+        ControlMsg::Plan(_) => 1,
+        ControlMsg::Join { .. } => 2,
+        ControlMsg::LaunchFailed { .. } => 3,
+        ControlMsg::NewStream(_) => 4,
+        ControlMsg::CloseStream { .. } => 5,
+        ControlMsg::Leave { .. } => 6,
+        ControlMsg::FilterError { .. } => 7,
+        ControlMsg::Shutdown => 8,
+        ControlMsg::AttachPoints { .. } => 9,
+        ControlMsg::StreamRefused { .. } => 10,
+        other => unreachable!("no tag known for {other:?}"),
+    }
+}
+
+fn is_invalid(r: Result<ControlMsg, DecodeError>) -> bool {
+    matches!(r, Err(DecodeError::Invalid { .. }))
 }
 
 /// Applies `(position, byte)` overwrites and then truncates to `cut` (modulo the length).
@@ -257,7 +361,79 @@ proptest! {
     #[test]
     fn control_round_trips(msg in control_msg()) {
         let wire = msg.encode();
+        prop_assert_eq!(wire[0], tag_of(&msg));
         prop_assert_eq!(ControlMsg::decode(&wire).unwrap(), msg);
+    }
+
+    #[test]
+    fn control_prefixes_and_extensions_are_refused(msg in control_msg(), extra in any::<u8>()) {
+        // Every message is self-delimiting: no strict prefix decodes, and neither does one more byte.
+        let wire = msg.encode();
+        for cut in 0..wire.len() {
+            prop_assert!(ControlMsg::decode(&wire[..cut]).is_err(), "{:?} cut at {}", msg, cut);
+        }
+        let mut longer = wire;
+        longer.push(extra);
+        let refused = matches!(ControlMsg::decode(&longer), Err(DecodeError::TrailingBytes { count: 1, .. }));
+        prop_assert!(refused);
+    }
+
+    #[test]
+    fn plans_of_other_versions_are_refused(plan in plan(), version in any::<u16>()) {
+        prop_assume!(version != PLAN_VERSION);
+        let mut wire = ControlMsg::Plan(Box::new(plan)).encode();
+        prop_assert_eq!(u16::from_le_bytes([wire[1], wire[2]]), PLAN_VERSION);
+        wire[1..3].copy_from_slice(&version.to_le_bytes());
+        let err = ControlMsg::decode(&wire).unwrap_err();
+        prop_assert!(matches!(err, DecodeError::Invalid { .. }), "{}", err);
+        let expected = format!("version {version} is not supported");
+        prop_assert!(err.to_string().contains(&expected), "{}", err);
+    }
+
+    #[test]
+    fn empty_windows_are_refused(spec in stream_spec(), which in 0..4usize) {
+        let mut spec = spec;
+        match which {
+            0 => spec.up_window.packets = 0,
+            1 => spec.up_window.bytes = 0,
+            2 => spec.down_window.packets = 0,
+            _ => spec.down_window.bytes = 0,
+        }
+        prop_assert!(is_invalid(ControlMsg::decode(&ControlMsg::NewStream(spec).encode())));
+    }
+
+    #[test]
+    fn filter_names_out_of_bounds_are_refused(spec in stream_spec(), down in any::<bool>(), long in any::<bool>()) {
+        let mut spec = spec;
+        let name = if long { "n".repeat(MAX_FILTER_NAME + 1) } else { String::new() };
+        if down { spec.down.name = name } else { spec.up.name = name }
+        prop_assert!(is_invalid(ControlMsg::decode(&ControlMsg::NewStream(spec).encode())));
+    }
+
+    #[test]
+    fn flags_other_than_0_and_1_are_refused(ranks in rank_set(), reason in short_string(), flag in 2u8..) {
+        let mut wire = ControlMsg::Leave { ranks, reason, graceful: true }.encode();
+        *wire.last_mut().unwrap() = flag;
+        prop_assert!(is_invalid(ControlMsg::decode(&wire)));
+    }
+
+    #[test]
+    fn credit_frames_carry_their_grant(stream in any::<u32>(), packets in any::<u32>(), bytes in any::<u64>()) {
+        let grant = Grant { packets, bytes };
+        let frame = Frame::credit(stream, grant);
+        prop_assert_eq!(frame.header, FrameHeader::credit(stream));
+        prop_assert_eq!(frame.payload.len(), 12);
+        let back = decode_batch(encode_batch(&[frame])).unwrap();
+        prop_assert_eq!(back.len(), 1);
+        prop_assert_eq!(back[0].header.kind, FrameKind::Credit);
+        prop_assert_eq!(back[0].header.stream, stream);
+        prop_assert_eq!(back[0].grant().unwrap(), grant);
+    }
+
+    #[test]
+    fn grants_of_the_wrong_size_are_refused(payload in vec(any::<u8>(), 0..32)) {
+        prop_assume!(payload.len() != 12);
+        prop_assert!(Frame::new(FrameHeader::credit(1), payload).grant().is_err());
     }
 
     #[test]
@@ -276,6 +452,7 @@ proptest! {
         let _ = ControlMsg::decode(&bytes);
         let _ = FrameHeader::decode(&bytes);
         let _ = RankSet::decode(&mut Reader::new(&bytes));
+        let _ = Frame::new(FrameHeader::credit(0), bytes.clone()).grant();
         let mut dec = FrameDecoder::new();
         let mut buf = BytesMut::from(&bytes[..]);
         while let Ok(Some(_)) = dec.decode(&mut buf) {}

@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use bytes::{Bytes, BytesMut};
 use serde_json::Value as Json;
 use treecast_wire::{
-    decode_batch, decode_values, encode_batch, encode_values, ControlMsg, DecodeError, Format, Frame,
-    FrameDecoder, FrameHeader, FrameKind, RankSet, ScalarType, SyncMode, TransformKind, Value, ValueType,
-    HEADER_LEN,
+    decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ControlMsg, DecodeError,
+    FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind,
+    LauncherSpec, LocalRoute, RankSet, ScalarType, StreamSpec, SyncMode, Value, ValueType, Window,
+    HEADER_LEN, PROTOCOL_VERSION,
 };
 
 fn load(name: &str) -> Vec<Json> {
@@ -29,6 +30,14 @@ fn str_of<'a>(case: &'a Json, key: &str) -> &'a str {
 
 fn u32_of(case: &Json, key: &str) -> u32 {
     u32::try_from(case[key].as_u64().unwrap_or_else(|| panic!("{key} in {case}"))).unwrap()
+}
+
+fn u64_of(case: &Json, key: &str) -> u64 {
+    str_of(case, key).parse().unwrap_or_else(|e| panic!("{key} in {case}: {e}"))
+}
+
+fn bool_of(case: &Json, key: &str) -> bool {
+    case[key].as_bool().unwrap_or_else(|| panic!("{key} is not a bool in {case}"))
 }
 
 fn unhex(case: &Json, key: &str) -> Vec<u8> {
@@ -151,10 +160,12 @@ fn frame_vectors() {
     let cases = load("frames.json");
     let mut frames = Vec::new();
     let mut all = Vec::new();
+    let mut credits = 0;
     for case in &cases {
         let name = str_of(case, "name");
         let frame = frame_from_json(case);
         let wire = unhex(case, "hex");
+        assert_eq!(wire[0], PROTOCOL_VERSION, "{name}");
         assert_eq!(hex::encode(encode_batch(std::slice::from_ref(&frame))), hex::encode(&wire), "{name}");
         assert_eq!(
             FrameHeader::decode(&wire[..HEADER_LEN]).unwrap(),
@@ -162,9 +173,18 @@ fn frame_vectors() {
             "{name}"
         );
         assert_eq!(decode_batch(Bytes::from(wire.clone())).unwrap(), vec![frame.clone()], "{name}");
+        if frame.header.kind == FrameKind::Credit {
+            // A credit frame built from its grant is the same frame, and gives the grant back.
+            let grant = &case["grant"];
+            let grant = Grant { packets: u32_of(grant, "packets"), bytes: u64_of(grant, "bytes") };
+            assert_eq!(Frame::credit(frame.header.stream, grant), frame, "{name}");
+            assert_eq!(frame.grant().unwrap(), grant, "{name}");
+            credits += 1;
+        }
         all.extend_from_slice(&wire);
         frames.push(frame);
     }
+    assert!(credits > 0, "no credit frame vector");
     assert_eq!(decode_batch(Bytes::from(all.clone())).unwrap(), frames);
     let mut dec = FrameDecoder::new();
     let mut buf = BytesMut::new();
@@ -182,45 +202,93 @@ fn ranks(case: &Json) -> RankSet {
     str_of(case, "ranks").parse().unwrap()
 }
 
-fn filter(name: &str) -> TransformKind {
-    TransformKind::ALL.into_iter().find(|k| k.name() == name).unwrap()
+fn strings_of(case: &Json, key: &str) -> Vec<String> {
+    case[key].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_owned()).collect()
+}
+
+fn plan_from_json(m: &Json) -> LaunchPlan {
+    let launcher = &m["launcher"];
+    LaunchPlan {
+        session: str_of(m, "session").to_owned(),
+        node_id: u32_of(m, "node_id"),
+        first_rank: u32_of(m, "first_rank"),
+        total_backends: u32_of(m, "total_backends"),
+        topology: str_of(m, "topology").to_owned(),
+        backend: strings_of(m, "backend"),
+        env: m["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].as_str().unwrap().to_owned()))
+            .collect(),
+        startup_timeout_ms: u32_of(m, "startup_timeout_ms"),
+        attach_ms: u32_of(m, "attach_ms"),
+        allow_missing: bool_of(m, "allow_missing"),
+        local_route: match str_of(m, "local_route") {
+            "unix" => LocalRoute::Unix,
+            "tcp" => LocalRoute::Tcp,
+            other => panic!("local route {other}"),
+        },
+        listen: str_of(m, "listen").to_owned(),
+        remote_listen: str_of(m, "remote_listen").to_owned(),
+        launcher: LauncherSpec {
+            kind: match str_of(launcher, "kind") {
+                "local" => LauncherKind::Local,
+                "ssh" => LauncherKind::Ssh,
+                "slurm" => LauncherKind::Slurm,
+                other => panic!("launcher {other}"),
+            },
+            program: str_of(launcher, "program").to_owned(),
+            args: strings_of(launcher, "args"),
+            connect_timeout_s: u32_of(launcher, "connect_timeout_s"),
+            remote_path: str_of(launcher, "remote_path").to_owned(),
+        },
+        max_frame: u32_of(m, "max_frame"),
+        log: str_of(m, "log").to_owned(),
+    }
+}
+
+fn filter_from_json(f: &Json) -> FilterSpec {
+    FilterSpec {
+        name: str_of(f, "name").to_owned(),
+        version: u16::try_from(u32_of(f, "version")).unwrap(),
+        params: unhex(f, "params_hex"),
+    }
+}
+
+fn window_from_json(w: &Json) -> Window {
+    Window { packets: u32_of(w, "packets"), bytes: u64_of(w, "bytes") }
+}
+
+fn stream_from_json(m: &Json) -> StreamSpec {
+    StreamSpec {
+        id: u32_of(m, "id"),
+        ranks: ranks(m),
+        sync: match str_of(m, "sync") {
+            "wait_for_all" => SyncMode::WaitForAll,
+            "timeout" => SyncMode::TimeOut(u32_of(m, "timeout_ms")),
+            "do_not_wait" => SyncMode::DoNotWait,
+            other => panic!("sync {other}"),
+        },
+        up: filter_from_json(&m["up"]),
+        down: filter_from_json(&m["down"]),
+        up_window: window_from_json(&m["up_window"]),
+        down_window: window_from_json(&m["down_window"]),
+    }
 }
 
 fn control_from_json(m: &Json) -> ControlMsg {
-    let strings = |key: &str| -> Vec<String> {
-        m[key].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_owned()).collect()
-    };
     match str_of(m, "type") {
-        "subtree" => ControlMsg::Subtree {
-            topology: str_of(m, "topology").to_owned(),
-            first_id: u32_of(m, "first_id"),
-            first_rank: u32_of(m, "first_rank"),
-            total_backends: u32_of(m, "total_backends"),
-            backend: strings("backend"),
-            env: m["env"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].as_str().unwrap().to_owned()))
-                .collect(),
-            startup_timeout_ms: u32_of(m, "startup_timeout_ms"),
-        },
-        "ready" => ControlMsg::Ready { ranks: ranks(m), commnodes: u32_of(m, "commnodes") },
+        "plan" => ControlMsg::Plan(Box::new(plan_from_json(m))),
+        "join" => ControlMsg::Join { ranks: ranks(m), commnodes: u32_of(m, "commnodes") },
         "launch_failed" => ControlMsg::LaunchFailed { message: str_of(m, "message").to_owned() },
-        "new_stream" => ControlMsg::NewStream {
-            id: u32_of(m, "id"),
-            ranks: ranks(m),
-            sync: match str_of(m, "sync") {
-                "wait_for_all" => SyncMode::WaitForAll,
-                "timeout" => SyncMode::TimeOut(u32_of(m, "timeout_ms")),
-                "do_not_wait" => SyncMode::DoNotWait,
-                other => panic!("sync {other}"),
-            },
-            up: filter(str_of(m, "up")),
-            down: filter(str_of(m, "down")),
-        },
+        "new_stream" => ControlMsg::NewStream(stream_from_json(m)),
         "close_stream" => ControlMsg::CloseStream { id: u32_of(m, "id") },
-        "ranks_lost" => ControlMsg::RanksLost { ranks: ranks(m), reason: str_of(m, "reason").to_owned() },
+        "leave" => ControlMsg::Leave {
+            ranks: ranks(m),
+            reason: str_of(m, "reason").to_owned(),
+            graceful: bool_of(m, "graceful"),
+        },
         "filter_error" => ControlMsg::FilterError {
             stream: u32_of(m, "stream"),
             rank: u32_of(m, "rank"),
@@ -232,15 +300,17 @@ fn control_from_json(m: &Json) -> ControlMsg {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|p| {
-                    let p = p.as_array().unwrap();
-                    (
-                        p[0].as_u64().unwrap() as u32,
-                        p[1].as_u64().unwrap() as u32,
-                        p[2].as_str().unwrap().to_owned(),
-                    )
+                .map(|p| AttachPoint {
+                    rank: u32::try_from(p[0].as_u64().unwrap()).unwrap(),
+                    node_id: u32::try_from(p[1].as_u64().unwrap()).unwrap(),
+                    address: p[2].as_str().unwrap().to_owned(),
                 })
                 .collect(),
+        },
+        "stream_refused" => ControlMsg::StreamRefused {
+            stream: u32_of(m, "stream"),
+            node: str_of(m, "node").to_owned(),
+            message: str_of(m, "message").to_owned(),
         },
         other => panic!("unknown control type {other}"),
     }
@@ -248,13 +318,17 @@ fn control_from_json(m: &Json) -> ControlMsg {
 
 #[test]
 fn control_vectors() {
+    let mut seen = std::collections::BTreeSet::new();
     for case in &load("control.json") {
         let name = str_of(case, "name");
         let msg = control_from_json(&case["msg"]);
         let wire = unhex(case, "hex");
         assert_eq!(hex::encode(msg.encode()), hex::encode(&wire), "{name}");
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
+        seen.insert(wire[0]);
     }
+    // Every message tag, 1 (Plan) to 10 (StreamRefused), has a vector.
+    assert_eq!(seen, (1..=10).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.
@@ -265,7 +339,7 @@ fn kind(e: &DecodeError) -> String {
 #[test]
 fn invalid_vectors() {
     let cases = load("invalid.json");
-    for decoder in ["values", "batch", "control"] {
+    for decoder in ["values", "batch", "grant", "control"] {
         assert!(cases.iter().any(|c| c["decoder"] == decoder), "no invalid vector for {decoder}");
     }
     for case in &cases {
@@ -274,11 +348,26 @@ fn invalid_vectors() {
         let err = match str_of(case, "decoder") {
             "values" => decode_values(&wire).map(drop),
             "batch" => decode_batch(Bytes::from(wire.clone())).map(drop),
+            // One whole credit frame, which the frame codec accepts; its grant does not decode.
+            "grant" => {
+                let frames = decode_batch(Bytes::from(wire.clone())).unwrap();
+                assert_eq!(frames.len(), 1, "{name}");
+                assert_eq!(frames[0].header.kind, FrameKind::Credit, "{name}");
+                frames[0].grant().map(drop)
+            }
             "control" => ControlMsg::decode(&wire).map(drop),
             other => panic!("unknown decoder {other}"),
         }
         .expect_err(name);
         assert_eq!(kind(&err), str_of(case, "error"), "{name}: {err}");
+        // A plan from another version says which, so that a mixed installation is diagnosed.
+        if name.starts_with("plan version ") {
+            let version = u16::from_le_bytes([wire[1], wire[2]]);
+            assert!(
+                err.to_string().contains(&format!("version {version} is not supported")),
+                "{name}: {err}"
+            );
+        }
         // A stream decoder sees the same errors as the batch decoder, or waits for more bytes.
         if case["decoder"] == "batch" {
             let mut buf = BytesMut::from(&wire[..]);

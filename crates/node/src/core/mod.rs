@@ -1,0 +1,678 @@
+//! The protocol core of every node: one state machine without I/O and without a
+//! clock of its own, driven the same way in the front-end, the comm nodes and the
+//! back-ends (and, wired together with virtual time, in the simulated tree).
+//!
+//! Inputs come in through `handle_*`: [`Node::handle_link_up`],
+//! [`Node::handle_frame`], [`Node::handle_link_closed`], [`Node::handle_command`]
+//! (the tool's calls and the driver's reports) and [`Node::handle_timeout`]; each
+//! takes the current time. Outputs go out through `poll_*`: [`Node::poll_transmit`]
+//! (a frame and the link, or set of links, it goes to), [`Node::poll_timeout`] (when
+//! to call `handle_timeout` next), [`Node::poll_event`] (what the driver or the
+//! tool must know) and [`Node::poll_delivery`] (packets for the tool, with the flow
+//! control that their reading gives back).
+//!
+//! Everything a node decides lives here, once: membership and start-up
+//! ([`startup`]), streams, waves, filters and flow control in both directions
+//! ([`streams`]), failure reports and shutdown.
+
+mod links;
+mod startup;
+mod streams;
+mod window;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use treecast_filters::{FilterRegistry, RegistryError};
+use treecast_wire::{
+    AttachPoint, ControlMsg, Frame, FrameHeader, FrameKind, LaunchPlan, RankSet, StreamSpec, Window,
+};
+
+pub use links::{LinkId, LinkMap, LinkTable};
+pub use startup::ChildLaunch;
+
+use startup::{Child, ChildState, Startup};
+use streams::StreamState;
+
+/// What a node is in the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The root: the tool's front-end. Packets coming up end here, in the tool's hands.
+    FrontEnd,
+    /// An interior node: routes down, reduces up.
+    CommNode,
+    /// A leaf: the tool's back-end, one rank.
+    BackEnd {
+        /// Its rank.
+        rank: u32,
+        /// Number of back-ends in the network.
+        size: u32,
+    },
+}
+
+/// What a node is told when it is made.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Its role.
+    pub role: Role,
+    /// Its node id in the whole tree (pre-order; 0 is the front-end).
+    pub node_id: u32,
+    /// Name in messages, e.g. `comm node n3:1 (id 5)`; a comm node's is refined when its plan arrives.
+    pub name: String,
+    /// The filters this node can make.
+    pub registry: FilterRegistry,
+    /// Front-end only: packets and bytes of reduced packets kept per stream for the
+    /// tool before the tree is held back.
+    pub tool_window: Window,
+}
+
+/// Who is at the other end of a new link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// This node's parent.
+    Parent,
+    /// A child, which proved it is the node with this id.
+    Child {
+        /// Its node id.
+        node_id: u32,
+    },
+}
+
+/// Where a frame goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// One link.
+    Link(LinkId),
+    /// Several links at once (a multicast route may reach them all with one send).
+    Links(Arc<[LinkId]>),
+}
+
+impl Destination {
+    /// The links, one by one.
+    pub fn links(&self) -> &[LinkId] {
+        match self {
+            Destination::Link(l) => std::slice::from_ref(l),
+            Destination::Links(ls) => ls,
+        }
+    }
+}
+
+/// A frame to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to.
+    pub to: Destination,
+    /// What; payloads are shared, not copied, between the links of a multicast.
+    pub frame: Frame,
+}
+
+/// What a driver must do, or tell its tool.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// Start these children: launch their processes (or, in attach mode, open the
+    /// listeners they connect to), accept their links, and report each with
+    /// [`Node::handle_link_up`], and each exit with [`Command::ChildExited`].
+    StartChildren {
+        /// The plan of this node (launcher, routes, time limits).
+        plan: Arc<LaunchPlan>,
+        /// The children, in topology order.
+        children: Vec<ChildLaunch>,
+    },
+    /// The sub-tree is up; at the front-end, the launch is complete.
+    Ready {
+        /// Ranks reachable.
+        ranks: RankSet,
+        /// Comm nodes below this node.
+        commnodes: u32,
+        /// Ranks that did not start, and why (only when missing children are allowed).
+        missing: Vec<(RankSet, String)>,
+    },
+    /// Start-up failed (already reported to the parent, if any): stop everything.
+    StartupFailed {
+        /// What failed, naming the node, its host and what it said.
+        message: String,
+    },
+    /// Front-end, attach mode: where every back-end must connect; write the attach file.
+    AttachPoints(Vec<AttachPoint>),
+    /// Close this link and forget it (a peer broke the protocol or was given up on).
+    CloseLink {
+        /// The link.
+        link: LinkId,
+        /// Why, for the log.
+        reason: String,
+    },
+    /// A child that failed during start-up is given up on: stop its process.
+    AbandonChild {
+        /// Its node id.
+        node_id: u32,
+    },
+    /// Packets (or a stream's end) wait for the tool: on this stream at the front-end,
+    /// on any stream at a back-end (`None`).
+    Readable {
+        /// The stream, at the front-end.
+        stream: Option<u32>,
+    },
+    /// A send that was refused for lack of credit on this stream may be tried again.
+    Writable {
+        /// The stream.
+        stream: u32,
+    },
+    /// Front-end: back-ends can no longer be reached; waves complete without them.
+    RanksLost {
+        /// The ranks.
+        ranks: RankSet,
+        /// Which node noticed, and why.
+        reason: String,
+    },
+    /// Front-end: back-ends left on purpose.
+    RanksLeft {
+        /// The ranks.
+        ranks: RankSet,
+        /// Which node noticed, and why.
+        reason: String,
+    },
+    /// Front-end: a filter refused a packet; the rest of its wave went on.
+    FilterError {
+        /// The stream.
+        stream: u32,
+        /// The rank whose packet was refused (`u32::MAX` when unknown).
+        rank: u32,
+        /// What did not match.
+        message: String,
+    },
+    /// Front-end: a node could not make a stream's filters; the stream is closed.
+    StreamRefused {
+        /// The stream.
+        stream: u32,
+        /// The node.
+        node: String,
+        /// Why.
+        message: String,
+    },
+    /// The node is done: flush what is queued, stop the children, exit (a back-end's
+    /// tool sees the network closed).
+    Shutdown {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What the tool reads, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// A packet: a reduction at the front-end, a packet sent down at a back-end.
+    Packet(Frame),
+    /// The stream is over: closed by the front-end (back-end), or every member is
+    /// gone or a node refused it (front-end).
+    StreamClosed(u32),
+}
+
+/// An input from the tool or from the driver.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Command {
+    /// Front-end: start the tree this plan describes.
+    Launch(Box<LaunchPlan>),
+    /// Driver: a child's process ended, or could not be started; `detail` says how
+    /// (exit status, the end of its stderr, the launcher's error).
+    ChildExited {
+        /// The child's node id.
+        node_id: u32,
+        /// How it ended.
+        detail: String,
+    },
+    /// Driver, attach mode: where this node's own back-end slots connect.
+    OwnAttachPoints(Vec<AttachPoint>),
+    /// Front-end: create a stream (the id is the tool's, increasing).
+    NewStream(StreamSpec),
+    /// Front-end: close a stream everywhere.
+    CloseStream(u32),
+    /// Send a data frame: down the stream from the front-end (to one rank with
+    /// `FLAG_DIRECT`), up from a back-end.
+    Send(Frame),
+    /// Front-end: take the tree down. Back-end: leave.
+    Shutdown,
+}
+
+/// Why a command was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// No credit on the frame's stream now: the frame is handed back; try again after
+    /// [`Event::Writable`] for its stream.
+    #[error("stream {}: no credit to send now; wait until the stream is writable", .0.header.stream)]
+    Blocked(Frame),
+    /// The stream is not open here.
+    #[error("stream {0} is not open")]
+    UnknownStream(u32),
+    /// A stream's filters cannot be made.
+    #[error("stream {stream}: {source}")]
+    Filter {
+        /// The stream.
+        stream: u32,
+        /// What the registry said.
+        #[source]
+        source: RegistryError,
+    },
+    /// The stream id was used before.
+    #[error("stream {0} already exists; stream ids must be new")]
+    StreamExists(u32),
+    /// A direct send names a rank outside the stream.
+    #[error("rank {rank} is not a member of stream {stream}")]
+    NotAMember {
+        /// The stream.
+        stream: u32,
+        /// The rank.
+        rank: u32,
+    },
+    /// This command does not apply to this role or phase.
+    #[error("{0}")]
+    NotNow(&'static str),
+    /// The node has shut down.
+    #[error("the node has shut down")]
+    ShutDown,
+}
+
+/// Where a node is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// No parent link yet (comm node, back-end), or no plan yet (front-end).
+    Idle,
+    /// Comm node: linked to the parent, waiting for its plan.
+    AwaitingPlan,
+    /// Starting the children.
+    Starting,
+    /// Routing.
+    Running,
+    /// Done: shut down or failed.
+    Over,
+}
+
+/// What each link of the node leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkRole {
+    Parent,
+    Child(usize),
+}
+
+/// Frames, credits and events produced, waiting to be polled.
+#[derive(Debug, Default)]
+struct Outputs {
+    transmits: VecDeque<Transmit>,
+    /// Credit frames go first: they never need to wait behind data.
+    credits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+}
+
+impl Outputs {
+    fn send(&mut self, link: LinkId, frame: Frame) {
+        self.transmits.push_back(Transmit { to: Destination::Link(link), frame });
+    }
+
+    fn control(&mut self, link: LinkId, msg: &ControlMsg) {
+        self.send(link, control_frame(msg));
+    }
+
+    fn credit(&mut self, link: LinkId, stream: u32, grant: treecast_wire::Grant) {
+        self.credits.push_back(Transmit { to: Destination::Link(link), frame: Frame::credit(stream, grant) });
+    }
+
+    fn event(&mut self, e: Event) {
+        self.events.push_back(e);
+    }
+}
+
+/// Encodes a control message as a frame.
+pub fn control_frame(msg: &ControlMsg) -> Frame {
+    Frame::new(FrameHeader::control(), msg.encode())
+}
+
+/// Every rank lost so far, with the reason given for each (the first reported).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LostRanks {
+    all: RankSet,
+    by_reason: Vec<(RankSet, String)>,
+}
+
+impl LostRanks {
+    /// Records `ranks` as lost for `reason`; returns false when every one was known.
+    pub fn add(&mut self, ranks: &RankSet, reason: &str) -> bool {
+        let new = ranks.difference(&self.all);
+        if new.is_empty() {
+            return false;
+        }
+        self.all.union_with(&new);
+        self.by_reason.push((new, reason.to_owned()));
+        true
+    }
+
+    /// Every lost rank.
+    pub fn ranks(&self) -> &RankSet {
+        &self.all
+    }
+
+    /// The lost ranks, grouped by the reason they were lost for, in the order reported.
+    pub fn by_reason(&self) -> &[(RankSet, String)] {
+        &self.by_reason
+    }
+
+    /// The lost ranks among `ranks`, grouped by reason.
+    pub fn among(&self, ranks: &RankSet) -> Vec<(RankSet, String)> {
+        let mut out = Vec::new();
+        for (lost, reason) in &self.by_reason {
+            let mine = lost.intersection(ranks);
+            if !mine.is_empty() {
+                out.push((mine, reason.clone()));
+            }
+        }
+        out
+    }
+}
+
+/// One node's protocol state. See the module documentation.
+pub struct Node {
+    role: Role,
+    node_id: u32,
+    name: String,
+    registry: FilterRegistry,
+    tool_window: Window,
+    phase: Phase,
+    links: LinkMap<LinkRole>,
+    parent: Option<LinkId>,
+    children: Vec<Child>,
+    startup: Option<Startup>,
+    streams: HashMap<u32, StreamState>,
+    /// Highest stream id seen: an unknown id at or below it is a closed stream.
+    max_stream: u32,
+    /// Back-end: what the tool reads, in order.
+    deliveries: VecDeque<Delivery>,
+    /// Front-end: every rank lost so far.
+    lost: LostRanks,
+    out: Outputs,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("name", &self.name).field("phase", &self.phase).finish()
+    }
+}
+
+impl Node {
+    /// A node before any link or plan.
+    pub fn new(config: NodeConfig) -> Node {
+        Node {
+            role: config.role,
+            node_id: config.node_id,
+            name: config.name,
+            registry: config.registry,
+            tool_window: config.tool_window,
+            phase: Phase::Idle,
+            links: LinkMap::default(),
+            parent: None,
+            children: Vec::new(),
+            startup: None,
+            streams: HashMap::new(),
+            max_stream: 0,
+            deliveries: VecDeque::new(),
+            lost: LostRanks::default(),
+            out: Outputs::default(),
+        }
+    }
+
+    /// The node's role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The node's name in messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The node's id.
+    pub fn node_id(&self) -> u32 {
+        self.node_id
+    }
+
+    /// True once the node has shut down or failed: the driver can stop after flushing.
+    pub fn is_over(&self) -> bool {
+        self.phase == Phase::Over
+    }
+
+    /// True while the sub-tree is up and routing.
+    pub fn is_running(&self) -> bool {
+        self.phase == Phase::Running
+    }
+
+    /// Front-end: every rank lost so far (including ranks missing at launch).
+    pub fn lost(&self) -> &LostRanks {
+        &self.lost
+    }
+
+    /// The link to the parent, if it is up.
+    pub fn parent_link(&self) -> Option<LinkId> {
+        self.parent
+    }
+
+    /// Ranks reachable through the live children.
+    pub fn live_ranks(&self) -> RankSet {
+        let mut all = RankSet::new();
+        for c in self.children.iter().filter(|c| c.state == ChildState::Joined) {
+            all.union_with(&c.ranks);
+        }
+        all
+    }
+
+    /// Comm nodes below this node, as their sub-trees reported.
+    pub fn commnodes_below(&self) -> u32 {
+        self.children.iter().filter(|c| c.state == ChildState::Joined).map(|c| c.commnodes).sum()
+    }
+
+    /// A new link is up (authenticated) to `peer`.
+    pub fn handle_link_up(&mut self, link: LinkId, peer: Peer, now: Instant) {
+        match peer {
+            Peer::Parent => self.parent_up(link),
+            Peer::Child { node_id } => self.child_up(link, node_id, now),
+        }
+    }
+
+    /// A frame arrived on `link`.
+    pub fn handle_frame(&mut self, link: LinkId, frame: Frame, now: Instant) {
+        let Some(&role) = self.links.get(link) else { return };
+        match (frame.header.kind, role) {
+            (FrameKind::Credit, _) => match frame.grant() {
+                Ok(grant) => self.on_credit(role, frame.header.stream, grant),
+                Err(e) => self.drop_link(link, format!("malformed credit frame: {e}"), now),
+            },
+            (FrameKind::Control, _) => match ControlMsg::decode(&frame.payload) {
+                Ok(msg) => match role {
+                    LinkRole::Parent => self.on_parent_control(link, msg, now),
+                    LinkRole::Child(c) => self.on_child_control(c, msg, now),
+                },
+                Err(e) => self.drop_link(link, format!("malformed control message: {e}"), now),
+            },
+            (FrameKind::Data, LinkRole::Parent) => self.on_down_data(frame, now),
+            (FrameKind::Data, LinkRole::Child(c)) => self.on_up_data(c, frame, now),
+        }
+    }
+
+    /// `link` closed: `reason` is `None` for an orderly close, else what broke it.
+    pub fn handle_link_closed(&mut self, link: LinkId, reason: Option<String>, now: Instant) {
+        let Some(role) = self.links.remove(link) else { return };
+        match role {
+            LinkRole::Parent => {
+                self.parent = None;
+                let why = match reason {
+                    Some(r) => format!("{}: the link to the parent failed: {r}", self.name),
+                    None => format!("{}: the parent closed the link", self.name),
+                };
+                self.shut_down(why);
+            }
+            LinkRole::Child(c) => {
+                self.children[c].link = None;
+                let why = match reason {
+                    Some(r) => format!("{}: link to {} failed: {r}", self.name, self.children[c].name),
+                    None => format!("{}: link to {} closed", self.name, self.children[c].name),
+                };
+                self.child_gone(c, why, now);
+            }
+        }
+    }
+
+    /// A command from the tool or the driver.
+    ///
+    /// # Errors
+    /// A send without credit hands its frame back ([`CommandError::Blocked`]); stream
+    /// commands name what is wrong with the stream.
+    pub fn handle_command(&mut self, cmd: Command, now: Instant) -> Result<(), CommandError> {
+        if self.phase == Phase::Over && !matches!(cmd, Command::ChildExited { .. }) {
+            return Err(CommandError::ShutDown);
+        }
+        match cmd {
+            Command::Launch(plan) => {
+                if self.role != Role::FrontEnd || self.phase != Phase::Idle {
+                    return Err(CommandError::NotNow("only a new front-end is launched"));
+                }
+                self.start(*plan, now);
+                Ok(())
+            }
+            Command::ChildExited { node_id, detail } => {
+                self.child_exited(node_id, detail, now);
+                Ok(())
+            }
+            Command::OwnAttachPoints(points) => {
+                self.own_attach_points(points, now);
+                Ok(())
+            }
+            Command::NewStream(spec) => self.open_stream(spec),
+            Command::CloseStream(id) => self.close_stream_from_tool(id),
+            Command::Send(frame) => self.send_from_tool(frame),
+            Command::Shutdown => {
+                let why = match self.role {
+                    Role::BackEnd { rank, .. } => {
+                        let why = format!("{} left", self.name);
+                        if let Some(parent) = self.parent {
+                            let leave =
+                                ControlMsg::Leave { ranks: RankSet::single(rank), reason: why.clone(), graceful: true };
+                            self.out.control(parent, &leave);
+                        }
+                        why
+                    }
+                    _ => "the front-end shut the network down".to_owned(),
+                };
+                self.shut_down(why);
+                Ok(())
+            }
+        }
+    }
+
+    /// Time passed: releases time-out waves and gives up on children that are late.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.startup_timeout(now);
+        self.streams_timeout(now);
+    }
+
+    /// The next frame to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.out.credits.pop_front().or_else(|| self.out.transmits.pop_front())
+    }
+
+    /// When [`Node::handle_timeout`] must be called next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let startup = self.startup.as_ref().and_then(Startup::next_deadline);
+        let waves = self.streams.values().filter_map(StreamState::next_deadline).min();
+        match (startup, waves) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next event for the driver or the tool.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.out.events.pop_front()
+    }
+
+    /// The next thing for the tool to read: on `stream` at the front-end, on any
+    /// stream (`None`) at a back-end. Reading gives the flow-control credit back.
+    pub fn poll_delivery(&mut self, stream: Option<u32>) -> Option<Delivery> {
+        match (self.role, stream) {
+            (Role::BackEnd { .. }, _) => {
+                let d = self.deliveries.pop_front()?;
+                if let Delivery::Packet(f) = &d {
+                    self.delivered_at_backend(f.header.stream, f.payload.len());
+                }
+                Some(d)
+            }
+            (_, Some(id)) => self.deliver_to_tool(id),
+            (_, None) => None,
+        }
+    }
+
+    /// True when [`Node::poll_delivery`] has something for the tool on `stream`
+    /// (front-end) or on any stream (back-end, `None`).
+    pub fn has_delivery(&self, stream: Option<u32>) -> bool {
+        match (self.role, stream) {
+            (Role::BackEnd { .. }, _) => !self.deliveries.is_empty(),
+            (_, Some(id)) => self.streams.get(&id).is_some_and(StreamState::tool_has_something),
+            (_, None) => false,
+        }
+    }
+
+    /// The upward filter of a stream open here (a back-end checks formats against it).
+    pub fn stream_filter(&self, stream: u32) -> Option<&treecast_wire::FilterSpec> {
+        self.streams.get(&stream).map(|s| &s.spec.up)
+    }
+
+    /// The filter registry of this node.
+    pub fn registry(&self) -> &FilterRegistry {
+        &self.registry
+    }
+
+    /// Packets held at this node on `stream` for its children and parent: in wait
+    /// queues, in reduced waves waiting for credit, and in downward queues.
+    pub fn held_packets(&self, stream: u32) -> usize {
+        self.streams.get(&stream).map_or(0, StreamState::held_packets)
+    }
+
+    /// Bytes of payload held at this node, over every stream (what flow control bounds).
+    pub fn held_bytes(&self) -> u64 {
+        self.streams.values().map(StreamState::held_bytes).sum::<u64>()
+            + self
+                .deliveries
+                .iter()
+                .map(|d| match d {
+                    Delivery::Packet(f) => f.payload.len() as u64,
+                    Delivery::StreamClosed(_) => 0,
+                })
+                .sum::<u64>()
+    }
+
+    /// Closes `link` on a protocol error: the driver closes it, the node treats it as closed.
+    fn drop_link(&mut self, link: LinkId, reason: String, now: Instant) {
+        tracing::warn!(node = %self.name, "closing {link}: {reason}");
+        self.out.event(Event::CloseLink { link, reason: reason.clone() });
+        self.handle_link_closed(link, Some(reason), now);
+    }
+
+    /// Sends a shutdown down and ends the node.
+    fn shut_down(&mut self, reason: String) {
+        if self.phase == Phase::Over {
+            return;
+        }
+        let links: Vec<LinkId> = self.children.iter().filter_map(|c| c.link).collect();
+        if !links.is_empty() {
+            self.out.transmits.push_back(Transmit {
+                to: Destination::Links(links.into()),
+                frame: control_frame(&ControlMsg::Shutdown),
+            });
+        }
+        self.phase = Phase::Over;
+        self.startup = None;
+        self.out.event(Event::Shutdown { reason });
+    }
+}
+
+#[cfg(test)]
+mod tests;

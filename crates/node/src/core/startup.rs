@@ -1,0 +1,574 @@
+//! Membership: the plan a node starts its children from, their joins, leaves and
+//! failures, and the report a node makes to its parent when its sub-tree is up.
+//!
+//! Start-up, per child: *launching* (the driver starts its process, or waits for a
+//! back-end started by someone else) → *connected* (its link is up; a comm node is
+//! sent its own plan) → *joined* (it reported the ranks it reaches). A child that
+//! exits, misses its deadline, or reports a failure is given up on: the whole
+//! start-up fails, or with missing children allowed its ranks are reported lost. Once
+//! every child has joined or been given up on, the node joins its parent (the
+//! front-end reports the tree ready). The same join and leave messages keep
+//! membership up to date while streams run.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use treecast_topology::Topology;
+use treecast_wire::{AttachPoint, ControlMsg, LaunchPlan, RankSet};
+
+use super::{control_frame, Destination, Event, LinkId, LinkRole, Node, Phase, Role, Transmit};
+
+/// A child the driver must start (or, in attach mode, wait for).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildLaunch {
+    /// Its node id (it authenticates as this).
+    pub node_id: u32,
+    /// Its name in messages, e.g. `comm node n3:1` or `back-end rank 7 (n3:2)`.
+    pub name: String,
+    /// The host it runs on, as the topology names it.
+    pub host: String,
+    /// True for a back-end, false for a comm node.
+    pub is_backend: bool,
+    /// Its first back-end rank (a back-end's own rank).
+    pub first_rank: u32,
+    /// Back-ends in its sub-tree.
+    pub backends: u32,
+    /// Attach mode: someone else starts it; it connects to the address this node reports.
+    pub attach: bool,
+}
+
+/// Where a child is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChildState {
+    /// Its process is starting (or, attach mode, awaited); no link yet.
+    Launching,
+    /// Linked, not yet joined.
+    Connected,
+    /// Reachable: its ranks take part in streams.
+    Joined,
+    /// Given up on, lost or left.
+    Gone,
+}
+
+/// A child of this node.
+#[derive(Debug)]
+pub(crate) struct Child {
+    pub(crate) node_id: u32,
+    pub(crate) name: String,
+    pub(crate) is_backend: bool,
+    /// The ranks the plan gives it, less those it reported lost before joining.
+    pub(crate) expected: RankSet,
+    /// The ranks reachable through it now.
+    pub(crate) ranks: RankSet,
+    /// Comm nodes in its sub-tree, itself included.
+    pub(crate) commnodes: u32,
+    pub(crate) link: Option<LinkId>,
+    pub(crate) state: ChildState,
+    attach: bool,
+    /// A comm node's plan, sent when it connects.
+    plan: Option<Box<LaunchPlan>>,
+    /// How its process ended, from the driver.
+    detail: Option<String>,
+    /// When it is given up on if it has not reached the next state.
+    deadline: Option<Instant>,
+    /// What it has to do by the deadline, for the message.
+    late: &'static str,
+    /// Time from connecting to joining.
+    join_limit: Duration,
+    /// Attach mode: the back-end slots of its sub-tree, once it reported them.
+    points: Option<Vec<AttachPoint>>,
+}
+
+impl Child {
+    /// Whether it still counts (not given up on).
+    pub(crate) fn alive(&self) -> bool {
+        self.state != ChildState::Gone
+    }
+
+    fn failure(&self, what: &str) -> String {
+        let mut msg = format!("{} (node id {}) {what}", self.name, self.node_id);
+        if let Some(d) = &self.detail {
+            msg.push_str(&format!("; the process {d}"));
+        }
+        msg
+    }
+}
+
+/// Start-up bookkeeping, dropped once the node runs.
+#[derive(Debug)]
+pub(crate) struct Startup {
+    plan: Arc<LaunchPlan>,
+    /// Ranks that did not start, and why.
+    missing: Vec<(RankSet, String)>,
+    /// Attach mode: how long back-ends have to connect once their addresses are out.
+    attach: Option<Duration>,
+    /// Attach mode: this node's own back-end slots, from the driver.
+    own_points: Option<Vec<AttachPoint>>,
+    /// Attach mode: the addresses went up (or, at the front-end, out).
+    points_sent: bool,
+    /// Earliest child deadline.
+    next: Option<Instant>,
+}
+
+impl Startup {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.next
+    }
+}
+
+fn ms(v: u32) -> Duration {
+    Duration::from_millis(u64::from(v))
+}
+
+/// Depth of the sub-tree rooted at `id` (0 for a leaf).
+fn subtree_depth(topo: &Topology, id: usize) -> usize {
+    let base = topo.node_depth(id);
+    (id..id + topo.subtree_len(id)).map(|n| topo.node_depth(n) - base).max().unwrap_or(0)
+}
+
+/// The plan of a comm-node child: the parent's, for its own sub-tree.
+fn child_plan(plan: &LaunchPlan, topo: &Topology, c: usize) -> Box<LaunchPlan> {
+    let mut sub = plan.clone();
+    sub.node_id = plan.node_id + c as u32;
+    sub.first_rank = plan.first_rank + topo.first_rank(c);
+    sub.topology = topo.subtree(c).to_mrnet();
+    Box::new(sub)
+}
+
+impl Node {
+    /// The parent link is up: a back-end joins at once, a comm node waits for its plan.
+    pub(super) fn parent_up(&mut self, link: LinkId) {
+        if self.parent.is_some() || self.phase != Phase::Idle || self.role == Role::FrontEnd {
+            self.out.event(Event::CloseLink { link, reason: "this node already has a parent".into() });
+            return;
+        }
+        self.links.insert(link, LinkRole::Parent);
+        self.parent = Some(link);
+        match self.role {
+            Role::BackEnd { rank, .. } => {
+                self.out.control(link, &ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 });
+                self.phase = Phase::Running;
+            }
+            _ => self.phase = Phase::AwaitingPlan,
+        }
+    }
+
+    /// Starts the sub-tree `plan` describes: the children to launch go to the driver.
+    pub(super) fn start(&mut self, plan: LaunchPlan, now: Instant) {
+        let topo = match Topology::parse(&plan.topology) {
+            Ok(t) => t,
+            Err(e) => return self.startup_failed(format!("{}: bad sub-tree in the plan: {e}", self.name)),
+        };
+        if self.role == Role::CommNode {
+            let me = topo.node(topo.root());
+            self.name = format!("comm node {}:{} (id {})", me.host, me.index, self.node_id);
+        }
+        let limit = ms(plan.startup_timeout_ms);
+        let attach = (plan.attach_ms > 0).then(|| ms(plan.attach_ms));
+        let mut launches = Vec::new();
+        for &c in &topo.node(topo.root()).children {
+            let node = topo.node(c);
+            let is_backend = topo.is_leaf(c);
+            let first_rank = plan.first_rank + topo.first_rank(c);
+            let backends = topo.subtree_backends(c) as u32;
+            let name = if is_backend {
+                format!("back-end rank {first_rank} ({}:{})", node.host, node.index)
+            } else {
+                format!("comm node {}:{}", node.host, node.index)
+            };
+            let attach_slot = is_backend && attach.is_some();
+            let depth = subtree_depth(&topo, c).max(1) as u32;
+            let launch = ChildLaunch {
+                node_id: plan.node_id + c as u32,
+                name: name.clone(),
+                host: node.host.clone(),
+                is_backend,
+                first_rank,
+                backends,
+                attach: attach_slot,
+            };
+            self.children.push(super::startup::Child {
+                node_id: launch.node_id,
+                name,
+                is_backend,
+                expected: RankSet::range(first_rank, backends),
+                ranks: RankSet::new(),
+                commnodes: 0,
+                link: None,
+                state: ChildState::Launching,
+                attach: attach_slot,
+                plan: (!is_backend).then(|| child_plan(&plan, &topo, c)),
+                detail: None,
+                deadline: (!attach_slot).then_some(now + limit),
+                late: "did not connect",
+                join_limit: limit * depth + attach.unwrap_or_default(),
+                points: None,
+            });
+            launches.push(launch);
+        }
+        let plan = Arc::new(plan);
+        self.startup = Some(Startup {
+            plan: plan.clone(),
+            missing: Vec::new(),
+            attach,
+            own_points: None,
+            points_sent: false,
+            next: None,
+        });
+        self.phase = Phase::Starting;
+        self.refresh_deadline();
+        self.out.event(Event::StartChildren { plan, children: launches });
+        if self.children.is_empty() {
+            self.maybe_ready(now);
+        }
+    }
+
+    /// A child proved its node id: it is linked.
+    pub(super) fn child_up(&mut self, link: LinkId, node_id: u32, now: Instant) {
+        let found = self
+            .children
+            .iter()
+            .position(|c| c.node_id == node_id && c.state == ChildState::Launching && c.link.is_none());
+        let Some(c) = found.filter(|_| self.phase == Phase::Starting) else {
+            let reason = format!("a link claims node id {node_id}: not an expected child, or already connected");
+            tracing::warn!(node = %self.name, "{reason}");
+            self.out.event(Event::CloseLink { link, reason });
+            return;
+        };
+        self.links.insert(link, LinkRole::Child(c));
+        let child = &mut self.children[c];
+        child.link = Some(link);
+        child.state = ChildState::Connected;
+        child.deadline = Some(now + child.join_limit);
+        child.late = "did not report ready in time";
+        if let Some(plan) = child.plan.take() {
+            self.out.control(link, &ControlMsg::Plan(plan));
+        }
+        self.refresh_deadline();
+    }
+
+    /// The driver says how a child's process ended (or why it could not start).
+    pub(super) fn child_exited(&mut self, node_id: u32, detail: String, now: Instant) {
+        let Some(c) = self.children.iter().position(|c| c.node_id == node_id) else { return };
+        self.children[c].detail = Some(detail);
+        if self.children[c].state == ChildState::Launching {
+            let reason = self.children[c].failure("exited before connecting");
+            self.fail_child(c, reason, now);
+        }
+    }
+
+    /// Attach mode: the driver's addresses for this node's own back-end slots.
+    pub(super) fn own_attach_points(&mut self, points: Vec<AttachPoint>, now: Instant) {
+        if let Some(s) = self.startup.as_mut() {
+            s.own_points = Some(points);
+            self.maybe_send_points(now);
+        }
+    }
+
+    /// A control message from the parent.
+    pub(super) fn on_parent_control(&mut self, link: LinkId, msg: ControlMsg, now: Instant) {
+        match msg {
+            ControlMsg::Plan(plan) if self.phase == Phase::AwaitingPlan && self.role == Role::CommNode => {
+                if plan.node_id != self.node_id {
+                    let why = format!("the plan is for node {}, this is node {}", plan.node_id, self.node_id);
+                    return self.drop_link(link, why, now);
+                }
+                self.start(*plan, now);
+            }
+            ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
+            ControlMsg::CloseStream { id } => self.close_stream_from_parent(id),
+            ControlMsg::Shutdown => self.shut_down(format!("{}: the front-end shut the network down", self.name)),
+            other => tracing::warn!(node = %self.name, "ignoring unexpected control message from the parent: {other:?}"),
+        }
+    }
+
+    /// A control message from child `c`.
+    pub(super) fn on_child_control(&mut self, c: usize, msg: ControlMsg, now: Instant) {
+        match msg {
+            ControlMsg::Join { ranks, commnodes } => self.child_joined(c, ranks, commnodes, now),
+            ControlMsg::Leave { ranks, reason, graceful } => self.child_left(c, &ranks, reason, graceful, now),
+            ControlMsg::LaunchFailed { message } if self.phase == Phase::Starting => self.fail_child(c, message, now),
+            ControlMsg::AttachPoints { points } if self.phase == Phase::Starting => {
+                self.children[c].points = Some(points);
+                self.maybe_send_points(now);
+            }
+            ControlMsg::FilterError { stream, rank, message } => {
+                self.report_up(ControlMsg::FilterError { stream, rank, message });
+            }
+            ControlMsg::StreamRefused { stream, node, message } => self.stream_refused(stream, node, message),
+            other => tracing::warn!(node = %self.name, "ignoring unexpected control message from below: {other:?}"),
+        }
+    }
+
+    /// Sends a report to the parent; the front-end turns it into an event.
+    pub(super) fn report_up(&mut self, msg: ControlMsg) {
+        match (self.role, self.parent) {
+            (Role::FrontEnd, _) => match msg {
+                ControlMsg::FilterError { stream, rank, message } => {
+                    self.out.event(Event::FilterError { stream, rank, message })
+                }
+                ControlMsg::Leave { ranks, reason, graceful } => {
+                    let new = if graceful { ranks.clone() } else { self.lost_new(&ranks, &reason) };
+                    if new.is_empty() {
+                        return;
+                    }
+                    let e = if graceful {
+                        Event::RanksLeft { ranks: new, reason }
+                    } else {
+                        Event::RanksLost { ranks: new, reason }
+                    };
+                    self.out.event(e);
+                }
+                other => tracing::debug!("front-end: nothing to report for {other:?}"),
+            },
+            (_, Some(parent)) => self.out.control(parent, &msg),
+            (_, None) => {}
+        }
+    }
+
+    /// Records lost ranks at the front-end; returns those not known before.
+    fn lost_new(&mut self, ranks: &RankSet, reason: &str) -> RankSet {
+        let new = ranks.difference(self.lost.ranks());
+        self.lost.add(ranks, reason);
+        new
+    }
+
+    fn child_joined(&mut self, c: usize, ranks: RankSet, commnodes: u32, now: Instant) {
+        let allow_missing = self.startup.as_ref().is_some_and(|s| s.plan.allow_missing);
+        let child = &self.children[c];
+        if child.state != ChildState::Connected {
+            tracing::warn!(node = %self.name, "{} joined twice; ignored", child.name);
+            return;
+        }
+        let extra = ranks.difference(&child.expected);
+        if !extra.is_empty() || (ranks != child.expected && !allow_missing) {
+            let why = format!("{} reported ranks {ranks} but was given {}", child.name, child.expected);
+            return self.fail_child(c, why, now);
+        }
+        let silent = child.expected.difference(&ranks);
+        let name = child.name.clone();
+        if let (false, Some(s)) = (silent.is_empty(), self.startup.as_mut()) {
+            s.missing.push((silent, format!("{name} did not start them")));
+        }
+        let child = &mut self.children[c];
+        child.ranks = ranks;
+        child.commnodes = commnodes;
+        child.state = ChildState::Joined;
+        child.deadline = None;
+        if self.phase == Phase::Running {
+            self.member_joined(c);
+        }
+        self.refresh_deadline();
+        self.maybe_ready(now);
+    }
+
+    fn child_left(&mut self, c: usize, ranks: &RankSet, reason: String, graceful: bool, now: Instant) {
+        let child = &mut self.children[c];
+        let ranks = ranks.intersection(&child.expected.clone());
+        if ranks.is_empty() {
+            return;
+        }
+        if child.state != ChildState::Joined {
+            // A comm node reports what it could not start before it joins.
+            child.expected = child.expected.difference(&ranks);
+            if let Some(s) = self.startup.as_mut() {
+                s.missing.push((ranks, reason));
+            }
+            return;
+        }
+        child.ranks = child.ranks.difference(&ranks);
+        child.expected = child.expected.difference(&ranks);
+        self.report_up(ControlMsg::Leave { ranks, reason, graceful });
+        self.members_left(c, now);
+    }
+
+    /// A child's link closed, or it was dropped.
+    pub(super) fn child_gone(&mut self, c: usize, why: String, now: Instant) {
+        match (self.phase.clone(), self.children[c].state) {
+            (_, ChildState::Gone) | (Phase::Over, _) => {}
+            (Phase::Starting, _) => {
+                let reason = self.children[c].failure(&format!("failed during start-up: {why}"));
+                self.fail_child(c, reason, now);
+            }
+            _ => {
+                let child = &mut self.children[c];
+                child.state = ChildState::Gone;
+                child.deadline = None;
+                let ranks = std::mem::take(&mut child.ranks);
+                let node_id = child.node_id;
+                self.out.event(Event::AbandonChild { node_id });
+                if !ranks.is_empty() {
+                    self.report_up(ControlMsg::Leave { ranks, reason: why, graceful: false });
+                }
+                self.members_left(c, now);
+            }
+        }
+    }
+
+    /// Gives up on child `c` during start-up: the start-up fails, or with missing
+    /// children allowed, its ranks are reported lost.
+    fn fail_child(&mut self, c: usize, reason: String, now: Instant) {
+        let allow_missing = self.startup.as_ref().is_some_and(|s| s.plan.allow_missing);
+        if self.phase != Phase::Starting || self.children[c].state == ChildState::Gone {
+            return;
+        }
+        if !allow_missing {
+            return self.startup_failed(reason);
+        }
+        tracing::warn!(node = %self.name, "{reason}; going on without it");
+        self.abandon(c);
+        let ranks = std::mem::take(&mut self.children[c].expected);
+        if let Some(s) = self.startup.as_mut() {
+            s.missing.push((ranks, reason));
+        }
+        self.refresh_deadline();
+        self.maybe_send_points(now);
+        self.maybe_ready(now);
+    }
+
+    /// Stops child `c`: its link closes, its process is stopped.
+    fn abandon(&mut self, c: usize) {
+        let child = &mut self.children[c];
+        child.state = ChildState::Gone;
+        child.deadline = None;
+        child.ranks = RankSet::new();
+        if let Some(link) = child.link.take() {
+            self.links.remove(link);
+            self.out.event(Event::CloseLink { link, reason: format!("{} was given up on", child.name) });
+        }
+        self.out.event(Event::AbandonChild { node_id: child.node_id });
+    }
+
+    /// Start-up failed: the parent is told, every child is stopped, the node ends.
+    pub(super) fn startup_failed(&mut self, message: String) {
+        tracing::debug!(node = %self.name, "start-up failed: {message}");
+        if let Some(parent) = self.parent {
+            self.out.control(parent, &ControlMsg::LaunchFailed { message: message.clone() });
+        }
+        for c in 0..self.children.len() {
+            if self.children[c].alive() {
+                self.abandon(c);
+            }
+        }
+        self.startup = None;
+        self.phase = Phase::Over;
+        self.out.event(Event::StartupFailed { message });
+    }
+
+    /// Gives up on children past their deadline.
+    pub(super) fn startup_timeout(&mut self, now: Instant) {
+        if self.startup.as_ref().and_then(Startup::next_deadline).is_none_or(|d| d > now) {
+            return;
+        }
+        let late: Vec<usize> = (0..self.children.len())
+            .filter(|&c| self.children[c].alive() && self.children[c].deadline.is_some_and(|d| d <= now))
+            .collect();
+        for c in late {
+            let child = &self.children[c];
+            let secs = child.deadline.map_or(0.0, |_| {
+                if child.state == ChildState::Launching {
+                    self.startup.as_ref().map_or(0.0, |s| limit_for(child, s).as_secs_f64())
+                } else {
+                    child.join_limit.as_secs_f64()
+                }
+            });
+            let reason = child.failure(&format!("{} within {secs:.1} s", child.late));
+            self.fail_child(c, reason, now);
+            if self.phase != Phase::Starting {
+                return;
+            }
+        }
+        self.refresh_deadline();
+    }
+
+    fn refresh_deadline(&mut self) {
+        let next = self.children.iter().filter(|c| c.alive()).filter_map(|c| c.deadline).min();
+        if let Some(s) = self.startup.as_mut() {
+            s.next = next;
+        }
+    }
+
+    /// Attach mode: once this node's slots and every comm-node child's are known,
+    /// the addresses go up and the back-ends' clock starts.
+    fn maybe_send_points(&mut self, now: Instant) {
+        let Some(s) = self.startup.as_ref() else { return };
+        let Some(limit) = s.attach else { return };
+        if s.points_sent || s.own_points.is_none() && self.children.iter().any(|c| c.attach) {
+            return;
+        }
+        let waiting = self.children.iter().any(|c| !c.is_backend && c.alive() && c.points.is_none());
+        if waiting {
+            return;
+        }
+        let mut points: Vec<AttachPoint> = s.own_points.clone().unwrap_or_default();
+        for c in self.children.iter_mut() {
+            points.extend(c.points.take().unwrap_or_default());
+            if c.attach && c.state == ChildState::Launching {
+                c.deadline = Some(now + limit);
+            }
+        }
+        points.sort();
+        if let Some(s) = self.startup.as_mut() {
+            s.points_sent = true;
+        }
+        match self.parent {
+            Some(parent) => self.out.control(parent, &ControlMsg::AttachPoints { points }),
+            None => self.out.event(Event::AttachPoints(points)),
+        }
+        self.refresh_deadline();
+    }
+
+    /// Once every child joined or was given up on, the node joins its parent.
+    fn maybe_ready(&mut self, _now: Instant) {
+        if self.phase != Phase::Starting {
+            return;
+        }
+        if self.children.iter().any(|c| matches!(c.state, ChildState::Launching | ChildState::Connected)) {
+            return;
+        }
+        let Some(startup) = self.startup.take() else { return };
+        let ranks = self.live_ranks();
+        if ranks.is_empty() && !self.children.is_empty() || self.children.is_empty() && self.role == Role::FrontEnd {
+            let why: Vec<String> = startup.missing.iter().map(|(_, r)| r.clone()).collect();
+            let message = if why.is_empty() {
+                format!("{}: the tree has no back-end", self.name)
+            } else {
+                format!("no child of {} started: {}", self.name, why.join("; "))
+            };
+            return self.startup_failed(message);
+        }
+        self.phase = Phase::Running;
+        let commnodes = self.commnodes_below() + u32::from(self.role == Role::CommNode);
+        match self.parent {
+            Some(parent) => {
+                for (lost, reason) in &startup.missing {
+                    let leave = ControlMsg::Leave { ranks: lost.clone(), reason: reason.clone(), graceful: false };
+                    self.out.control(parent, &leave);
+                }
+                self.out.control(parent, &ControlMsg::Join { ranks: ranks.clone(), commnodes });
+            }
+            None => {
+                for (lost, reason) in &startup.missing {
+                    self.lost.add(lost, reason);
+                }
+            }
+        }
+        self.out.event(Event::Ready { ranks, commnodes, missing: startup.missing });
+    }
+
+    /// Multicasts a control message to some children.
+    pub(super) fn control_to(&mut self, links: Vec<LinkId>, msg: &ControlMsg) {
+        if !links.is_empty() {
+            self.out.transmits.push_back(Transmit { to: Destination::Links(links.into()), frame: control_frame(msg) });
+        }
+    }
+}
+
+/// How long a launching child had to connect.
+fn limit_for(child: &Child, s: &Startup) -> Duration {
+    if child.attach {
+        s.attach.unwrap_or_default()
+    } else {
+        ms(s.plan.startup_timeout_ms)
+    }
+}

@@ -1,0 +1,710 @@
+//! Streams at one node: routing down with per-child windows, waves and reductions
+//! up with per-child windows, and what the tool reads.
+//!
+//! Down: a frame from the parent (at the front-end, from the tool) goes to every
+//! child that reaches a member of the stream, at once to those with credit and into
+//! a per-child queue for the others. The frame counts against the window this node
+//! gave its source until every child has it, so a slow child holds up its own
+//! stream, within a window, and nothing else: no queue ever makes the node stop
+//! reading a link.
+//!
+//! Up: frames from the children go through the stream's synchronizer into waves;
+//! complete waves are reduced by the stream's filter and sent up while the parent
+//! (at the front-end, the tool's reading) gives credit. A child's frames count
+//! against its window until their wave is reduced and sent on.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use treecast_filters::{apply_dropping_bad, FilterContext, Synchronizer, Transform, Wave};
+use treecast_wire::{ControlMsg, Frame, Grant, RankSet, StreamSpec, FLAG_DIRECT};
+
+use super::startup::{Child, ChildState};
+use super::window::{Budget, Ledger};
+use super::{CommandError, Delivery, Destination, Event, LinkId, LinkRole, Node, Outputs, Role, Transmit};
+
+/// One child's share of a stream.
+#[derive(Debug)]
+struct ChildPart {
+    /// What the child sent up and has not been given back.
+    up: Ledger,
+    /// What this node may still send the child.
+    down: Budget,
+    /// Frames waiting for the child's credit, with the sequence number of their input.
+    queue: VecDeque<(u64, Frame)>,
+    /// A close of the stream waits behind the queue.
+    close_pending: bool,
+}
+
+/// A stream at one node.
+pub(crate) struct StreamState {
+    pub(crate) spec: StreamSpec,
+    sync: Synchronizer,
+    /// The reduction (none at a back-end).
+    up_filter: Option<Box<dyn Transform>>,
+    /// The downstream filter (comm nodes only, and only a real one).
+    down_filter: Option<Box<dyn Transform>>,
+    /// Child indices taking part, increasing.
+    members: Vec<usize>,
+    /// Their links, in the same order.
+    targets: Arc<[LinkId]>,
+    /// Per child index.
+    parts: Vec<Option<ChildPart>>,
+    /// What may still go up (to the parent, or at the front-end into the tool's queue).
+    up_budget: Budget,
+    /// Complete waves waiting for up credit.
+    held: VecDeque<Wave>,
+    /// What the source of downward frames (parent or tool) has outstanding here.
+    down_ledger: Ledger,
+    next_seq: u64,
+    /// Inputs not yet handed to every child: sequence number and payload length.
+    in_node: VecDeque<(u64, usize)>,
+    /// Front-end: reductions the tool has not read.
+    ready: VecDeque<Frame>,
+    /// A send from the tool was refused for lack of credit.
+    blocked: bool,
+    /// Closed: upward frames are dropped, closes wait behind the children's queues.
+    closing: bool,
+    /// Front-end: no more packets will come (no member left, or refused).
+    over: bool,
+    /// Front-end: the tool has seen the end (or closed the stream itself).
+    tool_done: bool,
+}
+
+impl StreamState {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        if self.closing {
+            return None;
+        }
+        self.sync.next_deadline()
+    }
+
+    pub(crate) fn held_packets(&self) -> usize {
+        self.sync.queued()
+            + self.held.iter().map(|w| w.frames.len()).sum::<usize>()
+            + self.ready.len()
+            + self.in_node.len()
+    }
+
+    pub(crate) fn held_bytes(&self) -> u64 {
+        let up: u64 = self.parts.iter().flatten().map(|p| p.up.held().1).sum();
+        let ready: u64 = self.ready.iter().map(|f| f.payload.len() as u64).sum();
+        up + ready + self.down_ledger.held().1
+    }
+
+    /// Front-end: a packet or the stream's end waits for the tool.
+    pub(crate) fn tool_has_something(&self) -> bool {
+        !self.ready.is_empty() || (self.over && !self.tool_done)
+    }
+
+    fn part(&mut self, c: usize) -> Option<&mut ChildPart> {
+        self.parts.get_mut(c).and_then(Option::as_mut)
+    }
+
+    /// True once nothing is left to do for the tree: closes sent, or over at the front-end.
+    fn finished(&self) -> bool {
+        let closes_sent = self.parts.iter().flatten().all(|p| !p.close_pending);
+        self.closing && closes_sent && (self.tool_done || !self.over)
+    }
+
+    fn rebuild_targets(&mut self, children: &[Child]) {
+        self.targets = self.members.iter().filter_map(|&c| children[c].link).collect();
+    }
+}
+
+/// What stream code needs of the node besides the stream itself.
+struct Ctx<'a> {
+    role: Role,
+    name: &'a str,
+    parent: Option<LinkId>,
+    children: &'a [Child],
+}
+
+impl Ctx<'_> {
+    fn is_root(&self) -> bool {
+        self.role == Role::FrontEnd
+    }
+
+    fn link_of(&self, c: usize) -> Option<LinkId> {
+        self.children.get(c).and_then(|ch| ch.link)
+    }
+
+    /// A report for the parent, or at the front-end an event.
+    fn report(&self, out: &mut Outputs, msg: ControlMsg) {
+        match (self.role, self.parent) {
+            (Role::FrontEnd, _) => {
+                if let ControlMsg::FilterError { stream, rank, message } = msg {
+                    out.event(Event::FilterError { stream, rank, message });
+                }
+            }
+            (_, Some(p)) => out.control(p, &msg),
+            (_, None) => {}
+        }
+    }
+}
+
+/// Gives back what the downward source is owed: to the parent in batches, to the
+/// tool at once (waking a refused send).
+fn return_down_credit(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
+    let id = s.spec.id;
+    match (ctx.role, ctx.parent) {
+        (Role::FrontEnd, _) => {
+            if s.down_ledger.take_all().is_some() && s.blocked && s.down_ledger.open() {
+                s.blocked = false;
+                out.event(Event::Writable { stream: id });
+            }
+        }
+        (_, Some(parent)) => {
+            if let Some(g) = s.down_ledger.take_grant() {
+                out.credit(parent, id, g);
+            }
+        }
+        (_, None) => {}
+    }
+}
+
+/// Inputs handed to every child since the last call count as consumed.
+fn settle_down(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
+    let first_queued = s.parts.iter().flatten().filter_map(|p| p.queue.front().map(|(seq, _)| *seq)).min();
+    let mut any = false;
+    while let Some(&(seq, len)) = s.in_node.front() {
+        if first_queued.is_some_and(|q| q <= seq) {
+            break;
+        }
+        s.in_node.pop_front();
+        s.down_ledger.consume(len);
+        any = true;
+    }
+    if any {
+        return_down_credit(s, ctx, out);
+    }
+}
+
+/// Sends child `c` what its credit allows from its queue, then a pending close.
+fn drain_child(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs) {
+    let id = s.spec.id;
+    let Some(link) = ctx.link_of(c) else { return };
+    let Some(part) = s.part(c) else { return };
+    while part.down.open() {
+        let Some((_, frame)) = part.queue.pop_front() else { break };
+        part.down.spend(frame.payload.len());
+        out.send(link, frame);
+    }
+    if part.queue.is_empty() && part.close_pending {
+        part.close_pending = false;
+        out.control(link, &ControlMsg::CloseStream { id });
+    }
+}
+
+/// Hands one output frame of input `seq` to the stream's children.
+fn fan_out(s: &mut StreamState, seq: u64, frame: Frame, direct: Option<usize>, ctx: &Ctx<'_>, out: &mut Outputs) {
+    if let Some(c) = direct {
+        let Some(link) = ctx.link_of(c) else { return };
+        let Some(part) = s.part(c) else { return };
+        if part.queue.is_empty() && part.down.open() {
+            part.down.spend(frame.payload.len());
+            out.send(link, frame);
+        } else {
+            part.queue.push_back((seq, frame));
+        }
+        return;
+    }
+    let len = frame.payload.len();
+    let all_open = s.members.iter().all(|&c| {
+        s.parts.get(c).and_then(Option::as_ref).is_some_and(|p| p.queue.is_empty() && p.down.open())
+    });
+    if all_open {
+        for &c in &s.members {
+            if let Some(p) = s.parts.get_mut(c).and_then(Option::as_mut) {
+                p.down.spend(len);
+            }
+        }
+        if !s.targets.is_empty() {
+            out.transmits.push_back(Transmit { to: Destination::Links(s.targets.clone()), frame });
+        }
+        return;
+    }
+    let mut now_links = Vec::new();
+    for &c in &s.members {
+        let (Some(link), Some(p)) = (ctx.link_of(c), s.parts.get_mut(c).and_then(Option::as_mut)) else { continue };
+        if p.queue.is_empty() && p.down.open() {
+            p.down.spend(len);
+            now_links.push(link);
+        } else {
+            p.queue.push_back((seq, frame.clone()));
+        }
+    }
+    if !now_links.is_empty() {
+        out.transmits.push_back(Transmit { to: Destination::Links(now_links.into()), frame });
+    }
+}
+
+/// Reduces held waves while there is up credit, returning credit to the children.
+fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
+    let id = s.spec.id;
+    let fctx = FilterContext { stream: id, is_root: ctx.is_root() };
+    while s.up_budget.open() {
+        let Some(wave) = s.held.pop_front() else { break };
+        for (&c, f) in wave.children.iter().zip(&wave.frames) {
+            let Some(part) = s.parts.get_mut(c).and_then(Option::as_mut) else { continue };
+            part.up.consume(f.payload.len());
+            if let (Some(g), Some(link)) = (part.up.take_grant(), ctx.link_of(c)) {
+                out.credit(link, id, g);
+            }
+        }
+        let Some(filter) = s.up_filter.as_mut() else { continue };
+        let (frames, errors) = apply_dropping_bad(filter.as_mut(), wave.frames, &fctx);
+        for e in errors {
+            let message = format!("{}: {e}", ctx.name);
+            ctx.report(out, ControlMsg::FilterError { stream: id, rank: e.rank().unwrap_or(u32::MAX), message });
+        }
+        for f in frames {
+            s.up_budget.spend(f.payload.len());
+            match (ctx.role, ctx.parent) {
+                (Role::FrontEnd, _) => {
+                    if s.ready.is_empty() {
+                        out.event(Event::Readable { stream: Some(id) });
+                    }
+                    s.ready.push_back(f);
+                }
+                (_, Some(parent)) => out.send(parent, f),
+                (_, None) => {}
+            }
+        }
+    }
+}
+
+/// Front-end: the stream is over once no member is left and nothing is held.
+fn check_over(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
+    if ctx.is_root() && !s.over && s.members.is_empty() && s.sync.queued() == 0 && s.held.is_empty() {
+        s.over = true;
+        out.event(Event::Readable { stream: Some(s.spec.id) });
+    }
+}
+
+impl Node {
+    /// Children that reach a member of `ranks`.
+    fn members_for(&self, ranks: &RankSet) -> Vec<usize> {
+        (0..self.children.len())
+            .filter(|&c| {
+                let ch = &self.children[c];
+                ch.state == ChildState::Joined && ch.link.is_some() && ch.ranks.intersects(ranks)
+            })
+            .collect()
+    }
+
+    /// A fresh stream state; `reduce_here` makes the filters (not at a back-end).
+    fn make_stream(&self, spec: StreamSpec, reduce_here: bool) -> Result<StreamState, treecast_filters::RegistryError> {
+        let (up_filter, down_filter) = if reduce_here {
+            let up = self.registry.make(&spec.up)?;
+            let down = self.registry.make(&spec.down)?;
+            let apply_down = self.role == Role::CommNode && spec.down.name != "null";
+            (Some(up), apply_down.then_some(down))
+        } else {
+            (None, None)
+        };
+        let members = self.members_for(&spec.ranks);
+        let mut parts: Vec<Option<ChildPart>> = Vec::new();
+        parts.resize_with(self.children.len(), || None);
+        for &c in &members {
+            parts[c] = Some(ChildPart {
+                up: Ledger::new(spec.up_window),
+                down: Budget::new(spec.down_window),
+                queue: VecDeque::new(),
+                close_pending: false,
+            });
+        }
+        let up_window = if self.role == Role::FrontEnd { self.tool_window } else { spec.up_window };
+        let targets = members.iter().filter_map(|&c| self.children[c].link).collect();
+        Ok(StreamState {
+            sync: Synchronizer::new(spec.sync, members.iter().copied()),
+            up_filter,
+            down_filter,
+            members,
+            targets,
+            parts,
+            up_budget: Budget::new(up_window),
+            held: VecDeque::new(),
+            down_ledger: Ledger::new(spec.down_window),
+            next_seq: 0,
+            in_node: VecDeque::new(),
+            ready: VecDeque::new(),
+            blocked: false,
+            closing: false,
+            over: false,
+            tool_done: false,
+            spec,
+        })
+    }
+
+    /// Front-end: the tool opens a stream.
+    pub(super) fn open_stream(&mut self, spec: StreamSpec) -> Result<(), CommandError> {
+        if self.role != Role::FrontEnd {
+            return Err(CommandError::NotNow("only the front-end opens streams"));
+        }
+        if self.phase != super::Phase::Running {
+            return Err(CommandError::NotNow("the tree is not running"));
+        }
+        let id = spec.id;
+        if id <= self.max_stream || self.streams.contains_key(&id) {
+            return Err(CommandError::StreamExists(id));
+        }
+        let mut s = self.make_stream(spec, true).map_err(|source| CommandError::Filter { stream: id, source })?;
+        self.max_stream = id;
+        let targets = s.targets.to_vec();
+        let msg = ControlMsg::NewStream(s.spec.clone());
+        let (ctx, out) = (Ctx { role: self.role, name: &self.name, parent: None, children: &self.children }, &mut self.out);
+        check_over(&mut s, &ctx, out);
+        self.streams.insert(id, s);
+        self.control_to(targets, &msg);
+        Ok(())
+    }
+
+    /// A comm node or back-end learns of a stream from its parent.
+    pub(super) fn stream_from_parent(&mut self, spec: StreamSpec) {
+        let id = spec.id;
+        if id <= self.max_stream {
+            tracing::warn!(node = %self.name, "stream {id} announced twice or out of order; ignored");
+            return;
+        }
+        self.max_stream = id;
+        let reduce_here = self.role == Role::CommNode;
+        match self.make_stream(spec, reduce_here) {
+            Ok(s) => {
+                let targets = s.targets.to_vec();
+                let msg = ControlMsg::NewStream(s.spec.clone());
+                self.streams.insert(id, s);
+                self.control_to(targets, &msg);
+            }
+            Err(e) => {
+                let refused = ControlMsg::StreamRefused { stream: id, node: self.name.clone(), message: e.to_string() };
+                self.report_up(refused);
+            }
+        }
+    }
+
+    /// A node below could not make a stream's filters.
+    pub(super) fn stream_refused(&mut self, stream: u32, node: String, message: String) {
+        if self.role != Role::FrontEnd {
+            return self.report_up(ControlMsg::StreamRefused { stream, node, message });
+        }
+        self.out.event(Event::StreamRefused { stream, node, message });
+        self.begin_close(stream);
+        if let Some(s) = self.streams.get_mut(&stream) {
+            s.over = true;
+            s.ready.clear();
+            s.held.clear();
+            self.out.event(Event::Readable { stream: Some(stream) });
+        }
+    }
+
+    /// Front-end: the tool closes a stream.
+    pub(super) fn close_stream_from_tool(&mut self, id: u32) -> Result<(), CommandError> {
+        let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
+        s.tool_done = true;
+        self.begin_close(id);
+        Ok(())
+    }
+
+    /// The parent closed a stream.
+    pub(super) fn close_stream_from_parent(&mut self, id: u32) {
+        if let Role::BackEnd { .. } = self.role {
+            if self.streams.remove(&id).is_some() {
+                self.push_delivery(Delivery::StreamClosed(id));
+            }
+            return;
+        }
+        self.begin_close(id);
+    }
+
+    /// Stops a stream here and passes the close down behind what each child still has queued.
+    fn begin_close(&mut self, id: u32) {
+        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        if !s.closing {
+            s.closing = true;
+            s.held.clear();
+            for c in s.members.clone() {
+                if let Some(p) = s.part(c) {
+                    p.close_pending = true;
+                }
+                drain_child(s, c, &ctx, &mut self.out);
+            }
+        }
+        if s.finished() {
+            self.streams.remove(&id);
+        }
+    }
+
+    /// A data frame from the parent.
+    pub(super) fn on_down_data(&mut self, frame: Frame, now: Instant) {
+        let id = frame.header.stream;
+        let Some(s) = self.streams.get_mut(&id) else {
+            if id > self.max_stream {
+                tracing::warn!(node = %self.name, "dropping a frame from the parent on unknown stream {id}");
+            }
+            return;
+        };
+        if let Err(over) = s.down_ledger.receive(frame.payload.len()) {
+            let Some(parent) = self.parent else { return };
+            let why = format!(
+                "the parent sent beyond its window on stream {id} ({} frames, {} bytes outstanding)",
+                over.packets, over.bytes
+            );
+            return self.drop_link(parent, why, now);
+        }
+        if let Role::BackEnd { .. } = self.role {
+            return self.push_delivery(Delivery::Packet(frame));
+        }
+        self.route_down(frame);
+    }
+
+    /// Front-end: the tool sends a frame; back-end: the tool sends a frame up.
+    pub(super) fn send_from_tool(&mut self, frame: Frame) -> Result<(), CommandError> {
+        let id = frame.header.stream;
+        match self.role {
+            Role::CommNode => Err(CommandError::NotNow("a comm node has no tool")),
+            Role::BackEnd { .. } => {
+                let parent = self.parent.ok_or(CommandError::ShutDown)?;
+                let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
+                if !s.up_budget.open() {
+                    s.blocked = true;
+                    return Err(CommandError::Blocked(frame));
+                }
+                s.up_budget.spend(frame.payload.len());
+                self.out.send(parent, frame);
+                Ok(())
+            }
+            Role::FrontEnd => {
+                let direct = frame.header.flags & FLAG_DIRECT != 0;
+                let rank = frame.header.rank;
+                let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
+                if s.closing {
+                    return Err(CommandError::UnknownStream(id));
+                }
+                if direct && !s.spec.ranks.contains(rank) {
+                    return Err(CommandError::NotAMember { stream: id, rank });
+                }
+                if s.down_ledger.receive(frame.payload.len()).is_err() {
+                    s.blocked = true;
+                    return Err(CommandError::Blocked(frame));
+                }
+                self.route_down(frame);
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies the downstream filter and hands the frames to the children.
+    fn route_down(&mut self, frame: Frame) {
+        let id = frame.header.stream;
+        let direct = (frame.header.flags & FLAG_DIRECT != 0).then_some(frame.header.rank);
+        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        let len = frame.payload.len();
+        let target = match direct {
+            Some(rank) => match s.members.iter().copied().find(|&c| ctx.children[c].ranks.contains(rank)) {
+                Some(c) => Some(c),
+                None => {
+                    tracing::warn!(node = %ctx.name, "stream {id}: rank {rank} is not below this node; frame dropped");
+                    s.down_ledger.consume(len);
+                    return return_down_credit(s, &ctx, &mut self.out);
+                }
+            },
+            None => None,
+        };
+        let frames = match (s.down_filter.as_mut(), direct) {
+            (Some(f), None) => {
+                // Each packet is reduced alone, as at the root, so an average stays a plain value.
+                match f.apply(vec![frame], &FilterContext { stream: id, is_root: true }) {
+                    Ok(frames) => frames,
+                    Err(e) => {
+                        let message = format!("{}: downstream filter: {e}", ctx.name);
+                        ctx.report(&mut self.out, ControlMsg::FilterError { stream: id, rank: u32::MAX, message });
+                        Vec::new()
+                    }
+                }
+            }
+            _ => vec![frame],
+        };
+        for f in frames {
+            fan_out(s, seq, f, target, &ctx, &mut self.out);
+        }
+        s.in_node.push_back((seq, len));
+        settle_down(s, &ctx, &mut self.out);
+    }
+
+    /// A data frame from child `c`.
+    pub(super) fn on_up_data(&mut self, c: usize, frame: Frame, now: Instant) {
+        let id = frame.header.stream;
+        let rank = frame.header.rank;
+        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let Some(s) = self.streams.get_mut(&id) else {
+            if id > self.max_stream {
+                let message = format!("{}: packet from rank {rank} on unknown stream {id}", self.name);
+                self.report_up(ControlMsg::FilterError { stream: id, rank, message });
+            }
+            return;
+        };
+        if s.closing {
+            return;
+        }
+        let Some(part) = s.part(c) else {
+            let message = format!("{}: rank {rank} sent on stream {id}, which it is not a member of", ctx.name);
+            return ctx.report(&mut self.out, ControlMsg::FilterError { stream: id, rank, message });
+        };
+        if let Err(over) = part.up.receive(frame.payload.len()) {
+            let Some(link) = ctx.link_of(c) else { return };
+            let why = format!(
+                "{} sent beyond its window on stream {id} ({} frames, {} bytes outstanding)",
+                ctx.children[c].name, over.packets, over.bytes
+            );
+            return self.drop_link(link, why, now);
+        }
+        let waves = s.sync.push(c, frame, now);
+        s.held.extend(waves);
+        reduce(s, &ctx, &mut self.out);
+    }
+
+    /// Credit from a peer on `stream`.
+    pub(super) fn on_credit(&mut self, from: LinkRole, stream: u32, grant: Grant) {
+        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let Some(s) = self.streams.get_mut(&stream) else { return };
+        match from {
+            LinkRole::Parent => {
+                let reopened = s.up_budget.grant(grant);
+                if let Role::BackEnd { .. } = ctx.role {
+                    if reopened && s.blocked {
+                        s.blocked = false;
+                        self.out.event(Event::Writable { stream });
+                    }
+                } else {
+                    reduce(s, &ctx, &mut self.out);
+                }
+            }
+            LinkRole::Child(c) => {
+                let Some(part) = s.part(c) else { return };
+                part.down.grant(grant);
+                drain_child(s, c, &ctx, &mut self.out);
+                settle_down(s, &ctx, &mut self.out);
+                if s.finished() {
+                    self.streams.remove(&stream);
+                }
+            }
+        }
+    }
+
+    /// Releases time-out waves whose deadline passed.
+    pub(super) fn streams_timeout(&mut self, now: Instant) {
+        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        for s in self.streams.values_mut() {
+            if s.next_deadline().is_some_and(|d| d <= now) {
+                let waves = s.sync.poll(now);
+                s.held.extend(waves);
+                reduce(s, &ctx, &mut self.out);
+            }
+        }
+    }
+
+    /// Back-end: queues something for the tool.
+    fn push_delivery(&mut self, d: Delivery) {
+        if self.deliveries.is_empty() {
+            self.out.event(Event::Readable { stream: None });
+        }
+        self.deliveries.push_back(d);
+    }
+
+    /// Back-end: the tool read a packet of `stream`: the parent may send more.
+    pub(super) fn delivered_at_backend(&mut self, stream: u32, len: usize) {
+        let Some(parent) = self.parent else { return };
+        let Some(s) = self.streams.get_mut(&stream) else { return };
+        s.down_ledger.consume(len);
+        if let Some(g) = s.down_ledger.take_grant() {
+            self.out.credit(parent, stream, g);
+        }
+    }
+
+    /// Front-end: the tool reads stream `id`.
+    pub(super) fn deliver_to_tool(&mut self, id: u32) -> Option<Delivery> {
+        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let s = self.streams.get_mut(&id)?;
+        if let Some(f) = s.ready.pop_front() {
+            s.up_budget.grant(Grant { packets: 1, bytes: f.payload.len() as u64 });
+            reduce(s, &ctx, &mut self.out);
+            return Some(Delivery::Packet(f));
+        }
+        if s.over && !s.tool_done {
+            s.tool_done = true;
+            if s.finished() || !s.closing {
+                self.streams.remove(&id);
+            }
+            return Some(Delivery::StreamClosed(id));
+        }
+        None
+    }
+
+    /// Child `c` joined while streams run: it takes part in those that reach its ranks.
+    pub(super) fn member_joined(&mut self, c: usize) {
+        let Some(link) = self.children[c].link else { return };
+        let ranks = self.children[c].ranks.clone();
+        let mut announce = Vec::new();
+        for s in self.streams.values_mut() {
+            if s.closing || !s.spec.ranks.intersects(&ranks) || s.members.contains(&c) {
+                continue;
+            }
+            let pos = s.members.partition_point(|&m| m < c);
+            s.members.insert(pos, c);
+            if s.parts.len() <= c {
+                s.parts.resize_with(c + 1, || None);
+            }
+            s.parts[c] = Some(ChildPart {
+                up: Ledger::new(s.spec.up_window),
+                down: Budget::new(s.spec.down_window),
+                queue: VecDeque::new(),
+                close_pending: false,
+            });
+            s.sync.add_child(c);
+            s.rebuild_targets(&self.children);
+            announce.push(ControlMsg::NewStream(s.spec.clone()));
+        }
+        announce.sort_by_key(|m| match m {
+            ControlMsg::NewStream(spec) => spec.id,
+            _ => 0,
+        });
+        for msg in announce {
+            self.out.control(link, &msg);
+        }
+    }
+
+    /// Child `c` is gone or lost ranks: it leaves the streams it no longer reaches.
+    pub(super) fn members_left(&mut self, c: usize, now: Instant) {
+        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let child = &self.children[c];
+        let gone = child.state == ChildState::Gone || child.link.is_none();
+        let mut finished = Vec::new();
+        for (&id, s) in self.streams.iter_mut() {
+            if !s.members.contains(&c) || (!gone && child.ranks.intersects(&s.spec.ranks)) {
+                continue;
+            }
+            s.members.retain(|&m| m != c);
+            s.rebuild_targets(ctx.children);
+            s.parts.get_mut(c).map(Option::take);
+            let waves = s.sync.child_lost(c, now);
+            s.held.extend(waves);
+            settle_down(s, &ctx, &mut self.out);
+            if !s.closing {
+                reduce(s, &ctx, &mut self.out);
+                check_over(s, &ctx, &mut self.out);
+            }
+            if s.finished() {
+                finished.push(id);
+            }
+        }
+        for id in finished {
+            self.streams.remove(&id);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Unit tests of the core: one node at a time, frames in, outputs checked.

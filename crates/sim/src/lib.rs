@@ -1,0 +1,773 @@
+//! The simulated tree: the protocol cores of every node of a tree wired together in
+//! one process, with virtual time.
+//!
+//! * [`Sim`] builds the tree the way real processes do: the front-end's core gets a
+//!   launch plan, every [`Event::StartChildren`] makes the children's cores, and
+//!   their links come up after a launch delay. Each link has its own delay (drawn
+//!   from [`SimConfig::delay`], fixed for the link, so frames stay in order).
+//! * Nodes can be killed at chosen times ([`Sim::kill_at`]); their links close and
+//!   their peers notice after the link's delay, as over a real socket.
+//! * Back-ends run a small tool ([`BackendTool`]) that answers requests by tag, and
+//!   can be made slow (read one packet per period) or silent (never answer).
+//! * The front-end's tool is the test itself: [`Sim::send`], [`Sim::read`] and
+//!   [`Sim::run_until`].
+//!
+//! Everything is deterministic for a given seed. Per-node counters ([`NodeStats`])
+//! say how many inputs and bytes each node handled, and the most payload bytes it
+//! ever held, which flow control bounds.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use treecast_filters::FilterRegistry;
+use treecast_node::core::{
+    ChildLaunch, Command, CommandError, Delivery, Event, LinkId, LinkTable, Node, NodeConfig, Peer, Role,
+};
+use treecast_topology::Topology;
+use treecast_wire::{
+    decode_values, encode_values, AttachPoint, Frame, FrameHeader, LaunchPlan, LauncherKind, LauncherSpec,
+    LocalRoute, Value, Window, MAX_PAYLOAD_LEN,
+};
+
+/// Tag of a request a back-end answers with `%d`: the request's integer plus its rank.
+pub const TAG_ADD_RANK: i32 = 1;
+/// Tag of a request a back-end answers with `%aud`: its own rank, alone in an array.
+pub const TAG_RANK: i32 = 2;
+/// Tag of a request a back-end answers with `%d`: as many packets of `1` as the request says.
+pub const TAG_BURST: i32 = 3;
+
+/// How the simulated tree is built and run.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The tree.
+    pub topology: Topology,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Each link's delay is drawn from this range, once.
+    pub delay: (Duration, Duration),
+    /// Time from a parent's start request to the child's link being up.
+    pub launch_delay: Duration,
+    /// Start-up time limit per level.
+    pub startup_timeout: Duration,
+    /// Start without children that fail.
+    pub allow_missing: bool,
+    /// Attach mode: back-ends are started "by someone else" once the front-end has
+    /// their addresses, and have this long to connect.
+    pub attach: Option<Duration>,
+    /// The filters every node has.
+    pub registry: FilterRegistry,
+    /// What the front-end keeps per stream for the tool.
+    pub tool_window: Window,
+}
+
+impl SimConfig {
+    /// A configuration with small delays and generous limits.
+    pub fn new(topology: Topology, seed: u64) -> Self {
+        SimConfig {
+            topology,
+            seed,
+            delay: (Duration::from_micros(5), Duration::from_micros(50)),
+            launch_delay: Duration::from_millis(2),
+            startup_timeout: Duration::from_secs(30),
+            allow_missing: false,
+            attach: None,
+            registry: FilterRegistry::builtin(),
+            tool_window: Window { packets: 1 << 16, bytes: 64 << 20 },
+        }
+    }
+}
+
+/// How a simulated back-end's tool behaves.
+#[derive(Debug, Clone, Default)]
+pub struct BackendTool {
+    /// Read one packet per this period (a slow consumer); zero reads at once.
+    pub read_every: Duration,
+    /// Never answer (a hung tool: its link stays up).
+    pub silent: bool,
+}
+
+/// What one node did, for benchmarks and bounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Inputs handled (frames, link events, commands, timeouts).
+    pub inputs: u64,
+    /// Frames received.
+    pub frames_in: u64,
+    /// Payload bytes received.
+    pub bytes_in: u64,
+    /// Frames sent (one per destination link).
+    pub frames_out: u64,
+    /// Payload bytes sent.
+    pub bytes_out: u64,
+    /// Most payload bytes held at once (what flow control bounds).
+    pub max_held_bytes: u64,
+}
+
+#[derive(Debug)]
+struct SimLink {
+    peer: usize,
+    peer_link: Option<LinkId>,
+    delay: Duration,
+    open: bool,
+}
+
+struct SimNode {
+    core: Node,
+    links: LinkTable<SimLink>,
+    alive: bool,
+    over_handled: bool,
+    timer_gen: u64,
+    tool: BackendTool,
+    /// Back-end: answers refused for lack of credit, per stream, to retry when writable.
+    outbox: BTreeMap<u32, VecDeque<Frame>>,
+    /// Back-end: a slow reader's next read is scheduled.
+    read_scheduled: bool,
+    stats: NodeStats,
+}
+
+#[derive(Debug)]
+enum Action {
+    Deliver { node: usize, link: LinkId, frame: Frame },
+    Closed { node: usize, link: LinkId, reason: Option<String> },
+    Connect { parent: usize, child: usize },
+    Timer { node: usize, generation: u64 },
+    Kill { node: usize },
+    Read { node: usize },
+}
+
+struct Scheduled {
+    at: Instant,
+    seq: u64,
+    action: Action,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// What the front-end reported while the simulation ran.
+#[derive(Debug, Clone, Default)]
+pub struct FrontEndLog {
+    /// Launch outcome: `Ok(missing ranks)` or the failure.
+    pub launched: Option<Result<Vec<(treecast_wire::RankSet, String)>, String>>,
+    /// Every other event, in order.
+    pub events: Vec<Event>,
+}
+
+/// A simulated tree. See the crate documentation.
+pub struct Sim {
+    config: SimConfig,
+    rng: StdRng,
+    start: Instant,
+    now: Instant,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    nodes: Vec<Option<SimNode>>,
+    /// Back-end tools set before launch, by rank.
+    tools: BTreeMap<u32, BackendTool>,
+    /// Attach-mode back-ends waiting for the front-end's addresses.
+    attach_waiting: Vec<(usize, usize)>,
+    log: FrontEndLog,
+    /// Invariant violations seen (they fail the property tests).
+    violations: Vec<String>,
+}
+
+/// Why a simulated call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The front-end refused a command.
+    #[error("front-end: {0}")]
+    Command(#[from] CommandError),
+    /// Nothing happened any more before the condition held.
+    #[error("the simulation went idle at {0:?} before the condition held")]
+    Idle(Duration),
+    /// Virtual time ran past the limit.
+    #[error("virtual time limit {0:?} reached before the condition held")]
+    Limit(Duration),
+}
+
+impl Sim {
+    /// A simulated tree, not started yet.
+    pub fn new(config: SimConfig) -> Sim {
+        let n = config.topology.len();
+        let start = Instant::now();
+        Sim {
+            rng: StdRng::seed_from_u64(config.seed),
+            config,
+            start,
+            now: start,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            nodes: (0..n).map(|_| None).collect(),
+            tools: BTreeMap::new(),
+            attach_waiting: Vec::new(),
+            log: FrontEndLog::default(),
+            violations: Vec::new(),
+        }
+    }
+
+    /// Virtual time since the simulation started.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+
+    /// The current virtual instant.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// How back-end `rank` behaves (set before [`Sim::launch`] or at any time).
+    pub fn set_tool(&mut self, rank: u32, tool: BackendTool) {
+        if let Some(id) = self.backend_node(rank) {
+            if let Some(n) = self.nodes[id].as_mut() {
+                n.tool = tool.clone();
+            }
+        }
+        self.tools.insert(rank, tool);
+    }
+
+    fn backend_node(&self, rank: u32) -> Option<usize> {
+        self.config.topology.leaf_of_rank(rank)
+    }
+
+    /// Node id of the back-end with `rank`.
+    pub fn node_of_rank(&self, rank: u32) -> Option<usize> {
+        self.backend_node(rank)
+    }
+
+    /// What the front-end reported so far.
+    pub fn log(&self) -> &FrontEndLog {
+        &self.log
+    }
+
+    /// Invariant violations seen so far (empty when all is well).
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    /// Counters of node `id`, if it was ever started.
+    pub fn stats(&self, id: usize) -> Option<NodeStats> {
+        self.nodes.get(id)?.as_ref().map(|n| n.stats)
+    }
+
+    /// The core of node `id`, if it was started.
+    pub fn core(&self, id: usize) -> Option<&Node> {
+        self.nodes.get(id)?.as_ref().map(|n| &n.core)
+    }
+
+    /// True while node `id` runs.
+    pub fn alive(&self, id: usize) -> bool {
+        self.nodes.get(id).and_then(Option::as_ref).is_some_and(|n| n.alive)
+    }
+
+    fn schedule(&mut self, at: Instant, action: Action) {
+        self.seq += 1;
+        self.queue.push(Reverse(Scheduled { at, seq: self.seq, action }));
+    }
+
+    fn plan(&self) -> LaunchPlan {
+        let c = &self.config;
+        LaunchPlan {
+            session: format!("sim{:x}", c.seed),
+            node_id: 0,
+            first_rank: 0,
+            total_backends: c.topology.backends() as u32,
+            topology: c.topology.to_mrnet(),
+            backend: Vec::new(),
+            env: Vec::new(),
+            startup_timeout_ms: c.startup_timeout.as_millis().min(u128::from(u32::MAX)) as u32,
+            attach_ms: c.attach.map_or(0, |a| a.as_millis().clamp(1, u128::from(u32::MAX)) as u32),
+            allow_missing: c.allow_missing,
+            local_route: LocalRoute::Unix,
+            listen: String::new(),
+            remote_listen: String::new(),
+            launcher: LauncherSpec {
+                kind: LauncherKind::Local,
+                program: String::new(),
+                args: Vec::new(),
+                connect_timeout_s: 10,
+                remote_path: String::new(),
+            },
+            max_frame: MAX_PAYLOAD_LEN as u32,
+            log: String::new(),
+        }
+    }
+
+    fn make_node(&mut self, id: usize) {
+        let topo = &self.config.topology;
+        let role = match (id, topo.backend_rank(id)) {
+            (0, _) => Role::FrontEnd,
+            (_, Some(rank)) => Role::BackEnd { rank, size: topo.backends() as u32 },
+            (_, None) => Role::CommNode,
+        };
+        let name = match role {
+            Role::FrontEnd => "front-end".to_owned(),
+            Role::CommNode => format!("comm node (id {id})"),
+            Role::BackEnd { rank, .. } => format!("back-end rank {rank}"),
+        };
+        let core = Node::new(NodeConfig {
+            role,
+            node_id: id as u32,
+            name,
+            registry: self.config.registry.clone(),
+            tool_window: self.config.tool_window,
+        });
+        let tool = match role {
+            Role::BackEnd { rank, .. } => self.tools.get(&rank).cloned().unwrap_or_default(),
+            _ => BackendTool::default(),
+        };
+        self.nodes[id] = Some(SimNode {
+            core,
+            links: LinkTable::new(),
+            alive: true,
+            over_handled: false,
+            timer_gen: 0,
+            tool,
+            outbox: BTreeMap::new(),
+            read_scheduled: false,
+            stats: NodeStats::default(),
+        });
+    }
+
+    /// Starts the tree and runs until the front-end reports it up or failed.
+    ///
+    /// # Errors
+    /// The start-up failed (the front-end's message), or the simulation stalled.
+    pub fn launch(&mut self) -> Result<Vec<(treecast_wire::RankSet, String)>, String> {
+        self.make_node(0);
+        let plan = self.plan();
+        let now = self.now;
+        if let Some(n) = self.nodes[0].as_mut() {
+            n.stats.inputs += 1;
+            if let Err(e) = n.core.handle_command(Command::Launch(Box::new(plan)), now) {
+                return Err(e.to_string());
+            }
+        }
+        self.drain(0);
+        let limit = self.config.startup_timeout * (self.config.topology.depth() as u32 + 2);
+        if let Err(e) = self.run_until(|s| s.log.launched.is_some(), limit) {
+            return Err(e.to_string());
+        }
+        self.log.launched.clone().unwrap_or_else(|| Err("no launch outcome".into()))
+    }
+
+    /// A command to the front-end's core at the current time.
+    ///
+    /// # Errors
+    /// What the core refused.
+    pub fn command(&mut self, cmd: Command) -> Result<(), CommandError> {
+        let now = self.now;
+        let Some(n) = self.nodes[0].as_mut().filter(|n| n.alive) else { return Err(CommandError::ShutDown) };
+        n.stats.inputs += 1;
+        let r = n.core.handle_command(cmd, now);
+        self.drain(0);
+        r
+    }
+
+    /// Sends a frame down from the front-end, running the simulation while it waits for credit.
+    ///
+    /// # Errors
+    /// What the core refused (other than a lack of credit), or a stall.
+    pub fn send(&mut self, frame: Frame, limit: Duration) -> Result<(), SimError> {
+        let deadline = self.elapsed() + limit;
+        let mut frame = frame;
+        loop {
+            match self.command(Command::Send(frame)) {
+                Ok(()) => return Ok(()),
+                Err(CommandError::Blocked(back)) => frame = back,
+                Err(e) => return Err(e.into()),
+            }
+            let stream = frame.header.stream;
+            let mut writable = false;
+            let seen = self.log.events.len();
+            self.run_until(
+                |s| {
+                    writable = s.log.events[seen..]
+                        .iter()
+                        .any(|e| matches!(e, Event::Writable { stream: w } if *w == stream));
+                    writable
+                },
+                deadline.saturating_sub(self.elapsed()),
+            )?;
+        }
+    }
+
+    /// The next thing the front-end's tool reads on `stream`, running the simulation
+    /// until there is one.
+    ///
+    /// # Errors
+    /// The simulation went idle or passed `limit` first.
+    pub fn read(&mut self, stream: u32, limit: Duration) -> Result<Delivery, SimError> {
+        let mut got = None;
+        self.run_until(
+            |s| {
+                got = s.try_read(stream);
+                got.is_some()
+            },
+            limit,
+        )?;
+        got.ok_or(SimError::Idle(self.elapsed()))
+    }
+
+    /// The next thing the front-end's tool reads on `stream`, if one is there now.
+    pub fn try_read(&mut self, stream: u32) -> Option<Delivery> {
+        let n = self.nodes[0].as_mut()?;
+        let d = n.core.poll_delivery(Some(stream));
+        if d.is_some() {
+            self.drain(0);
+        }
+        d
+    }
+
+    /// Kills node `id` at virtual time `at` from now (its process dies; links close).
+    pub fn kill_at(&mut self, id: usize, after: Duration) {
+        let at = self.now + after;
+        self.schedule(at, Action::Kill { node: id });
+    }
+
+    /// Runs until `done` holds, nothing is left to do, or `limit` of virtual time passes.
+    ///
+    /// # Errors
+    /// [`SimError::Idle`] or [`SimError::Limit`] when `done` never held.
+    pub fn run_until(&mut self, mut done: impl FnMut(&mut Sim) -> bool, limit: Duration) -> Result<(), SimError> {
+        let end = self.now + limit;
+        loop {
+            if done(self) {
+                return Ok(());
+            }
+            let Some(Reverse(next)) = self.queue.pop() else { return Err(SimError::Idle(self.elapsed())) };
+            if next.at > end {
+                self.queue.push(Reverse(next));
+                self.now = end;
+                return Err(SimError::Limit(limit));
+            }
+            self.now = self.now.max(next.at);
+            self.act(next.action);
+        }
+    }
+
+    /// Runs until nothing is left to do or `limit` passes.
+    pub fn settle(&mut self, limit: Duration) {
+        let _ = self.run_until(|_| false, limit);
+    }
+
+    fn act(&mut self, action: Action) {
+        let now = self.now;
+        match action {
+            Action::Deliver { node, link, frame } => {
+                let Some(n) = self.nodes[node].as_mut().filter(|n| n.alive) else { return };
+                if !n.links.get(link).is_some_and(|l| l.open) {
+                    return;
+                }
+                n.stats.inputs += 1;
+                n.stats.frames_in += 1;
+                n.stats.bytes_in += frame.payload.len() as u64;
+                n.core.handle_frame(link, frame, now);
+                self.drain(node);
+            }
+            Action::Closed { node, link, reason } => {
+                let Some(n) = self.nodes[node].as_mut().filter(|n| n.alive) else { return };
+                match n.links.get_mut(link) {
+                    Some(l) if l.open => l.open = false,
+                    _ => return,
+                }
+                n.stats.inputs += 1;
+                n.core.handle_link_closed(link, reason, now);
+                self.drain(node);
+            }
+            Action::Connect { parent, child } => self.connect(parent, child),
+            Action::Timer { node, generation } => {
+                let Some(n) = self.nodes[node].as_mut().filter(|n| n.alive && n.timer_gen == generation) else {
+                    return;
+                };
+                n.stats.inputs += 1;
+                n.core.handle_timeout(now);
+                self.drain(node);
+            }
+            Action::Kill { node } => self.kill(node, "was killed"),
+            Action::Read { node } => {
+                if let Some(n) = self.nodes[node].as_mut() {
+                    n.read_scheduled = false;
+                }
+                self.backend_read(node, true);
+                self.drain(node);
+            }
+        }
+    }
+
+    /// Links a started child to its parent (both sides see the link up).
+    fn connect(&mut self, parent: usize, child: usize) {
+        let now = self.now;
+        let (lo, hi) = self.config.delay;
+        let delay = if hi > lo { self.rng.gen_range(lo..=hi) } else { lo };
+        let parent_ok = self.nodes[parent].as_ref().is_some_and(|n| n.alive && !n.core.is_over());
+        let child_ok = self.nodes[child].as_ref().is_some_and(|n| n.alive);
+        if !parent_ok || !child_ok {
+            return;
+        }
+        let Some(p) = self.nodes[parent].as_mut() else { return };
+        let plink = p.links.insert(SimLink { peer: child, peer_link: None, delay, open: true });
+        let Some(c) = self.nodes[child].as_mut() else { return };
+        let clink = c.links.insert(SimLink { peer: parent, peer_link: Some(plink), delay, open: true });
+        c.stats.inputs += 1;
+        c.core.handle_link_up(clink, Peer::Parent, now);
+        if let Some(p) = self.nodes[parent].as_mut() {
+            if let Some(l) = p.links.get_mut(plink) {
+                l.peer_link = Some(clink);
+            }
+            p.stats.inputs += 1;
+            p.core.handle_link_up(plink, Peer::Child { node_id: child as u32 }, now);
+        }
+        self.drain(child);
+        self.drain(parent);
+    }
+
+    /// Process `id` dies: every link closes, its peers notice after the link's delay.
+    fn kill(&mut self, id: usize, how: &str) {
+        let Some(n) = self.nodes[id].as_mut().filter(|n| n.alive) else { return };
+        n.alive = false;
+        if n.core.parent_link().is_none() && id != 0 {
+            // Its process ended before it connected: the parent's driver would see the exit.
+            if let Some(parent) = self.config.topology.node(id).parent {
+                let now = self.now;
+                if let Some(p) = self.nodes[parent].as_mut().filter(|p| p.alive) {
+                    let exited = Command::ChildExited { node_id: id as u32, detail: how.to_owned() };
+                    let _ = p.core.handle_command(exited, now);
+                }
+                self.drain(parent);
+            }
+            return;
+        }
+        let Some(n) = self.nodes[id].as_mut() else { return };
+        let links: Vec<(usize, Option<LinkId>, Duration)> =
+            n.links.iter().filter(|(_, l)| l.open).map(|(_, l)| (l.peer, l.peer_link, l.delay)).collect();
+        let reason = format!("node {id} {how}");
+        for (peer, peer_link, delay) in links {
+            if let Some(pl) = peer_link {
+                let at = self.now + delay;
+                self.schedule(at, Action::Closed { node: peer, link: pl, reason: Some(reason.clone()) });
+            }
+        }
+    }
+
+    /// Sends what node `id` produced, handles its events, re-arms its timer.
+    fn drain(&mut self, id: usize) {
+        loop {
+            let mut progressed = false;
+            while let Some(t) = self.nodes[id].as_mut().and_then(|n| n.core.poll_transmit()) {
+                progressed = true;
+                for &link in t.to.links() {
+                    self.transmit(id, link, t.frame.clone());
+                }
+            }
+            while let Some(e) = self.nodes[id].as_mut().and_then(|n| n.core.poll_event()) {
+                progressed = true;
+                self.on_event(id, e);
+            }
+            if !progressed {
+                break;
+            }
+        }
+        let Some(n) = self.nodes[id].as_mut() else { return };
+        let held = n.core.held_bytes();
+        n.stats.max_held_bytes = n.stats.max_held_bytes.max(held);
+        if n.core.is_over() && !n.over_handled && n.alive {
+            n.over_handled = true;
+            self.close_all(id);
+            return;
+        }
+        if let Some(at) = n.core.poll_timeout() {
+            n.timer_gen += 1;
+            let generation = n.timer_gen;
+            let at = at.max(self.now);
+            self.schedule(at, Action::Timer { node: id, generation });
+        }
+    }
+
+    fn transmit(&mut self, id: usize, link: LinkId, frame: Frame) {
+        let Some(n) = self.nodes[id].as_mut() else { return };
+        let Some(l) = n.links.get(link).filter(|l| l.open) else { return };
+        let (peer, Some(peer_link), delay) = (l.peer, l.peer_link, l.delay) else { return };
+        n.stats.frames_out += 1;
+        n.stats.bytes_out += frame.payload.len() as u64;
+        let at = self.now + delay;
+        self.schedule(at, Action::Deliver { node: peer, link: peer_link, frame });
+    }
+
+    /// A node that is over closes its links once what it sent is on its way.
+    fn close_all(&mut self, id: usize) {
+        let Some(n) = self.nodes[id].as_mut() else { return };
+        let links: Vec<(LinkId, usize, Option<LinkId>, Duration)> =
+            n.links.iter().filter(|(_, l)| l.open).map(|(id, l)| (id, l.peer, l.peer_link, l.delay)).collect();
+        for (own, ..) in &links {
+            if let Some(l) = n.links.get_mut(*own) {
+                l.open = false;
+            }
+        }
+        n.alive = false;
+        for (_, peer, peer_link, delay) in links {
+            if let Some(pl) = peer_link {
+                let at = self.now + delay;
+                self.schedule(at, Action::Closed { node: peer, link: pl, reason: None });
+            }
+        }
+    }
+
+    fn on_event(&mut self, id: usize, e: Event) {
+        match e {
+            Event::StartChildren { children, .. } => self.start_children(id, children),
+            Event::CloseLink { link, reason } => self.close_link(id, link, reason),
+            Event::AbandonChild { node_id } => self.kill(node_id as usize, "was abandoned by its parent"),
+            Event::Readable { .. } if id != 0 => self.backend_read(id, false),
+            Event::Writable { .. } if id != 0 => self.backend_flush(id),
+            Event::AttachPoints(_) if id == 0 => {
+                for (parent, child) in std::mem::take(&mut self.attach_waiting) {
+                    let at = self.now + self.config.launch_delay;
+                    self.schedule(at, Action::Connect { parent, child });
+                }
+                self.log.events.push(Event::AttachPoints(Vec::new()));
+            }
+            Event::Ready { missing, .. } if id == 0 => self.log.launched = Some(Ok(missing)),
+            Event::StartupFailed { message } if id == 0 => self.log.launched = Some(Err(message)),
+            other if id == 0 => self.log.events.push(other),
+            _ => {}
+        }
+    }
+
+    fn close_link(&mut self, id: usize, link: LinkId, reason: String) {
+        let Some(n) = self.nodes[id].as_mut() else { return };
+        let Some(l) = n.links.get_mut(link) else { return };
+        if !l.open {
+            return;
+        }
+        l.open = false;
+        let (peer, peer_link, delay) = (l.peer, l.peer_link, l.delay);
+        if let Some(pl) = peer_link {
+            let at = self.now + delay;
+            self.schedule(at, Action::Closed { node: peer, link: pl, reason: Some(reason) });
+        }
+    }
+
+    fn start_children(&mut self, parent: usize, children: Vec<ChildLaunch>) {
+        let mut own = Vec::new();
+        for c in children {
+            let child = c.node_id as usize;
+            if child >= self.nodes.len() {
+                continue;
+            }
+            self.make_node(child);
+            if c.attach {
+                own.push(AttachPoint { rank: c.first_rank, node_id: c.node_id, address: format!("sim:{parent}") });
+                self.attach_waiting.push((parent, child));
+            } else {
+                let at = self.now + self.config.launch_delay;
+                self.schedule(at, Action::Connect { parent, child });
+            }
+        }
+        if self.config.attach.is_some() {
+            let now = self.now;
+            if let Some(n) = self.nodes[parent].as_mut() {
+                let _ = n.core.handle_command(Command::OwnAttachPoints(own), now);
+            }
+        }
+    }
+
+    /// A back-end's tool reads what it can and answers.
+    fn backend_read(&mut self, id: usize, scheduled: bool) {
+        let now = self.now;
+        let Some(n) = self.nodes[id].as_mut().filter(|n| n.alive) else { return };
+        let slow = n.tool.read_every > Duration::ZERO;
+        if slow && n.read_scheduled {
+            return;
+        }
+        if slow && !scheduled {
+            n.read_scheduled = true;
+            let at = now + n.tool.read_every;
+            self.schedule(at, Action::Read { node: id });
+            return;
+        }
+        let mut answers = Vec::new();
+        let limit = if slow { 1 } else { usize::MAX };
+        let mut read = 0;
+        while read < limit {
+            let Some(d) = n.core.poll_delivery(None) else { break };
+            read += 1;
+            if let (Delivery::Packet(f), false) = (d, n.tool.silent) {
+                let Role::BackEnd { rank, .. } = n.core.role() else { break };
+                answers.extend(answer(rank, &f));
+            }
+        }
+        for a in answers {
+            n.outbox.entry(a.header.stream).or_default().push_back(a);
+        }
+        let more = slow && n.core.has_delivery(None);
+        self.backend_flush(id);
+        if more {
+            if let Some(n) = self.nodes[id].as_mut() {
+                n.read_scheduled = true;
+                let at = now + n.tool.read_every;
+                self.schedule(at, Action::Read { node: id });
+            }
+        }
+    }
+
+    /// A back-end sends the answers it has, as far as credit allows.
+    fn backend_flush(&mut self, id: usize) {
+        let now = self.now;
+        let Some(n) = self.nodes[id].as_mut() else { return };
+        for queue in n.outbox.values_mut() {
+            while let Some(f) = queue.pop_front() {
+                match n.core.handle_command(Command::Send(f), now) {
+                    Ok(()) => n.stats.inputs += 1,
+                    Err(CommandError::Blocked(back)) => {
+                        queue.push_front(back);
+                        break;
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        n.outbox.retain(|_, q| !q.is_empty());
+    }
+}
+
+/// A back-end's answer to a request, by tag.
+fn answer(rank: u32, request: &Frame) -> Vec<Frame> {
+    let values = decode_values(&request.payload).unwrap_or_default();
+    let first = values.first().and_then(Value::as_i64).unwrap_or(0);
+    let one = |v: Value| {
+        let mut payload = Vec::new();
+        encode_values(&[v], &mut payload);
+        Frame::new(FrameHeader::data(request.header.stream, request.header.tag, rank), payload)
+    };
+    match request.header.tag {
+        TAG_ADD_RANK => vec![one(Value::Int((first + i64::from(rank)) as i32))],
+        TAG_RANK => vec![one(Value::UIntArray(vec![rank]))],
+        TAG_BURST => (0..first.max(0)).map(|_| one(Value::Int(1))).collect(),
+        _ => vec![one(Value::Int(0))],
+    }
+}
+
+/// A data frame from the front-end carrying one `%d`.
+pub fn request(stream: u32, tag: i32, value: i32) -> Frame {
+    let mut payload = Vec::new();
+    encode_values(&[Value::Int(value)], &mut payload);
+    Frame::new(FrameHeader::data(stream, tag, u32::MAX), payload)
+}

@@ -1,0 +1,215 @@
+//! The simulated tree: whole trees of protocol cores, with virtual time.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use treecast_filters::TransformKind;
+use treecast_node::core::{Command, Delivery};
+use treecast_sim::{request, Sim, SimConfig, TAG_ADD_RANK};
+use treecast_topology::Topology;
+use treecast_wire::{decode_values, FilterSpec, RankSet, StreamSpec, SyncMode, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn spec(id: u32, ranks: RankSet, up: TransformKind) -> StreamSpec {
+    StreamSpec {
+        id,
+        ranks,
+        sync: SyncMode::WaitForAll,
+        up: up.spec(),
+        down: FilterSpec::new("null", 1),
+        up_window: DEFAULT_UP_WINDOW,
+        down_window: DEFAULT_DOWN_WINDOW,
+    }
+}
+
+fn int(d: Delivery) -> i64 {
+    match d {
+        Delivery::Packet(f) => decode_values(&f.payload).unwrap()[0].as_i64().unwrap(),
+        other => panic!("expected a packet, got {other:?}"),
+    }
+}
+
+#[test]
+fn sums_come_back_right_on_a_balanced_tree() {
+    let topo = Topology::from_spec("balanced:4x4", None).unwrap();
+    let mut sim = Sim::new(SimConfig::new(topo, 1));
+    assert!(sim.launch().unwrap().is_empty());
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 16), TransformKind::Sum))).unwrap();
+    for wave in 0..5 {
+        sim.send(request(1, TAG_ADD_RANK, wave), LIMIT).unwrap();
+    }
+    for wave in 0..5 {
+        assert_eq!(int(sim.read(1, LIMIT).unwrap()), i64::from(wave) * 16 + 120);
+    }
+    assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+}
+
+fn ranks_of(d: Delivery) -> Vec<u32> {
+    match d {
+        Delivery::Packet(f) => match &decode_values(&f.payload).unwrap()[0] {
+            treecast_wire::Value::UIntArray(v) => v.clone(),
+            other => panic!("not %aud: {other:?}"),
+        },
+        other => panic!("expected a packet, got {other:?}"),
+    }
+}
+
+fn launched(spec_text: &str, n: Option<usize>, seed: u64) -> Sim {
+    let topo = Topology::from_spec(spec_text, n).unwrap();
+    let mut sim = Sim::new(SimConfig::new(topo, seed));
+    assert!(sim.launch().unwrap().is_empty());
+    sim
+}
+
+#[test]
+fn a_backend_killed_mid_wave_leaves_the_wave_and_is_reported() {
+    let mut sim = launched("balanced:2x4", None, 2);
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 8), TransformKind::Sum))).unwrap();
+    let victim = sim.node_of_rank(5).unwrap();
+    sim.kill_at(victim, Duration::ZERO);
+    sim.settle(Duration::from_millis(1));
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 28 - 5);
+    let lost: Vec<_> = sim.log().events.iter().filter_map(|e| match e {
+        treecast_node::core::Event::RanksLost { ranks, reason } => Some((ranks.clone(), reason.clone())),
+        _ => None,
+    }).collect();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0].0, RankSet::single(5));
+    assert!(lost[0].1.contains("rank 5"), "{}", lost[0].1);
+}
+
+#[test]
+fn a_comm_node_killed_takes_its_subtree_and_the_rest_goes_on() {
+    let mut sim = launched("balanced:2x3", None, 3);
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 6), TransformKind::Sum))).unwrap();
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 15);
+    // Pre-order: 0 front-end, 1 comm node (ranks 0-2), 5 comm node (ranks 3-5).
+    sim.kill_at(5, Duration::ZERO);
+    sim.settle(Duration::from_millis(1));
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 3);
+    assert_eq!(sim.core(0).unwrap().lost().ranks(), &RankSet::range(3, 3));
+}
+
+#[test]
+fn the_tool_can_send_ten_thousand_before_reading() {
+    // Regression: a stream deadlocked for good when the front-end sent many packets
+    // before reading (credits queued behind data the peer read only after sending).
+    for shape in ["balanced:4x4", "flat", "kary:2"] {
+        let mut sim = launched(shape, Some(16), 4);
+        sim.command(Command::NewStream(spec(1, RankSet::range(0, 16), TransformKind::Sum))).unwrap();
+        for wave in 0..10_000 {
+            sim.send(request(1, TAG_ADD_RANK, wave % 100), LIMIT).unwrap_or_else(|e| panic!("{shape}: wave {wave}: {e}"));
+        }
+        for wave in 0..10_000 {
+            let got = int(sim.read(1, LIMIT).unwrap_or_else(|e| panic!("{shape}: read {wave}: {e}")));
+            assert_eq!(got, i64::from(wave % 100) * 16 + 120, "{shape}: wave {wave}");
+        }
+    }
+}
+
+#[test]
+fn a_stream_the_tool_does_not_read_holds_up_no_other_and_memory_stays_bounded() {
+    let mut config = SimConfig::new(Topology::from_spec("balanced:2x4", None).unwrap(), 5);
+    config.tool_window = treecast_wire::Window { packets: 100, bytes: 1 << 20 };
+    let mut sim = Sim::new(config);
+    sim.launch().unwrap();
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 8), TransformKind::Sum))).unwrap();
+    sim.command(Command::NewStream(spec(2, RankSet::range(0, 8), TransformKind::Sum))).unwrap();
+    sim.send(request(1, treecast_sim::TAG_BURST, 5000), LIMIT).unwrap();
+    sim.settle(Duration::from_millis(50));
+    sim.send(request(2, treecast_sim::TAG_BURST, 300), LIMIT).unwrap();
+    for i in 0..300 {
+        assert_eq!(int(sim.read(2, LIMIT).unwrap_or_else(|e| panic!("wave {i}: {e}"))), 8);
+    }
+    let held: u64 = (0..sim_len(&sim)).filter_map(|id| sim.stats(id)).map(|s| s.max_held_bytes).max().unwrap();
+    // Each %d packet is 5 bytes: a window of 256 per child and stream is 1280 bytes.
+    assert!(held < 64 << 10, "a node held {held} bytes");
+    for i in 0..5000 {
+        assert_eq!(int(sim.read(1, LIMIT).unwrap_or_else(|e| panic!("held wave {i}: {e}"))), 8);
+    }
+}
+
+fn sim_len(sim: &Sim) -> usize {
+    (0..).take_while(|&id| id == 0 || sim.core(id).is_some() || sim.stats(id).is_some() || id < 64).count()
+}
+
+#[test]
+fn a_silent_backend_holds_a_timeout_wave_no_longer_than_its_timeout() {
+    let mut sim = Sim::new(SimConfig::new(Topology::from_spec("balanced:2x2", None).unwrap(), 6));
+    sim.set_tool(3, treecast_sim::BackendTool { silent: true, ..Default::default() });
+    sim.launch().unwrap();
+    let mut s = spec(1, RankSet::range(0, 4), TransformKind::Sum);
+    s.sync = SyncMode::TimeOut(100);
+    sim.command(Command::NewStream(s)).unwrap();
+    let sent = sim.elapsed();
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    // Each level waits at most 100 ms for the rest of a wave; the comm node above the
+    // silent rank releases its part after 100 ms, which may reach the front-end after
+    // the front-end's own time-out released the rest: then the wave comes in two parts.
+    let mut total = int(sim.read(1, LIMIT).unwrap());
+    let first = sim.elapsed() - sent;
+    assert!(first >= Duration::from_millis(100) && first <= Duration::from_millis(101), "{first:?}");
+    if total != 3 {
+        total += int(sim.read(1, LIMIT).unwrap());
+    }
+    let last = sim.elapsed() - sent;
+    assert_eq!(total, 3, "ranks 0, 1 and 2 answered");
+    assert!(last <= Duration::from_millis(201), "{last:?}");
+}
+
+#[test]
+fn shutdown_takes_every_node_down() {
+    let mut sim = launched("balanced:3x3x2", None, 7);
+    sim.command(Command::Shutdown).unwrap();
+    sim.settle(Duration::from_secs(1));
+    for id in 0..40 {
+        assert!(!sim.alive(id), "node {id} still runs");
+    }
+}
+
+#[test]
+fn a_child_killed_during_startup_fails_the_launch_with_its_name() {
+    let mut sim = Sim::new(SimConfig::new(Topology::from_spec("balanced:2x2", None).unwrap(), 8));
+    sim.kill_at(4, Duration::from_micros(2100));
+    let err = sim.launch().unwrap_err();
+    assert!(err.contains("comm node"), "{err}");
+}
+
+#[test]
+fn with_missing_children_allowed_the_rest_starts_and_the_missing_are_named() {
+    let mut config = SimConfig::new(Topology::from_spec("balanced:2x2", None).unwrap(), 9);
+    config.allow_missing = true;
+    let mut sim = Sim::new(config);
+    sim.kill_at(2, Duration::from_micros(3000));
+    let missing = sim.launch().unwrap();
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert_eq!(missing[0].0, RankSet::single(0));
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 4), TransformKind::Sum))).unwrap();
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 1 + 2 + 3);
+}
+
+#[test]
+fn attach_mode_waits_for_backends_started_elsewhere() {
+    let mut config = SimConfig::new(Topology::from_spec("balanced:2x3", None).unwrap(), 10);
+    config.attach = Some(Duration::from_secs(5));
+    let mut sim = Sim::new(config);
+    assert!(sim.launch().unwrap().is_empty());
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 6), TransformKind::Sum))).unwrap();
+    sim.send(request(1, TAG_ADD_RANK, 1), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 6 + 15);
+}
+
+#[test]
+fn concat_waves_hold_each_rank_once() {
+    let mut sim = launched("kary:3", Some(20), 11);
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 20), TransformKind::Concat))).unwrap();
+    sim.send(request(1, treecast_sim::TAG_RANK, 0), LIMIT).unwrap();
+    let mut got = ranks_of(sim.read(1, LIMIT).unwrap());
+    got.sort();
+    assert_eq!(got, (0..20).collect::<Vec<_>>());
+}

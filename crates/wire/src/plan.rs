@@ -1,0 +1,263 @@
+//! The launch plan: everything a comm node needs to start its sub-tree, in one
+//! versioned message, so the environment carries only the secret, the parent's
+//! address and the node's identity.
+
+use crate::codec::{put_string, Reader};
+use crate::control::decode_bool;
+use crate::DecodeError;
+
+/// Version of the [`LaunchPlan`] layout this build writes and reads.
+pub const PLAN_VERSION: u16 = 1;
+
+/// Links between processes of one host: abstract Unix sockets or loopback TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LocalRoute {
+    /// Abstract Unix sockets (the default).
+    Unix,
+    /// TCP on the plan's listen address.
+    Tcp,
+}
+
+/// How children on other hosts are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LauncherKind {
+    /// This host only: another host name is an error.
+    Local,
+    /// The system `ssh`.
+    Ssh,
+    /// Slurm job steps (`srun`), for every child.
+    Slurm,
+}
+
+/// The launcher a node uses for its children, with its options.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LauncherSpec {
+    /// Which launcher.
+    pub kind: LauncherKind,
+    /// The program (`ssh`, `srun`); empty for the local launcher.
+    pub program: String,
+    /// Extra arguments, already split (each survives every level as it is).
+    pub args: Vec<String>,
+    /// Seconds ssh may take to connect.
+    pub connect_timeout_s: u32,
+    /// Path of `treecast` on other hosts.
+    pub remote_path: String,
+}
+
+/// What a parent hands a new comm node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchPlan {
+    /// Session id, shared by every process of the network.
+    pub session: String,
+    /// Node id of the receiver; its descendants follow in pre-order.
+    pub node_id: u32,
+    /// Rank of the first back-end of this sub-tree; the others follow in order.
+    pub first_rank: u32,
+    /// Number of back-ends in the whole network.
+    pub total_backends: u32,
+    /// The sub-tree rooted at the receiver, in the MRNet topology text format.
+    pub topology: String,
+    /// Back-end program and arguments; empty means the generic `treecast backend`.
+    pub backend: Vec<String>,
+    /// Extra environment for back-ends.
+    pub env: Vec<(String, String)>,
+    /// How long each level may take to start, in milliseconds.
+    pub startup_timeout_ms: u32,
+    /// Attach mode: milliseconds back-ends started by someone else have to connect (0: off).
+    pub attach_ms: u32,
+    /// Start without children that fail to start (they are reported lost).
+    pub allow_missing: bool,
+    /// Links to children on the same host.
+    pub local_route: LocalRoute,
+    /// Address TCP listeners for children on the same host bind to.
+    pub listen: String,
+    /// Address children on other hosts connect back to (empty: found from the route to them).
+    pub remote_listen: String,
+    /// How children are started.
+    pub launcher: LauncherSpec,
+    /// Largest frame payload a node accepts, in bytes.
+    pub max_frame: u32,
+    /// Log filter for comm nodes and back-ends (empty: their default).
+    pub log: String,
+}
+
+fn put_strings(out: &mut Vec<u8>, items: &[String]) {
+    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+    for s in items {
+        put_string(out, s);
+    }
+}
+
+fn strings(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<String>, DecodeError> {
+    let n = r.len_u32(what, r.remaining() / 4)?;
+    (0..n).map(|_| r.string(what)).collect()
+}
+
+impl LaunchPlan {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&PLAN_VERSION.to_le_bytes());
+        put_string(out, &self.session);
+        for v in [self.node_id, self.first_rank, self.total_backends] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        put_string(out, &self.topology);
+        put_strings(out, &self.backend);
+        out.extend_from_slice(&(self.env.len() as u32).to_le_bytes());
+        for (k, v) in &self.env {
+            put_string(out, k);
+            put_string(out, v);
+        }
+        out.extend_from_slice(&self.startup_timeout_ms.to_le_bytes());
+        out.extend_from_slice(&self.attach_ms.to_le_bytes());
+        out.push(u8::from(self.allow_missing));
+        out.push(match self.local_route {
+            LocalRoute::Unix => 0,
+            LocalRoute::Tcp => 1,
+        });
+        put_string(out, &self.listen);
+        put_string(out, &self.remote_listen);
+        out.push(match self.launcher.kind {
+            LauncherKind::Local => 0,
+            LauncherKind::Ssh => 1,
+            LauncherKind::Slurm => 2,
+        });
+        put_string(out, &self.launcher.program);
+        put_strings(out, &self.launcher.args);
+        out.extend_from_slice(&self.launcher.connect_timeout_s.to_le_bytes());
+        put_string(out, &self.launcher.remote_path);
+        out.extend_from_slice(&self.max_frame.to_le_bytes());
+        put_string(out, &self.log);
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
+        let version = r.u16("launch plan version")?;
+        if version != PLAN_VERSION {
+            return Err(DecodeError::Invalid {
+                what: "launch plan",
+                detail: format!(
+                    "version {version} is not supported (this build reads {PLAN_VERSION}); \
+                     run the same treecast version on every host"
+                ),
+            });
+        }
+        let session = r.string("session")?;
+        let node_id = r.u32("launch plan")?;
+        let first_rank = r.u32("launch plan")?;
+        let total_backends = r.u32("launch plan")?;
+        let topology = r.string("sub-tree topology")?;
+        let backend = strings(r, "back-end command")?;
+        let n = r.len_u32("environment", r.remaining() / 8)?;
+        let env = (0..n)
+            .map(|_| Ok((r.string("environment name")?, r.string("environment value")?)))
+            .collect::<Result<_, DecodeError>>()?;
+        let startup_timeout_ms = r.u32("launch plan")?;
+        let attach_ms = r.u32("launch plan")?;
+        let allow_missing = decode_bool(r, "allow missing")?;
+        let local_route = match r.u8("local route")? {
+            0 => LocalRoute::Unix,
+            1 => LocalRoute::Tcp,
+            other => return Err(invalid("local route", other)),
+        };
+        let listen = r.string("listen address")?;
+        let remote_listen = r.string("remote listen address")?;
+        let kind = match r.u8("launcher")? {
+            0 => LauncherKind::Local,
+            1 => LauncherKind::Ssh,
+            2 => LauncherKind::Slurm,
+            other => return Err(invalid("launcher", other)),
+        };
+        let launcher = LauncherSpec {
+            kind,
+            program: r.string("launcher program")?,
+            args: strings(r, "launcher argument")?,
+            connect_timeout_s: r.u32("launcher")?,
+            remote_path: r.string("remote path")?,
+        };
+        Ok(LaunchPlan {
+            session,
+            node_id,
+            first_rank,
+            total_backends,
+            topology,
+            backend,
+            env,
+            startup_timeout_ms,
+            attach_ms,
+            allow_missing,
+            local_route,
+            listen,
+            remote_listen,
+            launcher,
+            max_frame: match r.u32("launch plan")? {
+                n @ 1..=crate::frame::MAX_PAYLOAD_U32 => n,
+                n => {
+                    return Err(DecodeError::Invalid {
+                        what: "launch plan",
+                        detail: format!("largest frame {n} is not between 1 and {}", crate::MAX_PAYLOAD_LEN),
+                    })
+                }
+            },
+            log: r.string("log filter")?,
+        })
+    }
+}
+
+fn invalid(what: &'static str, code: u8) -> DecodeError {
+    DecodeError::Invalid { what, detail: format!("unknown code {code}") }
+}
+
+/// A plan with every field set, for tests.
+#[cfg(test)]
+pub(crate) fn sample_plan() -> LaunchPlan {
+    LaunchPlan {
+        session: "1f2e3d4c5b6a7988".into(),
+        node_id: 1,
+        first_rank: 0,
+        total_backends: 4,
+        topology: "localhost:1 => localhost:2 ;".into(),
+        backend: vec!["/bin/tool".into(), "-v".into()],
+        env: vec![("A".into(), "b".into())],
+        startup_timeout_ms: 30_000,
+        attach_ms: 0,
+        allow_missing: true,
+        local_route: LocalRoute::Tcp,
+        listen: "127.0.0.1".into(),
+        remote_listen: String::new(),
+        launcher: LauncherSpec {
+            kind: LauncherKind::Ssh,
+            program: "ssh".into(),
+            args: vec!["-o".into(), "ProxyCommand=ssh -W %h:%p gateway".into()],
+            connect_timeout_s: 10,
+            remote_path: "/opt/treecast".into(),
+        },
+        max_frame: 64 << 20,
+        log: "warn".into(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::ControlMsg;
+
+    #[test]
+    fn a_plan_from_another_version_is_refused_by_name() {
+        let mut bytes = ControlMsg::Plan(Box::new(sample_plan())).encode();
+        bytes[1] = 9; // the version follows the tag byte
+        let err = ControlMsg::decode(&bytes).unwrap_err().to_string();
+        assert!(err.contains("version 9 is not supported"), "{err}");
+    }
+
+    #[test]
+    fn arguments_with_spaces_survive_as_they_are() {
+        let plan = sample_plan();
+        let ControlMsg::Plan(back) =
+            ControlMsg::decode(&ControlMsg::Plan(Box::new(plan.clone())).encode()).unwrap()
+        else {
+            panic!("not a plan")
+        };
+        assert_eq!(back.launcher.args[1], "ProxyCommand=ssh -W %h:%p gateway");
+        assert_eq!(*back, plan);
+    }
+}
