@@ -133,11 +133,13 @@ async fn a_stream_the_tool_does_not_read_holds_up_no_other_stream() {
     // Flow control regression: stream `unread` gets more waves than the front-end
     // buffers (ROOT_WINDOW), so the tree must hold them back per stream; stream
     // `read` must still complete, then every held wave must arrive intact.
-    let net = launch("balanced:2x4", 8).await;
+    let topo = Topology::from_spec("balanced:2x4", Some(8)).unwrap();
+    let window = treecast_api::Window { packets: 4096, bytes: 64 << 20 };
+    let net = builder(topo).receive_window(window).launch().await.unwrap();
     let all = net.broadcast_communicator();
     let mut unread = net.new_stream(&all, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
     let mut read = net.new_stream(&all, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
-    let many = treecast_api::ROOT_WINDOW as i32 + 1000;
+    let many = window.packets as i32 + 1000;
     unread.send(TAG_BURST, "%d", &[Value::Int(many)]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     read.send(TAG_BURST, "%d", &[Value::Int(300)]).await.unwrap();
@@ -314,11 +316,14 @@ async fn rogue_backend_entry() {
         return;
     }
     use tokio::io::AsyncWriteExt;
-    let (mut stream, _, _, _) = treecast_node::connect_parent(LIMIT).await.unwrap();
+    let parent = std::env::var("TREECAST_PARENT").unwrap();
+    let node_id: u32 = std::env::var("TREECAST_NODE_ID").unwrap().parse().unwrap();
+    let secret = treecast_node::read_secret().unwrap();
+    let mut stream = treecast_node::connect_to(&parent, node_id, &secret, LIMIT).await.unwrap();
     let rank: u32 = std::env::var("TREECAST_RANK").unwrap().parse().unwrap();
-    let ready = treecast_wire::ControlMsg::Ready { ranks: RankSet::single(rank), commnodes: 0 };
+    let join = treecast_wire::ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 };
     let mut bytes = bytes::BytesMut::new();
-    treecast_node::control_frame(&ready).encode(&mut bytes);
+    treecast_node::core::control_frame(&join).encode(&mut bytes);
     stream.write_all(&bytes).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     stream.write_all(&[0xEE; 64]).await.unwrap();

@@ -141,9 +141,10 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
     match args.launcher {
         LauncherKind::Local => {}
         LauncherKind::Ssh => {
-            let mut ssh = SshOptions::from_env();
+            let mut ssh = SshOptions::from_env().map_err(anyhow::Error::msg)?;
             if let Some(extra) = &args.ssh_args {
-                ssh.args = extra.split_whitespace().map(str::to_owned).collect();
+                ssh.args =
+                    treecast_launch::split_args(extra).map_err(|e| anyhow::anyhow!("--ssh-args: {e}"))?;
             }
             if let Some(path) = &args.remote_path {
                 ssh.remote_path = path.clone();
@@ -153,7 +154,7 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         LauncherKind::Slurm => {
             let me = std::env::current_exe().context("finding this treecast binary")?;
             let path = args.remote_path.clone().unwrap_or_else(|| me.to_string_lossy().into_owned());
-            builder = builder.slurm(SrunOptions::from_env(path));
+            builder = builder.slurm(SrunOptions::from_env(path).map_err(anyhow::Error::msg)?);
         }
     }
     Ok(builder.launch().await?)

@@ -332,7 +332,7 @@ PLAN_LOCAL = {
     "listen": "",
     "remote_listen": "",
     "launcher": {"kind": "local", "program": "", "args": [], "connect_timeout_s": 0, "remote_path": ""},
-    "max_frame": 0,
+    "max_frame": 1,
     "log": "",
 }
 
@@ -517,6 +517,8 @@ INVALID_CASES = [
     ("control", "plan allow missing 2", bytes([1]) + enc_plan(with_(PLAN_LOCAL, allow_missing=2)), "Invalid"),
     ("control", "plan local route 2", bytes([1]) + enc_plan(with_(PLAN_SSH, local_route=2)), "Invalid"),
     ("control", "plan launcher 3", bytes([1]) + enc_plan(with_(PLAN_SSH, launcher__kind=3)), "Invalid"),
+    ("control", "plan largest frame 0", bytes([1]) + enc_plan(with_(PLAN_SSH, max_frame=0)), "Invalid"),
+    ("control", "plan largest frame over 256 MiB", bytes([1]) + enc_plan(with_(PLAN_SSH, max_frame=(256 << 20) + 1)), "Invalid"),
     (
         "control",
         "plan hostile argument count",

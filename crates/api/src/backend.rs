@@ -1,23 +1,21 @@
 //! The back-end side: join the tree, receive on any stream, send up.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use treecast_node::{connect_parent, connect_to, control_frame, env};
-use treecast_transport::SendCredits;
-use treecast_transport::{spawn_socket_link_with_credits, Inbound, LinkEvent, LinkSender};
-use treecast_wire::{ControlMsg, Frame, FrameHeader, FrameKind, RankSet, TransformKind, Value};
+use treecast_filters::{FilterRegistry, RegistryError};
+use treecast_node::core::{Command, CommandError, Delivery, Event, Node, NodeConfig, Peer, Role};
+use treecast_node::driver::{drive, lock, Driver, Launching, Shared, Tool, LAST_FLUSH};
+use treecast_node::{connect_to, env, read_secret, DEFAULT_MAX_FRAME};
+use treecast_transport::Secret;
+use treecast_wire::{Frame, FrameHeader, Value, Window};
 
-use crate::network::{check_filter, encode_checked};
+use crate::stream::encode_checked;
 use crate::{rank_from_env, ApiError, AttachInfo, Packet};
 
 /// Time allowed to reach and authenticate with the parent.
 const CONNECT_LIMIT: Duration = Duration::from_secs(30);
-
-type StreamTable = Arc<Mutex<HashMap<u32, TransformKind>>>;
 
 /// What [`BackEnd::next_event`] returns.
 #[derive(Debug)]
@@ -30,17 +28,46 @@ pub enum BackEndEvent {
     StreamClosed(u32),
 }
 
+/// The back-end's tool state, inside its driver.
+#[derive(Debug, Default)]
+pub(crate) struct BeTool {
+    reader: Option<Waker>,
+    writers: std::collections::HashMap<u32, Vec<Waker>>,
+    over: Option<String>,
+}
+
+impl Tool for BeTool {
+    fn event(&mut self, event: Event) {
+        match event {
+            Event::Readable { .. } => {
+                if let Some(w) = self.reader.take() {
+                    w.wake();
+                }
+            }
+            Event::Writable { stream } => {
+                self.writers.remove(&stream).into_iter().flatten().for_each(Waker::wake);
+            }
+            Event::Shutdown { reason } => {
+                self.over = Some(reason);
+                self.reader.take().into_iter().for_each(Waker::wake);
+                self.writers.drain().flat_map(|(_, w)| w).for_each(Waker::wake);
+            }
+            other => tracing::debug!("back-end: {other:?}"),
+        }
+    }
+}
+
 /// A back-end's connection to the tree.
 ///
-/// `recv` takes `&mut self`; to send from other tasks, clone a [`BackEndSender`].
+/// Sending queues a packet in the back-end's link and writes it to the socket at
+/// once when the kernel takes it; what is still queued when the back-end is closed
+/// or dropped is written before it goes (waiting at most 5 s), so a back-end that
+/// returns from `main` right after sending loses nothing. `recv` takes `&mut self`;
+/// to send from other tasks, clone a [`BackEndSender`].
 #[derive(Debug)]
 pub struct BackEnd {
     sender: BackEndSender,
-    size: u32,
-    inbound: mpsc::Receiver<Inbound>,
-    pending: VecDeque<Frame>,
-    writer: Option<JoinHandle<()>>,
-    closed: Option<String>,
+    task: Option<JoinHandle<()>>,
 }
 
 /// Sends packets up the tree from a back-end; cheap to clone.
@@ -48,9 +75,7 @@ pub struct BackEnd {
 pub struct BackEndSender {
     rank: u32,
     size: u32,
-    link: LinkSender,
-    streams: StreamTable,
-    credits: Arc<SendCredits>,
+    shared: Shared<BeTool>,
 }
 
 impl BackEndSender {
@@ -59,38 +84,44 @@ impl BackEndSender {
         self.size
     }
 
-    /// Sends values upstream on `stream`.
+    /// Sends values upstream on `stream`: queued at once, written to the link as the
+    /// kernel takes it (see [`BackEnd`] for what closing and dropping guarantee).
     ///
-    /// Waits when this back-end already has [`treecast_wire::UP_WINDOW`] packets on
-    /// `stream` that the tree has not yet reduced (flow control: a wave is waiting
-    /// for slower back-ends, or the front-end is not reading). Packets sent to it
-    /// keep arriving meanwhile; if the tool also waits for those, it should receive
-    /// in another task (see [`BackEnd::sender`]).
+    /// Waits when this back-end already has a window's worth of packets on `stream`
+    /// that the tree has not yet reduced (a wave is waiting for slower back-ends, or
+    /// the front-end is not reading). Packets sent to this back-end keep arriving
+    /// and are queued meanwhile.
     ///
     /// # Errors
     /// A malformed format, values that do not match it, a format the stream's
     /// filter cannot reduce, an unknown stream, or a closed link.
     ///
-    /// Cancel safety: cancel safe.
+    /// Cancel safety: cancel safe: a cancelled send sent nothing.
     pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
-        let up = self.filter_of(stream)?;
         let (format, payload) = encode_checked(format, values)?;
-        check_filter(stream, up, &format)?;
-        let frame = Frame::new(FrameHeader::data(stream, tag, self.rank), payload);
-        let credit = self.credits.acquire(stream).await;
-        self.link
-            .send(frame)
-            .await
-            .map_err(|_| ApiError::Closed("the link to the parent is closed".into()))?;
-        if let Some(credit) = credit {
-            credit.spend();
+        {
+            let d = lock(&self.shared);
+            let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?;
+            d.core().registry().check_format(spec, &format).map_err(|e| match e {
+                RegistryError::Format(source) => ApiError::Filter { stream, source },
+                other => ApiError::StreamFilter { stream, source: other },
+            })?;
         }
-        Ok(())
-    }
-
-    fn filter_of(&self, stream: u32) -> Result<TransformKind, ApiError> {
-        let table = self.streams.lock().map_err(|_| ApiError::Closed("stream table poisoned".into()))?;
-        table.get(&stream).copied().ok_or(ApiError::UnknownStream(stream))
+        let mut frame = Some(Frame::new(FrameHeader::data(stream, tag, self.rank), payload));
+        std::future::poll_fn(|cx| {
+            let mut d = lock(&self.shared);
+            let Some(f) = frame.take() else { return Poll::Ready(Ok(())) };
+            match d.command(Command::Send(f)) {
+                Ok(()) => Poll::Ready(Ok(())),
+                Err(CommandError::Blocked(back)) => {
+                    frame = Some(back);
+                    d.tool().writers.entry(stream).or_default().push(cx.waker().clone());
+                    Poll::Pending
+                }
+                Err(e) => Poll::Ready(Err(ApiError::from_command(stream, e))),
+            }
+        })
+        .await
     }
 }
 
@@ -106,8 +137,10 @@ impl BackEnd {
     pub async fn connect() -> Result<BackEnd, ApiError> {
         let rank = env_u32(env::RANK)?;
         let size = env_u32(env::SIZE)?;
-        let (stream, parent, _, _) = connect_parent(CONNECT_LIMIT).await?;
-        Self::join(stream, parent, rank, size).await
+        let node_id = env_u32(env::NODE_ID)?;
+        let parent = std::env::var(env::PARENT).map_err(|_| ApiError::NotLaunched { var: env::PARENT })?;
+        let secret = read_secret().map_err(ApiError::Join)?;
+        Self::join(&parent, node_id, &secret, rank, size).await
     }
 
     /// Joins a network in attach mode, through its attach file: `file`, or the
@@ -123,9 +156,9 @@ impl BackEnd {
     pub async fn attach(file: Option<&std::path::Path>, rank: Option<u32>) -> Result<BackEnd, ApiError> {
         let path = match file {
             Some(p) => p.to_path_buf(),
-            None => std::env::var_os(env::ATTACH_FILE).map(Into::into).ok_or_else(|| {
-                ApiError::Env(format!("no attach file given: pass one or set {}", env::ATTACH_FILE))
-            })?,
+            None => std::env::var_os(env::ATTACH_FILE)
+                .map(Into::into)
+                .ok_or(ApiError::NoAttachFile { var: env::ATTACH_FILE })?,
         };
         let info = AttachInfo::read(&path)?;
         let rank = match rank {
@@ -133,30 +166,35 @@ impl BackEnd {
             None => rank_from_env()?,
         };
         let (node_id, parent) = info.point(rank)?;
-        let stream = connect_to(parent, node_id, &info.secret, CONNECT_LIMIT).await?;
-        Self::join(stream, parent.to_owned(), rank, info.size).await
+        Self::join(parent, node_id, &info.secret, rank, info.size).await
     }
 
     async fn join(
-        stream: treecast_transport::Stream,
-        parent: String,
+        parent: &str,
+        node_id: u32,
+        secret: &Secret,
         rank: u32,
         size: u32,
     ) -> Result<BackEnd, ApiError> {
-        let (tx, inbound) = mpsc::channel(128);
+        let stream = connect_to(parent, node_id, secret, CONNECT_LIMIT).await.map_err(ApiError::Join)?;
         let socket = stream
             .into_socket()
-            .map_err(|e| ApiError::Closed(format!("taking over the parent link: {e}")))?;
-        let credits = SendCredits::new();
-        let (link, writer) =
-            spawn_socket_link_with_credits(socket, 0, format!("parent {parent}"), tx, credits.clone())
-                .map_err(|e| ApiError::Closed(format!("registering the parent link: {e}")))?;
-        let ready = ControlMsg::Ready { ranks: RankSet::single(rank), commnodes: 0 };
-        link.send(control_frame(&ready))
-            .await
-            .map_err(|_| ApiError::Closed("the parent closed the link".into()))?;
-        let sender = BackEndSender { rank, size, link, streams: Arc::default(), credits };
-        Ok(BackEnd { sender, size, inbound, pending: VecDeque::new(), writer: Some(writer), closed: None })
+            .map_err(|source| ApiError::Link { what: "taking over the parent link", source })?;
+        let core = Node::new(NodeConfig {
+            role: Role::BackEnd { rank, size },
+            node_id,
+            name: format!("back-end rank {rank}"),
+            registry: FilterRegistry::builtin(),
+            tool_window: Window { packets: 1, bytes: 1 },
+        });
+        let launching = Launching { secret: secret.clone(), treecast_exe: std::path::PathBuf::new() };
+        let mut driver = Driver::new(core, BeTool::default(), launching, DEFAULT_MAX_FRAME);
+        driver
+            .add_link(socket, Peer::Parent, format!("parent {parent}"))
+            .map_err(|source| ApiError::Link { what: "registering the parent link", source })?;
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(driver));
+        let task = tokio::spawn(drive(shared.clone()));
+        Ok(BackEnd { sender: BackEndSender { rank, size, shared }, task: Some(task) })
     }
 
     /// This back-end's rank.
@@ -166,7 +204,7 @@ impl BackEnd {
 
     /// Number of back-ends in the network.
     pub fn size(&self) -> u32 {
-        self.size
+        self.sender.size
     }
 
     /// A sender usable from other tasks.
@@ -188,6 +226,22 @@ impl BackEnd {
         }
     }
 
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<BackEndEvent, ApiError>> {
+        let mut d = lock(&self.sender.shared);
+        match d.deliver(None) {
+            Some(Delivery::Packet(f)) => Poll::Ready(Ok(BackEndEvent::Packet(Packet::from_frame(f)))),
+            Some(Delivery::StreamClosed(id)) => Poll::Ready(Ok(BackEndEvent::StreamClosed(id))),
+            None => {
+                let tool = d.tool();
+                if let Some(reason) = &tool.over {
+                    return Poll::Ready(Err(ApiError::Closed(reason.clone())));
+                }
+                tool.reader = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
     /// Waits for the next packet on any stream, or the close of a stream.
     ///
     /// # Errors
@@ -195,52 +249,7 @@ impl BackEnd {
     ///
     /// Cancel safety: cancel safe.
     pub async fn next_event(&mut self) -> Result<BackEndEvent, ApiError> {
-        loop {
-            while let Some(frame) = self.pending.pop_front() {
-                if frame.header.kind == FrameKind::Data {
-                    return Ok(BackEndEvent::Packet(Packet::from_frame(frame)));
-                }
-                if let Some(closed) = self.on_control(&frame)? {
-                    return Ok(BackEndEvent::StreamClosed(closed));
-                }
-            }
-            if let Some(reason) = &self.closed {
-                return Err(ApiError::Closed(reason.clone()));
-            }
-            match self.inbound.recv().await {
-                Some(Inbound { event: LinkEvent::Frames(frames), .. }) => self.pending.extend(frames),
-                Some(Inbound { event: LinkEvent::Closed(reason), .. }) => {
-                    self.closed = Some(reason.unwrap_or_else(|| "the parent closed the link".into()));
-                }
-                None => self.closed = Some("the link task ended".into()),
-            }
-        }
-    }
-
-    /// Applies a control frame; returns the id of a stream it closed.
-    fn on_control(&mut self, frame: &Frame) -> Result<Option<u32>, ApiError> {
-        match ControlMsg::decode(&frame.payload) {
-            Ok(ControlMsg::NewStream { id, up, .. }) => {
-                if let Ok(mut t) = self.sender.streams.lock() {
-                    t.insert(id, up);
-                }
-            }
-            Ok(ControlMsg::CloseStream { id }) => {
-                if let Ok(mut t) = self.sender.streams.lock() {
-                    t.remove(&id);
-                }
-                self.sender.credits.remove(id);
-                return Ok(Some(id));
-            }
-            Ok(ControlMsg::Shutdown) => {
-                self.closed = Some("the front-end shut the network down".into());
-                self.pending.clear();
-                return Err(ApiError::Closed("the front-end shut the network down".into()));
-            }
-            Ok(other) => tracing::debug!("back-end ignoring {other:?}"),
-            Err(e) => tracing::warn!("back-end ignoring malformed control frame: {e}"),
-        }
-        Ok(None)
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
     }
 
     /// Sends values upstream on `stream`; see [`BackEndSender::send`].
@@ -253,21 +262,34 @@ impl BackEnd {
         self.sender.send(stream, tag, format, values).await
     }
 
-    /// Flushes what was sent and leaves the tree.
+    /// Leaves the tree: what was sent is delivered, then the link closes and the
+    /// front-end sees this rank leave (not fail).
     ///
     /// Cancel safety: cancel safe.
     pub async fn close(mut self) {
-        let writer = self.writer.take();
-        drop(self);
-        if let Some(w) = writer {
-            let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
+        let _ = lock(&self.sender.shared).command(Command::Shutdown);
+        if let Some(task) = self.task.take() {
+            if tokio::time::timeout(LAST_FLUSH, task).await.is_err() {
+                tracing::warn!("the link to the parent did not take what was queued within {LAST_FLUSH:?}");
+            }
         }
     }
 }
 
+impl Drop for BackEnd {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else { return };
+        // The runtime may be going away with us (main returned): write what is
+        // queued now, with a time limit, rather than leave it to a task.
+        let mut d = lock(&self.sender.shared);
+        let _ = d.command(Command::Shutdown);
+        d.flush_blocking(LAST_FLUSH);
+        drop(d);
+        task.abort();
+    }
+}
+
 fn env_u32(var: &'static str) -> Result<u32, ApiError> {
-    let text = std::env::var(var).map_err(|_| {
-        ApiError::Env(format!("{var} is not set: this program must be started by treecast as a back-end"))
-    })?;
-    text.parse().map_err(|_| ApiError::Env(format!("{var}={text:?} is not a number")))
+    let text = std::env::var(var).map_err(|_| ApiError::NotLaunched { var })?;
+    text.parse().map_err(|_| ApiError::BadEnv { var, value: text })
 }

@@ -15,6 +15,76 @@ pub enum ApiError {
     /// The network could not be started.
     #[error("starting the network failed: {0}")]
     Startup(#[from] treecast_node::NodeError),
+    /// A back-end could not join its parent.
+    #[error("joining the tree failed: {0}")]
+    Join(treecast_node::NodeError),
+    /// The topology has no leaf to run a back-end on.
+    #[error("the topology has no back-ends: give a tree with at least one leaf")]
+    NoBackends,
+    /// A filter name is empty or too long.
+    #[error("filter name {name:?} is {len} bytes long; names have 1 to {max} bytes")]
+    FilterName {
+        /// The name.
+        name: String,
+        /// Its length.
+        len: usize,
+        /// The longest name accepted.
+        max: usize,
+    },
+    /// A stream window allows nothing.
+    #[error("the {which} window of a stream must allow at least one packet and one byte")]
+    EmptyWindow {
+        /// `upward` or `downward`.
+        which: &'static str,
+    },
+    /// This front-end cannot make a stream's filter.
+    #[error("stream {stream}: {source}")]
+    StreamFilter {
+        /// The stream.
+        stream: u32,
+        /// What the filter registry said.
+        #[source]
+        source: treecast_filters::RegistryError,
+    },
+    /// A node of the tree could not make the stream's filters; the stream is closed.
+    #[error("stream {stream} was refused by {reason}")]
+    StreamRefused {
+        /// The stream.
+        stream: u32,
+        /// The node and its reason.
+        reason: String,
+    },
+    /// A variable a launched back-end needs is missing: the program was not started by treecast.
+    #[error(
+        "{var} is not set: this program must be started by treecast as a back-end (or use BackEnd::attach)"
+    )]
+    NotLaunched {
+        /// The variable.
+        var: &'static str,
+    },
+    /// A variable holds something that is not what it should be.
+    #[error("{var}={value:?} is not a number")]
+    BadEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// Attach mode without an attach file.
+    #[error("no attach file given: pass one or set {var}")]
+    NoAttachFile {
+        /// The variable that names it.
+        var: &'static str,
+    },
+    /// A link could not be set up.
+    #[error("{what}: {source}")]
+    Link {
+        /// What was being done.
+        what: &'static str,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The topology is unusable.
     #[error(transparent)]
     Topology(#[from] treecast_topology::TopologyError),
@@ -62,6 +132,22 @@ pub enum ApiError {
     /// The environment set by the launcher is missing or wrong.
     #[error("{0}")]
     Env(String),
+}
+
+impl ApiError {
+    /// The error for a command the core refused on `stream`.
+    pub(crate) fn from_command(stream: u32, e: treecast_node::core::CommandError) -> ApiError {
+        use treecast_node::core::CommandError;
+        match e {
+            CommandError::Filter { source, .. } => ApiError::StreamFilter { stream, source },
+            CommandError::UnknownStream(id) | CommandError::StreamExists(id) => ApiError::UnknownStream(id),
+            CommandError::NotAMember { rank, .. } => {
+                ApiError::NoSuchRanks { ranks: RankSet::single(rank), last: u32::MAX }
+            }
+            CommandError::ShutDown => ApiError::Closed("the network is shut down".into()),
+            other => ApiError::Closed(other.to_string()),
+        }
+    }
 }
 
 /// Why a file cannot be sent: every cause is found on the front-end before anything

@@ -21,24 +21,30 @@
 
 mod attach;
 mod backend;
+mod builder;
 mod error;
 mod files;
+mod frontend;
 mod network;
 mod packet;
+mod stream;
 
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
 pub use backend::{BackEnd, BackEndEvent, BackEndSender};
+pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
 pub use error::{ApiError, SourceError};
 pub use files::{
     bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileOptions, FileReceiver,
     FileReceivers, FileReport, Outcome, Progress, RankOutcome, WriteMode, DEFAULT_CHUNK, DEFAULT_TIMEOUT,
     FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK, MAX_TIMEOUT,
 };
-pub use network::{
-    Communicator, Event, LostRanks, Network, NetworkBuilder, Stream, StreamOptions, FRONT_END_RANK,
-};
+pub use network::{Communicator, Event, Network, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
+pub use stream::{Stream, StreamOptions};
+pub use treecast_filters::{FilterRegistry, TransformKind};
 pub use treecast_launch::{SrunOptions, SshOptions};
-pub use treecast_node::ROOT_WINDOW;
+pub use treecast_node::core::LostRanks;
 pub use treecast_topology::Topology;
-pub use treecast_wire::{RankSet, SyncMode, TransformKind, Value, UP_WINDOW};
+pub use treecast_wire::{
+    FilterSpec, RankSet, SyncMode, Value, Window, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
+};

@@ -24,10 +24,9 @@ pub struct EqClass {
 }
 
 impl Packet {
-    pub(crate) fn from_frame(mut frame: Frame) -> Self {
-        // A payload may be a slice of a read chunk, which counts against its link's
-        // in-flight bound: copy it, so a tool that keeps packets never stalls a link.
-        frame.payload = Bytes::copy_from_slice(&frame.payload);
+    pub(crate) fn from_frame(frame: Frame) -> Self {
+        // Small payloads were copied out of their read buffer by the link; large ones
+        // are exactly their own bytes, so keeping a packet pins nothing else.
         Packet { frame }
     }
 

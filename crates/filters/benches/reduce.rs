@@ -15,8 +15,9 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use treecast_filters::TransformKind;
 use treecast_filters::{builtin, FilterContext, Synchronizer};
-use treecast_wire::{decode_values, encode_values, Frame, FrameHeader, SyncMode, TransformKind, Value};
+use treecast_wire::{decode_values, encode_values, Frame, FrameHeader, SyncMode, Value};
 
 fn packet(rank: u32, values: &[Value]) -> Frame {
     let mut payload = Vec::new();

@@ -132,7 +132,9 @@ impl FilterError {
 #[non_exhaustive]
 pub enum RegistryError {
     /// No filter of this name is registered on the node.
-    #[error("unknown filter {name:?}: this node has {known}; load the plug-in on every node or pick one of these")]
+    #[error(
+        "unknown filter {name:?}: this node has {known}; load the plug-in on every node or pick one of these"
+    )]
     Unknown {
         /// The name asked for.
         name: String,

@@ -5,12 +5,12 @@
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use treecast_filters::TransformKind;
 use treecast_filters::{
     apply_dropping_bad, builtin, check_format, decode_eq_classes, FilterContext, FilterError,
 };
 use treecast_wire::{
-    decode_values, encode_values, Format, Frame, FrameHeader, RankSet, TransformKind, Value, FLAG_EQCLASS,
-    FLAG_PARTIAL_AVG,
+    decode_values, encode_values, Format, Frame, FrameHeader, RankSet, Value, FLAG_EQCLASS, FLAG_PARTIAL_AVG,
 };
 
 const STREAM: u32 = 7;

@@ -5,19 +5,23 @@
 //! * [`LocalLauncher`]: fork/exec on this host, the embedded default.
 //! * [`SshOptions`]: the system `ssh` for other hosts; the secret goes over stdin.
 //! * [`SrunOptions`]: Slurm job steps inside an allocation; [`Remote`] picks one.
+//! * [`Launcher`]: the seam every way of starting a process sits behind; used at
+//!   start-up, and by run-time spawns later.
 //! * [`Launched`]: a running child. It is killed when dropped, and the kernel
-//!   kills it if its parent dies (`PR_SET_PDEATHSIG`), so no process outlives
-//!   the tree. The last lines it wrote to stderr are kept for error reports.
+//!   kills it if its parent dies (`PR_SET_PDEATHSIG`; every fork happens on one
+//!   long-lived thread, see `forker`), so no process outlives the tree. The last
+//!   lines it wrote to stderr are kept for error reports.
 //!
 //! Environment, never argv, carries the session secret: see [`ProcessSpec::env`].
 
 #![deny(unsafe_code)]
 
+mod forker;
 mod slurm;
 mod ssh;
 
-pub use slurm::{Remote, SrunOptions, LAUNCHER_ENV, REMOTE_PATH_ENV, SRUN_ARGS_ENV};
-pub use ssh::{secret_from_stdin, shell_quote, SshOptions, SECRET_STDIN_ENV, SSH_ARGS_ENV};
+pub use slurm::{Remote, SrunOptions, SRUN_ARGS_ENV};
+pub use ssh::{secret_from_stdin, shell_quote, split_args, SshOptions, SECRET_STDIN_ENV, SSH_ARGS_ENV};
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -30,6 +34,18 @@ use tokio::process::{Child, Command};
 
 /// Lines of a child's stderr kept for error reports.
 const STDERR_TAIL_LINES: usize = 40;
+
+/// Starts processes somewhere: on this host, over ssh, as Slurm job steps.
+pub trait Launcher: Send + Sync + std::fmt::Debug {
+    /// Starts `spec` on `spec.host`.
+    ///
+    /// # Errors
+    /// [`LaunchError::Spawn`] naming the node, host and program.
+    fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError>;
+
+    /// What this launcher is, for messages (`local`, `ssh`, `slurm`).
+    fn kind(&self) -> &'static str;
+}
 
 /// Why a process could not be started.
 #[derive(Debug, Error)]
@@ -138,12 +154,13 @@ fn describe_status(status: std::process::ExitStatus) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct LocalLauncher;
 
-impl LocalLauncher {
-    /// Starts `spec`. Stdin is closed, stdout inherited, stderr captured.
-    ///
-    /// # Errors
-    /// [`LaunchError::Spawn`] naming the node, host and program.
-    pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+impl Launcher for LocalLauncher {
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+
+    /// Starts `spec` by fork/exec. Stdin is closed, stdout inherited, stderr captured.
+    fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .env_remove(SECRET_STDIN_ENV)
@@ -159,7 +176,7 @@ impl LocalLauncher {
 pub(crate) fn spawn(mut cmd: Command, spec: &ProcessSpec, program: &str) -> Result<Launched, LaunchError> {
     cmd.stderr(Stdio::piped()).kill_on_drop(true);
     die_with_parent(&mut cmd);
-    let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+    let mut child = forker::spawn(cmd).map_err(|source| LaunchError::Spawn {
         name: spec.name.clone(),
         host: spec.host.clone(),
         program: program.to_owned(),
@@ -192,16 +209,24 @@ pub(crate) async fn keep_stderr(
     }
 }
 
-/// Asks the kernel to kill the child when the thread that started it exits, so a
-/// crashed or killed parent never leaves orphans behind.
+/// Asks the kernel to kill the child when its parent dies, so a crashed or killed
+/// parent never leaves orphans behind. The signal is tied to the thread that forks:
+/// fork through [`Launcher`]s (one long-lived thread), or from a thread that lives
+/// as long as the process.
 pub fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id();
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the forked child before exec and only calls
-    // prctl(2), which is async-signal-safe; it touches no memory of the parent.
+    // prctl(2) and getppid(2), which are async-signal-safe; it touches no memory of
+    // the parent but the copied `parent` integer.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before the signal was armed: then nobody waits for us.
+            if libc::getppid() as u32 != parent {
+                return Err(std::io::Error::other("the parent exited before the child started"));
             }
             Ok(())
         });
@@ -233,6 +258,31 @@ mod tests {
         assert_eq!(p.wait().await, "exited with status 3");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert_eq!(p.stderr_tail(), "oops\nv");
+    }
+
+    #[test]
+    fn a_child_outlives_the_thread_that_launched_it() {
+        // Regression: PR_SET_PDEATHSIG fires when the forking *thread* exits, so a
+        // launch from a thread that retires (here a blocking-pool thread that lives
+        // 10 ms) used to kill the child, and with it the whole tree below.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_keep_alive(std::time::Duration::from_millis(10))
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut child = rt.block_on(async {
+            tokio::task::spawn_blocking(|| {
+                tokio::runtime::Handle::current()
+                    .block_on(async { LocalLauncher.launch(&spec("/bin/sleep", &["30"])) })
+            })
+            .await
+            .unwrap()
+            .unwrap()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(child.try_wait(), None, "the child died with the thread that launched it");
+        rt.block_on(child.kill());
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@ use std::process::Stdio;
 
 use tokio::process::Command;
 
-use crate::{spawn, LaunchError, Launched, ProcessSpec};
+use crate::{spawn, LaunchError, Launched, Launcher, ProcessSpec};
 
 /// Environment variable holding extra srun arguments (split on white space).
 pub const SRUN_ARGS_ENV: &str = "TREECAST_SRUN_ARGS";
@@ -27,19 +27,27 @@ pub struct SrunOptions {
 }
 
 impl SrunOptions {
-    /// Options with extra arguments from `TREECAST_SRUN_ARGS`, running `remote_path` on the nodes.
-    pub fn from_env(remote_path: String) -> Self {
-        let args = std::env::var(SRUN_ARGS_ENV)
-            .map(|s| s.split_whitespace().map(str::to_owned).collect())
-            .unwrap_or_default();
-        SrunOptions { program: "srun".into(), args, remote_path }
+    /// Options with extra arguments from `TREECAST_SRUN_ARGS` (split as a shell would),
+    /// running `remote_path` on the nodes.
+    ///
+    /// # Errors
+    /// The variable's quotes do not balance.
+    pub fn from_env(remote_path: String) -> Result<Self, String> {
+        let args = match std::env::var(SRUN_ARGS_ENV) {
+            Ok(text) => crate::split_args(&text).map_err(|e| format!("{SRUN_ARGS_ENV}: {e}"))?,
+            Err(_) => Vec::new(),
+        };
+        Ok(SrunOptions { program: "srun".into(), args, remote_path })
+    }
+}
+
+impl Launcher for SrunOptions {
+    fn kind(&self) -> &'static str {
+        "slurm"
     }
 
     /// Starts `spec` as a one-task job step on `spec.host`.
-    ///
-    /// # Errors
-    /// [`LaunchError::Spawn`] when `srun` cannot be run.
-    pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+    fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
         let mut cmd = Command::new(&self.program);
         cmd.args(["-N1", "-n1", "--overlap", "--quiet", "--kill-on-bad-exit=1"])
             .arg(format!("--nodelist={}", spec.host))
@@ -82,18 +90,23 @@ pub enum Remote {
     Slurm(SrunOptions),
 }
 
-impl Remote {
-    /// Starts `spec` with this launcher.
-    ///
-    /// # Errors
-    /// The launcher program cannot be run.
-    pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+impl Launcher for Remote {
+    fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
         match self {
             Remote::Ssh(ssh) => ssh.launch(spec),
             Remote::Slurm(srun) => srun.launch(spec),
         }
     }
 
+    fn kind(&self) -> &'static str {
+        match self {
+            Remote::Ssh(_) => "ssh",
+            Remote::Slurm(_) => "slurm",
+        }
+    }
+}
+
+impl Remote {
     /// The address of this host that a child on `host` can reach.
     ///
     /// # Errors
@@ -117,75 +130,12 @@ impl Remote {
     pub fn takes_local_hosts(&self) -> bool {
         matches!(self, Remote::Slurm(_))
     }
-
-    /// Name for `TREECAST_LAUNCHER`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Remote::Ssh(_) => "ssh",
-            Remote::Slurm(_) => "slurm",
-        }
-    }
-
-    /// The variables that let a child comm node rebuild this launcher ([`Remote::from_env`]).
-    pub fn env(&self) -> Vec<(String, String)> {
-        let (args_var, args) = match self {
-            Remote::Ssh(ssh) => (crate::SSH_ARGS_ENV, ssh.args.join(" ")),
-            Remote::Slurm(srun) => (SRUN_ARGS_ENV, srun.args.join(" ")),
-        };
-        vec![
-            (LAUNCHER_ENV.to_owned(), self.name().to_owned()),
-            (args_var.to_owned(), args),
-            (REMOTE_PATH_ENV.to_owned(), self.remote_path().to_owned()),
-        ]
-    }
-
-    /// The launcher a parent described in the environment, if any.
-    pub fn from_env() -> Option<Remote> {
-        let path = std::env::var(REMOTE_PATH_ENV).ok();
-        match std::env::var(LAUNCHER_ENV).ok()?.as_str() {
-            "ssh" => {
-                let mut ssh = crate::SshOptions::from_env();
-                if let Some(p) = path {
-                    ssh.remote_path = p;
-                }
-                Some(Remote::Ssh(ssh))
-            }
-            "slurm" => Some(Remote::Slurm(SrunOptions::from_env(path.unwrap_or_else(|| "treecast".into())))),
-            _ => None,
-        }
-    }
 }
-
-/// Launcher for children on other hosts: `ssh` or `slurm` (unset: this host only).
-pub const LAUNCHER_ENV: &str = "TREECAST_LAUNCHER";
-/// Path of `treecast` where children run.
-pub const REMOTE_PATH_ENV: &str = "TREECAST_REMOTE_PATH";
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn launchers_survive_the_trip_through_the_environment() {
-        for remote in [
-            Remote::Ssh(crate::SshOptions {
-                args: vec!["-F".into(), "cfg".into()],
-                remote_path: "/x/treecast".into(),
-                ..Default::default()
-            }),
-            Remote::Slurm(SrunOptions {
-                program: "srun".into(),
-                args: vec!["--partition=p".into()],
-                remote_path: "/y/treecast".into(),
-            }),
-        ] {
-            let env = remote.env();
-            let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            assert_eq!(get(LAUNCHER_ENV).as_deref(), Some(remote.name()));
-            assert_eq!(get(REMOTE_PATH_ENV).as_deref(), Some(remote.remote_path()));
-        }
-    }
 
     #[tokio::test]
     async fn loopback_routes_to_itself() {

@@ -11,7 +11,17 @@ use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::{spawn, LaunchError, Launched, ProcessSpec};
+use crate::{spawn, LaunchError, Launched, Launcher, ProcessSpec};
+
+impl Launcher for SshOptions {
+    fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+        self.start(spec)
+    }
+
+    fn kind(&self) -> &'static str {
+        "ssh"
+    }
+}
 
 /// Environment variable holding extra ssh arguments (split on white space).
 pub const SSH_ARGS_ENV: &str = "TREECAST_SSH_ARGS";
@@ -42,21 +52,35 @@ impl Default for SshOptions {
     }
 }
 
-/// Quotes a word for a POSIX shell.
+/// Quotes a word for a POSIX shell (the remote command line ssh hands to the remote shell).
 pub fn shell_quote(word: &str) -> String {
-    if !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b)) {
-        return word.to_owned();
+    match shlex::try_quote(word) {
+        Ok(quoted) => quoted.into_owned(),
+        // Only a NUL byte is refused; no shell word can hold one, so drop it.
+        Err(_) => shell_quote(&word.replace('\0', "")),
     }
-    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// Splits extra launcher arguments as a shell would (`-o 'ProxyCommand=ssh -W %h:%p gw'`
+/// is two arguments), so an argument with spaces survives every level of the tree.
+///
+/// # Errors
+/// Unbalanced quotes, named with the text.
+pub fn split_args(text: &str) -> Result<Vec<String>, String> {
+    shlex::split(text).ok_or_else(|| format!("cannot split {text:?} into arguments: unbalanced quotes"))
 }
 
 impl SshOptions {
-    /// Options with extra arguments from `TREECAST_SSH_ARGS`.
-    pub fn from_env() -> Self {
-        let args = std::env::var(SSH_ARGS_ENV)
-            .map(|s| s.split_whitespace().map(str::to_owned).collect())
-            .unwrap_or_default();
-        SshOptions { args, ..SshOptions::default() }
+    /// Options with extra arguments from `TREECAST_SSH_ARGS` (split as a shell would).
+    ///
+    /// # Errors
+    /// The variable's quotes do not balance.
+    pub fn from_env() -> Result<Self, String> {
+        let args = match std::env::var(SSH_ARGS_ENV) {
+            Ok(text) => split_args(&text).map_err(|e| format!("{SSH_ARGS_ENV}: {e}"))?,
+            Err(_) => Vec::new(),
+        };
+        Ok(SshOptions { args, ..SshOptions::default() })
     }
 
     fn command(&self, host: &str) -> Command {
@@ -88,7 +112,7 @@ impl SshOptions {
     ///
     /// # Errors
     /// [`LaunchError::Spawn`] when the `ssh` program cannot be run.
-    pub fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+    fn start(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
         let mut cmd = self.command(&spec.host);
         cmd.arg(Self::remote_command(spec)).stdin(Stdio::piped()).stdout(Stdio::null());
         let mut launched = spawn(cmd, spec, &self.program)?;
@@ -156,6 +180,13 @@ mod tests {
     }
 
     #[test]
+    fn arguments_with_spaces_are_split_as_a_shell_would() {
+        let args = split_args("-F cfg -o 'ProxyCommand=ssh -W %h:%p gw'").unwrap();
+        assert_eq!(args, ["-F", "cfg", "-o", "ProxyCommand=ssh -W %h:%p gw"]);
+        assert!(split_args("-o 'unbalanced").unwrap_err().contains("unbalanced"));
+    }
+
+    #[test]
     fn the_secret_is_not_on_the_remote_command_line() {
         let spec = ProcessSpec {
             name: "n".into(),
@@ -168,7 +199,7 @@ mod tests {
         };
         let line = SshOptions::remote_command(&spec);
         assert!(!line.contains("deadbeef"), "{line}");
-        assert_eq!(line, "exec env TREECAST_NODE_ID=3 TREECAST_SECRET_STDIN=1 /opt/treecast node");
+        assert_eq!(line, "exec env 'TREECAST_NODE_ID=3' TREECAST_SECRET_STDIN=1 /opt/treecast node");
     }
 
     #[tokio::test]

@@ -17,22 +17,12 @@ pub enum NodeError {
     /// A link failed.
     #[error(transparent)]
     Transport(#[from] treecast_transport::TransportError),
-    /// A process could not be started.
-    #[error(transparent)]
-    Launch(#[from] treecast_launch::LaunchError),
-    /// The sub-tree received from the parent does not parse.
-    #[error("bad sub-tree from parent: {0}")]
-    Topology(#[from] treecast_topology::TopologyError),
-    /// A child (or a node below it) failed to start.
-    #[error("{0}")]
-    Startup(String),
-    /// The parent broke the protocol.
-    #[error("protocol error with {peer}: {reason}")]
-    Protocol {
-        /// The peer.
-        peer: String,
-        /// What it did wrong.
-        reason: String,
+    /// The tree could not be started; the message names the node that failed, its
+    /// host and what its process said.
+    #[error("{message}")]
+    Startup {
+        /// What failed.
+        message: String,
     },
     /// An OS call failed.
     #[error("{what}: {source}")]

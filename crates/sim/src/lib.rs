@@ -446,7 +446,11 @@ impl Sim {
     ///
     /// # Errors
     /// [`SimError::Idle`] or [`SimError::Limit`] when `done` never held.
-    pub fn run_until(&mut self, mut done: impl FnMut(&mut Sim) -> bool, limit: Duration) -> Result<(), SimError> {
+    pub fn run_until(
+        &mut self,
+        mut done: impl FnMut(&mut Sim) -> bool,
+        limit: Duration,
+    ) -> Result<(), SimError> {
         let end = self.now + limit;
         loop {
             if done(self) {
@@ -494,7 +498,8 @@ impl Sim {
             }
             Action::Connect { parent, child } => self.connect(parent, child),
             Action::Timer { node, generation } => {
-                let Some(n) = self.nodes[node].as_mut().filter(|n| n.alive && n.timer_gen == generation) else {
+                let Some(n) = self.nodes[node].as_mut().filter(|n| n.alive && n.timer_gen == generation)
+                else {
                     return;
                 };
                 n.stats.inputs += 1;
@@ -614,8 +619,12 @@ impl Sim {
     /// A node that is over closes its links once what it sent is on its way.
     fn close_all(&mut self, id: usize) {
         let Some(n) = self.nodes[id].as_mut() else { return };
-        let links: Vec<(LinkId, usize, Option<LinkId>, Duration)> =
-            n.links.iter().filter(|(_, l)| l.open).map(|(id, l)| (id, l.peer, l.peer_link, l.delay)).collect();
+        let links: Vec<(LinkId, usize, Option<LinkId>, Duration)> = n
+            .links
+            .iter()
+            .filter(|(_, l)| l.open)
+            .map(|(id, l)| (id, l.peer, l.peer_link, l.delay))
+            .collect();
         for (own, ..) in &links {
             if let Some(l) = n.links.get_mut(*own) {
                 l.open = false;
@@ -674,7 +683,11 @@ impl Sim {
             }
             self.make_node(child);
             if c.attach {
-                own.push(AttachPoint { rank: c.first_rank, node_id: c.node_id, address: format!("sim:{parent}") });
+                own.push(AttachPoint {
+                    rank: c.first_rank,
+                    node_id: c.node_id,
+                    address: format!("sim:{parent}"),
+                });
                 self.attach_waiting.push((parent, child));
             } else {
                 let at = self.now + self.config.launch_delay;

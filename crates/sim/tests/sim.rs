@@ -7,7 +7,9 @@ use treecast_filters::TransformKind;
 use treecast_node::core::{Command, Delivery};
 use treecast_sim::{request, Sim, SimConfig, TAG_ADD_RANK};
 use treecast_topology::Topology;
-use treecast_wire::{decode_values, FilterSpec, RankSet, StreamSpec, SyncMode, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW};
+use treecast_wire::{
+    decode_values, FilterSpec, RankSet, StreamSpec, SyncMode, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -71,10 +73,15 @@ fn a_backend_killed_mid_wave_leaves_the_wave_and_is_reported() {
     sim.settle(Duration::from_millis(1));
     sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
     assert_eq!(int(sim.read(1, LIMIT).unwrap()), 28 - 5);
-    let lost: Vec<_> = sim.log().events.iter().filter_map(|e| match e {
-        treecast_node::core::Event::RanksLost { ranks, reason } => Some((ranks.clone(), reason.clone())),
-        _ => None,
-    }).collect();
+    let lost: Vec<_> = sim
+        .log()
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            treecast_node::core::Event::RanksLost { ranks, reason } => Some((ranks.clone(), reason.clone())),
+            _ => None,
+        })
+        .collect();
     assert_eq!(lost.len(), 1, "{lost:?}");
     assert_eq!(lost[0].0, RankSet::single(5));
     assert!(lost[0].1.contains("rank 5"), "{}", lost[0].1);
@@ -102,7 +109,8 @@ fn the_tool_can_send_ten_thousand_before_reading() {
         let mut sim = launched(shape, Some(16), 4);
         sim.command(Command::NewStream(spec(1, RankSet::range(0, 16), TransformKind::Sum))).unwrap();
         for wave in 0..10_000 {
-            sim.send(request(1, TAG_ADD_RANK, wave % 100), LIMIT).unwrap_or_else(|e| panic!("{shape}: wave {wave}: {e}"));
+            sim.send(request(1, TAG_ADD_RANK, wave % 100), LIMIT)
+                .unwrap_or_else(|e| panic!("{shape}: wave {wave}: {e}"));
         }
         for wave in 0..10_000 {
             let got = int(sim.read(1, LIMIT).unwrap_or_else(|e| panic!("{shape}: read {wave}: {e}")));
@@ -125,7 +133,8 @@ fn a_stream_the_tool_does_not_read_holds_up_no_other_and_memory_stays_bounded() 
     for i in 0..300 {
         assert_eq!(int(sim.read(2, LIMIT).unwrap_or_else(|e| panic!("wave {i}: {e}"))), 8);
     }
-    let held: u64 = (0..sim_len(&sim)).filter_map(|id| sim.stats(id)).map(|s| s.max_held_bytes).max().unwrap();
+    let held: u64 =
+        (0..sim_len(&sim)).filter_map(|id| sim.stats(id)).map(|s| s.max_held_bytes).max().unwrap();
     // Each %d packet is 5 bytes: a window of 256 per child and stream is 1280 bytes.
     assert!(held < 64 << 10, "a node held {held} bytes");
     for i in 0..5000 {

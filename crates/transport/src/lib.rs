@@ -4,31 +4,32 @@
 //!   environment (`TREECAST_SECRET`), never on a command line.
 //! * [`handshake`]: the HMAC challenge–response that starts every link; a peer
 //!   that cannot prove it holds the secret is dropped before it can send a frame.
-//! * [`spawn_link`]: runs a link as two tasks, a reader that decodes frames in
-//!   batches and a writer that batches queued frames into few syscalls. Queues
-//!   are bounded; a full queue makes the sender wait, it never drops a frame.
-//!
-//! * [`Stream`] and [`Listener`]: the routes, TCP between hosts and Unix
-//!   sockets within one; the link code is generic over the byte stream, so
-//!   striped links can be added behind the same seam.
+//! * [`Stream`] and [`Listener`]: how connections are made, TCP between hosts and
+//!   abstract Unix sockets within one.
+//! * [`Route`]: the frame-level seam a node's driver talks to: send a frame to one
+//!   link or a set of links, receive frames and closures, close links.
+//!   [`StreamRoute`] carries TCP and Unix-socket links behind it, all driven from
+//!   one task (per-link wakers, no reader or writer tasks, batched writes).
+//! * [`LinkId`]: how a node names its links (a generational slab, [`LinkTable`]).
 
 #![deny(unsafe_code)]
 
 mod error;
 pub mod handshake;
-mod link;
+mod links;
+mod net;
 mod route;
 mod secret;
 mod socket;
+mod stream_route;
 
 pub use error::TransportError;
-pub use link::{
-    spawn_link, spawn_socket_link, Inbound, LinkEvent, LinkSender, LINK_CHUNKS_IN_FLIGHT, LINK_QUEUE_BYTES,
-    LINK_QUEUE_FRAMES,
-};
-pub use route::{Listener, ReadHalf, Stream, WriteHalf};
+pub use links::{LinkId, LinkMap, LinkTable};
+pub use net::{Listener, ReadHalf, Stream, WriteHalf};
+pub use route::{Close, Route, RouteEvent};
 pub use secret::{Secret, SECRET_ENV};
 pub use socket::Socket;
+pub use stream_route::StreamRoute;
 
 /// Sets the socket options every treecast TCP link uses (no Nagle delay).
 ///

@@ -1,22 +1,16 @@
-//! Sockets driven directly, so a link registers for exactly the readiness it waits for.
+//! A connected stream socket, driven directly: no tokio stream type, so a link
+//! registers for exactly the readiness it waits for.
 //!
-//! A tokio stream registers every socket for both readable and writable
-//! events. With edge-triggered epoll, each time a peer drains our data the
-//! kernel then reports "writable" and wakes this process for nothing: one
-//! extra context switch per message. Here the reader registers for readable
-//! only, and the writer writes straight away, registering a duplicate of the
-//! socket for writable only while the kernel buffer is full.
+//! A tokio stream registers every socket for both readable and writable events.
+//! With edge-triggered epoll, each time a peer drains our data the kernel then
+//! reports "writable" and wakes this process for nothing: one extra context switch
+//! per message. A [`crate::StreamRoute`] registers each socket for readable only and
+//! writes straight away, registering a duplicate for writable only while the kernel
+//! buffer is full.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
-
-use bytes::BytesMut;
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
-
-/// Bytes read per syscall at most.
-const READ_CHUNK: usize = 16 << 10;
+use std::time::Duration;
 
 /// A connected, non-blocking stream socket.
 #[derive(Debug)]
@@ -28,39 +22,46 @@ pub enum Socket {
 }
 
 impl Socket {
-    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Socket::Tcp(s) => (&*s).read(buf),
             Socket::Unix(s) => (&*s).read(buf),
         }
     }
 
-    fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    pub(crate) fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Socket::Tcp(s) => (&*s).write_vectored(bufs),
             Socket::Unix(s) => (&*s).write_vectored(bufs),
         }
     }
 
-    fn try_clone(&self) -> io::Result<Socket> {
+    pub(crate) fn try_clone(&self) -> io::Result<Socket> {
         Ok(match self {
             Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
             Socket::Unix(s) => Socket::Unix(s.try_clone()?),
         })
     }
 
-    fn shutdown_both(&self) {
+    pub(crate) fn shutdown(&self, how: std::net::Shutdown) {
         let _ = match self {
-            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
-            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Socket::Tcp(s) => s.shutdown(how),
+            Socket::Unix(s) => s.shutdown(how),
         };
     }
 
-    fn shutdown_write(&self) {
-        let _ = match self {
-            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
-            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Write),
-        };
+    /// Makes writes block, for at most `limit` each (a last flush before exit).
+    pub(crate) fn block_writes(&self, limit: Duration) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => {
+                s.set_nonblocking(false)?;
+                s.set_write_timeout(Some(limit))
+            }
+            Socket::Unix(s) => {
+                s.set_nonblocking(false)?;
+                s.set_write_timeout(Some(limit))
+            }
+        }
     }
 }
 
@@ -70,139 +71,5 @@ impl AsRawFd for Socket {
             Socket::Tcp(s) => s.as_raw_fd(),
             Socket::Unix(s) => s.as_raw_fd(),
         }
-    }
-}
-
-/// Where a link's reader gets bytes from.
-pub(crate) trait ByteSource: Send + 'static {
-    /// Appends at least one byte to `buf`, or returns 0 at end of stream.
-    fn read_some(
-        &mut self,
-        buf: &mut BytesMut,
-    ) -> impl std::future::Future<Output = io::Result<usize>> + Send;
-}
-
-/// Where a link's writer puts bytes.
-pub(crate) trait ByteSink: Send + 'static {
-    /// Writes some of `bufs`, returning how many bytes were taken.
-    fn write_some(
-        &mut self,
-        bufs: &[IoSlice<'_>],
-    ) -> impl std::future::Future<Output = io::Result<usize>> + Send;
-    /// Signals end of stream to the peer.
-    fn finish(&mut self) -> impl std::future::Future<Output = ()> + Send;
-    /// Closes the connection both ways after a failure.
-    fn abort(&mut self) {}
-}
-
-/// The reading side of a [`Socket`], registered for readable events only.
-pub(crate) struct SocketReader {
-    fd: AsyncFd<Arc<Socket>>,
-}
-
-thread_local! {
-    // One read buffer per thread, not per link: a comm node with many children
-    // stays small. It is borrowed only for the duration of one read syscall.
-    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; READ_CHUNK].into_boxed_slice());
-}
-
-/// The writing side of a [`Socket`].
-pub(crate) struct SocketWriter {
-    sock: Arc<Socket>,
-}
-
-/// Registers a socket with the reactor for `interest` only.
-#[allow(unsafe_code)]
-fn register(sock: Arc<Socket>, interest: Interest) -> io::Result<AsyncFd<Arc<Socket>>> {
-    // SAFETY: the `Socket` owns its file descriptor and closes it only when dropped;
-    // the `AsyncFd` holds an `Arc` to it, so the descriptor stays open and keeps
-    // referring to the same socket for as long as the registration exists, and
-    // `as_raw_fd` always returns that same descriptor.
-    Ok(unsafe { AsyncFd::register_with_interest(sock, interest) }?)
-}
-
-/// Splits a socket for a link's two tasks.
-///
-/// # Errors
-/// The socket could not be registered with the reactor (must run inside tokio).
-pub(crate) fn split(sock: Socket) -> io::Result<(SocketReader, SocketWriter)> {
-    let sock = Arc::new(sock);
-    let fd = register(sock.clone(), Interest::READABLE)?;
-    Ok((SocketReader { fd }, SocketWriter { sock }))
-}
-
-impl ByteSource for SocketReader {
-    async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        loop {
-            let mut guard = self.fd.readable().await?;
-            let result = SCRATCH.with(|scratch| {
-                let mut scratch = scratch.borrow_mut();
-                guard.try_io(|inner| {
-                    let n = inner.get_ref().read(&mut scratch)?;
-                    buf.extend_from_slice(&scratch[..n]);
-                    Ok((n, n < scratch.len()))
-                })
-            });
-            match result {
-                Ok(Ok((n, drained))) => {
-                    // A short read drained the socket: edge-triggered epoll will report new data.
-                    if drained {
-                        guard.clear_ready();
-                    }
-                    return Ok(n);
-                }
-                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Ok(Err(e)) => return Err(e),
-                Err(_would_block) => continue,
-            }
-        }
-    }
-}
-
-impl ByteSink for SocketWriter {
-    async fn write_some(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        loop {
-            match self.sock.write_vectored(bufs) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // Full kernel buffer: wait for room on a duplicate registered for writable only.
-                    let waiter = register(Arc::new(self.sock.try_clone()?), Interest::WRITABLE)?;
-                    let _ready = waiter.writable().await?;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => return other,
-            }
-        }
-    }
-
-    async fn finish(&mut self) {
-        self.sock.shutdown_write();
-    }
-
-    fn abort(&mut self) {
-        self.sock.shutdown_both();
-    }
-}
-
-/// Adapts any tokio reader (tests use in-memory pipes).
-pub(crate) struct TokioReader<R>(pub(crate) R);
-/// Adapts any tokio writer.
-pub(crate) struct TokioWriter<W>(pub(crate) W);
-
-impl<R: tokio::io::AsyncRead + Unpin + Send + 'static> ByteSource for TokioReader<R> {
-    async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(READ_CHUNK);
-        }
-        tokio::io::AsyncReadExt::read_buf(&mut self.0, buf).await
-    }
-}
-
-impl<W: tokio::io::AsyncWrite + Unpin + Send + 'static> ByteSink for TokioWriter<W> {
-    async fn write_some(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        tokio::io::AsyncWriteExt::write_vectored(&mut self.0, bufs).await
-    }
-
-    async fn finish(&mut self) {
-        let _ = tokio::io::AsyncWriteExt::shutdown(&mut self.0).await;
     }
 }

@@ -154,7 +154,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
             short_string(),
             short_string(),
             launcher,
-            any::<u32>(),
+            1..=(treecast_wire::MAX_PAYLOAD_LEN as u32),
             short_string(),
         ),
     )

@@ -607,7 +607,7 @@ mod tests {
     use treecast_wire::{Frame, FrameHeader};
 
     use super::*;
-    use crate::network::encode_checked;
+    use crate::stream::encode_checked;
 
     fn packet_on(stream: u32, tag: i32, format: &str, values: &[Value]) -> Packet {
         let (_, payload) = encode_checked(format, values).unwrap();

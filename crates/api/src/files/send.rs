@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use bytes::BufMut;
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
-use treecast_wire::{encode_bytes_head, encode_values, RankSet, SyncMode, TransformKind, Value};
+use treecast_filters::TransformKind;
+use treecast_wire::{encode_bytes_head, encode_values, RankSet, SyncMode, Value};
 
 use super::{
     kind_of, mtime_ns, EntryKind, FileOptions, FileReport, Outcome, RankOutcome, SourceError, WriteMode,
@@ -340,7 +341,7 @@ impl<'n> Sender<'n> {
 
     fn stream_options(&self) -> StreamOptions {
         let ms = u32::try_from(self.wave.as_millis()).unwrap_or(u32::MAX);
-        StreamOptions { sync: SyncMode::TimeOut(ms), up: TransformKind::EqClass, down: TransformKind::Null }
+        StreamOptions { sync: SyncMode::TimeOut(ms), ..StreamOptions::reduce(TransformKind::EqClass) }
     }
 
     fn no_answer(&self, when: &str) -> String {
@@ -735,7 +736,7 @@ fn deadline_after(limit: Duration) -> tokio::time::Instant {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::network::encode_checked;
+    use crate::stream::encode_checked;
 
     #[tokio::test]
     async fn chunks_read_into_their_payload_encode_as_stream_send_would() {

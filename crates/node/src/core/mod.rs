@@ -15,7 +15,6 @@
 //! ([`startup`]), streams, waves, filters and flow control in both directions
 //! ([`streams`]), failure reports and shutdown.
 
-mod links;
 mod startup;
 mod streams;
 mod window;
@@ -29,8 +28,8 @@ use treecast_wire::{
     AttachPoint, ControlMsg, Frame, FrameHeader, FrameKind, LaunchPlan, RankSet, StreamSpec, Window,
 };
 
-pub use links::{LinkId, LinkMap, LinkTable};
 pub use startup::ChildLaunch;
+pub use treecast_transport::{LinkId, LinkMap, LinkTable};
 
 use startup::{Child, ChildState, Startup};
 use streams::StreamState;
@@ -117,6 +116,8 @@ pub enum Event {
     StartChildren {
         /// The plan of this node (launcher, routes, time limits).
         plan: Arc<LaunchPlan>,
+        /// The host this node runs on, as the topology names it.
+        own_host: String,
         /// The children, in topology order.
         children: Vec<ChildLaunch>,
     },
@@ -222,6 +223,14 @@ pub enum Command {
         node_id: u32,
         /// How it ended.
         detail: String,
+    },
+    /// Driver: a child could not be started at all (no launcher, no listener, the
+    /// launcher's own error).
+    ChildNotStarted {
+        /// The child's node id.
+        node_id: u32,
+        /// Why.
+        reason: String,
     },
     /// Driver, attach mode: where this node's own back-end slots connect.
     OwnAttachPoints(Vec<AttachPoint>),
@@ -527,7 +536,9 @@ impl Node {
     /// A send without credit hands its frame back ([`CommandError::Blocked`]); stream
     /// commands name what is wrong with the stream.
     pub fn handle_command(&mut self, cmd: Command, now: Instant) -> Result<(), CommandError> {
-        if self.phase == Phase::Over && !matches!(cmd, Command::ChildExited { .. }) {
+        if self.phase == Phase::Over
+            && !matches!(cmd, Command::ChildExited { .. } | Command::ChildNotStarted { .. })
+        {
             return Err(CommandError::ShutDown);
         }
         match cmd {
@@ -542,6 +553,10 @@ impl Node {
                 self.child_exited(node_id, detail, now);
                 Ok(())
             }
+            Command::ChildNotStarted { node_id, reason } => {
+                self.child_not_started(node_id, &reason, now);
+                Ok(())
+            }
             Command::OwnAttachPoints(points) => {
                 self.own_attach_points(points, now);
                 Ok(())
@@ -554,8 +569,11 @@ impl Node {
                     Role::BackEnd { rank, .. } => {
                         let why = format!("{} left", self.name);
                         if let Some(parent) = self.parent {
-                            let leave =
-                                ControlMsg::Leave { ranks: RankSet::single(rank), reason: why.clone(), graceful: true };
+                            let leave = ControlMsg::Leave {
+                                ranks: RankSet::single(rank),
+                                reason: why.clone(),
+                                graceful: true,
+                            };
                             self.out.control(parent, &leave);
                         }
                         why
@@ -618,6 +636,11 @@ impl Node {
             (_, Some(id)) => self.streams.get(&id).is_some_and(StreamState::tool_has_something),
             (_, None) => false,
         }
+    }
+
+    /// True while stream `id` is open here.
+    pub fn has_stream(&self, id: u32) -> bool {
+        self.streams.contains_key(&id)
     }
 
     /// The upward filter of a stream open here (a back-end checks formats against it).

@@ -55,6 +55,7 @@ pub(crate) enum ChildState {
 pub(crate) struct Child {
     pub(crate) node_id: u32,
     pub(crate) name: String,
+    host: String,
     pub(crate) is_backend: bool,
     /// The ranks the plan gives it, less those it reported lost before joining.
     pub(crate) expected: RankSet,
@@ -86,7 +87,7 @@ impl Child {
     }
 
     fn failure(&self, what: &str) -> String {
-        let mut msg = format!("{} (node id {}) {what}", self.name, self.node_id);
+        let mut msg = format!("{} (node id {}) on {} {what}", self.name, self.node_id, self.host);
         if let Some(d) = &self.detail {
             msg.push_str(&format!("; the process {d}"));
         }
@@ -159,6 +160,7 @@ impl Node {
             Ok(t) => t,
             Err(e) => return self.startup_failed(format!("{}: bad sub-tree in the plan: {e}", self.name)),
         };
+        let own_host = topo.node(topo.root()).host.clone();
         if self.role == Role::CommNode {
             let me = topo.node(topo.root());
             self.name = format!("comm node {}:{} (id {})", me.host, me.index, self.node_id);
@@ -190,6 +192,7 @@ impl Node {
             self.children.push(super::startup::Child {
                 node_id: launch.node_id,
                 name,
+                host: node.host.clone(),
                 is_backend,
                 expected: RankSet::range(first_rank, backends),
                 ranks: RankSet::new(),
@@ -217,7 +220,7 @@ impl Node {
         });
         self.phase = Phase::Starting;
         self.refresh_deadline();
-        self.out.event(Event::StartChildren { plan, children: launches });
+        self.out.event(Event::StartChildren { plan, own_host, children: launches });
         if self.children.is_empty() {
             self.maybe_ready(now);
         }
@@ -230,7 +233,8 @@ impl Node {
             .iter()
             .position(|c| c.node_id == node_id && c.state == ChildState::Launching && c.link.is_none());
         let Some(c) = found.filter(|_| self.phase == Phase::Starting) else {
-            let reason = format!("a link claims node id {node_id}: not an expected child, or already connected");
+            let reason =
+                format!("a link claims node id {node_id}: not an expected child, or already connected");
             tracing::warn!(node = %self.name, "{reason}");
             self.out.event(Event::CloseLink { link, reason });
             return;
@@ -257,6 +261,15 @@ impl Node {
         }
     }
 
+    /// The driver could not start a child at all.
+    pub(super) fn child_not_started(&mut self, node_id: u32, reason: &str, now: Instant) {
+        let Some(c) = self.children.iter().position(|c| c.node_id == node_id) else { return };
+        if self.children[c].state == ChildState::Launching {
+            let reason = self.children[c].failure(&format!("could not be started: {reason}"));
+            self.fail_child(c, reason, now);
+        }
+    }
+
     /// Attach mode: the driver's addresses for this node's own back-end slots.
     pub(super) fn own_attach_points(&mut self, points: Vec<AttachPoint>, now: Instant) {
         if let Some(s) = self.startup.as_mut() {
@@ -277,8 +290,12 @@ impl Node {
             }
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
             ControlMsg::CloseStream { id } => self.close_stream_from_parent(id),
-            ControlMsg::Shutdown => self.shut_down(format!("{}: the front-end shut the network down", self.name)),
-            other => tracing::warn!(node = %self.name, "ignoring unexpected control message from the parent: {other:?}"),
+            ControlMsg::Shutdown => {
+                self.shut_down(format!("{}: the front-end shut the network down", self.name))
+            }
+            other => {
+                tracing::warn!(node = %self.name, "ignoring unexpected control message from the parent: {other:?}")
+            }
         }
     }
 
@@ -286,8 +303,12 @@ impl Node {
     pub(super) fn on_child_control(&mut self, c: usize, msg: ControlMsg, now: Instant) {
         match msg {
             ControlMsg::Join { ranks, commnodes } => self.child_joined(c, ranks, commnodes, now),
-            ControlMsg::Leave { ranks, reason, graceful } => self.child_left(c, &ranks, reason, graceful, now),
-            ControlMsg::LaunchFailed { message } if self.phase == Phase::Starting => self.fail_child(c, message, now),
+            ControlMsg::Leave { ranks, reason, graceful } => {
+                self.child_left(c, &ranks, reason, graceful, now)
+            }
+            ControlMsg::LaunchFailed { message } if self.phase == Phase::Starting => {
+                self.fail_child(c, message, now)
+            }
             ControlMsg::AttachPoints { points } if self.phase == Phase::Starting => {
                 self.children[c].points = Some(points);
                 self.maybe_send_points(now);
@@ -296,7 +317,9 @@ impl Node {
                 self.report_up(ControlMsg::FilterError { stream, rank, message });
             }
             ControlMsg::StreamRefused { stream, node, message } => self.stream_refused(stream, node, message),
-            other => tracing::warn!(node = %self.name, "ignoring unexpected control message from below: {other:?}"),
+            other => {
+                tracing::warn!(node = %self.name, "ignoring unexpected control message from below: {other:?}")
+            }
         }
     }
 
@@ -457,7 +480,7 @@ impl Node {
 
     /// Gives up on children past their deadline.
     pub(super) fn startup_timeout(&mut self, now: Instant) {
-        if self.startup.as_ref().and_then(Startup::next_deadline).is_none_or(|d| d > now) {
+        if self.startup.as_ref().and_then(Startup::next_deadline).map_or(true, |d| d > now) {
             return;
         }
         let late: Vec<usize> = (0..self.children.len())
@@ -528,7 +551,9 @@ impl Node {
         }
         let Some(startup) = self.startup.take() else { return };
         let ranks = self.live_ranks();
-        if ranks.is_empty() && !self.children.is_empty() || self.children.is_empty() && self.role == Role::FrontEnd {
+        if ranks.is_empty() && !self.children.is_empty()
+            || self.children.is_empty() && self.role == Role::FrontEnd
+        {
             let why: Vec<String> = startup.missing.iter().map(|(_, r)| r.clone()).collect();
             let message = if why.is_empty() {
                 format!("{}: the tree has no back-end", self.name)
@@ -542,7 +567,8 @@ impl Node {
         match self.parent {
             Some(parent) => {
                 for (lost, reason) in &startup.missing {
-                    let leave = ControlMsg::Leave { ranks: lost.clone(), reason: reason.clone(), graceful: false };
+                    let leave =
+                        ControlMsg::Leave { ranks: lost.clone(), reason: reason.clone(), graceful: false };
                     self.out.control(parent, &leave);
                 }
                 self.out.control(parent, &ControlMsg::Join { ranks: ranks.clone(), commnodes });
@@ -559,7 +585,9 @@ impl Node {
     /// Multicasts a control message to some children.
     pub(super) fn control_to(&mut self, links: Vec<LinkId>, msg: &ControlMsg) {
         if !links.is_empty() {
-            self.out.transmits.push_back(Transmit { to: Destination::Links(links.into()), frame: control_frame(msg) });
+            self.out
+                .transmits
+                .push_back(Transmit { to: Destination::Links(links.into()), frame: control_frame(msg) });
         }
     }
 }

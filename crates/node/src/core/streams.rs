@@ -198,7 +198,14 @@ fn drain_child(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs) 
 }
 
 /// Hands one output frame of input `seq` to the stream's children.
-fn fan_out(s: &mut StreamState, seq: u64, frame: Frame, direct: Option<usize>, ctx: &Ctx<'_>, out: &mut Outputs) {
+fn fan_out(
+    s: &mut StreamState,
+    seq: u64,
+    frame: Frame,
+    direct: Option<usize>,
+    ctx: &Ctx<'_>,
+    out: &mut Outputs,
+) {
     if let Some(c) = direct {
         let Some(link) = ctx.link_of(c) else { return };
         let Some(part) = s.part(c) else { return };
@@ -227,7 +234,9 @@ fn fan_out(s: &mut StreamState, seq: u64, frame: Frame, direct: Option<usize>, c
     }
     let mut now_links = Vec::new();
     for &c in &s.members {
-        let (Some(link), Some(p)) = (ctx.link_of(c), s.parts.get_mut(c).and_then(Option::as_mut)) else { continue };
+        let (Some(link), Some(p)) = (ctx.link_of(c), s.parts.get_mut(c).and_then(Option::as_mut)) else {
+            continue;
+        };
         if p.queue.is_empty() && p.down.open() {
             p.down.spend(len);
             now_links.push(link);
@@ -257,7 +266,10 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
         let (frames, errors) = apply_dropping_bad(filter.as_mut(), wave.frames, &fctx);
         for e in errors {
             let message = format!("{}: {e}", ctx.name);
-            ctx.report(out, ControlMsg::FilterError { stream: id, rank: e.rank().unwrap_or(u32::MAX), message });
+            ctx.report(
+                out,
+                ControlMsg::FilterError { stream: id, rank: e.rank().unwrap_or(u32::MAX), message },
+            );
         }
         for f in frames {
             s.up_budget.spend(f.payload.len());
@@ -295,7 +307,11 @@ impl Node {
     }
 
     /// A fresh stream state; `reduce_here` makes the filters (not at a back-end).
-    fn make_stream(&self, spec: StreamSpec, reduce_here: bool) -> Result<StreamState, treecast_filters::RegistryError> {
+    fn make_stream(
+        &self,
+        spec: StreamSpec,
+        reduce_here: bool,
+    ) -> Result<StreamState, treecast_filters::RegistryError> {
         let (up_filter, down_filter) = if reduce_here {
             let up = self.registry.make(&spec.up)?;
             let down = self.registry.make(&spec.down)?;
@@ -350,11 +366,15 @@ impl Node {
         if id <= self.max_stream || self.streams.contains_key(&id) {
             return Err(CommandError::StreamExists(id));
         }
-        let mut s = self.make_stream(spec, true).map_err(|source| CommandError::Filter { stream: id, source })?;
+        let mut s =
+            self.make_stream(spec, true).map_err(|source| CommandError::Filter { stream: id, source })?;
         self.max_stream = id;
         let targets = s.targets.to_vec();
         let msg = ControlMsg::NewStream(s.spec.clone());
-        let (ctx, out) = (Ctx { role: self.role, name: &self.name, parent: None, children: &self.children }, &mut self.out);
+        let (ctx, out) = (
+            Ctx { role: self.role, name: &self.name, parent: None, children: &self.children },
+            &mut self.out,
+        );
         check_over(&mut s, &ctx, out);
         self.streams.insert(id, s);
         self.control_to(targets, &msg);
@@ -378,7 +398,8 @@ impl Node {
                 self.control_to(targets, &msg);
             }
             Err(e) => {
-                let refused = ControlMsg::StreamRefused { stream: id, node: self.name.clone(), message: e.to_string() };
+                let refused =
+                    ControlMsg::StreamRefused { stream: id, node: self.name.clone(), message: e.to_string() };
                 self.report_up(refused);
             }
         }
@@ -523,7 +544,10 @@ impl Node {
                     Ok(frames) => frames,
                     Err(e) => {
                         let message = format!("{}: downstream filter: {e}", ctx.name);
-                        ctx.report(&mut self.out, ControlMsg::FilterError { stream: id, rank: u32::MAX, message });
+                        ctx.report(
+                            &mut self.out,
+                            ControlMsg::FilterError { stream: id, rank: u32::MAX, message },
+                        );
                         Vec::new()
                     }
                 }
@@ -553,7 +577,8 @@ impl Node {
             return;
         }
         let Some(part) = s.part(c) else {
-            let message = format!("{}: rank {rank} sent on stream {id}, which it is not a member of", ctx.name);
+            let message =
+                format!("{}: rank {rank} sent on stream {id}, which it is not a member of", ctx.name);
             return ctx.report(&mut self.out, ControlMsg::FilterError { stream: id, rank, message });
         };
         if let Err(over) = part.up.receive(frame.payload.len()) {

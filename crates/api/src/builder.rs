@@ -1,0 +1,308 @@
+//! [`NetworkBuilder`]: the options of a network, turned into the front-end's launch
+//! plan, and the launch itself.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::RngCore;
+use treecast_filters::FilterRegistry;
+use treecast_launch::{Remote, SrunOptions, SshOptions};
+use treecast_node::core::{Command, Node, NodeConfig, Role};
+use treecast_node::driver::{drive, lock, Driver, Launching};
+use treecast_node::{env, DEFAULT_MAX_FRAME};
+use treecast_topology::Topology;
+use treecast_transport::Secret;
+use treecast_wire::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, MAX_PAYLOAD_LEN};
+
+use crate::frontend::{launched, AttachTarget, FeTool};
+use crate::{ApiError, Network};
+
+/// Default time each level of the tree may take to start.
+const DEFAULT_STARTUP: Duration = Duration::from_secs(30);
+/// Default of [`NetworkBuilder::receive_window`]: what the front-end keeps per
+/// stream for a tool that does not read (more than enough for 10,000 small packets).
+pub const DEFAULT_RECEIVE_WINDOW: Window = Window { packets: 1 << 16, bytes: 64 << 20 };
+
+/// Configures and launches a [`Network`].
+#[derive(Debug, Clone)]
+pub struct NetworkBuilder {
+    topology: Topology,
+    backend: Vec<String>,
+    env: Vec<(String, String)>,
+    startup_timeout: Duration,
+    treecast_path: Option<PathBuf>,
+    listen: IpAddr,
+    unix_links: bool,
+    remote: Option<Remote>,
+    remote_listen: Option<IpAddr>,
+    allow_missing: bool,
+    attach: Option<(PathBuf, Duration)>,
+    receive_window: Window,
+    max_frame: usize,
+    registry: FilterRegistry,
+}
+
+impl NetworkBuilder {
+    /// A network of the given shape whose back-ends run `treecast backend`.
+    pub fn new(topology: Topology) -> Self {
+        let startup_timeout = std::env::var("TREECAST_STARTUP_TIMEOUT")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|s| *s > 0.0 && s.is_finite())
+            .map(Duration::from_secs_f64)
+            .unwrap_or(DEFAULT_STARTUP);
+        let max_frame = std::env::var(env::MAX_FRAME)
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            .filter(|n| (1..=MAX_PAYLOAD_LEN).contains(n))
+            .unwrap_or(DEFAULT_MAX_FRAME);
+        NetworkBuilder {
+            topology,
+            backend: Vec::new(),
+            env: Vec::new(),
+            startup_timeout,
+            treecast_path: None,
+            listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            unix_links: std::env::var(env::ROUTE).map(|r| r != "tcp").unwrap_or(true),
+            remote: None,
+            remote_listen: std::env::var(env::LISTEN).ok().and_then(|s| s.parse().ok()),
+            allow_missing: false,
+            attach: None,
+            receive_window: DEFAULT_RECEIVE_WINDOW,
+            max_frame,
+            registry: FilterRegistry::builtin(),
+        }
+    }
+
+    /// Attach mode: start the comm nodes only, write `file` (mode 0600) with where
+    /// each rank connects and the session secret, and wait up to `limit` for
+    /// back-ends started by someone else (`BackEnd::attach`, `treecast backend --attach`).
+    pub fn attach(mut self, file: impl Into<PathBuf>, limit: Duration) -> Self {
+        self.attach = Some((file.into(), limit));
+        self
+    }
+
+    /// Starts processes on other hosts of the topology with ssh.
+    pub fn ssh(mut self, options: SshOptions) -> Self {
+        self.remote = Some(Remote::Ssh(options));
+        self
+    }
+
+    /// Starts every comm node and back-end as a Slurm job step (`srun`); the
+    /// front-end must run inside the allocation.
+    pub fn slurm(mut self, options: SrunOptions) -> Self {
+        self.remote = Some(Remote::Slurm(options));
+        self
+    }
+
+    /// The address processes on other hosts connect back to (default: found from the route to them,
+    /// or `TREECAST_LISTEN`).
+    pub fn remote_listen(mut self, addr: IpAddr) -> Self {
+        self.remote_listen = Some(addr);
+        self
+    }
+
+    /// Starts without the nodes that fail to start; their ranks are reported as
+    /// [`crate::Event::RanksLost`] right away instead of failing the launch.
+    pub fn allow_missing(mut self, yes: bool) -> Self {
+        self.allow_missing = yes;
+        self
+    }
+
+    /// Runs this program (with arguments) as the back-end instead of `treecast backend`.
+    pub fn backend_command(mut self, command: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.backend = command.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds an environment variable for the back-ends.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// How long each level of the tree may take to start (default 30 s, or `TREECAST_STARTUP_TIMEOUT` seconds).
+    pub fn startup_timeout(mut self, limit: Duration) -> Self {
+        self.startup_timeout = limit;
+        self
+    }
+
+    /// The `treecast` binary comm nodes run (default: `TREECAST_PATH`, this program, or `treecast` on `PATH`).
+    pub fn treecast_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.treecast_path = Some(path.into());
+        self
+    }
+
+    /// Address the front-end and comm nodes listen on for TCP links within one host (default 127.0.0.1).
+    pub fn listen(mut self, addr: IpAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Links processes of this host through Unix sockets (`true`, the default unless
+    /// `TREECAST_ROUTE=tcp`) or through TCP on the listen address.
+    pub fn unix_links(mut self, yes: bool) -> Self {
+        self.unix_links = yes;
+        self
+    }
+
+    /// What the front-end keeps per stream for the tool before it holds the tree back
+    /// (default [`DEFAULT_RECEIVE_WINDOW`]). A tool that sends more than this on a
+    /// stream before reading it waits in `send` until it reads.
+    pub fn receive_window(mut self, window: Window) -> Self {
+        self.receive_window = window;
+        self
+    }
+
+    /// Largest frame payload any node accepts (default 64 MiB and 64 KiB, or
+    /// `TREECAST_MAX_FRAME` bytes); a peer sending a larger frame loses its link.
+    pub fn max_frame(mut self, bytes: usize) -> Self {
+        self.max_frame = bytes.clamp(1, MAX_PAYLOAD_LEN);
+        self
+    }
+
+    /// The filters this front-end can make (default: the built-ins).
+    pub fn filters(mut self, registry: FilterRegistry) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    fn launcher_spec(&self) -> LauncherSpec {
+        match &self.remote {
+            None => LauncherSpec {
+                kind: LauncherKind::Local,
+                program: String::new(),
+                args: Vec::new(),
+                connect_timeout_s: 0,
+                remote_path: String::new(),
+            },
+            Some(Remote::Ssh(ssh)) => LauncherSpec {
+                kind: LauncherKind::Ssh,
+                program: ssh.program.clone(),
+                args: ssh.args.clone(),
+                connect_timeout_s: ssh.connect_timeout,
+                remote_path: ssh.remote_path.clone(),
+            },
+            Some(Remote::Slurm(srun)) => LauncherSpec {
+                kind: LauncherKind::Slurm,
+                program: srun.program.clone(),
+                args: srun.args.clone(),
+                connect_timeout_s: 0,
+                remote_path: srun.remote_path.clone(),
+            },
+        }
+    }
+
+    fn plan(&self, session: &str) -> LaunchPlan {
+        let ms = |d: Duration| d.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
+        LaunchPlan {
+            session: session.to_owned(),
+            node_id: 0,
+            first_rank: 0,
+            total_backends: self.topology.backends() as u32,
+            topology: self.topology.to_mrnet(),
+            backend: self.backend.clone(),
+            env: self.env.clone(),
+            startup_timeout_ms: ms(self.startup_timeout),
+            attach_ms: self.attach.as_ref().map_or(0, |(_, limit)| ms(*limit)),
+            allow_missing: self.allow_missing,
+            local_route: if self.unix_links { LocalRoute::Unix } else { LocalRoute::Tcp },
+            listen: self.listen.to_string(),
+            remote_listen: self.remote_listen.map(|ip| ip.to_string()).unwrap_or_default(),
+            launcher: self.launcher_spec(),
+            max_frame: self.max_frame as u32,
+            log: std::env::var(env::LOG).unwrap_or_default(),
+        }
+    }
+
+    /// Starts every comm node and back-end and waits until all have reported.
+    ///
+    /// # Errors
+    /// An empty topology, a missing `treecast` binary, an attach file that cannot be
+    /// written, or a node that failed to start (named, with its host and stderr).
+    /// Nothing is left running.
+    ///
+    /// Cancel safety: not cancel safe; processes already started are killed when dropped.
+    pub async fn launch(self) -> Result<Network, ApiError> {
+        let backends = self.topology.backends();
+        if backends == 0 {
+            return Err(ApiError::NoBackends);
+        }
+        let exe = resolve_treecast(self.treecast_path.as_deref())?;
+        let mut session = [0u8; 8];
+        rand::rngs::OsRng.fill_bytes(&mut session);
+        let session = hex::encode(session);
+        let secret = Secret::generate();
+        let plan = self.plan(&session);
+        let attach = self.attach.as_ref().map(|(path, _)| AttachTarget {
+            path: path.clone(),
+            session: session.clone(),
+            secret: secret.clone(),
+            size: backends as u32,
+        });
+        let (tool, lost) = FeTool::new(attach);
+        let core = Node::new(NodeConfig {
+            role: Role::FrontEnd,
+            node_id: 0,
+            name: "front-end".into(),
+            registry: self.registry.clone(),
+            tool_window: self.receive_window,
+        });
+        let launching = Launching { secret, treecast_exe: exe };
+        let shared = Arc::new(Mutex::new(Driver::new(core, tool, launching, self.max_frame)));
+        let task = tokio::spawn(drive(shared.clone()));
+        let started = Instant::now();
+        let started_launch = lock(&shared).command(Command::Launch(Box::new(plan)));
+        let outcome = match started_launch {
+            Ok(()) => launched(&shared).await,
+            Err(e) => Err(ApiError::Closed(e.to_string())),
+        };
+        match outcome {
+            Ok(done) => Ok(Network::new(shared, task, self.topology, session, done, started.elapsed(), lost)),
+            Err(e) => {
+                // Take down whatever started, and wait for it: nothing is left running.
+                let _ = lock(&shared).command(Command::Shutdown);
+                let limit = treecast_node::driver::SHUTDOWN_GRACE + Duration::from_secs(3);
+                if tokio::time::timeout(limit, task).await.is_err() {
+                    lock(&shared).kill_children();
+                }
+                let written = lock(&shared).tool().attach_written.take();
+                if let Some(path) = written {
+                    let _ = std::fs::remove_file(path);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+fn resolve_treecast(explicit: Option<&Path>) -> Result<PathBuf, ApiError> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    if let Ok(p) = std::env::var("TREECAST_PATH") {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe().map_err(|e| ApiError::NoBinary(e.to_string()))?;
+    if me.file_name().is_some_and(|n| n == "treecast") {
+        return Ok(me);
+    }
+    // An example or test binary of this workspace: target/<profile>/{examples,deps}/x.
+    for dir in me.ancestors().skip(1).take(2) {
+        let candidate = dir.join("treecast");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join("treecast");
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(ApiError::NoBinary("not next to this program and not on PATH".into()))
+}

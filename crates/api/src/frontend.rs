@@ -1,0 +1,204 @@
+//! The front-end's side of its driver: what the tool waits for (the launch, packets
+//! on a stream, room to send, events), kept where the driver puts it.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::task::{Context, Poll, Waker};
+
+use tokio::sync::watch;
+use treecast_node::core::{Event as CoreEvent, LostRanks};
+use treecast_node::driver::{lock, Shared, Tool};
+use treecast_transport::Secret;
+use treecast_wire::RankSet;
+
+use crate::{ApiError, AttachInfo, Event};
+
+/// Events buffered for the tool; past this, events are logged and dropped.
+const EVENT_QUEUE: usize = 65536;
+
+/// How the launch ended.
+#[derive(Debug)]
+pub(crate) struct Launched {
+    pub(crate) commnodes: u32,
+}
+
+/// Attach mode: where the attach file goes and what it holds besides the points.
+#[derive(Debug, Clone)]
+pub(crate) struct AttachTarget {
+    pub(crate) path: PathBuf,
+    pub(crate) session: String,
+    pub(crate) secret: Secret,
+    pub(crate) size: u32,
+}
+
+/// The front-end's tool state, inside its driver.
+#[derive(Debug)]
+pub(crate) struct FeTool {
+    launch: Option<Result<Launched, ApiError>>,
+    launch_waker: Option<Waker>,
+    attach: Option<AttachTarget>,
+    /// The attach file written, removed when the network ends.
+    pub(crate) attach_written: Option<PathBuf>,
+    readers: HashMap<u32, Vec<Waker>>,
+    writers: HashMap<u32, Vec<Waker>>,
+    events: VecDeque<Event>,
+    event_waker: Option<Waker>,
+    lost: watch::Sender<LostRanks>,
+    /// Why the network is over, once it is.
+    pub(crate) over: Option<String>,
+    /// Streams a node refused, and why.
+    pub(crate) refused: HashMap<u32, String>,
+}
+
+impl FeTool {
+    pub(crate) fn new(attach: Option<AttachTarget>) -> (FeTool, watch::Receiver<LostRanks>) {
+        let (lost, lost_rx) = watch::channel(LostRanks::default());
+        let tool = FeTool {
+            launch: None,
+            launch_waker: None,
+            attach,
+            attach_written: None,
+            readers: HashMap::new(),
+            writers: HashMap::new(),
+            events: VecDeque::new(),
+            event_waker: None,
+            lost,
+            over: None,
+            refused: HashMap::new(),
+        };
+        (tool, lost_rx)
+    }
+
+    fn push(&mut self, e: Event) {
+        if self.events.len() >= EVENT_QUEUE {
+            tracing::warn!("event queue full: an event was dropped; read Network::next_event");
+            return;
+        }
+        self.events.push_back(e);
+        if let Some(w) = self.event_waker.take() {
+            w.wake();
+        }
+    }
+
+    fn finish_launch(&mut self, outcome: Result<Launched, ApiError>) {
+        if self.launch.is_none() {
+            self.launch = Some(outcome);
+        }
+        if let Some(w) = self.launch_waker.take() {
+            w.wake();
+        }
+    }
+
+    fn wake_all(&mut self) {
+        for (_, ws) in self.readers.drain().chain(self.writers.drain()) {
+            ws.into_iter().for_each(Waker::wake);
+        }
+        if let Some(w) = self.event_waker.take() {
+            w.wake();
+        }
+        if let Some(w) = self.launch_waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Waits for a packet (or the end) on `stream`.
+    pub(crate) fn wait_readable(&mut self, stream: u32, cx: &Context<'_>) {
+        self.readers.entry(stream).or_default().push(cx.waker().clone());
+    }
+
+    /// Waits for room to send on `stream`.
+    pub(crate) fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
+        self.writers.entry(stream).or_default().push(cx.waker().clone());
+    }
+
+    /// The next event, or registers to be woken for one.
+    pub(crate) fn poll_event(&mut self, cx: Option<&Context<'_>>) -> Poll<Option<Event>> {
+        if let Some(e) = self.events.pop_front() {
+            return Poll::Ready(Some(e));
+        }
+        if self.over.is_some() {
+            return Poll::Ready(None);
+        }
+        if let Some(cx) = cx {
+            self.event_waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    fn record_lost(&mut self, ranks: &RankSet, reason: &str) {
+        self.lost.send_if_modified(|lost| lost.add(ranks, reason));
+    }
+
+    fn write_attach_file(&mut self, points: Vec<treecast_wire::AttachPoint>) {
+        let Some(target) = self.attach.take() else { return };
+        let info = AttachInfo {
+            session: target.session,
+            secret: target.secret,
+            size: target.size,
+            points: points.into_iter().map(|p| (p.rank, p.node_id, p.address)).collect(),
+        };
+        match info.write(&target.path) {
+            Ok(()) => self.attach_written = Some(target.path),
+            Err(e) => self.finish_launch(Err(e)),
+        }
+    }
+}
+
+impl Tool for FeTool {
+    fn event(&mut self, event: CoreEvent) {
+        match event {
+            CoreEvent::Ready { commnodes, missing, .. } => {
+                for (ranks, reason) in &missing {
+                    self.record_lost(ranks, reason);
+                    self.push(Event::RanksLost { ranks: ranks.clone(), reason: reason.clone() });
+                }
+                self.finish_launch(Ok(Launched { commnodes }));
+            }
+            CoreEvent::StartupFailed { message } => {
+                self.finish_launch(Err(ApiError::Startup(treecast_node::NodeError::Startup { message })));
+            }
+            CoreEvent::AttachPoints(points) => self.write_attach_file(points),
+            CoreEvent::Readable { stream: Some(id) } => {
+                self.readers.remove(&id).into_iter().flatten().for_each(Waker::wake);
+            }
+            CoreEvent::Writable { stream } => {
+                self.writers.remove(&stream).into_iter().flatten().for_each(Waker::wake);
+            }
+            CoreEvent::RanksLost { ranks, reason } => {
+                self.record_lost(&ranks, &reason);
+                self.push(Event::RanksLost { ranks, reason });
+            }
+            CoreEvent::RanksLeft { ranks, reason } => self.push(Event::RanksLeft { ranks, reason }),
+            CoreEvent::FilterError { stream, rank, message } => {
+                self.push(Event::FilterError { stream, rank, message })
+            }
+            CoreEvent::StreamRefused { stream, node, message } => {
+                self.refused.insert(stream, format!("{node}: {message}"));
+                self.push(Event::StreamRefused { stream, node, message });
+            }
+            CoreEvent::Shutdown { reason } => {
+                self.over = Some(reason);
+                self.wake_all();
+            }
+            other => tracing::debug!("front-end: {other:?}"),
+        }
+    }
+}
+
+/// Waits for the launch's outcome.
+///
+/// Cancel safety: cancel safe.
+pub(crate) async fn launched(shared: &Shared<FeTool>) -> Result<Launched, ApiError> {
+    std::future::poll_fn(|cx| {
+        let mut d = lock(shared);
+        let tool = d.tool();
+        match tool.launch.take() {
+            Some(outcome) => Poll::Ready(outcome),
+            None => {
+                tool.launch_waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}

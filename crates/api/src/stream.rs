@@ -1,0 +1,243 @@
+//! Streams at the front-end: a communicator bound to filters, sending down and
+//! receiving reductions.
+
+use std::task::Poll;
+use std::time::Duration;
+
+use treecast_filters::TransformKind;
+use treecast_node::core::{Command, CommandError, Delivery};
+use treecast_node::driver::{lock, Shared};
+use treecast_wire::{
+    encode_values, FilterSpec, Format, Frame, FrameHeader, RankSet, SyncMode, Value, Window,
+    DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW, FLAG_DIRECT,
+};
+
+use crate::frontend::FeTool;
+use crate::{ApiError, Communicator, Packet, FRONT_END_RANK};
+
+/// How a stream's packets are filtered, and how much each link holds for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// How packets coming up are grouped into waves.
+    pub sync: SyncMode,
+    /// The filter that reduces a wave on the way up (built-ins: `TransformKind::X.into()`).
+    pub up: FilterSpec,
+    /// The filter applied at each comm node on the way down.
+    pub down: FilterSpec,
+    /// What a child may send up on this stream before its parent takes more.
+    pub up_window: Window,
+    /// What a parent may send down on this stream before its child takes more.
+    pub down_window: Window,
+}
+
+impl StreamOptions {
+    /// Wait for all, reduce with `up`, nothing on the way down, default windows.
+    pub fn reduce(up: TransformKind) -> Self {
+        StreamOptions {
+            sync: SyncMode::WaitForAll,
+            up: up.spec(),
+            down: TransformKind::Null.spec(),
+            up_window: DEFAULT_UP_WINDOW,
+            down_window: DEFAULT_DOWN_WINDOW,
+        }
+    }
+}
+
+impl Default for StreamOptions {
+    /// Wait for all and pass packets through.
+    fn default() -> Self {
+        StreamOptions::reduce(TransformKind::Null)
+    }
+}
+
+/// A stream: a communicator bound to filters.
+#[derive(Debug)]
+pub struct Stream {
+    id: u32,
+    shared: Shared<FeTool>,
+    comm: Communicator,
+    options: StreamOptions,
+    backends: u32,
+    /// The tool saw its end (or closed it).
+    ended: bool,
+}
+
+/// Encodes `values` after checking them against `format`; returns the parsed format too.
+pub(crate) fn encode_checked(format: &str, values: &[Value]) -> Result<(Format, Vec<u8>), ApiError> {
+    let fmt = Format::parse(format)?;
+    fmt.check(values)?;
+    let mut payload = Vec::with_capacity(values.len() * 8 + 8);
+    encode_values(values, &mut payload);
+    Ok((fmt, payload))
+}
+
+impl Stream {
+    pub(crate) fn new(
+        id: u32,
+        shared: Shared<FeTool>,
+        comm: Communicator,
+        options: StreamOptions,
+        backends: u32,
+    ) -> Self {
+        Stream { id, shared, comm, options, backends, ended: false }
+    }
+
+    /// The stream id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The back-ends of the stream.
+    pub fn communicator(&self) -> &Communicator {
+        &self.comm
+    }
+
+    /// The filters of the stream.
+    pub fn options(&self) -> StreamOptions {
+        self.options.clone()
+    }
+
+    /// Multicasts values to every back-end of the stream.
+    ///
+    /// Waits while the stream already holds a window's worth of packets that some
+    /// child has not taken yet (a slow back-end slows its stream's sender).
+    ///
+    /// # Errors
+    /// A malformed format or values that do not match it (naming the first), or a
+    /// network that is gone.
+    ///
+    /// Cancel safety: cancel safe: a cancelled send sent nothing.
+    pub async fn send(&self, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
+        let (_, payload) = encode_checked(format, values)?;
+        self.send_frame(Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload)).await
+    }
+
+    /// Multicasts a payload that is already encoded (by the wire crate's encoders, as
+    /// [`Stream::send`] would), so a large payload is not copied once more.
+    ///
+    /// # Errors
+    /// [`ApiError::Closed`] when the network is gone.
+    ///
+    /// Cancel safety: cancel safe.
+    pub(crate) async fn send_encoded(&self, tag: i32, payload: Vec<u8>) -> Result<(), ApiError> {
+        self.send_frame(Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload)).await
+    }
+
+    /// Sends values to one back-end of the stream (point to point).
+    ///
+    /// # Errors
+    /// A rank outside the stream, or a format error.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn send_to(&self, rank: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
+        if !self.comm.ranks().contains(rank) {
+            return Err(ApiError::NoSuchRanks {
+                ranks: RankSet::single(rank),
+                last: self.backends.saturating_sub(1),
+            });
+        }
+        let (_, payload) = encode_checked(format, values)?;
+        let mut header = FrameHeader::data(self.id, tag, rank);
+        header.flags |= FLAG_DIRECT;
+        self.send_frame(Frame::new(header, payload)).await
+    }
+
+    async fn send_frame(&self, frame: Frame) -> Result<(), ApiError> {
+        let id = self.id;
+        let mut frame = Some(frame);
+        std::future::poll_fn(|cx| {
+            let mut d = lock(&self.shared);
+            let Some(f) = frame.take() else { return Poll::Ready(Ok(())) };
+            match d.command(Command::Send(f)) {
+                Ok(()) => Poll::Ready(Ok(())),
+                Err(CommandError::Blocked(back)) => {
+                    frame = Some(back);
+                    d.tool().wait_writable(id, cx);
+                    Poll::Pending
+                }
+                Err(e) => Poll::Ready(Err(ApiError::from_command(id, e))),
+            }
+        })
+        .await
+    }
+
+    fn poll_packet(&mut self, cx: Option<&std::task::Context<'_>>) -> Poll<Result<Packet, ApiError>> {
+        if self.ended {
+            return Poll::Ready(Err(ApiError::StreamClosed(self.id)));
+        }
+        let mut d = lock(&self.shared);
+        match d.deliver(Some(self.id)) {
+            Some(Delivery::Packet(f)) => return Poll::Ready(Ok(Packet::from_frame(f))),
+            Some(Delivery::StreamClosed(_)) => {
+                self.ended = true;
+                return Poll::Ready(Err(match d.tool().refused.get(&self.id) {
+                    Some(reason) => ApiError::StreamRefused { stream: self.id, reason: reason.clone() },
+                    None => ApiError::StreamClosed(self.id),
+                }));
+            }
+            None => {}
+        }
+        if let Some(reason) = &d.tool().over {
+            return Poll::Ready(Err(ApiError::Closed(reason.clone())));
+        }
+        if !d.core().has_stream(self.id) {
+            self.ended = true;
+            return Poll::Ready(Err(ApiError::StreamClosed(self.id)));
+        }
+        if let Some(cx) = cx {
+            d.tool().wait_readable(self.id, cx);
+        }
+        Poll::Pending
+    }
+
+    /// Waits for the next packet (a reduction result, or a back-end's packet with the null filter).
+    ///
+    /// # Errors
+    /// [`ApiError::StreamClosed`] once every member is lost and nothing is left,
+    /// [`ApiError::StreamRefused`] when a node could not make its filters.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn recv(&mut self) -> Result<Packet, ApiError> {
+        std::future::poll_fn(|cx| self.poll_packet(Some(cx))).await
+    }
+
+    /// [`Stream::recv`] with a time limit.
+    ///
+    /// # Errors
+    /// [`ApiError::Timeout`] or [`ApiError::StreamClosed`].
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn recv_timeout(&mut self, limit: Duration) -> Result<Packet, ApiError> {
+        tokio::time::timeout(limit, self.recv()).await.map_err(|_| ApiError::Timeout(limit))?
+    }
+
+    /// Returns a packet if one is queued.
+    pub fn try_recv(&mut self) -> Option<Packet> {
+        match self.poll_packet(None) {
+            Poll::Ready(Ok(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Closes the stream in the whole tree (after what was sent on it).
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn close(mut self) {
+        self.close_now();
+    }
+
+    fn close_now(&mut self) {
+        self.ended = true;
+        let mut d = lock(&self.shared);
+        if d.core().has_stream(self.id) {
+            let _ = d.command(Command::CloseStream(self.id));
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // A stream the tool no longer holds must not keep packets coming up.
+        self.close_now();
+    }
+}

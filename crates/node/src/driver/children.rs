@@ -1,0 +1,373 @@
+//! Starting a node's children, beside its driver: listeners, processes, handshakes.
+//!
+//! The task opens the listeners the children connect to, starts their processes
+//! through a [`Launcher`], authenticates every connection and hands each link to
+//! the driver with the node id it proved. It reports every process that ends, and
+//! stops processes when told (a child given up on, the node shutting down). The
+//! protocol decisions (who is expected, deadlines, what a failure means) are the
+//! core's; this task only does the I/O.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use treecast_launch::{Launched, Launcher, LocalLauncher, ProcessSpec, Remote};
+use treecast_transport::{handshake, Listener, Socket, SECRET_ENV};
+use treecast_wire::{AttachPoint, LaunchPlan, LocalRoute};
+
+use super::Launching;
+use crate::core::ChildLaunch;
+use crate::{env, launcher_of};
+
+/// Time allowed for one handshake.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+/// Time a dead child's stderr gets to drain before it is reported.
+const STDERR_DRAIN: Duration = Duration::from_millis(20);
+
+/// What the task tells the driver.
+#[derive(Debug)]
+pub(crate) enum ChildNews {
+    /// A child proved its node id; its link is ready.
+    Connected {
+        /// The id it proved.
+        node_id: u32,
+        /// Its socket.
+        socket: Socket,
+        /// Who it is, for logs.
+        peer: String,
+    },
+    /// A child's process ended.
+    Exited {
+        /// Its node id.
+        node_id: u32,
+        /// How: exit status and the end of its stderr.
+        detail: String,
+    },
+    /// A child could not be started at all.
+    NotStarted {
+        /// Its node id.
+        node_id: u32,
+        /// Why: no listener, no launcher, the launcher's error.
+        reason: String,
+    },
+    /// Attach mode: where this node's own back-end slots connect.
+    AttachPoints(Vec<AttachPoint>),
+}
+
+/// What the driver tells the task.
+#[derive(Debug)]
+pub(crate) enum ChildOrder {
+    /// Stop this child's process.
+    Abandon(u32),
+    /// Every child is linked: stop listening.
+    StopAccepting,
+    /// The node is over: give the processes `grace` to exit, then kill them.
+    Shutdown {
+        /// How long to wait.
+        grace: Duration,
+    },
+}
+
+/// The task's inputs.
+pub(crate) struct ChildrenTask {
+    pub(crate) plan: Arc<LaunchPlan>,
+    pub(crate) own_host: String,
+    pub(crate) children: Vec<ChildLaunch>,
+    pub(crate) launching: Launching,
+    pub(crate) news: mpsc::Sender<ChildNews>,
+    pub(crate) orders: mpsc::UnboundedReceiver<ChildOrder>,
+}
+
+/// One running child process, watched by a task of its own.
+struct Watched {
+    node_id: u32,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl ChildrenTask {
+    /// Runs until the node shuts down (or the driver is gone).
+    ///
+    /// Cancel safety: aborting it kills every process it started.
+    pub(crate) async fn run(mut self) {
+        let launcher = match launcher_of(&self.plan.launcher) {
+            Ok(l) => l,
+            Err(e) => return self.fail_all(&e).await,
+        };
+        let own_host = self.own_host.clone();
+        let is_local = |host: &str| {
+            !launcher.as_ref().is_some_and(Remote::takes_local_hosts)
+                && (host == own_host || host == "localhost")
+        };
+        let listeners = match Listeners::open(&self.plan, &self.children, &is_local, launcher.as_ref()).await
+        {
+            Ok(l) => l,
+            Err(e) => return self.fail_all(&e).await,
+        };
+        let mut processes = JoinSet::new();
+        let mut watched = Vec::new();
+        let mut own_points = Vec::new();
+        for child in std::mem::take(&mut self.children) {
+            let local = is_local(&child.host);
+            let address = match listeners.address_for(local) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.not_started(child.node_id, e.to_string()).await;
+                    continue;
+                }
+            };
+            if child.attach {
+                own_points.push(AttachPoint { rank: child.first_rank, node_id: child.node_id, address });
+                continue;
+            }
+            let spec = self.process_spec(&child, address, local, launcher.as_ref());
+            let started = match (local, launcher.as_ref()) {
+                (false, Some(remote)) => remote.launch(&spec),
+                _ => LocalLauncher.launch(&spec),
+            };
+            match started {
+                Ok(process) => watched.push(self.watch(&mut processes, child.node_id, process)),
+                Err(e) => self.not_started(child.node_id, e.to_string()).await,
+            }
+        }
+        if self.plan.attach_ms > 0 {
+            let _ = self.news.send(ChildNews::AttachPoints(own_points)).await;
+        }
+        self.serve(listeners, processes, watched).await;
+    }
+
+    /// Reports every child failed for one reason (no listener, no launcher).
+    async fn fail_all(&mut self, reason: &str) {
+        for child in std::mem::take(&mut self.children) {
+            self.not_started(child.node_id, reason.to_owned()).await;
+        }
+        while let Some(order) = self.orders.recv().await {
+            if matches!(order, ChildOrder::Shutdown { .. }) {
+                return;
+            }
+        }
+    }
+
+    async fn not_started(&self, node_id: u32, reason: String) {
+        let _ = self.news.send(ChildNews::NotStarted { node_id, reason }).await;
+    }
+
+    /// Watches a process: reports its end, stops it when told. Dropping the set kills it.
+    fn watch(&self, set: &mut JoinSet<()>, node_id: u32, mut process: Launched) -> Watched {
+        let (stop, mut stopped) = oneshot::channel();
+        let news = self.news.clone();
+        set.spawn(async move {
+            tokio::select! {
+                status = process.wait() => {
+                    tokio::time::sleep(STDERR_DRAIN).await;
+                    let mut detail = status;
+                    let tail = process.stderr_tail();
+                    if !tail.trim().is_empty() {
+                        detail.push_str(&format!("; its stderr:\n{tail}"));
+                    }
+                    let _ = news.send(ChildNews::Exited { node_id, detail }).await;
+                }
+                _ = &mut stopped => process.kill().await,
+            }
+        });
+        Watched { node_id, stop: Some(stop) }
+    }
+
+    /// Accepts links and follows orders until the node shuts down.
+    async fn serve(&mut self, listeners: Listeners, mut processes: JoinSet<()>, mut watched: Vec<Watched>) {
+        let mut listeners = Some(listeners);
+        let mut handshakes = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = accept(listeners.as_ref()) => match accepted {
+                    Ok((mut stream, peer)) => {
+                        let secret = self.launching.secret.clone();
+                        handshakes.spawn(async move {
+                            let id = handshake::accept(&mut stream, &secret, &peer, HANDSHAKE_LIMIT).await;
+                            (id, stream, peer)
+                        });
+                    }
+                    Err(e) => {
+                        // Out of descriptors or an aborted connection: not fatal for the others.
+                        tracing::warn!("accepting a connection failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(done) = handshakes.join_next() => {
+                    let Ok((result, stream, peer)) = done else { continue };
+                    match result.map_err(|e| e.to_string()).and_then(|id| Ok((id, stream.into_socket().map_err(|e| e.to_string())?))) {
+                        Ok((node_id, socket)) => {
+                            if self.news.send(ChildNews::Connected { node_id, socket, peer }).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(reason) => tracing::warn!("refused a connection from {peer}: {reason}"),
+                    }
+                }
+                Some(_) = processes.join_next() => {}
+                order = self.orders.recv() => match order {
+                    Some(ChildOrder::Abandon(node_id)) => {
+                        if let Some(w) = watched.iter_mut().find(|w| w.node_id == node_id) {
+                            if let Some(stop) = w.stop.take() {
+                                let _ = stop.send(());
+                            }
+                        }
+                    }
+                    Some(ChildOrder::StopAccepting) => listeners = None,
+                    Some(ChildOrder::Shutdown { grace }) => {
+                        let _ = tokio::time::timeout(grace, async { while processes.join_next().await.is_some() {} }).await;
+                        for w in &mut watched {
+                            if let Some(stop) = w.stop.take() {
+                                let _ = stop.send(());
+                            }
+                        }
+                        let limit = Duration::from_secs(2);
+                        let _ = tokio::time::timeout(limit, async { while processes.join_next().await.is_some() {} }).await;
+                        return;
+                    }
+                    // The driver is gone: dropping the set kills every process.
+                    None => return,
+                },
+            }
+        }
+    }
+
+    /// What to run for a child, with its environment (the secret apart).
+    fn process_spec(
+        &self,
+        child: &ChildLaunch,
+        parent: String,
+        local: bool,
+        remote: Option<&Remote>,
+    ) -> ProcessSpec {
+        let plan = &self.plan;
+        let mut envs = vec![
+            (env::PARENT.to_owned(), parent),
+            (env::NODE_ID.to_owned(), child.node_id.to_string()),
+            (env::SESSION.to_owned(), plan.session.clone()),
+        ];
+        if !plan.log.is_empty() {
+            envs.push((env::LOG.to_owned(), plan.log.clone()));
+        }
+        let exe = match (remote, local) {
+            (Some(remote), false) => PathBuf::from(remote.remote_path()),
+            _ => self.launching.treecast_exe.clone(),
+        };
+        let (program, args) = if child.is_backend {
+            envs.push((env::RANK.to_owned(), child.first_rank.to_string()));
+            envs.push((env::SIZE.to_owned(), plan.total_backends.to_string()));
+            envs.extend(plan.env.iter().cloned());
+            match plan.backend.split_first() {
+                Some((prog, args)) => (PathBuf::from(prog), args.to_vec()),
+                None => (exe, vec!["backend".to_owned()]),
+            }
+        } else {
+            (exe, vec!["node".to_owned()])
+        };
+        ProcessSpec {
+            name: child.name.clone(),
+            host: child.host.clone(),
+            program,
+            args,
+            env: envs,
+            secret: Some((SECRET_ENV.to_owned(), self.launching.secret.to_hex())),
+            forward_stderr: true,
+        }
+    }
+}
+
+/// Waits for the next connection on any listener, or forever when there is none.
+async fn accept(listeners: Option<&Listeners>) -> Result<(treecast_transport::Stream, String), String> {
+    match listeners {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The address of this host that the first resolvable child host can reach;
+/// children whose host does not resolve fail on their own when ssh cannot reach them.
+async fn remote_address(remote: &Remote, hosts: &[&str]) -> Result<IpAddr, String> {
+    let mut errors = Vec::new();
+    for host in hosts {
+        match remote.local_address_towards(host).await {
+            Ok(ip) => return Ok(ip),
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(format!(
+        "cannot tell which address the other hosts can reach this host on ({}); set TREECAST_LISTEN",
+        errors.join("; ")
+    ))
+}
+
+/// Where children connect: a local listener for this host, a TCP one for other hosts.
+struct Listeners {
+    local: Option<Listener>,
+    remote: Option<Listener>,
+    /// Why there is no remote listener although remote children exist.
+    remote_error: Option<String>,
+}
+
+impl Listeners {
+    async fn open(
+        plan: &LaunchPlan,
+        children: &[ChildLaunch],
+        is_local: &(dyn Fn(&str) -> bool + Sync),
+        remote: Option<&Remote>,
+    ) -> Result<Listeners, String> {
+        let listen: IpAddr = plan.listen.parse().unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        let local = match children.iter().any(|c| is_local(&c.host)) {
+            false => None,
+            true if plan.local_route == LocalRoute::Unix => {
+                Some(Listener::unix().map_err(|e| e.to_string())?)
+            }
+            true => Some(Listener::tcp(listen).await.map_err(|e| e.to_string())?),
+        };
+        let remote_hosts: Vec<&str> =
+            children.iter().map(|c| c.host.as_str()).filter(|h| !is_local(h)).collect();
+        let Some(first) = remote_hosts.first() else {
+            return Ok(Listeners { local, remote: None, remote_error: None });
+        };
+        let Some(remote) = remote else {
+            return Err(format!(
+                "host {first} is not this host and no launcher for other hosts was chosen (use --launcher ssh or slurm)"
+            ));
+        };
+        let ip = match plan.remote_listen.parse::<IpAddr>() {
+            Ok(ip) => Ok(ip),
+            Err(_) => remote_address(remote, &remote_hosts).await,
+        };
+        match ip {
+            Ok(ip) => Ok(Listeners {
+                local,
+                remote: Some(Listener::tcp(ip).await.map_err(|e| e.to_string())?),
+                remote_error: None,
+            }),
+            Err(e) if plan.allow_missing => Ok(Listeners { local, remote: None, remote_error: Some(e) }),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn address_for(&self, local: bool) -> Result<String, String> {
+        let l = if local { &self.local } else { &self.remote };
+        match (l, &self.remote_error) {
+            (Some(l), _) => l.address().map_err(|e| e.to_string()),
+            (None, Some(e)) => Err(e.clone()),
+            (None, None) => Err("no listener for this child".into()),
+        }
+    }
+
+    /// Waits for the next connection on any listener.
+    ///
+    /// Cancel safety: cancel safe.
+    async fn accept(&self) -> Result<(treecast_transport::Stream, String), String> {
+        let r = match (&self.local, &self.remote) {
+            (Some(a), Some(b)) => tokio::select! { r = a.accept() => r, r = b.accept() => r },
+            (Some(a), None) | (None, Some(a)) => a.accept().await,
+            (None, None) => std::future::pending().await,
+        };
+        r.map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,369 @@
+//! The tokio driver around a [`Node`]: one per process, whatever its role.
+//!
+//! A [`Driver`] owns the node's core, its [`StreamRoute`] (every link's socket) and
+//! its timer, and runs them from one task: a frame goes from the socket read
+//! straight into the core, and from the core straight into the socket write, with no
+//! channel or task in between. Starting children (processes, listeners, handshakes)
+//! runs beside it in a task of its own ([`children`]), which hands over each
+//! authenticated link and each exit.
+//!
+//! The front-end and the back-ends share their driver with the tool through a
+//! mutex never held across an `.await` (the tool's calls go straight into the core
+//! and out to the sockets); a comm node has no tool. What the driver does not handle
+//! itself goes to the role's [`Tool`].
+
+pub(crate) mod children;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use treecast_transport::{Close, LinkId, LinkTable, Route, RouteEvent, Secret, Socket, StreamRoute};
+
+use crate::core::{Command, CommandError, Event, Node, Peer};
+use children::{ChildNews, ChildOrder, ChildrenTask};
+
+/// How long a node waits for its children to exit after a shutdown before killing them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long a last flush may wait per link when the process is about to end.
+pub const LAST_FLUSH: Duration = Duration::from_secs(5);
+
+/// What a role does with the events its driver does not handle itself.
+pub trait Tool: Send + 'static {
+    /// An event for the tool (packets ready, writable again, lost ranks, launch done …).
+    fn event(&mut self, event: Event);
+}
+
+/// A comm node's tool: there is none; events are logged.
+#[derive(Debug, Default)]
+pub struct NoTool;
+
+impl Tool for NoTool {
+    fn event(&mut self, event: Event) {
+        match event {
+            Event::StartupFailed { message } => tracing::error!("{message}"),
+            Event::Shutdown { reason } => tracing::info!("shutting down: {reason}"),
+            other => tracing::debug!("{other:?}"),
+        }
+    }
+}
+
+/// What the driver needs to start children.
+#[derive(Debug, Clone)]
+pub struct Launching {
+    /// The session secret children authenticate with.
+    pub secret: Secret,
+    /// The `treecast` binary comm nodes (and generic back-ends) run on this host.
+    pub treecast_exe: std::path::PathBuf,
+}
+
+/// A node's core, links and timer, driven from one task. See the module documentation.
+pub struct Driver<T: Tool> {
+    core: Node,
+    route: StreamRoute,
+    links: LinkTable<()>,
+    tool: T,
+    launching: Launching,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    timer_at: Option<Instant>,
+    news: Option<mpsc::Receiver<ChildNews>>,
+    orders: Option<mpsc::UnboundedSender<ChildOrder>>,
+    children_task: Option<JoinHandle<()>>,
+    /// The driving task, to wake after the tool gave the core something to do.
+    task: Option<Waker>,
+    /// The node is over: links are flushed and closed, children are stopped.
+    ending: bool,
+}
+
+impl<T: Tool> std::fmt::Debug for Driver<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").field("core", &self.core).field("route", &self.route).finish()
+    }
+}
+
+impl<T: Tool> Driver<T> {
+    /// A driver for `core`; frames over `max_frame` bytes close their link.
+    pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
+        Driver {
+            core,
+            route: StreamRoute::new(max_frame),
+            links: LinkTable::new(),
+            tool,
+            launching,
+            timer: None,
+            timer_at: None,
+            news: None,
+            orders: None,
+            children_task: None,
+            task: None,
+            ending: false,
+        }
+    }
+
+    /// The core, to read its state.
+    pub fn core(&self) -> &Node {
+        &self.core
+    }
+
+    /// The tool.
+    pub fn tool(&mut self) -> &mut T {
+        &mut self.tool
+    }
+
+    /// Links `socket` (authenticated already) to `peer`.
+    ///
+    /// # Errors
+    /// The socket could not be registered with the runtime.
+    pub fn add_link(&mut self, socket: Socket, peer: Peer, name: String) -> std::io::Result<LinkId> {
+        let link = self.links.insert(());
+        if let Err(e) = self.route.add(link, socket, name) {
+            self.links.remove(link);
+            return Err(e);
+        }
+        self.core.handle_link_up(link, peer, Instant::now());
+        self.after_input();
+        Ok(link)
+    }
+
+    /// Gives the core a command from the tool and sends what comes of it at once.
+    ///
+    /// # Errors
+    /// What the core refused.
+    pub fn command(&mut self, cmd: Command) -> Result<(), CommandError> {
+        let r = self.core.handle_command(cmd, Instant::now());
+        self.after_input();
+        r
+    }
+
+    /// Takes the next thing the tool reads (see [`Node::poll_delivery`]), sending the
+    /// credit its reading gives back.
+    pub fn deliver(&mut self, stream: Option<u32>) -> Option<crate::core::Delivery> {
+        let d = self.core.poll_delivery(stream);
+        if d.is_some() {
+            self.after_input();
+        }
+        d
+    }
+
+    /// Sends and handles what the core produced, and wakes the driving task so it
+    /// re-arms its timer.
+    fn after_input(&mut self) {
+        self.drain();
+        self.route.flush();
+        if let Some(w) = &self.task {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Moves the core's transmits to the route and handles its events.
+    fn drain(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            let mut progressed = false;
+            while let Some(t) = self.core.poll_transmit() {
+                self.route.send(t.to.links(), &t.frame);
+                progressed = true;
+            }
+            while let Some(e) = self.core.poll_event() {
+                self.on_event(e);
+                progressed = true;
+            }
+            if !progressed {
+                return any;
+            }
+            any = true;
+        }
+    }
+
+    fn on_event(&mut self, event: Event) {
+        match event {
+            Event::StartChildren { plan, own_host, children } => {
+                self.route.set_max_frame(plan.max_frame as usize);
+                let (news_tx, news_rx) = mpsc::channel(64);
+                let (orders_tx, orders_rx) = mpsc::unbounded_channel();
+                let task = ChildrenTask {
+                    plan,
+                    own_host,
+                    children,
+                    launching: self.launching.clone(),
+                    news: news_tx,
+                    orders: orders_rx,
+                };
+                self.children_task = Some(tokio::spawn(task.run()));
+                self.news = Some(news_rx);
+                self.orders = Some(orders_tx);
+            }
+            Event::CloseLink { link, reason } => {
+                tracing::debug!(node = %self.core.name(), "closing {link}: {reason}");
+                self.route.close(link, Close::Now);
+                self.links.remove(link);
+            }
+            Event::AbandonChild { node_id } => self.order(ChildOrder::Abandon(node_id)),
+            Event::Ready { .. } => {
+                self.order(ChildOrder::StopAccepting);
+                self.tool.event(event);
+            }
+            Event::Shutdown { .. } | Event::StartupFailed { .. } => {
+                self.begin_end();
+                self.tool.event(event);
+            }
+            other => self.tool.event(other),
+        }
+    }
+
+    fn order(&self, order: ChildOrder) {
+        if let Some(tx) = &self.orders {
+            let _ = tx.send(order);
+        }
+    }
+
+    /// The node is over: every link closes once flushed, children get time to exit.
+    fn begin_end(&mut self) {
+        if self.ending {
+            return;
+        }
+        self.ending = true;
+        let links: Vec<LinkId> = self.links.iter().map(|(l, _)| l).collect();
+        self.drain();
+        for link in links {
+            self.route.close(link, Close::Flush);
+        }
+        self.order(ChildOrder::Shutdown { grace: SHUTDOWN_GRACE });
+    }
+
+    /// Drives the node: reads the links, fires the timer, writes what the core sends.
+    /// Ready once the node is over, its links flushed and its children stopped.
+    pub fn poll_drive(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            self.task = Some(cx.waker().clone());
+        }
+        loop {
+            let mut progressed = self.poll_news(cx);
+            let now = Instant::now();
+            let core = &mut self.core;
+            let links = &mut self.links;
+            progressed |= self.route.poll_recv(cx, &mut |link, event| match event {
+                RouteEvent::Frame(frame) => core.handle_frame(link, frame, now),
+                RouteEvent::Closed(reason) => {
+                    links.remove(link);
+                    core.handle_link_closed(link, reason, now);
+                }
+            });
+            if let Some(timer) = self.timer.as_mut() {
+                if timer.as_mut().poll(cx).is_ready() {
+                    self.timer = None;
+                    self.timer_at = None;
+                    self.core.handle_timeout(Instant::now());
+                    progressed = true;
+                }
+            }
+            progressed |= self.drain();
+            self.route.flush();
+            if !progressed {
+                break;
+            }
+        }
+        self.arm_timer(cx);
+        if self.ending && self.route.is_flushed() && self.children_done(cx) {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+
+    fn poll_news(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut progressed = false;
+        while let Some(rx) = self.news.as_mut() {
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(news)) => {
+                    progressed = true;
+                    self.on_news(news);
+                }
+                Poll::Ready(None) => self.news = None,
+                Poll::Pending => break,
+            }
+        }
+        progressed
+    }
+
+    fn on_news(&mut self, news: ChildNews) {
+        let now = Instant::now();
+        match news {
+            ChildNews::Connected { node_id, socket, peer } => {
+                if let Err(e) = self.add_link(socket, Peer::Child { node_id }, peer) {
+                    let reason = format!("its link could not be taken over: {e}");
+                    let _ = self.core.handle_command(Command::ChildNotStarted { node_id, reason }, now);
+                }
+            }
+            ChildNews::Exited { node_id, detail } => {
+                let _ = self.core.handle_command(Command::ChildExited { node_id, detail }, now);
+            }
+            ChildNews::NotStarted { node_id, reason } => {
+                let _ = self.core.handle_command(Command::ChildNotStarted { node_id, reason }, now);
+            }
+            ChildNews::AttachPoints(points) => {
+                let _ = self.core.handle_command(Command::OwnAttachPoints(points), now);
+            }
+        }
+    }
+
+    fn arm_timer(&mut self, cx: &mut Context<'_>) {
+        let at = self.core.poll_timeout();
+        if at == self.timer_at {
+            return;
+        }
+        self.timer_at = at;
+        self.timer = at.map(|at| Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(at))));
+        if let Some(timer) = self.timer.as_mut() {
+            if timer.as_mut().poll(cx).is_ready() {
+                cx.waker().wake_by_ref();
+            }
+        }
+    }
+
+    fn children_done(&mut self, cx: &mut Context<'_>) -> bool {
+        match self.children_task.as_mut() {
+            None => true,
+            Some(task) => match Pin::new(task).poll(cx) {
+                Poll::Ready(_) => {
+                    self.children_task = None;
+                    true
+                }
+                Poll::Pending => false,
+            },
+        }
+    }
+
+    /// Writes what is still queued, waiting at most `limit` per link: for a process
+    /// about to end, when no event loop will run again.
+    pub fn flush_blocking(&mut self, limit: Duration) {
+        self.drain();
+        self.route.flush_blocking(limit);
+    }
+
+    /// Stops the children at once (the tool is gone): their processes are killed.
+    pub fn kill_children(&mut self) {
+        if let Some(task) = self.children_task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A driver shared with the tool (front-end, back-end).
+pub type Shared<T> = Arc<Mutex<Driver<T>>>;
+
+/// Locks a shared driver; a panic while it was held left it usable (no code panics
+/// half-way through an update it could observe).
+pub fn lock<T: Tool>(shared: &Shared<T>) -> std::sync::MutexGuard<'_, Driver<T>> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Drives a shared driver until its node is over.
+///
+/// Cancel safety: cancel safe; the driver keeps its state and can be driven again.
+pub async fn drive<T: Tool>(shared: Shared<T>) {
+    std::future::poll_fn(|cx| lock(&shared).poll_drive(cx)).await;
+}

@@ -1,0 +1,625 @@
+//! TCP and Unix-socket links behind the [`Route`] trait: one connection per link,
+//! all driven from the task that owns the route.
+//!
+//! Each link has its own waker. When its socket becomes readable (or writable again
+//! after a full kernel buffer), the waker puts the link on a ready list and wakes the
+//! owning task, which then reads only the links that are ready: a frame goes from the
+//! socket into the node's core with no task or channel in between, and a node with a
+//! thousand links does not poll a thousand sockets per wake-up.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use treecast_wire::{Frame, FrameHeader, HEADER_LEN};
+
+use crate::route::{Close, Route, RouteEvent};
+use crate::{LinkId, LinkMap, Socket};
+
+/// Bytes read per syscall at most.
+const READ_CHUNK: usize = 64 << 10;
+/// Bytes read from one link before the others get a turn.
+const READ_BUDGET: usize = 512 << 10;
+/// Payloads smaller than this are copied out of the read buffer, so a frame the
+/// node keeps (waiting for its wave) does not pin a whole read chunk.
+const COPY_BELOW: usize = 4 << 10;
+/// Payloads at least this large are written from their own buffer instead of copied.
+const ZERO_COPY_MIN: usize = 8 << 10;
+/// Most the read buffer grows by at once while a large frame arrives.
+const RESERVE_STEP: usize = 1 << 20;
+/// Slices per `writev`.
+const MAX_IOV: usize = 64;
+
+thread_local! {
+    // One read buffer per thread, not per link: a node with many children stays
+    // small. It is borrowed only for the duration of one read syscall.
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; READ_CHUNK].into_boxed_slice());
+}
+
+/// Links ready for a read or a write, and the task to wake when one becomes ready.
+#[derive(Debug, Default)]
+struct ReadyList {
+    state: Mutex<ReadyState>,
+}
+
+#[derive(Debug, Default)]
+struct ReadyState {
+    links: Vec<LinkId>,
+    task: Option<Waker>,
+}
+
+impl ReadyList {
+    fn push(&self, link: LinkId) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !s.links.contains(&link) {
+            s.links.push(link);
+        }
+        if let Some(w) = s.task.take() {
+            w.wake();
+        }
+    }
+
+    fn take(&self, task: &Waker) -> Vec<LinkId> {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !s.task.as_ref().is_some_and(|w| w.will_wake(task)) {
+            s.task = Some(task.clone());
+        }
+        std::mem::take(&mut s.links)
+    }
+}
+
+/// A link's waker: readiness of its socket puts it on the ready list.
+struct LinkWaker {
+    link: LinkId,
+    list: Arc<ReadyList>,
+}
+
+impl Wake for LinkWaker {
+    fn wake(self: Arc<Self>) {
+        self.list.push(self.link);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.list.push(self.link);
+    }
+}
+
+/// Frames queued for one link: small ones gathered into one buffer, large payloads
+/// by reference.
+#[derive(Debug, Default)]
+struct OutQueue {
+    segments: VecDeque<Bytes>,
+    small: BytesMut,
+    bytes: usize,
+}
+
+impl OutQueue {
+    fn push(&mut self, frame: &Frame, stamp: u64) {
+        let mut header: FrameHeader = frame.header;
+        if header.timestamp_ns == 0 {
+            header.timestamp_ns = stamp;
+        }
+        self.bytes += frame.wire_len();
+        header.encode(frame.payload.len(), &mut self.small);
+        if frame.payload.len() >= ZERO_COPY_MIN {
+            self.segments.push_back(self.small.split().freeze());
+            self.segments.push_back(frame.payload.clone());
+        } else {
+            self.small.extend_from_slice(&frame.payload);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// Writes as much as the socket takes; true when everything went.
+    fn write(&mut self, sock: &Socket) -> io::Result<bool> {
+        loop {
+            if self.segments.is_empty() {
+                if self.small.is_empty() {
+                    self.bytes = 0;
+                    return Ok(true);
+                }
+                // The common case: small frames only, written from the one buffer it keeps.
+                match sock.write_vectored(&[IoSlice::new(&self.small)]) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => {
+                        self.small.advance(n);
+                        self.bytes -= n;
+                        if self.small.is_empty() {
+                            self.small.clear();
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            if !self.small.is_empty() {
+                self.segments.push_back(self.small.split().freeze());
+            }
+            let slices: Vec<IoSlice<'_>> =
+                self.segments.iter().take(MAX_IOV).map(|b| IoSlice::new(b)).collect();
+            match sock.write_vectored(&slices) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(mut n) => {
+                    self.bytes -= n;
+                    while n > 0 {
+                        let Some(front) = self.segments.front_mut() else { break };
+                        if n >= front.len() {
+                            n -= front.len();
+                            self.segments.pop_front();
+                        } else {
+                            front.advance(n);
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Open,
+    /// Close once the queue is written.
+    Closing,
+    /// Our side is shut; waiting for the peer's end of stream.
+    HalfClosed,
+}
+
+struct Conn {
+    name: String,
+    sock: Arc<Socket>,
+    read_fd: AsyncFd<Arc<Socket>>,
+    /// A duplicate registered for writable, only while the kernel buffer is full.
+    write_fd: Option<AsyncFd<Arc<Socket>>>,
+    waker: Waker,
+    rbuf: BytesMut,
+    out: OutQueue,
+    state: State,
+}
+
+/// Registers a socket with the reactor for `interest` only.
+#[allow(unsafe_code)]
+fn register(sock: Arc<Socket>, interest: Interest) -> io::Result<AsyncFd<Arc<Socket>>> {
+    // SAFETY: the `Socket` owns its file descriptor and closes it only when dropped;
+    // the `AsyncFd` holds an `Arc` to it, so the descriptor stays open and keeps
+    // referring to the same socket for as long as the registration exists, and
+    // `as_raw_fd` always returns that same descriptor.
+    Ok(unsafe { AsyncFd::register_with_interest(sock, interest) }?)
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// TCP and Unix-socket links; see the module documentation.
+pub struct StreamRoute {
+    conns: LinkMap<Conn>,
+    ready: Arc<ReadyList>,
+    /// Links with something queued.
+    dirty: Vec<LinkId>,
+    /// Closures found while writing, reported by the next `poll_recv`.
+    broken: Vec<(LinkId, Option<String>)>,
+    max_frame: usize,
+}
+
+impl std::fmt::Debug for StreamRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamRoute").field("links", &self.conns.iter().count()).finish()
+    }
+}
+
+impl StreamRoute {
+    /// A route that refuses frames with a payload over `max_frame` bytes (the link closes).
+    pub fn new(max_frame: usize) -> Self {
+        StreamRoute {
+            conns: LinkMap::default(),
+            ready: Arc::default(),
+            dirty: Vec::new(),
+            broken: Vec::new(),
+            max_frame,
+        }
+    }
+
+    /// Carries `link` over `socket` (authenticated already); `name` is the peer, for logs.
+    ///
+    /// # Errors
+    /// The socket could not be registered with the reactor (call inside a tokio runtime).
+    pub fn add(&mut self, link: LinkId, socket: Socket, name: String) -> io::Result<()> {
+        let sock = Arc::new(socket);
+        let read_fd = register(sock.clone(), Interest::READABLE)?;
+        let waker = Waker::from(Arc::new(LinkWaker { link, list: self.ready.clone() }));
+        let conn = Conn {
+            name,
+            sock,
+            read_fd,
+            write_fd: None,
+            waker,
+            rbuf: BytesMut::new(),
+            out: OutQueue::default(),
+            state: State::Open,
+        };
+        self.conns.insert(link, conn);
+        // Frames may have arrived with the end of the handshake.
+        self.ready.push(link);
+        Ok(())
+    }
+
+    /// Refuses frames over `max_frame` bytes from now on (a node learns its limit from its plan).
+    pub fn set_max_frame(&mut self, max_frame: usize) {
+        self.max_frame = max_frame;
+    }
+
+    /// The peer's name, for logs.
+    pub fn name(&self, link: LinkId) -> Option<&str> {
+        self.conns.get(link).map(|c| c.name.as_str())
+    }
+
+    /// Number of links carried.
+    pub fn len(&self) -> usize {
+        self.conns.iter().count()
+    }
+
+    /// True when no link is carried.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn flush_link(&mut self, link: LinkId) {
+        let Some(c) = self.conns.get_mut(link) else { return };
+        match c.out.write(&c.sock) {
+            Ok(true) => {
+                c.write_fd = None;
+                if c.state == State::Closing {
+                    c.sock.shutdown(std::net::Shutdown::Write);
+                    c.state = State::HalfClosed;
+                }
+            }
+            Ok(false) => {
+                // Full kernel buffer: wait for room on a duplicate registered for writable only.
+                if c.write_fd.is_none() {
+                    match c.sock.try_clone().and_then(|s| register(Arc::new(s), Interest::WRITABLE)) {
+                        Ok(fd) => c.write_fd = Some(fd),
+                        Err(e) => return self.break_link(link, format!("waiting to write: {e}")),
+                    }
+                }
+                let Some(fd) = c.write_fd.as_ref() else { return };
+                match fd.poll_write_ready(&mut Context::from_waker(&c.waker)) {
+                    Poll::Ready(Ok(mut guard)) => {
+                        guard.clear_ready();
+                        self.ready.push(link);
+                    }
+                    Poll::Ready(Err(e)) => self.break_link(link, format!("waiting to write: {e}")),
+                    Poll::Pending => {}
+                }
+                if !self.dirty.contains(&link) {
+                    self.dirty.push(link);
+                }
+            }
+            Err(e) => self.break_link(link, format!("write error: {e}")),
+        }
+    }
+
+    /// A link failed while writing: it closes both ways and is reported closed.
+    fn break_link(&mut self, link: LinkId, reason: String) {
+        if let Some(c) = self.conns.remove(link) {
+            tracing::debug!(peer = %c.name, "link failed: {reason}");
+            c.sock.shutdown(std::net::Shutdown::Both);
+            if c.state == State::Open {
+                self.broken.push((link, Some(reason)));
+            }
+        }
+    }
+
+    /// Reads from one ready link; returns what to report, if it closed.
+    fn read_link(
+        &mut self,
+        link: LinkId,
+        sink: &mut dyn FnMut(LinkId, RouteEvent),
+        any: &mut bool,
+    ) -> Option<Option<String>> {
+        let max_frame = self.max_frame;
+        let c = self.conns.get_mut(link)?;
+        let mut budget = READ_BUDGET;
+        loop {
+            if budget == 0 {
+                // Fair to the other links: come back to this one on the next turn.
+                self.ready.push(link);
+                return None;
+            }
+            let mut guard = match c.read_fd.poll_read_ready(&mut Context::from_waker(&c.waker)) {
+                Poll::Pending => return None,
+                Poll::Ready(Err(e)) => return Some(Some(format!("read error: {e}"))),
+                Poll::Ready(Ok(g)) => g,
+            };
+            let result = SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                guard.try_io(|inner| {
+                    let n = inner.get_ref().read(&mut scratch)?;
+                    c.rbuf.extend_from_slice(&scratch[..n]);
+                    Ok((n, n < scratch.len()))
+                })
+            });
+            match result {
+                Ok(Ok((0, _))) if c.rbuf.is_empty() => return Some(None),
+                Ok(Ok((0, _))) => {
+                    return Some(Some(format!(
+                        "the peer closed the link in the middle of a frame ({} bytes)",
+                        c.rbuf.len()
+                    )))
+                }
+                Ok(Ok((n, drained))) => {
+                    budget = budget.saturating_sub(n);
+                    // A short read drained the socket: edge-triggered epoll will report new data.
+                    if drained {
+                        guard.clear_ready();
+                    }
+                }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Some(Some(format!("read error: {e}"))),
+                Err(_would_block) => continue,
+            }
+            match cut_frames(&mut c.rbuf, max_frame) {
+                Ok(frames) => {
+                    if c.state == State::Open {
+                        for f in frames {
+                            *any = true;
+                            sink(link, RouteEvent::Frame(f));
+                        }
+                    }
+                }
+                Err(reason) => return Some(Some(reason)),
+            }
+        }
+    }
+}
+
+/// Cuts the whole frames at the front of `buf`.
+///
+/// # Errors
+/// A malformed header or a frame over `max_frame` bytes: the stream cannot go on.
+fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, String> {
+    let mut frames = Vec::new();
+    while buf.len() >= HEADER_LEN {
+        let (header, len) =
+            FrameHeader::decode(&buf[..HEADER_LEN]).map_err(|e| format!("malformed frame: {e}"))?;
+        if len > max_frame {
+            return Err(format!(
+                "a frame of {len} bytes is over this node's limit of {max_frame} bytes \
+                 (TREECAST_MAX_FRAME); the link is closed"
+            ));
+        }
+        if buf.len() < HEADER_LEN + len {
+            // Grow in steps as the bytes come: a header alone must not make us allocate its payload.
+            let missing = HEADER_LEN + len - buf.len();
+            if buf.capacity() - buf.len() < missing.min(READ_CHUNK) {
+                buf.reserve(missing.min(RESERVE_STEP));
+            }
+            break;
+        }
+        let payload = if len < COPY_BELOW {
+            let p = Bytes::copy_from_slice(&buf[HEADER_LEN..HEADER_LEN + len]);
+            buf.advance(HEADER_LEN + len);
+            p
+        } else {
+            buf.advance(HEADER_LEN);
+            buf.split_to(len).freeze()
+        };
+        frames.push(Frame { header, payload });
+    }
+    Ok(frames)
+}
+
+impl Route for StreamRoute {
+    fn send(&mut self, links: &[LinkId], frame: &Frame) {
+        let stamp = now_ns();
+        for &link in links {
+            let Some(c) = self.conns.get_mut(link) else { continue };
+            if c.state != State::Open {
+                continue;
+            }
+            c.out.push(frame, stamp);
+            if !self.dirty.contains(&link) {
+                self.dirty.push(link);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        for link in std::mem::take(&mut self.dirty) {
+            self.flush_link(link);
+        }
+    }
+
+    fn poll_recv(&mut self, cx: &mut Context<'_>, sink: &mut dyn FnMut(LinkId, RouteEvent)) -> bool {
+        let mut any = false;
+        for (link, reason) in std::mem::take(&mut self.broken) {
+            any = true;
+            sink(link, RouteEvent::Closed(reason));
+        }
+        for link in self.ready.take(cx.waker()) {
+            if self.conns.get(link).is_some_and(|c| !c.out.is_empty()) {
+                self.flush_link(link);
+            }
+            if let Some(closed) = self.read_link(link, sink, &mut any) {
+                let Some(c) = self.conns.remove(link) else { continue };
+                if let Some(r) = &closed {
+                    tracing::warn!(peer = %c.name, "closing link: {r}");
+                }
+                c.sock.shutdown(std::net::Shutdown::Both);
+                if c.state == State::Open {
+                    any = true;
+                    sink(link, RouteEvent::Closed(closed));
+                }
+            }
+        }
+        for (link, reason) in std::mem::take(&mut self.broken) {
+            any = true;
+            sink(link, RouteEvent::Closed(reason));
+        }
+        any
+    }
+
+    fn close(&mut self, link: LinkId, how: Close) {
+        let Some(c) = self.conns.get_mut(link) else { return };
+        match how {
+            Close::Now => {
+                c.sock.shutdown(std::net::Shutdown::Both);
+                self.conns.remove(link);
+            }
+            Close::Flush if c.out.is_empty() => {
+                c.sock.shutdown(std::net::Shutdown::Write);
+                c.state = State::HalfClosed;
+            }
+            Close::Flush => {
+                c.state = State::Closing;
+                if !self.dirty.contains(&link) {
+                    self.dirty.push(link);
+                }
+            }
+        }
+    }
+
+    fn is_flushed(&self) -> bool {
+        self.conns.iter().all(|(_, c)| c.out.is_empty())
+    }
+
+    fn flush_blocking(&mut self, limit: Duration) {
+        let links: Vec<LinkId> =
+            self.conns.iter().filter(|(_, c)| !c.out.is_empty()).map(|(l, _)| l).collect();
+        for link in links {
+            let Some(c) = self.conns.get_mut(link) else { continue };
+            if let Err(e) = c.sock.block_writes(limit) {
+                tracing::debug!(peer = %c.name, "cannot make writes blocking: {e}");
+                continue;
+            }
+            match c.out.write(&c.sock) {
+                Ok(_) => c.sock.shutdown(std::net::Shutdown::Write),
+                Err(e) => tracing::warn!(peer = %c.name, "could not deliver what was queued: {e}"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use treecast_wire::{encode_batch, MAX_PAYLOAD_LEN};
+
+    fn pair() -> (Socket, Socket) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        (Socket::Unix(a), Socket::Unix(b))
+    }
+
+    fn ids() -> (LinkId, LinkId) {
+        let mut t = crate::LinkTable::new();
+        (t.insert(()), t.insert(()))
+    }
+
+    /// Runs `poll_recv` until `n` events came.
+    async fn recv(route: &mut StreamRoute, n: usize) -> Vec<(LinkId, RouteEvent)> {
+        let mut got = Vec::new();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            std::future::poll_fn(|cx| {
+                route.poll_recv(cx, &mut |l, e| got.push((l, e)));
+                if got.len() >= n {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }),
+        )
+        .await
+        .unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn frames_cross_in_order_small_and_large_and_a_close_is_seen() {
+        let (a, b) = pair();
+        let (la, lb) = ids();
+        let mut ra = StreamRoute::new(MAX_PAYLOAD_LEN);
+        let mut rb = StreamRoute::new(MAX_PAYLOAD_LEN);
+        ra.add(la, a, "b".into()).unwrap();
+        rb.add(lb, b, "a".into()).unwrap();
+        let sizes = [0usize, 1, 100, ZERO_COPY_MIN, 3 << 20, 5];
+        for (i, &n) in sizes.iter().enumerate() {
+            ra.send(&[la], &Frame::new(FrameHeader::data(1, i as i32, 0), vec![i as u8; n]));
+        }
+        let writer = tokio::spawn(async move {
+            std::future::poll_fn(|cx| {
+                ra.flush();
+                ra.poll_recv(cx, &mut |_, _| {});
+                if ra.is_flushed() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+            ra.close(la, Close::Flush);
+            ra
+        });
+        let got = recv(&mut rb, sizes.len() + 1).await;
+        for (i, &n) in sizes.iter().enumerate() {
+            match &got[i].1 {
+                RouteEvent::Frame(f) => {
+                    assert_eq!((f.header.tag, f.payload.len()), (i as i32, n));
+                    assert_ne!(f.header.timestamp_ns, 0, "stamped when queued");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(got[sizes.len()].1, RouteEvent::Closed(None)));
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn malformed_and_oversized_frames_close_the_link_with_a_reason() {
+        for (bytes, want) in [
+            (vec![0xEEu8; 64], "malformed frame"),
+            (
+                encode_batch(&[Frame::new(FrameHeader::data(1, 0, 0), vec![0u8; 2000])]).to_vec(),
+                "over this node's limit",
+            ),
+        ] {
+            let (a, b) = pair();
+            let (_, lb) = ids();
+            let mut rb = StreamRoute::new(1000);
+            rb.add(lb, b, "peer".into()).unwrap();
+            let Socket::Unix(a) = a else { unreachable!() };
+            std::io::Write::write_all(&mut &a, &bytes).unwrap();
+            let got = recv(&mut rb, 1).await;
+            match &got[0].1 {
+                RouteEvent::Closed(Some(reason)) => assert!(reason.contains(want), "{reason}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_header_alone_does_not_allocate_its_payload() {
+        let mut buf = BytesMut::new();
+        FrameHeader::data(1, 0, 0).encode(200 << 20, &mut buf);
+        let frames = cut_frames(&mut buf, MAX_PAYLOAD_LEN).unwrap();
+        assert!(frames.is_empty());
+        assert!(buf.capacity() <= 2 * RESERVE_STEP, "reserved {} bytes", buf.capacity());
+    }
+}
