@@ -156,6 +156,140 @@ async fn a_stream_the_tool_does_not_read_holds_up_no_other_stream() {
 }
 
 #[tokio::test]
+async fn the_tool_can_send_ten_thousand_packets_before_reading() {
+    // Regression: a stream deadlocked for good when the front-end sent many packets
+    // before reading (9 runs in 10 stopped after 256-512 waves): a back-end waited for
+    // credits that came behind requests it had not read, and a comm node waited on one
+    // child's full queue while its siblings starved.
+    for (shape, n) in [("balanced:4x4", 16), ("flat", 4), ("balanced:2x2x2", 8)] {
+        let net = launch(shape, n).await;
+        let mut s = net
+            .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+            .await
+            .unwrap();
+        let ranks: i64 = (0..n as i64).sum();
+        for wave in 0..10_000 {
+            tokio::time::timeout(LIMIT, s.send(TAG_ADD_RANK, "%d", &[Value::Int(wave % 7)]))
+                .await
+                .unwrap_or_else(|_| panic!("{shape}: send {wave} hung"))
+                .unwrap();
+        }
+        for wave in 0..10_000 {
+            let p = s.recv_timeout(LIMIT).await.unwrap_or_else(|e| panic!("{shape}: wave {wave}: {e}"));
+            assert_eq!(int(&p), i64::from(wave % 7) * n as i64 + ranks, "{shape}: wave {wave}");
+        }
+        finish(net).await;
+    }
+}
+
+#[tokio::test]
+async fn an_unread_stream_is_bounded_in_bytes_not_packets() {
+    // Regression: an unread stream held up to 4,096 reduced packets at the front-end
+    // whatever their size (1.2 GB with 16 back-ends sending 16 KiB strings).
+    let topo = Topology::from_spec("balanced:4x4", None).unwrap();
+    let window = treecast_api::Window { packets: 1 << 16, bytes: 4 << 20 };
+    let net = builder(topo).receive_window(window).launch().await.unwrap();
+    let options = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::default() };
+    let mut s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
+    let (count, size) = (200, 16 << 10);
+    s.send(TAG_BURST_BYTES, "%d %d", &[Value::Int(count), Value::Int(size)]).await.unwrap();
+    // The bound holds at every moment; give the tree time to push what it can.
+    let mut most = 0;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        most = most.max(net.held_bytes());
+    }
+    // The receive window, one frame over it, and one upward window per child (4 comm nodes).
+    let bound = window.bytes + (16 << 10) + 4 * treecast_api::DEFAULT_UP_WINDOW.bytes;
+    assert!(most > window.bytes / 2, "the tree did not fill the window ({most} bytes held)");
+    assert!(most <= bound, "the front-end held {most} bytes, more than {bound}");
+    for i in 0..16 * count {
+        let p = s.recv_timeout(LIMIT).await.unwrap_or_else(|e| panic!("packet {i}: {e}"));
+        assert_eq!(p.unpack("%s").unwrap()[0].as_str().unwrap().len(), size as usize);
+    }
+    assert!(s.try_recv().is_none());
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_child_that_stops_reading_holds_up_only_its_own_stream() {
+    // Regression: while a comm node waited on one slow child's send queue, nothing
+    // else moved through it. Rank 0 stops reading; a stream to it fills up and its
+    // sender waits; a stream over rank 1, below the same comm node, goes on.
+    let net = launch("balanced:2x2", 4).await;
+    let stall = net
+        .new_stream(&net.communicator(RankSet::single(0)).unwrap(), StreamOptions::default())
+        .await
+        .unwrap();
+    stall.send(TAG_STALL, "%ad %d", &[Value::IntArray(vec![0]), Value::Int(15_000)]).await.unwrap();
+    let flood = net
+        .new_stream(
+            &net.broadcast_communicator(),
+            StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::default() },
+        )
+        .await
+        .unwrap();
+    let flooding = tokio::spawn(async move {
+        for i in 0..2000 {
+            flood.send(TAG_ADD_RANK, "%d", &[Value::Int(i)]).await.unwrap();
+        }
+        flood
+    });
+    let mut side = net
+        .new_stream(&net.communicator(RankSet::single(1)).unwrap(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    for wave in 0..20 {
+        side.send(TAG_ADD_RANK, "%d", &[Value::Int(wave)]).await.unwrap();
+        let p =
+            side.recv_timeout(Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("wave {wave}: {e}"));
+        assert_eq!(int(&p), i64::from(wave) + 1);
+    }
+    assert!(!flooding.is_finished(), "the flood went through a child that does not read");
+    flooding.abort();
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_filter_a_comm_node_lacks_refuses_the_stream_and_names_the_node() {
+    let mut registry = treecast_api::FilterRegistry::builtin();
+    registry.register("front-end-only", 1..=1, |_| Ok(treecast_filters_null()));
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let mut net = builder(topo).filters(registry).launch().await.unwrap();
+    let options =
+        StreamOptions { up: treecast_api::FilterSpec::new("front-end-only", 1), ..StreamOptions::default() };
+    let mut s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::StreamRefused { node, message, .. }) => {
+            assert!(node.contains("comm node"), "{node}");
+            assert!(message.contains("front-end-only"), "{message}");
+        }
+        other => panic!("expected StreamRefused, got {other:?}"),
+    }
+    let err = s.recv_timeout(LIMIT).await.unwrap_err().to_string();
+    assert!(err.contains("refused") && err.contains("front-end-only"), "{err}");
+    let unknown =
+        StreamOptions { up: treecast_api::FilterSpec::new("median", 1), ..StreamOptions::default() };
+    let err = net.new_stream(&net.broadcast_communicator(), unknown).await.unwrap_err().to_string();
+    assert!(err.contains("front-end") && err.contains("median"), "{err}");
+    finish(net).await;
+}
+
+fn treecast_filters_null() -> Box<dyn treecast_api::Transform> {
+    struct PassThrough;
+    impl treecast_api::Transform for PassThrough {
+        fn apply(
+            &mut self,
+            wave: Vec<treecast_wire::Frame>,
+            _ctx: &treecast_api::FilterContext,
+        ) -> Result<Vec<treecast_wire::Frame>, treecast_api::FilterError> {
+            Ok(wave)
+        }
+    }
+    Box::new(PassThrough)
+}
+
+#[tokio::test]
 async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
     let mut net = launch("balanced:2x4", 8).await;
     let mut s = net
@@ -326,24 +460,58 @@ async fn rogue_backend_entry() {
     treecast_node::core::control_frame(&join).encode(&mut bytes);
     stream.write_all(&bytes).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stream.write_all(&[0xEE; 64]).await.unwrap();
+    if std::env::var("TREECAST_ROGUE").as_deref() == Ok("huge") {
+        // A header announcing 200 MiB, then a trickle: the parent must refuse it, not buffer it.
+        let mut header = bytes::BytesMut::new();
+        treecast_wire::FrameHeader::data(1, 0, rank).encode(200 << 20, &mut header);
+        stream.write_all(&header).await.unwrap();
+        stream.write_all(&[0u8; 4096]).await.unwrap();
+    } else {
+        stream.write_all(&[0xEE; 64]).await.unwrap();
+    }
     tokio::time::sleep(Duration::from_secs(30)).await;
 }
 
-#[tokio::test]
-async fn a_malformed_frame_closes_only_that_link() {
+/// Launches balanced:2x2 where rank 1 is the rogue back-end in `mode`.
+async fn with_rogue_rank_1(mode: &str) -> Network {
     let test_bin = std::env::current_exe().unwrap();
     let script = format!(
         "if [ \"$TREECAST_RANK\" = 1 ]; then exec {} rogue_backend_entry --exact --nocapture --test-threads=1; else exec {TREECAST} backend; fi",
         test_bin.display()
     );
     let topo = Topology::from_spec("balanced:2x2", None).unwrap();
-    let mut net = builder(topo)
+    builder(topo)
         .backend_command(["/bin/sh", "-c", &script])
-        .env("TREECAST_ROGUE", "1")
+        .env("TREECAST_ROGUE", mode)
         .launch()
         .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_frame_over_the_size_limit_is_refused_before_it_is_buffered() {
+    // Regression: one header announcing 256 MiB from an authenticated child cost its
+    // comm node 230 MB at once. Now it closes that link and nothing else.
+    let mut net = with_rogue_rank_1("huge").await;
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::RanksLost { ranks, reason }) => {
+            assert_eq!(ranks, RankSet::single(1));
+            assert!(reason.contains("over this node's limit"), "{reason}");
+        }
+        other => panic!("expected RanksLost, got {other:?}"),
+    }
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
         .unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_malformed_frame_closes_only_that_link() {
+    let mut net = with_rogue_rank_1("malformed").await;
     match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
         Some(Event::RanksLost { ranks, reason }) => {
             assert_eq!(ranks, RankSet::single(1));

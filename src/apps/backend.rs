@@ -4,7 +4,9 @@ use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
-use treecast_api::{ApiError, BackEnd, BackEndEvent, BackEndSender, FileReceivers, Packet, Value};
+use treecast_api::{
+    ApiError, BackEnd, BackEndEvent, BackEndSender, FileReceivers, FileWorker, Packet, Value,
+};
 
 use super::cli::BackendArgs;
 use super::protocol::*;
@@ -15,33 +17,39 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         Some(file) => BackEnd::attach(Some(file), args.rank).await.context("attaching to the tree")?,
         None => BackEnd::connect().await.context("joining the tree")?,
     };
-    // File transfers in progress; their packets are handled here, in order.
-    let mut files = FileReceivers::new(be.rank());
+    // File transfers write on a thread of their own, in packet order; their answers
+    // go up from a task, so a slow disk holds up no other stream.
+    let mut files = FileWorker::start(be.rank()).context("starting the file writer")?;
+    let mut answers = files.take_answers();
+    let answering = be.sender();
+    let rank = be.rank();
+    tokio::spawn(async move {
+        while let Some(a) = answers.recv().await {
+            if let Err(e) = answering.send(a.stream, a.tag, a.format, &a.values).await {
+                tracing::warn!(rank, "could not answer a file transfer: {e}");
+            }
+        }
+    });
     loop {
         let packet = match be.next_event().await {
             Ok(BackEndEvent::Packet(p)) => p,
             Ok(BackEndEvent::StreamClosed(id)) => {
                 // A transfer the front-end gave up on leaves no temporary file behind.
-                files.on_stream_closed(id);
+                files.stream_closed(id).await?;
                 continue;
             }
             Ok(_) => continue,
-            Err(ApiError::Closed(_)) => return Ok(ExitCode::SUCCESS),
+            Err(ApiError::Closed(_)) => break,
             Err(e) => return Err(e.into()),
         };
         let sender = be.sender();
-        let rank = be.rank();
         if FileReceivers::handles(packet.tag()) {
-            if let Some(a) = files.on_packet(&packet) {
-                if let Err(e) = sender.send(a.stream, a.tag, a.format, &a.values).await {
-                    tracing::warn!(rank, "could not answer a file transfer: {e}");
-                }
-            }
+            files.packet(packet).await?;
             continue;
         }
         // Requests that take time run as tasks of their own so they hold up no other
         // stream; quick ones are answered at once, which keeps round trips short.
-        if matches!(packet.tag(), TAG_RUN | TAG_SLEEP | TAG_BURST) {
+        if matches!(packet.tag(), TAG_RUN | TAG_SLEEP | TAG_BURST | TAG_BURST_BYTES) {
             tokio::spawn(async move {
                 if let Err(e) = answer(&sender, rank, packet).await {
                     tracing::warn!(rank, "could not answer a request: {e}");
@@ -51,6 +59,10 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
             tracing::warn!(rank, "could not answer a request: {e}");
         }
     }
+    // Unfinished transfers remove their temporary files before the back-end goes.
+    drop(files);
+    be.close().await;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError> {
@@ -84,6 +96,16 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
             let v = p.unpack("%d")?;
             for _ in 0..v[0].as_i64().unwrap_or(0).max(0) {
                 be.send(stream, tag, "%d", &[Value::Int(1)]).await?;
+            }
+            Ok(())
+        }
+        TAG_BURST_BYTES => {
+            let v = p.unpack("%d %d")?;
+            let count = v[0].as_i64().unwrap_or(0).max(0);
+            let size = usize::try_from(v[1].as_i64().unwrap_or(0).max(0)).unwrap_or(0);
+            let text = "x".repeat(size);
+            for _ in 0..count {
+                be.send(stream, tag, "%s", &[Value::Str(text.clone())]).await?;
             }
             Ok(())
         }

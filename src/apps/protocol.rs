@@ -24,6 +24,10 @@ pub const TAG_BURST: i32 = 7;
 /// up), then every rank answers `%d` rank: a rank that hangs, for tests of time limits.
 pub const TAG_STALL: i32 = 8;
 
+/// `%d count %d size` → answer `count` packets `%s`, each a string of `size` bytes
+/// (memory bounds in bytes, not only in packets).
+pub const TAG_BURST_BYTES: i32 = 9;
+
 /// File distribution (see `treecast_api::bcast_files`, handled by `FileReceivers`): the
 /// status packet that opens a transfer, and every rank's first answer.
 pub const TAG_FILE_STATUS: i32 = treecast_api::FILE_STATUS;

@@ -104,7 +104,7 @@ impl BackEndSender {
             let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?;
             d.core().registry().check_format(spec, &format).map_err(|e| match e {
                 RegistryError::Format(source) => ApiError::Filter { stream, source },
-                other => ApiError::StreamFilter { stream, source: other },
+                other => ApiError::StreamFilter { stream, node: d.core().name().to_owned(), source: other },
             })?;
         }
         let mut frame = Some(Frame::new(FrameHeader::data(stream, tag, self.rank), payload));

@@ -37,11 +37,13 @@ pub enum ApiError {
         /// `upward` or `downward`.
         which: &'static str,
     },
-    /// This front-end cannot make a stream's filter.
-    #[error("stream {stream}: {source}")]
+    /// A node cannot make a stream's filter.
+    #[error("stream {stream}: {node}: {source}")]
     StreamFilter {
         /// The stream.
         stream: u32,
+        /// The node (here, the front-end, or a back-end checking what it sends).
+        node: String,
         /// What the filter registry said.
         #[source]
         source: treecast_filters::RegistryError,
@@ -139,7 +141,7 @@ impl ApiError {
     pub(crate) fn from_command(stream: u32, e: treecast_node::core::CommandError) -> ApiError {
         use treecast_node::core::CommandError;
         match e {
-            CommandError::Filter { source, .. } => ApiError::StreamFilter { stream, source },
+            CommandError::Filter { source, node, .. } => ApiError::StreamFilter { stream, node, source },
             CommandError::UnknownStream(id) | CommandError::StreamExists(id) => ApiError::UnknownStream(id),
             CommandError::NotAMember { rank, .. } => {
                 ApiError::NoSuchRanks { ranks: RankSet::single(rank), last: u32::MAX }

@@ -41,9 +41,11 @@ use crate::error::SourceError;
 
 mod receive;
 mod send;
+mod worker;
 
 pub use receive::{Decision, FileAnswer, FileReceiver, FileReceivers};
 pub use send::{bcast_file, bcast_files, FileEntry, Progress};
+pub use worker::FileWorker;
 
 /// Tag of the status packet that opens a transfer, and of every rank's first answer.
 pub const FILE_STATUS: i32 = 16;

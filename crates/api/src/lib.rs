@@ -35,13 +35,15 @@ pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
 pub use error::{ApiError, SourceError};
 pub use files::{
     bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileOptions, FileReceiver,
-    FileReceivers, FileReport, Outcome, Progress, RankOutcome, WriteMode, DEFAULT_CHUNK, DEFAULT_TIMEOUT,
-    FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK, MAX_TIMEOUT,
+    FileReceivers, FileReport, FileWorker, Outcome, Progress, RankOutcome, WriteMode, DEFAULT_CHUNK,
+    DEFAULT_TIMEOUT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK, MAX_TIMEOUT,
 };
 pub use network::{Communicator, Event, Network, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
 pub use stream::{Stream, StreamOptions};
-pub use treecast_filters::{FilterRegistry, TransformKind};
+pub use treecast_filters::{
+    FilterContext, FilterError, FilterRegistry, RegistryError, Transform, TransformKind,
+};
 pub use treecast_launch::{SrunOptions, SshOptions};
 pub use treecast_node::core::LostRanks;
 pub use treecast_topology::Topology;

@@ -196,6 +196,14 @@ impl Network {
         Ok(Stream::new(id, self.shared.clone(), comm.clone(), options, self.backends))
     }
 
+    /// Payload bytes the front-end holds now: reductions the tool has not read, and
+    /// packets from its children waiting for their wave or for the tool to read.
+    /// Flow control bounds it by the receive window plus one upward window per child
+    /// and stream.
+    pub fn held_bytes(&self) -> u64 {
+        lock(&self.shared).core().held_bytes()
+    }
+
     /// Every rank lost so far (including ranks missing at launch), whoever read the events.
     pub fn lost_ranks(&self) -> RankSet {
         self.lost.borrow().ranks().clone()

@@ -257,10 +257,12 @@ pub enum CommandError {
     #[error("stream {0} is not open")]
     UnknownStream(u32),
     /// A stream's filters cannot be made.
-    #[error("stream {stream}: {source}")]
+    #[error("stream {stream}: {node}: {source}")]
     Filter {
         /// The stream.
         stream: u32,
+        /// The node that could not make them.
+        node: String,
         /// What the registry said.
         #[source]
         source: RegistryError,

@@ -366,8 +366,11 @@ impl Node {
         if id <= self.max_stream || self.streams.contains_key(&id) {
             return Err(CommandError::StreamExists(id));
         }
-        let mut s =
-            self.make_stream(spec, true).map_err(|source| CommandError::Filter { stream: id, source })?;
+        let mut s = self.make_stream(spec, true).map_err(|source| CommandError::Filter {
+            stream: id,
+            node: self.name.clone(),
+            source,
+        })?;
         self.max_stream = id;
         let targets = s.targets.to_vec();
         let msg = ControlMsg::NewStream(s.spec.clone());
@@ -411,13 +414,14 @@ impl Node {
             return self.report_up(ControlMsg::StreamRefused { stream, node, message });
         }
         self.out.event(Event::StreamRefused { stream, node, message });
-        self.begin_close(stream);
         if let Some(s) = self.streams.get_mut(&stream) {
+            // Over before the close, so the stream stays until the tool has seen its end.
             s.over = true;
             s.ready.clear();
             s.held.clear();
             self.out.event(Event::Readable { stream: Some(stream) });
         }
+        self.begin_close(stream);
     }
 
     /// Front-end: the tool closes a stream.
