@@ -34,10 +34,13 @@ use treecast_wire::{
 
 /// Tag of a request a back-end answers with `%d`: the request's integer plus its rank.
 pub const TAG_ADD_RANK: i32 = 1;
-/// Tag of a request a back-end answers with `%aud`: its own rank, alone in an array.
+/// Tag of a request `%d x` a back-end answers with `%aud %ad`: its own rank and `x`,
+/// each alone in an array (so a concatenation says which ranks answered which request).
 pub const TAG_RANK: i32 = 2;
 /// Tag of a request a back-end answers with `%d`: as many packets of `1` as the request says.
 pub const TAG_BURST: i32 = 3;
+/// Tag of a request `%d count %d size` a back-end answers with `count` packets `%b` of `size` bytes.
+pub const TAG_BURST_BYTES: i32 = 4;
 
 /// How the simulated tree is built and run.
 #[derive(Debug, Clone)]
@@ -771,8 +774,16 @@ fn answer(rank: u32, request: &Frame) -> Vec<Frame> {
         Frame::new(FrameHeader::data(request.header.stream, request.header.tag, rank), payload)
     };
     match request.header.tag {
+        TAG_BURST_BYTES => {
+            let size = values.get(1).and_then(Value::as_i64).unwrap_or(0).clamp(0, 1 << 24) as usize;
+            (0..first.max(0)).map(|_| one(Value::bytes(vec![rank as u8; size]))).collect()
+        }
         TAG_ADD_RANK => vec![one(Value::Int((first + i64::from(rank)) as i32))],
-        TAG_RANK => vec![one(Value::UIntArray(vec![rank]))],
+        TAG_RANK => {
+            let mut payload = Vec::new();
+            encode_values(&[Value::UIntArray(vec![rank]), Value::IntArray(vec![first as i32])], &mut payload);
+            vec![Frame::new(FrameHeader::data(request.header.stream, request.header.tag, rank), payload)]
+        }
         TAG_BURST => (0..first.max(0)).map(|_| one(Value::Int(1))).collect(),
         _ => vec![one(Value::Int(0))],
     }
@@ -780,7 +791,13 @@ fn answer(rank: u32, request: &Frame) -> Vec<Frame> {
 
 /// A data frame from the front-end carrying one `%d`.
 pub fn request(stream: u32, tag: i32, value: i32) -> Frame {
+    requests(stream, tag, &[value])
+}
+
+/// A data frame from the front-end carrying `%d` values.
+pub fn requests(stream: u32, tag: i32, values: &[i32]) -> Frame {
     let mut payload = Vec::new();
-    encode_values(&[Value::Int(value)], &mut payload);
+    let values: Vec<Value> = values.iter().map(|&v| Value::Int(v)).collect();
+    encode_values(&values, &mut payload);
     Frame::new(FrameHeader::data(stream, tag, u32::MAX), payload)
 }

@@ -48,6 +48,7 @@ fn sums_come_back_right_on_a_balanced_tree() {
 }
 
 fn ranks_of(d: Delivery) -> Vec<u32> {
+    // TAG_RANK answers are `%aud %ad`: ranks, then the requests they answered.
     match d {
         Delivery::Packet(f) => match &decode_values(&f.payload).unwrap()[0] {
             treecast_wire::Value::UIntArray(v) => v.clone(),

@@ -189,6 +189,8 @@ struct Conn {
     rbuf: BytesMut,
     out: OutQueue,
     state: State,
+    /// On the route's dirty list.
+    dirty: bool,
 }
 
 /// Registers a socket with the reactor for `interest` only.
@@ -251,6 +253,7 @@ impl StreamRoute {
             rbuf: BytesMut::new(),
             out: OutQueue::default(),
             state: State::Open,
+            dirty: false,
         };
         self.conns.insert(link, conn);
         // Frames may have arrived with the end of the handshake.
@@ -280,6 +283,7 @@ impl StreamRoute {
 
     fn flush_link(&mut self, link: LinkId) {
         let Some(c) = self.conns.get_mut(link) else { return };
+        c.dirty = false;
         match c.out.write(&c.sock) {
             Ok(true) => {
                 c.write_fd = None;
@@ -304,9 +308,6 @@ impl StreamRoute {
                     }
                     Poll::Ready(Err(e)) => self.break_link(link, format!("waiting to write: {e}")),
                     Poll::Pending => {}
-                }
-                if !self.dirty.contains(&link) {
-                    self.dirty.push(link);
                 }
             }
             Err(e) => self.break_link(link, format!("write error: {e}")),
@@ -432,7 +433,8 @@ impl Route for StreamRoute {
                 continue;
             }
             c.out.push(frame, stamp);
-            if !self.dirty.contains(&link) {
+            if !c.dirty {
+                c.dirty = true;
                 self.dirty.push(link);
             }
         }
@@ -486,7 +488,8 @@ impl Route for StreamRoute {
             }
             Close::Flush => {
                 c.state = State::Closing;
-                if !self.dirty.contains(&link) {
+                if !c.dirty {
+                    c.dirty = true;
                     self.dirty.push(link);
                 }
             }

@@ -149,11 +149,12 @@ impl<T: Tool> Driver<T> {
         d
     }
 
-    /// Sends and handles what the core produced, and wakes the driving task so it
-    /// re-arms its timer.
+    /// Queues and handles what the core produced, and wakes the driving task, which
+    /// writes it out and re-arms the timer. Writes wait for the task rather than go
+    /// out here so that a tool sending many packets in a row has them written together,
+    /// in one system call, when it next yields.
     fn after_input(&mut self) {
         self.drain();
-        self.route.flush();
         if let Some(w) = &self.task {
             w.wake_by_ref();
         }
