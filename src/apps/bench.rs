@@ -59,6 +59,7 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         BenchCommand::Microbench(m) => microbench(m).await,
         BenchCommand::Run(r) => bench_run(r).await,
+        BenchCommand::Sim(s) => super::simbench::main(s),
     }
 }
 

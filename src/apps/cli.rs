@@ -159,6 +159,26 @@ pub enum BenchCommand {
     Microbench(MicrobenchArgs),
     /// `treecast run`'s cost: start-up plus a first command, then more commands on the running tree.
     Run(RunArgs),
+    /// The protocol cores of a whole tree in one process, with virtual time: work and
+    /// bytes per node per wave at each level, and the wall time per wave.
+    Sim(SimArgs),
+}
+
+/// Flags of `treecast bench sim`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Number of back-ends.
+    #[arg(long, value_name = "N")]
+    pub backends: usize,
+    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
+    #[arg(long, value_name = "SPEC", default_value = "kary:32")]
+    pub topology: String,
+    /// Waves (a broadcast and a sum reduction each) to run.
+    #[arg(long, default_value_t = 10)]
+    pub waves: usize,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `treecast bench microbench`.

@@ -8,4 +8,5 @@ pub mod demo;
 pub mod node;
 pub mod protocol;
 pub mod run;
+pub mod simbench;
 pub mod topo;
