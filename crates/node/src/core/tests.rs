@@ -1,1 +1,297 @@
 //! Unit tests of the core: one node at a time, frames in, outputs checked.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use treecast_filters::{FilterRegistry, TransformKind};
+use treecast_wire::{
+    encode_values, ControlMsg, FilterSpec, Frame, FrameHeader, Grant, LaunchPlan, LauncherKind, LauncherSpec,
+    LocalRoute, RankSet, StreamSpec, SyncMode, Value, Window,
+};
+
+use super::*;
+
+fn node(role: Role, id: u32) -> Node {
+    Node::new(NodeConfig {
+        role,
+        node_id: id,
+        name: format!("node {id}"),
+        registry: FilterRegistry::builtin(),
+        tool_window: Window { packets: 1000, bytes: 1 << 20 },
+    })
+}
+
+fn plan(topology: &str, node_id: u32, allow_missing: bool) -> LaunchPlan {
+    LaunchPlan {
+        session: "s".into(),
+        node_id,
+        first_rank: 0,
+        total_backends: 2,
+        topology: topology.into(),
+        backend: Vec::new(),
+        env: Vec::new(),
+        startup_timeout_ms: 1000,
+        attach_ms: 0,
+        allow_missing,
+        local_route: LocalRoute::Unix,
+        listen: String::new(),
+        remote_listen: String::new(),
+        launcher: LauncherSpec {
+            kind: LauncherKind::Local,
+            program: String::new(),
+            args: Vec::new(),
+            connect_timeout_s: 0,
+            remote_path: String::new(),
+        },
+        max_frame: 1 << 20,
+        log: String::new(),
+    }
+}
+
+fn ids(n: usize) -> Vec<LinkId> {
+    let mut t = LinkTable::new();
+    (0..n).map(|_| t.insert(())).collect()
+}
+
+fn events(n: &mut Node) -> Vec<Event> {
+    std::iter::from_fn(|| n.poll_event()).collect()
+}
+
+fn transmits(n: &mut Node) -> Vec<Transmit> {
+    std::iter::from_fn(|| n.poll_transmit()).collect()
+}
+
+fn control(msg: &ControlMsg) -> Frame {
+    control_frame(msg)
+}
+
+fn int(stream: u32, rank: u32, v: i32) -> Frame {
+    let mut payload = Vec::new();
+    encode_values(&[Value::Int(v)], &mut payload);
+    Frame::new(FrameHeader::data(stream, 0, rank), payload)
+}
+
+fn spec(id: u32, up_window: Window) -> StreamSpec {
+    StreamSpec {
+        id,
+        ranks: RankSet::range(0, 2),
+        sync: SyncMode::WaitForAll,
+        up: TransformKind::Sum.spec(),
+        down: FilterSpec::new("null", 1),
+        up_window,
+        down_window: Window { packets: 4, bytes: 1000 },
+    }
+}
+
+/// A front-end with two back-end children (node ids 1 and 2), both joined.
+fn front_end_with_two_backends() -> (Node, Vec<LinkId>) {
+    let now = Instant::now();
+    let mut fe = node(Role::FrontEnd, 0);
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 h:2 ;", 0, false))), now).unwrap();
+    let links = ids(2);
+    for (i, &l) in links.iter().enumerate() {
+        fe.handle_link_up(l, Peer::Child { node_id: i as u32 + 1 }, now);
+        fe.handle_frame(
+            l,
+            control(&ControlMsg::Join { ranks: RankSet::single(i as u32), commnodes: 0 }),
+            now,
+        );
+    }
+    assert!(fe.is_running());
+    events(&mut fe);
+    transmits(&mut fe);
+    (fe, links)
+}
+
+#[test]
+fn a_child_sending_beyond_its_window_loses_its_link() {
+    let (mut fe, links) = front_end_with_two_backends();
+    let now = Instant::now();
+    fe.handle_command(Command::NewStream(spec(1, Window { packets: 2, bytes: 1000 })), now).unwrap();
+    for v in 0..2 {
+        fe.handle_frame(links[0], int(1, 0, v), now);
+    }
+    assert!(events(&mut fe).is_empty(), "two frames are within the window");
+    fe.handle_frame(links[0], int(1, 0, 2), now);
+    let evs = events(&mut fe);
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::CloseLink { link, reason } if *link == links[0] && reason.contains("beyond its window"))),
+        "{evs:?}"
+    );
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::RanksLost { ranks, .. } if *ranks == RankSet::single(0))),
+        "{evs:?}"
+    );
+    // The survivor's packets complete the waves without the dropped child.
+    fe.handle_frame(links[1], int(1, 1, 10), now);
+    let got = fe.poll_delivery(Some(1));
+    assert!(matches!(got, Some(Delivery::Packet(_))), "{got:?}");
+}
+
+#[test]
+fn a_link_claiming_a_node_id_that_is_not_a_child_is_closed() {
+    let now = Instant::now();
+    let mut fe = node(Role::FrontEnd, 0);
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 h:2 ;", 0, false))), now).unwrap();
+    let links = ids(3);
+    fe.handle_link_up(links[0], Peer::Child { node_id: 7 }, now);
+    fe.handle_link_up(links[1], Peer::Child { node_id: 1 }, now);
+    fe.handle_link_up(links[2], Peer::Child { node_id: 1 }, now);
+    let closed: Vec<LinkId> = events(&mut fe)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::CloseLink { link, .. } => Some(link),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(closed, [links[0], links[2]], "an unknown id, then a second link for one child");
+}
+
+#[test]
+fn a_child_that_never_connects_fails_the_start_with_its_name_and_how_it_ended() {
+    let now = Instant::now();
+    let mut fe = node(Role::FrontEnd, 0);
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 h:2 ;", 0, false))), now).unwrap();
+    fe.handle_command(Command::ChildExited { node_id: 2, detail: "exited with status 3".into() }, now)
+        .unwrap();
+    let failed = events(&mut fe).into_iter().find_map(|e| match e {
+        Event::StartupFailed { message } => Some(message),
+        _ => None,
+    });
+    let message = failed.unwrap();
+    assert!(
+        message.contains("back-end rank 1 (h:2)")
+            && message.contains("node id 2")
+            && message.contains("on h ")
+            && message.contains("status 3"),
+        "{message}"
+    );
+    assert!(fe.is_over());
+}
+
+#[test]
+fn a_late_child_is_given_up_on_at_its_deadline_not_before() {
+    let now = Instant::now();
+    let mut fe = node(Role::FrontEnd, 0);
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 h:2 ;", 0, true))), now).unwrap();
+    let link = ids(1)[0];
+    fe.handle_link_up(link, Peer::Child { node_id: 1 }, now);
+    fe.handle_frame(link, control(&ControlMsg::Join { ranks: RankSet::single(0), commnodes: 0 }), now);
+    let deadline = fe.poll_timeout().unwrap();
+    assert_eq!(deadline, now + Duration::from_millis(1000));
+    fe.handle_timeout(deadline - Duration::from_millis(1));
+    assert!(!fe.is_running());
+    fe.handle_timeout(deadline);
+    let evs = events(&mut fe);
+    let ready = evs.iter().find_map(|e| match e {
+        Event::Ready { ranks, missing, .. } => Some((ranks.clone(), missing.clone())),
+        _ => None,
+    });
+    let (ranks, missing) = ready.unwrap();
+    assert_eq!(ranks, RankSet::single(0));
+    assert_eq!(missing[0].0, RankSet::single(1));
+    assert!(missing[0].1.contains("did not connect within 1.0 s"), "{}", missing[0].1);
+    assert_eq!(fe.lost().ranks(), &RankSet::single(1));
+}
+
+#[test]
+fn a_comm_node_gets_its_plan_checked_and_hands_sub_plans_down() {
+    let now = Instant::now();
+    let mut cn = node(Role::CommNode, 1);
+    let links = ids(3);
+    cn.handle_link_up(links[0], Peer::Parent, now);
+    // A plan for another node closes the parent link, and with it the node.
+    let mut wrong = plan("h:1 => h:2 h:3 ;", 5, false);
+    wrong.first_rank = 0;
+    cn.handle_frame(links[0], control(&ControlMsg::Plan(Box::new(wrong))), now);
+    assert!(cn.is_over());
+
+    let mut cn = node(Role::CommNode, 1);
+    cn.handle_link_up(links[0], Peer::Parent, now);
+    cn.handle_frame(
+        links[0],
+        control(&ControlMsg::Plan(Box::new(plan("h:1 => h:2 ;\nh:2 => h:3 ;", 1, false)))),
+        now,
+    );
+    let start = events(&mut cn).into_iter().find_map(|e| match e {
+        Event::StartChildren { children, own_host, .. } => Some((children, own_host)),
+        _ => None,
+    });
+    let (children, own_host) = start.unwrap();
+    assert_eq!(own_host, "h");
+    assert_eq!(children.len(), 1);
+    assert_eq!((children[0].node_id, children[0].is_backend), (2, false));
+    cn.handle_link_up(links[1], Peer::Child { node_id: 2 }, now);
+    let sent = transmits(&mut cn);
+    let sub = sent.iter().find_map(|t| match ControlMsg::decode(&t.frame.payload) {
+        Ok(ControlMsg::Plan(p)) => Some(p),
+        _ => None,
+    });
+    let sub = sub.unwrap();
+    assert_eq!((sub.node_id, sub.first_rank), (2, 0));
+    assert!(sub.topology.starts_with("h:2 => h:3"), "{}", sub.topology);
+    // Its join makes the comm node join its parent with the same ranks.
+    cn.handle_frame(links[1], control(&ControlMsg::Join { ranks: RankSet::single(0), commnodes: 1 }), now);
+    let up = transmits(&mut cn).into_iter().find_map(|t| match ControlMsg::decode(&t.frame.payload) {
+        Ok(ControlMsg::Join { ranks, commnodes }) => Some((ranks, commnodes)),
+        _ => None,
+    });
+    assert_eq!(up, Some((RankSet::single(0), 2)));
+}
+
+#[test]
+fn a_credit_reopens_a_blocked_backend_and_a_parent_may_not_overrun_its_window() {
+    let now = Instant::now();
+    let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    let window = Window { packets: 2, bytes: 1000 };
+    be.handle_frame(parent, control(&ControlMsg::NewStream(spec(1, window))), now);
+    transmits(&mut be);
+    for v in 0..2 {
+        be.handle_command(Command::Send(int(1, 0, v)), now).unwrap();
+    }
+    let blocked = be.handle_command(Command::Send(int(1, 0, 2)), now);
+    let Err(CommandError::Blocked(frame)) = blocked else { panic!("{blocked:?}") };
+    events(&mut be);
+    be.handle_frame(parent, Frame::credit(1, Grant { packets: 1, bytes: 5 }), now);
+    assert!(events(&mut be).contains(&Event::Writable { stream: 1 }));
+    be.handle_command(Command::Send(frame), now).unwrap();
+    // Down: the parent may have four packets outstanding, not five.
+    for v in 0..4 {
+        be.handle_frame(parent, int(1, u32::MAX, v), now);
+    }
+    transmits(&mut be);
+    be.handle_frame(parent, int(1, u32::MAX, 9), now);
+    assert!(
+        events(&mut be).iter().any(|e| matches!(e, Event::CloseLink { .. })),
+        "a fifth frame overruns the window"
+    );
+}
+
+#[test]
+fn a_malformed_control_or_credit_frame_closes_only_that_link() {
+    let (mut fe, links) = front_end_with_two_backends();
+    let now = Instant::now();
+    fe.handle_frame(links[0], Frame::new(FrameHeader::control(), vec![0xEE]), now);
+    fe.handle_frame(links[1], Frame::new(FrameHeader::credit(1), vec![1, 2, 3]), now);
+    let reasons: Vec<String> = events(&mut fe)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::CloseLink { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert!(reasons[0].contains("malformed control message"), "{reasons:?}");
+    assert!(reasons[1].contains("malformed credit frame"), "{reasons:?}");
+}
+
+#[test]
+fn a_stream_with_an_unknown_filter_is_refused_at_the_front_end_naming_it() {
+    let (mut fe, _) = front_end_with_two_backends();
+    let mut s = spec(1, Window { packets: 2, bytes: 1000 });
+    s.up = FilterSpec::new("median", 1);
+    let err = fe.handle_command(Command::NewStream(s), Instant::now()).unwrap_err().to_string();
+    assert!(err.contains("node 0") && err.contains("median"), "{err}");
+    assert!(transmits(&mut fe).is_empty(), "nothing went down");
+}
