@@ -52,6 +52,16 @@ pub struct MicrobenchResult {
     pub rt_iterations: usize,
     /// Reductions measured.
     pub tp_iterations: usize,
+    /// One-way latency of a raw Unix-socket ping-pong between two processes, measured
+    /// in the same run, microseconds.
+    pub floor_one_way_us: f64,
+    /// Links a round trip crosses: twice the depth of the tree.
+    pub hops: usize,
+    /// The physical floor of a round trip: the ping-pong's one-way latency times the hops.
+    pub floor_us: f64,
+    /// Median round trip of the same tree made of raw relay processes (a byte down,
+    /// a byte up, no protocol), measured in the same run, microseconds.
+    pub raw_tree_us: f64,
 }
 
 /// Dispatches `treecast bench ...`.
@@ -60,6 +70,8 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchCommand::Microbench(m) => microbench(m).await,
         BenchCommand::Run(r) => bench_run(r).await,
         BenchCommand::Sim(s) => super::simbench::main(s),
+        BenchCommand::Echo => echo(),
+        BenchCommand::Relay => relay(),
     }
 }
 
@@ -87,10 +99,153 @@ async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode> {
 async fn run_case(spec: &str, args: &MicrobenchArgs) -> anyhow::Result<MicrobenchResult> {
     let topology =
         Topology::from_spec(spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
+    let hops = 2 * topology.depth();
+    let raw_text = topology.to_mrnet();
     let net = NetworkBuilder::new(topology).launch().await?;
     let outcome = measure(&net, spec, args).await;
     net.shutdown().await;
-    outcome
+    let mut result = outcome?;
+    let one_way = tokio::task::spawn_blocking(ping_pong_one_way).await??;
+    result.floor_one_way_us = one_way.as_secs_f64() * 1e6;
+    result.hops = hops;
+    result.floor_us = result.floor_one_way_us * hops as f64;
+    let rounds = args.rt;
+    let raw = tokio::task::spawn_blocking(move || raw_tree_round_trip(&raw_text, rounds)).await??;
+    result.raw_tree_us = raw.as_secs_f64() * 1e6;
+    Ok(result)
+}
+
+/// The environment variable that hands a relay its sub-tree.
+const RELAY_TREE: &str = "TREECAST_RELAY_TREE";
+
+/// A relay's children: a socket to each, and the process.
+struct RelayChildren {
+    links: Vec<std::os::unix::net::UnixStream>,
+    processes: Vec<std::process::Child>,
+}
+
+impl Drop for RelayChildren {
+    fn drop(&mut self) {
+        // Closing the links ends the children (they read end of input), then they are reaped.
+        self.links.clear();
+        for p in &mut self.processes {
+            let _ = p.wait();
+        }
+    }
+}
+
+/// Starts one relay per child of the root of `tree` (MRNet text), each with its sub-tree.
+fn start_relays(tree: &str) -> anyhow::Result<RelayChildren> {
+    let topo = Topology::parse(tree).context("the relay's sub-tree")?;
+    let me = std::env::current_exe().context("finding this program")?;
+    let mut children = RelayChildren { links: Vec::new(), processes: Vec::new() };
+    for &c in &topo.node(topo.root()).children {
+        let (here, there) = std::os::unix::net::UnixStream::pair().context("making a socket pair")?;
+        let there_out = there.try_clone().context("duplicating the socket")?;
+        let child = std::process::Command::new(&me)
+            .args(["bench", "relay"])
+            .env(RELAY_TREE, topo.subtree(c).to_mrnet())
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(there)))
+            .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(there_out)))
+            .spawn()
+            .context("starting a relay")?;
+        children.links.push(here);
+        children.processes.push(child);
+    }
+    Ok(children)
+}
+
+/// Sends a byte to every child, then waits for a byte from each.
+fn relay_round(children: &mut RelayChildren) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    for l in &mut children.links {
+        l.write_all(&[1])?;
+    }
+    let mut byte = [0u8; 1];
+    for l in &mut children.links {
+        l.read_exact(&mut byte)?;
+    }
+    Ok(())
+}
+
+/// Median round trip of `tree` built from raw relays: the same processes and links
+/// as the tree, doing nothing but pass one byte down and one up.
+fn raw_tree_round_trip(tree: &str, rounds: usize) -> anyhow::Result<Duration> {
+    let mut children = start_relays(tree)?;
+    for _ in 0..WARMUP {
+        relay_round(&mut children).context("the raw tree failed")?;
+    }
+    let mut times = Vec::with_capacity(rounds);
+    for _ in 0..rounds.max(1) {
+        let t = Instant::now();
+        relay_round(&mut children).context("the raw tree failed")?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+/// `treecast bench relay`: one process of the raw tree.
+fn relay() -> anyhow::Result<ExitCode> {
+    use std::io::{Read, Write};
+    let tree = std::env::var(RELAY_TREE).with_context(|| format!("{RELAY_TREE} is not set"))?;
+    let mut children = start_relays(&tree)?;
+    let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
+    let mut byte = [0u8; 1];
+    while input.read(&mut byte)? == 1 {
+        relay_round(&mut children)?;
+        output.write_all(&byte)?;
+        output.flush()?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Round trips of the raw ping-pong (after as many to warm up).
+const PING_PONGS: u32 = 2000;
+
+/// One-way latency of a 1-byte ping-pong over a Unix socket between this process and
+/// a child (`treecast bench echo`): what any two processes of the tree pay per hop.
+fn ping_pong_one_way() -> anyhow::Result<Duration> {
+    use std::io::{Read, Write};
+    let (mut here, there) = std::os::unix::net::UnixStream::pair().context("making a socket pair")?;
+    let there_out = there.try_clone().context("duplicating the socket")?;
+    let me = std::env::current_exe().context("finding this program")?;
+    let mut child = std::process::Command::new(me)
+        .args(["bench", "echo"])
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(there)))
+        .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(there_out)))
+        .spawn()
+        .context("starting the echo process")?;
+    let mut byte = [0u8; 1];
+    let mut round = |here: &mut std::os::unix::net::UnixStream| -> std::io::Result<()> {
+        here.write_all(&byte)?;
+        here.read_exact(&mut byte)
+    };
+    let result = (|| {
+        for _ in 0..PING_PONGS {
+            round(&mut here)?;
+        }
+        let t = Instant::now();
+        for _ in 0..PING_PONGS {
+            round(&mut here)?;
+        }
+        Ok::<_, std::io::Error>(t.elapsed() / (2 * PING_PONGS))
+    })();
+    drop(here);
+    let _ = child.wait();
+    result.context("the ping-pong failed")
+}
+
+/// `treecast bench echo`: writes back every byte it reads, until end of input.
+fn echo() -> anyhow::Result<ExitCode> {
+    use std::io::{Read, Write};
+    let (mut input, mut output) = (std::io::stdin().lock(), std::io::stdout().lock());
+    let mut byte = [0u8; 1];
+    while input.read(&mut byte)? == 1 {
+        output.write_all(&byte)?;
+        output.flush()?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Result<MicrobenchResult> {
@@ -135,6 +290,10 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
         peak_rss_kb: peak_rss(net.session()),
         rt_iterations: args.rt,
         tp_iterations: args.tp,
+        floor_one_way_us: 0.0,
+        hops: 0,
+        floor_us: 0.0,
+        raw_tree_us: 0.0,
     })
 }
 
@@ -208,6 +367,8 @@ fn render(r: &MicrobenchResult) -> String {
         "microbench {topo}: {be} back-ends, {cn} comm nodes\n  \
          instantiation   {inst:.3} s\n  \
          round trip      mean {mean:.1} us, median {med:.1} us, p99 {p99:.1} us ({rt} broadcasts + sum reductions)\n  \
+         floor           {floor:.1} us = {one_way:.1} us one way (raw Unix-socket ping-pong) x {hops} hops; round trip {ratio:.1}x the floor\n  \
+         raw tree        {raw:.1} us median round trip of the same tree of processes relaying one byte; round trip {raw_ratio:.2}x the raw tree\n  \
          throughput      {tp:.0} reductions/s ({tpn} back-to-back)\n  \
          peak RSS        front-end {fe} KiB, comm node max {cnm} KiB, back-end max {bem} KiB\n",
         topo = r.topology,
@@ -218,6 +379,12 @@ fn render(r: &MicrobenchResult) -> String {
         med = r.rtt_us_median,
         p99 = r.rtt_us_p99,
         rt = r.rt_iterations,
+        floor = r.floor_us,
+        one_way = r.floor_one_way_us,
+        hops = r.hops,
+        ratio = r.rtt_us_median / r.floor_us,
+        raw = r.raw_tree_us,
+        raw_ratio = r.rtt_us_median / r.raw_tree_us,
         tp = r.reductions_per_s,
         tpn = r.tp_iterations,
         fe = r.peak_rss_kb.frontend,

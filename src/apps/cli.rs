@@ -162,6 +162,15 @@ pub enum BenchCommand {
     /// The protocol cores of a whole tree in one process, with virtual time: work and
     /// bytes per node per wave at each level, and the wall time per wave.
     Sim(SimArgs),
+    /// Internal: echoes standard input to standard output, byte by byte (the raw
+    /// socket ping-pong that `microbench` measures as the floor).
+    #[command(hide = true)]
+    Echo,
+    /// Internal: one process of the raw tree `microbench` measures as the floor of its
+    /// shape: relays a byte to its children (the sub-tree in `TREECAST_RELAY_TREE`) and
+    /// a byte back up once each child answered.
+    #[command(hide = true)]
+    Relay,
 }
 
 /// Flags of `treecast bench sim`.
