@@ -154,7 +154,7 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         LauncherKind::Slurm => {
             let me = std::env::current_exe().context("finding this treecast binary")?;
             let path = args.remote_path.clone().unwrap_or_else(|| me.to_string_lossy().into_owned());
-            builder = builder.slurm(SrunOptions::from_env(path).map_err(anyhow::Error::msg)?);
+            builder = builder.slurm(SrunOptions::from_env(path)?);
         }
     }
     Ok(builder.launch().await?)

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use treecast_filters::{FilterRegistry, RegistryError};
-use treecast_node::core::{Command, CommandError, Delivery, Event, Node, NodeConfig, Peer, Role};
+use treecast_node::core::{Command, CommandError, Delivery, EndReason, Event, Node, NodeConfig, Peer, Role};
 use treecast_node::driver::{drive, lock, Driver, Launching, Shared, Tool, LAST_FLUSH};
 use treecast_node::{connect_to, env, read_secret, DEFAULT_MAX_FRAME};
 use treecast_transport::Secret;
@@ -33,7 +33,7 @@ pub enum BackEndEvent {
 pub(crate) struct BeTool {
     reader: Option<Waker>,
     writers: std::collections::HashMap<u32, Vec<Waker>>,
-    over: Option<String>,
+    over: Option<EndReason>,
 }
 
 impl Tool for BeTool {

@@ -257,7 +257,7 @@ impl NetworkBuilder {
         let started_launch = lock(&shared).command(Command::Launch(Box::new(plan)));
         let outcome = match started_launch {
             Ok(()) => launched(&shared).await,
-            Err(e) => Err(ApiError::Closed(e.to_string())),
+            Err(e) => Err(ApiError::Refused(Box::new(e))),
         };
         match outcome {
             Ok(done) => Ok(Network::new(shared, task, self.topology, session, done, started.elapsed(), lost)),

@@ -123,8 +123,14 @@ pub enum ApiError {
     #[error("stream {0} is closed: every back-end of it was lost or the network shut down")]
     StreamClosed(u32),
     /// The network or the link to the parent is gone.
-    #[error("the network is shut down ({0})")]
-    Closed(String),
+    #[error("the network is shut down: {0}")]
+    Closed(treecast_node::core::EndReason),
+    /// The core refused a command (a bug in the caller's use of the API, or a race with the end).
+    #[error(transparent)]
+    Refused(Box<treecast_node::core::CommandError>),
+    /// A back-end's file-writing thread is gone.
+    #[error("the file-writing thread of this back-end has ended; no more transfers can be received")]
+    FileWorkerGone,
     /// A receive did not complete in time.
     #[error("nothing arrived within {0:?}")]
     Timeout(Duration),
@@ -146,8 +152,8 @@ impl ApiError {
             CommandError::NotAMember { rank, .. } => {
                 ApiError::NoSuchRanks { ranks: RankSet::single(rank), last: u32::MAX }
             }
-            CommandError::ShutDown => ApiError::Closed("the network is shut down".into()),
-            other => ApiError::Closed(other.to_string()),
+            CommandError::ShutDown => ApiError::Closed(treecast_node::core::EndReason::ShutDown),
+            other => ApiError::Refused(Box::new(other)),
         }
     }
 }

@@ -45,7 +45,7 @@ pub(crate) struct FeTool {
     event_waker: Option<Waker>,
     lost: watch::Sender<LostRanks>,
     /// Why the network is over, once it is.
-    pub(crate) over: Option<String>,
+    pub(crate) over: Option<treecast_node::core::EndReason>,
     /// Streams a node refused, and why.
     pub(crate) refused: HashMap<u32, String>,
 }

@@ -20,8 +20,10 @@ mod forker;
 mod slurm;
 mod ssh;
 
-pub use slurm::{Remote, SrunOptions, SRUN_ARGS_ENV};
-pub use ssh::{secret_from_stdin, shell_quote, split_args, SshOptions, SECRET_STDIN_ENV, SSH_ARGS_ENV};
+pub use slurm::{Remote, RouteError, SrunOptions, SRUN_ARGS_ENV};
+pub use ssh::{
+    secret_from_stdin, shell_quote, split_args, ArgsError, SshOptions, SECRET_STDIN_ENV, SSH_ARGS_ENV,
+};
 
 use std::collections::VecDeque;
 use std::path::PathBuf;

@@ -32,9 +32,9 @@ impl SrunOptions {
     ///
     /// # Errors
     /// The variable's quotes do not balance.
-    pub fn from_env(remote_path: String) -> Result<Self, String> {
+    pub fn from_env(remote_path: String) -> Result<Self, crate::ArgsError> {
         let args = match std::env::var(SRUN_ARGS_ENV) {
-            Ok(text) => crate::split_args(&text).map_err(|e| format!("{SRUN_ARGS_ENV}: {e}"))?,
+            Ok(text) => crate::split_args(&text).map_err(|e| e.from(SRUN_ARGS_ENV))?,
             Err(_) => Vec::new(),
         };
         Ok(SrunOptions { program: "srun".into(), args, remote_path })
@@ -67,18 +67,62 @@ impl Launcher for SrunOptions {
 /// The local end of the route to `host`, resolved by the system resolver.
 ///
 /// # Errors
-/// A description when the host does not resolve or no route leads to it.
-pub(crate) async fn local_address_towards(host: &str) -> Result<IpAddr, String> {
+/// [`RouteError`] when the host does not resolve or no route leads to it.
+pub(crate) async fn local_address_towards(host: &str) -> Result<IpAddr, RouteError> {
     let addr = tokio::net::lookup_host((host, 22))
         .await
-        .map_err(|e| format!("resolving {host}: {e}"))?
+        .map_err(|source| RouteError::Resolve { host: host.to_owned(), source })?
         .next()
-        .ok_or_else(|| format!("{host} has no address"))?;
+        .ok_or_else(|| RouteError::NoAddress { host: host.to_owned() })?;
     // Connecting a UDP socket sends nothing; it only asks the kernel for a route.
     let unspecified: IpAddr = if addr.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() };
-    let probe = std::net::UdpSocket::bind((unspecified, 0)).map_err(|e| format!("route probe: {e}"))?;
-    probe.connect(addr).map_err(|e| format!("no route to {host} ({addr}): {e}"))?;
-    probe.local_addr().map(|a| a.ip()).map_err(|e| format!("route probe: {e}"))
+    let no_route = |source| RouteError::NoRoute { host: host.to_owned(), addr, source };
+    let probe = std::net::UdpSocket::bind((unspecified, 0)).map_err(no_route)?;
+    probe.connect(addr).map_err(no_route)?;
+    probe.local_addr().map(|a| a.ip()).map_err(no_route)
+}
+
+/// Why this host's address towards another host could not be found.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// The name did not resolve.
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        /// The host.
+        host: String,
+        /// What the resolver said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The name resolved to nothing.
+    #[error("{host} has no address")]
+    NoAddress {
+        /// The host.
+        host: String,
+    },
+    /// The kernel has no route to it.
+    #[error("no route to {host} ({addr}): {source}")]
+    NoRoute {
+        /// The host.
+        host: String,
+        /// Its address.
+        addr: std::net::SocketAddr,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `ssh -G` could not be run to learn the real host name.
+    #[error("running {program} -G {host}: {source}")]
+    SshConfig {
+        /// The ssh program.
+        program: String,
+        /// The host.
+        host: String,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// How a node starts children that are not plain local processes.
@@ -110,8 +154,8 @@ impl Remote {
     /// The address of this host that a child on `host` can reach.
     ///
     /// # Errors
-    /// A description when the host does not resolve or no route leads to it.
-    pub async fn local_address_towards(&self, host: &str) -> Result<IpAddr, String> {
+    /// [`RouteError`] when the host does not resolve or no route leads to it.
+    pub async fn local_address_towards(&self, host: &str) -> Result<IpAddr, RouteError> {
         match self {
             Remote::Ssh(ssh) => ssh.local_address_towards(host).await,
             Remote::Slurm(_) => local_address_towards(host).await,

@@ -61,13 +61,31 @@ pub fn shell_quote(word: &str) -> String {
     }
 }
 
+/// Extra launcher arguments that cannot be split.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot split {where_}{text:?} into arguments: its quotes do not balance")]
+pub struct ArgsError {
+    /// Where they came from (`TREECAST_SSH_ARGS: `), empty when unknown.
+    pub where_: String,
+    /// The text.
+    pub text: String,
+}
+
+impl ArgsError {
+    /// The same error, saying where the text came from.
+    pub fn from(mut self, origin: &str) -> ArgsError {
+        self.where_ = format!("{origin} ");
+        self
+    }
+}
+
 /// Splits extra launcher arguments as a shell would (`-o 'ProxyCommand=ssh -W %h:%p gw'`
 /// is two arguments), so an argument with spaces survives every level of the tree.
 ///
 /// # Errors
-/// Unbalanced quotes, named with the text.
-pub fn split_args(text: &str) -> Result<Vec<String>, String> {
-    shlex::split(text).ok_or_else(|| format!("cannot split {text:?} into arguments: unbalanced quotes"))
+/// Unbalanced quotes.
+pub fn split_args(text: &str) -> Result<Vec<String>, ArgsError> {
+    shlex::split(text).ok_or_else(|| ArgsError { where_: String::new(), text: text.to_owned() })
 }
 
 impl SshOptions {
@@ -75,9 +93,9 @@ impl SshOptions {
     ///
     /// # Errors
     /// The variable's quotes do not balance.
-    pub fn from_env() -> Result<Self, String> {
+    pub fn from_env() -> Result<Self, ArgsError> {
         let args = match std::env::var(SSH_ARGS_ENV) {
-            Ok(text) => split_args(&text).map_err(|e| format!("{SSH_ARGS_ENV}: {e}"))?,
+            Ok(text) => split_args(&text).map_err(|e| e.from(SSH_ARGS_ENV))?,
             Err(_) => Vec::new(),
         };
         Ok(SshOptions { args, ..SshOptions::default() })
@@ -130,15 +148,11 @@ impl SshOptions {
     /// the host name (`ssh -G`), resolved, and the local end of a route to it.
     ///
     /// # Errors
-    /// A description when the host cannot be resolved or no route leads to it.
-    pub async fn local_address_towards(&self, host: &str) -> Result<IpAddr, String> {
-        let out = self
-            .command(host)
-            .arg("-G")
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .map_err(|e| format!("running {} -G {host}: {e}", self.program))?;
+    /// [`crate::RouteError`] when the host cannot be resolved or no route leads to it.
+    pub async fn local_address_towards(&self, host: &str) -> Result<IpAddr, crate::RouteError> {
+        let out = self.command(host).arg("-G").stdin(Stdio::null()).output().await.map_err(|source| {
+            crate::RouteError::SshConfig { program: self.program.clone(), host: host.to_owned(), source }
+        })?;
         let config = String::from_utf8_lossy(&out.stdout);
         let target = config
             .lines()
@@ -146,7 +160,7 @@ impl SshOptions {
             .map(str::trim)
             .unwrap_or(host)
             .to_owned();
-        crate::slurm::local_address_towards(&target).await.map_err(|e| format!("{e} (host {host})"))
+        crate::slurm::local_address_towards(&target).await
     }
 }
 
@@ -183,7 +197,7 @@ mod tests {
     fn arguments_with_spaces_are_split_as_a_shell_would() {
         let args = split_args("-F cfg -o 'ProxyCommand=ssh -W %h:%p gw'").unwrap();
         assert_eq!(args, ["-F", "cfg", "-o", "ProxyCommand=ssh -W %h:%p gw"]);
-        assert!(split_args("-o 'unbalanced").unwrap_err().contains("unbalanced"));
+        assert!(split_args("-o 'unbalanced").unwrap_err().to_string().contains("do not balance"));
     }
 
     #[test]

@@ -24,6 +24,24 @@ pub enum NodeError {
         /// What failed.
         message: String,
     },
+    /// A child on another host, but no launcher for other hosts.
+    #[error("host {host} is not this host and no launcher for other hosts was chosen (use --launcher ssh or slurm)")]
+    NoLauncher {
+        /// The host.
+        host: String,
+    },
+    /// No address of this host that the other hosts can reach was found.
+    #[error("cannot tell which address the other hosts can reach this host on ({}); set TREECAST_LISTEN", list(.tried))]
+    NoAddress {
+        /// What was tried, one error per host.
+        tried: Vec<treecast_launch::RouteError>,
+    },
+    /// No listener was opened for a child (an address for other hosts could not be found).
+    #[error("no listener for this child: {reason}")]
+    NoListener {
+        /// Why.
+        reason: String,
+    },
     /// An OS call failed.
     #[error("{what}: {source}")]
     Io {
@@ -33,4 +51,8 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+fn list(errors: &[treecast_launch::RouteError]) -> String {
+    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }

@@ -70,8 +70,8 @@ impl FileWorker {
     }
 
     async fn queue(&self, job: Job) -> Result<(), ApiError> {
-        let jobs = self.jobs.as_ref().ok_or_else(|| ApiError::Closed("the file worker is stopped".into()))?;
-        jobs.send(job).await.map_err(|_| ApiError::Closed("the file-writing thread ended".into()))
+        let jobs = self.jobs.as_ref().ok_or(ApiError::FileWorkerGone)?;
+        jobs.send(job).await.map_err(|_| ApiError::FileWorkerGone)
     }
 
     /// Queues a packet of the file protocol.

@@ -196,8 +196,36 @@ pub enum Event {
     /// tool sees the network closed).
     Shutdown {
         /// Why.
-        reason: String,
+        reason: EndReason,
     },
+}
+
+/// Why a node's life ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EndReason {
+    /// The front-end's tool shut the network down.
+    ShutDown,
+    /// The parent closed its link in order.
+    ParentClosed,
+    /// The link to the parent failed.
+    ParentFailed {
+        /// What broke it.
+        error: String,
+    },
+    /// This back-end left on its own.
+    Left,
+}
+
+impl std::fmt::Display for EndReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EndReason::ShutDown => f.write_str("the front-end shut the network down"),
+            EndReason::ParentClosed => f.write_str("the parent closed the link"),
+            EndReason::ParentFailed { error } => write!(f, "the link to the parent failed: {error}"),
+            EndReason::Left => f.write_str("this back-end left the network"),
+        }
+    }
 }
 
 /// What the tool reads, in order.
@@ -515,11 +543,10 @@ impl Node {
         match role {
             LinkRole::Parent => {
                 self.parent = None;
-                let why = match reason {
-                    Some(r) => format!("{}: the link to the parent failed: {r}", self.name),
-                    None => format!("{}: the parent closed the link", self.name),
-                };
-                self.shut_down(why);
+                self.shut_down(match reason {
+                    Some(error) => EndReason::ParentFailed { error },
+                    None => EndReason::ParentClosed,
+                });
             }
             LinkRole::Child(c) => {
                 self.children[c].link = None;
@@ -569,18 +596,17 @@ impl Node {
             Command::Shutdown => {
                 let why = match self.role {
                     Role::BackEnd { rank, .. } => {
-                        let why = format!("{} left", self.name);
                         if let Some(parent) = self.parent {
                             let leave = ControlMsg::Leave {
                                 ranks: RankSet::single(rank),
-                                reason: why.clone(),
+                                reason: format!("{} left", self.name),
                                 graceful: true,
                             };
                             self.out.control(parent, &leave);
                         }
-                        why
+                        EndReason::Left
                     }
-                    _ => "the front-end shut the network down".to_owned(),
+                    _ => EndReason::ShutDown,
                 };
                 self.shut_down(why);
                 Ok(())
@@ -682,7 +708,7 @@ impl Node {
     }
 
     /// Sends a shutdown down and ends the node.
-    fn shut_down(&mut self, reason: String) {
+    fn shut_down(&mut self, reason: EndReason) {
         if self.phase == Phase::Over {
             return;
         }

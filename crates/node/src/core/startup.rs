@@ -290,9 +290,7 @@ impl Node {
             }
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
             ControlMsg::CloseStream { id } => self.close_stream_from_parent(id),
-            ControlMsg::Shutdown => {
-                self.shut_down(format!("{}: the front-end shut the network down", self.name))
-            }
+            ControlMsg::Shutdown => self.shut_down(super::EndReason::ShutDown),
             other => {
                 tracing::warn!(node = %self.name, "ignoring unexpected control message from the parent: {other:?}")
             }

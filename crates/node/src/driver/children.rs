@@ -20,7 +20,7 @@ use treecast_wire::{AttachPoint, LaunchPlan, LocalRoute};
 
 use super::Launching;
 use crate::core::ChildLaunch;
-use crate::{env, launcher_of};
+use crate::{env, launcher_of, NodeError};
 
 /// Time allowed for one handshake.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
@@ -104,7 +104,7 @@ impl ChildrenTask {
         let listeners = match Listeners::open(&self.plan, &self.children, &is_local, launcher.as_ref()).await
         {
             Ok(l) => l,
-            Err(e) => return self.fail_all(&e).await,
+            Err(e) => return self.fail_all(&e.to_string()).await,
         };
         let mut processes = JoinSet::new();
         let mut watched = Vec::new();
@@ -279,7 +279,7 @@ impl ChildrenTask {
 }
 
 /// Waits for the next connection on any listener, or forever when there is none.
-async fn accept(listeners: Option<&Listeners>) -> Result<(treecast_transport::Stream, String), String> {
+async fn accept(listeners: Option<&Listeners>) -> Result<(treecast_transport::Stream, String), NodeError> {
     match listeners {
         Some(l) => l.accept().await,
         None => std::future::pending().await,
@@ -288,18 +288,15 @@ async fn accept(listeners: Option<&Listeners>) -> Result<(treecast_transport::St
 
 /// The address of this host that the first resolvable child host can reach;
 /// children whose host does not resolve fail on their own when ssh cannot reach them.
-async fn remote_address(remote: &Remote, hosts: &[&str]) -> Result<IpAddr, String> {
-    let mut errors = Vec::new();
+async fn remote_address(remote: &Remote, hosts: &[&str]) -> Result<IpAddr, NodeError> {
+    let mut tried = Vec::new();
     for host in hosts {
         match remote.local_address_towards(host).await {
             Ok(ip) => return Ok(ip),
-            Err(e) => errors.push(e),
+            Err(e) => tried.push(e),
         }
     }
-    Err(format!(
-        "cannot tell which address the other hosts can reach this host on ({}); set TREECAST_LISTEN",
-        errors.join("; ")
-    ))
+    Err(NodeError::NoAddress { tried })
 }
 
 /// Where children connect: a local listener for this host, a TCP one for other hosts.
@@ -307,7 +304,7 @@ struct Listeners {
     local: Option<Listener>,
     remote: Option<Listener>,
     /// Why there is no remote listener although remote children exist.
-    remote_error: Option<String>,
+    remote_error: Option<NodeError>,
 }
 
 impl Listeners {
@@ -316,14 +313,12 @@ impl Listeners {
         children: &[ChildLaunch],
         is_local: &(dyn Fn(&str) -> bool + Sync),
         remote: Option<&Remote>,
-    ) -> Result<Listeners, String> {
+    ) -> Result<Listeners, NodeError> {
         let listen: IpAddr = plan.listen.parse().unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
         let local = match children.iter().any(|c| is_local(&c.host)) {
             false => None,
-            true if plan.local_route == LocalRoute::Unix => {
-                Some(Listener::unix().map_err(|e| e.to_string())?)
-            }
-            true => Some(Listener::tcp(listen).await.map_err(|e| e.to_string())?),
+            true if plan.local_route == LocalRoute::Unix => Some(Listener::unix()?),
+            true => Some(Listener::tcp(listen).await?),
         };
         let remote_hosts: Vec<&str> =
             children.iter().map(|c| c.host.as_str()).filter(|h| !is_local(h)).collect();
@@ -331,43 +326,39 @@ impl Listeners {
             return Ok(Listeners { local, remote: None, remote_error: None });
         };
         let Some(remote) = remote else {
-            return Err(format!(
-                "host {first} is not this host and no launcher for other hosts was chosen (use --launcher ssh or slurm)"
-            ));
+            return Err(NodeError::NoLauncher { host: (*first).to_owned() });
         };
         let ip = match plan.remote_listen.parse::<IpAddr>() {
             Ok(ip) => Ok(ip),
             Err(_) => remote_address(remote, &remote_hosts).await,
         };
         match ip {
-            Ok(ip) => Ok(Listeners {
-                local,
-                remote: Some(Listener::tcp(ip).await.map_err(|e| e.to_string())?),
-                remote_error: None,
-            }),
+            Ok(ip) => Ok(Listeners { local, remote: Some(Listener::tcp(ip).await?), remote_error: None }),
             Err(e) if plan.allow_missing => Ok(Listeners { local, remote: None, remote_error: Some(e) }),
             Err(e) => Err(e),
         }
     }
 
-    fn address_for(&self, local: bool) -> Result<String, String> {
+    fn address_for(&self, local: bool) -> Result<String, NodeError> {
         let l = if local { &self.local } else { &self.remote };
         match (l, &self.remote_error) {
-            (Some(l), _) => l.address().map_err(|e| e.to_string()),
-            (None, Some(e)) => Err(e.clone()),
-            (None, None) => Err("no listener for this child".into()),
+            (Some(l), _) => Ok(l.address()?),
+            (None, Some(e)) => Err(NodeError::NoListener { reason: e.to_string() }),
+            (None, None) => {
+                Err(NodeError::NoListener { reason: "no child was expected on this route".into() })
+            }
         }
     }
 
     /// Waits for the next connection on any listener.
     ///
     /// Cancel safety: cancel safe.
-    async fn accept(&self) -> Result<(treecast_transport::Stream, String), String> {
+    async fn accept(&self) -> Result<(treecast_transport::Stream, String), NodeError> {
         let r = match (&self.local, &self.remote) {
             (Some(a), Some(b)) => tokio::select! { r = a.accept() => r, r = b.accept() => r },
             (Some(a), None) | (None, Some(a)) => a.accept().await,
             (None, None) => std::future::pending().await,
         };
-        r.map_err(|e| e.to_string())
+        Ok(r?)
     }
 }
