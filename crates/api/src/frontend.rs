@@ -169,6 +169,7 @@ impl Tool for FeTool {
                 self.push(Event::RanksLost { ranks, reason });
             }
             CoreEvent::RanksLeft { ranks, reason } => self.push(Event::RanksLeft { ranks, reason }),
+            CoreEvent::RanksJoined { ranks } => self.push(Event::RanksJoined { ranks }),
             CoreEvent::FilterError { stream, rank, message } => {
                 self.push(Event::FilterError { stream, rank, message })
             }

@@ -27,6 +27,12 @@ pub enum Event {
         /// Which node noticed, and why.
         reason: String,
     },
+    /// Back-ends joined while the network runs; streams whose communicator names them
+    /// take them in from the next wave.
+    RanksJoined {
+        /// The ranks that joined.
+        ranks: RankSet,
+    },
     /// Back-ends left the network on purpose (they closed); waves complete without them.
     RanksLeft {
         /// The ranks that left.

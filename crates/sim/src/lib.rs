@@ -186,6 +186,8 @@ pub struct Sim {
     tools: BTreeMap<u32, BackendTool>,
     /// Attach-mode back-ends waiting for the front-end's addresses.
     attach_waiting: Vec<(usize, usize)>,
+    /// Back-ends adopted while the tree runs: their rank and parent.
+    adopted: BTreeMap<usize, (u32, usize)>,
     log: FrontEndLog,
     /// Invariant violations seen (they fail the property tests).
     violations: Vec<String>,
@@ -221,6 +223,7 @@ impl Sim {
             nodes: (0..n).map(|_| None).collect(),
             tools: BTreeMap::new(),
             attach_waiting: Vec::new(),
+            adopted: BTreeMap::new(),
             log: FrontEndLog::default(),
             violations: Vec::new(),
         }
@@ -280,6 +283,40 @@ impl Sim {
         self.nodes.get(id).and_then(Option::as_ref).is_some_and(|n| n.alive)
     }
 
+    fn parent_of(&self, id: usize) -> Option<usize> {
+        match self.adopted.get(&id) {
+            Some(&(_, parent)) => Some(parent),
+            None => self.config.topology.node(id).parent,
+        }
+    }
+
+    /// Has node `parent` adopt a new back-end of rank `rank` while the tree runs;
+    /// returns the new node's id.
+    ///
+    /// # Errors
+    /// What the parent's core refused.
+    pub fn adopt(&mut self, parent: usize, rank: u32) -> Result<usize, CommandError> {
+        let id = self.nodes.len();
+        self.adopted.insert(id, (rank, parent));
+        let launch = ChildLaunch {
+            node_id: id as u32,
+            name: format!("back-end rank {rank} (sim:{id})"),
+            host: "sim".into(),
+            is_backend: true,
+            first_rank: rank,
+            backends: 1,
+            attach: false,
+        };
+        let now = self.now;
+        let Some(p) = self.nodes.get_mut(parent).and_then(Option::as_mut).filter(|p| p.alive) else {
+            return Err(CommandError::ShutDown);
+        };
+        p.stats.inputs += 1;
+        let r = p.core.handle_command(Command::Adopt(launch), now);
+        self.drain(parent);
+        r.map(|()| id)
+    }
+
     fn schedule(&mut self, at: Instant, action: Action) {
         self.seq += 1;
         self.queue.push(Reverse(Scheduled { at, seq: self.seq, action }));
@@ -315,11 +352,16 @@ impl Sim {
 
     fn make_node(&mut self, id: usize) {
         let topo = &self.config.topology;
-        let role = match (id, topo.backend_rank(id)) {
-            (0, _) => Role::FrontEnd,
-            (_, Some(rank)) => Role::BackEnd { rank, size: topo.backends() as u32 },
-            (_, None) => Role::CommNode,
-        };
+        let size = topo.backends() as u32;
+        let role =
+            match (id, self.adopted.get(&id), (id < topo.len()).then(|| topo.backend_rank(id)).flatten()) {
+                (0, ..) => Role::FrontEnd,
+                (_, Some(&(rank, _)), _) | (_, None, Some(rank)) => Role::BackEnd { rank, size },
+                (_, None, None) => Role::CommNode,
+            };
+        if self.nodes.len() <= id {
+            self.nodes.resize_with(id + 1, || None);
+        }
         let name = match role {
             Role::FrontEnd => "front-end".to_owned(),
             Role::CommNode => format!("comm node (id {id})"),
@@ -553,7 +595,7 @@ impl Sim {
         n.alive = false;
         if n.core.parent_link().is_none() && id != 0 {
             // Its process ended before it connected: the parent's driver would see the exit.
-            if let Some(parent) = self.config.topology.node(id).parent {
+            if let Some(parent) = self.parent_of(id) {
                 let now = self.now;
                 if let Some(p) = self.nodes[parent].as_mut().filter(|p| p.alive) {
                     let exited = Command::ChildExited { node_id: id as u32, detail: how.to_owned() };
@@ -681,9 +723,6 @@ impl Sim {
         let mut own = Vec::new();
         for c in children {
             let child = c.node_id as usize;
-            if child >= self.nodes.len() {
-                continue;
-            }
             self.make_node(child);
             if c.attach {
                 own.push(AttachPoint {

@@ -223,3 +223,25 @@ fn concat_waves_hold_each_rank_once() {
     got.sort();
     assert_eq!(got, (0..20).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_backend_adopted_while_streams_run_joins_the_streams_that_reach_it() {
+    let mut sim = launched("balanced:2x2", None, 12);
+    // Rank 4 does not exist yet; the stream already names it.
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 5), TransformKind::Sum))).unwrap();
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 6);
+    let id = sim.adopt(1, 4).unwrap();
+    sim.settle(Duration::from_millis(10));
+    assert!(sim.alive(id));
+    assert!(sim.log().events.iter().any(
+        |e| matches!(e, treecast_node::core::Event::RanksJoined { ranks } if *ranks == RankSet::single(4))
+    ));
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 6 + 4);
+    // One that never starts is reported lost, and the waves go on without it.
+    let doomed = sim.adopt(4, 5).unwrap();
+    sim.kill_at(doomed, Duration::ZERO);
+    sim.settle(Duration::from_millis(10));
+    assert_eq!(sim.core(0).unwrap().lost().ranks(), &RankSet::single(5));
+}

@@ -167,6 +167,11 @@ pub enum Event {
         /// Which node noticed, and why.
         reason: String,
     },
+    /// Front-end: back-ends joined while the tree runs.
+    RanksJoined {
+        /// The ranks.
+        ranks: RankSet,
+    },
     /// Front-end: back-ends left on purpose.
     RanksLeft {
         /// The ranks.
@@ -262,6 +267,9 @@ pub enum Command {
     },
     /// Driver, attach mode: where this node's own back-end slots connect.
     OwnAttachPoints(Vec<AttachPoint>),
+    /// Take a new child (a back-end) while the tree runs: the driver is asked to start
+    /// it, and its ranks join the streams that reach them once it joins.
+    Adopt(ChildLaunch),
     /// Front-end: create a stream (the id is the tool's, increasing).
     NewStream(StreamSpec),
     /// Front-end: close a stream everywhere.
@@ -422,6 +430,12 @@ pub struct Node {
     parent: Option<LinkId>,
     children: Vec<Child>,
     startup: Option<Startup>,
+    /// The plan this node started its children from (kept to start more later).
+    plan: Option<Arc<LaunchPlan>>,
+    /// The host this node runs on, from its plan.
+    own_host: String,
+    /// Earliest deadline of a child not yet joined.
+    child_deadline: Option<Instant>,
     streams: HashMap<u32, StreamState>,
     /// Highest stream id seen: an unknown id at or below it is a closed stream.
     max_stream: u32,
@@ -452,6 +466,9 @@ impl Node {
             parent: None,
             children: Vec::new(),
             startup: None,
+            plan: None,
+            own_host: String::new(),
+            child_deadline: None,
             streams: HashMap::new(),
             max_stream: 0,
             deliveries: VecDeque::new(),
@@ -590,6 +607,7 @@ impl Node {
                 self.own_attach_points(points, now);
                 Ok(())
             }
+            Command::Adopt(launch) => self.adopt(launch, now),
             Command::NewStream(spec) => self.open_stream(spec),
             Command::CloseStream(id) => self.close_stream_from_tool(id),
             Command::Send(frame) => self.send_from_tool(frame),
@@ -627,7 +645,7 @@ impl Node {
 
     /// When [`Node::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let startup = self.startup.as_ref().and_then(Startup::next_deadline);
+        let startup = self.child_deadline;
         let waves = self.streams.values().filter_map(StreamState::next_deadline).min();
         match (startup, waves) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -98,7 +98,6 @@ impl Child {
 /// Start-up bookkeeping, dropped once the node runs.
 #[derive(Debug)]
 pub(crate) struct Startup {
-    plan: Arc<LaunchPlan>,
     /// Ranks that did not start, and why.
     missing: Vec<(RankSet, String)>,
     /// Attach mode: how long back-ends have to connect once their addresses are out.
@@ -107,14 +106,6 @@ pub(crate) struct Startup {
     own_points: Option<Vec<AttachPoint>>,
     /// Attach mode: the addresses went up (or, at the front-end, out).
     points_sent: bool,
-    /// Earliest child deadline.
-    next: Option<Instant>,
-}
-
-impl Startup {
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.next
-    }
 }
 
 fn ms(v: u32) -> Duration {
@@ -210,14 +201,9 @@ impl Node {
             launches.push(launch);
         }
         let plan = Arc::new(plan);
-        self.startup = Some(Startup {
-            plan: plan.clone(),
-            missing: Vec::new(),
-            attach,
-            own_points: None,
-            points_sent: false,
-            next: None,
-        });
+        self.plan = Some(plan.clone());
+        self.own_host = own_host.clone();
+        self.startup = Some(Startup { missing: Vec::new(), attach, own_points: None, points_sent: false });
         self.phase = Phase::Starting;
         self.refresh_deadline();
         self.out.event(Event::StartChildren { plan, own_host, children: launches });
@@ -232,7 +218,7 @@ impl Node {
             .children
             .iter()
             .position(|c| c.node_id == node_id && c.state == ChildState::Launching && c.link.is_none());
-        let Some(c) = found.filter(|_| self.phase == Phase::Starting) else {
+        let Some(c) = found.filter(|_| matches!(self.phase, Phase::Starting | Phase::Running)) else {
             let reason =
                 format!("a link claims node id {node_id}: not an expected child, or already connected");
             tracing::warn!(node = %self.name, "{reason}");
@@ -355,10 +341,13 @@ impl Node {
     }
 
     fn child_joined(&mut self, c: usize, ranks: RankSet, commnodes: u32, now: Instant) {
-        let allow_missing = self.startup.as_ref().is_some_and(|s| s.plan.allow_missing);
+        let allow_missing = self.allow_missing();
         let child = &self.children[c];
+        if child.state == ChildState::Joined && self.phase == Phase::Running {
+            return self.child_grew(c, ranks, commnodes);
+        }
         if child.state != ChildState::Connected {
-            tracing::warn!(node = %self.name, "{} joined twice; ignored", child.name);
+            tracing::warn!(node = %self.name, "{} joined in state {:?}; ignored", child.name, child.state);
             return;
         }
         let extra = ranks.difference(&child.expected);
@@ -377,13 +366,90 @@ impl Node {
         child.state = ChildState::Joined;
         child.deadline = None;
         if self.phase == Phase::Running {
+            // A child adopted while the tree runs: its ranks take part from now on.
             self.member_joined(c);
+            let ranks = self.children[c].ranks.clone();
+            self.report_joined(ranks, commnodes);
         }
         self.refresh_deadline();
         self.maybe_ready(now);
     }
 
+    /// A joined child reaches more ranks (a node below it adopted a child).
+    fn child_grew(&mut self, c: usize, ranks: RankSet, commnodes: u32) {
+        let child = &mut self.children[c];
+        let new = ranks.difference(&child.ranks);
+        if new.is_empty() {
+            return;
+        }
+        child.ranks.union_with(&new);
+        child.expected.union_with(&new);
+        child.commnodes += commnodes;
+        self.member_joined(c);
+        self.report_joined(new, commnodes);
+    }
+
+    /// Ranks joined while the tree runs: the parent is told, the front-end's tool too.
+    fn report_joined(&mut self, ranks: RankSet, commnodes: u32) {
+        match self.parent {
+            Some(parent) => self.out.control(parent, &ControlMsg::Join { ranks, commnodes }),
+            None if self.role == Role::FrontEnd => self.out.event(Event::RanksJoined { ranks }),
+            None => {}
+        }
+    }
+
+    /// Takes a new child while the tree runs: the driver starts it like the others.
+    pub(super) fn adopt(&mut self, launch: ChildLaunch, now: Instant) -> Result<(), super::CommandError> {
+        if self.phase != Phase::Running || matches!(self.role, Role::BackEnd { .. }) {
+            return Err(super::CommandError::NotNow("only a running front-end or comm node adopts children"));
+        }
+        if !launch.is_backend || launch.attach {
+            return Err(super::CommandError::NotNow(
+                "only back-ends started by this node are adopted for now",
+            ));
+        }
+        if self.children.iter().any(|c| c.node_id == launch.node_id && c.alive()) {
+            return Err(super::CommandError::NotNow("a child with this node id exists"));
+        }
+        let Some(plan) = self.plan.clone() else {
+            return Err(super::CommandError::NotNow("this node has no plan to start children with"));
+        };
+        let limit = ms(plan.startup_timeout_ms);
+        self.children.push(Child {
+            node_id: launch.node_id,
+            name: launch.name.clone(),
+            host: launch.host.clone(),
+            is_backend: true,
+            expected: RankSet::range(launch.first_rank, launch.backends),
+            ranks: RankSet::new(),
+            commnodes: 0,
+            link: None,
+            state: ChildState::Launching,
+            attach: false,
+            plan: None,
+            detail: None,
+            deadline: Some(now + limit),
+            late: "did not connect",
+            join_limit: limit,
+            points: None,
+        });
+        self.refresh_deadline();
+        let own_host = self.own_host.clone();
+        self.out.event(Event::StartChildren { plan, own_host, children: vec![launch] });
+        Ok(())
+    }
+
+    fn allow_missing(&self) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.allow_missing)
+    }
+
     fn child_left(&mut self, c: usize, ranks: &RankSet, reason: String, graceful: bool, now: Instant) {
+        let child = &mut self.children[c];
+        let unknown = ranks.difference(&child.expected);
+        if !unknown.is_empty() && self.phase == Phase::Running {
+            // Ranks adopted below that never joined: whoever asked for them hears of it.
+            self.report_up(ControlMsg::Leave { ranks: unknown, reason: reason.clone(), graceful });
+        }
         let child = &mut self.children[c];
         let ranks = ranks.intersection(&child.expected.clone());
         if ranks.is_empty() {
@@ -429,8 +495,19 @@ impl Node {
     /// Gives up on child `c` during start-up: the start-up fails, or with missing
     /// children allowed, its ranks are reported lost.
     fn fail_child(&mut self, c: usize, reason: String, now: Instant) {
-        let allow_missing = self.startup.as_ref().is_some_and(|s| s.plan.allow_missing);
-        if self.phase != Phase::Starting || self.children[c].state == ChildState::Gone {
+        let allow_missing = self.allow_missing();
+        if self.children[c].state == ChildState::Gone {
+            return;
+        }
+        if self.phase == Phase::Running {
+            // An adopted child that never joined: its ranks are reported lost.
+            tracing::warn!(node = %self.name, "{reason}");
+            let ranks = self.children[c].expected.clone();
+            self.abandon(c);
+            self.refresh_deadline();
+            return self.report_up(ControlMsg::Leave { ranks, reason, graceful: false });
+        }
+        if self.phase != Phase::Starting {
             return;
         }
         if !allow_missing {
@@ -478,7 +555,7 @@ impl Node {
 
     /// Gives up on children past their deadline.
     pub(super) fn startup_timeout(&mut self, now: Instant) {
-        if self.startup.as_ref().and_then(Startup::next_deadline).map_or(true, |d| d > now) {
+        if self.child_deadline.map_or(true, |d| d > now) {
             return;
         }
         let late: Vec<usize> = (0..self.children.len())
@@ -488,14 +565,14 @@ impl Node {
             let child = &self.children[c];
             let secs = child.deadline.map_or(0.0, |_| {
                 if child.state == ChildState::Launching {
-                    self.startup.as_ref().map_or(0.0, |s| limit_for(child, s).as_secs_f64())
+                    self.limit_for(child).as_secs_f64()
                 } else {
                     child.join_limit.as_secs_f64()
                 }
             });
             let reason = child.failure(&format!("{} within {secs:.1} s", child.late));
             self.fail_child(c, reason, now);
-            if self.phase != Phase::Starting {
+            if self.phase == Phase::Over {
                 return;
             }
         }
@@ -503,9 +580,15 @@ impl Node {
     }
 
     fn refresh_deadline(&mut self) {
-        let next = self.children.iter().filter(|c| c.alive()).filter_map(|c| c.deadline).min();
-        if let Some(s) = self.startup.as_mut() {
-            s.next = next;
+        self.child_deadline = self.children.iter().filter(|c| c.alive()).filter_map(|c| c.deadline).min();
+    }
+
+    /// How long a launching child had to connect.
+    fn limit_for(&self, child: &Child) -> Duration {
+        match (&self.startup, &self.plan) {
+            (Some(s), _) if child.attach => s.attach.unwrap_or_default(),
+            (_, Some(plan)) => ms(plan.startup_timeout_ms),
+            _ => Duration::ZERO,
         }
     }
 
@@ -587,14 +670,5 @@ impl Node {
                 .transmits
                 .push_back(Transmit { to: Destination::Links(links.into()), frame: control_frame(msg) });
         }
-    }
-}
-
-/// How long a launching child had to connect.
-fn limit_for(child: &Child, s: &Startup) -> Duration {
-    if child.attach {
-        s.attach.unwrap_or_default()
-    } else {
-        ms(s.plan.startup_timeout_ms)
     }
 }

@@ -64,6 +64,8 @@ pub(crate) enum ChildOrder {
     Abandon(u32),
     /// Every child is linked: stop listening.
     StopAccepting,
+    /// Start more children (adopted while the tree runs).
+    Start(Vec<ChildLaunch>),
     /// The node is over: give the processes `grace` to exit, then kill them.
     Shutdown {
         /// How long to wait.
@@ -87,6 +89,39 @@ struct Watched {
     stop: Option<oneshot::Sender<()>>,
 }
 
+/// What the task keeps while the node runs.
+struct Running {
+    launcher: Option<Remote>,
+    listeners: Option<Listeners>,
+    /// One task per process; dropping the set kills them all.
+    processes: JoinSet<()>,
+    watched: Vec<Watched>,
+}
+
+impl Running {
+    /// Stops one child's process.
+    fn stop(&mut self, node_id: u32) {
+        if let Some(stop) = self.watched.iter_mut().find(|w| w.node_id == node_id).and_then(|w| w.stop.take())
+        {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Gives the processes `grace` to exit, then kills what is left.
+    async fn shut_down(mut self, grace: Duration) {
+        let _ =
+            tokio::time::timeout(grace, async { while self.processes.join_next().await.is_some() {} }).await;
+        for w in &mut self.watched {
+            if let Some(stop) = w.stop.take() {
+                let _ = stop.send(());
+            }
+        }
+        let limit = Duration::from_secs(2);
+        let _ =
+            tokio::time::timeout(limit, async { while self.processes.join_next().await.is_some() {} }).await;
+    }
+}
+
 impl ChildrenTask {
     /// Runs until the node shuts down (or the driver is gone).
     ///
@@ -96,27 +131,46 @@ impl ChildrenTask {
             Ok(l) => l,
             Err(e) => return self.fail_all(&e).await,
         };
-        let own_host = self.own_host.clone();
-        let is_local = |host: &str| {
-            !launcher.as_ref().is_some_and(Remote::takes_local_hosts)
-                && (host == own_host || host == "localhost")
-        };
-        let listeners = match Listeners::open(&self.plan, &self.children, &is_local, launcher.as_ref()).await
-        {
-            Ok(l) => l,
-            Err(e) => return self.fail_all(&e.to_string()).await,
-        };
-        let mut processes = JoinSet::new();
-        let mut watched = Vec::new();
-        let mut own_points = Vec::new();
-        for child in std::mem::take(&mut self.children) {
-            let local = is_local(&child.host);
-            let address = match listeners.address_for(local) {
-                Ok(a) => a,
+        let mut running =
+            Running { launcher, listeners: None, processes: JoinSet::new(), watched: Vec::new() };
+        let children = std::mem::take(&mut self.children);
+        let own_points = self.start(&mut running, children).await;
+        if self.plan.attach_ms > 0 {
+            let _ = self.news.send(ChildNews::AttachPoints(own_points)).await;
+        }
+        self.serve(running).await;
+    }
+
+    fn is_local(&self, launcher: Option<&Remote>, host: &str) -> bool {
+        !launcher.is_some_and(Remote::takes_local_hosts) && (host == self.own_host || host == "localhost")
+    }
+
+    /// Opens the listeners `children` need (unless open) and starts their processes;
+    /// returns where the attach-mode ones connect.
+    async fn start(&mut self, running: &mut Running, children: Vec<ChildLaunch>) -> Vec<AttachPoint> {
+        let launcher = running.launcher.clone();
+        if running.listeners.is_none() {
+            let is_local = |h: &str| self.is_local(launcher.as_ref(), h);
+            match Listeners::open(&self.plan, &children, &is_local, launcher.as_ref()).await {
+                Ok(l) => running.listeners = Some(l),
                 Err(e) => {
+                    for child in children {
+                        self.not_started(child.node_id, e.to_string()).await;
+                    }
+                    return Vec::new();
+                }
+            }
+        }
+        let mut own_points = Vec::new();
+        for child in children {
+            let local = self.is_local(launcher.as_ref(), &child.host);
+            let address = match running.listeners.as_ref().map(|l| l.address_for(local)) {
+                Some(Ok(a)) => a,
+                Some(Err(e)) => {
                     self.not_started(child.node_id, e.to_string()).await;
                     continue;
                 }
+                None => continue,
             };
             if child.attach {
                 own_points.push(AttachPoint { rank: child.first_rank, node_id: child.node_id, address });
@@ -128,14 +182,14 @@ impl ChildrenTask {
                 _ => LocalLauncher.launch(&spec),
             };
             match started {
-                Ok(process) => watched.push(self.watch(&mut processes, child.node_id, process)),
+                Ok(process) => {
+                    let w = self.watch(&mut running.processes, child.node_id, process);
+                    running.watched.push(w);
+                }
                 Err(e) => self.not_started(child.node_id, e.to_string()).await,
             }
         }
-        if self.plan.attach_ms > 0 {
-            let _ = self.news.send(ChildNews::AttachPoints(own_points)).await;
-        }
-        self.serve(listeners, processes, watched).await;
+        own_points
     }
 
     /// Reports every child failed for one reason (no listener, no launcher).
@@ -176,12 +230,11 @@ impl ChildrenTask {
     }
 
     /// Accepts links and follows orders until the node shuts down.
-    async fn serve(&mut self, listeners: Listeners, mut processes: JoinSet<()>, mut watched: Vec<Watched>) {
-        let mut listeners = Some(listeners);
+    async fn serve(&mut self, mut running: Running) {
         let mut handshakes = JoinSet::new();
         loop {
             tokio::select! {
-                accepted = accept(listeners.as_ref()) => match accepted {
+                accepted = accept(running.listeners.as_ref()) => match accepted {
                     Ok((mut stream, peer)) => {
                         let secret = self.launching.secret.clone();
                         handshakes.spawn(async move {
@@ -197,7 +250,10 @@ impl ChildrenTask {
                 },
                 Some(done) = handshakes.join_next() => {
                     let Ok((result, stream, peer)) = done else { continue };
-                    match result.map_err(|e| e.to_string()).and_then(|id| Ok((id, stream.into_socket().map_err(|e| e.to_string())?))) {
+                    let linked = result
+                        .map_err(|e| e.to_string())
+                        .and_then(|id| Ok((id, stream.into_socket().map_err(|e| e.to_string())?)));
+                    match linked {
                         Ok((node_id, socket)) => {
                             if self.news.send(ChildNews::Connected { node_id, socket, peer }).await.is_err() {
                                 return;
@@ -206,27 +262,14 @@ impl ChildrenTask {
                         Err(reason) => tracing::warn!("refused a connection from {peer}: {reason}"),
                     }
                 }
-                Some(_) = processes.join_next() => {}
+                Some(_) = running.processes.join_next() => {}
                 order = self.orders.recv() => match order {
-                    Some(ChildOrder::Abandon(node_id)) => {
-                        if let Some(w) = watched.iter_mut().find(|w| w.node_id == node_id) {
-                            if let Some(stop) = w.stop.take() {
-                                let _ = stop.send(());
-                            }
-                        }
+                    Some(ChildOrder::Abandon(node_id)) => running.stop(node_id),
+                    Some(ChildOrder::StopAccepting) => running.listeners = None,
+                    Some(ChildOrder::Start(children)) => {
+                        self.start(&mut running, children).await;
                     }
-                    Some(ChildOrder::StopAccepting) => listeners = None,
-                    Some(ChildOrder::Shutdown { grace }) => {
-                        let _ = tokio::time::timeout(grace, async { while processes.join_next().await.is_some() {} }).await;
-                        for w in &mut watched {
-                            if let Some(stop) = w.stop.take() {
-                                let _ = stop.send(());
-                            }
-                        }
-                        let limit = Duration::from_secs(2);
-                        let _ = tokio::time::timeout(limit, async { while processes.join_next().await.is_some() {} }).await;
-                        return;
-                    }
+                    Some(ChildOrder::Shutdown { grace }) => return running.shut_down(grace).await,
                     // The driver is gone: dropping the set kills every process.
                     None => return,
                 },

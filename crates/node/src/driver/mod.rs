@@ -182,6 +182,9 @@ impl<T: Tool> Driver<T> {
 
     fn on_event(&mut self, event: Event) {
         match event {
+            Event::StartChildren { children, .. } if self.children_task.is_some() => {
+                self.order(ChildOrder::Start(children));
+            }
             Event::StartChildren { plan, own_host, children } => {
                 self.route.set_max_frame(plan.max_frame as usize);
                 let (news_tx, news_rx) = mpsc::channel(64);
