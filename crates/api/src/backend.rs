@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use treecast_filters::{FilterRegistry, RegistryError};
-use treecast_node::core::{Command, CommandError, Delivery, EndReason, Event, Node, NodeConfig, Peer, Role};
+use treecast_node::core::{Command, Delivery, EndReason, Event, Node, NodeConfig, Peer, Role};
 use treecast_node::driver::{drive, lock, Driver, Launching, Shared, Tool, LAST_FLUSH};
 use treecast_node::{connect_to, env, read_secret, DEFAULT_MAX_FRAME};
 use treecast_transport::Secret;
 use treecast_wire::{Frame, FrameHeader, Value, Window};
 
-use crate::stream::encode_checked;
+use crate::stream::{encode_checked, send_with_credit, WaitsForCredit};
 use crate::{rank_from_env, ApiError, AttachInfo, Packet};
 
 /// Time allowed to reach and authenticate with the parent.
@@ -34,6 +34,12 @@ pub(crate) struct BeTool {
     reader: Option<Waker>,
     writers: std::collections::HashMap<u32, Vec<Waker>>,
     over: Option<EndReason>,
+}
+
+impl WaitsForCredit for BeTool {
+    fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
+        self.writers.entry(stream).or_default().push(cx.waker().clone());
+    }
 }
 
 impl Tool for BeTool {
@@ -107,21 +113,7 @@ impl BackEndSender {
                 other => ApiError::StreamFilter { stream, node: d.core().name().to_owned(), source: other },
             })?;
         }
-        let mut frame = Some(Frame::new(FrameHeader::data(stream, tag, self.rank), payload));
-        std::future::poll_fn(|cx| {
-            let mut d = lock(&self.shared);
-            let Some(f) = frame.take() else { return Poll::Ready(Ok(())) };
-            match d.command(Command::Send(f)) {
-                Ok(()) => Poll::Ready(Ok(())),
-                Err(CommandError::Blocked(back)) => {
-                    frame = Some(back);
-                    d.tool().writers.entry(stream).or_default().push(cx.waker().clone());
-                    Poll::Pending
-                }
-                Err(e) => Poll::Ready(Err(ApiError::from_command(stream, e))),
-            }
-        })
-        .await
+        send_with_credit(&self.shared, Frame::new(FrameHeader::data(stream, tag, self.rank), payload)).await
     }
 }
 

@@ -197,24 +197,19 @@ impl NetworkBuilder {
 
     fn plan(&self, session: &str) -> LaunchPlan {
         let ms = |d: Duration| d.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
-        LaunchPlan {
-            session: session.to_owned(),
-            node_id: 0,
-            first_rank: 0,
-            total_backends: self.topology.backends() as u32,
-            topology: self.topology.to_mrnet(),
-            backend: self.backend.clone(),
-            env: self.env.clone(),
-            startup_timeout_ms: ms(self.startup_timeout),
-            attach_ms: self.attach.as_ref().map_or(0, |(_, limit)| ms(*limit)),
-            allow_missing: self.allow_missing,
-            local_route: if self.unix_links { LocalRoute::Unix } else { LocalRoute::Tcp },
-            listen: self.listen.to_string(),
-            remote_listen: self.remote_listen.map(|ip| ip.to_string()).unwrap_or_default(),
-            launcher: self.launcher_spec(),
-            max_frame: self.max_frame as u32,
-            log: std::env::var(env::LOG).unwrap_or_default(),
-        }
+        let mut plan = LaunchPlan::local(session, self.topology.to_mrnet(), self.topology.backends() as u32);
+        plan.backend = self.backend.clone();
+        plan.env = self.env.clone();
+        plan.startup_timeout_ms = ms(self.startup_timeout);
+        plan.attach_ms = self.attach.as_ref().map_or(0, |(_, limit)| ms(*limit));
+        plan.allow_missing = self.allow_missing;
+        plan.local_route = if self.unix_links { LocalRoute::Unix } else { LocalRoute::Tcp };
+        plan.listen = self.listen.to_string();
+        plan.remote_listen = self.remote_listen.map(|ip| ip.to_string()).unwrap_or_default();
+        plan.launcher = self.launcher_spec();
+        plan.max_frame = self.max_frame as u32;
+        plan.log = std::env::var(env::LOG).unwrap_or_default();
+        plan
     }
 
     /// Starts every comm node and back-end and waits until all have reported.

@@ -106,11 +106,6 @@ impl FeTool {
         self.readers.entry(stream).or_default().push(cx.waker().clone());
     }
 
-    /// Waits for room to send on `stream`.
-    pub(crate) fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
-        self.writers.entry(stream).or_default().push(cx.waker().clone());
-    }
-
     /// The next event, or registers to be woken for one.
     pub(crate) fn poll_event(&mut self, cx: Option<&Context<'_>>) -> Poll<Option<Event>> {
         if let Some(e) = self.events.pop_front() {
@@ -141,6 +136,12 @@ impl FeTool {
             Ok(()) => self.attach_written = Some(target.path),
             Err(e) => self.finish_launch(Err(e)),
         }
+    }
+}
+
+impl crate::stream::WaitsForCredit for FeTool {
+    fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
+        self.writers.entry(stream).or_default().push(cx.waker().clone());
     }
 }
 

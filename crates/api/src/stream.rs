@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use treecast_filters::TransformKind;
 use treecast_node::core::{Command, CommandError, Delivery};
-use treecast_node::driver::{lock, Shared};
+use treecast_node::driver::{lock, Shared, Tool};
 use treecast_wire::{
     encode_values, FilterSpec, Format, Frame, FrameHeader, RankSet, SyncMode, Value, Window,
     DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW, FLAG_DIRECT,
@@ -60,6 +60,37 @@ pub struct Stream {
     backends: u32,
     /// The tool saw its end (or closed it).
     ended: bool,
+}
+
+/// A tool that can wait for room to send on a stream.
+pub(crate) trait WaitsForCredit: Tool {
+    /// Wakes `cx` once `stream` can take a frame again.
+    fn wait_writable(&mut self, stream: u32, cx: &std::task::Context<'_>);
+}
+
+/// Gives the core a frame to send, waiting while its stream has no credit.
+///
+/// Cancel safety: cancel safe; a cancelled call sent nothing.
+pub(crate) async fn send_with_credit<T: WaitsForCredit>(
+    shared: &Shared<T>,
+    frame: Frame,
+) -> Result<(), ApiError> {
+    let stream = frame.header.stream;
+    let mut frame = Some(frame);
+    std::future::poll_fn(|cx| {
+        let mut d = lock(shared);
+        let Some(f) = frame.take() else { return Poll::Ready(Ok(())) };
+        match d.command(Command::Send(f)) {
+            Ok(()) => Poll::Ready(Ok(())),
+            Err(CommandError::Blocked(back)) => {
+                frame = Some(back);
+                d.tool().wait_writable(stream, cx);
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(ApiError::from_command(stream, e))),
+        }
+    })
+    .await
 }
 
 /// Encodes `values` after checking them against `format`; returns the parsed format too.
@@ -143,22 +174,7 @@ impl Stream {
     }
 
     async fn send_frame(&self, frame: Frame) -> Result<(), ApiError> {
-        let id = self.id;
-        let mut frame = Some(frame);
-        std::future::poll_fn(|cx| {
-            let mut d = lock(&self.shared);
-            let Some(f) = frame.take() else { return Poll::Ready(Ok(())) };
-            match d.command(Command::Send(f)) {
-                Ok(()) => Poll::Ready(Ok(())),
-                Err(CommandError::Blocked(back)) => {
-                    frame = Some(back);
-                    d.tool().wait_writable(id, cx);
-                    Poll::Pending
-                }
-                Err(e) => Poll::Ready(Err(ApiError::from_command(id, e))),
-            }
-        })
-        .await
+        send_with_credit(&self.shared, frame).await
     }
 
     fn poll_packet(&mut self, cx: Option<&std::task::Context<'_>>) -> Poll<Result<Packet, ApiError>> {

@@ -28,8 +28,7 @@ use treecast_node::core::{
 };
 use treecast_topology::Topology;
 use treecast_wire::{
-    decode_values, encode_values, AttachPoint, Frame, FrameHeader, LaunchPlan, LauncherKind, LauncherSpec,
-    LocalRoute, Value, Window, MAX_PAYLOAD_LEN,
+    decode_values, encode_values, AttachPoint, Frame, FrameHeader, LaunchPlan, Value, Window,
 };
 
 /// Tag of a request a back-end answers with `%d`: the request's integer plus its rank.
@@ -324,30 +323,15 @@ impl Sim {
 
     fn plan(&self) -> LaunchPlan {
         let c = &self.config;
-        LaunchPlan {
-            session: format!("sim{:x}", c.seed),
-            node_id: 0,
-            first_rank: 0,
-            total_backends: c.topology.backends() as u32,
-            topology: c.topology.to_mrnet(),
-            backend: Vec::new(),
-            env: Vec::new(),
-            startup_timeout_ms: c.startup_timeout.as_millis().min(u128::from(u32::MAX)) as u32,
-            attach_ms: c.attach.map_or(0, |a| a.as_millis().clamp(1, u128::from(u32::MAX)) as u32),
-            allow_missing: c.allow_missing,
-            local_route: LocalRoute::Unix,
-            listen: String::new(),
-            remote_listen: String::new(),
-            launcher: LauncherSpec {
-                kind: LauncherKind::Local,
-                program: String::new(),
-                args: Vec::new(),
-                connect_timeout_s: 10,
-                remote_path: String::new(),
-            },
-            max_frame: MAX_PAYLOAD_LEN as u32,
-            log: String::new(),
-        }
+        let mut plan = LaunchPlan::local(
+            format!("sim{:x}", c.seed),
+            c.topology.to_mrnet(),
+            c.topology.backends() as u32,
+        );
+        plan.startup_timeout_ms = c.startup_timeout.as_millis().min(u128::from(u32::MAX)) as u32;
+        plan.attach_ms = c.attach.map_or(0, |a| a.as_millis().clamp(1, u128::from(u32::MAX)) as u32);
+        plan.allow_missing = c.allow_missing;
+        plan
     }
 
     fn make_node(&mut self, id: usize) {

@@ -4,6 +4,7 @@
 
 use crate::codec::{put_string, Reader};
 use crate::control::decode_bool;
+use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
@@ -94,6 +95,35 @@ fn strings(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<String>, Decode
 }
 
 impl LaunchPlan {
+    /// A plan for a whole tree on this host, rooted at node 0: the local launcher, Unix
+    /// links, 30 s per level, no attach mode, the largest frames the wire allows.
+    pub fn local(session: impl Into<String>, topology: String, total_backends: u32) -> LaunchPlan {
+        LaunchPlan {
+            session: session.into(),
+            node_id: 0,
+            first_rank: 0,
+            total_backends,
+            topology,
+            backend: Vec::new(),
+            env: Vec::new(),
+            startup_timeout_ms: 30_000,
+            attach_ms: 0,
+            allow_missing: false,
+            local_route: LocalRoute::Unix,
+            listen: String::new(),
+            remote_listen: String::new(),
+            launcher: LauncherSpec {
+                kind: LauncherKind::Local,
+                program: String::new(),
+                args: Vec::new(),
+                connect_timeout_s: 0,
+                remote_path: String::new(),
+            },
+            max_frame: MAX_PAYLOAD_U32,
+            log: String::new(),
+        }
+    }
+
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&PLAN_VERSION.to_le_bytes());
         put_string(out, &self.session);
@@ -189,7 +219,7 @@ impl LaunchPlan {
             remote_listen,
             launcher,
             max_frame: match r.u32("launch plan")? {
-                n @ 1..=crate::frame::MAX_PAYLOAD_U32 => n,
+                n @ 1..=MAX_PAYLOAD_U32 => n,
                 n => {
                     return Err(DecodeError::Invalid {
                         what: "launch plan",

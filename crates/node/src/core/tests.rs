@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use treecast_filters::{FilterRegistry, TransformKind};
 use treecast_wire::{
-    encode_values, ControlMsg, FilterSpec, Frame, FrameHeader, Grant, LaunchPlan, LauncherKind, LauncherSpec,
-    LocalRoute, RankSet, StreamSpec, SyncMode, Value, Window,
+    encode_values, ControlMsg, FilterSpec, Frame, FrameHeader, Grant, LaunchPlan, RankSet, StreamSpec,
+    SyncMode, Value, Window,
 };
 
 use super::*;
@@ -22,30 +22,11 @@ fn node(role: Role, id: u32) -> Node {
 }
 
 fn plan(topology: &str, node_id: u32, allow_missing: bool) -> LaunchPlan {
-    LaunchPlan {
-        session: "s".into(),
-        node_id,
-        first_rank: 0,
-        total_backends: 2,
-        topology: topology.into(),
-        backend: Vec::new(),
-        env: Vec::new(),
-        startup_timeout_ms: 1000,
-        attach_ms: 0,
-        allow_missing,
-        local_route: LocalRoute::Unix,
-        listen: String::new(),
-        remote_listen: String::new(),
-        launcher: LauncherSpec {
-            kind: LauncherKind::Local,
-            program: String::new(),
-            args: Vec::new(),
-            connect_timeout_s: 0,
-            remote_path: String::new(),
-        },
-        max_frame: 1 << 20,
-        log: String::new(),
-    }
+    let mut plan = LaunchPlan::local("s", topology.into(), 2);
+    plan.node_id = node_id;
+    plan.startup_timeout_ms = 1000;
+    plan.allow_missing = allow_missing;
+    plan
 }
 
 fn ids(n: usize) -> Vec<LinkId> {
