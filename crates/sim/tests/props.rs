@@ -120,7 +120,7 @@ fn shuts_down(sim: &mut Sim, nodes: usize) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
 
     /// Without failures every wave's sum is exact, whatever the shape, delays and sync mode.
     #[test]
