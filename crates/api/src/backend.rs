@@ -33,6 +33,8 @@ pub enum BackEndEvent {
 /// A back-end's connection to the tree.
 ///
 /// `recv` takes `&mut self`; to send from other tasks, clone a [`BackEndSender`].
+/// [`BackEnd::send`] queues; what it queued is delivered even when the back-end
+/// returns from `main` right after, without [`BackEnd::close`].
 #[derive(Debug)]
 pub struct BackEnd {
     sender: BackEndSender,
@@ -59,7 +61,16 @@ impl BackEndSender {
         self.size
     }
 
-    /// Sends values upstream on `stream`.
+    /// Queues values to send upstream on `stream`; the link's writer sends them in
+    /// the background, batched with other packets.
+    ///
+    /// When this returns `Ok` the packet is queued, not yet written. It is still
+    /// delivered if the back-end then returns from `main` (or leaves it through `?`)
+    /// without [`BackEnd::close`]: when the runtime drops the link's writer, the writer
+    /// writes what is queued before it goes, blocking for at most
+    /// [`treecast_transport::LEAVE_LIMIT`]. Only a process that ends without unwinding
+    /// (`std::process::exit`, a signal, an abort) loses what is queued; call
+    /// [`BackEnd::close`] first there.
     ///
     /// Waits when this back-end already has [`treecast_wire::UP_WINDOW`] packets on
     /// `stream` that the tree has not yet reduced (flow control: a wave is waiting
@@ -243,7 +254,8 @@ impl BackEnd {
         Ok(None)
     }
 
-    /// Sends values upstream on `stream`; see [`BackEndSender::send`].
+    /// Queues values to send upstream on `stream`; see [`BackEndSender::send`] for
+    /// what is guaranteed when the back-end leaves right after.
     ///
     /// # Errors
     /// As [`BackEndSender::send`].
@@ -253,14 +265,17 @@ impl BackEnd {
         self.sender.send(stream, tag, format, values).await
     }
 
-    /// Flushes what was sent and leaves the tree.
+    /// Leaves the tree in order: waits (up to [`treecast_transport::LEAVE_LIMIT`]) until
+    /// everything sent is written and acknowledged by the parent. Needed before a
+    /// process ends without unwinding (`std::process::exit`); returning from `main`
+    /// delivers what was sent without it.
     ///
     /// Cancel safety: cancel safe.
     pub async fn close(mut self) {
         let writer = self.writer.take();
         drop(self);
         if let Some(w) = writer {
-            let _ = tokio::time::timeout(Duration::from_secs(5), w).await;
+            let _ = tokio::time::timeout(treecast_transport::LEAVE_LIMIT, w).await;
         }
     }
 }

@@ -28,7 +28,7 @@ pub use credit::{Credit, SendCredits};
 pub use error::TransportError;
 pub use link::{
     spawn_link, spawn_socket_link, spawn_socket_link_with_credits, Inbound, LinkEvent, LinkSender,
-    LINK_CHUNKS_IN_FLIGHT, LINK_QUEUE_BYTES, LINK_QUEUE_FRAMES,
+    LEAVE_LIMIT, LINK_CHUNKS_IN_FLIGHT, LINK_QUEUE_BYTES, LINK_QUEUE_FRAMES,
 };
 pub use route::{Listener, ReadHalf, Stream, WriteHalf};
 pub use secret::{Secret, SECRET_ENV};

@@ -2,7 +2,7 @@
 
 use std::io::IoSlice;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -22,6 +22,9 @@ const BATCH_BYTES: usize = 256 << 10;
 const RESERVE_STEP: usize = 1 << 20;
 /// Payloads at least this large are written from their own buffer instead of being copied.
 const ZERO_COPY_MIN: usize = 8 << 10;
+/// Longest a back-end's link to its parent may block, when its writer is dropped, to
+/// write what is left and have the parent acknowledge it (see [`spawn_socket_link_with_credits`]).
+pub const LEAVE_LIMIT: Duration = Duration::from_secs(5);
 
 /// What a link's reader reports to the node that owns it.
 #[derive(Debug)]
@@ -115,7 +118,7 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    start(TokioReader(reader), TokioWriter(writer), link, name, inbound, None)
+    start(TokioReader(reader), TokioWriter(writer), link, name, inbound, None, None)
 }
 
 /// Starts the reader and writer tasks of an authenticated socket; see [`spawn_link`].
@@ -132,12 +135,21 @@ pub fn spawn_socket_link(
     inbound: mpsc::Sender<Inbound>,
 ) -> std::io::Result<(LinkSender, JoinHandle<()>)> {
     let (r, w) = split(socket)?;
-    Ok(start(r, w, link, name, inbound, None))
+    Ok(start(r, w, link, name, inbound, None, None))
 }
 
 /// [`spawn_socket_link`] for a back-end's link to its parent: credit frames read
 /// from it are added to `credits` at once (not queued behind data the tool has not
 /// read yet) and are not reported to `inbound`.
+///
+/// Nothing queued is lost when the process leaves `main` right after queueing it. The
+/// runtime then drops the writer task with frames still queued; the writer writes them
+/// as it is dropped, blocking the thread, and ends the connection in order. Over TCP,
+/// on that path and when every sender is dropped, it also waits until the parent has
+/// acknowledged every byte: a process that exits with unread data from its peer makes
+/// the kernel reset the connection, which throws away what the peer had not
+/// acknowledged yet. Both waits together take at most [`LEAVE_LIMIT`]. A process that
+/// ends without unwinding (`std::process::exit`, a signal) still loses what is queued.
 ///
 /// # Errors
 /// The socket could not be registered with the runtime's reactor.
@@ -149,7 +161,7 @@ pub fn spawn_socket_link_with_credits(
     credits: Arc<SendCredits>,
 ) -> std::io::Result<(LinkSender, JoinHandle<()>)> {
     let (r, w) = split(socket)?;
-    Ok(start(r, w, link, name, inbound, Some(credits)))
+    Ok(start(r, w, link, name, inbound, Some(credits), Some(LEAVE_LIMIT)))
 }
 
 fn start(
@@ -159,11 +171,14 @@ fn start(
     name: String,
     inbound: mpsc::Sender<Inbound>,
     credits: Option<Arc<SendCredits>>,
+    flush_on_drop: Option<Duration>,
 ) -> (LinkSender, JoinHandle<()>) {
     let name: Arc<str> = name.into();
     let (tx, rx) = mpsc::channel(LINK_QUEUE_FRAMES);
     tokio::spawn(read_loop(reader, link, name.clone(), inbound, credits));
-    let writer = tokio::spawn(write_loop(writer, rx, name.clone()));
+    let state =
+        WriteState { writer, rx, segments: Vec::new(), flush_on_drop, ended: false, name: name.clone() };
+    let writer = tokio::spawn(write_loop(state));
     (LinkSender { tx, budget: Arc::new(Semaphore::new(LINK_QUEUE_BYTES)), name }, writer)
 }
 
@@ -313,16 +328,32 @@ impl Batch {
     }
 }
 
-async fn write_loop(mut writer: impl ByteSink, mut rx: mpsc::Receiver<Queued>, name: Arc<str>) {
+/// A link writer's state. The task keeps it outside its own stack frames so that, for
+/// a back-end's link to its parent, what is left can still be written when the task is
+/// dropped (see the [`Drop`] impl).
+struct WriteState<W: ByteSink> {
+    writer: W,
+    rx: mpsc::Receiver<Queued>,
+    /// What is left to write of the batch being written.
+    segments: Vec<Bytes>,
+    /// How long a dropped writer may block to write what is left and have the peer
+    /// acknowledge it; `None` (every link but a back-end's) drops what is left.
+    flush_on_drop: Option<Duration>,
+    /// The writer ended on its own (finished or failed): nothing to do when dropped.
+    ended: bool,
+    name: Arc<str>,
+}
+
+async fn write_loop<W: ByteSink>(mut st: WriteState<W>) {
     let mut batch = Batch::new();
     // Budget shares are given back only once their frames are written.
     let mut held = Vec::new();
-    while let Some(first) = rx.recv().await {
+    while let Some(first) = st.rx.recv().await {
         let stamp = now_ns();
         batch.push(first.frame, stamp);
         held.push(first.budget);
         while batch.bytes < BATCH_BYTES {
-            match rx.try_recv() {
+            match st.rx.try_recv() {
                 Ok(q) => {
                     batch.push(q.frame, stamp);
                     held.push(q.budget);
@@ -331,36 +362,90 @@ async fn write_loop(mut writer: impl ByteSink, mut rx: mpsc::Receiver<Queued>, n
             }
         }
         batch.finish();
-        if let Err(e) = write_segments(&mut writer, &mut batch.segments).await {
-            tracing::debug!(peer = %name, "link write failed: {e}");
+        st.segments.append(&mut batch.segments);
+        if let Err(e) = write_segments(&mut st.writer, &mut st.segments).await {
+            tracing::debug!(peer = %st.name, "link write failed: {e}");
             // Close both ways so the reader reports the link closed and the node notices.
-            writer.abort();
+            st.writer.abort();
+            st.ended = true;
             return;
         }
         batch.bytes = 0;
         held.clear();
     }
-    writer.finish().await;
+    st.writer.finish().await;
+    if let Some(limit) = st.flush_on_drop {
+        if !st.writer.confirm(limit).await {
+            tracing::debug!(peer = %st.name, "the peer did not acknowledge the last bytes in time");
+        }
+    }
+    st.ended = true;
 }
 
+impl<W: ByteSink> Drop for WriteState<W> {
+    /// A back-end's writer dropped before it ended (the process is leaving `main` and
+    /// its runtime drops every task): writes what is left, blocking the thread, and
+    /// ends the connection in order, all within `flush_on_drop`.
+    fn drop(&mut self) {
+        let Some(limit) = self.flush_on_drop.filter(|_| !self.ended) else { return };
+        let deadline = Instant::now() + limit;
+        let mut batch = Batch::new();
+        let stamp = now_ns();
+        while let Ok(q) = self.rx.try_recv() {
+            batch.push(q.frame, stamp);
+        }
+        batch.finish();
+        self.segments.append(&mut batch.segments);
+        while !self.segments.is_empty() {
+            let slices: Vec<IoSlice<'_>> = self.segments.iter().take(64).map(|b| IoSlice::new(b)).collect();
+            match self.writer.write_blocking(&slices, deadline) {
+                Ok(n) if n > 0 => consume(&mut self.segments, n),
+                other => {
+                    let why = other.err().map_or_else(|| "wrote nothing".to_owned(), |e| e.to_string());
+                    tracing::warn!(peer = %self.name, "{} bytes not sent on leaving: {why}", self.unsent());
+                    return;
+                }
+            }
+        }
+        if !self.writer.finish_blocking(deadline) {
+            tracing::debug!(peer = %self.name, "the peer did not acknowledge the last bytes in time");
+        }
+    }
+}
+
+impl<W: ByteSink> WriteState<W> {
+    fn unsent(&self) -> usize {
+        self.segments.iter().map(Bytes::len).sum()
+    }
+}
+
+/// Writes every segment, removing each as it is written, so that `segments` always
+/// holds exactly what is left (also when the future is dropped at an await).
 async fn write_segments(writer: &mut impl ByteSink, segments: &mut Vec<Bytes>) -> std::io::Result<()> {
-    let mut first = 0;
-    while first < segments.len() {
-        let slices: Vec<IoSlice<'_>> = segments[first..].iter().take(64).map(|b| IoSlice::new(b)).collect();
-        let mut written = writer.write_some(&slices).await?;
+    while !segments.is_empty() {
+        let slices: Vec<IoSlice<'_>> = segments.iter().take(64).map(|b| IoSlice::new(b)).collect();
+        let written = writer.write_some(&slices).await?;
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
-        while first < segments.len() && written >= segments[first].len() {
-            written -= segments[first].len();
-            first += 1;
-        }
-        if written > 0 {
-            let _ = segments[first].split_to(written);
+        consume(segments, written);
+    }
+    Ok(())
+}
+
+/// Removes the first `n` bytes from `segments`.
+fn consume(segments: &mut Vec<Bytes>, mut n: usize) {
+    let mut whole = 0;
+    while whole < segments.len() && n >= segments[whole].len() {
+        n -= segments[whole].len();
+        whole += 1;
+    }
+    segments.drain(..whole);
+    if n > 0 {
+        if let Some(first) = segments.first_mut() {
+            let _ = first.split_to(n);
         }
     }
-    segments.clear();
-    Ok(())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
@@ -40,6 +41,32 @@ impl Socket {
             Socket::Tcp(s) => (&*s).write_vectored(bufs),
             Socket::Unix(s) => (&*s).write_vectored(bufs),
         }
+    }
+
+    /// Whether the peer has acknowledged every byte written: `Some(true)` yes (always
+    /// for a Unix socket, which hands written bytes to the peer at once), `Some(false)`
+    /// not yet, `None` never (the connection failed).
+    fn all_acknowledged(&self) -> Option<bool> {
+        let Socket::Tcp(tcp) = self else { return Some(true) };
+        match (tcp.take_error(), self.unacknowledged()) {
+            (Ok(None), Ok(0)) => Some(true),
+            (Ok(None), Ok(_)) => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Bytes written to this TCP socket that the peer has not acknowledged yet.
+    #[allow(unsafe_code)]
+    fn unacknowledged(&self) -> io::Result<usize> {
+        let mut bytes: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ (Linux defines it as TIOCOUTQ) on a socket stores one int
+        // through the pointer, which points to a live, writable c_int; the descriptor
+        // stays open while `self` is borrowed.
+        let rc = unsafe { libc::ioctl(self.as_raw_fd(), libc::TIOCOUTQ, &mut bytes) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(usize::try_from(bytes).unwrap_or(0))
     }
 
     fn try_clone(&self) -> io::Result<Socket> {
@@ -93,7 +120,28 @@ pub(crate) trait ByteSink: Send + 'static {
     fn finish(&mut self) -> impl std::future::Future<Output = ()> + Send;
     /// Closes the connection both ways after a failure.
     fn abort(&mut self) {}
+    /// After [`ByteSink::finish`]: waits up to `limit` until the peer has acknowledged
+    /// every byte; false when it did not (or cannot tell).
+    fn confirm(&mut self, limit: Duration) -> impl std::future::Future<Output = bool> + Send {
+        let _ = limit;
+        std::future::ready(false)
+    }
+    /// Writes some of `bufs` outside any runtime, blocking the thread while the kernel
+    /// buffer is full, until `deadline`.
+    fn write_blocking(&mut self, bufs: &[IoSlice<'_>], deadline: Instant) -> io::Result<usize> {
+        let _ = (bufs, deadline);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Signals end of stream and waits, blocking the thread until `deadline`, until the
+    /// peer has acknowledged every byte; false when it did not (or cannot tell).
+    fn finish_blocking(&mut self, deadline: Instant) -> bool {
+        let _ = deadline;
+        false
+    }
 }
+
+/// How often the acknowledgement of the last bytes is checked.
+const CONFIRM_POLL: Duration = Duration::from_millis(1);
 
 /// The reading side of a [`Socket`], registered for readable events only.
 pub(crate) struct SocketReader {
@@ -180,6 +228,43 @@ impl ByteSink for SocketWriter {
 
     fn abort(&mut self) {
         self.sock.shutdown_both();
+    }
+
+    async fn confirm(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.sock.all_acknowledged() {
+                Some(true) => return true,
+                Some(false) if Instant::now() < deadline => tokio::time::sleep(CONFIRM_POLL).await,
+                _ => return false,
+            }
+        }
+    }
+
+    fn write_blocking(&mut self, bufs: &[IoSlice<'_>], deadline: Instant) -> io::Result<usize> {
+        loop {
+            match self.sock.write_vectored(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(io::ErrorKind::TimedOut.into());
+                    }
+                    std::thread::sleep(CONFIRM_POLL);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    fn finish_blocking(&mut self, deadline: Instant) -> bool {
+        self.sock.shutdown_write();
+        loop {
+            match self.sock.all_acknowledged() {
+                Some(true) => return true,
+                Some(false) if Instant::now() < deadline => std::thread::sleep(CONFIRM_POLL),
+                _ => return false,
+            }
+        }
     }
 }
 
