@@ -8,11 +8,12 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{assert_no_leftovers, processes_with_env};
+use common::{assert_no_leftovers, processes_with_env, TestDir};
 use treecast::apps::protocol::*;
 use treecast_api::{
     ApiError, Event, Network, NetworkBuilder, RankSet, StreamOptions, SyncMode, Topology, TransformKind,
@@ -545,6 +546,7 @@ async fn attach_and_sum(spec: &str, n: usize, start: impl FnOnce(&Path, &str) ->
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), n as i64 + (0..n as i64).sum::<i64>());
     finish(net).await;
+    assert!(!file.exists(), "the attach file outlived the network");
     let _ = tokio::task::spawn_blocking(move || launcher.wait()).await;
     assert_no_leftovers(&t);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -593,6 +595,7 @@ fn a_backend_without_a_place_in_the_attach_file_says_so() {
         format!("version 1\nsession s\nsecret {}\nsize 1\nrank 0 1 unix:/nonexistent/s\n", "ab".repeat(32)),
     )
     .unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let out = Command::new(TREECAST)
         .args(["backend", "--attach"])
         .arg(&file)
@@ -603,4 +606,65 @@ fn a_backend_without_a_place_in_the_attach_file_says_so() {
     assert_eq!(out.status.code(), Some(2));
     assert!(err.contains("rank 3 has no place in the attach file"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_front_end_stops_at_once_when_it_cannot_write_the_attach_file() {
+    // Regression: the front-end logged the error and still waited the whole attach
+    // time for back-ends that had no file to find it by.
+    let dir = TestDir::new("attach-unwritable");
+    // A directory with something in it where the file should go: the rename fails.
+    let file = dir.path("attach");
+    std::fs::create_dir(&file).unwrap();
+    std::fs::write(file.join("x"), b"").unwrap();
+    let t = tag();
+    let started = Instant::now();
+    let path = file.to_str().unwrap();
+    let args = ["run", "--local", "4", "--topology", "kary:2", "--attach-timeout", "300", "--attach", path];
+    let out = treecast(&t, &[&args[..], &["--", "true"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot write the attach file"), "{err}");
+    assert!(started.elapsed() < LIMIT, "waited {:?} for back-ends", started.elapsed());
+    let names: Vec<_> = std::fs::read_dir(dir.root()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["attach"], "the temporary file with the secret survived the failure");
+}
+
+#[test]
+fn a_backend_refuses_an_attach_file_others_can_read_or_another_user_owns() {
+    let dir = TestDir::new("attach-untrusted");
+    let file = dir.path("attach");
+    let text =
+        format!("version 1\nsession s\nsecret {}\nsize 1\nrank 0 1 unix:/nonexistent/s\n", "ab".repeat(32));
+    std::fs::write(&file, text).unwrap();
+    let attach = |what: &str| {
+        let out =
+            Command::new(TREECAST).args(["backend", "--rank", "0", "--attach"]).arg(&file).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        err
+    };
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = attach("mode 0644");
+    assert!(err.contains("has mode 0644") && err.contains("chmod 600"), "{err}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Trusted now: it gets as far as connecting to the (missing) parent.
+    let err = attach("private");
+    assert!(err.contains("/nonexistent/s"), "{err}");
+    if !is_root() {
+        eprintln!("skipped the other-owner case: changing a file's owner needs root");
+        return;
+    }
+    std::os::unix::fs::chown(&file, Some(1), None).unwrap();
+    let err = attach("owned by uid 1");
+    assert!(err.contains("owned by uid 1"), "{err}");
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
+        .unwrap()
 }

@@ -76,6 +76,8 @@ pub struct TreeArgs {
     pub allow_missing: bool,
     /// Attach mode: start the comm nodes only, write FILE, and wait for back-ends
     /// started by someone else (`treecast backend --attach FILE`, e.g. under mpirun).
+    /// FILE holds the session secret: put it in a directory only you can write
+    /// ($XDG_RUNTIME_DIR, or one made by `mktemp -d`); it is removed at the end.
     #[arg(long, value_name = "FILE")]
     pub attach: Option<std::path::PathBuf>,
     /// With --attach: seconds the back-ends have to connect.

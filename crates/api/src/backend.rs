@@ -126,9 +126,13 @@ impl BackEnd {
     /// the environment (`TREECAST_RANK`, then the MPI launchers' and Slurm's
     /// variables, see [`crate::RANK_VARS`]).
     ///
+    /// The file is used only if it is a regular file owned by this user (or root) that
+    /// group and others can neither read nor write (see [`AttachInfo::read`]).
+    ///
     /// # Errors
-    /// No attach file or rank, a rank without a place in the file, or a parent
-    /// that cannot be reached or authenticated.
+    /// No attach file or rank, a file that fails those checks ([`ApiError::Attach`]),
+    /// a rank without a place in the file, or a parent that cannot be reached or
+    /// authenticated.
     ///
     /// Cancel safety: not cancel safe.
     pub async fn attach(file: Option<&std::path::Path>, rank: Option<u32>) -> Result<BackEnd, ApiError> {

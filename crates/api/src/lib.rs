@@ -28,7 +28,7 @@ mod packet;
 
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
 pub use backend::{BackEnd, BackEndEvent, BackEndSender};
-pub use error::{ApiError, SourceError};
+pub use error::{ApiError, AttachError, SourceError};
 pub use files::{
     bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileOptions, FileReceiver,
     FileReceivers, FileReport, Outcome, Progress, RankOutcome, WriteMode, DEFAULT_CHUNK, DEFAULT_TIMEOUT,

@@ -13,7 +13,7 @@ use treecast_filters::check_format;
 use treecast_launch::{Remote, SrunOptions, SshOptions};
 use treecast_node::{
     control_frame, send_credit, sleep_until_opt, start_children, unix_links_from_env, AttachSink, ChildLink,
-    ChildSet, Downstream, LaunchPlan, StreamSpec, UpOutput, Upstream,
+    ChildSet, Downstream, LaunchPlan, NodeError, StreamSpec, UpOutput, Upstream,
 };
 use treecast_topology::Topology;
 use treecast_transport::{Inbound, LinkEvent, LinkSender, Secret};
@@ -22,7 +22,8 @@ use treecast_wire::{
     CREDIT_BATCH, FLAG_DIRECT,
 };
 
-use crate::{ApiError, AttachInfo, Packet};
+use crate::attach::AttachFile;
+use crate::{ApiError, AttachError, AttachInfo, Packet};
 
 /// Rank put in downstream frames sent by the front-end.
 pub const FRONT_END_RANK: u32 = u32::MAX;
@@ -179,6 +180,10 @@ impl NetworkBuilder {
     /// Attach mode: start the comm nodes only, write `file` (mode 0600) with where
     /// each rank connects and the session secret, and wait up to `limit` for
     /// back-ends started by someone else (`BackEnd::attach`, `treecast backend --attach`).
+    ///
+    /// Put `file` in a directory only this user can write (`$XDG_RUNTIME_DIR`, one made
+    /// by `mktemp -d`): a file another user planted there first is never used, but the
+    /// launch then fails. The file is removed when the network ends.
     pub fn attach(mut self, file: impl Into<PathBuf>, limit: Duration) -> Self {
         self.attach = Some((file.into(), limit));
         self
@@ -284,29 +289,37 @@ impl NetworkBuilder {
             attach: self.attach.as_ref().map(|(_, limit)| *limit),
         };
         let started = Instant::now();
-        let write_error = std::sync::Mutex::new(None);
+        // The outcome of writing the attach file, once the places to attach are known.
+        let written: Mutex<Option<Result<AttachFile, AttachError>>> = Mutex::new(None);
         let write_file = |points: Vec<(u32, u32, String)>| {
-            let Some((path, _)) = &self.attach else { return };
+            let Some((path, _)) = &self.attach else { return Ok(()) };
             let info = AttachInfo {
                 session: plan.session.clone(),
                 secret: plan.secret.clone(),
                 size: plan.total_backends,
                 points,
             };
-            if let Err(e) = info.write(path) {
-                tracing::error!("{e}");
-                if let Ok(mut slot) = write_error.lock() {
-                    *slot = Some(e);
-                }
+            let outcome = info.write(path).and_then(|()| AttachFile::written(path));
+            let failed = outcome.is_err();
+            if let Ok(mut slot) = written.lock() {
+                *slot = Some(outcome);
             }
+            if failed {
+                // Stops the start-up; the typed error above is what `launch` returns.
+                return Err(NodeError::Startup(format!("cannot write the attach file {}", path.display())));
+            }
+            Ok(())
         };
         let sink: Option<AttachSink<'_>> = if self.attach.is_some() { Some(&write_file) } else { None };
         let children = start_children(&plan, sink).await;
-        if let Some(e) = write_error.lock().ok().and_then(|mut slot| slot.take()) {
-            return Err(e);
-        }
+        // Dropped on an error below: the file is removed.
+        let attach_file = match written.lock().ok().and_then(|mut slot| slot.take()) {
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(file)) => Some(file),
+            None => None,
+        };
         let children = children?;
-        Ok(Network::from_children(self.topology, plan.session, children, started.elapsed()))
+        Ok(Network::from_children(self.topology, plan.session, children, started.elapsed(), attach_file))
     }
 }
 
@@ -390,6 +403,8 @@ pub struct Network {
     commnodes: u32,
     children: Vec<ChildLink>,
     events: mpsc::Receiver<Event>,
+    /// Attach mode: the attach file, removed when the network is shut down or dropped.
+    _attach_file: Option<AttachFile>,
 }
 
 impl std::fmt::Debug for Network {
@@ -402,7 +417,13 @@ impl std::fmt::Debug for Network {
 }
 
 impl Network {
-    fn from_children(topology: Topology, session: String, set: ChildSet, startup: Duration) -> Network {
+    fn from_children(
+        topology: Topology,
+        session: String,
+        set: ChildSet,
+        startup: Duration,
+        attach_file: Option<AttachFile>,
+    ) -> Network {
         let commnodes = set.commnodes();
         let ChildSet { children, inbound, missing } = set;
         let ranks: Vec<(String, RankSet)> =
@@ -427,7 +448,7 @@ impl Network {
             backends: topology.backends() as u32,
             lost,
         });
-        Network { shared, topology, session, startup, commnodes, children, events }
+        Network { shared, topology, session, startup, commnodes, children, events, _attach_file: attach_file }
     }
 
     /// Number of back-ends (ranks `0..backends()`).

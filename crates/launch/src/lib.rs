@@ -192,6 +192,15 @@ pub(crate) async fn keep_stderr(
     }
 }
 
+/// The effective user id of this process (who owns the files it creates).
+pub fn effective_uid() -> u32 {
+    #[allow(unsafe_code)]
+    // SAFETY: geteuid(2) takes no arguments, touches no memory and cannot fail.
+    unsafe {
+        libc::geteuid()
+    }
+}
+
 /// Asks the kernel to kill the child when the thread that started it exits, so a
 /// crashed or killed parent never leaves orphans behind.
 pub fn die_with_parent(cmd: &mut Command) {

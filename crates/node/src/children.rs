@@ -187,7 +187,8 @@ impl Pending {
 }
 
 /// Receives the attach points of a sub-tree (attach mode): `(rank, node id, address)`.
-pub type AttachSink<'a> = &'a (dyn Fn(Vec<(u32, u32, String)>) + Sync);
+/// An error stops the start-up (the front-end could not write its attach file).
+pub type AttachSink<'a> = &'a (dyn Fn(Vec<(u32, u32, String)>) -> Result<(), NodeError> + Sync);
 
 /// Launches the children of the plan's root, authenticates them, hands each
 /// comm node its sub-tree, and waits until every child reports ready.
@@ -195,7 +196,8 @@ pub type AttachSink<'a> = &'a (dyn Fn(Vec<(u32, u32, String)>) + Sync);
 /// In attach mode (`plan.attach`), back-ends are not launched: once every comm
 /// node below has bound its listeners, the places where each rank must connect
 /// are handed to `attach_sink`, and the back-ends started by someone else are
-/// then awaited.
+/// then awaited; when the sink fails, everything started is killed and its error
+/// returned at once.
 ///
 /// # Errors
 /// [`NodeError::Startup`] naming the first node that failed (with its host,
@@ -225,7 +227,8 @@ pub async fn start_children(
         let points =
             gather_attach_points(plan, &listeners, &pending, &mut set, &mut backlog, gather_deadline).await?;
         if let Some(sink) = attach_sink {
-            sink(points);
+            // Waiting for back-ends that cannot know where to connect would only hang.
+            sink(points)?;
         }
         accept_all(&listeners, plan, &mut pending, Instant::now() + limit, true).await?;
         for (link, p) in pending.iter_mut().enumerate().filter(|(_, p)| p.stream.is_some()) {

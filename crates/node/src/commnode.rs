@@ -102,6 +102,7 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
         if parent.try_send(control_frame(&ControlMsg::AttachPoints { points })).is_err() {
             tracing::warn!("could not report attach points to the parent");
         }
+        Ok(())
     };
     let sink: Option<crate::AttachSink<'_>> = if plan.attach.is_some() { Some(&report_points) } else { None };
     let children = match start_children(&plan, sink).await {
