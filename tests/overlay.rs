@@ -479,14 +479,75 @@ fn killing_the_front_end_takes_the_whole_tree_down() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + LIMIT;
-    // front-end + 2 comm nodes + 8 back-ends + 8 sleeps
-    while processes_with_env(&t).len() < 19 && Instant::now() < deadline {
+    // front-end + 2 comm nodes + 8 back-ends + 8 guards + 8 sleeps
+    while processes_with_env(&t).len() < 27 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(processes_with_env(&t).len(), 19);
+    assert_eq!(processes_with_env(&t).len(), 27);
     child.kill().unwrap();
     child.wait().unwrap();
     assert_no_leftovers(&t);
+}
+
+/// Processes carrying `needle` in their environment whose program is `name`.
+fn processes_named(needle: &str, name: &str) -> Vec<u32> {
+    let named = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim_end() == name)
+    };
+    processes_with_env(needle).into_iter().filter(named).collect()
+}
+
+/// Waits until `n` processes carrying `needle` run `name`.
+fn wait_for_processes(needle: &str, name: &str, n: usize) {
+    let deadline = Instant::now() + LIMIT;
+    while processes_named(needle, name).len() < n {
+        assert!(Instant::now() < deadline, "never saw {n} {name} processes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A command whose shell starts a grandchild (`; true` keeps the shell from exec'ing it).
+const FORKING: [&str; 3] = ["sh", "-c", "sleep 60; true"];
+
+#[test]
+fn processes_started_by_commands_die_when_the_front_end_is_killed() {
+    // Regression: only a command's direct child had the die-with-parent signal, so
+    // the shell died with its back-end and its `sleep` ran on.
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let mut child = Command::new(TREECAST)
+        .args(["run", "--local", "4", "--topology", "kary:2", "--"])
+        .args(FORKING)
+        .env(k, v)
+        .spawn()
+        .unwrap();
+    wait_for_processes(&t, "sleep", 4);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_no_leftovers(&t);
+}
+
+#[test]
+fn a_command_cut_off_by_its_time_limit_takes_the_processes_it_started_along() {
+    let t = tag();
+    let out = treecast(&t, &[&["run", "--local", "2", "--timeout", "1", "--"][..], &FORKING[..]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("did not finish within 1.0 s and was killed"), "{stdout}");
+    // `treecast` checked that no `sleep` (which carries the tag) was left behind.
+}
+
+#[tokio::test]
+async fn processes_started_by_commands_die_when_the_network_shuts_down_under_them() {
+    let net = launch("kary:2", 4).await;
+    let needle = format!("TREECAST_SESSION={}", net.session());
+    let s = net.new_stream(&net.broadcast_communicator(), StreamOptions::default()).await.unwrap();
+    let argv: Vec<String> = FORKING.iter().map(|a| a.to_string()).collect();
+    s.send(TAG_RUN, "%as %uld", &[argv.into(), Value::ULong(0)]).await.unwrap();
+    let found = needle.clone();
+    tokio::task::spawn_blocking(move || wait_for_processes(&found, "sleep", 4)).await.unwrap();
+    // The back-ends leave while the commands run: each kills its command's group.
+    finish(net).await;
 }
 
 #[test]

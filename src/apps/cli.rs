@@ -33,6 +33,18 @@ pub enum Command {
     /// The generic back-end, started by its parent (or by a tool's launcher).
     #[command(hide = true)]
     Backend(BackendArgs),
+    /// Internal: runs one command for the generic back-end and kills its process
+    /// group when the back-end goes away.
+    #[command(hide = true)]
+    Guard(GuardArgs),
+}
+
+/// Flags of `treecast guard`.
+#[derive(Debug, Args)]
+pub struct GuardArgs {
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub command: Vec<String>,
 }
 
 /// Flags of `treecast demo`.

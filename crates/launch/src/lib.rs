@@ -8,6 +8,8 @@
 //! * [`Launched`]: a running child. It is killed when dropped, and the kernel
 //!   kills it if its parent dies (`PR_SET_PDEATHSIG`), so no process outlives
 //!   the tree. The last lines it wrote to stderr are kept for error reports.
+//!   That signal reaches direct children only: [`kill_process_group`] ends what
+//!   a command started (`treecast guard` runs each command in a group of its own).
 //!
 //! Environment, never argv, carries the session secret: see [`ProcessSpec::env`].
 
@@ -204,6 +206,12 @@ pub fn effective_uid() -> u32 {
 /// Asks the kernel to kill the child when the thread that started it exits, so a
 /// crashed or killed parent never leaves orphans behind.
 pub fn die_with_parent(cmd: &mut Command) {
+    die_with_parent_std(cmd.as_std_mut());
+}
+
+/// [`die_with_parent`] for a `std::process::Command`.
+pub fn die_with_parent_std(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the forked child before exec and only calls
     // prctl(2), which is async-signal-safe; it touches no memory of the parent.
@@ -214,6 +222,33 @@ pub fn die_with_parent(cmd: &mut Command) {
             }
             Ok(())
         });
+    }
+}
+
+/// Kills (SIGKILL) every process of the process group `pgid`: a command started as
+/// the leader of a group of its own, and everything it started that stayed in it.
+/// A group that no longer exists is not an error.
+///
+/// # Errors
+/// `pgid` is 0 or 1 (which would mean this process's own group, or every process),
+/// or the kernel refused (a group of another user).
+pub fn kill_process_group(pgid: u32) -> std::io::Result<()> {
+    let pgid = libc::pid_t::try_from(pgid).ok().filter(|p| *p > 1).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{pgid} is not a process group to kill"),
+        )
+    })?;
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) with a negative pid signals the process group -pid; it takes no
+    // pointers. pgid > 1 was checked, so it is never this process's group (0) or every process (-1).
+    let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    if rc == 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        e => Err(e),
     }
 }
 
@@ -242,6 +277,35 @@ mod tests {
         assert_eq!(p.wait().await, "exited with status 3");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert_eq!(p.stderr_tail(), "oops\nv");
+    }
+
+    fn alive(pid: u32) -> bool {
+        // A zombie (not reaped by a container's init) is dead too.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+    }
+
+    #[tokio::test]
+    async fn killing_a_process_group_reaches_the_processes_its_leader_started() {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", "sleep 60 & echo $!; wait"]).stdout(Stdio::piped()).process_group(0);
+        let mut leader = cmd.spawn().unwrap();
+        let mut line = String::new();
+        let mut out = BufReader::new(leader.stdout.take().unwrap());
+        out.read_line(&mut line).await.unwrap();
+        let background: u32 = line.trim().parse().unwrap();
+        assert!(alive(background));
+        kill_process_group(leader.id().unwrap()).unwrap();
+        leader.wait().await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while alive(background) {
+            assert!(std::time::Instant::now() < deadline, "the background sleep survived");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Gone groups are no error; 0 and 1 (this group, every process) are refused.
+        // (No pid is ever this large: the kernel's limit is 2^22.)
+        kill_process_group(i32::MAX as u32).unwrap();
+        assert!(kill_process_group(0).is_err() && kill_process_group(1).is_err());
     }
 
     #[tokio::test]
