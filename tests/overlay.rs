@@ -406,6 +406,39 @@ async fn a_backend_that_returns_right_after_sending_loses_nothing() {
     }
 }
 
+#[tokio::test]
+async fn once_the_tree_is_up_no_process_shows_the_secret_in_proc() {
+    // Regression: `treecast run` kept the secret out of a command's environment, but
+    // the command could read it in its back-end's /proc/PID/environ.
+    let dir = TestDir::new("secret");
+    // Each back-end's shell saves the secret it was given, then becomes the back-end.
+    let script = format!(
+        "printf %s \"$TREECAST_SECRET\" > {}/secret.$TREECAST_RANK; exec {TREECAST} backend",
+        dir.root().display()
+    );
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let net = builder(topo).backend_command(["/bin/sh", "-c", &script]).launch().await.unwrap();
+    let secret = std::fs::read_to_string(dir.path("secret.0")).unwrap();
+    assert_eq!(secret.len(), 64, "{secret:?}");
+    let session = processes_with_env(&format!("TREECAST_SESSION={}", net.session()));
+    assert_eq!(session.len(), 2 + 4, "every comm node and back-end is readable here: {session:?}");
+    for pid in session {
+        for what in ["environ", "cmdline"] {
+            let bytes = std::fs::read(format!("/proc/{pid}/{what}")).unwrap();
+            let shown = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
+            assert!(!shown, "process {pid} shows the secret in /proc/{pid}/{what}");
+        }
+    }
+    // And the tree still works: the secret is gone from the environment only.
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 6);
+    finish(net).await;
+}
+
 // ---- the command line ----
 
 /// A unique tag put in the environment of a CLI run, inherited by its whole tree.

@@ -225,6 +225,75 @@ pub fn die_with_parent_std(cmd: &mut std::process::Command) {
     }
 }
 
+/// Removes `name` from this process's environment and overwrites its value where
+/// `/proc/PID/environ` shows it, so that other processes of the same user (the
+/// commands a back-end runs, say) cannot read it there; returns false when it is not
+/// in that block (it was not in the environment at start-up) or the block cannot be found.
+///
+/// `std::env::remove_var` alone is not enough: `/proc/PID/environ` reads the block the
+/// kernel copied onto the stack at exec, which `unsetenv` leaves as it is. Call this
+/// early, before other threads may read the variable.
+pub fn clear_env_var(name: &str) -> bool {
+    let cleared = overwrite_initial_env_value(name).unwrap_or(false);
+    std::env::remove_var(name);
+    cleared
+}
+
+/// Overwrites with `x` the value of every `name=value` entry of the initial
+/// environment block; returns whether there was one.
+fn overwrite_initial_env_value(name: &str) -> std::io::Result<bool> {
+    let (start, end) = initial_env_range()?;
+    // The same bytes as memory [start, end): the kernel reads them from there.
+    let block = std::fs::read("/proc/self/environ")?;
+    if block.len() != end - start {
+        return Ok(false);
+    }
+    let prefix = format!("{name}=");
+    let mut found = false;
+    let mut offset = 0;
+    for entry in block.split(|b| *b == 0) {
+        if entry.starts_with(prefix.as_bytes()) {
+            let value_at = start + offset + prefix.len();
+            let len = entry.len() - prefix.len();
+            #[allow(unsafe_code)]
+            // SAFETY: [start, end) is this process's initial environment block, which the
+            // kernel copied onto the main thread's stack at exec: mapped, writable and
+            // alive for the whole life of the process. `block` was read from exactly that
+            // range (same length, checked above), so the `len` bytes at `value_at` are
+            // the value of this entry, inside the range, and end before its NUL, which
+            // is not touched: every C string pointing into the block (libc's `environ`)
+            // stays a valid string of the same length. No Rust reference points into the
+            // block (std reads the environment through libc and copies it out), so
+            // nothing Rust relies on changes under it. A thread reading this same
+            // variable at this moment could see a mix of old and new bytes of the value;
+            // callers clear it at start-up, before anything else reads it.
+            unsafe {
+                std::ptr::write_bytes(value_at as *mut u8, b'x', len);
+            }
+            found = true;
+        }
+        offset += entry.len() + 1;
+    }
+    Ok(found)
+}
+
+/// Start and end addresses of this process's initial environment block: fields 50
+/// and 51 of `/proc/self/stat` (Linux 3.5 and later).
+fn initial_env_range() -> std::io::Result<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<usize>().ok());
+    match (field(50), field(51)) {
+        (Some(start), Some(end)) if start < end => Ok((start, end)),
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "no environment range in /proc/self/stat",
+        )),
+    }
+}
+
 /// Kills (SIGKILL) every process of the process group `pgid`: a command started as
 /// the leader of a group of its own, and everything it started that stayed in it.
 /// A group that no longer exists is not an error.
@@ -306,6 +375,38 @@ mod tests {
         // (No pid is ever this large: the kernel's limit is 2^22.)
         kill_process_group(i32::MAX as u32).unwrap();
         assert!(kill_process_group(0).is_err() && kill_process_group(1).is_err());
+    }
+
+    /// Not a test on its own: run by `a_cleared_variable_is_gone_from_proc_environ`
+    /// in a process that has `TREECAST_TEST_CLEAR` in its initial environment.
+    #[test]
+    fn clear_env_var_entry() {
+        let Ok(value) = std::env::var("TREECAST_TEST_CLEAR") else { return };
+        assert!(clear_env_var("TREECAST_TEST_CLEAR"));
+        assert!(std::env::var("TREECAST_TEST_CLEAR").is_err(), "still in the environment");
+        let block = std::fs::read("/proc/self/environ").unwrap();
+        assert!(!block.windows(value.len()).any(|w| w == value.as_bytes()), "still in /proc/self/environ");
+        // The other variables are intact, there and in the environment.
+        assert!(block.split(|b| *b == 0).any(|kv| kv == b"TREECAST_TEST_OTHER=kept"));
+        assert_eq!(std::env::var("TREECAST_TEST_OTHER").unwrap(), "kept");
+        assert!(!clear_env_var("TREECAST_TEST_UNSET"), "a variable that is not there");
+        println!("cleared");
+    }
+
+    #[test]
+    fn a_cleared_variable_is_gone_from_proc_environ() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["tests::clear_env_var_entry", "--exact", "--nocapture", "--test-threads=1"])
+            .env("TREECAST_TEST_CLEAR", "s3cr3t-value-0123456789")
+            .env("TREECAST_TEST_OTHER", "kept")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("cleared"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[tokio::test]

@@ -35,6 +35,9 @@ where
 
 /// Connects to the parent named in the environment and authenticates as `node_id`.
 ///
+/// The secret is taken out of the environment once read, also from the block that
+/// `/proc/PID/environ` shows, so the commands this process runs cannot read it there.
+///
 /// # Errors
 /// Missing environment, connection failure, or a failed handshake.
 pub async fn connect_parent(limit: Duration) -> Result<(Stream, String, u32, Secret), NodeError> {
@@ -42,7 +45,10 @@ pub async fn connect_parent(limit: Duration) -> Result<(Stream, String, u32, Sec
     let node_id: u32 = env_parse(env::NODE_ID)?;
     // The environment wins: a local parent puts the secret there; over ssh it comes on stdin.
     let secret = match Secret::from_env() {
-        Ok(secret) => secret,
+        Ok(secret) => {
+            treecast_launch::clear_env_var(treecast_transport::SECRET_ENV);
+            secret
+        }
         Err(env_err) => match treecast_launch::secret_from_stdin() {
             Some(line) => {
                 let line = line.map_err(|source| NodeError::Io {

@@ -1,7 +1,8 @@
 //! Environment variables through which a parent configures the processes it starts.
 //!
 //! The session secret travels in [`treecast_transport::SECRET_ENV`]; nothing
-//! secret is ever put on a command line.
+//! secret is ever put on a command line. A process clears the variable once it has
+//! read it ([`crate::connect_parent`]), also from the block `/proc/PID/environ` shows.
 
 /// Address of the parent's listener: `ip:port`, or `unix:PATH`.
 pub const PARENT: &str = "TREECAST_PARENT";
