@@ -333,6 +333,16 @@ async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destina
     assert_eq!(report.lost_ranks(), RankSet::single(1), "{report:?}");
     assert!(report.outcomes.is_empty(), "{report:?}");
     assert!(!dst.exists(), "a partial file was left under the destination name");
+    // The killed rank's temporary file is still there, until the next transfer to
+    // that directory (here, by rank 0) removes it.
+    assert_eq!(temp_files(dir.root()).len(), 1, "{:?}", temp_files(dir.root()));
+    let comm = net.communicator(RankSet::single(0)).unwrap();
+    let small = dir.path("small");
+    std::fs::write(&small, b"x").unwrap();
+    let entry = [FileEntry::file(&small, Some(dir.path("small-copy")))];
+    let report = bcast_files(&mut net, &comm, &entry, &options, |_| {}).await.unwrap().pop().unwrap();
+    assert!(report.ok(), "{report:?}");
+    assert!(temp_files(dir.root()).is_empty(), "stale temporary file kept: {:?}", temp_files(dir.root()));
     finish(net).await;
 }
 
