@@ -39,9 +39,11 @@ use treecast_wire::RankSet;
 
 use crate::error::SourceError;
 
+mod message;
 mod receive;
 mod send;
 
+pub use message::{FileMessage, FileMessageError, FileStatus};
 pub use receive::{Decision, FileAnswer, FileReceiver, FileReceivers};
 pub use send::{bcast_file, bcast_files, FileEntry, Progress};
 

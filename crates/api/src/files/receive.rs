@@ -8,11 +8,12 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
-use treecast_wire::{RankSet, Value};
+use treecast_wire::Value;
 
+use super::message::{FileMessage, FileStatus};
 use super::{
-    mtime_ns, EntryKind, Outcome, WriteMode, ANSWER_FORMAT, CHUNK_FORMAT, END_FORMAT, FILE_CHUNK, FILE_END,
-    FILE_OPEN, FILE_STATUS, FLAG_EXACT, OPEN_FORMAT, RECEIVE_WORD, STATUS_FORMAT,
+    mtime_ns, EntryKind, Outcome, WriteMode, ANSWER_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS,
+    RECEIVE_WORD,
 };
 use crate::Packet;
 
@@ -99,26 +100,17 @@ impl FileReceiver {
     /// (e.g. the stream id), unique among this process's transfers. Links and directory
     /// attributes are applied here.
     pub fn on_status(&mut self, packet: &Packet, tag: u32) -> Decision {
-        let decision = match packet.unpack(STATUS_FORMAT) {
-            Ok(v) => match v.as_slice() {
-                [Value::Str(src), Value::ULong(mtime), Value::ULong(size), Value::Str(dst), Value::Int(mode), Value::UInt(perm), Value::Int(kind), Value::Str(target), Value::UInt(flags)] =>
-                {
-                    self.size = *size;
-                    self.mtime = *mtime;
-                    self.perm = *perm;
-                    match (WriteMode::from_code(*mode), EntryKind::from_code(*kind)) {
-                        (Some(mode), Some(kind)) => {
-                            let (src, dst) = (Path::new(src), Path::new(dst));
-                            let exact = flags & FLAG_EXACT != 0;
-                            self.decide(&Status { src, dst, mode, kind, target, exact }, tag)
-                        }
-                        (None, _) => failed(format!("unknown write mode {mode}")),
-                        (_, None) => failed(format!("unknown kind {kind} (a newer front-end?)")),
-                    }
-                }
-                _ => failed("malformed status packet".into()),
-            },
-            Err(e) => failed(format!("malformed status packet: {e}")),
+        let decision = match FileStatus::decode(packet.payload()) {
+            Ok(st) => {
+                self.size = st.size;
+                self.mtime = st.mtime;
+                self.perm = st.perm;
+                let (src, dst) = (Path::new(&st.source), Path::new(&st.destination));
+                let status =
+                    Status { src, dst, mode: st.mode, kind: st.kind, target: &st.target, exact: st.exact };
+                self.decide(&status, tag)
+            }
+            Err(e) => failed(e.to_string()),
         };
         if let Decision::Answer(..) = decision {
             self.state = State::Answered;
@@ -299,23 +291,21 @@ impl FileReceiver {
     /// Writes a [`FILE_CHUNK`] packet; errors are kept for the answer at the end.
     pub fn on_chunk(&mut self, packet: &Packet) {
         let State::Receiving(inc) = &mut self.state else { return };
-        let result = match packet.unpack(CHUNK_FORMAT) {
-            Ok(v) => match v.as_slice() {
-                [Value::ULong(offset), Value::Bytes(data)] if *offset == inc.written => {
-                    if inc.written + data.len() as u64 > self.size {
-                        Err(format!("more data than the announced {} bytes", self.size))
-                    } else {
-                        inc.hasher.update(data);
-                        inc.written += data.len() as u64;
-                        inc.file.write_all(data).map_err(|e| format!("writing {}: {e}", inc.dst.display()))
-                    }
+        let result = match FileMessage::decode(FILE_CHUNK, packet.payload()) {
+            Ok(FileMessage::Chunk { offset, bytes }) if offset == inc.written => {
+                if inc.written + bytes.len() as u64 > self.size {
+                    Err(format!("more data than the announced {} bytes", self.size))
+                } else {
+                    inc.hasher.update(&bytes);
+                    inc.written += bytes.len() as u64;
+                    inc.file.write_all(&bytes).map_err(|e| format!("writing {}: {e}", inc.dst.display()))
                 }
-                [Value::ULong(offset), Value::Bytes(_)] => {
-                    Err(format!("chunk at offset {offset} arrived while expecting {}", inc.written))
-                }
-                _ => Err("malformed chunk packet".into()),
-            },
-            Err(e) => Err(format!("malformed chunk packet: {e}")),
+            }
+            Ok(FileMessage::Chunk { offset, .. }) => {
+                Err(format!("chunk at offset {offset} arrived while expecting {}", inc.written))
+            }
+            Ok(_) => Err("malformed chunk packet".into()),
+            Err(e) => Err(e.to_string()),
         };
         if let Err(detail) = result {
             self.fail(detail);
@@ -356,14 +346,15 @@ impl FileReceiver {
 
     fn verify(&self, packet: &Packet) -> Result<(), String> {
         let State::Receiving(inc) = &self.state else { return Ok(()) };
-        let v = packet.unpack(END_FORMAT).map_err(|e| format!("malformed end packet: {e}"))?;
-        let [Value::Str(hash), Value::ULong(sent), Value::Str(abort)] = v.as_slice() else {
+        let FileMessage::End { hash, sent, abort } =
+            FileMessage::decode(FILE_END, packet.payload()).map_err(|e| e.to_string())?
+        else {
             return Err("malformed end packet".into());
         };
         if !abort.is_empty() {
             return Err(format!("the front-end aborted: {abort}"));
         }
-        if *sent != inc.written || inc.written != self.size {
+        if sent != inc.written || inc.written != self.size {
             return Err(format!(
                 "received {} bytes, the front-end sent {sent}, the file has {}",
                 inc.written, self.size
@@ -675,10 +666,10 @@ impl FileReceivers {
 
     /// The data stream of a [`FILE_OPEN`] packet, if this rank is among its receivers.
     fn data_stream(&self, p: &Packet) -> Option<u32> {
-        let v = p.unpack(OPEN_FORMAT).ok()?;
-        let [Value::UInt(data), Value::Str(ranks)] = v.as_slice() else { return None };
-        let ranks: RankSet = ranks.parse().ok()?;
-        (*data != 0 && ranks.contains(self.rank)).then_some(*data)
+        let Ok(FileMessage::Open { data, receivers }) = FileMessage::decode(FILE_OPEN, p.payload()) else {
+            return None;
+        };
+        (data != 0 && receivers.contains(self.rank)).then_some(data)
     }
 }
 
@@ -687,6 +678,7 @@ impl FileReceivers {
 mod tests {
     use treecast_wire::{Frame, FrameHeader};
 
+    use super::super::{CHUNK_FORMAT, END_FORMAT, FLAG_EXACT, OPEN_FORMAT, STATUS_FORMAT};
     use super::*;
     use crate::network::encode_checked;
 
