@@ -109,6 +109,10 @@ impl BackEnd {
     /// Joins the tree with the settings the launcher put in the environment
     /// (`TREECAST_PARENT`, `TREECAST_NODE_ID`, `TREECAST_RANK`, `TREECAST_SIZE`, `TREECAST_SECRET`).
     ///
+    /// It removes `TREECAST_SECRET` from the environment once read (also from what
+    /// `/proc/PID/environ` shows), so call it before starting threads that read or
+    /// change the environment.
+    ///
     /// # Errors
     /// Missing environment (the program was not started by treecast), or a
     /// parent that cannot be reached or authenticated.
