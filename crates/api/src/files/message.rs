@@ -8,7 +8,7 @@ use super::{
     OPEN_FORMAT, STATUS_FORMAT,
 };
 
-/// A file-transfer packet, decoded (see the [module](crate::files) comment for the protocol).
+/// A file-transfer packet, decoded (the protocol is described in `docs/files.md`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum FileMessage {
