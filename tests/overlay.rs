@@ -583,6 +583,25 @@ async fn processes_started_by_commands_die_when_the_network_shuts_down_under_the
     finish(net).await;
 }
 
+#[tokio::test]
+async fn a_command_cut_off_is_answered_even_if_a_process_that_left_its_group_holds_its_output() {
+    let dir = TestDir::new("escaped");
+    let mut net = launch("flat", 1).await;
+    // `setsid` takes the sleep out of the command's process group; it keeps stdout open.
+    let pidfile = dir.path("pid");
+    let script = format!("setsid sleep 30 & echo $! > {}; sleep 60; true", pidfile.display());
+    let argv = ["sh".to_owned(), "-c".to_owned(), script];
+    let started = Instant::now();
+    let report = treecast::apps::run::run_command(&mut net, &argv, Some(Duration::from_secs(1))).await;
+    let escaped = std::fs::read_to_string(&pidfile).unwrap();
+    Command::new("kill").args(["-9", escaped.trim()]).status().unwrap();
+    let report = report.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(8), "waited {:?}: {report:?}", started.elapsed());
+    assert_eq!(report.classes.len(), 1, "{report:?}");
+    assert!(report.classes[0].stderr.contains("was killed"), "{report:?}");
+    finish(net).await;
+}
+
 #[test]
 fn topo_prints_trees_and_names_line_and_column_of_errors() {
     let t = tag();

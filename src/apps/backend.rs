@@ -112,6 +112,9 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
     }
 }
 
+/// How long a command's guard is waited for after its group was killed.
+const REAP_GRACE: Duration = Duration::from_secs(1);
+
 /// Runs `argv` without the session secret in its environment; returns stdout, stderr and the exit code.
 ///
 /// The command runs under `treecast guard` in a process group of its own, so that
@@ -169,8 +172,9 @@ async fn run_command(argv: &[String], limit_ms: u64, rank: u32, size: u32) -> (S
             Ok(r) => r,
             Err(_) => {
                 group.kill();
-                // Reaps the guard; its pipes end as the whole group is gone.
-                let _ = output.await;
+                // Reaps the guard: its pipes end as the group is gone, unless a process
+                // that left the group (a daemon) holds them, which must not hold us up.
+                let _ = tokio::time::timeout(REAP_GRACE, output).await;
                 let msg = format!(
                     "treecast: {program} did not finish within {:.1} s and was killed\n",
                     limit_ms as f64 / 1e3
