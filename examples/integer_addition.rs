@@ -79,6 +79,15 @@ async fn front_end(shape: &str, backends: usize, waves: i32) -> Result<(), Box<d
 async fn back_end() -> Result<(), Box<dyn std::error::Error>> {
     // Joins the tree with what the launcher put in the environment.
     let mut be = BackEnd::connect().await?;
+    let result = answer(&mut be).await;
+    // Leaves the tree in order, on errors too. (A completed send is delivered even
+    // without it: `send` returns once the packet is written.)
+    be.close().await;
+    result
+}
+
+/// Answers every request until the front-end shuts the network down.
+async fn answer(be: &mut BackEnd) -> Result<(), Box<dyn std::error::Error>> {
     loop {
         // Packets of every stream arrive here; the packet says which stream.
         let packet = match be.recv().await {

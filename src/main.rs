@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         // Comm nodes and back-ends are many per machine: one thread each keeps them light.
         Command::Node => single_threaded(apps::node::main()),
         Command::Backend(args) => single_threaded(apps::backend::main(args)),
+        Command::Guard(args) => apps::guard::main(args),
         Command::Topo(args) => apps::topo::main(args),
         Command::Bench(args) => single_threaded(apps::bench::main(args)),
         Command::Run(args) => multi_threaded(apps::run::main(args)),

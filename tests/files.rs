@@ -333,6 +333,58 @@ async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destina
     assert_eq!(report.lost_ranks(), RankSet::single(1), "{report:?}");
     assert!(report.outcomes.is_empty(), "{report:?}");
     assert!(!dst.exists(), "a partial file was left under the destination name");
+    // The killed rank's temporary file is still there, until the next transfer to
+    // that directory (here, by rank 0) removes it.
+    assert_eq!(temp_files(dir.root()).len(), 1, "{:?}", temp_files(dir.root()));
+    let comm = net.communicator(RankSet::single(0)).unwrap();
+    let small = dir.path("small");
+    std::fs::write(&small, b"x").unwrap();
+    let entry = [FileEntry::file(&small, Some(dir.path("small-copy")))];
+    let report = bcast_files(&mut net, &comm, &entry, &options, |_| {}).await.unwrap().pop().unwrap();
+    assert!(report.ok(), "{report:?}");
+    assert!(temp_files(dir.root()).is_empty(), "stale temporary file kept: {:?}", temp_files(dir.root()));
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_source_edited_in_place_during_the_transfer_fails_instead_of_leaving_torn_copies() {
+    // Regression: every rank reported `written` for a copy that was neither the old
+    // file nor the new one.
+    let dir = TestDir::new("torn");
+    let mut net = launch("kary:2", 3).await;
+    let src = dir.path("src");
+    const SIZE: usize = 1 << 20;
+    std::fs::write(&src, random_bytes(SIZE)).unwrap();
+    // An old mtime, so the edit below moves it whatever the file system's timestamp resolution.
+    set_mtime(&src, UNIX_EPOCH + Duration::from_secs(1_000_000_000));
+    let out = dir.path("out");
+    std::fs::create_dir(&out).unwrap();
+    let dst = out.join("copy");
+    let options = FileOptions { chunk: CHUNK, ..FileOptions::default() };
+    let entry = [FileEntry::file_at(&src, &dst)];
+    let comm = net.broadcast_communicator();
+    let mut edited = false;
+    let transfer = bcast_files(&mut net, &comm, &entry, &options, |p| {
+        if let Progress::Sent { sent, .. } = p {
+            if !edited && sent >= SIZE as u64 / 4 {
+                // Bytes already sent and bytes not yet sent both change; the size does not.
+                use std::os::unix::fs::FileExt;
+                let f = std::fs::OpenOptions::new().write(true).open(&src).unwrap();
+                f.write_all_at(&[0xAA; 64], 0).unwrap();
+                f.write_all_at(&[0xBB; 64], SIZE as u64 - 64).unwrap();
+                edited = true;
+            }
+        }
+    });
+    let report = tokio::time::timeout(LIMIT, transfer).await.unwrap().unwrap().pop().unwrap();
+    assert!(!report.ok(), "{report:?}");
+    assert_eq!(report.ranks_with(Outcome::Failed), all(&net), "{report:?}");
+    assert!(
+        report.outcomes.iter().all(|o| o.detail.contains("the source changed during the transfer")),
+        "{report:?}"
+    );
+    assert!(!dst.exists(), "a torn copy was put in place");
+    assert!(temp_files(&out).is_empty(), "{:?}", temp_files(&out));
     finish(net).await;
 }
 

@@ -8,11 +8,12 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{assert_no_leftovers, processes_with_env};
+use common::{assert_no_leftovers, processes_with_env, TestDir};
 use treecast::apps::protocol::*;
 use treecast_api::{
     ApiError, Event, Network, NetworkBuilder, RankSet, StreamOptions, SyncMode, Topology, TransformKind,
@@ -528,6 +529,89 @@ async fn a_malformed_frame_closes_only_that_link() {
     finish(net).await;
 }
 
+/// Not a test on its own: a back-end that answers the first request (`%d n`) with `n`
+/// packets of its rank and returns at once, dropping its `BackEnd` without `close()`
+/// as a tool's `main` would. Runs only when re-executed by
+/// `a_backend_that_returns_right_after_sending_loses_nothing`.
+#[tokio::test]
+async fn send_and_return_backend_entry() {
+    if std::env::var("TREECAST_SEND_AND_RETURN").is_err() {
+        return;
+    }
+    let mut be = treecast_api::BackEnd::connect().await.unwrap();
+    let p = be.recv().await.unwrap();
+    for _ in 0..int(&p) {
+        be.send(p.stream(), p.tag(), "%d", &[Value::Int(be.rank() as i32)]).await.unwrap();
+    }
+}
+
+/// Regression: `send` only queued, so a back-end that returned right after sending
+/// lost its last packets (a 32-rank sum came out short, with no error anywhere).
+#[tokio::test]
+async fn a_backend_that_returns_right_after_sending_loses_nothing() {
+    // Its harness's report goes to /dev/null, not into this test's output.
+    let script = format!(
+        "exec {} send_and_return_backend_entry --exact --test-threads=1 >/dev/null",
+        std::env::current_exe().unwrap().display()
+    );
+    let command = ["/bin/sh".to_owned(), "-c".to_owned(), script];
+    const PACKETS: i32 = 200;
+    for unix in [true, false] {
+        let topo = Topology::from_spec("balanced:4x8", None).unwrap();
+        let net = builder(topo)
+            .unix_links(unix)
+            .backend_command(command.clone())
+            .env("TREECAST_SEND_AND_RETURN", "1")
+            .launch()
+            .await
+            .unwrap();
+        let n = i64::from(net.backends());
+        let mut s = net
+            .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+            .await
+            .unwrap();
+        s.send(TAG_ECHO, "%d", &[Value::Int(PACKETS)]).await.unwrap();
+        for wave in 0..PACKETS {
+            let p = s.recv_timeout(LIMIT).await.unwrap_or_else(|e| panic!("wave {wave} (unix {unix}): {e}"));
+            assert_eq!(int(&p), n * (n - 1) / 2, "wave {wave} (unix {unix}): a rank's packet was lost");
+        }
+        finish(net).await;
+    }
+}
+
+#[tokio::test]
+async fn once_the_tree_is_up_no_process_shows_the_secret_in_proc() {
+    // Regression: `treecast run` kept the secret out of a command's environment, but
+    // the command could read it in its back-end's /proc/PID/environ.
+    let dir = TestDir::new("secret");
+    // Each back-end's shell saves the secret it was given, then becomes the back-end.
+    let script = format!(
+        "printf %s \"$TREECAST_SECRET\" > {}/secret.$TREECAST_RANK; exec {TREECAST} backend",
+        dir.root().display()
+    );
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let net = builder(topo).backend_command(["/bin/sh", "-c", &script]).launch().await.unwrap();
+    let secret = std::fs::read_to_string(dir.path("secret.0")).unwrap();
+    assert_eq!(secret.len(), 64, "{secret:?}");
+    let session = processes_with_env(&format!("TREECAST_SESSION={}", net.session()));
+    assert_eq!(session.len(), 2 + 4, "every comm node and back-end is readable here: {session:?}");
+    for pid in session {
+        for what in ["environ", "cmdline"] {
+            let bytes = std::fs::read(format!("/proc/{pid}/{what}")).unwrap();
+            let shown = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
+            assert!(!shown, "process {pid} shows the secret in /proc/{pid}/{what}");
+        }
+    }
+    // And the tree still works: the secret is gone from the environment only.
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 6);
+    finish(net).await;
+}
+
 // ---- the command line ----
 
 /// A unique tag put in the environment of a CLI run, inherited by its whole tree.
@@ -601,14 +685,94 @@ fn killing_the_front_end_takes_the_whole_tree_down() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + LIMIT;
-    // front-end + 2 comm nodes + 8 back-ends + 8 sleeps
-    while processes_with_env(&t).len() < 19 && Instant::now() < deadline {
+    // front-end + 2 comm nodes + 8 back-ends + 8 guards + 8 sleeps
+    while processes_with_env(&t).len() < 27 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(processes_with_env(&t).len(), 19);
+    assert_eq!(processes_with_env(&t).len(), 27);
     child.kill().unwrap();
     child.wait().unwrap();
     assert_no_leftovers(&t);
+}
+
+/// Processes carrying `needle` in their environment whose program is `name`.
+fn processes_named(needle: &str, name: &str) -> Vec<u32> {
+    let named = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim_end() == name)
+    };
+    processes_with_env(needle).into_iter().filter(named).collect()
+}
+
+/// Waits until `n` processes carrying `needle` run `name`.
+fn wait_for_processes(needle: &str, name: &str, n: usize) {
+    let deadline = Instant::now() + LIMIT;
+    while processes_named(needle, name).len() < n {
+        assert!(Instant::now() < deadline, "never saw {n} {name} processes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A command whose shell starts a grandchild (`; true` keeps the shell from exec'ing it).
+const FORKING: [&str; 3] = ["sh", "-c", "sleep 60; true"];
+
+#[test]
+fn processes_started_by_commands_die_when_the_front_end_is_killed() {
+    // Regression: only a command's direct child had the die-with-parent signal, so
+    // the shell died with its back-end and its `sleep` ran on.
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let mut child = Command::new(TREECAST)
+        .args(["run", "--local", "4", "--topology", "kary:2", "--"])
+        .args(FORKING)
+        .env(k, v)
+        .spawn()
+        .unwrap();
+    wait_for_processes(&t, "sleep", 4);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_no_leftovers(&t);
+}
+
+#[test]
+fn a_command_cut_off_by_its_time_limit_takes_the_processes_it_started_along() {
+    let t = tag();
+    let out = treecast(&t, &[&["run", "--local", "2", "--timeout", "1", "--"][..], &FORKING[..]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("did not finish within 1.0 s and was killed"), "{stdout}");
+    // `treecast` checked that no `sleep` (which carries the tag) was left behind.
+}
+
+#[tokio::test]
+async fn processes_started_by_commands_die_when_the_network_shuts_down_under_them() {
+    let net = launch("kary:2", 4).await;
+    let needle = format!("TREECAST_SESSION={}", net.session());
+    let s = net.new_stream(&net.broadcast_communicator(), StreamOptions::default()).await.unwrap();
+    let argv: Vec<String> = FORKING.iter().map(|a| a.to_string()).collect();
+    s.send(TAG_RUN, "%as %uld", &[argv.into(), Value::ULong(0)]).await.unwrap();
+    let found = needle.clone();
+    tokio::task::spawn_blocking(move || wait_for_processes(&found, "sleep", 4)).await.unwrap();
+    // The back-ends leave while the commands run: each kills its command's group.
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_command_cut_off_is_answered_even_if_a_process_that_left_its_group_holds_its_output() {
+    let dir = TestDir::new("escaped");
+    let mut net = launch("flat", 1).await;
+    // `setsid` takes the sleep out of the command's process group; it keeps stdout open.
+    let pidfile = dir.path("pid");
+    let script = format!("setsid sleep 30 & echo $! > {}; sleep 60; true", pidfile.display());
+    let argv = ["sh".to_owned(), "-c".to_owned(), script];
+    let started = Instant::now();
+    let report = treecast::apps::run::run_command(&mut net, &argv, Some(Duration::from_secs(1))).await;
+    let escaped = std::fs::read_to_string(&pidfile).unwrap();
+    Command::new("kill").args(["-9", escaped.trim()]).status().unwrap();
+    let report = report.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(8), "waited {:?}: {report:?}", started.elapsed());
+    assert_eq!(report.classes.len(), 1, "{report:?}");
+    assert!(report.classes[0].stderr.contains("was killed"), "{report:?}");
+    finish(net).await;
 }
 
 #[test]
@@ -668,6 +832,7 @@ async fn attach_and_sum(spec: &str, n: usize, start: impl FnOnce(&Path, &str) ->
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), n as i64 + (0..n as i64).sum::<i64>());
     finish(net).await;
+    assert!(!file.exists(), "the attach file outlived the network");
     let _ = tokio::task::spawn_blocking(move || launcher.wait()).await;
     assert_no_leftovers(&t);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -716,6 +881,7 @@ fn a_backend_without_a_place_in_the_attach_file_says_so() {
         format!("version 1\nsession s\nsecret {}\nsize 1\nrank 0 1 unix:/nonexistent/s\n", "ab".repeat(32)),
     )
     .unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let out = Command::new(TREECAST)
         .args(["backend", "--attach"])
         .arg(&file)
@@ -726,4 +892,65 @@ fn a_backend_without_a_place_in_the_attach_file_says_so() {
     assert_eq!(out.status.code(), Some(2));
     assert!(err.contains("rank 3 has no place in the attach file"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_front_end_stops_at_once_when_it_cannot_write_the_attach_file() {
+    // Regression: the front-end logged the error and still waited the whole attach
+    // time for back-ends that had no file to find it by.
+    let dir = TestDir::new("attach-unwritable");
+    // A directory with something in it where the file should go: the rename fails.
+    let file = dir.path("attach");
+    std::fs::create_dir(&file).unwrap();
+    std::fs::write(file.join("x"), b"").unwrap();
+    let t = tag();
+    let started = Instant::now();
+    let path = file.to_str().unwrap();
+    let args = ["run", "--local", "4", "--topology", "kary:2", "--attach-timeout", "300", "--attach", path];
+    let out = treecast(&t, &[&args[..], &["--", "true"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot write the attach file"), "{err}");
+    assert!(started.elapsed() < LIMIT, "waited {:?} for back-ends", started.elapsed());
+    let names: Vec<_> = std::fs::read_dir(dir.root()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["attach"], "the temporary file with the secret survived the failure");
+}
+
+#[test]
+fn a_backend_refuses_an_attach_file_others_can_read_or_another_user_owns() {
+    let dir = TestDir::new("attach-untrusted");
+    let file = dir.path("attach");
+    let text =
+        format!("version 1\nsession s\nsecret {}\nsize 1\nrank 0 1 unix:/nonexistent/s\n", "ab".repeat(32));
+    std::fs::write(&file, text).unwrap();
+    let attach = |what: &str| {
+        let out =
+            Command::new(TREECAST).args(["backend", "--rank", "0", "--attach"]).arg(&file).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        err
+    };
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = attach("mode 0644");
+    assert!(err.contains("has mode 0644") && err.contains("chmod 600"), "{err}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Trusted now: it gets as far as connecting to the (missing) parent.
+    let err = attach("private");
+    assert!(err.contains("/nonexistent/s"), "{err}");
+    if !is_root() {
+        eprintln!("skipped the other-owner case: changing a file's owner needs root");
+        return;
+    }
+    std::os::unix::fs::chown(&file, Some(1), None).unwrap();
+    let err = attach("owned by uid 1");
+    assert!(err.contains("owned by uid 1"), "{err}");
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
+        .unwrap()
 }

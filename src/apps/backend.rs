@@ -134,33 +134,69 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
     }
 }
 
+/// How long a command's guard is waited for after its group was killed.
+const REAP_GRACE: Duration = Duration::from_secs(1);
+
 /// Runs `argv` without the session secret in its environment; returns stdout, stderr and the exit code.
+///
+/// The command runs under `treecast guard` in a process group of its own, so that
+/// when it is cut off by the time limit, when this request is dropped (the back-end
+/// leaves the tree) or when the back-end dies, every process it started goes with it
+/// (see [`super::guard`]).
 async fn run_command(argv: &[String], limit_ms: u64, rank: u32, size: u32) -> (String, String, i32) {
-    let Some((program, args)) = argv.split_first() else {
+    let Some(program) = argv.first() else {
         return (String::new(), "treecast: empty command".into(), EXIT_NOT_STARTED);
     };
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
+    let not_started = |e: std::io::Error| {
+        (String::new(), format!("treecast: cannot run {program}: {e}\n"), EXIT_NOT_STARTED)
+    };
+    // The guard's standard input; it kills the group when this end closes, which the
+    // kernel does however this process ends. Close-on-exec: no other child inherits it.
+    let (lifeline, guard_end) = match std::os::unix::net::UnixStream::pair() {
+        Ok(pair) => pair,
+        Err(e) => return not_started(e),
+    };
+    // The same binary, even if it was replaced or removed on disk since it started.
+    let mut cmd = tokio::process::Command::new("/proc/self/exe");
+    cmd.arg("guard")
+        .arg("--")
+        .args(argv)
         .env_remove(treecast_transport::SECRET_ENV)
         .env_remove(treecast_node::env::PARENT)
         .env_remove(treecast_node::env::NODE_ID)
         // Set here too: a back-end that attached was not given them by treecast.
         .env(treecast_node::env::RANK, rank.to_string())
         .env(treecast_node::env::SIZE, size.to_string())
-        .stdin(Stdio::null())
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(guard_end)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    treecast_launch::die_with_parent(&mut cmd);
+        .process_group(0);
+    // Neither a die-with-parent signal nor kill-on-drop for the guard: killed alone,
+    // it would leave the command's processes running. It goes with its group, which
+    // `GroupKiller` kills, or kills the group itself once the lifeline closes.
     let child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return (String::new(), format!("treecast: cannot run {program}: {e}\n"), EXIT_NOT_STARTED),
+        Err(e) => return not_started(e),
+    };
+    let Some(pgid) = child.id() else {
+        return (
+            String::new(),
+            format!("treecast: {program} ended before it could be watched\n"),
+            EXIT_NOT_STARTED,
+        );
     };
     let output = child.wait_with_output();
+    tokio::pin!(output);
+    // Killing the group while the guard is not yet reaped: its id cannot have been reused.
+    let mut group = GroupKiller(Some(pgid));
     let result = if limit_ms > 0 {
-        match tokio::time::timeout(Duration::from_millis(limit_ms), output).await {
+        match tokio::time::timeout(Duration::from_millis(limit_ms), &mut output).await {
             Ok(r) => r,
             Err(_) => {
+                group.kill();
+                // Reaps the guard: its pipes end as the group is gone, unless a process
+                // that left the group (a daemon) holds them, which must not hold us up.
+                let _ = tokio::time::timeout(REAP_GRACE, output).await;
                 let msg = format!(
                     "treecast: {program} did not finish within {:.1} s and was killed\n",
                     limit_ms as f64 / 1e3
@@ -171,9 +207,32 @@ async fn run_command(argv: &[String], limit_ms: u64, rank: u32, size: u32) -> (S
     } else {
         output.await
     };
+    // The guard is reaped: the command ended on its own, and what it left running is its own.
+    group.0 = None;
+    drop(lifeline);
     match result {
-        Ok(out) => (text(out.stdout), text(out.stderr), exit_code(out.status)),
+        Ok(out) => (text(out.stdout), text(out.stderr), super::guard::exit_code(out.status)),
         Err(e) => (String::new(), format!("treecast: waiting for {program}: {e}\n"), EXIT_NOT_STARTED),
+    }
+}
+
+/// Kills a command's process group when dropped (its request was dropped: the
+/// back-end is leaving) or told to, unless disarmed.
+struct GroupKiller(Option<u32>);
+
+impl GroupKiller {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            if let Err(e) = treecast_launch::kill_process_group(pgid) {
+                tracing::warn!("could not kill the processes of a command (group {pgid}): {e}");
+            }
+        }
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -185,9 +244,4 @@ fn text(mut bytes: Vec<u8>) -> String {
         s.push_str("\n[treecast: output truncated at 1 MiB]\n");
     }
     s
-}
-
-fn exit_code(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
 }

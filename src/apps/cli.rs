@@ -33,6 +33,18 @@ pub enum Command {
     /// The generic back-end, started by its parent (or by a tool's launcher).
     #[command(hide = true)]
     Backend(BackendArgs),
+    /// Internal: runs one command for the generic back-end and kills its process
+    /// group when the back-end goes away.
+    #[command(hide = true)]
+    Guard(GuardArgs),
+}
+
+/// Flags of `treecast guard`.
+#[derive(Debug, Args)]
+pub struct GuardArgs {
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub command: Vec<String>,
 }
 
 /// Flags of `treecast demo`.
@@ -76,6 +88,8 @@ pub struct TreeArgs {
     pub allow_missing: bool,
     /// Attach mode: start the comm nodes only, write FILE, and wait for back-ends
     /// started by someone else (`treecast backend --attach FILE`, e.g. under mpirun).
+    /// FILE holds the session secret: put it in a directory only you can write
+    /// ($XDG_RUNTIME_DIR, or one made by `mktemp -d`); it is removed at the end.
     #[arg(long, value_name = "FILE")]
     pub attach: Option<std::path::PathBuf>,
     /// With --attach: seconds the back-ends have to connect.

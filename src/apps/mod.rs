@@ -5,6 +5,7 @@ pub mod bcast;
 pub mod bench;
 pub mod cli;
 pub mod demo;
+pub mod guard;
 pub mod node;
 pub mod protocol;
 pub mod run;

@@ -42,13 +42,24 @@ pub(crate) fn assert_no_leftovers(needle: &str) {
             return;
         }
         if Instant::now() > deadline {
+            let described: Vec<String> = left.iter().map(|pid| describe(*pid)).collect();
             for pid in &left {
                 let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
             }
-            panic!("processes left behind with {needle}: {left:?}");
+            panic!("processes left behind with {needle}: {}", described.join("; "));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A process's pid, command line and parent, for failure messages.
+fn describe(pid: u32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim_end().to_owned())
+        .unwrap_or_default();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim()).unwrap_or("");
+    format!("{pid} ({cmdline}) [{}]", state.split(' ').take(4).collect::<Vec<_>>().join(" "))
 }
 
 /// Waits (up to 10 s) until no process of any treecast session runs; the test

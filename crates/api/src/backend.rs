@@ -121,6 +121,10 @@ impl BackEnd {
     /// Joins the tree with the settings the launcher put in the environment
     /// (`TREECAST_PARENT`, `TREECAST_NODE_ID`, `TREECAST_RANK`, `TREECAST_SIZE`, `TREECAST_SECRET`).
     ///
+    /// It removes `TREECAST_SECRET` from the environment once read (also from what
+    /// `/proc/PID/environ` shows), so call it before starting threads that read or
+    /// change the environment.
+    ///
     /// # Errors
     /// Missing environment (the program was not started by treecast), or a
     /// parent that cannot be reached or authenticated.
@@ -260,10 +264,16 @@ impl BackEnd {
     /// Cancel safety: cancel safe.
     pub async fn close(mut self) {
         let _ = lock(&self.sender.shared).command(Command::Shutdown);
+        let deadline = tokio::time::Instant::now() + LAST_FLUSH;
         if let Some(task) = self.task.take() {
-            if tokio::time::timeout(LAST_FLUSH, task).await.is_err() {
+            if tokio::time::timeout_at(deadline, task).await.is_err() {
                 tracing::warn!("the link to the parent did not take what was queued within {LAST_FLUSH:?}");
             }
+        }
+        // Over TCP, the parent must have every byte before this process may exit: a
+        // reset on exit throws away what it had not acknowledged.
+        while lock(&self.sender.shared).unacknowledged() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
     }
 }

@@ -263,10 +263,7 @@ impl NetworkBuilder {
                 if tokio::time::timeout(limit, task).await.is_err() {
                     lock(&shared).kill_children();
                 }
-                let written = lock(&shared).tool().attach_written.take();
-                if let Some(path) = written {
-                    let _ = std::fs::remove_file(path);
-                }
+                // Dropping the front-end's state removes an attach file it wrote.
                 Err(e)
             }
         }

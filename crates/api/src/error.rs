@@ -137,6 +137,9 @@ pub enum ApiError {
     /// A file to send cannot be used (see [`crate::bcast_file`]); nothing was sent for it.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// An attach file could not be written (front-end) or used (back-end).
+    #[error(transparent)]
+    Attach(#[from] AttachError),
     /// The environment set by the launcher is missing or wrong.
     #[error("{0}")]
     Env(String),
@@ -228,4 +231,94 @@ pub enum SourceError {
     /// A source or destination path, or a link target, is not valid UTF-8, which the status packet needs.
     #[error("path {0} is not valid UTF-8: rename it, or send it under a UTF-8 destination name")]
     NotUtf8(PathBuf),
+}
+
+/// Why an attach file could not be written by the front-end or used by a back-end
+/// (see [`crate::AttachInfo`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttachError {
+    /// The front-end could not create, write or rename the attach file; the network
+    /// is not started.
+    #[error(
+        "cannot write the attach file {path}: {source}; give a path in a directory only you can write \
+         ($XDG_RUNTIME_DIR, or one made by `mktemp -d`)"
+    )]
+    Write {
+        /// The attach file.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The attach file could not be opened or read.
+    #[error("cannot read the attach file {path}: {source}; give the path the front-end printed")]
+    Read {
+        /// The attach file.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The path is not a regular file (a fifo, a directory …).
+    #[error("attach file {path} is {kind}, not a regular file: give the file the front-end wrote")]
+    NotAFile {
+        /// The attach file.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// The file belongs to another user: whoever wrote it chose where this back-end
+    /// connects and what it runs.
+    #[error(
+        "attach file {path} is owned by uid {owner}, not by this user (uid {uid}) or root: refusing it, \
+         since whoever wrote it decides where this back-end connects and what it runs; use the file \
+         your own front-end wrote, in a directory only you can write"
+    )]
+    NotOwned {
+        /// The attach file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective uid.
+        uid: u32,
+    },
+    /// Group or others may read or write the file: they could read the session secret
+    /// or redirect the back-ends.
+    #[error(
+        "attach file {path} has mode {mode:04o}: group or others can read or write it (the session \
+         secret, where back-ends connect); refusing it: make it private (chmod 600) or start the front-end again"
+    )]
+    Exposed {
+        /// The attach file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A line does not parse.
+    #[error("attach file {path} line {line}: {what}")]
+    Line {
+        /// The attach file.
+        path: PathBuf,
+        /// The line number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// A line the file must have is missing.
+    #[error("attach file {path} has no {what} line")]
+    Missing {
+        /// The attach file.
+        path: PathBuf,
+        /// The missing line's keyword.
+        what: &'static str,
+    },
+    /// The rank asked for has no place in the file.
+    #[error("rank {rank} has no place in the attach file (size {size})")]
+    NoPlace {
+        /// The rank.
+        rank: u32,
+        /// The number of ranks in the file.
+        size: u32,
+    },
 }

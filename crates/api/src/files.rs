@@ -39,10 +39,12 @@ use treecast_wire::RankSet;
 
 use crate::error::SourceError;
 
+mod message;
 mod receive;
 mod send;
 mod worker;
 
+pub use message::{FileMessage, FileMessageError, FileStatus};
 pub use receive::{Decision, FileAnswer, FileReceiver, FileReceivers};
 pub use send::{bcast_file, bcast_files, FileEntry, Progress};
 pub use worker::FileWorker;

@@ -11,6 +11,7 @@ use treecast_node::driver::{lock, Shared, Tool};
 use treecast_transport::Secret;
 use treecast_wire::RankSet;
 
+use crate::attach::AttachFile;
 use crate::{ApiError, AttachInfo, Event};
 
 /// Events buffered for the tool; past this, events are logged and dropped.
@@ -37,8 +38,9 @@ pub(crate) struct FeTool {
     launch: Option<Result<Launched, ApiError>>,
     launch_waker: Option<Waker>,
     attach: Option<AttachTarget>,
-    /// The attach file written, removed when the network ends.
-    pub(crate) attach_written: Option<PathBuf>,
+    /// The attach file written; dropping it removes it (the network takes it out when
+    /// it ends, as stream handles may keep this state alive longer).
+    pub(crate) attach_written: Option<AttachFile>,
     readers: HashMap<u32, Vec<Waker>>,
     writers: HashMap<u32, Vec<Waker>>,
     events: VecDeque<Event>,
@@ -132,9 +134,10 @@ impl FeTool {
             size: target.size,
             points: points.into_iter().map(|p| (p.rank, p.node_id, p.address)).collect(),
         };
-        match info.write(&target.path) {
-            Ok(()) => self.attach_written = Some(target.path),
-            Err(e) => self.finish_launch(Err(e)),
+        match info.write(&target.path).and_then(|()| AttachFile::written(&target.path)) {
+            Ok(file) => self.attach_written = Some(file),
+            // Back-ends that cannot know where to connect would only be waited for in vain.
+            Err(e) => self.finish_launch(Err(e.into())),
         }
     }
 }

@@ -32,11 +32,12 @@ mod stream;
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
 pub use backend::{BackEnd, BackEndEvent, BackEndSender};
 pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
-pub use error::{ApiError, SourceError};
+pub use error::{ApiError, AttachError, SourceError};
 pub use files::{
-    bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileOptions, FileReceiver,
-    FileReceivers, FileReport, FileWorker, Outcome, Progress, RankOutcome, WriteMode, DEFAULT_CHUNK,
-    DEFAULT_TIMEOUT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, MAX_CHUNK, MAX_TIMEOUT,
+    bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileMessage, FileMessageError,
+    FileOptions, FileReceiver, FileReceivers, FileReport, FileStatus, FileWorker, Outcome, Progress,
+    RankOutcome, WriteMode, DEFAULT_CHUNK, DEFAULT_TIMEOUT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS,
+    MAX_CHUNK, MAX_TIMEOUT,
 };
 pub use network::{Communicator, Event, Network, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};

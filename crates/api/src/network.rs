@@ -264,14 +264,13 @@ impl Network {
 }
 
 impl Drop for Network {
+    /// Kills every process of the tree (if still running) and removes the attach file.
     fn drop(&mut self) {
         let mut d = lock(&self.shared);
         if let Some(task) = self.task.take() {
             d.kill_children();
             task.abort();
         }
-        if let Some(path) = d.tool().attach_written.take() {
-            let _ = std::fs::remove_file(path);
-        }
+        drop(d.tool().attach_written.take());
     }
 }

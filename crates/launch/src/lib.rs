@@ -11,6 +11,8 @@
 //!   kills it if its parent dies (`PR_SET_PDEATHSIG`; every fork happens on one
 //!   long-lived thread, see `forker`), so no process outlives the tree. The last
 //!   lines it wrote to stderr are kept for error reports.
+//!   That signal reaches direct children only: [`kill_process_group`] ends what
+//!   a command started (`treecast guard` runs each command in a group of its own).
 //!
 //! Environment, never argv, carries the session secret: see [`ProcessSpec::env`].
 
@@ -211,11 +213,26 @@ pub(crate) async fn keep_stderr(
     }
 }
 
+/// The effective user id of this process (who owns the files it creates).
+pub fn effective_uid() -> u32 {
+    #[allow(unsafe_code)]
+    // SAFETY: geteuid(2) takes no arguments, touches no memory and cannot fail.
+    unsafe {
+        libc::geteuid()
+    }
+}
+
 /// Asks the kernel to kill the child when its parent dies, so a crashed or killed
 /// parent never leaves orphans behind. The signal is tied to the thread that forks:
 /// fork through [`Launcher`]s (one long-lived thread), or from a thread that lives
 /// as long as the process.
 pub fn die_with_parent(cmd: &mut Command) {
+    die_with_parent_std(cmd.as_std_mut());
+}
+
+/// [`die_with_parent`] for a `std::process::Command`.
+pub fn die_with_parent_std(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
     let parent = std::process::id();
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the forked child before exec and only calls
@@ -232,6 +249,102 @@ pub fn die_with_parent(cmd: &mut Command) {
             }
             Ok(())
         });
+    }
+}
+
+/// Removes `name` from this process's environment and overwrites its value where
+/// `/proc/PID/environ` shows it, so that other processes of the same user (the
+/// commands a back-end runs, say) cannot read it there; returns false when it is not
+/// in that block (it was not in the environment at start-up) or the block cannot be found.
+///
+/// `std::env::remove_var` alone is not enough: `/proc/PID/environ` reads the block the
+/// kernel copied onto the stack at exec, which `unsetenv` leaves as it is. Call this
+/// early, before other threads may read the variable.
+pub fn clear_env_var(name: &str) -> bool {
+    let cleared = overwrite_initial_env_value(name).unwrap_or(false);
+    std::env::remove_var(name);
+    cleared
+}
+
+/// Overwrites with `x` the value of every `name=value` entry of the initial
+/// environment block; returns whether there was one.
+fn overwrite_initial_env_value(name: &str) -> std::io::Result<bool> {
+    let (start, end) = initial_env_range()?;
+    // The same bytes as memory [start, end): the kernel reads them from there.
+    let block = std::fs::read("/proc/self/environ")?;
+    if block.len() != end - start {
+        return Ok(false);
+    }
+    let prefix = format!("{name}=");
+    let mut found = false;
+    let mut offset = 0;
+    for entry in block.split(|b| *b == 0) {
+        if entry.starts_with(prefix.as_bytes()) {
+            let value_at = start + offset + prefix.len();
+            let len = entry.len() - prefix.len();
+            #[allow(unsafe_code)]
+            // SAFETY: [start, end) is this process's initial environment block, which the
+            // kernel copied onto the main thread's stack at exec: mapped, writable and
+            // alive for the whole life of the process. `block` was read from exactly that
+            // range (same length, checked above), so the `len` bytes at `value_at` are
+            // the value of this entry, inside the range, and end before its NUL, which
+            // is not touched: every C string pointing into the block (libc's `environ`)
+            // stays a valid string of the same length. No Rust reference points into the
+            // block (std reads the environment through libc and copies it out), so
+            // nothing Rust relies on changes under it. A thread reading this same
+            // variable at this moment could see a mix of old and new bytes of the value;
+            // callers clear it at start-up, before anything else reads it.
+            unsafe {
+                std::ptr::write_bytes(value_at as *mut u8, b'x', len);
+            }
+            found = true;
+        }
+        offset += entry.len() + 1;
+    }
+    Ok(found)
+}
+
+/// Start and end addresses of this process's initial environment block: fields 50
+/// and 51 of `/proc/self/stat` (Linux 3.5 and later).
+fn initial_env_range() -> std::io::Result<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<usize>().ok());
+    match (field(50), field(51)) {
+        (Some(start), Some(end)) if start < end => Ok((start, end)),
+        _ => Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "no environment range in /proc/self/stat",
+        )),
+    }
+}
+
+/// Kills (SIGKILL) every process of the process group `pgid`: a command started as
+/// the leader of a group of its own, and everything it started that stayed in it.
+/// A group that no longer exists is not an error.
+///
+/// # Errors
+/// `pgid` is 0 or 1 (which would mean this process's own group, or every process),
+/// or the kernel refused (a group of another user).
+pub fn kill_process_group(pgid: u32) -> std::io::Result<()> {
+    let pgid = libc::pid_t::try_from(pgid).ok().filter(|p| *p > 1).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{pgid} is not a process group to kill"),
+        )
+    })?;
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) with a negative pid signals the process group -pid; it takes no
+    // pointers. pgid > 1 was checked, so it is never this process's group (0) or every process (-1).
+    let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    if rc == 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        e => Err(e),
     }
 }
 
@@ -285,6 +398,67 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert_eq!(child.try_wait(), None, "the child died with the thread that launched it");
         rt.block_on(child.kill());
+    }
+
+    fn alive(pid: u32) -> bool {
+        // A zombie (not reaped by a container's init) is dead too.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+    }
+
+    #[tokio::test]
+    async fn killing_a_process_group_reaches_the_processes_its_leader_started() {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", "sleep 60 & echo $!; wait"]).stdout(Stdio::piped()).process_group(0);
+        let mut leader = cmd.spawn().unwrap();
+        let mut line = String::new();
+        let mut out = BufReader::new(leader.stdout.take().unwrap());
+        out.read_line(&mut line).await.unwrap();
+        let background: u32 = line.trim().parse().unwrap();
+        assert!(alive(background));
+        kill_process_group(leader.id().unwrap()).unwrap();
+        leader.wait().await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while alive(background) {
+            assert!(std::time::Instant::now() < deadline, "the background sleep survived");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Gone groups are no error; 0 and 1 (this group, every process) are refused.
+        // (No pid is ever this large: the kernel's limit is 2^22.)
+        kill_process_group(i32::MAX as u32).unwrap();
+        assert!(kill_process_group(0).is_err() && kill_process_group(1).is_err());
+    }
+
+    /// Not a test on its own: run by `a_cleared_variable_is_gone_from_proc_environ`
+    /// in a process that has `TREECAST_TEST_CLEAR` in its initial environment.
+    #[test]
+    fn clear_env_var_entry() {
+        let Ok(value) = std::env::var("TREECAST_TEST_CLEAR") else { return };
+        assert!(clear_env_var("TREECAST_TEST_CLEAR"));
+        assert!(std::env::var("TREECAST_TEST_CLEAR").is_err(), "still in the environment");
+        let block = std::fs::read("/proc/self/environ").unwrap();
+        assert!(!block.windows(value.len()).any(|w| w == value.as_bytes()), "still in /proc/self/environ");
+        // The other variables are intact, there and in the environment.
+        assert!(block.split(|b| *b == 0).any(|kv| kv == b"TREECAST_TEST_OTHER=kept"));
+        assert_eq!(std::env::var("TREECAST_TEST_OTHER").unwrap(), "kept");
+        assert!(!clear_env_var("TREECAST_TEST_UNSET"), "a variable that is not there");
+        println!("cleared");
+    }
+
+    #[test]
+    fn a_cleared_variable_is_gone_from_proc_environ() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["tests::clear_env_var_entry", "--exact", "--nocapture", "--test-threads=1"])
+            .env("TREECAST_TEST_CLEAR", "s3cr3t-value-0123456789")
+            .env("TREECAST_TEST_OTHER", "kept")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("cleared"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[tokio::test]

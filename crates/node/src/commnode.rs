@@ -32,11 +32,17 @@ where
 /// The session secret: from the environment (a local parent puts it there), or
 /// from standard input (ssh brings it there).
 ///
+/// The variable is taken out of the environment once read, also from the block that
+/// `/proc/PID/environ` shows, so the commands this process runs cannot read it there.
+///
 /// # Errors
 /// Neither holds a valid secret.
 pub fn read_secret() -> Result<Secret, NodeError> {
     match Secret::from_env() {
-        Ok(secret) => Ok(secret),
+        Ok(secret) => {
+            treecast_launch::clear_env_var(treecast_transport::SECRET_ENV);
+            Ok(secret)
+        }
         Err(env_err) => match treecast_launch::secret_from_stdin() {
             Some(line) => {
                 let line = line.map_err(|source| NodeError::Io {

@@ -3,7 +3,8 @@
 //! They carry only what a process needs before it can read its launch plan: where
 //! its parent listens, who it is, and (in [`treecast_transport::SECRET_ENV`], never
 //! on a command line) the session secret. Everything else (launcher, routes, time
-//! limits, sizes) travels in the plan.
+//! limits, sizes) travels in the plan. A process clears the secret once it has read
+//! it ([`crate::read_secret`]), also from the block `/proc/PID/environ` shows.
 
 /// Address of the parent's listener: `ip:port`, or `unix:@name`.
 pub const PARENT: &str = "TREECAST_PARENT";

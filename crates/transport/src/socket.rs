@@ -50,6 +50,26 @@ impl Socket {
         };
     }
 
+    /// Bytes written that the peer has not acknowledged yet (always 0 for a Unix
+    /// socket, which hands written bytes to the peer at once).
+    ///
+    /// A process that exits while its TCP socket holds unread data makes the kernel
+    /// reset the connection, and a reset throws away what the peer had not
+    /// acknowledged: a last flush waits for this to reach 0 first.
+    pub(crate) fn unacknowledged(&self) -> io::Result<usize> {
+        let Socket::Tcp(_) = self else { return Ok(0) };
+        let mut bytes: libc::c_int = 0;
+        #[allow(unsafe_code)]
+        // SAFETY: SIOCOUTQ (Linux defines it as TIOCOUTQ) on a socket stores one int
+        // through the pointer, which points to a live, writable c_int; the descriptor
+        // stays open while `self` is borrowed.
+        let rc = unsafe { libc::ioctl(self.as_raw_fd(), libc::TIOCOUTQ, &mut bytes) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(usize::try_from(bytes).unwrap_or(0))
+    }
+
     /// Makes writes block, for at most `limit` each (a last flush before exit).
     pub(crate) fn block_writes(&self, limit: Duration) -> io::Result<()> {
         match self {

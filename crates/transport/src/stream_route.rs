@@ -271,6 +271,13 @@ impl StreamRoute {
         self.conns.get(link).map(|c| c.name.as_str())
     }
 
+    /// Bytes written on TCP links that their peers have not acknowledged yet (links
+    /// that failed count as 0): a process must not exit before this is 0, or the
+    /// kernel's reset may throw those bytes away.
+    pub fn unacknowledged(&self) -> usize {
+        self.conns.iter().map(|(_, c)| c.sock.unacknowledged().unwrap_or(0)).sum()
+    }
+
     /// Number of links carried.
     pub fn len(&self) -> usize {
         self.conns.iter().count()

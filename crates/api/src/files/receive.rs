@@ -8,11 +8,12 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
-use treecast_wire::{RankSet, Value};
+use treecast_wire::Value;
 
+use super::message::{FileMessage, FileStatus};
 use super::{
-    mtime_ns, EntryKind, Outcome, WriteMode, ANSWER_FORMAT, CHUNK_FORMAT, END_FORMAT, FILE_CHUNK, FILE_END,
-    FILE_OPEN, FILE_STATUS, FLAG_EXACT, OPEN_FORMAT, RECEIVE_WORD, STATUS_FORMAT,
+    mtime_ns, EntryKind, Outcome, WriteMode, ANSWER_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS,
+    RECEIVE_WORD,
 };
 use crate::Packet;
 
@@ -99,26 +100,17 @@ impl FileReceiver {
     /// (e.g. the stream id), unique among this process's transfers. Links and directory
     /// attributes are applied here.
     pub fn on_status(&mut self, packet: &Packet, tag: u32) -> Decision {
-        let decision = match packet.unpack(STATUS_FORMAT) {
-            Ok(v) => match v.as_slice() {
-                [Value::Str(src), Value::ULong(mtime), Value::ULong(size), Value::Str(dst), Value::Int(mode), Value::UInt(perm), Value::Int(kind), Value::Str(target), Value::UInt(flags)] =>
-                {
-                    self.size = *size;
-                    self.mtime = *mtime;
-                    self.perm = *perm;
-                    match (WriteMode::from_code(*mode), EntryKind::from_code(*kind)) {
-                        (Some(mode), Some(kind)) => {
-                            let (src, dst) = (Path::new(src), Path::new(dst));
-                            let exact = flags & FLAG_EXACT != 0;
-                            self.decide(&Status { src, dst, mode, kind, target, exact }, tag)
-                        }
-                        (None, _) => failed(format!("unknown write mode {mode}")),
-                        (_, None) => failed(format!("unknown kind {kind} (a newer front-end?)")),
-                    }
-                }
-                _ => failed("malformed status packet".into()),
-            },
-            Err(e) => failed(format!("malformed status packet: {e}")),
+        let decision = match FileStatus::decode(packet.payload()) {
+            Ok(st) => {
+                self.size = st.size;
+                self.mtime = st.mtime;
+                self.perm = st.perm;
+                let (src, dst) = (Path::new(&st.source), Path::new(&st.destination));
+                let status =
+                    Status { src, dst, mode: st.mode, kind: st.kind, target: &st.target, exact: st.exact };
+                self.decide(&status, tag)
+            }
+            Err(e) => failed(e.to_string()),
         };
         if let Decision::Answer(..) = decision {
             self.state = State::Answered;
@@ -175,7 +167,17 @@ impl FileReceiver {
                     return skip;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Nothing there, or a symbolic link that leads nowhere: in write mode leave
+            // such a link is kept, and that is known now, before any data is sent.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if mode == WriteMode::Leave && std::fs::symlink_metadata(&dst).is_ok() {
+                    let detail = format!(
+                        "{} exists (a symbolic link that leads nowhere; write mode leave)",
+                        dst.display()
+                    );
+                    return Decision::Answer(Outcome::SkippedLeave, detail);
+                }
+            }
             Err(e) => return failed(format!("cannot stat {}: {e}", dst.display())),
         }
         let (dir, tmp) = match temp_path(&dst, tag) {
@@ -289,23 +291,21 @@ impl FileReceiver {
     /// Writes a [`FILE_CHUNK`] packet; errors are kept for the answer at the end.
     pub fn on_chunk(&mut self, packet: &Packet) {
         let State::Receiving(inc) = &mut self.state else { return };
-        let result = match packet.unpack(CHUNK_FORMAT) {
-            Ok(v) => match v.as_slice() {
-                [Value::ULong(offset), Value::Bytes(data)] if *offset == inc.written => {
-                    if inc.written + data.len() as u64 > self.size {
-                        Err(format!("more data than the announced {} bytes", self.size))
-                    } else {
-                        inc.hasher.update(data);
-                        inc.written += data.len() as u64;
-                        inc.file.write_all(data).map_err(|e| format!("writing {}: {e}", inc.dst.display()))
-                    }
+        let result = match FileMessage::decode(FILE_CHUNK, packet.payload()) {
+            Ok(FileMessage::Chunk { offset, bytes }) if offset == inc.written => {
+                if inc.written + bytes.len() as u64 > self.size {
+                    Err(format!("more data than the announced {} bytes", self.size))
+                } else {
+                    inc.hasher.update(&bytes);
+                    inc.written += bytes.len() as u64;
+                    inc.file.write_all(&bytes).map_err(|e| format!("writing {}: {e}", inc.dst.display()))
                 }
-                [Value::ULong(offset), Value::Bytes(_)] => {
-                    Err(format!("chunk at offset {offset} arrived while expecting {}", inc.written))
-                }
-                _ => Err("malformed chunk packet".into()),
-            },
-            Err(e) => Err(format!("malformed chunk packet: {e}")),
+            }
+            Ok(FileMessage::Chunk { offset, .. }) => {
+                Err(format!("chunk at offset {offset} arrived while expecting {}", inc.written))
+            }
+            Ok(_) => Err("malformed chunk packet".into()),
+            Err(e) => Err(e.to_string()),
         };
         if let Err(detail) = result {
             self.fail(detail);
@@ -346,14 +346,15 @@ impl FileReceiver {
 
     fn verify(&self, packet: &Packet) -> Result<(), String> {
         let State::Receiving(inc) = &self.state else { return Ok(()) };
-        let v = packet.unpack(END_FORMAT).map_err(|e| format!("malformed end packet: {e}"))?;
-        let [Value::Str(hash), Value::ULong(sent), Value::Str(abort)] = v.as_slice() else {
+        let FileMessage::End { hash, sent, abort } =
+            FileMessage::decode(FILE_END, packet.payload()).map_err(|e| e.to_string())?
+        else {
             return Err("malformed end packet".into());
         };
         if !abort.is_empty() {
             return Err(format!("the front-end aborted: {abort}"));
         }
-        if *sent != inc.written || inc.written != self.size {
+        if sent != inc.written || inc.written != self.size {
             return Err(format!(
                 "received {} bytes, the front-end sent {sent}, the file has {}",
                 inc.written, self.size
@@ -455,9 +456,11 @@ const TEMP_NAME_KEEP: usize = 100;
 
 /// The temporary name beside `dst` (in an existing directory), and that directory.
 ///
-/// `.NAME.treecast-PID-TAG-RANDOM.tmp`, NAME cut to [`TEMP_NAME_KEEP`] bytes: the
-/// random part keeps back-ends on different hosts apart on a shared file system,
-/// where process ids (in containers, for example) can be equal.
+/// `.NAME.treecast-SPACE-PID-TAG-RANDOM.tmp`, NAME cut to [`TEMP_NAME_KEEP`] bytes:
+/// SPACE ([`pid_space`]) and the random part keep back-ends on different hosts apart
+/// on a shared file system, where process ids (in containers, for example) can be
+/// equal. The first time a process makes one in a directory, it removes the stale
+/// ones there ([`sweep_once`]).
 fn temp_path(dst: &Path, tag: u32) -> Result<(PathBuf, PathBuf), String> {
     let (Some(dir), Some(name)) = (dst.parent(), dst.file_name()) else {
         return Err(format!("destination {} has no parent directory", dst.display()));
@@ -479,8 +482,77 @@ fn temp_path(dst: &Path, tag: u32) -> Result<(PathBuf, PathBuf), String> {
         name.truncate(cut);
     }
     let random: u32 = rand::random();
-    let tmp = dir.join(format!(".{name}.treecast-{}-{tag}-{random:08x}.tmp", std::process::id()));
+    let space = pid_space();
+    let tmp = dir.join(format!(".{name}.treecast-{space}-{}-{tag}-{random:08x}.tmp", std::process::id()));
+    sweep_once(dir, &space);
     Ok((dir.to_path_buf(), tmp))
+}
+
+/// Eight hex digits naming this host's running kernel and this process's pid
+/// namespace: the space in which the process id of a temporary file's name means
+/// something. Back-ends on other hosts of a shared file system, or in other
+/// containers, have another one, so their temporary files are never taken for stale.
+fn pid_space() -> String {
+    static SPACE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SPACE
+        .get_or_init(|| {
+            let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+            let ns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
+            let mut hasher = blake3::Hasher::new();
+            hasher.update(boot.trim().as_bytes());
+            hasher.update(ns.as_os_str().as_encoded_bytes());
+            hasher.finalize().to_hex()[..8].to_owned()
+        })
+        .clone()
+}
+
+/// Removes, once per directory and process, the temporary files that back-ends of
+/// this pid space left in `dir` when they were killed mid-transfer: files named as
+/// [`temp_path`] names them whose process is gone. Best effort: errors are ignored.
+fn sweep_once(dir: &Path, space: &str) {
+    static SWEPT: std::sync::Mutex<Option<std::collections::HashSet<PathBuf>>> = std::sync::Mutex::new(None);
+    let Ok(mut swept) = SWEPT.lock() else { return };
+    if !swept.get_or_insert_with(Default::default).insert(dir.to_path_buf()) {
+        return;
+    }
+    drop(swept);
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| temp_owner(n, space)) else { continue };
+        // A regular file only (never follows or removes a link someone put there).
+        if pid != std::process::id() && !process_alive(pid) && entry.file_type().is_ok_and(|t| t.is_file()) {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!(
+                    "removed {}, left by a back-end killed mid-transfer",
+                    entry.path().display()
+                ),
+                Err(e) => tracing::debug!("could not remove stale {}: {e}", entry.path().display()),
+            }
+        }
+    }
+}
+
+/// The process id in a temporary file name of [`temp_path`]'s form made in `space`.
+fn temp_owner(name: &str, space: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (rest, random) = rest.rsplit_once('-')?;
+    let (rest, tag) = rest.rsplit_once('-')?;
+    let (rest, pid) = rest.rsplit_once('-')?;
+    let (_, their_space) = rest.rsplit_once(".treecast-")?;
+    let hex8 = |s: &str| s.len() == 8 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if their_space != space || !hex8(random) || !digits(tag) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// True while process `pid` exists and is not a zombie (a process id reused by
+/// another process also counts as alive: its files are then kept, never removed by mistake).
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
 }
 
 /// An answer a back-end sends up: `send(stream, tag, format, &values)`.
@@ -594,10 +666,10 @@ impl FileReceivers {
 
     /// The data stream of a [`FILE_OPEN`] packet, if this rank is among its receivers.
     fn data_stream(&self, p: &Packet) -> Option<u32> {
-        let v = p.unpack(OPEN_FORMAT).ok()?;
-        let [Value::UInt(data), Value::Str(ranks)] = v.as_slice() else { return None };
-        let ranks: RankSet = ranks.parse().ok()?;
-        (*data != 0 && ranks.contains(self.rank)).then_some(*data)
+        let Ok(FileMessage::Open { data, receivers }) = FileMessage::decode(FILE_OPEN, p.payload()) else {
+            return None;
+        };
+        (data != 0 && receivers.contains(self.rank)).then_some(data)
     }
 }
 
@@ -606,6 +678,7 @@ impl FileReceivers {
 mod tests {
     use treecast_wire::{Frame, FrameHeader};
 
+    use super::super::{CHUNK_FORMAT, END_FORMAT, FLAG_EXACT, OPEN_FORMAT, STATUS_FORMAT};
     use super::*;
     use crate::stream::encode_checked;
 
@@ -967,6 +1040,80 @@ mod tests {
         assert_eq!(std::fs::read(&dst).unwrap(), b"abc");
         drop(b);
         assert!(temp_names(d).is_empty());
+    }
+
+    #[test]
+    fn a_dangling_link_in_leave_mode_is_kept_at_the_status_without_taking_the_data() {
+        // Regression: the whole file was received, then reported as having "appeared
+        // during the transfer".
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
+        let dst = d.join("f");
+        std::os::unix::fs::symlink("nowhere", &dst).unwrap();
+        let decision = FileReceiver::new().on_status(&status(&dst, 3, WriteMode::Leave), 1);
+        let Decision::Answer(Outcome::SkippedLeave, detail) = &decision else { panic!("{decision:?}") };
+        assert!(detail.contains("symbolic link") && !detail.contains("appeared"), "{detail}");
+        assert_eq!(std::fs::read_link(&dst).unwrap(), Path::new("nowhere"));
+        assert!(temp_names(d).is_empty());
+    }
+
+    #[test]
+    fn overwrite_replaces_a_linked_destination_and_never_writes_through_it() {
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
+        let target = d.join("target");
+        std::fs::write(&target, b"kept").unwrap();
+        let hash = blake3::hash(b"abc").to_hex().to_string();
+        for (mode, name) in [(WriteMode::Overwrite, "a"), (WriteMode::Newer, "b")] {
+            let dst = d.join(name);
+            std::os::unix::fs::symlink(&target, &dst).unwrap();
+            let mut r = FileReceiver::new();
+            // The target is older than the source (mtime 1 s after the epoch, below).
+            let old = std::time::UNIX_EPOCH;
+            std::fs::File::options().write(true).open(&target).unwrap().set_modified(old).unwrap();
+            assert_eq!(r.on_status(&status(&dst, 3, mode), 1), Decision::Receive, "{mode:?}");
+            r.on_chunk(&chunk(0, b"abc"));
+            assert_eq!(r.on_end(&end(&hash, 3, "")), Some((Outcome::Written, String::new())), "{mode:?}");
+            let meta = std::fs::symlink_metadata(&dst).unwrap();
+            assert!(meta.is_file(), "{mode:?}: the link is replaced by the file");
+            assert_eq!(std::fs::read(&dst).unwrap(), b"abc");
+            assert_eq!(std::fs::read(&target).unwrap(), b"kept", "{mode:?}: written through the link");
+        }
+        // A dangling link is replaced too, in both modes.
+        let dst = d.join("c");
+        std::os::unix::fs::symlink("nowhere", &dst).unwrap();
+        let mut r = FileReceiver::new();
+        assert_eq!(r.on_status(&status(&dst, 3, WriteMode::Overwrite), 2), Decision::Receive);
+        r.on_chunk(&chunk(0, b"abc"));
+        assert_eq!(r.on_end(&end(&hash, 3, "")), Some((Outcome::Written, String::new())));
+        assert!(std::fs::symlink_metadata(&dst).unwrap().is_file());
+    }
+
+    #[test]
+    fn stale_temporary_files_of_this_pid_space_are_removed_at_the_first_transfer_to_their_directory() {
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
+        let space = pid_space();
+        // No pid is ever this large (the kernel's limit is 2^22): its process is gone.
+        let gone = i32::MAX;
+        let stale = format!(".f.treecast-{space}-{gone}-3-0123abcd.tmp");
+        let mine = format!(".f.treecast-{space}-{}-3-0123abcd.tmp", std::process::id());
+        let elsewhere = format!(".f.treecast-00000000-{gone}-3-0123abcd.tmp");
+        let old_style = format!(".f.treecast-{gone}-3-0123abcd.tmp");
+        for name in [&stale, &mine, &elsewhere, &old_style] {
+            std::fs::write(d.join(name), b"partial").unwrap();
+        }
+        assert_eq!(temp_owner(&stale, &space), Some(gone as u32));
+        assert_eq!(temp_owner(&elsewhere, &space), None);
+        assert_eq!(temp_owner(&old_style, &space), None);
+        let mut r = FileReceiver::new();
+        assert_eq!(r.on_status(&status(&d.join("g"), 3, WriteMode::Leave), 1), Decision::Receive);
+        let mut left = temp_names(d);
+        left.sort();
+        let mut want: Vec<String> = vec![mine.clone(), elsewhere.clone(), old_style.clone()];
+        want.extend(temp_names(d).into_iter().filter(|n| n.starts_with(".g.")));
+        want.sort();
+        assert_eq!(left, want, "only the stale file of this pid space goes");
     }
 
     #[test]

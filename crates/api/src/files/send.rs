@@ -185,7 +185,37 @@ struct Source {
     perm: u32,
     target: String,
     exact: bool,
+    /// A file's identity when it was opened, checked again after the last read.
+    opened: Option<Identity>,
 }
+
+/// What tells a file's content changed: device, inode, size, mtime and ctime (ns).
+/// An edit in place moves mtime and ctime (at the file system's timestamp
+/// resolution), even when it keeps the size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Identity {
+    fn of(m: &std::fs::Metadata) -> Identity {
+        use std::os::unix::fs::MetadataExt;
+        Identity {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// Why a transfer is aborted when the source moved while it was read.
+const SOURCE_CHANGED: &str = "the source changed during the transfer";
 
 fn absolute(p: &Path) -> Result<PathBuf, SourceError> {
     std::path::absolute(p).map_err(|source| SourceError::Absolute { path: p.into(), source })
@@ -240,6 +270,7 @@ fn inspect(entry: &FileEntry) -> Result<Source, SourceError> {
         destination,
         target,
         exact: entry.exact,
+        opened: None,
     })
 }
 
@@ -533,6 +564,17 @@ impl<'n> Sender<'n> {
         if abort.is_empty() && sent != src.size {
             abort = format!("the source shrank during the transfer ({sent} of {} bytes)", src.size);
         }
+        if abort.is_empty() {
+            // Bytes read before and after an edit in place make a copy that is neither
+            // the old file nor the new one: the ranks must not keep it.
+            abort = match file.metadata().await {
+                Ok(m) if Some(Identity::of(&m)) == src.opened => String::new(),
+                Ok(_) => format!(
+                    "{SOURCE_CHANGED} (its size, mtime or ctime moved while it was read); send it again"
+                ),
+                Err(e) => format!("cannot stat the source after reading it: {e}"),
+            };
+        }
         let hash = hasher.finalize().to_hex().to_string();
         let end = [Value::Str(hash.clone()), Value::ULong(sent), Value::Str(abort)];
         if within(limit, data.send(FILE_END, END_FORMAT, &end)).await?.is_none() {
@@ -658,6 +700,7 @@ async fn open(src: &mut Source) -> Result<tokio::fs::File, SourceError> {
     src.size = meta.len();
     src.mtime = mtime_ns(&meta);
     src.perm = meta.permissions().mode() & 0o7777;
+    src.opened = Some(Identity::of(&meta));
     Ok(file)
 }
 

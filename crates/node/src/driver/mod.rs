@@ -348,6 +348,11 @@ impl<T: Tool> Driver<T> {
         self.route.flush_blocking(limit);
     }
 
+    /// Bytes written on TCP links that the peers have not acknowledged yet.
+    pub fn unacknowledged(&self) -> usize {
+        self.route.unacknowledged()
+    }
+
     /// Stops the children at once (the tool is gone): their processes are killed.
     pub fn kill_children(&mut self) {
         if let Some(task) = self.children_task.take() {

@@ -1,0 +1,20 @@
+//! hostlist::expand on arbitrary UTF-8: it must return, never panic; the hosts of an
+//! accepted list must come back (as a set) through compress and expand.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use treecast_topology::hostlist::{compress, expand};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(mut hosts) = expand(text) else { return };
+    // Big lists are correct too, but too slow to round-trip on every input.
+    if hosts.len() > 10_000 {
+        return;
+    }
+    let list = compress(&hosts);
+    let mut again = expand(&list).unwrap_or_else(|e| panic!("{list:?} does not expand: {e}"));
+    hosts.sort();
+    again.sort();
+    assert_eq!(again, hosts, "{list:?}");
+});

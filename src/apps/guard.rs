@@ -1,0 +1,71 @@
+//! `treecast guard`: runs one command for `treecast backend` and kills the command's
+//! whole process group when the back-end goes away.
+//!
+//! Only the direct child of a process gets the die-with-parent signal, so a command
+//! that starts processes of its own (`sh -c 'sleep 30; true'`) would leave them
+//! running after the tree is gone. The back-end therefore starts this guard as the
+//! leader of a new process group, with one end of a socket pair as its standard
+//! input, and the guard starts the command, which joins that group with everything
+//! it starts. The back-end keeps the other end. However the back-end ends (it
+//! returns, it is killed, or the tree goes down and the kernel kills it), the kernel
+//! closes that end; the guard then reads end of file and kills the group, itself
+//! included. The back-end also kills the group itself when the command's time limit
+//! passes or its request is dropped. A process that leaves the group (`setsid`, a
+//! daemon) escapes; what the command leaves running after it exited normally is
+//! left alone.
+
+use std::io::Read;
+use std::process::{ExitCode, Stdio};
+
+use anyhow::Context;
+
+use super::cli::GuardArgs;
+use super::protocol::EXIT_NOT_STARTED;
+
+/// Runs the command, and kills this process group when standard input ends.
+pub fn main(args: GuardArgs) -> anyhow::Result<ExitCode> {
+    let Some((program, rest)) = args.command.split_first() else {
+        anyhow::bail!("treecast guard needs a command to run");
+    };
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(rest).stdin(Stdio::null());
+    // If the guard itself is killed, the command goes too.
+    treecast_launch::die_with_parent_std(&mut cmd);
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("treecast: cannot run {program}: {e}");
+            return Ok(ExitCode::from(EXIT_NOT_STARTED as u8));
+        }
+    };
+    std::thread::spawn(|| {
+        wait_for_end_of_input();
+        // This guard leads the group (the back-end started it so): its pid is the group id.
+        if let Err(e) = treecast_launch::kill_process_group(std::process::id()) {
+            eprintln!("treecast: could not stop the command's processes: {e}");
+        }
+    });
+    let status = child.wait().with_context(|| format!("waiting for {program}"))?;
+    Ok(ExitCode::from(u8::try_from(exit_code(status)).unwrap_or(u8::MAX)))
+}
+
+/// Returns when standard input ends: nothing is ever written to it, so a read
+/// returns only once the back-end's end of the socket pair is closed.
+fn wait_for_end_of_input() {
+    let mut stdin = std::io::stdin();
+    let mut byte = [0u8; 1];
+    loop {
+        match stdin.read(&mut byte) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// The command's exit code, or 128 + the signal that killed it (as shells report it).
+pub fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
+}
