@@ -29,7 +29,7 @@ pub use net::{Listener, ReadHalf, Stream, WriteHalf};
 pub use route::{Close, Route, RouteEvent};
 pub use secret::{Secret, SECRET_ENV};
 pub use socket::Socket;
-pub use stream_route::StreamRoute;
+pub use stream_route::{cut_frames, CutError, StreamRoute};
 
 /// Sets the socket options every treecast TCP link uses (no Nagle delay).
 ///

@@ -389,26 +389,43 @@ impl StreamRoute {
                         }
                     }
                 }
-                Err(reason) => return Some(Some(reason)),
+                Err(reason) => return Some(Some(reason.to_string())),
             }
         }
     }
 }
 
-/// Cuts the whole frames at the front of `buf`.
+/// Why the bytes of a link cannot be cut into frames: the link cannot go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CutError {
+    /// A frame header does not decode.
+    #[error("malformed frame: {0}")]
+    Malformed(#[from] treecast_wire::DecodeError),
+    /// A frame announces more payload than this node accepts.
+    #[error(
+        "a frame of {len} bytes is over this node's limit of {max} bytes (TREECAST_MAX_FRAME); the link is closed"
+    )]
+    TooLarge {
+        /// The payload length announced.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// Cuts the whole frames at the front of `buf` (what a link read so far), leaving a
+/// partial frame in it and reserving room for its payload in steps as bytes come.
+/// Payloads under 4 KiB are copied out, so a frame the node keeps pins no read buffer.
 ///
 /// # Errors
 /// A malformed header or a frame over `max_frame` bytes: the stream cannot go on.
-fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, String> {
+pub fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, CutError> {
     let mut frames = Vec::new();
     while buf.len() >= HEADER_LEN {
-        let (header, len) =
-            FrameHeader::decode(&buf[..HEADER_LEN]).map_err(|e| format!("malformed frame: {e}"))?;
+        let (header, len) = FrameHeader::decode(&buf[..HEADER_LEN])?;
         if len > max_frame {
-            return Err(format!(
-                "a frame of {len} bytes is over this node's limit of {max_frame} bytes \
-                 (TREECAST_MAX_FRAME); the link is closed"
-            ));
+            return Err(CutError::TooLarge { len, max: max_frame });
         }
         if buf.len() < HEADER_LEN + len {
             // Grow in steps as the bytes come: a header alone must not make us allocate its payload.
