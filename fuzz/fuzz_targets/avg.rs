@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use treecast_filters::{builtin, FilterContext};
-use treecast_wire::{Frame, FrameHeader, TransformKind, FLAG_PARTIAL_AVG};
+use treecast_filters::{builtin, FilterContext, TransformKind};
+use treecast_wire::{Frame, FrameHeader, FLAG_PARTIAL_AVG};
 
 fuzz_target!(|data: &[u8]| {
     let mut header = FrameHeader::data(1, 0, 3);

@@ -5,7 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use treecast_filters::{builtin, decode_eq_classes, eq_classes_frame, FilterContext};
-use treecast_wire::{Frame, FrameHeader, TransformKind, FLAG_EQCLASS};
+use treecast_filters::TransformKind;
+use treecast_wire::{Frame, FrameHeader, FLAG_EQCLASS};
 
 fuzz_target!(|data: &[u8]| {
     let mut header = FrameHeader::data(1, 0, 3);
