@@ -17,25 +17,18 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         Some(file) => BackEnd::attach(Some(file), args.rank).await.context("attaching to the tree")?,
         None => BackEnd::connect().await.context("joining the tree")?,
     };
-    // File transfers write on a thread of their own, in packet order; their answers
-    // go up from a task, so a slow disk holds up no other stream.
-    let mut files = FileWorker::start(be.rank()).context("starting the file writer")?;
-    let mut answers = files.take_answers();
-    let answering = be.sender();
+    // File transfers write on a thread of their own, started with the first one, in
+    // packet order; their answers go up from a task, so a slow disk holds up no other stream.
+    let mut files: Option<FileWorker> = None;
     let rank = be.rank();
-    tokio::spawn(async move {
-        while let Some(a) = answers.recv().await {
-            if let Err(e) = answering.send(a.stream, a.tag, a.format, &a.values).await {
-                tracing::warn!(rank, "could not answer a file transfer: {e}");
-            }
-        }
-    });
     loop {
         let packet = match be.next_event().await {
             Ok(BackEndEvent::Packet(p)) => p,
             Ok(BackEndEvent::StreamClosed(id)) => {
                 // A transfer the front-end gave up on leaves no temporary file behind.
-                files.stream_closed(id).await?;
+                if let Some(files) = &files {
+                    files.stream_closed(id).await?;
+                }
                 continue;
             }
             Ok(_) => continue,
@@ -44,7 +37,11 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         };
         let sender = be.sender();
         if FileReceivers::handles(packet.tag()) {
-            files.packet(packet).await?;
+            let worker = match files.as_mut() {
+                Some(w) => w,
+                None => files.insert(start_file_worker(&be)?),
+            };
+            worker.packet(packet).await?;
             continue;
         }
         // Requests that take time run as tasks of their own so they hold up no other
@@ -63,6 +60,22 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
     drop(files);
     be.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the file-writing thread and the task that sends its answers up.
+fn start_file_worker(be: &BackEnd) -> anyhow::Result<FileWorker> {
+    let mut files = FileWorker::start(be.rank()).context("starting the file writer")?;
+    let mut answers = files.take_answers();
+    let answering = be.sender();
+    let rank = be.rank();
+    tokio::spawn(async move {
+        while let Some(a) = answers.recv().await {
+            if let Err(e) = answering.send(a.stream, a.tag, a.format, &a.values).await {
+                tracing::warn!(rank, "could not answer a file transfer: {e}");
+            }
+        }
+    });
+    Ok(files)
 }
 
 async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError> {
