@@ -25,6 +25,9 @@ pub struct PeakRss {
     pub commnode_max: u64,
     /// The largest back-end.
     pub backend_max: u64,
+    /// The largest comm node's private memory at the end of the run (what it does not
+    /// share with the other processes: its heap and stacks, not the binary's code pages).
+    pub commnode_private: u64,
 }
 
 /// The figures of one tree shape.
@@ -349,11 +352,21 @@ fn peak_rss(session: &str) -> PeakRss {
         let kb = vm_hwm(pid).unwrap_or(0);
         if cmdline.ends_with(b"node\0") {
             rss.commnode_max = rss.commnode_max.max(kb);
+            rss.commnode_private = rss.commnode_private.max(private_kb(pid).unwrap_or(0));
         } else if cmdline.ends_with(b"backend\0") {
             rss.backend_max = rss.backend_max.max(kb);
         }
     }
     rss
+}
+
+/// Private memory of a process (clean and dirty pages no other process maps), KiB.
+fn private_kb(pid: &str) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        rollup.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse().ok()
+    };
+    Some(field("Private_Clean:")? + field("Private_Dirty:")?)
 }
 
 fn vm_hwm(pid: &str) -> Option<u64> {
@@ -370,7 +383,7 @@ fn render(r: &MicrobenchResult) -> String {
          floor           {floor:.1} us = {one_way:.1} us one way (raw Unix-socket ping-pong) x {hops} hops; round trip {ratio:.1}x the floor\n  \
          raw tree        {raw:.1} us median round trip of the same tree of processes relaying one byte; round trip {raw_ratio:.2}x the raw tree\n  \
          throughput      {tp:.0} reductions/s ({tpn} back-to-back)\n  \
-         peak RSS        front-end {fe} KiB, comm node max {cnm} KiB, back-end max {bem} KiB\n",
+         peak RSS        front-end {fe} KiB, comm node max {cnm} KiB (private {cnp} KiB at the end), back-end max {bem} KiB\n",
         topo = r.topology,
         be = r.backends,
         cn = r.commnodes,
@@ -389,6 +402,7 @@ fn render(r: &MicrobenchResult) -> String {
         tpn = r.tp_iterations,
         fe = r.peak_rss_kb.frontend,
         cnm = r.peak_rss_kb.commnode_max,
+        cnp = r.peak_rss_kb.commnode_private,
         bem = r.peak_rss_kb.backend_max,
     )
 }
