@@ -230,7 +230,7 @@ pub struct MicrobenchArgs {
 /// Flags of `treecast bcast`.
 #[derive(Debug, Args)]
 pub struct BcastArgs {
-    /// SRC... [DST]: the files (and with -r directories) to send, then where to write them on
+    /// SRC... \[DST\]: the files (and with -r directories) to send, then where to write them on
     /// each host. With one SRC, DST defaults to the same absolute path and an existing
     /// directory takes the file under its name; with several sources or a directory, DST is
     /// a directory that must exist on the hosts, and each source goes under its own name.

@@ -8,7 +8,7 @@
 //!   [`treecast_transport::StreamRoute`]), its timer, and the task that starts its
 //!   children through a [`treecast_launch::Launcher`].
 //! * [`run_comm_node`] is `treecast node`: connect to the parent, then drive.
-//! * [`env`] names the few environment variables a parent sets for its children
+//! * [`mod@env`] names the few environment variables a parent sets for its children
 //!   (identity, parent address, secret); everything else travels in the launch plan.
 
 #![forbid(unsafe_code)]

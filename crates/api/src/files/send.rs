@@ -134,7 +134,7 @@ pub async fn bcast_file(
 /// another, and returns one report per entry, in order.
 ///
 /// Each transfer asks every rank first (status packet) and sends the data only to
-/// the ranks that want it (see the [module](crate::files) comment for the protocol).
+/// the ranks that want it (docs/files.md describes the protocol).
 /// Per-rank failures (no space, permission, checksum mismatch, missing destination
 /// directory, no answer in time) and lost ranks are in the reports, not errors.
 /// `progress` is called as entries start, as chunks go out and as entries finish.

@@ -12,8 +12,8 @@
 //! control that their reading gives back).
 //!
 //! Everything a node decides lives here, once: membership and start-up
-//! ([`startup`]), streams, waves, filters and flow control in both directions
-//! ([`streams`]), failure reports and shutdown.
+//! (`startup.rs`), streams, waves, filters and flow control in both directions
+//! (`streams.rs`), failure reports and shutdown.
 
 mod startup;
 mod streams;

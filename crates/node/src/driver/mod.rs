@@ -4,7 +4,7 @@
 //! its timer, and runs them from one task: a frame goes from the socket read
 //! straight into the core, and from the core straight into the socket write, with no
 //! channel or task in between. Starting children (processes, listeners, handshakes)
-//! runs beside it in a task of its own ([`children`]), which hands over each
+//! runs beside it in a task of its own (`children.rs`), which hands over each
 //! authenticated link and each exit.
 //!
 //! The front-end and the back-ends share their driver with the tool through a
