@@ -25,7 +25,7 @@ mod stream_route;
 
 pub use error::TransportError;
 pub use links::{LinkId, LinkMap, LinkTable};
-pub use net::{Listener, ReadHalf, Stream, WriteHalf};
+pub use net::{Listener, Stream};
 pub use route::{Close, Route, RouteEvent};
 pub use secret::{Secret, SECRET_ENV};
 pub use socket::Socket;

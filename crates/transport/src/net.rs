@@ -18,11 +18,6 @@ use crate::{tune_tcp, TransportError};
 /// Prefix of Unix socket addresses.
 const UNIX_PREFIX: &str = "unix:";
 
-/// The read half of a stream, boxed so every route looks the same to a link.
-pub type ReadHalf = Box<dyn AsyncRead + Unpin + Send>;
-/// The write half of a stream.
-pub type WriteHalf = Box<dyn AsyncWrite + Unpin + Send>;
-
 /// A connected byte stream over one of the routes.
 #[derive(Debug)]
 pub enum Stream {
@@ -70,20 +65,6 @@ impl Stream {
             Stream::Tcp(s) => crate::Socket::Tcp(s.into_std()?),
             Stream::Unix(s) => crate::Socket::Unix(s.into_std()?),
         })
-    }
-
-    /// Splits into independently owned halves for the reader and writer tasks.
-    pub fn into_split(self) -> (ReadHalf, WriteHalf) {
-        match self {
-            Stream::Tcp(s) => {
-                let (r, w) = s.into_split();
-                (Box::new(r), Box::new(w))
-            }
-            Stream::Unix(s) => {
-                let (r, w) = s.into_split();
-                (Box::new(r), Box::new(w))
-            }
-        }
     }
 }
 
