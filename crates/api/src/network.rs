@@ -188,6 +188,9 @@ impl Network {
                 return Err(ApiError::EmptyWindow { which: what });
             }
         }
+        // The id is taken under the lock: the core wants ids in increasing order, and two
+        // calls racing for the lock must not reach it out of order.
+        let mut d = lock(&self.shared);
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let spec = StreamSpec {
             id,
@@ -198,7 +201,8 @@ impl Network {
             up_window: options.up_window,
             down_window: options.down_window,
         };
-        lock(&self.shared).command(Command::NewStream(spec)).map_err(|e| ApiError::from_command(id, e))?;
+        d.command(Command::NewStream(spec)).map_err(|e| ApiError::from_command(id, e))?;
+        drop(d);
         Ok(Stream::new(id, self.shared.clone(), comm.clone(), options, self.backends))
     }
 
