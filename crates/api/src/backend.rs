@@ -38,7 +38,7 @@ pub(crate) struct BeTool {
 
 impl WaitsForCredit for BeTool {
     fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
-        self.writers.entry(stream).or_default().push(cx.waker().clone());
+        crate::frontend::register(self.writers.entry(stream).or_default(), cx);
     }
 }
 

@@ -105,7 +105,7 @@ impl FeTool {
 
     /// Waits for a packet (or the end) on `stream`.
     pub(crate) fn wait_readable(&mut self, stream: u32, cx: &Context<'_>) {
-        self.readers.entry(stream).or_default().push(cx.waker().clone());
+        register(self.readers.entry(stream).or_default(), cx);
     }
 
     /// The next event, or registers to be woken for one.
@@ -144,7 +144,15 @@ impl FeTool {
 
 impl crate::stream::WaitsForCredit for FeTool {
     fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
-        self.writers.entry(stream).or_default().push(cx.waker().clone());
+        register(self.writers.entry(stream).or_default(), cx);
+    }
+}
+
+/// Adds `cx`'s waker to `wakers` unless one that wakes the same task is there: a
+/// call polled again and again (in a `select!`, with a time-out) adds it once.
+pub(crate) fn register(wakers: &mut Vec<Waker>, cx: &Context<'_>) {
+    if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+        wakers.push(cx.waker().clone());
     }
 }
 

@@ -245,3 +245,84 @@ fn a_backend_adopted_while_streams_run_joins_the_streams_that_reach_it() {
     sim.settle(Duration::from_millis(10));
     assert_eq!(sim.core(0).unwrap().lost().ranks(), &RankSet::single(5));
 }
+
+#[test]
+fn the_end_of_a_stream_is_seen_when_its_last_members_leave_while_reductions_wait_for_the_tool() {
+    let mut config = SimConfig::new(Topology::from_spec("flat", Some(2)).unwrap(), 13);
+    config.tool_window = treecast_wire::Window { packets: 2, bytes: 1 << 20 };
+    let mut sim = Sim::new(config);
+    assert!(sim.launch().unwrap().is_empty());
+    let mut s = spec(1, RankSet::range(0, 2), TransformKind::Null);
+    s.sync = SyncMode::DoNotWait;
+    sim.command(Command::NewStream(s)).unwrap();
+    sim.send(request(1, treecast_sim::TAG_BURST, 5), LIMIT).unwrap();
+    sim.settle(Duration::from_millis(50));
+    for r in 0..2 {
+        let id = sim.node_of_rank(r).unwrap();
+        sim.kill_at(id, Duration::ZERO);
+    }
+    sim.settle(Duration::from_millis(50));
+    let mut packets = 0;
+    while let Delivery::Packet(_) =
+        sim.read(1, Duration::from_secs(5)).unwrap_or_else(|e| panic!("after {packets} packets: {e}"))
+    {
+        packets += 1;
+    }
+    assert_eq!(packets, 10, "every packet sent before the back-ends died");
+    assert!(!sim.core(0).unwrap().has_stream(1));
+}
+
+#[test]
+fn a_comm_node_sends_up_what_its_lost_children_completed_before_it_leaves_the_stream() {
+    let mut sim = Sim::new(SimConfig::new(Topology::from_spec("balanced:2x2", None).unwrap(), 14));
+    sim.set_tool(1, treecast_sim::BackendTool { silent: true, ..Default::default() });
+    assert!(sim.launch().unwrap().is_empty());
+    let (b0, b1) = (sim.node_of_rank(0).unwrap(), sim.node_of_rank(1).unwrap());
+    let comm = b0 - 1;
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 2), TransformKind::Sum))).unwrap();
+    for v in 0..3 {
+        sim.send(request(1, TAG_ADD_RANK, v), LIMIT).unwrap();
+    }
+    sim.settle(Duration::from_millis(50));
+    assert_eq!(sim.core(comm).unwrap().held_packets(1), 3, "rank 0's answers wait for rank 1");
+    sim.kill_at(b0, Duration::ZERO);
+    sim.settle(Duration::from_millis(50));
+    sim.kill_at(b1, Duration::ZERO);
+    sim.settle(Duration::from_millis(50));
+    let errors = sim
+        .log()
+        .events
+        .iter()
+        .filter(|e| matches!(e, treecast_node::core::Event::FilterError { .. }))
+        .count();
+    assert_eq!(errors, 0, "{:?}", sim.log().events);
+    let mut sums = Vec::new();
+    while let Some(Delivery::Packet(f)) = sim.try_read(1) {
+        sums.push(decode_values(&f.payload).unwrap()[0].as_i64().unwrap());
+    }
+    assert_eq!(sums, [0, 1, 2], "rank 0's three answers arrive");
+    assert!(!sim.core(comm).unwrap().has_stream(1), "the comm node was told the stream is over for it");
+}
+
+#[test]
+fn a_null_filter_wave_is_sent_within_the_parents_window() {
+    // Regression: a comm node sent a whole wave (one frame per child with the null
+    // filter) on one credit, and its parent cut it off for overrunning the window.
+    let mut sim = Sim::new(SimConfig::new(Topology::from_spec("balanced:2x3", None).unwrap(), 15));
+    for r in 3..6 {
+        sim.set_tool(r, treecast_sim::BackendTool { silent: true, ..Default::default() });
+    }
+    assert!(sim.launch().unwrap().is_empty());
+    let mut s = spec(1, RankSet::range(0, 6), TransformKind::Null);
+    s.up_window = treecast_wire::Window { packets: 4, bytes: 1 << 20 };
+    sim.command(Command::NewStream(s)).unwrap();
+    for v in 0..2 {
+        sim.send(request(1, TAG_ADD_RANK, v), LIMIT).unwrap();
+    }
+    sim.settle(Duration::from_millis(50));
+    assert!(
+        !sim.log().events.iter().any(|e| matches!(e, treecast_node::core::Event::RanksLost { .. })),
+        "{:?}",
+        sim.log().events
+    );
+}

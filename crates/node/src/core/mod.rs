@@ -739,6 +739,7 @@ impl Node {
         }
         self.phase = Phase::Over;
         self.startup = None;
+        self.child_deadline = None;
         self.out.event(Event::Shutdown { reason });
     }
 }

@@ -300,7 +300,9 @@ impl Node {
             ControlMsg::FilterError { stream, rank, message } => {
                 self.report_up(ControlMsg::FilterError { stream, rank, message });
             }
-            ControlMsg::StreamRefused { stream, node, message } => self.stream_refused(stream, node, message),
+            ControlMsg::StreamRefused { stream, node, message } => {
+                self.stream_refused(c, stream, node, message, now)
+            }
             other => {
                 tracing::warn!(node = %self.name, "ignoring unexpected control message from below: {other:?}")
             }
@@ -465,8 +467,9 @@ impl Node {
         }
         child.ranks = child.ranks.difference(&ranks);
         child.expected = child.expected.difference(&ranks);
-        self.report_up(ControlMsg::Leave { ranks, reason, graceful });
+        // Waves it completes go up before the Leave that may take this node out of them.
         self.members_left(c, now);
+        self.report_up(ControlMsg::Leave { ranks, reason, graceful });
     }
 
     /// A child's link closed, or it was dropped.
@@ -477,6 +480,11 @@ impl Node {
                 let reason = self.children[c].failure(&format!("failed during start-up: {why}"));
                 self.fail_child(c, reason, now);
             }
+            (Phase::Running, ChildState::Launching | ChildState::Connected) => {
+                // Adopted while the tree runs, gone before it joined.
+                let reason = self.children[c].failure(&format!("failed before it joined: {why}"));
+                self.fail_child(c, reason, now);
+            }
             _ => {
                 let child = &mut self.children[c];
                 child.state = ChildState::Gone;
@@ -484,10 +492,11 @@ impl Node {
                 let ranks = std::mem::take(&mut child.ranks);
                 let node_id = child.node_id;
                 self.out.event(Event::AbandonChild { node_id });
+                // Waves it completes go up before the Leave that may take this node out of them.
+                self.members_left(c, now);
                 if !ranks.is_empty() {
                     self.report_up(ControlMsg::Leave { ranks, reason: why, graceful: false });
                 }
-                self.members_left(c, now);
             }
         }
     }

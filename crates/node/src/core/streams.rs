@@ -55,6 +55,9 @@ pub(crate) struct StreamState {
     up_budget: Budget,
     /// Complete waves waiting for up credit.
     held: VecDeque<Wave>,
+    /// Frames a reduced wave produced that wait for up credit (a wave may yield
+    /// several, one per child with the null filter; each needs a credit of its own).
+    pending_up: VecDeque<Frame>,
     /// What the source of downward frames (parent or tool) has outstanding here.
     down_ledger: Ledger,
     next_seq: u64,
@@ -83,14 +86,15 @@ impl StreamState {
     pub(crate) fn held_packets(&self) -> usize {
         self.sync.queued()
             + self.held.iter().map(|w| w.frames.len()).sum::<usize>()
+            + self.pending_up.len()
             + self.ready.len()
             + self.in_node.len()
     }
 
     pub(crate) fn held_bytes(&self) -> u64 {
         let up: u64 = self.parts.iter().flatten().map(|p| p.up.held().1).sum();
-        let ready: u64 = self.ready.iter().map(|f| f.payload.len() as u64).sum();
-        up + ready + self.down_ledger.held().1
+        let out: u64 = self.ready.iter().chain(&self.pending_up).map(|f| f.payload.len() as u64).sum();
+        up + out + self.down_ledger.held().1
     }
 
     /// Front-end: a packet or the stream's end waits for the tool.
@@ -249,12 +253,31 @@ fn fan_out(
     }
 }
 
-/// Reduces held waves while there is up credit, returning credit to the children.
+/// Sends reduced frames while there is up credit (one credit each), reducing held
+/// waves as the frames of the last one go out, and returns credit to the children
+/// whose packets were reduced.
 fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
     let id = s.spec.id;
     let fctx = FilterContext { stream: id, is_root: ctx.is_root() };
-    while s.up_budget.open() {
-        let Some(wave) = s.held.pop_front() else { break };
+    loop {
+        while s.up_budget.open() {
+            let Some(f) = s.pending_up.pop_front() else { break };
+            s.up_budget.spend(f.payload.len());
+            match (ctx.role, ctx.parent) {
+                (Role::FrontEnd, _) => {
+                    if s.ready.is_empty() {
+                        out.event(Event::Readable { stream: Some(id) });
+                    }
+                    s.ready.push_back(f);
+                }
+                (_, Some(parent)) => out.send(parent, f),
+                (_, None) => {}
+            }
+        }
+        if !s.up_budget.open() || !s.pending_up.is_empty() {
+            return;
+        }
+        let Some(wave) = s.held.pop_front() else { return };
         for (&c, f) in wave.children.iter().zip(&wave.frames) {
             let Some(part) = s.parts.get_mut(c).and_then(Option::as_mut) else { continue };
             part.up.consume(f.payload.len());
@@ -271,25 +294,34 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
                 ControlMsg::FilterError { stream: id, rank: e.rank().unwrap_or(u32::MAX), message },
             );
         }
-        for f in frames {
-            s.up_budget.spend(f.payload.len());
-            match (ctx.role, ctx.parent) {
-                (Role::FrontEnd, _) => {
-                    if s.ready.is_empty() {
-                        out.event(Event::Readable { stream: Some(id) });
-                    }
-                    s.ready.push_back(f);
-                }
-                (_, Some(parent)) => out.send(parent, f),
-                (_, None) => {}
-            }
-        }
+        s.pending_up.extend(frames);
+    }
+}
+
+/// Takes child `c` out of a stream: it no longer reaches a member (or is gone, or
+/// refused the stream). Its packets already queued still count in the next waves;
+/// what was queued for it is dropped, and a child still linked is told the stream is
+/// closed for it, behind what it was already sent.
+fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs, now: Instant, tell: bool) {
+    s.members.retain(|&m| m != c);
+    s.rebuild_targets(ctx.children);
+    let part = s.parts.get_mut(c).and_then(Option::take);
+    if let (true, Some(_), Some(link)) = (tell, part, ctx.link_of(c)) {
+        out.control(link, &ControlMsg::CloseStream { id: s.spec.id });
+    }
+    let waves = s.sync.child_lost(c, now);
+    s.held.extend(waves);
+    settle_down(s, ctx, out);
+    if !s.closing {
+        reduce(s, ctx, out);
+        check_over(s, ctx, out);
     }
 }
 
 /// Front-end: the stream is over once no member is left and nothing is held.
 fn check_over(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
-    if ctx.is_root() && !s.over && s.members.is_empty() && s.sync.queued() == 0 && s.held.is_empty() {
+    let drained = s.sync.queued() == 0 && s.held.is_empty() && s.pending_up.is_empty();
+    if ctx.is_root() && !s.over && s.members.is_empty() && drained {
         s.over = true;
         out.event(Event::Readable { stream: Some(s.spec.id) });
     }
@@ -342,6 +374,7 @@ impl Node {
             parts,
             up_budget: Budget::new(up_window),
             held: VecDeque::new(),
+            pending_up: VecDeque::new(),
             down_ledger: Ledger::new(spec.down_window),
             next_seq: 0,
             in_node: VecDeque::new(),
@@ -387,11 +420,12 @@ impl Node {
     /// A comm node or back-end learns of a stream from its parent.
     pub(super) fn stream_from_parent(&mut self, spec: StreamSpec) {
         let id = spec.id;
-        if id <= self.max_stream {
-            tracing::warn!(node = %self.name, "stream {id} announced twice or out of order; ignored");
+        if self.streams.contains_key(&id) {
+            tracing::warn!(node = %self.name, "stream {id} announced twice; ignored");
             return;
         }
-        self.max_stream = id;
+        // An id seen before comes back when this node rejoins a stream it left.
+        self.max_stream = self.max_stream.max(id);
         let reduce_here = self.role == Role::CommNode;
         match self.make_stream(spec, reduce_here) {
             Ok(s) => {
@@ -408,8 +442,22 @@ impl Node {
         }
     }
 
-    /// A node below could not make a stream's filters.
-    pub(super) fn stream_refused(&mut self, stream: u32, node: String, message: String) {
+    /// A node below (through child `c`) could not make a stream's filters: that child
+    /// leaves the stream here, and the refusal goes up.
+    pub(super) fn stream_refused(
+        &mut self,
+        c: usize,
+        stream: u32,
+        node: String,
+        message: String,
+        now: Instant,
+    ) {
+        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        if let Some(s) = self.streams.get_mut(&stream) {
+            if s.members.contains(&c) {
+                remove_member(s, c, &ctx, &mut self.out, now, false);
+            }
+        }
         if self.role != Role::FrontEnd {
             return self.report_up(ControlMsg::StreamRefused { stream, node, message });
         }
@@ -435,7 +483,11 @@ impl Node {
     /// The parent closed a stream.
     pub(super) fn close_stream_from_parent(&mut self, id: u32) {
         if let Role::BackEnd { .. } = self.role {
-            if self.streams.remove(&id).is_some() {
+            if let Some(s) = self.streams.remove(&id) {
+                if s.blocked {
+                    // A send waiting for credit learns the stream is gone.
+                    self.out.event(Event::Writable { stream: id });
+                }
                 self.push_delivery(Delivery::StreamClosed(id));
             }
             return;
@@ -450,6 +502,11 @@ impl Node {
         if !s.closing {
             s.closing = true;
             s.held.clear();
+            s.pending_up.clear();
+            if std::mem::take(&mut s.blocked) {
+                // A send waiting for credit learns the stream is gone.
+                self.out.event(Event::Writable { stream: id });
+            }
             for c in s.members.clone() {
                 if let Some(p) = s.part(c) {
                     p.close_pending = true;
@@ -663,6 +720,7 @@ impl Node {
         if let Some(f) = s.ready.pop_front() {
             s.up_budget.grant(Grant { packets: 1, bytes: f.payload.len() as u64 });
             reduce(s, &ctx, &mut self.out);
+            check_over(s, &ctx, &mut self.out);
             return Some(Delivery::Packet(f));
         }
         if s.over && !s.tool_done {
@@ -718,16 +776,7 @@ impl Node {
             if !s.members.contains(&c) || (!gone && child.ranks.intersects(&s.spec.ranks)) {
                 continue;
             }
-            s.members.retain(|&m| m != c);
-            s.rebuild_targets(ctx.children);
-            s.parts.get_mut(c).map(Option::take);
-            let waves = s.sync.child_lost(c, now);
-            s.held.extend(waves);
-            settle_down(s, &ctx, &mut self.out);
-            if !s.closing {
-                reduce(s, &ctx, &mut self.out);
-                check_over(s, &ctx, &mut self.out);
-            }
+            remove_member(s, c, &ctx, &mut self.out, now, !gone);
             if s.finished() {
                 finished.push(id);
             }

@@ -276,3 +276,51 @@ fn a_stream_with_an_unknown_filter_is_refused_at_the_front_end_naming_it() {
     assert!(err.contains("node 0") && err.contains("median"), "{err}");
     assert!(transmits(&mut fe).is_empty(), "nothing went down");
 }
+
+#[test]
+fn a_send_waiting_for_credit_is_woken_when_its_stream_closes() {
+    let now = Instant::now();
+    let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    be.handle_frame(
+        parent,
+        control(&ControlMsg::NewStream(spec(1, Window { packets: 1, bytes: 1000 }))),
+        now,
+    );
+    be.handle_command(Command::Send(int(1, 0, 0)), now).unwrap();
+    assert!(matches!(be.handle_command(Command::Send(int(1, 0, 1)), now), Err(CommandError::Blocked(_))));
+    events(&mut be);
+    be.handle_frame(parent, control(&ControlMsg::CloseStream { id: 1 }), now);
+    assert!(events(&mut be).contains(&Event::Writable { stream: 1 }));
+    assert!(matches!(
+        be.handle_command(Command::Send(int(1, 0, 1)), now),
+        Err(CommandError::UnknownStream(1))
+    ));
+}
+
+#[test]
+fn a_stream_refused_below_after_its_window_filled_ends_and_wakes_the_sender() {
+    let now = Instant::now();
+    let mut fe = node(Role::FrontEnd, 0);
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 ;\nh:1 => h:2 h:3 ;", 0, false))), now)
+        .unwrap();
+    let link = ids(1)[0];
+    fe.handle_link_up(link, Peer::Child { node_id: 1 }, now);
+    fe.handle_frame(link, control(&ControlMsg::Join { ranks: RankSet::range(0, 2), commnodes: 1 }), now);
+    events(&mut fe);
+    transmits(&mut fe);
+    fe.handle_command(Command::NewStream(spec(1, Window { packets: 4, bytes: 1000 })), now).unwrap();
+    let blocked = (0..20).any(|v| {
+        matches!(fe.handle_command(Command::Send(int(1, u32::MAX, v)), now), Err(CommandError::Blocked(_)))
+    });
+    assert!(blocked, "the down window filled");
+    events(&mut fe);
+    let refused =
+        ControlMsg::StreamRefused { stream: 1, node: "comm node".into(), message: "no filter".into() };
+    fe.handle_frame(link, control(&refused), now);
+    let evs = events(&mut fe);
+    assert!(evs.contains(&Event::Writable { stream: 1 }), "{evs:?}");
+    assert_eq!(fe.poll_delivery(Some(1)), Some(Delivery::StreamClosed(1)));
+    assert!(!fe.has_stream(1), "nothing of the stream is left");
+}

@@ -94,9 +94,14 @@ impl Ledger {
     }
 
     /// Counts a received frame of `len` bytes as consumed (sent on, reduced, read).
+    /// Never more than was received: a frame this ledger did not count (one from
+    /// before a child rejoined a stream) gives no credit back.
     pub(crate) fn consume(&mut self, len: usize) {
+        if self.owed_packets >= self.outstanding_packets {
+            return;
+        }
         self.owed_packets += 1;
-        self.owed_bytes += len as u64;
+        self.owed_bytes = (self.owed_bytes + len as u64).min(self.outstanding_bytes);
     }
 
     /// The credit to send back now, if enough is owed to be worth a frame: half a

@@ -77,6 +77,10 @@ pub struct Driver<T: Tool> {
     task: Option<Waker>,
     /// The node is over: links are flushed and closed, children are stopped.
     ending: bool,
+    /// When a peer that does not read stops holding up the end: what is still queued
+    /// is dropped then.
+    flush_deadline: Option<Instant>,
+    flush_timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<T: Tool> std::fmt::Debug for Driver<T> {
@@ -101,6 +105,8 @@ impl<T: Tool> Driver<T> {
             children_task: None,
             task: None,
             ending: false,
+            flush_deadline: None,
+            flush_timer: None,
         }
     }
 
@@ -231,6 +237,9 @@ impl<T: Tool> Driver<T> {
             return;
         }
         self.ending = true;
+        let deadline = Instant::now() + LAST_FLUSH;
+        self.flush_deadline = Some(deadline);
+        self.flush_timer = Some(Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(deadline))));
         let links: Vec<LinkId> = self.links.iter().map(|(l, _)| l).collect();
         self.drain();
         for link in links {
@@ -272,6 +281,15 @@ impl<T: Tool> Driver<T> {
             }
         }
         self.arm_timer(cx);
+        if self.ending && !self.route.is_flushed() && self.flush_expired(cx) {
+            // A peer that stopped reading must not keep this node alive.
+            tracing::warn!(node = %self.core.name(), "dropping what peers did not take within {LAST_FLUSH:?}");
+            let links: Vec<LinkId> = self.links.iter().map(|(l, _)| l).collect();
+            for link in links {
+                self.route.close(link, Close::Now);
+                self.links.remove(link);
+            }
+        }
         if self.ending && self.route.is_flushed() && self.children_done(cx) {
             return Poll::Ready(());
         }
@@ -325,6 +343,14 @@ impl<T: Tool> Driver<T> {
             if timer.as_mut().poll(cx).is_ready() {
                 cx.waker().wake_by_ref();
             }
+        }
+    }
+
+    /// True once the time for the last flush is over (and arms the wake-up until then).
+    fn flush_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        match self.flush_timer.as_mut() {
+            Some(t) => t.as_mut().poll(cx).is_ready(),
+            None => self.flush_deadline.is_some_and(|d| d <= Instant::now()),
         }
     }
 
