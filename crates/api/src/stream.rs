@@ -45,6 +45,12 @@ impl StreamOptions {
 
 impl Default for StreamOptions {
     /// Wait for all and pass packets through.
+    ///
+    /// With the null filter a wave is one packet per child, and the next level up
+    /// again takes one packet per child per wave: when sub-trees send different
+    /// numbers of packets per request (they hold different numbers of back-ends), the
+    /// extra packets wait for waves that never come. For pass-through streams over
+    /// such trees, use `SyncMode::DoNotWait` or `SyncMode::TimeOut`.
     fn default() -> Self {
         StreamOptions::reduce(TransformKind::Null)
     }
