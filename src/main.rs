@@ -75,9 +75,12 @@ fn init_logging(verbose: u8) {
         _ => "debug",
     };
     let filter = std::env::var("TREECAST_LOG").unwrap_or_else(|_| default.to_owned());
+    // Colour codes only for a person watching a terminal, never in a pipe or a log file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_target(false)
         .try_init();
 }

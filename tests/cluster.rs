@@ -102,6 +102,33 @@ fn multi_host_cluster() {
         );
     }
 
+    // A topology file alone, mixing names of this machine (started with fork/exec, on
+    // each host: `127.0.0.1` under a remote comm node is that host's own loopback) and
+    // remote hosts (started over ssh).
+    let dir = TestDir::new("mixed");
+    let file = dir.path("mixed.top");
+    let fe = this_host();
+    std::fs::write(
+        &file,
+        format!(
+            "{fe}:0 => localhost:1 127.0.0.1:2 {fe}:3 {PREFIX}1:0 ;\n\
+             {PREFIX}1:0 => {PREFIX}2:0 127.0.0.1:4 {PREFIX}1:5 ;\n"
+        ),
+    )
+    .unwrap();
+    let out = cluster.run(&["--topology", file.to_str().unwrap(), "--", "hostname"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stdout.contains(&format!("---- [0-2] (3 ranks) on localhost,127.0.0.1,{fe} ----\n{fe}\n")),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&format!("---- [3] (1 rank) on {PREFIX}2 ----\n{PREFIX}2\n")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("---- [4-5] (2 ranks) on 127.0.0.1,{PREFIX}1 ----\n{PREFIX}1\n")),
+        "{stdout}"
+    );
+
     // A depth-3 tree over ssh (front-end, 2 comm-node hosts, 3 back-end hosts each),
     // with dotted host names, sums correctly.
     let text_topo = format!(
@@ -134,7 +161,7 @@ fn multi_host_cluster() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("on nosuchhost") && err.contains("Could not resolve hostname"), "{err}");
     let out = cluster.run(&["--hosts", &hosts, "--allow-missing", "--json", "--", "hostname"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(255), "a lost rank: the status ssh gives; {}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["classes"].as_array().unwrap().len(), 3);
     assert_eq!(report["lost"][0]["ranks"], "3");

@@ -667,6 +667,196 @@ fn run_reports_failures_in_json_and_exit_status() {
 }
 
 #[test]
+fn run_groups_by_exact_bytes_and_json_keeps_them() {
+    let t = tag();
+    // Ranks 0 and 1 differ only in one invalid UTF-8 byte; rank 2 writes what rank 0 does.
+    let script = r#"case $TREECAST_RANK in 1) printf 'a\376b' ;; *) printf 'a\377b' ;; esac"#;
+    let out = treecast(&t, &["run", "--local", "3", "--json", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let classes = report["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 2, "{report}");
+    assert_eq!(classes[0]["ranks"], "0,2");
+    assert_eq!(classes[1]["ranks"], "1");
+    use base64::Engine;
+    let decode = |v: &serde_json::Value| {
+        assert_eq!(v["stdout_encoding"], "base64", "{v}");
+        base64::engine::general_purpose::STANDARD.decode(v["stdout"].as_str().unwrap()).unwrap()
+    };
+    assert_eq!(decode(&classes[0]), b"a\xffb");
+    assert_eq!(decode(&classes[1]), b"a\xfeb");
+    // Text output is written as the ranks wrote it, byte for byte.
+    let out = treecast(&t, &["run", "--local", "3", "--", "sh", "-c", script]);
+    let stdout = out.stdout;
+    assert!(stdout.windows(4).any(|w| w == b"a\xffb\n"), "{}", String::from_utf8_lossy(&stdout));
+    assert!(stdout.windows(4).any(|w| w == b"a\xfeb\n"), "{}", String::from_utf8_lossy(&stdout));
+}
+
+#[test]
+fn run_groups_outputs_that_differ_past_the_output_limit_apart() {
+    let t = tag();
+    // 2 MiB of `x`, then a last line that differs by rank parity: the part shown is equal.
+    let script = "head -c 2097152 /dev/zero | tr '\\0' x; echo; echo $((TREECAST_RANK % 2))";
+    let out = treecast(&t, &["run", "--local", "4", "--json", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let classes = report["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 2, "ranks that differ after the first MiB are two groups");
+    assert_eq!((classes[0]["ranks"].as_str(), classes[1]["ranks"].as_str()), (Some("0,2"), Some("1,3")));
+    for c in classes {
+        assert_eq!(c["stdout"].as_str().unwrap().len(), 1 << 20, "the default limit is 1 MiB");
+        assert_eq!(c["stdout_bytes"], (2 << 20) + 3);
+    }
+    // The limit is a flag, and the text report says how much was cut.
+    let out = treecast(&t, &["run", "--local", "2", "--output-limit", "10", "--", "sh", "-c", script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout
+            .contains("---- [0] (1 rank) ----\nxxxxxxxxxx\n[treecast: stdout cut: 10 of 2097155 bytes shown"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("---- [1] (1 rank) ----\n"), "{stdout}");
+}
+
+#[test]
+fn run_exits_with_the_largest_status_and_names_signals() {
+    let t = tag();
+    let script = "case $TREECAST_RANK in 0) exit 0 ;; 1) exit 3 ;; 2) exit 137 ;; *) kill -KILL $$ ;; esac";
+    let out = treecast(&t, &["run", "--local", "4", "--", "sh", "-c", script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // exit 137 and SIGKILL are different outcomes, though a shell would print 137 for both.
+    assert!(stdout.contains("---- [2] (1 rank) exit 137 ----"), "{stdout}");
+    assert!(stdout.contains("---- [3] (1 rank) killed by SIGKILL ----"), "{stdout}");
+    assert!(
+        stdout.contains("exit 0: 1 [0], exit 3: 1 [1], exit 137: 1 [2], killed by SIGKILL: 1 [3]"),
+        "{stdout}"
+    );
+    assert_eq!(out.status.code(), Some(137), "the largest status");
+    let out = treecast(
+        &t,
+        &["run", "--local", "2", "--json", "--", "sh", "-c", "[ $TREECAST_RANK = 0 ] || kill -TERM $$"],
+    );
+    assert_eq!(out.status.code(), Some(128 + 15), "128 + the signal");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["classes"][1]["signal"], "SIGTERM", "{report}");
+    assert_eq!(report["classes"][1]["status"], "killed by SIGTERM", "{report}");
+    assert_eq!(report["exit_status"], 143, "{report}");
+    let out = treecast(&t, &["run", "--local", "2", "--", "sh", "-c", "exit $((TREECAST_RANK + 4))"]);
+    assert_eq!(out.status.code(), Some(5));
+}
+
+#[test]
+fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let (k, v) = tag().split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).unwrap();
+    let out = Command::new(TREECAST)
+        .args(["run", "--local", "4", "--topology", "kary:2", "--", "true"])
+        .env(&k, &v)
+        .env("TREECAST_LOG", "debug")
+        .output()
+        .unwrap();
+    assert_no_leftovers(&format!("{k}={v}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("DEBUG"), "the comm nodes' log lines reach the user: {stderr}");
+    assert!(!stderr.contains('\x1b'), "colour codes in a pipe: {stderr:?}");
+}
+
+/// A directory with an `ssh` that logs its arguments to `ssh.log` and fails, to put
+/// first on `PATH`: any use of ssh shows.
+fn fake_ssh(dir: &TestDir) -> (String, std::path::PathBuf) {
+    let log = dir.path("ssh.log");
+    let script = dir.path("ssh");
+    std::fs::write(&script, format!("#!/bin/sh\necho \"$@\" >> {}\nexit 255\n", log.display())).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", dir.root().display(), std::env::var("PATH").unwrap_or_default());
+    (path, log)
+}
+
+#[test]
+fn a_topology_file_alone_starts_its_tree_and_every_name_of_this_host_is_local() {
+    let dir = TestDir::new("localnames");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_owned();
+    // MRNet files name the front-end and comm nodes by any name of the machine: every
+    // one of them is started with fork/exec, at every level, with ssh the launcher.
+    let file = dir.path("mixed.top");
+    std::fs::write(
+        &file,
+        format!(
+            "localhost:0 => 127.0.0.1:1 {host}:2 ;\n127.0.0.1:1 => localhost:3 127.0.0.2:4 ;\n\
+             {host}:2 => {host}:5 127.0.0.1:6 localhost:7 ;\n"
+        ),
+    )
+    .unwrap();
+    let (path, log) = fake_ssh(&dir);
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(TREECAST)
+            .args(["run", "--topology", file.to_str().unwrap()])
+            .args(extra)
+            .args(["--", "sh", "-c", "echo $TREECAST_RANK/$TREECAST_SIZE"])
+            .env(k, v)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert_no_leftovers(&t);
+        out
+    };
+    for extra in [&[][..], &["--launcher", "ssh"], &["--launcher", "local"], &["--local", "5"]] {
+        let out = run(extra);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{extra:?}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        for rank in 0..5 {
+            assert!(stdout.contains(&format!("\n{rank}/5\n")), "{extra:?}: rank {rank} missing: {stdout}");
+        }
+        assert!(stdout.contains("5 back-ends; exit 0: 5 [0-4]"), "{stdout}");
+    }
+    assert!(!log.exists(), "ssh was used: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    // --local N with a file is only a check.
+    let out = run(&["--local", "4"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("has 5 back-ends but 4 were asked for"), "{stderr}");
+    // --hosts and a file that names the hosts contradict each other.
+    let out = run(&["--hosts", "a,b"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--hosts and the topology file"), "{stderr}");
+    // `bench microbench` takes the file alone too.
+    let out = Command::new(TREECAST)
+        .args([
+            "bench",
+            "microbench",
+            "--topology",
+            file.to_str().unwrap(),
+            "--rt",
+            "5",
+            "--tp",
+            "5",
+            "--json",
+        ])
+        .env(k, v)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_no_leftovers(&t);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let result: serde_json::Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(result["backends"], 5, "{result}");
+}
+
+#[test]
+fn a_shape_without_a_count_says_what_is_missing() {
+    let t = tag();
+    let out = treecast(&t, &["run", "--topology", "kary:4", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("kary:4 is a shape, not a topology file"), "{stderr}");
+    let out = treecast(&t, &["run", "--", "true"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give --local N, --hosts LIST or --topology FILE"));
+}
+
+#[test]
 fn run_does_not_leak_the_secret_to_commands() {
     let t = tag();
     let out =
@@ -738,7 +928,7 @@ fn a_command_cut_off_by_its_time_limit_takes_the_processes_it_started_along() {
     let t = tag();
     let out = treecast(&t, &[&["run", "--local", "2", "--timeout", "1", "--"][..], &FORKING[..]].concat());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert_eq!(out.status.code(), Some(124), "the status timeout(1) gives: {stdout}");
     assert!(stdout.contains("did not finish within 1.0 s and was killed"), "{stdout}");
     // `treecast` checked that no `sleep` (which carries the tag) was left behind.
 }
@@ -749,7 +939,13 @@ async fn processes_started_by_commands_die_when_the_network_shuts_down_under_the
     let needle = format!("TREECAST_SESSION={}", net.session());
     let s = net.new_stream(&net.broadcast_communicator(), StreamOptions::default()).await.unwrap();
     let argv: Vec<String> = FORKING.iter().map(|a| a.to_string()).collect();
-    s.send(TAG_RUN, "%as %uld", &[argv.into(), Value::ULong(0)]).await.unwrap();
+    s.send(
+        TAG_RUN,
+        treecast::apps::protocol::RUN_REQUEST,
+        &[argv.into(), Value::ULong(0), Value::ULong(1 << 20)],
+    )
+    .await
+    .unwrap();
     let found = needle.clone();
     tokio::task::spawn_blocking(move || wait_for_processes(&found, "sleep", 4)).await.unwrap();
     // The back-ends leave while the commands run: each kills its command's group.
@@ -771,7 +967,7 @@ async fn a_command_cut_off_is_answered_even_if_a_process_that_left_its_group_hol
     let report = report.unwrap();
     assert!(started.elapsed() < Duration::from_secs(8), "waited {:?}: {report:?}", started.elapsed());
     assert_eq!(report.classes.len(), 1, "{report:?}");
-    assert!(report.classes[0].stderr.contains("was killed"), "{report:?}");
+    assert!(report.classes[0].stderr_text().contains("was killed"), "{report:?}");
     finish(net).await;
 }
 

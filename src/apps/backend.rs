@@ -8,7 +8,10 @@ use treecast_api::{
     ApiError, BackEnd, BackEndEvent, BackEndSender, FileReceivers, FileWorker, Packet, Value,
 };
 
+use sha2::{Digest, Sha256};
+
 use super::cli::BackendArgs;
+use super::guard::Ended;
 use super::protocol::*;
 
 /// Joins the tree and answers requests until the network shuts down.
@@ -82,10 +85,13 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
     let (stream, tag) = (p.stream(), p.tag());
     match tag {
         TAG_RUN => {
-            let v = p.unpack("%as %uld")?;
-            let (Value::StrArray(argv), Value::ULong(limit_ms)) = (&v[0], &v[1]) else { return Ok(()) };
-            let (out, err, code) = run_command(argv, *limit_ms, rank, be.size()).await;
-            be.send(stream, tag, "%s %s %d", &[out.into(), err.into(), code.into()]).await
+            let v = p.unpack(RUN_REQUEST)?;
+            let [Value::StrArray(argv), Value::ULong(limit_ms), Value::ULong(keep)] = v.as_slice() else {
+                return Ok(());
+            };
+            let keep = usize::try_from(*keep).unwrap_or(usize::MAX);
+            let done = run_command(argv, *limit_ms, keep, rank, be.size()).await;
+            be.send(stream, tag, RUN_ANSWER, &done.values()).await
         }
         TAG_ADD_RANK => {
             let v = p.unpack("%d")?;
@@ -150,18 +156,90 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
 /// How long a command's guard is waited for after its group was killed.
 const REAP_GRACE: Duration = Duration::from_secs(1);
 
-/// Runs `argv` without the session secret in its environment; returns stdout, stderr and the exit code.
+/// What one rank's command did, as `treecast run` groups it.
+#[derive(Debug, Default)]
+struct Finished {
+    stdout: Captured,
+    stderr: Captured,
+    ended: Option<Ended>,
+}
+
+impl Finished {
+    /// A command that did not run (or was cut off): treecast's message as its stderr.
+    fn failed(message: String, code: i32) -> Finished {
+        let bytes = message.into_bytes();
+        let stderr =
+            Captured { total: bytes.len() as u64, digest: Sha256::digest(&bytes).into(), head: bytes };
+        Finished { stdout: Captured::empty(), stderr, ended: Some(Ended::Exited(code)) }
+    }
+
+    /// The answer's values, in [`RUN_ANSWER`]'s order.
+    fn values(self) -> Vec<Value> {
+        let ended = self.ended.unwrap_or(Ended::Exited(-1));
+        let mut digest = Vec::with_capacity(64);
+        digest.extend_from_slice(&self.stdout.digest);
+        digest.extend_from_slice(&self.stderr.digest);
+        vec![
+            Value::Bytes(self.stdout.head),
+            Value::Bytes(self.stderr.head),
+            Value::Int(ended.code()),
+            Value::Int(ended.signal()),
+            Value::ULong(self.stdout.total),
+            Value::ULong(self.stderr.total),
+            Value::Bytes(digest),
+        ]
+    }
+}
+
+/// One output stream of a command: its first bytes, and the length and SHA-256 of
+/// all of it, so that outputs differing past the kept part are still told apart.
+#[derive(Debug, Default)]
+struct Captured {
+    head: Vec<u8>,
+    total: u64,
+    digest: [u8; 32],
+}
+
+impl Captured {
+    fn empty() -> Captured {
+        Captured { head: Vec::new(), total: 0, digest: Sha256::digest([]).into() }
+    }
+}
+
+/// Reads `pipe` to its end, keeping the first `keep` bytes and hashing everything.
+async fn capture(pipe: Option<impl tokio::io::AsyncRead + Unpin>, keep: usize) -> std::io::Result<Captured> {
+    use tokio::io::AsyncReadExt;
+    let Some(mut pipe) = pipe else { return Ok(Captured::empty()) };
+    let mut hasher = Sha256::new();
+    let mut head = Vec::new();
+    let mut total = 0u64;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = pipe.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        total += n as u64;
+        let room = keep.saturating_sub(head.len());
+        head.extend_from_slice(&buf[..n.min(room)]);
+    }
+    Ok(Captured { head, total, digest: hasher.finalize().into() })
+}
+
+/// Runs `argv` without the session secret in its environment; returns what it wrote
+/// (the first `keep` bytes of each stream) and how it ended.
 ///
 /// The command runs under `treecast guard` in a process group of its own, so that
 /// when it is cut off by the time limit, when this request is dropped (the back-end
 /// leaves the tree) or when the back-end dies, every process it started goes with it
 /// (see [`super::guard`]).
-async fn run_command(argv: &[String], limit_ms: u64, rank: u32, size: u32) -> (String, String, i32) {
+async fn run_command(argv: &[String], limit_ms: u64, keep: usize, rank: u32, size: u32) -> Finished {
     let Some(program) = argv.first() else {
-        return (String::new(), "treecast: empty command".into(), EXIT_NOT_STARTED);
+        return Finished::failed("treecast: empty command\n".into(), EXIT_NOT_STARTED);
     };
     let not_started = |e: std::io::Error| {
-        (String::new(), format!("treecast: cannot run {program}: {e}\n"), EXIT_NOT_STARTED)
+        Finished::failed(format!("treecast: cannot run {program}: {e}\n"), EXIT_NOT_STARTED)
     };
     // The guard's standard input; it kills the group when this end closes, which the
     // kernel does however this process ends. Close-on-exec: no other child inherits it.
@@ -187,18 +265,22 @@ async fn run_command(argv: &[String], limit_ms: u64, rank: u32, size: u32) -> (S
     // Neither a die-with-parent signal nor kill-on-drop for the guard: killed alone,
     // it would leave the command's processes running. It goes with its group, which
     // `GroupKiller` kills, or kills the group itself once the lifeline closes.
-    let child = match cmd.spawn() {
+    let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return not_started(e),
     };
     let Some(pgid) = child.id() else {
-        return (
-            String::new(),
+        return Finished::failed(
             format!("treecast: {program} ended before it could be watched\n"),
             EXIT_NOT_STARTED,
         );
     };
-    let output = child.wait_with_output();
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let output = async {
+        let (stdout, stderr, status) =
+            tokio::join!(capture(stdout, keep), capture(stderr, keep), child.wait());
+        Ok::<_, std::io::Error>((stdout?, stderr?, status?))
+    };
     tokio::pin!(output);
     // Killing the group while the guard is not yet reaped: its id cannot have been reused.
     let mut group = GroupKiller(Some(pgid));
@@ -214,7 +296,7 @@ async fn run_command(argv: &[String], limit_ms: u64, rank: u32, size: u32) -> (S
                     "treecast: {program} did not finish within {:.1} s and was killed\n",
                     limit_ms as f64 / 1e3
                 );
-                return (String::new(), msg, EXIT_TIMED_OUT);
+                return Finished::failed(msg, EXIT_TIMED_OUT);
             }
         }
     } else {
@@ -222,10 +304,13 @@ async fn run_command(argv: &[String], limit_ms: u64, rank: u32, size: u32) -> (S
     };
     // The guard is reaped: the command ended on its own, and what it left running is its own.
     group.0 = None;
-    drop(lifeline);
     match result {
-        Ok(out) => (text(out.stdout), text(out.stderr), super::guard::exit_code(out.status)),
-        Err(e) => (String::new(), format!("treecast: waiting for {program}: {e}\n"), EXIT_NOT_STARTED),
+        Ok((stdout, stderr, status)) => {
+            // The guard's own status says 128 + N for a signal; its report says which.
+            let ended = super::guard::read_status(&lifeline).unwrap_or_else(|| Ended::of(status));
+            Finished { stdout, stderr, ended: Some(ended) }
+        }
+        Err(e) => Finished::failed(format!("treecast: waiting for {program}: {e}\n"), EXIT_NOT_STARTED),
     }
 }
 
@@ -247,14 +332,4 @@ impl Drop for GroupKiller {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-fn text(mut bytes: Vec<u8>) -> String {
-    let cut = bytes.len() > MAX_OUTPUT;
-    bytes.truncate(MAX_OUTPUT);
-    let mut s = String::from_utf8_lossy(&bytes).into_owned();
-    if cut {
-        s.push_str("\n[treecast: output truncated at 1 MiB]\n");
-    }
-    s
 }

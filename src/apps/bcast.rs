@@ -261,7 +261,7 @@ async fn make_dirs(net: &mut Network, m: &MakeDirs, limit: Duration) -> anyhow::
                 m.base.display(),
                 c.ranks,
                 c.exit_code,
-                c.stderr.trim()
+                c.stderr_text().trim()
             ));
         }
         for l in &report.lost {

@@ -10,6 +10,7 @@ use treecast_api::{Network, NetworkBuilder, StreamOptions, Topology, TransformKi
 
 use super::cli::{BenchArgs, BenchCommand, MicrobenchArgs};
 use super::protocol::{TAG_ADD_RANK, TAG_BURST};
+use super::run::DEFAULT_TOPOLOGY;
 
 /// Round trips run before timing starts, to warm caches and connections.
 const WARMUP: usize = 10;
@@ -80,9 +81,15 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
 async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode> {
     ensure!(args.rt > 0 && args.tp > 0, "--rt and --tp need at least 1 iteration");
-    let mut results = vec![run_case(&args.topology, &args).await?];
+    let spec = args.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY);
+    let topology = Topology::from_spec(spec, args.local).with_context(|| format!("topology {spec:?}"))?;
+    // The reference shape gets as many back-ends as the tree measured.
+    let backends = topology.backends();
+    let mut results = vec![run_case(spec, topology, &args).await?];
     if let Some(reference) = &args.compare {
-        results.push(run_case(reference, &args).await?);
+        let topology = Topology::from_spec(reference, Some(backends))
+            .with_context(|| format!("topology {reference:?}"))?;
+        results.push(run_case(reference, topology, &args).await?);
     }
     if args.json {
         for r in &results {
@@ -99,9 +106,7 @@ async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run_case(spec: &str, args: &MicrobenchArgs) -> anyhow::Result<MicrobenchResult> {
-    let topology =
-        Topology::from_spec(spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
+async fn run_case(spec: &str, topology: Topology, args: &MicrobenchArgs) -> anyhow::Result<MicrobenchResult> {
     let hops = 2 * topology.depth();
     let raw_text = topology.to_mrnet();
     let net = NetworkBuilder::new(topology).launch().await?;
@@ -314,7 +319,7 @@ async fn bench_run(args: super::cli::RunArgs) -> anyhow::Result<ExitCode> {
         ensure!(again.ok, "a later command failed on the running tree");
     }
     net.shutdown().await;
-    ensure!(first.ok, "the first command failed: {}", super::run::render(&first));
+    ensure!(first.ok, "the first command failed: {}", String::from_utf8_lossy(&super::run::render(&first)));
     warm.sort_by(f64::total_cmp);
     let median = warm[warm.len() / 2];
     if args.json {

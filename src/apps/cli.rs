@@ -109,6 +109,10 @@ pub struct RunArgs {
     /// Give up on ranks that have not answered after this many seconds (they are reported).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
+    /// Bytes of each rank's stdout and of its stderr to show (ranks are grouped by all
+    /// they wrote, even past this).
+    #[arg(long, value_name = "BYTES", default_value_t = super::protocol::DEFAULT_OUTPUT_LIMIT)]
+    pub output_limit: u64,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -207,12 +211,13 @@ pub struct SimArgs {
 /// Flags of `treecast bench microbench`.
 #[derive(Debug, Args)]
 pub struct MicrobenchArgs {
-    /// Number of back-ends to start on this machine.
-    #[arg(long, value_name = "N")]
-    pub local: usize,
-    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
-    #[arg(long, value_name = "SPEC", default_value = "kary:16")]
-    pub topology: String,
+    /// Number of back-ends to start on this machine (with a topology file: its leaves by default).
+    #[arg(long, value_name = "N", required_unless_present = "topology")]
+    pub local: Option<usize>,
+    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F (kary:16 by default),
+    /// or a topology file.
+    #[arg(long, value_name = "SPEC")]
+    pub topology: Option<String>,
     /// Round trips to time.
     #[arg(long, default_value_t = 1000)]
     pub rt: usize,

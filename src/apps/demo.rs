@@ -7,6 +7,7 @@ use anyhow::{ensure, Context};
 use treecast_api::{NetworkBuilder, StreamOptions, Topology, TransformKind, Value};
 
 use super::cli::DemoArgs;
+use super::protocol::DEFAULT_OUTPUT_LIMIT;
 use super::protocol::{TAG_ADD_RANK, TAG_WHERE};
 use super::run::{render, run_on};
 
@@ -50,8 +51,8 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
 
     println!("  run `hostname` on every back-end, outputs grouped in the tree:");
-    let report = run_on(net, &["hostname".to_owned()], None).await?;
-    for line in render(&report).lines() {
+    let report = run_on(net, &["hostname".to_owned()], None, DEFAULT_OUTPUT_LIMIT).await?;
+    for line in String::from_utf8_lossy(&render(&report)).lines() {
         println!("    {line}");
     }
     ensure!(report.ok, "the run did not succeed on every rank");

@@ -46,7 +46,120 @@ pub fn main(args: GuardArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let status = child.wait().with_context(|| format!("waiting for {program}"))?;
+    report_status(status);
     Ok(ExitCode::from(u8::try_from(exit_code(status)).unwrap_or(u8::MAX)))
+}
+
+/// Tells the back-end how the command ended, through the socket that is this guard's
+/// standard input: an exit status alone cannot tell `exit 137` from a SIGKILL.
+/// One line, `exit N` or `signal N`; see [`read_status`].
+fn report_status(status: std::process::ExitStatus) {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::os::unix::process::ExitStatusExt;
+    let line = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit {code}\n"),
+        (None, Some(signal)) => format!("signal {signal}\n"),
+        (None, None) => return,
+    };
+    // A guard started by hand has a terminal or nothing there: the report is only a hint.
+    if let Ok(fd) = std::io::stdin().as_fd().try_clone_to_owned() {
+        let _ = std::fs::File::from(fd).write_all(line.as_bytes());
+    }
+}
+
+/// How a command ended, as [`report_status`] wrote it on the back-end's end of the
+/// socket pair, once the guard has exited: `Ended::Exited(code)` or `Ended::Signal(n)`.
+pub fn read_status(lifeline: &std::os::unix::net::UnixStream) -> Option<Ended> {
+    use std::io::Read;
+    lifeline.set_nonblocking(true).ok()?;
+    let mut buf = [0u8; 32];
+    let n = (&*lifeline).read(&mut buf).ok()?;
+    let line = std::str::from_utf8(&buf[..n]).ok()?.trim_end();
+    match line.split_once(' ')? {
+        ("exit", code) => code.parse().ok().map(Ended::Exited),
+        ("signal", signal) => signal.parse().ok().map(Ended::Signal),
+        _ => None,
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// It exited with this status.
+    Exited(i32),
+    /// A signal with this number killed it.
+    Signal(i32),
+}
+
+impl Ended {
+    /// From the status of a process the back-end waited for itself.
+    pub fn of(status: std::process::ExitStatus) -> Ended {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Ended::Exited(code),
+            (None, Some(signal)) => Ended::Signal(signal),
+            (None, None) => Ended::Exited(-1),
+        }
+    }
+
+    /// The status a shell would report: the exit status, or 128 + the signal.
+    pub fn code(self) -> i32 {
+        match self {
+            Ended::Exited(code) => code,
+            Ended::Signal(signal) => 128 + signal,
+        }
+    }
+
+    /// The signal that killed the command, or 0.
+    pub fn signal(self) -> i32 {
+        match self {
+            Ended::Exited(_) => 0,
+            Ended::Signal(signal) => signal,
+        }
+    }
+}
+
+/// The name of a Linux signal (`SIGKILL`), or `signal N` for one without a name here.
+pub fn signal_name(signal: i32) -> String {
+    const NAMES: [&str; 32] = [
+        "",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    match usize::try_from(signal).ok().and_then(|i| NAMES.get(i)) {
+        Some(name) if !name.is_empty() => (*name).to_owned(),
+        _ => format!("signal {signal}"),
+    }
 }
 
 /// Returns when standard input ends: nothing is ever written to it, so a read

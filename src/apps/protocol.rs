@@ -3,8 +3,17 @@
 //! Each request arrives on a stream and is answered on the same stream with the
 //! same tag, so filters reduce the answers on the way up.
 
-/// Run a command: `%as %uld` (argv, time limit in ms, 0 for none) → `%s %s %d` (stdout, stderr, exit code).
+/// Run a command: [`RUN_REQUEST`] → [`RUN_ANSWER`].
 pub const TAG_RUN: i32 = 1;
+/// What [`TAG_RUN`] asks: argv, time limit in ms (0 for none), bytes of each output
+/// stream to send back.
+pub const RUN_REQUEST: &str = "%as %uld %uld";
+/// What [`TAG_RUN`] answers: the first bytes of stdout and of stderr, the exit status
+/// (128 + N for a signal, as shells report it), the signal that killed the command (0
+/// for none), the bytes written to stdout and to stderr in all, and the SHA-256 of all
+/// of stdout then of all of stderr (64 bytes). Equal answers mean equal outputs, even
+/// past the part sent.
+pub const RUN_ANSWER: &str = "%b %b %d %d %uld %uld %b";
 /// Answer with the values received, unchanged.
 #[allow(dead_code)] // answered by the catch-all arm; named for tools and tests
 pub const TAG_ECHO: i32 = 2;
@@ -42,5 +51,5 @@ pub const TAG_FILE_OPEN: i32 = treecast_api::FILE_OPEN;
 pub const EXIT_TIMED_OUT: i32 = 124;
 /// Exit code reported for a command that could not be started (as shells do).
 pub const EXIT_NOT_STARTED: i32 = 127;
-/// Largest stdout or stderr kept per rank.
-pub const MAX_OUTPUT: usize = 1 << 20;
+/// Default of `treecast run --output-limit`: bytes of each output stream shown per group.
+pub const DEFAULT_OUTPUT_LIMIT: u64 = 1 << 20;

@@ -1,36 +1,96 @@
 //! `treecast run`: a command on every back-end, outputs grouped by equivalence class.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use base64::Engine;
 use serde::Serialize;
 use treecast_api::{
     Network, NetworkBuilder, RankSet, SrunOptions, SshOptions, StreamOptions, Topology, TransformKind, Value,
 };
-use treecast_topology::hostlist;
+use treecast_topology::{hostlist, Shape};
 
 use super::cli::{LauncherKind, RunArgs, TreeArgs};
-use super::protocol::TAG_RUN;
+use super::guard::signal_name;
+use super::protocol::{DEFAULT_OUTPUT_LIMIT, RUN_ANSWER, RUN_REQUEST, TAG_RUN};
 
 /// Fan-out used when no topology is given.
 pub const DEFAULT_TOPOLOGY: &str = "kary:16";
 
-/// One distinct (stdout, stderr, exit code) and the ranks that produced it.
-#[derive(Debug, Clone, Serialize)]
+/// One distinct output (stdout, stderr, how the command ended) and the ranks that
+/// produced it. Ranks are grouped by the exact bytes they wrote, all of them, even
+/// past the part kept here.
+#[derive(Debug, Clone)]
 pub struct OutputClass {
     /// Ranks, compact (`0-15,32`).
     pub ranks: String,
     /// Number of ranks.
     pub count: u64,
-    /// Exit code of the command.
+    /// Exit status of the command, or 128 + the signal that killed it (as shells report it).
     pub exit_code: i32,
-    /// Standard output.
-    pub stdout: String,
-    /// Standard error.
-    pub stderr: String,
+    /// The signal that killed the command, or 0.
+    pub signal: i32,
+    /// Standard output: its first bytes, up to the output limit.
+    pub stdout: Vec<u8>,
+    /// Bytes the command wrote to stdout in all.
+    pub stdout_bytes: u64,
+    /// Standard error: its first bytes, up to the output limit.
+    pub stderr: Vec<u8>,
+    /// Bytes the command wrote to stderr in all.
+    pub stderr_bytes: u64,
     /// The hosts of these ranks, as a host list.
     pub hosts: String,
+}
+
+impl OutputClass {
+    /// How the command ended, for people: `exit 3`, `killed by SIGKILL`.
+    pub fn status(&self) -> String {
+        if self.signal == 0 {
+            format!("exit {}", self.exit_code)
+        } else {
+            format!("killed by {}", signal_name(self.signal))
+        }
+    }
+
+    /// Standard error as text (invalid UTF-8 replaced), for messages.
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// Output bytes for JSON: the text when it is UTF-8, else base64; and which it is.
+fn json_text(bytes: &[u8]) -> (String, &'static str) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (text.to_owned(), "utf-8"),
+        Err(_) => (base64::engine::general_purpose::STANDARD.encode(bytes), "base64"),
+    }
+}
+
+impl Serialize for OutputClass {
+    /// `stdout`/`stderr` are text when the bytes are UTF-8 and base64 otherwise, as
+    /// `stdout_encoding`/`stderr_encoding` say, so no byte is lost.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let (stdout, stdout_encoding) = json_text(&self.stdout);
+        let (stderr, stderr_encoding) = json_text(&self.stderr);
+        let signal = (self.signal != 0).then(|| signal_name(self.signal));
+        let mut st = s.serialize_struct("OutputClass", 13)?;
+        st.serialize_field("ranks", &self.ranks)?;
+        st.serialize_field("count", &self.count)?;
+        st.serialize_field("status", &self.status())?;
+        st.serialize_field("exit_code", &self.exit_code)?;
+        st.serialize_field("signal", &signal)?;
+        st.serialize_field("stdout", &stdout)?;
+        st.serialize_field("stdout_encoding", stdout_encoding)?;
+        st.serialize_field("stdout_bytes", &self.stdout_bytes)?;
+        st.serialize_field("stderr", &stderr)?;
+        st.serialize_field("stderr_encoding", stderr_encoding)?;
+        st.serialize_field("stderr_bytes", &self.stderr_bytes)?;
+        st.serialize_field("hosts", &self.hosts)?;
+        st.end()
+    }
 }
 
 /// Ranks that never answered.
@@ -55,7 +115,15 @@ pub struct RunReport {
     pub no_answer: Vec<Lost>,
     /// True when every rank answered with exit code 0.
     pub ok: bool,
+    /// What `treecast run` exits with: the largest exit status of any rank (128 + N
+    /// for a signal), or [`EXIT_LOST`] if a rank was lost or did not answer and no
+    /// rank's status is larger.
+    pub exit_status: u8,
 }
+
+/// `treecast run`'s exit status when a rank was lost or did not answer (as ssh, pdsh
+/// and clush report a host they could not run on).
+pub const EXIT_LOST: u8 = 255;
 
 /// Time the back-ends get to answer after a command's limit, on top of it: they kill
 /// the command at the limit, then answer through the tree.
@@ -74,48 +142,79 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("--timeout {secs} is not a positive number of seconds"))
         })
         .transpose()?;
+    anyhow::ensure!(args.output_limit > 0, "--output-limit needs at least 1 byte");
     let net = launch(&args.tree).await?;
-    let report = run_on(net, &args.command, limit).await?;
+    let report = run_on(net, &args.command, limit, args.output_limit).await?;
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", render(&report));
+        // The bytes the commands wrote, unchanged: a pipe gets them exactly.
+        out.write_all(&render(&report))?;
     }
-    Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    out.flush()?;
+    Ok(ExitCode::from(report.exit_status))
 }
 
 /// This machine's host name, as other hosts' names are compared with it.
 pub fn this_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into())
+    treecast_launch::this_host_name()
 }
 
-/// The topology the tree flags describe: local back-ends, a host list, or a topology file.
+/// The topology the tree flags describe: a topology file alone (it names every host
+/// and its leaves are the back-ends), local back-ends in a generated shape, or a host list.
 ///
 /// # Errors
-/// Bad flags, a bad host list, or a bad topology.
+/// Bad or contradictory flags, a bad host list, or a bad topology.
 pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
-    match (&args.hosts, args.local) {
-        (_, Some(0)) => anyhow::bail!("--local needs at least 1 back-end"),
-        (None, Some(n)) => {
-            let spec = args.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY);
+    if args.local == Some(0) {
+        anyhow::bail!("--local needs at least 1 back-end");
+    }
+    let shape = args.topology.as_deref().map(|spec| (spec, spec.parse::<Shape>()));
+    match (shape, &args.hosts, args.local) {
+        (Some((file, Err(_))), Some(_), _) => anyhow::bail!(
+            "--hosts and the topology file {file} both say where processes run: drop --hosts \
+             (the file names every host), or give a shape such as kary:16 instead of the file"
+        ),
+        // A file names its own hosts and back-ends; --local N only checks the count.
+        // Its errors name the file, line and column already.
+        (Some((file, Err(_))), None, local) => Ok(Topology::from_spec(file, local)?),
+        (shape, None, Some(n)) => {
+            let spec = shape.map_or(DEFAULT_TOPOLOGY, |(spec, _)| spec);
             Topology::from_spec(spec, Some(n)).with_context(|| format!("topology {spec:?}"))
         }
-        (Some(_), _) if args.topology.is_some() => {
-            let spec = args.topology.as_deref().unwrap_or_default();
-            Topology::from_spec(spec, None).with_context(|| format!("topology {spec:?}"))
+        (shape, Some(hosts), _) => {
+            let fanout = hosts_fanout(shape.map(|(spec, s)| (spec, s.ok())), args.fanout)?;
+            Topology::from_hosts_spec(hosts, fanout, args.per_host, &this_host())
+                .with_context(|| format!("hosts {hosts:?}"))
         }
-        (Some(hosts), _) => Topology::from_hosts_spec(hosts, args.fanout, args.per_host, &this_host())
-            .with_context(|| format!("hosts {hosts:?}")),
-        (None, None) if args.launcher == LauncherKind::Slurm => {
+        (shape, None, None) if args.launcher == LauncherKind::Slurm => {
             let nodes = std::env::var("SLURM_JOB_NODELIST").map_err(|_| {
                 anyhow::anyhow!("--launcher slurm needs an allocation (SLURM_JOB_NODELIST is not set): run inside salloc or sbatch, or give --hosts")
             })?;
-            Topology::from_hosts_spec(&nodes, args.fanout, args.per_host, &this_host())
+            let fanout = hosts_fanout(shape.map(|(spec, s)| (spec, s.ok())), args.fanout)?;
+            Topology::from_hosts_spec(&nodes, fanout, args.per_host, &this_host())
                 .with_context(|| format!("SLURM_JOB_NODELIST {nodes:?}"))
         }
-        (None, None) => anyhow::bail!("give --local N or --hosts LIST"),
+        (Some((spec, Ok(_))), None, None) => anyhow::bail!(
+            "{spec} is a shape, not a topology file: say how many back-ends with --local N, \
+             or where they run with --hosts LIST"
+        ),
+        (None, None, None) => anyhow::bail!("give --local N, --hosts LIST or --topology FILE"),
+    }
+}
+
+/// The fan-out of a tree over a host list: `--fanout`, or the K of `--topology kary:K`
+/// (or `fanout:K`, or `flat`); other shapes need the hosts in a topology file.
+fn hosts_fanout(shape: Option<(&str, Option<Shape>)>, fanout: usize) -> anyhow::Result<usize> {
+    match shape {
+        None => Ok(fanout),
+        Some((_, Some(Shape::Kary(k) | Shape::Fanout(k)))) => Ok(k),
+        Some((_, Some(Shape::Flat))) => Ok(usize::MAX),
+        Some((spec, _)) => anyhow::bail!(
+            "--topology {spec} cannot be laid over --hosts: with a host list the tree is kary:K \
+             (--fanout K); for another shape write a topology file that names the hosts"
+        ),
     }
 }
 
@@ -168,8 +267,9 @@ pub async fn run_on(
     mut net: Network,
     command: &[String],
     limit: Option<Duration>,
+    output_limit: u64,
 ) -> anyhow::Result<RunReport> {
-    let report = run_command(&mut net, command, limit).await?;
+    let report = run_command_keeping(&mut net, command, limit, output_limit).await?;
     net.shutdown().await;
     Ok(report)
 }
@@ -188,10 +288,25 @@ pub async fn run_command(
     command: &[String],
     limit: Option<Duration>,
 ) -> anyhow::Result<RunReport> {
+    run_command_keeping(net, command, limit, DEFAULT_OUTPUT_LIMIT).await
+}
+
+/// [`run_command`], keeping up to `output_limit` bytes of each rank's stdout and
+/// stderr; ranks are grouped by everything they wrote all the same.
+///
+/// # Errors
+/// The stream could not be used or answers were malformed.
+pub async fn run_command_keeping(
+    net: &mut Network,
+    command: &[String],
+    limit: Option<Duration>,
+    output_limit: u64,
+) -> anyhow::Result<RunReport> {
     let comm = net.broadcast_communicator();
     let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
     let limit_ms = limit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
-    stream.send(TAG_RUN, "%as %uld", &[command.to_vec().into(), Value::ULong(limit_ms)]).await?;
+    let request = [command.to_vec().into(), Value::ULong(limit_ms), Value::ULong(output_limit)];
+    stream.send(TAG_RUN, RUN_REQUEST, &request).await?;
     let answer = match limit {
         Some(limit) => stream.recv_timeout(limit.saturating_add(ANSWER_GRACE)).await,
         None => stream.recv().await,
@@ -201,15 +316,23 @@ pub async fn run_command(
     if let Ok(packet) = answer {
         for class in packet.eq_classes()? {
             answered.union_with(&class.ranks);
-            let [Value::Str(stdout), Value::Str(stderr), Value::Int(code)] = class.values.as_slice() else {
-                anyhow::bail!("malformed answer from ranks {}", class.ranks);
+            let [Value::Bytes(stdout), Value::Bytes(stderr), Value::Int(code), Value::Int(signal), Value::ULong(stdout_bytes), Value::ULong(stderr_bytes), Value::Bytes(_digest)] =
+                class.values.as_slice()
+            else {
+                anyhow::bail!(
+                    "malformed answer from ranks {}: expected {RUN_ANSWER} (is treecast the same version on every host?)",
+                    class.ranks
+                );
             };
             classes.push(OutputClass {
                 ranks: class.ranks.to_string(),
                 count: class.ranks.len(),
                 exit_code: *code,
+                signal: *signal,
                 stdout: stdout.clone(),
+                stdout_bytes: *stdout_bytes,
                 stderr: stderr.clone(),
+                stderr_bytes: *stderr_bytes,
                 hosts: hosts_of(net.topology(), &class.ranks),
             });
         }
@@ -232,7 +355,10 @@ pub async fn run_command(
         no_answer.push(Lost { ranks: silent.to_string(), reason });
     }
     let ok = lost.is_empty() && no_answer.is_empty() && classes.iter().all(|c| c.exit_code == 0);
-    Ok(RunReport { backends: net.backends(), classes, lost, no_answer, ok })
+    let worst = classes.iter().map(|c| u8::try_from(c.exit_code.clamp(0, 255)).unwrap_or(u8::MAX)).max();
+    let missing = if lost.is_empty() && no_answer.is_empty() { 0 } else { EXIT_LOST };
+    let exit_status = worst.unwrap_or(0).max(missing);
+    Ok(RunReport { backends: net.backends(), classes, lost, no_answer, ok, exit_status })
 }
 
 /// The hosts that run `ranks`, as a compact host list.
@@ -249,36 +375,46 @@ fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
     hostlist::compress(&hosts)
 }
 
-/// The human-readable report: each distinct output once, then a summary.
-pub fn render(report: &RunReport) -> String {
-    let mut out = String::new();
+/// The human-readable report: each distinct output once, exactly as the ranks wrote
+/// it (bytes, not text), then a summary.
+pub fn render(report: &RunReport) -> Vec<u8> {
+    let mut out = Vec::new();
     for c in &report.classes {
-        let exit = if c.exit_code == 0 { String::new() } else { format!(" exit {}", c.exit_code) };
+        let exit = if c.exit_code == 0 && c.signal == 0 { String::new() } else { format!(" {}", c.status()) };
         let hosts = if c.hosts.is_empty() || c.hosts == "localhost" {
             String::new()
         } else {
             format!(" on {}", c.hosts)
         };
-        out.push_str(&format!(
-            "---- [{}] ({} rank{}){hosts}{exit} ----\n",
-            c.ranks,
-            c.count,
-            plural(c.count)
-        ));
-        out.push_str(&c.stdout);
-        if !c.stdout.is_empty() && !c.stdout.ends_with('\n') {
-            out.push('\n');
-        }
-        if !c.stderr.is_empty() {
-            out.push_str("[stderr]\n");
-            out.push_str(&c.stderr);
-            if !c.stderr.ends_with('\n') {
-                out.push('\n');
-            }
+        out.extend_from_slice(
+            format!("---- [{}] ({} rank{}){hosts}{exit} ----\n", c.ranks, c.count, plural(c.count))
+                .as_bytes(),
+        );
+        push_output(&mut out, &c.stdout, c.stdout_bytes, "stdout");
+        if c.stderr_bytes > 0 {
+            out.extend_from_slice(b"[stderr]\n");
+            push_output(&mut out, &c.stderr, c.stderr_bytes, "stderr");
         }
     }
-    out.push_str(&summary(report));
+    out.extend_from_slice(summary(report).as_bytes());
     out
+}
+
+/// One output stream, ending in a newline, and a note if it was cut.
+fn push_output(out: &mut Vec<u8>, shown: &[u8], total: u64, name: &str) {
+    out.extend_from_slice(shown);
+    if !shown.is_empty() && !shown.ends_with(b"\n") {
+        out.push(b'\n');
+    }
+    if total > shown.len() as u64 {
+        out.extend_from_slice(
+            format!(
+                "[treecast: {name} cut: {} of {total} bytes shown; --output-limit BYTES shows more]\n",
+                shown.len()
+            )
+            .as_bytes(),
+        );
+    }
 }
 
 fn plural(n: u64) -> &'static str {
@@ -290,17 +426,18 @@ fn plural(n: u64) -> &'static str {
 }
 
 fn summary(report: &RunReport) -> String {
-    let mut by_code: Vec<(i32, RankSet)> = Vec::new();
+    let mut by_status: Vec<((i32, i32), String, RankSet)> = Vec::new();
     for c in &report.classes {
         let ranks: RankSet = c.ranks.parse().unwrap_or_default();
-        match by_code.iter_mut().find(|(code, _)| *code == c.exit_code) {
-            Some((_, set)) => set.union_with(&ranks),
-            None => by_code.push((c.exit_code, ranks)),
+        let key = (c.signal, c.exit_code);
+        match by_status.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, _, set)) => set.union_with(&ranks),
+            None => by_status.push((key, c.status(), ranks)),
         }
     }
-    by_code.sort_by_key(|(code, _)| *code);
+    by_status.sort_by_key(|(key, _, _)| *key);
     let parts: Vec<String> =
-        by_code.iter().map(|(code, set)| format!("exit {code}: {} [{set}]", set.len())).collect();
+        by_status.iter().map(|(_, status, set)| format!("{status}: {} [{set}]", set.len())).collect();
     let mut s =
         format!("{} back-end{}; {}\n", report.backends, plural(report.backends.into()), parts.join(", "));
     for l in &report.lost {

@@ -5,6 +5,8 @@
 //! * [`LocalLauncher`]: fork/exec on this host, the embedded default.
 //! * [`SshOptions`]: the system `ssh` for other hosts; the secret goes over stdin.
 //! * [`SrunOptions`]: Slurm job steps inside an allocation; [`Remote`] picks one.
+//! * [`LocalHosts`]: which host names are this machine (started with fork/exec,
+//!   never through ssh), whatever the spelling.
 //! * [`Launcher`]: the seam every way of starting a process sits behind; used at
 //!   start-up, and by run-time spawns later.
 //! * [`Launched`]: a running child. It is killed when dropped, and the kernel
@@ -19,9 +21,11 @@
 #![deny(unsafe_code)]
 
 mod forker;
+mod local;
 mod slurm;
 mod ssh;
 
+pub use local::{is_local_address, this_host_name, LocalHosts};
 pub use slurm::{Remote, RouteError, SrunOptions, SRUN_ARGS_ENV};
 pub use ssh::{
     secret_from_stdin, shell_quote, split_args, ArgsError, SshOptions, SECRET_STDIN_ENV, SSH_ARGS_ENV,

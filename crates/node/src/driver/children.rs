@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
-use treecast_launch::{Launched, Launcher, LocalLauncher, ProcessSpec, Remote};
+use treecast_launch::{Launched, Launcher, LocalHosts, LocalLauncher, ProcessSpec, Remote};
 use treecast_transport::{handshake, Listener, Socket, SECRET_ENV};
 use treecast_wire::{AttachPoint, LaunchPlan, LocalRoute};
 
@@ -79,6 +79,8 @@ pub(crate) struct ChildrenTask {
     pub(crate) own_host: String,
     pub(crate) children: Vec<ChildLaunch>,
     pub(crate) launching: Launching,
+    /// Which children's hosts are this machine, resolved once per name.
+    pub(crate) local_hosts: LocalHosts,
     pub(crate) news: mpsc::Sender<ChildNews>,
     pub(crate) orders: mpsc::UnboundedReceiver<ChildOrder>,
 }
@@ -141,14 +143,35 @@ impl ChildrenTask {
         self.serve(running).await;
     }
 
+    /// True when `host` is started with fork/exec: any name of this machine, unless the
+    /// launcher starts every process itself (Slurm steps, so the allocation owns them).
+    /// Names were resolved by [`ChildrenTask::resolve_hosts`].
     fn is_local(&self, launcher: Option<&Remote>, host: &str) -> bool {
-        !launcher.is_some_and(Remote::takes_local_hosts) && (host == self.own_host || host == "localhost")
+        !launcher.is_some_and(Remote::takes_local_hosts)
+            && (host == self.own_host || self.local_hosts.cached(host).unwrap_or(false))
+    }
+
+    /// Finds out, off the async threads, which of the children's hosts are this machine.
+    async fn resolve_hosts(&mut self, children: &[ChildLaunch]) {
+        let mut hosts = std::mem::take(&mut self.local_hosts);
+        let names: Vec<String> =
+            children.iter().filter(|c| c.host != self.own_host).map(|c| c.host.clone()).collect();
+        let resolved = tokio::task::spawn_blocking(move || {
+            for name in &names {
+                hosts.is_local(name);
+            }
+            hosts
+        })
+        .await;
+        // A resolver thread that panicked leaves the names unknown: they go to the launcher.
+        self.local_hosts = resolved.unwrap_or_default();
     }
 
     /// Opens the listeners `children` need (unless open) and starts their processes;
     /// returns where the attach-mode ones connect.
     async fn start(&mut self, running: &mut Running, children: Vec<ChildLaunch>) -> Vec<AttachPoint> {
         let launcher = running.launcher.clone();
+        self.resolve_hosts(&children).await;
         if running.listeners.is_none() {
             let is_local = |h: &str| self.is_local(launcher.as_ref(), h);
             match Listeners::open(&self.plan, &children, &is_local, launcher.as_ref()).await {

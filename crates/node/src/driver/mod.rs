@@ -200,6 +200,7 @@ impl<T: Tool> Driver<T> {
                     own_host,
                     children,
                     launching: self.launching.clone(),
+                    local_hosts: treecast_launch::LocalHosts::new(),
                     news: news_tx,
                     orders: orders_rx,
                 };
