@@ -971,6 +971,102 @@ async fn a_command_cut_off_is_answered_even_if_a_process_that_left_its_group_hol
     finish(net).await;
 }
 
+/// Opens `count` hostile connections to `addr` (`unix:@name`) from four threads, a
+/// quarter each of: silence, random bytes, a huge length prefix, and a well-formed
+/// handshake answer without the secret. Each thread keeps its latest 100 open.
+fn flood(addr: &str, count: usize) -> usize {
+    use std::io::{Read, Write};
+    use std::os::linux::net::SocketAddrExt;
+    let name = addr.strip_prefix("unix:@").expect("a Unix listener").to_owned();
+    let threads: Vec<_> = (0..4u8)
+        .map(|kind| {
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let sa = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+                let mut held = std::collections::VecDeque::new();
+                let mut opened = 0;
+                for i in 0..count / 4 {
+                    let Ok(mut c) = std::os::unix::net::UnixStream::connect_addr(&sa) else { continue };
+                    opened += 1;
+                    c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+                    let noise: Vec<u8> = (0..64).map(|j| (i * 31 + j * 7) as u8).collect();
+                    let _ = match kind {
+                        0 => Ok(()),
+                        1 => c.write_all(&noise),
+                        2 => c.write_all(&[0xff, 0xff, 0xff, 0x7f]),
+                        _ => {
+                            let mut hello = [0u8; 37];
+                            let _ = c.read_exact(&mut hello);
+                            let mut answer = b"TCST\x01\x01\x00\x00\x00".to_vec();
+                            answer.extend_from_slice(&noise);
+                            c.write_all(&answer)
+                        }
+                    };
+                    held.push_back(c);
+                    if held.len() > 100 {
+                        held.pop_front();
+                    }
+                }
+                opened
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+#[test]
+fn a_flood_of_bad_connections_neither_stops_start_up_nor_floods_the_terminal() {
+    let dir = TestDir::new("flood");
+    let (addr_file, go) = (dir.path("parent"), dir.path("go"));
+    // Back-ends that say where they connect, then wait for the flood to be under way.
+    let wrapper = dir.path("treecast");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$TREECAST_PARENT\" >> {a}\nwhile [ ! -e {g} ]; do sleep 0.01; done\nexec {t} \"$@\"\n",
+            a = addr_file.display(),
+            g = go.display(),
+            t = TREECAST
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let child = Command::new(TREECAST)
+        .args(["run", "--local", "8", "--topology", "flat", "--", "echo", "ok"])
+        .env(k, v)
+        .env("TREECAST_PATH", &wrapper)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + LIMIT;
+    let addr = loop {
+        let text = std::fs::read_to_string(&addr_file).unwrap_or_default();
+        if let Some(line) = text.lines().next() {
+            break line.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no back-end started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The real back-ends connect while the flood goes on.
+    let flooding = {
+        let addr = addr.clone();
+        std::thread::spawn(move || flood(&addr, 1000))
+    };
+    std::fs::write(&go, b"").unwrap();
+    let opened = flooding.join().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_no_leftovers(&t);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "start-up failed under the flood: {stdout}\n{stderr}");
+    assert!(stdout.contains("---- [0-7] (8 ranks) ----\nok\n"), "{stdout}");
+    assert!(opened > 0, "the flood reached the listener");
+    let warnings = stderr.lines().filter(|l| l.contains("refused")).count();
+    assert!(warnings <= 4, "{opened} bad connections gave {warnings} warning lines: {stderr}");
+}
+
 #[test]
 fn topo_prints_trees_and_names_line_and_column_of_errors() {
     let t = tag();

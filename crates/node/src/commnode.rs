@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use treecast_filters::FilterRegistry;
 use treecast_launch::{Remote, SrunOptions, SshOptions};
-use treecast_transport::{handshake, Secret, Stream};
+use treecast_transport::{handshake, Secret, Stream, TransportError};
 use treecast_wire::{LauncherKind, LauncherSpec, Window, MAX_PAYLOAD_LEN};
 
 use crate::core::{Node, NodeConfig, Peer, Role};
@@ -60,15 +60,31 @@ pub fn read_secret() -> Result<Secret, NodeError> {
 ///
 /// # Errors
 /// Connection failure or a failed handshake.
+///
+/// A parent flooded with connections turns the oldest handshakes still under way
+/// away, so a handshake turned away or cut off (end of stream, reset) is tried
+/// again, backing off, until `limit`; a refused connection or a failed proof is not.
 pub async fn connect_to(
     addr: &str,
     node_id: u32,
     secret: &Secret,
     limit: Duration,
 ) -> Result<Stream, NodeError> {
-    let mut stream = Stream::connect(addr, limit).await?;
-    handshake::connect(&mut stream, secret, node_id, addr, limit).await?;
-    Ok(stream)
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let mut stream = Stream::connect(addr, left).await?;
+        match handshake::connect(&mut stream, secret, node_id, addr, left).await {
+            Ok(()) => return Ok(stream),
+            Err(e @ (TransportError::Io { .. } | TransportError::Busy { .. })) if left > backoff => {
+                tracing::debug!("handshake with {addr} cut off ({e}); trying again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// The launcher a plan names for children on other hosts; `None` allows this host only.

@@ -23,6 +23,13 @@ pub enum TransportError {
         /// What went wrong.
         reason: String,
     },
+    /// The parent turned the handshake away before finishing it: it had more
+    /// connections under way than it takes at once (a flood). Trying again is right.
+    #[error("{peer} turned the handshake away: too many connections under way at once; try again")]
+    Busy {
+        /// The peer's address.
+        peer: String,
+    },
     /// A step did not finish in time.
     #[error("{what} timed out after {secs:.1} s")]
     Timeout {

@@ -108,6 +108,23 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     .await
 }
 
+/// What a parent sends instead of its proof to a handshake it turns away (see
+/// [`turn_away`]); no HMAC output is expected to equal it.
+pub const BUSY: &[u8; MAC] = b"TCST busy: connect again later.\n";
+
+/// Parent side: ends a handshake under way because newer connections need its place,
+/// telling a real child so ([`TransportError::Busy`]) so that it tries again instead
+/// of taking it for a refused secret. Waits at most 100 ms for the write.
+///
+/// Cancel safety: cancel safe; the connection is only left unanswered.
+pub async fn turn_away<S: AsyncWrite + Unpin>(stream: &mut S) {
+    let _ = tokio::time::timeout(Duration::from_millis(100), async {
+        let _ = stream.write_all(BUSY).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
 /// Child side: answers the parent's challenge as `node_id` and checks the parent's proof.
 ///
 /// # Errors
@@ -142,7 +159,11 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         answer.extend_from_slice(&mac_c);
         stream.write_all(&answer).await.map_err(io_err(peer, "answering challenge"))?;
         let mut mac_p = [0u8; MAC];
-        stream.read_exact(&mut mac_p).await.map_err(|e| match e.kind() {
+        let read = stream.read_exact(&mut mac_p).await;
+        if read.is_ok() && mac_p == *BUSY {
+            return Err(TransportError::Busy { peer: peer.to_owned() });
+        }
+        read.map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => TransportError::Auth {
                 peer: peer.to_owned(),
                 reason:
@@ -167,6 +188,24 @@ mod tests {
     use super::*;
 
     const LIMIT: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn a_child_turned_away_is_told_to_try_again_not_that_its_secret_is_wrong() {
+        let (mut parent, mut child) = tokio::io::duplex(1024);
+        let s = Secret::generate();
+        let connecting = tokio::spawn(async move { connect(&mut child, &s, 3, "parent", LIMIT).await });
+        // The parent's hello, then, instead of reading the answer, it turns the child away.
+        let mut hello = MAGIC.to_vec();
+        hello.push(VERSION);
+        hello.extend_from_slice(&nonce());
+        parent.write_all(&hello).await.unwrap();
+        let mut answer = [0u8; 4 + 1 + 4 + NONCE + MAC];
+        parent.read_exact(&mut answer).await.unwrap();
+        turn_away(&mut parent).await;
+        let err = connecting.await.unwrap().unwrap_err();
+        assert!(matches!(err, TransportError::Busy { .. }), "{err}");
+        assert!(err.to_string().contains("try again"), "{err}");
+    }
 
     #[tokio::test]
     async fn matching_secrets_authenticate_both_ways() {

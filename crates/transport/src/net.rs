@@ -6,6 +6,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::os::linux::net::SocketAddrExt;
+use std::os::unix::ffi::OsStrExt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -38,7 +39,7 @@ impl Stream {
         let io = |source| TransportError::Io { what: format!("connecting to {addr}"), source };
         let connecting = async {
             match addr.strip_prefix(UNIX_PREFIX) {
-                Some(name) => connect_unix(name).map(Stream::Unix).map_err(io),
+                Some(name) => connect_unix(name).await.map(Stream::Unix).map_err(io),
                 None => {
                     let sock: SocketAddr = addr.parse().map_err(|e| TransportError::Io {
                         what: format!("parsing address {addr:?}"),
@@ -183,17 +184,33 @@ impl Listener {
     }
 }
 
-/// Connects to `unix:@name` (abstract) or `unix:/path`.
-fn connect_unix(name: &str) -> std::io::Result<UnixStream> {
-    let std_stream = match name.strip_prefix('@') {
+/// Connects to `unix:@name` (abstract) or `unix:/path` without blocking the thread:
+/// a listener whose queue is full (a flood of connections) makes a blocking
+/// `connect` wait with no way for the caller's time limit to fire. The kernel
+/// answers a non-blocking one with `EAGAIN` instead, and this tries again, backing
+/// off, until the caller's limit cancels it.
+async fn connect_unix(name: &str) -> std::io::Result<UnixStream> {
+    let addr = match name.strip_prefix('@') {
         Some(abstract_name) => {
-            let addr = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())?;
-            std::os::unix::net::UnixStream::connect_addr(&addr)?
+            let mut bytes = vec![0u8];
+            bytes.extend_from_slice(abstract_name.as_bytes());
+            socket2::SockAddr::unix(std::ffi::OsStr::from_bytes(&bytes))?
         }
-        None => std::os::unix::net::UnixStream::connect(name)?,
+        None => socket2::SockAddr::unix(name)?,
     };
-    std_stream.set_nonblocking(true)?;
-    UnixStream::from_std(std_stream)
+    let mut backoff = Duration::from_millis(1);
+    loop {
+        let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+        socket.set_nonblocking(true)?;
+        match socket.connect(&addr) {
+            Ok(()) => return UnixStream::from_std(std::os::unix::net::UnixStream::from(socket)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,23 +7,28 @@
 //! protocol decisions (who is expected, deadlines, what a failure means) are the
 //! core's; this task only does the I/O.
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use treecast_launch::{Launched, Launcher, LocalHosts, LocalLauncher, ProcessSpec, Remote};
-use treecast_transport::{handshake, Listener, Socket, SECRET_ENV};
+use treecast_transport::{handshake, Listener, Socket, TransportError, SECRET_ENV};
 use treecast_wire::{AttachPoint, LaunchPlan, LocalRoute};
 
+use super::refusals::Refusals;
 use super::Launching;
 use crate::core::ChildLaunch;
 use crate::{env, launcher_of, NodeError};
 
 /// Time allowed for one handshake.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+/// Handshakes a listener runs at once; a new connection past this closes the oldest
+/// one still under way. Bounds the descriptors and memory strangers can hold.
+const MAX_PENDING_HANDSHAKES: usize = 64;
 /// Time a dead child's stderr gets to drain before it is reported.
 const STDERR_DRAIN: Duration = Duration::from_millis(20);
 
@@ -255,19 +260,40 @@ impl ChildrenTask {
     /// Accepts links and follows orders until the node shuts down.
     async fn serve(&mut self, mut running: Running) {
         let mut handshakes = JoinSet::new();
+        // Oldest first: a flood of silent peers pushes out its own oldest members,
+        // while a real child's handshake takes one round trip.
+        let mut pending: VecDeque<(oneshot::Sender<()>, AbortHandle)> = VecDeque::new();
+        let mut refusals = Refusals::new();
+        let mut accept_failures = Refusals::new();
         loop {
             tokio::select! {
                 accepted = accept(running.listeners.as_ref()) => match accepted {
                     Ok((mut stream, peer)) => {
+                        pending.retain(|(_, h)| !h.is_finished());
+                        if pending.len() >= MAX_PENDING_HANDSHAKES {
+                            if let Some((evict, _)) = pending.pop_front() {
+                                let _ = evict.send(());
+                            }
+                        }
                         let secret = self.launching.secret.clone();
-                        handshakes.spawn(async move {
-                            let id = handshake::accept(&mut stream, &secret, &peer, HANDSHAKE_LIMIT).await;
+                        let (evict, evicted) = oneshot::channel::<()>();
+                        let handle = handshakes.spawn(async move {
+                            let id = tokio::select! {
+                                id = handshake::accept(&mut stream, &secret, &peer, HANDSHAKE_LIMIT) => id,
+                                Ok(()) = evicted => {
+                                    handshake::turn_away(&mut stream).await;
+                                    Err(TransportError::Busy { peer: peer.clone() })
+                                }
+                            };
                             (id, stream, peer)
                         });
+                        pending.push_back((evict, handle));
                     }
                     Err(e) => {
                         // Out of descriptors or an aborted connection: not fatal for the others.
-                        tracing::warn!("accepting a connection failed: {e}");
+                        if let Some(line) = accept_failures.refused(e.to_string(), Instant::now()) {
+                            tracing::warn!("accepting failed: {line}");
+                        }
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
@@ -282,13 +308,29 @@ impl ChildrenTask {
                                 return;
                             }
                         }
-                        Err(reason) => tracing::warn!("refused a connection from {peer}: {reason}"),
+                        Err(reason) => {
+                            let reason = match reason.contains("turned the handshake away") {
+                                true => "no handshake before newer connections needed its place".to_owned(),
+                                false => reason,
+                            };
+                            if let Some(line) = refusals.refused(format!("{peer}: {reason}"), Instant::now()) {
+                                tracing::warn!("{line}");
+                            }
+                        }
                     }
                 }
                 Some(_) = running.processes.join_next() => {}
                 order = self.orders.recv() => match order {
                     Some(ChildOrder::Abandon(node_id)) => running.stop(node_id),
-                    Some(ChildOrder::StopAccepting) => running.listeners = None,
+                    Some(ChildOrder::StopAccepting) => {
+                        running.listeners = None;
+                        // Handshakes still under way are strangers' now: every child is linked.
+                        handshakes.abort_all();
+                        pending.clear();
+                        if let Some(line) = refusals.flush(Instant::now()) {
+                            tracing::warn!("{line}");
+                        }
+                    }
                     Some(ChildOrder::Start(children)) => {
                         self.start(&mut running, children).await;
                     }

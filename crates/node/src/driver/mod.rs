@@ -13,6 +13,7 @@
 //! itself goes to the role's [`Tool`].
 
 pub(crate) mod children;
+mod refusals;
 
 use std::future::Future;
 use std::pin::Pin;

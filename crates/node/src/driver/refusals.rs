@@ -1,0 +1,80 @@
+//! Connections a listener refuses (wrong secret, garbage, silence), logged at a
+//! bounded rate: a flood of bad peers must not bury the user's terminal in warnings.
+
+use std::time::{Duration, Instant};
+
+/// Shortest time between two warnings about refused connections.
+pub(crate) const WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// Counts refusals and says when a warning is due; what it returns is the one line to log.
+#[derive(Debug)]
+pub(crate) struct Refusals {
+    last_warning: Option<Instant>,
+    /// Refusals since the last warning, not yet reported.
+    unreported: u64,
+    /// Why the latest of them was refused.
+    last_reason: String,
+}
+
+impl Refusals {
+    pub(crate) fn new() -> Refusals {
+        Refusals { last_warning: None, unreported: 0, last_reason: String::new() }
+    }
+
+    /// Notes one refusal at `now`; returns the warning to log, if one is due: the first
+    /// refusal at once, later ones at most once per [`WARN_EVERY`], with their count.
+    pub(crate) fn refused(&mut self, reason: String, now: Instant) -> Option<String> {
+        self.unreported += 1;
+        self.last_reason = reason;
+        match self.last_warning {
+            Some(at) if now.duration_since(at) < WARN_EVERY => None,
+            _ => self.report(now),
+        }
+    }
+
+    /// The warning for refusals not yet reported (when the listener closes), if any.
+    pub(crate) fn flush(&mut self, now: Instant) -> Option<String> {
+        (self.unreported > 0).then(|| self.report(now)).flatten()
+    }
+
+    fn report(&mut self, now: Instant) -> Option<String> {
+        let line = match self.unreported {
+            0 => return None,
+            1 => format!("refused a connection: {}", self.last_reason),
+            n => format!(
+                "refused {n} connections since the last warning (failed or no handshake); the latest: {}",
+                self.last_reason
+            ),
+        };
+        self.unreported = 0;
+        self.last_warning = Some(now);
+        Some(line)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_gives_one_line_per_interval_with_its_count() {
+        let mut r = Refusals::new();
+        let t0 = Instant::now();
+        let first = r.refused("bad secret".into(), t0).unwrap();
+        assert_eq!(first, "refused a connection: bad secret");
+        let mut lines = 0;
+        for i in 1..=1000u32 {
+            if r.refused(format!("peer {i}"), t0 + Duration::from_millis(u64::from(i))).is_some() {
+                lines += 1;
+            }
+        }
+        assert_eq!(lines, 0, "1,000 refusals within the interval log nothing more");
+        let later = r.refused("peer x".into(), t0 + WARN_EVERY).unwrap();
+        assert!(later.starts_with("refused 1001 connections since the last warning"), "{later}");
+        assert!(later.ends_with("the latest: peer x"), "{later}");
+        assert_eq!(r.flush(t0 + WARN_EVERY), None, "nothing left to report");
+        r.refused("y".into(), t0 + WARN_EVERY + Duration::from_secs(1));
+        assert_eq!(r.flush(t0 + WARN_EVERY * 2).as_deref(), Some("refused a connection: y"));
+    }
+}
