@@ -345,6 +345,78 @@ async fn a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
     finish(net).await;
 }
 
+/// Back-end pids of a session (the processes running `treecast backend`).
+fn backend_pids(session: &str) -> Vec<u32> {
+    processes_with_env(&format!("TREECAST_SESSION={session}"))
+        .into_iter()
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.ends_with(b"backend\0")))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stopped_comm_node_is_cut_off_after_the_silence_limit_and_the_rest_goes_on() {
+    let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
+    let mut net = builder(topo).dead_after(Some(Duration::from_secs(2))).launch().await.unwrap();
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 60 + 15);
+    // Comm node 5 (ranks 3-5) stops: it neither reads nor writes, its links stay open.
+    let pid = commnode_pid(net.session(), 5);
+    let below = backend_pids(net.session());
+    Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
+    // The wave completes with the live ranks once the stopped node is cut off.
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 30 + 3);
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::RanksLost { ranks, reason }) => {
+            assert_eq!(ranks, RankSet::range(3, 3));
+            assert!(reason.contains("nothing arrived for"), "{reason}");
+        }
+        other => panic!("expected RanksLost, got {other:?}"),
+    }
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 30 + 3);
+    // Its back-ends lost their parent's heartbeats too and left on their own.
+    let deadline = Instant::now() + LIMIT;
+    while below.iter().filter(|p| !common::is_zombie(Path::new(&format!("/proc/{p}")))).count() > 3 {
+        assert!(Instant::now() < deadline, "the stopped node's back-ends are still running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Resumed, it finds its links closed and ends: nothing is left behind.
+    Command::new("kill").args(["-CONT", &pid.to_string()]).status().unwrap();
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_stopped_backend_is_cut_off_but_a_busy_one_is_not() {
+    let topo = Topology::from_spec("flat", Some(3)).unwrap();
+    let mut net = builder(topo).dead_after(Some(Duration::from_secs(2))).launch().await.unwrap();
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    // Rank 1 stops reading for 3 s but its driver runs: its heartbeats keep it in.
+    s.send(TAG_STALL, "%ad %d", &[Value::IntArray(vec![1]), Value::Int(3000)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 3);
+    assert!(net.lost_ranks().is_empty(), "a busy tool is not a hung node");
+    let pids = backend_pids(net.session());
+    assert_eq!(pids.len(), 3);
+    for pid in &pids {
+        Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap();
+    }
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::RanksLost { reason, .. }) => assert!(reason.contains("nothing arrived for"), "{reason}"),
+        other => panic!("expected RanksLost, got {other:?}"),
+    }
+    for pid in &pids {
+        Command::new("kill").args(["-CONT", &pid.to_string()]).status().unwrap();
+    }
+    finish(net).await;
+}
+
 #[tokio::test]
 async fn a_stream_whose_members_are_all_lost_is_closed_not_hung() {
     let net = launch("flat", 3).await;

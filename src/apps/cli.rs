@@ -95,6 +95,11 @@ pub struct TreeArgs {
     /// With --attach: seconds the back-ends have to connect.
     #[arg(long, value_name = "SECS", default_value_t = 300.0, requires = "attach")]
     pub attach_timeout: f64,
+    /// Cut off a node (stopped, hung, unreachable) after this many seconds without a
+    /// frame or heartbeat from it; its ranks are reported lost. 0: never. Default 30,
+    /// or TREECAST_DEAD_AFTER; `run --timeout T` lowers it to T (at least 5).
+    #[arg(long, value_name = "SECS")]
+    pub dead_after: Option<f64>,
 }
 
 /// Flags of `treecast run`.

@@ -68,7 +68,7 @@ fn report_status(status: std::process::ExitStatus) {
     }
 }
 
-/// How a command ended, as [`report_status`] wrote it on the back-end's end of the
+/// How a command ended, as the guard wrote it on the back-end's end of the
 /// socket pair, once the guard has exited: `Ended::Exited(code)` or `Ended::Signal(n)`.
 pub fn read_status(lifeline: &std::os::unix::net::UnixStream) -> Option<Ended> {
     use std::io::Read;

@@ -143,7 +143,17 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         })
         .transpose()?;
     anyhow::ensure!(args.output_limit > 0, "--output-limit needs at least 1 byte");
-    let net = launch(&args.tree).await?;
+    let mut tree = args.tree;
+    if let (Some(limit), None) = (limit, tree.dead_after) {
+        // A stopped node must be cut off before the answers are given up on, so that
+        // the ranks that did answer are shown; 5 s at least, so load is not mistaken for it.
+        let default = std::env::var(treecast_node::env::DEAD_AFTER).ok().and_then(|s| s.parse::<f64>().ok());
+        let default = default.unwrap_or(treecast_node::core::DEFAULT_DEAD_AFTER.as_secs_f64());
+        if default > 0.0 {
+            tree.dead_after = Some(default.min(limit.as_secs_f64().max(5.0)));
+        }
+    }
+    let net = launch(&tree).await?;
     let report = run_on(net, &args.command, limit, args.output_limit).await?;
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -226,6 +236,11 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
     let topology = topology_of(args)?;
     let backends = topology.backends();
     let mut builder = NetworkBuilder::new(topology).allow_missing(args.allow_missing);
+    if let Some(secs) = args.dead_after {
+        let limit = Duration::try_from_secs_f64(secs)
+            .with_context(|| format!("--dead-after {secs} is not a number of seconds"))?;
+        builder = builder.dead_after(Some(limit));
+    }
     if let Some(file) = &args.attach {
         eprintln!(
             "treecast: waiting up to {:.0} s for {backends} back-ends; start them with: treecast backend --attach {}",

@@ -223,7 +223,7 @@ def enc_flag(v):
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
 LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 
 def enc_strings(items):
@@ -245,7 +245,8 @@ def enc_plan(p, version=PLAN_VERSION):
     out += bytes([LAUNCHERS.get(la["kind"], la["kind"])])
     out += enc_str(la["program"]) + enc_strings(la["args"]) + u32(la["connect_timeout_s"])
     out += enc_str(la["remote_path"])
-    return out + u32(p["max_frame"]) + enc_str(p["log"])
+    out += u32(p["max_frame"]) + enc_str(p["log"])
+    return out + u32(p["heartbeat_ms"]) + u32(p["dead_after_ms"])
 
 
 def enc_filter(f):
@@ -314,6 +315,8 @@ PLAN_SSH = {
     },
     "max_frame": 64 << 20,
     "log": "warn",
+    "heartbeat_ms": 1000,
+    "dead_after_ms": 30000,
 }
 
 PLAN_LOCAL = {
@@ -334,6 +337,8 @@ PLAN_LOCAL = {
     "launcher": {"kind": "local", "program": "", "args": [], "connect_timeout_s": 0, "remote_path": ""},
     "max_frame": 1,
     "log": "",
+    "heartbeat_ms": 0,
+    "dead_after_ms": 0,
 }
 
 PLAN_SLURM = {
@@ -360,6 +365,8 @@ PLAN_SLURM = {
     },
     "max_frame": 256 << 20,
     "log": "treecast=debug,info",
+    "heartbeat_ms": 4294967295,
+    "dead_after_ms": 1,
 }
 
 WINDOW_UP = {"packets": 256, "bytes": str(1 << 20)}
@@ -508,11 +515,12 @@ INVALID_CASES = [
     ("control", "range reversed", bytes([2]) + u32(1) + u32(3) + u32(1) + u32(1), "Invalid"),
     ("control", "bad utf8 message", bytes([3]) + u32(1) + b"\x80", "InvalidUtf8"),
     # plan
-    ("control", "plan version 2", bytes([1]) + enc_plan(PLAN_SSH, version=2), "Invalid"),
+    ("control", "plan version 1 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=1), "Invalid"),
+    ("control", "plan version 3", bytes([1]) + enc_plan(PLAN_SSH, version=3), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
-    ("control", "plan without its log", bytes([1]) + enc_plan(PLAN_LOCAL)[:-4], "Truncated"),
+    ("control", "plan without its silence limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-4], "Truncated"),
     ("control", "plan trailing byte", bytes([1]) + enc_plan(PLAN_LOCAL) + b"\x00", "TrailingBytes"),
     ("control", "plan allow missing 2", bytes([1]) + enc_plan(with_(PLAN_LOCAL, allow_missing=2)), "Invalid"),
     ("control", "plan local route 2", bytes([1]) + enc_plan(with_(PLAN_SSH, local_route=2)), "Invalid"),

@@ -176,13 +176,14 @@ impl BackEnd {
         let socket = stream
             .into_socket()
             .map_err(|source| ApiError::Link { what: "taking over the parent link", source })?;
-        let core = Node::new(NodeConfig {
+        let mut core = Node::new(NodeConfig {
             role: Role::BackEnd { rank, size },
             node_id,
             name: format!("back-end rank {rank}"),
             registry: FilterRegistry::builtin(),
             tool_window: Window { packets: 1, bytes: 1 },
         });
+        core.set_liveness(env::liveness_from_env(), std::time::Instant::now());
         let launching = Launching { secret: secret.clone(), treecast_exe: std::path::PathBuf::new() };
         let mut driver = Driver::new(core, BeTool::default(), launching, DEFAULT_MAX_FRAME);
         driver

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rand::RngCore;
 use treecast_filters::FilterRegistry;
 use treecast_launch::{Remote, SrunOptions, SshOptions};
-use treecast_node::core::{Command, Node, NodeConfig, Role};
+use treecast_node::core::{Command, LivenessLimits, Node, NodeConfig, Role};
 use treecast_node::driver::{drive, lock, Driver, Launching};
 use treecast_node::{env, DEFAULT_MAX_FRAME};
 use treecast_topology::Topology;
@@ -42,6 +42,7 @@ pub struct NetworkBuilder {
     receive_window: Window,
     max_frame: usize,
     registry: FilterRegistry,
+    liveness: Option<LivenessLimits>,
 }
 
 impl NetworkBuilder {
@@ -73,7 +74,21 @@ impl NetworkBuilder {
             receive_window: DEFAULT_RECEIVE_WINDOW,
             max_frame,
             registry: FilterRegistry::builtin(),
+            liveness: env::liveness_from_env(),
         }
+    }
+
+    /// Cuts off a node after `limit` without a frame or heartbeat from it (stopped,
+    /// hung, unreachable): its ranks are reported lost, as if it had died, so it stalls
+    /// its parent and siblings no longer than that. `None` switches heartbeats and the
+    /// check off. Default 30 s, or `TREECAST_DEAD_AFTER` seconds (`0`: off).
+    ///
+    /// A tool's own back-end that blocks its thread (no `.await`) for longer than the
+    /// limit sends no heartbeat meanwhile and is cut off: run long computations with
+    /// `tokio::task::spawn_blocking` or on a multi-threaded runtime.
+    pub fn dead_after(mut self, limit: Option<Duration>) -> Self {
+        self.liveness = limit.filter(|d| !d.is_zero()).map(env::liveness_for);
+        self
     }
 
     /// Attach mode: start the comm nodes only, write `file` (mode 0600) with where
@@ -209,6 +224,9 @@ impl NetworkBuilder {
         plan.launcher = self.launcher_spec();
         plan.max_frame = self.max_frame as u32;
         plan.log = std::env::var(env::LOG).unwrap_or_default();
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
+        (plan.heartbeat_ms, plan.dead_after_ms) =
+            self.liveness.map_or((0, 0), |l| (ms(l.heartbeat), ms(l.dead_after)));
         plan
     }
 

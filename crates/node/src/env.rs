@@ -26,3 +26,31 @@ pub const ROUTE: &str = "TREECAST_ROUTE";
 pub const ATTACH_FILE: &str = "TREECAST_ATTACH";
 /// Largest frame payload a node accepts, in bytes.
 pub const MAX_FRAME: &str = "TREECAST_MAX_FRAME";
+/// Seconds a link may stay silent (no data, no heartbeat) before it is cut off as
+/// failed; `0` switches heartbeats and the check off. Read by the front-end, and set
+/// by parents for the back-ends they start.
+pub const DEAD_AFTER: &str = "TREECAST_DEAD_AFTER";
+
+/// The heartbeat and silence limits `TREECAST_DEAD_AFTER` asks for: the default when
+/// it is unset or not a number, `None` for `0`. Heartbeats go four times per limit,
+/// at most once a second.
+pub fn liveness_from_env() -> Option<crate::core::LivenessLimits> {
+    let secs = std::env::var(DEAD_AFTER).ok().and_then(|s| s.trim().parse::<f64>().ok());
+    match secs {
+        None => Some(crate::core::LivenessLimits::default()),
+        Some(s) if s.is_finite() && s > 0.0 => {
+            Some(liveness_for(std::time::Duration::from_secs_f64(s.min(1e6))))
+        }
+        Some(_) => None,
+    }
+}
+
+/// Limits that cut a link off after `dead_after` of silence.
+pub fn liveness_for(dead_after: std::time::Duration) -> crate::core::LivenessLimits {
+    crate::core::LivenessLimits {
+        heartbeat: (dead_after / 4)
+            .min(crate::core::DEFAULT_HEARTBEAT)
+            .max(std::time::Duration::from_millis(1)),
+        dead_after,
+    }
+}

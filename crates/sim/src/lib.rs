@@ -331,6 +331,9 @@ impl Sim {
         plan.startup_timeout_ms = c.startup_timeout.as_millis().min(u128::from(u32::MAX)) as u32;
         plan.attach_ms = c.attach.map_or(0, |a| a.as_millis().clamp(1, u128::from(u32::MAX)) as u32);
         plan.allow_missing = c.allow_missing;
+        // Heartbeats are off: the runs compare events and bytes per wave, which a
+        // heartbeat per link and second would blur. Kill schedules close links instead.
+        (plan.heartbeat_ms, plan.dead_after_ms) = (0, 0);
         plan
     }
 

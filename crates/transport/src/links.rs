@@ -166,6 +166,11 @@ impl<T> LinkMap<T> {
     pub fn iter(&self) -> impl Iterator<Item = (LinkId, &T)> {
         self.slots.iter().filter_map(|s| s.as_ref().map(|(id, v)| (*id, v)))
     }
+
+    /// Every stored entry, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (LinkId, &mut T)> {
+        self.slots.iter_mut().filter_map(|s| s.as_mut().map(|(id, v)| (*id, v)))
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 1;
+pub const PLAN_VERSION: u16 = 2;
 
 /// Links between processes of one host: abstract Unix sockets or loopback TCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,6 +80,10 @@ pub struct LaunchPlan {
     pub max_frame: u32,
     /// Log filter for comm nodes and back-ends (empty: their default).
     pub log: String,
+    /// Milliseconds between heartbeats on every link (0: none, and no silence limit).
+    pub heartbeat_ms: u32,
+    /// Milliseconds a link may stay silent before it is cut off as failed (0: never).
+    pub dead_after_ms: u32,
 }
 
 fn put_strings(out: &mut Vec<u8>, items: &[String]) {
@@ -121,6 +125,8 @@ impl LaunchPlan {
             },
             max_frame: MAX_PAYLOAD_U32,
             log: String::new(),
+            heartbeat_ms: 1_000,
+            dead_after_ms: 30_000,
         }
     }
 
@@ -157,6 +163,8 @@ impl LaunchPlan {
         put_string(out, &self.launcher.remote_path);
         out.extend_from_slice(&self.max_frame.to_le_bytes());
         put_string(out, &self.log);
+        out.extend_from_slice(&self.heartbeat_ms.to_le_bytes());
+        out.extend_from_slice(&self.dead_after_ms.to_le_bytes());
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -228,6 +236,8 @@ impl LaunchPlan {
                 }
             },
             log: r.string("log filter")?,
+            heartbeat_ms: r.u32("heartbeat interval")?,
+            dead_after_ms: r.u32("silence limit")?,
         })
     }
 }
@@ -262,6 +272,8 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         },
         max_frame: 64 << 20,
         log: "warn".into(),
+        heartbeat_ms: 250,
+        dead_after_ms: 5_000,
     }
 }
 

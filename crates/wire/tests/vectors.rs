@@ -245,6 +245,8 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         },
         max_frame: u32_of(m, "max_frame"),
         log: str_of(m, "log").to_owned(),
+        heartbeat_ms: u32_of(m, "heartbeat_ms"),
+        dead_after_ms: u32_of(m, "dead_after_ms"),
     }
 }
 

@@ -13,8 +13,10 @@
 //!
 //! Everything a node decides lives here, once: membership and start-up
 //! (`startup.rs`), streams, waves, filters and flow control in both directions
-//! (`streams.rs`), failure reports and shutdown.
+//! (`streams.rs`), failure reports and shutdown, and cutting off peers that hang
+//! (`liveness.rs`).
 
+mod liveness;
 mod startup;
 mod streams;
 mod window;
@@ -28,9 +30,11 @@ use treecast_wire::{
     AttachPoint, ControlMsg, Frame, FrameHeader, FrameKind, LaunchPlan, RankSet, StreamSpec, Window,
 };
 
+pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
 pub use startup::ChildLaunch;
 pub use treecast_transport::{LinkId, LinkMap, LinkTable};
 
+use liveness::Liveness;
 use startup::{Child, ChildState, Startup};
 use streams::StreamState;
 
@@ -443,6 +447,8 @@ pub struct Node {
     deliveries: VecDeque<Delivery>,
     /// Front-end: every rank lost so far.
     lost: LostRanks,
+    /// Heartbeats sent and heard on every link.
+    liveness: Liveness,
     out: Outputs,
 }
 
@@ -473,8 +479,21 @@ impl Node {
             max_stream: 0,
             deliveries: VecDeque::new(),
             lost: LostRanks::default(),
+            liveness: Liveness::default(),
             out: Outputs::default(),
         }
+    }
+
+    /// Sends heartbeats and cuts off links silent past the limit (`None`: off, the
+    /// default). Comm nodes and the front-end take the limits from their plan; a
+    /// back-end is told by its driver.
+    pub fn set_liveness(&mut self, limits: Option<LivenessLimits>, now: Instant) {
+        self.liveness.configure(limits, now);
+    }
+
+    /// The heartbeat and silence limits in force, if any.
+    pub fn liveness(&self) -> Option<LivenessLimits> {
+        self.liveness.limits()
     }
 
     /// The node's role.
@@ -528,6 +547,7 @@ impl Node {
 
     /// A new link is up (authenticated) to `peer`.
     pub fn handle_link_up(&mut self, link: LinkId, peer: Peer, now: Instant) {
+        self.liveness.link_up(link, now);
         match peer {
             Peer::Parent => self.parent_up(link),
             Peer::Child { node_id } => self.child_up(link, node_id, now),
@@ -536,6 +556,7 @@ impl Node {
 
     /// A frame arrived on `link`.
     pub fn handle_frame(&mut self, link: LinkId, frame: Frame, now: Instant) {
+        self.liveness.heard(link, &frame, now);
         let Some(&role) = self.links.get(link) else { return };
         match (frame.header.kind, role) {
             (FrameKind::Credit, _) => match frame.grant() {
@@ -556,6 +577,7 @@ impl Node {
 
     /// `link` closed: `reason` is `None` for an orderly close, else what broke it.
     pub fn handle_link_closed(&mut self, link: LinkId, reason: Option<String>, now: Instant) {
+        self.liveness.link_closed(link);
         let Some(role) = self.links.remove(link) else { return };
         match role {
             LinkRole::Parent => {
@@ -632,10 +654,31 @@ impl Node {
         }
     }
 
-    /// Time passed: releases time-out waves and gives up on children that are late.
+    /// Time passed: releases time-out waves, gives up on children that are late,
+    /// sends heartbeats and cuts off links that stayed silent too long.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.startup_timeout(now);
         self.streams_timeout(now);
+        self.liveness_timeout(now);
+    }
+
+    fn liveness_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Over {
+            return;
+        }
+        for (link, silent) in self.liveness.silent(now) {
+            self.liveness.link_closed(link);
+            if self.links.get(link).is_some() {
+                let reason = format!(
+                    "nothing arrived for {:.1} s, not even a heartbeat: the peer is stopped, hung or unreachable",
+                    silent.as_secs_f64()
+                );
+                self.drop_link(link, reason, now);
+            }
+        }
+        for link in self.liveness.beats_due(now) {
+            self.out.credits.push_back(Transmit { to: Destination::Link(link), frame: heartbeat_frame() });
+        }
     }
 
     /// The next frame to send.
@@ -647,10 +690,8 @@ impl Node {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let startup = self.child_deadline;
         let waves = self.streams.values().filter_map(StreamState::next_deadline).min();
-        match (startup, waves) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let liveness = if self.phase == Phase::Over { None } else { self.liveness.next_deadline() };
+        [startup, waves, liveness].into_iter().flatten().min()
     }
 
     /// The next event for the driver or the tool.

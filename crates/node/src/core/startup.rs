@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use treecast_topology::Topology;
 use treecast_wire::{AttachPoint, ControlMsg, LaunchPlan, RankSet};
 
-use super::{control_frame, Destination, Event, LinkId, LinkRole, Node, Phase, Role, Transmit};
+use super::{
+    control_frame, Destination, Event, LinkId, LinkRole, LivenessLimits, Node, Phase, Role, Transmit,
+};
 
 /// A child the driver must start (or, in attach mode, wait for).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +154,7 @@ impl Node {
             Err(e) => return self.startup_failed(format!("{}: bad sub-tree in the plan: {e}", self.name)),
         };
         let own_host = topo.node(topo.root()).host.clone();
+        self.liveness.configure(LivenessLimits::from_ms(plan.heartbeat_ms, plan.dead_after_ms), now);
         if self.role == Role::CommNode {
             let me = topo.node(topo.root());
             self.name = format!("comm node {}:{} (id {})", me.host, me.index, self.node_id);

@@ -26,6 +26,8 @@ fn plan(topology: &str, node_id: u32, allow_missing: bool) -> LaunchPlan {
     plan.node_id = node_id;
     plan.startup_timeout_ms = 1000;
     plan.allow_missing = allow_missing;
+    // Heartbeats would add deadlines and frames to every test; their own test sets them.
+    (plan.heartbeat_ms, plan.dead_after_ms) = (0, 0);
     plan
 }
 
@@ -323,4 +325,51 @@ fn a_stream_refused_below_after_its_window_filled_ends_and_wakes_the_sender() {
     assert!(evs.contains(&Event::Writable { stream: 1 }), "{evs:?}");
     assert_eq!(fe.poll_delivery(Some(1)), Some(Delivery::StreamClosed(1)));
     assert!(!fe.has_stream(1), "nothing of the stream is left");
+}
+
+#[test]
+fn a_child_that_falls_silent_after_its_heartbeats_is_cut_off_at_the_limit() {
+    let now = Instant::now();
+    let mut fe = node(Role::FrontEnd, 0);
+    let mut p = plan("h:0 => h:1 h:2 ;", 0, false);
+    (p.heartbeat_ms, p.dead_after_ms) = (100, 1000);
+    fe.handle_command(Command::Launch(Box::new(p)), now).unwrap();
+    let links = ids(2);
+    for (i, link) in links.iter().enumerate() {
+        let rank = i as u32;
+        fe.handle_link_up(*link, Peer::Child { node_id: rank + 1 }, now);
+        fe.handle_frame(
+            *link,
+            control(&ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 }),
+            now,
+        );
+        fe.handle_frame(*link, heartbeat_frame(), now);
+    }
+    assert!(fe.is_running());
+    fe.handle_timeout(now);
+    let beats = transmits(&mut fe)
+        .into_iter()
+        .filter(|t| t.frame.header.kind == FrameKind::Credit && t.frame.header.stream == 0)
+        .count();
+    assert_eq!(beats, 2, "a heartbeat on each link");
+    // Child 2 keeps talking; child 1 says nothing more.
+    let limit = now + Duration::from_millis(1000);
+    let mut steps = 0;
+    while let Some(t) = fe.poll_timeout().filter(|t| *t < limit) {
+        steps += 1;
+        fe.handle_frame(links[1], heartbeat_frame(), t);
+        fe.handle_timeout(t);
+        assert!(fe.lost().ranks().is_empty(), "cut off before the limit, at {:?}", t - now);
+    }
+    assert_eq!(steps, 9, "a heartbeat every 100 ms until the limit");
+    assert_eq!(fe.poll_timeout(), Some(limit));
+    fe.handle_timeout(limit);
+    let lost = events(&mut fe).into_iter().find_map(|e| match e {
+        Event::RanksLost { ranks, reason } => Some((ranks, reason)),
+        _ => None,
+    });
+    let (ranks, reason) = lost.unwrap();
+    assert_eq!(ranks, RankSet::single(0));
+    assert!(reason.contains("nothing arrived for 1.0 s"), "{reason}");
+    assert!(fe.is_running(), "the rest of the tree goes on");
 }

@@ -364,6 +364,9 @@ impl ChildrenTask {
             _ => self.launching.treecast_exe.clone(),
         };
         let (program, args) = if child.is_backend {
+            // Back-ends get no plan: the silence limit of the tree reaches them here.
+            let dead_after = if plan.heartbeat_ms == 0 { 0 } else { plan.dead_after_ms };
+            envs.push((env::DEAD_AFTER.to_owned(), format!("{}", f64::from(dead_after) / 1e3)));
             envs.push((env::RANK.to_owned(), child.first_rank.to_string()));
             envs.push((env::SIZE.to_owned(), plan.total_backends.to_string()));
             envs.extend(plan.env.iter().cloned());
