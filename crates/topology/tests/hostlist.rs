@@ -162,10 +162,14 @@ fn errors() {
         Topology::from_hosts_spec("n[5-3]", 2, 1, "fe"),
         Err(TopologyError::BadHostList { column: 3, .. })
     ));
-    assert!(matches!(
-        Topology::from_hosts_spec("n[1-3],n2", 2, 1, "fe"),
-        Err(TopologyError::DuplicateHost { column: 8, .. })
-    ));
+    // Repeats are dropped, as ClusterShell's node sets have none.
+    assert_eq!(Topology::from_hosts_spec("n[1-3],n2", 2, 1, "fe").unwrap().backends(), 3);
+    // A host is a host, with or without a user.
+    let bob = vec!["bob@a".to_string(), "a".to_string()];
+    assert!(matches!(Topology::from_hosts(&bob, 2, 1, "fe"), Err(TopologyError::RepeatedHost { .. })));
+    let dash = vec!["a".to_string(), "-Fevil".to_string()];
+    let e = Topology::from_hosts(&dash, 2, 1, "fe").unwrap_err();
+    assert!(e.to_string().contains("starts with a letter or a digit"), "{e}");
 }
 
 #[test]
