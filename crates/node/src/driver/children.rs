@@ -141,8 +141,13 @@ impl ChildrenTask {
         self.serve(running).await;
     }
 
+    /// Whether a child on `host` starts here by fork/exec. Hosts are compared without
+    /// their `user@`, which only tells ssh whom to log in as.
     fn is_local(&self, launcher: Option<&Remote>, host: &str) -> bool {
-        !launcher.is_some_and(Remote::takes_local_hosts) && (host == self.own_host || host == "localhost")
+        use treecast_topology::hostlist::bare_host;
+        let host = bare_host(host);
+        !launcher.is_some_and(Remote::takes_local_hosts)
+            && (host == bare_host(&self.own_host) || host == "localhost")
     }
 
     /// Opens the listeners `children` need (unless open) and starts their processes;
