@@ -95,13 +95,21 @@ pub fn bare_host(name: &str) -> &str {
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
 pub enum HostListWarning {
     /// Hosts named more than once; each is kept once, where it first appears.
-    #[error("{hosts} listed more than once; each host is kept once, where it first appears ({dropped} repeats dropped)")]
+    #[error(
+        "{hosts} listed more than once; each host is kept once, where it first appears ({})",
+        repeats(.dropped)
+    )]
     Duplicates {
         /// The repeated hosts, folded as by [`compress`].
         hosts: String,
         /// How many repeats were dropped.
         dropped: usize,
     },
+}
+
+/// `1 repeat dropped`, `2 repeats dropped`.
+fn repeats(n: &usize) -> String {
+    format!("{n} repeat{} dropped", if *n == 1 { "" } else { "s" })
 }
 
 /// The hosts of one or more host-list expressions, exclusions applied, each host once.
