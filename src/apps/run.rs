@@ -96,6 +96,9 @@ pub fn this_host() -> String {
 /// # Errors
 /// Bad flags, a bad host list, or a bad topology.
 pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
+    if !args.exclude.is_empty() && (args.local.is_some() || args.topology.is_some()) {
+        anyhow::bail!("--exclude leaves hosts out of --hosts or the Slurm allocation; it cannot change --local or --topology trees");
+    }
     match (&args.hosts, args.local) {
         (_, Some(0)) => anyhow::bail!("--local needs at least 1 back-end"),
         (None, Some(n)) => {
@@ -106,17 +109,35 @@ pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
             let spec = args.topology.as_deref().unwrap_or_default();
             Topology::from_spec(spec, None).with_context(|| format!("topology {spec:?}"))
         }
-        (Some(hosts), _) => Topology::from_hosts_spec(hosts, args.fanout, args.per_host, &this_host())
-            .with_context(|| format!("hosts {hosts:?}")),
+        (Some(hosts), _) => hosts_topology(hosts, args).with_context(|| format!("hosts {hosts:?}")),
         (None, None) if args.launcher == LauncherKind::Slurm => {
             let nodes = std::env::var("SLURM_JOB_NODELIST").map_err(|_| {
                 anyhow::anyhow!("--launcher slurm needs an allocation (SLURM_JOB_NODELIST is not set): run inside salloc or sbatch, or give --hosts")
             })?;
-            Topology::from_hosts_spec(&nodes, args.fanout, args.per_host, &this_host())
-                .with_context(|| format!("SLURM_JOB_NODELIST {nodes:?}"))
+            hosts_topology(&nodes, args).with_context(|| format!("SLURM_JOB_NODELIST {nodes:?}"))
         }
         (None, None) => anyhow::bail!("give --local N or --hosts LIST"),
     }
+}
+
+/// The tree over a host list minus `--exclude`; repeated hosts are dropped with a warning.
+fn hosts_topology(hosts: &str, args: &TreeArgs) -> anyhow::Result<Topology> {
+    let exclude: Vec<&str> = args.exclude.iter().map(String::as_str).collect();
+    let list = hostlist::HostList::new(&[hosts], &exclude)?;
+    for warning in &list.warnings {
+        eprintln!("treecast: warning: {warning}");
+    }
+    if list.hosts.is_empty() {
+        anyhow::bail!("no host left: the exclusions remove every host of the list");
+    }
+    if args.launcher == LauncherKind::Slurm {
+        if let Some(host) = list.hosts.iter().find(|h| h.contains('@')) {
+            anyhow::bail!(
+                "{host}: srun runs every step as the job's user, so `user@` cannot be honoured; drop it"
+            );
+        }
+    }
+    Ok(Topology::from_hosts(&list.hosts, args.fanout, args.per_host, &this_host())?)
 }
 
 /// Launches the network the tree flags describe.
@@ -240,9 +261,9 @@ fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
     let mut hosts: Vec<String> = Vec::new();
     for r in ranks.iter() {
         if let Some(leaf) = topo.leaf_of_rank(r) {
-            let h = &topo.node(leaf).host;
-            if !hosts.contains(h) {
-                hosts.push(h.clone());
+            let h = hostlist::bare_host(&topo.node(leaf).host).to_owned();
+            if !hosts.contains(&h) {
+                hosts.push(h);
             }
         }
     }
