@@ -27,6 +27,17 @@ pub enum Command {
     Bench(BenchArgs),
     /// Print a topology (generated from a spec or read from a file), or why it is invalid.
     Topo(TopoArgs),
+    /// Expand (-e), fold (-f, the default) or count (-c) host lists, as --hosts reads them.
+    ///
+    /// Like ClusterShell's `nodeset`, so that a list can be checked before running on it.
+    /// Items are separated by commas or spaces: `node[01-16,20]`, stepped ranges
+    /// `n[1-9/2]`, `user@host` (ssh logs in as user), `^FILE` (hosts from a file, one or
+    /// more per line, `#` comments), and `-ITEM`, which excludes hosts from the whole list
+    /// wherever it stands (as in pdsh). Several EXPRs are joined. A host named twice is
+    /// kept once, where it first appears, with a warning. Hosts are printed in the order
+    /// treecast gives them ranks (nodeset sorts them). To start an EXPR with `-`, put it
+    /// after `--`: `treecast hosts -- 'n[1-8]' -n3`.
+    Hosts(HostsArgs),
     /// Internal: a comm node, started by its parent.
     #[command(hide = true)]
     Node,
@@ -47,6 +58,27 @@ pub struct GuardArgs {
     pub command: Vec<String>,
 }
 
+/// Flags of `treecast hosts`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("mode").args(["expand", "fold", "count"])))]
+pub struct HostsArgs {
+    /// Print every host, separated by spaces (like `nodeset -e`).
+    #[arg(short, long)]
+    pub expand: bool,
+    /// Print the list folded into ranges (the default; like `nodeset -f`).
+    #[arg(short, long)]
+    pub fold: bool,
+    /// Print the number of hosts (like `nodeset -c`).
+    #[arg(short, long)]
+    pub count: bool,
+    /// Hosts to leave out, as a host list (like `nodeset -x`); may be repeated.
+    #[arg(short = 'x', long, value_name = "LIST")]
+    pub exclude: Vec<String>,
+    /// Host lists.
+    #[arg(required = true, value_name = "EXPR")]
+    pub exprs: Vec<String>,
+}
+
 /// Flags of `treecast demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -61,10 +93,15 @@ pub struct TreeArgs {
     /// Number of back-ends to start on this machine.
     #[arg(long, value_name = "N", conflicts_with = "hosts")]
     pub local: Option<usize>,
-    /// Hosts, as a host list (`node[01-16,20]`, `h[1-4],login1`); one back-end per host by default.
+    /// Hosts, as a host list (`node[01-16,20]`, `h[1-4],login1`, `n[1-9/2] -n5`, `bob@n1`,
+    /// `^FILE`; see `treecast hosts --help`); one back-end per host by default.
     /// With `--launcher slurm` the default is the allocation's nodes (SLURM_JOB_NODELIST).
     #[arg(long, value_name = "LIST")]
     pub hosts: Option<String>,
+    /// Hosts to leave out of --hosts or of the Slurm allocation, as a host list (like
+    /// `pdsh -x` and `clush -x`); may be repeated. Excluding a host that is not listed is fine.
+    #[arg(short = 'x', long, value_name = "LIST")]
+    pub exclude: Vec<String>,
     /// With --hosts: the largest number of children of any node.
     #[arg(long, value_name = "F", default_value_t = 16)]
     pub fanout: usize,

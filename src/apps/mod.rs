@@ -6,6 +6,7 @@ pub mod bench;
 pub mod cli;
 pub mod demo;
 pub mod guard;
+pub mod hosts;
 pub mod node;
 pub mod protocol;
 pub mod run;

@@ -181,6 +181,10 @@ pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
         anyhow::bail!("--local needs at least 1 back-end");
     }
     let shape = args.topology.as_deref().map(|spec| (spec, spec.parse::<Shape>()));
+    let is_file = matches!(shape, Some((_, Err(_))));
+    if !args.exclude.is_empty() && (args.local.is_some() || is_file) {
+        anyhow::bail!("--exclude leaves hosts out of --hosts or the Slurm allocation; it cannot change --local trees or topology files");
+    }
     match (shape, &args.hosts, args.local) {
         (Some((file, Err(_))), Some(_), _) => anyhow::bail!(
             "--hosts and the topology file {file} both say where processes run: drop --hosts \
@@ -195,16 +199,14 @@ pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
         }
         (shape, Some(hosts), _) => {
             let fanout = hosts_fanout(shape.map(|(spec, s)| (spec, s.ok())), args.fanout)?;
-            Topology::from_hosts_spec(hosts, fanout, args.per_host, &this_host())
-                .with_context(|| format!("hosts {hosts:?}"))
+            hosts_topology(hosts, fanout, args).with_context(|| format!("hosts {hosts:?}"))
         }
         (shape, None, None) if args.launcher == LauncherKind::Slurm => {
             let nodes = std::env::var("SLURM_JOB_NODELIST").map_err(|_| {
                 anyhow::anyhow!("--launcher slurm needs an allocation (SLURM_JOB_NODELIST is not set): run inside salloc or sbatch, or give --hosts")
             })?;
             let fanout = hosts_fanout(shape.map(|(spec, s)| (spec, s.ok())), args.fanout)?;
-            Topology::from_hosts_spec(&nodes, fanout, args.per_host, &this_host())
-                .with_context(|| format!("SLURM_JOB_NODELIST {nodes:?}"))
+            hosts_topology(&nodes, fanout, args).with_context(|| format!("SLURM_JOB_NODELIST {nodes:?}"))
         }
         (Some((spec, Ok(_))), None, None) => anyhow::bail!(
             "{spec} is a shape, not a topology file: say how many back-ends with --local N, \
@@ -226,6 +228,26 @@ fn hosts_fanout(shape: Option<(&str, Option<Shape>)>, fanout: usize) -> anyhow::
              (--fanout K); for another shape write a topology file that names the hosts"
         ),
     }
+}
+
+/// The tree over a host list minus `--exclude`; repeated hosts are dropped with a warning.
+fn hosts_topology(hosts: &str, fanout: usize, args: &TreeArgs) -> anyhow::Result<Topology> {
+    let exclude: Vec<&str> = args.exclude.iter().map(String::as_str).collect();
+    let list = hostlist::HostList::new(&[hosts], &exclude)?;
+    for warning in &list.warnings {
+        eprintln!("treecast: warning: {warning}");
+    }
+    if list.hosts.is_empty() {
+        anyhow::bail!("no host left: the exclusions remove every host of the list");
+    }
+    if args.launcher == LauncherKind::Slurm {
+        if let Some(host) = list.hosts.iter().find(|h| h.contains('@')) {
+            anyhow::bail!(
+                "{host}: srun runs every step as the job's user, so `user@` cannot be honoured; drop it"
+            );
+        }
+    }
+    Ok(Topology::from_hosts(&list.hosts, fanout, args.per_host, &this_host())?)
 }
 
 /// Launches the network the tree flags describe.
@@ -381,9 +403,9 @@ fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
     let mut hosts: Vec<String> = Vec::new();
     for r in ranks.iter() {
         if let Some(leaf) = topo.leaf_of_rank(r) {
-            let h = &topo.node(leaf).host;
-            if !hosts.contains(h) {
-                hosts.push(h.clone());
+            let h = hostlist::bare_host(&topo.node(leaf).host).to_owned();
+            if !hosts.contains(&h) {
+                hosts.push(h);
             }
         }
     }

@@ -59,6 +59,17 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum LaunchError {
+    /// A host that ssh or srun could take for an option, or that srun cannot honour;
+    /// nothing was started.
+    #[error("refusing to start {name} on `{host}`: {reason}")]
+    BadHost {
+        /// The node's name.
+        name: String,
+        /// The host as given.
+        host: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The OS refused to start the program.
     #[error("cannot start {name} on {host} ({program}): {source}")]
     Spawn {
@@ -74,12 +85,38 @@ pub enum LaunchError {
     },
 }
 
+/// Why `host` (`host` or `user@host`) must not reach ssh or srun, or `None` when it may:
+/// empty parts, a part starting with `-` (an option), white space or control
+/// characters. Topology files and host lists refuse such names already; this is the
+/// last line of defence in front of the programs that would read them.
+pub fn host_problem(host: &str) -> Option<&'static str> {
+    let (user, bare) = match host.split_once('@') {
+        Some((user, bare)) => (Some(user), bare),
+        None => (None, host),
+    };
+    if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("a host name cannot hold white space or control characters");
+    }
+    if bare.is_empty() || user.is_some_and(str::is_empty) {
+        return Some("empty host or user name");
+    }
+    if bare.starts_with('-') || user.is_some_and(|u| u.starts_with('-')) {
+        return Some("a host or user name starting with `-` would be taken for an option");
+    }
+    None
+}
+
+/// The host of `user@host` (or of a plain host).
+pub(crate) fn bare_host(host: &str) -> &str {
+    host.split_once('@').map_or(host, |(_, bare)| bare)
+}
+
 /// Everything needed to start one process.
 #[derive(Debug, Clone)]
 pub struct ProcessSpec {
     /// Human name for errors, e.g. `comm node localhost:3`.
     pub name: String,
-    /// Host the process runs on.
+    /// Host the process runs on: `host`, or `user@host` to log in as `user` over ssh.
     pub host: String,
     /// Program to execute.
     pub program: PathBuf,

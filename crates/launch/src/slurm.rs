@@ -48,6 +48,33 @@ impl Launcher for SrunOptions {
 
     /// Starts `spec` as a one-task job step on `spec.host`.
     fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+        let cmd = self.command(spec)?;
+        spawn(cmd, spec, &self.program)
+    }
+}
+
+impl SrunOptions {
+    /// The srun command line for `spec`. The host travels inside one argument,
+    /// `--nodelist=HOST`, so srun cannot read it as an option of its own; it is checked
+    /// with [`host_problem`](crate::host_problem) all the same.
+    ///
+    /// # Errors
+    /// [`LaunchError::BadHost`] for a host srun could take for an option, or a
+    /// `user@host`: every step runs as the job's user.
+    fn command(&self, spec: &ProcessSpec) -> Result<Command, LaunchError> {
+        let bad = |reason: &str| LaunchError::BadHost {
+            name: spec.name.clone(),
+            host: spec.host.clone(),
+            reason: reason.to_owned(),
+        };
+        if let Some(reason) = crate::host_problem(&spec.host) {
+            return Err(bad(reason));
+        }
+        if spec.host.contains('@') {
+            return Err(bad(
+                "srun runs every step as the job's user, so `user@` cannot be honoured; drop it",
+            ));
+        }
         let mut cmd = Command::new(&self.program);
         cmd.args(["-N1", "-n1", "--overlap", "--quiet", "--kill-on-bad-exit=1"])
             .arg(format!("--nodelist={}", spec.host))
@@ -60,7 +87,7 @@ impl Launcher for SrunOptions {
             .envs(spec.env.iter().chain(spec.secret.iter()).map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::inherit());
-        spawn(cmd, spec, &self.program)
+        Ok(cmd)
     }
 }
 
@@ -112,6 +139,14 @@ pub enum RouteError {
         #[source]
         source: std::io::Error,
     },
+    /// A host that ssh could take for an option; ssh was not run.
+    #[error("refusing to look up `{host}`: {reason}")]
+    BadHost {
+        /// The host as given.
+        host: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// `ssh -G` could not be run to learn the real host name.
     #[error("running {program} -G {host}: {source}")]
     SshConfig {
@@ -158,7 +193,7 @@ impl Remote {
     pub async fn local_address_towards(&self, host: &str) -> Result<IpAddr, RouteError> {
         match self {
             Remote::Ssh(ssh) => ssh.local_address_towards(host).await,
-            Remote::Slurm(_) => local_address_towards(host).await,
+            Remote::Slurm(_) => local_address_towards(crate::bare_host(host)).await,
         }
     }
 
@@ -180,6 +215,50 @@ impl Remote {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn spec(host: &str) -> ProcessSpec {
+        ProcessSpec {
+            name: "back-end rank 0".into(),
+            host: host.into(),
+            program: "/opt/treecast".into(),
+            args: vec!["backend".into()],
+            env: vec![],
+            secret: None,
+            forward_stderr: false,
+        }
+    }
+
+    #[test]
+    fn the_host_reaches_srun_inside_one_argument() {
+        let srun = SrunOptions {
+            program: "srun".into(),
+            args: vec!["-p".into(), "debug".into()],
+            remote_path: String::new(),
+        };
+        let cmd = srun.command(&spec("n1")).unwrap();
+        let argv: Vec<String> = cmd.as_std().get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            argv,
+            [
+                "-N1",
+                "-n1",
+                "--overlap",
+                "--quiet",
+                "--kill-on-bad-exit=1",
+                "--nodelist=n1",
+                "--job-name=treecast:back-end_rank_0",
+                "-p",
+                "debug",
+                "--",
+                "/opt/treecast",
+                "backend"
+            ]
+        );
+        for host in ["-w", "--uid=0", "bob@n1", "", "n 1"] {
+            let e = srun.command(&spec(host)).unwrap_err();
+            assert!(matches!(e, LaunchError::BadHost { .. }), "{host}: {e}");
+        }
+    }
 
     #[tokio::test]
     async fn loopback_routes_to_itself() {

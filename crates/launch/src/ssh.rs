@@ -101,13 +101,18 @@ impl SshOptions {
         Ok(SshOptions { args, ..SshOptions::default() })
     }
 
-    fn command(&self, host: &str) -> Command {
+    /// `ssh [our options] [extra args] [options] -- host`: the host comes after `--`, so
+    /// ssh never reads it as an option, whatever it holds. The caller checks it with
+    /// [`host_problem`](crate::host_problem) too, and adds the remote command.
+    fn command(&self, host: &str, options: &[&str]) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.arg("-o")
             .arg("BatchMode=yes")
             .arg("-o")
             .arg(format!("ConnectTimeout={}", self.connect_timeout))
             .args(&self.args)
+            .args(options)
+            .arg("--")
             .arg(host);
         cmd
     }
@@ -126,12 +131,20 @@ impl SshOptions {
         words.join(" ")
     }
 
-    /// Starts `spec` on `spec.host` through ssh.
+    /// Starts `spec` on `spec.host` (`user@host` logs in as `user`) through ssh.
     ///
     /// # Errors
+    /// [`LaunchError::BadHost`] for a host ssh could take for an option,
     /// [`LaunchError::Spawn`] when the `ssh` program cannot be run.
     fn start(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
-        let mut cmd = self.command(&spec.host);
+        if let Some(reason) = crate::host_problem(&spec.host) {
+            return Err(LaunchError::BadHost {
+                name: spec.name.clone(),
+                host: spec.host.clone(),
+                reason: reason.to_owned(),
+            });
+        }
+        let mut cmd = self.command(&spec.host, &[]);
         cmd.arg(Self::remote_command(spec)).stdin(Stdio::piped()).stdout(Stdio::null());
         let mut launched = spawn(cmd, spec, &self.program)?;
         if let Some(mut stdin) = launched.child.stdin.take() {
@@ -148,9 +161,13 @@ impl SshOptions {
     /// the host name (`ssh -G`), resolved, and the local end of a route to it.
     ///
     /// # Errors
-    /// [`crate::RouteError`] when the host cannot be resolved or no route leads to it.
+    /// [`crate::RouteError`] when the host could be taken for an option, cannot be
+    /// resolved, or no route leads to it.
     pub async fn local_address_towards(&self, host: &str) -> Result<IpAddr, crate::RouteError> {
-        let out = self.command(host).arg("-G").stdin(Stdio::null()).output().await.map_err(|source| {
+        if let Some(reason) = crate::host_problem(host) {
+            return Err(crate::RouteError::BadHost { host: host.to_owned(), reason });
+        }
+        let out = self.command(host, &["-G"]).stdin(Stdio::null()).output().await.map_err(|source| {
             crate::RouteError::SshConfig { program: self.program.clone(), host: host.to_owned(), source }
         })?;
         let config = String::from_utf8_lossy(&out.stdout);
@@ -158,7 +175,7 @@ impl SshOptions {
             .lines()
             .find_map(|l| l.strip_prefix("hostname "))
             .map(str::trim)
-            .unwrap_or(host)
+            .unwrap_or(crate::bare_host(host))
             .to_owned();
         crate::slurm::local_address_towards(&target).await
     }
@@ -214,6 +231,50 @@ mod tests {
         let line = SshOptions::remote_command(&spec);
         assert!(!line.contains("deadbeef"), "{line}");
         assert_eq!(line, "exec env 'TREECAST_NODE_ID=3' TREECAST_SECRET_STDIN=1 /opt/treecast node");
+    }
+
+    fn argv(cmd: &Command) -> Vec<String> {
+        cmd.as_std().get_args().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn the_host_comes_after_every_option_and_a_double_dash() {
+        let opts = SshOptions { args: vec!["-F".into(), "cfg".into()], ..SshOptions::default() };
+        assert_eq!(
+            argv(&opts.command("bob@n1", &[])),
+            ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-F", "cfg", "--", "bob@n1"]
+        );
+        let g = argv(&opts.command("n1", &["-G"]));
+        assert_eq!(&g[g.len() - 3..], ["-G", "--", "n1"]);
+    }
+
+    #[tokio::test]
+    async fn hosts_that_look_like_options_never_reach_ssh() {
+        // A program that would record being run: it must not be.
+        let dir = std::env::temp_dir().join(format!("treecast-ssh-bad-host-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("ran");
+        let fake = dir.join("ssh");
+        std::fs::write(&fake, format!("#!/bin/sh\necho \"$@\" >> {}\nexit 1\n", log.display())).unwrap();
+        std::process::Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+        let opts = SshOptions { program: fake.to_string_lossy().into_owned(), ..SshOptions::default() };
+        for host in ["-oProxyCommand=sh", "bob@-Fevil", "-x@n1", "", "a b", "bob@", "@n1"] {
+            let spec = ProcessSpec {
+                name: "n".into(),
+                host: host.into(),
+                program: "/bin/true".into(),
+                args: vec![],
+                env: vec![],
+                secret: None,
+                forward_stderr: false,
+            };
+            let e = opts.launch(&spec).unwrap_err();
+            assert!(matches!(e, LaunchError::BadHost { .. }), "{host}: {e}");
+            let e = opts.local_address_towards(host).await.unwrap_err();
+            assert!(matches!(e, crate::RouteError::BadHost { .. }), "{host}: {e}");
+        }
+        assert!(!log.exists(), "ssh was run: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]

@@ -108,7 +108,7 @@ pub enum TopologyError {
         token: String,
     },
 
-    /// A node token with nothing before the `:`.
+    /// A node token with nothing before the `:` (or nothing between `@` and `:`).
     #[error("topology line {line}, column {column}: empty host name in `{token}`")]
     EmptyHost {
         /// Line of the token.
@@ -119,7 +119,8 @@ pub enum TopologyError {
         token: String,
     },
 
-    /// A host name with a character other than letters, digits, `.`, `-` and `_`.
+    /// A host name with a character other than letters, digits, `.`, `-` and `_` (and one
+    /// `@` after a user name).
     #[error(
         "topology line {line}, column {column}: host name in `{token}` has the character `{ch}`; \
          host names may hold letters, digits, `.`, `-` and `_`"
@@ -133,6 +134,35 @@ pub enum TopologyError {
         token: String,
         /// The offending character.
         ch: char,
+    },
+
+    /// A host name that starts with something other than a letter or a digit (a user
+    /// name may also start with `_`): MRNet's lexer refuses it, and a leading `-` could
+    /// be taken for an option by ssh or srun.
+    #[error(
+        "topology line {line}, column {column}: host name in `{token}` starts with `{ch}`; a host \
+         name starts with a letter or a digit, so that ssh or srun can never take it for an option"
+    )]
+    BadHostStart {
+        /// Line of the character.
+        line: usize,
+        /// Column of the character.
+        column: usize,
+        /// The whole node token.
+        token: String,
+        /// The offending character.
+        ch: char,
+    },
+
+    /// `@host:index`: an `@` with no user name before it.
+    #[error("topology line {line}, column {column}: empty user name in `{token}`: write `user@host:index`")]
+    EmptyUser {
+        /// Line of the token.
+        line: usize,
+        /// Column of the token.
+        column: usize,
+        /// The whole node token.
+        token: String,
     },
 
     /// A node listed as a child of itself.
@@ -184,21 +214,23 @@ pub enum TopologyError {
         first_column: usize,
     },
 
-    /// A node that starts two statements.
+    /// A node written with a different `user@` (or none) than at its first mention.
     #[error(
-        "topology line {line}, column {column}: node {node} starts a second statement \
-         (first at line {first_line}, column {first_column}); list all its children in one statement"
+        "topology line {line}, column {column}: node {node} is written {first} at line \
+         {first_line}, column {first_column}; write the same `user@` (or none) at every mention"
     )]
-    DuplicateParent {
-        /// Line of the second statement's parent token.
+    UserMismatch {
+        /// Line of the mention that differs.
         line: usize,
-        /// Column of the second statement's parent token.
+        /// Column of the mention that differs.
         column: usize,
-        /// The node.
+        /// The node as written there.
         node: String,
-        /// Line of the first statement's parent token.
+        /// The node as written first.
+        first: String,
+        /// Line of the first mention.
         first_line: usize,
-        /// Column of the first statement's parent token.
+        /// Column of the first mention.
         first_column: usize,
     },
 
@@ -349,17 +381,18 @@ pub enum TopologyError {
     },
 
     /// A host name given to a generator that the text format cannot hold.
-    #[error(
-        "bad host name `{host}`: host names must be non-empty and hold letters, digits, `.`, `-` and `_`"
-    )]
+    #[error("bad host name `{host}`: {reason}")]
     BadHostName {
         /// The host name.
         host: String,
+        /// What is wrong with it, and what is accepted.
+        reason: String,
     },
 
-    /// A host-list expression ([`hostlist::expand`](crate::hostlist::expand)) that cannot
-    /// be read: unbalanced brackets, an empty item or range, a non-numeric or reversed
-    /// range, a character that cannot be in a host name, or too many hosts.
+    /// A host-list expression ([`hostlist::HostList`](crate::hostlist::HostList)) that
+    /// cannot be read: unbalanced brackets, an empty item or range, a non-numeric or
+    /// reversed range, a bad step, a character that cannot be in a host name, a host
+    /// that does not start with a letter or a digit, or too many hosts.
     #[error("host list `{expr}`, column {column}: {reason}")]
     BadHostList {
         /// The expression as given.
@@ -370,20 +403,25 @@ pub enum TopologyError {
         reason: String,
     },
 
-    /// A host-list expression that names the same host twice.
-    #[error(
-        "host list `{expr}`, column {column}: host `{host}` appears twice (first from the item at \
-         column {first_column}); a host may be listed once"
-    )]
-    DuplicateHost {
-        /// The expression as given.
-        expr: String,
-        /// Column of the item that names the host the second time.
-        column: usize,
-        /// Column of the item that names it first.
-        first_column: usize,
-        /// The host.
-        host: String,
+    /// A `^FILE` of a host list that cannot be read.
+    #[error("cannot read host file {path}: {reason}")]
+    ReadHostFile {
+        /// The path, as written after `^`.
+        path: String,
+        /// The operating system's reason, or what is wrong with the contents.
+        reason: String,
+    },
+
+    /// A line of a `^FILE` that cannot be read as a host list.
+    #[error("host file {path}, line {line}: {source}")]
+    HostFile {
+        /// The path, as written after `^`.
+        path: String,
+        /// 1-based line of the error.
+        line: usize,
+        /// What is wrong on that line ([`TopologyError::BadHostList`], columns counted
+        /// on the line).
+        source: Box<TopologyError>,
     },
 
     /// A list of hosts given to a generator that holds the same host twice.

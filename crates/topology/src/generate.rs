@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::parse::host_char_ok;
+use crate::hostlist::bare_host;
+use crate::parse::check_name;
 use crate::{Topology, TopologyError, MAX_NODES};
 
 /// The host name generators use when none is given.
@@ -115,12 +116,10 @@ fn levels(text: &str) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
-/// Checks a host name for generated trees.
+/// Checks a host name (`host` or `user@host`) for generated trees.
 fn check_host(host: &str) -> Result<(), TopologyError> {
-    if host.is_empty() || !host.chars().all(host_char_ok) {
-        return Err(TopologyError::BadHostName { host: host.to_string() });
-    }
-    Ok(())
+    check_name(host)
+        .map_err(|(_, fault)| TopologyError::BadHostName { host: host.to_string(), reason: fault.reason() })
 }
 
 /// A tree under construction: child lists in any numbering, node 0 the root.
@@ -399,7 +398,8 @@ impl Topology {
     ///   `hosts`, the front-end keeps index 0 there and everything else on that host
     ///   moves up by one.
     ///
-    /// Host names are kept whole, dots included.
+    /// Host names are kept whole, dots included, and so is a `user@` before them (for
+    /// ssh); hosts are compared without it, so `bob@n1` and `n1` are the same host.
     ///
     /// # Errors
     ///
@@ -427,14 +427,14 @@ impl Topology {
         let mut seen: HashMap<&str, usize> = HashMap::with_capacity(hosts.len());
         for (k, host) in hosts.iter().enumerate() {
             check_host(host)?;
-            if let Some(&first) = seen.get(host.as_str()) {
+            if let Some(&first) = seen.get(bare_host(host)) {
                 return Err(TopologyError::RepeatedHost {
                     host: host.clone(),
                     first: first + 1,
                     second: k + 1,
                 });
             }
-            seen.insert(host, k);
+            seen.insert(bare_host(host), k);
         }
         let what =
             format!("fanout:{fanout} over {} hosts with {backends_per_host} back-ends each", hosts.len());
@@ -445,7 +445,7 @@ impl Topology {
 
         // Below MAX_NODES, so indexes fit in u32.
         let per_host = backends_per_host as u32;
-        let base = |host: &str| u32::from(host == front_end_host);
+        let base = |host: &str| u32::from(bare_host(host) == bare_host(front_end_host));
         let mut next_comm: HashMap<&str, u32> = HashMap::new();
         let mut nodes = shape.nodes().to_vec();
         for (id, node) in nodes.iter_mut().enumerate() {
@@ -473,11 +473,12 @@ impl Topology {
     }
 
     /// [`Topology::from_hosts`] over a host-list expression such as `node[01-16],login1`
-    /// (see [`hostlist`](crate::hostlist)).
+    /// (see [`hostlist`](crate::hostlist)). Repeated hosts are dropped silently; build
+    /// the list with [`HostList`](crate::hostlist::HostList) to tell the user about them.
     ///
     /// # Errors
     ///
-    /// The errors of [`hostlist::expand`](crate::hostlist::expand), then those of
+    /// The errors of [`HostList::new`](crate::hostlist::HostList::new), then those of
     /// [`Topology::from_hosts`].
     pub fn from_hosts_spec(
         hosts_expr: &str,

@@ -8,18 +8,21 @@
 //!   that will launch it.
 //! * [`TopoNode`]: one process, `host:index`, with its parent and children.
 //! * [`Topology::parse`] and [`Topology::to_mrnet`]: MRNet's text format,
-//!   `host:index => child:index child:index ;`. Host names are kept whole, dots included.
+//!   `host:index => child:index child:index ;`. Host names are kept whole, dots included,
+//!   and may carry the user ssh logs in as (`user@host:index`).
 //! * [`Shape`] and [`Topology::generate`]: `flat`, `kary:K`, `knomial:K`,
 //!   `balanced:AxBxC` and `fanout:F` trees; [`Topology::from_spec`] takes either such a
 //!   spec or a file path, as a command line would.
-//! * [`hostlist`]: host lists as cluster users type them (`node[01-16,20],login1`),
-//!   [`hostlist::expand`] and [`hostlist::compress`]; [`Topology::from_hosts`] and
+//! * [`hostlist`]: host lists as cluster users type them (`node[01-16,20],login1`,
+//!   `n[1-9/2] -n5`, `^FILE`), [`hostlist::HostList`], [`hostlist::expand`] and
+//!   [`hostlist::compress`]; [`Topology::from_hosts`] and
 //!   [`Topology::from_hosts_spec`] build a tree over those hosts with a given fan-out
 //!   and number of back-ends per host, comm nodes placed on the hosts themselves.
 //! * [`TopologyError`]: one enum for every failure; errors from text name the line and
 //!   column of the offending token.
 //!
-//! No function here does I/O except [`Topology::from_spec`] reading a file. Trees are
+//! No function here does I/O except [`Topology::from_spec`] reading a topology file and
+//! host lists reading `^FILE`s. Trees are
 //! limited to [`MAX_NODES`] nodes. The format is written down in
 //! `docs/topology-format.md`.
 //!

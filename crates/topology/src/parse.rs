@@ -33,6 +33,65 @@ pub(crate) fn host_char_ok(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')
 }
 
+/// What is wrong with a written host name (`host` or `user@host`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NameFault {
+    /// A character no host or user name may hold.
+    Char(char),
+    /// The host starts with something other than a letter or a digit, or the user with
+    /// something other than a letter, a digit or `_`.
+    Start(char),
+    /// `@host`: nothing before the `@`.
+    EmptyUser,
+    /// `user@`, or nothing at all.
+    EmptyHost,
+}
+
+impl NameFault {
+    /// Says what is wrong, for error messages.
+    pub(crate) fn reason(self) -> String {
+        match self {
+            NameFault::Char(c) => {
+                format!("`{c}` cannot be part of a host name (letters, digits, `.`, `-` and `_`)")
+            }
+            NameFault::Start(c) => format!(
+                "a host name starts with a letter or a digit, not `{c}`, so that ssh or srun can never \
+                 take it for an option"
+            ),
+            NameFault::EmptyUser => "nothing before `@`: write `user@host`".to_string(),
+            NameFault::EmptyHost => "no host name after `@`: write `user@host`".to_string(),
+        }
+    }
+}
+
+/// Checks a host name as topology files and generators take it: `host` or `user@host`,
+/// each part of letters, digits, `.`, `-` and `_`, the host starting with a letter or a
+/// digit as MRNet's lexer wants (a user may also start with `_`). A name can thus never
+/// start with `-`. On failure, returns the 0-based offset (in characters) of the fault.
+pub(crate) fn check_name(name: &str) -> Result<(), (usize, NameFault)> {
+    let (user, host, skip) = match name.split_once('@') {
+        Some((user, host)) => (Some(user), host, user.chars().count() + 1),
+        None => (None, name, 0),
+    };
+    if let Some(user) = user {
+        check_part(user, 0, true)?;
+    }
+    check_part(host, skip, false)
+}
+
+/// Checks the user (`is_user`) or host part of a name, which starts at `offset`.
+fn check_part(part: &str, offset: usize, is_user: bool) -> Result<(), (usize, NameFault)> {
+    if let Some((k, c)) = part.chars().enumerate().find(|&(_, c)| !host_char_ok(c)) {
+        return Err((offset + k, NameFault::Char(c)));
+    }
+    match part.chars().next() {
+        None if is_user => Err((offset, NameFault::EmptyUser)),
+        None => Err((offset, NameFault::EmptyHost)),
+        Some(c) if c.is_ascii_alphanumeric() || (is_user && c == '_') => Ok(()),
+        Some(c) => Err((offset, NameFault::Start(c))),
+    }
+}
+
 /// Characters that end a node token.
 fn ends_word(c: char) -> bool {
     c.is_whitespace() || matches!(c, ';' | '#' | '=' | '>')
@@ -108,11 +167,14 @@ fn node_token(word: String, pos: Pos) -> Result<Tok, TopologyError> {
     };
     let host = &word[..colon];
     let digits = &word[colon + 1..];
-    if host.is_empty() {
-        return Err(TopologyError::EmptyHost { line: pos.line, column: pos.column, token: word });
-    }
-    if let Some((k, ch)) = host.chars().enumerate().find(|&(_, c)| !host_char_ok(c)) {
-        return Err(TopologyError::BadHost { line: pos.line, column: pos.column + k, token: word, ch });
+    if let Err((k, fault)) = check_name(host) {
+        let (line, column) = (pos.line, pos.column + k);
+        return Err(match fault {
+            NameFault::Char(ch) => TopologyError::BadHost { line, column, token: word, ch },
+            NameFault::Start(ch) => TopologyError::BadHostStart { line, column, token: word, ch },
+            NameFault::EmptyUser => TopologyError::EmptyUser { line, column, token: word },
+            NameFault::EmptyHost => TopologyError::EmptyHost { line, column, token: word },
+        });
     }
     let index = if digits.bytes().all(|b| b.is_ascii_digit()) { digits.parse::<u32>().ok() } else { None };
     let Some(index) = index else {
@@ -128,24 +190,38 @@ struct Statement {
     children: Vec<(usize, Pos)>,
 }
 
-/// The distinct nodes of a text, numbered in order of first appearance.
+/// The distinct nodes of a text, numbered in order of first appearance. A node is its
+/// host (without `user@`) and index; every mention must spell it the same way.
 #[derive(Default)]
 struct Interner {
     ids: HashMap<(String, u32), usize>,
     names: Vec<(String, u32)>,
+    first: Vec<Pos>,
 }
 
 impl Interner {
     fn intern(&mut self, host: String, index: u32, pos: Pos) -> Result<usize, TopologyError> {
         let next = self.names.len();
-        let key = (host, index);
+        let key = (crate::hostlist::bare_host(&host).to_string(), index);
         if let Some(&id) = self.ids.get(&key) {
+            if self.names[id].0 != host {
+                let first = self.first[id];
+                return Err(TopologyError::UserMismatch {
+                    line: pos.line,
+                    column: pos.column,
+                    node: format!("{host}:{index}"),
+                    first: self.name(id),
+                    first_line: first.line,
+                    first_column: first.column,
+                });
+            }
             return Ok(id);
         }
         if next >= MAX_NODES {
             return Err(TopologyError::TooManyNodes { line: pos.line, column: pos.column, limit: MAX_NODES });
         }
-        self.names.push(key.clone());
+        self.names.push((host, index));
+        self.first.push(pos);
         self.ids.insert(key, next);
         Ok(next)
     }
@@ -238,22 +314,15 @@ pub(crate) fn parse(text: &str) -> Result<Topology, TopologyError> {
         return Err(TopologyError::Empty);
     }
     let n = names.names.len();
-    // Per node: where it starts a statement, its parent and where it is listed as a child.
+    // Per node: where it first starts a statement, its parent and where it is listed as a child.
     let mut defined: Vec<Option<Pos>> = vec![None; n];
     let mut parent: Vec<Option<(usize, Pos)>> = vec![None; n];
     let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
     for st in &stmts {
         let (p, ppos) = st.parent;
-        if let Some(first) = defined[p] {
-            return Err(TopologyError::DuplicateParent {
-                line: ppos.line,
-                column: ppos.column,
-                node: names.name(p),
-                first_line: first.line,
-                first_column: first.column,
-            });
-        }
-        defined[p] = Some(ppos);
+        // As in MRNet, a parent may come back in later statements: its children are
+        // appended in statement order.
+        defined[p].get_or_insert(ppos);
         for &(c, cpos) in &st.children {
             if c == p {
                 return Err(TopologyError::SelfChild {

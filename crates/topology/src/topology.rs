@@ -13,7 +13,9 @@ pub const MAX_NODES: usize = 1_000_000;
 /// back-end (a leaf).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TopoNode {
-    /// Host the process runs on, kept whole (`n1.cluster.example.org`).
+    /// Host the process runs on, kept whole (`n1.cluster.example.org`), with the user
+    /// ssh logs in as when one was given (`bob@n1`; see
+    /// [`hostlist::bare_host`](crate::hostlist::bare_host)).
     pub host: String,
     /// Index of the process on its host; unique per host.
     pub index: u32,

@@ -162,10 +162,14 @@ fn errors() {
         Topology::from_hosts_spec("n[5-3]", 2, 1, "fe"),
         Err(TopologyError::BadHostList { column: 3, .. })
     ));
-    assert!(matches!(
-        Topology::from_hosts_spec("n[1-3],n2", 2, 1, "fe"),
-        Err(TopologyError::DuplicateHost { column: 8, .. })
-    ));
+    // Repeats are dropped, as ClusterShell's node sets have none.
+    assert_eq!(Topology::from_hosts_spec("n[1-3],n2", 2, 1, "fe").unwrap().backends(), 3);
+    // A host is a host, with or without a user.
+    let bob = vec!["bob@a".to_string(), "a".to_string()];
+    assert!(matches!(Topology::from_hosts(&bob, 2, 1, "fe"), Err(TopologyError::RepeatedHost { .. })));
+    let dash = vec!["a".to_string(), "-Fevil".to_string()];
+    let e = Topology::from_hosts(&dash, 2, 1, "fe").unwrap_err();
+    assert!(e.to_string().contains("starts with a letter or a digit"), "{e}");
 }
 
 #[test]
@@ -197,4 +201,60 @@ proptest! {
         let t = Topology::from_hosts(&h, fanout, per_host, fe).unwrap();
         check_host_tree(&t, &h, fanout, per_host, fe);
     }
+}
+
+/// Expressions on which ClusterShell 1.10.1 (`nodeset -e`, same hosts; it sorts them)
+/// and pdsh 2.34 (`pdsh -N -R exec -f 1 -w EXPR echo %h`, same hosts in the same order)
+/// agree: padding, several bracket groups, suffixes, FQDNs, addresses. Where they
+/// differ, treecast takes one side on purpose (see `docs/topology-format.md`).
+#[test]
+fn agrees_with_clustershell_and_pdsh() {
+    for (expr, want) in [
+        ("login1", "login1"),
+        ("a,b,c", "a b c"),
+        ("n1.cluster.org,n2.cluster.org", "n1.cluster.org n2.cluster.org"),
+        ("h[1-4],login1", "h1 h2 h3 h4 login1"),
+        ("node[01-03,20]", "node01 node02 node03 node20"),
+        ("node[08-11]", "node08 node09 node10 node11"),
+        ("node[8-11]", "node8 node9 node10 node11"),
+        ("n[0-2]", "n0 n1 n2"),
+        ("n[098-100]", "n098 n099 n100"),
+        ("n[00]", "n00"),
+        ("n[007,8]", "n007 n8"),
+        ("rack[1-2]-n[01-03]", "rack1-n01 rack1-n02 rack1-n03 rack2-n01 rack2-n02 rack2-n03"),
+        ("[1-2]x[3,5].org", "1x3.org 1x5.org 2x3.org 2x5.org"),
+        ("n[1-2].cluster.org", "n1.cluster.org n2.cluster.org"),
+        ("n[1-3]-ib", "n1-ib n2-ib n3-ib"),
+        ("gpu[01-04].rack[1-2].example.com", "gpu01.rack1.example.com gpu01.rack2.example.com gpu02.rack1.example.com gpu02.rack2.example.com gpu03.rack1.example.com gpu03.rack2.example.com gpu04.rack1.example.com gpu04.rack2.example.com"),
+        ("n[1-3],n[5-7]", "n1 n2 n3 n5 n6 n7"),
+        ("n[1-3,5-7]", "n1 n2 n3 n5 n6 n7"),
+        ("n[9-11]", "n9 n10 n11"),
+        ("n[09-11]", "n09 n10 n11"),
+        ("n[1-3]a,n[1-3]b", "n1a n2a n3a n1b n2b n3b"),
+        ("n-1_x", "n-1_x"),
+        ("10.0.0.[1-3]", "10.0.0.1 10.0.0.2 10.0.0.3"),
+        ("n[1-16]", "n1 n2 n3 n4 n5 n6 n7 n8 n9 n10 n11 n12 n13 n14 n15 n16"),
+        ("n[001-010]", "n001 n002 n003 n004 n005 n006 n007 n008 n009 n010"),
+        ("n[1,3,5]", "n1 n3 n5"),
+        ("node[1-2],node[3-4]", "node1 node2 node3 node4"),
+        ("a1,a2,a3", "a1 a2 a3"),
+        ("n[3,1-2],login", "n3 n1 n2 login"),
+        ("n[0-1]", "n0 n1"),
+    ] {
+        let want: Vec<&str> = want.split(' ').collect();
+        assert_eq!(hosts(expr), want, "{expr}");
+        // Writing them back and reading again changes nothing.
+        assert_eq!(hosts(&compress(&hosts(expr))).len(), want.len(), "{expr}");
+    }
+}
+
+#[test]
+fn users_go_to_ssh_and_hosts_place_the_tree() {
+    let h = hosts("bob@h[1-4]");
+    let t = Topology::from_hosts(&h, 2, 2, "h1").unwrap();
+    assert_eq!(t.node(0).name(), "h1:0");
+    // bob@h1 is the front-end's host: its back-ends move up by one.
+    assert!(t.find("bob@h1", 1).is_some_and(|id| t.is_leaf(id)), "{}", t.to_mrnet());
+    assert!(t.find("bob@h1", 0).is_none());
+    assert_eq!(Topology::parse(&t.to_mrnet()).unwrap(), t);
 }

@@ -244,17 +244,64 @@ fn error_child_listed_twice() {
 }
 
 #[test]
-fn error_parent_in_two_statements() {
-    let e = err("fe:0 => a:1 ;\na:1 => b:1 ;\n  a:1 => b:2 ;");
+fn a_parent_over_several_statements_as_in_mrnet() {
+    // MRNet's parser adds the children of every statement to the parent, in order.
+    let t = parse("fe:0 => a:1 ;\na:1 => b:1 ;\n  a:1 => b:2 ;\nfe:0 => c:1 ;\na:1 => b:3 b:4 ;");
+    let names: Vec<String> = t.nodes().iter().map(|n| n.name()).collect();
+    assert_eq!(names, ["fe:0", "a:1", "b:1", "b:2", "b:3", "b:4", "c:1"]);
+    assert_eq!(t.backends(), 5);
+    check_invariants(&t);
+    assert_eq!(parse(&t.to_mrnet()), t);
+    assert_eq!(t, parse("fe:0 => a:1 c:1 ; a:1 => b:1 b:2 b:3 b:4 ;"));
+    // A lone statement before the others changes nothing.
+    assert_eq!(parse("fe:0 ;\nfe:0 => a:1 ;\nfe:0 => a:2 ;"), parse("fe:0 => a:1 a:2 ;"));
+    // Still refused: the same child twice, even across statements, and two parents.
+    let e = err("fe:0 => a:1 ;\nfe:0 => a:1 ;");
     assert!(
-        matches!(
-            e,
-            TopologyError::DuplicateParent { line: 3, column: 3, first_line: 2, first_column: 1, .. }
-        ),
+        matches!(e, TopologyError::DuplicateChild { line: 2, column: 9, first_line: 1, first_column: 9, .. }),
         "{e:?}"
     );
-    let e = err("fe:0 ;\nfe:0 => a:1 ;");
-    assert!(matches!(e, TopologyError::DuplicateParent { line: 2, column: 1, .. }), "{e:?}");
+    let e = err("fe:0 => a:1 b:1 ;\nb:1 => c:1 ;\na:1 => c:1 ;");
+    assert!(matches!(e, TopologyError::TwoParents { line: 3, column: 8, .. }), "{e:?}");
+}
+
+#[test]
+fn host_names_start_with_a_letter_or_a_digit_as_in_mrnet() {
+    let e = err("fe:0 => n1:0\n   -oProxyCommand:0 ;");
+    assert!(matches!(e, TopologyError::BadHostStart { line: 2, column: 4, ch: '-', .. }), "{e:?}");
+    assert!(e.to_string().contains("starts with `-`"), "{e}");
+    assert!(e.to_string().contains("never take it for an option"), "{e}");
+    for (text, column) in
+        [("-Fevil:0 ;", 1), ("fe:0 => .n1:0 ;", 9), ("fe:0 => _n1:0 ;", 9), ("fe:0 => bob@-x:0 ;", 13)]
+    {
+        let e = err(text);
+        assert!(
+            matches!(e, TopologyError::BadHostStart { line: 1, column: c, .. } if c == column),
+            "{text}: {e:?}"
+        );
+    }
+    // Digits first are fine (MRNet's lexer takes them), and so are IPv4 addresses.
+    assert_eq!(parse("fe:0 => 10.0.0.2:0 1n:0 ;").backends(), 2);
+}
+
+#[test]
+fn user_at_host_for_ssh() {
+    let t = parse("fe:0 => bob@n1:0 bob@n1:1 _svc@n2:0 ;\nbob@n1:0 => bob@n1:2 ;");
+    assert_eq!(t.node(1).host, "bob@n1");
+    assert_eq!(t.node(4).host, "_svc@n2");
+    assert_eq!(parse(&t.to_mrnet()), t);
+    let e = err("fe:0 => bob@n1:0 ;\nn1:0 => n1:1 ;");
+    assert!(
+        matches!(e, TopologyError::UserMismatch { line: 2, column: 1, first_line: 1, first_column: 9, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("node n1:0 is written bob@n1:0 at line 1, column 9"), "{e}");
+    let e = err("fe:0 => @n1:0 ;");
+    assert!(matches!(e, TopologyError::EmptyUser { line: 1, column: 9, .. }), "{e:?}");
+    let e = err("fe:0 => bob@:0 ;");
+    assert!(matches!(e, TopologyError::EmptyHost { line: 1, column: 13, .. }), "{e:?}");
+    let e = err("fe:0 => a@b@c:0 ;");
+    assert!(matches!(e, TopologyError::BadHost { line: 1, column: 12, ch: '@', .. }), "{e:?}");
 }
 
 #[test]
@@ -307,7 +354,9 @@ fn errors_from_text_all_name_a_position() {
         "a:0 => :1 ;",
         "a:0 => a:1 a:1 ;",
         "a:0 => a:1 ; b:0 => a:1 ;",
-        "a:0 => a:1 ; a:0 => a:2 ;",
+        "a:0 => a:1 ; a:0 => a:1 ;",
+        "a:0 => -a:1 ;",
+        "a:0 => b@a:1 ; a:1 ;",
         "a:0 => a:0 ;",
         "a:0 => a:1 ; a:1 => a:0 ;",
         "a:0 ; b:0 ;",

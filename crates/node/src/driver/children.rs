@@ -151,9 +151,12 @@ impl ChildrenTask {
     /// True when `host` is started with fork/exec: any name of this machine, unless the
     /// launcher starts every process itself (Slurm steps, so the allocation owns them).
     /// Names were resolved by [`ChildrenTask::resolve_hosts`].
+    /// Hosts are compared without their `user@`, which only tells ssh whom to log in as.
     fn is_local(&self, launcher: Option<&Remote>, host: &str) -> bool {
+        use treecast_topology::hostlist::bare_host;
         !launcher.is_some_and(Remote::takes_local_hosts)
-            && (host == self.own_host || self.local_hosts.cached(host).unwrap_or(false))
+            && (bare_host(host) == bare_host(&self.own_host)
+                || self.local_hosts.cached(host).unwrap_or(false))
     }
 
     /// Finds out, off the async threads, which of the children's hosts are this machine.
