@@ -417,6 +417,44 @@ async fn a_stopped_backend_is_cut_off_but_a_busy_one_is_not() {
     finish(net).await;
 }
 
+#[test]
+fn chaos_runs_kill_and_stop_nodes_without_hangs_wrong_answers_or_leftovers() {
+    let t = tag();
+    let out = treecast(
+        &t,
+        &[
+            "bench",
+            "chaos",
+            "--local",
+            "8",
+            "--topology",
+            "kary:2",
+            "--runs",
+            "10",
+            "--waves",
+            "15",
+            "--faults",
+            "2",
+            "--stop-fraction",
+            "0.4",
+            "--dead-after",
+            "1",
+            "--seed",
+            "7",
+            "--json",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let totals = &report["totals"];
+    assert_eq!(totals["faults"], 20, "{totals}");
+    for key in ["hangs", "wrong", "left", "panics"] {
+        assert_eq!(totals[key], 0, "{key}: {report}");
+    }
+    assert!(totals["waves"].as_u64().unwrap() > 100, "{totals}");
+    assert!(out.status.success());
+}
+
 #[tokio::test]
 async fn a_stream_whose_members_are_all_lost_is_closed_not_hung() {
     let net = launch("flat", 3).await;

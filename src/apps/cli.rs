@@ -222,6 +222,10 @@ pub enum BenchCommand {
     /// The protocol cores of a whole tree in one process, with virtual time: work and
     /// bytes per node per wave at each level, and the wall time per wave.
     Sim(SimArgs),
+    /// Reductions on a real tree while comm nodes and back-ends are killed (SIGKILL)
+    /// or stopped (SIGSTOP) at random: hangs, wrong answers, live ranks reported lost,
+    /// processes left behind, recovery time.
+    Chaos(ChaosArgs),
     /// Internal: echoes standard input to standard output, byte by byte (the raw
     /// socket ping-pong that `microbench` measures as the floor).
     #[command(hide = true)]
@@ -231,6 +235,38 @@ pub enum BenchCommand {
     /// a byte back up once each child answered.
     #[command(hide = true)]
     Relay,
+}
+
+/// Flags of `treecast bench chaos`.
+#[derive(Debug, Clone, Args)]
+pub struct ChaosArgs {
+    /// Number of back-ends to start on this machine.
+    #[arg(long, value_name = "N")]
+    pub local: usize,
+    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
+    #[arg(long, value_name = "SPEC", default_value = "kary:4")]
+    pub topology: String,
+    /// Runs, each on a fresh tree.
+    #[arg(long, default_value_t = 10)]
+    pub runs: usize,
+    /// Reductions per run.
+    #[arg(long, default_value_t = 50)]
+    pub waves: usize,
+    /// Processes killed or stopped per run, each before a random wave.
+    #[arg(long, default_value_t = 1)]
+    pub faults: usize,
+    /// Share of the faults that stop (SIGSTOP) rather than kill (SIGKILL).
+    #[arg(long, default_value_t = 0.3)]
+    pub stop_fraction: f64,
+    /// Silence limit of the trees under test, seconds (see `--dead-after` of `run`).
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    pub dead_after: f64,
+    /// Seed of the first run (run k uses seed + k), so a run can be repeated.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `treecast bench sim`.

@@ -3,6 +3,7 @@
 pub mod backend;
 pub mod bcast;
 pub mod bench;
+pub mod chaos;
 pub mod cli;
 pub mod demo;
 pub mod guard;

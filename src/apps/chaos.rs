@@ -1,0 +1,278 @@
+//! `treecast bench chaos`: runs reductions on a real tree while comm nodes and
+//! back-ends are killed (SIGKILL) or stopped (SIGSTOP) at random times, and counts
+//! what went wrong: hangs, wrong answers, ranks reported lost that were alive,
+//! processes left behind, front-end panics. It is a benchmark, not a timed test.
+//!
+//! Each wave asks every rank for `x + rank` through the equivalence-class filter, so
+//! the front-end sees exactly which ranks answered and what each said: an answer is
+//! wrong if its value is not `x + rank`, or if a rank answers after it was reported
+//! lost. A wave that takes longer than its limit is a hang.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use treecast_api::{Event, Network, NetworkBuilder, RankSet, StreamOptions, Topology, TransformKind, Value};
+
+use super::cli::ChaosArgs;
+use super::protocol::TAG_ADD_RANK;
+
+/// One process of the tree under test.
+#[derive(Debug, Clone)]
+struct Victim {
+    pid: u32,
+    /// `comm node N` or `back-end rank R`.
+    what: String,
+    /// The ranks it serves (its sub-tree).
+    ranks: RankSet,
+}
+
+/// What one run found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ChaosRun {
+    /// Waves completed.
+    pub waves: usize,
+    /// Processes killed or stopped, as `SIGKILL comm node 5`.
+    pub faults: Vec<String>,
+    /// API calls that exceeded their limit.
+    pub hangs: usize,
+    /// Answers with a wrong value, or from a rank already reported lost.
+    pub wrong: usize,
+    /// Ranks reported lost whose back-end was neither killed nor stopped (nor under a
+    /// killed or stopped comm node); treecast does not yet rejoin orphans.
+    pub live_ranks_lost: u64,
+    /// Ranks under a killed or stopped comm node whose own back-end was alive:
+    /// lost with their parent, as orphans are not rejoined yet.
+    pub orphaned_ranks: u64,
+    /// From each fault to the end of the next wave that completed, seconds.
+    pub recovery_s: Vec<f64>,
+    /// Processes of the session still running after the front-end shut down.
+    pub left: usize,
+    /// The run's task panicked.
+    pub panicked: bool,
+}
+
+/// Runs the chaos benchmark and prints one line per run and the totals.
+pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(args.runs > 0 && args.waves > 0, "--runs and --waves need at least 1");
+    let spec = args.topology.clone();
+    let topology =
+        Topology::from_spec(&spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
+    let mut runs = Vec::new();
+    for run in 0..args.runs {
+        let seed = args.seed.wrapping_add(run as u64);
+        let topo = topology.clone();
+        let a = args.clone();
+        let outcome = tokio::spawn(async move { one_run(topo, &a, seed).await }).await;
+        let result = match outcome {
+            Ok(r) => r?,
+            Err(e) => ChaosRun { panicked: e.is_panic(), ..ChaosRun::default() },
+        };
+        if !args.json {
+            println!(
+                "run {run:3}: {:4} waves, faults [{}], hangs {}, wrong {}, live lost {}, orphaned {}, left {}{}",
+                result.waves,
+                result.faults.join(", "),
+                result.hangs,
+                result.wrong,
+                result.live_ranks_lost,
+                result.orphaned_ranks,
+                result.left,
+                if result.panicked { ", PANICKED" } else { "" }
+            );
+        }
+        runs.push(result);
+    }
+    let mut recovery: Vec<f64> = runs.iter().flat_map(|r| r.recovery_s.iter().copied()).collect();
+    recovery.sort_by(f64::total_cmp);
+    let pick = |q: f64| recovery.get(((recovery.len() as f64 - 1.0) * q).round() as usize).copied();
+    let totals = serde_json::json!({
+        "runs": runs.len(),
+        "topology": spec,
+        "backends": args.local,
+        "hangs": runs.iter().map(|r| r.hangs).sum::<usize>(),
+        "wrong": runs.iter().map(|r| r.wrong).sum::<usize>(),
+        "live_ranks_lost": runs.iter().map(|r| r.live_ranks_lost).sum::<u64>(),
+        "orphaned_ranks": runs.iter().map(|r| r.orphaned_ranks).sum::<u64>(),
+        "left": runs.iter().map(|r| r.left).sum::<usize>(),
+        "panics": runs.iter().filter(|r| r.panicked).count(),
+        "faults": runs.iter().map(|r| r.faults.len()).sum::<usize>(),
+        "waves": runs.iter().map(|r| r.waves).sum::<usize>(),
+        "recovery_s_median": pick(0.5),
+        "recovery_s_p99": pick(0.99),
+    });
+    if args.json {
+        println!("{}", serde_json::json!({ "totals": totals, "runs": runs }));
+    } else {
+        println!("totals: {totals}");
+    }
+    let clean = totals["hangs"] == 0 && totals["wrong"] == 0 && totals["left"] == 0 && totals["panics"] == 0;
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+async fn one_run(topo: Topology, args: &ChaosArgs, seed: u64) -> anyhow::Result<ChaosRun> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dead_after = Duration::from_secs_f64(args.dead_after);
+    let mut net = NetworkBuilder::new(topo.clone()).dead_after(Some(dead_after)).launch().await?;
+    let session = net.session().to_owned();
+    let victims = processes(&session, &topo);
+    let mut stream =
+        net.new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::EqClass)).await?;
+    // A wave may wait for the silence limit before a stopped node is cut off.
+    let limit = dead_after * 3 + Duration::from_secs(10);
+    let mut run = ChaosRun::default();
+    let mut faults: Vec<(Instant, Victim, bool)> = Vec::new();
+    let mut pending_recovery: Vec<Instant> = Vec::new();
+    let mut fault_at: Vec<usize> = (0..args.faults).map(|_| rng.gen_range(0..args.waves.max(1))).collect();
+    fault_at.sort_unstable();
+    let mut lost = RankSet::new();
+    for wave in 0..args.waves {
+        while fault_at.first() == Some(&wave) {
+            fault_at.remove(0);
+            let candidates: Vec<&Victim> =
+                victims.iter().filter(|v| !faults.iter().any(|(_, f, _)| f.pid == v.pid)).collect();
+            if candidates.is_empty() {
+                break;
+            }
+            let victim = candidates[rng.gen_range(0..candidates.len())].clone();
+            let stop = rng.gen_bool(args.stop_fraction.clamp(0.0, 1.0));
+            let signal = if stop { "-STOP" } else { "-KILL" };
+            signal_process(signal, victim.pid);
+            run.faults.push(format!("SIG{} {}", &signal[1..], victim.what));
+            faults.push((Instant::now(), victim, stop));
+            pending_recovery.push(Instant::now());
+        }
+        let x = rng.gen_range(0..1_000_000);
+        let sent_lost = net.lost().ranks().clone();
+        stream.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await?;
+        match stream.recv_timeout(limit).await {
+            Ok(packet) => {
+                run.waves += 1;
+                for class in packet.eq_classes()? {
+                    let value = class.values.first().and_then(Value::as_i64);
+                    for r in class.ranks.iter() {
+                        if value != Some(i64::from(x) + i64::from(r)) || sent_lost.contains(r) {
+                            run.wrong += 1;
+                        }
+                    }
+                }
+                let now = Instant::now();
+                run.recovery_s.extend(pending_recovery.drain(..).map(|t| (now - t).as_secs_f64()));
+            }
+            Err(treecast_api::ApiError::StreamClosed(_)) => break,
+            Err(_) => {
+                run.hangs += 1;
+                break;
+            }
+        }
+        while let Some(event) = net.try_event() {
+            if let Event::RanksLost { ranks, .. } = event {
+                lost.union_with(&ranks);
+            }
+        }
+    }
+    lost.union_with(net.lost().ranks());
+    // Which lost ranks were alive: not killed or stopped themselves, nor under a node that was.
+    let mut faulted_backends = RankSet::new();
+    let mut under_faulted_node = RankSet::new();
+    for (_, v, _) in &faults {
+        if v.what.starts_with("back-end") {
+            faulted_backends.union_with(&v.ranks);
+        } else {
+            under_faulted_node.union_with(&v.ranks);
+        }
+    }
+    let collateral = lost.difference(&faulted_backends);
+    run.orphaned_ranks = collateral.intersection(&under_faulted_node).len();
+    run.live_ranks_lost = collateral.difference(&under_faulted_node).len();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.close()).await;
+    shutdown(net).await;
+    // Stopped processes that are still there are continued, so that they can see
+    // their links closed and end; then whatever is left is counted.
+    for (_, v, stopped) in &faults {
+        if *stopped {
+            signal_process("-CONT", v.pid);
+        }
+    }
+    run.left = wait_for_none(&session, Duration::from_secs(10)).await;
+    // Counted, then ended: the benchmark leaves nothing behind either.
+    for (pid, _) in session_processes(&session) {
+        signal_process("-KILL", pid);
+    }
+    Ok(run)
+}
+
+/// Sends a signal with kill(1); a process that is already gone is not an error here.
+fn signal_process(signal: &str, pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+async fn shutdown(net: Network) {
+    let _ = tokio::time::timeout(Duration::from_secs(30), net.shutdown()).await;
+}
+
+/// The comm nodes and back-ends of a session, from `/proc`.
+fn processes(session: &str, topo: &Topology) -> Vec<Victim> {
+    let mut found = BTreeMap::new();
+    for (pid, env) in session_processes(session) {
+        let get = |k: &str| {
+            env.iter().find_map(|kv| kv.strip_prefix(k).and_then(|v| v.strip_prefix('=')).map(str::to_owned))
+        };
+        let Some(id) = get("TREECAST_NODE_ID").and_then(|s| s.parse::<usize>().ok()) else { continue };
+        if id == 0 || id >= topo.len() {
+            continue;
+        }
+        let range = topo.rank_range(id);
+        let ranks = RankSet::range(range.start, range.end.saturating_sub(range.start));
+        let what = match topo.backend_rank(id) {
+            Some(r) => format!("back-end rank {r}"),
+            None => format!("comm node {id}"),
+        };
+        found.insert(id, Victim { pid, what, ranks });
+    }
+    found.into_values().collect()
+}
+
+/// Pids and environments of the live processes of a session (this one excepted).
+fn session_processes(session: &str) -> Vec<(u32, Vec<String>)> {
+    let needle = format!("TREECAST_SESSION={session}");
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut out = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        let vars: Vec<String> =
+            env.split(|b| *b == 0).map(|kv| String::from_utf8_lossy(kv).into_owned()).collect();
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .unwrap_or(true);
+        if !zombie && vars.iter().any(|kv| *kv == needle) {
+            out.push((pid, vars));
+        }
+    }
+    out
+}
+
+/// Waits up to `limit` for every process of the session to end; returns how many remain.
+async fn wait_for_none(session: &str, limit: Duration) -> usize {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = session_processes(session).len();
+        if left == 0 || Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
