@@ -303,7 +303,11 @@ async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
     match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
         Some(Event::RanksLost { ranks, reason }) => {
             assert_eq!(ranks, RankSet::single(5));
-            assert!(reason.contains("rank 5"), "{reason}");
+            // Pre-order: 0 front-end, 1 comm node (ranks 0-3), 6 comm node (ranks 4-7, nodes 7-10).
+            let name = "comm node localhost (node 6): link to back-end rank 5 on localhost (node 8)";
+            assert!(reason.starts_with(name), "{reason}");
+            // Regression: the reason was only "link … closed", without how the process ended.
+            assert!(reason.ends_with("; the process exited with status 3"), "{reason}");
         }
         other => panic!("expected RanksLost, got {other:?}"),
     }

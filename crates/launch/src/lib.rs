@@ -73,7 +73,7 @@ pub enum LaunchError {
 /// Everything needed to start one process.
 #[derive(Debug, Clone)]
 pub struct ProcessSpec {
-    /// Human name for errors, e.g. `comm node localhost:3`.
+    /// Human name for errors, e.g. `comm node localhost (node 3)`.
     pub name: String,
     /// Host the process runs on.
     pub host: String,

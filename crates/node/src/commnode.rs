@@ -121,7 +121,7 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
     let core = Node::new(NodeConfig {
         role: Role::CommNode,
         node_id,
-        name: format!("comm node (id {node_id})"),
+        name: format!("comm node (node {node_id})"),
         registry: FilterRegistry::builtin(),
         tool_window: Window { packets: 1, bytes: 1 },
     });

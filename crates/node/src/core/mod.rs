@@ -21,7 +21,7 @@ mod window;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use treecast_filters::{FilterRegistry, RegistryError};
 use treecast_wire::{
@@ -33,6 +33,13 @@ pub use treecast_transport::{LinkId, LinkMap, LinkTable};
 
 use startup::{Child, ChildState, Startup};
 use streams::StreamState;
+
+/// How long a node holds the report of a child whose link closed while the tree
+/// runs, waiting for the driver's [`Command::ChildExited`], so that the report says
+/// how the process ended (exit status or signal, the end of its stderr). A process
+/// that ends closes its link first; its exit news follows within milliseconds. The
+/// child's ranks leave the streams at once; only the report waits.
+pub const EXIT_WAIT: Duration = Duration::from_millis(500);
 
 /// What a node is in the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +64,7 @@ pub struct NodeConfig {
     pub role: Role,
     /// Its node id in the whole tree (pre-order; 0 is the front-end).
     pub node_id: u32,
-    /// Name in messages, e.g. `comm node n3:1 (id 5)`; a comm node's is refined when its plan arrives.
+    /// Name in messages, e.g. `comm node n3 (node 5)`; a comm node's is refined when its plan arrives.
     pub name: String,
     /// The filters this node can make.
     pub registry: FilterRegistry,
@@ -436,6 +443,8 @@ pub struct Node {
     own_host: String,
     /// Earliest deadline of a child not yet joined.
     child_deadline: Option<Instant>,
+    /// Earliest time a held loss report goes up without its process news.
+    loss_deadline: Option<Instant>,
     streams: HashMap<u32, StreamState>,
     /// Highest stream id seen: an unknown id at or below it is a closed stream.
     max_stream: u32,
@@ -469,6 +478,7 @@ impl Node {
             plan: None,
             own_host: String::new(),
             child_deadline: None,
+            loss_deadline: None,
             streams: HashMap::new(),
             max_stream: 0,
             deliveries: VecDeque::new(),
@@ -555,7 +565,17 @@ impl Node {
     }
 
     /// `link` closed: `reason` is `None` for an orderly close, else what broke it.
+    ///
+    /// A child whose link closes while the tree runs usually closed it by ending: its
+    /// ranks leave the streams at once, but the report of their loss waits (at most
+    /// [`EXIT_WAIT`]) for the driver's [`Command::ChildExited`], so that it says how
+    /// the process ended and what it last wrote to stderr.
     pub fn handle_link_closed(&mut self, link: LinkId, reason: Option<String>, now: Instant) {
+        self.link_closed(link, reason, now, true);
+    }
+
+    /// `link` closed, by its peer (`by_peer`) or by this node on a protocol error.
+    fn link_closed(&mut self, link: LinkId, reason: Option<String>, now: Instant, by_peer: bool) {
         let Some(role) = self.links.remove(link) else { return };
         match role {
             LinkRole::Parent => {
@@ -571,7 +591,7 @@ impl Node {
                     Some(r) => format!("{}: link to {} failed: {r}", self.name, self.children[c].name),
                     None => format!("{}: link to {} closed", self.name, self.children[c].name),
                 };
-                self.child_gone(c, why, now);
+                self.child_gone(c, why, now, by_peer);
             }
         }
     }
@@ -632,9 +652,11 @@ impl Node {
         }
     }
 
-    /// Time passed: releases time-out waves and gives up on children that are late.
+    /// Time passed: releases time-out waves, gives up on children that are late, and
+    /// reports losses whose process news did not come within [`EXIT_WAIT`].
     pub fn handle_timeout(&mut self, now: Instant) {
         self.startup_timeout(now);
+        self.losses_timeout(now);
         self.streams_timeout(now);
     }
 
@@ -645,12 +667,8 @@ impl Node {
 
     /// When [`Node::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let startup = self.child_deadline;
         let waves = self.streams.values().filter_map(StreamState::next_deadline).min();
-        match (startup, waves) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.child_deadline, self.loss_deadline, waves].into_iter().flatten().min()
     }
 
     /// The next event for the driver or the tool.
@@ -722,7 +740,7 @@ impl Node {
     fn drop_link(&mut self, link: LinkId, reason: String, now: Instant) {
         tracing::warn!(node = %self.name, "closing {link}: {reason}");
         self.out.event(Event::CloseLink { link, reason: reason.clone() });
-        self.handle_link_closed(link, Some(reason), now);
+        self.link_closed(link, Some(reason), now, false);
     }
 
     /// Sends a shutdown down and ends the node.
@@ -740,6 +758,7 @@ impl Node {
         self.phase = Phase::Over;
         self.startup = None;
         self.child_deadline = None;
+        self.loss_deadline = None;
         self.out.event(Event::Shutdown { reason });
     }
 }
