@@ -738,7 +738,12 @@ impl Node {
 
     /// Closes `link` on a protocol error: the driver closes it, the node treats it as closed.
     fn drop_link(&mut self, link: LinkId, reason: String, now: Instant) {
-        tracing::warn!(node = %self.name, "closing {link}: {reason}");
+        // A child's loss is reported up with this reason; only the parent link's end is this node's own to log.
+        if self.parent == Some(link) {
+            tracing::warn!(node = %self.name, "closing {link}: {reason}");
+        } else {
+            tracing::debug!(node = %self.name, "closing {link}: {reason}");
+        }
         self.out.event(Event::CloseLink { link, reason: reason.clone() });
         self.link_closed(link, Some(reason), now, false);
     }

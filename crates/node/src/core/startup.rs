@@ -598,8 +598,9 @@ impl Node {
             return;
         }
         if self.phase == Phase::Running {
-            // An adopted child that never joined: its ranks are reported lost.
-            tracing::warn!(node = %self.name, "{reason}");
+            // An adopted child that never joined: its ranks are reported lost (and logged
+            // where the report ends, not at every level on its way).
+            tracing::debug!(node = %self.name, "{reason}");
             let ranks = self.children[c].expected.clone();
             self.abandon(c);
             self.refresh_deadline();
@@ -611,7 +612,8 @@ impl Node {
         if !allow_missing {
             return self.startup_failed(reason);
         }
-        tracing::warn!(node = %self.name, "{reason}; going on without it");
+        // Reported with the missing ranks; the front-end's tool tells the user once.
+        tracing::debug!(node = %self.name, "{reason}; going on without it");
         self.abandon(c);
         let ranks = std::mem::take(&mut self.children[c].expected);
         if let Some(s) = self.startup.as_mut() {
