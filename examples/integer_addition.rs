@@ -7,7 +7,8 @@
 //!   sum filter, multicasts an integer and receives one sum per wave;
 //! * started by treecast with `TREECAST_RANK` set, it is a **back-end**: it
 //!   answers every packet with the integer times its rank… plus one;
-//! * started as `<program> node`, it is a **comm node** (what `treecast node` does).
+//! * started as `<program> node`, it is a **comm node** (what `treecast node` does),
+//!   through `treecast_api::run_comm_node`: no `treecast` binary is needed.
 //!
 //! ```sh
 //! cargo run --example integer_addition -- kary:4 16 5   # shape, back-ends, waves
@@ -22,11 +23,12 @@ const TAG_ADD: i32 = 100;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("node") {
-        treecast_node::run_comm_node().await?;
+    if treecast_api::started_as_comm_node() {
+        // Started by a parent as `<this program> node`.
+        treecast_api::run_comm_node().await?;
         return Ok(());
     }
+    let args: Vec<String> = std::env::args().collect();
     if std::env::var("TREECAST_RANK").is_ok() {
         return back_end().await;
     }

@@ -14,6 +14,30 @@
 //! launcher set; [`BackEnd::recv`] returns packets of any stream; [`BackEnd::send`]
 //! sends up.
 //!
+//! Comm nodes run the `treecast` binary (`treecast node`): the one
+//! [`NetworkBuilder::treecast_path`] names, else `TREECAST_PATH`, else one found
+//! beside this program or on `PATH`. A tool can instead be its own comm node, and
+//! ship one program:
+//!
+//! ```no_run
+//! # async fn tool() -> Result<(), Box<dyn std::error::Error>> {
+//! use treecast_api::{NetworkBuilder, Topology};
+//!
+//! if treecast_api::started_as_comm_node() {
+//!     // Started by a parent as `<this program> node`.
+//!     return Ok(treecast_api::run_comm_node().await?);
+//! }
+//! let me = std::env::current_exe()?;
+//! let net = NetworkBuilder::new(Topology::from_spec("kary:8", Some(64))?)
+//!     .treecast_path(&me) // comm nodes run `<this program> node`
+//!     .backend_command([me.to_string_lossy().into_owned()])
+//!     .launch()
+//!     .await?;
+//! # drop(net);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Every call that waits either has a `_timeout` variant or ends with an error
 //! when the network goes away.
 
@@ -22,6 +46,7 @@
 mod attach;
 mod backend;
 mod builder;
+mod commnode;
 mod error;
 mod files;
 mod frontend;
@@ -32,6 +57,7 @@ mod stream;
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
 pub use backend::{BackEnd, BackEndEvent, BackEndSender};
 pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
+pub use commnode::{run_comm_node, started_as_comm_node, NodeError, COMM_NODE_ARG};
 pub use error::{ApiError, AttachError, SourceError};
 pub use files::{
     bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileMessage, FileMessageError,

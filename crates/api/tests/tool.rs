@@ -1,0 +1,225 @@
+//! End-to-end tests of the API as a tool writer uses it: this program is a tool
+//! written against `treecast_api` alone. Run with no arguments it is the test runner
+//! (the front-end of each test's network); started as `<program> node` it is a comm
+//! node; started by treecast with `TREECAST_RANK` set it is a back-end. No `treecast`
+//! binary takes part.
+//!
+//! It has its own `main` (no libtest harness), as a tool has, so that it can answer
+//! `<program> node`. Arguments: test names to run (all by default).
+
+#![allow(clippy::unwrap_used)]
+
+use std::error::Error;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use treecast_api::{
+    ApiError, BackEnd, Network, NetworkBuilder, StreamOptions, Topology, TransformKind, Value,
+};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// `%d x` → `%d` (x + rank); a tag not listed here → `%d` rank.
+const TAG_ADD: i32 = 1;
+
+/// Set for a front-end that must fail to find a comm-node binary, in a run of its own.
+const NO_BINARY_VAR: &str = "TOOL_TEST_NO_BINARY";
+
+type Outcome = Result<(), Box<dyn Error>>;
+/// A test: its name and its body.
+type Test = (&'static str, fn() -> Outcome);
+
+fn main() -> Outcome {
+    if treecast_api::started_as_comm_node() {
+        return runtime()?.block_on(async { Ok(treecast_api::run_comm_node().await?) });
+    }
+    if std::env::var_os("TREECAST_RANK").is_some() {
+        return runtime()?.block_on(back_end());
+    }
+    if std::env::var_os(NO_BINARY_VAR).is_some() {
+        // As a tool's main does: the error goes out through `main`'s `Result`.
+        return runtime()?.block_on(async {
+            let topo = Topology::from_spec("flat", Some(2))?;
+            NetworkBuilder::new(topo).launch().await?;
+            Ok(())
+        });
+    }
+    run_tests()
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
+// ---- the back-end ----
+
+async fn back_end() -> Outcome {
+    let mut be = BackEnd::connect().await?;
+    let rank = be.rank();
+    loop {
+        let p = match be.recv().await {
+            Ok(p) => p,
+            Err(ApiError::Closed(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let (stream, tag) = (p.stream(), p.tag());
+        let me = Value::Int(rank as i32);
+        match tag {
+            TAG_ADD => {
+                let x = p.unpack("%d")?[0].as_i64().unwrap_or_default() as i32;
+                be.send(stream, tag, "%d", &[Value::Int(x + rank as i32)]).await?;
+            }
+            _ => be.send(stream, tag, "%d", &[me]).await?,
+        }
+    }
+}
+
+// ---- the tests ----
+
+fn run_tests() -> Outcome {
+    // Comm nodes must come from this program, never from a `treecast` found elsewhere.
+    std::env::remove_var("TREECAST_PATH");
+    let tests: [Test; 2] = [
+        ("a_tool_is_its_own_comm_node", a_tool_is_its_own_comm_node),
+        ("a_missing_comm_node_binary_says_what_to_do_in_main_s_error", a_missing_binary_says_what_to_do),
+    ];
+    let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let mut failed = Vec::new();
+    let mut ran = 0;
+    for (name, test) in tests {
+        if !wanted.is_empty() && !wanted.iter().any(|w| name.contains(w.as_str())) {
+            continue;
+        }
+        ran += 1;
+        match test() {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(e) => {
+                println!("test {name} ... FAILED\n    {e}");
+                failed.push(name);
+            }
+        }
+    }
+    println!("\ntest result: {} passed; {} failed", ran - failed.len(), failed.len());
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("failed: {}", failed.join(", ")).into())
+    }
+}
+
+/// Fails the test with a message when `cond` does not hold.
+macro_rules! check {
+    ($cond:expr, $($msg:tt)*) => {
+        if !$cond {
+            return Err(format!("{}: {}", stringify!($cond), format!($($msg)*)).into());
+        }
+    };
+}
+
+fn me() -> PathBuf {
+    std::env::current_exe().unwrap()
+}
+
+/// A network of `spec` whose comm nodes and back-ends are this program.
+fn tool_network(spec: &str) -> NetworkBuilder {
+    let topo = Topology::from_spec(spec, None).unwrap();
+    NetworkBuilder::new(topo)
+        .treecast_path(me())
+        .backend_command([me().to_string_lossy().into_owned()])
+        .startup_timeout(LIMIT)
+}
+
+async fn sum_stream(net: &Network) -> Result<treecast_api::Stream, ApiError> {
+    net.new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum)).await
+}
+
+/// Shuts the network down and checks that none of its processes is left.
+async fn finish(net: Network) -> Outcome {
+    let needle = format!("TREECAST_SESSION={}", net.session());
+    net.shutdown().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = processes_with_env(&needle);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            for pid in &left {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+            return Err(format!("processes left behind: {left:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Live processes (not zombies) whose environment holds `needle`.
+fn processes_with_env(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .unwrap_or(true);
+        if !zombie && env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A tool that handles `<program> node` needs no `treecast` binary.
+fn a_tool_is_its_own_comm_node() -> Outcome {
+    runtime()?.block_on(async {
+        let net = tool_network("balanced:2x2").launch().await?;
+        check!(net.commnodes() == 2, "{}", net.commnodes());
+        // The comm nodes are this program, started as `<program> node`.
+        let session = format!("TREECAST_SESSION={}", net.session());
+        let mut commnodes = 0;
+        for pid in processes_with_env(&session) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            if cmdline.ends_with(b"\0node\0") {
+                check!(exe == me(), "comm node {pid} runs {}", exe.display());
+                commnodes += 1;
+            }
+        }
+        check!(commnodes == 2, "{commnodes} comm nodes found");
+        let mut s = sum_stream(&net).await?;
+        s.send(TAG_ADD, "%d", &[Value::Int(10)]).await?;
+        let sum = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
+        check!(sum == Some(4 * 10 + 6), "{sum:?}");
+        finish(net).await
+    })
+}
+
+/// Without `TREECAST_PATH` and no `treecast` anywhere, what `main` prints
+/// (the error's Debug form) says what failed and what to do.
+fn a_missing_binary_says_what_to_do() -> Outcome {
+    // A copy of this program where no `treecast` is beside it, with an empty PATH.
+    let dir = tempfile::Builder::new().prefix("tool-alone-").tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+    let alone = dir.path().join("bin/deeper/mytool");
+    std::fs::create_dir_all(alone.parent().unwrap())?;
+    if std::fs::hard_link(me(), &alone).is_err() {
+        std::fs::copy(me(), &alone)?;
+    }
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty)?;
+    let out = Command::new(&alone)
+        .env_remove("TREECAST_PATH")
+        .env("PATH", &empty)
+        .env(NO_BINARY_VAR, "1")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    check!(!out.status.success(), "{stderr}");
+    check!(stderr.starts_with("Error: cannot find the treecast binary that comm nodes run"), "{stderr}");
+    check!(stderr.contains(&format!("this program ({})", alone.display())), "{stderr}");
+    check!(stderr.contains("set TREECAST_PATH to its full path"), "{stderr}");
+    check!(stderr.contains("run_comm_node"), "{stderr}");
+    check!(!stderr.contains("NoBinary"), "the Debug form is the message: {stderr}");
+    Ok(())
+}
+
