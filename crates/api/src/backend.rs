@@ -99,19 +99,31 @@ impl BackEndSender {
     /// and are queued meanwhile.
     ///
     /// # Errors
-    /// A malformed format, values that do not match it, a format the stream's
-    /// filter cannot reduce, an unknown stream, or a closed link.
+    /// A malformed format, values that do not match it, an unknown stream, or a
+    /// closed link; [`ApiError::WrongFormat`] for values the stream's filter cannot
+    /// take (`%s` on a `sum` stream): nothing is sent, and the front-end gets an
+    /// [`crate::Event::FilterError`] naming this rank. The wave waits for this rank's
+    /// next packet on the stream, as it would for a packet not yet sent.
     ///
     /// Cancel safety: cancel safe: a cancelled send sent nothing.
     pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
         let (format, payload) = encode_checked(format, values)?;
         {
-            let d = lock(&self.shared);
-            let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?;
-            d.core().registry().check_format(spec, &format).map_err(|e| match e {
-                RegistryError::Format(source) => ApiError::Filter { stream, source },
-                other => ApiError::StreamFilter { stream, node: d.core().name().to_owned(), source: other },
-            })?;
+            let mut d = lock(&self.shared);
+            let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?.clone();
+            match d.core().registry().check_format(&spec, &format) {
+                Ok(()) => {}
+                Err(RegistryError::Format(source)) => {
+                    let message = format!("{} did not send its packet: {source}", d.core().name());
+                    // The front-end hears of it even if this back-end gives up on the error.
+                    let _ = d.command(Command::ReportFilterError { stream, message });
+                    return Err(ApiError::WrongFormat { stream, filter: spec.name, source });
+                }
+                Err(other) => {
+                    let node = d.core().name().to_owned();
+                    return Err(ApiError::StreamFilter { stream, node, source: other });
+                }
+            }
         }
         send_with_credit(&self.shared, Frame::new(FrameHeader::data(stream, tag, self.rank), payload)).await
     }

@@ -107,6 +107,31 @@ pub enum ApiError {
         #[source]
         source: treecast_filters::FilterError,
     },
+    /// A back-end's packet does not suit its stream's filter (`%s` on a `sum` stream):
+    /// it was not sent, and the front-end gets an `Event::FilterError` naming this rank.
+    #[error(
+        "stream {stream}: {source}; nothing was sent (the front-end sees a filter error naming this \
+         rank): send values of types the stream's {filter} filter takes"
+    )]
+    WrongFormat {
+        /// The stream.
+        stream: u32,
+        /// The stream's upward filter, e.g. `sum`.
+        filter: String,
+        /// What the filter refuses.
+        #[source]
+        source: treecast_filters::FilterError,
+    },
+    /// `unpack` on a packet of the equivalence-class filter, which holds a table of
+    /// classes, not the values its back-ends sent.
+    #[error(
+        "stream {stream}: this packet is an equivalence-class table (the eqclass filter's output), \
+         not the values the back-ends sent: read it with Packet::eq_classes()"
+    )]
+    EqClassPacket {
+        /// The stream.
+        stream: u32,
+    },
     /// A packet's payload does not decode.
     #[error("malformed packet payload: {0}")]
     Decode(#[from] treecast_wire::DecodeError),

@@ -14,6 +14,11 @@
 //! launcher set; [`BackEnd::recv`] returns packets of any stream; [`BackEnd::send`]
 //! sends up.
 //!
+//! Values: a format string such as `"%d %as"` names the types of a packet's values,
+//! one [`Value`] variant per specifier (each variant's documentation names its own;
+//! the wire layout is in `docs/wire-format.md`). Read them with [`Packet::unpack`],
+//! then [`Value::as_i64`], [`Value::as_str`], [`Value::as_array`] and their kin.
+//!
 //! Comm nodes run the `treecast` binary (`treecast node`): the one
 //! [`NetworkBuilder::treecast_path`] names, else `TREECAST_PATH`, else one found
 //! beside this program or on `PATH`. A tool can instead be its own comm node, and
@@ -72,8 +77,9 @@ pub use treecast_filters::{
     FilterContext, FilterError, FilterRegistry, RegistryError, Transform, TransformKind,
 };
 pub use treecast_launch::{SrunOptions, SshOptions};
-pub use treecast_node::core::LostRanks;
-pub use treecast_topology::Topology;
+pub use treecast_node::core::{CommandError, EndReason, LostRanks};
+pub use treecast_topology::{Topology, TopologyError};
 pub use treecast_wire::{
-    FilterSpec, RankSet, SyncMode, Value, Window, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
+    ArrayElement, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader, RankSet, ScalarType,
+    SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
 };

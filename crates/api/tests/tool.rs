@@ -15,13 +15,20 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use treecast_api::{
-    ApiError, BackEnd, Network, NetworkBuilder, StreamOptions, Topology, TransformKind, Value,
+    ApiError, BackEnd, Event, Network, NetworkBuilder, StreamOptions, Topology, TransformKind, Value,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// `%d x` → `%d` (x + rank); a tag not listed here → `%d` rank.
 const TAG_ADD: i32 = 1;
+/// Rank 2 first sends `%s` (refused at its `send`), then `%d 100` if the refusal said
+/// what it should and `%d -100` if not; the others answer `%d` rank.
+const TAG_WRONG_TYPE: i32 = 2;
+/// → `%d` (rank % 2), for the equivalence-class filter.
+const TAG_PARITY: i32 = 3;
+/// → `%ad [1, rank]`.
+const TAG_ARRAY: i32 = 4;
 
 /// Set for a front-end that must fail to find a comm-node binary, in a run of its own.
 const NO_BINARY_VAR: &str = "TOOL_TEST_NO_BINARY";
@@ -70,6 +77,19 @@ async fn back_end() -> Outcome {
                 let x = p.unpack("%d")?[0].as_i64().unwrap_or_default() as i32;
                 be.send(stream, tag, "%d", &[Value::Int(x + rank as i32)]).await?;
             }
+            TAG_WRONG_TYPE if rank == 2 => {
+                let refused = be.send(stream, tag, "%s", &[Value::from("two")]).await;
+                let said = refused.map_err(|e| e.to_string()).err().unwrap_or_default();
+                let right = said.starts_with("stream ")
+                    && said.contains("sum cannot add %s")
+                    && said.contains("nothing was sent");
+                if !right {
+                    eprintln!("rank 2's refused send said: {said:?}");
+                }
+                be.send(stream, tag, "%d", &[Value::Int(if right { 100 } else { -100 })]).await?;
+            }
+            TAG_PARITY => be.send(stream, tag, "%d", &[Value::Int(rank as i32 % 2)]).await?,
+            TAG_ARRAY => be.send(stream, tag, "%ad", &[Value::IntArray(vec![1, rank as i32])]).await?,
             _ => be.send(stream, tag, "%d", &[me]).await?,
         }
     }
@@ -80,9 +100,11 @@ async fn back_end() -> Outcome {
 fn run_tests() -> Outcome {
     // Comm nodes must come from this program, never from a `treecast` found elsewhere.
     std::env::remove_var("TREECAST_PATH");
-    let tests: [Test; 2] = [
+    let tests: [Test; 4] = [
         ("a_tool_is_its_own_comm_node", a_tool_is_its_own_comm_node),
         ("a_missing_comm_node_binary_says_what_to_do_in_main_s_error", a_missing_binary_says_what_to_do),
+        ("a_backend_sending_a_wrong_type_sees_it_and_the_front_end_names_it", wrong_type),
+        ("equivalence_classes_and_arrays_are_read_as_documented", classes_and_arrays),
     ];
     let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let mut failed = Vec::new();
@@ -221,5 +243,56 @@ fn a_missing_binary_says_what_to_do() -> Outcome {
     check!(stderr.contains("run_comm_node"), "{stderr}");
     check!(!stderr.contains("NoBinary"), "the Debug form is the message: {stderr}");
     Ok(())
+}
+
+/// `%s` on a `sum` stream fails at the back-end's `send`, and the front-end
+/// gets a filter error naming the rank (not a hang, not only a lost rank).
+fn wrong_type() -> Outcome {
+    runtime()?.block_on(async {
+        let mut net = tool_network("balanced:2x2").launch().await?;
+        let mut s = sum_stream(&net).await?;
+        s.send(TAG_WRONG_TYPE, "", &[]).await?;
+        let event = tokio::time::timeout(LIMIT, net.next_event()).await?;
+        let Some(Event::FilterError { stream, rank, message }) = event.clone() else {
+            return Err(format!("expected a filter error, got {event:?}").into());
+        };
+        check!(stream == s.id() && rank == 2, "{event:?}");
+        check!(
+            message.starts_with("back-end rank 2 did not send its packet: sum cannot add %s"),
+            "{message}"
+        );
+        // Rank 2 saw the error itself (100, not -100), then sent what the filter takes.
+        let sum = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
+        check!(sum == Some(1 + 3 + 100), "{sum:?}");
+        check!(net.lost_ranks().is_empty(), "{}", net.lost_ranks());
+        finish(net).await
+    })
+}
+
+/// An equivalence-class packet points `unpack` to `eq_classes`; arrays are
+/// read with `as_array`.
+fn classes_and_arrays() -> Outcome {
+    runtime()?.block_on(async {
+        let net = tool_network("balanced:2x2").launch().await?;
+        let comm = net.broadcast_communicator();
+        let mut classes = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
+        classes.send(TAG_PARITY, "", &[]).await?;
+        let p = classes.recv_timeout(LIMIT).await?;
+        let err = p.unpack("%d").map(|_| ()).unwrap_err();
+        check!(matches!(err, ApiError::EqClassPacket { .. }), "{err}");
+        check!(err.to_string().contains("read it with Packet::eq_classes()"), "{err}");
+        let found: Vec<(Vec<Value>, String)> =
+            p.eq_classes()?.into_iter().map(|c| (c.values, c.ranks.to_string())).collect();
+        let want = vec![(vec![Value::Int(0)], "0,2".to_owned()), (vec![Value::Int(1)], "1,3".to_owned())];
+        check!(found == want, "{found:?}");
+
+        let mut sums = sum_stream(&net).await?;
+        sums.send(TAG_ARRAY, "", &[]).await?;
+        let values = sums.recv_timeout(LIMIT).await?.unpack("%ad")?;
+        check!(values[0].as_array::<i32>() == Some(&[4, 6][..]), "{values:?}");
+        check!(values[0].to_i64_vec() == Some(vec![4, 6]), "{values:?}");
+        drop((classes, sums));
+        finish(net).await
+    })
 }
 

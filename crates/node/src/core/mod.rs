@@ -284,6 +284,15 @@ pub enum Command {
     /// Send a data frame: down the stream from the front-end (to one rank with
     /// `FLAG_DIRECT`), up from a back-end.
     Send(Frame),
+    /// Back-end: the tool's packet for `stream` was refused before it was sent (its
+    /// format does not suit the stream's filter); the front-end gets an
+    /// [`Event::FilterError`] naming this rank, as if a comm node had refused it.
+    ReportFilterError {
+        /// The stream.
+        stream: u32,
+        /// What did not match, naming this back-end.
+        message: String,
+    },
     /// Front-end: take the tree down. Back-end: leave.
     Shutdown,
 }
@@ -631,6 +640,14 @@ impl Node {
             Command::NewStream(spec) => self.open_stream(spec),
             Command::CloseStream(id) => self.close_stream_from_tool(id),
             Command::Send(frame) => self.send_from_tool(frame),
+            Command::ReportFilterError { stream, message } => {
+                let Role::BackEnd { rank, .. } = self.role else {
+                    return Err(CommandError::NotNow("only a back-end reports its own refused packets"));
+                };
+                let parent = self.parent.ok_or(CommandError::ShutDown)?;
+                self.out.control(parent, &ControlMsg::FilterError { stream, rank, message });
+                Ok(())
+            }
             Command::Shutdown => {
                 let why = match self.role {
                     Role::BackEnd { rank, .. } => {

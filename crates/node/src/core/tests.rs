@@ -404,6 +404,29 @@ fn a_stream_refused_below_after_its_window_filled_ends_and_wakes_the_sender() {
 }
 
 #[test]
+fn a_backend_reports_a_packet_it_refused_to_send_naming_its_rank() {
+    let now = Instant::now();
+    let mut be = node(Role::BackEnd { rank: 7, size: 8 }, 3);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    transmits(&mut be);
+    let report = Command::ReportFilterError { stream: 1, message: "sum cannot add %s".into() };
+    be.handle_command(report, now).unwrap();
+    let sent: Vec<ControlMsg> =
+        transmits(&mut be).iter().filter_map(|t| ControlMsg::decode(&t.frame.payload).ok()).collect();
+    assert_eq!(sent, [ControlMsg::FilterError { stream: 1, rank: 7, message: "sum cannot add %s".into() }]);
+    // The front-end turns it into an event for its tool.
+    let (mut fe, links) = front_end_with_two_backends();
+    fe.handle_frame(links[0], control(&sent[0]), now);
+    assert_eq!(
+        events(&mut fe),
+        [Event::FilterError { stream: 1, rank: 7, message: "sum cannot add %s".into() }]
+    );
+    let refused = fe.handle_command(Command::ReportFilterError { stream: 1, message: String::new() }, now);
+    assert!(matches!(refused, Err(CommandError::NotNow(_))), "{refused:?}");
+}
+
+#[test]
 fn a_child_lost_during_start_up_fails_it_with_how_its_process_ended() {
     // A back-end that connects, then panics: its link closes before the driver hears
     // of the exit, and the start-up error must still quote its panic message.
