@@ -341,7 +341,13 @@ async fn a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
     let pid = commnode_pid(net.session(), 5);
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
     match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
-        Some(Event::RanksLost { ranks, .. }) => assert_eq!(ranks, RankSet::range(3, 3)),
+        Some(Event::RanksLost { ranks, reason }) => {
+            assert_eq!(ranks, RankSet::range(3, 3));
+            assert!(reason.starts_with("front-end: link to comm node localhost (node 5) "), "{reason}");
+            assert!(reason.ends_with("; the process was killed by signal 9"), "{reason}");
+            let shown = Event::RanksLost { ranks, reason }.to_string();
+            assert!(shown.starts_with("lost ranks 3-5: front-end: link to comm node"), "{shown}");
+        }
         other => panic!("expected RanksLost, got {other:?}"),
     }
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();

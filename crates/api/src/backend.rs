@@ -70,6 +70,11 @@ impl Tool for BeTool {
 /// or dropped is written before it goes (waiting at most 5 s), so a back-end that
 /// returns from `main` right after sending loses nothing. `recv` takes `&mut self`;
 /// to send from other tasks, clone a [`BackEndSender`].
+///
+/// [`BackEnd::close`] leaves the tree in order: the front-end sees the rank leave
+/// ([`crate::Event::RanksLeft`]). A back-end dropped without it (its `main` returns
+/// an error, it panics) is reported lost ([`crate::Event::RanksLost`]) with its exit
+/// status and the end of its stderr, which says why.
 #[derive(Debug)]
 pub struct BackEnd {
     sender: BackEndSender,
@@ -294,9 +299,10 @@ impl Drop for BackEnd {
     fn drop(&mut self) {
         let Some(task) = self.task.take() else { return };
         // The runtime may be going away with us (main returned): write what is
-        // queued now, with a time limit, rather than leave it to a task.
+        // queued now, with a time limit, rather than leave it to a task. No leave is
+        // sent: without `close`, the back-end is ending on an error or a panic, and
+        // its parent reports it lost with how its process ended.
         let mut d = lock(&self.sender.shared);
-        let _ = d.command(Command::Shutdown);
         d.flush_blocking(LAST_FLUSH);
         drop(d);
         task.abort();

@@ -29,7 +29,11 @@ const TAG_WRONG_TYPE: i32 = 2;
 const TAG_PARITY: i32 = 3;
 /// → `%ad [1, rank]`.
 const TAG_ARRAY: i32 = 4;
+/// Rank 1 returns an error from `main`, as a tool using `?` does; the others answer `%d` rank.
+const TAG_FAIL: i32 = 5;
 
+/// Set for the back-ends of a test whose rank 1 panics before it connects.
+const PANIC_VAR: &str = "TOOL_TEST_PANIC";
 /// Set for a front-end that must fail to find a comm-node binary, in a run of its own.
 const NO_BINARY_VAR: &str = "TOOL_TEST_NO_BINARY";
 
@@ -62,6 +66,9 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 // ---- the back-end ----
 
 async fn back_end() -> Outcome {
+    if std::env::var_os(PANIC_VAR).is_some() && std::env::var("TREECAST_RANK").as_deref() == Ok("1") {
+        panic!("rank 1 cannot read its settings file /etc/tool-test.conf");
+    }
     let mut be = BackEnd::connect().await?;
     let rank = be.rank();
     loop {
@@ -90,6 +97,9 @@ async fn back_end() -> Outcome {
             }
             TAG_PARITY => be.send(stream, tag, "%d", &[Value::Int(rank as i32 % 2)]).await?,
             TAG_ARRAY => be.send(stream, tag, "%ad", &[Value::IntArray(vec![1, rank as i32])]).await?,
+            TAG_FAIL if rank == 1 => {
+                return Err("rank 1 cannot open /nonexistent/input.dat: No such file or directory".into())
+            }
             _ => be.send(stream, tag, "%d", &[me]).await?,
         }
     }
@@ -100,11 +110,13 @@ async fn back_end() -> Outcome {
 fn run_tests() -> Outcome {
     // Comm nodes must come from this program, never from a `treecast` found elsewhere.
     std::env::remove_var("TREECAST_PATH");
-    let tests: [Test; 4] = [
+    let tests: [Test; 6] = [
         ("a_tool_is_its_own_comm_node", a_tool_is_its_own_comm_node),
         ("a_missing_comm_node_binary_says_what_to_do_in_main_s_error", a_missing_binary_says_what_to_do),
         ("a_backend_sending_a_wrong_type_sees_it_and_the_front_end_names_it", wrong_type),
         ("equivalence_classes_and_arrays_are_read_as_documented", classes_and_arrays),
+        ("a_rank_lost_at_run_time_says_how_its_process_ended", a_lost_rank_says_how),
+        ("a_backend_panicking_at_start_up_is_named_with_its_panic_message", a_start_up_panic),
     ];
     let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let mut failed = Vec::new();
@@ -261,6 +273,8 @@ fn wrong_type() -> Outcome {
             message.starts_with("back-end rank 2 did not send its packet: sum cannot add %s"),
             "{message}"
         );
+        let shown = event.map(|e| e.to_string()).unwrap_or_default();
+        check!(shown.starts_with(&format!("stream {stream}: the packet of rank 2 was refused:")), "{shown}");
         // Rank 2 saw the error itself (100, not -100), then sent what the filter takes.
         let sum = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
         check!(sum == Some(1 + 3 + 100), "{sum:?}");
@@ -296,3 +310,47 @@ fn classes_and_arrays() -> Outcome {
     })
 }
 
+/// A back-end that returns an error from `main` at run time is reported
+/// lost with its exit status and what it wrote to stderr, under a readable name.
+fn a_lost_rank_says_how() -> Outcome {
+    runtime()?.block_on(async {
+        let mut net = tool_network("balanced:2x2").launch().await?;
+        let mut s = sum_stream(&net).await?;
+        s.send(TAG_FAIL, "", &[]).await?;
+        let sum = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
+        check!(sum == Some(2 + 3), "the wave completes without rank 1: {sum:?}");
+        let event = tokio::time::timeout(LIMIT, net.next_event()).await?;
+        let Some(Event::RanksLost { ranks, reason }) = event.clone() else {
+            return Err(format!("expected lost ranks, got {event:?}").into());
+        };
+        check!(ranks.to_string() == "1", "{ranks}");
+        // balanced:2x2 in pre-order: 0 front-end, 1 comm node, 2 and 3 its back-ends.
+        let head = "comm node localhost (node 1): link to back-end rank 1 on localhost (node 3) closed; \
+                    the process exited with status 1; its stderr:\n";
+        check!(reason.starts_with(head), "{reason}");
+        check!(reason.contains("Error: \"rank 1 cannot open /nonexistent/input.dat"), "{reason}");
+        let shown = event.map(|e| e.to_string()).unwrap_or_default();
+        check!(shown.starts_with("lost rank 1: comm node localhost (node 1): link to"), "{shown}");
+        finish(net).await
+    })
+}
+
+/// A back-end that panics while the tree starts, with `RUST_BACKTRACE` set,
+/// fails the launch with its panic message, not only the frames of its backtrace.
+fn a_start_up_panic() -> Outcome {
+    runtime()?.block_on(async {
+        let err = tool_network("balanced:2x2")
+            .env(PANIC_VAR, "1")
+            .env("RUST_BACKTRACE", "1")
+            .launch()
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        check!(err.contains("back-end rank 1 on localhost (node 3)"), "{err}");
+        check!(err.contains("exited with status 101"), "{err}");
+        check!(err.contains("rank 1 cannot read its settings file /etc/tool-test.conf"), "{err}");
+        check!(err.contains("stack backtrace: ["), "{err}");
+        Ok(())
+    })
+}
