@@ -40,7 +40,8 @@ pub enum Event {
         /// Which node noticed.
         reason: String,
     },
-    /// A filter refused a packet; the rest of its wave went on.
+    /// A filter refused a packet: at a comm node (the rest of its wave went on), or at
+    /// the back-end's own `send`, which failed (the wave waits for that rank's next packet).
     FilterError {
         /// The stream.
         stream: u32,
