@@ -7,7 +7,8 @@
 //!   sum filter, multicasts an integer and receives one sum per wave;
 //! * started by treecast with `TREECAST_RANK` set, it is a **back-end**: it
 //!   answers every packet with the integer times its rank… plus one;
-//! * started as `<program> node`, it is a **comm node** (what `treecast node` does).
+//! * started as `<program> node`, it is a **comm node** (what `treecast node` does),
+//!   through `treecast_api::run_comm_node`: no `treecast` binary is needed.
 //!
 //! ```sh
 //! cargo run --example integer_addition -- kary:4 16 5   # shape, back-ends, waves
@@ -22,11 +23,12 @@ const TAG_ADD: i32 = 100;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("node") {
-        treecast_node::run_comm_node().await?;
+    if treecast_api::started_as_comm_node() {
+        // Started by a parent as `<this program> node`.
+        treecast_api::run_comm_node().await?;
         return Ok(());
     }
+    let args: Vec<String> = std::env::args().collect();
     if std::env::var("TREECAST_RANK").is_ok() {
         return back_end().await;
     }
@@ -70,7 +72,7 @@ async fn front_end(shape: &str, backends: usize, waves: i32) -> Result<(), Box<d
     }
     // Lost back-ends (none here) are events: waves complete without them.
     while let Some(event) = net.try_event() {
-        println!("event: {event:?}");
+        println!("event: {event}");
     }
     net.shutdown().await;
     Ok(())
@@ -79,11 +81,12 @@ async fn front_end(shape: &str, backends: usize, waves: i32) -> Result<(), Box<d
 async fn back_end() -> Result<(), Box<dyn std::error::Error>> {
     // Joins the tree with what the launcher put in the environment.
     let mut be = BackEnd::connect().await?;
-    let result = answer(&mut be).await;
-    // Leaves the tree in order, on errors too. (A completed send is delivered even
-    // without it: `send` returns once the packet is written.)
+    answer(&mut be).await?;
+    // Leaves the tree in order. On an error, returning without it makes the
+    // front-end report this rank lost with the error this program prints on stderr.
+    // (What was sent is delivered either way.)
     be.close().await;
-    result
+    Ok(())
 }
 
 /// Answers every request until the front-end shuts the network down.

@@ -258,7 +258,7 @@ fn session_processes(session: &str) -> Vec<(u32, Vec<String>)> {
             .ok()
             .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
             .unwrap_or(true);
-        if !zombie && vars.iter().any(|kv| *kv == needle) {
+        if !zombie && vars.contains(&needle) {
             out.push((pid, vars));
         }
     }

@@ -70,6 +70,11 @@ impl Tool for BeTool {
 /// or dropped is written before it goes (waiting at most 5 s), so a back-end that
 /// returns from `main` right after sending loses nothing. `recv` takes `&mut self`;
 /// to send from other tasks, clone a [`BackEndSender`].
+///
+/// [`BackEnd::close`] leaves the tree in order: the front-end sees the rank leave
+/// ([`crate::Event::RanksLeft`]). A back-end dropped without it (its `main` returns
+/// an error, it panics) is reported lost ([`crate::Event::RanksLost`]) with its exit
+/// status and the end of its stderr, which says why.
 #[derive(Debug)]
 pub struct BackEnd {
     sender: BackEndSender,
@@ -99,19 +104,31 @@ impl BackEndSender {
     /// and are queued meanwhile.
     ///
     /// # Errors
-    /// A malformed format, values that do not match it, a format the stream's
-    /// filter cannot reduce, an unknown stream, or a closed link.
+    /// A malformed format, values that do not match it, an unknown stream, or a
+    /// closed link; [`ApiError::WrongFormat`] for values the stream's filter cannot
+    /// take (`%s` on a `sum` stream): nothing is sent, and the front-end gets an
+    /// [`crate::Event::FilterError`] naming this rank. The wave waits for this rank's
+    /// next packet on the stream, as it would for a packet not yet sent.
     ///
     /// Cancel safety: cancel safe: a cancelled send sent nothing.
     pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
         let (format, payload) = encode_checked(format, values)?;
         {
-            let d = lock(&self.shared);
-            let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?;
-            d.core().registry().check_format(spec, &format).map_err(|e| match e {
-                RegistryError::Format(source) => ApiError::Filter { stream, source },
-                other => ApiError::StreamFilter { stream, node: d.core().name().to_owned(), source: other },
-            })?;
+            let mut d = lock(&self.shared);
+            let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?.clone();
+            match d.core().registry().check_format(&spec, &format) {
+                Ok(()) => {}
+                Err(RegistryError::Format(source)) => {
+                    let message = format!("{} did not send its packet: {source}", d.core().name());
+                    // The front-end hears of it even if this back-end gives up on the error.
+                    let _ = d.command(Command::ReportFilterError { stream, message });
+                    return Err(ApiError::WrongFormat { stream, filter: spec.name, source });
+                }
+                Err(other) => {
+                    let node = d.core().name().to_owned();
+                    return Err(ApiError::StreamFilter { stream, node, source: other });
+                }
+            }
         }
         send_with_credit(&self.shared, Frame::new(FrameHeader::data(stream, tag, self.rank), payload)).await
     }
@@ -283,9 +300,10 @@ impl Drop for BackEnd {
     fn drop(&mut self) {
         let Some(task) = self.task.take() else { return };
         // The runtime may be going away with us (main returned): write what is
-        // queued now, with a time limit, rather than leave it to a task.
+        // queued now, with a time limit, rather than leave it to a task. No leave is
+        // sent: without `close`, the back-end is ending on an error or a panic, and
+        // its parent reports it lost with how its process ended.
         let mut d = lock(&self.sender.shared);
-        let _ = d.command(Command::Shutdown);
         d.flush_blocking(LAST_FLUSH);
         drop(d);
         task.abort();

@@ -144,7 +144,13 @@ impl NetworkBuilder {
         self
     }
 
-    /// The `treecast` binary comm nodes run (default: `TREECAST_PATH`, this program, or `treecast` on `PATH`).
+    /// The program comm nodes run, as `<program> node`: the `treecast` binary, or this
+    /// tool's own program if it calls [`crate::run_comm_node`] when started that way.
+    ///
+    /// Default: `TREECAST_PATH`; else this program if its file is named `treecast`;
+    /// else a file named `treecast` in this program's folder or the one above it
+    /// (where cargo puts a workspace's examples and tests); else `treecast` on `PATH`.
+    /// [`NetworkBuilder::launch`] fails with [`ApiError::NoBinary`] when none is found.
     pub fn treecast_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.treecast_path = Some(path.into());
         self
@@ -288,31 +294,72 @@ impl NetworkBuilder {
     }
 }
 
+/// The program comm nodes run: see [`NetworkBuilder::treecast_path`].
 fn resolve_treecast(explicit: Option<&Path>) -> Result<PathBuf, ApiError> {
     if let Some(p) = explicit {
         return Ok(p.to_path_buf());
     }
-    if let Ok(p) = std::env::var("TREECAST_PATH") {
+    if let Some(p) = std::env::var_os("TREECAST_PATH").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
-    let me = std::env::current_exe().map_err(|e| ApiError::NoBinary(e.to_string()))?;
+    let me = std::env::current_exe().map_err(|e| {
+        ApiError::NoBinary(format!("TREECAST_PATH is not set, and this program's own path is unknown ({e})"))
+    })?;
+    find_treecast(&me, std::env::var_os("PATH").as_deref())
+}
+
+/// Looks for `treecast` where [`NetworkBuilder::treecast_path`] says, for the program
+/// at `me`, given the value of `PATH`.
+fn find_treecast(me: &Path, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, ApiError> {
     if me.file_name().is_some_and(|n| n == "treecast") {
-        return Ok(me);
+        return Ok(me.to_path_buf());
     }
     // An example or test binary of this workspace: target/<profile>/{examples,deps}/x.
-    for dir in me.ancestors().skip(1).take(2) {
-        let candidate = dir.join("treecast");
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
+    let near: Vec<&Path> = me.ancestors().skip(1).take(2).collect();
+    let on_path = path.map(|p| std::env::split_paths(p).collect::<Vec<_>>()).unwrap_or_default();
+    let dirs = near.iter().copied().chain(on_path.iter().map(PathBuf::as_path));
+    if let Some(found) = dirs.map(|d| d.join("treecast")).find(|c| c.is_file()) {
+        return Ok(found);
     }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let candidate = dir.join("treecast");
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-        }
+    let near: Vec<String> = near.iter().map(|d| d.display().to_string()).collect();
+    Err(ApiError::NoBinary(format!(
+        "TREECAST_PATH is not set, this program ({}) is not named treecast, and no file named treecast \
+         is in {} or on PATH",
+        me.display(),
+        near.join(" or ")
+    )))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_treecast_binary_is_found_beside_the_program_or_on_path_and_a_miss_says_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("target/debug");
+        std::fs::create_dir_all(bin.join("examples")).unwrap();
+        let me = bin.join("examples/tool");
+        let elsewhere = dir.path().join("bin");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+
+        let err = find_treecast(&me, Some(elsewhere.as_os_str())).unwrap_err();
+        // What `main() -> Result<(), Box<dyn Error>>` prints is the Debug form: it must
+        // carry the hint, not `NoBinary("…")`.
+        let shown = format!("{err:?}");
+        assert!(shown.starts_with("cannot find the treecast binary that comm nodes run"), "{shown}");
+        assert!(shown.contains(&format!("this program ({})", me.display())), "{shown}");
+        assert!(shown.contains(&bin.join("examples").display().to_string()), "{shown}");
+        assert!(shown.contains("set TREECAST_PATH") && shown.contains("run_comm_node"), "{shown}");
+        assert_eq!(shown, err.to_string());
+
+        std::fs::write(elsewhere.join("treecast"), "").unwrap();
+        let found = find_treecast(&me, Some(elsewhere.as_os_str())).unwrap();
+        assert_eq!(found, elsewhere.join("treecast"));
+        std::fs::write(bin.join("treecast"), "").unwrap();
+        assert_eq!(find_treecast(&me, None).unwrap(), bin.join("treecast"), "beside comes first");
+        let named = dir.path().join("treecast");
+        assert_eq!(find_treecast(&named, None).unwrap(), named, "a program named treecast is its own");
     }
-    Err(ApiError::NoBinary("not next to this program and not on PATH".into()))
 }

@@ -1,5 +1,6 @@
 //! Errors of the API.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,7 +10,11 @@ use treecast_wire::RankSet;
 use crate::{DEFAULT_CHUNK, DEFAULT_TIMEOUT, MAX_CHUNK, MAX_TIMEOUT};
 
 /// Why an API call failed.
-#[derive(Debug, Error)]
+///
+/// Its `Debug` form is its message with its causes, the same as `Display` shows
+/// them, so that a tool whose `main` returns `Result<_, Box<dyn Error>>` prints what
+/// failed and what to do, not the variant's fields.
+#[derive(Error)]
 #[non_exhaustive]
 pub enum ApiError {
     /// The network could not be started.
@@ -102,11 +107,41 @@ pub enum ApiError {
         #[source]
         source: treecast_filters::FilterError,
     },
+    /// A back-end's packet does not suit its stream's filter (`%s` on a `sum` stream):
+    /// it was not sent, and the front-end gets an `Event::FilterError` naming this rank.
+    #[error(
+        "stream {stream}: {source}; nothing was sent (the front-end sees a filter error naming this \
+         rank): send values of types the stream's {filter} filter takes"
+    )]
+    WrongFormat {
+        /// The stream.
+        stream: u32,
+        /// The stream's upward filter, e.g. `sum`.
+        filter: String,
+        /// What the filter refuses.
+        #[source]
+        source: treecast_filters::FilterError,
+    },
+    /// `unpack` on a packet of the equivalence-class filter, which holds a table of
+    /// classes, not the values its back-ends sent.
+    #[error(
+        "stream {stream}: this packet is an equivalence-class table (the eqclass filter's output), \
+         not the values the back-ends sent: read it with Packet::eq_classes()"
+    )]
+    EqClassPacket {
+        /// The stream.
+        stream: u32,
+    },
     /// A packet's payload does not decode.
     #[error("malformed packet payload: {0}")]
     Decode(#[from] treecast_wire::DecodeError),
-    /// The `treecast` binary for comm nodes could not be found.
-    #[error("cannot find the treecast binary for comm nodes ({0}); set TREECAST_PATH to its full path")]
+    /// The `treecast` binary for comm nodes could not be found; the text says where
+    /// it was looked for.
+    #[error(
+        "cannot find the treecast binary that comm nodes run: {0}; set TREECAST_PATH to its full path, \
+         call NetworkBuilder::treecast_path, or make this program its own comm node (see \
+         treecast_api::run_comm_node)"
+    )]
     NoBinary(String),
     /// Ranks asked for are not back-ends of this network.
     #[error("ranks {ranks} are not back-ends of this network (it has ranks 0-{last})")]
@@ -143,6 +178,23 @@ pub enum ApiError {
     /// The environment set by the launcher is missing or wrong.
     #[error("{0}")]
     Env(String),
+}
+
+impl fmt::Debug for ApiError {
+    /// The message, then each cause its text does not already quote.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            let part = c.to_string();
+            if !text.contains(&part) {
+                text.push_str(": ");
+                text.push_str(&part);
+            }
+            cause = c.source();
+        }
+        f.write_str(&text)
+    }
 }
 
 impl ApiError {

@@ -14,6 +14,35 @@
 //! launcher set; [`BackEnd::recv`] returns packets of any stream; [`BackEnd::send`]
 //! sends up.
 //!
+//! Values: a format string such as `"%d %as"` names the types of a packet's values,
+//! one [`Value`] variant per specifier (each variant's documentation names its own;
+//! the wire layout is in `docs/wire-format.md`). Read them with [`Packet::unpack`],
+//! then [`Value::as_i64`], [`Value::as_str`], [`Value::as_array`] and their kin.
+//!
+//! Comm nodes run the `treecast` binary (`treecast node`): the one
+//! [`NetworkBuilder::treecast_path`] names, else `TREECAST_PATH`, else one found
+//! beside this program or on `PATH`. A tool can instead be its own comm node, and
+//! ship one program:
+//!
+//! ```no_run
+//! # async fn tool() -> Result<(), Box<dyn std::error::Error>> {
+//! use treecast_api::{NetworkBuilder, Topology};
+//!
+//! if treecast_api::started_as_comm_node() {
+//!     // Started by a parent as `<this program> node`.
+//!     return Ok(treecast_api::run_comm_node().await?);
+//! }
+//! let me = std::env::current_exe()?;
+//! let net = NetworkBuilder::new(Topology::from_spec("kary:8", Some(64))?)
+//!     .treecast_path(&me) // comm nodes run `<this program> node`
+//!     .backend_command([me.to_string_lossy().into_owned()])
+//!     .launch()
+//!     .await?;
+//! # drop(net);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Every call that waits either has a `_timeout` variant or ends with an error
 //! when the network goes away.
 
@@ -22,6 +51,7 @@
 mod attach;
 mod backend;
 mod builder;
+mod commnode;
 mod error;
 mod files;
 mod frontend;
@@ -32,6 +62,7 @@ mod stream;
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
 pub use backend::{BackEnd, BackEndEvent, BackEndSender};
 pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
+pub use commnode::{run_comm_node, started_as_comm_node, NodeError, COMM_NODE_ARG};
 pub use error::{ApiError, AttachError, SourceError};
 pub use files::{
     bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileMessage, FileMessageError,
@@ -46,8 +77,9 @@ pub use treecast_filters::{
     FilterContext, FilterError, FilterRegistry, RegistryError, Transform, TransformKind,
 };
 pub use treecast_launch::{SrunOptions, SshOptions};
-pub use treecast_node::core::LostRanks;
-pub use treecast_topology::Topology;
+pub use treecast_node::core::{CommandError, EndReason, LostRanks};
+pub use treecast_topology::{Topology, TopologyError};
 pub use treecast_wire::{
-    FilterSpec, RankSet, SyncMode, Value, Window, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
+    ArrayElement, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader, RankSet, ScalarType,
+    SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
 };

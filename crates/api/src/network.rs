@@ -40,7 +40,8 @@ pub enum Event {
         /// Which node noticed.
         reason: String,
     },
-    /// A filter refused a packet; the rest of its wave went on.
+    /// A filter refused a packet: at a comm node (the rest of its wave went on), or at
+    /// the back-end's own `send`, which failed (the wave waits for that rank's next packet).
     FilterError {
         /// The stream.
         stream: u32,
@@ -58,6 +59,38 @@ pub enum Event {
         /// Why.
         message: String,
     },
+}
+
+impl std::fmt::Display for Event {
+    /// One line for a log or a terminal, e.g. `lost rank 5: comm node n3 (node 2): …`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::RanksLost { ranks, reason } => write!(f, "lost {}: {reason}", Ranks(ranks)),
+            Event::RanksJoined { ranks } => write!(f, "{} joined", Ranks(ranks)),
+            Event::RanksLeft { ranks, reason } => write!(f, "{} left: {reason}", Ranks(ranks)),
+            Event::FilterError { stream, rank: u32::MAX, message } => {
+                write!(f, "stream {stream}: a filter failed: {message}")
+            }
+            Event::FilterError { stream, rank, message } => {
+                write!(f, "stream {stream}: the packet of rank {rank} was refused: {message}")
+            }
+            Event::StreamRefused { stream, node, message } => {
+                write!(f, "stream {stream} was refused by {node}: {message}")
+            }
+        }
+    }
+}
+
+/// A rank set with its noun: `rank 5`, `ranks 3-5,9`.
+struct Ranks<'a>(&'a RankSet);
+
+impl std::fmt::Display for Ranks<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.len() {
+            1 => write!(f, "rank {}", self.0),
+            _ => write!(f, "ranks {}", self.0),
+        }
+    }
 }
 
 /// A set of back-end ranks that streams are created over.
@@ -276,5 +309,32 @@ impl Drop for Network {
             task.abort();
         }
         drop(d.tool().attach_written.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_read_as_sentences() {
+        let lost = Event::RanksLost {
+            ranks: RankSet::single(5),
+            reason: "comm node n3 (node 2): link to back-end rank 5 on n3 (node 8) closed".into(),
+        };
+        assert_eq!(
+            lost.to_string(),
+            "lost rank 5: comm node n3 (node 2): link to back-end rank 5 on n3 (node 8) closed"
+        );
+        assert_eq!(Event::RanksJoined { ranks: RankSet::range(3, 3) }.to_string(), "ranks 3-5 joined");
+        let left = Event::RanksLeft { ranks: RankSet::range(0, 2), reason: "back-end rank 0 left".into() };
+        assert_eq!(left.to_string(), "ranks 0-1 left: back-end rank 0 left");
+        let refused = Event::FilterError { stream: 2, rank: 7, message: "sum cannot add %s".into() };
+        assert_eq!(refused.to_string(), "stream 2: the packet of rank 7 was refused: sum cannot add %s");
+        let down = Event::FilterError { stream: 2, rank: u32::MAX, message: "downstream filter".into() };
+        assert_eq!(down.to_string(), "stream 2: a filter failed: downstream filter");
+        let node = "comm node h (node 1)".to_owned();
+        let stream = Event::StreamRefused { stream: 4, node, message: "no filter median".into() };
+        assert_eq!(stream.to_string(), "stream 4 was refused by comm node h (node 1): no filter median");
     }
 }

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use treecast_filters::decode_eq_classes;
-use treecast_wire::{decode_values, Format, Frame, RankSet, Value};
+use treecast_wire::{decode_values, Format, Frame, RankSet, Value, FLAG_EQCLASS};
 
 use crate::ApiError;
 
@@ -50,7 +50,14 @@ impl Packet {
         &self.frame.payload
     }
 
-    /// Decodes the payload into values.
+    /// True for the output of the equivalence-class filter (`eqclass`): read it with
+    /// [`Packet::eq_classes`].
+    pub fn is_eq_classes(&self) -> bool {
+        self.frame.header.flags & FLAG_EQCLASS != 0
+    }
+
+    /// Decodes the payload into values, whatever their types (for an
+    /// equivalence-class packet, the raw table: see [`Packet::eq_classes`]).
     ///
     /// # Errors
     /// [`ApiError::Decode`] if the payload is malformed.
@@ -58,13 +65,18 @@ impl Packet {
         Ok(decode_values(&self.frame.payload)?)
     }
 
-    /// Decodes the payload and checks it against `format` (e.g. `"%d %s"`).
+    /// Decodes the payload and checks it against `format` (e.g. `"%d %s"`): the
+    /// values come back in the format's order, one [`Value`] variant per specifier.
     ///
     /// # Errors
-    /// A malformed format, a malformed payload, or values that do not match,
-    /// naming the first that does not.
+    /// A malformed format, a malformed payload, or values that do not match, naming
+    /// the first that does not; [`ApiError::EqClassPacket`] for the output of the
+    /// equivalence-class filter, which [`Packet::eq_classes`] reads.
     pub fn unpack(&self, format: &str) -> Result<Vec<Value>, ApiError> {
         let format = Format::parse(format)?;
+        if self.is_eq_classes() {
+            return Err(ApiError::EqClassPacket { stream: self.stream() });
+        }
         let values = self.values()?;
         format.check(&values)?;
         Ok(values)
@@ -78,5 +90,28 @@ impl Packet {
         let classes = decode_eq_classes(&self.frame)
             .map_err(|source| ApiError::Filter { stream: self.stream(), source })?;
         classes.into_iter().map(|(key, ranks)| Ok(EqClass { values: decode_values(&key)?, ranks })).collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use treecast_filters::eq_classes_frame;
+
+    #[test]
+    fn unpack_on_an_equivalence_class_table_points_to_eq_classes() {
+        // Regression: it said "format \"%d\" names 1 values but 10 were given".
+        let mut key = Vec::new();
+        treecast_wire::encode_values(&[Value::Int(4)], &mut key);
+        let frame = eq_classes_frame(3, 0, &[(Bytes::from(key), RankSet::range(0, 4))]);
+        let p = Packet::from_frame(frame);
+        assert!(p.is_eq_classes());
+        let err = p.unpack("%d").unwrap_err();
+        assert!(matches!(err, ApiError::EqClassPacket { stream: 3 }), "{err:?}");
+        assert!(err.to_string().contains("read it with Packet::eq_classes()"), "{err}");
+        let classes = p.eq_classes().unwrap();
+        assert_eq!(classes, [EqClass { values: vec![Value::Int(4)], ranks: RankSet::range(0, 4) }]);
     }
 }

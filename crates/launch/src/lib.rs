@@ -114,7 +114,7 @@ pub(crate) fn bare_host(host: &str) -> &str {
 /// Everything needed to start one process.
 #[derive(Debug, Clone)]
 pub struct ProcessSpec {
-    /// Human name for errors, e.g. `comm node localhost:3`.
+    /// Human name for errors, e.g. `comm node localhost (node 3)`.
     pub name: String,
     /// Host the process runs on: `host`, or `user@host` to log in as `user` over ssh.
     pub host: String,
@@ -241,17 +241,45 @@ pub(crate) async fn keep_stderr(
     tail: Arc<Mutex<VecDeque<String>>>,
 ) {
     let mut lines = BufReader::new(stderr).lines();
+    let mut backtrace = None;
     while let Ok(Some(line)) = lines.next_line().await {
         if forward {
             eprintln!("[{name}] {line}");
         }
         if let Ok(mut t) = tail.lock() {
-            if t.len() == STDERR_TAIL_LINES {
-                t.pop_front();
-            }
-            t.push_back(line);
+            keep_line(&mut t, &mut backtrace, line);
         }
     }
+}
+
+/// The line that starts the stack backtrace Rust prints after a panic message when
+/// `RUST_BACKTRACE` is set.
+const BACKTRACE_START: &str = "stack backtrace:";
+
+/// Adds `line` to the stderr tail, keeping the last [`STDERR_TAIL_LINES`] lines.
+///
+/// The frames of a Rust stack backtrace (the indented lines after
+/// [`BACKTRACE_START`]) are counted, not kept: with `RUST_BACKTRACE` set, they would
+/// push the panic message that precedes them out of the tail, and the message is
+/// what a report needs. `backtrace` counts the frame lines of the one in progress.
+fn keep_line(tail: &mut VecDeque<String>, backtrace: &mut Option<usize>, line: String) {
+    if let Some(skipped) = backtrace.as_mut() {
+        if line.starts_with([' ', '\t']) {
+            *skipped += 1;
+            if let Some(last) = tail.back_mut() {
+                *last = format!("{BACKTRACE_START} [{skipped} lines left out of this report]");
+            }
+            return;
+        }
+        *backtrace = None;
+    }
+    if line.trim_end() == BACKTRACE_START {
+        *backtrace = Some(0);
+    }
+    if tail.len() == STDERR_TAIL_LINES {
+        tail.pop_front();
+    }
+    tail.push_back(line);
 }
 
 /// The effective user id of this process (who owns the files it creates).
@@ -414,6 +442,47 @@ mod tests {
         assert_eq!(p.wait().await, "exited with status 3");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert_eq!(p.stderr_tail(), "oops\nv");
+    }
+
+    #[test]
+    fn a_backtrace_leaves_the_panic_message_in_the_tail() {
+        // Regression: with RUST_BACKTRACE set, a panicking back-end's frames filled
+        // the tail and its start-up error lost the panic message.
+        let mut tail = VecDeque::new();
+        let mut backtrace = None;
+        let mut lines = vec![
+            "starting".to_owned(),
+            "thread 'main' (6273) panicked at src/main.rs:1:31:".to_owned(),
+            "the config file is missing".to_owned(),
+            "stack backtrace:".to_owned(),
+        ];
+        for i in 0..60 {
+            lines.push(format!("  {i:3}: tool::deep"));
+            lines.push("             at ./src/main.rs:1:102".to_owned());
+        }
+        lines.push(
+            "note: Some details are omitted, run with `RUST_BACKTRACE=full` for a verbose backtrace.".into(),
+        );
+        for line in lines {
+            keep_line(&mut tail, &mut backtrace, line);
+        }
+        let kept: Vec<&str> = tail.iter().map(String::as_str).collect();
+        assert_eq!(
+            kept,
+            [
+                "starting",
+                "thread 'main' (6273) panicked at src/main.rs:1:31:",
+                "the config file is missing",
+                "stack backtrace: [120 lines left out of this report]",
+                "note: Some details are omitted, run with `RUST_BACKTRACE=full` for a verbose backtrace.",
+            ]
+        );
+        // Other indented lines are kept, and the tail stays bounded.
+        for i in 0..100 {
+            keep_line(&mut tail, &mut backtrace, format!("  line {i}"));
+        }
+        assert_eq!(tail.len(), STDERR_TAIL_LINES);
+        assert_eq!(tail.back().map(String::as_str), Some("  line 99"));
     }
 
     #[test]

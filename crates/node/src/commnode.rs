@@ -108,6 +108,10 @@ pub fn launcher_of(spec: &LauncherSpec) -> Result<Option<Remote>, String> {
     })
 }
 
+/// The argument a comm node is started with: `treecast node`, or `<tool> node` for a
+/// tool that serves as its own comm node (it then calls [`run_comm_node`]).
+pub const COMM_NODE_ARG: &str = "node";
+
 /// The `treecast` binary to start children with: `TREECAST_PATH` (so a wrapper, a
 /// profiler or a debugger, can stand in), else this program.
 ///
@@ -137,7 +141,7 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
     let core = Node::new(NodeConfig {
         role: Role::CommNode,
         node_id,
-        name: format!("comm node (id {node_id})"),
+        name: format!("comm node (node {node_id})"),
         registry: FilterRegistry::builtin(),
         tool_window: Window { packets: 1, bytes: 1 },
     });

@@ -19,5 +19,7 @@ pub mod driver;
 pub mod env;
 mod error;
 
-pub use commnode::{connect_to, launcher_of, read_secret, run_comm_node, treecast_exe, DEFAULT_MAX_FRAME};
+pub use commnode::{
+    connect_to, launcher_of, read_secret, run_comm_node, treecast_exe, COMM_NODE_ARG, DEFAULT_MAX_FRAME,
+};
 pub use error::NodeError;

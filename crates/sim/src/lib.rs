@@ -6,7 +6,8 @@
 //!   their links come up after a launch delay. Each link has its own delay (drawn
 //!   from [`SimConfig::delay`], fixed for the link, so frames stay in order).
 //! * Nodes can be killed at chosen times ([`Sim::kill_at`]); their links close and
-//!   their peers notice after the link's delay, as over a real socket.
+//!   their peers notice after the link's delay, as over a real socket; the parent's
+//!   driver then hears how the process ended ([`EXIT_NEWS_DELAY`] later).
 //! * Back-ends run a small tool ([`BackendTool`]) that answers requests by tag, and
 //!   can be made slow (read one packet per period) or silent (never answer).
 //! * The front-end's tool is the test itself: [`Sim::send`], [`Sim::read`] and
@@ -40,6 +41,11 @@ pub const TAG_RANK: i32 = 2;
 pub const TAG_BURST: i32 = 3;
 /// Tag of a request `%d count %d size` a back-end answers with `count` packets `%b` of `size` bytes.
 pub const TAG_BURST_BYTES: i32 = 4;
+
+/// How long after a killed node's link to its parent closes the parent's driver
+/// reports how its process ended (`Command::ChildExited`), as a real driver does once
+/// it has reaped the process and read the end of its stderr.
+pub const EXIT_NEWS_DELAY: Duration = Duration::from_millis(1);
 
 /// How the simulated tree is built and run.
 #[derive(Debug, Clone)]
@@ -138,6 +144,7 @@ enum Action {
     Timer { node: usize, generation: u64 },
     Kill { node: usize },
     Read { node: usize },
+    Exited { parent: usize, node_id: u32, detail: String },
 }
 
 struct Scheduled {
@@ -299,7 +306,7 @@ impl Sim {
         self.adopted.insert(id, (rank, parent));
         let launch = ChildLaunch {
             node_id: id as u32,
-            name: format!("back-end rank {rank} (sim:{id})"),
+            name: format!("back-end rank {rank} on sim (node {id})"),
             host: "sim".into(),
             is_backend: true,
             first_rank: rank,
@@ -351,7 +358,7 @@ impl Sim {
         }
         let name = match role {
             Role::FrontEnd => "front-end".to_owned(),
-            Role::CommNode => format!("comm node (id {id})"),
+            Role::CommNode => format!("comm node (node {id})"),
             Role::BackEnd { rank, .. } => format!("back-end rank {rank}"),
         };
         let core = Node::new(NodeConfig {
@@ -539,6 +546,12 @@ impl Sim {
                 self.drain(node);
             }
             Action::Kill { node } => self.kill(node, "was killed"),
+            Action::Exited { parent, node_id, detail } => {
+                let Some(p) = self.nodes[parent].as_mut().filter(|p| p.alive) else { return };
+                p.stats.inputs += 1;
+                let _ = p.core.handle_command(Command::ChildExited { node_id, detail }, now);
+                self.drain(parent);
+            }
             Action::Read { node } => {
                 if let Some(n) = self.nodes[node].as_mut() {
                     n.read_scheduled = false;
@@ -596,10 +609,15 @@ impl Sim {
         let links: Vec<(usize, Option<LinkId>, Duration)> =
             n.links.iter().filter(|(_, l)| l.open).map(|(_, l)| (l.peer, l.peer_link, l.delay)).collect();
         let reason = format!("node {id} {how}");
+        let parent = self.parent_of(id);
         for (peer, peer_link, delay) in links {
             if let Some(pl) = peer_link {
                 let at = self.now + delay;
                 self.schedule(at, Action::Closed { node: peer, link: pl, reason: Some(reason.clone()) });
+                if Some(peer) == parent {
+                    let news = Action::Exited { parent: peer, node_id: id as u32, detail: how.to_owned() };
+                    self.schedule(at + EXIT_NEWS_DELAY, news);
+                }
             }
         }
     }

@@ -85,7 +85,12 @@ fn a_backend_killed_mid_wave_leaves_the_wave_and_is_reported() {
         .collect();
     assert_eq!(lost.len(), 1, "{lost:?}");
     assert_eq!(lost[0].0, RankSet::single(5));
-    assert!(lost[0].1.contains("rank 5"), "{}", lost[0].1);
+    // The report names the node, the child and how its process ended (its link
+    // closed first; the report waited for the exit news).
+    let reason = &lost[0].1;
+    assert!(reason.starts_with("comm node localhost (node "), "{reason}");
+    assert!(reason.contains(&format!("back-end rank 5 on localhost (node {victim})")), "{reason}");
+    assert!(reason.ends_with("; the process was killed"), "{reason}");
 }
 
 #[test]

@@ -35,4 +35,6 @@ pub use frame::{
 };
 pub use plan::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, PLAN_VERSION};
 pub use rankset::RankSet;
-pub use value::{decode_values, encode_bytes_head, encode_values, ScalarType, Value, ValueType};
+pub use value::{
+    decode_values, encode_bytes_head, encode_values, ArrayElement, ScalarType, Value, ValueType,
+};

@@ -181,32 +181,59 @@ impl fmt::Display for ValueType {
     }
 }
 
-/// One typed value of a payload.
+/// One typed value of a payload; each variant is the value of one format specifier
+/// (`"%d %as"` is an [`Value::Int`] then a [`Value::StrArray`]).
+///
+/// Build values with the variants or `From` (`Value::from(7i32)`, `vec!["a"].into()`);
+/// read them with [`Value::as_i64`], [`Value::as_f64`], [`Value::as_str`],
+/// [`Value::as_array`] and their kin, or by matching. `%A…` is a synonym of `%a…`.
 #[derive(Debug, Clone, PartialEq)]
-#[allow(missing_docs)] // each variant is its format specifier's type, see ScalarType
 pub enum Value {
+    /// `%c`: a signed 8-bit integer.
     Char(i8),
+    /// `%uc`: an unsigned 8-bit integer.
     UChar(u8),
+    /// `%hd`: a signed 16-bit integer.
     Short(i16),
+    /// `%uhd`: an unsigned 16-bit integer.
     UShort(u16),
+    /// `%d`: a signed 32-bit integer.
     Int(i32),
+    /// `%ud`: an unsigned 32-bit integer.
     UInt(u32),
+    /// `%ld`: a signed 64-bit integer.
     Long(i64),
+    /// `%uld`: an unsigned 64-bit integer.
     ULong(u64),
+    /// `%f`: a 32-bit float.
     Float(f32),
+    /// `%lf`: a 64-bit float.
     Double(f64),
+    /// `%s`: a UTF-8 string.
     Str(String),
+    /// `%ac`: an array of signed 8-bit integers.
     CharArray(Vec<i8>),
+    /// `%auc`: an array of unsigned 8-bit integers (a different type from `%b`).
     UCharArray(Vec<u8>),
+    /// `%ahd`: an array of signed 16-bit integers.
     ShortArray(Vec<i16>),
+    /// `%auhd`: an array of unsigned 16-bit integers.
     UShortArray(Vec<u16>),
+    /// `%ad`: an array of signed 32-bit integers.
     IntArray(Vec<i32>),
+    /// `%aud`: an array of unsigned 32-bit integers.
     UIntArray(Vec<u32>),
+    /// `%ald`: an array of signed 64-bit integers.
     LongArray(Vec<i64>),
+    /// `%auld`: an array of unsigned 64-bit integers.
     ULongArray(Vec<u64>),
+    /// `%af`: an array of 32-bit floats.
     FloatArray(Vec<f32>),
+    /// `%alf`: an array of 64-bit floats.
     DoubleArray(Vec<f64>),
+    /// `%as`: an array of UTF-8 strings.
     StrArray(Vec<String>),
+    /// `%b`: raw bytes (build it with [`Value::bytes`]; `Vec<u8>` converts to `%auc`).
     Bytes(Vec<u8>),
 }
 
@@ -301,6 +328,82 @@ impl Value {
             _ => None,
         }
     }
+
+    /// The elements of an array whose elements are `T`: `as_array::<i32>()` for `%ad`,
+    /// `as_array::<String>()` for `%as`, `as_array::<u8>()` for `%auc` (not `%b`: see
+    /// [`Value::as_bytes`]). `None` for a scalar or an array of another type.
+    pub fn as_array<T: ArrayElement>(&self) -> Option<&[T]> {
+        T::slice(self)
+    }
+
+    /// The elements of an integer array of any width, if each fits in an `i64`.
+    pub fn to_i64_vec(&self) -> Option<Vec<i64>> {
+        fn all<T: Copy>(v: &[T], f: impl Fn(T) -> Option<i64>) -> Option<Vec<i64>> {
+            v.iter().map(|&x| f(x)).collect()
+        }
+        match self {
+            Value::CharArray(v) => all(v, |x| Some(x.into())),
+            Value::UCharArray(v) => all(v, |x| Some(x.into())),
+            Value::ShortArray(v) => all(v, |x| Some(x.into())),
+            Value::UShortArray(v) => all(v, |x| Some(x.into())),
+            Value::IntArray(v) => all(v, |x| Some(x.into())),
+            Value::UIntArray(v) => all(v, |x| Some(x.into())),
+            Value::LongArray(v) => Some(v.clone()),
+            Value::ULongArray(v) => all(v, |x| i64::try_from(x).ok()),
+            _ => None,
+        }
+    }
+
+    /// The elements of any numeric array as `f64`s (64-bit integers may round).
+    pub fn to_f64_vec(&self) -> Option<Vec<f64>> {
+        match self {
+            Value::FloatArray(v) => Some(v.iter().map(|&x| x.into()).collect()),
+            Value::DoubleArray(v) => Some(v.clone()),
+            Value::LongArray(v) => Some(v.iter().map(|&x| x as f64).collect()),
+            Value::ULongArray(v) => Some(v.iter().map(|&x| x as f64).collect()),
+            _ => self.to_i64_vec().map(|v| v.into_iter().map(|x| x as f64).collect()),
+        }
+    }
+}
+
+/// An element type of an array value, for [`Value::as_array`]: `i8`, `u8`, `i16`,
+/// `u16`, `i32`, `u32`, `i64`, `u64`, `f32`, `f64` and `String`.
+pub trait ArrayElement: sealed::Sealed + Sized {
+    /// The elements of `value` if it is an array of this type.
+    fn slice(value: &Value) -> Option<&[Self]>;
+}
+
+mod sealed {
+    /// Only the wire's element types are array elements.
+    pub trait Sealed {}
+}
+
+macro_rules! array_element {
+    ($($t:ty => $array:ident;)*) => {$(
+        impl sealed::Sealed for $t {}
+        impl ArrayElement for $t {
+            fn slice(value: &Value) -> Option<&[Self]> {
+                match value {
+                    Value::$array(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+array_element! {
+    i8 => CharArray;
+    u8 => UCharArray;
+    i16 => ShortArray;
+    u16 => UShortArray;
+    i32 => IntArray;
+    u32 => UIntArray;
+    i64 => LongArray;
+    u64 => ULongArray;
+    f32 => FloatArray;
+    f64 => DoubleArray;
+    String => StrArray;
 }
 
 macro_rules! value_from {
@@ -554,6 +657,24 @@ mod tests {
         assert!(matches!(err, EncodeError::TooLong { .. }), "{err:?}");
         assert_eq!(out, [1u8]);
         encode_bytes_head(crate::MAX_PAYLOAD_LEN, &mut out).unwrap();
+    }
+
+    #[test]
+    fn arrays_are_read_by_element_type_and_widened() {
+        let ints = Value::IntArray(vec![1, -2]);
+        assert_eq!(ints.as_array::<i32>(), Some(&[1, -2][..]));
+        assert_eq!(ints.as_array::<i64>(), None, "the element type must match");
+        assert_eq!(ints.to_i64_vec(), Some(vec![1, -2]));
+        assert_eq!(ints.to_f64_vec(), Some(vec![1.0, -2.0]));
+        let names = Value::from(vec!["a", "b"]);
+        assert_eq!(names.as_array::<String>().map(<[String]>::len), Some(2));
+        assert_eq!(names.to_i64_vec(), None);
+        assert_eq!(Value::UCharArray(vec![1]).as_array::<u8>(), Some(&[1u8][..]));
+        assert_eq!(Value::bytes(vec![1]).as_array::<u8>(), None, "%b is not %auc");
+        assert_eq!(Value::ULongArray(vec![u64::MAX]).to_i64_vec(), None);
+        assert_eq!(Value::FloatArray(vec![0.5]).to_f64_vec(), Some(vec![0.5]));
+        assert_eq!(Value::Int(1).as_array::<i32>(), None);
+        assert_eq!(Value::Int(1).to_i64_vec(), None);
     }
 
     fn enc(values: &[Value]) -> Vec<u8> {

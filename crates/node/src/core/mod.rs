@@ -23,7 +23,7 @@ mod window;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use treecast_filters::{FilterRegistry, RegistryError};
 use treecast_wire::{
@@ -37,6 +37,13 @@ pub use treecast_transport::{LinkId, LinkMap, LinkTable};
 use liveness::Liveness;
 use startup::{Child, ChildState, Startup};
 use streams::StreamState;
+
+/// How long a node holds the report of a child whose link closed while the tree
+/// runs, waiting for the driver's [`Command::ChildExited`], so that the report says
+/// how the process ended (exit status or signal, the end of its stderr). A process
+/// that ends closes its link first; its exit news follows within milliseconds. The
+/// child's ranks leave the streams at once; only the report waits.
+pub const EXIT_WAIT: Duration = Duration::from_millis(500);
 
 /// What a node is in the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +68,7 @@ pub struct NodeConfig {
     pub role: Role,
     /// Its node id in the whole tree (pre-order; 0 is the front-end).
     pub node_id: u32,
-    /// Name in messages, e.g. `comm node n3:1 (id 5)`; a comm node's is refined when its plan arrives.
+    /// Name in messages, e.g. `comm node n3 (node 5)`; a comm node's is refined when its plan arrives.
     pub name: String,
     /// The filters this node can make.
     pub registry: FilterRegistry,
@@ -281,6 +288,15 @@ pub enum Command {
     /// Send a data frame: down the stream from the front-end (to one rank with
     /// `FLAG_DIRECT`), up from a back-end.
     Send(Frame),
+    /// Back-end: the tool's packet for `stream` was refused before it was sent (its
+    /// format does not suit the stream's filter); the front-end gets an
+    /// [`Event::FilterError`] naming this rank, as if a comm node had refused it.
+    ReportFilterError {
+        /// The stream.
+        stream: u32,
+        /// What did not match, naming this back-end.
+        message: String,
+    },
     /// Front-end: take the tree down. Back-end: leave.
     Shutdown,
 }
@@ -440,6 +456,8 @@ pub struct Node {
     own_host: String,
     /// Earliest deadline of a child not yet joined.
     child_deadline: Option<Instant>,
+    /// Earliest time a held loss report goes up without its process news.
+    loss_deadline: Option<Instant>,
     streams: HashMap<u32, StreamState>,
     /// Highest stream id seen: an unknown id at or below it is a closed stream.
     max_stream: u32,
@@ -475,6 +493,7 @@ impl Node {
             plan: None,
             own_host: String::new(),
             child_deadline: None,
+            loss_deadline: None,
             streams: HashMap::new(),
             max_stream: 0,
             deliveries: VecDeque::new(),
@@ -576,7 +595,17 @@ impl Node {
     }
 
     /// `link` closed: `reason` is `None` for an orderly close, else what broke it.
+    ///
+    /// A child whose link closes while the tree runs usually closed it by ending: its
+    /// ranks leave the streams at once, but the report of their loss waits (at most
+    /// [`EXIT_WAIT`]) for the driver's [`Command::ChildExited`], so that it says how
+    /// the process ended and what it last wrote to stderr.
     pub fn handle_link_closed(&mut self, link: LinkId, reason: Option<String>, now: Instant) {
+        self.link_closed(link, reason, now, true);
+    }
+
+    /// `link` closed, by its peer (`by_peer`) or by this node on a protocol error.
+    fn link_closed(&mut self, link: LinkId, reason: Option<String>, now: Instant, by_peer: bool) {
         self.liveness.link_closed(link);
         let Some(role) = self.links.remove(link) else { return };
         match role {
@@ -593,7 +622,7 @@ impl Node {
                     Some(r) => format!("{}: link to {} failed: {r}", self.name, self.children[c].name),
                     None => format!("{}: link to {} closed", self.name, self.children[c].name),
                 };
-                self.child_gone(c, why, now);
+                self.child_gone(c, why, now, by_peer);
             }
         }
     }
@@ -633,6 +662,14 @@ impl Node {
             Command::NewStream(spec) => self.open_stream(spec),
             Command::CloseStream(id) => self.close_stream_from_tool(id),
             Command::Send(frame) => self.send_from_tool(frame),
+            Command::ReportFilterError { stream, message } => {
+                let Role::BackEnd { rank, .. } = self.role else {
+                    return Err(CommandError::NotNow("only a back-end reports its own refused packets"));
+                };
+                let parent = self.parent.ok_or(CommandError::ShutDown)?;
+                self.out.control(parent, &ControlMsg::FilterError { stream, rank, message });
+                Ok(())
+            }
             Command::Shutdown => {
                 let why = match self.role {
                     Role::BackEnd { rank, .. } => {
@@ -655,9 +692,11 @@ impl Node {
     }
 
     /// Time passed: releases time-out waves, gives up on children that are late,
-    /// sends heartbeats and cuts off links that stayed silent too long.
+    /// reports losses whose process news did not come within [`EXIT_WAIT`], sends
+    /// heartbeats and cuts off links that stayed silent too long.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.startup_timeout(now);
+        self.losses_timeout(now);
         self.streams_timeout(now);
         self.liveness_timeout(now);
     }
@@ -688,10 +727,9 @@ impl Node {
 
     /// When [`Node::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let startup = self.child_deadline;
         let waves = self.streams.values().filter_map(StreamState::next_deadline).min();
         let liveness = if self.phase == Phase::Over { None } else { self.liveness.next_deadline() };
-        [startup, waves, liveness].into_iter().flatten().min()
+        [self.child_deadline, self.loss_deadline, waves, liveness].into_iter().flatten().min()
     }
 
     /// The next event for the driver or the tool.
@@ -761,9 +799,14 @@ impl Node {
 
     /// Closes `link` on a protocol error: the driver closes it, the node treats it as closed.
     fn drop_link(&mut self, link: LinkId, reason: String, now: Instant) {
-        tracing::warn!(node = %self.name, "closing {link}: {reason}");
+        // A child's loss is reported up with this reason; only the parent link's end is this node's own to log.
+        if self.parent == Some(link) {
+            tracing::warn!(node = %self.name, "closing {link}: {reason}");
+        } else {
+            tracing::debug!(node = %self.name, "closing {link}: {reason}");
+        }
         self.out.event(Event::CloseLink { link, reason: reason.clone() });
-        self.handle_link_closed(link, Some(reason), now);
+        self.link_closed(link, Some(reason), now, false);
     }
 
     /// Sends a shutdown down and ends the node.
@@ -781,6 +824,7 @@ impl Node {
         self.phase = Phase::Over;
         self.startup = None;
         self.child_deadline = None;
+        self.loss_deadline = None;
         self.out.event(Event::Shutdown { reason });
     }
 }

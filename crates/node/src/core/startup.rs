@@ -25,7 +25,7 @@ use super::{
 pub struct ChildLaunch {
     /// Its node id (it authenticates as this).
     pub node_id: u32,
-    /// Its name in messages, e.g. `comm node n3:1` or `back-end rank 7 (n3:2)`.
+    /// Its name in messages, e.g. `comm node n3 (node 5)` or `back-end rank 7 on n3 (node 12)`.
     pub name: String,
     /// The host it runs on, as the topology names it.
     pub host: String,
@@ -57,7 +57,6 @@ pub(crate) enum ChildState {
 pub(crate) struct Child {
     pub(crate) node_id: u32,
     pub(crate) name: String,
-    host: String,
     pub(crate) is_backend: bool,
     /// The ranks the plan gives it, less those it reported lost before joining.
     pub(crate) expected: RankSet,
@@ -80,6 +79,22 @@ pub(crate) struct Child {
     join_limit: Duration,
     /// Attach mode: the back-end slots of its sub-tree, once it reported them.
     points: Option<Vec<AttachPoint>>,
+    /// Its link closed while the tree ran: the loss report waiting for its process
+    /// news (see [`super::EXIT_WAIT`]).
+    held: Option<HeldLoss>,
+}
+
+/// A loss report held until the lost child's process news arrives, or until a deadline.
+#[derive(Debug)]
+pub(crate) struct HeldLoss {
+    /// The ranks lost with the child (none during start-up, which fails the child instead).
+    ranks: RankSet,
+    /// Why, so far: which node noticed, and that the link closed.
+    why: String,
+    /// When it goes up without the process news.
+    until: Instant,
+    /// Lost during start-up: the child fails the start-up (or goes missing) then.
+    startup: bool,
 }
 
 impl Child {
@@ -88,13 +103,29 @@ impl Child {
         self.state != ChildState::Gone
     }
 
+    /// `what` happened to it, with how its process ended when known. Its name says
+    /// its host and node id.
     fn failure(&self, what: &str) -> String {
-        let mut msg = format!("{} (node id {}) on {} {what}", self.name, self.node_id, self.host);
+        self.with_detail(format!("{} {what}", self.name))
+    }
+
+    /// `msg`, followed by how the child's process ended when the driver said so.
+    fn with_detail(&self, mut msg: String) -> String {
         if let Some(d) = &self.detail {
             msg.push_str(&format!("; the process {d}"));
         }
         msg
     }
+}
+
+/// A comm node's name in messages: `comm node n3 (node 5)` (host, then node id).
+pub(crate) fn commnode_name(host: &str, node_id: u32) -> String {
+    format!("comm node {host} (node {node_id})")
+}
+
+/// A back-end's name in messages: `back-end rank 7 on n3 (node 12)`.
+pub(crate) fn backend_name(rank: u32, host: &str, node_id: u32) -> String {
+    format!("back-end rank {rank} on {host} (node {node_id})")
 }
 
 /// Start-up bookkeeping, dropped once the node runs.
@@ -156,8 +187,7 @@ impl Node {
         let own_host = topo.node(topo.root()).host.clone();
         self.liveness.configure(LivenessLimits::from_ms(plan.heartbeat_ms, plan.dead_after_ms), now);
         if self.role == Role::CommNode {
-            let me = topo.node(topo.root());
-            self.name = format!("comm node {}:{} (id {})", me.host, me.index, self.node_id);
+            self.name = commnode_name(&own_host, self.node_id);
         }
         let limit = ms(plan.startup_timeout_ms);
         let attach = (plan.attach_ms > 0).then(|| ms(plan.attach_ms));
@@ -167,15 +197,16 @@ impl Node {
             let is_backend = topo.is_leaf(c);
             let first_rank = plan.first_rank + topo.first_rank(c);
             let backends = topo.subtree_backends(c) as u32;
+            let node_id = plan.node_id + c as u32;
             let name = if is_backend {
-                format!("back-end rank {first_rank} ({}:{})", node.host, node.index)
+                backend_name(first_rank, &node.host, node_id)
             } else {
-                format!("comm node {}:{}", node.host, node.index)
+                commnode_name(&node.host, node_id)
             };
             let attach_slot = is_backend && attach.is_some();
             let depth = subtree_depth(&topo, c).max(1) as u32;
             let launch = ChildLaunch {
-                node_id: plan.node_id + c as u32,
+                node_id,
                 name: name.clone(),
                 host: node.host.clone(),
                 is_backend,
@@ -186,7 +217,6 @@ impl Node {
             self.children.push(super::startup::Child {
                 node_id: launch.node_id,
                 name,
-                host: node.host.clone(),
                 is_backend,
                 expected: RankSet::range(first_rank, backends),
                 ranks: RankSet::new(),
@@ -200,6 +230,7 @@ impl Node {
                 late: "did not connect",
                 join_limit: limit * depth + attach.unwrap_or_default(),
                 points: None,
+                held: None,
             });
             launches.push(launch);
         }
@@ -247,7 +278,41 @@ impl Node {
         if self.children[c].state == ChildState::Launching {
             let reason = self.children[c].failure("exited before connecting");
             self.fail_child(c, reason, now);
+        } else if self.children[c].held.is_some() {
+            self.release_loss(c, now);
         }
+    }
+
+    /// Reports the loss held for child `c`, with its process news if it came.
+    fn release_loss(&mut self, c: usize, now: Instant) {
+        let Some(held) = self.children[c].held.take() else { return };
+        self.refresh_loss_deadline();
+        if held.startup {
+            let reason = self.children[c].failure(&format!("failed during start-up: {}", held.why));
+            return self.fail_child(c, reason, now);
+        }
+        let child = &self.children[c];
+        let reason = child.with_detail(held.why);
+        self.out.event(Event::AbandonChild { node_id: child.node_id });
+        if self.phase != Phase::Over {
+            self.report_up(ControlMsg::Leave { ranks: held.ranks, reason, graceful: false });
+        }
+    }
+
+    /// Reports the held losses whose process news did not come in time.
+    pub(super) fn losses_timeout(&mut self, now: Instant) {
+        if self.loss_deadline.map_or(true, |d| d > now) {
+            return;
+        }
+        for c in 0..self.children.len() {
+            if self.children[c].held.as_ref().is_some_and(|h| h.until <= now) {
+                self.release_loss(c, now);
+            }
+        }
+    }
+
+    fn refresh_loss_deadline(&mut self) {
+        self.loss_deadline = self.children.iter().filter_map(|c| c.held.as_ref().map(|h| h.until)).min();
     }
 
     /// The driver could not start a child at all.
@@ -423,7 +488,6 @@ impl Node {
         self.children.push(Child {
             node_id: launch.node_id,
             name: launch.name.clone(),
-            host: launch.host.clone(),
             is_backend: true,
             expected: RankSet::range(launch.first_rank, launch.backends),
             ranks: RankSet::new(),
@@ -437,6 +501,7 @@ impl Node {
             late: "did not connect",
             join_limit: limit,
             points: None,
+            held: None,
         });
         self.refresh_deadline();
         let own_host = self.own_host.clone();
@@ -475,11 +540,23 @@ impl Node {
         self.report_up(ControlMsg::Leave { ranks, reason, graceful });
     }
 
-    /// A child's link closed, or it was dropped.
-    pub(super) fn child_gone(&mut self, c: usize, why: String, now: Instant) {
+    /// A child's link closed (`by_peer`), or this node dropped it.
+    pub(super) fn child_gone(&mut self, c: usize, why: String, now: Instant, by_peer: bool) {
         match (self.phase.clone(), self.children[c].state) {
             (_, ChildState::Gone) | (Phase::Over, _) => {}
             (Phase::Starting, _) => {
+                let child = &mut self.children[c];
+                if by_peer && !child.attach && child.detail.is_none() {
+                    // As below: the failure waits for how the process ended (a panic
+                    // message, an error on stderr). Not joined any more, the child holds
+                    // up the start until then.
+                    child.state = ChildState::Connected;
+                    child.deadline = None;
+                    let until = now + super::EXIT_WAIT;
+                    child.held = Some(HeldLoss { ranks: RankSet::new(), why, until, startup: true });
+                    self.refresh_deadline();
+                    return self.refresh_loss_deadline();
+                }
                 let reason = self.children[c].failure(&format!("failed during start-up: {why}"));
                 self.fail_child(c, reason, now);
             }
@@ -493,12 +570,24 @@ impl Node {
                 child.state = ChildState::Gone;
                 child.deadline = None;
                 let ranks = std::mem::take(&mut child.ranks);
+                // A process that ended closed its link: the report waits for how it
+                // ended (its process is stopped only then). One started by someone
+                // else (attach mode) brings no news.
+                let wait = by_peer && !child.attach && child.detail.is_none() && !ranks.is_empty();
+                if wait {
+                    let until = now + super::EXIT_WAIT;
+                    child.held = Some(HeldLoss { ranks, why, until, startup: false });
+                    self.refresh_loss_deadline();
+                    // Its ranks leave the streams now; waves go on without them.
+                    return self.members_left(c, now);
+                }
                 let node_id = child.node_id;
+                let reason = child.with_detail(why);
                 self.out.event(Event::AbandonChild { node_id });
                 // Waves it completes go up before the Leave that may take this node out of them.
                 self.members_left(c, now);
                 if !ranks.is_empty() {
-                    self.report_up(ControlMsg::Leave { ranks, reason: why, graceful: false });
+                    self.report_up(ControlMsg::Leave { ranks, reason, graceful: false });
                 }
             }
         }
@@ -512,8 +601,9 @@ impl Node {
             return;
         }
         if self.phase == Phase::Running {
-            // An adopted child that never joined: its ranks are reported lost.
-            tracing::warn!(node = %self.name, "{reason}");
+            // An adopted child that never joined: its ranks are reported lost (and logged
+            // where the report ends, not at every level on its way).
+            tracing::debug!(node = %self.name, "{reason}");
             let ranks = self.children[c].expected.clone();
             self.abandon(c);
             self.refresh_deadline();
@@ -525,7 +615,8 @@ impl Node {
         if !allow_missing {
             return self.startup_failed(reason);
         }
-        tracing::warn!(node = %self.name, "{reason}; going on without it");
+        // Reported with the missing ranks; the front-end's tool tells the user once.
+        tracing::debug!(node = %self.name, "{reason}; going on without it");
         self.abandon(c);
         let ranks = std::mem::take(&mut self.children[c].expected);
         if let Some(s) = self.startup.as_mut() {

@@ -142,14 +142,92 @@ fn a_child_that_never_connects_fails_the_start_with_its_name_and_how_it_ended() 
         _ => None,
     });
     let message = failed.unwrap();
-    assert!(
-        message.contains("back-end rank 1 (h:2)")
-            && message.contains("node id 2")
-            && message.contains("on h ")
-            && message.contains("status 3"),
-        "{message}"
+    assert_eq!(
+        message,
+        "back-end rank 1 on h (node 2) exited before connecting; the process exited with status 3"
     );
     assert!(fe.is_over());
+}
+
+/// The `RanksLost` events among `evs`, as (ranks, reason).
+fn lost(evs: &[Event]) -> Vec<(RankSet, String)> {
+    evs.iter()
+        .filter_map(|e| match e {
+            Event::RanksLost { ranks, reason } => Some((ranks.clone(), reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_child_lost_while_running_is_reported_with_how_its_process_ended() {
+    // Regression: the link closes before the driver hears of the exit, and the loss
+    // was reported as "link … closed" alone, without the exit status or stderr.
+    let (mut fe, links) = front_end_with_two_backends();
+    let now = Instant::now();
+    fe.handle_command(Command::NewStream(spec(1, Window { packets: 4, bytes: 1000 })), now).unwrap();
+    fe.handle_link_closed(links[1], None, now);
+    let evs = events(&mut fe);
+    assert!(lost(&evs).is_empty(), "the report waits for the process news: {evs:?}");
+    assert!(!evs.iter().any(|e| matches!(e, Event::AbandonChild { .. })), "{evs:?}");
+    // Its rank left the stream at once: rank 0 alone completes a wave.
+    fe.handle_frame(links[0], int(1, 0, 7), now);
+    assert!(matches!(fe.poll_delivery(Some(1)), Some(Delivery::Packet(_))));
+    assert_eq!(fe.poll_timeout(), Some(now + EXIT_WAIT));
+    let later = now + Duration::from_millis(20);
+    let detail = "exited with status 3; its stderr:\nError: the config file is missing";
+    fe.handle_command(Command::ChildExited { node_id: 2, detail: detail.into() }, later).unwrap();
+    let evs = events(&mut fe);
+    assert_eq!(
+        lost(&evs),
+        [(
+            RankSet::single(1),
+            "node 0: link to back-end rank 1 on h (node 2) closed; the process exited with status 3; \
+             its stderr:\nError: the config file is missing"
+                .to_owned()
+        )]
+    );
+    assert!(evs.contains(&Event::AbandonChild { node_id: 2 }), "{evs:?}");
+    assert_eq!(fe.poll_timeout(), None, "nothing is held any more");
+    assert_eq!(fe.lost().ranks(), &RankSet::single(1));
+}
+
+#[test]
+fn a_lost_child_whose_process_news_never_comes_is_reported_at_the_deadline() {
+    let (mut fe, links) = front_end_with_two_backends();
+    let now = Instant::now();
+    fe.handle_link_closed(links[0], Some("connection reset by peer".into()), now);
+    assert!(lost(&events(&mut fe)).is_empty());
+    fe.handle_timeout(now + EXIT_WAIT - Duration::from_millis(1));
+    assert!(lost(&events(&mut fe)).is_empty(), "not before the deadline");
+    fe.handle_timeout(now + EXIT_WAIT);
+    let evs = events(&mut fe);
+    assert_eq!(
+        lost(&evs),
+        [(
+            RankSet::single(0),
+            "node 0: link to back-end rank 0 on h (node 1) failed: connection reset by peer".to_owned()
+        )]
+    );
+    // Its process, if it still runs, is stopped only now.
+    assert!(evs.contains(&Event::AbandonChild { node_id: 1 }), "{evs:?}");
+    // News that comes after the report changes nothing.
+    fe.handle_command(Command::ChildExited { node_id: 1, detail: "exited with status 0".into() }, now)
+        .unwrap();
+    assert!(lost(&events(&mut fe)).is_empty());
+}
+
+#[test]
+fn a_child_this_node_cut_off_is_reported_at_once() {
+    // Dropped for breaking the protocol: the reason is known, and nothing waits.
+    let (mut fe, links) = front_end_with_two_backends();
+    let now = Instant::now();
+    fe.handle_frame(links[0], Frame::new(FrameHeader::control(), vec![0xEE]), now);
+    let evs = events(&mut fe);
+    let lost = lost(&evs);
+    assert_eq!(lost.len(), 1, "{evs:?}");
+    assert!(lost[0].1.contains("malformed control message"), "{}", lost[0].1);
+    assert_eq!(fe.poll_timeout(), None);
 }
 
 #[test]
@@ -372,4 +450,59 @@ fn a_child_that_falls_silent_after_its_heartbeats_is_cut_off_at_the_limit() {
     assert_eq!(ranks, RankSet::single(0));
     assert!(reason.contains("nothing arrived for 1.0 s"), "{reason}");
     assert!(fe.is_running(), "the rest of the tree goes on");
+}
+
+#[test]
+fn a_backend_reports_a_packet_it_refused_to_send_naming_its_rank() {
+    let now = Instant::now();
+    let mut be = node(Role::BackEnd { rank: 7, size: 8 }, 3);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    transmits(&mut be);
+    let report = Command::ReportFilterError { stream: 1, message: "sum cannot add %s".into() };
+    be.handle_command(report, now).unwrap();
+    let sent: Vec<ControlMsg> =
+        transmits(&mut be).iter().filter_map(|t| ControlMsg::decode(&t.frame.payload).ok()).collect();
+    assert_eq!(sent, [ControlMsg::FilterError { stream: 1, rank: 7, message: "sum cannot add %s".into() }]);
+    // The front-end turns it into an event for its tool.
+    let (mut fe, links) = front_end_with_two_backends();
+    fe.handle_frame(links[0], control(&sent[0]), now);
+    assert_eq!(
+        events(&mut fe),
+        [Event::FilterError { stream: 1, rank: 7, message: "sum cannot add %s".into() }]
+    );
+    let refused = fe.handle_command(Command::ReportFilterError { stream: 1, message: String::new() }, now);
+    assert!(matches!(refused, Err(CommandError::NotNow(_))), "{refused:?}");
+}
+
+#[test]
+fn a_child_lost_during_start_up_fails_it_with_how_its_process_ended() {
+    // A back-end that connects, then panics: its link closes before the driver hears
+    // of the exit, and the start-up error must still quote its panic message.
+    let now = Instant::now();
+    let mut fe = node(Role::FrontEnd, 0);
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 h:2 ;", 0, false))), now).unwrap();
+    let links = ids(2);
+    fe.handle_link_up(links[0], Peer::Child { node_id: 1 }, now);
+    fe.handle_link_up(links[1], Peer::Child { node_id: 2 }, now);
+    fe.handle_frame(links[1], control(&ControlMsg::Join { ranks: RankSet::single(1), commnodes: 0 }), now);
+    fe.handle_link_closed(links[1], None, now);
+    // Rank 1 joined, then went: the tree is neither ready nor failed before the news.
+    fe.handle_frame(links[0], control(&ControlMsg::Join { ranks: RankSet::single(0), commnodes: 0 }), now);
+    let evs = events(&mut fe);
+    assert!(!evs.iter().any(|e| matches!(e, Event::Ready { .. } | Event::StartupFailed { .. })), "{evs:?}");
+    assert_eq!(fe.poll_timeout(), Some(now + EXIT_WAIT));
+    let detail = "exited with status 101; its stderr:\nthread 'main' panicked at src/main.rs:9:5:\nno config";
+    fe.handle_command(Command::ChildExited { node_id: 2, detail: detail.into() }, now).unwrap();
+    let failed = events(&mut fe).into_iter().find_map(|e| match e {
+        Event::StartupFailed { message } => Some(message),
+        _ => None,
+    });
+    assert_eq!(
+        failed.unwrap(),
+        format!(
+            "back-end rank 1 on h (node 2) failed during start-up: node 0: link to back-end rank 1 on h \
+             (node 2) closed; the process {detail}"
+        )
+    );
 }

@@ -378,7 +378,7 @@ impl ChildrenTask {
                 None => (exe, vec!["backend".to_owned()]),
             }
         } else {
-            (exe, vec!["node".to_owned()])
+            (exe, vec![crate::COMM_NODE_ARG.to_owned()])
         };
         ProcessSpec {
             name: child.name.clone(),

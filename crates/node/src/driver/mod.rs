@@ -46,7 +46,9 @@ pub struct NoTool;
 impl Tool for NoTool {
     fn event(&mut self, event: Event) {
         match event {
-            Event::StartupFailed { message } => tracing::error!("{message}"),
+            // Already reported to the parent, which passes it up to the front-end: the
+            // user sees it there once, not once per level through forwarded stderr.
+            Event::StartupFailed { message } => tracing::debug!("start-up failed: {message}"),
             Event::Shutdown { reason } => tracing::info!("shutting down: {reason}"),
             other => tracing::debug!("{other:?}"),
         }
