@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         Command::Backend(args) => single_threaded(apps::backend::main(args)),
         Command::Guard(args) => apps::guard::main(args),
         Command::Topo(args) => apps::topo::main(args),
+        Command::Clock(args) => multi_threaded(apps::clock::main(args)),
         Command::Hosts(args) => apps::hosts::main(args),
         Command::Bench(args) => single_threaded(apps::bench::main(args)),
         Command::Run(args) => multi_threaded(apps::run::main(args)),

@@ -465,6 +465,33 @@ fn chaos_runs_kill_and_stop_nodes_without_hangs_wrong_answers_or_leftovers() {
     assert!(out.status.success());
 }
 
+#[test]
+fn the_global_clock_recovers_injected_offsets_within_its_bounds() {
+    let (k, v) = tag().split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).unwrap();
+    let out = Command::new(TREECAST)
+        .args(["clock", "--local", "8", "--topology", "kary:2", "--rounds", "1", "--json"])
+        .env(&k, &v)
+        .env("TREECAST_CLOCK_DISTORT", "seed:11,offset_us:900000,drift_ppm:0")
+        .output()
+        .unwrap();
+    assert_no_leftovers(&format!("{k}={v}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes = report["nodes"].as_array().unwrap();
+    let topo = Topology::from_spec("kary:2", Some(8)).unwrap();
+    assert_eq!(nodes.len(), topo.len() - 1, "every node but the front-end: {report}");
+    let mut far = 0;
+    for n in nodes {
+        let injected = n["injected_ns"].as_i64().unwrap();
+        let error = n["estimate_error_ns"].as_i64().unwrap().unsigned_abs();
+        // A reply is stamped between the probe's sending and the answer's arrival, so
+        // the estimate cannot be further off than half the round trip of each link.
+        assert!(error <= n["error_bound_ns"].as_u64().unwrap(), "{n}");
+        far += usize::from(injected.unsigned_abs() > 1_000);
+    }
+    assert!(far > nodes.len() / 2, "the knob distorted the clocks: {report}");
+}
+
 #[tokio::test]
 async fn a_stream_whose_members_are_all_lost_is_closed_not_hung() {
     let net = launch("flat", 3).await;

@@ -27,6 +27,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// Print a topology (generated from a spec or read from a file), or why it is invalid.
     Topo(TopoArgs),
+    /// Start a tree and print every node's clock against the front-end's: offset,
+    /// drift, error bound and round trip (the global clock; replaces MRNet's skew detection).
+    Clock(ClockArgs),
     /// Expand (-e), fold (-f, the default) or count (-c) host lists, as --hosts reads them.
     ///
     /// Like ClusterShell's `nodeset`, so that a list can be checked before running on it.
@@ -235,6 +238,23 @@ pub enum BenchCommand {
     /// a byte back up once each child answered.
     #[command(hide = true)]
     Relay,
+}
+
+/// Flags of `treecast clock`.
+#[derive(Debug, Args)]
+pub struct ClockArgs {
+    /// Where the back-ends run.
+    #[command(flatten)]
+    pub tree: TreeArgs,
+    /// Rounds of probes to wait for on every link: 1 gives offsets, 2 (2 s later) drifts too.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: u32,
+    /// Longest wait for the rounds, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub wait: f64,
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `treecast bench chaos`.

@@ -5,6 +5,7 @@ pub mod bcast;
 pub mod bench;
 pub mod chaos;
 pub mod cli;
+pub mod clock;
 pub mod demo;
 pub mod guard;
 pub mod hosts;

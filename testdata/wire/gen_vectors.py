@@ -144,6 +144,10 @@ def u64(n):
     return struct.pack("<Q", int(n))
 
 
+def i64(n):
+    return struct.pack("<q", int(n))
+
+
 def enc_frame(kind, flags, stream, tag, rank, ts, payload, version=PROTOCOL_VERSION):
     hdr = struct.pack("<BBHIiIQI", version, KINDS[kind], flags, stream, tag, rank, ts, len(payload))
     assert len(hdr) == 28
@@ -288,6 +292,16 @@ def enc_control(m):
         return out + b"".join(u32(r) + u32(i) + enc_str(a) for r, i, a in m["points"])
     if t == "stream_refused":
         return bytes([10]) + u32(m["stream"]) + enc_str(m["node"]) + enc_str(m["message"])
+    if t == "clock_probe":
+        return bytes([11]) + u32(m["seq"]) + i64(m["sent_ns"])
+    if t == "clock_reply":
+        return bytes([12]) + u32(m["seq"]) + i64(m["sent_ns"]) + i64(m["child_ns"])
+    if t == "clock_report":
+        out = bytes([13]) + u32(len(m["samples"]))
+        for s in m["samples"]:
+            out += u32(s["node_id"]) + i64(s["offset_ns"]) + u64(s["error_ns"]) + u64(s["rtt_ns"])
+            out += i64(s["drift_ppb"]) + u64(s["drift_error_ppb"]) + i64(s["measured_ns"])
+        return out
     raise ValueError(t)
 
 
@@ -432,6 +446,21 @@ CONTROL_CASES = [
         "stream refused",
         {"type": "stream_refused", "stream": 4, "node": "comm node h:2", "message": "no filter named histogram"},
     ),
+    ("clock probe", {"type": "clock_probe", "seq": 3, "sent_ns": 1763870000123456789}),
+    ("clock reply negative", {"type": "clock_reply", "seq": 15, "sent_ns": -5, "child_ns": -9223372036854775808}),
+    (
+        "clock report",
+        {
+            "type": "clock_report",
+            "samples": [
+                {"node_id": 9, "offset_ns": -734250000, "error_ns": 1500, "rtt_ns": 3000, "drift_ppb": 87000,
+                 "drift_error_ppb": 12, "measured_ns": 1763870000123456789},
+                {"node_id": 10, "offset_ns": 5, "error_ns": 0, "rtt_ns": 0, "drift_ppb": -1,
+                 "drift_error_ppb": 0, "measured_ns": 0},
+            ],
+        },
+    ),
+    ("clock report empty", {"type": "clock_report", "samples": []}),
 ]
 
 
@@ -507,7 +536,9 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([11]), "UnknownControl"),
+    ("control", "tag after the last", bytes([14]), "UnknownControl"),
+    ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
+    ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),
     ("control", "close stream truncated", bytes([5, 1, 0]), "Truncated"),
     ("control", "ranks unsorted", bytes([2]) + u32(2) + u32(5) + u32(6) + u32(0) + u32(1) + u32(1), "Invalid"),

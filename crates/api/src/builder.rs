@@ -262,13 +262,15 @@ impl NetworkBuilder {
             size: backends as u32,
         });
         let (tool, lost) = FeTool::new(attach);
-        let core = Node::new(NodeConfig {
+        let mut core = Node::new(NodeConfig {
             role: Role::FrontEnd,
             node_id: 0,
             name: "front-end".into(),
             registry: self.registry.clone(),
             tool_window: self.receive_window,
         });
+        let (clock, schedule) = env::clock_from_env(0);
+        core.set_clock(clock, schedule);
         let launching = Launching { secret, treecast_exe: exe };
         let shared = Arc::new(Mutex::new(Driver::new(core, tool, launching, self.max_frame)));
         let task = tokio::spawn(drive(shared.clone()));

@@ -169,6 +169,16 @@ pub enum ApiError {
     /// A receive did not complete in time.
     #[error("nothing arrived within {0:?}")]
     Timeout(Duration),
+    /// [`crate::Network::wait_clock`] ran out of time.
+    #[error("the global clock measured {missing} nodes fewer than {rounds} times within {secs:.1} s; wait longer, or check that every node runs this treecast version")]
+    ClockTimeout {
+        /// Rounds asked for.
+        rounds: u32,
+        /// Nodes with fewer rounds.
+        missing: usize,
+        /// The limit, seconds.
+        secs: f64,
+    },
     /// A file to send cannot be used (see [`crate::bcast_file`]); nothing was sent for it.
     #[error(transparent)]
     Source(#[from] SourceError),

@@ -51,6 +51,7 @@
 mod attach;
 mod backend;
 mod builder;
+mod clock;
 mod commnode;
 mod error;
 mod files;
@@ -62,6 +63,7 @@ mod stream;
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
 pub use backend::{BackEnd, BackEndEvent, BackEndSender};
 pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
+pub use clock::{compose as compose_clock, NodeClock};
 pub use commnode::{run_comm_node, started_as_comm_node, NodeError, COMM_NODE_ARG};
 pub use error::{ApiError, AttachError, SourceError};
 pub use files::{

@@ -111,7 +111,7 @@ impl Communicator {
 /// Dropping it kills every process of the tree; [`Network::shutdown`] stops
 /// them in order.
 pub struct Network {
-    shared: Shared<FeTool>,
+    pub(crate) shared: Shared<FeTool>,
     task: Option<JoinHandle<()>>,
     topology: Topology,
     session: String,

@@ -138,13 +138,15 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
     let stream = connect_to(&parent, node_id, &secret, CONNECT_LIMIT).await?;
     let io = |what: &'static str| move |source| NodeError::Io { what: what.into(), source };
     let socket = stream.into_socket().map_err(io("taking over the parent link"))?;
-    let core = Node::new(NodeConfig {
+    let mut core = Node::new(NodeConfig {
         role: Role::CommNode,
         node_id,
         name: format!("comm node (node {node_id})"),
         registry: FilterRegistry::builtin(),
         tool_window: Window { packets: 1, bytes: 1 },
     });
+    let (clock, schedule) = env::clock_from_env(node_id);
+    core.set_clock(clock, schedule);
     let launching = Launching { secret, treecast_exe: treecast_exe()? };
     let mut driver = Driver::new(core, NoTool, launching, DEFAULT_MAX_FRAME.min(MAX_PAYLOAD_LEN));
     driver

@@ -54,3 +54,121 @@ pub fn liveness_for(dead_after: std::time::Duration) -> crate::core::LivenessLim
         dead_after,
     }
 }
+
+/// Test knob: distorts the clock of every node but the front-end, so that the global
+/// clock's estimates can be checked against known offsets and drifts. Either
+/// `OFFSET_US,DRIFT_PPM` (the same for every node) or
+/// `seed:S,offset_us:O,drift_ppm:D[,epoch_s:E]` (each node draws its own offset in
+/// ±O µs and drift in ±D ppm from S and its node id, see [`clock_distortion`]). The
+/// drift accumulates from `E` seconds after the Unix epoch (default: the start of
+/// the current UTC hour).
+pub const CLOCK_DISTORT: &str = "TREECAST_CLOCK_DISTORT";
+/// Seconds between clock re-synchronisations after the first two rounds (default 300).
+pub const CLOCK_RESYNC: &str = "TREECAST_CLOCK_RESYNC";
+
+/// A distortion of one node's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Distortion {
+    /// Added offset, nanoseconds.
+    pub offset_ns: i64,
+    /// Added rate, parts per billion.
+    pub drift_ppb: i64,
+    /// Unix time in nanoseconds from which the drift accumulates.
+    pub epoch_ns: i64,
+}
+
+impl Distortion {
+    /// What it adds to the true clock when that reads `true_ns`.
+    pub fn at(&self, true_ns: i64) -> i64 {
+        let since = i128::from(true_ns) - i128::from(self.epoch_ns);
+        self.offset_ns
+            .saturating_add(i64::try_from(since * i128::from(self.drift_ppb) / 1_000_000_000).unwrap_or(0))
+    }
+}
+
+/// The distortion `knob` (the value of [`CLOCK_DISTORT`]) gives node `node_id`; `None`
+/// for the front-end (node 0), the reference. `now_ns` picks the default epoch.
+///
+/// # Errors
+/// A knob that is not in one of the two forms, naming what did not parse.
+pub fn clock_distortion(knob: &str, node_id: u32, now_ns: i64) -> Result<Option<Distortion>, String> {
+    const HOUR_NS: i64 = 3_600_000_000_000;
+    let mut epoch_ns = now_ns - now_ns.rem_euclid(HOUR_NS);
+    let number =
+        |s: &str| s.trim().parse::<f64>().map_err(|_| format!("{CLOCK_DISTORT}: {s:?} is not a number"));
+    let (offset_us, drift_ppm) = if knob.contains(':') {
+        let (mut seed, mut max_offset, mut max_drift) = (0u64, 0.0, 0.0);
+        for part in knob.split(',') {
+            let (key, value) =
+                part.split_once(':').ok_or_else(|| format!("{CLOCK_DISTORT}: {part:?} is not KEY:VALUE"))?;
+            match key.trim() {
+                "seed" => seed = number(value)? as u64,
+                "offset_us" => max_offset = number(value)?,
+                "drift_ppm" => max_drift = number(value)?,
+                "epoch_s" => epoch_ns = (number(value)? * 1e9) as i64,
+                other => {
+                    return Err(format!(
+                        "{CLOCK_DISTORT}: unknown key {other:?} (seed, offset_us, drift_ppm, epoch_s)"
+                    ))
+                }
+            }
+        }
+        let draw = |k: u64| {
+            let x = splitmix64(seed ^ (u64::from(node_id) << 8) ^ k);
+            (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        };
+        (draw(1) * max_offset, draw(2) * max_drift)
+    } else {
+        let (o, d) = knob.split_once(',').ok_or_else(|| {
+            format!("{CLOCK_DISTORT}: write OFFSET_US,DRIFT_PPM or seed:S,offset_us:O,drift_ppm:D")
+        })?;
+        (number(o)?, number(d)?)
+    };
+    if node_id == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Distortion {
+        offset_ns: (offset_us * 1e3) as i64,
+        drift_ppb: (drift_ppm * 1e3) as i64,
+        epoch_ns,
+    }))
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Node `node_id`'s clock and probing schedule: the system's real-time clock, with
+/// the distortion of [`CLOCK_DISTORT`] if it is set (a malformed knob is logged and
+/// ignored), and [`CLOCK_RESYNC`].
+pub fn clock_from_env(node_id: u32) -> (crate::core::ClockSource, crate::core::ClockConfig) {
+    let base = std::time::Instant::now();
+    let base_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    let mut source = crate::core::ClockSource::new(base, base_ns);
+    if let Ok(knob) = std::env::var(CLOCK_DISTORT) {
+        match clock_distortion(&knob, node_id, base_ns) {
+            Ok(Some(d)) => {
+                source.offset_ns = d.offset_ns;
+                source.drift_ppb = d.drift_ppb;
+                source.drift_epoch_ns = d.epoch_ns;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{e}; the clock is not distorted"),
+        }
+    }
+    let mut config = crate::core::ClockConfig::default();
+    if let Some(secs) = std::env::var(CLOCK_RESYNC)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && s.is_finite())
+    {
+        config.resync = std::time::Duration::from_secs_f64(secs.min(1e7));
+    }
+    (source, config)
+}

@@ -167,6 +167,28 @@ pub struct AttachPoint {
     pub address: String,
 }
 
+/// One node's clock against its parent's, as the parent measured it (Cristian's
+/// method: the probe with the shortest round trip of a round).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSample {
+    /// The node measured.
+    pub node_id: u32,
+    /// Its clock minus its parent's, nanoseconds.
+    pub offset_ns: i64,
+    /// Bound on the offset's error: half the round trip of the probe used.
+    pub error_ns: u64,
+    /// That round trip, nanoseconds.
+    pub rtt_ns: u64,
+    /// How fast its clock runs against its parent's, parts per billion (0 until two
+    /// rounds were measured).
+    pub drift_ppb: i64,
+    /// Bound on the drift's error, parts per billion: the two rounds' error bounds over
+    /// the time between them (0 before a second round).
+    pub drift_error_ppb: u64,
+    /// When the probe was answered, on the parent's clock, nanoseconds.
+    pub measured_ns: i64,
+}
+
 /// A message between nodes, carried in a [`crate::FrameKind::Control`] frame.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -218,6 +240,28 @@ pub enum ControlMsg {
     },
     /// Downstream: exit now, taking every descendant down.
     Shutdown,
+    /// Parent to child: what time is it on your clock? `sent_ns` is the parent's clock.
+    ClockProbe {
+        /// Probe number within the round.
+        seq: u32,
+        /// The parent's clock when it sent the probe, nanoseconds.
+        sent_ns: i64,
+    },
+    /// Child to parent: the answer to a probe, with the child's clock when it answered.
+    ClockReply {
+        /// The probe's number.
+        seq: u32,
+        /// The parent's clock from the probe, sent back.
+        sent_ns: i64,
+        /// The child's clock when it answered, nanoseconds.
+        child_ns: i64,
+    },
+    /// Upstream: clock measurements of nodes of the sender's sub-tree, each against its
+    /// own parent; the front-end composes them along the tree.
+    ClockReport {
+        /// One entry per node measured.
+        samples: Vec<ClockSample>,
+    },
     /// Upstream: a node could not create a stream's filters.
     StreamRefused {
         /// The stream.
@@ -239,6 +283,11 @@ const FILTER_ERROR: u8 = 7;
 const SHUTDOWN: u8 = 8;
 const ATTACH_POINTS: u8 = 9;
 const STREAM_REFUSED: u8 = 10;
+const CLOCK_PROBE: u8 = 11;
+const CLOCK_REPLY: u8 = 12;
+const CLOCK_REPORT: u8 = 13;
+/// Bytes of one [`ClockSample`] on the wire.
+const CLOCK_SAMPLE_LEN: usize = 52;
 
 impl ControlMsg {
     /// The payload bytes of a control frame.
@@ -286,6 +335,30 @@ impl ControlMsg {
                     out.extend_from_slice(&p.rank.to_le_bytes());
                     out.extend_from_slice(&p.node_id.to_le_bytes());
                     put_string(&mut out, &p.address);
+                }
+            }
+            ControlMsg::ClockProbe { seq, sent_ns } => {
+                out.push(CLOCK_PROBE);
+                out.extend_from_slice(&seq.to_le_bytes());
+                out.extend_from_slice(&sent_ns.to_le_bytes());
+            }
+            ControlMsg::ClockReply { seq, sent_ns, child_ns } => {
+                out.push(CLOCK_REPLY);
+                out.extend_from_slice(&seq.to_le_bytes());
+                out.extend_from_slice(&sent_ns.to_le_bytes());
+                out.extend_from_slice(&child_ns.to_le_bytes());
+            }
+            ControlMsg::ClockReport { samples } => {
+                out.push(CLOCK_REPORT);
+                out.extend_from_slice(&(samples.len() as u32).to_le_bytes());
+                for s in samples {
+                    out.extend_from_slice(&s.node_id.to_le_bytes());
+                    out.extend_from_slice(&s.offset_ns.to_le_bytes());
+                    out.extend_from_slice(&s.error_ns.to_le_bytes());
+                    out.extend_from_slice(&s.rtt_ns.to_le_bytes());
+                    out.extend_from_slice(&s.drift_ppb.to_le_bytes());
+                    out.extend_from_slice(&s.drift_error_ppb.to_le_bytes());
+                    out.extend_from_slice(&s.measured_ns.to_le_bytes());
                 }
             }
             ControlMsg::StreamRefused { stream, node, message } => {
@@ -339,11 +412,41 @@ impl ControlMsg {
                 node: r.string("stream refused")?,
                 message: r.string("stream refused")?,
             },
+            CLOCK_PROBE => {
+                ControlMsg::ClockProbe { seq: r.u32("clock probe")?, sent_ns: i64_of(&mut r, "clock probe")? }
+            }
+            CLOCK_REPLY => ControlMsg::ClockReply {
+                seq: r.u32("clock reply")?,
+                sent_ns: i64_of(&mut r, "clock reply")?,
+                child_ns: i64_of(&mut r, "clock reply")?,
+            },
+            CLOCK_REPORT => {
+                let n = r.len_u32("clock report", r.remaining() / CLOCK_SAMPLE_LEN)?;
+                let samples = (0..n)
+                    .map(|_| {
+                        Ok(ClockSample {
+                            node_id: r.u32("clock sample")?,
+                            offset_ns: i64_of(&mut r, "clock sample")?,
+                            error_ns: r.u64("clock sample")?,
+                            rtt_ns: r.u64("clock sample")?,
+                            drift_ppb: i64_of(&mut r, "clock sample")?,
+                            drift_error_ppb: r.u64("clock sample")?,
+                            measured_ns: i64_of(&mut r, "clock sample")?,
+                        })
+                    })
+                    .collect::<Result<_, DecodeError>>()?;
+                ControlMsg::ClockReport { samples }
+            }
             other => return Err(DecodeError::UnknownControl(other)),
         };
         r.finish("control message")?;
         Ok(msg)
     }
+}
+
+/// Reads an `i64` (two's complement, little-endian).
+fn i64_of(r: &mut Reader<'_>, what: &'static str) -> Result<i64, DecodeError> {
+    Ok(r.u64(what)? as i64)
 }
 
 /// Reads a `u8` that must be 0 or 1.
@@ -393,6 +496,19 @@ mod tests {
                 stream: 4,
                 node: "comm node h:2".into(),
                 message: "no filter".into(),
+            },
+            ControlMsg::ClockProbe { seq: 3, sent_ns: -5 },
+            ControlMsg::ClockReply { seq: 3, sent_ns: 1_700_000_000_000_000_000, child_ns: i64::MIN },
+            ControlMsg::ClockReport {
+                samples: vec![ClockSample {
+                    node_id: 9,
+                    offset_ns: -1_000_000,
+                    error_ns: 1500,
+                    rtt_ns: 3000,
+                    drift_ppb: 42_000,
+                    drift_error_ppb: 300,
+                    measured_ns: 77,
+                }],
             },
         ]
     }

@@ -25,7 +25,9 @@ mod rankset;
 mod value;
 
 pub use codec::Reader;
-pub use control::{AttachPoint, ControlMsg, FilterSpec, StreamSpec, SyncMode, Window, MAX_FILTER_NAME};
+pub use control::{
+    AttachPoint, ClockSample, ControlMsg, FilterSpec, StreamSpec, SyncMode, Window, MAX_FILTER_NAME,
+};
 pub use error::{DecodeError, EncodeError, FormatError};
 pub use format::Format;
 pub use frame::{

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use bytes::{Bytes, BytesMut};
 use serde_json::Value as Json;
 use treecast_wire::{
-    decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ControlMsg, DecodeError,
-    FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind,
-    LauncherSpec, LocalRoute, RankSet, ScalarType, StreamSpec, SyncMode, Value, ValueType, Window,
-    HEADER_LEN, PROTOCOL_VERSION,
+    decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ClockSample, ControlMsg,
+    DecodeError, FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan,
+    LauncherKind, LauncherSpec, LocalRoute, RankSet, ScalarType, StreamSpec, SyncMode, Value, ValueType,
+    Window, HEADER_LEN, PROTOCOL_VERSION,
 };
 
 fn load(name: &str) -> Vec<Json> {
@@ -314,6 +314,30 @@ fn control_from_json(m: &Json) -> ControlMsg {
             node: str_of(m, "node").to_owned(),
             message: str_of(m, "message").to_owned(),
         },
+        "clock_probe" => {
+            ControlMsg::ClockProbe { seq: u32_of(m, "seq"), sent_ns: m["sent_ns"].as_i64().unwrap() }
+        }
+        "clock_reply" => ControlMsg::ClockReply {
+            seq: u32_of(m, "seq"),
+            sent_ns: m["sent_ns"].as_i64().unwrap(),
+            child_ns: m["child_ns"].as_i64().unwrap(),
+        },
+        "clock_report" => ControlMsg::ClockReport {
+            samples: m["samples"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| ClockSample {
+                    node_id: u32_of(s, "node_id"),
+                    offset_ns: s["offset_ns"].as_i64().unwrap(),
+                    error_ns: s["error_ns"].as_u64().unwrap(),
+                    rtt_ns: s["rtt_ns"].as_u64().unwrap(),
+                    drift_ppb: s["drift_ppb"].as_i64().unwrap(),
+                    drift_error_ppb: s["drift_error_ppb"].as_u64().unwrap(),
+                    measured_ns: s["measured_ns"].as_i64().unwrap(),
+                })
+                .collect(),
+        },
         other => panic!("unknown control type {other}"),
     }
 }
@@ -329,8 +353,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 10 (StreamRefused), has a vector.
-    assert_eq!(seen, (1..=10).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 13 (ClockReport), has a vector.
+    assert_eq!(seen, (1..=13).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.

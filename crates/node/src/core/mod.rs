@@ -16,6 +16,7 @@
 //! (`streams.rs`), failure reports and shutdown, and cutting off peers that hang
 //! (`liveness.rs`).
 
+mod clock;
 mod liveness;
 mod startup;
 mod streams;
@@ -30,6 +31,7 @@ use treecast_wire::{
     AttachPoint, ControlMsg, Frame, FrameHeader, FrameKind, LaunchPlan, RankSet, StreamSpec, Window,
 };
 
+pub use clock::{ClockConfig, ClockSource};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
 pub use startup::ChildLaunch;
 pub use treecast_transport::{LinkId, LinkMap, LinkTable};
@@ -467,6 +469,8 @@ pub struct Node {
     lost: LostRanks,
     /// Heartbeats sent and heard on every link.
     liveness: Liveness,
+    /// The global clock: probes of the children, samples going up.
+    clock: clock::ClockSync,
     out: Outputs,
 }
 
@@ -499,6 +503,7 @@ impl Node {
             deliveries: VecDeque::new(),
             lost: LostRanks::default(),
             liveness: Liveness::default(),
+            clock: clock::ClockSync::default(),
             out: Outputs::default(),
         }
     }
@@ -583,10 +588,23 @@ impl Node {
                 Err(e) => self.drop_link(link, format!("malformed credit frame: {e}"), now),
             },
             (FrameKind::Control, _) => match ControlMsg::decode(&frame.payload) {
-                Ok(msg) => match role {
-                    LinkRole::Parent => self.on_parent_control(link, msg, now),
-                    LinkRole::Child(c) => self.on_child_control(c, msg, now),
-                },
+                Ok(msg) => {
+                    match (role, msg) {
+                        (LinkRole::Parent, ControlMsg::ClockProbe { seq, sent_ns }) => {
+                            self.on_clock_probe(link, seq, sent_ns, now)
+                        }
+                        (LinkRole::Child(c), ControlMsg::ClockReply { seq, sent_ns, child_ns }) => {
+                            self.on_clock_reply(c, seq, sent_ns, child_ns, now)
+                        }
+                        (LinkRole::Child(_), ControlMsg::ClockReport { samples }) => {
+                            self.clock_report(samples)
+                        }
+                        (LinkRole::Parent, msg) => self.on_parent_control(link, msg, now),
+                        (LinkRole::Child(c), msg) => self.on_child_control(c, msg, now),
+                    }
+                    // A child that just joined is probed at once.
+                    self.clock_timeout(now);
+                }
                 Err(e) => self.drop_link(link, format!("malformed control message: {e}"), now),
             },
             (FrameKind::Data, LinkRole::Parent) => self.on_down_data(frame, now),
@@ -699,6 +717,7 @@ impl Node {
         self.losses_timeout(now);
         self.streams_timeout(now);
         self.liveness_timeout(now);
+        self.clock_timeout(now);
     }
 
     fn liveness_timeout(&mut self, now: Instant) {
@@ -729,7 +748,8 @@ impl Node {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let waves = self.streams.values().filter_map(StreamState::next_deadline).min();
         let liveness = if self.phase == Phase::Over { None } else { self.liveness.next_deadline() };
-        [self.child_deadline, self.loss_deadline, waves, liveness].into_iter().flatten().min()
+        let clock = self.clock_deadline();
+        [self.child_deadline, self.loss_deadline, waves, liveness, clock].into_iter().flatten().min()
     }
 
     /// The next event for the driver or the tool.

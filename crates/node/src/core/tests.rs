@@ -506,3 +506,120 @@ fn a_child_lost_during_start_up_fails_it_with_how_its_process_ended() {
         )
     );
 }
+
+/// A front-end and one back-end child with distorted clocks, frames between them
+/// delayed `delay(k)` for the k-th frame, in virtual time from `t0`. Runs until the
+/// front-end has `rounds` rounds of the child's clock or `until` passes.
+fn clock_pair(
+    child_clock: ClockSource,
+    t0: Instant,
+    until: Instant,
+    delay: &mut dyn FnMut(u64) -> Duration,
+    rounds: u32,
+) -> (Node, Vec<treecast_wire::ClockSample>) {
+    let mut fe = node(Role::FrontEnd, 0);
+    let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
+    let config = ClockConfig::default();
+    fe.set_clock(ClockSource::new(t0, 1_000_000_000_000), config);
+    be.set_clock(child_clock, config);
+    let mut p = plan("h:0 => h:1 ;", 0, false);
+    p.total_backends = 1;
+    fe.handle_command(Command::Launch(Box::new(p)), t0).unwrap();
+    let link = ids(1)[0];
+    fe.handle_link_up(link, Peer::Child { node_id: 1 }, t0);
+    be.handle_link_up(link, Peer::Parent, t0);
+    transmits(&mut fe);
+    // Frames in flight: (arrival, to the front-end?, frame).
+    let mut wire: Vec<(Instant, bool, Frame)> = Vec::new();
+    let join = control(&ControlMsg::Join { ranks: RankSet::single(0), commnodes: 0 });
+    wire.push((t0, true, join));
+    let mut samples = Vec::new();
+    let mut k = 0u64;
+    loop {
+        let next_timer = fe.poll_timeout();
+        let next_frame = wire.iter().map(|(at, _, _)| *at).min();
+        let Some(now) = [next_timer, next_frame].into_iter().flatten().min() else { break };
+        if now > until {
+            break;
+        }
+        if next_frame == Some(now) {
+            let i = wire.iter().position(|(at, _, _)| *at == now).unwrap();
+            let (_, to_fe, frame) = wire.remove(i);
+            if to_fe {
+                fe.handle_frame(link, frame, now);
+            } else {
+                be.handle_frame(link, frame, now);
+            }
+        } else {
+            fe.handle_timeout(now);
+        }
+        for (from_fe, n) in [(true, &mut fe), (false, &mut be)] {
+            while let Some(t) = n.poll_transmit() {
+                if t.frame.header.kind == FrameKind::Control {
+                    k += 1;
+                    wire.push((now + delay(k), !from_fe, t.frame));
+                }
+            }
+        }
+        samples = fe.clock_samples().map(|(s, _)| *s).collect();
+        if fe.clock_samples().any(|(_, r)| r >= rounds) {
+            break;
+        }
+    }
+    (fe, samples)
+}
+
+#[test]
+fn the_clock_of_a_child_is_recovered_within_the_bound_and_its_drift_interpolates() {
+    let t0 = Instant::now();
+    let base = 1_000_000_000_000i64;
+    let mut child = ClockSource::new(t0, base);
+    (child.offset_ns, child.drift_ppb, child.drift_epoch_ns) = (-734_250_000, 87_000, base);
+    let truth = |t: Instant| child.read(t) - ClockSource::new(t0, base).read(t);
+    // Nearly symmetric links: 5 µs each way, give or take 100 ns.
+    let mut rng = 7u64;
+    let mut delay = |_k: u64| {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        Duration::from_nanos(4_900 + (rng >> 33) % 200)
+    };
+    // One round: the offset right after it.
+    let (fe, samples) = clock_pair(child, t0, t0 + Duration::from_secs(1), &mut delay, 1);
+    let s = samples[0];
+    let measured_at = t0 + Duration::from_nanos((s.measured_ns - base) as u64);
+    let error = (s.offset_ns - truth(measured_at)).abs();
+    assert!(error <= s.error_ns as i64, "error {error} ns past the bound {} ns", s.error_ns);
+    assert!(error <= 200, "right after a sync: {error} ns");
+    assert!((9_800..=10_200).contains(&s.rtt_ns), "{s:?}");
+    assert!(fe.clock_now(t0).is_some());
+    // Three rounds: at once, after `drift_after`, after `resync`; then ten minutes on.
+    let config = ClockConfig::default();
+    let end = t0 + config.drift_after + config.resync + Duration::from_secs(1);
+    let (_, samples) = clock_pair(child, t0, end, &mut delay, 3);
+    let s = samples[0];
+    assert!((s.drift_ppb - 87_000).abs() <= 10, "drift {} ppb", s.drift_ppb);
+    let later = t0 + config.drift_after + config.resync + Duration::from_secs(600);
+    let later_ns = ClockSource::new(t0, base).read(later);
+    let predicted =
+        s.offset_ns + (i128::from(later_ns - s.measured_ns) * i128::from(s.drift_ppb) / 1_000_000_000) as i64;
+    let error = (predicted - truth(later)).abs();
+    assert!(error <= 5_000, "ten minutes after the last sync: {error} ns");
+    let bound = s.error_ns + (later_ns - s.measured_ns) as u64 * s.drift_error_ppb / 1_000_000_000;
+    assert!(error as u64 <= bound, "error {error} ns past the aged bound {bound} ns");
+}
+
+#[test]
+fn an_asymmetric_link_is_off_by_at_most_half_its_round_trip() {
+    let t0 = Instant::now();
+    let child = ClockSource::new(t0, 1_000_000_000_000);
+    // Frames alternate 50 µs and 2 µs; the Join goes first, so probes take 2 µs down
+    // and answers 50 µs up: the estimate is off by half the asymmetry, within the bound.
+    let mut k = 0;
+    let mut delay = |_: u64| {
+        k += 1;
+        Duration::from_micros(if k % 2 == 1 { 50 } else { 2 })
+    };
+    let (_, samples) = clock_pair(child, t0, t0 + Duration::from_secs(1), &mut delay, 1);
+    let s = samples[0];
+    assert!(s.offset_ns.unsigned_abs() <= s.error_ns, "{s:?}");
+    assert_eq!((s.offset_ns, s.error_ns), (-24_000, 26_000), "half the asymmetry, half the round trip");
+}

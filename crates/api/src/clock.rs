@@ -1,0 +1,174 @@
+//! The global clock at the front-end: every node's offset to the front-end's clock,
+//! composed along the tree from the measurements each parent made of its children
+//! (see `treecast_node::core` for how they are made).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use treecast_node::driver::lock;
+use treecast_topology::Topology;
+use treecast_wire::ClockSample;
+
+use crate::{ApiError, Network};
+
+/// One node's clock against the front-end's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeClock {
+    /// The node's id (pre-order in the topology; 0 is the front-end).
+    pub node_id: u32,
+    /// Its name in the topology, `host:index`.
+    pub name: String,
+    /// Its clock minus the front-end's now, nanoseconds, interpolated with the drift
+    /// from the latest measurement of every link on its path.
+    pub offset_ns: i64,
+    /// How fast its clock runs against the front-end's, parts per million.
+    pub drift_ppm: f64,
+    /// Bound on the offset's error now: for each link on its path, half the shortest
+    /// round trip of its latest round, plus the drift's error bound times the time
+    /// since that round, nanoseconds.
+    pub error_ns: u64,
+    /// Shortest round trip to its parent in the latest round, nanoseconds.
+    pub rtt_ns: u64,
+    /// Seconds since the latest measurement of its own link.
+    pub age_s: f64,
+    /// Rounds of probes measured on its own link.
+    pub rounds: u32,
+}
+
+impl Network {
+    /// Every node's clock against the front-end's, as measured so far (nodes not yet
+    /// measured, and lost ones, are absent). The front-end itself is not listed.
+    pub fn clock(&self) -> Vec<NodeClock> {
+        let d = lock(&self.shared);
+        let now = Instant::now();
+        let Some(fe_now) = d.core().clock_now(now) else { return Vec::new() };
+        let samples: HashMap<u32, (ClockSample, u32)> =
+            d.core().clock_samples().map(|(s, r)| (s.node_id, (*s, r))).collect();
+        drop(d);
+        compose(self.topology(), &samples, fe_now)
+    }
+
+    /// Waits until every node of the tree that is still reachable has been measured in
+    /// at least `rounds` rounds (2 gives the drift), then returns [`Network::clock`].
+    ///
+    /// # Errors
+    /// [`ApiError::ClockTimeout`] when that has not happened within `limit`.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn wait_clock(&self, rounds: u32, limit: Duration) -> Result<Vec<NodeClock>, ApiError> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let table = self.clock();
+            let lost = self.lost();
+            let wanted = (1..self.topology().len()).filter(|&id| {
+                let r = self.topology().rank_range(id);
+                let ranks = treecast_wire::RankSet::range(r.start, r.end - r.start);
+                // A node whose every rank is lost is gone with its sub-tree.
+                !ranks.difference(lost.ranks()).is_empty()
+            });
+            let done =
+                wanted.clone().all(|id| table.iter().any(|c| c.node_id as usize == id && c.rounds >= rounds));
+            if done {
+                return Ok(table);
+            }
+            if Instant::now() >= deadline {
+                let missing = wanted
+                    .filter(|&id| !table.iter().any(|c| c.node_id as usize == id && c.rounds >= rounds))
+                    .count();
+                return Err(ApiError::ClockTimeout { rounds, missing, secs: limit.as_secs_f64() });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Composes per-link samples into offsets to the root's clock at `root_now_ns`.
+///
+/// Node ids are in pre-order, so a parent's offset is known before its children's:
+/// each link's offset is interpolated to "now" on the parent's clock with the link's
+/// drift, then added to the parent's offset.
+pub fn compose(
+    topo: &Topology,
+    samples: &HashMap<u32, (ClockSample, u32)>,
+    root_now_ns: i64,
+) -> Vec<NodeClock> {
+    // Per node: offset to the root (ns), drift (ppb), error bound (ns).
+    let mut known: Vec<Option<(i64, i64, u64)>> = vec![None; topo.len()];
+    known[topo.root()] = Some((0, 0, 0));
+    let mut out = Vec::new();
+    for id in 0..topo.len() {
+        let Some(parent) = topo.node(id).parent else { continue };
+        let (Some((parent_offset, parent_drift, parent_error)), Some((s, rounds))) =
+            (known[parent], samples.get(&(id as u32)))
+        else {
+            continue;
+        };
+        let parent_now = root_now_ns.saturating_add(parent_offset);
+        let since = i128::from(parent_now) - i128::from(s.measured_ns);
+        let link = i128::from(s.offset_ns) + since * i128::from(s.drift_ppb) / 1_000_000_000;
+        let offset = parent_offset.saturating_add(i64::try_from(link).unwrap_or(0));
+        let drift = parent_drift.saturating_add(s.drift_ppb);
+        let aged = (since.unsigned_abs() * u128::from(s.drift_error_ppb) / 1_000_000_000) as u64;
+        let error = parent_error.saturating_add(s.error_ns).saturating_add(aged);
+        known[id] = Some((offset, drift, error));
+        out.push(NodeClock {
+            node_id: id as u32,
+            name: topo.node(id).name(),
+            offset_ns: offset,
+            drift_ppm: drift as f64 / 1e3,
+            error_ns: error,
+            rtt_ns: s.rtt_ns,
+            age_s: since as f64 / 1e9,
+            rounds: *rounds,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn sample(
+        node_id: u32,
+        offset_ns: i64,
+        error_ns: u64,
+        drift_ppb: i64,
+        measured_ns: i64,
+    ) -> (u32, (ClockSample, u32)) {
+        let s = ClockSample {
+            node_id,
+            offset_ns,
+            error_ns,
+            rtt_ns: 2 * error_ns,
+            drift_ppb,
+            drift_error_ppb: 0,
+            measured_ns,
+        };
+        (node_id, (s, 1))
+    }
+
+    #[test]
+    fn offsets_add_up_along_the_path_and_drift_moves_them_on() {
+        // 0 => 1 => 2, and 0 => 3.
+        let topo = Topology::parse("h:0 => h:1 h:3 ;\nh:1 => h:2 ;").unwrap();
+        let (a, b, c) = (topo.find("h", 1).unwrap(), topo.find("h", 2).unwrap(), topo.find("h", 3).unwrap());
+        let samples: HashMap<u32, (ClockSample, u32)> = [
+            sample(a as u32, 1_000, 10, 0, 0),
+            // Measured on node 1's clock at 1_000 (root time 0); drifting 1 ppm.
+            sample(b as u32, -300, 20, 1_000, 1_000),
+        ]
+        .into_iter()
+        .collect();
+        let table = compose(&topo, &samples, 1_000_000_000);
+        let of = |id: usize| table.iter().find(|n| n.node_id as usize == id).cloned();
+        assert_eq!(of(a).unwrap().offset_ns, 1_000);
+        // One second on: the link drifted 1 µs.
+        let node2 = of(b).unwrap();
+        assert_eq!(node2.offset_ns, 1_000 - 300 + 1_000);
+        assert_eq!(node2.error_ns, 30);
+        assert_eq!(node2.drift_ppm, 1.0);
+        assert!(of(c).is_none(), "a node never measured is not listed");
+    }
+}
