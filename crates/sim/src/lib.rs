@@ -16,10 +16,14 @@
 //!   can be made slow (read one packet per period) or silent (never answer).
 //! * The front-end's tool is the test itself: [`Sim::send`], [`Sim::read`] and
 //!   [`Sim::run_until`].
+//! * [`chaos`] runs reductions while random nodes are killed or stopped, and counts
+//!   what went wrong (`treecast bench chaos --sim`).
 //!
 //! Everything is deterministic for a given seed. Per-node counters ([`NodeStats`])
 //! say how many inputs and bytes each node handled, and the most payload bytes it
 //! ever held, which flow control bounds.
+
+pub mod chaos;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};

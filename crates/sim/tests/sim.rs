@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use treecast_filters::TransformKind;
 use treecast_node::core::{Command, Delivery, Event, LivenessLimits};
+use treecast_sim::chaos::{self, ChaosConfig, ChaosTrees};
 use treecast_sim::{request, Sim, SimConfig, SimError, TAG_ADD_RANK};
 use treecast_topology::Topology;
 use treecast_wire::{
@@ -438,4 +439,56 @@ fn a_stopped_node_continued_before_it_is_cut_off_carries_on() {
     sim.settle(dead_after * 3);
     assert!(losses(&sim).is_empty(), "{:?}", sim.log().events);
     assert!((0..7).all(|id| sim.alive(id)));
+}
+
+#[test]
+fn chaos_runs_with_only_stops_notice_each_stop_through_the_silence_limit() {
+    let topo = Topology::from_spec("balanced:3x3", None).unwrap();
+    let mut config = ChaosConfig::new(ChaosTrees::Fixed(topo));
+    config.stop_fraction = 1.0;
+    config.faults = 2;
+    config.waves = 10;
+    config.dead_after = Duration::from_secs(1);
+    let heartbeat = config.dead_after / 4;
+    let mut waited = 0;
+    for seed in 0..20 {
+        let run = chaos::run(&config, seed).unwrap();
+        assert!(run.is_clean(), "{run:?}");
+        assert_eq!(run.faults.len(), 2, "{run:?}");
+        assert!(run.faults.iter().all(|f| f.stop), "{run:?}");
+        for r in &run.recovery {
+            // A stop that lands after its victim answered the wave under way costs that
+            // wave nothing; otherwise the wave waits until the silence limit cuts it off.
+            if *r >= Duration::from_millis(1) {
+                assert!(
+                    *r >= config.dead_after - heartbeat - chaos::FAULT_SPREAD,
+                    "seed {seed}: {r:?} {run:?}"
+                );
+                assert!(*r <= config.dead_after + Duration::from_millis(1), "seed {seed}: {r:?} {run:?}");
+                waited += 1;
+            }
+        }
+    }
+    assert!(waited >= 20, "only {waited} faults waited for the silence limit");
+}
+
+/// The simulated half of the chaos harness, as CI runs it: 1,000 runs of 10 waves on
+/// random trees of up to 200 nodes. About 12 s in a debug build on two slow cores.
+#[test]
+fn a_thousand_chaos_runs_on_random_trees_have_no_hang_wrong_answer_panic_or_leftover() {
+    let mut config = ChaosConfig::new(ChaosTrees::random(200));
+    config.waves = 10;
+    let mut faults = 0;
+    let mut waves = 0;
+    let mut stops = 0;
+    for seed in 0..1000 {
+        let run = chaos::run(&config, seed).unwrap();
+        assert!(run.is_clean(), "{run:?}");
+        faults += run.faults.len();
+        stops += run.faults.iter().filter(|f| f.stop).count();
+        waves += run.waves;
+    }
+    assert!(faults > 1500, "{faults} faults");
+    assert!(stops > 300, "{stops} stops");
+    assert!(waves > 5000, "{waves} waves");
 }
