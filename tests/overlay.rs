@@ -492,6 +492,31 @@ fn the_global_clock_recovers_injected_offsets_within_its_bounds() {
     assert!(far > nodes.len() / 2, "the knob distorted the clocks: {report}");
 }
 
+#[test]
+fn chaos_runs_in_the_simulated_tree_from_the_command_line() {
+    let t = tag();
+    let args =
+        ["bench", "chaos", "--sim", "--runs", "20", "--waves", "10", "--faults", "2", "--max-nodes", "60"];
+    let out = treecast(&t, &[&args[..], &["--seed", "3", "--json"]].concat());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let totals = &report["totals"];
+    assert_eq!(totals["simulated"], true, "{totals}");
+    assert_eq!(totals["runs"], 20, "{totals}");
+    assert_eq!(totals["faults"], 40, "{totals}");
+    for key in ["hangs", "wrong", "left", "panics", "live_ranks_lost"] {
+        assert_eq!(totals[key], 0, "{key}: {report}");
+    }
+    assert_eq!(report["runs"][5]["sim"]["seed"], 8, "run k has seed + k");
+    assert!(report["runs"].as_array().unwrap().iter().all(|r| r["sim"]["nodes"].as_u64().unwrap() <= 60));
+    assert!(out.status.success());
+    // The text form prints each of these few runs, then the totals.
+    let out = treecast(&t, &args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().filter(|l| l.starts_with("run ")).count(), 20, "{text}");
+    assert!(text.lines().last().unwrap().starts_with("totals: "), "{text}");
+}
+
 #[tokio::test]
 async fn a_stream_whose_members_are_all_lost_is_closed_not_hung() {
     let net = launch("flat", 3).await;

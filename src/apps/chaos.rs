@@ -7,9 +7,15 @@
 //! the front-end sees exactly which ranks answered and what each said: an answer is
 //! wrong if its value is not `x + rank`, or if a rank answers after it was reported
 //! lost. A wave that takes longer than its limit is a hang.
+//!
+//! With `--sim` the same runs go through the simulated tree instead (every node's
+//! protocol core in this process, heartbeats on, virtual time; see
+//! `treecast_sim::chaos`), thousands of runs a minute, on random trees unless
+//! `--topology` names one.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -17,6 +23,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use treecast_api::{Event, Network, NetworkBuilder, RankSet, StreamOptions, Topology, TransformKind, Value};
+use treecast_sim::chaos::{self as sim_chaos, ChaosConfig, ChaosTrees};
 
 use super::cli::ChaosArgs;
 use super::protocol::TAG_ADD_RANK;
@@ -54,16 +61,42 @@ pub struct ChaosRun {
     pub left: usize,
     /// The run's task panicked.
     pub panicked: bool,
+    /// Simulated runs: the run's seed and tree (`--seed S --runs 1` repeats it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimTree>,
+}
+
+/// The seed and tree of a simulated run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimTree {
+    /// The run's seed.
+    pub seed: u64,
+    /// Nodes, the front-end included.
+    pub nodes: usize,
+    /// Back-ends.
+    pub backends: usize,
+    /// Depth.
+    pub depth: usize,
+}
+
+impl ChaosRun {
+    /// True when the run found something to look at.
+    fn failed(&self) -> bool {
+        self.hangs > 0 || self.wrong > 0 || self.live_ranks_lost > 0 || self.left > 0 || self.panicked
+    }
 }
 
 /// Runs the chaos benchmark and prints one line per run and the totals.
 pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(args.runs > 0 && args.waves > 0, "--runs and --waves need at least 1");
-    let spec = args.topology.clone();
-    let topology =
-        Topology::from_spec(&spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
-    let mut runs = Vec::new();
-    for run in 0..args.runs {
+    if args.sim {
+        return sim_main(&args);
+    }
+    let runs = args.runs.unwrap_or(10);
+    anyhow::ensure!(runs > 0 && args.waves > 0, "--runs and --waves need at least 1");
+    let spec = args.topology.clone().unwrap_or_else(|| "kary:4".to_owned());
+    let topology = Topology::from_spec(&spec, args.local).with_context(|| format!("topology {spec:?}"))?;
+    let mut results = Vec::new();
+    for run in 0..runs {
         let seed = args.seed.wrapping_add(run as u64);
         let topo = topology.clone();
         let a = args.clone();
@@ -73,27 +106,124 @@ pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             Err(e) => ChaosRun { panicked: e.is_panic(), ..ChaosRun::default() },
         };
         if !args.json {
-            println!(
-                "run {run:3}: {:4} waves, faults [{}], hangs {}, wrong {}, live lost {}, orphaned {}, left {}{}",
-                result.waves,
-                result.faults.join(", "),
-                result.hangs,
-                result.wrong,
-                result.live_ranks_lost,
-                result.orphaned_ranks,
-                result.left,
-                if result.panicked { ", PANICKED" } else { "" }
-            );
+            println!("{}", line(run, &result));
         }
-        runs.push(result);
+        results.push(result);
     }
+    let totals = totals(&results, serde_json::json!(spec), serde_json::json!(topology.backends()), false);
+    Ok(report(&results, totals, args.json))
+}
+
+/// The seed of the simulated run under way, for the panic hook.
+static SIM_SEED: AtomicU64 = AtomicU64::new(0);
+
+/// `--sim`: the same runs in the simulated tree, in virtual time.
+fn sim_main(args: &ChaosArgs) -> anyhow::Result<ExitCode> {
+    let runs = args.runs.unwrap_or(1000);
+    anyhow::ensure!(runs > 0 && args.waves > 0, "--runs and --waves need at least 1");
+    anyhow::ensure!(
+        args.dead_after.is_finite() && args.dead_after > 0.0,
+        "--dead-after must be above 0 with --sim: a stopped node is noticed only through the silence limit"
+    );
+    anyhow::ensure!(args.max_nodes >= 2, "--max-nodes needs at least 2 (a front-end and a back-end)");
+    let (trees, name, backends) = match &args.topology {
+        Some(spec) => {
+            let t = Topology::from_spec(spec, args.local).with_context(|| format!("topology {spec:?}"))?;
+            let backends = t.backends();
+            (ChaosTrees::Fixed(t), serde_json::json!(spec), serde_json::json!(backends))
+        }
+        None => {
+            let name = format!("random: depth 1-5, fan-out 1-32, up to {} nodes", args.max_nodes);
+            (ChaosTrees::random(args.max_nodes), serde_json::json!(name), serde_json::Value::Null)
+        }
+    };
+    let config = ChaosConfig {
+        trees,
+        waves: args.waves,
+        faults: args.faults,
+        stop_fraction: args.stop_fraction,
+        dead_after: Duration::from_secs_f64(args.dead_after.min(1e6)),
+    };
+    // Release builds abort on a panic (see Cargo.toml), so one cannot be caught and
+    // counted there: name the run that panicked before the process ends.
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        eprintln!(
+            "chaos run with seed {} panicked; repeat it with --seed {0} --runs 1",
+            SIM_SEED.load(Ordering::Relaxed)
+        );
+        previous(info);
+    }));
+    let mut results = Vec::new();
+    for run in 0..runs {
+        let seed = args.seed.wrapping_add(run as u64);
+        SIM_SEED.store(seed, Ordering::Relaxed);
+        // The simulated nodes log what real ones would (a link cut off for silence, a
+        // parent gone): thousands of runs would bury the results under it; the run counts.
+        let r = tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            sim_chaos::run(&config, seed)
+        })?;
+        let result = ChaosRun {
+            waves: r.waves,
+            faults: r.faults.iter().map(ToString::to_string).collect(),
+            hangs: r.hangs,
+            wrong: r.wrong as usize,
+            live_ranks_lost: r.live_ranks_lost,
+            orphaned_ranks: r.orphaned_ranks,
+            recovery_s: r.recovery.iter().map(Duration::as_secs_f64).collect(),
+            left: r.left,
+            panicked: r.panic.is_some(),
+            sim: Some(SimTree { seed, nodes: r.nodes, backends: r.backends, depth: r.depth }),
+        };
+        // Thousands of runs: the ones that found something, and every 100th to show progress.
+        if !args.json && (runs <= 100 || result.failed() || run % 100 == 0) {
+            println!("{}", line(run, &result));
+            if let Some(p) = &r.panic {
+                println!("         panicked: {p}");
+            }
+        }
+        results.push(result);
+    }
+    let _ = std::panic::take_hook();
+    Ok(report(&results, totals(&results, name, backends, true), args.json))
+}
+
+/// One run as a line of text.
+fn line(run: usize, r: &ChaosRun) -> String {
+    let tree = match &r.sim {
+        Some(t) => {
+            format!(" (seed {}, {} nodes, {} back-ends, depth {})", t.seed, t.nodes, t.backends, t.depth)
+        }
+        None => String::new(),
+    };
+    format!(
+        "run {run:3}{tree}: {:4} waves, faults [{}], hangs {}, wrong {}, live lost {}, orphaned {}, left {}{}",
+        r.waves,
+        r.faults.join(", "),
+        r.hangs,
+        r.wrong,
+        r.live_ranks_lost,
+        r.orphaned_ranks,
+        r.left,
+        if r.panicked { ", PANICKED" } else { "" }
+    )
+}
+
+/// The totals of a set of runs, as JSON.
+fn totals(
+    runs: &[ChaosRun],
+    topology: serde_json::Value,
+    backends: serde_json::Value,
+    simulated: bool,
+) -> serde_json::Value {
     let mut recovery: Vec<f64> = runs.iter().flat_map(|r| r.recovery_s.iter().copied()).collect();
     recovery.sort_by(f64::total_cmp);
     let pick = |q: f64| recovery.get(((recovery.len() as f64 - 1.0) * q).round() as usize).copied();
-    let totals = serde_json::json!({
+    serde_json::json!({
         "runs": runs.len(),
-        "topology": spec,
-        "backends": args.local,
+        "simulated": simulated,
+        "topology": topology,
+        "backends": backends,
         "hangs": runs.iter().map(|r| r.hangs).sum::<usize>(),
         "wrong": runs.iter().map(|r| r.wrong).sum::<usize>(),
         "live_ranks_lost": runs.iter().map(|r| r.live_ranks_lost).sum::<u64>(),
@@ -104,14 +234,22 @@ pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         "waves": runs.iter().map(|r| r.waves).sum::<usize>(),
         "recovery_s_median": pick(0.5),
         "recovery_s_p99": pick(0.99),
-    });
-    if args.json {
+    })
+}
+
+/// Prints the totals (and with `json` every run); the exit code says whether all was well.
+fn report(runs: &[ChaosRun], totals: serde_json::Value, json: bool) -> ExitCode {
+    if json {
         println!("{}", serde_json::json!({ "totals": totals, "runs": runs }));
     } else {
         println!("totals: {totals}");
     }
     let clean = totals["hangs"] == 0 && totals["wrong"] == 0 && totals["left"] == 0 && totals["panics"] == 0;
-    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 async fn one_run(topo: Topology, args: &ChaosArgs, seed: u64) -> anyhow::Result<ChaosRun> {

@@ -260,15 +260,16 @@ pub struct ClockArgs {
 /// Flags of `treecast bench chaos`.
 #[derive(Debug, Clone, Args)]
 pub struct ChaosArgs {
-    /// Number of back-ends to start on this machine.
-    #[arg(long, value_name = "N")]
-    pub local: usize,
-    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file.
-    #[arg(long, value_name = "SPEC", default_value = "kary:4")]
-    pub topology: String,
-    /// Runs, each on a fresh tree.
-    #[arg(long, default_value_t = 10)]
-    pub runs: usize,
+    /// Number of back-ends to start on this machine (with --sim: of the given topology).
+    #[arg(long, value_name = "N", required_unless_present = "sim")]
+    pub local: Option<usize>,
+    /// Tree shape: flat, kary:K, knomial:K, balanced:AxB..., fanout:F, or a topology file
+    /// (default kary:4; with --sim, a new random tree every run).
+    #[arg(long, value_name = "SPEC")]
+    pub topology: Option<String>,
+    /// Runs, each on a fresh tree (default 10, or 1000 with --sim).
+    #[arg(long)]
+    pub runs: Option<usize>,
     /// Reductions per run.
     #[arg(long, default_value_t = 50)]
     pub waves: usize,
@@ -278,12 +279,21 @@ pub struct ChaosArgs {
     /// Share of the faults that stop (SIGSTOP) rather than kill (SIGKILL).
     #[arg(long, default_value_t = 0.3)]
     pub stop_fraction: f64,
-    /// Silence limit of the trees under test, seconds (see `--dead-after` of `run`).
+    /// Silence limit of the trees under test, seconds (see `--dead-after` of `run`);
+    /// virtual seconds with --sim.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub dead_after: f64,
     /// Seed of the first run (run k uses seed + k), so a run can be repeated.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run in the simulated tree (every node's protocol core in this process, virtual
+    /// time) instead of real processes; without --topology, on random trees of depth 1
+    /// to 5 and fan-out 1 to 32.
+    #[arg(long)]
+    pub sim: bool,
+    /// With --sim and no --topology: the largest random tree, in nodes.
+    #[arg(long, value_name = "N", default_value_t = treecast_sim::chaos::DEFAULT_MAX_NODES, requires = "sim")]
+    pub max_nodes: usize,
     /// One JSON object instead of text.
     #[arg(long)]
     pub json: bool,

@@ -8,14 +8,22 @@
 //! * Nodes can be killed at chosen times ([`Sim::kill_at`]); their links close and
 //!   their peers notice after the link's delay, as over a real socket; the parent's
 //!   driver then hears how the process ended ([`EXIT_NEWS_DELAY`] later).
+//! * Nodes can be stopped and continued ([`Sim::stop_at`], [`Sim::cont_at`]), as by
+//!   SIGSTOP and SIGCONT: a stopped node handles nothing and sends nothing while its
+//!   links stay open and what arrives for it waits. Only heartbeats and the silence
+//!   limit ([`SimConfig::liveness`], off by default) let its peers notice it.
 //! * Back-ends run a small tool ([`BackendTool`]) that answers requests by tag, and
 //!   can be made slow (read one packet per period) or silent (never answer).
 //! * The front-end's tool is the test itself: [`Sim::send`], [`Sim::read`] and
 //!   [`Sim::run_until`].
+//! * [`chaos`] runs reductions while random nodes are killed or stopped, and counts
+//!   what went wrong (`treecast bench chaos --sim`).
 //!
 //! Everything is deterministic for a given seed. Per-node counters ([`NodeStats`])
 //! say how many inputs and bytes each node handled, and the most payload bytes it
 //! ever held, which flow control bounds.
+
+pub mod chaos;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -25,7 +33,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use treecast_filters::FilterRegistry;
 use treecast_node::core::{
-    ChildLaunch, Command, CommandError, Delivery, Event, LinkId, LinkTable, Node, NodeConfig, Peer, Role,
+    ChildLaunch, Command, CommandError, Delivery, Event, LinkId, LinkTable, LivenessLimits, Node, NodeConfig,
+    Peer, Role,
 };
 use treecast_topology::Topology;
 use treecast_wire::{
@@ -69,6 +78,10 @@ pub struct SimConfig {
     pub registry: FilterRegistry,
     /// What the front-end keeps per stream for the tool.
     pub tool_window: Window,
+    /// Heartbeats and the silence limit on every node (`None`, the default: off, so
+    /// that the events and bytes per wave of `treecast bench sim` stay comparable;
+    /// killed nodes are still noticed, by their links closing, but stopped ones are not).
+    pub liveness: Option<LivenessLimits>,
 }
 
 impl SimConfig {
@@ -84,6 +97,7 @@ impl SimConfig {
             attach: None,
             registry: FilterRegistry::builtin(),
             tool_window: Window { packets: 1 << 16, bytes: 64 << 20 },
+            liveness: None,
         }
     }
 }
@@ -126,6 +140,10 @@ struct SimNode {
     core: Node,
     links: LinkTable<SimLink>,
     alive: bool,
+    /// Stopped (SIGSTOP): what arrives waits in `held` until it is continued.
+    stopped: bool,
+    /// What arrived for a stopped node, in order.
+    held: Vec<Action>,
     over_handled: bool,
     timer_gen: u64,
     tool: BackendTool,
@@ -143,6 +161,8 @@ enum Action {
     Connect { parent: usize, child: usize },
     Timer { node: usize, generation: u64 },
     Kill { node: usize },
+    Stop { node: usize },
+    Cont { node: usize },
     Read { node: usize },
     Exited { parent: usize, node_id: u32, detail: String },
 }
@@ -338,9 +358,13 @@ impl Sim {
         plan.startup_timeout_ms = c.startup_timeout.as_millis().min(u128::from(u32::MAX)) as u32;
         plan.attach_ms = c.attach.map_or(0, |a| a.as_millis().clamp(1, u128::from(u32::MAX)) as u32);
         plan.allow_missing = c.allow_missing;
-        // Heartbeats are off: the runs compare events and bytes per wave, which a
-        // heartbeat per link and second would blur. Kill schedules close links instead.
-        (plan.heartbeat_ms, plan.dead_after_ms) = (0, 0);
+        // Heartbeats are off unless asked for: `treecast bench sim` compares events and
+        // bytes per wave, which a heartbeat per link and second would blur; killed
+        // nodes close their links instead.
+        (plan.heartbeat_ms, plan.dead_after_ms) = match c.liveness {
+            Some(l) => (millis(l.heartbeat), millis(l.dead_after)),
+            None => (0, 0),
+        };
         plan
     }
 
@@ -361,13 +385,17 @@ impl Sim {
             Role::CommNode => format!("comm node (node {id})"),
             Role::BackEnd { rank, .. } => format!("back-end rank {rank}"),
         };
-        let core = Node::new(NodeConfig {
+        let mut core = Node::new(NodeConfig {
             role,
             node_id: id as u32,
             name,
             registry: self.config.registry.clone(),
             tool_window: self.config.tool_window,
         });
+        if let Role::BackEnd { .. } = role {
+            // Comm nodes take the limits from their plan; a back-end from its driver.
+            core.set_liveness(self.config.liveness, self.now);
+        }
         let tool = match role {
             Role::BackEnd { rank, .. } => self.tools.get(&rank).cloned().unwrap_or_default(),
             _ => BackendTool::default(),
@@ -376,6 +404,8 @@ impl Sim {
             core,
             links: LinkTable::new(),
             alive: true,
+            stopped: false,
+            held: Vec::new(),
             over_handled: false,
             timer_gen: 0,
             tool,
@@ -481,6 +511,29 @@ impl Sim {
         self.schedule(at, Action::Kill { node: id });
     }
 
+    /// Stops node `id` once `after` of virtual time has passed, as SIGSTOP does: it
+    /// handles no frame, link event or timeout and sends nothing until
+    /// [`Sim::cont_at`]; its links stay open and what arrives for it waits. Peers
+    /// notice only through the silence limit ([`SimConfig::liveness`]); a parent that
+    /// cuts it off gives up on it, and its driver ends the process, as a real one
+    /// does. The front-end (node 0) is the test's own process and is never stopped.
+    pub fn stop_at(&mut self, id: usize, after: Duration) {
+        let at = self.now + after;
+        self.schedule(at, Action::Stop { node: id });
+    }
+
+    /// Continues node `id` once `after` of virtual time has passed, as SIGCONT does: it
+    /// handles what arrived while it was stopped, in order, then its timer.
+    pub fn cont_at(&mut self, id: usize, after: Duration) {
+        let at = self.now + after;
+        self.schedule(at, Action::Cont { node: id });
+    }
+
+    /// True while node `id` runs but is stopped.
+    pub fn stopped(&self, id: usize) -> bool {
+        self.nodes.get(id).and_then(Option::as_ref).is_some_and(|n| n.alive && n.stopped)
+    }
+
     /// Runs until `done` holds, nothing is left to do, or `limit` of virtual time passes.
     ///
     /// # Errors
@@ -513,6 +566,10 @@ impl Sim {
 
     fn act(&mut self, action: Action) {
         let now = self.now;
+        let action = match self.hold_if_stopped(action) {
+            Some(a) => a,
+            None => return,
+        };
         match action {
             Action::Deliver { node, link, frame } => {
                 let Some(n) = self.nodes[node].as_mut().filter(|n| n.alive) else { return };
@@ -546,6 +603,12 @@ impl Sim {
                 self.drain(node);
             }
             Action::Kill { node } => self.kill(node, "was killed"),
+            Action::Stop { node } => {
+                if let Some(n) = self.nodes.get_mut(node).and_then(Option::as_mut).filter(|n| n.alive) {
+                    n.stopped = node != 0;
+                }
+            }
+            Action::Cont { node } => self.cont(node),
             Action::Exited { parent, node_id, detail } => {
                 let Some(p) = self.nodes[parent].as_mut().filter(|p| p.alive) else { return };
                 p.stats.inputs += 1;
@@ -560,6 +623,47 @@ impl Sim {
                 self.drain(node);
             }
         }
+    }
+
+    /// The node an action is for, if a stopped node would have to handle it.
+    fn stopped_target(&self, action: &Action) -> Option<usize> {
+        let stopped = |id: usize| self.nodes.get(id).and_then(Option::as_ref).is_some_and(|n| n.stopped);
+        match *action {
+            Action::Deliver { node, .. }
+            | Action::Closed { node, .. }
+            | Action::Timer { node, .. }
+            | Action::Read { node }
+            | Action::Exited { parent: node, .. } => Some(node).filter(|&n| stopped(n)),
+            // Both ends take part in setting up a link.
+            Action::Connect { parent, child } => [parent, child].into_iter().find(|&n| stopped(n)),
+            Action::Kill { .. } | Action::Stop { .. } | Action::Cont { .. } => None,
+        }
+    }
+
+    /// Keeps an action for a stopped node until it is continued; hands back the others.
+    fn hold_if_stopped(&mut self, action: Action) -> Option<Action> {
+        let Some(id) = self.stopped_target(&action) else { return Some(action) };
+        // A stopped node's timer is re-armed when it continues.
+        if !matches!(action, Action::Timer { .. }) {
+            if let Some(n) = self.nodes[id].as_mut() {
+                n.held.push(action);
+            }
+        }
+        None
+    }
+
+    /// A stopped node continues: what arrived meanwhile is handled now, in order.
+    fn cont(&mut self, id: usize) {
+        let Some(n) = self.nodes.get_mut(id).and_then(Option::as_mut).filter(|n| n.alive && n.stopped) else {
+            return;
+        };
+        n.stopped = false;
+        let held = std::mem::take(&mut n.held);
+        let now = self.now;
+        for action in held {
+            self.schedule(now, action);
+        }
+        self.drain(id);
     }
 
     /// Links a started child to its parent (both sides see the link up).
@@ -593,6 +697,7 @@ impl Sim {
     fn kill(&mut self, id: usize, how: &str) {
         let Some(n) = self.nodes[id].as_mut().filter(|n| n.alive) else { return };
         n.alive = false;
+        n.held.clear();
         if n.core.parent_link().is_none() && id != 0 {
             // Its process ended before it connected: the parent's driver would see the exit.
             if let Some(parent) = self.parent_of(id) {
@@ -806,6 +911,11 @@ impl Sim {
         }
         n.outbox.retain(|_, q| !q.is_empty());
     }
+}
+
+/// A duration in whole milliseconds as a launch plan carries it, at least 1.
+fn millis(d: Duration) -> u32 {
+    d.as_millis().clamp(1, u128::from(u32::MAX)) as u32
 }
 
 /// A back-end's answer to a request, by tag.

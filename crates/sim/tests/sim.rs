@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use treecast_filters::TransformKind;
-use treecast_node::core::{Command, Delivery};
-use treecast_sim::{request, Sim, SimConfig, TAG_ADD_RANK};
+use treecast_node::core::{Command, Delivery, Event, LivenessLimits};
+use treecast_sim::chaos::{self, ChaosConfig, ChaosTrees};
+use treecast_sim::{request, Sim, SimConfig, SimError, TAG_ADD_RANK};
 use treecast_topology::Topology;
 use treecast_wire::{
     decode_values, FilterSpec, RankSet, StreamSpec, SyncMode, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
@@ -330,4 +331,164 @@ fn a_null_filter_wave_is_sent_within_the_parents_window() {
         "{:?}",
         sim.log().events
     );
+}
+
+/// A launched tree whose nodes send heartbeats and cut off links silent for `dead_after`.
+fn launched_with_liveness(spec_text: &str, seed: u64, dead_after: Duration) -> Sim {
+    let mut config = SimConfig::new(Topology::from_spec(spec_text, None).unwrap(), seed);
+    config.liveness = Some(LivenessLimits { heartbeat: dead_after / 4, dead_after });
+    let mut sim = Sim::new(config);
+    assert!(sim.launch().unwrap().is_empty());
+    sim
+}
+
+fn losses(sim: &Sim) -> Vec<(RankSet, String)> {
+    sim.log()
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::RanksLost { ranks, reason } => Some((ranks.clone(), reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_stopped_backend_holds_its_wave_until_continued_when_heartbeats_are_off() {
+    let mut sim = launched("balanced:2x2", None, 16);
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 4), TransformKind::Sum))).unwrap();
+    let victim = sim.node_of_rank(2).unwrap();
+    sim.stop_at(victim, Duration::ZERO);
+    sim.settle(Duration::from_millis(1));
+    assert!(sim.alive(victim) && sim.stopped(victim));
+    sim.send(request(1, TAG_ADD_RANK, 10), LIMIT).unwrap();
+    // Nothing notices a stopped node without heartbeats: the wave waits, and nothing is
+    // left to do but the stopped node's own inputs, which wait for it.
+    let err = sim.read(1, LIMIT).unwrap_err();
+    assert!(matches!(err, SimError::Idle(_)), "{err}");
+    assert!(losses(&sim).is_empty(), "{:?}", sim.log().events);
+    sim.cont_at(victim, Duration::ZERO);
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 4 * 10 + 6, "the request waited for it and it answered");
+    assert!(!sim.stopped(victim));
+}
+
+#[test]
+fn a_stopped_comm_node_is_cut_off_at_the_silence_limit_and_its_children_leave() {
+    let dead_after = Duration::from_secs(2);
+    let heartbeat = dead_after / 4;
+    let mut sim = launched_with_liveness("balanced:2x3", 17, dead_after);
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 6), TransformKind::Sum))).unwrap();
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 15);
+    // Let a few heartbeats go by: an idle tree is not cut off.
+    sim.settle(dead_after * 3);
+    assert!(losses(&sim).is_empty(), "{:?}", sim.log().events);
+    // Pre-order: 5 is the comm node over ranks 3-5 (nodes 6, 7 and 8).
+    let stopped_at = sim.elapsed();
+    sim.stop_at(5, Duration::ZERO);
+    sim.settle(dead_after / 2);
+    assert!(sim.stopped(5) && (6..=8).all(|c| sim.alive(c)), "nothing noticed it yet");
+    sim.send(request(1, TAG_ADD_RANK, 1), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 3 + 3, "the wave completes with ranks 0-2");
+    // The front-end last heard it at most a heartbeat before the stop.
+    let waited = sim.elapsed() - stopped_at;
+    assert!(waited >= dead_after - heartbeat && waited <= dead_after, "cut off after {waited:?}");
+    sim.settle(Duration::from_secs(1));
+    let lost = losses(&sim);
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0].0, RankSet::range(3, 3));
+    assert!(lost[0].1.contains("nothing arrived for 2.0 s, not even a heartbeat"), "{}", lost[0].1);
+    // Its parent's driver stopped its process, as a real one kills what it gave up on;
+    // its children, which stopped hearing it, are gone too.
+    for id in 5..=8 {
+        assert!(!sim.alive(id), "node {id} still runs");
+    }
+    sim.send(request(1, TAG_ADD_RANK, 2), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 6 + 3);
+    sim.command(Command::Shutdown).unwrap();
+    sim.settle(Duration::from_secs(1));
+    assert!((0..9).all(|id| !sim.alive(id)));
+}
+
+#[test]
+fn a_stopped_backend_is_cut_off_at_the_silence_limit_and_only_its_rank_is_lost() {
+    let dead_after = Duration::from_millis(800);
+    let mut sim = launched_with_liveness("balanced:2x2", 18, dead_after);
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 4), TransformKind::Sum))).unwrap();
+    let victim = sim.node_of_rank(1).unwrap();
+    let stopped_at = sim.elapsed();
+    sim.stop_at(victim, Duration::ZERO);
+    sim.send(request(1, TAG_ADD_RANK, 5), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 3 * 5 + 5);
+    assert!(sim.elapsed() - stopped_at >= dead_after - dead_after / 4);
+    sim.settle(Duration::from_secs(1));
+    assert_eq!(sim.core(0).unwrap().lost().ranks(), &RankSet::single(1));
+    assert!(!sim.alive(victim), "its parent gave up on it and stopped its process");
+}
+
+#[test]
+fn a_stopped_node_continued_before_it_is_cut_off_carries_on() {
+    let dead_after = Duration::from_secs(2);
+    let mut sim = launched_with_liveness("balanced:2x2", 19, dead_after);
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 4), TransformKind::Sum))).unwrap();
+    // Node 1 is the comm node over ranks 0 and 1.
+    sim.stop_at(1, Duration::ZERO);
+    sim.cont_at(1, dead_after / 2);
+    sim.send(request(1, TAG_ADD_RANK, 1), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 4 + 6, "every rank answered once it went on");
+    sim.settle(dead_after * 3);
+    assert!(losses(&sim).is_empty(), "{:?}", sim.log().events);
+    assert!((0..7).all(|id| sim.alive(id)));
+}
+
+#[test]
+fn chaos_runs_with_only_stops_notice_each_stop_through_the_silence_limit() {
+    let topo = Topology::from_spec("balanced:3x3", None).unwrap();
+    let mut config = ChaosConfig::new(ChaosTrees::Fixed(topo));
+    config.stop_fraction = 1.0;
+    config.faults = 2;
+    config.waves = 10;
+    config.dead_after = Duration::from_secs(1);
+    let heartbeat = config.dead_after / 4;
+    let mut waited = 0;
+    for seed in 0..20 {
+        let run = chaos::run(&config, seed).unwrap();
+        assert!(run.is_clean(), "{run:?}");
+        assert_eq!(run.faults.len(), 2, "{run:?}");
+        assert!(run.faults.iter().all(|f| f.stop), "{run:?}");
+        for r in &run.recovery {
+            // A stop that lands after its victim answered the wave under way costs that
+            // wave nothing; otherwise the wave waits until the silence limit cuts it off.
+            if *r >= Duration::from_millis(1) {
+                assert!(
+                    *r >= config.dead_after - heartbeat - chaos::FAULT_SPREAD,
+                    "seed {seed}: {r:?} {run:?}"
+                );
+                assert!(*r <= config.dead_after + Duration::from_millis(1), "seed {seed}: {r:?} {run:?}");
+                waited += 1;
+            }
+        }
+    }
+    assert!(waited >= 20, "only {waited} faults waited for the silence limit");
+}
+
+/// The simulated half of the chaos harness, as CI runs it: 1,000 runs of 10 waves on
+/// random trees of up to 200 nodes. About 12 s in a debug build on two slow cores.
+#[test]
+fn a_thousand_chaos_runs_on_random_trees_have_no_hang_wrong_answer_panic_or_leftover() {
+    let mut config = ChaosConfig::new(ChaosTrees::random(200));
+    config.waves = 10;
+    let mut faults = 0;
+    let mut waves = 0;
+    let mut stops = 0;
+    for seed in 0..1000 {
+        let run = chaos::run(&config, seed).unwrap();
+        assert!(run.is_clean(), "{run:?}");
+        faults += run.faults.len();
+        stops += run.faults.iter().filter(|f| f.stop).count();
+        waves += run.waves;
+    }
+    assert!(faults > 1500, "{faults} faults");
+    assert!(stops > 300, "{stops} stops");
+    assert!(waves > 5000, "{waves} waves");
 }
