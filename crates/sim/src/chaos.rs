@@ -208,6 +208,21 @@ pub fn random_tree(
 ) -> Result<Topology, TopologyError> {
     let depth = rng.gen_range(1..=max_depth.max(1));
     let fanout = rng.gen_range(1..=max_fanout.max(1));
+    tree_of_shape(rng, depth, fanout, max_nodes)
+}
+
+/// A random tree `depth` levels deep: every node above that depth gets 1 to `fanout`
+/// children until `max_nodes` is reached.
+///
+/// # Errors
+/// The generated text does not parse (a bug of this function).
+pub fn tree_of_shape(
+    rng: &mut StdRng,
+    depth: usize,
+    fanout: usize,
+    max_nodes: usize,
+) -> Result<Topology, TopologyError> {
+    let fanout = fanout.max(1);
     let mut next = 1usize;
     let mut text = String::new();
     let mut level = vec![0usize];

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use treecast_filters::TransformKind;
 use treecast_node::core::{Command, Delivery};
 use treecast_sim::{request, requests, BackendTool, Sim, SimConfig, TAG_ADD_RANK, TAG_BURST_BYTES, TAG_RANK};
@@ -22,31 +22,9 @@ const LIMIT: Duration = Duration::from_secs(120);
 const MAX_NODES: usize = 400;
 
 /// A random tree: every node above `depth` gets 1 to `fanout` children until
-/// `MAX_NODES` is reached, in the MRNet text format.
+/// `MAX_NODES` is reached.
 fn random_tree(seed: u64, depth: usize, fanout: usize) -> Topology {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut next = 1usize;
-    let mut text = String::new();
-    let mut level = vec![0usize];
-    for _ in 0..depth {
-        let mut below = Vec::new();
-        for &parent in &level {
-            let room = MAX_NODES.saturating_sub(next);
-            if room == 0 {
-                break;
-            }
-            let k = rng.gen_range(1..=fanout).min(room);
-            text.push_str(&format!("h:{parent} =>"));
-            for _ in 0..k {
-                text.push_str(&format!(" h:{next}"));
-                below.push(next);
-                next += 1;
-            }
-            text.push_str(" ;\n");
-        }
-        level = below;
-    }
-    Topology::parse(&text).unwrap()
+    treecast_sim::chaos::tree_of_shape(&mut StdRng::seed_from_u64(seed), depth, fanout, MAX_NODES).unwrap()
 }
 
 fn tree() -> impl Strategy<Value = (u64, usize, usize)> {
