@@ -89,7 +89,8 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
             let [Value::StrArray(argv), Value::ULong(limit_ms), Value::ULong(keep)] = v.as_slice() else {
                 return Ok(());
             };
-            let keep = usize::try_from(*keep).unwrap_or(usize::MAX);
+            // A request from another tool may ask for more than a frame can carry back.
+            let keep = usize::try_from((*keep).min(MAX_OUTPUT_LIMIT)).unwrap_or(usize::MAX);
             let done = run_command(argv, *limit_ms, keep, rank, be.size()).await;
             be.send(stream, tag, RUN_ANSWER, &done.values()).await
         }

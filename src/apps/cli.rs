@@ -246,7 +246,8 @@ pub struct ClockArgs {
     /// Where the back-ends run.
     #[command(flatten)]
     pub tree: TreeArgs,
-    /// Rounds of probes to wait for on every link: 1 gives offsets, 2 (2 s later) drifts too.
+    /// Rounds of probes to wait for on every link: 1 gives offsets, 2 (2 s later) drifts
+    /// too; 3 and more come only every TREECAST_CLOCK_RESYNC seconds (300), so raise --wait.
     #[arg(long, default_value_t = 2)]
     pub rounds: u32,
     /// Longest wait for the rounds, seconds.

@@ -17,6 +17,11 @@ pub async fn main(args: ClockArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.rounds > 0, "--rounds needs at least 1");
     let limit = Duration::try_from_secs_f64(args.wait)
         .with_context(|| format!("--wait {} is not a number of seconds", args.wait))?;
+    let knob = std::env::var(CLOCK_DISTORT).ok();
+    if let Some(knob) = &knob {
+        // Checked here, once: otherwise every node would only log it and run undistorted.
+        clock_distortion(knob, 1, 0).map_err(anyhow::Error::msg)?;
+    }
     let net = super::run::launch(&args.tree).await?;
     let table = net.wait_clock(args.rounds, limit).await;
     let now_ns = std::time::SystemTime::now()
@@ -24,7 +29,6 @@ pub async fn main(args: ClockArgs) -> anyhow::Result<ExitCode> {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
     net.shutdown().await;
     let table = table?;
-    let knob = std::env::var(CLOCK_DISTORT).ok();
     let injected = |id: u32| -> Option<i64> {
         let d = clock_distortion(knob.as_deref()?, id, now_ns).ok()??;
         Some(d.at(now_ns))

@@ -53,3 +53,6 @@ pub const EXIT_TIMED_OUT: i32 = 124;
 pub const EXIT_NOT_STARTED: i32 = 127;
 /// Default of `treecast run --output-limit`: bytes of each output stream shown per group.
 pub const DEFAULT_OUTPUT_LIMIT: u64 = 1 << 20;
+/// Largest `--output-limit`: a rank's answer (both streams) must fit a frame
+/// (`TREECAST_MAX_FRAME`, 64 MiB by default) with room to spare.
+pub const MAX_OUTPUT_LIMIT: u64 = 16 << 20;

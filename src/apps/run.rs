@@ -14,7 +14,7 @@ use treecast_topology::{hostlist, Shape};
 
 use super::cli::{LauncherKind, RunArgs, TreeArgs};
 use super::guard::signal_name;
-use super::protocol::{DEFAULT_OUTPUT_LIMIT, RUN_ANSWER, RUN_REQUEST, TAG_RUN};
+use super::protocol::{DEFAULT_OUTPUT_LIMIT, MAX_OUTPUT_LIMIT, RUN_ANSWER, RUN_REQUEST, TAG_RUN};
 
 /// Fan-out used when no topology is given.
 pub const DEFAULT_TOPOLOGY: &str = "kary:16";
@@ -142,15 +142,17 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("--timeout {secs} is not a positive number of seconds"))
         })
         .transpose()?;
-    anyhow::ensure!(args.output_limit > 0, "--output-limit needs at least 1 byte");
+    anyhow::ensure!(
+        (1..=MAX_OUTPUT_LIMIT).contains(&args.output_limit),
+        "--output-limit {} is not between 1 and {MAX_OUTPUT_LIMIT} bytes (both streams of a rank travel in one frame)",
+        args.output_limit
+    );
     let mut tree = args.tree;
     if let (Some(limit), None) = (limit, tree.dead_after) {
         // A stopped node must be cut off before the answers are given up on, so that
         // the ranks that did answer are shown; 5 s at least, so load is not mistaken for it.
-        let default = std::env::var(treecast_node::env::DEAD_AFTER).ok().and_then(|s| s.parse::<f64>().ok());
-        let default = default.unwrap_or(treecast_node::core::DEFAULT_DEAD_AFTER.as_secs_f64());
-        if default > 0.0 {
-            tree.dead_after = Some(default.min(limit.as_secs_f64().max(5.0)));
+        if let Some(default) = treecast_node::env::liveness_from_env() {
+            tree.dead_after = Some(default.dead_after.as_secs_f64().min(limit.as_secs_f64().max(5.0)));
         }
     }
     let net = launch(&tree).await?;
@@ -259,9 +261,12 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
     let backends = topology.backends();
     let mut builder = NetworkBuilder::new(topology).allow_missing(args.allow_missing);
     if let Some(secs) = args.dead_after {
-        let limit = Duration::try_from_secs_f64(secs)
-            .with_context(|| format!("--dead-after {secs} is not a number of seconds"))?;
-        builder = builder.dead_after(Some(limit));
+        // Shorter, and scheduling delays alone would cut healthy nodes off.
+        anyhow::ensure!(
+            secs == 0.0 || (0.1..=1e6).contains(&secs),
+            "--dead-after {secs} is not 0 (off) or a number of seconds between 0.1 and 1000000"
+        );
+        builder = builder.dead_after(Some(Duration::from_secs_f64(secs)));
     }
     if let Some(file) = &args.attach {
         eprintln!(

@@ -115,14 +115,16 @@ impl BackEndSender {
         let (format, payload) = encode_checked(format, values)?;
         {
             let mut d = lock(&self.shared);
-            let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?.clone();
-            match d.core().registry().check_format(&spec, &format) {
+            let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?;
+            // Borrowed: only a refused packet needs the filter's name, copied then.
+            match d.core().registry().check_format(spec, &format) {
                 Ok(()) => {}
                 Err(RegistryError::Format(source)) => {
+                    let filter = spec.name.clone();
                     let message = format!("{} did not send its packet: {source}", d.core().name());
                     // The front-end hears of it even if this back-end gives up on the error.
                     let _ = d.command(Command::ReportFilterError { stream, message });
-                    return Err(ApiError::WrongFormat { stream, filter: spec.name, source });
+                    return Err(ApiError::WrongFormat { stream, filter, source });
                 }
                 Err(other) => {
                     let node = d.core().name().to_owned();

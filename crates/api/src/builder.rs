@@ -87,7 +87,7 @@ impl NetworkBuilder {
     /// limit sends no heartbeat meanwhile and is cut off: run long computations with
     /// `tokio::task::spawn_blocking` or on a multi-threaded runtime.
     pub fn dead_after(mut self, limit: Option<Duration>) -> Self {
-        self.liveness = limit.filter(|d| !d.is_zero()).map(env::liveness_for);
+        self.liveness = limit.filter(|d| !d.is_zero()).map(LivenessLimits::for_dead_after);
         self
     }
 

@@ -36,16 +36,31 @@ pub struct NodeClock {
 }
 
 impl Network {
-    /// Every node's clock against the front-end's, as measured so far (nodes not yet
-    /// measured, and lost ones, are absent). The front-end itself is not listed.
+    /// Every node's clock against the front-end's, as measured so far. Nodes not yet
+    /// measured, and nodes whose every rank is lost, are absent; the front-end itself
+    /// is not listed.
     pub fn clock(&self) -> Vec<NodeClock> {
         let d = lock(&self.shared);
-        let now = Instant::now();
-        let Some(fe_now) = d.core().clock_now(now) else { return Vec::new() };
+        let Some(fe_now) = d.core().clock_now(Instant::now()) else { return Vec::new() };
         let samples: HashMap<u32, (ClockSample, u32)> =
             d.core().clock_samples().map(|(s, r)| (s.node_id, (*s, r))).collect();
         drop(d);
-        compose(self.topology(), &samples, fe_now)
+        let gone = self.gone_nodes();
+        let mut table = compose(self.topology(), &samples, fe_now);
+        table.retain(|c| !gone[c.node_id as usize]);
+        table
+    }
+
+    /// Per node id: true when every rank below it is lost (the node is gone with them).
+    fn gone_nodes(&self) -> Vec<bool> {
+        let lost = self.lost();
+        let topo = self.topology();
+        (0..topo.len())
+            .map(|id| {
+                let r = topo.rank_range(id);
+                treecast_wire::RankSet::range(r.start, r.end - r.start).difference(lost.ranks()).is_empty()
+            })
+            .collect()
     }
 
     /// Waits until every node of the tree that is still reachable has been measured in
@@ -58,23 +73,19 @@ impl Network {
     pub async fn wait_clock(&self, rounds: u32, limit: Duration) -> Result<Vec<NodeClock>, ApiError> {
         let deadline = Instant::now() + limit;
         loop {
-            let table = self.clock();
-            let lost = self.lost();
-            let wanted = (1..self.topology().len()).filter(|&id| {
-                let r = self.topology().rank_range(id);
-                let ranks = treecast_wire::RankSet::range(r.start, r.end - r.start);
-                // A node whose every rank is lost is gone with its sub-tree.
-                !ranks.difference(lost.ranks()).is_empty()
-            });
-            let done =
-                wanted.clone().all(|id| table.iter().any(|c| c.node_id as usize == id && c.rounds >= rounds));
-            if done {
-                return Ok(table);
+            // Rounds per node id, counted without composing the table.
+            let mut measured = vec![0u32; self.topology().len()];
+            for (s, r) in lock(&self.shared).core().clock_samples() {
+                if let Some(m) = measured.get_mut(s.node_id as usize) {
+                    *m = r;
+                }
+            }
+            let gone = self.gone_nodes();
+            let missing = (1..measured.len()).filter(|&id| !gone[id] && measured[id] < rounds).count();
+            if missing == 0 {
+                return Ok(self.clock());
             }
             if Instant::now() >= deadline {
-                let missing = wanted
-                    .filter(|&id| !table.iter().any(|c| c.node_id as usize == id && c.rounds >= rounds))
-                    .count();
                 return Err(ApiError::ClockTimeout { rounds, missing, secs: limit.as_secs_f64() });
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -106,9 +117,12 @@ pub fn compose(
         let parent_now = root_now_ns.saturating_add(parent_offset);
         let since = i128::from(parent_now) - i128::from(s.measured_ns);
         let link = i128::from(s.offset_ns) + since * i128::from(s.drift_ppb) / 1_000_000_000;
-        let offset = parent_offset.saturating_add(i64::try_from(link).unwrap_or(0));
+        // Samples come from the network: absurd ones saturate rather than wrap or vanish.
+        let link = i64::try_from(link.clamp(i128::from(i64::MIN), i128::from(i64::MAX))).unwrap_or(0);
+        let offset = parent_offset.saturating_add(link);
         let drift = parent_drift.saturating_add(s.drift_ppb);
-        let aged = (since.unsigned_abs() * u128::from(s.drift_error_ppb) / 1_000_000_000) as u64;
+        let aged = u64::try_from(since.unsigned_abs() * u128::from(s.drift_error_ppb) / 1_000_000_000)
+            .unwrap_or(u64::MAX);
         let error = parent_error.saturating_add(s.error_ns).saturating_add(aged);
         known[id] = Some((offset, drift, error));
         out.push(NodeClock {

@@ -55,10 +55,11 @@ fn on_main_thread() -> bool {
 /// # Errors
 /// No runtime, the forking thread could not start, or the spawn failed.
 pub(crate) fn spawn(mut cmd: Command) -> io::Result<Child> {
+    // Asked first: tokio's spawn panics without a runtime, where this returns the error.
+    let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
     if on_main_thread() {
         return cmd.spawn();
     }
-    let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
     let (reply, answer) = mpsc::sync_channel(1);
     forker()?
         .send(Request { cmd, runtime, reply })

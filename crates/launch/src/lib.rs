@@ -106,10 +106,7 @@ pub fn host_problem(host: &str) -> Option<&'static str> {
     None
 }
 
-/// The host of `user@host` (or of a plain host).
-pub(crate) fn bare_host(host: &str) -> &str {
-    host.split_once('@').map_or(host, |(_, bare)| bare)
-}
+pub(crate) use treecast_topology::hostlist::bare_host;
 
 /// Everything needed to start one process.
 #[derive(Debug, Clone)]

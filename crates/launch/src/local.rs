@@ -13,14 +13,16 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// Longest wait for the resolver on one name; a name it cannot answer in time is
-/// taken as another host (ssh then reports what is wrong with it).
+/// Longest wait for the resolver, for all the names of one call together; a name it
+/// cannot answer in time is taken as another host (ssh then reports what is wrong).
 const RESOLVE_LIMIT: Duration = Duration::from_secs(3);
 
 /// Remembers, per host name, whether it is this machine: each name is resolved once.
 #[derive(Debug, Default, Clone)]
 pub struct LocalHosts {
     known: HashMap<String, bool>,
+    /// This machine's host name, read once.
+    own_name: Option<String>,
 }
 
 impl LocalHosts {
@@ -30,27 +32,46 @@ impl LocalHosts {
     }
 
     /// True when `host` names this machine (see the module documentation). Blocks
-    /// on the resolver for names not seen before (at most a few seconds each).
+    /// on the resolver for a name not seen before (at most a few seconds).
     pub fn is_local(&mut self, host: &str) -> bool {
-        let key = host_part(host).to_ascii_lowercase();
-        if let Some(known) = self.known.get(&key) {
-            return *known;
-        }
-        let local = names_this_machine(&key);
-        self.known.insert(key, local);
-        local
+        self.resolve_all([host]);
+        self.cached(host).unwrap_or(false)
     }
 
-    /// The answer for `host` if [`LocalHosts::is_local`] was asked before.
+    /// Finds out which of `hosts` are this machine, resolving the names not seen before
+    /// all at once: the wait is the slowest name's (at most a few seconds), not the sum.
+    pub fn resolve_all<'a>(&mut self, hosts: impl IntoIterator<Item = &'a str>) {
+        let own = self.own_name.get_or_insert_with(this_host_name).to_ascii_lowercase();
+        let mut unknown = Vec::new();
+        for host in hosts {
+            let key = key_of(host);
+            if self.known.contains_key(&key) || unknown.contains(&key) {
+                continue;
+            }
+            match names_this_machine_at_once(&key, &own) {
+                Some(local) => {
+                    self.known.insert(key, local);
+                }
+                None => unknown.push(key),
+            }
+        }
+        let resolved = resolve(&unknown);
+        for (key, addrs) in unknown.into_iter().zip(resolved) {
+            let local = addrs.iter().any(|a| is_local_address(a.ip()));
+            self.known.insert(key, local);
+        }
+    }
+
+    /// The answer for `host` if it was resolved before.
     pub fn cached(&self, host: &str) -> Option<bool> {
-        self.known.get(&host_part(host).to_ascii_lowercase()).copied()
+        self.known.get(&key_of(host)).copied()
     }
 }
 
-/// `host` without an ssh user (`user@host`) and without a trailing dot.
-fn host_part(host: &str) -> &str {
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    host.strip_suffix('.').unwrap_or(host)
+/// The cache key of `host`: lower case, without an ssh user and a trailing dot.
+fn key_of(host: &str) -> String {
+    let host = treecast_topology::hostlist::bare_host(host);
+    host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
 }
 
 /// This machine's host name, as the kernel has it.
@@ -60,19 +81,17 @@ pub fn this_host_name() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// True when `host` (lower case, no user) is this machine.
-fn names_this_machine(host: &str) -> bool {
+/// Whether `host` (a cache key) is this machine, when that can be told without the
+/// resolver: `None` for a name that must be resolved.
+fn names_this_machine_at_once(host: &str, own_name: &str) -> Option<bool> {
     if host.is_empty() {
-        return false;
+        return Some(false);
     }
-    if host == "localhost" || host.ends_with(".localhost") || host.eq_ignore_ascii_case(&this_host_name()) {
-        return true;
+    if host == "localhost" || host.ends_with(".localhost") || host == own_name {
+        return Some(true);
     }
     let literal = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    if let Ok(ip) = literal.parse::<IpAddr>() {
-        return is_local_address(ip);
-    }
-    resolve(host).into_iter().any(|a| is_local_address(a.ip()))
+    literal.parse::<IpAddr>().ok().map(is_local_address)
 }
 
 /// True for loopback addresses and the addresses of this machine's interfaces.
@@ -88,20 +107,30 @@ pub fn is_local_address(ip: IpAddr) -> bool {
     UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
-/// The addresses `host` resolves to, or none if the resolver fails or takes too long.
-fn resolve(host: &str) -> Vec<SocketAddr> {
+/// The addresses each of `names` resolves to, resolved side by side; a name whose
+/// answer has not come within [`RESOLVE_LIMIT`] of the start gets none.
+fn resolve(names: &[String]) -> Vec<Vec<SocketAddr>> {
     let (tx, rx) = mpsc::channel();
-    let name = host.to_owned();
-    // A resolver that hangs (an unreachable DNS server) must not hold up the start:
-    // the thread is left to finish on its own and its answer is dropped.
-    let spawned = std::thread::Builder::new().name("resolve".into()).spawn(move || {
-        let addrs = (name.as_str(), 0u16).to_socket_addrs().map(Iterator::collect).unwrap_or_default();
-        let _ = tx.send(addrs);
-    });
-    if spawned.is_err() {
-        return Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let (tx, name) = (tx.clone(), name.clone());
+        // A resolver that hangs (an unreachable DNS server) must not hold up the start:
+        // its thread is left to finish on its own and its answer is dropped.
+        let _ = std::thread::Builder::new().name("resolve".into()).spawn(move || {
+            let addrs: Vec<SocketAddr> =
+                (name.as_str(), 0u16).to_socket_addrs().map(Iterator::collect).unwrap_or_default();
+            let _ = tx.send((i, addrs));
+        });
     }
-    rx.recv_timeout(RESOLVE_LIMIT).unwrap_or_default()
+    drop(tx);
+    let mut out = vec![Vec::new(); names.len()];
+    let deadline = std::time::Instant::now() + RESOLVE_LIMIT;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok((i, addrs)) => out[i] = addrs,
+            Err(_) => break,
+        }
+    }
+    out
 }
 
 #[cfg(test)]

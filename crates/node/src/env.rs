@@ -35,23 +35,20 @@ pub const DEAD_AFTER: &str = "TREECAST_DEAD_AFTER";
 /// it is unset or not a number, `None` for `0`. Heartbeats go four times per limit,
 /// at most once a second.
 pub fn liveness_from_env() -> Option<crate::core::LivenessLimits> {
-    let secs = std::env::var(DEAD_AFTER).ok().and_then(|s| s.trim().parse::<f64>().ok());
-    match secs {
-        None => Some(crate::core::LivenessLimits::default()),
-        Some(s) if s.is_finite() && s > 0.0 => {
-            Some(liveness_for(std::time::Duration::from_secs_f64(s.min(1e6))))
+    let default = crate::core::LivenessLimits::default();
+    let Ok(text) = std::env::var(DEAD_AFTER) else { return Some(default) };
+    match text.trim().parse::<f64>() {
+        Ok(0.0) => None,
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Some(crate::core::LivenessLimits::for_dead_after(
+            std::time::Duration::from_secs_f64(secs.min(1e6)),
+        )),
+        _ => {
+            tracing::warn!(
+                "{DEAD_AFTER}={text:?} is not a number of seconds (0 switches the check off); using {} s",
+                default.dead_after.as_secs_f64()
+            );
+            Some(default)
         }
-        Some(_) => None,
-    }
-}
-
-/// Limits that cut a link off after `dead_after` of silence.
-pub fn liveness_for(dead_after: std::time::Duration) -> crate::core::LivenessLimits {
-    crate::core::LivenessLimits {
-        heartbeat: (dead_after / 4)
-            .min(crate::core::DEFAULT_HEARTBEAT)
-            .max(std::time::Duration::from_millis(1)),
-        dead_after,
     }
 }
 
@@ -66,25 +63,7 @@ pub const CLOCK_DISTORT: &str = "TREECAST_CLOCK_DISTORT";
 /// Seconds between clock re-synchronisations after the first two rounds (default 300).
 pub const CLOCK_RESYNC: &str = "TREECAST_CLOCK_RESYNC";
 
-/// A distortion of one node's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Distortion {
-    /// Added offset, nanoseconds.
-    pub offset_ns: i64,
-    /// Added rate, parts per billion.
-    pub drift_ppb: i64,
-    /// Unix time in nanoseconds from which the drift accumulates.
-    pub epoch_ns: i64,
-}
-
-impl Distortion {
-    /// What it adds to the true clock when that reads `true_ns`.
-    pub fn at(&self, true_ns: i64) -> i64 {
-        let since = i128::from(true_ns) - i128::from(self.epoch_ns);
-        self.offset_ns
-            .saturating_add(i64::try_from(since * i128::from(self.drift_ppb) / 1_000_000_000).unwrap_or(0))
-    }
-}
+pub use crate::core::Distortion;
 
 /// The distortion `knob` (the value of [`CLOCK_DISTORT`]) gives node `node_id`; `None`
 /// for the front-end (node 0), the reference. `now_ns` picks the default epoch.
@@ -153,22 +132,26 @@ pub fn clock_from_env(node_id: u32) -> (crate::core::ClockSource, crate::core::C
     let mut source = crate::core::ClockSource::new(base, base_ns);
     if let Ok(knob) = std::env::var(CLOCK_DISTORT) {
         match clock_distortion(&knob, node_id, base_ns) {
-            Ok(Some(d)) => {
-                source.offset_ns = d.offset_ns;
-                source.drift_ppb = d.drift_ppb;
-                source.drift_epoch_ns = d.epoch_ns;
-            }
+            Ok(Some(d)) => source.distortion = d,
             Ok(None) => {}
-            Err(e) => tracing::warn!("{e}; the clock is not distorted"),
+            // Said once, by the front-end; every other node would repeat it.
+            Err(e) if node_id == 0 => tracing::warn!("{e}; the clocks are not distorted"),
+            Err(e) => tracing::debug!("{e}; the clock is not distorted"),
         }
     }
     let mut config = crate::core::ClockConfig::default();
-    if let Some(secs) = std::env::var(CLOCK_RESYNC)
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| *s > 0.0 && s.is_finite())
-    {
-        config.resync = std::time::Duration::from_secs_f64(secs.min(1e7));
+    if let Ok(text) = std::env::var(CLOCK_RESYNC) {
+        match text.trim().parse::<f64>() {
+            Ok(secs) if secs > 0.0 && secs.is_finite() => {
+                config.resync = std::time::Duration::from_secs_f64(secs.min(1e7));
+            }
+            // Said once, by the front-end.
+            _ if node_id == 0 => tracing::warn!(
+                "{CLOCK_RESYNC}={text:?} is not a number of seconds above 0; using {} s",
+                config.resync.as_secs_f64()
+            ),
+            _ => {}
+        }
     }
     (source, config)
 }

@@ -19,7 +19,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use treecast_filters::{decode_eq_classes, TransformKind};
 use treecast_node::core::{Command, CommandError, Delivery};
-use treecast_node::env::liveness_for;
 use treecast_topology::{Topology, TopologyError};
 use treecast_wire::{
     decode_values, FilterSpec, RankSet, StreamSpec, SyncMode, Value, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
@@ -294,7 +293,7 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
         ..ChaosRun::default()
     };
     let mut sim_config = SimConfig::new(topo.clone(), seed);
-    sim_config.liveness = Some(liveness_for(config.dead_after));
+    sim_config.liveness = Some(treecast_node::core::LivenessLimits::for_dead_after(config.dead_after));
     let mut sim = Sim::new(sim_config);
     sim.launch().map_err(|message| ChaosError::Launch { seed, message })?;
     let spec = StreamSpec {
@@ -322,10 +321,15 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
                 .filter(|&id| sim.alive(id) && !sim.stopped(id) && !out.faults.iter().any(|f| f.node == id))
                 .collect();
             if candidates.is_empty() {
+                // This wave's other faults have no victim either; later waves keep theirs.
+                fault_at.retain(|&w| w > wave);
                 break;
             }
             let node = candidates[rng.gen_range(0..candidates.len())];
-            let stop = rng.gen_bool(config.stop_fraction.clamp(0.0, 1.0));
+            // `gen_bool` panics outside 0..=1, NaN included; a NaN share stops nothing.
+            let share =
+                if config.stop_fraction.is_nan() { 0.0 } else { config.stop_fraction.clamp(0.0, 1.0) };
+            let stop = rng.gen_bool(share);
             let after = rng.gen_range(Duration::ZERO..=FAULT_SPREAD);
             if stop {
                 sim.stop_at(node, after);

@@ -413,12 +413,12 @@ impl ControlMsg {
                 message: r.string("stream refused")?,
             },
             CLOCK_PROBE => {
-                ControlMsg::ClockProbe { seq: r.u32("clock probe")?, sent_ns: i64_of(&mut r, "clock probe")? }
+                ControlMsg::ClockProbe { seq: r.u32("clock probe")?, sent_ns: r.i64("clock probe")? }
             }
             CLOCK_REPLY => ControlMsg::ClockReply {
                 seq: r.u32("clock reply")?,
-                sent_ns: i64_of(&mut r, "clock reply")?,
-                child_ns: i64_of(&mut r, "clock reply")?,
+                sent_ns: r.i64("clock reply")?,
+                child_ns: r.i64("clock reply")?,
             },
             CLOCK_REPORT => {
                 let n = r.len_u32("clock report", r.remaining() / CLOCK_SAMPLE_LEN)?;
@@ -426,12 +426,12 @@ impl ControlMsg {
                     .map(|_| {
                         Ok(ClockSample {
                             node_id: r.u32("clock sample")?,
-                            offset_ns: i64_of(&mut r, "clock sample")?,
+                            offset_ns: r.i64("clock sample")?,
                             error_ns: r.u64("clock sample")?,
                             rtt_ns: r.u64("clock sample")?,
-                            drift_ppb: i64_of(&mut r, "clock sample")?,
+                            drift_ppb: r.i64("clock sample")?,
                             drift_error_ppb: r.u64("clock sample")?,
-                            measured_ns: i64_of(&mut r, "clock sample")?,
+                            measured_ns: r.i64("clock sample")?,
                         })
                     })
                     .collect::<Result<_, DecodeError>>()?;
@@ -442,11 +442,6 @@ impl ControlMsg {
         r.finish("control message")?;
         Ok(msg)
     }
-}
-
-/// Reads an `i64` (two's complement, little-endian).
-fn i64_of(r: &mut Reader<'_>, what: &'static str) -> Result<i64, DecodeError> {
-    Ok(r.u64(what)? as i64)
 }
 
 /// Reads a `u8` that must be 0 or 1.

@@ -24,18 +24,35 @@ pub struct ClockSource {
     pub base: Instant,
     /// The clock at `base`, nanoseconds (CLOCK_REALTIME for real processes).
     pub base_ns: i64,
-    /// Added to every reading, nanoseconds (a test knob; 0 for a true clock).
+    /// What a test adds to the true clock (none for a true clock).
+    pub distortion: Distortion,
+}
+
+/// A distortion of a node's clock, a test knob: a fixed offset plus a drift that
+/// accumulates from an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Distortion {
+    /// Added offset, nanoseconds.
     pub offset_ns: i64,
-    /// Parts per billion this clock runs fast (a test knob; 0 for a true clock).
+    /// Added rate, parts per billion.
     pub drift_ppb: i64,
-    /// Nanoseconds since the Unix epoch from which the drift accumulates.
-    pub drift_epoch_ns: i64,
+    /// Clock reading (nanoseconds since the Unix epoch) from which the drift accumulates.
+    pub epoch_ns: i64,
+}
+
+impl Distortion {
+    /// What it adds to the true clock when that reads `true_ns`.
+    pub fn at(&self, true_ns: i64) -> i64 {
+        let since = i128::from(true_ns) - i128::from(self.epoch_ns);
+        let drift = since * i128::from(self.drift_ppb) / 1_000_000_000;
+        self.offset_ns.saturating_add(i64::try_from(drift).unwrap_or(0))
+    }
 }
 
 impl ClockSource {
     /// An undistorted clock that read `base_ns` at `base`.
     pub fn new(base: Instant, base_ns: i64) -> ClockSource {
-        ClockSource { base, base_ns, offset_ns: 0, drift_ppb: 0, drift_epoch_ns: base_ns }
+        ClockSource { base, base_ns, distortion: Distortion::default() }
     }
 
     /// The clock at `now`, nanoseconds.
@@ -44,14 +61,7 @@ impl ClockSource {
             Some(d) => self.base_ns.saturating_add(duration_ns(d)),
             None => self.base_ns.saturating_sub(duration_ns(self.base.duration_since(now))),
         };
-        true_ns.saturating_add(self.distortion_at(true_ns))
-    }
-
-    /// What the distortion adds when the true clock reads `true_ns`.
-    pub fn distortion_at(&self, true_ns: i64) -> i64 {
-        let since = i128::from(true_ns) - i128::from(self.drift_epoch_ns);
-        let drift = since * i128::from(self.drift_ppb) / 1_000_000_000;
-        self.offset_ns.saturating_add(i64::try_from(drift).unwrap_or(0))
+        true_ns.saturating_add(self.distortion.at(true_ns))
     }
 }
 
@@ -98,6 +108,9 @@ struct ChildClock {
     rounds: u32,
     /// The probe sent and not yet answered: its number and when it left.
     in_flight: Option<(u32, Instant)>,
+    /// Number of the next probe; never reused, so a late answer to a probe given up
+    /// on cannot pass for the answer to a later one.
+    next_seq: u32,
     probes_done: u32,
     /// Best probe of the round: round trip, offset, midpoint (parent clock).
     best: Option<(i64, i64, i64)>,
@@ -151,15 +164,7 @@ impl Node {
                 self.clock.children.remove(&c);
                 continue;
             };
-            let node_id = self.children[c].node_id;
-            let state = self.clock.children.entry(c).or_insert_with(|| {
-                let stagger =
-                    config.first_round_after.mul_f64(f64::from(node_id.wrapping_mul(7919) % 1000) / 1000.0);
-                ChildClock {
-                    next_send: Some(now + config.first_round_after + stagger),
-                    ..ChildClock::default()
-                }
-            });
+            let Some(state) = self.clock.children.get_mut(&c) else { continue };
             if state.in_flight.is_some_and(|(_, at)| now.saturating_duration_since(at) >= config.probe_limit)
             {
                 // Lost with its answer: the round starts again later. A child that never
@@ -182,7 +187,6 @@ impl Node {
             return None;
         }
         let limit = self.clock.config.probe_limit;
-        // Children not seen yet are picked up when a control frame arrives (their Join).
         self.clock
             .children
             .values()
@@ -193,10 +197,24 @@ impl Node {
             .min()
     }
 
+    /// Child `c` joined: its first round is scheduled.
+    pub(super) fn clock_child_joined(&mut self, c: usize, now: Instant) {
+        if self.clock.source.is_none() {
+            return;
+        }
+        let config = self.clock.config;
+        let node_id = self.children[c].node_id;
+        let stagger = config.first_round_after.mul_f64(f64::from(node_id.wrapping_mul(7919) % 1000) / 1000.0);
+        let first =
+            ChildClock { next_send: Some(now + config.first_round_after + stagger), ..ChildClock::default() };
+        self.clock.children.insert(c, first);
+    }
+
     fn send_probe(&mut self, c: usize, link: LinkId, now: Instant) {
         let Some(source) = self.clock.source else { return };
         let state = self.clock.children.entry(c).or_default();
-        let seq = state.probes_done;
+        let seq = state.next_seq;
+        state.next_seq = seq.wrapping_add(1);
         state.in_flight = Some((seq, now));
         self.out.control(link, &ControlMsg::ClockProbe { seq, sent_ns: source.read(now) });
     }

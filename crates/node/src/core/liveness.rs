@@ -42,6 +42,17 @@ impl LivenessLimits {
     }
 }
 
+impl LivenessLimits {
+    /// Limits that cut a link off after `dead_after` of silence, with heartbeats four
+    /// times per limit, at most once a second.
+    pub fn for_dead_after(dead_after: Duration) -> LivenessLimits {
+        LivenessLimits {
+            heartbeat: (dead_after / 4).min(DEFAULT_HEARTBEAT).max(Duration::from_millis(1)),
+            dead_after,
+        }
+    }
+}
+
 impl Default for LivenessLimits {
     fn default() -> Self {
         LivenessLimits { heartbeat: DEFAULT_HEARTBEAT, dead_after: DEFAULT_DEAD_AFTER }

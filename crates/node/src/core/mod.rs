@@ -31,7 +31,7 @@ use treecast_wire::{
     AttachPoint, ControlMsg, Frame, FrameHeader, FrameKind, LaunchPlan, RankSet, StreamSpec, Window,
 };
 
-pub use clock::{ClockConfig, ClockSource};
+pub use clock::{ClockConfig, ClockSource, Distortion};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
 pub use startup::ChildLaunch;
 pub use treecast_transport::{LinkId, LinkMap, LinkTable};
@@ -588,23 +588,17 @@ impl Node {
                 Err(e) => self.drop_link(link, format!("malformed credit frame: {e}"), now),
             },
             (FrameKind::Control, _) => match ControlMsg::decode(&frame.payload) {
-                Ok(msg) => {
-                    match (role, msg) {
-                        (LinkRole::Parent, ControlMsg::ClockProbe { seq, sent_ns }) => {
-                            self.on_clock_probe(link, seq, sent_ns, now)
-                        }
-                        (LinkRole::Child(c), ControlMsg::ClockReply { seq, sent_ns, child_ns }) => {
-                            self.on_clock_reply(c, seq, sent_ns, child_ns, now)
-                        }
-                        (LinkRole::Child(_), ControlMsg::ClockReport { samples }) => {
-                            self.clock_report(samples)
-                        }
-                        (LinkRole::Parent, msg) => self.on_parent_control(link, msg, now),
-                        (LinkRole::Child(c), msg) => self.on_child_control(c, msg, now),
+                Ok(msg) => match (role, msg) {
+                    (LinkRole::Parent, ControlMsg::ClockProbe { seq, sent_ns }) => {
+                        self.on_clock_probe(link, seq, sent_ns, now)
                     }
-                    // A child that just joined is probed at once.
-                    self.clock_timeout(now);
-                }
+                    (LinkRole::Child(c), ControlMsg::ClockReply { seq, sent_ns, child_ns }) => {
+                        self.on_clock_reply(c, seq, sent_ns, child_ns, now)
+                    }
+                    (LinkRole::Child(_), ControlMsg::ClockReport { samples }) => self.clock_report(samples),
+                    (LinkRole::Parent, msg) => self.on_parent_control(link, msg, now),
+                    (LinkRole::Child(c), msg) => self.on_child_control(c, msg, now),
+                },
                 Err(e) => self.drop_link(link, format!("malformed control message: {e}"), now),
             },
             (FrameKind::Data, LinkRole::Parent) => self.on_down_data(frame, now),

@@ -441,6 +441,7 @@ impl Node {
             let ranks = self.children[c].ranks.clone();
             self.report_joined(ranks, commnodes);
         }
+        self.clock_child_joined(c, now);
         self.refresh_deadline();
         self.maybe_ready(now);
     }

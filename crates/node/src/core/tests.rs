@@ -574,7 +574,7 @@ fn the_clock_of_a_child_is_recovered_within_the_bound_and_its_drift_interpolates
     let t0 = Instant::now();
     let base = 1_000_000_000_000i64;
     let mut child = ClockSource::new(t0, base);
-    (child.offset_ns, child.drift_ppb, child.drift_epoch_ns) = (-734_250_000, 87_000, base);
+    child.distortion = Distortion { offset_ns: -734_250_000, drift_ppb: 87_000, epoch_ns: base };
     let truth = |t: Instant| child.read(t) - ClockSource::new(t0, base).read(t);
     // Nearly symmetric links: 5 µs each way, give or take 100 ns.
     let mut rng = 7u64;

@@ -159,15 +159,22 @@ impl ChildrenTask {
                 || self.local_hosts.cached(host).unwrap_or(false))
     }
 
-    /// Finds out, off the async threads, which of the children's hosts are this machine.
-    async fn resolve_hosts(&mut self, children: &[ChildLaunch]) {
-        let mut hosts = std::mem::take(&mut self.local_hosts);
+    /// Finds out, off the async threads, which of the children's hosts are this machine
+    /// (all names at once). Not needed when the launcher starts every process itself.
+    async fn resolve_hosts(&mut self, children: &[ChildLaunch], launcher: Option<&Remote>) {
+        use treecast_topology::hostlist::bare_host;
+        if launcher.is_some_and(Remote::takes_local_hosts) {
+            return;
+        }
+        let own = bare_host(&self.own_host).to_owned();
         let names: Vec<String> =
-            children.iter().filter(|c| c.host != self.own_host).map(|c| c.host.clone()).collect();
+            children.iter().filter(|c| bare_host(&c.host) != own).map(|c| c.host.clone()).collect();
+        if names.is_empty() {
+            return;
+        }
+        let mut hosts = std::mem::take(&mut self.local_hosts);
         let resolved = tokio::task::spawn_blocking(move || {
-            for name in &names {
-                hosts.is_local(name);
-            }
+            hosts.resolve_all(names.iter().map(String::as_str));
             hosts
         })
         .await;
@@ -179,7 +186,7 @@ impl ChildrenTask {
     /// returns where the attach-mode ones connect.
     async fn start(&mut self, running: &mut Running, children: Vec<ChildLaunch>) -> Vec<AttachPoint> {
         let launcher = running.launcher.clone();
-        self.resolve_hosts(&children).await;
+        self.resolve_hosts(&children, launcher.as_ref()).await;
         if running.listeners.is_none() {
             let is_local = |h: &str| self.is_local(launcher.as_ref(), h);
             match Listeners::open(&self.plan, &children, &is_local, launcher.as_ref()).await {
@@ -266,8 +273,8 @@ impl ChildrenTask {
         // Oldest first: a flood of silent peers pushes out its own oldest members,
         // while a real child's handshake takes one round trip.
         let mut pending: VecDeque<(oneshot::Sender<()>, AbortHandle)> = VecDeque::new();
-        let mut refusals = Refusals::new();
-        let mut accept_failures = Refusals::new();
+        let mut refusals = Refusals::connections();
+        let mut accept_failures = Refusals::accepts();
         loop {
             tokio::select! {
                 accepted = accept(running.listeners.as_ref()) => match accepted {
@@ -295,7 +302,7 @@ impl ChildrenTask {
                     Err(e) => {
                         // Out of descriptors or an aborted connection: not fatal for the others.
                         if let Some(line) = accept_failures.refused(e.to_string(), Instant::now()) {
-                            tracing::warn!("accepting failed: {line}");
+                            tracing::warn!("{line}");
                         }
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
@@ -303,7 +310,12 @@ impl ChildrenTask {
                 Some(done) = handshakes.join_next() => {
                     let Ok((result, stream, peer)) = done else { continue };
                     let linked = result
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| match e {
+                            TransportError::Busy { .. } => {
+                                "no handshake before newer connections needed its place".to_owned()
+                            }
+                            other => other.to_string(),
+                        })
                         .and_then(|id| Ok((id, stream.into_socket().map_err(|e| e.to_string())?)));
                     match linked {
                         Ok((node_id, socket)) => {
@@ -312,10 +324,6 @@ impl ChildrenTask {
                             }
                         }
                         Err(reason) => {
-                            let reason = match reason.contains("turned the handshake away") {
-                                true => "no handshake before newer connections needed its place".to_owned(),
-                                false => reason,
-                            };
                             if let Some(line) = refusals.refused(format!("{peer}: {reason}"), Instant::now()) {
                                 tracing::warn!("{line}");
                             }

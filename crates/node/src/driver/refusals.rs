@@ -9,6 +9,10 @@ pub(crate) const WARN_EVERY: Duration = Duration::from_secs(5);
 /// Counts refusals and says when a warning is due; what it returns is the one line to log.
 #[derive(Debug)]
 pub(crate) struct Refusals {
+    /// Says what happened `n` times: `refused 3 connections`.
+    describe: fn(u64) -> String,
+    /// Said after the count: the likely cause.
+    hint: &'static str,
     last_warning: Option<Instant>,
     /// Refusals since the last warning, not yet reported.
     unreported: u64,
@@ -17,8 +21,22 @@ pub(crate) struct Refusals {
 }
 
 impl Refusals {
-    pub(crate) fn new() -> Refusals {
-        Refusals { last_warning: None, unreported: 0, last_reason: String::new() }
+    pub(crate) fn new(describe: fn(u64) -> String, hint: &'static str) -> Refusals {
+        Refusals { describe, hint, last_warning: None, unreported: 0, last_reason: String::new() }
+    }
+
+    /// For connections that fail the handshake or stay silent.
+    pub(crate) fn connections() -> Refusals {
+        let describe =
+            |n| if n == 1 { "refused a connection".to_owned() } else { format!("refused {n} connections") };
+        Refusals::new(describe, "(failed or no handshake)")
+    }
+
+    /// For failures of the listener's own accept.
+    pub(crate) fn accepts() -> Refusals {
+        let describe =
+            |n| if n == 1 { "accepting failed".to_owned() } else { format!("accepting failed {n} times") };
+        Refusals::new(describe, "(out of file descriptors? raise `ulimit -n`)")
     }
 
     /// Notes one refusal at `now`; returns the warning to log, if one is due: the first
@@ -34,15 +52,17 @@ impl Refusals {
 
     /// The warning for refusals not yet reported (when the listener closes), if any.
     pub(crate) fn flush(&mut self, now: Instant) -> Option<String> {
-        (self.unreported > 0).then(|| self.report(now)).flatten()
+        self.report(now)
     }
 
     fn report(&mut self, now: Instant) -> Option<String> {
         let line = match self.unreported {
             0 => return None,
-            1 => format!("refused a connection: {}", self.last_reason),
+            1 => format!("{}: {}", (self.describe)(1), self.last_reason),
             n => format!(
-                "refused {n} connections since the last warning (failed or no handshake); the latest: {}",
+                "{} since the last warning {}; the latest: {}",
+                (self.describe)(n),
+                self.hint,
                 self.last_reason
             ),
         };
@@ -59,7 +79,7 @@ mod tests {
 
     #[test]
     fn a_flood_gives_one_line_per_interval_with_its_count() {
-        let mut r = Refusals::new();
+        let mut r = Refusals::connections();
         let t0 = Instant::now();
         let first = r.refused("bad secret".into(), t0).unwrap();
         assert_eq!(first, "refused a connection: bad secret");
