@@ -1083,6 +1083,60 @@ fn a_shape_without_a_count_says_what_is_missing() {
 }
 
 #[test]
+fn run_with_a_timeout_cuts_off_a_stopped_comm_node_and_shows_the_ranks_that_answered() {
+    let t = tag();
+    // Rank 0's command stops its back-end's comm node (the back-end is the guard's parent).
+    // Parents read from /proc with shell builtins only: no `ps` on a bare machine.
+    let script = "[ $TREECAST_RANK = 0 ] && { read -r _ _ _ be _ < /proc/$PPID/stat; \
+                  read -r _ _ _ cn _ < /proc/$be/stat; kill -STOP $cn; }; echo hi";
+    let out = treecast(
+        &t,
+        &["run", "--local", "4", "--topology", "kary:2", "--timeout", "1", "--", "sh", "-c", script],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("---- [2-3] (2 ranks) ----\nhi\n"), "{stdout}");
+    assert!(stdout.contains("lost [0-1]: ") && stdout.contains("nothing arrived for 5.0 s"), "{stdout}");
+    assert_eq!(out.status.code(), Some(255), "{stdout}");
+}
+
+#[test]
+fn bad_values_of_the_new_flags_are_refused_before_anything_starts() {
+    let t = tag();
+    for (args, says) in [
+        (
+            &["run", "--local", "1", "--output-limit", "99999999", "--", "true"][..],
+            "--output-limit 99999999 is not between",
+        ),
+        (&["run", "--local", "1", "--output-limit", "0", "--", "true"], "--output-limit 0 is not between"),
+        (
+            &["run", "--local", "1", "--dead-after", "0.001", "--", "true"],
+            "--dead-after 0.001 is not 0 (off)",
+        ),
+        (&["run", "--local", "1", "--dead-after", "nan", "--", "true"], "--dead-after NaN is not 0 (off)"),
+        (&["bench", "chaos", "--local", "2", "--stop-fraction", "nan"], "--stop-fraction NaN is not a share"),
+        (&["bench", "chaos", "--local", "2", "--dead-after", "nan"], "--dead-after NaN must be a number"),
+        (&["clock", "--local", "1", "--rounds", "0"], "--rounds needs at least 1"),
+    ] {
+        let out = treecast(&t, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let (k, v) = t.split_once('=').unwrap();
+    let out = Command::new(TREECAST)
+        .args(["clock", "--local", "1"])
+        .env(k, v)
+        .env("TREECAST_CLOCK_DISTORT", "garbage")
+        .output()
+        .unwrap();
+    assert_no_leftovers(&t);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("TREECAST_CLOCK_DISTORT: write OFFSET_US,DRIFT_PPM")
+    );
+}
+
+#[test]
 fn run_does_not_leak_the_secret_to_commands() {
     let t = tag();
     let out =
