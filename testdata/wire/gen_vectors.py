@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 2.
+protocol version 2 (launch plan version 3).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -227,7 +227,7 @@ def enc_flag(v):
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
 LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
-PLAN_VERSION = 2
+PLAN_VERSION = 3
 
 
 def enc_strings(items):
@@ -250,7 +250,7 @@ def enc_plan(p, version=PLAN_VERSION):
     out += enc_str(la["program"]) + enc_strings(la["args"]) + u32(la["connect_timeout_s"])
     out += enc_str(la["remote_path"])
     out += u32(p["max_frame"]) + enc_str(p["log"])
-    return out + u32(p["heartbeat_ms"]) + u32(p["dead_after_ms"])
+    return out + u32(p["heartbeat_ms"]) + u32(p["dead_after_ms"]) + u32(p["rejoin_ms"])
 
 
 def enc_filter(f):
@@ -302,6 +302,15 @@ def enc_control(m):
             out += u32(s["node_id"]) + i64(s["offset_ns"]) + u64(s["error_ns"]) + u64(s["rtt_ns"])
             out += i64(s["drift_ppb"]) + u64(s["drift_error_ppb"]) + i64(s["measured_ns"])
         return out
+    if t == "fallback":
+        return bytes([14]) + enc_str(m["address"])
+    if t == "rejoin":
+        out = bytes([15]) + enc_ranks(m["ranks"]) + u32(m["commnodes"]) + enc_str(m["name"])
+        return out + u32(len(m["streams"])) + b"".join(u32(i) for i in m["streams"])
+    if t == "orphaned":
+        return bytes([16]) + enc_str(m["node"]) + enc_ranks(m["ranks"]) + enc_str(m["reason"])
+    if t == "rejoined":
+        return bytes([17]) + enc_ranks(m["ranks"]) + u32(m["commnodes"]) + enc_str(m["parent"])
     raise ValueError(t)
 
 
@@ -331,6 +340,7 @@ PLAN_SSH = {
     "log": "warn",
     "heartbeat_ms": 1000,
     "dead_after_ms": 30000,
+    "rejoin_ms": 10000,
 }
 
 PLAN_LOCAL = {
@@ -353,6 +363,7 @@ PLAN_LOCAL = {
     "log": "",
     "heartbeat_ms": 0,
     "dead_after_ms": 0,
+    "rejoin_ms": 0,
 }
 
 PLAN_SLURM = {
@@ -381,6 +392,7 @@ PLAN_SLURM = {
     "log": "treecast=debug,info",
     "heartbeat_ms": 4294967295,
     "dead_after_ms": 1,
+    "rejoin_ms": 4294967295,
 }
 
 WINDOW_UP = {"packets": 256, "bytes": str(1 << 20)}
@@ -461,6 +473,18 @@ CONTROL_CASES = [
         },
     ),
     ("clock report empty", {"type": "clock_report", "samples": []}),
+    ("fallback", {"type": "fallback", "address": "unix:@treecast-5f3a-1"}),
+    ("fallback nowhere", {"type": "fallback", "address": ""}),
+    (
+        "rejoin",
+        {"type": "rejoin", "ranks": "4-7", "commnodes": 1, "name": "comm node n2 (node 3)", "streams": [1, 4294967295]},
+    ),
+    ("rejoin back-end", {"type": "rejoin", "ranks": "9", "commnodes": 0, "name": "back-end rank 9", "streams": []}),
+    (
+        "orphaned",
+        {"type": "orphaned", "node": "comm node n1 (node 2)", "ranks": "0-3", "reason": "front-end: link to comm node n1 (node 2) closed"},
+    ),
+    ("rejoined", {"type": "rejoined", "ranks": "0-1,3", "commnodes": 0, "parent": "front-end"}),
 ]
 
 
@@ -536,7 +560,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([14]), "UnknownControl"),
+    ("control", "tag after the last", bytes([18]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),
@@ -546,8 +570,8 @@ INVALID_CASES = [
     ("control", "range reversed", bytes([2]) + u32(1) + u32(3) + u32(1) + u32(1), "Invalid"),
     ("control", "bad utf8 message", bytes([3]) + u32(1) + b"\x80", "InvalidUtf8"),
     # plan
-    ("control", "plan version 1 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=1), "Invalid"),
-    ("control", "plan version 3", bytes([1]) + enc_plan(PLAN_SSH, version=3), "Invalid"),
+    ("control", "plan version 2 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=2), "Invalid"),
+    ("control", "plan version 4", bytes([1]) + enc_plan(PLAN_SSH, version=4), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),

@@ -58,6 +58,11 @@ pub struct Synchronizer {
     ready_children: usize,
     /// Total queued packets.
     queued: usize,
+    /// Waves released so far: the index of the next wave.
+    released: u64,
+    /// Children that take part from a later wave on (see [`Synchronizer::add_child_from`]),
+    /// with that wave's index and the packets they sent meanwhile.
+    deferred: BTreeMap<usize, (u64, VecDeque<(Frame, Instant)>)>,
 }
 
 impl Synchronizer {
@@ -71,6 +76,8 @@ impl Synchronizer {
             queues: BTreeMap::new(),
             ready_children: 0,
             queued: 0,
+            released: 0,
+            deferred: BTreeMap::new(),
         }
     }
 
@@ -90,6 +97,10 @@ impl Synchronizer {
                 self.expected.insert(child);
             }
             return vec![Wave { frames: vec![frame], children: vec![child] }];
+        }
+        if let Some((_, waiting)) = self.deferred.get_mut(&child) {
+            waiting.push_back((frame, now));
+            return self.release_expired(now);
         }
         let mut waves = self.release_expired(now);
         if !self.lost.contains(&child) && self.expected.insert(child) {
@@ -112,6 +123,7 @@ impl Synchronizer {
     /// `child` is gone: it leaves every future wave. Returns the waves this completes
     /// (those that were waiting only for it). Its queued packets are still delivered.
     pub fn child_lost(&mut self, child: usize, now: Instant) -> Vec<Wave> {
+        self.deferred.remove(&child);
         self.lost.insert(child);
         if self.expected.remove(&child) {
             match self.queues.get(&child) {
@@ -124,6 +136,8 @@ impl Synchronizer {
         }
         let mut waves = self.release_complete();
         waves.extend(self.release_expired(now));
+        self.activate_deferred();
+        waves.extend(self.release_complete());
         waves
     }
 
@@ -134,6 +148,50 @@ impl Synchronizer {
         self.lost.remove(&child);
         if self.expected.insert(child) && self.queues.get(&child).is_some_and(|q| !q.is_empty()) {
             self.ready_children += 1;
+        }
+    }
+
+    /// Makes `child` expected from wave `first` on (waves are counted from 0 in the
+    /// order they are released), for a child that joins after the requests of the
+    /// waves before it went out: it never got them, so those waves must not wait for
+    /// it, and its packets must not fill them. Its packets wait until wave `first`
+    /// is the next one. When no other child is expected, waves before `first` will
+    /// never form, and it takes part at once.
+    pub fn add_child_from(&mut self, child: usize, first: u64) {
+        if first <= self.released || self.expected.is_empty() || self.mode == SyncMode::DoNotWait {
+            return self.add_child(child);
+        }
+        self.lost.remove(&child);
+        self.deferred.insert(child, (first, VecDeque::new()));
+    }
+
+    /// Index of the next wave to be released.
+    pub fn next_wave(&self) -> u64 {
+        self.released
+    }
+
+    /// Deferred children whose first wave is next (or that no one else can hold
+    /// back any longer) become expected, with the packets they sent meanwhile.
+    fn activate_deferred(&mut self) {
+        let due: Vec<usize> = self
+            .deferred
+            .iter()
+            .filter(|(_, (first, _))| *first <= self.released || self.expected.is_empty())
+            .map(|(&c, _)| c)
+            .collect();
+        for c in due {
+            let Some((_, waiting)) = self.deferred.remove(&c) else { continue };
+            self.add_child(c);
+            if waiting.is_empty() {
+                continue;
+            }
+            let queue = self.queues.entry(c).or_default();
+            let was_empty = queue.is_empty();
+            self.queued += waiting.len();
+            queue.extend(waiting);
+            if was_empty && self.expected.contains(&c) {
+                self.ready_children += 1;
+            }
         }
     }
 
@@ -164,7 +222,7 @@ impl Synchronizer {
 
     /// Number of packets held, waiting for their wave.
     pub fn queued(&self) -> usize {
-        self.queued
+        self.queued + self.deferred.values().map(|(_, w)| w.len()).sum::<usize>()
     }
 
     fn wave_ready(&self) -> bool {
@@ -176,6 +234,12 @@ impl Synchronizer {
         let mut waves = Vec::new();
         while self.wave_ready() {
             waves.push(self.take_wave());
+        }
+        if !self.deferred.is_empty() {
+            self.activate_deferred();
+            if self.wave_ready() {
+                waves.extend(self.release_complete());
+            }
         }
         waves
     }
@@ -211,6 +275,10 @@ impl Synchronizer {
         }
         for child in emptied_gone {
             self.queues.remove(&child);
+        }
+        self.released += 1;
+        if !self.deferred.is_empty() {
+            self.activate_deferred();
         }
         wave
     }
@@ -250,6 +318,45 @@ mod tests {
         assert_eq!(s.queued(), 1);
         assert_eq!(s.next_deadline(), None);
         assert!(s.poll(t + Duration::from_secs(100)).is_empty());
+    }
+
+    #[test]
+    fn a_child_added_from_a_later_wave_neither_holds_up_nor_fills_the_waves_before() {
+        let t = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, [0, 1]);
+        // Wave 0 is under way (child 0 answered); requests for waves 0 and 1 went out
+        // before child 2 joined: it takes part from wave 2.
+        assert!(s.push(0, f(0, 1), t).is_empty());
+        s.add_child_from(2, 2);
+        // Child 2 answers the first request it got (wave 2) before the others finish wave 0.
+        assert!(s.push(2, f(2, 3), t).is_empty());
+        let w = s.push(1, f(1, 1), t);
+        assert_eq!(ids(&w[0]), vec![(0, 1), (1, 1)], "wave 0 does not wait for child 2");
+        assert!(s.push(0, f(0, 2), t).is_empty());
+        let w = s.push(1, f(1, 2), t);
+        assert_eq!(ids(&w[0]), vec![(0, 2), (1, 2)], "nor does wave 1, and child 2's packet waits");
+        assert_eq!(s.queued(), 1);
+        assert!(s.push(0, f(0, 3), t).is_empty());
+        let w = s.push(1, f(1, 3), t);
+        assert_eq!(ids(&w[0]), vec![(0, 3), (1, 3), (2, 3)], "wave 2 includes it");
+        assert_eq!(s.expected(), 3);
+        assert_eq!(s.next_wave(), 3);
+    }
+
+    #[test]
+    fn a_deferred_child_takes_part_at_once_when_no_one_else_is_left() {
+        let t = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, [0]);
+        s.add_child_from(1, 5);
+        assert!(s.push(1, f(1, 5), t).is_empty());
+        // The only other child is lost: waves 0..5 will never form.
+        let w = s.child_lost(0, t);
+        assert_eq!(ids(&w[0]), vec![(1, 5)]);
+        s.add_child_from(2, 9);
+        assert_eq!(s.expected(), 1, "with child 1 expected, child 2 waits for wave 9");
+        let mut d = Synchronizer::new(SyncMode::WaitForAll, []);
+        d.add_child_from(0, 3);
+        assert_eq!(ids(&d.push(0, f(0, 1), t)[0]), vec![(0, 1)], "nobody else: at once");
     }
 
     #[test]

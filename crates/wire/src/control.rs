@@ -262,6 +262,46 @@ pub enum ControlMsg {
         /// One entry per node measured.
         samples: Vec<ClockSample>,
     },
+    /// Parent to child: where the child's own children rejoin the tree if the child
+    /// is lost (the parent's parent address; empty: nowhere). Sent when a child joins
+    /// or rejoins, and again when the parent itself moved.
+    Fallback {
+        /// The address, as a child connects to it (`unix:@…` or `host:port`).
+        address: String,
+    },
+    /// Orphan to its new parent, instead of [`ControlMsg::Join`]: these ranks, lost
+    /// with the sender's old parent, are reachable again through the sender.
+    Rejoin {
+        /// Back-end ranks reached through the sender.
+        ranks: RankSet,
+        /// Comm nodes in the sender's sub-tree, the sender included (0 for a back-end).
+        commnodes: u32,
+        /// The sender's name in messages.
+        name: String,
+        /// The streams open at the sender, so the new parent can close those that
+        /// ended while it was away.
+        streams: Vec<u32>,
+    },
+    /// Upstream: a comm node was lost; the ranks below it left the waves and may rejoin
+    /// under the node that sends this within its rejoin limit, else a
+    /// [`ControlMsg::Leave`] follows for those that did not.
+    Orphaned {
+        /// The lost node's name.
+        node: String,
+        /// The ranks below it.
+        ranks: RankSet,
+        /// Why it was lost, naming the node that noticed.
+        reason: String,
+    },
+    /// Upstream: orphaned ranks rejoined the tree under `parent`.
+    Rejoined {
+        /// The ranks.
+        ranks: RankSet,
+        /// Comm nodes that came back with them.
+        commnodes: u32,
+        /// The name of the node they rejoined under.
+        parent: String,
+    },
     /// Upstream: a node could not create a stream's filters.
     StreamRefused {
         /// The stream.
@@ -286,6 +326,10 @@ const STREAM_REFUSED: u8 = 10;
 const CLOCK_PROBE: u8 = 11;
 const CLOCK_REPLY: u8 = 12;
 const CLOCK_REPORT: u8 = 13;
+const FALLBACK: u8 = 14;
+const REJOIN: u8 = 15;
+const ORPHANED: u8 = 16;
+const REJOINED: u8 = 17;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -360,6 +404,32 @@ impl ControlMsg {
                     out.extend_from_slice(&s.drift_error_ppb.to_le_bytes());
                     out.extend_from_slice(&s.measured_ns.to_le_bytes());
                 }
+            }
+            ControlMsg::Fallback { address } => {
+                out.push(FALLBACK);
+                put_string(&mut out, address);
+            }
+            ControlMsg::Rejoin { ranks, commnodes, name, streams } => {
+                out.push(REJOIN);
+                ranks.encode(&mut out);
+                out.extend_from_slice(&commnodes.to_le_bytes());
+                put_string(&mut out, name);
+                out.extend_from_slice(&(streams.len() as u32).to_le_bytes());
+                for id in streams {
+                    out.extend_from_slice(&id.to_le_bytes());
+                }
+            }
+            ControlMsg::Orphaned { node, ranks, reason } => {
+                out.push(ORPHANED);
+                put_string(&mut out, node);
+                ranks.encode(&mut out);
+                put_string(&mut out, reason);
+            }
+            ControlMsg::Rejoined { ranks, commnodes, parent } => {
+                out.push(REJOINED);
+                ranks.encode(&mut out);
+                out.extend_from_slice(&commnodes.to_le_bytes());
+                put_string(&mut out, parent);
             }
             ControlMsg::StreamRefused { stream, node, message } => {
                 out.push(STREAM_REFUSED);
@@ -437,6 +507,25 @@ impl ControlMsg {
                     .collect::<Result<_, DecodeError>>()?;
                 ControlMsg::ClockReport { samples }
             }
+            FALLBACK => ControlMsg::Fallback { address: r.string("fallback address")? },
+            REJOIN => {
+                let ranks = RankSet::decode(&mut r)?;
+                let commnodes = r.u32("rejoin")?;
+                let name = r.string("rejoin name")?;
+                let n = r.len_u32("rejoin streams", r.remaining() / 4)?;
+                let streams = (0..n).map(|_| r.u32("rejoin stream")).collect::<Result<_, _>>()?;
+                ControlMsg::Rejoin { ranks, commnodes, name, streams }
+            }
+            ORPHANED => ControlMsg::Orphaned {
+                node: r.string("orphaned node")?,
+                ranks: RankSet::decode(&mut r)?,
+                reason: r.string("orphaned reason")?,
+            },
+            REJOINED => ControlMsg::Rejoined {
+                ranks: RankSet::decode(&mut r)?,
+                commnodes: r.u32("rejoined")?,
+                parent: r.string("rejoined parent")?,
+            },
             other => return Err(DecodeError::UnknownControl(other)),
         };
         r.finish("control message")?;
@@ -493,6 +582,15 @@ mod tests {
                 message: "no filter".into(),
             },
             ControlMsg::ClockProbe { seq: 3, sent_ns: -5 },
+            ControlMsg::Fallback { address: "unix:@treecast-1".into() },
+            ControlMsg::Rejoin {
+                ranks: RankSet::range(4, 4),
+                commnodes: 1,
+                name: "comm node h (node 3)".into(),
+                streams: vec![1, 7],
+            },
+            ControlMsg::Orphaned { node: "comm node h (node 2)".into(), ranks: RankSet::single(3), reason: "x".into() },
+            ControlMsg::Rejoined { ranks: RankSet::range(0, 2), commnodes: 0, parent: "front-end".into() },
             ControlMsg::ClockReply { seq: 3, sent_ns: 1_700_000_000_000_000_000, child_ns: i64::MIN },
             ControlMsg::ClockReport {
                 samples: vec![ClockSample {

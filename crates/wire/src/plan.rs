@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 2;
+pub const PLAN_VERSION: u16 = 3;
 
 /// Links between processes of one host: abstract Unix sockets or loopback TCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,6 +84,9 @@ pub struct LaunchPlan {
     pub heartbeat_ms: u32,
     /// Milliseconds a link may stay silent before it is cut off as failed (0: never).
     pub dead_after_ms: u32,
+    /// Milliseconds the children of a lost comm node have to rejoin the tree under
+    /// its parent before their ranks are reported lost (0: no recovery).
+    pub rejoin_ms: u32,
 }
 
 fn put_strings(out: &mut Vec<u8>, items: &[String]) {
@@ -127,6 +130,7 @@ impl LaunchPlan {
             log: String::new(),
             heartbeat_ms: 1_000,
             dead_after_ms: 30_000,
+            rejoin_ms: 10_000,
         }
     }
 
@@ -165,6 +169,7 @@ impl LaunchPlan {
         put_string(out, &self.log);
         out.extend_from_slice(&self.heartbeat_ms.to_le_bytes());
         out.extend_from_slice(&self.dead_after_ms.to_le_bytes());
+        out.extend_from_slice(&self.rejoin_ms.to_le_bytes());
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -238,6 +243,7 @@ impl LaunchPlan {
             log: r.string("log filter")?,
             heartbeat_ms: r.u32("heartbeat interval")?,
             dead_after_ms: r.u32("silence limit")?,
+            rejoin_ms: r.u32("rejoin limit")?,
         })
     }
 }
@@ -274,6 +280,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         log: "warn".into(),
         heartbeat_ms: 250,
         dead_after_ms: 5_000,
+        rejoin_ms: 2_000,
     }
 }
 

@@ -157,14 +157,14 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
             1..=(treecast_wire::MAX_PAYLOAD_LEN as u32),
             short_string(),
         ),
-        (any::<u32>(), any::<u32>()),
+        (any::<u32>(), any::<u32>(), any::<u32>()),
     )
         .prop_map(
             |(
                 (session, node_id, first_rank, total_backends, topology, backend),
                 (env, startup_timeout_ms, attach_ms, allow_missing),
                 (local_route, listen, remote_listen, launcher, max_frame, log),
-                (heartbeat_ms, dead_after_ms),
+                (heartbeat_ms, dead_after_ms, rejoin_ms),
             )| LaunchPlan {
                 session,
                 node_id,
@@ -184,6 +184,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 log,
                 heartbeat_ms,
                 dead_after_ms,
+                rejoin_ms,
             },
         )
 }

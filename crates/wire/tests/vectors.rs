@@ -247,6 +247,7 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         log: str_of(m, "log").to_owned(),
         heartbeat_ms: u32_of(m, "heartbeat_ms"),
         dead_after_ms: u32_of(m, "dead_after_ms"),
+        rejoin_ms: u32_of(m, "rejoin_ms"),
     }
 }
 
@@ -338,6 +339,23 @@ fn control_from_json(m: &Json) -> ControlMsg {
                 })
                 .collect(),
         },
+        "fallback" => ControlMsg::Fallback { address: str_of(m, "address").to_owned() },
+        "rejoin" => ControlMsg::Rejoin {
+            ranks: ranks(m),
+            commnodes: u32_of(m, "commnodes"),
+            name: str_of(m, "name").to_owned(),
+            streams: m["streams"].as_array().unwrap().iter().map(|v| u32::try_from(v.as_u64().unwrap()).unwrap()).collect(),
+        },
+        "orphaned" => ControlMsg::Orphaned {
+            node: str_of(m, "node").to_owned(),
+            ranks: ranks(m),
+            reason: str_of(m, "reason").to_owned(),
+        },
+        "rejoined" => ControlMsg::Rejoined {
+            ranks: ranks(m),
+            commnodes: u32_of(m, "commnodes"),
+            parent: str_of(m, "parent").to_owned(),
+        },
         other => panic!("unknown control type {other}"),
     }
 }
@@ -353,8 +371,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 13 (ClockReport), has a vector.
-    assert_eq!(seen, (1..=13).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 17 (Rejoined), has a vector.
+    assert_eq!(seen, (1..=17).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.
