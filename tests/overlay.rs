@@ -331,8 +331,9 @@ fn commnode_pid(session: &str, id: u32) -> u32 {
 }
 
 #[tokio::test]
-async fn a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
-    let mut net = launch("balanced:2x3", 6).await;
+async fn with_recovery_off_a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
+    let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
+    let mut net = builder(topo).rejoin_within(None).launch().await.unwrap();
     let mut s = net
         .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
         .await
@@ -355,6 +356,155 @@ async fn a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
     finish(net).await;
 }
 
+/// Rejoin limit of the recovery tests.
+const REJOIN: Duration = Duration::from_secs(10);
+
+async fn launch_recovering(spec: &str, backends: usize) -> Network {
+    let topo = Topology::from_spec(spec, Some(backends)).unwrap();
+    builder(topo).rejoin_within(Some(REJOIN)).launch().await.unwrap()
+}
+
+/// Sum of `x + rank` over `ranks`.
+fn sum_over(x: i32, ranks: std::ops::Range<i32>) -> i64 {
+    ranks.map(|r| i64::from(x + r)).sum()
+}
+
+/// The next event that is not about the clock or a filter, within the limit.
+async fn next_membership_event(net: &mut Network) -> Event {
+    loop {
+        match tokio::time::timeout(LIMIT, net.next_event()).await {
+            Ok(Some(
+                e @ (Event::NodeLost { .. } | Event::RanksRejoined { .. } | Event::RanksLost { .. }),
+            )) => return e,
+            Ok(Some(_)) => continue,
+            other => panic!("no membership event within {LIMIT:?}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_level_one_comm_node_killed_mid_stream_its_sub_tree_rejoins_and_sums_go_on() {
+    // Pre-order ids of balanced:2x2x2: 0 front-end; 1 comm node (ranks 0-3) over comm
+    // nodes 2 (ranks 0-1) and 5 (ranks 2-3); 8 comm node (ranks 4-7).
+    let mut net = launch_recovering("balanced:2x2x2", 8).await;
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(10, 0..8));
+    let before = backend_pids(net.session());
+    // Waves in flight when node 1 dies complete with all ranks or with the survivors.
+    for x in 1..=20 {
+        s.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await.unwrap();
+    }
+    let pid = commnode_pid(net.session(), 1);
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    for x in 1..=20 {
+        let sum = int(&s.recv_timeout(LIMIT).await.unwrap());
+        assert!(sum == sum_over(x, 0..8) || sum == sum_over(x, 4..8), "wave {x}: {sum}");
+    }
+    match next_membership_event(&mut net).await {
+        Event::NodeLost { node, ranks, reason } => {
+            assert_eq!(node, "comm node localhost (node 1)");
+            assert_eq!(ranks, RankSet::range(0, 4));
+            assert!(reason.starts_with("front-end: link to comm node localhost (node 1)"), "{reason}");
+        }
+        other => panic!("expected NodeLost, got {other:?}"),
+    }
+    let mut back = RankSet::new();
+    while back != RankSet::range(0, 4) {
+        match next_membership_event(&mut net).await {
+            Event::RanksRejoined { ranks, parent } => {
+                assert_eq!(parent, "front-end");
+                back.union_with(&ranks);
+            }
+            other => panic!("expected RanksRejoined, got {other:?}"),
+        }
+    }
+    // The next waves include every rank again: the same processes, not new ones.
+    for x in 30..40 {
+        s.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await.unwrap();
+        assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(x, 0..8), "wave {x}");
+    }
+    assert_eq!(backend_pids(net.session()), before);
+    assert!(net.lost().ranks().is_empty(), "{:?}", net.lost());
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_level_two_comm_node_killed_its_back_ends_rejoin_its_parent_and_a_new_stream_reaches_them() {
+    let mut net = launch_recovering("balanced:2x2x2", 8).await;
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    // Node 9 is the comm node of ranks 4-5, under node 8.
+    let pid = commnode_pid(net.session(), 9);
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    match next_membership_event(&mut net).await {
+        Event::NodeLost { node, ranks, .. } => {
+            assert_eq!((node.as_str(), ranks), ("comm node localhost (node 9)", RankSet::range(4, 2)));
+        }
+        other => panic!("expected NodeLost, got {other:?}"),
+    }
+    let mut back = RankSet::new();
+    while back != RankSet::range(4, 2) {
+        match next_membership_event(&mut net).await {
+            Event::RanksRejoined { ranks, parent } => {
+                assert_eq!(parent, "comm node localhost (node 8)");
+                let shown = Event::RanksRejoined { ranks: ranks.clone(), parent }.to_string();
+                assert!(shown.contains("rejoined under comm node localhost (node 8)"), "{shown}");
+                back.union_with(&ranks);
+            }
+            other => panic!("expected RanksRejoined, got {other:?}"),
+        }
+    }
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(1, 0..8));
+    let mut fresh = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    fresh.send(TAG_ADD_RANK, "%d", &[Value::Int(2)]).await.unwrap();
+    assert_eq!(int(&fresh.recv_timeout(LIMIT).await.unwrap()), sum_over(2, 0..8));
+    finish(net).await;
+}
+
+#[tokio::test]
+#[ignore = "known bug: with recovery on, the back-ends of a stopped comm node rejoin in only about 1 run in 3, and the others stay running without a parent (see docs/reliability.md)"]
+async fn a_stopped_comm_node_is_cut_off_and_its_back_ends_rejoin() {
+    let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
+    let builder = builder(topo).dead_after(Some(Duration::from_secs(2))).rejoin_within(Some(REJOIN));
+    let mut net = builder.launch().await.unwrap();
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    let pid = commnode_pid(net.session(), 5);
+    Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(10, 0..3));
+    match next_membership_event(&mut net).await {
+        Event::NodeLost { ranks, reason, .. } => {
+            assert_eq!(ranks, RankSet::range(3, 3));
+            assert!(reason.contains("nothing arrived for"), "{reason}");
+        }
+        other => panic!("expected NodeLost, got {other:?}"),
+    }
+    let mut back = RankSet::new();
+    while back != RankSet::range(3, 3) {
+        match next_membership_event(&mut net).await {
+            Event::RanksRejoined { ranks, .. } => back.union_with(&ranks),
+            other => panic!("expected RanksRejoined, got {other:?}"),
+        }
+    }
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(20)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(20, 0..6));
+    // The stopped node was killed by its parent: nothing is left behind.
+    finish(net).await;
+}
+
 /// Back-end pids of a session (the processes running `treecast backend`).
 fn backend_pids(session: &str) -> Vec<u32> {
     processes_with_env(&format!("TREECAST_SESSION={session}"))
@@ -364,9 +514,10 @@ fn backend_pids(session: &str) -> Vec<u32> {
 }
 
 #[tokio::test]
-async fn a_stopped_comm_node_is_cut_off_after_the_silence_limit_and_the_rest_goes_on() {
+async fn with_recovery_off_a_stopped_comm_node_is_cut_off_after_the_silence_limit_and_the_rest_goes_on() {
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
-    let mut net = builder(topo).dead_after(Some(Duration::from_secs(2))).launch().await.unwrap();
+    let builder = builder(topo).dead_after(Some(Duration::from_secs(2))).rejoin_within(None);
+    let mut net = builder.launch().await.unwrap();
     let mut s = net
         .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
         .await

@@ -140,6 +140,12 @@ pub struct TreeArgs {
     /// or TREECAST_DEAD_AFTER; `run --timeout T` lowers it to T (at least 5).
     #[arg(long, value_name = "SECS")]
     pub dead_after: Option<f64>,
+    /// When a comm node is lost, its children rejoin the tree under its parent within
+    /// this many seconds, and their ranks go on; those that do not are reported lost.
+    /// 0: no recovery (a lost comm node's sub-tree is lost with it). Default: 0, or
+    /// TREECAST_REJOIN_WITHIN.
+    #[arg(long, value_name = "SECS")]
+    pub rejoin_within: Option<f64>,
 }
 
 /// Flags of `treecast run`.

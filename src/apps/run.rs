@@ -268,6 +268,13 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         );
         builder = builder.dead_after(Some(Duration::from_secs_f64(secs)));
     }
+    if let Some(secs) = args.rejoin_within {
+        anyhow::ensure!(
+            secs == 0.0 || (0.1..=1e6).contains(&secs),
+            "--rejoin-within {secs} is not 0 (off) or a number of seconds between 0.1 and 1000000"
+        );
+        builder = builder.rejoin_within(Some(Duration::from_secs_f64(secs)));
+    }
     if let Some(file) = &args.attach {
         eprintln!(
             "treecast: waiting up to {:.0} s for {backends} back-ends; start them with: treecast backend --attach {}",

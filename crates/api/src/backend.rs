@@ -203,6 +203,7 @@ impl BackEnd {
             tool_window: Window { packets: 1, bytes: 1 },
         });
         core.set_liveness(env::liveness_from_env(), std::time::Instant::now());
+        core.set_rejoin(env::rejoin_from_env());
         let (clock, schedule) = env::clock_from_env(node_id);
         core.set_clock(clock, schedule);
         let launching = Launching { secret: secret.clone(), treecast_exe: std::path::PathBuf::new() };

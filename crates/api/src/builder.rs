@@ -43,6 +43,7 @@ pub struct NetworkBuilder {
     max_frame: usize,
     registry: FilterRegistry,
     liveness: Option<LivenessLimits>,
+    rejoin: Option<Duration>,
 }
 
 impl NetworkBuilder {
@@ -75,6 +76,7 @@ impl NetworkBuilder {
             max_frame,
             registry: FilterRegistry::builtin(),
             liveness: env::liveness_from_env(),
+            rejoin: env::rejoin_from_env(),
         }
     }
 
@@ -88,6 +90,17 @@ impl NetworkBuilder {
     /// `tokio::task::spawn_blocking` or on a multi-threaded runtime.
     pub fn dead_after(mut self, limit: Option<Duration>) -> Self {
         self.liveness = limit.filter(|d| !d.is_zero()).map(LivenessLimits::for_dead_after);
+        self
+    }
+
+    /// When a comm node is lost, its children (comm nodes and back-ends) rejoin the
+    /// tree under its parent within `limit`: their ranks are reported
+    /// [`crate::Event::NodeLost`] at once, [`crate::Event::RanksRejoined`] as they come
+    /// back, and [`crate::Event::RanksLost`] if they do not. `None` switches recovery
+    /// off (the lost node's sub-tree is lost with it). Default: off, or
+    /// `TREECAST_REJOIN_WITHIN` seconds (`0`: off).
+    pub fn rejoin_within(mut self, limit: Option<Duration>) -> Self {
+        self.rejoin = limit.filter(|d| !d.is_zero());
         self
     }
 
@@ -233,6 +246,7 @@ impl NetworkBuilder {
         let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
         (plan.heartbeat_ms, plan.dead_after_ms) =
             self.liveness.map_or((0, 0), |l| (ms(l.heartbeat), ms(l.dead_after)));
+        plan.rejoin_ms = self.rejoin.map_or(0, ms);
         plan
     }
 

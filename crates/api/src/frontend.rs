@@ -182,6 +182,8 @@ impl Tool for FeTool {
             }
             CoreEvent::RanksLeft { ranks, reason } => self.push(Event::RanksLeft { ranks, reason }),
             CoreEvent::RanksJoined { ranks } => self.push(Event::RanksJoined { ranks }),
+            CoreEvent::NodeLost { node, ranks, reason } => self.push(Event::NodeLost { node, ranks, reason }),
+            CoreEvent::RanksRejoined { ranks, parent } => self.push(Event::RanksRejoined { ranks, parent }),
             CoreEvent::FilterError { stream, rank, message } => {
                 self.push(Event::FilterError { stream, rank, message })
             }

@@ -27,6 +27,26 @@ pub enum Event {
         /// Which node noticed, and why.
         reason: String,
     },
+    /// A comm node was lost. The ranks below it left the waves at once and are
+    /// awaited back: their nodes rejoin the tree under the lost node's parent
+    /// ([`Event::RanksRejoined`]), or are reported lost ([`Event::RanksLost`]) when
+    /// they do not within the rejoin limit (see `NetworkBuilder::rejoin_within`).
+    NodeLost {
+        /// The lost node, e.g. `comm node n3 (node 2)`.
+        node: String,
+        /// The ranks below it.
+        ranks: RankSet,
+        /// Which node noticed, and why.
+        reason: String,
+    },
+    /// Ranks orphaned by a lost comm node rejoined; streams take them in again from
+    /// the next wave.
+    RanksRejoined {
+        /// The ranks.
+        ranks: RankSet,
+        /// The node they rejoined under.
+        parent: String,
+    },
     /// Back-ends joined while the network runs; streams whose communicator names them
     /// take them in from the next wave.
     RanksJoined {
@@ -67,6 +87,10 @@ impl std::fmt::Display for Event {
         match self {
             Event::RanksLost { ranks, reason } => write!(f, "lost {}: {reason}", Ranks(ranks)),
             Event::RanksJoined { ranks } => write!(f, "{} joined", Ranks(ranks)),
+            Event::NodeLost { node, ranks, reason } => {
+                write!(f, "lost {node}; {} below it may rejoin: {reason}", Ranks(ranks))
+            }
+            Event::RanksRejoined { ranks, parent } => write!(f, "{} rejoined under {parent}", Ranks(ranks)),
             Event::RanksLeft { ranks, reason } => write!(f, "{} left: {reason}", Ranks(ranks)),
             Event::FilterError { stream, rank: u32::MAX, message } => {
                 write!(f, "stream {stream}: a filter failed: {message}")

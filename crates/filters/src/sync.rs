@@ -18,6 +18,10 @@ pub struct Wave {
     /// The child each packet came from, in the same order (so a parent can give
     /// flow-control credits back to the right children).
     pub children: Vec<usize>,
+    /// Its number: waves are counted from 0 in the order they are released, and the
+    /// count jumps past waves that can no longer form (see
+    /// [`Synchronizer::add_child_from`]). Always 0 with [`SyncMode::DoNotWait`].
+    pub index: u64,
 }
 
 /// Groups packets from children into waves according to a [`SyncMode`].
@@ -96,7 +100,7 @@ impl Synchronizer {
             if !self.lost.contains(&child) {
                 self.expected.insert(child);
             }
-            return vec![Wave { frames: vec![frame], children: vec![child] }];
+            return vec![Wave { frames: vec![frame], children: vec![child], index: 0 }];
         }
         if let Some((_, waiting)) = self.deferred.get_mut(&child) {
             waiting.push_back((frame, now));
@@ -156,8 +160,11 @@ impl Synchronizer {
     /// waves before it went out: it never got them, so those waves must not wait for
     /// it, and its packets must not fill them. Its packets wait until wave `first`
     /// is the next one. When no other child is expected, waves before `first` will
-    /// never form, and it takes part at once.
+    /// never form: the count jumps to `first` and the child takes part at once.
     pub fn add_child_from(&mut self, child: usize, first: u64) {
+        if self.expected.is_empty() && self.queued == 0 && self.mode != SyncMode::DoNotWait {
+            self.released = self.released.max(first);
+        }
         if first <= self.released || self.expected.is_empty() || self.mode == SyncMode::DoNotWait {
             return self.add_child(child);
         }
@@ -180,7 +187,11 @@ impl Synchronizer {
             .map(|(&c, _)| c)
             .collect();
         for c in due {
-            let Some((_, waiting)) = self.deferred.remove(&c) else { continue };
+            let Some((first, waiting)) = self.deferred.remove(&c) else { continue };
+            if self.expected.is_empty() && self.queued == 0 {
+                // Nobody is left to answer the waves before `first`: they never form.
+                self.released = self.released.max(first);
+            }
             self.add_child(c);
             if waiting.is_empty() {
                 continue;
@@ -258,7 +269,8 @@ impl Synchronizer {
     /// Takes the head of every non-empty queue.
     fn take_wave(&mut self) -> Wave {
         let n = self.queues.len();
-        let mut wave = Wave { frames: Vec::with_capacity(n), children: Vec::with_capacity(n) };
+        let mut wave =
+            Wave { frames: Vec::with_capacity(n), children: Vec::with_capacity(n), index: self.released };
         let mut emptied_gone = Vec::new();
         for (child, queue) in &mut self.queues {
             let Some((frame, _)) = queue.pop_front() else { continue };
@@ -339,6 +351,7 @@ mod tests {
         assert!(s.push(0, f(0, 3), t).is_empty());
         let w = s.push(1, f(1, 3), t);
         assert_eq!(ids(&w[0]), vec![(0, 3), (1, 3), (2, 3)], "wave 2 includes it");
+        assert_eq!(w[0].index, 2);
         assert_eq!(s.expected(), 3);
         assert_eq!(s.next_wave(), 3);
     }
@@ -352,6 +365,7 @@ mod tests {
         // The only other child is lost: waves 0..5 will never form.
         let w = s.child_lost(0, t);
         assert_eq!(ids(&w[0]), vec![(1, 5)]);
+        assert_eq!(w[0].index, 5, "waves 0 to 4 never formed");
         s.add_child_from(2, 9);
         assert_eq!(s.expected(), 1, "with child 1 expected, child 2 waits for wave 9");
         let mut d = Synchronizer::new(SyncMode::WaitForAll, []);

@@ -126,6 +126,10 @@ pub struct ProcessSpec {
     pub secret: Option<(String, String)>,
     /// Forward the child's stderr lines to ours, prefixed by its name.
     pub forward_stderr: bool,
+    /// The kernel kills it when this process dies. Off for children that rejoin
+    /// the tree elsewhere when their parent is lost (and exit on their own if they
+    /// cannot).
+    pub die_with_parent: bool,
 }
 
 /// A started child process.
@@ -217,7 +221,9 @@ impl Launcher for LocalLauncher {
 /// this process, and the tail of its stderr is kept (and forwarded if asked).
 pub(crate) fn spawn(mut cmd: Command, spec: &ProcessSpec, program: &str) -> Result<Launched, LaunchError> {
     cmd.stderr(Stdio::piped()).kill_on_drop(true);
-    die_with_parent(&mut cmd);
+    if spec.die_with_parent {
+        die_with_parent(&mut cmd);
+    }
     let mut child = forker::spawn(cmd).map_err(|source| LaunchError::Spawn {
         name: spec.name.clone(),
         host: spec.host.clone(),
@@ -428,6 +434,7 @@ mod tests {
             env: vec![("TREECAST_TEST_VAR".into(), "v".into())],
             secret: None,
             forward_stderr: false,
+            die_with_parent: true,
         }
     }
 

@@ -225,6 +225,7 @@ mod tests {
             env: vec![],
             secret: None,
             forward_stderr: false,
+            die_with_parent: true,
         }
     }
 

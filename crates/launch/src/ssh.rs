@@ -227,6 +227,7 @@ mod tests {
             env: vec![("TREECAST_NODE_ID".into(), "3".into())],
             secret: Some(("TREECAST_SECRET".into(), "deadbeef".into())),
             forward_stderr: false,
+            die_with_parent: true,
         };
         let line = SshOptions::remote_command(&spec);
         assert!(!line.contains("deadbeef"), "{line}");
@@ -267,6 +268,7 @@ mod tests {
                 env: vec![],
                 secret: None,
                 forward_stderr: false,
+                die_with_parent: true,
             };
             let e = opts.launch(&spec).unwrap_err();
             assert!(matches!(e, LaunchError::BadHost { .. }), "{host}: {e}");
@@ -298,6 +300,7 @@ mod tests {
             env: vec![("V".into(), "two words".into())],
             secret: Some(("TREECAST_SECRET".into(), "s3cret".into())),
             forward_stderr: false,
+            die_with_parent: true,
         };
         let mut p = opts.launch(&spec).unwrap();
         assert_eq!(p.wait().await, "exited with status 0");

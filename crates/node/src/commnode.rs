@@ -147,6 +147,7 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
     });
     let (clock, schedule) = env::clock_from_env(node_id);
     core.set_clock(clock, schedule);
+    core.set_parent_address(parent.clone());
     let launching = Launching { secret, treecast_exe: treecast_exe()? };
     let mut driver = Driver::new(core, NoTool, launching, DEFAULT_MAX_FRAME.min(MAX_PAYLOAD_LEN));
     driver

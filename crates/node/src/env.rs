@@ -52,6 +52,29 @@ pub fn liveness_from_env() -> Option<crate::core::LivenessLimits> {
     }
 }
 
+/// Seconds the children of a lost comm node have to rejoin the tree under its
+/// parent (`0`: no recovery); a back-end takes it from here, comm nodes from their plan.
+pub const REJOIN_WITHIN: &str = "TREECAST_REJOIN_WITHIN";
+/// The rejoin limit a connection to a new parent gets when none is in force.
+pub const DEFAULT_REJOIN_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The rejoin limit `TREECAST_REJOIN_WITHIN` asks for: `None` (recovery off) when it
+/// is unset or `0`; 10 s when it is not a number.
+pub fn rejoin_from_env() -> Option<std::time::Duration> {
+    let Ok(text) = std::env::var(REJOIN_WITHIN) else { return None };
+    match text.trim().parse::<f64>() {
+        Ok(0.0) => None,
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Some(std::time::Duration::from_secs_f64(secs.min(1e6))),
+        _ => {
+            tracing::warn!(
+                "{REJOIN_WITHIN}={text:?} is not a number of seconds (0 switches recovery off); using {} s",
+                DEFAULT_REJOIN_WITHIN.as_secs_f64()
+            );
+            Some(DEFAULT_REJOIN_WITHIN)
+        }
+    }
+}
+
 /// Test knob: distorts the clock of every node but the front-end, so that the global
 /// clock's estimates can be checked against known offsets and drifts. Either
 /// `OFFSET_US,DRIFT_PPM` (the same for every node) or

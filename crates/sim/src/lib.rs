@@ -365,6 +365,9 @@ impl Sim {
             Some(l) => (millis(l.heartbeat), millis(l.dead_after)),
             None => (0, 0),
         };
+        // Orphans do not rejoin in the simulated tree (it has no addresses to rejoin
+        // at): a lost comm node's sub-tree is lost with it.
+        plan.rejoin_ms = 0;
         plan
     }
 

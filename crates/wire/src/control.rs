@@ -589,7 +589,11 @@ mod tests {
                 name: "comm node h (node 3)".into(),
                 streams: vec![1, 7],
             },
-            ControlMsg::Orphaned { node: "comm node h (node 2)".into(), ranks: RankSet::single(3), reason: "x".into() },
+            ControlMsg::Orphaned {
+                node: "comm node h (node 2)".into(),
+                ranks: RankSet::single(3),
+                reason: "x".into(),
+            },
             ControlMsg::Rejoined { ranks: RankSet::range(0, 2), commnodes: 0, parent: "front-end".into() },
             ControlMsg::ClockReply { seq: 3, sent_ns: 1_700_000_000_000_000_000, child_ns: i64::MIN },
             ControlMsg::ClockReport {

@@ -130,7 +130,7 @@ impl LaunchPlan {
             log: String::new(),
             heartbeat_ms: 1_000,
             dead_after_ms: 30_000,
-            rejoin_ms: 10_000,
+            rejoin_ms: 0,
         }
     }
 

@@ -344,7 +344,12 @@ fn control_from_json(m: &Json) -> ControlMsg {
             ranks: ranks(m),
             commnodes: u32_of(m, "commnodes"),
             name: str_of(m, "name").to_owned(),
-            streams: m["streams"].as_array().unwrap().iter().map(|v| u32::try_from(v.as_u64().unwrap()).unwrap()).collect(),
+            streams: m["streams"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| u32::try_from(v.as_u64().unwrap()).unwrap())
+                .collect(),
         },
         "orphaned" => ControlMsg::Orphaned {
             node: str_of(m, "node").to_owned(),

@@ -13,11 +13,13 @@
 //!
 //! Everything a node decides lives here, once: membership and start-up
 //! (`startup.rs`), streams, waves, filters and flow control in both directions
-//! (`streams.rs`), failure reports and shutdown, and cutting off peers that hang
-//! (`liveness.rs`).
+//! (`streams.rs`), failure reports and shutdown, cutting off peers that hang
+//! (`liveness.rs`), and orphans rejoining the tree when a comm node is lost
+//! (`recovery.rs`).
 
 mod clock;
 mod liveness;
+mod recovery;
 mod startup;
 mod streams;
 mod window;
@@ -180,6 +182,37 @@ pub enum Event {
         /// Which node noticed, and why.
         reason: String,
     },
+    /// Front-end: a comm node was lost; the ranks below it left the waves and are
+    /// awaited back (their nodes rejoin under its parent): [`Event::RanksRejoined`]
+    /// follows for those that come back, [`Event::RanksLost`] for the others.
+    NodeLost {
+        /// The lost node's name.
+        node: String,
+        /// The ranks below it.
+        ranks: RankSet,
+        /// Why it was lost, naming the node that noticed.
+        reason: String,
+    },
+    /// Front-end: ranks orphaned by a lost comm node rejoined; streams take them in
+    /// again from the next wave.
+    RanksRejoined {
+        /// The ranks.
+        ranks: RankSet,
+        /// The node they rejoined under.
+        parent: String,
+    },
+    /// This node lost its parent: connect to `address` (authenticating as this node)
+    /// and report the link with [`Node::handle_link_up`] as the parent, or report
+    /// failure with [`Command::RejoinFailed`].
+    Rejoin {
+        /// Where the new parent listens.
+        address: String,
+    },
+    /// This node rejoined the tree under a new parent.
+    ParentChanged {
+        /// The new parent's address.
+        parent: String,
+    },
     /// Front-end: back-ends joined while the tree runs.
     RanksJoined {
         /// The ranks.
@@ -298,6 +331,11 @@ pub enum Command {
         stream: u32,
         /// What did not match, naming this back-end.
         message: String,
+    },
+    /// Driver: the new parent asked for by [`Event::Rejoin`] could not be reached.
+    RejoinFailed {
+        /// Why.
+        reason: String,
     },
     /// Front-end: take the tree down. Back-end: leave.
     Shutdown,
@@ -471,6 +509,18 @@ pub struct Node {
     liveness: Liveness,
     /// The global clock: probes of the children, samples going up.
     clock: clock::ClockSync,
+    /// How long orphans have to rejoin (`None`: no recovery).
+    rejoin: Option<std::time::Duration>,
+    /// Where this node reached its parent (its children's fallback).
+    parent_address: Option<String>,
+    /// Where this node rejoins if its parent is lost (from the parent).
+    fallback: Option<String>,
+    /// Looking for a new parent until then.
+    rejoining: Option<Instant>,
+    /// Ranks of lost comm-node children awaited back.
+    awaiting: Vec<recovery::Awaited>,
+    /// Front-end: every rank awaited back anywhere in the tree.
+    orphaned: RankSet,
     out: Outputs,
 }
 
@@ -504,6 +554,12 @@ impl Node {
             lost: LostRanks::default(),
             liveness: Liveness::default(),
             clock: clock::ClockSync::default(),
+            rejoin: None,
+            parent_address: None,
+            fallback: None,
+            rejoining: None,
+            awaiting: Vec::new(),
+            orphaned: RankSet::new(),
             out: Outputs::default(),
         }
     }
@@ -596,6 +652,16 @@ impl Node {
                         self.on_clock_reply(c, seq, sent_ns, child_ns, now)
                     }
                     (LinkRole::Child(_), ControlMsg::ClockReport { samples }) => self.clock_report(samples),
+                    (LinkRole::Parent, ControlMsg::Fallback { address }) => self.on_fallback(address),
+                    (LinkRole::Child(c), ControlMsg::Rejoin { ranks, commnodes, name, streams }) => {
+                        self.on_rejoin(c, ranks, commnodes, name, streams, now)
+                    }
+                    (LinkRole::Child(c), ControlMsg::Orphaned { node, ranks, reason }) => {
+                        self.child_orphaned(c, node, ranks, reason, now)
+                    }
+                    (LinkRole::Child(c), ControlMsg::Rejoined { ranks, commnodes, parent }) => {
+                        self.child_rejoined(c, ranks, commnodes, parent)
+                    }
                     (LinkRole::Parent, msg) => self.on_parent_control(link, msg, now),
                     (LinkRole::Child(c), msg) => self.on_child_control(c, msg, now),
                 },
@@ -623,6 +689,14 @@ impl Node {
         match role {
             LinkRole::Parent => {
                 self.parent = None;
+                if self.rejoining.is_some() {
+                    let why = reason.unwrap_or_else(|| "the new parent closed the link".into());
+                    return self.rejoin_failed(why);
+                }
+                let why = reason.as_deref().unwrap_or("the parent closed the link");
+                if self.try_rejoin(why, now) {
+                    return;
+                }
                 self.shut_down(match reason {
                     Some(error) => EndReason::ParentFailed { error },
                     None => EndReason::ParentClosed,
@@ -671,6 +745,10 @@ impl Node {
                 Ok(())
             }
             Command::Adopt(launch) => self.adopt(launch, now),
+            Command::RejoinFailed { reason } => {
+                self.rejoin_failed(reason);
+                Ok(())
+            }
             Command::NewStream(spec) => self.open_stream(spec),
             Command::CloseStream(id) => self.close_stream_from_tool(id),
             Command::Send(frame) => self.send_from_tool(frame),
@@ -712,6 +790,9 @@ impl Node {
         self.streams_timeout(now);
         self.liveness_timeout(now);
         self.clock_timeout(now);
+        if self.phase != Phase::Over {
+            self.recovery_timeout(now);
+        }
     }
 
     fn liveness_timeout(&mut self, now: Instant) {
@@ -743,7 +824,11 @@ impl Node {
         let waves = self.streams.values().filter_map(StreamState::next_deadline).min();
         let liveness = if self.phase == Phase::Over { None } else { self.liveness.next_deadline() };
         let clock = self.clock_deadline();
-        [self.child_deadline, self.loss_deadline, waves, liveness, clock].into_iter().flatten().min()
+        let recovery = if self.phase == Phase::Over { None } else { self.recovery_deadline() };
+        [self.child_deadline, self.loss_deadline, waves, liveness, clock, recovery]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next event for the driver or the tool.
@@ -839,6 +924,8 @@ impl Node {
         self.startup = None;
         self.child_deadline = None;
         self.loss_deadline = None;
+        self.rejoining = None;
+        self.awaiting.clear();
         self.out.event(Event::Shutdown { reason });
     }
 }

@@ -72,7 +72,7 @@ pub(crate) struct Child {
     /// How its process ended, from the driver.
     detail: Option<String>,
     /// When it is given up on if it has not reached the next state.
-    deadline: Option<Instant>,
+    pub(crate) deadline: Option<Instant>,
     /// What it has to do by the deadline, for the message.
     late: &'static str,
     /// Time from connecting to joining.
@@ -82,6 +82,11 @@ pub(crate) struct Child {
     /// Its link closed while the tree ran: the loss report waiting for its process
     /// news (see [`super::EXIT_WAIT`]).
     held: Option<HeldLoss>,
+    /// An orphan of a lost comm node that came to rejoin (not started by this node).
+    pub(crate) rejoiner: bool,
+    /// Its rejoin, held until this node notices the loss that orphaned it (the
+    /// orphan may notice first).
+    pub(crate) early_rejoin: Option<Box<ControlMsg>>,
 }
 
 /// A loss report held until the lost child's process news arrives, or until a deadline.
@@ -98,6 +103,30 @@ pub(crate) struct HeldLoss {
 }
 
 impl Child {
+    /// An orphan that connected to rejoin, before it said what it brings back.
+    pub(crate) fn rejoining(node_id: u32, deadline: Instant, limit: Duration) -> Child {
+        Child {
+            node_id,
+            name: format!("node {node_id} (rejoining)"),
+            is_backend: false,
+            expected: RankSet::new(),
+            ranks: RankSet::new(),
+            commnodes: 0,
+            link: None,
+            state: ChildState::Connected,
+            attach: true,
+            plan: None,
+            detail: None,
+            deadline: Some(deadline),
+            late: "did not say which ranks it brings back",
+            join_limit: limit,
+            points: None,
+            held: None,
+            rejoiner: true,
+            early_rejoin: None,
+        }
+    }
+
     /// Whether it still counts (not given up on).
     pub(crate) fn alive(&self) -> bool {
         self.state != ChildState::Gone
@@ -163,6 +192,9 @@ fn child_plan(plan: &LaunchPlan, topo: &Topology, c: usize) -> Box<LaunchPlan> {
 impl Node {
     /// The parent link is up: a back-end joins at once, a comm node waits for its plan.
     pub(super) fn parent_up(&mut self, link: LinkId) {
+        if self.rejoining.is_some() && self.parent.is_none() {
+            return self.rejoin_parent_up(link);
+        }
         if self.parent.is_some() || self.phase != Phase::Idle || self.role == Role::FrontEnd {
             self.out.event(Event::CloseLink { link, reason: "this node already has a parent".into() });
             return;
@@ -186,6 +218,7 @@ impl Node {
         };
         let own_host = topo.node(topo.root()).host.clone();
         self.liveness.configure(LivenessLimits::from_ms(plan.heartbeat_ms, plan.dead_after_ms), now);
+        self.set_rejoin(Some(ms(plan.rejoin_ms)));
         if self.role == Role::CommNode {
             self.name = commnode_name(&own_host, self.node_id);
         }
@@ -231,6 +264,8 @@ impl Node {
                 join_limit: limit * depth + attach.unwrap_or_default(),
                 points: None,
                 held: None,
+                rejoiner: false,
+                early_rejoin: None,
             });
             launches.push(launch);
         }
@@ -252,6 +287,9 @@ impl Node {
             .children
             .iter()
             .position(|c| c.node_id == node_id && c.state == ChildState::Launching && c.link.is_none());
+        if found.is_none() && self.orphan_connected(link, node_id, now) {
+            return;
+        }
         let Some(c) = found.filter(|_| matches!(self.phase, Phase::Starting | Phase::Running)) else {
             let reason =
                 format!("a link claims node id {node_id}: not an expected child, or already connected");
@@ -385,6 +423,10 @@ impl Node {
                     self.out.event(Event::FilterError { stream, rank, message })
                 }
                 ControlMsg::Leave { ranks, reason, graceful } => {
+                    if ranks.intersects(&self.orphaned) {
+                        self.orphaned = self.orphaned.difference(&ranks);
+                        self.recheck_streams_over();
+                    }
                     let new = if graceful { ranks.clone() } else { self.lost_new(&ranks, &reason) };
                     if new.is_empty() {
                         return;
@@ -440,6 +482,9 @@ impl Node {
             self.member_joined(c);
             let ranks = self.children[c].ranks.clone();
             self.report_joined(ranks, commnodes);
+        }
+        if self.rejoin.is_some() {
+            self.send_fallback(c);
         }
         self.clock_child_joined(c, now);
         self.refresh_deadline();
@@ -503,6 +548,8 @@ impl Node {
             join_limit: limit,
             points: None,
             held: None,
+            rejoiner: false,
+            early_rejoin: None,
         });
         self.refresh_deadline();
         let own_host = self.own_host.clone();
@@ -571,6 +618,13 @@ impl Node {
                 child.state = ChildState::Gone;
                 child.deadline = None;
                 let ranks = std::mem::take(&mut child.ranks);
+                if self.await_orphans(c, &ranks, &why, now) {
+                    // Its children rejoin this node; it is stopped if it still runs.
+                    let node_id = self.children[c].node_id;
+                    self.out.event(Event::AbandonChild { node_id });
+                    return self.members_left(c, now);
+                }
+                let child = &mut self.children[c];
                 // A process that ended closed its link: the report waits for how it
                 // ended (its process is stopped only then). One started by someone
                 // else (attach mode) brings no news.
@@ -608,6 +662,9 @@ impl Node {
             let ranks = self.children[c].expected.clone();
             self.abandon(c);
             self.refresh_deadline();
+            if ranks.is_empty() {
+                return; // an orphan that never said what it brings back
+            }
             return self.report_up(ControlMsg::Leave { ranks, reason, graceful: false });
         }
         if self.phase != Phase::Starting {
@@ -683,7 +740,7 @@ impl Node {
         self.refresh_deadline();
     }
 
-    fn refresh_deadline(&mut self) {
+    pub(super) fn refresh_deadline(&mut self) {
         self.child_deadline = self.children.iter().filter(|c| c.alive()).filter_map(|c| c.deadline).min();
     }
 

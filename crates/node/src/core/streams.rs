@@ -73,6 +73,16 @@ pub(crate) struct StreamState {
     over: bool,
     /// Front-end: the tool has seen the end (or closed the stream itself).
     tool_done: bool,
+    /// Requests: data frames sent down to every member (not to one rank), counted
+    /// where they enter this node. A request's number is the number of the wave that
+    /// answers it, here and at the parent (see `member_joined`).
+    requests: u64,
+    /// Back-end: packets the tool sent up, the number of the next one.
+    sent_up: u64,
+    /// The first wave (back-end: the first packet) whose answer goes up: earlier ones
+    /// answer requests sent before this node rejoined its parent, whose waves went on
+    /// without it.
+    up_from: u64,
 }
 
 impl StreamState {
@@ -123,6 +133,8 @@ struct Ctx<'a> {
     name: &'a str,
     parent: Option<LinkId>,
     children: &'a [Child],
+    /// Front-end: ranks of lost comm nodes' sub-trees that may still rejoin.
+    awaited: &'a RankSet,
 }
 
 impl Ctx<'_> {
@@ -259,6 +271,12 @@ fn fan_out(
 fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
     let id = s.spec.id;
     let fctx = FilterContext { stream: id, is_root: ctx.is_root() };
+    // A comm node looking for a new parent: what it reduces answers requests of
+    // waves that go on without it, and is dropped.
+    let orphan = ctx.role == Role::CommNode && ctx.parent.is_none();
+    if orphan {
+        s.pending_up.clear();
+    }
     loop {
         while s.up_budget.open() {
             let Some(f) = s.pending_up.pop_front() else { break };
@@ -274,10 +292,11 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
                 (_, None) => {}
             }
         }
-        if !s.up_budget.open() || !s.pending_up.is_empty() {
+        if !orphan && (!s.up_budget.open() || !s.pending_up.is_empty()) {
             return;
         }
         let Some(wave) = s.held.pop_front() else { return };
+        let stale = orphan || (ctx.role == Role::CommNode && wave.index < s.up_from);
         for (&c, f) in wave.children.iter().zip(&wave.frames) {
             let Some(part) = s.parts.get_mut(c).and_then(Option::as_mut) else { continue };
             part.up.consume(f.payload.len());
@@ -294,7 +313,9 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
                 ControlMsg::FilterError { stream: id, rank: e.rank().unwrap_or(u32::MAX), message },
             );
         }
-        s.pending_up.extend(frames);
+        if !stale {
+            s.pending_up.extend(frames);
+        }
     }
 }
 
@@ -321,7 +342,8 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
 /// Front-end: the stream is over once no member is left and nothing is held.
 fn check_over(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
     let drained = s.sync.queued() == 0 && s.held.is_empty() && s.pending_up.is_empty();
-    if ctx.is_root() && !s.over && s.members.is_empty() && drained {
+    let may_rejoin = s.spec.ranks.intersects(ctx.awaited);
+    if ctx.is_root() && !s.over && s.members.is_empty() && drained && !may_rejoin {
         s.over = true;
         out.event(Event::Readable { stream: Some(s.spec.id) });
     }
@@ -383,6 +405,9 @@ impl Node {
             closing: false,
             over: false,
             tool_done: false,
+            requests: 0,
+            sent_up: 0,
+            up_from: 0,
             spec,
         })
     }
@@ -408,7 +433,13 @@ impl Node {
         let targets = s.targets.to_vec();
         let msg = ControlMsg::NewStream(s.spec.clone());
         let (ctx, out) = (
-            Ctx { role: self.role, name: &self.name, parent: None, children: &self.children },
+            Ctx {
+                role: self.role,
+                name: &self.name,
+                parent: None,
+                children: &self.children,
+                awaited: &self.orphaned,
+            },
             &mut self.out,
         );
         check_over(&mut s, &ctx, out);
@@ -421,8 +452,8 @@ impl Node {
     pub(super) fn stream_from_parent(&mut self, spec: StreamSpec) {
         let id = spec.id;
         if self.streams.contains_key(&id) {
-            tracing::warn!(node = %self.name, "stream {id} announced twice; ignored");
-            return;
+            // The parent took this node (back) into the stream after it rejoined.
+            return self.readded_to_stream(id);
         }
         // An id seen before comes back when this node rejoins a stream it left.
         self.max_stream = self.max_stream.max(id);
@@ -452,7 +483,13 @@ impl Node {
         message: String,
         now: Instant,
     ) {
-        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
         if let Some(s) = self.streams.get_mut(&stream) {
             if s.members.contains(&c) {
                 remove_member(s, c, &ctx, &mut self.out, now, false);
@@ -497,7 +534,13 @@ impl Node {
 
     /// Stops a stream here and passes the close down behind what each child still has queued.
     fn begin_close(&mut self, id: u32) {
-        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
         let Some(s) = self.streams.get_mut(&id) else { return };
         if !s.closing {
             s.closing = true;
@@ -522,6 +565,7 @@ impl Node {
     /// A data frame from the parent.
     pub(super) fn on_down_data(&mut self, frame: Frame, now: Instant) {
         let id = frame.header.stream;
+        let direct = frame.header.flags & FLAG_DIRECT != 0;
         let Some(s) = self.streams.get_mut(&id) else {
             if id > self.max_stream {
                 tracing::warn!(node = %self.name, "dropping a frame from the parent on unknown stream {id}");
@@ -536,6 +580,9 @@ impl Node {
             );
             return self.drop_link(parent, why, now);
         }
+        if !direct {
+            s.requests += 1;
+        }
         if let Role::BackEnd { .. } = self.role {
             return self.push_delivery(Delivery::Packet(frame));
         }
@@ -548,13 +595,26 @@ impl Node {
         match self.role {
             Role::CommNode => Err(CommandError::NotNow("a comm node has no tool")),
             Role::BackEnd { .. } => {
-                let parent = self.parent.ok_or(CommandError::ShutDown)?;
+                let rejoining = self.rejoining.is_some();
+                let parent = match self.parent {
+                    Some(p) => Some(p),
+                    None if rejoining => None,
+                    None => return Err(CommandError::ShutDown),
+                };
                 let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
+                let stale = s.sent_up < s.up_from;
+                let Some(parent) = parent.filter(|_| !stale) else {
+                    // The answer to a request whose wave went on without this back-end
+                    // (it was sent before, or while, it rejoined a new parent).
+                    s.sent_up += 1;
+                    return Ok(());
+                };
                 if !s.up_budget.open() {
                     s.blocked = true;
                     return Err(CommandError::Blocked(frame));
                 }
                 s.up_budget.spend(frame.payload.len());
+                s.sent_up += 1;
                 self.out.send(parent, frame);
                 Ok(())
             }
@@ -572,6 +632,9 @@ impl Node {
                     s.blocked = true;
                     return Err(CommandError::Blocked(frame));
                 }
+                if !direct {
+                    s.requests += 1;
+                }
                 self.route_down(frame);
                 Ok(())
             }
@@ -582,7 +645,13 @@ impl Node {
     fn route_down(&mut self, frame: Frame) {
         let id = frame.header.stream;
         let direct = (frame.header.flags & FLAG_DIRECT != 0).then_some(frame.header.rank);
-        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
         let Some(s) = self.streams.get_mut(&id) else { return };
         let seq = s.next_seq;
         s.next_seq += 1;
@@ -626,7 +695,13 @@ impl Node {
     pub(super) fn on_up_data(&mut self, c: usize, frame: Frame, now: Instant) {
         let id = frame.header.stream;
         let rank = frame.header.rank;
-        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
         let Some(s) = self.streams.get_mut(&id) else {
             if id > self.max_stream {
                 let message = format!("{}: packet from rank {rank} on unknown stream {id}", self.name);
@@ -657,7 +732,13 @@ impl Node {
 
     /// Credit from a peer on `stream`.
     pub(super) fn on_credit(&mut self, from: LinkRole, stream: u32, grant: Grant) {
-        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
         let Some(s) = self.streams.get_mut(&stream) else { return };
         match from {
             LinkRole::Parent => {
@@ -685,7 +766,13 @@ impl Node {
 
     /// Releases time-out waves whose deadline passed.
     pub(super) fn streams_timeout(&mut self, now: Instant) {
-        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
         for s in self.streams.values_mut() {
             if s.next_deadline().is_some_and(|d| d <= now) {
                 let waves = s.sync.poll(now);
@@ -715,7 +802,13 @@ impl Node {
 
     /// Front-end: the tool reads stream `id`.
     pub(super) fn deliver_to_tool(&mut self, id: u32) -> Option<Delivery> {
-        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
         let s = self.streams.get_mut(&id)?;
         if let Some(f) = s.ready.pop_front() {
             s.up_budget.grant(Grant { packets: 1, bytes: f.payload.len() as u64 });
@@ -733,9 +826,10 @@ impl Node {
         None
     }
 
-    /// Child `c` joined while streams run: it takes part in those that reach its ranks.
-    pub(super) fn member_joined(&mut self, c: usize) {
-        let Some(link) = self.children[c].link else { return };
+    /// Child `c` joined while streams run: it takes part in those that reach its ranks,
+    /// from the wave that answers the first request it will get; returns their ids.
+    pub(super) fn member_joined(&mut self, c: usize) -> Vec<u32> {
+        let Some(link) = self.children[c].link else { return Vec::new() };
         let ranks = self.children[c].ranks.clone();
         let mut announce = Vec::new();
         for s in self.streams.values_mut() {
@@ -753,7 +847,7 @@ impl Node {
                 queue: VecDeque::new(),
                 close_pending: false,
             });
-            s.sync.add_child(c);
+            s.sync.add_child_from(c, s.requests);
             s.rebuild_targets(&self.children);
             announce.push(ControlMsg::NewStream(s.spec.clone()));
         }
@@ -761,14 +855,79 @@ impl Node {
             ControlMsg::NewStream(spec) => spec.id,
             _ => 0,
         });
+        let mut ids = Vec::new();
         for msg in announce {
+            if let ControlMsg::NewStream(spec) = &msg {
+                ids.push(spec.id);
+            }
             self.out.control(link, &msg);
+        }
+        ids
+    }
+
+    /// The parent took this node back into stream `id` (after it rejoined, or after
+    /// the sub-tree it lost came back): the windows toward the parent start afresh,
+    /// and what answers requests sent before is dropped, since those waves went on
+    /// without this node.
+    fn readded_to_stream(&mut self, id: u32) {
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        s.up_budget = Budget::new(s.spec.up_window);
+        s.down_ledger = Ledger::new(s.spec.down_window);
+        s.in_node.clear();
+        s.pending_up.clear();
+        s.up_from = s.requests;
+        if std::mem::take(&mut s.blocked) {
+            self.out.event(Event::Writable { stream: id });
+        }
+        if ctx.role == Role::CommNode {
+            reduce(s, &ctx, &mut self.out);
+        }
+    }
+
+    /// This node lost its parent and looks for a new one: nothing goes up meanwhile.
+    pub(super) fn streams_orphaned(&mut self) {
+        for s in self.streams.values_mut() {
+            s.pending_up.clear();
+        }
+    }
+
+    /// Front-end: streams whose every member is gone end once no lost rank of
+    /// theirs may rejoin any more.
+    pub(super) fn recheck_streams_over(&mut self) {
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
+        for s in self.streams.values_mut() {
+            check_over(s, &ctx, &mut self.out);
         }
     }
 
     /// Child `c` is gone or lost ranks: it leaves the streams it no longer reaches.
     pub(super) fn members_left(&mut self, c: usize, now: Instant) {
-        let ctx = Ctx { role: self.role, name: &self.name, parent: self.parent, children: &self.children };
+        self.members_left_telling(c, now, true);
+    }
+
+    /// As [`Node::members_left`]; a child still linked is told it left a stream only
+    /// with `tell` (not when its ranks are awaited back: it keeps the stream for them).
+    pub(super) fn members_left_telling(&mut self, c: usize, now: Instant, tell: bool) {
+        let ctx = Ctx {
+            role: self.role,
+            name: &self.name,
+            parent: self.parent,
+            children: &self.children,
+            awaited: &self.orphaned,
+        };
         let child = &self.children[c];
         let gone = child.state == ChildState::Gone || child.link.is_none();
         let mut finished = Vec::new();
@@ -776,7 +935,7 @@ impl Node {
             if !s.members.contains(&c) || (!gone && child.ranks.intersects(&s.spec.ranks)) {
                 continue;
             }
-            remove_member(s, c, &ctx, &mut self.out, now, !gone);
+            remove_member(s, c, &ctx, &mut self.out, now, tell && !gone);
             if s.finished() {
                 finished.push(id);
             }

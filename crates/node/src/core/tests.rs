@@ -28,6 +28,8 @@ fn plan(topology: &str, node_id: u32, allow_missing: bool) -> LaunchPlan {
     plan.allow_missing = allow_missing;
     // Heartbeats would add deadlines and frames to every test; their own test sets them.
     (plan.heartbeat_ms, plan.dead_after_ms) = (0, 0);
+    // Likewise recovery's Fallback messages.
+    plan.rejoin_ms = 0;
     plan
 }
 
@@ -622,4 +624,31 @@ fn an_asymmetric_link_is_off_by_at_most_half_its_round_trip() {
     let s = samples[0];
     assert!(s.offset_ns.unsigned_abs() <= s.error_ns, "{s:?}");
     assert_eq!((s.offset_ns, s.error_ns), (-24_000, 26_000), "half the asymmetry, half the round trip");
+}
+
+#[test]
+fn a_backend_that_loses_its_parent_rejoins_at_its_fallback_and_says_what_it_brings_back() {
+    let t0 = Instant::now();
+    let mut be = node(Role::BackEnd { rank: 3, size: 4 }, 7);
+    be.set_rejoin(Some(Duration::from_secs(10)));
+    let l = ids(2);
+    be.handle_link_up(l[0], Peer::Parent, t0);
+    be.handle_frame(l[0], control(&ControlMsg::Fallback { address: "unix:@gp".into() }), t0);
+    transmits(&mut be);
+    events(&mut be);
+    be.handle_link_closed(l[0], None, t0);
+    assert_eq!(events(&mut be), vec![Event::Rejoin { address: "unix:@gp".into() }]);
+    assert!(be.is_rejoining());
+    be.handle_link_up(l[1], Peer::Parent, t0);
+    let sent = transmits(&mut be);
+    let rejoin = ControlMsg::decode(&sent[0].frame.payload).unwrap();
+    assert!(
+        matches!(rejoin, ControlMsg::Rejoin { ref ranks, commnodes: 0, .. } if *ranks == RankSet::single(3))
+    );
+    be.handle_frame(l[1], control(&ControlMsg::Fallback { address: String::new() }), t0);
+    assert!(!be.is_rejoining());
+    assert!(events(&mut be).contains(&Event::ParentChanged { parent: "unix:@gp".into() }));
+    // With no new parent in time, it ends.
+    be.handle_link_closed(l[1], None, t0);
+    assert!(be.is_over(), "no fallback: nowhere to rejoin");
 }

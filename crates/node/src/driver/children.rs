@@ -378,6 +378,7 @@ impl ChildrenTask {
             // Back-ends get no plan: the silence limit of the tree reaches them here.
             let dead_after = if plan.heartbeat_ms == 0 { 0 } else { plan.dead_after_ms };
             envs.push((env::DEAD_AFTER.to_owned(), format!("{}", f64::from(dead_after) / 1e3)));
+            envs.push((env::REJOIN_WITHIN.to_owned(), format!("{}", f64::from(plan.rejoin_ms) / 1e3)));
             envs.push((env::RANK.to_owned(), child.first_rank.to_string()));
             envs.push((env::SIZE.to_owned(), plan.total_backends.to_string()));
             envs.extend(plan.env.iter().cloned());
@@ -396,6 +397,8 @@ impl ChildrenTask {
             env: envs,
             secret: Some((SECRET_ENV.to_owned(), self.launching.secret.to_hex())),
             forward_stderr: true,
+            // With recovery on, a child outlives this node to rejoin the tree.
+            die_with_parent: plan.rejoin_ms == 0,
         }
     }
 }

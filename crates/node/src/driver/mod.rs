@@ -84,6 +84,15 @@ pub struct Driver<T: Tool> {
     /// is dropped then.
     flush_deadline: Option<Instant>,
     flush_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A connection to a new parent under way (this node's parent was lost).
+    rejoin: Option<Rejoin>,
+}
+
+/// A connection to a new parent under way.
+struct Rejoin {
+    address: String,
+    done: tokio::sync::oneshot::Receiver<Result<Socket, String>>,
+    task: JoinHandle<()>,
 }
 
 impl<T: Tool> std::fmt::Debug for Driver<T> {
@@ -110,6 +119,7 @@ impl<T: Tool> Driver<T> {
             ending: false,
             flush_deadline: None,
             flush_timer: None,
+            rejoin: None,
         }
     }
 
@@ -218,15 +228,61 @@ impl<T: Tool> Driver<T> {
             }
             Event::AbandonChild { node_id } => self.order(ChildOrder::Abandon(node_id)),
             Event::Ready { .. } => {
-                self.order(ChildOrder::StopAccepting);
+                // With recovery on, the orphans of a lost child connect here to rejoin.
+                if self.core.rejoin_limit().is_none() {
+                    self.order(ChildOrder::StopAccepting);
+                }
                 self.tool.event(event);
             }
+            Event::Rejoin { address } => self.start_rejoin(address),
+            Event::ParentChanged { .. } => self.tool.event(event),
             Event::Shutdown { .. } | Event::StartupFailed { .. } => {
                 self.begin_end();
                 self.tool.event(event);
             }
             other => self.tool.event(other),
         }
+    }
+
+    /// Connects to a new parent in a task of its own; [`Driver::poll_rejoin`] takes the link.
+    fn start_rejoin(&mut self, address: String) {
+        let (tx, done) = tokio::sync::oneshot::channel();
+        let secret = self.launching.secret.clone();
+        let node_id = self.core.node_id();
+        let limit = self.core.rejoin_limit().unwrap_or(crate::env::DEFAULT_REJOIN_WITHIN);
+        let to = address.clone();
+        let task = tokio::spawn(async move {
+            let linked = match crate::connect_to(&to, node_id, &secret, limit).await {
+                Ok(stream) => stream.into_socket().map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = tx.send(linked);
+        });
+        if let Some(old) = self.rejoin.replace(Rejoin { address, done, task }) {
+            old.task.abort();
+        }
+    }
+
+    /// Takes the link to the new parent once connected, or reports the failure.
+    fn poll_rejoin(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(r) = self.rejoin.as_mut() else { return false };
+        let Poll::Ready(linked) = Pin::new(&mut r.done).poll(cx) else { return false };
+        let address = r.address.clone();
+        self.rejoin = None;
+        let now = Instant::now();
+        let result = linked.map_err(|_| "the connecting task ended".to_owned()).and_then(|r| r);
+        match result {
+            Ok(socket) => {
+                if let Err(e) = self.add_link(socket, Peer::Parent, format!("parent {address}")) {
+                    let reason = format!("the link could not be taken over: {e}");
+                    let _ = self.core.handle_command(Command::RejoinFailed { reason }, now);
+                }
+            }
+            Err(reason) => {
+                let _ = self.core.handle_command(Command::RejoinFailed { reason }, now);
+            }
+        }
+        true
     }
 
     fn order(&self, order: ChildOrder) {
@@ -241,6 +297,9 @@ impl<T: Tool> Driver<T> {
             return;
         }
         self.ending = true;
+        if let Some(r) = self.rejoin.take() {
+            r.task.abort();
+        }
         let deadline = Instant::now() + LAST_FLUSH;
         self.flush_deadline = Some(deadline);
         self.flush_timer = Some(Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(deadline))));
@@ -260,6 +319,7 @@ impl<T: Tool> Driver<T> {
         }
         loop {
             let mut progressed = self.poll_news(cx);
+            progressed |= self.poll_rejoin(cx);
             let now = Instant::now();
             let core = &mut self.core;
             let links = &mut self.links;
