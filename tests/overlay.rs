@@ -1264,6 +1264,11 @@ fn bad_values_of_the_new_flags_are_refused_before_anything_starts() {
             "--dead-after 0.001 is not 0 (off)",
         ),
         (&["run", "--local", "1", "--dead-after", "nan", "--", "true"], "--dead-after NaN is not 0 (off)"),
+        (&["run", "--local", "1", "--rejoin-within=-1", "--", "true"], "--rejoin-within -1 is not 0 (off)"),
+        (
+            &["run", "--local", "1", "--rejoin-within", "nan", "--", "true"],
+            "--rejoin-within NaN is not 0 (off)",
+        ),
         (&["bench", "chaos", "--local", "2", "--stop-fraction", "nan"], "--stop-fraction NaN is not a share"),
         (&["bench", "chaos", "--local", "2", "--dead-after", "nan"], "--dead-after NaN must be a number"),
         (&["clock", "--local", "1", "--rounds", "0"], "--rounds needs at least 1"),

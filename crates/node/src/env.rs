@@ -58,19 +58,18 @@ pub const REJOIN_WITHIN: &str = "TREECAST_REJOIN_WITHIN";
 /// The rejoin limit a connection to a new parent gets when none is in force.
 pub const DEFAULT_REJOIN_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The rejoin limit `TREECAST_REJOIN_WITHIN` asks for: `None` (recovery off) when it
-/// is unset or `0`; 10 s when it is not a number.
+/// The rejoin limit `TREECAST_REJOIN_WITHIN` asks for: `None` (recovery off, the
+/// default) when it is unset, `0` or not a number of seconds (said once, as a warning).
 pub fn rejoin_from_env() -> Option<std::time::Duration> {
-    let Ok(text) = std::env::var(REJOIN_WITHIN) else { return None };
+    let text = std::env::var(REJOIN_WITHIN).ok()?;
     match text.trim().parse::<f64>() {
         Ok(0.0) => None,
         Ok(secs) if secs.is_finite() && secs > 0.0 => Some(std::time::Duration::from_secs_f64(secs.min(1e6))),
         _ => {
             tracing::warn!(
-                "{REJOIN_WITHIN}={text:?} is not a number of seconds (0 switches recovery off); using {} s",
-                DEFAULT_REJOIN_WITHIN.as_secs_f64()
+                "{REJOIN_WITHIN}={text:?} is not a number of seconds (0 switches recovery off); recovery stays off"
             );
-            Some(DEFAULT_REJOIN_WITHIN)
+            None
         }
     }
 }

@@ -205,23 +205,8 @@ impl Node {
         }
         self.send_fallback(c);
         let parent = self.name.clone();
-        self.report_rejoined(ranks, commnodes, parent);
+        self.report_up(ControlMsg::Rejoined { ranks, commnodes, parent });
         self.clock_child_joined(c, now);
-    }
-
-    /// Ranks rejoined below: the parent is told, the front-end's tool too.
-    fn report_rejoined(&mut self, ranks: RankSet, commnodes: u32, parent: String) {
-        match self.parent {
-            Some(link) => self.out.control(link, &ControlMsg::Rejoined { ranks, commnodes, parent }),
-            None if self.role == Role::FrontEnd => {
-                let back = ranks.intersection(&self.orphaned);
-                self.orphaned = self.orphaned.difference(&ranks);
-                if !back.is_empty() {
-                    self.out.event(Event::RanksRejoined { ranks: back, parent });
-                }
-            }
-            None => {}
-        }
     }
 
     /// Every rank this node awaits back.
@@ -242,7 +227,7 @@ impl Node {
         }
         let node = self.children[c].name.clone();
         self.awaiting.push(Awaited { ranks: ranks.clone(), why: why.to_owned(), until: now + limit });
-        self.report_orphaned(node, ranks.clone(), why.to_owned());
+        self.report_up(ControlMsg::Orphaned { node, ranks: ranks.clone(), reason: why.to_owned() });
         // Orphans that were quicker than this node get their answer now.
         for r in 0..self.children.len() {
             let Some(msg) = self.children[r].early_rejoin.take() else { continue };
@@ -251,18 +236,6 @@ impl Node {
             }
         }
         true
-    }
-
-    /// Ranks orphaned below: the parent is told, the front-end's tool too.
-    fn report_orphaned(&mut self, node: String, ranks: RankSet, reason: String) {
-        match self.parent {
-            Some(link) => self.out.control(link, &ControlMsg::Orphaned { node, ranks, reason }),
-            None if self.role == Role::FrontEnd => {
-                self.orphaned.union_with(&ranks);
-                self.out.event(Event::NodeLost { node, ranks, reason });
-            }
-            None => {}
-        }
     }
 
     /// A child reports ranks orphaned below it: they are no longer reached through it
@@ -283,7 +256,7 @@ impl Node {
         child.ranks = child.ranks.difference(&ranks);
         child.expected = child.expected.difference(&ranks);
         self.members_left_telling(c, now, false);
-        self.report_orphaned(node, ranks, reason);
+        self.report_up(ControlMsg::Orphaned { node, ranks, reason });
     }
 
     /// A child reports ranks rejoined below it: they are reached through it again.
@@ -296,7 +269,7 @@ impl Node {
         child.expected.union_with(&ranks);
         child.commnodes += commnodes;
         self.member_joined(c);
-        self.report_rejoined(ranks, commnodes, parent);
+        self.report_up(ControlMsg::Rejoined { ranks, commnodes, parent });
     }
 
     /// Reports lost the awaited ranks whose time is up, and gives up rejoining when

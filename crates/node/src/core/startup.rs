@@ -82,7 +82,8 @@ pub(crate) struct Child {
     /// Its link closed while the tree ran: the loss report waiting for its process
     /// news (see [`super::EXIT_WAIT`]).
     held: Option<HeldLoss>,
-    /// An orphan of a lost comm node that came to rejoin (not started by this node).
+    /// An orphan of a lost comm node that came to rejoin (not started by this node,
+    /// so no news of its process ever comes).
     pub(crate) rejoiner: bool,
     /// Its rejoin, held until this node notices the loss that orphaned it (the
     /// orphan may notice first).
@@ -114,7 +115,7 @@ impl Child {
             commnodes: 0,
             link: None,
             state: ChildState::Connected,
-            attach: true,
+            attach: false,
             plan: None,
             detail: None,
             deadline: Some(deadline),
@@ -438,6 +439,17 @@ impl Node {
                     };
                     self.out.event(e);
                 }
+                ControlMsg::Orphaned { node, ranks, reason } => {
+                    self.orphaned.union_with(&ranks);
+                    self.out.event(Event::NodeLost { node, ranks, reason });
+                }
+                ControlMsg::Rejoined { ranks, parent, .. } => {
+                    let back = ranks.intersection(&self.orphaned);
+                    self.orphaned = self.orphaned.difference(&ranks);
+                    if !back.is_empty() {
+                        self.out.event(Event::RanksRejoined { ranks: back, parent });
+                    }
+                }
                 other => tracing::debug!("front-end: nothing to report for {other:?}"),
             },
             (_, Some(parent)) => self.out.control(parent, &msg),
@@ -628,7 +640,8 @@ impl Node {
                 // A process that ended closed its link: the report waits for how it
                 // ended (its process is stopped only then). One started by someone
                 // else (attach mode) brings no news.
-                let wait = by_peer && !child.attach && child.detail.is_none() && !ranks.is_empty();
+                let news_may_come = !child.attach && !child.rejoiner;
+                let wait = by_peer && news_may_come && child.detail.is_none() && !ranks.is_empty();
                 if wait {
                     let until = now + super::EXIT_WAIT;
                     child.held = Some(HeldLoss { ranks, why, until, startup: false });

@@ -127,6 +127,20 @@ impl StreamState {
     }
 }
 
+/// The [`Ctx`] of a node, borrowing only the fields it names (so the node's streams
+/// and outputs stay free to borrow mutably beside it).
+macro_rules! ctx {
+    ($node:expr) => {
+        Ctx {
+            role: $node.role,
+            name: &$node.name,
+            parent: $node.parent,
+            children: &$node.children,
+            awaited: &$node.orphaned,
+        }
+    };
+}
+
 /// What stream code needs of the node besides the stream itself.
 struct Ctx<'a> {
     role: Role,
@@ -272,11 +286,9 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
     let id = s.spec.id;
     let fctx = FilterContext { stream: id, is_root: ctx.is_root() };
     // A comm node looking for a new parent: what it reduces answers requests of
-    // waves that go on without it, and is dropped.
+    // waves that go on without it, and is dropped (what was waiting to go up was
+    // dropped when the parent was lost, see `streams_orphaned`).
     let orphan = ctx.role == Role::CommNode && ctx.parent.is_none();
-    if orphan {
-        s.pending_up.clear();
-    }
     loop {
         while s.up_budget.open() {
             let Some(f) = s.pending_up.pop_front() else { break };
@@ -483,13 +495,7 @@ impl Node {
         message: String,
         now: Instant,
     ) {
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         if let Some(s) = self.streams.get_mut(&stream) {
             if s.members.contains(&c) {
                 remove_member(s, c, &ctx, &mut self.out, now, false);
@@ -534,13 +540,7 @@ impl Node {
 
     /// Stops a stream here and passes the close down behind what each child still has queued.
     fn begin_close(&mut self, id: u32) {
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         let Some(s) = self.streams.get_mut(&id) else { return };
         if !s.closing {
             s.closing = true;
@@ -645,13 +645,7 @@ impl Node {
     fn route_down(&mut self, frame: Frame) {
         let id = frame.header.stream;
         let direct = (frame.header.flags & FLAG_DIRECT != 0).then_some(frame.header.rank);
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         let Some(s) = self.streams.get_mut(&id) else { return };
         let seq = s.next_seq;
         s.next_seq += 1;
@@ -695,13 +689,7 @@ impl Node {
     pub(super) fn on_up_data(&mut self, c: usize, frame: Frame, now: Instant) {
         let id = frame.header.stream;
         let rank = frame.header.rank;
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         let Some(s) = self.streams.get_mut(&id) else {
             if id > self.max_stream {
                 let message = format!("{}: packet from rank {rank} on unknown stream {id}", self.name);
@@ -732,13 +720,7 @@ impl Node {
 
     /// Credit from a peer on `stream`.
     pub(super) fn on_credit(&mut self, from: LinkRole, stream: u32, grant: Grant) {
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         let Some(s) = self.streams.get_mut(&stream) else { return };
         match from {
             LinkRole::Parent => {
@@ -766,13 +748,7 @@ impl Node {
 
     /// Releases time-out waves whose deadline passed.
     pub(super) fn streams_timeout(&mut self, now: Instant) {
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         for s in self.streams.values_mut() {
             if s.next_deadline().is_some_and(|d| d <= now) {
                 let waves = s.sync.poll(now);
@@ -802,13 +778,7 @@ impl Node {
 
     /// Front-end: the tool reads stream `id`.
     pub(super) fn deliver_to_tool(&mut self, id: u32) -> Option<Delivery> {
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         let s = self.streams.get_mut(&id)?;
         if let Some(f) = s.ready.pop_front() {
             s.up_budget.grant(Grant { packets: 1, bytes: f.payload.len() as u64 });
@@ -870,13 +840,7 @@ impl Node {
     /// and what answers requests sent before is dropped, since those waves went on
     /// without this node.
     fn readded_to_stream(&mut self, id: u32) {
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         let Some(s) = self.streams.get_mut(&id) else { return };
         s.up_budget = Budget::new(s.spec.up_window);
         s.down_ledger = Ledger::new(s.spec.down_window);
@@ -901,13 +865,7 @@ impl Node {
     /// Front-end: streams whose every member is gone end once no lost rank of
     /// theirs may rejoin any more.
     pub(super) fn recheck_streams_over(&mut self) {
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         for s in self.streams.values_mut() {
             check_over(s, &ctx, &mut self.out);
         }
@@ -921,13 +879,7 @@ impl Node {
     /// As [`Node::members_left`]; a child still linked is told it left a stream only
     /// with `tell` (not when its ranks are awaited back: it keeps the stream for them).
     pub(super) fn members_left_telling(&mut self, c: usize, now: Instant, tell: bool) {
-        let ctx = Ctx {
-            role: self.role,
-            name: &self.name,
-            parent: self.parent,
-            children: &self.children,
-            awaited: &self.orphaned,
-        };
+        let ctx = ctx!(self);
         let child = &self.children[c];
         let gone = child.state == ChildState::Gone || child.link.is_none();
         let mut finished = Vec::new();
