@@ -79,7 +79,11 @@ fn init_logging(verbose: u8) {
     let filter = std::env::var("TREECAST_LOG").unwrap_or_else(|_| default.to_owned());
     // Colour codes only for a person watching a terminal, never in a pipe or a log file.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // A comm node's or back-end's stderr is a pipe to its parent. An orphan that
+    // outlived its parent writes into a closed pipe: its logs are lost, and that must
+    // not panic it (the subscriber's own error report would print to stderr again).
     let _ = tracing_subscriber::fmt()
+        .log_internal_errors(false)
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .with_ansi(ansi)

@@ -28,6 +28,9 @@ use treecast_sim::chaos::{self as sim_chaos, ChaosConfig, ChaosTrees};
 use super::cli::ChaosArgs;
 use super::protocol::TAG_ADD_RANK;
 
+/// The rejoin limit of the trees under test unless `--rejoin-within` says otherwise.
+const DEFAULT_REJOIN_WITHIN_S: f64 = 10.0;
+
 /// One process of the tree under test.
 #[derive(Debug, Clone)]
 struct Victim {
@@ -50,11 +53,14 @@ pub struct ChaosRun {
     /// Answers with a wrong value, or from a rank already reported lost.
     pub wrong: usize,
     /// Ranks reported lost whose back-end was neither killed nor stopped (nor under a
-    /// killed or stopped comm node); treecast does not yet rejoin orphans.
+    /// killed or stopped comm node).
     pub live_ranks_lost: u64,
-    /// Ranks under a killed or stopped comm node whose own back-end was alive:
-    /// lost with their parent, as orphans are not rejoined yet.
+    /// Ranks under a killed or stopped comm node whose own back-end was alive, and
+    /// that were reported lost: with recovery off, all of a faulted node's sub-tree;
+    /// with it on, the orphans that could not rejoin (their fallback faulted too).
     pub orphaned_ranks: u64,
+    /// Ranks reported back after their comm node was lost (`RanksRejoined`).
+    pub rejoined_ranks: u64,
     /// From each fault to the end of the next wave that completed, seconds.
     pub recovery_s: Vec<f64>,
     /// Processes of the session still running after the front-end shut down.
@@ -110,7 +116,8 @@ pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         }
         results.push(result);
     }
-    let totals = totals(&results, serde_json::json!(spec), serde_json::json!(topology.backends()), false);
+    let mut totals = totals(&results, serde_json::json!(spec), serde_json::json!(topology.backends()), false);
+    totals["rejoin_within_s"] = serde_json::json!(args.rejoin_within.unwrap_or(DEFAULT_REJOIN_WITHIN_S));
     Ok(report(&results, totals, args.json))
 }
 
@@ -122,6 +129,16 @@ fn check(args: &ChaosArgs) -> anyhow::Result<()> {
         "--stop-fraction {} is not a share between 0 and 1",
         args.stop_fraction
     );
+    if let Some(secs) = args.rejoin_within {
+        anyhow::ensure!(
+            secs == 0.0 || (secs.is_finite() && (0.1..=1e6).contains(&secs)),
+            "--rejoin-within {secs} is not 0 (off) or a number of seconds from 0.1"
+        );
+        anyhow::ensure!(
+            !args.sim || secs == 0.0,
+            "--rejoin-within with --sim: the simulated tree does not model rejoining yet (it runs with recovery off)"
+        );
+    }
     anyhow::ensure!(
         args.dead_after.is_finite() && args.dead_after > 0.0 && args.dead_after <= 1e6,
         "--dead-after {} must be a number of seconds above 0: a stopped node is noticed only through the silence limit",
@@ -181,6 +198,7 @@ fn sim_main(args: &ChaosArgs) -> anyhow::Result<ExitCode> {
             wrong: r.wrong as usize,
             live_ranks_lost: r.live_ranks_lost,
             orphaned_ranks: r.orphaned_ranks,
+            rejoined_ranks: 0,
             recovery_s: r.recovery.iter().map(Duration::as_secs_f64).collect(),
             left: r.left,
             panicked: r.panic.is_some(),
@@ -208,13 +226,14 @@ fn line(run: usize, r: &ChaosRun) -> String {
         None => String::new(),
     };
     format!(
-        "run {run:3}{tree}: {:4} waves, faults [{}], hangs {}, wrong {}, live lost {}, orphaned {}, left {}{}",
+        "run {run:3}{tree}: {:4} waves, faults [{}], hangs {}, wrong {}, live lost {}, orphaned {}, rejoined {}, left {}{}",
         r.waves,
         r.faults.join(", "),
         r.hangs,
         r.wrong,
         r.live_ranks_lost,
         r.orphaned_ranks,
+        r.rejoined_ranks,
         r.left,
         if r.panicked { ", PANICKED" } else { "" }
     )
@@ -239,6 +258,7 @@ fn totals(
         "wrong": runs.iter().map(|r| r.wrong).sum::<usize>(),
         "live_ranks_lost": runs.iter().map(|r| r.live_ranks_lost).sum::<u64>(),
         "orphaned_ranks": runs.iter().map(|r| r.orphaned_ranks).sum::<u64>(),
+        "rejoined_ranks": runs.iter().map(|r| r.rejoined_ranks).sum::<u64>(),
         "left": runs.iter().map(|r| r.left).sum::<usize>(),
         "panics": runs.iter().filter(|r| r.panicked).count(),
         "faults": runs.iter().map(|r| r.faults.len()).sum::<usize>(),
@@ -266,7 +286,12 @@ fn report(runs: &[ChaosRun], totals: serde_json::Value, json: bool) -> ExitCode 
 async fn one_run(topo: Topology, args: &ChaosArgs, seed: u64) -> anyhow::Result<ChaosRun> {
     let mut rng = StdRng::seed_from_u64(seed);
     let dead_after = Duration::from_secs_f64(args.dead_after);
-    let mut net = NetworkBuilder::new(topo.clone()).dead_after(Some(dead_after)).launch().await?;
+    let rejoin = Duration::from_secs_f64(args.rejoin_within.unwrap_or(DEFAULT_REJOIN_WITHIN_S));
+    let mut net = NetworkBuilder::new(topo.clone())
+        .dead_after(Some(dead_after))
+        .rejoin_within(Some(rejoin))
+        .launch()
+        .await?;
     let session = net.session().to_owned();
     let victims = processes(&session, &topo);
     let mut stream =
@@ -321,8 +346,10 @@ async fn one_run(topo: Topology, args: &ChaosArgs, seed: u64) -> anyhow::Result<
             }
         }
         while let Some(event) = net.try_event() {
-            if let Event::RanksLost { ranks, .. } = event {
-                lost.union_with(&ranks);
+            match event {
+                Event::RanksLost { ranks, .. } => lost.union_with(&ranks),
+                Event::RanksRejoined { ranks, .. } => run.rejoined_ranks += ranks.len(),
+                _ => {}
             }
         }
     }

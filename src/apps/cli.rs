@@ -142,7 +142,7 @@ pub struct TreeArgs {
     pub dead_after: Option<f64>,
     /// When a comm node is lost, its children rejoin the tree under its parent within
     /// this many seconds, and their ranks go on; those that do not are reported lost.
-    /// 0: no recovery (a lost comm node's sub-tree is lost with it). Default: 0, or
+    /// 0: no recovery (a lost comm node's sub-tree is lost with it). Default 10, or
     /// TREECAST_REJOIN_WITHIN.
     #[arg(long, value_name = "SECS")]
     pub rejoin_within: Option<f64>,
@@ -290,6 +290,11 @@ pub struct ChaosArgs {
     /// virtual seconds with --sim.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub dead_after: f64,
+    /// Rejoin limit of the trees under test, seconds (see `--rejoin-within` of `run`;
+    /// 0: recovery off). Default 10; the simulated tree does not model rejoining yet,
+    /// so with --sim recovery is off.
+    #[arg(long, value_name = "SECS")]
+    pub rejoin_within: Option<f64>,
     /// Seed of the first run (run k uses seed + k), so a run can be repeated.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -355,6 +355,7 @@ pub async fn run_command_keeping(
     let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
     let limit_ms = limit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
     let request = [command.to_vec().into(), Value::ULong(limit_ms), Value::ULong(output_limit)];
+    let orphaned_before = net.orphaned().len();
     stream.send(TAG_RUN, RUN_REQUEST, &request).await?;
     let answer = match limit {
         Some(limit) => stream.recv_timeout(limit.saturating_add(ANSWER_GRACE)).await,
@@ -390,12 +391,22 @@ pub async fn run_command_keeping(
     let _ = tokio::time::timeout(CLOSE_LIMIT, stream.close()).await;
     let missing = comm.ranks().difference(&answered);
     let known_lost = net.lost();
-    let lost: Vec<Lost> = known_lost
+    let mut lost: Vec<Lost> = known_lost
         .among(&missing)
         .into_iter()
         .map(|(ranks, reason)| Lost { ranks: ranks.to_string(), reason })
         .collect();
-    let silent = missing.difference(known_lost.ranks());
+    let mut silent = missing.difference(known_lost.ranks());
+    // Ranks whose comm node was lost while the command ran rejoined the tree (or are
+    // rejoining), but what they had sent went with that node.
+    for (ranks, why) in net.orphaned().into_iter().skip(orphaned_before) {
+        let mine = ranks.intersection(&silent);
+        if !mine.is_empty() {
+            silent = silent.difference(&mine);
+            let reason = format!("{why}; their answers were lost with it (the ranks rejoin the tree)");
+            lost.push(Lost { ranks: mine.to_string(), reason });
+        }
+    }
     let mut no_answer = Vec::new();
     if !silent.is_empty() {
         let waited = limit.map_or(0.0, |l| l.saturating_add(ANSWER_GRACE).as_secs_f64());

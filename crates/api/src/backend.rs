@@ -33,6 +33,8 @@ pub enum BackEndEvent {
 pub(crate) struct BeTool {
     reader: Option<Waker>,
     writers: std::collections::HashMap<u32, Vec<Waker>>,
+    /// Tasks awaiting [`BackEndSender::closed`].
+    closers: Vec<Waker>,
     over: Option<EndReason>,
 }
 
@@ -57,6 +59,7 @@ impl Tool for BeTool {
                 self.over = Some(reason);
                 self.reader.take().into_iter().for_each(Waker::wake);
                 self.writers.drain().flat_map(|(_, w)| w).for_each(Waker::wake);
+                self.closers.drain(..).for_each(Waker::wake);
             }
             other => tracing::debug!("back-end: {other:?}"),
         }
@@ -93,6 +96,27 @@ impl BackEndSender {
     /// Number of back-ends in the network.
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// Resolves once the network is over for this back-end (shut down, left, or the
+    /// parent lost for good), with why: a tool busy with long work of its own can
+    /// stop then rather than learn it at its next call. Its process is not ended for
+    /// it: with recovery on, a back-end outlives a lost parent to rejoin the tree.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn closed(&self) -> ApiError {
+        std::future::poll_fn(|cx| {
+            let mut d = lock(&self.shared);
+            let tool = d.tool();
+            match &tool.over {
+                Some(reason) => Poll::Ready(ApiError::Closed(reason.clone())),
+                None => {
+                    crate::frontend::register(&mut tool.closers, cx);
+                    Poll::Pending
+                }
+            }
+        })
+        .await
     }
 
     /// Sends values upstream on `stream`: queued at once, written to the link as the

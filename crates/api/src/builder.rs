@@ -97,7 +97,7 @@ impl NetworkBuilder {
     /// tree under its parent within `limit`: their ranks are reported
     /// [`crate::Event::NodeLost`] at once, [`crate::Event::RanksRejoined`] as they come
     /// back, and [`crate::Event::RanksLost`] if they do not. `None` switches recovery
-    /// off (the lost node's sub-tree is lost with it). Default: off, or
+    /// off (the lost node's sub-tree is lost with it). Default: 10 s, or
     /// `TREECAST_REJOIN_WITHIN` seconds (`0`: off).
     pub fn rejoin_within(mut self, limit: Option<Duration>) -> Self {
         self.rejoin = limit.filter(|d| !d.is_zero());

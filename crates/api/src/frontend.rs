@@ -50,6 +50,8 @@ pub(crate) struct FeTool {
     pub(crate) over: Option<treecast_node::core::EndReason>,
     /// Streams a node refused, and why.
     pub(crate) refused: HashMap<u32, String>,
+    /// Every comm node loss so far: the ranks below it and why (see [`crate::Network::orphaned`]).
+    pub(crate) orphaned: Vec<(RankSet, String)>,
 }
 
 impl FeTool {
@@ -65,6 +67,7 @@ impl FeTool {
             events: VecDeque::new(),
             event_waker: None,
             lost,
+            orphaned: Vec::new(),
             over: None,
             refused: HashMap::new(),
         };
@@ -182,7 +185,10 @@ impl Tool for FeTool {
             }
             CoreEvent::RanksLeft { ranks, reason } => self.push(Event::RanksLeft { ranks, reason }),
             CoreEvent::RanksJoined { ranks } => self.push(Event::RanksJoined { ranks }),
-            CoreEvent::NodeLost { node, ranks, reason } => self.push(Event::NodeLost { node, ranks, reason }),
+            CoreEvent::NodeLost { node, ranks, reason } => {
+                self.orphaned.push((ranks.clone(), reason.clone()));
+                self.push(Event::NodeLost { node, ranks, reason });
+            }
             CoreEvent::RanksRejoined { ranks, parent } => self.push(Event::RanksRejoined { ranks, parent }),
             CoreEvent::FilterError { stream, rank, message } => {
                 self.push(Event::FilterError { stream, rank, message })

@@ -281,6 +281,13 @@ impl Network {
         self.lost.borrow().clone()
     }
 
+    /// The ranks of every comm node lost so far ([`Event::NodeLost`]), one entry per
+    /// loss in order, with why, whether or not they rejoined since: what they had
+    /// sent up through that node went with it, so an answer they gave then is missing.
+    pub fn orphaned(&self) -> Vec<(RankSet, String)> {
+        lock(&self.shared).tool().orphaned.clone()
+    }
+
     /// A receiver that sees each change of the lost ranks (for waits that must end
     /// when a rank is lost without reading the events).
     pub(crate) fn lost_watch(&self) -> watch::Receiver<LostRanks> {

@@ -32,6 +32,7 @@ pub use ssh::{
 };
 
 use std::collections::VecDeque;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -247,7 +248,9 @@ pub(crate) async fn keep_stderr(
     let mut backtrace = None;
     while let Ok(Some(line)) = lines.next_line().await {
         if forward {
-            eprintln!("[{name}] {line}");
+            // Not eprintln!: a node whose own parent is gone has a closed stderr,
+            // and losing a forwarded line must not panic it.
+            let _ = writeln!(std::io::stderr().lock(), "[{name}] {line}");
         }
         if let Ok(mut t) = tail.lock() {
             keep_line(&mut t, &mut backtrace, line);

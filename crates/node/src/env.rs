@@ -55,21 +55,23 @@ pub fn liveness_from_env() -> Option<crate::core::LivenessLimits> {
 /// Seconds the children of a lost comm node have to rejoin the tree under its
 /// parent (`0`: no recovery); a back-end takes it from here, comm nodes from their plan.
 pub const REJOIN_WITHIN: &str = "TREECAST_REJOIN_WITHIN";
-/// The rejoin limit a connection to a new parent gets when none is in force.
+/// How long the children of a lost comm node have to rejoin, by default.
 pub const DEFAULT_REJOIN_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The rejoin limit `TREECAST_REJOIN_WITHIN` asks for: `None` (recovery off, the
-/// default) when it is unset, `0` or not a number of seconds (said once, as a warning).
+/// The rejoin limit `TREECAST_REJOIN_WITHIN` asks for: [`DEFAULT_REJOIN_WITHIN`] when
+/// it is unset or not a number of seconds (said once, as a warning), `None`
+/// (recovery off) for `0`.
 pub fn rejoin_from_env() -> Option<std::time::Duration> {
-    let text = std::env::var(REJOIN_WITHIN).ok()?;
+    let Ok(text) = std::env::var(REJOIN_WITHIN) else { return Some(DEFAULT_REJOIN_WITHIN) };
     match text.trim().parse::<f64>() {
         Ok(0.0) => None,
         Ok(secs) if secs.is_finite() && secs > 0.0 => Some(std::time::Duration::from_secs_f64(secs.min(1e6))),
         _ => {
             tracing::warn!(
-                "{REJOIN_WITHIN}={text:?} is not a number of seconds (0 switches recovery off); recovery stays off"
+                "{REJOIN_WITHIN}={text:?} is not a number of seconds (0 switches recovery off); using {} s",
+                DEFAULT_REJOIN_WITHIN.as_secs_f64()
             );
-            None
+            Some(DEFAULT_REJOIN_WITHIN)
         }
     }
 }

@@ -266,6 +266,11 @@ pub enum EndReason {
     },
     /// This back-end left on its own.
     Left,
+    /// This node's own code failed (a bug): the tool must not wait for it.
+    Internal {
+        /// What failed.
+        error: String,
+    },
 }
 
 impl std::fmt::Display for EndReason {
@@ -275,6 +280,7 @@ impl std::fmt::Display for EndReason {
             EndReason::ParentClosed => f.write_str("the parent closed the link"),
             EndReason::ParentFailed { error } => write!(f, "the link to the parent failed: {error}"),
             EndReason::Left => f.write_str("this back-end left the network"),
+            EndReason::Internal { error } => write!(f, "this node failed: {error}"),
         }
     }
 }

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use treecast_transport::{Close, LinkId, LinkTable, Route, RouteEvent, Secret, Socket, StreamRoute};
 
-use crate::core::{Command, CommandError, Event, Node, Peer};
+use crate::core::{Command, CommandError, EndReason, Event, Node, Peer};
 use children::{ChildNews, ChildOrder, ChildrenTask};
 
 /// How long a node waits for its children to exit after a shutdown before killing them.
@@ -464,5 +464,21 @@ pub fn lock<T: Tool>(shared: &Shared<T>) -> std::sync::MutexGuard<'_, Driver<T>>
 ///
 /// Cancel safety: cancel safe; the driver keeps its state and can be driven again.
 pub async fn drive<T: Tool>(shared: Shared<T>) {
+    let on_panic = EndToolOnPanic(&shared);
     std::future::poll_fn(|cx| lock(&shared).poll_drive(cx)).await;
+    drop(on_panic);
+}
+
+/// Tells the tool its node is over when the driving task unwinds from a panic: the
+/// runtime catches the panic and the process lives on, so without this a back-end
+/// would wait on `recv` forever with nothing driving its links.
+struct EndToolOnPanic<'a, T: Tool>(&'a Shared<T>);
+
+impl<T: Tool> Drop for EndToolOnPanic<'_, T> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let error = "its driver panicked (the panic message is in its log)".to_owned();
+            lock(self.0).tool().event(Event::Shutdown { reason: EndReason::Internal { error } });
+        }
+    }
 }
