@@ -18,7 +18,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use treecast_filters::{decode_eq_classes, TransformKind};
-use treecast_node::core::{Command, CommandError, Delivery};
+use treecast_node::core::{Command, CommandError, Delivery, Event};
 use treecast_topology::{Topology, TopologyError};
 use treecast_wire::{
     decode_values, FilterSpec, RankSet, StreamSpec, SyncMode, Value, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
@@ -74,13 +74,22 @@ pub struct ChaosConfig {
     /// Silence limit of every node (heartbeats go four times per limit, at most once a
     /// second), in virtual time.
     pub dead_after: Duration,
+    /// How long the orphans of a lost comm node have to rejoin (`None`: recovery off).
+    pub rejoin: Option<Duration>,
 }
 
 impl ChaosConfig {
     /// Random trees of at most [`DEFAULT_MAX_NODES`] nodes, 20 waves, 2 faults of which
-    /// 30 % are stops, a silence limit of 2 s.
+    /// 30 % are stops, a silence limit of 2 s, recovery off (see `rejoin`).
     pub fn new(trees: ChaosTrees) -> ChaosConfig {
-        ChaosConfig { trees, waves: 20, faults: 2, stop_fraction: 0.3, dead_after: Duration::from_secs(2) }
+        ChaosConfig {
+            trees,
+            waves: 20,
+            faults: 2,
+            stop_fraction: 0.3,
+            dead_after: Duration::from_secs(2),
+            rejoin: None,
+        }
     }
 
     /// How long one wave may take, in virtual time, before it counts as a hang: a
@@ -170,9 +179,12 @@ pub struct ChaosRun {
     /// Ranks reported lost whose back-end was neither killed nor stopped, nor under a
     /// killed or stopped comm node.
     pub live_ranks_lost: u64,
-    /// Ranks under a killed or stopped comm node whose own back-end was not faulted:
-    /// lost with their parent, as orphans are not rejoined yet.
+    /// Ranks under a killed or stopped comm node whose own back-end was not faulted,
+    /// reported lost: with recovery off, all of them; with it on, those that could not
+    /// rejoin (their fallback was faulted too, or they were stopped meanwhile).
     pub orphaned_ranks: u64,
+    /// Ranks reported back after their comm node was lost.
+    pub rejoined_ranks: u64,
     /// From each fault to the end of the next wave that completed, virtual time.
     pub recovery: Vec<Duration>,
     /// Nodes still running after the front-end shut down and stopped nodes were
@@ -294,6 +306,7 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
     };
     let mut sim_config = SimConfig::new(topo.clone(), seed);
     sim_config.liveness = Some(treecast_node::core::LivenessLimits::for_dead_after(config.dead_after));
+    sim_config.rejoin = config.rejoin;
     let mut sim = Sim::new(sim_config);
     sim.launch().map_err(|message| ChaosError::Launch { seed, message })?;
     let spec = StreamSpec {
@@ -311,7 +324,8 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
     let mut fault_at: Vec<usize> = (0..config.faults).map(|_| rng.gen_range(0..config.waves)).collect();
     fault_at.sort_unstable();
     let mut pending: Vec<Duration> = Vec::new();
-    // Per completed wave, the ranks that did not answer: each must be reported lost by the end.
+    // Per completed wave, the ranks that did not answer: each must be reported lost
+    // (or, with recovery, orphaned with its comm node) by the end.
     let mut absent: Vec<RankSet> = Vec::new();
     let mut stream_ended = false;
     for wave in 0..config.waves {
@@ -401,8 +415,16 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
     // Reports of losses may wait for their process news (at most the core's EXIT_WAIT).
     sim.settle(Duration::from_secs(1));
     let lost = sim.core(0).map(|c| c.lost().ranks().clone()).unwrap_or_default();
+    let mut excused = lost.clone();
+    for event in &sim.log().events {
+        match event {
+            Event::NodeLost { ranks, .. } => excused.union_with(ranks),
+            Event::RanksRejoined { ranks, .. } => out.rejoined_ranks += ranks.len(),
+            _ => {}
+        }
+    }
     for a in &absent {
-        out.wrong += a.difference(&lost).len();
+        out.wrong += a.difference(&excused).len();
     }
     if stream_ended {
         out.wrong += all.difference(&lost).len();
@@ -432,7 +454,7 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
             sim.cont_at(id, Duration::ZERO);
         }
     }
-    sim.settle(config.dead_after * 2 + Duration::from_secs(10));
+    sim.settle(config.dead_after * 2 + config.rejoin.unwrap_or_default() + Duration::from_secs(10));
     out.left = (0..topo.len()).filter(|&id| sim.alive(id)).count();
     Ok(out)
 }

@@ -82,6 +82,9 @@ pub struct SimConfig {
     /// that the events and bytes per wave of `treecast bench sim` stay comparable;
     /// killed nodes are still noticed, by their links closing, but stopped ones are not).
     pub liveness: Option<LivenessLimits>,
+    /// How long the children of a lost comm node have to rejoin under its parent
+    /// (`None`, the default: no recovery, a lost comm node's sub-tree is lost with it).
+    pub rejoin: Option<Duration>,
 }
 
 impl SimConfig {
@@ -98,6 +101,7 @@ impl SimConfig {
             registry: FilterRegistry::builtin(),
             tool_window: Window { packets: 1 << 16, bytes: 64 << 20 },
             liveness: None,
+            rejoin: None,
         }
     }
 }
@@ -147,6 +151,8 @@ struct SimNode {
     over_handled: bool,
     timer_gen: u64,
     tool: BackendTool,
+    /// The node it is linked under now (a rejoined orphan's new parent), once linked.
+    parent: Option<usize>,
     /// Back-end: answers refused for lack of credit, per stream, to retry when writable.
     outbox: BTreeMap<u32, VecDeque<Frame>>,
     /// Back-end: a slow reader's next read is scheduled.
@@ -156,15 +162,46 @@ struct SimNode {
 
 #[derive(Debug)]
 enum Action {
-    Deliver { node: usize, link: LinkId, frame: Frame },
-    Closed { node: usize, link: LinkId, reason: Option<String> },
-    Connect { parent: usize, child: usize },
-    Timer { node: usize, generation: u64 },
-    Kill { node: usize },
-    Stop { node: usize },
-    Cont { node: usize },
-    Read { node: usize },
-    Exited { parent: usize, node_id: u32, detail: String },
+    Deliver {
+        node: usize,
+        link: LinkId,
+        frame: Frame,
+    },
+    Closed {
+        node: usize,
+        link: LinkId,
+        reason: Option<String>,
+    },
+    Connect {
+        parent: usize,
+        child: usize,
+    },
+    /// An orphan connects to its fallback address to rejoin the tree.
+    Rejoin {
+        parent: usize,
+        child: usize,
+    },
+    Timer {
+        node: usize,
+        generation: u64,
+    },
+    Kill {
+        node: usize,
+    },
+    Stop {
+        node: usize,
+    },
+    Cont {
+        node: usize,
+    },
+    Read {
+        node: usize,
+    },
+    Exited {
+        parent: usize,
+        node_id: u32,
+        detail: String,
+    },
 }
 
 struct Scheduled {
@@ -365,9 +402,7 @@ impl Sim {
             Some(l) => (millis(l.heartbeat), millis(l.dead_after)),
             None => (0, 0),
         };
-        // Orphans do not rejoin in the simulated tree (it has no addresses to rejoin
-        // at): a lost comm node's sub-tree is lost with it.
-        plan.rejoin_ms = 0;
+        plan.rejoin_ms = c.rejoin.map_or(0, millis);
         plan
     }
 
@@ -398,6 +433,7 @@ impl Sim {
         if let Role::BackEnd { .. } = role {
             // Comm nodes take the limits from their plan; a back-end from its driver.
             core.set_liveness(self.config.liveness, self.now);
+            core.set_rejoin(self.config.rejoin);
         }
         let tool = match role {
             Role::BackEnd { rank, .. } => self.tools.get(&rank).cloned().unwrap_or_default(),
@@ -412,6 +448,7 @@ impl Sim {
             over_handled: false,
             timer_gen: 0,
             tool,
+            parent: None,
             outbox: BTreeMap::new(),
             read_scheduled: false,
             stats: NodeStats::default(),
@@ -596,6 +633,7 @@ impl Sim {
                 self.drain(node);
             }
             Action::Connect { parent, child } => self.connect(parent, child),
+            Action::Rejoin { parent, child } => self.rejoin(parent, child),
             Action::Timer { node, generation } => {
                 let Some(n) = self.nodes[node].as_mut().filter(|n| n.alive && n.timer_gen == generation)
                 else {
@@ -638,7 +676,9 @@ impl Sim {
             | Action::Read { node }
             | Action::Exited { parent: node, .. } => Some(node).filter(|&n| stopped(n)),
             // Both ends take part in setting up a link.
-            Action::Connect { parent, child } => [parent, child].into_iter().find(|&n| stopped(n)),
+            Action::Connect { parent, child } | Action::Rejoin { parent, child } => {
+                [parent, child].into_iter().find(|&n| stopped(n))
+            }
             Action::Kill { .. } | Action::Stop { .. } | Action::Cont { .. } => None,
         }
     }
@@ -683,6 +723,11 @@ impl Sim {
         let plink = p.links.insert(SimLink { peer: child, peer_link: None, delay, open: true });
         let Some(c) = self.nodes[child].as_mut() else { return };
         let clink = c.links.insert(SimLink { peer: parent, peer_link: Some(plink), delay, open: true });
+        c.parent = Some(parent);
+        if matches!(c.core.role(), Role::CommNode) {
+            // As a comm node's driver does: its children rejoin here if it is lost.
+            c.core.set_parent_address(sim_address(parent));
+        }
         c.stats.inputs += 1;
         c.core.handle_link_up(clink, Peer::Parent, now);
         if let Some(p) = self.nodes[parent].as_mut() {
@@ -696,12 +741,30 @@ impl Sim {
         self.drain(parent);
     }
 
+    /// Orphan `child` reaches its fallback `parent`: linked as a new child there, or
+    /// refused at once when nothing runs at that address any more.
+    fn rejoin(&mut self, parent: usize, child: usize) {
+        if !self.alive(child) {
+            return;
+        }
+        let open = self.nodes[parent].as_ref().is_some_and(|n| n.alive && !n.core.is_over());
+        if open {
+            return self.connect(parent, child);
+        }
+        let now = self.now;
+        if let Some(c) = self.nodes[child].as_mut() {
+            let reason = format!("connecting to {}: connection refused", sim_address(parent));
+            let _ = c.core.handle_command(Command::RejoinFailed { reason }, now);
+        }
+        self.drain(child);
+    }
+
     /// Process `id` dies: every link closes, its peers notice after the link's delay.
     fn kill(&mut self, id: usize, how: &str) {
         let Some(n) = self.nodes[id].as_mut().filter(|n| n.alive) else { return };
         n.alive = false;
         n.held.clear();
-        if n.core.parent_link().is_none() && id != 0 {
+        if n.core.parent_link().is_none() && n.parent.is_none() && id != 0 {
             // Its process ended before it connected: the parent's driver would see the exit.
             if let Some(parent) = self.parent_of(id) {
                 let now = self.now;
@@ -717,7 +780,7 @@ impl Sim {
         let links: Vec<(usize, Option<LinkId>, Duration)> =
             n.links.iter().filter(|(_, l)| l.open).map(|(_, l)| (l.peer, l.peer_link, l.delay)).collect();
         let reason = format!("node {id} {how}");
-        let parent = self.parent_of(id);
+        let parent = n.parent;
         for (peer, peer_link, delay) in links {
             if let Some(pl) = peer_link {
                 let at = self.now + delay;
@@ -802,6 +865,19 @@ impl Sim {
             Event::StartChildren { children, .. } => self.start_children(id, children),
             Event::CloseLink { link, reason } => self.close_link(id, link, reason),
             Event::AbandonChild { node_id } => self.kill(node_id as usize, "was abandoned by its parent"),
+            Event::Rejoin { address } => match parse_sim_address(&address) {
+                Some(parent) => {
+                    let at = self.now + self.config.delay.1;
+                    self.schedule(at, Action::Rejoin { parent, child: id });
+                }
+                None => {
+                    let reason = format!("{address:?} is no address in the simulated tree");
+                    let now = self.now;
+                    if let Some(n) = self.nodes[id].as_mut() {
+                        let _ = n.core.handle_command(Command::RejoinFailed { reason }, now);
+                    }
+                }
+            },
             Event::Readable { .. } if id != 0 => self.backend_read(id, false),
             Event::Writable { .. } if id != 0 => self.backend_flush(id),
             Event::AttachPoints(_) if id == 0 => {
@@ -917,6 +993,15 @@ impl Sim {
 }
 
 /// A duration in whole milliseconds as a launch plan carries it, at least 1.
+/// The address node `id` is reached at in the simulated tree, as a fallback for rejoins.
+fn sim_address(id: usize) -> String {
+    format!("sim:{id}")
+}
+
+fn parse_sim_address(address: &str) -> Option<usize> {
+    address.strip_prefix("sim:")?.parse().ok()
+}
+
 fn millis(d: Duration) -> u32 {
     d.as_millis().clamp(1, u128::from(u32::MAX)) as u32
 }

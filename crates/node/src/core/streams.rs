@@ -134,7 +134,10 @@ macro_rules! ctx {
         Ctx {
             role: $node.role,
             name: &$node.name,
-            parent: $node.parent,
+            // Until the new parent's welcome, a rejoining node sends nothing up: what
+            // it would send answers waves that went on without it, and the new parent
+            // may already count its answers from a later wave.
+            parent: $node.parent.filter(|_| $node.rejoining.is_none()),
             children: &$node.children,
             awaited: &$node.orphaned,
         }
@@ -595,10 +598,11 @@ impl Node {
         match self.role {
             Role::CommNode => Err(CommandError::NotNow("a comm node has no tool")),
             Role::BackEnd { .. } => {
+                // Until the new parent's welcome nothing goes up (see `ctx!`).
                 let rejoining = self.rejoining.is_some();
                 let parent = match self.parent {
+                    _ if rejoining => None,
                     Some(p) => Some(p),
-                    None if rejoining => None,
                     None => return Err(CommandError::ShutDown),
                 };
                 let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
