@@ -58,10 +58,9 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         } else {
             // Awaited here, but not past the end of the network: a back-end stalled on
             // purpose must still go when the tree does (its parent no longer kills it).
-            let closed = be.sender();
             let answered = tokio::select! {
                 a = answer(&sender, rank, packet) => a,
-                _ = closed.closed() => break,
+                _ = sender.closed() => break,
             };
             if let Err(e) = answered {
                 tracing::warn!(rank, "could not answer a request: {e}");

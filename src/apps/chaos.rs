@@ -28,9 +28,6 @@ use treecast_sim::chaos::{self as sim_chaos, ChaosConfig, ChaosTrees};
 use super::cli::ChaosArgs;
 use super::protocol::TAG_ADD_RANK;
 
-/// The rejoin limit of the trees under test unless `--rejoin-within` says otherwise.
-const DEFAULT_REJOIN_WITHIN_S: f64 = 10.0;
-
 /// One process of the tree under test.
 #[derive(Debug, Clone)]
 struct Victim {
@@ -125,7 +122,7 @@ pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
 fn rejoin_limit(args: &ChaosArgs) -> Option<Duration> {
     // The simulated tree runs with recovery off unless asked: with it on, a stream all
     // of whose ranks are orphaned at once still hangs or ends (docs/reliability.md).
-    let default = if args.sim { 0.0 } else { DEFAULT_REJOIN_WITHIN_S };
+    let default = if args.sim { 0.0 } else { treecast_node::env::DEFAULT_REJOIN_WITHIN.as_secs_f64() };
     let secs = args.rejoin_within.unwrap_or(default);
     (secs > 0.0).then(|| Duration::from_secs_f64(secs))
 }
