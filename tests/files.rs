@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{assert_no_leftovers, random_bytes, TestDir};
+use common::{assert_no_leftovers, commnode_pid, random_bytes, TestDir};
 use treecast::apps::protocol::{TAG_DIE, TAG_STALL};
 use treecast_api::{
     bcast_file, bcast_files, ApiError, FileEntry, FileOptions, FileReport, Network, NetworkBuilder, Outcome,
@@ -343,6 +343,46 @@ async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destina
     let report = bcast_files(&mut net, &comm, &entry, &options, |_| {}).await.unwrap().pop().unwrap();
     assert!(report.ok(), "{report:?}");
     assert!(temp_files(dir.root()).is_empty(), "stale temporary file kept: {:?}", temp_files(dir.root()));
+    finish(net).await;
+}
+
+/// A comm node SIGKILLed mid-transfer (recovery on, the default): its back-ends rejoin
+/// the front-end, say from which offset they miss the file, get the rest sent again
+/// and check the whole copy end to end like everyone else.
+#[tokio::test]
+async fn a_comm_node_killed_mid_transfer_its_ranks_rejoin_and_receive_the_rest() {
+    let dir = TestDir::new("resume");
+    // Pre-order ids: 0 front-end; 1 comm node of ranks 0-1; 4 comm node of ranks 2-3.
+    let mut net = launch("balanced:2x2", 4).await;
+    const SIZE: usize = 8 << 20;
+    let src = dir.path("big");
+    let data = random_bytes(SIZE);
+    std::fs::write(&src, &data).unwrap();
+    let out = dir.path("out");
+    std::fs::create_dir(&out).unwrap();
+    let pid = commnode_pid(net.session(), 1);
+    let comm = net.broadcast_communicator();
+    let options = FileOptions { chunk: CHUNK, ..FileOptions::default() };
+    let entry = [FileEntry::file(&src, Some(out.join("copy")))];
+    let mut killed = false;
+    let transfer = bcast_files(&mut net, &comm, &entry, &options, |p| {
+        if let Progress::Sent { sent, .. } = p {
+            if !killed && sent >= SIZE as u64 / 4 {
+                Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+                killed = true;
+            }
+        }
+    });
+    let report = tokio::time::timeout(LIMIT, transfer).await.unwrap().unwrap().pop().unwrap();
+    assert!(killed);
+    assert!(report.ok(), "{report:?}");
+    assert_written_everywhere(&report, &net);
+    assert_eq!(std::fs::read(out.join("copy")).unwrap(), data);
+    assert!(temp_files(&out).is_empty(), "{:?}", temp_files(&out));
+    let orphaned = net.orphaned();
+    assert_eq!(orphaned.len(), 1, "{orphaned:?}");
+    assert_eq!(orphaned[0].0, RankSet::range(0, 2));
+    assert!(net.lost().ranks().is_empty(), "{:?}", net.lost());
     finish(net).await;
 }
 

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{assert_no_leftovers, processes_with_env, TestDir};
+use common::{assert_no_leftovers, commnode_pid, processes_with_env, TestDir};
 use treecast::apps::protocol::*;
 use treecast_api::{
     ApiError, Event, Network, NetworkBuilder, RankSet, StreamOptions, SyncMode, Topology, TransformKind,
@@ -317,19 +317,6 @@ async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
     finish(net).await;
 }
 
-/// Pid of the comm node with `id` in a session.
-fn commnode_pid(session: &str, id: u32) -> u32 {
-    let a = processes_with_env(&format!("TREECAST_SESSION={session}"));
-    let b = processes_with_env(&format!("TREECAST_NODE_ID={id}"));
-    let both: Vec<u32> = a.into_iter().filter(|p| b.contains(p)).collect();
-    let nodes: Vec<u32> = both
-        .into_iter()
-        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.ends_with(b"node\0")))
-        .collect();
-    assert_eq!(nodes.len(), 1, "comm node {id}");
-    nodes[0]
-}
-
 #[tokio::test]
 async fn with_recovery_off_a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
@@ -428,6 +415,50 @@ async fn a_level_one_comm_node_killed_mid_stream_its_sub_tree_rejoins_and_sums_g
         assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(x, 0..8), "wave {x}");
     }
     assert_eq!(backend_pids(net.session()), before);
+    assert!(net.lost().ranks().is_empty(), "{:?}", net.lost());
+    finish(net).await;
+}
+
+/// The front-end's only comm node killed: every rank of the stream is cut off at
+/// once. Each request in flight gets its full answer or, when no rank is left to
+/// answer it, `ApiError::NoAnswer` (never a wait past the limit); the stream goes on
+/// and, once the orphans are back, every rank answers again.
+#[tokio::test]
+async fn when_every_rank_is_orphaned_at_once_waves_in_flight_end_and_the_stream_goes_on() {
+    let text =
+        "localhost:0 => localhost:1 ;\nlocalhost:1 => localhost:2 localhost:3 localhost:4 localhost:5 ;\n";
+    let topo = Topology::parse(text).unwrap();
+    let mut net = builder(topo).rejoin_within(Some(REJOIN)).launch().await.unwrap();
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(0, 0..4));
+    for x in 1..=20 {
+        s.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await.unwrap();
+    }
+    let pid = commnode_pid(net.session(), 1);
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    for x in 1..=20 {
+        match s.recv_timeout(LIMIT).await {
+            Ok(p) => assert_eq!(int(&p), sum_over(x, 0..4), "wave {x}"),
+            Err(ApiError::NoAnswer(id)) => assert_eq!(id, s.id()),
+            Err(e) => panic!("wave {x}: {e}"),
+        }
+    }
+    let mut back = RankSet::new();
+    while back != RankSet::range(0, 4) {
+        match next_membership_event(&mut net).await {
+            Event::NodeLost { ranks, .. } => assert_eq!(ranks, RankSet::range(0, 4)),
+            Event::RanksRejoined { ranks, .. } => back.union_with(&ranks),
+            other => panic!("expected NodeLost or RanksRejoined, got {other:?}"),
+        }
+    }
+    for x in 30..40 {
+        s.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await.unwrap();
+        assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(x, 0..4), "wave {x}");
+    }
     assert!(net.lost().ranks().is_empty(), "{:?}", net.lost());
     finish(net).await;
 }

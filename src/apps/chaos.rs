@@ -120,10 +120,7 @@ pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
 
 /// The rejoin limit of the trees under test; `None` with recovery off.
 fn rejoin_limit(args: &ChaosArgs) -> Option<Duration> {
-    // The simulated tree runs with recovery off unless asked: with it on, a stream all
-    // of whose ranks are orphaned at once still hangs or ends (docs/reliability.md).
-    let default = if args.sim { 0.0 } else { treecast_node::env::DEFAULT_REJOIN_WITHIN.as_secs_f64() };
-    let secs = args.rejoin_within.unwrap_or(default);
+    let secs = args.rejoin_within.unwrap_or(treecast_node::env::DEFAULT_REJOIN_WITHIN.as_secs_f64());
     (secs > 0.0).then(|| Duration::from_secs_f64(secs))
 }
 
@@ -343,6 +340,9 @@ async fn one_run(topo: Topology, args: &ChaosArgs, seed: u64) -> anyhow::Result<
                 let now = Instant::now();
                 run.recovery_s.extend(pending_recovery.drain(..).map(|t| (now - t).as_secs_f64()));
             }
+            // Every rank the request reached was cut off with its comm node; the
+            // stream goes on for the orphans that rejoin.
+            Err(treecast_api::ApiError::NoAnswer(_)) => run.waves += 1,
             Err(treecast_api::ApiError::StreamClosed(_)) => break,
             Err(_) => {
                 run.hangs += 1;

@@ -291,7 +291,7 @@ pub struct ChaosArgs {
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub dead_after: f64,
     /// Rejoin limit of the trees under test, seconds (see `--rejoin-within` of `run`;
-    /// 0: recovery off). Default 10; with --sim, virtual seconds and default 0.
+    /// 0: recovery off); virtual seconds with --sim.
     #[arg(long, value_name = "SECS")]
     pub rejoin_within: Option<f64>,
     /// Seed of the first run (run k uses seed + k), so a run can be repeated.

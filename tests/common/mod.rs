@@ -123,3 +123,16 @@ impl TestDir {
         self.0.path().join(name)
     }
 }
+
+/// Pid of the comm node with pre-order id `id` in a session.
+pub(crate) fn commnode_pid(session: &str, id: u32) -> u32 {
+    let a = processes_with_env(&format!("TREECAST_SESSION={session}"));
+    let b = processes_with_env(&format!("TREECAST_NODE_ID={id}"));
+    let both: Vec<u32> = a.into_iter().filter(|p| b.contains(p)).collect();
+    let nodes: Vec<u32> = both
+        .into_iter()
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.ends_with(b"node\0")))
+        .collect();
+    assert_eq!(nodes.len(), 1, "comm node {id}");
+    nodes[0]
+}

@@ -274,7 +274,8 @@ impl BackEnd {
         match d.deliver(None) {
             Some(Delivery::Packet(f)) => Poll::Ready(Ok(BackEndEvent::Packet(Packet::from_frame(f)))),
             Some(Delivery::StreamClosed(id)) => Poll::Ready(Ok(BackEndEvent::StreamClosed(id))),
-            None => {
+            // A front-end's delivery only; a back-end's core never makes it.
+            Some(Delivery::NoAnswer(_)) | None => {
                 let tool = d.tool();
                 if let Some(reason) = &tool.over {
                     return Poll::Ready(Err(ApiError::Closed(reason.clone())));

@@ -157,6 +157,11 @@ pub enum ApiError {
     /// Every member of the stream is gone; nothing more will arrive on it.
     #[error("stream {0} is closed: every back-end of it was lost or the network shut down")]
     StreamClosed(u32),
+    /// The wave answering one request of the stream formed with no packet: every rank
+    /// that got the request was cut off with its comm node before answering. The
+    /// stream goes on; ranks that rejoin answer later requests.
+    #[error("stream {0}: no rank answered this request: every back-end that got it was cut off with its comm node (orphans that rejoin answer the next requests); call recv again for the next answer")]
+    NoAnswer(u32),
     /// The network or the link to the parent is gone.
     #[error("the network is shut down: {0}")]
     Closed(treecast_node::core::EndReason),

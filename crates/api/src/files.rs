@@ -76,6 +76,9 @@ const END_FORMAT: &str = "%s %uld %s";
 const ANSWER_FORMAT: &str = "%s %s";
 /// The answer to a status packet of a rank that wants the data.
 const RECEIVE_WORD: &str = "receive";
+/// The answer to an end packet of a rank that missed chunks while its comm node was
+/// lost and it rejoined; the detail is the offset to send again from.
+const RESUME_WORD: &str = "resume";
 
 /// How [`bcast_files`] sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

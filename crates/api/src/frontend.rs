@@ -52,6 +52,9 @@ pub(crate) struct FeTool {
     pub(crate) refused: HashMap<u32, String>,
     /// Every comm node loss so far: the ranks below it and why (see [`crate::Network::orphaned`]).
     pub(crate) orphaned: Vec<(RankSet, String)>,
+    /// How many rejoins so far, and every rank that rejoined (for waits that ask a
+    /// rejoined rank again what it may have missed, without reading the events).
+    pub(crate) rejoined: watch::Sender<(u64, RankSet)>,
 }
 
 impl FeTool {
@@ -68,6 +71,7 @@ impl FeTool {
             event_waker: None,
             lost,
             orphaned: Vec::new(),
+            rejoined: watch::Sender::new((0, RankSet::new())),
             over: None,
             refused: HashMap::new(),
         };
@@ -189,7 +193,13 @@ impl Tool for FeTool {
                 self.orphaned.push((ranks.clone(), reason.clone()));
                 self.push(Event::NodeLost { node, ranks, reason });
             }
-            CoreEvent::RanksRejoined { ranks, parent } => self.push(Event::RanksRejoined { ranks, parent }),
+            CoreEvent::RanksRejoined { ranks, parent } => {
+                self.rejoined.send_modify(|(count, all)| {
+                    *count += 1;
+                    all.union_with(&ranks);
+                });
+                self.push(Event::RanksRejoined { ranks, parent })
+            }
             CoreEvent::FilterError { stream, rank, message } => {
                 self.push(Event::FilterError { stream, rank, message })
             }

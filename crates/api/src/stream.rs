@@ -160,6 +160,30 @@ impl Stream {
         self.send_frame(Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload)).await
     }
 
+    /// Sends an encoded payload (see [`Stream::send_encoded`]) to one back-end of the
+    /// stream.
+    ///
+    /// # Errors
+    /// A rank outside the stream, or a network that is gone.
+    ///
+    /// Cancel safety: cancel safe.
+    pub(crate) async fn send_encoded_to(
+        &self,
+        rank: u32,
+        tag: i32,
+        payload: Vec<u8>,
+    ) -> Result<(), ApiError> {
+        if !self.comm.ranks().contains(rank) {
+            return Err(ApiError::NoSuchRanks {
+                ranks: RankSet::single(rank),
+                last: self.backends.saturating_sub(1),
+            });
+        }
+        let mut header = FrameHeader::data(self.id, tag, rank);
+        header.flags |= FLAG_DIRECT;
+        self.send_frame(Frame::new(header, payload)).await
+    }
+
     /// Sends values to one back-end of the stream (point to point).
     ///
     /// # Errors
@@ -190,6 +214,7 @@ impl Stream {
         let mut d = lock(&self.shared);
         match d.deliver(Some(self.id)) {
             Some(Delivery::Packet(f)) => return Poll::Ready(Ok(Packet::from_frame(f))),
+            Some(Delivery::NoAnswer(id)) => return Poll::Ready(Err(ApiError::NoAnswer(id))),
             Some(Delivery::StreamClosed(_)) => {
                 self.ended = true;
                 return Poll::Ready(Err(match d.tool().refused.get(&self.id) {
@@ -216,7 +241,8 @@ impl Stream {
     ///
     /// # Errors
     /// [`ApiError::StreamClosed`] once every member is lost and nothing is left,
-    /// [`ApiError::StreamRefused`] when a node could not make its filters.
+    /// [`ApiError::StreamRefused`] when a node could not make its filters,
+    /// [`ApiError::NoAnswer`] for a request no rank answered (the stream goes on).
     ///
     /// Cancel safety: cancel safe.
     pub async fn recv(&mut self) -> Result<Packet, ApiError> {

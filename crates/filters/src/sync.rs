@@ -161,15 +161,29 @@ impl Synchronizer {
     /// it, and its packets must not fill them. Its packets wait until wave `first`
     /// is the next one. When no other child is expected, waves before `first` will
     /// never form: the count jumps to `first` and the child takes part at once.
+    /// Only [`SyncMode::WaitForAll`] waves are numbered so; in the other modes the
+    /// child takes part at once.
     pub fn add_child_from(&mut self, child: usize, first: u64) {
-        if self.expected.is_empty() && self.queued == 0 && self.mode != SyncMode::DoNotWait {
+        if self.mode != SyncMode::WaitForAll {
+            // Time-out waves and single packets answer no one request: nothing to skip.
+            return self.add_child(child);
+        }
+        if self.expected.is_empty() && self.queued == 0 {
             self.released = self.released.max(first);
         }
-        if first <= self.released || self.expected.is_empty() || self.mode == SyncMode::DoNotWait {
+        if first <= self.released || self.expected.is_empty() {
             return self.add_child(child);
         }
         self.lost.remove(&child);
         self.deferred.insert(child, (first, VecDeque::new()));
+    }
+
+    /// Waves before `first` will never form: nobody is left to answer them. The count
+    /// jumps to `first` (only while no child is expected and nothing is queued).
+    pub fn skip_to(&mut self, first: u64) {
+        if self.expected.is_empty() && self.queued == 0 && self.deferred.is_empty() {
+            self.released = self.released.max(first);
+        }
     }
 
     /// Index of the next wave to be released.

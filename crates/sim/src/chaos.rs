@@ -80,7 +80,8 @@ pub struct ChaosConfig {
 
 impl ChaosConfig {
     /// Random trees of at most [`DEFAULT_MAX_NODES`] nodes, 20 waves, 2 faults of which
-    /// 30 % are stops, a silence limit of 2 s, recovery off (see `rejoin`).
+    /// 30 % are stops, a silence limit of 2 s, recovery on with the default rejoin
+    /// limit of real trees.
     pub fn new(trees: ChaosTrees) -> ChaosConfig {
         ChaosConfig {
             trees,
@@ -88,7 +89,7 @@ impl ChaosConfig {
             faults: 2,
             stop_fraction: 0.3,
             dead_after: Duration::from_secs(2),
-            rejoin: None,
+            rejoin: Some(treecast_node::env::DEFAULT_REJOIN_WITHIN),
         }
     }
 
@@ -401,6 +402,12 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
                     }
                     !done
                 });
+            }
+            Ok(Delivery::NoAnswer(_)) => {
+                // Every rank the request reached was cut off with its comm node: each
+                // must have been reported with that node's loss (checked below).
+                out.waves += 1;
+                absent.push(all.clone());
             }
             Ok(Delivery::StreamClosed(_)) => {
                 stream_ended = true;

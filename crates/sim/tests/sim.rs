@@ -473,24 +473,42 @@ fn chaos_runs_with_only_stops_notice_each_stop_through_the_silence_limit() {
 }
 
 /// The simulated half of the chaos harness, as CI runs it: 1,000 runs of 10 waves on
-/// random trees of up to 200 nodes. About 12 s in a debug build on two slow cores.
+/// random trees of up to 200 nodes, recovery on (the default). About 15 s in a debug
+/// build on two slow cores.
 #[test]
 fn a_thousand_chaos_runs_on_random_trees_have_no_hang_wrong_answer_panic_or_leftover() {
     let mut config = ChaosConfig::new(ChaosTrees::random(200));
     config.waves = 10;
-    let mut faults = 0;
-    let mut waves = 0;
-    let mut stops = 0;
+    let (mut faults, mut waves, mut stops, mut rejoined) = (0, 0, 0, 0);
     for seed in 0..1000 {
         let run = chaos::run(&config, seed).unwrap();
         assert!(run.is_clean(), "{run:?}");
         faults += run.faults.len();
         stops += run.faults.iter().filter(|f| f.stop).count();
         waves += run.waves;
+        rejoined += run.rejoined_ranks;
     }
     assert!(faults > 1500, "{faults} faults");
     assert!(stops > 300, "{stops} stops");
     assert!(waves > 5000, "{waves} waves");
+    assert!(rejoined > 500, "{rejoined} ranks rejoined");
+}
+
+/// With recovery off, a lost comm node's sub-tree is reported lost and nothing hangs
+/// or goes wrong for the rest.
+#[test]
+fn with_recovery_off_chaos_runs_report_orphans_lost_and_stay_clean() {
+    let mut config = ChaosConfig::new(ChaosTrees::random(200));
+    config.waves = 10;
+    config.rejoin = None;
+    let mut orphaned = 0;
+    for seed in 0..300 {
+        let run = chaos::run(&config, seed).unwrap();
+        assert!(run.is_clean(), "{run:?}");
+        assert_eq!(run.rejoined_ranks, 0, "{run:?}");
+        orphaned += run.orphaned_ranks;
+    }
+    assert!(orphaned > 100, "{orphaned} orphaned ranks reported lost");
 }
 
 /// Regression, found by the simulated chaos runs with recovery on: an orphan comm
@@ -499,31 +517,29 @@ fn a_thousand_chaos_runs_on_random_trees_have_no_hang_wrong_answer_panic_or_left
 /// (ranks 45-55 answered each later wave with the previous wave's value).
 #[test]
 fn a_rejoined_sub_tree_answers_each_wave_with_that_wave_s_value() {
-    let mut config = ChaosConfig::new(ChaosTrees::random(DEFAULT_MAX_NODES));
-    config.rejoin = Some(Duration::from_secs(10));
+    let config = ChaosConfig::new(ChaosTrees::random(DEFAULT_MAX_NODES));
     let run = chaos::run(&config, 289).unwrap();
     assert_eq!(run.faults.iter().filter(|f| f.what.starts_with("comm node")).count(), 2, "{run:?}");
     assert!(run.rejoined_ranks > 50, "{run:?}");
     assert!(run.is_clean() && run.orphaned_ranks == 0, "{run:?}");
 }
 
-/// With recovery on, the sub-trees of killed and stopped comm nodes rejoin in the
-/// simulated tree as in real processes: across 200 random trees none of them is
-/// reported lost, and the runs are clean except where a known gap shows (see
-/// docs/reliability.md: a stream every rank of which is orphaned at once).
+/// Regressions, found by the simulated chaos runs with recovery on, where every rank
+/// of the stream was orphaned at once (a front-end over one comm node, or a chain):
+/// * 1351: a request sent while no member was linked was lost, and the welcome came
+///   after the requests held for the orphan, which dropped its answers (hang);
+/// * 1977, 1501: the front-end saw the stream's last member go before it knew the
+///   ranks were awaited back, and ended the stream;
+/// * 1753: an orphan rejoined before the loss was noticed, and the wave of the request
+///   the lost node had taken was skipped without an answer (hang);
+/// * 219: a comm node whose sub-tree rejoined it sent up its answer to a request its
+///   parent had already counted without it (every later wave one behind).
 #[test]
-fn with_recovery_on_orphans_rejoin_in_the_simulated_tree() {
-    let mut config = ChaosConfig::new(ChaosTrees::random(200));
-    config.waves = 10;
-    config.rejoin = Some(Duration::from_secs(10));
-    let (mut rejoined, mut clean) = (0, 0);
-    for seed in 0..200 {
+fn when_every_rank_of_a_stream_is_orphaned_at_once_no_wave_hangs_or_goes_wrong() {
+    let config = ChaosConfig::new(ChaosTrees::random(DEFAULT_MAX_NODES));
+    for seed in [1351, 1977, 1501, 1753, 219] {
         let run = chaos::run(&config, seed).unwrap();
-        assert_eq!(run.live_ranks_lost, 0, "{run:?}");
-        assert!(run.panic.is_none() && run.left == 0, "{run:?}");
-        rejoined += run.rejoined_ranks;
-        clean += usize::from(run.is_clean());
+        assert!(run.rejoined_ranks > 0, "seed {seed}: {run:?}");
+        assert!(run.is_clean() && run.orphaned_ranks == 0, "seed {seed}: {run:?}");
     }
-    assert!(rejoined > 100, "{rejoined} ranks rejoined");
-    assert!(clean >= 180, "only {clean} of 200 runs clean");
 }

@@ -13,7 +13,7 @@ use treecast_wire::Value;
 use super::message::{FileMessage, FileStatus};
 use super::{
     mtime_ns, EntryKind, Outcome, WriteMode, ANSWER_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS,
-    RECEIVE_WORD,
+    RECEIVE_WORD, RESUME_WORD,
 };
 use crate::Packet;
 
@@ -301,6 +301,9 @@ impl FileReceiver {
                     inc.file.write_all(&bytes).map_err(|e| format!("writing {}: {e}", inc.dst.display()))
                 }
             }
+            // The chunks before it went with a lost comm node while this rank
+            // rejoined: the rest is asked for again at the end (`missing_from`).
+            Ok(FileMessage::Chunk { offset, .. }) if offset > inc.written => Ok(()),
             Ok(FileMessage::Chunk { offset, .. }) => {
                 Err(format!("chunk at offset {offset} arrived while expecting {}", inc.written))
             }
@@ -318,6 +321,18 @@ impl FileReceiver {
             drop(file);
             let _ = std::fs::remove_file(tmp);
         }
+    }
+
+    /// The offset to resume from, when this end packet finds chunks missing that went
+    /// with a lost comm node (the back-end answers `resume` with it); the transfer
+    /// then stays open.
+    pub fn missing_from(&self, packet: &Packet) -> Option<u64> {
+        let State::Receiving(inc) = &self.state else { return None };
+        let Ok(FileMessage::End { sent, abort, .. }) = FileMessage::decode(FILE_END, packet.payload()) else {
+            return None;
+        };
+        // Chunks arrive in order on a stream; only a rejoin leaves some out.
+        (abort.is_empty() && sent == self.size && inc.written < sent).then_some(inc.written)
     }
 
     /// Reads the [`FILE_END`] packet, verifies and renames into place. Returns the
@@ -588,12 +603,16 @@ impl FileAnswer {
 pub struct FileReceivers {
     rank: u32,
     active: HashMap<u32, FileReceiver>,
+    /// The final answer of each ended transfer, by data stream, until that stream
+    /// closes: an end packet sent again (the answer may have gone with a lost comm
+    /// node) gets it again.
+    ended: HashMap<u32, (Outcome, String)>,
 }
 
 impl FileReceivers {
     /// The transfers of the back-end of rank `rank` (none yet).
     pub fn new(rank: u32) -> Self {
-        FileReceivers { rank, active: HashMap::new() }
+        FileReceivers { rank, active: HashMap::new(), ended: HashMap::new() }
     }
 
     /// True for the tags of the file protocol.
@@ -617,6 +636,7 @@ impl FileReceivers {
     /// transfer (a stall, an error) as well as after a complete one.
     pub fn on_stream_closed(&mut self, stream: u32) {
         self.active.remove(&stream);
+        self.ended.remove(&stream);
     }
 
     /// Feeds one packet; returns the answer to send, if any.
@@ -652,9 +672,17 @@ impl FileReceivers {
                 None
             }
             FILE_END => {
-                let (outcome, detail) = match self.active.remove(&stream) {
-                    Some(mut receiver) => receiver.on_end(p)?,
-                    None => {
+                if let Some(offset) = self.active.get(&stream).and_then(|r| r.missing_from(p)) {
+                    return Some(FileAnswer::new(stream, FILE_END, RESUME_WORD, &offset.to_string()));
+                }
+                let (outcome, detail) = match (self.active.remove(&stream), self.ended.get(&stream)) {
+                    (Some(mut receiver), _) => {
+                        let answer = receiver.on_end(p)?;
+                        self.ended.insert(stream, answer.clone());
+                        answer
+                    }
+                    (None, Some(answer)) => answer.clone(),
+                    (None, None) => {
                         (Outcome::Failed, "the transfer ended but its status packet never arrived".into())
                     }
                 };
@@ -774,10 +802,11 @@ mod tests {
         let dst = d.join("f");
         let mut r = FileReceiver::new();
         r.on_status(&status(&dst, 6, WriteMode::Leave), 1);
-        r.on_chunk(&chunk(3, b"def"));
+        r.on_chunk(&chunk(0, b"abc"));
+        r.on_chunk(&chunk(0, b"abc"));
         let (outcome, detail) = r.on_end(&end("x", 6, "")).unwrap();
         assert_eq!(outcome, Outcome::Failed);
-        assert!(detail.contains("offset 3"), "{detail}");
+        assert!(detail.contains("chunk at offset 0 arrived while expecting 3"), "{detail}");
         assert_eq!(entries(d), 0);
 
         let mut r = FileReceiver::new();
@@ -846,6 +875,37 @@ mod tests {
         assert_eq!(rs.on_packet(&open(7, 8, "0-2")), None);
         assert_eq!(entries(d), 1);
         assert!(rs.is_empty());
+    }
+
+    #[test]
+    fn a_rank_that_missed_chunks_resumes_and_a_repeated_end_gets_the_same_answer() {
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
+        let dst = d.join("f");
+        let mut rs = FileReceivers::new(0);
+        rs.on_packet(&on(5, &status(&dst, 9, WriteMode::Leave))).unwrap();
+        rs.on_packet(&open(5, 6, "0"));
+        rs.on_packet(&on(6, &chunk(0, b"abc")));
+        // "def" went with a lost comm node; this rank rejoined for "ghi".
+        assert_eq!(rs.on_packet(&on(6, &chunk(6, b"ghi"))), None);
+        let hash = blake3::hash(b"abcdefghi").to_hex().to_string();
+        let answer = rs.on_packet(&on(6, &end(&hash, 9, ""))).unwrap();
+        assert_eq!(answer.values, [Value::Str("resume".into()), Value::Str("3".into())]);
+        assert_eq!(rs.len(), 1, "the transfer stays open");
+        // The end packet again (it may come twice): the same offset.
+        let again = rs.on_packet(&on(6, &end(&hash, 9, ""))).unwrap();
+        assert_eq!(again.values, answer.values);
+        rs.on_packet(&on(6, &chunk(3, b"def")));
+        rs.on_packet(&on(6, &chunk(6, b"ghi")));
+        let answer = rs.on_packet(&on(6, &end(&hash, 9, ""))).unwrap();
+        assert_eq!(answer.values[0], Value::Str("written".into()));
+        assert_eq!(std::fs::read(&dst).unwrap(), b"abcdefghi");
+        // Its answer may have gone with a lost comm node: asked again, it says it again.
+        let again = rs.on_packet(&on(6, &end(&hash, 9, ""))).unwrap();
+        assert_eq!(again.values, answer.values);
+        rs.on_stream_closed(6);
+        let after = rs.on_packet(&on(6, &end(&hash, 9, ""))).unwrap();
+        assert_eq!(after.values[0], Value::Str("failed".into()));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use treecast_wire::{encode_bytes_head, encode_values, RankSet, SyncMode, Value};
 use super::{
     kind_of, mtime_ns, EntryKind, FileOptions, FileReport, Outcome, RankOutcome, SourceError, WriteMode,
     END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, FLAG_EXACT, OPEN_FORMAT, RECEIVE_WORD,
-    STATUS_FORMAT,
+    RESUME_WORD, STATUS_FORMAT,
 };
 use crate::{ApiError, Communicator, EqClass, LostRanks, Network, Stream, StreamOptions};
 
@@ -320,6 +320,25 @@ impl Answers {
     }
 }
 
+/// How many times a rank that rejoined during one transfer is sent what it missed.
+const MAX_RESUMES: usize = 4;
+
+/// A packet sent again, directly, to each rank that rejoined while its answer is
+/// awaited: the status or the end packet may have gone with its lost comm node.
+struct Again<'a> {
+    tag: i32,
+    format: &'static str,
+    values: &'a [Value],
+}
+
+/// The offset a `resume` answer asks to be sent again from.
+fn resume_offset(class: &EqClass) -> Option<u64> {
+    match class.values.as_slice() {
+        [Value::Str(word), Value::Str(offset)] if word == RESUME_WORD => offset.parse().ok(),
+        _ => None,
+    }
+}
+
 /// The answers of one phase that arrived in time.
 struct Gathered {
     classes: Vec<EqClass>,
@@ -335,6 +354,9 @@ struct Sender<'n> {
     lost: LostRanks,
     /// Changes of the network's lost ranks, so waits end when a rank is lost.
     lost_watch: watch::Receiver<LostRanks>,
+    /// Rejoins since the call began, so a rank that rejoined is asked again what it
+    /// may have missed while its comm node was lost.
+    rejoined: watch::Receiver<(u64, RankSet)>,
     /// Set once the tree took no packet in time: later entries do not touch the tree,
     /// since sending anything more (even making a stream) would wait on the same link.
     stalled: Option<String>,
@@ -352,7 +374,8 @@ impl<'n> Sender<'n> {
         let levels = net.topology().depth() as u32 + 1;
         let lost_watch = net.lost_watch();
         let lost = lost_watch.borrow().clone();
-        Sender { net, options, lost, lost_watch, stalled: None, wave, slack: wave * levels }
+        let rejoined = net.rejoined_watch();
+        Sender { net, options, lost, lost_watch, rejoined, stalled: None, wave, slack: wave * levels }
     }
 
     /// Takes the network's lost ranks as they are now.
@@ -479,7 +502,9 @@ impl<'n> Sender<'n> {
             close(status, limit).await;
             return Ok((RankSet::new(), None));
         }
-        let gathered = self.gather(&mut status, comm.ranks(), limit, &mut |_: &Self, _: &RankSet| {}).await?;
+        let again = Again { tag: FILE_STATUS, format: STATUS_FORMAT, values: &values };
+        let gathered =
+            self.gather(&mut status, comm.ranks(), limit, &again, &mut |_: &Self, _: &RankSet| {}).await?;
         let mut receivers = RankSet::new();
         for class in gathered.classes {
             answers.add_class(class, Some(&mut receivers));
@@ -593,13 +618,42 @@ impl<'n> Sender<'n> {
             let done = sender.finished(&ranks, &all);
             progress(Progress::Ranks { index, done, total });
         };
-        let gathered = self.gather(&mut data, &receivers, limit.saturating_add(flush), &mut done).await?;
-        for class in gathered.classes {
-            answers.add_class(class, None);
-        }
-        if !gathered.silent.is_empty() {
-            let when = format!("(+{} s to flush) after the last chunk", flush.as_secs());
-            answers.add(Outcome::Failed, self.no_answer(&when), &gathered.silent);
+        let again = Again { tag: FILE_END, format: END_FORMAT, values: &end };
+        let mut expect = receivers.clone();
+        for round in 0..=MAX_RESUMES {
+            let gathered =
+                self.gather(&mut data, &expect, limit.saturating_add(flush), &again, &mut done).await?;
+            let mut resume = Vec::new();
+            for class in gathered.classes {
+                match resume_offset(&class) {
+                    Some(offset) if round < MAX_RESUMES && offset < sent => {
+                        resume.push((offset, class.ranks))
+                    }
+                    Some(_) => {
+                        let detail = format!("chunks missed again after {MAX_RESUMES} resumes");
+                        answers.add(Outcome::Failed, detail, &class.ranks);
+                    }
+                    None => answers.add_class(class, None),
+                }
+            }
+            if !gathered.silent.is_empty() {
+                let when = format!("(+{} s to flush) after the last chunk", flush.as_secs());
+                answers.add(Outcome::Failed, self.no_answer(&when), &gathered.silent);
+            }
+            if resume.is_empty() {
+                break;
+            }
+            expect = RankSet::new();
+            for (offset, ranks) in resume {
+                for rank in ranks.iter() {
+                    if !self.resend(&mut file, &data, rank, offset, &end).await? {
+                        self.stall(&ranks, answers);
+                        close(data, limit).await;
+                        return Ok(hash);
+                    }
+                }
+                expect.union_with(&ranks);
+            }
         }
         self.close(data).await;
         Ok(hash)
@@ -623,14 +677,51 @@ impl<'n> Sender<'n> {
         }
     }
 
+    /// Sends rank `rank`, directly, the file from `offset` and the end packet again:
+    /// it missed chunks while its comm node was lost. False when the tree took no
+    /// packet in time.
+    async fn resend(
+        &mut self,
+        file: &mut tokio::fs::File,
+        data: &Stream,
+        rank: u32,
+        offset: u64,
+        end: &[Value],
+    ) -> Result<bool, ApiError> {
+        use tokio::io::AsyncSeekExt;
+        let limit = self.options.timeout;
+        let mut at = offset;
+        if let Err(e) = file.seek(std::io::SeekFrom::Start(offset)).await {
+            tracing::warn!("resending to rank {rank}: cannot seek the source to {offset}: {e}");
+        }
+        loop {
+            // A read error leaves the rank short of bytes: the end packet fails it.
+            let Ok((payload, filled)) = read_chunk(file, at, self.options.chunk).await else { break };
+            if filled == 0 {
+                break;
+            }
+            if within(limit, data.send_encoded_to(rank, FILE_CHUNK, payload)).await?.is_none() {
+                return Ok(false);
+            }
+            at += filled as u64;
+            if filled < self.options.chunk {
+                break;
+            }
+        }
+        Ok(within(limit, data.send_to(rank, FILE_END, END_FORMAT, end)).await?.is_some())
+    }
+
     /// Reads answers from `expect` until each answered or was lost, or `limit` (plus
-    /// what the tree's levels may add) passed.
+    /// what the tree's levels may add) passed. A rank that rejoins meanwhile is sent
+    /// `again` (its packet may have gone with its lost comm node); an answer from a
+    /// rank that already answered is dropped.
     /// `answered` is told, after each packet, every rank that answered so far.
     async fn gather(
         &mut self,
         stream: &mut Stream,
         expect: &RankSet,
         limit: Duration,
+        again: &Again<'_>,
         answered: &mut impl FnMut(&Self, &RankSet),
     ) -> Result<Gathered, ApiError> {
         let deadline = deadline_after(limit.saturating_add(self.slack));
@@ -640,11 +731,18 @@ impl<'n> Sender<'n> {
         let mut got = RankSet::new();
         let mut timed_out = false;
         let mut watching = true;
+        // Rejoins since the call began count: the first change is seen at once.
+        let mut rejoins = self.rejoined.clone();
+        let mut watching_rejoins = true;
         while !missing.is_empty() {
             tokio::select! {
                 packet = stream.recv() => match packet {
                     Ok(p) => {
-                        for class in p.eq_classes()? {
+                        for mut class in p.eq_classes()? {
+                            class.ranks = class.ranks.intersection(&missing);
+                            if class.ranks.is_empty() {
+                                continue;
+                            }
                             missing = missing.difference(&class.ranks);
                             got.union_with(&class.ranks);
                             classes.push(class);
@@ -661,6 +759,16 @@ impl<'n> Sender<'n> {
                     }
                     // The root task ended: the stream closes too, or the deadline passes.
                     Err(_) => watching = false,
+                },
+                changed = rejoins.changed(), if watching_rejoins => match changed {
+                    Ok(()) => {
+                        let back = missing.intersection(&rejoins.borrow_and_update().1);
+                        for rank in back.iter() {
+                            // A tree that takes nothing leaves the rank to the deadline.
+                            let _ = within(limit, stream.send_to(rank, again.tag, again.format, again.values)).await?;
+                        }
+                    }
+                    Err(_) => watching_rejoins = false,
                 },
                 () = tokio::time::sleep_until(deadline) => {
                     timed_out = true;

@@ -293,6 +293,10 @@ pub enum Delivery {
     /// The stream is over: closed by the front-end (back-end), or every member is
     /// gone or a node refused it (front-end).
     StreamClosed(u32),
+    /// Front-end: the wave answering one request of this stream formed with no
+    /// packet: every rank that got the request was cut off with its comm node before
+    /// answering (they may rejoin and answer later requests).
+    NoAnswer(u32),
 }
 
 /// An input from the tool or from the driver.
@@ -897,7 +901,7 @@ impl Node {
                 .iter()
                 .map(|d| match d {
                     Delivery::Packet(f) => f.payload.len() as u64,
-                    Delivery::StreamClosed(_) => 0,
+                    Delivery::StreamClosed(_) | Delivery::NoAnswer(_) => 0,
                 })
                 .sum::<u64>()
     }

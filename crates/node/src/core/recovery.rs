@@ -113,6 +113,9 @@ impl Node {
         if self.rejoining.take().is_some() {
             let parent = self.parent_address.clone().unwrap_or_default();
             tracing::info!(node = %self.name, "rejoined the tree at {parent}");
+            // Until the new parent announces the streams it keeps (next), nothing of
+            // theirs that answers an earlier request may go up.
+            self.streams_welcomed();
             self.out.event(Event::ParentChanged { parent });
             // This node's children rejoin where it now is.
             self.send_fallback_to_children();
@@ -198,12 +201,14 @@ impl Node {
         }
         self.awaiting.retain(|a| !a.ranks.is_empty());
         self.refresh_deadline();
+        // The welcome goes first: the requests that follow the streams' announcements
+        // (some held while no member was linked) are answered by the orphan.
+        self.send_fallback(c);
         let announced = self.member_joined(c);
         for id in streams.into_iter().filter(|id| !announced.contains(id)) {
             // It ended while the orphan was away (or does not reach it any more).
             self.out.control(link, &ControlMsg::CloseStream { id });
         }
-        self.send_fallback(c);
         let parent = self.name.clone();
         self.report_up(ControlMsg::Rejoined { ranks, commnodes, parent });
         self.clock_child_joined(c, now);
@@ -255,6 +260,10 @@ impl Node {
         }
         child.ranks = child.ranks.difference(&ranks);
         child.expected = child.expected.difference(&ranks);
+        if self.role == Role::FrontEnd {
+            // Streams must know these ranks may come back before they see them go.
+            self.orphaned.union_with(&ranks);
+        }
         self.members_left_telling(c, now, false);
         self.report_up(ControlMsg::Orphaned { node, ranks, reason });
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use treecast_filters::{apply_dropping_bad, FilterContext, Synchronizer, Transform, Wave};
-use treecast_wire::{ControlMsg, Frame, Grant, RankSet, StreamSpec, FLAG_DIRECT};
+use treecast_wire::{ControlMsg, Frame, Grant, RankSet, StreamSpec, SyncMode, FLAG_DIRECT};
 
 use super::startup::{Child, ChildState};
 use super::window::{Budget, Ledger};
@@ -63,8 +63,14 @@ pub(crate) struct StreamState {
     next_seq: u64,
     /// Inputs not yet handed to every child: sequence number and payload length.
     in_node: VecDeque<(u64, usize)>,
-    /// Front-end: reductions the tool has not read.
-    ready: VecDeque<Frame>,
+    /// Front-end: reductions the tool has not read; `None` stands for a wave no rank
+    /// answered (see `queue_waves`).
+    ready: VecDeque<Option<Frame>>,
+    /// Front-end: waves numbered below this are queued for the tool, or were read.
+    queued_through: u64,
+    /// Front-end: frames from the tool held while no member is linked but ranks of the
+    /// stream may still rejoin; they go down, in order, to the first that does.
+    waiting_down: VecDeque<Frame>,
     /// A send from the tool was refused for lack of credit.
     blocked: bool,
     /// Closed: upward frames are dropped, closes wait behind the children's queues.
@@ -83,6 +89,10 @@ pub(crate) struct StreamState {
     /// answer requests sent before this node rejoined its parent, whose waves went on
     /// without it.
     up_from: u64,
+    /// Comm node: the first wave formed after every member left; from it on, nothing
+    /// goes up until the parent takes this node back into the stream (its waves go on
+    /// without this node meanwhile, see `remove_member`).
+    detached_from: Option<u64>,
 }
 
 impl StreamState {
@@ -99,11 +109,13 @@ impl StreamState {
             + self.pending_up.len()
             + self.ready.len()
             + self.in_node.len()
+            + self.waiting_down.len()
     }
 
     pub(crate) fn held_bytes(&self) -> u64 {
         let up: u64 = self.parts.iter().flatten().map(|p| p.up.held().1).sum();
-        let out: u64 = self.ready.iter().chain(&self.pending_up).map(|f| f.payload.len() as u64).sum();
+        let out: u64 =
+            self.ready.iter().flatten().chain(&self.pending_up).map(|f| f.payload.len() as u64).sum();
         up + out + self.down_ledger.held().1
     }
 
@@ -301,7 +313,7 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
                     if s.ready.is_empty() {
                         out.event(Event::Readable { stream: Some(id) });
                     }
-                    s.ready.push_back(f);
+                    s.ready.push_back(Some(f));
                 }
                 (_, Some(parent)) => out.send(parent, f),
                 (_, None) => {}
@@ -311,7 +323,17 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
             return;
         }
         let Some(wave) = s.held.pop_front() else { return };
-        let stale = orphan || (ctx.role == Role::CommNode && wave.index < s.up_from);
+        if wave.frames.is_empty() {
+            // Front-end: a wave nobody is left to answer (see `queue_waves`).
+            if s.ready.is_empty() {
+                out.event(Event::Readable { stream: Some(id) });
+            }
+            s.ready.push_back(None);
+            continue;
+        }
+        let detached = s.detached_from.is_some_and(|d| wave.index >= d);
+        let earlier = numbered(s) && wave.index < s.up_from;
+        let stale = orphan || (ctx.role == Role::CommNode && (earlier || detached));
         for (&c, f) in wave.children.iter().zip(&wave.frames) {
             let Some(part) = s.parts.get_mut(c).and_then(Option::as_mut) else { continue };
             part.up.consume(f.payload.len());
@@ -346,7 +368,13 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
         out.control(link, &ControlMsg::CloseStream { id: s.spec.id });
     }
     let waves = s.sync.child_lost(c, now);
-    s.held.extend(waves);
+    queue_waves(s, waves, ctx);
+    if ctx.role == Role::CommNode && s.members.is_empty() && s.detached_from.is_none() {
+        // The parent takes this node out of the stream too (it reaches none of its
+        // ranks now) and counts its next waves without it; if orphans rejoin here,
+        // their answers go up only once the parent takes this node back.
+        s.detached_from = Some(s.sync.next_wave());
+    }
     settle_down(s, ctx, out);
     if !s.closing {
         reduce(s, ctx, out);
@@ -354,13 +382,59 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
     }
 }
 
-/// Front-end: the stream is over once no member is left and nothing is held.
+/// Front-end: the stream is over once no member is left and nothing is held. While
+/// ranks of it may still rejoin it goes on: requests no member is left to answer get
+/// an answer from no rank, and new ones wait for the rejoin (see `send_from_tool`).
 fn check_over(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
     let drained = s.sync.queued() == 0 && s.held.is_empty() && s.pending_up.is_empty();
-    let may_rejoin = s.spec.ranks.intersects(ctx.awaited);
-    if ctx.is_root() && !s.over && s.members.is_empty() && drained && !may_rejoin {
-        s.over = true;
-        out.event(Event::Readable { stream: Some(s.spec.id) });
+    if !ctx.is_root() || s.over || !s.members.is_empty() || !drained {
+        return;
+    }
+    if s.spec.ranks.intersects(ctx.awaited) {
+        // Whoever got the requests not answered yet is cut off, and a rejoined node
+        // answers only requests sent after its return: their waves never form.
+        s.sync.skip_to(s.requests);
+        queue_waves(s, Vec::new(), ctx);
+        return reduce(s, ctx, out);
+    }
+    s.over = true;
+    for f in std::mem::take(&mut s.waiting_down) {
+        s.down_ledger.consume(f.payload.len());
+    }
+    return_down_credit(s, ctx, out);
+    out.event(Event::Readable { stream: Some(s.spec.id) });
+}
+
+/// Waves of a wait-for-all stream answer its requests one for one, so they are
+/// numbered by request across a rejoin; on other streams an answer is taken as it
+/// comes (a time-out wave or a packet need not answer any one request).
+fn numbered(s: &StreamState) -> bool {
+    s.spec.sync == SyncMode::WaitForAll
+}
+
+/// Queues complete waves for reduction. At the front-end, on a wait-for-all stream
+/// (whose waves answer requests one for one), the waves the synchronizer skipped are
+/// queued too, empty: nobody is left to answer their requests (every member that got
+/// them was cut off), and the tool reads that no rank did, instead of waiting forever.
+fn queue_waves(s: &mut StreamState, waves: Vec<Wave>, ctx: &Ctx<'_>) {
+    let numbered = ctx.is_root() && numbered(s);
+    for wave in waves {
+        if numbered {
+            queue_skipped(s, wave.index);
+            s.queued_through = s.queued_through.max(wave.index + 1);
+        }
+        s.held.push_back(wave);
+    }
+    if numbered {
+        queue_skipped(s, s.sync.next_wave());
+    }
+}
+
+/// Queues an empty wave for each one numbered from `queued_through` to `upto`.
+fn queue_skipped(s: &mut StreamState, upto: u64) {
+    while s.queued_through < upto {
+        s.held.push_back(Wave { index: s.queued_through, ..Wave::default() });
+        s.queued_through += 1;
     }
 }
 
@@ -416,6 +490,8 @@ impl Node {
             next_seq: 0,
             in_node: VecDeque::new(),
             ready: VecDeque::new(),
+            waiting_down: VecDeque::new(),
+            queued_through: 0,
             blocked: false,
             closing: false,
             over: false,
@@ -423,6 +499,7 @@ impl Node {
             requests: 0,
             sent_up: 0,
             up_from: 0,
+            detached_from: None,
             spec,
         })
     }
@@ -549,6 +626,9 @@ impl Node {
             s.closing = true;
             s.held.clear();
             s.pending_up.clear();
+            for f in std::mem::take(&mut s.waiting_down) {
+                s.down_ledger.consume(f.payload.len());
+            }
             if std::mem::take(&mut s.blocked) {
                 // A send waiting for credit learns the stream is gone.
                 self.out.event(Event::Writable { stream: id });
@@ -606,7 +686,7 @@ impl Node {
                     None => return Err(CommandError::ShutDown),
                 };
                 let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
-                let stale = s.sent_up < s.up_from;
+                let stale = numbered(s) && s.sent_up < s.up_from;
                 let Some(parent) = parent.filter(|_| !stale) else {
                     // The answer to a request whose wave went on without this back-end
                     // (it was sent before, or while, it rejoined a new parent).
@@ -635,6 +715,12 @@ impl Node {
                 if s.down_ledger.receive(frame.payload.len()).is_err() {
                     s.blocked = true;
                     return Err(CommandError::Blocked(frame));
+                }
+                let none_linked = s.members.is_empty() && s.spec.ranks.intersects(&self.orphaned);
+                if none_linked || !s.waiting_down.is_empty() {
+                    // Counted as a request when it goes down (see `member_joined`).
+                    s.waiting_down.push_back(frame);
+                    return Ok(());
                 }
                 if !direct {
                     s.requests += 1;
@@ -718,7 +804,7 @@ impl Node {
             return self.drop_link(link, why, now);
         }
         let waves = s.sync.push(c, frame, now);
-        s.held.extend(waves);
+        queue_waves(s, waves, &ctx);
         reduce(s, &ctx, &mut self.out);
     }
 
@@ -756,7 +842,7 @@ impl Node {
         for s in self.streams.values_mut() {
             if s.next_deadline().is_some_and(|d| d <= now) {
                 let waves = s.sync.poll(now);
-                s.held.extend(waves);
+                queue_waves(s, waves, &ctx);
                 reduce(s, &ctx, &mut self.out);
             }
         }
@@ -784,7 +870,8 @@ impl Node {
     pub(super) fn deliver_to_tool(&mut self, id: u32) -> Option<Delivery> {
         let ctx = ctx!(self);
         let s = self.streams.get_mut(&id)?;
-        if let Some(f) = s.ready.pop_front() {
+        if let Some(ready) = s.ready.pop_front() {
+            let Some(f) = ready else { return Some(Delivery::NoAnswer(id)) };
             s.up_budget.grant(Grant { packets: 1, bytes: f.payload.len() as u64 });
             reduce(s, &ctx, &mut self.out);
             check_over(s, &ctx, &mut self.out);
@@ -803,6 +890,7 @@ impl Node {
     /// Child `c` joined while streams run: it takes part in those that reach its ranks,
     /// from the wave that answers the first request it will get; returns their ids.
     pub(super) fn member_joined(&mut self, c: usize) -> Vec<u32> {
+        let ctx = ctx!(self);
         let Some(link) = self.children[c].link else { return Vec::new() };
         let ranks = self.children[c].ranks.clone();
         let mut announce = Vec::new();
@@ -822,6 +910,9 @@ impl Node {
                 close_pending: false,
             });
             s.sync.add_child_from(c, s.requests);
+            // Waves of requests no member got, now never to form.
+            queue_waves(s, Vec::new(), &ctx);
+            reduce(s, &ctx, &mut self.out);
             s.rebuild_targets(&self.children);
             announce.push(ControlMsg::NewStream(s.spec.clone()));
         }
@@ -836,7 +927,22 @@ impl Node {
             }
             self.out.control(link, &msg);
         }
+        for &id in &ids {
+            self.send_waiting_down(id);
+        }
         ids
+    }
+
+    /// Front-end: a stream has a member again; what the tool sent while none was
+    /// linked goes down now, behind the stream's announcement.
+    fn send_waiting_down(&mut self, id: u32) {
+        while let Some(s) = self.streams.get_mut(&id) {
+            let Some(frame) = s.waiting_down.pop_front() else { return };
+            if frame.header.flags & FLAG_DIRECT == 0 {
+                s.requests += 1;
+            }
+            self.route_down(frame);
+        }
     }
 
     /// The parent took this node back into stream `id` (after it rejoined, or after
@@ -851,11 +957,21 @@ impl Node {
         s.in_node.clear();
         s.pending_up.clear();
         s.up_from = s.requests;
+        s.detached_from = None;
         if std::mem::take(&mut s.blocked) {
             self.out.event(Event::Writable { stream: id });
         }
         if ctx.role == Role::CommNode {
             reduce(s, &ctx, &mut self.out);
+        }
+    }
+
+    /// This node was welcomed by its new parent: every stream starts afresh toward it
+    /// (again for those the parent announces next).
+    pub(super) fn streams_welcomed(&mut self) {
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            self.readded_to_stream(id);
         }
     }
 
