@@ -354,7 +354,7 @@ struct Sender<'n> {
     lost: LostRanks,
     /// Changes of the network's lost ranks, so waits end when a rank is lost.
     lost_watch: watch::Receiver<LostRanks>,
-    /// Rejoins since the call began, so a rank that rejoined is asked again what it
+    /// Rejoins not yet seen by a wait, so a rank that rejoined is asked again what it
     /// may have missed while its comm node was lost.
     rejoined: watch::Receiver<(u64, RankSet)>,
     /// Set once the tree took no packet in time: later entries do not touch the tree,
@@ -731,7 +731,7 @@ impl<'n> Sender<'n> {
         let mut got = RankSet::new();
         let mut timed_out = false;
         let mut watching = true;
-        // Rejoins since the call began count: the first change is seen at once.
+        // Rejoins since the last wait count: the first change is seen at once.
         let mut rejoins = self.rejoined.clone();
         let mut watching_rejoins = true;
         while !missing.is_empty() {
@@ -778,6 +778,8 @@ impl<'n> Sender<'n> {
         }
         // Losses reported while the last answers came in.
         self.refresh_lost();
+        // Rejoins seen so far were handled; later waits react only to new ones.
+        self.rejoined.borrow_and_update();
         let silent = if timed_out { self.live(&missing) } else { RankSet::new() };
         Ok(Gathered { classes, silent })
     }

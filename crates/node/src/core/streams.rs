@@ -398,11 +398,17 @@ fn check_over(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
         return reduce(s, ctx, out);
     }
     s.over = true;
+    drop_waiting_down(s);
+    return_down_credit(s, ctx, out);
+    out.event(Event::Readable { stream: Some(s.spec.id) });
+}
+
+/// Front-end: the frames held for a rejoin will not go down (the stream ended or
+/// closed); their credit goes back to the tool.
+fn drop_waiting_down(s: &mut StreamState) {
     for f in std::mem::take(&mut s.waiting_down) {
         s.down_ledger.consume(f.payload.len());
     }
-    return_down_credit(s, ctx, out);
-    out.event(Event::Readable { stream: Some(s.spec.id) });
 }
 
 /// Waves of a wait-for-all stream answer its requests one for one, so they are
@@ -417,15 +423,15 @@ fn numbered(s: &StreamState) -> bool {
 /// queued too, empty: nobody is left to answer their requests (every member that got
 /// them was cut off), and the tool reads that no rank did, instead of waiting forever.
 fn queue_waves(s: &mut StreamState, waves: Vec<Wave>, ctx: &Ctx<'_>) {
-    let numbered = ctx.is_root() && numbered(s);
+    let fill_gaps = ctx.is_root() && numbered(s);
     for wave in waves {
-        if numbered {
+        if fill_gaps {
             queue_skipped(s, wave.index);
             s.queued_through = s.queued_through.max(wave.index + 1);
         }
         s.held.push_back(wave);
     }
-    if numbered {
+    if fill_gaps {
         queue_skipped(s, s.sync.next_wave());
     }
 }
@@ -626,9 +632,7 @@ impl Node {
             s.closing = true;
             s.held.clear();
             s.pending_up.clear();
-            for f in std::mem::take(&mut s.waiting_down) {
-                s.down_ledger.consume(f.payload.len());
-            }
+            drop_waiting_down(s);
             if std::mem::take(&mut s.blocked) {
                 // A send waiting for credit learns the stream is gone.
                 self.out.event(Event::Writable { stream: id });
