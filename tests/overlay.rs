@@ -632,6 +632,8 @@ fn chaos_runs_kill_and_stop_nodes_without_hangs_wrong_answers_or_leftovers() {
             "1",
             "--seed",
             "7",
+            "--during",
+            "reduce",
             "--json",
         ],
     );
@@ -646,6 +648,51 @@ fn chaos_runs_kill_and_stop_nodes_without_hangs_wrong_answers_or_leftovers() {
     }
     assert!(totals["rejoined_ranks"].as_u64().unwrap() > 0, "{totals}");
     assert!(totals["waves"].as_u64().unwrap() > 100, "{totals}");
+    assert!(out.status.success());
+}
+
+#[test]
+fn chaos_runs_strike_during_file_transfers_and_start_up_without_hangs_wrong_copies_or_leftovers() {
+    let t = tag();
+    let args = [
+        "bench",
+        "chaos",
+        "--local",
+        "8",
+        "--topology",
+        "kary:2",
+        "--runs",
+        "6",
+        "--waves",
+        "5",
+        "--faults",
+        "2",
+        "--dead-after",
+        "1",
+        "--file-size",
+        "1000000",
+        "--during",
+        "bcast,startup",
+        "--seed",
+        "7",
+        "--json",
+    ];
+    let out = treecast(&t, &args);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let totals = &report["totals"];
+    for key in ["hangs", "wrong", "left", "panics", "live_ranks_lost"] {
+        assert_eq!(totals[key], 0, "{key}: {report}");
+    }
+    let (bcast, startup) = (&totals["phases"]["bcast"], &totals["phases"]["startup"]);
+    assert_eq!(bcast["runs"], 3, "{totals}");
+    assert_eq!(startup["runs"], 3, "{totals}");
+    // Every strike of a transfer lands (at a byte count it reaches); one of a start-up
+    // lands unless the tree was up before its process was seen.
+    assert_eq!(bcast["faults"], 6, "{totals}");
+    assert!(startup["faults"].as_u64().unwrap() > 0, "{totals}");
+    let runs = report["runs"].as_array().unwrap();
+    assert!(runs.iter().all(|r| r["phase"] == "bcast" || r["phase"] == "startup"), "{report}");
     assert!(out.status.success());
 }
 
@@ -687,7 +734,10 @@ fn chaos_runs_in_the_simulated_tree_from_the_command_line() {
     let totals = &report["totals"];
     assert_eq!(totals["simulated"], true, "{totals}");
     assert_eq!(totals["runs"], 20, "{totals}");
-    assert_eq!(totals["faults"], 40, "{totals}");
+    // Reduce runs strike before waves, always; start-up runs only while the tree starts.
+    let reduce = &totals["phases"]["reduce"];
+    assert_eq!(reduce["faults"].as_u64(), reduce["runs"].as_u64().map(|r| 2 * r), "{totals}");
+    assert_eq!(reduce["runs"].as_u64().unwrap() + totals["phases"]["startup"]["runs"].as_u64().unwrap(), 20);
     for key in ["hangs", "wrong", "left", "panics", "live_ranks_lost"] {
         assert_eq!(totals[key], 0, "{key}: {report}");
     }
@@ -1304,6 +1354,9 @@ fn bad_values_of_the_new_flags_are_refused_before_anything_starts() {
         ),
         (&["bench", "chaos", "--local", "2", "--stop-fraction", "nan"], "--stop-fraction NaN is not a share"),
         (&["bench", "chaos", "--local", "2", "--dead-after", "nan"], "--dead-after NaN must be a number"),
+        (&["bench", "chaos", "--local", "2", "--kill-rate", "1.5"], "--kill-rate 1.5 is not a probability"),
+        (&["bench", "chaos", "--local", "2", "--kill-rate", "0.1", "--faults", "2"], "cannot be used with"),
+        (&["bench", "chaos", "--sim", "--during", "bcast"], "--during bcast needs real processes"),
         (&["clock", "--local", "1", "--rounds", "0"], "--rounds needs at least 1"),
     ] {
         let out = treecast(&t, args);

@@ -1,46 +1,50 @@
-//! `treecast bench chaos`: runs reductions on a real tree while comm nodes and
-//! back-ends are killed (SIGKILL) or stopped (SIGSTOP) at random times, and counts
-//! what went wrong: hangs, wrong answers, ranks reported lost that were alive,
-//! processes left behind, front-end panics. It is a benchmark, not a timed test.
+//! `treecast bench chaos`: runs reductions, file transfers and start-ups on a real
+//! tree while comm nodes and back-ends are killed (SIGKILL) or stopped (SIGSTOP) at
+//! random times, and counts what went wrong: hangs, wrong answers, ranks reported
+//! lost that were alive, processes left behind, front-end panics. It is a benchmark,
+//! not a timed test.
 //!
 //! Each wave asks every rank for `x + rank` through the equivalence-class filter, so
 //! the front-end sees exactly which ranks answered and what each said: an answer is
 //! wrong if its value is not `x + rank`, or if a rank answers after it was reported
-//! lost. A wave that takes longer than its limit is a hang.
+//! lost. A wave that takes longer than its limit is a hang. A file transfer is wrong
+//! if its report leaves a rank out or calls written a copy that differs from the
+//! source; the ranks it fails are sorted like lost ones. A start-up under fire goes
+//! on without what failed; the waves after it check the tree that came up.
 //!
 //! With `--sim` the same runs go through the simulated tree instead (every node's
 //! protocol core in this process, heartbeats on, virtual time; see
 //! `treecast_sim::chaos`), thousands of runs a minute, on random trees unless
 //! `--topology` names one.
 
-use std::collections::BTreeMap;
+mod procs;
+mod real;
+
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use treecast_api::{Event, Network, NetworkBuilder, RankSet, StreamOptions, Topology, TransformKind, Value};
-use treecast_sim::chaos::{self as sim_chaos, ChaosConfig, ChaosTrees};
+use treecast_api::Topology;
+use treecast_sim::chaos::{self as sim_chaos, ChaosConfig, ChaosTrees, FaultPhase};
 
-use super::cli::ChaosArgs;
-use super::protocol::TAG_ADD_RANK;
-
-/// One process of the tree under test.
-#[derive(Debug, Clone)]
-struct Victim {
-    pid: u32,
-    /// `comm node N` or `back-end rank R`.
-    what: String,
-    /// The ranks it serves (its sub-tree).
-    ranks: RankSet,
-}
+use super::cli::{ChaosArgs, ChaosPhase};
 
 /// What one run found.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ChaosRun {
+    /// When the faults struck: `reduce`, `bcast` or `startup`.
+    pub phase: &'static str,
+    /// The start-up failed (start-up faults): why. Naming what failed is a correct
+    /// outcome of a start-up under fire, not a finding.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub startup_failed: Option<String>,
+    /// Ranks the file transfer reported failed or lost (bcast faults).
+    pub transfer_failed: u64,
+    /// What went wrong, in words, when something did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Waves completed.
     pub waves: usize,
     /// Processes killed or stopped, as `SIGKILL comm node 5`.
@@ -48,7 +52,7 @@ pub struct ChaosRun {
     /// API calls that exceeded their limit.
     pub hangs: usize,
     /// Answers with a wrong value, or from a rank already reported lost.
-    pub wrong: usize,
+    pub wrong: u64,
     /// Ranks reported lost whose back-end was neither killed nor stopped (nor under a
     /// killed or stopped comm node).
     pub live_ranks_lost: u64,
@@ -98,15 +102,21 @@ pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     let runs = args.runs.unwrap_or(10);
     let spec = args.topology.clone().unwrap_or_else(|| "kary:4".to_owned());
     let topology = Topology::from_spec(&spec, args.local).with_context(|| format!("topology {spec:?}"))?;
+    let phases = if args.during.is_empty() {
+        vec![ChaosPhase::Reduce, ChaosPhase::Bcast, ChaosPhase::Startup]
+    } else {
+        args.during.clone()
+    };
     let mut results = Vec::new();
     for run in 0..runs {
         let seed = args.seed.wrapping_add(run as u64);
+        let phase = phases[(seed % phases.len() as u64) as usize];
         let topo = topology.clone();
         let a = args.clone();
-        let outcome = tokio::spawn(async move { one_run(topo, &a, seed).await }).await;
+        let outcome = tokio::spawn(async move { real::one_run(topo, &a, seed, phase).await }).await;
         let result = match outcome {
             Ok(r) => r?,
-            Err(e) => ChaosRun { panicked: e.is_panic(), ..ChaosRun::default() },
+            Err(e) => ChaosRun { phase: phase.name(), panicked: e.is_panic(), ..ChaosRun::default() },
         };
         if !args.json {
             println!("{}", line(run, &result));
@@ -127,6 +137,15 @@ fn rejoin_limit(args: &ChaosArgs) -> Option<Duration> {
 /// Refuses flags no run can use, before any process starts.
 fn check(args: &ChaosArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.runs != Some(0) && args.waves > 0, "--runs and --waves need at least 1");
+    if let Some(p) = args.kill_rate {
+        anyhow::ensure!((0.0..=1.0).contains(&p), "--kill-rate {p} is not a probability between 0 and 1");
+    }
+    if args.sim && args.during.contains(&ChaosPhase::Bcast) {
+        anyhow::bail!(
+            "--during bcast needs real processes: the simulated tree runs only the protocol core, and file \
+             transfers are made above it; drop --sim, or use --during reduce,startup"
+        );
+    }
     anyhow::ensure!(
         (0.0..=1.0).contains(&args.stop_fraction),
         "--stop-fraction {} is not a share between 0 and 1",
@@ -164,10 +183,20 @@ fn sim_main(args: &ChaosArgs) -> anyhow::Result<ExitCode> {
             (ChaosTrees::random(args.max_nodes), serde_json::json!(name), serde_json::Value::Null)
         }
     };
+    let during = if args.during.is_empty() {
+        vec![FaultPhase::Reduce, FaultPhase::Startup]
+    } else {
+        args.during
+            .iter()
+            .map(|p| if *p == ChaosPhase::Startup { FaultPhase::Startup } else { FaultPhase::Reduce })
+            .collect()
+    };
     let config = ChaosConfig {
         trees,
         waves: args.waves,
         faults: args.faults,
+        kill_rate: args.kill_rate,
+        during,
         stop_fraction: args.stop_fraction,
         dead_after: Duration::from_secs_f64(args.dead_after),
         rejoin: rejoin_limit(args),
@@ -192,10 +221,14 @@ fn sim_main(args: &ChaosArgs) -> anyhow::Result<ExitCode> {
             sim_chaos::run(&config, seed)
         })?;
         let result = ChaosRun {
+            phase: r.phase.name(),
+            startup_failed: r.startup_failed.clone(),
+            transfer_failed: 0,
+            notes: Vec::new(),
             waves: r.waves,
             faults: r.faults.iter().map(ToString::to_string).collect(),
             hangs: r.hangs,
-            wrong: r.wrong as usize,
+            wrong: r.wrong,
             live_ranks_lost: r.live_ranks_lost,
             orphaned_ranks: r.orphaned_ranks,
             rejoined_ranks: r.rejoined_ranks,
@@ -227,8 +260,14 @@ fn line(run: usize, r: &ChaosRun) -> String {
         }
         None => String::new(),
     };
+    let startup = match &r.startup_failed {
+        Some(why) => format!(", start-up failed: {why}"),
+        None => String::new(),
+    };
+    let notes = r.notes.iter().map(|n| format!("\n         {n}")).collect::<String>();
     format!(
-        "run {run:3}{tree}: {:4} waves, faults [{}], hangs {}, wrong {}, live lost {}, orphaned {}, rejoined {}, left {}{}",
+        "run {run:3} {}{tree}: {:4} waves, faults [{}], hangs {}, wrong {}, live lost {}, orphaned {}, rejoined {}, left {}{}{startup}{notes}",
+        r.phase,
         r.waves,
         r.faults.join(", "),
         r.hangs,
@@ -241,23 +280,40 @@ fn line(run: usize, r: &ChaosRun) -> String {
     )
 }
 
-/// The totals of a set of runs, as JSON.
+/// The totals of a set of runs, as JSON, with the same counts per phase.
 fn totals(
     runs: &[ChaosRun],
     topology: serde_json::Value,
     backends: serde_json::Value,
     simulated: bool,
 ) -> serde_json::Value {
+    let all: Vec<&ChaosRun> = runs.iter().collect();
+    let mut out = counts(&all);
     let mut recovery: Vec<f64> = runs.iter().flat_map(|r| r.recovery_s.iter().copied()).collect();
     recovery.sort_by(f64::total_cmp);
     let pick = |q: f64| recovery.get(((recovery.len() as f64 - 1.0) * q).round() as usize).copied();
+    let mut phases = serde_json::Map::new();
+    for phase in ["reduce", "bcast", "startup"] {
+        let these: Vec<&ChaosRun> = runs.iter().filter(|r| r.phase == phase).collect();
+        if !these.is_empty() {
+            phases.insert(phase.to_owned(), counts(&these));
+        }
+    }
+    out["simulated"] = serde_json::json!(simulated);
+    out["topology"] = topology;
+    out["backends"] = backends;
+    out["recovery_s_median"] = serde_json::json!(pick(0.5));
+    out["recovery_s_p99"] = serde_json::json!(pick(0.99));
+    out["phases"] = serde_json::Value::Object(phases);
+    out
+}
+
+/// What a set of runs found, summed.
+fn counts(runs: &[&ChaosRun]) -> serde_json::Value {
     serde_json::json!({
         "runs": runs.len(),
-        "simulated": simulated,
-        "topology": topology,
-        "backends": backends,
         "hangs": runs.iter().map(|r| r.hangs).sum::<usize>(),
-        "wrong": runs.iter().map(|r| r.wrong).sum::<usize>(),
+        "wrong": runs.iter().map(|r| r.wrong).sum::<u64>(),
         "live_ranks_lost": runs.iter().map(|r| r.live_ranks_lost).sum::<u64>(),
         "orphaned_ranks": runs.iter().map(|r| r.orphaned_ranks).sum::<u64>(),
         "rejoined_ranks": runs.iter().map(|r| r.rejoined_ranks).sum::<u64>(),
@@ -265,8 +321,8 @@ fn totals(
         "panics": runs.iter().filter(|r| r.panicked).count(),
         "faults": runs.iter().map(|r| r.faults.len()).sum::<usize>(),
         "waves": runs.iter().map(|r| r.waves).sum::<usize>(),
-        "recovery_s_median": pick(0.5),
-        "recovery_s_p99": pick(0.99),
+        "startups_failed": runs.iter().filter(|r| r.startup_failed.is_some()).count(),
+        "transfer_failed_ranks": runs.iter().map(|r| r.transfer_failed).sum::<u64>(),
     })
 }
 
@@ -282,179 +338,5 @@ fn report(runs: &[ChaosRun], totals: serde_json::Value, json: bool) -> ExitCode 
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    }
-}
-
-async fn one_run(topo: Topology, args: &ChaosArgs, seed: u64) -> anyhow::Result<ChaosRun> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let dead_after = Duration::from_secs_f64(args.dead_after);
-    let mut net = NetworkBuilder::new(topo.clone())
-        .dead_after(Some(dead_after))
-        .rejoin_within(rejoin_limit(args))
-        .launch()
-        .await?;
-    let session = net.session().to_owned();
-    let victims = processes(&session, &topo);
-    let mut stream =
-        net.new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::EqClass)).await?;
-    // A wave may wait for the silence limit before a stopped node is cut off.
-    let limit = dead_after * 3 + Duration::from_secs(10);
-    let mut run = ChaosRun::default();
-    let mut faults: Vec<(Instant, Victim, bool)> = Vec::new();
-    let mut pending_recovery: Vec<Instant> = Vec::new();
-    let mut fault_at: Vec<usize> = (0..args.faults).map(|_| rng.gen_range(0..args.waves.max(1))).collect();
-    fault_at.sort_unstable();
-    let mut lost = RankSet::new();
-    for wave in 0..args.waves {
-        while fault_at.first() == Some(&wave) {
-            fault_at.remove(0);
-            let candidates: Vec<&Victim> =
-                victims.iter().filter(|v| !faults.iter().any(|(_, f, _)| f.pid == v.pid)).collect();
-            if candidates.is_empty() {
-                // This wave's other faults have no victim either; later waves keep theirs.
-                fault_at.retain(|&w| w > wave);
-                break;
-            }
-            let victim = candidates[rng.gen_range(0..candidates.len())].clone();
-            let stop = rng.gen_bool(args.stop_fraction);
-            let signal = if stop { "-STOP" } else { "-KILL" };
-            signal_process(signal, victim.pid);
-            run.faults.push(format!("SIG{} {}", &signal[1..], victim.what));
-            faults.push((Instant::now(), victim, stop));
-            pending_recovery.push(Instant::now());
-        }
-        let x = rng.gen_range(0..1_000_000);
-        let sent_lost = net.lost().ranks().clone();
-        stream.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await?;
-        match stream.recv_timeout(limit).await {
-            Ok(packet) => {
-                run.waves += 1;
-                for class in packet.eq_classes()? {
-                    let value = class.values.first().and_then(Value::as_i64);
-                    for r in class.ranks.iter() {
-                        if value != Some(i64::from(x) + i64::from(r)) || sent_lost.contains(r) {
-                            run.wrong += 1;
-                        }
-                    }
-                }
-                let now = Instant::now();
-                run.recovery_s.extend(pending_recovery.drain(..).map(|t| (now - t).as_secs_f64()));
-            }
-            // Every rank the request reached was cut off with its comm node; the
-            // stream goes on for the orphans that rejoin.
-            Err(treecast_api::ApiError::NoAnswer(_)) => run.waves += 1,
-            Err(treecast_api::ApiError::StreamClosed(_)) => break,
-            Err(_) => {
-                run.hangs += 1;
-                break;
-            }
-        }
-        while let Some(event) = net.try_event() {
-            match event {
-                Event::RanksLost { ranks, .. } => lost.union_with(&ranks),
-                Event::RanksRejoined { ranks, .. } => run.rejoined_ranks += ranks.len(),
-                _ => {}
-            }
-        }
-    }
-    lost.union_with(net.lost().ranks());
-    // Which lost ranks were alive: not killed or stopped themselves, nor under a node that was.
-    let mut faulted_backends = RankSet::new();
-    let mut under_faulted_node = RankSet::new();
-    for (_, v, _) in &faults {
-        if v.what.starts_with("back-end") {
-            faulted_backends.union_with(&v.ranks);
-        } else {
-            under_faulted_node.union_with(&v.ranks);
-        }
-    }
-    let collateral = lost.difference(&faulted_backends);
-    run.orphaned_ranks = collateral.intersection(&under_faulted_node).len();
-    run.live_ranks_lost = collateral.difference(&under_faulted_node).len();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stream.close()).await;
-    shutdown(net).await;
-    // Stopped processes that are still there are continued, so that they can see
-    // their links closed and end; then whatever is left is counted.
-    for (_, v, stopped) in &faults {
-        if *stopped {
-            signal_process("-CONT", v.pid);
-        }
-    }
-    run.left = wait_for_none(&session, Duration::from_secs(10)).await;
-    // Counted, then ended: the benchmark leaves nothing behind either.
-    for (pid, _) in session_processes(&session) {
-        signal_process("-KILL", pid);
-    }
-    Ok(run)
-}
-
-/// Sends a signal with kill(1); a process that is already gone is not an error here.
-fn signal_process(signal: &str, pid: u32) {
-    let _ = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status();
-}
-
-async fn shutdown(net: Network) {
-    let _ = tokio::time::timeout(Duration::from_secs(30), net.shutdown()).await;
-}
-
-/// The comm nodes and back-ends of a session, from `/proc`.
-fn processes(session: &str, topo: &Topology) -> Vec<Victim> {
-    let mut found = BTreeMap::new();
-    for (pid, env) in session_processes(session) {
-        let get = |k: &str| {
-            env.iter().find_map(|kv| kv.strip_prefix(k).and_then(|v| v.strip_prefix('=')).map(str::to_owned))
-        };
-        let Some(id) = get("TREECAST_NODE_ID").and_then(|s| s.parse::<usize>().ok()) else { continue };
-        if id == 0 || id >= topo.len() {
-            continue;
-        }
-        let range = topo.rank_range(id);
-        let ranks = RankSet::range(range.start, range.end.saturating_sub(range.start));
-        let what = match topo.backend_rank(id) {
-            Some(r) => format!("back-end rank {r}"),
-            None => format!("comm node {id}"),
-        };
-        found.insert(id, Victim { pid, what, ranks });
-    }
-    found.into_values().collect()
-}
-
-/// Pids and environments of the live processes of a session (this one excepted).
-fn session_processes(session: &str) -> Vec<(u32, Vec<String>)> {
-    let needle = format!("TREECAST_SESSION={session}");
-    let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let mut out = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        if pid == me {
-            continue;
-        }
-        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
-        let vars: Vec<String> =
-            env.split(|b| *b == 0).map(|kv| String::from_utf8_lossy(kv).into_owned()).collect();
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
-            .unwrap_or(true);
-        if !zombie && vars.contains(&needle) {
-            out.push((pid, vars));
-        }
-    }
-    out
-}
-
-/// Waits up to `limit` for every process of the session to end; returns how many remain.
-async fn wait_for_none(session: &str, limit: Duration) -> usize {
-    let deadline = Instant::now() + limit;
-    loop {
-        let left = session_processes(session).len();
-        if left == 0 || Instant::now() >= deadline {
-            return left;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -280,9 +280,24 @@ pub struct ChaosArgs {
     /// Reductions per run.
     #[arg(long, default_value_t = 50)]
     pub waves: usize,
-    /// Processes killed or stopped per run, each before a random wave.
+    /// Processes killed or stopped per run: before random waves, at random points of
+    /// the file transfer, or while the tree starts (see --during).
     #[arg(long, default_value_t = 1)]
     pub faults: usize,
+    /// Instead of --faults: each comm node and back-end is killed or stopped during a
+    /// run with this probability (0 to 1).
+    #[arg(long, value_name = "P", conflicts_with = "faults")]
+    pub kill_rate: Option<f64>,
+    /// When the faults strike: reduce (reductions), bcast (a file transfer, then
+    /// reductions), startup (while the tree starts; it goes on without what failed,
+    /// then reductions). A comma list: the run with seed S takes entry S mod its
+    /// length. Default all three; with --sim reduce,startup (the simulated tree runs
+    /// no file transfers).
+    #[arg(long, value_name = "PHASES", value_delimiter = ',')]
+    pub during: Vec<ChaosPhase>,
+    /// Bytes of the file each bcast run sends.
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
+    pub file_size: u64,
     /// Share of the faults that stop (SIGSTOP) rather than kill (SIGKILL).
     #[arg(long, default_value_t = 0.3)]
     pub stop_fraction: f64,
@@ -308,6 +323,28 @@ pub struct ChaosArgs {
     /// One JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// When the faults of a chaos run strike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChaosPhase {
+    /// Before random waves of reductions.
+    Reduce,
+    /// During a file transfer (`bcast`).
+    Bcast,
+    /// While the tree starts.
+    Startup,
+}
+
+impl ChaosPhase {
+    /// The phase's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChaosPhase::Reduce => "reduce",
+            ChaosPhase::Bcast => "bcast",
+            ChaosPhase::Startup => "startup",
+        }
+    }
 }
 
 /// Flags of `treecast bench sim`.

@@ -32,8 +32,47 @@ pub const DEFAULT_MAX_NODES: usize = 400;
 /// with link delays of 5 to 50 µs, some land before the wave, some while it is under way.
 pub const FAULT_SPREAD: Duration = Duration::from_micros(200);
 
+/// Start-up faults land up to this long after the launch begins, per level of the
+/// tree: each level takes the launch delay (2 ms) plus a few link delays to come up,
+/// so most land while some node is still starting.
+pub const STARTUP_SPREAD_PER_LEVEL: Duration = Duration::from_millis(3);
+
 /// The stream every run reduces on.
 const STREAM: u32 = 1;
+
+/// When the faults of a run strike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FaultPhase {
+    /// Just before random waves of reductions.
+    #[default]
+    Reduce,
+    /// While the tree starts: the launch goes on without what failed
+    /// (`allow_missing`), and the waves after it check the tree that came up.
+    Startup,
+}
+
+impl FaultPhase {
+    /// The phase's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultPhase::Reduce => "reduce",
+            FaultPhase::Startup => "startup",
+        }
+    }
+}
+
+/// How many processes a run strikes: `faults`, or with a kill rate each of the
+/// `processes` (comm nodes and back-ends) with that probability.
+pub fn fault_count(faults: usize, kill_rate: Option<f64>, processes: usize, rng: &mut StdRng) -> usize {
+    match kill_rate {
+        // `gen_bool` panics outside 0..=1, NaN included; a NaN rate strikes nothing.
+        Some(p) => {
+            let p = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
+            (0..processes).filter(|_| rng.gen_bool(p)).count()
+        }
+        None => faults,
+    }
+}
 
 /// Which trees the runs use.
 #[derive(Debug, Clone)]
@@ -67,8 +106,14 @@ pub struct ChaosConfig {
     pub trees: ChaosTrees,
     /// Reductions per run.
     pub waves: usize,
-    /// Nodes killed or stopped per run, each just before a random wave.
+    /// Nodes killed or stopped per run, each just before a random wave (or during
+    /// start-up).
     pub faults: usize,
+    /// Instead of `faults`: each comm node and back-end is struck with this probability.
+    pub kill_rate: Option<f64>,
+    /// When the faults strike; a run with seed `s` takes `during[s % len]`, so a seed
+    /// alone repeats its run (empty: reductions only).
+    pub during: Vec<FaultPhase>,
     /// Share of the faults that stop a node (SIGSTOP) rather than kill it (SIGKILL).
     pub stop_fraction: f64,
     /// Silence limit of every node (heartbeats go four times per limit, at most once a
@@ -87,6 +132,8 @@ impl ChaosConfig {
             trees,
             waves: 20,
             faults: 2,
+            kill_rate: None,
+            during: vec![FaultPhase::Reduce],
             stop_fraction: 0.3,
             dead_after: Duration::from_secs(2),
             rejoin: Some(treecast_node::env::DEFAULT_REJOIN_WITHIN),
@@ -97,6 +144,14 @@ impl ChaosConfig {
     /// stopped node may hold it up for the silence limit before it is cut off.
     pub fn wave_limit(&self) -> Duration {
         self.dead_after * 3 + Duration::from_secs(10)
+    }
+
+    /// The phase of the run with `seed`.
+    pub fn phase_of(&self, seed: u64) -> FaultPhase {
+        match self.during.len() {
+            0 => FaultPhase::Reduce,
+            n => self.during[(seed % n as u64) as usize],
+        }
     }
 }
 
@@ -148,11 +203,17 @@ pub struct Fault {
     pub stop: bool,
     /// When, in virtual time since the run started.
     pub at: Duration,
+    /// Struck while the tree was starting.
+    pub during_startup: bool,
 }
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SIG{} {}", if self.stop { "STOP" } else { "KILL" }, self.what)
+        write!(f, "SIG{} {}", if self.stop { "STOP" } else { "KILL" }, self.what)?;
+        if self.during_startup {
+            write!(f, " during start-up")?;
+        }
+        Ok(())
     }
 }
 
@@ -167,6 +228,11 @@ pub struct ChaosRun {
     pub backends: usize,
     /// Depth of its tree.
     pub depth: usize,
+    /// When its faults struck.
+    pub phase: FaultPhase,
+    /// The start-up failed (start-up faults only): the front-end's message. A failed
+    /// start-up that names what failed is a correct outcome, not a finding.
+    pub startup_failed: Option<String>,
     /// Waves completed.
     pub waves: usize,
     /// Nodes killed or stopped.
@@ -298,18 +364,34 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
         }
     };
     let all = RankSet::range(0, topo.backends() as u32);
+    let phase = config.phase_of(seed);
     let mut out = ChaosRun {
         seed,
         nodes: topo.len(),
         backends: topo.backends(),
         depth: topo.depth(),
+        phase,
         ..ChaosRun::default()
     };
+    let count = fault_count(config.faults, config.kill_rate, topo.len() - 1, &mut rng);
     let mut sim_config = SimConfig::new(topo.clone(), seed);
     sim_config.liveness = Some(treecast_node::core::LivenessLimits::for_dead_after(config.dead_after));
     sim_config.rejoin = config.rejoin;
+    // A tool that starts under fire goes on without what failed, as `--allow-missing` does.
+    sim_config.allow_missing = phase == FaultPhase::Startup;
     let mut sim = Sim::new(sim_config);
-    sim.launch().map_err(|message| ChaosError::Launch { seed, message })?;
+    match phase {
+        FaultPhase::Reduce => {
+            sim.launch().map(drop).map_err(|message| ChaosError::Launch { seed, message })?
+        }
+        FaultPhase::Startup => {
+            if let Err(message) = launch_under_fire(&mut sim, config, &topo, count, &mut rng, &mut out) {
+                out.startup_failed = Some(message);
+                shut_down(&mut sim, config, &topo, &mut out);
+                return Ok(out);
+            }
+        }
+    }
     let spec = StreamSpec {
         id: STREAM,
         ranks: all.clone(),
@@ -322,7 +404,8 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
     sim.command(Command::NewStream(spec)).map_err(|e| ChaosError::Stream { seed, source: Box::new(e) })?;
 
     let limit = config.wave_limit();
-    let mut fault_at: Vec<usize> = (0..config.faults).map(|_| rng.gen_range(0..config.waves)).collect();
+    let before_waves = if phase == FaultPhase::Reduce { count } else { 0 };
+    let mut fault_at: Vec<usize> = (0..before_waves).map(|_| rng.gen_range(0..config.waves)).collect();
     fault_at.sort_unstable();
     let mut pending: Vec<Duration> = Vec::new();
     // Per completed wave, the ranks that did not answer: each must be reported lost
@@ -332,31 +415,11 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
     for wave in 0..config.waves {
         while fault_at.first() == Some(&wave) {
             fault_at.remove(0);
-            let candidates: Vec<usize> = (1..topo.len())
-                .filter(|&id| sim.alive(id) && !sim.stopped(id) && !out.faults.iter().any(|f| f.node == id))
-                .collect();
-            if candidates.is_empty() {
+            let Some(at) = strike(&mut sim, config, &topo, &mut rng, &mut out, FAULT_SPREAD, false) else {
                 // This wave's other faults have no victim either; later waves keep theirs.
                 fault_at.retain(|&w| w > wave);
                 break;
-            }
-            let node = candidates[rng.gen_range(0..candidates.len())];
-            // `gen_bool` panics outside 0..=1, NaN included; a NaN share stops nothing.
-            let share =
-                if config.stop_fraction.is_nan() { 0.0 } else { config.stop_fraction.clamp(0.0, 1.0) };
-            let stop = rng.gen_bool(share);
-            let after = rng.gen_range(Duration::ZERO..=FAULT_SPREAD);
-            if stop {
-                sim.stop_at(node, after);
-            } else {
-                sim.kill_at(node, after);
-            }
-            let what = match topo.backend_rank(node) {
-                Some(r) => format!("back-end rank {r}"),
-                None => format!("comm node {node}"),
             };
-            let at = sim.elapsed() + after;
-            out.faults.push(Fault { node, what, stop, at });
             pending.push(at);
         }
         let x: i32 = rng.gen_range(0..1_000_000);
@@ -451,9 +514,14 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
     out.orphaned_ranks = collateral.intersection(&under_faulted_node).len();
     out.live_ranks_lost = collateral.difference(&under_faulted_node).len();
 
-    // Shut down, continue what is still stopped (it finds its links closed and ends),
-    // and count what still runs.
     let _ = sim.command(Command::CloseStream(STREAM));
+    shut_down(&mut sim, config, &topo, &mut out);
+    Ok(out)
+}
+
+/// Shuts the tree down, continues what is still stopped (it finds its links closed
+/// and ends), and counts what still runs.
+fn shut_down(sim: &mut Sim, config: &ChaosConfig, topo: &Topology, out: &mut ChaosRun) {
     let _ = sim.command(Command::Shutdown);
     sim.settle(Duration::from_secs(1));
     for id in 1..topo.len() {
@@ -463,5 +531,70 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
     }
     sim.settle(config.dead_after * 2 + config.rejoin.unwrap_or_default() + Duration::from_secs(10));
     out.left = (0..topo.len()).filter(|&id| sim.alive(id)).count();
-    Ok(out)
+}
+
+/// Kills or stops a random node that runs and was not struck yet, up to `spread`
+/// from now; returns when, or `None` when no node is left to strike.
+fn strike(
+    sim: &mut Sim,
+    config: &ChaosConfig,
+    topo: &Topology,
+    rng: &mut StdRng,
+    out: &mut ChaosRun,
+    spread: Duration,
+    during_startup: bool,
+) -> Option<Duration> {
+    let candidates: Vec<usize> = (1..topo.len())
+        .filter(|&id| sim.alive(id) && !sim.stopped(id) && !out.faults.iter().any(|f| f.node == id))
+        .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    let node = candidates[rng.gen_range(0..candidates.len())];
+    // `gen_bool` panics outside 0..=1, NaN included; a NaN share stops nothing.
+    let share = if config.stop_fraction.is_nan() { 0.0 } else { config.stop_fraction.clamp(0.0, 1.0) };
+    let stop = rng.gen_bool(share);
+    let after = rng.gen_range(Duration::ZERO..=spread);
+    if stop {
+        sim.stop_at(node, after);
+    } else {
+        sim.kill_at(node, after);
+    }
+    let what = match topo.backend_rank(node) {
+        Some(r) => format!("back-end rank {r}"),
+        None => format!("comm node {node}"),
+    };
+    let at = sim.elapsed() + after;
+    out.faults.push(Fault { node, what, stop, at, during_startup });
+    Some(at)
+}
+
+/// Starts the tree and strikes `count` nodes at random times while it comes up (a
+/// strike due after the start-up ended is not made).
+///
+/// # Errors
+/// The start-up failed: the front-end's message.
+fn launch_under_fire(
+    sim: &mut Sim,
+    config: &ChaosConfig,
+    topo: &Topology,
+    count: usize,
+    rng: &mut StdRng,
+    out: &mut ChaosRun,
+) -> Result<(), String> {
+    sim.begin_launch()?;
+    let spread = STARTUP_SPREAD_PER_LEVEL * (topo.depth() as u32 + 1);
+    let mut times: Vec<Duration> = (0..count).map(|_| rng.gen_range(Duration::ZERO..=spread)).collect();
+    times.sort_unstable();
+    for t in times {
+        let wait = t.saturating_sub(sim.elapsed());
+        let _ = sim.run_until(|s| s.launch_ended(), wait);
+        if sim.launch_ended() {
+            break;
+        }
+        if strike(sim, config, topo, rng, out, Duration::ZERO, true).is_none() {
+            break;
+        }
+    }
+    sim.finish_launch().map(drop)
 }

@@ -460,6 +460,16 @@ impl Sim {
     /// # Errors
     /// The start-up failed (the front-end's message), or the simulation stalled.
     pub fn launch(&mut self) -> Result<Vec<(treecast_wire::RankSet, String)>, String> {
+        self.begin_launch()?;
+        self.finish_launch()
+    }
+
+    /// Hands the launch plan to the front-end and returns at once, so that a test can
+    /// run the start-up step by step ([`Sim::run_until`]) and strike nodes during it.
+    ///
+    /// # Errors
+    /// The front-end refused the plan.
+    pub fn begin_launch(&mut self) -> Result<(), String> {
         self.make_node(0);
         let plan = self.plan();
         let now = self.now;
@@ -470,7 +480,22 @@ impl Sim {
             }
         }
         self.drain(0);
-        let limit = self.config.startup_timeout * (self.config.topology.depth() as u32 + 2);
+        Ok(())
+    }
+
+    /// True once the front-end has reported the start-up up or failed.
+    pub fn launch_ended(&self) -> bool {
+        self.log.launched.is_some()
+    }
+
+    /// Runs a start-up begun with [`Sim::begin_launch`] until the front-end reports it
+    /// up (the ranks that did not start, with why) or failed.
+    ///
+    /// # Errors
+    /// The start-up failed (the front-end's message), or the simulation stalled.
+    pub fn finish_launch(&mut self) -> Result<Vec<(treecast_wire::RankSet, String)>, String> {
+        // Two start-up limits per level at most (see the join limits of the core).
+        let limit = self.config.startup_timeout * (2 * self.config.topology.depth() as u32 + 2);
         if let Err(e) = self.run_until(|s| s.log.launched.is_some(), limit) {
             return Err(e.to_string());
         }
@@ -716,8 +741,13 @@ impl Sim {
         let delay = if hi > lo { self.rng.gen_range(lo..=hi) } else { lo };
         let parent_ok = self.nodes[parent].as_ref().is_some_and(|n| n.alive && !n.core.is_over());
         let child_ok = self.nodes[child].as_ref().is_some_and(|n| n.alive);
-        if !parent_ok || !child_ok {
+        if !child_ok {
             return;
+        }
+        if !parent_ok {
+            // Nothing listens at the parent's address any more: a real child's connect
+            // fails and its process exits with the error.
+            return self.kill(child, "could not connect to its parent");
         }
         let Some(p) = self.nodes[parent].as_mut() else { return };
         let plink = p.links.insert(SimLink { peer: child, peer_link: None, delay, open: true });
@@ -763,7 +793,17 @@ impl Sim {
     fn kill(&mut self, id: usize, how: &str) {
         let Some(n) = self.nodes[id].as_mut().filter(|n| n.alive) else { return };
         n.alive = false;
-        n.held.clear();
+        // A dead node holds nothing back any more (SIGKILL ends a stopped process too).
+        n.stopped = false;
+        // A peer waiting to connect to this stopped node learns now that nothing listens.
+        let held = std::mem::take(&mut n.held);
+        let now = self.now;
+        for action in held {
+            if matches!(action, Action::Connect { .. } | Action::Rejoin { .. }) {
+                self.schedule(now, action);
+            }
+        }
+        let Some(n) = self.nodes[id].as_mut() else { return };
         if n.core.parent_link().is_none() && n.parent.is_none() && id != 0 {
             // Its process ended before it connected: the parent's driver would see the exit.
             if let Some(parent) = self.parent_of(id) {

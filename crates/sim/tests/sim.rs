@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use treecast_filters::TransformKind;
 use treecast_node::core::{Command, Delivery, Event, LivenessLimits};
-use treecast_sim::chaos::{self, ChaosConfig, ChaosTrees, DEFAULT_MAX_NODES};
+use treecast_sim::chaos::{self, ChaosConfig, ChaosTrees, FaultPhase, DEFAULT_MAX_NODES};
 use treecast_sim::{request, Sim, SimConfig, SimError, TAG_ADD_RANK};
 use treecast_topology::Topology;
 use treecast_wire::{
@@ -492,6 +492,83 @@ fn a_thousand_chaos_runs_on_random_trees_have_no_hang_wrong_answer_panic_or_left
     assert!(stops > 300, "{stops} stops");
     assert!(waves > 5000, "{waves} waves");
     assert!(rejoined > 500, "{rejoined} ranks rejoined");
+}
+
+/// Chaos runs whose faults strike while the tree starts: the start-up goes on without
+/// what failed (or fails naming it, when nothing is left to start), the waves after
+/// it are right, and nothing is left running.
+#[test]
+fn start_up_chaos_runs_go_on_without_what_failed_and_leave_nothing() {
+    let mut config = ChaosConfig::new(ChaosTrees::random(200));
+    config.waves = 5;
+    config.during = vec![FaultPhase::Startup];
+    let (mut struck, mut started, mut failed) = (0, 0, 0);
+    for seed in 0..500 {
+        let run = chaos::run(&config, seed).unwrap();
+        assert!(run.is_clean(), "{run:?}");
+        assert_eq!(run.phase, FaultPhase::Startup);
+        assert!(run.faults.iter().all(|f| f.during_startup), "{run:?}");
+        struck += run.faults.len();
+        match &run.startup_failed {
+            // Only a tree with nothing left to start fails.
+            Some(why) => {
+                assert!(why.contains("no child of front-end started"), "{run:?}");
+                failed += 1;
+            }
+            None => {
+                assert_eq!(run.waves, 5, "{run:?}");
+                started += 1;
+            }
+        }
+    }
+    assert!(struck > 400, "{struck} start-up faults");
+    assert!(started > 400 && failed > 0, "{started} started, {failed} failed");
+}
+
+/// Regression, found by the start-up chaos runs: a back-end stopped before it
+/// connected made the front-end give up on its whole comm node (the comm node's own
+/// limit for the back-end ended just after the front-end's limit for the comm node),
+/// so its live siblings were reported missing with it.
+#[test]
+fn a_back_end_stopped_while_the_tree_starts_is_the_only_rank_missing() {
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let mut config = SimConfig::new(topo, 5);
+    config.allow_missing = true;
+    config.startup_timeout = Duration::from_secs(5);
+    let mut sim = Sim::new(config);
+    let victim = sim.node_of_rank(1).unwrap();
+    sim.begin_launch().unwrap();
+    sim.run_until(|s| s.alive(victim), LIMIT).unwrap();
+    sim.stop_at(victim, Duration::ZERO);
+    let missing = sim.finish_launch().unwrap();
+    let mut lost = RankSet::new();
+    for (ranks, _) in &missing {
+        lost.union_with(ranks);
+    }
+    assert_eq!(lost, RankSet::single(1), "{missing:?}");
+    assert!(!sim.alive(victim), "a child given up on is ended, stopped or not");
+}
+
+/// Regression, found by the start-up chaos runs: back-ends waiting to connect to a
+/// comm node that was stopped, and later given up on, stayed alive for ever in the
+/// simulated tree (a real one's connect fails and it exits).
+#[test]
+fn children_of_a_comm_node_stopped_while_they_start_end_with_it() {
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let mut config = SimConfig::new(topo, 6);
+    config.allow_missing = true;
+    config.startup_timeout = Duration::from_secs(5);
+    let mut sim = Sim::new(config);
+    let (b0, b1) = (sim.node_of_rank(0).unwrap(), sim.node_of_rank(1).unwrap());
+    let comm = 1;
+    sim.begin_launch().unwrap();
+    sim.run_until(|s| s.alive(b0) && s.alive(b1), LIMIT).unwrap();
+    sim.stop_at(comm, Duration::ZERO);
+    let missing = sim.finish_launch().unwrap();
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert_eq!(missing[0].0, RankSet::range(0, 2), "{missing:?}");
+    sim.settle(LIMIT);
+    assert!(!sim.alive(comm) && !sim.alive(b0) && !sim.alive(b1));
 }
 
 /// With recovery off, a lost comm node's sub-tree is reported lost and nothing hangs
