@@ -140,6 +140,11 @@ fn check(args: &ChaosArgs) -> anyhow::Result<()> {
     if let Some(p) = args.kill_rate {
         anyhow::ensure!((0.0..=1.0).contains(&p), "--kill-rate {p} is not a probability between 0 and 1");
     }
+    anyhow::ensure!(
+        args.file_size <= 1 << 30,
+        "--file-size {} is over 1 GiB: each bcast run makes its random file in memory",
+        args.file_size
+    );
     if args.sim && args.during.contains(&ChaosPhase::Bcast) {
         anyhow::bail!(
             "--during bcast needs real processes: the simulated tree runs only the protocol core, and file \
