@@ -1359,7 +1359,7 @@ fn bad_values_of_the_new_flags_are_refused_before_anything_starts() {
         (&["bench", "chaos", "--sim", "--during", "bcast"], "--during bcast needs real processes"),
         (
             &["bench", "chaos", "--local", "2", "--file-size", "2000000000"],
-            "--file-size 2000000000 is over 1 GiB",
+            "--file-size 2000000000 is not 1 byte to 1 GiB",
         ),
         (&["clock", "--local", "1", "--rounds", "0"], "--rounds needs at least 1"),
     ] {

@@ -137,12 +137,13 @@ fn rejoin_limit(args: &ChaosArgs) -> Option<Duration> {
 /// Refuses flags no run can use, before any process starts.
 fn check(args: &ChaosArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.runs != Some(0) && args.waves > 0, "--runs and --waves need at least 1");
+    anyhow::ensure!(args.faults <= 100_000, "--faults {} is over 100,000 per run", args.faults);
     if let Some(p) = args.kill_rate {
         anyhow::ensure!((0.0..=1.0).contains(&p), "--kill-rate {p} is not a probability between 0 and 1");
     }
     anyhow::ensure!(
-        args.file_size <= 1 << 30,
-        "--file-size {} is over 1 GiB: each bcast run makes its random file in memory",
+        (1..=1 << 30).contains(&args.file_size),
+        "--file-size {} is not 1 byte to 1 GiB: each bcast run strikes at byte counts of a random file made in memory",
         args.file_size
     );
     if args.sim && args.during.contains(&ChaosPhase::Bcast) {

@@ -72,13 +72,20 @@ pub(super) fn descendants() -> Vec<(u32, Vec<String>)> {
     for (i, (_, ppid, _)) in all.iter().enumerate() {
         children.entry(*ppid).or_default().push(i);
     }
+    let node_of = |env: &[String]| env_value(env, "TREECAST_NODE_ID");
+    // A tool that runs this benchmark inside a tree of its own: that tree is not ours.
+    let outer = std::env::var("TREECAST_SESSION").ok();
     let mut out = Vec::new();
-    let mut todo = vec![std::process::id()];
-    while let Some(pid) = todo.pop() {
+    let mut todo = vec![(std::process::id(), None)];
+    while let Some((pid, parent_node)) = todo.pop() {
         for &i in children.get(&pid).map(Vec::as_slice).unwrap_or_default() {
             let (child, _, env) = &all[i];
-            todo.push(*child);
-            if env.iter().any(|kv| kv.starts_with("TREECAST_SESSION=")) {
+            let node = node_of(env);
+            todo.push((*child, node.clone()));
+            let session = env_value(env, "TREECAST_SESSION");
+            // A child between fork and exec still shows its parent's environment.
+            let forked_copy = node.is_some() && node == parent_node;
+            if node.is_some() && session.is_some() && session != outer && !forked_copy {
                 out.push((*child, env.clone()));
             }
         }

@@ -262,11 +262,12 @@ impl Node {
                 detail: None,
                 deadline: (!attach_slot).then_some(now + limit),
                 late: "did not connect",
-                // Each level below may take `limit` to connect and then its own join
-                // limit: with two limits per level, a node's own limit for a child that
-                // does not start ends before its parent's limit for it, so only that
-                // child is given up on, not the whole sub-tree around it.
-                join_limit: limit * (2 * depth) + attach.unwrap_or_default(),
+                // Each level below a comm node may take `limit` to connect and then its
+                // own join limit: with two limits per level, a node's own limit for a
+                // child that does not start ends before its parent's limit for it, so
+                // only that child is given up on, not the whole sub-tree around it. A
+                // back-end joins as it connects.
+                join_limit: if is_backend { limit } else { limit * (2 * depth) } + attach.unwrap_or_default(),
                 points: None,
                 held: None,
                 rejoiner: false,
