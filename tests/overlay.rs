@@ -654,29 +654,10 @@ fn chaos_runs_kill_and_stop_nodes_without_hangs_wrong_answers_or_leftovers() {
 #[test]
 fn chaos_runs_strike_during_file_transfers_and_start_up_without_hangs_wrong_copies_or_leftovers() {
     let t = tag();
-    let args = [
-        "bench",
-        "chaos",
-        "--local",
-        "8",
-        "--topology",
-        "kary:2",
-        "--runs",
-        "6",
-        "--waves",
-        "5",
-        "--faults",
-        "2",
-        "--dead-after",
-        "1",
-        "--file-size",
-        "1000000",
-        "--during",
-        "bcast,startup",
-        "--seed",
-        "7",
-        "--json",
-    ];
+    let args: Vec<&str> = "bench chaos --local 8 --topology kary:2 --runs 6 --waves 5 --faults 2 \
+         --dead-after 1 --file-size 1000000 --during bcast,startup --seed 7 --json"
+        .split_whitespace()
+        .collect();
     let out = treecast(&t, &args);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
