@@ -38,6 +38,11 @@ async fn finish(net: Network) {
     assert_no_leftovers(&needle);
 }
 
+/// A sum reduction over every rank.
+async fn sum_stream(net: &Network) -> treecast_api::Stream {
+    net.new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum)).await.unwrap()
+}
+
 fn int(p: &treecast_api::Packet) -> i64 {
     p.values().unwrap()[0].as_i64().unwrap()
 }
@@ -45,10 +50,7 @@ fn int(p: &treecast_api::Packet) -> i64 {
 async fn sum_waves(spec: &str, n: usize) {
     let net = launch(spec, n).await;
     assert_eq!(net.backends(), n as u32);
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     let ranks: i64 = (0..n as i64).sum();
     for wave in 0..5 {
         s.send(TAG_ADD_RANK, "%d", &[Value::Int(wave)]).await.unwrap();
@@ -79,10 +81,7 @@ async fn sums_are_correct_on_balanced_4x4x4() {
 async fn sums_are_correct_over_tcp_links() {
     let topo = Topology::from_spec("balanced:2x3", None).unwrap();
     let net = builder(topo).unix_links(false).launch().await.unwrap();
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 6 + 15);
     finish(net).await;
@@ -164,10 +163,7 @@ async fn the_tool_can_send_ten_thousand_packets_before_reading() {
     // child's full queue while its siblings starved.
     for (shape, n) in [("balanced:4x4", 16), ("flat", 4), ("balanced:2x2x2", 8)] {
         let net = launch(shape, n).await;
-        let mut s = net
-            .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-            .await
-            .unwrap();
+        let mut s = sum_stream(&net).await;
         let ranks: i64 = (0..n as i64).sum();
         for wave in 0..10_000 {
             tokio::time::timeout(LIMIT, s.send(TAG_ADD_RANK, "%d", &[Value::Int(wave % 7)]))
@@ -293,10 +289,7 @@ fn treecast_filters_null() -> Box<dyn treecast_api::Transform> {
 #[tokio::test]
 async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
     let mut net = launch("balanced:2x4", 8).await;
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     s.send(TAG_DIE, "%ad", &[Value::IntArray(vec![5])]).await.unwrap();
     let p = s.recv_timeout(LIMIT).await.unwrap();
     assert_eq!(int(&p), (0..8).sum::<i64>() - 5);
@@ -321,10 +314,7 @@ async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
 async fn with_recovery_off_a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
     let mut net = builder(topo).rejoin_within(None).launch().await.unwrap();
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     // Pre-order ids: 0 front-end, 1 first comm node (ranks 0-2), 5 second comm node (ranks 3-5).
     let pid = commnode_pid(net.session(), 5);
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
@@ -374,10 +364,7 @@ async fn a_level_one_comm_node_killed_mid_stream_its_sub_tree_rejoins_and_sums_g
     // Pre-order ids of balanced:2x2x2: 0 front-end; 1 comm node (ranks 0-3) over comm
     // nodes 2 (ranks 0-1) and 5 (ranks 2-3); 8 comm node (ranks 4-7).
     let mut net = launch_recovering("balanced:2x2x2", 8).await;
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(10, 0..8));
     let before = backend_pids(net.session());
@@ -429,10 +416,7 @@ async fn when_every_rank_is_orphaned_at_once_waves_in_flight_end_and_the_stream_
         "localhost:0 => localhost:1 ;\nlocalhost:1 => localhost:2 localhost:3 localhost:4 localhost:5 ;\n";
     let topo = Topology::parse(text).unwrap();
     let mut net = builder(topo).rejoin_within(Some(REJOIN)).launch().await.unwrap();
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(0, 0..4));
     for x in 1..=20 {
@@ -466,10 +450,7 @@ async fn when_every_rank_is_orphaned_at_once_waves_in_flight_end_and_the_stream_
 #[tokio::test]
 async fn a_level_two_comm_node_killed_its_back_ends_rejoin_its_parent_and_a_new_stream_reaches_them() {
     let mut net = launch_recovering("balanced:2x2x2", 8).await;
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     // Node 9 is the comm node of ranks 4-5, under node 8.
     let pid = commnode_pid(net.session(), 9);
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
@@ -507,10 +488,7 @@ async fn a_stopped_comm_node_is_cut_off_and_its_back_ends_rejoin() {
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
     let builder = builder(topo).dead_after(Some(Duration::from_secs(2))).rejoin_within(Some(REJOIN));
     let mut net = builder.launch().await.unwrap();
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     let pid = commnode_pid(net.session(), 5);
     Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap();
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
@@ -548,10 +526,7 @@ async fn with_recovery_off_a_stopped_comm_node_is_cut_off_after_the_silence_limi
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
     let builder = builder(topo).dead_after(Some(Duration::from_secs(2))).rejoin_within(None);
     let mut net = builder.launch().await.unwrap();
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 60 + 15);
     // Comm node 5 (ranks 3-5) stops: it neither reads nor writes, its links stay open.
@@ -585,10 +560,7 @@ async fn with_recovery_off_a_stopped_comm_node_is_cut_off_after_the_silence_limi
 async fn a_stopped_backend_is_cut_off_but_a_busy_one_is_not() {
     let topo = Topology::from_spec("flat", Some(3)).unwrap();
     let mut net = builder(topo).dead_after(Some(Duration::from_secs(2))).launch().await.unwrap();
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     // Rank 1 stops reading for 3 s but its driver runs: its heartbeats keep it in.
     s.send(TAG_STALL, "%ad %d", &[Value::IntArray(vec![1]), Value::Int(3000)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 3);
@@ -746,10 +718,7 @@ async fn a_stream_whose_members_are_all_lost_is_closed_not_hung() {
 #[tokio::test]
 async fn mismatched_formats_are_reported_and_the_wave_goes_on() {
     let mut net = launch("flat", 4).await;
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     for rank in 0..4u32 {
         if rank == 2 {
             s.send_to(rank, TAG_ECHO, "%lf", &[Value::Double(1.5)]).await.unwrap();
@@ -942,10 +911,7 @@ async fn a_frame_over_the_size_limit_is_refused_before_it_is_buffered() {
         }
         other => panic!("expected RanksLost, got {other:?}"),
     }
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
     finish(net).await;
@@ -961,10 +927,7 @@ async fn a_malformed_frame_closes_only_that_link() {
         }
         other => panic!("expected RanksLost, got {other:?}"),
     }
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
     finish(net).await;
@@ -1007,10 +970,7 @@ async fn a_backend_that_returns_right_after_sending_loses_nothing() {
             .await
             .unwrap();
         let n = i64::from(net.backends());
-        let mut s = net
-            .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-            .await
-            .unwrap();
+        let mut s = sum_stream(&net).await;
         s.send(TAG_ECHO, "%d", &[Value::Int(PACKETS)]).await.unwrap();
         for wave in 0..PACKETS {
             let p = s.recv_timeout(LIMIT).await.unwrap_or_else(|e| panic!("wave {wave} (unix {unix}): {e}"));
@@ -1044,10 +1004,7 @@ async fn once_the_tree_is_up_no_process_shows_the_secret_in_proc() {
         }
     }
     // And the tree still works: the secret is gone from the environment only.
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 6);
     finish(net).await;
@@ -1624,10 +1581,7 @@ async fn attach_and_sum(spec: &str, n: usize, start: impl FnOnce(&Path, &str) ->
     let t = tag();
     let mut launcher = start(&file, &t);
     let net = launching.await.unwrap().unwrap();
-    let mut s = net
-        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
-        .await
-        .unwrap();
+    let mut s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), n as i64 + (0..n as i64).sum::<i64>());
     finish(net).await;

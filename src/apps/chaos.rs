@@ -146,7 +146,7 @@ fn check(args: &ChaosArgs) -> anyhow::Result<()> {
         "--file-size {} is not 1 byte to 1 GiB: each bcast run strikes at byte counts of a random file made in memory",
         args.file_size
     );
-    if args.sim && args.during.contains(&ChaosPhase::Bcast) {
+    if args.sim && args.during.iter().any(|p| p.simulated().is_none()) {
         anyhow::bail!(
             "--during bcast needs real processes: the simulated tree runs only the protocol core, and file \
              transfers are made above it; drop --sim, or use --during reduce,startup"
@@ -192,10 +192,7 @@ fn sim_main(args: &ChaosArgs) -> anyhow::Result<ExitCode> {
     let during = if args.during.is_empty() {
         vec![FaultPhase::Reduce, FaultPhase::Startup]
     } else {
-        args.during
-            .iter()
-            .map(|p| if *p == ChaosPhase::Startup { FaultPhase::Startup } else { FaultPhase::Reduce })
-            .collect()
+        args.during.iter().filter_map(|p| p.simulated()).collect()
     };
     let config = ChaosConfig {
         trees,

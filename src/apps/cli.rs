@@ -337,6 +337,16 @@ pub enum ChaosPhase {
 }
 
 impl ChaosPhase {
+    /// The same phase in the simulated tree, which runs no file transfers.
+    pub fn simulated(self) -> Option<treecast_sim::chaos::FaultPhase> {
+        use treecast_sim::chaos::FaultPhase;
+        match self {
+            ChaosPhase::Reduce => Some(FaultPhase::Reduce),
+            ChaosPhase::Bcast => None,
+            ChaosPhase::Startup => Some(FaultPhase::Startup),
+        }
+    }
+
     /// The phase's name in reports.
     pub fn name(self) -> &'static str {
         match self {

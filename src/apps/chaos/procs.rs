@@ -61,16 +61,20 @@ pub(super) fn processes(session: &str, topo: &Topology) -> Vec<Victim> {
 /// Pids and environments of the live processes of a session (this one excepted).
 pub(super) fn session_processes(session: &str) -> Vec<(u32, Vec<String>)> {
     let needle = format!("TREECAST_SESSION={session}");
-    live_processes().into_iter().filter(|(_, _, env)| env.contains(&needle)).map(|(p, _, e)| (p, e)).collect()
+    live_processes()
+        .into_iter()
+        .filter_map(|(pid, _)| Some((pid, environment(pid)?)))
+        .filter(|(_, env)| env.contains(&needle))
+        .collect()
 }
 
 /// The live treecast processes this process started, directly or through the ones
 /// it started (pid, environment): while a tree starts, its session is not known yet.
+/// Only descendants' environments are read: this runs every few milliseconds.
 pub(super) fn descendants() -> Vec<(u32, Vec<String>)> {
-    let all = live_processes();
-    let mut children: HashMap<u32, Vec<usize>> = HashMap::new();
-    for (i, (_, ppid, _)) in all.iter().enumerate() {
-        children.entry(*ppid).or_default().push(i);
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (pid, ppid) in live_processes() {
+        children.entry(ppid).or_default().push(pid);
     }
     let node_of = |env: &[String]| env_value(env, "TREECAST_NODE_ID");
     // A tool that runs this benchmark inside a tree of its own: that tree is not ours.
@@ -78,24 +82,23 @@ pub(super) fn descendants() -> Vec<(u32, Vec<String>)> {
     let mut out = Vec::new();
     let mut todo = vec![(std::process::id(), None)];
     while let Some((pid, parent_node)) = todo.pop() {
-        for &i in children.get(&pid).map(Vec::as_slice).unwrap_or_default() {
-            let (child, _, env) = &all[i];
-            let node = node_of(env);
-            todo.push((*child, node.clone()));
-            let session = env_value(env, "TREECAST_SESSION");
+        for &child in children.get(&pid).map(Vec::as_slice).unwrap_or_default() {
+            let env = environment(child).unwrap_or_default();
+            let node = node_of(&env);
+            todo.push((child, node.clone()));
+            let session = env_value(&env, "TREECAST_SESSION");
             // A child between fork and exec still shows its parent's environment.
             let forked_copy = node.is_some() && node == parent_node;
             if node.is_some() && session.is_some() && session != outer && !forked_copy {
-                out.push((*child, env.clone()));
+                out.push((child, env));
             }
         }
     }
     out
 }
 
-/// Every live process but this one and zombies: pid, parent pid, environment (empty
-/// when it cannot be read).
-fn live_processes() -> Vec<(u32, u32, Vec<String>)> {
+/// Every live process but this one and zombies: pid and parent pid.
+fn live_processes() -> Vec<(u32, u32)> {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     let mut out = Vec::new();
@@ -114,15 +117,17 @@ fn live_processes() -> Vec<(u32, u32, Vec<String>)> {
         }) else {
             continue;
         };
-        if state == "Z" {
-            continue;
+        if state != "Z" {
+            out.push((pid, ppid));
         }
-        let env = std::fs::read(entry.path().join("environ"))
-            .map(|env| env.split(|b| *b == 0).map(|kv| String::from_utf8_lossy(kv).into_owned()).collect())
-            .unwrap_or_default();
-        out.push((pid, ppid, env));
     }
     out
+}
+
+/// The environment of process `pid`, if it can be read.
+fn environment(pid: u32) -> Option<Vec<String>> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    Some(env.split(|b| *b == 0).map(|kv| String::from_utf8_lossy(kv).into_owned()).collect())
 }
 
 /// Waits up to `limit` for every process of the session to end; returns how many remain.
