@@ -1295,6 +1295,7 @@ fn bad_values_of_the_new_flags_are_refused_before_anything_starts() {
         (&["bench", "chaos", "--local", "2", "--kill-rate", "1.5"], "--kill-rate 1.5 is not a probability"),
         (&["bench", "chaos", "--local", "2", "--kill-rate", "0.1", "--faults", "2"], "cannot be used with"),
         (&["bench", "chaos", "--sim", "--during", "bcast"], "--during bcast needs real processes"),
+        (&["bench", "chaos", "--sim", "--faults", "200000"], "--faults 200000 is over 100,000"),
         (
             &["bench", "chaos", "--local", "2", "--file-size", "2000000000"],
             "--file-size 2000000000 is not 1 byte to 1 GiB",
