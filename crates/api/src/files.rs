@@ -70,6 +70,9 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 const STATUS_FORMAT: &str = "%s %uld %uld %s %d %ud %d %s %ud";
 /// Status flag: the destination is the file's own path ([`FileEntry::file_at`]).
 const FLAG_EXACT: u32 = 1;
+/// Status flag: the status is sent again, on the data stream, to a rank whose
+/// [`FILE_OPEN`] went with a lost comm node; it answers only at the end packet.
+const FLAG_RESTART: u32 = 2;
 const OPEN_FORMAT: &str = "%ud %s";
 const CHUNK_FORMAT: &str = "%uld %b";
 const END_FORMAT: &str = "%s %uld %s";
@@ -79,6 +82,9 @@ const RECEIVE_WORD: &str = "receive";
 /// The answer to an end packet of a rank that missed chunks while its comm node was
 /// lost and it rejoined; the detail is the offset to send again from.
 const RESUME_WORD: &str = "resume";
+/// The answer to an end packet on a data stream the rank was never moved to (its
+/// [`FILE_OPEN`] went with a lost comm node): send the status and every chunk again.
+const RESTART_WORD: &str = "restart";
 
 /// How [`bcast_files`] sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

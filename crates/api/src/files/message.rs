@@ -5,7 +5,7 @@ use treecast_wire::{decode_values, Format, RankSet, Value};
 
 use super::{
     EntryKind, WriteMode, CHUNK_FORMAT, END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, FLAG_EXACT,
-    OPEN_FORMAT, STATUS_FORMAT,
+    FLAG_RESTART, OPEN_FORMAT, STATUS_FORMAT,
 };
 
 /// A file-transfer packet, decoded (the protocol is described in `docs/files.md`).
@@ -60,6 +60,9 @@ pub struct FileStatus {
     pub target: String,
     /// The destination is the file's own path: an existing directory there is an error.
     pub exact: bool,
+    /// Sent again on the data stream to a rank that missed [`super::FILE_OPEN`]: the
+    /// rank answers only at the end packet.
+    pub restart: bool,
 }
 
 /// Why a file-transfer packet does not decode; the text goes back to the front-end
@@ -155,6 +158,7 @@ impl FileStatus {
                     perm: *perm,
                     target: std::mem::take(target),
                     exact: *flags & FLAG_EXACT != 0,
+                    restart: *flags & FLAG_RESTART != 0,
                 })
             }
             _ => Err(unexpected("status")),

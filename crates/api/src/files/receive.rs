@@ -13,7 +13,7 @@ use treecast_wire::Value;
 use super::message::{FileMessage, FileStatus};
 use super::{
     mtime_ns, EntryKind, Outcome, WriteMode, ANSWER_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS,
-    RECEIVE_WORD, RESUME_WORD,
+    RECEIVE_WORD, RESTART_WORD, RESUME_WORD,
 };
 use crate::Packet;
 
@@ -645,7 +645,20 @@ impl FileReceivers {
         match p.tag() {
             FILE_STATUS => {
                 let mut receiver = FileReceiver::new();
-                let answer = match receiver.on_status(p, stream) {
+                let decision = receiver.on_status(p, stream);
+                if FileStatus::decode(p.payload()).is_ok_and(|s| s.restart) {
+                    // Sent again on the data stream: the answer waits for the end packet.
+                    match decision {
+                        Decision::Receive => {
+                            self.active.insert(stream, receiver);
+                        }
+                        Decision::Answer(outcome, detail) => {
+                            self.ended.insert(stream, (outcome, detail));
+                        }
+                    }
+                    return None;
+                }
+                let answer = match decision {
                     Decision::Receive => {
                         self.active.insert(stream, receiver);
                         FileAnswer::new(stream, FILE_STATUS, RECEIVE_WORD, "")
@@ -682,9 +695,17 @@ impl FileReceivers {
                         answer
                     }
                     (None, Some(answer)) => answer.clone(),
-                    (None, None) => {
-                        (Outcome::Failed, "the transfer ended but its status packet never arrived".into())
-                    }
+                    (None, None) => match FileMessage::decode(FILE_END, p.payload()) {
+                        // Its FILE_OPEN went with a lost comm node: the front-end
+                        // sends the status again on this stream, then every chunk.
+                        Ok(FileMessage::End { abort, .. }) if abort.is_empty() => {
+                            return Some(FileAnswer::new(stream, FILE_END, RESTART_WORD, ""));
+                        }
+                        Ok(FileMessage::End { abort, .. }) => (Outcome::Failed, abort),
+                        _ => {
+                            (Outcome::Failed, "the transfer ended but its status packet never arrived".into())
+                        }
+                    },
                 };
                 Some(FileAnswer::new(stream, FILE_END, outcome.word(), &detail))
             }
@@ -706,7 +727,7 @@ impl FileReceivers {
 mod tests {
     use treecast_wire::{Frame, FrameHeader};
 
-    use super::super::{CHUNK_FORMAT, END_FORMAT, FLAG_EXACT, OPEN_FORMAT, STATUS_FORMAT};
+    use super::super::{CHUNK_FORMAT, END_FORMAT, FLAG_EXACT, FLAG_RESTART, OPEN_FORMAT, STATUS_FORMAT};
     use super::*;
     use crate::stream::encode_checked;
 
@@ -904,8 +925,46 @@ mod tests {
         let again = rs.on_packet(&on(6, &end(&hash, 9, ""))).unwrap();
         assert_eq!(again.values, answer.values);
         rs.on_stream_closed(6);
+        // Forgotten with its stream: an end packet there now asks for everything.
         let after = rs.on_packet(&on(6, &end(&hash, 9, ""))).unwrap();
-        assert_eq!(after.values[0], Value::Str("failed".into()));
+        assert_eq!(after.values[0], Value::Str("restart".into()));
+    }
+
+    #[test]
+    fn a_rank_whose_file_open_was_lost_restarts_from_the_status_on_the_data_stream() {
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
+        let dst = d.join("f");
+        let mut rs = FileReceivers::new(2);
+        rs.on_packet(&on(5, &status(&dst, 6, WriteMode::Leave))).unwrap();
+        // FILE_OPEN and the chunks went with a stopped comm node; the status stream
+        // closed before this rank rejoined, and the end packet is sent to it again.
+        rs.on_stream_closed(5);
+        assert_eq!(entries(d), 0, "the first temporary file goes with its stream");
+        let hash = blake3::hash(b"abcdef").to_hex().to_string();
+        let answer = rs.on_packet(&on(6, &end(&hash, 6, ""))).unwrap();
+        assert_eq!((answer.stream, answer.tag), (6, FILE_END));
+        assert_eq!(answer.values[0], Value::Str("restart".into()));
+        // The status again on the data stream: no answer until the end packet.
+        let restatus = status_flags(&dst, 6, WriteMode::Leave, EntryKind::File, "", FLAG_RESTART);
+        assert_eq!(rs.on_packet(&on(6, &restatus)), None);
+        rs.on_packet(&on(6, &chunk(0, b"abc")));
+        rs.on_packet(&on(6, &chunk(3, b"def")));
+        let answer = rs.on_packet(&on(6, &end(&hash, 6, ""))).unwrap();
+        assert_eq!(answer.values[0], Value::Str("written".into()));
+        assert_eq!(std::fs::read(&dst).unwrap(), b"abcdef");
+
+        // Restarted into a decision made at the status (the copy is there now, with
+        // the source's size and mtime): the end packet gets it, the chunks are dropped.
+        let skip = on(7, &status_flags(&dst, 6, WriteMode::Leave, EntryKind::File, "", FLAG_RESTART));
+        assert_eq!(rs.on_packet(&skip), None);
+        rs.on_packet(&on(7, &chunk(0, b"abcdef")));
+        let answer = rs.on_packet(&on(7, &end(&hash, 6, ""))).unwrap();
+        assert_eq!(answer.values[0], Value::Str("skipped-shared".into()));
+        // An aborted transfer is not restarted: the abort is the answer.
+        let answer = rs.on_packet(&on(8, &end(&hash, 6, "the source shrank"))).unwrap();
+        assert_eq!(answer.values, [Value::Str("failed".into()), Value::Str("the source shrank".into())]);
+        assert!(rs.is_empty());
     }
 
     #[test]

@@ -12,8 +12,8 @@ use treecast_wire::{encode_bytes_head, encode_values, RankSet, SyncMode, Value};
 
 use super::{
     kind_of, mtime_ns, EntryKind, FileOptions, FileReport, Outcome, RankOutcome, SourceError, WriteMode,
-    END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, FLAG_EXACT, OPEN_FORMAT, RECEIVE_WORD,
-    RESUME_WORD, STATUS_FORMAT,
+    END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, FLAG_EXACT, FLAG_RESTART, OPEN_FORMAT,
+    RECEIVE_WORD, RESTART_WORD, RESUME_WORD, STATUS_FORMAT,
 };
 use crate::{ApiError, Communicator, EqClass, LostRanks, Network, Stream, StreamOptions};
 
@@ -331,11 +331,41 @@ struct Again<'a> {
     values: &'a [Value],
 }
 
-/// The offset a `resume` answer asks to be sent again from.
-fn resume_offset(class: &EqClass) -> Option<u64> {
-    match class.values.as_slice() {
-        [Value::Str(word), Value::Str(offset)] if word == RESUME_WORD => offset.parse().ok(),
-        _ => None,
+/// What a rank that missed packets while its comm node was lost asks to be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    /// `resume`: the chunks from this offset, then the end packet.
+    From(u64),
+    /// `restart`: the status (its `FILE_OPEN` was lost), every chunk, the end packet.
+    Restart,
+}
+
+impl Resume {
+    /// Reads a `resume` or `restart` answer.
+    fn of(class: &EqClass) -> Option<Resume> {
+        match class.values.as_slice() {
+            [Value::Str(word), Value::Str(offset)] if word == RESUME_WORD => {
+                offset.parse().ok().map(Resume::From)
+            }
+            [Value::Str(word), _] if word == RESTART_WORD => Some(Resume::Restart),
+            _ => None,
+        }
+    }
+
+    /// Where the chunks sent again start.
+    fn offset(self) -> u64 {
+        match self {
+            Resume::From(offset) => offset,
+            Resume::Restart => 0,
+        }
+    }
+
+    /// False for an offset at or past the end: nothing the front-end sent is missing.
+    fn needed(self, sent: u64) -> bool {
+        match self {
+            Resume::From(offset) => offset < sent,
+            Resume::Restart => true,
+        }
     }
 }
 
@@ -486,17 +516,7 @@ impl<'n> Sender<'n> {
             self.stall(comm.ranks(), answers);
             return Ok((RankSet::new(), None));
         };
-        let values = [
-            Value::Str(utf8(&src.source)?),
-            Value::ULong(src.mtime),
-            Value::ULong(src.size),
-            Value::Str(utf8(&src.destination)?),
-            Value::Int(self.options.mode.code()),
-            Value::UInt(src.perm),
-            Value::Int(src.kind.code()),
-            Value::Str(src.target.clone()),
-            Value::UInt(if src.exact { FLAG_EXACT } else { 0 }),
-        ];
+        let values = self.status_values(src, 0)?;
         if within(limit, status.send(FILE_STATUS, STATUS_FORMAT, &values)).await?.is_none() {
             self.stall(comm.ranks(), answers);
             close(status, limit).await;
@@ -544,6 +564,21 @@ impl<'n> Sender<'n> {
                 Ok((receivers, None))
             }
         }
+    }
+
+    /// The values of `src`'s status packet, with `flags` added to its own.
+    fn status_values(&self, src: &Source, flags: u32) -> Result<[Value; 9], ApiError> {
+        Ok([
+            Value::Str(utf8(&src.source)?),
+            Value::ULong(src.mtime),
+            Value::ULong(src.size),
+            Value::Str(utf8(&src.destination)?),
+            Value::Int(self.options.mode.code()),
+            Value::UInt(src.perm),
+            Value::Int(src.kind.code()),
+            Value::Str(src.target.clone()),
+            Value::UInt(flags | if src.exact { FLAG_EXACT } else { 0 }),
+        ])
     }
 
     /// Sends the chunks and the end packet, gathers the final answers; returns the hash.
@@ -619,16 +654,15 @@ impl<'n> Sender<'n> {
             progress(Progress::Ranks { index, done, total });
         };
         let again = Again { tag: FILE_END, format: END_FORMAT, values: &end };
+        let restatus = self.status_values(src, FLAG_RESTART)?;
         let mut expect = receivers.clone();
         for round in 0..=MAX_RESUMES {
             let gathered =
                 self.gather(&mut data, &expect, limit.saturating_add(flush), &again, &mut done).await?;
             let mut resume = Vec::new();
             for class in gathered.classes {
-                match resume_offset(&class) {
-                    Some(offset) if round < MAX_RESUMES && offset < sent => {
-                        resume.push((offset, class.ranks))
-                    }
+                match Resume::of(&class) {
+                    Some(r) if round < MAX_RESUMES && r.needed(sent) => resume.push((r, class.ranks)),
                     Some(_) => {
                         let detail = format!("chunks missed again after {MAX_RESUMES} resumes");
                         answers.add(Outcome::Failed, detail, &class.ranks);
@@ -644,9 +678,12 @@ impl<'n> Sender<'n> {
                 break;
             }
             expect = RankSet::new();
-            for (offset, ranks) in resume {
+            for (r, ranks) in resume {
+                let status = (r == Resume::Restart).then_some(&restatus[..]);
+                tracing::debug!(%ranks, ?r, "sending again what rejoined ranks missed");
                 for rank in ranks.iter() {
-                    if !self.resend(&mut file, &data, rank, offset, &end).await? {
+                    let again = Resend { rank, offset: r.offset(), status, end: &end };
+                    if !self.resend(&mut file, &data, again).await? {
                         self.stall(&ranks, answers);
                         close(data, limit).await;
                         return Ok(hash);
@@ -677,19 +714,23 @@ impl<'n> Sender<'n> {
         }
     }
 
-    /// Sends rank `rank`, directly, the file from `offset` and the end packet again:
-    /// it missed chunks while its comm node was lost. False when the tree took no
-    /// packet in time.
+    /// Sends one rank, directly, what it missed while its comm node was lost: the
+    /// status if asked, the file from an offset, and the end packet again. False when
+    /// the tree took no packet in time.
     async fn resend(
         &mut self,
         file: &mut tokio::fs::File,
         data: &Stream,
-        rank: u32,
-        offset: u64,
-        end: &[Value],
+        r: Resend<'_>,
     ) -> Result<bool, ApiError> {
         use tokio::io::AsyncSeekExt;
+        let Resend { rank, offset, status, end } = r;
         let limit = self.options.timeout;
+        if let Some(status) = status {
+            if within(limit, data.send_to(rank, FILE_STATUS, STATUS_FORMAT, status)).await?.is_none() {
+                return Ok(false);
+            }
+        }
         let mut at = offset;
         if let Err(e) = file.seek(std::io::SeekFrom::Start(offset)).await {
             tracing::warn!("resending to rank {rank}: cannot seek the source to {offset}: {e}");
@@ -783,6 +824,15 @@ impl<'n> Sender<'n> {
         let silent = if timed_out { self.live(&missing) } else { RankSet::new() };
         Ok(Gathered { classes, silent })
     }
+}
+
+/// What [`Sender::resend`] sends one rank again.
+struct Resend<'a> {
+    rank: u32,
+    offset: u64,
+    /// The status with [`FLAG_RESTART`], for a rank whose `FILE_OPEN` was lost.
+    status: Option<&'a [Value]>,
+    end: &'a [Value],
 }
 
 /// The data phase of one file.
@@ -907,6 +957,24 @@ mod tests {
             offset += filled as u64;
         }
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn resume_and_restart_answers_say_what_to_send_again() {
+        let class = |word: &str, detail: &str| EqClass {
+            values: vec![Value::Str(word.into()), Value::Str(detail.into())],
+            ranks: RankSet::from_iter([3]),
+        };
+        assert_eq!(Resume::of(&class(RESUME_WORD, "4096")), Some(Resume::From(4096)));
+        assert_eq!(Resume::of(&class(RESTART_WORD, "")), Some(Resume::Restart));
+        assert_eq!(Resume::of(&class(RESUME_WORD, "x")), None, "a bad offset is no resume");
+        assert_eq!(Resume::of(&class("written", "")), None);
+        // Nothing missing past the end; a restart always needs the status again,
+        // even for an empty file.
+        assert!(!Resume::From(10).needed(10));
+        assert!(Resume::From(9).needed(10));
+        assert!(Resume::Restart.needed(0));
+        assert_eq!(Resume::Restart.offset(), 0);
     }
 
     #[test]
