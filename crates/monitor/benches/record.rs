@@ -1,0 +1,28 @@
+//! The cost of recording one frame's latency components: what monitoring adds per frame.
+
+#![allow(missing_docs)]
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use treecast_monitor::{Component, Key, Recorder};
+
+fn record(c: &mut Criterion) {
+    let mut r = Recorder::default();
+    let key = Key { link: 1, up: true, tag: 7, program: 0 };
+    let mut ns = 1_000u64;
+    c.bench_function("record one sample", |b| {
+        b.iter(|| {
+            ns = ns.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1) % 1_000_000 + 1;
+            r.record(black_box(key), Component::Net, black_box(64), ns);
+        })
+    });
+    c.bench_function("record a frame's four components", |b| {
+        b.iter(|| {
+            for component in Component::ALL {
+                r.record(black_box(key), component, black_box(64), black_box(1_500));
+            }
+        })
+    });
+}
+
+criterion_group!(benches, record);
+criterion_main!(benches);

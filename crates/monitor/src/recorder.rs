@@ -1,0 +1,203 @@
+//! One node's histograms: a cell per (key, component, size class), made on first use.
+
+use std::collections::hash_map::Entry;
+
+use rustc_hash::FxHashMap;
+
+use hdrhistogram::Histogram;
+
+use crate::report::{CellReport, MonitorError, Report};
+use crate::{size_class, Component, Key, SIZE_CLASSES};
+
+/// Longest latency told apart, nanoseconds (one hour); longer samples count as this.
+pub const HIGHEST_NS: u64 = 3_600_000_000_000;
+/// Significant decimal digits kept per sample: 2 keeps every latency within 1 %,
+/// which is 1 µs or better up to 100 µs, where small frames' latencies lie.
+pub const SIGNIFICANT_DIGITS: u8 = 2;
+/// Histograms a recorder keeps apart by default (see [`Recorder::new`]).
+pub const DEFAULT_MAX_CELLS: usize = 512;
+/// Memory of one histogram's counts, bytes (checked by a test against the library):
+/// 4,608 counters of 8 bytes for 1 ns to one hour at 2 significant digits.
+pub const CELL_BYTES: usize = 36_864;
+
+/// Where a sample goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Cell {
+    pub(crate) key: Key,
+    pub(crate) component: Component,
+    pub(crate) size_class: u8,
+}
+
+/// The samples of one cell: their histogram and their exact sum, so that merged
+/// means stay exact.
+#[derive(Debug, Clone)]
+pub(crate) struct Latencies {
+    pub(crate) histogram: Histogram<u64>,
+    pub(crate) sum_ns: u64,
+}
+
+impl Latencies {
+    fn new() -> Result<Latencies, MonitorError> {
+        let histogram = Histogram::new_with_bounds(1, HIGHEST_NS, SIGNIFICANT_DIGITS)
+            .map_err(|e| MonitorError::Histogram(e.to_string()))?;
+        Ok(Latencies { histogram, sum_ns: 0 })
+    }
+}
+
+/// The histograms of one node, within a memory bound.
+///
+/// At most `max_cells` cells are kept apart; once that many exist, samples for a new
+/// (key, component, size class) go to [`Key::OTHER`], at most
+/// 4 × [`SIZE_CLASSES`] more cells, and are counted in [`Report::folded`]. Memory is
+/// thus at most (`max_cells` + 136) × [`CELL_BYTES`] plus the map's own overhead:
+/// about 23 MiB at the default of 512 cells. A comm node with 16 children and two
+/// tags, each carrying frames of a few sizes, fills a few hundred cells.
+#[derive(Debug)]
+pub struct Recorder {
+    cells: FxHashMap<Cell, Latencies>,
+    max_cells: usize,
+    folded: u64,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new(DEFAULT_MAX_CELLS)
+    }
+}
+
+impl Recorder {
+    /// An empty recorder keeping at most `max_cells` cells apart (see the type).
+    pub fn new(max_cells: usize) -> Recorder {
+        Recorder { cells: FxHashMap::default(), max_cells, folded: 0 }
+    }
+
+    /// Records one sample: a frame of `bytes` bytes spent `latency_ns` in `component`.
+    pub fn record(&mut self, key: Key, component: Component, bytes: u64, latency_ns: u64) {
+        let cell = Cell { key, component, size_class: size_class(bytes) };
+        if let Some(l) = self.latencies(cell) {
+            l.histogram.saturating_record(latency_ns.max(1));
+            l.sum_ns = l.sum_ns.saturating_add(latency_ns);
+        }
+    }
+
+    /// The cell's latencies, made if new: under [`Key::OTHER`] once the recorder is full.
+    fn latencies(&mut self, mut cell: Cell) -> Option<&mut Latencies> {
+        if self.cells.len() >= self.max_cells && !self.cells.contains_key(&cell) {
+            self.folded += 1;
+            cell.key = Key::OTHER;
+        }
+        match self.cells.entry(cell) {
+            Entry::Occupied(e) => Some(e.into_mut()),
+            // Only a bad bound fails, and the bounds are constants checked by a test.
+            Entry::Vacant(e) => Some(e.insert(Latencies::new().ok()?)),
+        }
+    }
+
+    /// Adds a report's samples (a child's, on its way up the tree).
+    ///
+    /// # Errors
+    /// A cell of the report names a size class that does not exist, or a latency
+    /// over [`HIGHEST_NS`]: the report did not come from a recorder.
+    pub fn merge(&mut self, report: &Report) -> Result<(), MonitorError> {
+        for c in &report.cells {
+            if c.size_class >= SIZE_CLASSES {
+                return Err(MonitorError::SizeClass(c.size_class));
+            }
+            let cell = Cell { key: c.key(), component: c.component, size_class: c.size_class };
+            let Some(l) = self.latencies(cell) else {
+                return Err(MonitorError::Histogram("cannot make a histogram".into()));
+            };
+            for &[value, count] in &c.buckets {
+                if value == 0 || value > HIGHEST_NS {
+                    return Err(MonitorError::Latency(value));
+                }
+                l.histogram.record_n(value, count).map_err(|e| MonitorError::Histogram(e.to_string()))?;
+            }
+            l.sum_ns = l.sum_ns.saturating_add(c.sum_ns);
+        }
+        self.folded = self.folded.saturating_add(report.folded);
+        Ok(())
+    }
+
+    /// Everything recorded so far, cells in key order.
+    pub fn report(&self) -> Report {
+        let mut cells: Vec<(&Cell, &Latencies)> = self.cells.iter().collect();
+        cells.sort_by_key(|(c, _)| **c);
+        Report { cells: cells.into_iter().map(|(c, l)| CellReport::of(c, l)).collect(), folded: self.folded }
+    }
+
+    /// Forgets every sample (recording starts anew).
+    pub fn clear(&mut self) {
+        self.cells.clear();
+        self.folded = 0;
+    }
+
+    /// Cells in use.
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const KEY: Key = Key { link: 3, up: true, tag: 7, program: 1 };
+
+    #[test]
+    fn the_stated_memory_of_a_cell_is_what_the_histogram_holds() {
+        let l = Latencies::new().unwrap();
+        assert_eq!(l.histogram.distinct_values() * std::mem::size_of::<u64>(), CELL_BYTES);
+    }
+
+    #[test]
+    fn samples_are_kept_within_one_percent_and_one_microsecond_below_100_us() {
+        let mut r = Recorder::default();
+        for ns in [1_000u64, 1_500, 12_345, 99_999] {
+            r.record(KEY, Component::Net, 64, ns);
+        }
+        let report = r.report();
+        let cell = &report.cells[0];
+        assert_eq!((cell.count, cell.sum_ns, cell.size_class), (4, 114_844, 7));
+        for &[value, _] in &cell.buckets {
+            let nearest =
+                [1_000u64, 1_500, 12_345, 99_999].into_iter().min_by_key(|v| v.abs_diff(value)).unwrap();
+            assert!(value.abs_diff(nearest) <= 1_000 && value.abs_diff(nearest) * 100 <= nearest, "{value}");
+        }
+    }
+
+    #[test]
+    fn a_full_recorder_folds_new_cells_into_other_and_counts_them() {
+        let mut r = Recorder::new(2);
+        r.record(KEY, Component::Queue, 10, 100);
+        r.record(KEY, Component::Send, 10, 100);
+        // Full: a new link and a new size go to OTHER, an existing cell still counts.
+        r.record(Key { link: 9, ..KEY }, Component::Queue, 10, 100);
+        r.record(KEY, Component::Queue, 5000, 100);
+        r.record(KEY, Component::Queue, 10, 100);
+        let report = r.report();
+        assert_eq!(report.folded, 2);
+        assert_eq!(r.len(), 4);
+        let other: u64 = report.cells.iter().filter(|c| c.key() == Key::OTHER).map(|c| c.count).sum();
+        assert_eq!(other, 2);
+        assert_eq!(report.count(), 5, "nothing is dropped");
+    }
+
+    #[test]
+    fn a_report_that_did_not_come_from_a_recorder_is_refused() {
+        let mut r = Recorder::default();
+        r.record(KEY, Component::Queue, 10, 100);
+        let mut bad = r.report();
+        bad.cells[0].size_class = SIZE_CLASSES;
+        assert_eq!(Recorder::default().merge(&bad), Err(MonitorError::SizeClass(SIZE_CLASSES)));
+        let mut bad = r.report();
+        bad.cells[0].buckets = vec![[HIGHEST_NS + 1, 1]];
+        assert!(Recorder::default().merge(&bad).unwrap_err().to_string().contains("latency"));
+    }
+}
