@@ -22,6 +22,7 @@ mod route;
 mod secret;
 mod socket;
 mod stream_route;
+pub mod timing;
 
 pub use error::TransportError;
 pub use links::{LinkId, LinkMap, LinkTable};

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::unix::AsyncFd;
@@ -19,6 +19,7 @@ use tokio::io::Interest;
 use treecast_wire::{Frame, FrameHeader, HEADER_LEN};
 
 use crate::route::{Close, Route, RouteEvent};
+use crate::timing::{wall_clock, ClockFn, LinkPlace, LinkTiming, Monitoring, PeerClock};
 use crate::{LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
@@ -96,6 +97,13 @@ struct OutQueue {
     segments: VecDeque<Bytes>,
     small: BytesMut,
     bytes: usize,
+    /// While monitoring: frames not yet encoded, with when they were queued; their
+    /// header stamp is the start of the write that takes them (see `timing`).
+    staged: Vec<(Frame, Instant)>,
+    /// Bytes ever encoded and ever written: where each frame ends in the link's
+    /// byte stream, to tell which write carried its last byte.
+    pushed: u64,
+    written: u64,
 }
 
 impl OutQueue {
@@ -105,6 +113,7 @@ impl OutQueue {
             header.timestamp_ns = stamp;
         }
         self.bytes += frame.wire_len();
+        self.pushed += frame.wire_len() as u64;
         header.encode(frame.payload.len(), &mut self.small);
         if frame.payload.len() >= ZERO_COPY_MIN {
             self.segments.push_back(self.small.split().freeze());
@@ -115,7 +124,17 @@ impl OutQueue {
     }
 
     fn is_empty(&self) -> bool {
-        self.bytes == 0
+        self.bytes == 0 && self.staged.is_empty()
+    }
+
+    /// Encodes the staged frames with header stamp `stamp`; `queued` is told each
+    /// frame, how long it waited, and where it ends in the byte stream.
+    fn encode_staged(&mut self, stamp: u64, start: Instant, queued: &mut dyn FnMut(&Frame, Duration, u64)) {
+        for (mut frame, at) in std::mem::take(&mut self.staged) {
+            frame.header.timestamp_ns = stamp;
+            self.push(&frame, stamp);
+            queued(&frame, start.saturating_duration_since(at), self.pushed);
+        }
     }
 
     /// Writes as much as the socket takes; true when everything went.
@@ -132,6 +151,7 @@ impl OutQueue {
                     Ok(n) => {
                         self.small.advance(n);
                         self.bytes -= n;
+                        self.written += n as u64;
                         if self.small.is_empty() {
                             self.small.clear();
                         }
@@ -151,6 +171,7 @@ impl OutQueue {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut n) => {
                     self.bytes -= n;
+                    self.written += n as u64;
                     while n > 0 {
                         let Some(front) = self.segments.front_mut() else { break };
                         if n >= front.len() {
@@ -191,6 +212,7 @@ struct Conn {
     state: State,
     /// On the route's dirty list.
     dirty: bool,
+    timing: LinkTiming,
 }
 
 /// Registers a socket with the reactor for `interest` only.
@@ -204,7 +226,7 @@ fn register(sock: Arc<Socket>, interest: Interest) -> io::Result<AsyncFd<Arc<Soc
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    u64::try_from(wall_clock(Instant::now())).unwrap_or(0)
 }
 
 /// TCP and Unix-socket links; see the module documentation.
@@ -216,6 +238,7 @@ pub struct StreamRoute {
     /// Closures found while writing, reported by the next `poll_recv`.
     broken: Vec<(LinkId, Option<String>)>,
     max_frame: usize,
+    monitor: Monitoring,
 }
 
 impl std::fmt::Debug for StreamRoute {
@@ -233,6 +256,7 @@ impl StreamRoute {
             dirty: Vec::new(),
             broken: Vec::new(),
             max_frame,
+            monitor: Monitoring::new(),
         }
     }
 
@@ -254,11 +278,58 @@ impl StreamRoute {
             out: OutQueue::default(),
             state: State::Open,
             dirty: false,
+            timing: LinkTiming::default(),
         };
         self.conns.insert(link, conn);
         // Frames may have arrived with the end of the handshake.
         self.ready.push(link);
         Ok(())
+    }
+
+    /// Sets the clock that stamps frames while monitoring (the node's global-clock
+    /// time base); the wall clock until then.
+    pub fn set_clock(&mut self, clock: ClockFn) {
+        self.monitor.clock = clock;
+    }
+
+    /// Starts recording every frame's latency components under program tag `program`
+    /// (see `crate::timing`); what was recorded before is kept.
+    pub fn monitor_start(&mut self, program: u32) {
+        self.monitor.start(program);
+    }
+
+    /// Stops recording; frames already queued are still stamped and recorded.
+    pub fn monitor_stop(&mut self) {
+        self.monitor.recording = false;
+    }
+
+    /// True while recording.
+    pub fn is_monitoring(&self) -> bool {
+        self.monitor.recording
+    }
+
+    /// What was recorded so far.
+    pub fn monitor_report(&self) -> treecast_monitor::Report {
+        self.monitor.report()
+    }
+
+    /// Forgets what was recorded.
+    pub fn monitor_clear(&mut self) {
+        self.monitor.clear();
+    }
+
+    /// Says where `link` sits in the tree, which names its samples.
+    pub fn place_link(&mut self, link: LinkId, place: LinkPlace) {
+        if let Some(c) = self.conns.get_mut(link) {
+            c.timing.place = Some(place);
+        }
+    }
+
+    /// Sets the peer's clock against this node's, to correct the net component.
+    pub fn set_peer_clock(&mut self, link: LinkId, clock: PeerClock) {
+        if let Some(c) = self.conns.get_mut(link) {
+            c.timing.peer_clock = clock;
+        }
     }
 
     /// Refuses frames over `max_frame` bytes from now on (a node learns its limit from its plan).
@@ -291,7 +362,8 @@ impl StreamRoute {
     fn flush_link(&mut self, link: LinkId) {
         let Some(c) = self.conns.get_mut(link) else { return };
         c.dirty = false;
-        match c.out.write(&c.sock) {
+        let written = write_timed(c, &mut self.monitor);
+        match written {
             Ok(true) => {
                 c.write_fd = None;
                 if c.state == State::Closing {
@@ -380,16 +452,21 @@ impl StreamRoute {
                 Ok(Err(e)) => return Some(Some(format!("read error: {e}"))),
                 Err(_would_block) => continue,
             }
-            match cut_frames(&mut c.rbuf, max_frame) {
-                Ok(frames) => {
-                    if c.state == State::Open {
-                        for f in frames {
-                            *any = true;
-                            sink(link, RouteEvent::Frame(f));
-                        }
-                    }
-                }
+            let read_at = self.monitor.recording.then(Instant::now);
+            let frames = match cut_frames(&mut c.rbuf, max_frame) {
+                Ok(frames) => frames,
                 Err(reason) => return Some(Some(reason.to_string())),
+            };
+            if c.state != State::Open {
+                continue;
+            }
+            let clock = read_at.map(|at| (at, (self.monitor.clock)(at)));
+            for f in frames {
+                *any = true;
+                if let Some((at, ns)) = clock {
+                    self.monitor.read(&c.timing, &f, ns, at, Instant::now());
+                }
+                sink(link, RouteEvent::Frame(f));
             }
         }
     }
@@ -448,15 +525,37 @@ pub fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, Cu
     Ok(frames)
 }
 
+/// Writes what `c` has queued, stamping and recording its frames while monitoring.
+fn write_timed(c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
+    if c.out.staged.is_empty() && !monitor.recording {
+        return c.out.write(&c.sock);
+    }
+    let start = Instant::now();
+    if !c.out.staged.is_empty() {
+        let stamp = monitor.stamp(start);
+        let timing = &mut c.timing;
+        c.out.encode_staged(stamp, start, &mut |frame, waited, end| {
+            monitor.queued(timing, frame, waited, end, start)
+        });
+    }
+    let written = c.out.write(&c.sock);
+    monitor.written(&mut c.timing, c.out.written, Instant::now());
+    written
+}
+
 impl Route for StreamRoute {
     fn send(&mut self, links: &[LinkId], frame: &Frame) {
         let stamp = now_ns();
+        let queued = self.monitor.recording.then(Instant::now);
         for &link in links {
             let Some(c) = self.conns.get_mut(link) else { continue };
             if c.state != State::Open {
                 continue;
             }
-            c.out.push(frame, stamp);
+            match queued {
+                Some(at) => c.out.staged.push((frame.clone(), at)),
+                None => c.out.push(frame, stamp),
+            }
             if !c.dirty {
                 c.dirty = true;
                 self.dirty.push(link);
@@ -533,7 +632,7 @@ impl Route for StreamRoute {
                 tracing::debug!(peer = %c.name, "cannot make writes blocking: {e}");
                 continue;
             }
-            match c.out.write(&c.sock) {
+            match write_timed(c, &mut self.monitor) {
                 Ok(_) => c.sock.shutdown(std::net::Shutdown::Write),
                 Err(e) => tracing::warn!(peer = %c.name, "could not deliver what was queued: {e}"),
             }
@@ -576,6 +675,74 @@ mod tests {
         .await
         .unwrap();
         got
+    }
+
+    /// Flushes `route` until everything queued is written.
+    async fn flushed(route: &mut StreamRoute) {
+        std::future::poll_fn(|cx| {
+            route.flush();
+            route.poll_recv(cx, &mut |_, _| {});
+            if route.is_flushed() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn while_monitoring_each_end_records_its_components_and_net_is_corrected_by_the_peer_clock() {
+        use treecast_monitor::{Component, Key};
+        let (a, b) = pair();
+        let (la, lb) = ids();
+        let (mut child, mut parent) = (StreamRoute::new(MAX_PAYLOAD_LEN), StreamRoute::new(MAX_PAYLOAD_LEN));
+        child.add(la, a, "parent".into()).unwrap();
+        parent.add(lb, b, "child 4".into()).unwrap();
+        child.place_link(la, LinkPlace { lower_node: 4, to_parent: true });
+        parent.place_link(lb, LinkPlace { lower_node: 4, to_parent: false });
+        // The child's clock reads 5 s, the parent's 7 s, and the global clock says the
+        // child's runs 2 s less 1 µs behind: each frame took 1 µs on the way.
+        child.set_clock(Box::new(|_| 5_000_000_000));
+        parent.set_clock(Box::new(|_| 7_000_000_000));
+        parent.set_peer_clock(lb, PeerClock { offset_ns: -2_000_000_000 + 1_000, drift_ppb: 0, at_ns: 0 });
+        child.monitor_start(9);
+        parent.monitor_start(9);
+        let sizes = [10usize, 100, ZERO_COPY_MIN * 2];
+        for n in sizes {
+            child.send(&[la], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; n]));
+        }
+        flushed(&mut child).await;
+        for (_, event) in recv(&mut parent, sizes.len()).await {
+            let RouteEvent::Frame(f) = event else { panic!("{event:?}") };
+            assert_eq!(f.header.timestamp_ns, 5_000_000_000, "stamped on the sender's clock");
+        }
+        let key = Key { link: 4, up: true, tag: 7, program: 9 };
+        let count = |route: &StreamRoute, component: Component| -> (u64, u64) {
+            let report = route.monitor_report();
+            let cells = report.cells.iter().filter(|c| c.component == component);
+            assert!(cells.clone().all(|c| c.key() == key), "{report:?}");
+            cells.fold((0, 0), |(n, sum), c| (n + c.count, sum + c.sum_ns))
+        };
+        assert_eq!(count(&child, Component::Queue).0, 3);
+        assert_eq!(count(&child, Component::Send).0, 3);
+        assert_eq!(count(&child, Component::Net).0, 0, "the sender has no net");
+        assert_eq!(count(&parent, Component::Net), (3, 3_000));
+        assert_eq!(count(&parent, Component::Deliver).0, 3);
+        assert_eq!(count(&parent, Component::Queue).0, 0);
+
+        // Stopped: nothing more is recorded, and frames carry the wall clock again.
+        child.monitor_stop();
+        parent.monitor_stop();
+        child.send(&[la], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]));
+        flushed(&mut child).await;
+        let got = recv(&mut parent, 1).await;
+        let RouteEvent::Frame(f) = &got[0].1 else { panic!() };
+        assert_ne!(f.header.timestamp_ns, 5_000_000_000);
+        assert_eq!(child.monitor_report().count(), 6);
+        assert_eq!(parent.monitor_report().count(), 6);
+        parent.monitor_clear();
+        assert_eq!(parent.monitor_report().count(), 0);
     }
 
     #[tokio::test]

@@ -293,6 +293,17 @@ pub enum ControlMsg {
         /// Why it was lost, naming the node that noticed.
         reason: String,
     },
+    /// Parent to child, after each clock round: the child's clock minus the parent's,
+    /// as the parent measured it, so the child can compare the parent's frame stamps
+    /// with its own clock (the net component of monitoring).
+    LinkClock {
+        /// The child's clock minus the parent's, nanoseconds, at `measured_ns`.
+        offset_ns: i64,
+        /// How fast that difference moves, parts per billion (0 before a second round).
+        drift_ppb: i64,
+        /// When it was measured, on the parent's clock, nanoseconds.
+        measured_ns: i64,
+    },
     /// Upstream: orphaned ranks rejoined the tree under `parent`.
     Rejoined {
         /// The ranks.
@@ -330,6 +341,7 @@ const FALLBACK: u8 = 14;
 const REJOIN: u8 = 15;
 const ORPHANED: u8 = 16;
 const REJOINED: u8 = 17;
+const LINK_CLOCK: u8 = 18;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -385,6 +397,12 @@ impl ControlMsg {
                 out.push(CLOCK_PROBE);
                 out.extend_from_slice(&seq.to_le_bytes());
                 out.extend_from_slice(&sent_ns.to_le_bytes());
+            }
+            ControlMsg::LinkClock { offset_ns, drift_ppb, measured_ns } => {
+                out.push(LINK_CLOCK);
+                out.extend_from_slice(&offset_ns.to_le_bytes());
+                out.extend_from_slice(&drift_ppb.to_le_bytes());
+                out.extend_from_slice(&measured_ns.to_le_bytes());
             }
             ControlMsg::ClockReply { seq, sent_ns, child_ns } => {
                 out.push(CLOCK_REPLY);
@@ -485,6 +503,11 @@ impl ControlMsg {
             CLOCK_PROBE => {
                 ControlMsg::ClockProbe { seq: r.u32("clock probe")?, sent_ns: r.i64("clock probe")? }
             }
+            LINK_CLOCK => ControlMsg::LinkClock {
+                offset_ns: r.i64("link clock")?,
+                drift_ppb: r.i64("link clock")?,
+                measured_ns: r.i64("link clock")?,
+            },
             CLOCK_REPLY => ControlMsg::ClockReply {
                 seq: r.u32("clock reply")?,
                 sent_ns: r.i64("clock reply")?,
@@ -596,6 +619,7 @@ mod tests {
             },
             ControlMsg::Rejoined { ranks: RankSet::range(0, 2), commnodes: 0, parent: "front-end".into() },
             ControlMsg::ClockReply { seq: 3, sent_ns: 1_700_000_000_000_000_000, child_ns: i64::MIN },
+            ControlMsg::LinkClock { offset_ns: -2_000_000_000, drift_ppb: 100_000, measured_ns: i64::MAX },
             ControlMsg::ClockReport {
                 samples: vec![ClockSample {
                     node_id: 9,

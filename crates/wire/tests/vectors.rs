@@ -356,6 +356,11 @@ fn control_from_json(m: &Json) -> ControlMsg {
             ranks: ranks(m),
             reason: str_of(m, "reason").to_owned(),
         },
+        "link_clock" => ControlMsg::LinkClock {
+            offset_ns: m["offset_ns"].as_i64().unwrap(),
+            drift_ppb: m["drift_ppb"].as_i64().unwrap(),
+            measured_ns: m["measured_ns"].as_i64().unwrap(),
+        },
         "rejoined" => ControlMsg::Rejoined {
             ranks: ranks(m),
             commnodes: u32_of(m, "commnodes"),
@@ -376,8 +381,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 17 (Rejoined), has a vector.
-    assert_eq!(seen, (1..=17).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 18 (LinkClock), has a vector.
+    assert_eq!(seen, (1..=18).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use treecast_wire::{ClockSample, ControlMsg};
 
-use super::{ChildState, LinkId, Node, Role};
+use treecast_transport::timing::PeerClock;
+
+use super::{ChildState, Event, LinkId, Node, Role};
 
 /// How a node reads its clock: a time base plus, for tests, a distortion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +141,11 @@ impl Node {
     pub fn set_clock(&mut self, source: ClockSource, config: ClockConfig) {
         self.clock.source = Some(source);
         self.clock.config = config;
+    }
+
+    /// The clock the driver gave the node, if any (the route stamps frames with it).
+    pub fn clock_source(&self) -> Option<ClockSource> {
+        self.clock.source
     }
 
     /// This node's clock at `now`, if it has one.
@@ -270,7 +277,28 @@ impl Node {
             drift_error_ppb: state.drift_error_ppb,
             measured_ns: midpoint,
         };
+        self.tell_link_clock(c, offset, sample.drift_ppb, midpoint);
         self.clock_report(vec![sample]);
+    }
+
+    /// A round of child `c` ended: its route and the child learn the offset, so that
+    /// each end can correct the net latency of the other's frames.
+    fn tell_link_clock(&mut self, c: usize, offset_ns: i64, drift_ppb: i64, measured_ns: i64) {
+        let Some(link) = self.children[c].link else { return };
+        let clock = PeerClock { offset_ns, drift_ppb, at_ns: measured_ns };
+        self.out.event(Event::LinkClock { link, clock });
+        self.out.control(link, &ControlMsg::LinkClock { offset_ns, drift_ppb, measured_ns });
+    }
+
+    /// The parent's measurement of this node's clock: the parent's clock minus this
+    /// node's, on this node's clock, for the route to the parent.
+    pub(super) fn on_link_clock(&mut self, link: LinkId, offset_ns: i64, drift_ppb: i64, measured_ns: i64) {
+        let clock = PeerClock {
+            offset_ns: offset_ns.saturating_neg(),
+            drift_ppb: drift_ppb.saturating_neg(),
+            at_ns: measured_ns.saturating_add(offset_ns),
+        };
+        self.out.event(Event::LinkClock { link, clock });
     }
 
     /// Samples measured here or below: kept at the front-end, sent up elsewhere.

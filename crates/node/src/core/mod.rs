@@ -208,6 +208,14 @@ pub enum Event {
         /// Where the new parent listens.
         address: String,
     },
+    /// The global clock measured a link's peer: its clock against this node's, for
+    /// the route to correct the net latency of the peer's frames.
+    LinkClock {
+        /// The link to the peer.
+        link: LinkId,
+        /// The peer's clock minus this node's.
+        clock: treecast_transport::timing::PeerClock,
+    },
     /// This node rejoined the tree under a new parent.
     ParentChanged {
         /// The new parent's address.
@@ -657,6 +665,9 @@ impl Node {
                 Ok(msg) => match (role, msg) {
                     (LinkRole::Parent, ControlMsg::ClockProbe { seq, sent_ns }) => {
                         self.on_clock_probe(link, seq, sent_ns, now)
+                    }
+                    (LinkRole::Parent, ControlMsg::LinkClock { offset_ns, drift_ppb, measured_ns }) => {
+                        self.on_link_clock(link, offset_ns, drift_ppb, measured_ns)
                     }
                     (LinkRole::Child(c), ControlMsg::ClockReply { seq, sent_ns, child_ns }) => {
                         self.on_clock_reply(c, seq, sent_ns, child_ns, now)

@@ -518,7 +518,7 @@ fn clock_pair(
     until: Instant,
     delay: &mut dyn FnMut(u64) -> Duration,
     rounds: u32,
-) -> (Node, Vec<treecast_wire::ClockSample>) {
+) -> (Node, Node, Vec<treecast_wire::ClockSample>) {
     let mut fe = node(Role::FrontEnd, 0);
     let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
     let config = ClockConfig::default();
@@ -568,7 +568,12 @@ fn clock_pair(
             break;
         }
     }
-    (fe, samples)
+    // What the front-end sent last (the offset it measured) reaches the back-end.
+    wire.sort_by_key(|(at, _, _)| *at);
+    for (at, _, frame) in wire.into_iter().filter(|(_, to_fe, _)| !to_fe) {
+        be.handle_frame(link, frame, at);
+    }
+    (fe, be, samples)
 }
 
 #[test]
@@ -585,7 +590,7 @@ fn the_clock_of_a_child_is_recovered_within_the_bound_and_its_drift_interpolates
         Duration::from_nanos(4_900 + (rng >> 33) % 200)
     };
     // One round: the offset right after it.
-    let (fe, samples) = clock_pair(child, t0, t0 + Duration::from_secs(1), &mut delay, 1);
+    let (fe, _, samples) = clock_pair(child, t0, t0 + Duration::from_secs(1), &mut delay, 1);
     let s = samples[0];
     let measured_at = t0 + Duration::from_nanos((s.measured_ns - base) as u64);
     let error = (s.offset_ns - truth(measured_at)).abs();
@@ -596,7 +601,7 @@ fn the_clock_of_a_child_is_recovered_within_the_bound_and_its_drift_interpolates
     // Three rounds: at once, after `drift_after`, after `resync`; then ten minutes on.
     let config = ClockConfig::default();
     let end = t0 + config.drift_after + config.resync + Duration::from_secs(1);
-    let (_, samples) = clock_pair(child, t0, end, &mut delay, 3);
+    let (_, _, samples) = clock_pair(child, t0, end, &mut delay, 3);
     let s = samples[0];
     assert!((s.drift_ppb - 87_000).abs() <= 10, "drift {} ppb", s.drift_ppb);
     let later = t0 + config.drift_after + config.resync + Duration::from_secs(600);
@@ -610,6 +615,35 @@ fn the_clock_of_a_child_is_recovered_within_the_bound_and_its_drift_interpolates
 }
 
 #[test]
+fn both_ends_of_a_measured_link_learn_the_other_ends_clock_for_the_route() {
+    let t0 = Instant::now();
+    let base = 1_000_000_000_000i64;
+    let mut child = ClockSource::new(t0, base);
+    child.distortion = Distortion { offset_ns: 2_000_000_000, drift_ppb: 0, epoch_ns: base };
+    let mut delay = |_: u64| Duration::from_micros(5);
+    let (mut fe, mut be, samples) = clock_pair(child, t0, t0 + Duration::from_secs(1), &mut delay, 1);
+    let s = samples[0];
+    let link_clocks = |n: &mut Node| -> Vec<treecast_transport::timing::PeerClock> {
+        std::iter::from_fn(|| n.poll_event())
+            .filter_map(|e| match e {
+                Event::LinkClock { clock, .. } => Some(clock),
+                _ => None,
+            })
+            .collect()
+    };
+    // The parent's route: the child's clock minus its own, as measured.
+    let at_parent = link_clocks(&mut fe);
+    assert_eq!(at_parent.len(), 1);
+    assert_eq!((at_parent[0].offset_ns, at_parent[0].at_ns), (s.offset_ns, s.measured_ns));
+    assert_eq!(s.offset_ns, 2_000_000_000, "symmetric links: exact");
+    // The child's route: the parent's clock minus its own, on its own clock.
+    let at_child = link_clocks(&mut be);
+    assert_eq!(at_child.len(), 1);
+    assert_eq!(at_child[0].offset_ns, -2_000_000_000);
+    assert_eq!(at_child[0].at_ns, s.measured_ns + 2_000_000_000);
+}
+
+#[test]
 fn an_asymmetric_link_is_off_by_at_most_half_its_round_trip() {
     let t0 = Instant::now();
     let child = ClockSource::new(t0, 1_000_000_000_000);
@@ -620,7 +654,7 @@ fn an_asymmetric_link_is_off_by_at_most_half_its_round_trip() {
         k += 1;
         Duration::from_micros(if k % 2 == 1 { 50 } else { 2 })
     };
-    let (_, samples) = clock_pair(child, t0, t0 + Duration::from_secs(1), &mut delay, 1);
+    let (_, _, samples) = clock_pair(child, t0, t0 + Duration::from_secs(1), &mut delay, 1);
     let s = samples[0];
     assert!(s.offset_ns.unsigned_abs() <= s.error_ns, "{s:?}");
     assert_eq!((s.offset_ns, s.error_ns), (-24_000, 26_000), "half the asymmetry, half the round trip");

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use treecast_transport::timing::LinkPlace;
 use treecast_transport::{Close, LinkId, LinkTable, Route, RouteEvent, Secret, Socket, StreamRoute};
 
 use crate::core::{Command, CommandError, EndReason, Event, Node, Peer};
@@ -104,9 +105,14 @@ impl<T: Tool> std::fmt::Debug for Driver<T> {
 impl<T: Tool> Driver<T> {
     /// A driver for `core`; frames over `max_frame` bytes close their link.
     pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
+        let mut route = StreamRoute::new(max_frame);
+        if let Some(source) = core.clock_source() {
+            // Monitoring stamps frames on the global clock's time base.
+            route.set_clock(Box::new(move |at| source.read(at)));
+        }
         Driver {
             core,
-            route: StreamRoute::new(max_frame),
+            route,
             links: LinkTable::new(),
             tool,
             launching,
@@ -143,6 +149,11 @@ impl<T: Tool> Driver<T> {
             self.links.remove(link);
             return Err(e);
         }
+        let place = match peer {
+            Peer::Parent => LinkPlace { lower_node: self.core.node_id(), to_parent: true },
+            Peer::Child { node_id } => LinkPlace { lower_node: node_id, to_parent: false },
+        };
+        self.route.place_link(link, place);
         self.core.handle_link_up(link, peer, Instant::now());
         self.after_input();
         Ok(link)
@@ -235,6 +246,7 @@ impl<T: Tool> Driver<T> {
                 self.tool.event(event);
             }
             Event::Rejoin { address } => self.start_rejoin(address),
+            Event::LinkClock { link, clock } => self.route.set_peer_clock(link, clock),
             Event::ParentChanged { .. } => self.tool.event(event),
             Event::Shutdown { .. } | Event::StartupFailed { .. } => {
                 self.begin_end();
