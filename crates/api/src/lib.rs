@@ -56,6 +56,7 @@ mod commnode;
 mod error;
 mod files;
 mod frontend;
+mod monitor;
 mod network;
 mod packet;
 mod stream;
@@ -72,6 +73,7 @@ pub use files::{
     RankOutcome, WriteMode, DEFAULT_CHUNK, DEFAULT_TIMEOUT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS,
     MAX_CHUNK, MAX_TIMEOUT,
 };
+pub use monitor::MONITOR_ORDER_LIMIT;
 pub use network::{Communicator, Event, Network, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
 pub use stream::{Stream, StreamOptions};
@@ -79,6 +81,9 @@ pub use treecast_filters::{
     FilterContext, FilterError, FilterRegistry, RegistryError, Transform, TransformKind,
 };
 pub use treecast_launch::{SrunOptions, SshOptions};
+pub use treecast_monitor::{
+    Collection, Component as LatencyComponent, Key as MonitorKey, Report as MonitorReport,
+};
 pub use treecast_node::core::{CommandError, EndReason, LostRanks};
 pub use treecast_topology::{Topology, TopologyError};
 pub use treecast_wire::{

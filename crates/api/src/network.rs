@@ -143,6 +143,8 @@ pub struct Network {
     commnodes: u32,
     backends: u32,
     next_stream: AtomicU32,
+    /// Ids of monitoring collections.
+    pub(crate) next_collect: AtomicU32,
     lost: watch::Receiver<LostRanks>,
 }
 
@@ -182,6 +184,7 @@ impl Network {
             startup,
             commnodes: launched.commnodes,
             next_stream: AtomicU32::new(1),
+            next_collect: AtomicU32::new(1),
             lost,
         }
     }

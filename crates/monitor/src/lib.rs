@@ -10,9 +10,11 @@
 //! Pure data: no I/O, no clock. The drivers take the stamps and call
 //! [`Recorder::record`].
 
+mod collection;
 mod recorder;
 mod report;
 
+pub use collection::Collection;
 pub use recorder::{Recorder, CELL_BYTES, DEFAULT_MAX_CELLS, HIGHEST_NS, SIGNIFICANT_DIGITS};
 pub use report::{CellReport, MonitorError, Report};
 

@@ -304,6 +304,32 @@ pub enum ControlMsg {
         /// When it was measured, on the parent's clock, nanoseconds.
         measured_ns: i64,
     },
+    /// Downstream, to every node: record every frame's latency components under
+    /// this program tag, from now on.
+    MonitorStart {
+        /// The program tag the samples are kept under.
+        program: u32,
+    },
+    /// Downstream, to every node: stop recording.
+    MonitorStop,
+    /// Downstream, to every node: send up what you recorded, with your sub-tree's.
+    MonitorCollect {
+        /// Names the collection in the answers.
+        id: u32,
+        /// One report per node instead of one merged per sub-tree.
+        per_node: bool,
+        /// How long the receiver waits for its children's answers, milliseconds.
+        limit_ms: u32,
+    },
+    /// Upstream: the answer to [`ControlMsg::MonitorCollect`] for the sender's
+    /// sub-tree.
+    MonitorReport {
+        /// The collection's id.
+        id: u32,
+        /// The reports, JSON (`treecast_monitor::Collection`); the wire layer does
+        /// not read it.
+        json: String,
+    },
     /// Upstream: orphaned ranks rejoined the tree under `parent`.
     Rejoined {
         /// The ranks.
@@ -342,6 +368,10 @@ const REJOIN: u8 = 15;
 const ORPHANED: u8 = 16;
 const REJOINED: u8 = 17;
 const LINK_CLOCK: u8 = 18;
+const MONITOR_START: u8 = 19;
+const MONITOR_STOP: u8 = 20;
+const MONITOR_COLLECT: u8 = 21;
+const MONITOR_REPORT: u8 = 22;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -397,6 +427,22 @@ impl ControlMsg {
                 out.push(CLOCK_PROBE);
                 out.extend_from_slice(&seq.to_le_bytes());
                 out.extend_from_slice(&sent_ns.to_le_bytes());
+            }
+            ControlMsg::MonitorStart { program } => {
+                out.push(MONITOR_START);
+                out.extend_from_slice(&program.to_le_bytes());
+            }
+            ControlMsg::MonitorStop => out.push(MONITOR_STOP),
+            ControlMsg::MonitorCollect { id, per_node, limit_ms } => {
+                out.push(MONITOR_COLLECT);
+                out.extend_from_slice(&id.to_le_bytes());
+                out.push(u8::from(*per_node));
+                out.extend_from_slice(&limit_ms.to_le_bytes());
+            }
+            ControlMsg::MonitorReport { id, json } => {
+                out.push(MONITOR_REPORT);
+                out.extend_from_slice(&id.to_le_bytes());
+                put_string(&mut out, json);
             }
             ControlMsg::LinkClock { offset_ns, drift_ppb, measured_ns } => {
                 out.push(LINK_CLOCK);
@@ -502,6 +548,16 @@ impl ControlMsg {
             },
             CLOCK_PROBE => {
                 ControlMsg::ClockProbe { seq: r.u32("clock probe")?, sent_ns: r.i64("clock probe")? }
+            }
+            MONITOR_START => ControlMsg::MonitorStart { program: r.u32("monitor start")? },
+            MONITOR_STOP => ControlMsg::MonitorStop,
+            MONITOR_COLLECT => ControlMsg::MonitorCollect {
+                id: r.u32("monitor collect")?,
+                per_node: r.u8("monitor collect")? != 0,
+                limit_ms: r.u32("monitor collect")?,
+            },
+            MONITOR_REPORT => {
+                ControlMsg::MonitorReport { id: r.u32("monitor report")?, json: r.string("monitor report")? }
             }
             LINK_CLOCK => ControlMsg::LinkClock {
                 offset_ns: r.i64("link clock")?,
@@ -620,6 +676,10 @@ mod tests {
             ControlMsg::Rejoined { ranks: RankSet::range(0, 2), commnodes: 0, parent: "front-end".into() },
             ControlMsg::ClockReply { seq: 3, sent_ns: 1_700_000_000_000_000_000, child_ns: i64::MIN },
             ControlMsg::LinkClock { offset_ns: -2_000_000_000, drift_ppb: 100_000, measured_ns: i64::MAX },
+            ControlMsg::MonitorStart { program: 7 },
+            ControlMsg::MonitorStop,
+            ControlMsg::MonitorCollect { id: 3, per_node: true, limit_ms: 10_000 },
+            ControlMsg::MonitorReport { id: 3, json: "{}".into() },
             ControlMsg::ClockReport {
                 samples: vec![ClockSample {
                     node_id: 9,

@@ -356,6 +356,16 @@ fn control_from_json(m: &Json) -> ControlMsg {
             ranks: ranks(m),
             reason: str_of(m, "reason").to_owned(),
         },
+        "monitor_start" => ControlMsg::MonitorStart { program: u32_of(m, "program") },
+        "monitor_stop" => ControlMsg::MonitorStop,
+        "monitor_collect" => ControlMsg::MonitorCollect {
+            id: u32_of(m, "id"),
+            per_node: bool_of(m, "per_node"),
+            limit_ms: u32_of(m, "limit_ms"),
+        },
+        "monitor_report" => {
+            ControlMsg::MonitorReport { id: u32_of(m, "id"), json: str_of(m, "json").to_owned() }
+        }
         "link_clock" => ControlMsg::LinkClock {
             offset_ns: m["offset_ns"].as_i64().unwrap(),
             drift_ppb: m["drift_ppb"].as_i64().unwrap(),
@@ -381,8 +391,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 18 (LinkClock), has a vector.
-    assert_eq!(seen, (1..=18).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 22 (MonitorReport), has a vector.
+    assert_eq!(seen, (1..=22).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.

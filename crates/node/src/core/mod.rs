@@ -19,6 +19,7 @@
 
 mod clock;
 mod liveness;
+mod monitor;
 mod recovery;
 mod startup;
 mod streams;
@@ -216,6 +217,25 @@ pub enum Event {
         /// The peer's clock minus this node's.
         clock: treecast_transport::timing::PeerClock,
     },
+    /// Driver: start recording every frame's latency components under this program tag.
+    MonitorStart {
+        /// The program tag.
+        program: u32,
+    },
+    /// Driver: stop recording.
+    MonitorStop,
+    /// Driver: hand this node's own report for collection `id` back with
+    /// [`Command::MonitorLocal`].
+    MonitorCollectLocal {
+        /// The collection.
+        id: u32,
+    },
+    /// Front-end: collection `id` is complete (or timed out); take it with
+    /// [`Node::take_monitor_collection`].
+    MonitorCollected {
+        /// The collection.
+        id: u32,
+    },
     /// This node rejoined the tree under a new parent.
     ParentChanged {
         /// The new parent's address.
@@ -357,6 +377,30 @@ pub enum Command {
     },
     /// Front-end: take the tree down. Back-end: leave.
     Shutdown,
+    /// Front-end: every node starts recording under this program tag.
+    MonitorStart {
+        /// The program tag.
+        program: u32,
+    },
+    /// Front-end: every node stops recording.
+    MonitorStop,
+    /// Front-end: collect every node's report; [`Event::MonitorCollected`] says when
+    /// it is in.
+    MonitorCollect {
+        /// Names the collection; not in use by another.
+        id: u32,
+        /// One report per node instead of one per sub-tree of the front-end's children.
+        per_node: bool,
+        /// How long to wait for answers; later ones are named missing.
+        limit: Duration,
+    },
+    /// Driver: this node's own report for collection `id` (see [`Event::MonitorCollectLocal`]).
+    MonitorLocal {
+        /// The collection.
+        id: u32,
+        /// What the route recorded.
+        report: treecast_monitor::Report,
+    },
 }
 
 /// Why a command was refused.
@@ -527,6 +571,7 @@ pub struct Node {
     liveness: Liveness,
     /// The global clock: probes of the children, samples going up.
     clock: clock::ClockSync,
+    monitor: monitor::MonitorRequests,
     /// How long orphans have to rejoin (`None`: no recovery).
     rejoin: Option<std::time::Duration>,
     /// Where this node reached its parent (its children's fallback).
@@ -572,6 +617,7 @@ impl Node {
             lost: LostRanks::default(),
             liveness: Liveness::default(),
             clock: clock::ClockSync::default(),
+            monitor: monitor::MonitorRequests::default(),
             rejoin: None,
             parent_address: None,
             fallback: None,
@@ -781,6 +827,27 @@ impl Node {
                 self.out.control(parent, &ControlMsg::FilterError { stream, rank, message });
                 Ok(())
             }
+            Command::MonitorStart { .. } | Command::MonitorStop | Command::MonitorCollect { .. }
+                if self.role != Role::FrontEnd =>
+            {
+                Err(CommandError::NotNow("monitoring is ordered by the front-end"))
+            }
+            Command::MonitorStart { program } => {
+                self.monitor_order(ControlMsg::MonitorStart { program });
+                Ok(())
+            }
+            Command::MonitorStop => {
+                self.monitor_order(ControlMsg::MonitorStop);
+                Ok(())
+            }
+            Command::MonitorCollect { id, per_node, limit } => {
+                self.monitor_collect(id, per_node, limit, now);
+                Ok(())
+            }
+            Command::MonitorLocal { id, report } => {
+                self.monitor_local(id, report, now);
+                Ok(())
+            }
             Command::Shutdown => {
                 let why = match self.role {
                     Role::BackEnd { rank, .. } => {
@@ -811,6 +878,7 @@ impl Node {
         self.streams_timeout(now);
         self.liveness_timeout(now);
         self.clock_timeout(now);
+        self.monitor_timeout(now);
         if self.phase != Phase::Over {
             self.recovery_timeout(now);
         }
@@ -846,7 +914,8 @@ impl Node {
         let liveness = if self.phase == Phase::Over { None } else { self.liveness.next_deadline() };
         let clock = self.clock_deadline();
         let recovery = if self.phase == Phase::Over { None } else { self.recovery_deadline() };
-        [self.child_deadline, self.loss_deadline, waves, liveness, clock, recovery]
+        let monitor = self.monitor_deadline();
+        [self.child_deadline, self.loss_deadline, waves, liveness, clock, recovery, monitor]
             .into_iter()
             .flatten()
             .min()

@@ -389,6 +389,10 @@ impl Node {
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
             ControlMsg::CloseStream { id } => self.close_stream_from_parent(id),
             ControlMsg::Shutdown => self.shut_down(super::EndReason::ShutDown),
+            msg @ (ControlMsg::MonitorStart { .. } | ControlMsg::MonitorStop) => self.monitor_order(msg),
+            ControlMsg::MonitorCollect { id, per_node, limit_ms } => {
+                self.monitor_collect(id, per_node, Duration::from_millis(u64::from(limit_ms)), now)
+            }
             other => {
                 tracing::warn!(node = %self.name, "ignoring unexpected control message from the parent: {other:?}")
             }
@@ -415,6 +419,7 @@ impl Node {
             ControlMsg::StreamRefused { stream, node, message } => {
                 self.stream_refused(c, stream, node, message, now)
             }
+            ControlMsg::MonitorReport { id, json } => self.monitor_answer(c, id, &json, now),
             other => {
                 tracing::warn!(node = %self.name, "ignoring unexpected control message from below: {other:?}")
             }
@@ -607,6 +612,7 @@ impl Node {
 
     /// A child's link closed (`by_peer`), or this node dropped it.
     pub(super) fn child_gone(&mut self, c: usize, why: String, now: Instant, by_peer: bool) {
+        self.monitor_child_gone(c, now);
         match (self.phase.clone(), self.children[c].state) {
             (_, ChildState::Gone) | (Phase::Over, _) => {}
             (Phase::Starting, _) => {

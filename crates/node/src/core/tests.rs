@@ -686,3 +686,74 @@ fn a_backend_that_loses_its_parent_rejoins_at_its_fallback_and_says_what_it_brin
     be.handle_link_closed(l[1], None, t0);
     assert!(be.is_over(), "no fallback: nowhere to rejoin");
 }
+
+/// A front-end over two joined back-ends (nodes 1 and 2), on links `l[0]`, `l[1]`.
+fn front_end_over_two(t0: Instant) -> (Node, Vec<LinkId>) {
+    let mut fe = node(Role::FrontEnd, 0);
+    let mut p = plan("h:0 => h:1 h:2 ;", 0, false);
+    p.total_backends = 2;
+    fe.handle_command(Command::Launch(Box::new(p)), t0).unwrap();
+    let l = ids(2);
+    for (i, &link) in l.iter().enumerate() {
+        fe.handle_link_up(link, Peer::Child { node_id: i as u32 + 1 }, t0);
+        let join = ControlMsg::Join { ranks: RankSet::single(i as u32), commnodes: 0 };
+        fe.handle_frame(link, control(&join), t0);
+    }
+    transmits(&mut fe);
+    events(&mut fe);
+    (fe, l)
+}
+
+fn monitor_msgs(n: &mut Node) -> Vec<ControlMsg> {
+    transmits(n)
+        .into_iter()
+        .filter_map(|t| ControlMsg::decode(&t.frame.payload).ok())
+        .filter(|m| matches!(m, ControlMsg::MonitorCollect { .. } | ControlMsg::MonitorStart { .. }))
+        .collect()
+}
+
+#[test]
+fn a_collection_ends_without_a_lost_or_silent_child_and_names_it() {
+    use treecast_monitor::{Collection, Report};
+    let t0 = Instant::now();
+    let (mut fe, l) = front_end_over_two(t0);
+    let limit = Duration::from_secs(4);
+    fe.handle_command(Command::MonitorCollect { id: 1, per_node: true, limit }, t0).unwrap();
+    // Each child gets three quarters of the limit, so its answer comes in time.
+    let asked = monitor_msgs(&mut fe);
+    assert_eq!(asked, vec![ControlMsg::MonitorCollect { id: 1, per_node: true, limit_ms: 3000 }; 2]);
+    assert!(events(&mut fe).iter().any(|e| matches!(e, Event::MonitorCollectLocal { id: 1 })));
+    fe.handle_command(Command::MonitorLocal { id: 1, report: Report::default() }, t0).unwrap();
+    let answer = ControlMsg::MonitorReport { id: 1, json: Collection::of(1, Report::default()).to_json() };
+    fe.handle_frame(l[0], control(&answer), t0);
+    assert_eq!(fe.take_monitor_collection(1), None, "node 2 has not answered");
+    fe.handle_link_closed(l[1], Some("gone".into()), t0);
+    assert!(events(&mut fe).iter().any(|e| matches!(e, Event::MonitorCollected { id: 1 })));
+    let c = fe.take_monitor_collection(1).unwrap();
+    assert_eq!(c.reports.keys().copied().collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(c.missing, ["back-end rank 1 on h (node 2): lost before it answered, with any node below it"]);
+
+    // A child that stays silent is named when the limit passes; a late answer is dropped.
+    fe.handle_command(Command::MonitorCollect { id: 2, per_node: false, limit }, t0).unwrap();
+    fe.handle_command(Command::MonitorLocal { id: 2, report: Report::default() }, t0).unwrap();
+    assert!(fe.poll_timeout().is_some_and(|t| t <= t0 + limit), "a timer is set for the limit");
+    fe.handle_timeout(t0 + limit);
+    let c = fe.take_monitor_collection(2).unwrap();
+    assert_eq!(c.reports.keys().copied().collect::<Vec<_>>(), [0]);
+    assert_eq!(c.missing, ["back-end rank 0 on h (node 1): no report within 3.0 s"]);
+    let late = ControlMsg::MonitorReport { id: 2, json: Collection::default().to_json() };
+    fe.handle_frame(l[0], control(&late), t0 + limit);
+    assert_eq!(fe.take_monitor_collection(2), None);
+}
+
+#[test]
+fn only_the_front_end_orders_monitoring_and_orders_reach_every_joined_child() {
+    let t0 = Instant::now();
+    let (mut fe, _) = front_end_over_two(t0);
+    fe.handle_command(Command::MonitorStart { program: 7 }, t0).unwrap();
+    assert_eq!(monitor_msgs(&mut fe), vec![ControlMsg::MonitorStart { program: 7 }; 2]);
+    assert!(events(&mut fe).contains(&Event::MonitorStart { program: 7 }));
+    let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
+    let err = be.handle_command(Command::MonitorStop, t0).unwrap_err();
+    assert!(err.to_string().contains("ordered by the front-end"), "{err}");
+}

@@ -134,6 +134,11 @@ impl<T: Tool> Driver<T> {
         &self.core
     }
 
+    /// Front-end: takes monitoring collection `id` once complete.
+    pub fn take_monitor_collection(&mut self, id: u32) -> Option<treecast_monitor::Collection> {
+        self.core.take_monitor_collection(id)
+    }
+
     /// The tool.
     pub fn tool(&mut self) -> &mut T {
         &mut self.tool
@@ -247,6 +252,13 @@ impl<T: Tool> Driver<T> {
             }
             Event::Rejoin { address } => self.start_rejoin(address),
             Event::LinkClock { link, clock } => self.route.set_peer_clock(link, clock),
+            Event::MonitorStart { program } => self.route.monitor_start(program),
+            Event::MonitorStop => self.route.monitor_stop(),
+            Event::MonitorCollectLocal { id } => {
+                let report = self.route.monitor_report();
+                // Only the front-end refuses monitoring commands, and not this one.
+                let _ = self.core.handle_command(Command::MonitorLocal { id, report }, Instant::now());
+            }
             Event::ParentChanged { .. } => self.tool.event(event),
             Event::Shutdown { .. } | Event::StartupFailed { .. } => {
                 self.begin_end();

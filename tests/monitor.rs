@@ -1,0 +1,99 @@
+//! End-to-end tests of monitoring: every node of a real tree records the latency
+//! components of its links while asked to, and the front-end collects them through
+//! the tree.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::assert_no_leftovers;
+use treecast::apps::protocol::TAG_ADD_RANK;
+use treecast_api::{
+    Collection, LatencyComponent, MonitorReport, Network, NetworkBuilder, StreamOptions, Topology,
+    TransformKind, Value,
+};
+
+const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
+const LIMIT: Duration = Duration::from_secs(20);
+
+async fn launch(spec: &str, backends: usize) -> (Network, Topology) {
+    let topo = Topology::from_spec(spec, Some(backends)).unwrap();
+    let net = NetworkBuilder::new(topo.clone())
+        .treecast_path(TREECAST)
+        .startup_timeout(LIMIT)
+        .launch()
+        .await
+        .unwrap();
+    (net, topo)
+}
+
+/// Sends `waves` sum requests and checks every answer.
+async fn sums(net: &Network, stream: &mut treecast_api::Stream, waves: i32) {
+    let n = i64::from(net.backends());
+    for wave in 0..waves {
+        stream.send(TAG_ADD_RANK, "%d", &[Value::Int(wave)]).await.unwrap();
+    }
+    for wave in 0..waves {
+        let p = stream.recv_timeout(LIMIT).await.unwrap();
+        assert_eq!(p.values().unwrap()[0].as_i64().unwrap(), i64::from(wave) * n + n * (n - 1) / 2);
+    }
+}
+
+/// Samples of `component` for frames with `tag`, going up or down.
+fn samples(report: &MonitorReport, component: LatencyComponent, tag: i32, up: bool) -> u64 {
+    report
+        .cells
+        .iter()
+        .filter(|c| c.component == component && c.tag == tag && c.up == up)
+        .map(|c| c.count)
+        .sum()
+}
+
+#[tokio::test]
+async fn every_node_records_its_links_while_asked_and_the_front_end_collects_them_through_the_tree() {
+    let (net, topo) = launch("balanced:2x2", 4).await;
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    // Before recording: nothing is kept.
+    sums(&net, &mut s, 5).await;
+    assert!(net.monitor_start(42).await.unwrap().is_empty());
+    sums(&net, &mut s, 20).await;
+    assert!(net.monitor_stop().await.unwrap().is_empty());
+
+    let per_node: Collection = net.monitor_collect(true, LIMIT).await.unwrap();
+    assert!(per_node.missing.is_empty(), "{:?}", per_node.missing);
+    let nodes: BTreeSet<u32> = per_node.reports.keys().copied().collect();
+    assert_eq!(nodes, (0..topo.len() as u32).collect(), "one report per node, the front-end's included");
+    let all = per_node.merged().unwrap();
+    assert!(all.cells.iter().all(|c| c.program == 42), "recorded under the program tag");
+    // 20 requests down each of the 6 links (2 comm nodes, 4 back-ends), 20 answers up.
+    let links = (topo.len() - 1) as u64;
+    for component in
+        [LatencyComponent::Queue, LatencyComponent::Send, LatencyComponent::Net, LatencyComponent::Deliver]
+    {
+        for up in [false, true] {
+            assert_eq!(samples(&all, component, TAG_ADD_RANK, up), 20 * links, "{component:?} up={up}");
+        }
+    }
+    // Each link's sender records queue and send, its receiver net and deliver: a
+    // back-end sent its 20 answers up and read 20 requests.
+    let backend = &per_node.reports[&(topo.len() as u32 - 1)];
+    assert_eq!(samples(backend, LatencyComponent::Send, TAG_ADD_RANK, true), 20);
+    assert_eq!(samples(backend, LatencyComponent::Net, TAG_ADD_RANK, false), 20);
+    assert_eq!(samples(backend, LatencyComponent::Send, TAG_ADD_RANK, false), 0);
+
+    // Stopped: later waves add nothing; merged through the tree, the same report.
+    sums(&net, &mut s, 5).await;
+    let merged = net.monitor_collect(false, LIMIT).await.unwrap();
+    assert_eq!(merged.reports.keys().copied().collect::<Vec<_>>(), [0], "one report, merged on the way up");
+    assert_eq!(merged.merged().unwrap(), all);
+
+    let needle = format!("TREECAST_SESSION={}", net.session());
+    net.shutdown().await;
+    assert_no_leftovers(&needle);
+}
