@@ -17,6 +17,10 @@ failed=()
 for t in "${targets[@]}"; do
     echo "== fuzz $t for ${secs}s"
     mkdir -p "corpus/$t"
+    # Seeds for decoders whose input random bytes rarely reach (JSON, for one).
+    if [ -d "seeds/$t" ]; then
+        cp -n "seeds/$t"/* "corpus/$t/"
+    fi
     if ! cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -rss_limit_mb=2048; then
         failed+=("$t")
     fi
