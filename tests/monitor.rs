@@ -97,3 +97,48 @@ async fn every_node_records_its_links_while_asked_and_the_front_end_collects_the
     net.shutdown().await;
     assert_no_leftovers(&needle);
 }
+
+#[test]
+fn microbench_records_a_run_into_a_report_per_node() {
+    let dir = common::TestDir::new("microbench-monitor");
+    let path = dir.path("report.json");
+    // Marks this test's processes, so the leftover check looks at them only.
+    let tag = format!("TREECAST_TEST_TAG=monitor-{}", std::process::id());
+    let (k, v) = tag.split_once('=').unwrap();
+    let out = std::process::Command::new(TREECAST)
+        .args([
+            "bench",
+            "microbench",
+            "--local",
+            "4",
+            "--topology",
+            "balanced:2x2",
+            "--rt",
+            "10",
+            "--tp",
+            "10",
+        ])
+        .arg("--monitor")
+        .arg(&path)
+        .env(k, v)
+        .output()
+        .unwrap();
+    assert_no_leftovers(&tag);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c = Collection::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(c.missing.is_empty(), "{:?}", c.missing);
+    assert_eq!(c.reports.len(), 7, "the front-end, 2 comm nodes, 4 back-ends");
+    let all = c.merged().unwrap();
+    // 10 round trips and 10 reductions, at least, went down and up every link.
+    for component in [LatencyComponent::Queue, LatencyComponent::Net] {
+        for up in [false, true] {
+            let n: u64 = all
+                .cells
+                .iter()
+                .filter(|c| c.component == component && c.up == up && c.tag != 0)
+                .map(|c| c.count)
+                .sum();
+            assert!(n >= 20 * 6, "{component:?} up={up}: {n}");
+        }
+    }
+}

@@ -86,11 +86,11 @@ async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode> {
     let topology = Topology::from_spec(spec, args.local).with_context(|| format!("topology {spec:?}"))?;
     // The reference shape gets as many back-ends as the tree measured.
     let backends = topology.backends();
-    let mut results = vec![run_case(spec, topology, &args).await?];
+    let mut results = vec![run_case(spec, topology, &args, args.monitor.as_deref()).await?];
     if let Some(reference) = &args.compare {
         let topology = Topology::from_spec(reference, Some(backends))
             .with_context(|| format!("topology {reference:?}"))?;
-        results.push(run_case(reference, topology, &args).await?);
+        results.push(run_case(reference, topology, &args, None).await?);
     }
     if args.json {
         for r in &results {
@@ -107,11 +107,19 @@ async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run_case(spec: &str, topology: Topology, args: &MicrobenchArgs) -> anyhow::Result<MicrobenchResult> {
+async fn run_case(
+    spec: &str,
+    topology: Topology,
+    args: &MicrobenchArgs,
+    monitor: Option<&std::path::Path>,
+) -> anyhow::Result<MicrobenchResult> {
     let hops = 2 * topology.depth();
     let raw_text = topology.to_mrnet();
     let net = NetworkBuilder::new(topology).launch().await?;
-    let outcome = measure(&net, spec, args).await;
+    let outcome = match monitor {
+        Some(path) => measure_monitored(&net, spec, args, path).await,
+        None => measure(&net, spec, args).await,
+    };
     net.shutdown().await;
     let mut result = outcome?;
     let one_way = tokio::task::spawn_blocking(ping_pong_one_way).await??;
@@ -122,6 +130,39 @@ async fn run_case(spec: &str, topology: Topology, args: &MicrobenchArgs) -> anyh
     let raw = tokio::task::spawn_blocking(move || raw_tree_round_trip(&raw_text, rounds)).await??;
     result.raw_tree_us = raw.as_secs_f64() * 1e6;
     Ok(result)
+}
+
+/// Program tag of the frames a monitored microbench records.
+const MICROBENCH_PROGRAM: u32 = 1;
+
+/// [`measure`] with every node recording, then the reports collected into `path`.
+async fn measure_monitored(
+    net: &treecast_api::Network,
+    spec: &str,
+    args: &MicrobenchArgs,
+    path: &std::path::Path,
+) -> anyhow::Result<MicrobenchResult> {
+    warn_unconfirmed(net.monitor_start(MICROBENCH_PROGRAM).await?);
+    let result = measure(net, spec, args).await;
+    warn_unconfirmed(net.monitor_stop().await?);
+    let collection = net.monitor_collect(true, Duration::from_secs(30)).await?;
+    for missing in &collection.missing {
+        eprintln!("monitor: no report from {missing}");
+    }
+    std::fs::write(path, collection.to_json()).with_context(|| format!("writing {}", path.display()))?;
+    let samples = collection.merged()?.count();
+    eprintln!(
+        "monitor: {samples} samples from {} nodes written to {}",
+        collection.reports.len(),
+        path.display()
+    );
+    result
+}
+
+fn warn_unconfirmed(missing: Vec<String>) {
+    for node in missing {
+        eprintln!("monitor: {node} did not confirm the order");
+    }
 }
 
 /// The environment variable that hands a relay its sub-tree.

@@ -396,6 +396,10 @@ pub struct MicrobenchArgs {
     /// One JSON object per case instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Record the latency components of every link of the tree (not of the `--compare`
+    /// shape) while it is measured, and write them here: one report per node (JSON).
+    #[arg(long, value_name = "REPORT.json")]
+    pub monitor: Option<std::path::PathBuf>,
 }
 
 /// Flags of `treecast bcast`.
