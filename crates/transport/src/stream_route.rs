@@ -758,16 +758,7 @@ mod tests {
             ra.send(&[la], &Frame::new(FrameHeader::data(1, i as i32, 0), vec![i as u8; n]));
         }
         let writer = tokio::spawn(async move {
-            std::future::poll_fn(|cx| {
-                ra.flush();
-                ra.poll_recv(cx, &mut |_, _| {});
-                if ra.is_flushed() {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                }
-            })
-            .await;
+            flushed(&mut ra).await;
             ra.close(la, Close::Flush);
             ra
         });
