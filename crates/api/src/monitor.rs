@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use treecast_node::core::Command;
 use treecast_node::driver::lock;
+use treecast_wire::CollectMode;
 
 use crate::{ApiError, Network};
 
@@ -49,7 +50,7 @@ impl Network {
     /// Waits until every node handled the orders sent before: a collection travels
     /// behind them on every link and each node handles its orders in turn.
     async fn confirmed(&self) -> Result<Vec<String>, ApiError> {
-        Ok(self.monitor_collect(false, MONITOR_ORDER_LIMIT).await?.missing)
+        Ok(self.collect(CollectMode::Confirm, MONITOR_ORDER_LIMIT).await?.missing)
     }
 
     /// Collects what every node recorded. Each comm node adds its children's reports
@@ -62,15 +63,26 @@ impl Network {
     /// The network is over, or the tree gave no answer at all within `limit` plus a
     /// second.
     ///
-    /// Cancel safety: cancelling drops the answer when it comes.
+    /// Cancel safety: cancelling leaves the answer with the front-end, which keeps the
+    /// last 16 answers nobody took.
     pub async fn monitor_collect(
         &self,
         per_node: bool,
         limit: Duration,
     ) -> Result<treecast_monitor::Collection, ApiError> {
+        let mode = if per_node { CollectMode::PerNode } else { CollectMode::Merged };
+        self.collect(mode, limit).await
+    }
+
+    /// Runs one collection and waits for it.
+    async fn collect(
+        &self,
+        mode: CollectMode,
+        limit: Duration,
+    ) -> Result<treecast_monitor::Collection, ApiError> {
         let id = self.next_collect.fetch_add(1, Ordering::Relaxed);
         lock(&self.shared)
-            .command(Command::MonitorCollect { id, per_node, limit })
+            .command(Command::MonitorCollect { id, mode, limit })
             .map_err(|e| ApiError::from_command(0, e))?;
         // The core ends the collection at `limit` with what it has; the second is for
         // the driver to get there.

@@ -33,8 +33,10 @@ impl Collection {
         match merge_into {
             None => self.reports.extend(child.reports),
             Some(node) => {
-                let own = self.reports.remove(&node).unwrap_or_default();
-                let merged = Report::merged(std::iter::once(&own).chain(child.reports.values()))?;
+                // Merged before anything is replaced: a child's bad report leaves the
+                // reports gathered so far as they were.
+                let merged =
+                    Report::merged(self.reports.get(&node).into_iter().chain(child.reports.values()))?;
                 self.reports.insert(node, merged);
             }
         }
@@ -92,5 +94,16 @@ mod tests {
         assert_eq!(merged.reports[&1].count(), 5);
         assert_eq!(merged.merged().unwrap(), per_node.merged().unwrap());
         assert_eq!(Collection::from_json(&per_node.to_json()).unwrap(), per_node);
+    }
+
+    #[test]
+    fn a_child_report_that_does_not_merge_leaves_what_was_gathered() {
+        let mut own = Collection::of(1, report(1, 2));
+        let mut bad = Collection::of(2, report(2, 1));
+        if let Some(r) = bad.reports.get_mut(&2) {
+            r.cells[0].size_class = 200;
+        }
+        assert!(own.absorb(bad, Some(1)).is_err());
+        assert_eq!(own.reports[&1].count(), 2);
     }
 }

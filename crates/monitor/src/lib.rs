@@ -16,7 +16,7 @@ mod report;
 
 pub use collection::Collection;
 pub use recorder::{Recorder, CELL_BYTES, DEFAULT_MAX_CELLS, HIGHEST_NS, SIGNIFICANT_DIGITS};
-pub use report::{CellReport, MonitorError, Report};
+pub use report::{CellReport, MonitorError, Report, MERGE_MAX_CELLS};
 
 use serde::{Deserialize, Serialize};
 
@@ -24,12 +24,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Component {
-    /// From the node handing the frame to the link to the write that carries its
-    /// first byte.
+    /// From the node handing the frame to the link to the start of the flush that
+    /// encodes it for writing.
     Queue,
-    /// The write system calls that carry the frame, first to last.
+    /// From that start to the end of the write that carries the frame's last byte.
     Send,
-    /// From the start of the write at the sender to the read at the receiver,
+    /// From that same start at the sender to the end of the read at the receiver,
     /// corrected by the global clock.
     Net,
     /// From the read to the frame being handed to the filter or the tool.

@@ -14,6 +14,8 @@ pub const HIGHEST_NS: u64 = 3_600_000_000_000;
 /// Significant decimal digits kept per sample: 2 keeps every latency within 1 %,
 /// which is 1 µs or better up to 100 µs, where small frames' latencies lie.
 pub const SIGNIFICANT_DIGITS: u8 = 2;
+/// Most samples one cell of a report may bring into a merge (2^53).
+const MAX_CELL_SAMPLES: u64 = 1 << 53;
 /// Histograms a recorder keeps apart by default (see [`Recorder::new`]).
 pub const DEFAULT_MAX_CELLS: usize = 512;
 /// Memory of one histogram's counts, bytes (checked by a test against the library):
@@ -103,6 +105,14 @@ impl Recorder {
             if c.size_class >= SIZE_CLASSES {
                 return Err(MonitorError::SizeClass(c.size_class));
             }
+            // Counts are added without checks when quantiles are read: refuse totals
+            // no real recording reaches.
+            let total = c.buckets.iter().try_fold(0u64, |n, [_, count]| n.checked_add(*count));
+            if total.map_or(true, |n| n > MAX_CELL_SAMPLES) {
+                return Err(MonitorError::Histogram(format!(
+                    "a cell claims more than {MAX_CELL_SAMPLES} samples: the report is damaged"
+                )));
+            }
             let cell = Cell { key: c.key(), component: c.component, size_class: c.size_class };
             let Some(l) = self.latencies(cell) else {
                 return Err(MonitorError::Histogram("cannot make a histogram".into()));
@@ -187,6 +197,20 @@ mod tests {
         let other: u64 = report.cells.iter().filter(|c| c.key() == Key::OTHER).map(|c| c.count).sum();
         assert_eq!(other, 2);
         assert_eq!(report.count(), 5, "nothing is dropped");
+    }
+
+    #[test]
+    fn samples_of_an_hour_or_more_merge_again_and_huge_counts_are_refused() {
+        let mut r = Recorder::default();
+        r.record(KEY, Component::Send, 10, HIGHEST_NS);
+        r.record(KEY, Component::Send, 10, u64::MAX);
+        let report = r.report();
+        let mut again = Recorder::default();
+        again.merge(&report).unwrap();
+        assert_eq!(again.report().count(), 2);
+        let mut bad = report.clone();
+        bad.cells[0].buckets = vec![[1_000, u64::MAX], [2_000, 1]];
+        assert!(Recorder::default().merge(&bad).unwrap_err().to_string().contains("damaged"));
     }
 
     #[test]

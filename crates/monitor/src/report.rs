@@ -2,8 +2,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::recorder::HIGHEST_NS;
 use crate::recorder::{Cell, Latencies};
 use crate::{Component, Key, Recorder};
+
+/// Cells a merge keeps apart (a comm node merging its sub-tree's reports); the rest
+/// fold into [`Key::OTHER`]. About 78 MiB at most while a merge runs.
+pub const MERGE_MAX_CELLS: usize = 2048;
 
 /// Why a report cannot be read or merged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,9 +70,10 @@ pub struct CellReport {
 impl CellReport {
     pub(crate) fn of(cell: &Cell, l: &Latencies) -> CellReport {
         let h = &l.histogram;
+        // The last bucket reaches past HIGHEST_NS; any value in it records into it again.
         let buckets = h
             .iter_recorded()
-            .map(|v| [h.highest_equivalent(v.value_iterated_to()), v.count_at_value()])
+            .map(|v| [h.highest_equivalent(v.value_iterated_to()).min(HIGHEST_NS), v.count_at_value()])
             .collect();
         CellReport {
             link: cell.key.link,
@@ -103,7 +109,7 @@ impl CellReport {
 impl Report {
     /// Samples in every cell.
     pub fn count(&self) -> u64 {
-        self.cells.iter().map(|c| c.count).sum()
+        self.cells.iter().fold(0u64, |n, c| n.saturating_add(c.count))
     }
 
     /// The reports merged into one, as a comm node merges its children's with its own.
@@ -111,7 +117,7 @@ impl Report {
     /// # Errors
     /// As [`Recorder::merge`].
     pub fn merged<'a>(reports: impl IntoIterator<Item = &'a Report>) -> Result<Report, MonitorError> {
-        let mut all = Recorder::new(usize::MAX);
+        let mut all = Recorder::new(MERGE_MAX_CELLS);
         for r in reports {
             all.merge(r)?;
         }

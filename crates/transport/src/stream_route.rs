@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use treecast_wire::{Frame, FrameHeader, HEADER_LEN};
+use treecast_wire::{Frame, FrameHeader, FLAG_STAMPED, HEADER_LEN};
 
 use crate::route::{Close, Route, RouteEvent};
 use crate::timing::{wall_clock, ClockFn, LinkPlace, LinkTiming, Monitoring, PeerClock};
@@ -107,11 +107,15 @@ struct OutQueue {
 }
 
 impl OutQueue {
-    fn push(&mut self, frame: &Frame, stamp: u64) {
+    /// Encodes `frame`; `stamped` says its timestamp was taken here while recording.
+    fn push(&mut self, frame: &Frame, stamp: u64, stamped: bool) {
         let mut header: FrameHeader = frame.header;
         if header.timestamp_ns == 0 {
             header.timestamp_ns = stamp;
         }
+        // A stamp this hop did not take while recording (a forwarded frame keeps the
+        // previous hop's) measures nothing for this hop.
+        header.flags = if stamped { header.flags | FLAG_STAMPED } else { header.flags & !FLAG_STAMPED };
         self.bytes += frame.wire_len();
         self.pushed += frame.wire_len() as u64;
         header.encode(frame.payload.len(), &mut self.small);
@@ -132,7 +136,7 @@ impl OutQueue {
     fn encode_staged(&mut self, stamp: u64, start: Instant, queued: &mut dyn FnMut(&Frame, Duration, u64)) {
         for (mut frame, at) in std::mem::take(&mut self.staged) {
             frame.header.timestamp_ns = stamp;
-            self.push(&frame, stamp);
+            self.push(&frame, stamp, true);
             queued(&frame, start.saturating_duration_since(at), self.pushed);
         }
     }
@@ -300,6 +304,16 @@ impl StreamRoute {
 
     /// Stops recording; frames already queued are still stamped and recorded.
     pub fn monitor_stop(&mut self) {
+        // Staged frames are encoded now, stamped and recorded, so frames sent after
+        // the stop (encoded at once) cannot overtake them.
+        let start = Instant::now();
+        let stamp = self.monitor.stamp(start);
+        for (_, c) in self.conns.iter_mut() {
+            let (timing, monitor) = (&mut c.timing, &mut self.monitor);
+            c.out.encode_staged(stamp, start, &mut |frame, waited, end| {
+                monitor.queued(timing, frame, waited, end, start)
+            });
+        }
         self.monitor.recording = false;
     }
 
@@ -527,7 +541,7 @@ pub fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, Cu
 
 /// Writes what `c` has queued, stamping and recording its frames while monitoring.
 fn write_timed(c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
-    if c.out.staged.is_empty() && !monitor.recording {
+    if c.out.staged.is_empty() && !monitor.recording && !c.timing.has_in_flight() {
         return c.out.write(&c.sock);
     }
     let start = Instant::now();
@@ -554,7 +568,7 @@ impl Route for StreamRoute {
             }
             match queued {
                 Some(at) => c.out.staged.push((frame.clone(), at)),
-                None => c.out.push(frame, stamp),
+                None => c.out.push(frame, stamp, false),
             }
             if !c.dirty {
                 c.dirty = true;
@@ -743,6 +757,38 @@ mod tests {
         assert_eq!(parent.monitor_report().count(), 6);
         parent.monitor_clear();
         assert_eq!(parent.monitor_report().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn frames_staged_before_a_stop_keep_their_order_and_unstamped_frames_give_no_net() {
+        use treecast_monitor::Component;
+        let (a, b) = pair();
+        let (la, lb) = ids();
+        let (mut child, mut parent) = (StreamRoute::new(MAX_PAYLOAD_LEN), StreamRoute::new(MAX_PAYLOAD_LEN));
+        child.add(la, a, "parent".into()).unwrap();
+        parent.add(lb, b, "child".into()).unwrap();
+        child.monitor_start(1);
+        parent.monitor_start(1);
+        child.send(&[la], &Frame::new(FrameHeader::data(1, 1, 0), vec![1; 10]));
+        child.monitor_stop();
+        child.send(&[la], &Frame::new(FrameHeader::data(1, 2, 0), vec![2; 10]));
+        flushed(&mut child).await;
+        let tags: Vec<i32> = recv(&mut parent, 2)
+            .await
+            .into_iter()
+            .map(|(_, e)| match e {
+                RouteEvent::Frame(f) => f.header.tag,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(tags, [1, 2], "the frame sent after the stop did not overtake the staged one");
+        let count = |r: &StreamRoute, component: Component| -> u64 {
+            r.monitor_report().cells.iter().filter(|c| c.component == component).map(|c| c.count).sum()
+        };
+        // Frame 2 was not stamped by a recording sender: it has no net, only deliver.
+        assert_eq!((count(&parent, Component::Net), count(&parent, Component::Deliver)), (1, 2));
+        // Frame 1 was queued before the stop: its send is recorded after it.
+        assert_eq!((count(&child, Component::Queue), count(&child, Component::Send)), (1, 1));
     }
 
     #[tokio::test]

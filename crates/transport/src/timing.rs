@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use treecast_monitor::{Component, Key, Recorder, Report};
-use treecast_wire::Frame;
+use treecast_wire::{Frame, FLAG_STAMPED};
 
 /// How a node reads its clock, nanoseconds, at an instant: the global clock's time
 /// base, so that stamps of different nodes can be compared.
@@ -67,6 +67,14 @@ struct InFlight {
     start: Instant,
     bytes: u64,
     tag: i32,
+}
+
+impl LinkTiming {
+    /// Frames recorded as queued whose last byte is not written yet: their send is
+    /// still to be recorded, even after recording stopped.
+    pub(crate) fn has_in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
 }
 
 /// A route's monitoring state: its clock, whether it records, and what it recorded.
@@ -165,7 +173,7 @@ impl Monitoring {
         let bytes = frame.payload.len() as u64;
         let key = self.key(t, false, frame.header.tag);
         let sent = i64::try_from(frame.header.timestamp_ns).unwrap_or(i64::MAX);
-        if sent != 0 {
+        if frame.header.flags & FLAG_STAMPED != 0 {
             // The sender's stamp on this node's clock: its clock minus the difference.
             let net = read_ns.saturating_sub(sent).saturating_add(t.peer_clock.at(read_ns));
             self.recorder.record(key, Component::Net, bytes, u64::try_from(net).unwrap_or(0));

@@ -40,6 +40,39 @@ impl SyncMode {
     }
 }
 
+/// What a [`ControlMsg::MonitorCollect`] brings back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CollectMode {
+    /// One report per sub-tree, merged on the way up.
+    Merged,
+    /// One report per node.
+    PerNode,
+    /// No report: each node answers once it handled the orders sent before, which
+    /// confirms them.
+    Confirm,
+}
+
+impl CollectMode {
+    fn code(self) -> u8 {
+        match self {
+            CollectMode::Merged => 0,
+            CollectMode::PerNode => 1,
+            CollectMode::Confirm => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Result<Self, DecodeError> {
+        match code {
+            0 => Ok(CollectMode::Merged),
+            1 => Ok(CollectMode::PerNode),
+            2 => Ok(CollectMode::Confirm),
+            other => {
+                Err(DecodeError::Invalid { what: "collect mode", detail: format!("unknown mode {other}") })
+            }
+        }
+    }
+}
+
 /// A transformation filter as the wire names it: what every node looks up in its
 /// filter registry when a stream is created.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -316,8 +349,8 @@ pub enum ControlMsg {
     MonitorCollect {
         /// Names the collection in the answers.
         id: u32,
-        /// One report per node instead of one merged per sub-tree.
-        per_node: bool,
+        /// What to bring back.
+        mode: CollectMode,
         /// How long the receiver waits for its children's answers, milliseconds.
         limit_ms: u32,
     },
@@ -433,10 +466,10 @@ impl ControlMsg {
                 out.extend_from_slice(&program.to_le_bytes());
             }
             ControlMsg::MonitorStop => out.push(MONITOR_STOP),
-            ControlMsg::MonitorCollect { id, per_node, limit_ms } => {
+            ControlMsg::MonitorCollect { id, mode, limit_ms } => {
                 out.push(MONITOR_COLLECT);
                 out.extend_from_slice(&id.to_le_bytes());
-                out.push(u8::from(*per_node));
+                out.push(mode.code());
                 out.extend_from_slice(&limit_ms.to_le_bytes());
             }
             ControlMsg::MonitorReport { id, json } => {
@@ -553,7 +586,7 @@ impl ControlMsg {
             MONITOR_STOP => ControlMsg::MonitorStop,
             MONITOR_COLLECT => ControlMsg::MonitorCollect {
                 id: r.u32("monitor collect")?,
-                per_node: r.u8("monitor collect")? != 0,
+                mode: CollectMode::from_code(r.u8("monitor collect")?)?,
                 limit_ms: r.u32("monitor collect")?,
             },
             MONITOR_REPORT => {
@@ -678,7 +711,8 @@ mod tests {
             ControlMsg::LinkClock { offset_ns: -2_000_000_000, drift_ppb: 100_000, measured_ns: i64::MAX },
             ControlMsg::MonitorStart { program: 7 },
             ControlMsg::MonitorStop,
-            ControlMsg::MonitorCollect { id: 3, per_node: true, limit_ms: 10_000 },
+            ControlMsg::MonitorCollect { id: 3, mode: CollectMode::PerNode, limit_ms: 10_000 },
+            ControlMsg::MonitorCollect { id: 4, mode: CollectMode::Confirm, limit_ms: 1 },
             ControlMsg::MonitorReport { id: 3, json: "{}".into() },
             ControlMsg::ClockReport {
                 samples: vec![ClockSample {

@@ -45,6 +45,10 @@ pub const FLAG_DIRECT: u16 = 1;
 pub const FLAG_PARTIAL_AVG: u16 = 2;
 /// Upstream only: the payload is an equivalence-class table.
 pub const FLAG_EQCLASS: u16 = 4;
+/// The timestamp was taken by the sender of this hop while it recorded (see
+/// `treecast_transport::timing`): the receiver may measure the hop's net latency
+/// from it. Every hop sets or clears it.
+pub const FLAG_STAMPED: u16 = 8;
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -26,14 +26,15 @@ mod value;
 
 pub use codec::Reader;
 pub use control::{
-    AttachPoint, ClockSample, ControlMsg, FilterSpec, StreamSpec, SyncMode, Window, MAX_FILTER_NAME,
+    AttachPoint, ClockSample, CollectMode, ControlMsg, FilterSpec, StreamSpec, SyncMode, Window,
+    MAX_FILTER_NAME,
 };
 pub use error::{DecodeError, EncodeError, FormatError};
 pub use format::Format;
 pub use frame::{
     decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, DEFAULT_DOWN_WINDOW,
-    DEFAULT_UP_WINDOW, FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, HEADER_LEN, MAX_PAYLOAD_LEN,
-    PROTOCOL_VERSION,
+    DEFAULT_UP_WINDOW, FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, FLAG_STAMPED, HEADER_LEN,
+    MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
 };
 pub use plan::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, PLAN_VERSION};
 pub use rankset::RankSet;

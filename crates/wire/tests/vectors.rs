@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use bytes::{Bytes, BytesMut};
 use serde_json::Value as Json;
 use treecast_wire::{
-    decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ClockSample, ControlMsg,
-    DecodeError, FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan,
-    LauncherKind, LauncherSpec, LocalRoute, RankSet, ScalarType, StreamSpec, SyncMode, Value, ValueType,
-    Window, HEADER_LEN, PROTOCOL_VERSION,
+    decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ClockSample, CollectMode,
+    ControlMsg, DecodeError, FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant,
+    LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, RankSet, ScalarType, StreamSpec, SyncMode, Value,
+    ValueType, Window, HEADER_LEN, PROTOCOL_VERSION,
 };
 
 fn load(name: &str) -> Vec<Json> {
@@ -360,7 +360,12 @@ fn control_from_json(m: &Json) -> ControlMsg {
         "monitor_stop" => ControlMsg::MonitorStop,
         "monitor_collect" => ControlMsg::MonitorCollect {
             id: u32_of(m, "id"),
-            per_node: bool_of(m, "per_node"),
+            mode: match str_of(m, "mode") {
+                "merged" => CollectMode::Merged,
+                "per_node" => CollectMode::PerNode,
+                "confirm" => CollectMode::Confirm,
+                other => panic!("unknown collect mode {other}"),
+            },
             limit_ms: u32_of(m, "limit_ms"),
         },
         "monitor_report" => {

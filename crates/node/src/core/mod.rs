@@ -389,8 +389,8 @@ pub enum Command {
     MonitorCollect {
         /// Names the collection; not in use by another.
         id: u32,
-        /// One report per node instead of one per sub-tree of the front-end's children.
-        per_node: bool,
+        /// What to bring back.
+        mode: treecast_wire::CollectMode,
         /// How long to wait for answers; later ones are named missing.
         limit: Duration,
     },
@@ -840,8 +840,8 @@ impl Node {
                 self.monitor_order(ControlMsg::MonitorStop);
                 Ok(())
             }
-            Command::MonitorCollect { id, per_node, limit } => {
-                self.monitor_collect(id, per_node, limit, now);
+            Command::MonitorCollect { id, mode, limit } => {
+                self.monitor_collect(id, mode, limit, now);
                 Ok(())
             }
             Command::MonitorLocal { id, report } => {

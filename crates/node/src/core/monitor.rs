@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use treecast_monitor::{Collection, Report};
-use treecast_wire::ControlMsg;
+use treecast_wire::{CollectMode, ControlMsg};
 
 use super::{ChildState, Event, Node, Role};
 
@@ -15,7 +15,7 @@ use super::{ChildState, Event, Node, Role};
 #[derive(Debug)]
 pub(super) struct PendingCollect {
     id: u32,
-    per_node: bool,
+    mode: CollectMode,
     /// Children (by index) whose answer has not come.
     waiting: Vec<usize>,
     /// Its own report is in.
@@ -31,6 +31,9 @@ pub(super) struct MonitorRequests {
     pending: Vec<PendingCollect>,
     done: Vec<(u32, Collection)>,
 }
+
+/// Finished collections the front-end keeps for their callers, oldest dropped first.
+const MAX_UNTAKEN: usize = 16;
 
 /// How much of its own limit a node gives its children, so that their answers (or
 /// their own time-outs) come before it gives up on them.
@@ -50,20 +53,28 @@ impl Node {
     }
 
     /// Starts collection `id`: asks every joined child and the driver for reports.
-    pub(super) fn monitor_collect(&mut self, id: u32, per_node: bool, limit: Duration, now: Instant) {
+    pub(super) fn monitor_collect(&mut self, id: u32, mode: CollectMode, limit: Duration, now: Instant) {
         let limit_ms = u32::try_from(child_limit(limit).as_millis()).unwrap_or(u32::MAX);
-        self.send_to_joined_children(&ControlMsg::MonitorCollect { id, per_node, limit_ms });
+        self.send_to_joined_children(&ControlMsg::MonitorCollect { id, mode, limit_ms });
         let waiting = self.joined_children();
+        // A confirmation carries no report: the orders before it are handled (the
+        // driver acts on their events before it reads another frame).
+        let own = mode == CollectMode::Confirm;
+        let gathered = Collection::default();
         self.monitor.pending.push(PendingCollect {
             id,
-            per_node,
+            mode,
             waiting,
-            own: false,
-            gathered: Collection::default(),
+            own,
+            gathered,
             deadline: now + limit,
             limit,
         });
-        self.out.event(Event::MonitorCollectLocal { id });
+        if own {
+            self.monitor_finish(now, false);
+        } else {
+            self.out.event(Event::MonitorCollectLocal { id });
+        }
     }
 
     /// The driver's own report for collection `id`.
@@ -73,7 +84,7 @@ impl Node {
         p.own = true;
         let own = Collection::of(node, report);
         let child_part = std::mem::replace(&mut p.gathered, own);
-        if let Err(e) = p.gathered.absorb(child_part, (!p.per_node).then_some(node)) {
+        if let Err(e) = p.gathered.absorb(child_part, (p.mode == CollectMode::Merged).then_some(node)) {
             p.gathered.missing.push(format!("{}: a report did not merge: {e}", self.name));
         }
         self.monitor_finish(now, false);
@@ -88,7 +99,7 @@ impl Node {
             return;
         }
         p.waiting.retain(|&w| w != c);
-        let merge_into = (!p.per_node && p.own).then_some(node);
+        let merge_into = (p.mode == CollectMode::Merged && p.own).then_some(node);
         let absorbed = Collection::from_json(json).and_then(|child| p.gathered.absorb(child, merge_into));
         if let Err(e) = absorbed {
             p.gathered.missing.push(format!("{child_name}: its report was refused: {e}"));
@@ -147,6 +158,10 @@ impl Node {
             }
             match (self.role, self.parent) {
                 (Role::FrontEnd, _) => {
+                    // A collection nobody takes (its caller gave up) goes in time.
+                    if self.monitor.done.len() >= MAX_UNTAKEN {
+                        self.monitor.done.remove(0);
+                    }
                     self.monitor.done.push((p.id, p.gathered));
                     self.out.event(Event::MonitorCollected { id: p.id });
                 }

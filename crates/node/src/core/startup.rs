@@ -390,8 +390,8 @@ impl Node {
             ControlMsg::CloseStream { id } => self.close_stream_from_parent(id),
             ControlMsg::Shutdown => self.shut_down(super::EndReason::ShutDown),
             msg @ (ControlMsg::MonitorStart { .. } | ControlMsg::MonitorStop) => self.monitor_order(msg),
-            ControlMsg::MonitorCollect { id, per_node, limit_ms } => {
-                self.monitor_collect(id, per_node, Duration::from_millis(u64::from(limit_ms)), now)
+            ControlMsg::MonitorCollect { id, mode, limit_ms } => {
+                self.monitor_collect(id, mode, Duration::from_millis(u64::from(limit_ms)), now)
             }
             other => {
                 tracing::warn!(node = %self.name, "ignoring unexpected control message from the parent: {other:?}")

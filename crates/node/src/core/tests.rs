@@ -718,10 +718,20 @@ fn a_collection_ends_without_a_lost_or_silent_child_and_names_it() {
     let t0 = Instant::now();
     let (mut fe, l) = front_end_over_two(t0);
     let limit = Duration::from_secs(4);
-    fe.handle_command(Command::MonitorCollect { id: 1, per_node: true, limit }, t0).unwrap();
+    fe.handle_command(
+        Command::MonitorCollect { id: 1, mode: treecast_wire::CollectMode::PerNode, limit },
+        t0,
+    )
+    .unwrap();
     // Each child gets three quarters of the limit, so its answer comes in time.
     let asked = monitor_msgs(&mut fe);
-    assert_eq!(asked, vec![ControlMsg::MonitorCollect { id: 1, per_node: true, limit_ms: 3000 }; 2]);
+    assert_eq!(
+        asked,
+        vec![
+            ControlMsg::MonitorCollect { id: 1, mode: treecast_wire::CollectMode::PerNode, limit_ms: 3000 };
+            2
+        ]
+    );
     assert!(events(&mut fe).iter().any(|e| matches!(e, Event::MonitorCollectLocal { id: 1 })));
     fe.handle_command(Command::MonitorLocal { id: 1, report: Report::default() }, t0).unwrap();
     let answer = ControlMsg::MonitorReport { id: 1, json: Collection::of(1, Report::default()).to_json() };
@@ -734,7 +744,8 @@ fn a_collection_ends_without_a_lost_or_silent_child_and_names_it() {
     assert_eq!(c.missing, ["back-end rank 1 on h (node 2): lost before it answered, with any node below it"]);
 
     // A child that stays silent is named when the limit passes; a late answer is dropped.
-    fe.handle_command(Command::MonitorCollect { id: 2, per_node: false, limit }, t0).unwrap();
+    fe.handle_command(Command::MonitorCollect { id: 2, mode: treecast_wire::CollectMode::Merged, limit }, t0)
+        .unwrap();
     fe.handle_command(Command::MonitorLocal { id: 2, report: Report::default() }, t0).unwrap();
     assert!(fe.poll_timeout().is_some_and(|t| t <= t0 + limit), "a timer is set for the limit");
     fe.handle_timeout(t0 + limit);
