@@ -768,3 +768,25 @@ fn only_the_front_end_orders_monitoring_and_orders_reach_every_joined_child() {
     let err = be.handle_command(Command::MonitorStop, t0).unwrap_err();
     assert!(err.to_string().contains("ordered by the front-end"), "{err}");
 }
+
+#[test]
+fn a_child_answer_that_is_not_a_report_is_named_and_the_rest_is_kept() {
+    use treecast_monitor::{Collection, Report};
+    let t0 = Instant::now();
+    let (mut fe, l) = front_end_over_two(t0);
+    let mode = treecast_wire::CollectMode::PerNode;
+    fe.handle_command(Command::MonitorCollect { id: 1, mode, limit: Duration::from_secs(4) }, t0).unwrap();
+    fe.handle_command(Command::MonitorLocal { id: 1, report: Report::default() }, t0).unwrap();
+    let good = ControlMsg::MonitorReport { id: 1, json: Collection::of(1, Report::default()).to_json() };
+    fe.handle_frame(l[0], control(&good), t0);
+    fe.handle_frame(l[1], control(&ControlMsg::MonitorReport { id: 1, json: "{\"reports\": 7".into() }), t0);
+    let c = fe.take_monitor_collection(1).unwrap();
+    assert_eq!(c.reports.keys().copied().collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(c.missing.len(), 1);
+    assert!(
+        c.missing[0]
+            .starts_with("back-end rank 1 on h (node 2): its report was refused: not a monitor report"),
+        "{:?}",
+        c.missing
+    );
+}
