@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use treecast_node::driver::lock;
 use treecast_topology::Topology;
+use treecast_transport::timing::drifted;
 use treecast_wire::ClockSample;
 
 use crate::{ApiError, Network};
@@ -116,9 +117,8 @@ pub fn compose(
         };
         let parent_now = root_now_ns.saturating_add(parent_offset);
         let since = i128::from(parent_now) - i128::from(s.measured_ns);
-        let link = i128::from(s.offset_ns) + since * i128::from(s.drift_ppb) / 1_000_000_000;
         // Samples come from the network: absurd ones saturate rather than wrap or vanish.
-        let link = i64::try_from(link.clamp(i128::from(i64::MIN), i128::from(i64::MAX))).unwrap_or(0);
+        let link = drifted(s.offset_ns, s.drift_ppb, since);
         let offset = parent_offset.saturating_add(link);
         let drift = parent_drift.saturating_add(s.drift_ppb);
         let aged = u64::try_from(since.unsigned_abs() * u128::from(s.drift_error_ppb) / 1_000_000_000)

@@ -304,22 +304,13 @@ impl StreamRoute {
 
     /// Stops recording; frames already queued are still stamped and recorded.
     pub fn monitor_stop(&mut self) {
-        // Staged frames are encoded now, stamped and recorded, so frames sent after
-        // the stop (encoded at once) cannot overtake them.
+        // Staged frames are encoded now, so frames sent after the stop (encoded at
+        // once) cannot overtake them.
         let start = Instant::now();
-        let stamp = self.monitor.stamp(start);
         for (_, c) in self.conns.iter_mut() {
-            let (timing, monitor) = (&mut c.timing, &mut self.monitor);
-            c.out.encode_staged(stamp, start, &mut |frame, waited, end| {
-                monitor.queued(timing, frame, waited, end, start)
-            });
+            encode_staged(c, &mut self.monitor, start);
         }
         self.monitor.recording = false;
-    }
-
-    /// True while recording.
-    pub fn is_monitoring(&self) -> bool {
-        self.monitor.recording
     }
 
     /// What was recorded so far.
@@ -539,19 +530,26 @@ pub fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, Cu
     Ok(frames)
 }
 
+/// Encodes the frames `c` staged while recording, stamped with `start` (the flush's
+/// start), and records how long each was queued.
+fn encode_staged(c: &mut Conn, monitor: &mut Monitoring, start: Instant) {
+    if c.out.staged.is_empty() {
+        return;
+    }
+    let stamp = monitor.stamp(start);
+    let timing = &mut c.timing;
+    c.out.encode_staged(stamp, start, &mut |frame, waited, end| {
+        monitor.queued(timing, frame, waited, end, start)
+    });
+}
+
 /// Writes what `c` has queued, stamping and recording its frames while monitoring.
 fn write_timed(c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
     if c.out.staged.is_empty() && !monitor.recording && !c.timing.has_in_flight() {
         return c.out.write(&c.sock);
     }
     let start = Instant::now();
-    if !c.out.staged.is_empty() {
-        let stamp = monitor.stamp(start);
-        let timing = &mut c.timing;
-        c.out.encode_staged(stamp, start, &mut |frame, waited, end| {
-            monitor.queued(timing, frame, waited, end, start)
-        });
-    }
+    encode_staged(c, monitor, start);
     let written = c.out.write(&c.sock);
     monitor.written(&mut c.timing, c.out.written, Instant::now());
     written
@@ -705,14 +703,21 @@ mod tests {
         .await;
     }
 
-    #[tokio::test]
-    async fn while_monitoring_each_end_records_its_components_and_net_is_corrected_by_the_peer_clock() {
-        use treecast_monitor::{Component, Key};
+    /// A child's route and its parent's, one link between them: (child, its link,
+    /// parent, its link).
+    fn linked_routes() -> (StreamRoute, LinkId, StreamRoute, LinkId) {
         let (a, b) = pair();
         let (la, lb) = ids();
         let (mut child, mut parent) = (StreamRoute::new(MAX_PAYLOAD_LEN), StreamRoute::new(MAX_PAYLOAD_LEN));
         child.add(la, a, "parent".into()).unwrap();
         parent.add(lb, b, "child 4".into()).unwrap();
+        (child, la, parent, lb)
+    }
+
+    #[tokio::test]
+    async fn while_monitoring_each_end_records_its_components_and_net_is_corrected_by_the_peer_clock() {
+        use treecast_monitor::{Component, Key};
+        let (mut child, la, mut parent, lb) = linked_routes();
         child.place_link(la, LinkPlace { lower_node: 4, to_parent: true });
         parent.place_link(lb, LinkPlace { lower_node: 4, to_parent: false });
         // The child's clock reads 5 s, the parent's 7 s, and the global clock says the
@@ -762,11 +767,7 @@ mod tests {
     #[tokio::test]
     async fn frames_staged_before_a_stop_keep_their_order_and_unstamped_frames_give_no_net() {
         use treecast_monitor::Component;
-        let (a, b) = pair();
-        let (la, lb) = ids();
-        let (mut child, mut parent) = (StreamRoute::new(MAX_PAYLOAD_LEN), StreamRoute::new(MAX_PAYLOAD_LEN));
-        child.add(la, a, "parent".into()).unwrap();
-        parent.add(lb, b, "child".into()).unwrap();
+        let (mut child, la, mut parent, _) = linked_routes();
         child.monitor_start(1);
         parent.monitor_start(1);
         child.send(&[la], &Frame::new(FrameHeader::data(1, 1, 0), vec![1; 10]));

@@ -44,10 +44,17 @@ pub struct PeerClock {
 impl PeerClock {
     /// The peer's clock minus this node's when this node's clock reads `own_ns`.
     pub fn at(&self, own_ns: i64) -> i64 {
-        let since = i128::from(own_ns) - i128::from(self.at_ns);
-        let moved = since * i128::from(self.drift_ppb) / 1_000_000_000;
-        self.offset_ns.saturating_add(i64::try_from(moved).unwrap_or(0))
+        drifted(self.offset_ns, self.drift_ppb, i128::from(own_ns) - i128::from(self.at_ns))
     }
+}
+
+/// A clock offset `since_ns` after it was `offset_ns`, moving by `drift_ppb`: how
+/// every offset of the global clock is carried forward. Saturates instead of
+/// wrapping, as offsets may come from the network.
+pub fn drifted(offset_ns: i64, drift_ppb: i64, since_ns: i128) -> i64 {
+    let moved = since_ns.saturating_mul(i128::from(drift_ppb)) / 1_000_000_000;
+    let at = i128::from(offset_ns).saturating_add(moved);
+    i64::try_from(at.clamp(i128::from(i64::MIN), i128::from(i64::MAX))).unwrap_or(0)
 }
 
 /// A link's part of the monitoring state.

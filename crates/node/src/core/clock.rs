@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use treecast_wire::{ClockSample, ControlMsg};
 
-use treecast_transport::timing::PeerClock;
+use treecast_transport::timing::{drifted, PeerClock};
 
 use super::{ChildState, Event, LinkId, Node, Role};
 
@@ -45,9 +45,7 @@ pub struct Distortion {
 impl Distortion {
     /// What it adds to the true clock when that reads `true_ns`.
     pub fn at(&self, true_ns: i64) -> i64 {
-        let since = i128::from(true_ns) - i128::from(self.epoch_ns);
-        let drift = since * i128::from(self.drift_ppb) / 1_000_000_000;
-        self.offset_ns.saturating_add(i64::try_from(drift).unwrap_or(0))
+        drifted(self.offset_ns, self.drift_ppb, i128::from(true_ns) - i128::from(self.epoch_ns))
     }
 }
 
