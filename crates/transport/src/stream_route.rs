@@ -35,6 +35,10 @@ const ZERO_COPY_MIN: usize = 8 << 10;
 const RESERVE_STEP: usize = 1 << 20;
 /// Slices per `writev`.
 const MAX_IOV: usize = 64;
+/// Most bytes read from a link after a write to it failed: more than any kernel
+/// socket buffer holds, so a peer that exited is read to its end, while one that
+/// shut only its reading side and keeps sending cannot hold the link open.
+const DRAIN_AFTER_WRITE_FAILURE: usize = 16 << 20;
 
 thread_local! {
     // One read buffer per thread, not per link: a node with many children stays
@@ -217,6 +221,8 @@ struct Conn {
     /// On the route's dirty list.
     dirty: bool,
     timing: LinkTiming,
+    /// Why a write failed, and bytes read since: the link is read to its end first.
+    write_failed: Option<(String, usize)>,
 }
 
 /// Registers a socket with the reactor for `interest` only.
@@ -283,6 +289,7 @@ impl StreamRoute {
             state: State::Open,
             dirty: false,
             timing: LinkTiming::default(),
+            write_failed: None,
         };
         self.conns.insert(link, conn);
         // Frames may have arrived with the end of the handshake.
@@ -394,8 +401,22 @@ impl StreamRoute {
                     Poll::Pending => {}
                 }
             }
-            Err(e) => self.break_link(link, format!("write error: {e}")),
+            Err(e) => self.write_failed(link, format!("write error: {e}")),
         }
+    }
+
+    /// A write to `link` failed, most often because the peer exited: what it wrote
+    /// before it went is still in our receive buffer, and throwing that away would
+    /// lose its last packets. The link stops writing and is read to its end, then
+    /// reported closed with `reason`.
+    fn write_failed(&mut self, link: LinkId, reason: String) {
+        let Some(c) = self.conns.get_mut(link) else { return };
+        tracing::debug!(peer = %c.name, "{reason}; reading what the peer sent before closing the link");
+        c.sock.shutdown(std::net::Shutdown::Write);
+        c.out = OutQueue::default();
+        c.write_fd = None;
+        c.write_failed = Some((reason, 0));
+        self.ready.push(link);
     }
 
     /// A link failed while writing: it closes both ways and is reported closed.
@@ -418,6 +439,9 @@ impl StreamRoute {
     ) -> Option<Option<String>> {
         let max_frame = self.max_frame;
         let c = self.conns.get_mut(link)?;
+        if c.write_failed.is_some() {
+            return self.drain_link(link, sink, any);
+        }
         let mut budget = READ_BUDGET;
         loop {
             if budget == 0 {
@@ -439,13 +463,7 @@ impl StreamRoute {
                 })
             });
             match result {
-                Ok(Ok((0, _))) if c.rbuf.is_empty() => return Some(None),
-                Ok(Ok((0, _))) => {
-                    return Some(Some(format!(
-                        "the peer closed the link in the middle of a frame ({} bytes)",
-                        c.rbuf.len()
-                    )))
-                }
+                Ok(Ok((0, _))) => return Some(end_of_stream(&c.rbuf)),
                 Ok(Ok((n, drained))) => {
                     budget = budget.saturating_sub(n);
                     // A short read drained the socket: edge-triggered epoll will report new data.
@@ -457,24 +475,86 @@ impl StreamRoute {
                 Ok(Err(e)) => return Some(Some(format!("read error: {e}"))),
                 Err(_would_block) => continue,
             }
-            let read_at = self.monitor.recording.then(Instant::now);
-            let frames = match cut_frames(&mut c.rbuf, max_frame) {
-                Ok(frames) => frames,
-                Err(reason) => return Some(Some(reason.to_string())),
-            };
-            if c.state != State::Open {
-                continue;
-            }
-            let clock = read_at.map(|at| (at, (self.monitor.clock)(at)));
-            for f in frames {
-                *any = true;
-                if let Some((at, ns)) = clock {
-                    self.monitor.read(&c.timing, &f, ns, at, Instant::now());
-                }
-                sink(link, RouteEvent::Frame(f));
+            if let Err(reason) = deliver(link, c, &mut self.monitor, max_frame, sink, any) {
+                return Some(Some(reason));
             }
         }
     }
+
+    /// Reads a link whose write failed straight from its socket, not waiting for the
+    /// reactor to report it readable (the peer's last bytes may be there already),
+    /// until nothing is left; then it is reported closed with the write's failure.
+    fn drain_link(
+        &mut self,
+        link: LinkId,
+        sink: &mut dyn FnMut(LinkId, RouteEvent),
+        any: &mut bool,
+    ) -> Option<Option<String>> {
+        let max_frame = self.max_frame;
+        let c = self.conns.get_mut(link)?;
+        let mut budget = READ_BUDGET;
+        loop {
+            let (reason, drained) = c.write_failed.as_mut()?;
+            if *drained >= DRAIN_AFTER_WRITE_FAILURE {
+                return Some(Some(format!("{reason}; the peer kept sending after it")));
+            }
+            if budget == 0 {
+                self.ready.push(link);
+                return None;
+            }
+            let result = SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                let n = c.sock.read(&mut scratch)?;
+                c.rbuf.extend_from_slice(&scratch[..n]);
+                Ok::<usize, io::Error>(n)
+            });
+            match result {
+                // The peer closed first; our write failed only because of that.
+                Ok(0) => return Some(end_of_stream(&c.rbuf)),
+                Ok(n) => {
+                    *drained += n;
+                    budget = budget.saturating_sub(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_would_block_or_failed) => return Some(Some(reason.clone())),
+            }
+            if let Err(reason) = deliver(link, c, &mut self.monitor, max_frame, sink, any) {
+                return Some(Some(reason));
+            }
+        }
+    }
+}
+
+/// What a link's end of stream reports: a clean close, or a frame cut short.
+fn end_of_stream(rbuf: &BytesMut) -> Option<String> {
+    (!rbuf.is_empty())
+        .then(|| format!("the peer closed the link in the middle of a frame ({} bytes)", rbuf.len()))
+}
+
+/// Hands the whole frames `c` has read to `sink` (and records them while
+/// monitoring); a link no longer open reads but delivers nothing.
+fn deliver(
+    link: LinkId,
+    c: &mut Conn,
+    monitor: &mut Monitoring,
+    max_frame: usize,
+    sink: &mut dyn FnMut(LinkId, RouteEvent),
+    any: &mut bool,
+) -> Result<(), String> {
+    let read_at = monitor.recording.then(Instant::now);
+    let frames = cut_frames(&mut c.rbuf, max_frame).map_err(|e| e.to_string())?;
+    if c.state != State::Open {
+        return Ok(());
+    }
+    let clock = read_at.map(|at| (at, (monitor.clock)(at)));
+    for f in frames {
+        *any = true;
+        if let Some((at, ns)) = clock {
+            monitor.read(&c.timing, &f, ns, at, Instant::now());
+        }
+        sink(link, RouteEvent::Frame(f));
+    }
+    Ok(())
 }
 
 /// Why the bytes of a link cannot be cut into frames: the link cannot go on.
@@ -561,7 +641,7 @@ impl Route for StreamRoute {
         let queued = self.monitor.recording.then(Instant::now);
         for &link in links {
             let Some(c) = self.conns.get_mut(link) else { continue };
-            if c.state != State::Open {
+            if c.state != State::Open || c.write_failed.is_some() {
                 continue;
             }
             match queued {
@@ -790,6 +870,34 @@ mod tests {
         assert_eq!((count(&parent, Component::Net), count(&parent, Component::Deliver)), (1, 2));
         // Frame 1 was queued before the stop: its send is recorded after it.
         assert_eq!((count(&child, Component::Queue), count(&child, Component::Send)), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_sent_and_exited_is_read_to_its_end_although_our_write_to_it_failed() {
+        // Regression: a write that failed (the peer had exited) dropped the link at
+        // once, and the peer's last frames, already in our receive buffer, with it.
+        use std::io::Write;
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let (la, _) = ids();
+        let mut route = StreamRoute::new(MAX_PAYLOAD_LEN);
+        route.add(la, Socket::Unix(a), "back-end".into()).unwrap();
+        let sent: Vec<Frame> = (0..3).map(|i| Frame::new(FrameHeader::data(1, i, 0), vec![7; 100])).collect();
+        (&b).write_all(&encode_batch(&sent)).unwrap();
+        drop(b);
+        route.send(&[la], &Frame::new(FrameHeader::data(1, 9, 0), vec![1; 10]));
+        route.flush();
+        let got = recv(&mut route, sent.len() + 1).await;
+        let tags: Vec<i32> = got
+            .iter()
+            .filter_map(|(_, e)| match e {
+                RouteEvent::Frame(f) => Some(f.header.tag),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tags, [0, 1, 2], "{got:?}");
+        assert!(matches!(got.last(), Some((_, RouteEvent::Closed(None)))), "a clean end after them: {got:?}");
+        assert!(route.is_flushed(), "nothing stays queued for a link that cannot be written");
     }
 
     #[tokio::test]
