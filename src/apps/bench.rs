@@ -86,6 +86,9 @@ async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode> {
     let topology = Topology::from_spec(spec, args.local).with_context(|| format!("topology {spec:?}"))?;
     // The reference shape gets as many back-ends as the tree measured.
     let backends = topology.backends();
+    if let Some(rounds) = args.overhead {
+        return monitoring_overhead(spec, topology, &args, rounds).await;
+    }
     let mut results = vec![run_case(spec, topology, &args, args.monitor.as_deref()).await?];
     if let Some(reference) = &args.compare {
         let topology = Topology::from_spec(reference, Some(backends))
@@ -157,6 +160,104 @@ async fn measure_monitored(
         path.display()
     );
     result
+}
+
+/// Medians of the rounds with monitoring off and on, and what recording took.
+#[derive(Debug, Clone, Serialize)]
+struct Overhead {
+    topology: String,
+    backends: u32,
+    rounds: usize,
+    rtt_us_median_off: f64,
+    rtt_us_median_on: f64,
+    /// Round trip on over off, minus 1, percent (positive: slower).
+    rtt_change_percent: f64,
+    reductions_per_s_off: f64,
+    reductions_per_s_on: f64,
+    /// Reductions/s on over off, minus 1, percent (negative: fewer).
+    reductions_change_percent: f64,
+    /// Samples every node recorded over all the rounds with monitoring on.
+    samples: u64,
+}
+
+/// Runs [`measure`] on one tree `rounds` times with recording off and `rounds`
+/// times with it on, alternating, so that both see the same machine.
+async fn monitoring_overhead(
+    spec: &str,
+    topology: Topology,
+    args: &MicrobenchArgs,
+    rounds: usize,
+) -> anyhow::Result<ExitCode> {
+    ensure!(rounds > 0, "--overhead needs at least 1 round");
+    let net = NetworkBuilder::new(topology).launch().await?;
+    let outcome = overhead_rounds(&net, spec, args, rounds).await;
+    net.shutdown().await;
+    let overhead = outcome?;
+    if args.json {
+        println!("{}", serde_json::to_string(&overhead)?);
+    } else {
+        print!("{}", render_overhead(&overhead));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn overhead_rounds(
+    net: &Network,
+    spec: &str,
+    args: &MicrobenchArgs,
+    rounds: usize,
+) -> anyhow::Result<Overhead> {
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        off.push(measure(net, spec, args).await?);
+        warn_unconfirmed(net.monitor_start(MICROBENCH_PROGRAM).await?);
+        on.push(measure(net, spec, args).await?);
+        warn_unconfirmed(net.monitor_stop().await?);
+    }
+    let collection = net.monitor_collect(false, Duration::from_secs(30)).await?;
+    for missing in &collection.missing {
+        eprintln!("monitor: no report from {missing}");
+    }
+    let median_of = |runs: &[MicrobenchResult], field: fn(&MicrobenchResult) -> f64| {
+        let mut v: Vec<f64> = runs.iter().map(field).collect();
+        v.sort_by(f64::total_cmp);
+        percentile(&v, 0.5)
+    };
+    let rtt = |r: &MicrobenchResult| r.rtt_us_median;
+    let tp = |r: &MicrobenchResult| r.reductions_per_s;
+    let (rtt_off, rtt_on) = (median_of(&off, rtt), median_of(&on, rtt));
+    let (tp_off, tp_on) = (median_of(&off, tp), median_of(&on, tp));
+    Ok(Overhead {
+        topology: spec.to_owned(),
+        backends: net.backends(),
+        rounds,
+        rtt_us_median_off: rtt_off,
+        rtt_us_median_on: rtt_on,
+        rtt_change_percent: (rtt_on / rtt_off - 1.0) * 100.0,
+        reductions_per_s_off: tp_off,
+        reductions_per_s_on: tp_on,
+        reductions_change_percent: (tp_on / tp_off - 1.0) * 100.0,
+        samples: collection.merged()?.count(),
+    })
+}
+
+fn render_overhead(o: &Overhead) -> String {
+    format!(
+        "monitoring overhead {topo}: {be} back-ends, {rounds} rounds off and on, interleaved; medians\n  \
+         round trip      off {rtt_off:.1} us, on {rtt_on:.1} us ({rtt_pc:+.1} %)\n  \
+         throughput      off {tp_off:.0} reductions/s, on {tp_on:.0} reductions/s ({tp_pc:+.1} %)\n  \
+         recorded        {samples} samples\n",
+        topo = o.topology,
+        be = o.backends,
+        rounds = o.rounds,
+        rtt_off = o.rtt_us_median_off,
+        rtt_on = o.rtt_us_median_on,
+        rtt_pc = o.rtt_change_percent,
+        tp_off = o.reductions_per_s_off,
+        tp_on = o.reductions_per_s_on,
+        tp_pc = o.reductions_change_percent,
+        samples = o.samples,
+    )
 }
 
 fn warn_unconfirmed(missing: Vec<String>) {

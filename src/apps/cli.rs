@@ -400,6 +400,11 @@ pub struct MicrobenchArgs {
     /// shape) while it is measured, and write them here: one report per node (JSON).
     #[arg(long, value_name = "REPORT.json")]
     pub monitor: Option<std::path::PathBuf>,
+    /// Measure what monitoring costs: the tree's round trips and reductions with
+    /// recording off and on, interleaved, ROUNDS times each, and print the medians
+    /// and their ratios.
+    #[arg(long, value_name = "ROUNDS", num_args = 0..=1, default_missing_value = "3", conflicts_with_all = ["monitor", "compare"])]
+    pub overhead: Option<usize>,
 }
 
 /// Flags of `treecast bcast`.

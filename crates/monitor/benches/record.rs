@@ -18,7 +18,20 @@ fn record(c: &mut Criterion) {
     c.bench_function("record a frame's four components", |b| {
         b.iter(|| {
             for component in Component::ALL {
-                r.record(black_box(key), component, black_box(64), black_box(1_500));
+                r.record(black_box(key), component, black_box(64), ns);
+                ns = ns.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1) % 1_000_000 + 1;
+            }
+        })
+    });
+    // What a sender records for 16 frames written by one write: each its own queue
+    // time, one send time.
+    c.bench_function("record the queue and send of 16 frames written at once", |b| {
+        b.iter(|| {
+            for i in 0..16u64 {
+                r.record(black_box(key), Component::Queue, black_box(64), 1_000 + i * 300);
+            }
+            for _ in 0..16 {
+                r.record(black_box(key), Component::Send, black_box(64), black_box(2_500));
             }
         })
     });

@@ -1,7 +1,5 @@
 //! One node's histograms: a cell per (key, component, size class), made on first use.
 
-use std::collections::hash_map::Entry;
-
 use rustc_hash::FxHashMap;
 
 use hdrhistogram::Histogram;
@@ -54,11 +52,36 @@ impl Latencies {
 /// thus at most (`max_cells` + 136) × [`CELL_BYTES`] plus the map's own overhead:
 /// about 23 MiB at the default of 512 cells. A comm node with 16 children and two
 /// tags, each carrying frames of a few sizes, fills a few hundred cells.
+///
+/// Recording is on every frame's path, so it is kept cheap: each component
+/// remembers the cell its last sample went to (frames of one batch share their
+/// link, tag and size), and consecutive equal samples are counted and added to the
+/// histogram at once (frames written by one write share their send latency, frames
+/// read by one read their net latency). The histograms are exactly what recording
+/// each sample on its own would give.
 #[derive(Debug)]
 pub struct Recorder {
-    cells: FxHashMap<Cell, Latencies>,
+    cells: Vec<(Cell, Latencies)>,
+    index: FxHashMap<Cell, usize>,
+    /// Per component (its index in [`Component::ALL`]), the bucket being counted.
+    runs: [Option<Run>; 4],
     max_cells: usize,
     folded: u64,
+}
+
+/// Consecutive equal samples of one component in one cell.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// The key and size class the samples came with (before any fold).
+    key: Key,
+    size_class: u8,
+    /// Where they go in `cells`.
+    at: usize,
+    /// They went to [`Key::OTHER`]: each one counts as folded.
+    folded: bool,
+    /// Their latency (clamped into the histogram's range).
+    value: u64,
+    count: u64,
 }
 
 impl Default for Recorder {
@@ -70,29 +93,72 @@ impl Default for Recorder {
 impl Recorder {
     /// An empty recorder keeping at most `max_cells` cells apart (see the type).
     pub fn new(max_cells: usize) -> Recorder {
-        Recorder { cells: FxHashMap::default(), max_cells, folded: 0 }
+        Recorder { cells: Vec::new(), index: FxHashMap::default(), runs: [None; 4], max_cells, folded: 0 }
     }
 
     /// Records one sample: a frame of `bytes` bytes spent `latency_ns` in `component`.
     pub fn record(&mut self, key: Key, component: Component, bytes: u64, latency_ns: u64) {
-        let cell = Cell { key, component, size_class: size_class(bytes) };
-        if let Some(l) = self.latencies(cell) {
-            l.histogram.saturating_record(latency_ns.max(1));
-            l.sum_ns = l.sum_ns.saturating_add(latency_ns);
+        let value = latency_ns.clamp(1, HIGHEST_NS);
+        let size_class = size_class(bytes);
+        let slot = component as usize;
+        if let Some(run) = &mut self.runs[slot] {
+            if run.key == key && run.size_class == size_class {
+                self.folded += u64::from(run.folded);
+                let (_, l) = &mut self.cells[run.at];
+                l.sum_ns = l.sum_ns.saturating_add(latency_ns);
+                if run.value == value {
+                    run.count += 1;
+                    return;
+                }
+                let at = run.at;
+                self.end_run(slot);
+                self.start_run(slot, key, size_class, at, value);
+                return;
+            }
+        }
+        self.end_run(slot);
+        let Some(at) = self.cell_at(Cell { key, component, size_class }) else { return };
+        let (_, l) = &mut self.cells[at];
+        l.sum_ns = l.sum_ns.saturating_add(latency_ns);
+        self.start_run(slot, key, size_class, at, value);
+    }
+
+    fn start_run(&mut self, slot: usize, key: Key, size_class: u8, at: usize, value: u64) {
+        let folded = self.cells[at].0.key != key;
+        self.runs[slot] = Some(Run { key, size_class, at, folded, value, count: 1 });
+    }
+
+    /// Adds the run of component `slot` to its histogram.
+    fn end_run(&mut self, slot: usize) {
+        if let Some(run) = self.runs[slot].take() {
+            self.cells[run.at].1.histogram.saturating_record_n(run.value, run.count);
         }
     }
 
-    /// The cell's latencies, made if new: under [`Key::OTHER`] once the recorder is full.
-    fn latencies(&mut self, mut cell: Cell) -> Option<&mut Latencies> {
-        if self.cells.len() >= self.max_cells && !self.cells.contains_key(&cell) {
+    fn end_runs(&mut self) {
+        for slot in 0..self.runs.len() {
+            self.end_run(slot);
+        }
+    }
+
+    /// Where the cell is in `cells`, made if new: under [`Key::OTHER`] once the
+    /// recorder is full.
+    fn cell_at(&mut self, mut cell: Cell) -> Option<usize> {
+        if let Some(&at) = self.index.get(&cell) {
+            return Some(at);
+        }
+        if self.cells.len() >= self.max_cells {
             self.folded += 1;
             cell.key = Key::OTHER;
+            if let Some(&at) = self.index.get(&cell) {
+                return Some(at);
+            }
         }
-        match self.cells.entry(cell) {
-            Entry::Occupied(e) => Some(e.into_mut()),
-            // Only a bad bound fails, and the bounds are constants checked by a test.
-            Entry::Vacant(e) => Some(e.insert(Latencies::new().ok()?)),
-        }
+        // Only a bad bound fails, and the bounds are constants checked by a test.
+        let latencies = Latencies::new().ok()?;
+        self.cells.push((cell, latencies));
+        self.index.insert(cell, self.cells.len() - 1);
+        Some(self.cells.len() - 1)
     }
 
     /// Adds a report's samples (a child's, on its way up the tree).
@@ -101,6 +167,7 @@ impl Recorder {
     /// A cell of the report names a size class that does not exist, or a latency
     /// over [`HIGHEST_NS`]: the report did not come from a recorder.
     pub fn merge(&mut self, report: &Report) -> Result<(), MonitorError> {
+        self.end_runs();
         for c in &report.cells {
             if c.size_class >= SIZE_CLASSES {
                 return Err(MonitorError::SizeClass(c.size_class));
@@ -114,9 +181,10 @@ impl Recorder {
                 )));
             }
             let cell = Cell { key: c.key(), component: c.component, size_class: c.size_class };
-            let Some(l) = self.latencies(cell) else {
+            let Some(at) = self.cell_at(cell) else {
                 return Err(MonitorError::Histogram("cannot make a histogram".into()));
             };
+            let l = &mut self.cells[at].1;
             for &[value, count] in &c.buckets {
                 if value == 0 || value > HIGHEST_NS {
                     return Err(MonitorError::Latency(value));
@@ -130,15 +198,18 @@ impl Recorder {
     }
 
     /// Everything recorded so far, cells in key order.
-    pub fn report(&self) -> Report {
-        let mut cells: Vec<(&Cell, &Latencies)> = self.cells.iter().collect();
-        cells.sort_by_key(|(c, _)| **c);
+    pub fn report(&mut self) -> Report {
+        self.end_runs();
+        let mut cells: Vec<&(Cell, Latencies)> = self.cells.iter().collect();
+        cells.sort_by_key(|(c, _)| *c);
         Report { cells: cells.into_iter().map(|(c, l)| CellReport::of(c, l)).collect(), folded: self.folded }
     }
 
     /// Forgets every sample (recording starts anew).
     pub fn clear(&mut self) {
         self.cells.clear();
+        self.index.clear();
+        self.runs = [None; 4];
         self.folded = 0;
     }
 
@@ -159,6 +230,44 @@ mod tests {
     use super::*;
 
     const KEY: Key = Key { link: 3, up: true, tag: 7, program: 1 };
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        /// Counting runs of samples in one bucket changes nothing: the report is what
+        /// one histogram per cell, fed each sample, gives (folding included).
+        #[test]
+        fn a_report_equals_recording_every_sample_on_its_own(
+            samples in proptest::collection::vec((0u32..3, 0usize..4, 0u64..3, 0u64..5), 0..400),
+            max_cells in 1usize..8,
+        ) {
+            let mut r = Recorder::new(max_cells);
+            let mut naive: Vec<(Cell, Latencies)> = Vec::new();
+            let mut folded = 0;
+            for (link, component, size, step) in samples {
+                let (key, component) = (Key { link, ..KEY }, Component::ALL[component]);
+                let (bytes, ns) = (size * 1000, 1_000 + step * 7);
+                r.record(key, component, bytes, ns);
+                let mut cell = Cell { key, component, size_class: size_class(bytes) };
+                if !naive.iter().any(|(c, _)| *c == cell) && naive.len() >= max_cells {
+                    folded += 1;
+                    cell.key = Key::OTHER;
+                }
+                let at = match naive.iter().position(|(c, _)| *c == cell) {
+                    Some(at) => at,
+                    None => {
+                        naive.push((cell, Latencies::new().unwrap()));
+                        naive.len() - 1
+                    }
+                };
+                naive[at].1.histogram.saturating_record(ns);
+                naive[at].1.sum_ns += ns;
+            }
+            naive.sort_by_key(|(c, _)| *c);
+            let expected = Report { cells: naive.iter().map(|(c, l)| CellReport::of(c, l)).collect(), folded };
+            proptest::prop_assert_eq!(r.report(), expected);
+        }
+    }
 
     #[test]
     fn the_stated_memory_of_a_cell_is_what_the_histogram_holds() {

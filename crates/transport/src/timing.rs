@@ -117,7 +117,7 @@ impl Monitoring {
         self.recording = true;
     }
 
-    pub(crate) fn report(&self) -> Report {
+    pub(crate) fn report(&mut self) -> Report {
         self.recorder.report()
     }
 
@@ -167,31 +167,37 @@ impl Monitoring {
         }
     }
 
-    /// A frame completed by a read that ended at `read_at` (`read_ns` on this node's
-    /// clock) is handed to the core at `handed`.
-    pub(crate) fn read(
-        &mut self,
-        t: &LinkTiming,
-        frame: &Frame,
-        read_ns: i64,
-        read_at: Instant,
-        handed: Instant,
-    ) {
+    /// The clocks of a read that ended at `at`, read once for every frame it completed.
+    pub(crate) fn read_clock(&self, t: &LinkTiming, at: Instant) -> ReadClock {
+        let ns = (self.clock)(at);
+        ReadClock { at, ns, peer_offset: t.peer_clock.at(ns) }
+    }
+
+    /// A frame completed by the read `read` is handed to the core at `handed`.
+    pub(crate) fn read(&mut self, t: &LinkTiming, frame: &Frame, read: &ReadClock, handed: Instant) {
         let bytes = frame.payload.len() as u64;
         let key = self.key(t, false, frame.header.tag);
         let sent = i64::try_from(frame.header.timestamp_ns).unwrap_or(i64::MAX);
         if frame.header.flags & FLAG_STAMPED != 0 {
             // The sender's stamp on this node's clock: its clock minus the difference.
-            let net = read_ns.saturating_sub(sent).saturating_add(t.peer_clock.at(read_ns));
+            let net = read.ns.saturating_sub(sent).saturating_add(read.peer_offset);
             self.recorder.record(key, Component::Net, bytes, u64::try_from(net).unwrap_or(0));
         }
         self.recorder.record(
             key,
             Component::Deliver,
             bytes,
-            nanos(handed.saturating_duration_since(read_at)),
+            nanos(handed.saturating_duration_since(read.at)),
         );
     }
+}
+
+/// When a read ended, on the monotonic clock and on the node's clock, and the
+/// peer's clock minus the node's at that moment.
+pub(crate) struct ReadClock {
+    at: Instant,
+    ns: i64,
+    peer_offset: i64,
 }
 
 fn nanos(d: Duration) -> u64 {
