@@ -142,3 +142,35 @@ fn microbench_records_a_run_into_a_report_per_node() {
         }
     }
 }
+
+#[test]
+fn microbench_overhead_measures_off_and_on_rounds_and_records_the_on_rounds() {
+    let tag = format!("TREECAST_TEST_TAG=overhead-{}", std::process::id());
+    let (k, v) = tag.split_once('=').unwrap();
+    let args =
+        ["bench", "microbench", "--local", "4", "--topology", "balanced:2x2", "--rt", "10", "--tp", "10"];
+    let out = std::process::Command::new(TREECAST)
+        .args(args)
+        .args(["--overhead", "2", "--json"])
+        .env(k, v)
+        .output()
+        .unwrap();
+    assert_no_leftovers(&tag);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let o: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(o["rounds"], 2, "{o}");
+    for field in ["rtt_us_median_off", "rtt_us_median_on", "reductions_per_s_off", "reductions_per_s_on"] {
+        assert!(o[field].as_f64().is_some_and(|x| x > 0.0), "{field}: {o}");
+    }
+    // Two recorded rounds of 20 waves, each down and up 6 links, queue and net at
+    // least: the on rounds were recorded.
+    assert!(o["samples"].as_u64().is_some_and(|n| n >= 2 * 20 * 6 * 2 * 2), "{o}");
+    // Monitoring is one flag: with --monitor it is refused.
+    let both = std::process::Command::new(TREECAST)
+        .args(args)
+        .args(["--overhead", "--monitor", "x.json"])
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"), "{both:?}");
+}
