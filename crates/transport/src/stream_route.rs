@@ -111,15 +111,19 @@ struct OutQueue {
 }
 
 impl OutQueue {
-    /// Encodes `frame`; `stamped` says its timestamp was taken here while recording.
-    fn push(&mut self, frame: &Frame, stamp: u64, stamped: bool) {
+    /// Encodes `frame`, with `stamp` as its timestamp when this hop took one while
+    /// recording.
+    fn push(&mut self, frame: &Frame, stamp: Option<u64>) {
         let mut header: FrameHeader = frame.header;
-        if header.timestamp_ns == 0 {
-            header.timestamp_ns = stamp;
-        }
         // A stamp this hop did not take while recording (a forwarded frame keeps the
         // previous hop's) measures nothing for this hop.
-        header.flags = if stamped { header.flags | FLAG_STAMPED } else { header.flags & !FLAG_STAMPED };
+        match stamp {
+            Some(ns) => {
+                header.timestamp_ns = ns;
+                header.flags |= FLAG_STAMPED;
+            }
+            None => header.flags &= !FLAG_STAMPED,
+        }
         self.bytes += frame.wire_len();
         self.pushed += frame.wire_len() as u64;
         header.encode(frame.payload.len(), &mut self.small);
@@ -141,9 +145,8 @@ impl OutQueue {
         // Taken and given back, so the staging vector keeps its capacity: no
         // allocation per flush while recording.
         let mut staged = std::mem::take(&mut self.staged);
-        for (mut frame, at) in staged.drain(..) {
-            frame.header.timestamp_ns = stamp;
-            self.push(&frame, stamp, true);
+        for (frame, at) in staged.drain(..) {
+            self.push(&frame, Some(stamp));
             queued(&frame, start.saturating_duration_since(at), self.pushed);
         }
         self.staged = staged;
@@ -646,7 +649,7 @@ impl Route for StreamRoute {
             }
             match queued {
                 Some(at) => c.out.staged.push((frame.clone(), at)),
-                None => c.out.push(frame, 0, false),
+                None => c.out.push(frame, None),
             }
             if !c.dirty {
                 c.dirty = true;
@@ -830,7 +833,7 @@ mod tests {
         assert_eq!(count(&mut parent, Component::Deliver).0, 3);
         assert_eq!(count(&mut parent, Component::Queue).0, 0);
 
-        // Stopped: nothing more is recorded, and frames carry the wall clock again.
+        // Stopped: nothing more is recorded, and frames no longer carry this clock.
         child.monitor_stop();
         parent.monitor_stop();
         child.send(&[la], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]));
