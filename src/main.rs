@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         Command::Topo(args) => apps::topo::main(args),
         Command::Clock(args) => multi_threaded(apps::clock::main(args)),
         Command::Hosts(args) => apps::hosts::main(args),
+        Command::Monitor(args) => apps::monitor::main(args),
         Command::Bench(args) => single_threaded(apps::bench::main(args)),
         Command::Run(args) => multi_threaded(apps::run::main(args)),
         Command::Bcast(args) => multi_threaded(apps::bcast::main(args)),

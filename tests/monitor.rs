@@ -141,6 +141,68 @@ fn microbench_records_a_run_into_a_report_per_node() {
             assert!(n >= 20 * 6, "{component:?} up={up}: {n}");
         }
     }
+    signature_of_the_recorded_run(&dir, &path);
+}
+
+/// `treecast monitor` on a recorded run, against itself as the baseline: the JSON
+/// signature has every component the run recorded, nothing deviates, and the SVG
+/// holds one latency line per component for each of the two runs.
+fn signature_of_the_recorded_run(dir: &common::TestDir, report: &std::path::Path) {
+    let svg = dir.path("signature.svg");
+    let out = std::process::Command::new(TREECAST)
+        .arg("monitor")
+        .arg(report)
+        .arg("--baseline")
+        .arg(report)
+        .arg("--svg")
+        .arg(&svg)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let series = shown["signature"]["series"].as_array().unwrap();
+    let names: Vec<&str> = series.iter().map(|s| s["component"].as_str().unwrap()).collect();
+    assert_eq!(names, ["queue", "send", "net", "deliver"]);
+    for s in series {
+        assert!(!s["points"].as_array().unwrap().is_empty(), "{s}");
+    }
+    let deviations = shown["deviations"].as_array().unwrap();
+    assert!(!deviations.is_empty());
+    for d in deviations {
+        assert_eq!(d["run"], d["baseline"], "a run against itself moves nowhere: {d}");
+    }
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap();
+    let lines = |color: &str| {
+        doc.descendants()
+            .filter(|n| {
+                n.has_tag_name("polyline")
+                    && n.attribute("stroke").is_some_and(|c| c.eq_ignore_ascii_case(color))
+            })
+            .count()
+    };
+    assert_eq!(lines("#1F77B4"), 4, "the run's line per component");
+    assert_eq!(lines("#D62728"), 4, "the baseline's line per component");
+}
+
+#[test]
+fn monitor_says_which_file_is_not_a_report_and_what_it_expected() {
+    let dir = common::TestDir::new("monitor-bad-input");
+    let junk = dir.path("junk.json");
+    std::fs::write(&junk, "{\"cells\": 3}").unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(TREECAST).arg("monitor").args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let missing = dir.path("absent.json");
+    let err = run(&[missing.as_os_str()]);
+    assert!(err.contains("reading") && err.contains("absent.json"), "{err}");
+    let err = run(&[junk.as_os_str()]);
+    assert!(err.contains("junk.json is neither a collection") && err.contains("invalid type"), "{err}");
+    let err = run(&[junk.as_os_str(), "--threshold=-5".as_ref()]);
+    assert!(err.contains("--threshold must be a percentage of 0 or more"), "{err}");
 }
 
 #[test]

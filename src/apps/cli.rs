@@ -30,6 +30,9 @@ pub enum Command {
     /// Start a tree and print every node's clock against the front-end's: offset,
     /// drift, error bound and round trip (the global clock; replaces MRNet's skew detection).
     Clock(ClockArgs),
+    /// Performance signature of a recorded run: mean latency per component and frame
+    /// size, against a baseline run, as a table and as SVG plots.
+    Monitor(MonitorArgs),
     /// Expand (-e), fold (-f, the default) or count (-c) host lists, as --hosts reads them.
     ///
     /// Like ClusterShell's `nodeset`, so that a list can be checked before running on it.
@@ -51,6 +54,31 @@ pub enum Command {
     /// group when the back-end goes away.
     #[command(hide = true)]
     Guard(GuardArgs),
+}
+
+/// Flags of `treecast monitor`.
+#[derive(Debug, Args)]
+pub struct MonitorArgs {
+    /// The recorded run: what `treecast bench microbench --monitor` writes (a
+    /// collection of reports) or one report.
+    #[arg(value_name = "REPORT.json")]
+    pub report: std::path::PathBuf,
+    /// A run to compare with (same kind of file): prints where REPORT deviates from it.
+    #[arg(long, value_name = "BASE.json")]
+    pub baseline: Option<std::path::PathBuf>,
+    /// Draws the signature (and the baseline's) into this SVG file.
+    #[arg(long, value_name = "OUT.svg")]
+    pub svg: Option<std::path::PathBuf>,
+    /// Only frames recorded under this program tag (in both files).
+    #[arg(long, value_name = "TAG")]
+    pub program: Option<u32>,
+    /// With --baseline: list the points whose mean moved by at least this many
+    /// percent, and those found in one run only.
+    #[arg(long, value_name = "PERCENT", default_value_t = 10.0)]
+    pub threshold: f64,
+    /// Print the signature (and the comparison) as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `treecast guard`.

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod demo;
 pub mod guard;
 pub mod hosts;
+pub mod monitor;
 pub mod node;
 pub mod protocol;
 pub mod run;

@@ -6,17 +6,23 @@
 //! direction, the frame's tag and the program tag. A [`Recorder`] holds the
 //! histograms of one node within a stated memory bound; its [`Report`] travels up
 //! the tree, where reports merge without losing anything a flat merge would keep.
+//! A [`Signature`] sums a report into mean latency per component and size, compares
+//! it with a baseline and draws it as SVG.
 //!
 //! Pure data: no I/O, no clock. The drivers take the stamps and call
 //! [`Recorder::record`].
 
 mod collection;
+mod plot;
 mod recorder;
 mod report;
+mod signature;
 
 pub use collection::Collection;
+pub use plot::{signature_svg, BASELINE_COLOR, RUN_COLOR};
 pub use recorder::{Recorder, CELL_BYTES, DEFAULT_MAX_CELLS, HIGHEST_NS, SIGNIFICANT_DIGITS};
 pub use report::{CellReport, MonitorError, Report, MERGE_MAX_CELLS};
+pub use signature::{compare, size_class_label, Deviation, Point, Series, Signature};
 
 use serde::{Deserialize, Serialize};
 

@@ -26,6 +26,9 @@ pub enum MonitorError {
     /// The histogram library refused a value or a bound.
     #[error("histogram: {0}")]
     Histogram(String),
+    /// The plotting library failed to draw a signature.
+    #[error("drawing the signature failed: {0}")]
+    Plot(String),
 }
 
 /// The histograms of one node, or of a sub-tree merged, as they travel.
