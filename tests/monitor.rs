@@ -98,6 +98,43 @@ async fn every_node_records_its_links_while_asked_and_the_front_end_collects_the
     assert_no_leftovers(&needle);
 }
 
+#[tokio::test]
+async fn two_workloads_running_at_once_are_kept_apart_by_their_streams_program_tags() {
+    let (net, topo) = launch("balanced:2x2", 4).await;
+    let comm = net.broadcast_communicator();
+    let tagged = |program| StreamOptions { program, ..StreamOptions::reduce(TransformKind::Sum) };
+    let mut tool_a = net.new_stream(&comm, tagged(11)).await.unwrap();
+    let mut tool_b = net.new_stream(&comm, tagged(22)).await.unwrap();
+    assert!(net.monitor_start(5).await.unwrap().is_empty());
+    // Same frame tag, same links, interleaved in the same batches: only the program
+    // tag tells them apart.
+    tokio::join!(sums(&net, &mut tool_a, 20), sums(&net, &mut tool_b, 30));
+    assert!(net.monitor_stop().await.unwrap().is_empty());
+    let all = net.monitor_collect(false, LIMIT).await.unwrap().merged().unwrap();
+    let links = (topo.len() - 1) as u64;
+    for (program, waves) in [(11, 20), (22, 30), (5, 0)] {
+        let mine = MonitorReport {
+            cells: all.cells.iter().filter(|c| c.program == program).cloned().collect(),
+            folded: 0,
+        };
+        for component in [
+            LatencyComponent::Queue,
+            LatencyComponent::Send,
+            LatencyComponent::Net,
+            LatencyComponent::Deliver,
+        ] {
+            for up in [false, true] {
+                let n = samples(&mine, component, TAG_ADD_RANK, up);
+                assert_eq!(n, waves * links, "program {program} {component:?} up={up}");
+            }
+        }
+    }
+    assert!(all.cells.iter().any(|c| c.program == 5), "control frames stay under the recording's tag");
+    let needle = format!("TREECAST_SESSION={}", net.session());
+    net.shutdown().await;
+    assert_no_leftovers(&needle);
+}
+
 #[test]
 fn microbench_records_a_run_into_a_report_per_node() {
     let dir = common::TestDir::new("microbench-monitor");

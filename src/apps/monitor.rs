@@ -17,7 +17,9 @@ pub fn main(args: MonitorArgs) -> anyhow::Result<ExitCode> {
         "--threshold must be a percentage of 0 or more, not {}",
         args.threshold
     );
-    let run = Signature::of(&read_report(&args.report)?, args.program);
+    let report = read_report(&args.report)?;
+    let programs: std::collections::BTreeSet<u32> = report.cells.iter().map(|c| c.program).collect();
+    let run = Signature::of(&report, args.program);
     let baseline = match &args.baseline {
         Some(path) => Some(Signature::of(&read_report(path)?, args.program)),
         None => None,
@@ -35,6 +37,8 @@ pub fn main(args: MonitorArgs) -> anyhow::Result<ExitCode> {
         let shown = serde_json::json!({ "signature": run, "baseline": baseline, "deviations": deviations });
         println!("{shown}");
     } else {
+        let tags: Vec<String> = programs.iter().map(u32::to_string).collect();
+        println!("program tags recorded: {} (--program picks one)", tags.join(", "));
         print!("{}", signature_table(&run));
         if let Some(d) = &deviations {
             print!("{}", deviation_table(d, args.threshold));

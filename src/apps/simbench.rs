@@ -97,6 +97,7 @@ fn run(spec: &str, topo: Topology, waves: usize) -> anyhow::Result<SimFigures> {
         down: FilterSpec::new("null", 1),
         up_window: DEFAULT_UP_WINDOW,
         down_window: DEFAULT_DOWN_WINDOW,
+        program: 0,
     };
     sim.command(Command::NewStream(spec_msg)).context("opening the stream")?;
     // Count the waves only: let the stream's announcement reach every node first.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 2 (launch plan version 3).
+protocol version 3 (launch plan version 3).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -132,7 +132,7 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 KINDS = {"data": 1, "control": 2, "credit": 3}
 
 
@@ -266,7 +266,8 @@ def enc_stream(m):
     out = u32(m["id"]) + enc_ranks(m["ranks"])
     out += bytes([SYNC[m["sync"]]]) + u32(m.get("timeout_ms", 0))
     out += enc_filter(m["up"]) + enc_filter(m["down"])
-    return out + enc_window(m["up_window"]) + enc_window(m["down_window"])
+    out += enc_window(m["up_window"]) + enc_window(m["down_window"])
+    return out + u32(m.get("program", 0))
 
 
 def enc_control(m):
@@ -311,6 +312,17 @@ def enc_control(m):
         return bytes([16]) + enc_str(m["node"]) + enc_ranks(m["ranks"]) + enc_str(m["reason"])
     if t == "rejoined":
         return bytes([17]) + enc_ranks(m["ranks"]) + u32(m["commnodes"]) + enc_str(m["parent"])
+    if t == "link_clock":
+        return bytes([18]) + i64(m["offset_ns"]) + i64(m["drift_ppb"]) + i64(m["measured_ns"])
+    if t == "monitor_start":
+        return bytes([19]) + u32(m["program"])
+    if t == "monitor_stop":
+        return bytes([20])
+    if t == "monitor_collect":
+        mode = {"merged": 0, "per_node": 1, "confirm": 2}[m["mode"]]
+        return bytes([21]) + u32(m["id"]) + bytes([mode]) + u32(m["limit_ms"])
+    if t == "monitor_report":
+        return bytes([22]) + u32(m["id"]) + enc_str(m["json"])
     raise ValueError(t)
 
 
@@ -423,6 +435,7 @@ NEW_STREAM_PARAMS = {
     "down": {"name": "null", "version": 1, "params_hex": ""},
     "up_window": {"packets": 16, "bytes": str(64 << 10)},
     "down_window": {"packets": 1, "bytes": "1"},
+    "program": 7,
 }
 
 CONTROL_CASES = [
@@ -445,6 +458,7 @@ CONTROL_CASES = [
             "down": {"name": "libmine.so:down", "version": 0, "params_hex": ""},
             "up_window": {"packets": 4294967295, "bytes": str(U64_MAX)},
             "down_window": WINDOW_DOWN,
+            "program": 4294967295,
         },
     ),
     ("close stream", {"type": "close_stream", "id": 3}),
@@ -485,6 +499,14 @@ CONTROL_CASES = [
         {"type": "orphaned", "node": "comm node n1 (node 2)", "ranks": "0-3", "reason": "front-end: link to comm node n1 (node 2) closed"},
     ),
     ("rejoined", {"type": "rejoined", "ranks": "0-1,3", "commnodes": 0, "parent": "front-end"}),
+    (
+        "link_clock",
+        {"type": "link_clock", "offset_ns": -1999999000, "drift_ppb": 100000, "measured_ns": 1763900000000000000},
+    ),
+    ("monitor_start", {"type": "monitor_start", "program": 7}),
+    ("monitor_stop", {"type": "monitor_stop"}),
+    ("monitor_collect", {"type": "monitor_collect", "id": 3, "mode": "per_node", "limit_ms": 10000}),
+    ("monitor_report", {"type": "monitor_report", "id": 3, "json": '{"reports":{},"missing":[]}'}),
 ]
 
 
@@ -542,7 +564,8 @@ INVALID_CASES = [
     ("batch", "version 1 header", hdr(version=1), "BadVersion"),
     ("batch", "version 1 credit frame", hdr(kind=3, version=1, tag=64), "BadVersion"),
     ("batch", "version 0", hdr(version=0), "BadVersion"),
-    ("batch", "version 3", hdr(version=3), "BadVersion"),
+    ("batch", "version 2 header (an older build)", hdr(version=2), "BadVersion"),
+    ("batch", "version 4", hdr(version=4), "BadVersion"),
     ("batch", "unknown kind", hdr(kind=4), "UnknownKind"),
     ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),
@@ -560,7 +583,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([18]), "UnknownControl"),
+    ("control", "tag after the last", bytes([23]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),
@@ -625,7 +648,9 @@ INVALID_CASES = [
     ("control", "zero up window packets", stream_bytes(with_(NEW_STREAM, up_window__packets=0)), "Invalid"),
     ("control", "zero up window bytes", stream_bytes(with_(NEW_STREAM, up_window__bytes="0")), "Invalid"),
     ("control", "zero down window", stream_bytes(with_(NEW_STREAM, down_window={"packets": 0, "bytes": "0"})), "Invalid"),
-    ("control", "down window truncated", stream_bytes(NEW_STREAM)[:-4], "Truncated"),
+    ("control", "down window truncated", stream_bytes(NEW_STREAM)[:-8], "Truncated"),
+    ("control", "program tag truncated", stream_bytes(NEW_STREAM)[:-1], "Truncated"),
+    ("control", "new stream of version 2 (no program tag)", stream_bytes(NEW_STREAM)[:-4], "Truncated"),
     ("control", "new stream with a trailing byte", stream_bytes(NEW_STREAM) + b"\x00", "TrailingBytes"),
     # leave
     (
@@ -650,6 +675,7 @@ INVALID_CASES = [
         bytes([10]) + u32(4) + enc_bytes_str(b"\xc0\xaf") + enc_str(""),
         "InvalidUtf8",
     ),
+    ("control", "unknown collect mode", bytes([21]) + u32(3) + bytes([3]) + u32(0), "Invalid"),
 ]
 
 

@@ -260,6 +260,7 @@ impl Network {
             down: options.down.clone(),
             up_window: options.up_window,
             down_window: options.down_window,
+            program: options.program,
         };
         d.command(Command::NewStream(spec)).map_err(|e| ApiError::from_command(id, e))?;
         drop(d);

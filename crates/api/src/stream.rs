@@ -28,6 +28,10 @@ pub struct StreamOptions {
     pub up_window: Window,
     /// What a parent may send down on this stream before its child takes more.
     pub down_window: Window,
+    /// Program tag its frames are recorded under while the tree monitors (0: the
+    /// tag given to `Network::monitor_start`): keeps two tools or phases that share
+    /// the tree apart in the histograms.
+    pub program: u32,
 }
 
 impl StreamOptions {
@@ -39,6 +43,7 @@ impl StreamOptions {
             down: TransformKind::Null.spec(),
             up_window: DEFAULT_UP_WINDOW,
             down_window: DEFAULT_DOWN_WINDOW,
+            program: 0,
         }
     }
 }

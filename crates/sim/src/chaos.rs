@@ -400,6 +400,7 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
         down: FilterSpec::new("null", 1),
         up_window: DEFAULT_UP_WINDOW,
         down_window: DEFAULT_DOWN_WINDOW,
+        program: 0,
     };
     sim.command(Command::NewStream(spec)).map_err(|e| ChaosError::Stream { seed, source: Box::new(e) })?;
 

@@ -40,6 +40,7 @@ fn stream(id: u32, n: u32, sync: SyncMode, up: TransformKind) -> StreamSpec {
         down: FilterSpec::new("null", 1),
         up_window: DEFAULT_UP_WINDOW,
         down_window: DEFAULT_DOWN_WINDOW,
+        program: 0,
     }
 }
 

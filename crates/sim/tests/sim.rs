@@ -23,6 +23,7 @@ fn spec(id: u32, ranks: RankSet, up: TransformKind) -> StreamSpec {
         down: FilterSpec::new("null", 1),
         up_window: DEFAULT_UP_WINDOW,
         down_window: DEFAULT_DOWN_WINDOW,
+        program: 0,
     }
 }
 

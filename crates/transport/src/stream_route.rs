@@ -312,6 +312,12 @@ impl StreamRoute {
         self.monitor.start(program);
     }
 
+    /// Keeps the frames of `stream` under their own program tag (`None`: the stream
+    /// is gone), so that workloads sharing the tree are told apart.
+    pub fn set_stream_program(&mut self, stream: u32, program: Option<u32>) {
+        self.monitor.set_stream_program(stream, program);
+    }
+
     /// Stops recording; frames already queued are still stamped and recorded.
     pub fn monitor_stop(&mut self) {
         // Staged frames are encoded now, so frames sent after the stop (encoded at
@@ -845,6 +851,40 @@ mod tests {
         assert_eq!(parent.monitor_report().count(), 6);
         parent.monitor_clear();
         assert_eq!(parent.monitor_report().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_streams_own_program_tag_keeps_its_frames_apart_at_both_ends() {
+        use treecast_monitor::Component;
+        let (mut child, la, mut parent, lb) = linked_routes();
+        child.place_link(la, LinkPlace { lower_node: 4, to_parent: true });
+        parent.place_link(lb, LinkPlace { lower_node: 4, to_parent: false });
+        for route in [&mut child, &mut parent] {
+            route.monitor_start(9);
+            route.set_stream_program(2, Some(5));
+        }
+        let send = |route: &mut StreamRoute, stream: u32| {
+            route.send(&[la], &Frame::new(FrameHeader::data(stream, 7, 0), vec![1; 10]));
+        };
+        send(&mut child, 1);
+        send(&mut child, 2);
+        send(&mut child, 2);
+        flushed(&mut child).await;
+        recv(&mut parent, 3).await;
+        // Gone: its frames fall back to the recording's tag.
+        child.set_stream_program(2, None);
+        send(&mut child, 2);
+        flushed(&mut child).await;
+        let programs = |route: &mut StreamRoute, component: Component| {
+            let mut by_program = std::collections::BTreeMap::new();
+            for c in route.monitor_report().cells.iter().filter(|c| c.component == component) {
+                *by_program.entry(c.program).or_insert(0) += c.count;
+            }
+            by_program.into_iter().collect::<Vec<_>>()
+        };
+        assert_eq!(programs(&mut child, Component::Queue), [(5, 2), (9, 2)]);
+        assert_eq!(programs(&mut child, Component::Send), [(5, 2), (9, 2)]);
+        assert_eq!(programs(&mut parent, Component::Deliver), [(5, 2), (9, 1)]);
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@
 //! * **deliver**: from the end of that read to the frame being handed to the node's
 //!   core, which runs the filters or queues it for the tool.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use treecast_monitor::{Component, Key, Recorder, Report};
@@ -73,6 +73,7 @@ struct InFlight {
     /// The start of the flush that encoded it.
     start: Instant,
     bytes: u64,
+    stream: u32,
     tag: i32,
 }
 
@@ -89,6 +90,9 @@ pub(crate) struct Monitoring {
     pub(crate) clock: ClockFn,
     pub(crate) recording: bool,
     program: u32,
+    /// Streams opened with a program tag of their own, which their frames are kept
+    /// under instead of `program`.
+    stream_programs: HashMap<u32, u32>,
     recorder: Recorder,
 }
 
@@ -108,6 +112,7 @@ impl Monitoring {
             clock: Box::new(wall_clock),
             recording: false,
             program: 0,
+            stream_programs: HashMap::new(),
             recorder: Recorder::default(),
         }
     }
@@ -115,6 +120,15 @@ impl Monitoring {
     pub(crate) fn start(&mut self, program: u32) {
         self.program = program;
         self.recording = true;
+    }
+
+    /// Frames of `stream` are kept under `program` from now on; `None` when the
+    /// stream is gone (its frames, if any still come, fall back to the recording's tag).
+    pub(crate) fn set_stream_program(&mut self, stream: u32, program: Option<u32>) {
+        match program {
+            Some(p) => self.stream_programs.insert(stream, p),
+            None => self.stream_programs.remove(&stream),
+        };
     }
 
     pub(crate) fn report(&mut self) -> Report {
@@ -130,9 +144,15 @@ impl Monitoring {
         u64::try_from((self.clock)(start)).unwrap_or(0)
     }
 
-    fn key(&self, t: &LinkTiming, sending: bool, tag: i32) -> Key {
+    fn key(&self, t: &LinkTiming, sending: bool, stream: u32, tag: i32) -> Key {
         let place = t.place.unwrap_or(LinkPlace { lower_node: u32::MAX, to_parent: false });
-        Key { link: place.lower_node, up: place.to_parent == sending, tag, program: self.program }
+        // Most trees tag no stream: no lookup then.
+        let program = if self.stream_programs.is_empty() {
+            self.program
+        } else {
+            self.stream_programs.get(&stream).copied().unwrap_or(self.program)
+        };
+        Key { link: place.lower_node, up: place.to_parent == sending, tag, program }
     }
 
     /// A frame was encoded by the flush that started at `start`, after waiting `waited`.
@@ -145,9 +165,9 @@ impl Monitoring {
         start: Instant,
     ) {
         let bytes = frame.payload.len() as u64;
-        let tag = frame.header.tag;
-        self.recorder.record(self.key(t, true, tag), Component::Queue, bytes, nanos(waited));
-        t.in_flight.push_back(InFlight { end, start, bytes, tag });
+        let (stream, tag) = (frame.header.stream, frame.header.tag);
+        self.recorder.record(self.key(t, true, stream, tag), Component::Queue, bytes, nanos(waited));
+        t.in_flight.push_back(InFlight { end, start, bytes, stream, tag });
     }
 
     /// The link's byte stream was written up to `written` by a write that ended at `now`.
@@ -156,7 +176,7 @@ impl Monitoring {
             if f.end > written {
                 break;
             }
-            let key = self.key(t, true, f.tag);
+            let key = self.key(t, true, f.stream, f.tag);
             self.recorder.record(
                 key,
                 Component::Send,
@@ -176,7 +196,7 @@ impl Monitoring {
     /// A frame completed by the read `read` is handed to the core at `handed`.
     pub(crate) fn read(&mut self, t: &LinkTiming, frame: &Frame, read: &ReadClock, handed: Instant) {
         let bytes = frame.payload.len() as u64;
-        let key = self.key(t, false, frame.header.tag);
+        let key = self.key(t, false, frame.header.stream, frame.header.tag);
         let sent = i64::try_from(frame.header.timestamp_ns).unwrap_or(i64::MAX);
         if frame.header.flags & FLAG_STAMPED != 0 {
             // The sender's stamp on this node's clock: its clock minus the difference.

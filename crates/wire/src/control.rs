@@ -163,6 +163,9 @@ pub struct StreamSpec {
     pub up_window: Window,
     /// What a parent may send down on this stream before the child grants more.
     pub down_window: Window,
+    /// Program tag its frames are recorded under while monitoring (0: the tag of
+    /// the recording), so that tools or phases sharing a tree are kept apart.
+    pub program: u32,
 }
 
 impl StreamSpec {
@@ -174,6 +177,7 @@ impl StreamSpec {
         self.down.encode(out);
         self.up_window.encode(out);
         self.down_window.encode(out);
+        out.extend_from_slice(&self.program.to_le_bytes());
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -185,6 +189,7 @@ impl StreamSpec {
             down: FilterSpec::decode(r)?,
             up_window: Window::decode(r, "upward window")?,
             down_window: Window::decode(r, "downward window")?,
+            program: r.u32("stream program tag")?,
         })
     }
 }
@@ -669,6 +674,7 @@ mod tests {
             down: FilterSpec::new("null", 1),
             up_window: Window { packets: 256, bytes: 4 << 20 },
             down_window: Window { packets: 64, bytes: 8 << 20 },
+            program: 0,
         }
     }
 

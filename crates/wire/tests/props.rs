@@ -210,8 +210,8 @@ fn window() -> impl Strategy<Value = Window> {
 }
 
 fn stream_spec() -> impl Strategy<Value = StreamSpec> {
-    (any::<u32>(), rank_set(), sync_mode(), filter_spec(), filter_spec(), window(), window()).prop_map(
-        |(id, ranks, sync, up, down, up_window, down_window)| StreamSpec {
+    (any::<u32>(), rank_set(), sync_mode(), filter_spec(), filter_spec(), window(), window(), any::<u32>())
+        .prop_map(|(id, ranks, sync, up, down, up_window, down_window, program)| StreamSpec {
             id,
             ranks,
             sync,
@@ -219,8 +219,8 @@ fn stream_spec() -> impl Strategy<Value = StreamSpec> {
             down,
             up_window,
             down_window,
-        },
-    )
+            program,
+        })
 }
 
 fn attach_point() -> impl Strategy<Value = AttachPoint> {

@@ -277,6 +277,7 @@ fn stream_from_json(m: &Json) -> StreamSpec {
         down: filter_from_json(&m["down"]),
         up_window: window_from_json(&m["up_window"]),
         down_window: window_from_json(&m["down_window"]),
+        program: m.get("program").map_or(0, |_| u32_of(m, "program")),
     }
 }
 

@@ -224,6 +224,14 @@ pub enum Event {
     },
     /// Driver: stop recording.
     MonitorStop,
+    /// Driver: the frames of `stream` are recorded under the stream's own program
+    /// tag (`None`: the stream is gone here, the tag no longer applies).
+    StreamProgram {
+        /// The stream.
+        stream: u32,
+        /// Its program tag.
+        program: Option<u32>,
+    },
     /// Driver: hand this node's own report for collection `id` back with
     /// [`Command::MonitorLocal`].
     MonitorCollectLocal {

@@ -385,6 +385,20 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
 /// Front-end: the stream is over once no member is left and nothing is held. While
 /// ranks of it may still rejoin it goes on: requests no member is left to answer get
 /// an answer from no rank, and new ones wait for the rejoin (see `send_from_tool`).
+/// Removes a stream; one with a program tag of its own tells the driver its tag no
+/// longer applies, so the route's table holds only live streams.
+fn forget_stream(
+    streams: &mut std::collections::HashMap<u32, StreamState>,
+    out: &mut Outputs,
+    id: u32,
+) -> Option<StreamState> {
+    let s = streams.remove(&id)?;
+    if s.spec.program != 0 {
+        out.event(Event::StreamProgram { stream: id, program: None });
+    }
+    Some(s)
+}
+
 fn check_over(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
     let drained = s.sync.queued() == 0 && s.held.is_empty() && s.pending_up.is_empty();
     if !ctx.is_root() || s.over || !s.members.is_empty() || !drained {
@@ -541,9 +555,18 @@ impl Node {
             &mut self.out,
         );
         check_over(&mut s, &ctx, out);
-        self.streams.insert(id, s);
+        self.adopt_stream(s);
         self.control_to(targets, &msg);
         Ok(())
+    }
+
+    /// Keeps a stream made here; one with a program tag of its own has its frames
+    /// recorded under it (the driver tells the route).
+    fn adopt_stream(&mut self, s: StreamState) {
+        if s.spec.program != 0 {
+            self.out.event(Event::StreamProgram { stream: s.spec.id, program: Some(s.spec.program) });
+        }
+        self.streams.insert(s.spec.id, s);
     }
 
     /// A comm node or back-end learns of a stream from its parent.
@@ -560,7 +583,7 @@ impl Node {
             Ok(s) => {
                 let targets = s.targets.to_vec();
                 let msg = ControlMsg::NewStream(s.spec.clone());
-                self.streams.insert(id, s);
+                self.adopt_stream(s);
                 self.control_to(targets, &msg);
             }
             Err(e) => {
@@ -612,7 +635,7 @@ impl Node {
     /// The parent closed a stream.
     pub(super) fn close_stream_from_parent(&mut self, id: u32) {
         if let Role::BackEnd { .. } = self.role {
-            if let Some(s) = self.streams.remove(&id) {
+            if let Some(s) = forget_stream(&mut self.streams, &mut self.out, id) {
                 if s.blocked {
                     // A send waiting for credit learns the stream is gone.
                     self.out.event(Event::Writable { stream: id });
@@ -645,7 +668,7 @@ impl Node {
             }
         }
         if s.finished() {
-            self.streams.remove(&id);
+            forget_stream(&mut self.streams, &mut self.out, id);
         }
     }
 
@@ -834,7 +857,7 @@ impl Node {
                 drain_child(s, c, &ctx, &mut self.out);
                 settle_down(s, &ctx, &mut self.out);
                 if s.finished() {
-                    self.streams.remove(&stream);
+                    forget_stream(&mut self.streams, &mut self.out, stream);
                 }
             }
         }
@@ -884,7 +907,7 @@ impl Node {
         if s.over && !s.tool_done {
             s.tool_done = true;
             if s.finished() || !s.closing {
-                self.streams.remove(&id);
+                forget_stream(&mut self.streams, &mut self.out, id);
             }
             return Some(Delivery::StreamClosed(id));
         }
@@ -1017,7 +1040,7 @@ impl Node {
             }
         }
         for id in finished {
-            self.streams.remove(&id);
+            forget_stream(&mut self.streams, &mut self.out, id);
         }
     }
 }

@@ -65,6 +65,7 @@ fn spec(id: u32, up_window: Window) -> StreamSpec {
         down: FilterSpec::new("null", 1),
         up_window,
         down_window: Window { packets: 4, bytes: 1000 },
+        program: 0,
     }
 }
 
@@ -357,6 +358,35 @@ fn a_stream_with_an_unknown_filter_is_refused_at_the_front_end_naming_it() {
     let err = fe.handle_command(Command::NewStream(s), Instant::now()).unwrap_err().to_string();
     assert!(err.contains("node 0") && err.contains("median"), "{err}");
     assert!(transmits(&mut fe).is_empty(), "nothing went down");
+}
+
+#[test]
+fn a_stream_with_its_own_program_tag_has_its_frames_recorded_under_it_while_it_lives() {
+    let now = Instant::now();
+    let program = |n: &mut Node| -> Vec<(u32, Option<u32>)> {
+        events(n)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::StreamProgram { stream, program } => Some((stream, program)),
+                _ => None,
+            })
+            .collect()
+    };
+    // The front-end that opens it.
+    let (mut fe, _) = front_end_with_two_backends();
+    events(&mut fe);
+    let tagged = StreamSpec { program: 42, ..spec(1, Window { packets: 2, bytes: 1000 }) };
+    fe.handle_command(Command::NewStream(tagged.clone()), now).unwrap();
+    fe.handle_command(Command::NewStream(spec(2, Window { packets: 2, bytes: 1000 })), now).unwrap();
+    assert_eq!(program(&mut fe), [(1, Some(42))], "an untagged stream tells nothing");
+    // A back-end that learns of it and then sees it closed.
+    let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    be.handle_frame(parent, control(&ControlMsg::NewStream(tagged)), now);
+    assert_eq!(program(&mut be), [(1, Some(42))]);
+    be.handle_frame(parent, control(&ControlMsg::CloseStream { id: 1 }), now);
+    assert_eq!(program(&mut be), [(1, None)]);
 }
 
 #[test]

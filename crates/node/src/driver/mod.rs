@@ -254,6 +254,7 @@ impl<T: Tool> Driver<T> {
             Event::LinkClock { link, clock } => self.route.set_peer_clock(link, clock),
             Event::MonitorStart { program } => self.route.monitor_start(program),
             Event::MonitorStop => self.route.monitor_stop(),
+            Event::StreamProgram { stream, program } => self.route.set_stream_program(stream, program),
             Event::MonitorCollectLocal { id } => {
                 let report = self.route.monitor_report();
                 // Only the front-end refuses monitoring commands, and not this one.
