@@ -135,6 +135,54 @@ async fn two_workloads_running_at_once_are_kept_apart_by_their_streams_program_t
     assert_no_leftovers(&needle);
 }
 
+/// The published cross-check of a global clock: equal-size frames down and up each
+/// link, under clocks distorted by up to 0.9 s, show the same shortest one-way
+/// latency both ways, as far as the clock's error bound allows.
+#[test]
+fn the_one_way_cross_check_sees_both_directions_of_every_link_alike_under_distorted_clocks() {
+    let tag = format!("TREECAST_TEST_TAG=monitor-cross-{}", std::process::id());
+    let (k, v) = tag.split_once('=').unwrap();
+    let out = std::process::Command::new(TREECAST)
+        .args([
+            "clock",
+            "--local",
+            "8",
+            "--topology",
+            "kary:2",
+            "--rounds",
+            "1",
+            "--cross-check",
+            "100",
+            "--json",
+        ])
+        .env(k, v)
+        .env("TREECAST_CLOCK_DISTORT", "seed:5,offset_us:900000,drift_ppm:0")
+        .output()
+        .unwrap();
+    assert_no_leftovers(&tag);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes = report["nodes"].as_array().unwrap();
+    let far = nodes.iter().filter(|n| n["injected_ns"].as_i64().unwrap().unsigned_abs() > 1_000_000).count();
+    assert!(far > nodes.len() / 2, "the knob distorted the clocks by milliseconds at least: {report}");
+    let cross = &report["cross_check"];
+    let links = cross["links"].as_array().unwrap();
+    let ids: BTreeSet<u64> = links.iter().map(|l| l["link"].as_u64().unwrap()).collect();
+    assert_eq!(ids, (1..=nodes.len() as u64).collect(), "every link of the tree, once: {cross}");
+    for l in links {
+        let n = |key: &str| l[key].as_u64().unwrap();
+        assert!(n("down_frames") >= 100 && n("up_frames") >= 100, "every wave crossed it both ways: {l}");
+        // A clock left uncorrected would make nearly every frame one way arrive before
+        // it was sent; a correction within its bound leaves at most a few.
+        assert!(2 * n("down_early") < n("down_frames") && 2 * n("up_early") < n("up_frames"), "{l}");
+        // Half of down minus up is (d - u) / 2 plus the estimate's error e, with
+        // |e| <= bound and d, u the true shortest times: it cannot pass this.
+        let skew = l["skew_ns"].as_i64().unwrap().unsigned_abs();
+        let limit = n("down_min_ns").max(n("up_min_ns")) / 2 + 3 * n("bound_ns") / 2;
+        assert!(skew <= limit, "{l}");
+    }
+}
+
 #[test]
 fn microbench_records_a_run_into_a_report_per_node() {
     let dir = common::TestDir::new("microbench-monitor");

@@ -287,6 +287,12 @@ pub struct ClockArgs {
     /// Longest wait for the rounds, seconds.
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     pub wait: f64,
+    /// Then check the clock on every link the published way: WAVES equal-size
+    /// requests down and answers up, recorded, and each link's shortest one-way
+    /// latency down against up (half their difference should stay within the
+    /// link's error bound).
+    #[arg(long, value_name = "WAVES", num_args = 0..=1, default_missing_value = "200")]
+    pub cross_check: Option<u32>,
     /// One JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -13,12 +13,14 @@
 //! [`Recorder::record`].
 
 mod collection;
+mod oneway;
 mod plot;
 mod recorder;
 mod report;
 mod signature;
 
 pub use collection::Collection;
+pub use oneway::{one_way, OneWay};
 pub use plot::{signature_svg, BASELINE_COLOR, RUN_COLOR};
 pub use recorder::{Recorder, CELL_BYTES, DEFAULT_MAX_CELLS, HIGHEST_NS, SIGNIFICANT_DIGITS};
 pub use report::{CellReport, MonitorError, Report, MERGE_MAX_CELLS};

@@ -99,6 +99,12 @@ impl CellReport {
         Key { link: self.link, up: self.up, tag: self.tag, program: self.program }
     }
 
+    /// Smallest latency, nanoseconds, within the histogram's precision (the top of the
+    /// lowest non-empty bucket; 0 for an empty cell). Samples below 1 ns read as 1.
+    pub fn min_ns(&self) -> u64 {
+        self.buckets.first().map_or(0, |b| b[0])
+    }
+
     /// Mean latency, nanoseconds (0 for an empty cell).
     pub fn mean_ns(&self) -> f64 {
         if self.count == 0 {
