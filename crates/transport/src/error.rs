@@ -46,4 +46,7 @@ pub enum TransportError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A setting of the multicast route is out of its range.
+    #[error("multicast route setting {0}")]
+    Config(String),
 }

@@ -10,6 +10,8 @@
 //!   link or a set of links, receive frames and closures, close links.
 //!   [`StreamRoute`] carries TCP and Unix-socket links behind it, all driven from
 //!   one task (per-link wakers, no reader or writer tasks, batched writes).
+//! * [`mcast`]: the reliable UDP multicast protocol (sender and receiver state
+//!   machines with no I/O, datagram authentication).
 //! * [`LinkId`]: how a node names its links (a generational slab, [`LinkTable`]).
 
 #![deny(unsafe_code)]
@@ -17,6 +19,7 @@
 mod error;
 pub mod handshake;
 mod links;
+pub mod mcast;
 mod net;
 mod route;
 mod secret;

@@ -10,6 +10,8 @@
 //!   join and leave), create streams ([`StreamSpec`], with filters named by
 //!   [`FilterSpec`] and flow-control [`Window`]s) and report failures.
 //! * [`RankSet`]: compact sets of back-end ranks (`0-15,32`).
+//! * [`McastHeader`]: datagrams of the reliable UDP multicast route
+//!   ([`encode_mcast`], [`decode_mcast`]).
 //!
 //! No function here does I/O; every decoder returns a typed [`DecodeError`]
 //! and is fuzzed (see `fuzz/`). The byte layout is written down in
@@ -20,6 +22,7 @@ mod control;
 mod error;
 mod format;
 mod frame;
+mod mcast;
 mod plan;
 mod rankset;
 mod value;
@@ -35,6 +38,10 @@ pub use frame::{
     decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, DEFAULT_DOWN_WINDOW,
     DEFAULT_UP_WINDOW, FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, FLAG_STAMPED, HEADER_LEN,
     MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
+};
+pub use mcast::{
+    decode_mcast, encode_mcast, McastDatagram, McastHeader, McastKind, MCAST_HEADER_LEN, MCAST_MORE,
+    MCAST_TAG_LEN, MCAST_VERSION,
 };
 pub use plan::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, PLAN_VERSION};
 pub use rankset::RankSet;

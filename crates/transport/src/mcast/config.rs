@@ -1,0 +1,133 @@
+//! Every size and timer of the multicast protocol, with its default and the
+//! `TREECAST_UDP_*` variable that sets it.
+
+use std::time::Duration;
+
+use crate::TransportError;
+
+/// Sizes and timers of the multicast protocol.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct McastConfig {
+    /// Payload bytes per fragment: 1432 fills a 1472-byte UDP payload (Ethernet's
+    /// 1500-byte MTU less IP and UDP headers) with the 24-byte header and the
+    /// 16-byte tag. `TREECAST_UDP_FRAGMENT`.
+    pub fragment: u32,
+    /// Congestion window a message starts with, fragments.
+    pub initial_cwnd: f64,
+    /// Slow-start threshold, fragments: below it the window grows by one per ACK,
+    /// above by 1/cwnd. `TREECAST_UDP_SSTHRESH`.
+    pub ssthresh: f64,
+    /// Largest congestion window, fragments, bounding a burst. `TREECAST_UDP_MAX_CWND`.
+    pub max_cwnd: f64,
+    /// A receiver in the middle of a message that hears nothing this long NACKs
+    /// what it misses. `TREECAST_UDP_RECEIVER_TIMEOUT_MS`.
+    pub receiver_timeout: Duration,
+    /// A sender that sent a message's last fragment and misses final ACKs this long
+    /// sends the last fragment again. `TREECAST_UDP_SENDER_TIMEOUT_MS`.
+    pub sender_timeout: Duration,
+    /// NACKs are gathered this long before the sender goes back, so that the
+    /// receivers that miss the same fragment cause one retransmission.
+    /// `TREECAST_UDP_NACK_COALESCE_US`.
+    pub nack_coalesce: Duration,
+    /// A receiver does not send the same NACK again sooner than this.
+    /// `TREECAST_UDP_NACK_REPEAT_MS`.
+    pub nack_repeat: Duration,
+    /// The acker changes at most once per this, however many receivers NACK.
+    /// `TREECAST_UDP_ACKER_HOLD_MS`.
+    pub acker_hold: Duration,
+    /// A receiver that a message waits for and that stays silent this long is
+    /// reported lost. `TREECAST_UDP_SILENT_LIMIT_MS`.
+    pub silent_limit: Duration,
+    /// Largest message a receiver assembles, bytes. `TREECAST_UDP_MAX_MESSAGE`.
+    pub max_message: u32,
+}
+
+impl Default for McastConfig {
+    fn default() -> Self {
+        McastConfig {
+            fragment: 1432,
+            initial_cwnd: 1.0,
+            ssthresh: 8.0,
+            max_cwnd: 256.0,
+            receiver_timeout: Duration::from_millis(100),
+            sender_timeout: Duration::from_millis(50),
+            nack_coalesce: Duration::from_micros(500),
+            nack_repeat: Duration::from_millis(10),
+            acker_hold: Duration::from_millis(5),
+            silent_limit: Duration::from_secs(10),
+            max_message: 256 << 20,
+        }
+    }
+}
+
+impl McastConfig {
+    /// The defaults, changed by whichever `TREECAST_UDP_*` variables `lookup` finds.
+    ///
+    /// # Errors
+    /// [`TransportError::Config`] naming a variable whose value is not a number in
+    /// its range.
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<McastConfig, TransportError> {
+        let mut c = McastConfig::default();
+        let number = |name: &'static str, min: u64, max: u64| -> Result<Option<u64>, TransportError> {
+            let Some(text) = lookup(name) else { return Ok(None) };
+            match text.trim().parse::<u64>() {
+                Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
+                _ => Err(TransportError::Config(format!(
+                    "{name}={text:?}: write a whole number from {min} to {max}"
+                ))),
+            }
+        };
+        if let Some(v) = number("TREECAST_UDP_FRAGMENT", 64, 65_000)? {
+            c.fragment = v as u32;
+        }
+        if let Some(v) = number("TREECAST_UDP_SSTHRESH", 1, 65_536)? {
+            c.ssthresh = v as f64;
+        }
+        if let Some(v) = number("TREECAST_UDP_MAX_CWND", 1, 65_536)? {
+            c.max_cwnd = v as f64;
+        }
+        let ms = |d: &mut Duration, name, min, max| -> Result<(), TransportError> {
+            if let Some(v) = number(name, min, max)? {
+                *d = Duration::from_millis(v);
+            }
+            Ok(())
+        };
+        ms(&mut c.receiver_timeout, "TREECAST_UDP_RECEIVER_TIMEOUT_MS", 1, 60_000)?;
+        ms(&mut c.sender_timeout, "TREECAST_UDP_SENDER_TIMEOUT_MS", 1, 60_000)?;
+        ms(&mut c.nack_repeat, "TREECAST_UDP_NACK_REPEAT_MS", 0, 60_000)?;
+        ms(&mut c.acker_hold, "TREECAST_UDP_ACKER_HOLD_MS", 0, 60_000)?;
+        ms(&mut c.silent_limit, "TREECAST_UDP_SILENT_LIMIT_MS", 10, 3_600_000)?;
+        if let Some(v) = number("TREECAST_UDP_NACK_COALESCE_US", 0, 1_000_000)? {
+            c.nack_coalesce = Duration::from_micros(v);
+        }
+        if let Some(v) = number("TREECAST_UDP_MAX_MESSAGE", 1, u64::from(u32::MAX))? {
+            c.max_message = v as u32;
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_change_their_setting_and_a_bad_one_is_named() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        let c = McastConfig::from_env(env(&[
+            ("TREECAST_UDP_FRAGMENT", "8000"),
+            ("TREECAST_UDP_RECEIVER_TIMEOUT_MS", "250"),
+            ("TREECAST_UDP_NACK_COALESCE_US", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(c.fragment, 8000);
+        assert_eq!(c.receiver_timeout, Duration::from_millis(250));
+        assert_eq!(c.nack_coalesce, Duration::ZERO);
+        assert_eq!(c.sender_timeout, McastConfig::default().sender_timeout);
+        let err = McastConfig::from_env(env(&[("TREECAST_UDP_FRAGMENT", "9")])).unwrap_err().to_string();
+        assert!(err.contains("TREECAST_UDP_FRAGMENT=\"9\": write a whole number from 64 to 65000"), "{err}");
+    }
+}

@@ -1,0 +1,282 @@
+//! The receiving side: one child assembling its parent's multicast messages in
+//! order, NACKing what it misses and ACKing what it must.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use treecast_wire::{McastHeader, McastKind};
+
+use super::McastConfig;
+
+/// What the receiver hands its driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiverEvent {
+    /// A whole message, in the order the sender queued them.
+    Message {
+        /// Its stream.
+        stream: u32,
+        /// Its id.
+        message: u32,
+        /// Its bytes.
+        data: Bytes,
+    },
+    /// The sender went on past messages this receiver never got (it was reported
+    /// lost): the link must be treated as failed.
+    Missed {
+        /// First message missed.
+        from: u32,
+        /// The message the sender is at now.
+        to: u32,
+    },
+    /// A message grew past the configured largest one: it is dropped and the link
+    /// must be treated as failed.
+    TooLarge {
+        /// The message.
+        message: u32,
+        /// Its size so far.
+        bytes: u64,
+    },
+}
+
+/// What the receiver did, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    /// Fragments taken in order.
+    pub fragments: u64,
+    /// Fragments already held (duplicates and go-back resends).
+    pub duplicates: u64,
+    /// Fragments after a gap, thrown away (go-back-N resends them).
+    pub out_of_order: u64,
+    /// NACKs sent.
+    pub nacks: u64,
+    /// ACKs sent.
+    pub acks: u64,
+}
+
+/// The receiver of one group's messages at one child.
+#[derive(Debug)]
+pub struct Receiver {
+    config: McastConfig,
+    me: u32,
+    group: u32,
+    /// Next message to assemble.
+    expect: u32,
+    /// Its bytes so far, from the start.
+    buf: BytesMut,
+    /// A fragment of `expect` arrived: the receiver time-out runs.
+    in_message: bool,
+    last_data: Option<Instant>,
+    /// The last NACK: its offset and when, so that it is not repeated too soon.
+    last_nack: Option<(u32, u32, Instant)>,
+    out: VecDeque<McastHeader>,
+    events: VecDeque<ReceiverEvent>,
+    stats: ReceiverStats,
+}
+
+impl Receiver {
+    /// Receiver `me` of `group`'s messages, the first being `first`.
+    pub fn new(config: McastConfig, me: u32, group: u32, first: u32) -> Receiver {
+        Receiver {
+            config,
+            me,
+            group,
+            expect: first,
+            buf: BytesMut::new(),
+            in_message: false,
+            last_data: None,
+            last_nack: None,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: ReceiverStats::default(),
+        }
+    }
+
+    /// A data datagram of the group.
+    pub fn handle_data(&mut self, header: &McastHeader, payload: &[u8], now: Instant) {
+        if header.kind != McastKind::Data || header.group != self.group {
+            return;
+        }
+        let (m, offset) = (header.message, header.offset);
+        let ahead = m.wrapping_sub(self.expect);
+        if ahead != 0 && ahead < u32::MAX / 2 {
+            // The sender completed messages without this receiver.
+            self.events.push_back(ReceiverEvent::Missed { from: self.expect, to: m });
+            self.restart(m);
+        } else if ahead != 0 {
+            // An old message: its last fragment again means the final ACK was lost.
+            if !header.more() {
+                let end = offset.saturating_add(payload.len() as u32);
+                self.answer(McastKind::Ack, m, end);
+            }
+            return;
+        }
+        self.in_message = true;
+        self.last_data = Some(now);
+        let have = self.buf.len() as u32;
+        let end = offset.saturating_add(payload.len() as u32);
+        if offset > have {
+            self.stats.out_of_order += 1;
+            self.nack(have, now);
+            return;
+        }
+        if end <= have && !(payload.is_empty() && !header.more() && offset == have) {
+            self.stats.duplicates += 1;
+            if header.rank == self.me {
+                self.answer(McastKind::Ack, m, have);
+            }
+            return;
+        }
+        let fresh = &payload[(have - offset) as usize..];
+        if u64::from(have) + fresh.len() as u64 > u64::from(self.config.max_message) {
+            self.events.push_back(ReceiverEvent::TooLarge {
+                message: m,
+                bytes: u64::from(have) + fresh.len() as u64,
+            });
+            self.restart(m.wrapping_add(1));
+            return;
+        }
+        self.buf.extend_from_slice(fresh);
+        self.stats.fragments += 1;
+        let have = self.buf.len() as u32;
+        if !header.more() {
+            let data = std::mem::take(&mut self.buf).freeze();
+            self.events.push_back(ReceiverEvent::Message { stream: header.stream, message: m, data });
+            self.answer(McastKind::Ack, m, have);
+            self.restart(m.wrapping_add(1));
+        } else if header.rank == self.me {
+            self.answer(McastKind::Ack, m, have);
+        }
+    }
+
+    fn restart(&mut self, next: u32) {
+        self.expect = next;
+        self.buf = BytesMut::new();
+        self.in_message = false;
+        self.last_nack = None;
+    }
+
+    fn nack(&mut self, have: u32, now: Instant) {
+        let repeat = self.last_nack.is_some_and(|(m, o, at)| {
+            m == self.expect && o == have && now.saturating_duration_since(at) < self.config.nack_repeat
+        });
+        if !repeat {
+            self.last_nack = Some((self.expect, have, now));
+            self.answer(McastKind::Nack, self.expect, have);
+        }
+    }
+
+    fn answer(&mut self, kind: McastKind, message: u32, offset: u32) {
+        match kind {
+            McastKind::Ack => self.stats.acks += 1,
+            McastKind::Nack => self.stats.nacks += 1,
+            McastKind::Data => {}
+        }
+        self.out.push_back(McastHeader::answer(kind, self.group, self.me, 0, message, offset));
+    }
+
+    /// The receiver time-out: in the middle of a message and nothing heard, it NACKs
+    /// what it misses (which also tells the sender it is alive).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(at) = self.deadline() {
+            if now >= at {
+                self.last_data = Some(now);
+                self.last_nack = None;
+                let have = self.buf.len() as u32;
+                self.nack(have, now);
+            }
+        }
+    }
+
+    /// When [`Receiver::handle_timeout`] must run next.
+    pub fn deadline(&self) -> Option<Instant> {
+        if !self.in_message {
+            return None;
+        }
+        self.last_data.map(|t| t + self.config.receiver_timeout)
+    }
+
+    /// Next ACK or NACK to send to the sender by unicast.
+    pub fn poll_answer(&mut self) -> Option<McastHeader> {
+        self.out.pop_front()
+    }
+
+    /// Next event for the driver.
+    pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
+        self.events.pop_front()
+    }
+
+    /// What the receiver did so far.
+    pub fn stats(&self) -> ReceiverStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn data(message: u32, offset: u32, more: bool, acker: u32) -> McastHeader {
+        McastHeader::data(1, 0, message, offset, more, acker)
+    }
+
+    fn answers(r: &mut Receiver) -> Vec<(McastKind, u32, u32)> {
+        std::iter::from_fn(|| r.poll_answer()).map(|h| (h.kind, h.message, h.offset)).collect()
+    }
+
+    #[test]
+    fn a_gap_is_nacked_once_per_repeat_interval_and_the_acker_acks_every_fragment() {
+        let config = McastConfig { fragment: 4, ..McastConfig::default() };
+        let now = Instant::now();
+        let mut r = Receiver::new(config, 5, 1, 0);
+        r.handle_data(&data(0, 0, true, 9), b"abcd", now);
+        assert!(answers(&mut r).is_empty(), "not the acker: nothing to say");
+        r.handle_data(&data(0, 8, true, 9), b"ijkl", now);
+        r.handle_data(&data(0, 12, true, 9), b"mnop", now);
+        assert_eq!(answers(&mut r), [(McastKind::Nack, 0, 4)], "one NACK for the gap");
+        r.handle_data(&data(0, 12, true, 9), b"mnop", now + config.nack_repeat);
+        assert_eq!(answers(&mut r), [(McastKind::Nack, 0, 4)]);
+        r.handle_data(&data(0, 4, true, 5), b"efgh", now);
+        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 8)], "the acker acks");
+        r.handle_data(&data(0, 8, false, 9), b"ij", now);
+        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 10)], "every receiver acks the end");
+        let got = r.poll_event().unwrap();
+        assert_eq!(
+            got,
+            ReceiverEvent::Message { stream: 0, message: 0, data: Bytes::from_static(b"abcdefghij") }
+        );
+        // The end again (a final ACK was lost): acknowledged again.
+        r.handle_data(&data(0, 8, false, 9), b"ij", now);
+        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 10)]);
+    }
+
+    #[test]
+    fn silence_in_the_middle_of_a_message_is_nacked_and_idle_silence_is_not() {
+        let config = McastConfig { fragment: 4, ..McastConfig::default() };
+        let now = Instant::now();
+        let mut r = Receiver::new(config, 5, 1, 0);
+        assert_eq!(r.deadline(), None);
+        r.handle_data(&data(0, 0, true, 9), b"abcd", now);
+        assert_eq!(r.deadline(), Some(now + config.receiver_timeout));
+        r.handle_timeout(now + config.receiver_timeout);
+        assert_eq!(answers(&mut r), [(McastKind::Nack, 0, 4)]);
+        assert_eq!(r.deadline(), Some(now + config.receiver_timeout * 2));
+    }
+
+    #[test]
+    fn a_skipped_message_or_an_oversized_one_is_reported() {
+        let config = McastConfig { fragment: 4, max_message: 6, ..McastConfig::default() };
+        let now = Instant::now();
+        let mut r = Receiver::new(config, 5, 1, 0);
+        r.handle_data(&data(2, 0, false, 9), b"ab", now);
+        assert_eq!(r.poll_event(), Some(ReceiverEvent::Missed { from: 0, to: 2 }));
+        assert!(matches!(r.poll_event(), Some(ReceiverEvent::Message { message: 2, .. })));
+        r.handle_data(&data(3, 0, true, 9), b"abcd", now);
+        r.handle_data(&data(3, 4, true, 9), b"efgh", now);
+        assert_eq!(r.poll_event(), Some(ReceiverEvent::TooLarge { message: 3, bytes: 8 }));
+        // Another group's datagrams are not for it.
+        r.handle_data(&McastHeader::data(2, 0, 4, 0, false, 9), b"x", now);
+        assert_eq!(r.poll_event(), None);
+    }
+}

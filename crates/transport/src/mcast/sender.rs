@@ -1,0 +1,443 @@
+//! The sending side: one node multicasting messages to its children, one message at
+//! a time, paced by a congestion window that the acker's ACKs open.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use bytes::Bytes;
+use treecast_wire::{McastHeader, McastKind};
+
+use super::McastConfig;
+
+/// What the sender tells its driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SenderEvent {
+    /// Every receiver still in the group holds the message.
+    Completed {
+        /// The message.
+        message: u32,
+        /// Its stream.
+        stream: u32,
+    },
+    /// A receiver stayed silent past the limit while a message waited for it: it is
+    /// out of the group, and messages complete without it.
+    Lost {
+        /// The receiver.
+        receiver: u32,
+        /// Why, for the failure report.
+        reason: String,
+    },
+}
+
+/// What the sender did, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    /// Messages every receiver acknowledged.
+    pub messages: u64,
+    /// Fragments multicast, first sendings and retransmissions.
+    pub fragments: u64,
+    /// Of those, retransmissions.
+    pub retransmitted: u64,
+    /// NACKs received.
+    pub nacks: u64,
+    /// ACKs received.
+    pub acks: u64,
+    /// Times the acker changed.
+    pub acker_changes: u64,
+}
+
+/// A receiver as the sender knows it.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    /// Bytes of the current message it holds from the start, as it last said.
+    holds: u32,
+    /// It acknowledged the whole current message.
+    done: bool,
+    /// When it was last heard from.
+    heard: Option<Instant>,
+}
+
+/// The message being sent.
+#[derive(Debug)]
+struct Current {
+    id: u32,
+    stream: u32,
+    data: Bytes,
+    /// Next byte offset to multicast.
+    next: u32,
+    /// Bytes the acker holds from the start: the window's left edge.
+    acked: u32,
+    /// End of what was multicast at least once.
+    sent_once: u32,
+    /// Whether the (only) fragment of an empty message went out.
+    empty_sent: bool,
+    started: Instant,
+    /// Last multicast, for the sender time-out.
+    last_send: Instant,
+    /// NACKs gathered: the lowest offset asked for, and when the gathering ends.
+    pending_nack: Option<(u32, Instant)>,
+}
+
+impl Current {
+    fn len(&self) -> u32 {
+        self.data.len() as u32
+    }
+
+    fn all_sent(&self) -> bool {
+        if self.data.is_empty() {
+            self.empty_sent
+        } else {
+            self.next >= self.len()
+        }
+    }
+}
+
+/// The sender of one group: the messages of one node to its children.
+#[derive(Debug)]
+pub struct Sender {
+    config: McastConfig,
+    group: u32,
+    members: BTreeMap<u32, Member>,
+    queue: VecDeque<(u32, Bytes)>,
+    current: Option<Current>,
+    next_id: u32,
+    cwnd: f64,
+    ssthresh: f64,
+    ignore_acks: u32,
+    acker: Option<u32>,
+    acker_since: Option<Instant>,
+    out: VecDeque<(McastHeader, Bytes)>,
+    events: VecDeque<SenderEvent>,
+    stats: SenderStats,
+}
+
+impl Sender {
+    /// A sender for `group` (the node's id) to `receivers`, numbering messages from 0.
+    pub fn new(config: McastConfig, group: u32, receivers: impl IntoIterator<Item = u32>) -> Sender {
+        let members: BTreeMap<u32, Member> =
+            receivers.into_iter().map(|r| (r, Member { holds: 0, done: false, heard: None })).collect();
+        let acker = members.keys().next().copied();
+        Sender {
+            config,
+            group,
+            members,
+            queue: VecDeque::new(),
+            current: None,
+            next_id: 0,
+            cwnd: config.initial_cwnd,
+            ssthresh: config.ssthresh,
+            ignore_acks: 0,
+            acker,
+            acker_since: None,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: SenderStats::default(),
+        }
+    }
+
+    /// Queues a message of `stream`; returns its id. Messages go out in order, each
+    /// once the one before completed.
+    ///
+    /// # Errors
+    /// The message is longer than an offset can name (4 GiB).
+    pub fn send(&mut self, stream: u32, data: Bytes, now: Instant) -> Result<u32, crate::TransportError> {
+        if u32::try_from(data.len()).is_err() {
+            return Err(crate::TransportError::Config(format!(
+                "message of {} bytes: the multicast route carries messages under 4 GiB",
+                data.len()
+            )));
+        }
+        let id = self.next_id.wrapping_add(self.queue.len() as u32 + u32::from(self.current.is_some()));
+        self.queue.push_back((stream, data));
+        self.advance(now);
+        Ok(id)
+    }
+
+    /// A receiver left the group (its link closed): messages no longer wait for it.
+    pub fn remove_receiver(&mut self, receiver: u32, now: Instant) {
+        if self.members.remove(&receiver).is_some() {
+            self.after_leave(receiver, now);
+        }
+    }
+
+    /// An ACK or NACK from a receiver.
+    pub fn handle_answer(&mut self, header: &McastHeader, now: Instant) {
+        if header.group != self.group || header.kind == McastKind::Data {
+            return;
+        }
+        let Some(member) = self.members.get_mut(&header.rank) else { return };
+        member.heard = Some(now);
+        let Some(cur) = self.current.as_mut() else { return };
+        if header.message != cur.id || header.offset > cur.len() {
+            return;
+        }
+        member.holds = member.holds.max(header.offset);
+        match header.kind {
+            McastKind::Ack => self.on_ack(header.rank, header.offset),
+            McastKind::Nack => self.on_nack(header.rank, header.offset, now),
+            McastKind::Data => {}
+        }
+        self.advance(now);
+    }
+
+    fn on_ack(&mut self, from: u32, offset: u32) {
+        self.stats.acks += 1;
+        let Some(cur) = self.current.as_mut() else { return };
+        if offset == cur.len() {
+            if let Some(m) = self.members.get_mut(&from) {
+                m.done = true;
+            }
+        }
+        if Some(from) == self.acker && offset > cur.acked {
+            cur.acked = offset;
+            self.grow_window();
+        }
+    }
+
+    fn grow_window(&mut self) {
+        if self.ignore_acks > 0 {
+            self.ignore_acks -= 1;
+        } else if self.cwnd < self.ssthresh {
+            self.cwnd += 1.0;
+        } else {
+            self.cwnd += 1.0 / self.cwnd;
+        }
+        self.cwnd = self.cwnd.min(self.config.max_cwnd);
+    }
+
+    fn on_nack(&mut self, from: u32, offset: u32, now: Instant) {
+        self.stats.nacks += 1;
+        // The slowest receiver sets the pace: it becomes the acker, at most once per hold.
+        let held =
+            self.acker_since.is_some_and(|t| now.saturating_duration_since(t) < self.config.acker_hold);
+        if Some(from) != self.acker && !held {
+            self.acker = Some(from);
+            self.acker_since = Some(now);
+            self.stats.acker_changes += 1;
+        }
+        let Some(cur) = self.current.as_mut() else { return };
+        if Some(from) == self.acker {
+            // Its NACK says what it holds: the window's edge moves to it.
+            cur.acked = offset;
+        }
+        if offset >= cur.next {
+            // Nothing sent is missing there (a receiver time-out while the window is shut).
+            return;
+        }
+        cur.pending_nack = Some(match cur.pending_nack {
+            Some((lowest, until)) => (lowest.min(offset), until),
+            None => (offset, now + self.config.nack_coalesce),
+        });
+    }
+
+    /// Starts the gathered go-back once its wait is over: resend from the lowest
+    /// offset asked for, with the window halved once for all the NACKs gathered.
+    fn go_back(&mut self, now: Instant) {
+        let Some(cur) = self.current.as_mut() else { return };
+        let Some((offset, until)) = cur.pending_nack else { return };
+        if now < until {
+            return;
+        }
+        cur.pending_nack = None;
+        let fragment = self.config.fragment;
+        cur.next = cur.next.min(offset - offset % fragment);
+        // The window restarts at the resend point, so the resend is paced too.
+        cur.acked = cur.acked.min(cur.next);
+        self.ssthresh = (self.cwnd / 2.0).max(1.0);
+        self.cwnd = (self.cwnd / 2.0).max(1.0);
+        self.ignore_acks = (self.cwnd / 2.0) as u32;
+    }
+
+    /// Timers: the NACK gathering, the sender time-out and silent receivers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.go_back(now);
+        self.check_silent(now);
+        if let Some(cur) = self.current.as_mut() {
+            // Nothing went out for the time-out: everything is sent and final ACKs are
+            // missing, or the window stays shut because the acker's ACKs were lost (and
+            // a receiver that holds the whole message says nothing until asked).
+            let stuck = cur.pending_nack.is_none();
+            if stuck && now.saturating_duration_since(cur.last_send) >= self.config.sender_timeout {
+                // The last fragment again makes every receiver either ACK the whole
+                // message or NACK what it misses.
+                let last = if cur.data.is_empty() {
+                    0
+                } else {
+                    (cur.len() - 1) / self.config.fragment * self.config.fragment
+                };
+                let header = self.fragment_at(last);
+                self.queue_fragment(header, last, now);
+            }
+        }
+        self.advance(now);
+    }
+
+    fn check_silent(&mut self, now: Instant) {
+        let Some(cur) = self.current.as_ref() else { return };
+        let limit = self.config.silent_limit;
+        let (started, message) = (cur.started, cur.id);
+        let silent: Vec<u32> = self
+            .members
+            .iter()
+            .filter(|(_, m)| !m.done)
+            .filter(|(_, m)| {
+                now.saturating_duration_since(m.heard.map_or(started, |h| h.max(started))) >= limit
+            })
+            .map(|(&r, _)| r)
+            .collect();
+        for receiver in silent {
+            self.members.remove(&receiver);
+            self.events.push_back(SenderEvent::Lost {
+                receiver,
+                reason: format!(
+                    "multicast receiver {receiver} of group {} silent for {:.1} s while message {} waited for it",
+                    self.group,
+                    limit.as_secs_f64(),
+                    message
+                ),
+            });
+            self.after_leave(receiver, now);
+        }
+    }
+
+    fn after_leave(&mut self, receiver: u32, now: Instant) {
+        if self.acker == Some(receiver) {
+            // The receiver holding the least still sets the pace.
+            self.acker =
+                self.members.iter().filter(|(_, m)| !m.done).min_by_key(|(_, m)| m.holds).map(|(&r, _)| r);
+            self.acker = self.acker.or_else(|| self.members.keys().next().copied());
+            if let (Some(a), Some(cur)) = (self.acker, self.current.as_mut()) {
+                cur.acked = self.members.get(&a).map_or(0, |m| m.holds);
+            }
+            self.acker_since = Some(now);
+            self.stats.acker_changes += 1;
+        }
+        self.advance(now);
+    }
+
+    /// When [`Sender::handle_timeout`] must run next.
+    pub fn deadline(&self) -> Option<Instant> {
+        let cur = self.current.as_ref()?;
+        let silent = self
+            .members
+            .values()
+            .filter(|m| !m.done)
+            .map(|m| m.heard.map_or(cur.started, |h| h.max(cur.started)) + self.config.silent_limit)
+            .min();
+        let resend = cur.pending_nack.is_none().then(|| cur.last_send + self.config.sender_timeout);
+        [cur.pending_nack.map(|(_, until)| until), resend, silent].into_iter().flatten().min()
+    }
+
+    /// Next datagram to multicast to the group: a header and the fragment's bytes.
+    pub fn poll_datagram(&mut self) -> Option<(McastHeader, Bytes)> {
+        self.out.pop_front()
+    }
+
+    /// Next event for the driver.
+    pub fn poll_event(&mut self) -> Option<SenderEvent> {
+        self.events.pop_front()
+    }
+
+    /// What the sender did so far.
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+
+    /// Receivers still in the group.
+    pub fn receivers(&self) -> impl Iterator<Item = u32> + '_ {
+        self.members.keys().copied()
+    }
+
+    /// The congestion window, fragments.
+    pub fn cwnd(&self) -> f64 {
+        self.cwnd
+    }
+
+    /// The receiver that acknowledges every fragment now.
+    pub fn acker(&self) -> Option<u32> {
+        self.acker
+    }
+
+    /// Nothing queued, nothing in flight.
+    pub fn is_idle(&self) -> bool {
+        self.current.is_none() && self.queue.is_empty()
+    }
+
+    /// Completes the current message if nobody waits for it, starts the next one,
+    /// and sends what the window allows.
+    fn advance(&mut self, now: Instant) {
+        loop {
+            if let Some(cur) = &self.current {
+                if !self.members.values().all(|m| m.done) {
+                    break;
+                }
+                self.events.push_back(SenderEvent::Completed { message: cur.id, stream: cur.stream });
+                self.stats.messages += 1;
+                self.current = None;
+            }
+            let Some((stream, data)) = self.queue.pop_front() else { return };
+            let id = self.next_id;
+            self.next_id = id.wrapping_add(1);
+            for m in self.members.values_mut() {
+                *m = Member { holds: 0, done: false, heard: m.heard };
+            }
+            self.current = Some(Current {
+                id,
+                stream,
+                data,
+                next: 0,
+                acked: 0,
+                sent_once: 0,
+                empty_sent: false,
+                started: now,
+                last_send: now,
+                pending_nack: None,
+            });
+        }
+        self.fill(now);
+    }
+
+    /// Sends fragments while the window has room.
+    fn fill(&mut self, now: Instant) {
+        let fragment = self.config.fragment;
+        loop {
+            let Some(cur) = self.current.as_ref() else { return };
+            if cur.all_sent() || cur.pending_nack.is_some() {
+                return;
+            }
+            let in_flight = cur.next.saturating_sub(cur.acked).div_ceil(fragment);
+            if f64::from(in_flight) >= self.cwnd.floor().max(1.0) {
+                return;
+            }
+            let offset = cur.next;
+            let header = self.fragment_at(offset);
+            self.queue_fragment(header, offset, now);
+        }
+    }
+
+    fn fragment_at(&self, offset: u32) -> McastHeader {
+        let fragment = self.config.fragment;
+        let (id, stream, len) = self.current.as_ref().map_or((0, 0, 0), |c| (c.id, c.stream, c.len()));
+        let more = offset.saturating_add(fragment) < len;
+        McastHeader::data(self.group, stream, id, offset, more, self.acker.unwrap_or(u32::MAX))
+    }
+
+    fn queue_fragment(&mut self, header: McastHeader, offset: u32, now: Instant) {
+        let fragment = self.config.fragment;
+        let Some(cur) = self.current.as_mut() else { return };
+        let end = offset.saturating_add(fragment).min(cur.len());
+        let bytes = cur.data.slice(offset as usize..end as usize);
+        let again = if cur.data.is_empty() { cur.empty_sent } else { end <= cur.sent_once };
+        if again {
+            self.stats.retransmitted += 1;
+        }
+        cur.sent_once = cur.sent_once.max(end);
+        cur.next = cur.next.max(end);
+        if cur.data.is_empty() {
+            cur.empty_sent = true;
+        }
+        cur.last_send = now;
+        self.stats.fragments += 1;
+        self.out.push_back((header, bytes));
+    }
+}
