@@ -40,6 +40,11 @@ pub struct McastConfig {
     pub silent_limit: Duration,
     /// Largest message a receiver assembles, bytes. `TREECAST_UDP_MAX_MESSAGE`.
     pub max_message: u32,
+    /// Test knob: the chance that an endpoint does not send a datagram, to inject
+    /// loss where no network emulator is at hand. `TREECAST_UDP_DROP=P[,SEED]`.
+    pub drop: f64,
+    /// Seed of the drop knob's draws, so that a lossy run can be repeated.
+    pub drop_seed: u64,
 }
 
 impl Default for McastConfig {
@@ -56,6 +61,8 @@ impl Default for McastConfig {
             acker_hold: Duration::from_millis(5),
             silent_limit: Duration::from_secs(10),
             max_message: 256 << 20,
+            drop: 0.0,
+            drop_seed: 0,
         }
     }
 }
@@ -103,6 +110,16 @@ impl McastConfig {
         if let Some(v) = number("TREECAST_UDP_MAX_MESSAGE", 1, u64::from(u32::MAX))? {
             c.max_message = v as u32;
         }
+        if let Some(text) = lookup("TREECAST_UDP_DROP") {
+            let bad = || {
+                TransportError::Config(format!(
+                    "TREECAST_UDP_DROP={text:?}: write P or P,SEED, P from 0 to 1"
+                ))
+            };
+            let (p, seed) = text.split_once(',').unwrap_or((&text, "0"));
+            c.drop = p.trim().parse::<f64>().ok().filter(|p| (0.0..=1.0).contains(p)).ok_or_else(bad)?;
+            c.drop_seed = seed.trim().parse().map_err(|_| bad())?;
+        }
         Ok(c)
     }
 }
@@ -121,12 +138,16 @@ mod tests {
             ("TREECAST_UDP_FRAGMENT", "8000"),
             ("TREECAST_UDP_RECEIVER_TIMEOUT_MS", "250"),
             ("TREECAST_UDP_NACK_COALESCE_US", "0"),
+            ("TREECAST_UDP_DROP", "0.05,7"),
         ]))
         .unwrap();
         assert_eq!(c.fragment, 8000);
         assert_eq!(c.receiver_timeout, Duration::from_millis(250));
         assert_eq!(c.nack_coalesce, Duration::ZERO);
         assert_eq!(c.sender_timeout, McastConfig::default().sender_timeout);
+        assert_eq!((c.drop, c.drop_seed), (0.05, 7));
+        let err = McastConfig::from_env(env(&[("TREECAST_UDP_DROP", "5%")])).unwrap_err().to_string();
+        assert!(err.contains("TREECAST_UDP_DROP=\"5%\": write P or P,SEED"), "{err}");
         let err = McastConfig::from_env(env(&[("TREECAST_UDP_FRAGMENT", "9")])).unwrap_err().to_string();
         assert!(err.contains("TREECAST_UDP_FRAGMENT=\"9\": write a whole number from 64 to 65000"), "{err}");
     }

@@ -11,20 +11,24 @@
 //! window (slow start to `ssthresh`, then +1/cwnd per ACK, halved on NACK). Groups
 //! are one node's children, so a NACK implosion stays the size of a fan-out.
 //!
-//! Every datagram carries a BLAKE3 keyed hash of header and payload under a key
-//! derived from the session secret ([`McastKey`]); the driver drops a datagram whose
-//! tag does not match before it reaches the protocol.
+//! Every datagram carries an HMAC-SHA-256 tag (truncated to 128 bits) of header and
+//! payload under a key derived from the session secret ([`McastKey`]); the driver
+//! drops a datagram whose tag does not match before it reaches the protocol.
 
 mod config;
 mod receiver;
 mod sender;
 #[cfg(test)]
 mod sim;
+mod udp;
 
 pub use config::McastConfig;
 pub use receiver::{Receiver, ReceiverEvent, ReceiverStats};
 pub use sender::{Sender, SenderEvent, SenderStats};
+pub use udp::{drive_receiver, drive_sender, EndpointStats, UdpEndpoint};
 
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use treecast_wire::{McastDatagram, MCAST_TAG_LEN};
 
 use crate::Secret;
@@ -32,7 +36,10 @@ use crate::Secret;
 /// The key of a session's multicast datagrams, derived from the session secret
 /// (never the secret itself, so a datagram tag says nothing about the link handshake key).
 #[derive(Clone)]
-pub struct McastKey([u8; 32]);
+pub struct McastKey {
+    /// The HMAC with the derived key already absorbed, cloned for each datagram.
+    keyed: Hmac<Sha256>,
+}
 
 impl std::fmt::Debug for McastKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -43,13 +50,16 @@ impl std::fmt::Debug for McastKey {
 impl McastKey {
     /// The multicast key of the session whose secret is `secret`.
     pub fn new(secret: &Secret) -> McastKey {
-        McastKey(blake3::derive_key("treecast 2026 udp multicast datagram tag v1", secret.as_bytes()))
+        let derived = hmac_sha256(secret.as_bytes(), b"treecast udp multicast datagram tag v1");
+        McastKey { keyed: keyed(&derived) }
     }
 
     fn tag(&self, signed: &[u8]) -> [u8; MCAST_TAG_LEN] {
-        let full = blake3::keyed_hash(&self.0, signed);
+        let mut mac = self.keyed.clone();
+        mac.update(signed);
+        let full = mac.finalize().into_bytes();
         let mut tag = [0; MCAST_TAG_LEN];
-        tag.copy_from_slice(&full.as_bytes()[..MCAST_TAG_LEN]);
+        tag.copy_from_slice(&full[..MCAST_TAG_LEN]);
         tag
     }
 
@@ -66,6 +76,20 @@ impl McastKey {
         let expected = self.tag(datagram.signed);
         expected.iter().zip(datagram.tag).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
     }
+}
+
+fn keyed(key: &[u8]) -> Hmac<Sha256> {
+    // HMAC takes a key of any length: this cannot fail.
+    match Hmac::<Sha256>::new_from_slice(key) {
+        Ok(mac) => mac,
+        Err(_) => unreachable!("HMAC accepts keys of every length"),
+    }
+}
+
+fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
+    let mut mac = keyed(key);
+    mac.update(data);
+    mac.finalize().into_bytes().into()
 }
 
 #[cfg(test)]

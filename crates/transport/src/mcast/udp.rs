@@ -1,0 +1,289 @@
+//! The thin UDP driver of the multicast protocol: a socket that sends each
+//! datagram signed to the group and receives only datagrams of the session, and
+//! the loops that run a [`Sender`] or a [`Receiver`] on it.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::net::UdpSocket;
+use treecast_wire::{decode_mcast, encode_mcast, McastHeader};
+
+use super::{McastConfig, McastKey, Receiver, ReceiverEvent, Sender, SenderEvent};
+use crate::TransportError;
+
+/// Largest datagram read: the UDP maximum.
+const MAX_DATAGRAM: usize = 65_536;
+
+/// What an endpoint saw, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Datagrams sent (one per destination).
+    pub sent: u64,
+    /// Datagrams of the session received.
+    pub received: u64,
+    /// Datagrams dropped on arrival: not decodable, or not signed with the session's key.
+    pub rejected: u64,
+    /// Datagrams the drop test knob threw away instead of sending.
+    pub knob_dropped: u64,
+}
+
+/// A UDP socket speaking the multicast protocol's datagrams.
+#[derive(Debug)]
+pub struct UdpEndpoint {
+    socket: UdpSocket,
+    key: McastKey,
+    /// The drop knob (`TREECAST_UDP_DROP`): a seeded chance to not send a datagram.
+    drop: Option<(StdRng, f64)>,
+    out: Vec<u8>,
+    inbuf: Vec<u8>,
+    stats: EndpointStats,
+}
+
+impl UdpEndpoint {
+    /// Binds `addr` (a port of 0 picks one). Broadcast is allowed, so that a
+    /// group's address may be the subnet's broadcast address.
+    ///
+    /// # Errors
+    /// [`TransportError::Io`] when the address cannot be bound.
+    pub async fn bind(
+        addr: SocketAddr,
+        key: McastKey,
+        config: &McastConfig,
+    ) -> Result<UdpEndpoint, TransportError> {
+        let io = |what: String| move |source| TransportError::Io { what, source };
+        let socket = UdpSocket::bind(addr).await.map_err(io(format!("binding UDP {addr}")))?;
+        socket.set_broadcast(true).map_err(io(format!("allowing broadcast on UDP {addr}")))?;
+        let drop = (config.drop > 0.0).then(|| (StdRng::seed_from_u64(config.drop_seed), config.drop));
+        Ok(UdpEndpoint {
+            socket,
+            key,
+            drop,
+            out: Vec::new(),
+            inbuf: vec![0; MAX_DATAGRAM],
+            stats: EndpointStats::default(),
+        })
+    }
+
+    /// The address it is bound to.
+    ///
+    /// # Errors
+    /// [`TransportError::Io`] from the OS.
+    pub fn local_addr(&self) -> Result<SocketAddr, TransportError> {
+        self.socket
+            .local_addr()
+            .map_err(|source| TransportError::Io { what: "reading a UDP address".into(), source })
+    }
+
+    /// What it saw so far.
+    pub fn stats(&self) -> EndpointStats {
+        self.stats
+    }
+
+    /// Sends one datagram, signed once, to every address of `to`. A datagram the
+    /// kernel refuses (a full buffer) is lost like one lost on the wire: the
+    /// protocol resends it.
+    pub async fn send(&mut self, header: &McastHeader, payload: &[u8], to: &[SocketAddr]) {
+        encode_mcast(header, payload, &mut self.out);
+        self.key.sign(&mut self.out);
+        for dest in to {
+            if let Some((rng, p)) = self.drop.as_mut() {
+                if rng.gen_bool(*p) {
+                    self.stats.knob_dropped += 1;
+                    continue;
+                }
+            }
+            match self.socket.send_to(&self.out, dest).await {
+                Ok(_) => self.stats.sent += 1,
+                Err(e) => tracing::debug!("UDP datagram to {dest} not sent: {e}"),
+            }
+        }
+    }
+
+    /// The next datagram of the session, with its sender's address; others are
+    /// dropped and counted. Cancel safe.
+    ///
+    /// # Errors
+    /// [`TransportError::Io`] when the socket fails.
+    pub async fn recv(&mut self) -> Result<(McastHeader, Bytes, SocketAddr), TransportError> {
+        loop {
+            let (n, from) = self
+                .socket
+                .recv_from(&mut self.inbuf)
+                .await
+                .map_err(|source| TransportError::Io { what: "receiving a UDP datagram".into(), source })?;
+            match decode_mcast(&self.inbuf[..n]) {
+                Ok(d) if self.key.verify(&d) => {
+                    self.stats.received += 1;
+                    return Ok((d.header, Bytes::copy_from_slice(d.payload), from));
+                }
+                Ok(_) => tracing::debug!(
+                    "UDP datagram from {from} dropped: its tag does not match the session's key"
+                ),
+                Err(e) => tracing::debug!("UDP datagram from {from} dropped: {e}"),
+            }
+            self.stats.rejected += 1;
+        }
+    }
+}
+
+/// Runs `sender` until every message queued in it has completed (or its
+/// receivers were reported lost), multicasting to `group`; returns its events.
+///
+/// # Errors
+/// The socket failed.
+pub async fn drive_sender(
+    ep: &mut UdpEndpoint,
+    sender: &mut Sender,
+    group: &[SocketAddr],
+) -> Result<Vec<SenderEvent>, TransportError> {
+    let mut events = Vec::new();
+    loop {
+        while let Some((header, payload)) = sender.poll_datagram() {
+            ep.send(&header, &payload, group).await;
+        }
+        events.extend(std::iter::from_fn(|| sender.poll_event()));
+        if sender.is_idle() {
+            return Ok(events);
+        }
+        // A sender with a message under way always has a deadline (its silent limit).
+        let deadline = sender.deadline().unwrap_or_else(|| Instant::now() + Duration::from_millis(100));
+        tokio::select! {
+            got = ep.recv() => {
+                let (header, _, _) = got?;
+                sender.handle_answer(&header, Instant::now());
+            }
+            () = tokio::time::sleep_until(deadline.into()) => sender.handle_timeout(Instant::now()),
+        }
+    }
+}
+
+/// Runs `receiver`, answering the sender at `sender_addr`, and hands each event to
+/// `on_event` until it returns false.
+///
+/// # Errors
+/// The socket failed, or nothing came for `idle_limit` while no message was under way.
+pub async fn drive_receiver(
+    ep: &mut UdpEndpoint,
+    receiver: &mut Receiver,
+    sender_addr: SocketAddr,
+    idle_limit: Duration,
+    mut on_event: impl FnMut(ReceiverEvent) -> bool,
+) -> Result<(), TransportError> {
+    loop {
+        while let Some(answer) = receiver.poll_answer() {
+            ep.send(&answer, &[], &[sender_addr]).await;
+        }
+        while let Some(event) = receiver.poll_event() {
+            if !on_event(event) {
+                return Ok(());
+            }
+        }
+        let deadline = receiver.deadline();
+        let wait = deadline.map_or(idle_limit, |d| d.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            got = ep.recv() => {
+                let (header, payload, _) = got?;
+                receiver.handle_data(&header, &payload, Instant::now());
+            }
+            () = tokio::time::sleep(wait) => {
+                if deadline.is_none() {
+                    return Err(TransportError::Timeout { what: format!("multicast data from {sender_addr}"), secs: idle_limit.as_secs_f64() });
+                }
+                receiver.handle_timeout(Instant::now());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::Secret;
+
+    fn message(len: usize, seed: u8) -> Bytes {
+        (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed)).collect::<Vec<u8>>().into()
+    }
+
+    /// Four receivers on loopback, every datagram dropped at 5 % by the knob both
+    /// ways: every message arrives whole, in order, at every receiver.
+    #[tokio::test]
+    async fn messages_of_every_size_cross_real_udp_sockets_despite_dropped_datagrams() {
+        let config = McastConfig { drop: 0.05, drop_seed: 11, ..McastConfig::default() };
+        let key = McastKey::new(&Secret::from_bytes([3; 32]));
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let f = config.fragment as usize;
+        let messages: Vec<Bytes> =
+            [0, 1, f, f + 1, 300_000, 0].iter().enumerate().map(|(i, &n)| message(n, i as u8)).collect();
+        let mut sender_ep = UdpEndpoint::bind(loopback, key.clone(), &config).await.unwrap();
+        let sender_addr = sender_ep.local_addr().unwrap();
+        let mut group = Vec::new();
+        let mut tasks = Vec::new();
+        for r in 0..4u32 {
+            let receiver_config = McastConfig { drop_seed: u64::from(r), ..config };
+            let mut ep = UdpEndpoint::bind(loopback, key.clone(), &receiver_config).await.unwrap();
+            group.push(ep.local_addr().unwrap());
+            let expected = messages.len();
+            tasks.push(tokio::spawn(async move {
+                let mut receiver = Receiver::new(receiver_config, 10 + r, 1, 0);
+                let mut got = Vec::new();
+                drive_receiver(&mut ep, &mut receiver, sender_addr, Duration::from_secs(20), |e| {
+                    if let ReceiverEvent::Message { data, .. } = e {
+                        got.push(data);
+                    }
+                    got.len() < expected
+                })
+                .await
+                .unwrap();
+                // Answer re-sent last fragments a little longer, so the sender's last
+                // final ACK is not the only one lost.
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(300),
+                    drive_receiver(&mut ep, &mut receiver, sender_addr, Duration::from_secs(1), |_| true),
+                )
+                .await;
+                (got, ep.stats())
+            }));
+        }
+        let mut sender = Sender::new(config, 1, 10..14);
+        for m in &messages {
+            sender.send(7, m.clone(), Instant::now()).unwrap();
+        }
+        let events =
+            tokio::time::timeout(Duration::from_secs(60), drive_sender(&mut sender_ep, &mut sender, &group))
+                .await
+                .unwrap()
+                .unwrap();
+        assert_eq!(events.len(), messages.len(), "{events:?}");
+        assert!(events.iter().all(|e| matches!(e, SenderEvent::Completed { stream: 7, .. })), "{events:?}");
+        for t in tasks {
+            let (got, stats) = t.await.unwrap();
+            assert_eq!(got, messages);
+            assert!(stats.knob_dropped > 0, "the knob dropped answers too: {stats:?}");
+        }
+        let stats = sender.stats();
+        assert!(stats.retransmitted > 0 && sender_ep.stats().knob_dropped > 0, "{stats:?}");
+    }
+
+    #[tokio::test]
+    async fn a_datagram_of_another_session_is_dropped_before_the_protocol_sees_it() {
+        let config = McastConfig::default();
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut ours =
+            UdpEndpoint::bind(loopback, McastKey::new(&Secret::from_bytes([1; 32])), &config).await.unwrap();
+        let mut theirs =
+            UdpEndpoint::bind(loopback, McastKey::new(&Secret::from_bytes([2; 32])), &config).await.unwrap();
+        let mut friend =
+            UdpEndpoint::bind(loopback, McastKey::new(&Secret::from_bytes([1; 32])), &config).await.unwrap();
+        let to = [ours.local_addr().unwrap()];
+        theirs.send(&McastHeader::data(1, 0, 0, 0, false, 0), b"evil", &to).await;
+        friend.send(&McastHeader::data(1, 0, 0, 0, false, 0), b"good", &to).await;
+        let (_, payload, _) =
+            tokio::time::timeout(Duration::from_secs(5), ours.recv()).await.unwrap().unwrap();
+        assert_eq!(&payload[..], b"good");
+        assert_eq!(ours.stats().rejected, 1);
+    }
+}
