@@ -259,6 +259,9 @@ pub enum BenchCommand {
     /// The protocol cores of a whole tree in one process, with virtual time: work and
     /// bytes per node per wave at each level, and the wall time per wave.
     Sim(SimArgs),
+    /// The reliable UDP multicast route: time and rate per message size and group
+    /// size (with --sim, in a simulated LAN with virtual time and a line rate).
+    Route(RouteBenchArgs),
     /// Reductions on a real tree while comm nodes and back-ends are killed (SIGKILL)
     /// or stopped (SIGSTOP) at random: hangs, wrong answers, live ranks reported lost,
     /// processes left behind, recovery time.
@@ -406,6 +409,47 @@ pub struct SimArgs {
     /// One JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Flags of `treecast bench route`.
+#[derive(Debug, Args)]
+pub struct RouteBenchArgs {
+    /// The route to measure.
+    #[arg(long, value_enum, default_value = "udp")]
+    pub route: RouteKind,
+    /// Run the protocol in a simulated LAN (virtual time): the only mode so far.
+    #[arg(long)]
+    pub sim: bool,
+    /// Group sizes (receivers per sender), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    pub receivers: Vec<usize>,
+    /// Message sizes in bytes (K, M suffixes: powers of 1024), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,1K,64K,1M,64M")]
+    pub sizes: Vec<String>,
+    /// Chance that a datagram does not reach one of its destinations.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Line rate of every uplink of the simulated LAN, Mbit/s.
+    #[arg(long, value_name = "MBIT", default_value_t = 1000)]
+    pub rate_mbit: u64,
+    /// One-way latency of the simulated LAN, microseconds.
+    #[arg(long, value_name = "US", default_value_t = 50)]
+    pub latency_us: u64,
+    /// Seed of the simulated LAN's random draws.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// One JSON object per row instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A route `treecast bench route` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RouteKind {
+    /// One TCP (or Unix) connection per child.
+    Tcp,
+    /// The reliable multicast route over UDP.
+    Udp,
 }
 
 /// Flags of `treecast bench microbench`.

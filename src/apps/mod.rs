@@ -12,6 +12,7 @@ pub mod hosts;
 pub mod monitor;
 pub mod node;
 pub mod protocol;
+pub mod routebench;
 pub mod run;
 pub mod simbench;
 pub mod topo;

@@ -5,6 +5,17 @@ use std::time::Duration;
 
 use crate::TransportError;
 
+/// How the sender repairs what receivers NACK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repair {
+    /// Resend only the fragment each NACK names; receivers keep fragments that
+    /// arrive after a gap. The default: it keeps its rate under loss.
+    Selective,
+    /// The published design: after gathering NACKs, resend everything from the
+    /// lowest offset asked for; receivers still keep fragments past a gap.
+    GoBackN,
+}
+
 /// Sizes and timers of the multicast protocol.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct McastConfig {
@@ -25,10 +36,13 @@ pub struct McastConfig {
     /// A sender that sent a message's last fragment and misses final ACKs this long
     /// sends the last fragment again. `TREECAST_UDP_SENDER_TIMEOUT_MS`.
     pub sender_timeout: Duration,
-    /// NACKs are gathered this long before the sender goes back, so that the
-    /// receivers that miss the same fragment cause one retransmission.
+    /// NACKs within this long count as one loss: go-back-N gathers them before
+    /// going back; selective repair resends a fragment at most once per this long,
+    /// and the window is halved at most once per this long.
     /// `TREECAST_UDP_NACK_COALESCE_US`.
     pub nack_coalesce: Duration,
+    /// How NACKed fragments are resent. `TREECAST_UDP_REPAIR=selective|go-back-n`.
+    pub repair: Repair,
     /// A receiver does not send the same NACK again sooner than this.
     /// `TREECAST_UDP_NACK_REPEAT_MS`.
     pub nack_repeat: Duration,
@@ -57,7 +71,8 @@ impl Default for McastConfig {
             receiver_timeout: Duration::from_millis(100),
             sender_timeout: Duration::from_millis(50),
             nack_coalesce: Duration::from_micros(500),
-            nack_repeat: Duration::from_millis(10),
+            repair: Repair::Selective,
+            nack_repeat: Duration::from_millis(1),
             acker_hold: Duration::from_millis(5),
             silent_limit: Duration::from_secs(10),
             max_message: 256 << 20,
@@ -109,6 +124,17 @@ impl McastConfig {
         }
         if let Some(v) = number("TREECAST_UDP_MAX_MESSAGE", 1, u64::from(u32::MAX))? {
             c.max_message = v as u32;
+        }
+        if let Some(text) = lookup("TREECAST_UDP_REPAIR") {
+            c.repair = match text.trim() {
+                "selective" => Repair::Selective,
+                "go-back-n" => Repair::GoBackN,
+                _ => {
+                    return Err(TransportError::Config(format!(
+                        "TREECAST_UDP_REPAIR={text:?}: write selective or go-back-n"
+                    )))
+                }
+            };
         }
         if let Some(text) = lookup("TREECAST_UDP_DROP") {
             let bad = || {

@@ -5,11 +5,13 @@
 //! Follows the published design of reliable UDP-broadcast MPI_Bcast (pgmcc-like):
 //! fragments to the MTU; receivers NACK a gap or, in the middle of a message, a
 //! silence; every receiver ACKs a message's last fragment and the *acker* (the
-//! receiver that NACKed last, the slowest) ACKs every fragment; the sender goes back
-//! to the lowest NACKed offset after a short gathering wait, resends the last
-//! fragment when final ACKs are missing, and paces fragments with a congestion
-//! window (slow start to `ssthresh`, then +1/cwnd per ACK, halved on NACK). Groups
-//! are one node's children, so a NACK implosion stays the size of a fan-out.
+//! receiver that NACKed last, the slowest) ACKs every fragment; the sender resends
+//! what is NACKed (only the fragment named, by default, or everything from the
+//! lowest NACKed offset after a short gathering wait, as published: [`Repair`]),
+//! resends the last fragment when final ACKs are missing, and paces fragments with
+//! a congestion window (slow start to `ssthresh`, then +1/cwnd per ACK, halved on
+//! NACK). Groups are one node's children, so a NACK implosion stays the size of a
+//! fan-out. [`sim`] is a simulated LAN for tests and `treecast bench route --sim`.
 //!
 //! Every datagram carries an HMAC-SHA-256 tag (truncated to 128 bits) of header and
 //! payload under a key derived from the session secret ([`McastKey`]); the driver
@@ -18,11 +20,10 @@
 mod config;
 mod receiver;
 mod sender;
-#[cfg(test)]
-mod sim;
+pub mod sim;
 mod udp;
 
-pub use config::McastConfig;
+pub use config::{McastConfig, Repair};
 pub use receiver::{Receiver, ReceiverEvent, ReceiverStats};
 pub use sender::{Sender, SenderEvent, SenderStats};
 pub use udp::{drive_receiver, drive_sender, EndpointStats, UdpEndpoint};

@@ -46,12 +46,14 @@ pub struct ReceiverStats {
     pub fragments: u64,
     /// Fragments already held (duplicates and go-back resends).
     pub duplicates: u64,
-    /// Fragments after a gap, thrown away (go-back-N resends them).
+    /// Fragments that arrived after a gap (kept, within bounds, until it is filled).
     pub out_of_order: u64,
     /// NACKs sent.
     pub nacks: u64,
     /// ACKs sent.
     pub acks: u64,
+    /// Receiver time-outs (a NACK because nothing came in the middle of a message).
+    pub timeouts: u64,
 }
 
 /// The receiver of one group's messages at one child.
@@ -64,6 +66,11 @@ pub struct Receiver {
     expect: u32,
     /// Its bytes so far, from the start.
     buf: BytesMut,
+    /// Its length, once its last fragment arrived.
+    end: Option<u32>,
+    /// Fragments past the first gap, by offset, kept until the gap is filled.
+    ahead: std::collections::BTreeMap<u32, Bytes>,
+    ahead_bytes: usize,
     /// A fragment of `expect` arrived: the receiver time-out runs.
     in_message: bool,
     last_data: Option<Instant>,
@@ -83,6 +90,9 @@ impl Receiver {
             group,
             expect: first,
             buf: BytesMut::new(),
+            end: None,
+            ahead: std::collections::BTreeMap::new(),
+            ahead_bytes: 0,
             in_message: false,
             last_data: None,
             last_nack: None,
@@ -113,45 +123,90 @@ impl Receiver {
         }
         self.in_message = true;
         self.last_data = Some(now);
-        let have = self.buf.len() as u32;
         let end = offset.saturating_add(payload.len() as u32);
+        if !header.more() {
+            self.end = Some(end);
+        }
+        let have = self.buf.len() as u32;
         if offset > have {
+            // Past a gap: kept (within bounds) for when the gap is filled, and NACKed.
             self.stats.out_of_order += 1;
+            // Not the last fragment, which the sender resends on its own to ask for
+            // answers: kept, it would make every later fragment look like a gap.
+            let keep = header.more() && self.ahead_bytes + payload.len() <= self.ahead_limit();
+            if keep && !self.ahead.contains_key(&offset) {
+                self.ahead_bytes += payload.len();
+                self.ahead.insert(offset, Bytes::copy_from_slice(payload));
+            }
             self.nack(have, now);
             return;
         }
-        if end <= have && !(payload.is_empty() && !header.more() && offset == have) {
+        let empty_end = payload.is_empty() && !header.more() && offset == have;
+        if end <= have && !empty_end {
             self.stats.duplicates += 1;
             if header.rank == self.me {
                 self.answer(McastKind::Ack, m, have);
             }
             return;
         }
-        let fresh = &payload[(have - offset) as usize..];
-        if u64::from(have) + fresh.len() as u64 > u64::from(self.config.max_message) {
-            self.events.push_back(ReceiverEvent::TooLarge {
-                message: m,
-                bytes: u64::from(have) + fresh.len() as u64,
-            });
-            self.restart(m.wrapping_add(1));
+        if !self.take(m, &payload[(have - offset) as usize..]) {
             return;
         }
-        self.buf.extend_from_slice(fresh);
         self.stats.fragments += 1;
+        self.take_ahead(m);
         let have = self.buf.len() as u32;
-        if !header.more() {
+        if self.end == Some(have) {
             let data = std::mem::take(&mut self.buf).freeze();
             self.events.push_back(ReceiverEvent::Message { stream: header.stream, message: m, data });
             self.answer(McastKind::Ack, m, have);
             self.restart(m.wrapping_add(1));
+        } else if !self.ahead.is_empty() {
+            // Fragments past `have` are here: the next gap is known at once.
+            self.nack(have, now);
         } else if header.rank == self.me {
             self.answer(McastKind::Ack, m, have);
+        }
+    }
+
+    /// Bytes kept past a gap at most: twice the largest window.
+    fn ahead_limit(&self) -> usize {
+        (self.config.max_cwnd as usize).saturating_mul(self.config.fragment as usize).saturating_mul(2)
+    }
+
+    /// Appends `fresh` to message `m`; false (and the message dropped) past the size limit.
+    fn take(&mut self, m: u32, fresh: &[u8]) -> bool {
+        let total = self.buf.len() as u64 + fresh.len() as u64;
+        if total > u64::from(self.config.max_message) {
+            self.events.push_back(ReceiverEvent::TooLarge { message: m, bytes: total });
+            self.restart(m.wrapping_add(1));
+            return false;
+        }
+        self.buf.extend_from_slice(fresh);
+        true
+    }
+
+    /// Appends the fragments kept past the gap that now follow on.
+    fn take_ahead(&mut self, m: u32) {
+        while let Some(entry) = self.ahead.first_entry() {
+            let have = self.buf.len() as u32;
+            if *entry.key() > have {
+                return;
+            }
+            let (offset, bytes) = entry.remove_entry();
+            self.ahead_bytes -= bytes.len();
+            let end = offset.saturating_add(bytes.len() as u32);
+            if end > have && !self.take(m, &bytes[(have - offset) as usize..]) {
+                return;
+            }
         }
     }
 
     fn restart(&mut self, next: u32) {
         self.expect = next;
         self.buf = BytesMut::new();
+        self.end = None;
+        self.ahead.clear();
+        self.ahead_bytes = 0;
         self.in_message = false;
         self.last_nack = None;
     }
@@ -182,6 +237,7 @@ impl Receiver {
             if now >= at {
                 self.last_data = Some(now);
                 self.last_nack = None;
+                self.stats.timeouts += 1;
                 let have = self.buf.len() as u32;
                 self.nack(have, now);
             }
@@ -237,18 +293,18 @@ mod tests {
         assert_eq!(answers(&mut r), [(McastKind::Nack, 0, 4)], "one NACK for the gap");
         r.handle_data(&data(0, 12, true, 9), b"mnop", now + config.nack_repeat);
         assert_eq!(answers(&mut r), [(McastKind::Nack, 0, 4)]);
+        // The gap filled: the fragments kept past it follow on, and the acker acks all.
         r.handle_data(&data(0, 4, true, 5), b"efgh", now);
-        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 8)], "the acker acks");
-        r.handle_data(&data(0, 8, false, 9), b"ij", now);
-        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 10)], "every receiver acks the end");
+        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 16)], "the acker acks");
+        r.handle_data(&data(0, 16, false, 9), b"qr", now);
+        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 18)], "every receiver acks the end");
         let got = r.poll_event().unwrap();
-        assert_eq!(
-            got,
-            ReceiverEvent::Message { stream: 0, message: 0, data: Bytes::from_static(b"abcdefghij") }
-        );
+        let whole = Bytes::from_static(b"abcdefghijklmnopqr");
+        assert_eq!(got, ReceiverEvent::Message { stream: 0, message: 0, data: whole });
         // The end again (a final ACK was lost): acknowledged again.
-        r.handle_data(&data(0, 8, false, 9), b"ij", now);
-        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 10)]);
+        r.handle_data(&data(0, 16, false, 9), b"qr", now);
+        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 18)]);
+        assert_eq!(r.stats().out_of_order, 3);
     }
 
     #[test]

@@ -260,9 +260,8 @@ mod tests {
         assert_eq!(events.len(), messages.len(), "{events:?}");
         assert!(events.iter().all(|e| matches!(e, SenderEvent::Completed { stream: 7, .. })), "{events:?}");
         for t in tasks {
-            let (got, stats) = t.await.unwrap();
+            let (got, _) = t.await.unwrap();
             assert_eq!(got, messages);
-            assert!(stats.knob_dropped > 0, "the knob dropped answers too: {stats:?}");
         }
         let stats = sender.stats();
         assert!(stats.retransmitted > 0 && sender_ep.stats().knob_dropped > 0, "{stats:?}");

@@ -1,0 +1,200 @@
+//! The protocol in the simulated LAN: loss, duplication, reordering, a receiver
+//! that dies, the window and the acker.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use treecast_wire::McastHeader;
+
+use super::*;
+use crate::mcast::Repair;
+
+fn message(len: usize, seed: u8) -> Bytes {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect::<Vec<u8>>().into()
+}
+
+fn lan(faults: Faults, seed: u64) -> LanConfig {
+    LanConfig { faults, seed, ..LanConfig::default() }
+}
+
+fn send_all(lan: &mut Lan, messages: &[Bytes]) {
+    for m in messages {
+        lan.send(m.clone());
+    }
+}
+
+fn config() -> McastConfig {
+    McastConfig { fragment: 100, silent_limit: Duration::from_secs(2), ..McastConfig::default() }
+}
+
+#[test]
+fn without_faults_every_receiver_gets_every_size_once_and_nothing_is_sent_twice() {
+    let sizes = [0, 1, 100, 101, 1007, 0, 250];
+    let messages: Vec<Bytes> = sizes.iter().enumerate().map(|(i, &n)| message(n, i as u8)).collect();
+    let mut lan = Lan::new(config(), 4, lan(Faults::NONE, 1));
+    send_all(&mut lan, &messages);
+    assert!(lan.run(Duration::from_secs(10)).settled);
+    for got in &lan.delivered {
+        assert_eq!(got, &messages);
+    }
+    assert_eq!(lan.completed, (0..sizes.len() as u32).collect::<Vec<_>>());
+    let stats = lan.sender.stats();
+    assert_eq!(stats.retransmitted, 0, "{stats:?}");
+    assert_eq!(stats.nacks, 0, "{stats:?}");
+    // One fragment per started 100 bytes, an empty message being one fragment.
+    let fragments: u64 = sizes.iter().map(|&n: &usize| n.div_ceil(100).max(1) as u64).sum();
+    assert_eq!(stats.fragments, fragments);
+    assert!(lan.lost.is_empty() && lan.receiver_events.is_empty());
+}
+
+#[test]
+fn the_window_opens_by_slow_start_then_grows_slowly_and_halves_on_a_nack() {
+    let mut lan = Lan::new(config(), 1, lan(Faults::NONE, 2));
+    send_all(&mut lan, &[message(100 * 40, 1)]);
+    // The window starts at one fragment.
+    lan.collect();
+    assert_eq!(lan.queue.len(), 1);
+    assert_eq!(lan.sender.cwnd(), 1.0);
+    // One ACK each from 1 to the threshold of 8, then a fraction per ACK.
+    let mut seen = vec![lan.sender.cwnd()];
+    while let Some(t) = lan.next_time() {
+        lan.now = t;
+        lan.step();
+        seen.push(lan.sender.cwnd());
+    }
+    seen.dedup();
+    // ACKs arriving together move it several steps at once (it doubles per round trip).
+    assert_eq!(&seen[..2], &[1.0, 2.0]);
+    assert!(seen.contains(&8.0), "{seen:?}");
+    assert!(seen.iter().filter(|&&w| w <= 8.0).all(|w| w.fract() == 0.0), "{seen:?}");
+    let last = *seen.last().unwrap();
+    assert!(last > 9.0 && last < 13.0, "{seen:?}");
+    assert_eq!(lan.delivered[0].len(), 1);
+    // A NACK (gathered, then acted on) halves it.
+    send_all(&mut lan, &[message(100 * 40, 2)]);
+    let nack = McastHeader::answer(treecast_wire::McastKind::Nack, 1, receiver_id(0), 0, 1, 0);
+    lan.sender.handle_answer(&nack, lan.now);
+    lan.sender.handle_timeout(lan.now + config().nack_coalesce);
+    assert!((lan.sender.cwnd() - last / 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn at_one_five_and_twenty_percent_loss_every_byte_arrives_in_order() {
+    for (loss, seed, repair) in [
+        (0.01, 3, Repair::Selective),
+        (0.05, 4, Repair::Selective),
+        (0.20, 5, Repair::Selective),
+        (0.05, 4, Repair::GoBackN),
+        (0.20, 5, Repair::GoBackN),
+    ] {
+        let messages: Vec<Bytes> = (0..6).map(|i| message(100 * 50 + i * 37, i as u8)).collect();
+        let faults = Faults { loss, duplicate: 0.0, reorder: 0.0 };
+        let mut lan = Lan::new(McastConfig { repair, ..config() }, 8, lan(faults, seed));
+        send_all(&mut lan, &messages);
+        assert!(lan.run(Duration::from_secs(600)).settled, "loss {loss}: did not settle");
+        for (i, got) in lan.delivered.iter().enumerate() {
+            assert_eq!(got, &messages, "loss {loss}, receiver {i}");
+        }
+        assert!(lan.lost.is_empty(), "loss {loss}: {:?}", lan.lost);
+        let stats = lan.sender.stats();
+        assert!(stats.retransmitted > 0 && stats.nacks > 0, "loss {loss}: {stats:?}");
+    }
+}
+
+#[test]
+fn a_receiver_that_dies_mid_message_is_reported_lost_and_the_others_complete() {
+    let messages: Vec<Bytes> = (0..4).map(|i| message(100 * 30, i)).collect();
+    let mut lan = Lan::new(config(), 4, lan(Faults::NONE, 6));
+    send_all(&mut lan, &messages);
+    lan.collect();
+    // Run until receiver 2 has the first message, then kill it.
+    while lan.delivered[2].is_empty() {
+        let t = lan.next_time().unwrap();
+        lan.now = t;
+        lan.step();
+    }
+    lan.dead[2] = true;
+    assert!(lan.run(Duration::from_secs(60)).settled);
+    assert_eq!(lan.lost, vec![receiver_id(2)]);
+    assert_eq!(lan.completed.len(), messages.len());
+    for i in [0, 1, 3] {
+        assert_eq!(lan.delivered[i], messages, "receiver {i}");
+    }
+    assert!(lan.sender.receivers().all(|r| r != receiver_id(2)));
+    // Reported once the silence passed the limit, not before.
+    assert!(lan.now.saturating_duration_since(lan.start) >= config().silent_limit);
+}
+
+#[test]
+fn the_acker_is_the_receiver_that_nacked_last() {
+    let mut lan = Lan::new(config(), 3, lan(Faults::NONE, 7));
+    let first = lan.sender.acker();
+    assert_eq!(first, Some(receiver_id(0)));
+    send_all(&mut lan, &[message(1000, 1)]);
+    lan.collect();
+    // Receiver 2 says it misses everything.
+    let nack = McastHeader::answer(treecast_wire::McastKind::Nack, 1, receiver_id(2), 0, 0, 0);
+    lan.sender.handle_answer(&nack, lan.now);
+    assert_eq!(lan.sender.acker(), Some(receiver_id(2)));
+    assert_eq!(lan.sender.stats().acker_changes, 1);
+    // Within the hold, another NACK does not move it.
+    let nack = McastHeader::answer(treecast_wire::McastKind::Nack, 1, receiver_id(1), 0, 0, 0);
+    lan.sender.handle_answer(&nack, lan.now + Duration::from_millis(1));
+    assert_eq!(lan.sender.acker(), Some(receiver_id(2)));
+    lan.sender.handle_answer(&nack, lan.now + config().acker_hold);
+    assert_eq!(lan.sender.acker(), Some(receiver_id(1)));
+}
+
+#[test]
+fn answers_from_outside_the_group_or_about_other_messages_change_nothing() {
+    let mut lan = Lan::new(config(), 2, lan(Faults::NONE, 8));
+    send_all(&mut lan, &[message(1000, 1)]);
+    lan.collect();
+    let before = lan.sender.stats();
+    for header in [
+        McastHeader::answer(treecast_wire::McastKind::Ack, 1, 99, 0, 0, 1000),
+        McastHeader::answer(treecast_wire::McastKind::Ack, 2, receiver_id(0), 0, 0, 1000),
+        McastHeader::answer(treecast_wire::McastKind::Ack, 1, receiver_id(0), 0, 5, 1000),
+        McastHeader::answer(treecast_wire::McastKind::Ack, 1, receiver_id(0), 0, 0, 5000),
+    ] {
+        lan.sender.handle_answer(&header, lan.now);
+    }
+    assert_eq!(lan.sender.stats(), before);
+    assert!(lan.completed.is_empty());
+    assert!(lan.run(Duration::from_secs(10)).settled);
+    assert_eq!(lan.completed, vec![0]);
+}
+
+proptest! {
+    // 48 cases by default; PROPTEST_CASES=N runs more.
+    #![proptest_config(ProptestConfig::with_cases(std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(48)))]
+
+    /// Whatever the network loses, duplicates or reorders, every receiver gets every
+    /// message once, whole and in order, and the sender completes them all.
+    #[test]
+    fn every_message_arrives_whole_and_in_order_at_every_receiver(
+        sizes in prop::collection::vec(0usize..2_000, 1..8),
+        receivers in 1usize..8,
+        loss in 0.0f64..0.3,
+        duplicate in 0.0f64..0.1,
+        reorder in 0.0f64..0.2,
+        seed in any::<u64>(),
+        go_back in any::<bool>(),
+    ) {
+        let messages: Vec<Bytes> = sizes.iter().enumerate().map(|(i, &n)| message(n, i as u8)).collect();
+        let repair = if go_back { Repair::GoBackN } else { Repair::Selective };
+        let mut lan = Lan::new(McastConfig { repair, ..config() }, receivers, lan(Faults { loss, duplicate, reorder }, seed));
+        send_all(&mut lan, &messages);
+        let outcome = lan.run(Duration::from_secs(600));
+        prop_assert!(outcome.settled, "did not settle: {:?}", outcome);
+        for got in &lan.delivered {
+            prop_assert_eq!(got, &messages);
+        }
+        prop_assert_eq!(lan.completed.len(), messages.len());
+        prop_assert!(lan.lost.is_empty(), "{:?}", lan.lost);
+        prop_assert!(lan.receiver_events.is_empty(), "{:?}", lan.receiver_events);
+    }
+}

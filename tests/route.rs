@@ -1,0 +1,71 @@
+//! `treecast bench route --sim`: the UDP multicast protocol in the simulated LAN,
+//! from the command line.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+
+const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
+
+#[test]
+fn the_simulated_route_benchmark_prints_a_row_per_group_and_size_and_delivers_under_loss() {
+    let out = Command::new(TREECAST)
+        .args([
+            "bench",
+            "route",
+            "--sim",
+            "--receivers",
+            "1,4",
+            "--sizes",
+            "1,64K",
+            "--loss",
+            "0.05",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let shape: Vec<(u64, u64)> =
+        rows.iter().map(|r| (r["receivers"].as_u64().unwrap(), r["bytes"].as_u64().unwrap())).collect();
+    assert_eq!(shape, [(1, 1), (1, 65536), (4, 1), (4, 65536)]);
+    for r in &rows {
+        assert_eq!(r["lost"], 0, "{r}");
+        assert!(r["time_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["fragments_per_fragment"].as_f64().unwrap() >= 1.0, "{r}");
+    }
+    // The same seed gives the same virtual figures.
+    let again = Command::new(TREECAST)
+        .args([
+            "bench",
+            "route",
+            "--sim",
+            "--receivers",
+            "1,4",
+            "--sizes",
+            "1,64K",
+            "--loss",
+            "0.05",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let again: Vec<serde_json::Value> =
+        String::from_utf8(again.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(again, rows);
+}
+
+#[test]
+fn the_route_benchmark_says_what_it_cannot_do_yet_and_which_flag_is_wrong() {
+    let run = |args: &[&str]| {
+        let out = Command::new(TREECAST).args(["bench", "route"]).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&[]).contains("add --sim"));
+    assert!(run(&["--sim", "--route", "tcp"]).contains("models the UDP multicast route only"));
+    assert!(run(&["--sim", "--sizes", "big"]).contains("write 4096, 64K or 1M"));
+    assert!(run(&["--sim", "--loss", "1.5"]).contains("--loss 1.5 must be at least 0 and below 1"));
+    assert!(run(&["--sim", "--receivers", "0"]).contains("group sizes from 1 to 1024"));
+}
