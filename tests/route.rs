@@ -7,26 +7,17 @@ use std::process::Command;
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 
+/// The JSON rows of `treecast bench route --sim` with these flags.
+fn rows(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = Command::new(TREECAST).args(["bench", "route", "--sim", "--json"]).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 #[test]
 fn the_simulated_route_benchmark_prints_a_row_per_group_and_size_and_delivers_under_loss() {
-    let out = Command::new(TREECAST)
-        .args([
-            "bench",
-            "route",
-            "--sim",
-            "--receivers",
-            "1,4",
-            "--sizes",
-            "1,64K",
-            "--loss",
-            "0.05",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<serde_json::Value> =
-        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let args = ["--receivers", "1,4", "--sizes", "1,64K", "--loss", "0.05"];
+    let rows = rows(&args);
     let shape: Vec<(u64, u64)> =
         rows.iter().map(|r| (r["receivers"].as_u64().unwrap(), r["bytes"].as_u64().unwrap())).collect();
     assert_eq!(shape, [(1, 1), (1, 65536), (4, 1), (4, 65536)]);
@@ -36,24 +27,7 @@ fn the_simulated_route_benchmark_prints_a_row_per_group_and_size_and_delivers_un
         assert!(r["fragments_per_fragment"].as_f64().unwrap() >= 1.0, "{r}");
     }
     // The same seed gives the same virtual figures.
-    let again = Command::new(TREECAST)
-        .args([
-            "bench",
-            "route",
-            "--sim",
-            "--receivers",
-            "1,4",
-            "--sizes",
-            "1,64K",
-            "--loss",
-            "0.05",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let again: Vec<serde_json::Value> =
-        String::from_utf8(again.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(again, rows);
+    assert_eq!(self::rows(&args), rows);
 }
 
 #[test]

@@ -115,17 +115,16 @@ fn short_number(v: &f64) -> String {
     }
 }
 
-fn draw_latency(
-    area: &Panel<'_, '_>,
-    component: Component,
-    sides: &Sides<'_>,
+/// A panel with size classes across and a log scale up, its grid and labels drawn.
+fn log_chart<'a, 'b>(
+    area: &'a Panel<'b, '_>,
+    caption: String,
     classes: (u8, u8),
-) -> Result<(), MonitorError> {
-    let us = |p: &Point| p.mean_ns / 1_000.0;
-    let (lo, hi) = sides.all().map(us).fold((f64::MAX, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let y = if lo > hi { 0.1..10.0 } else { (lo / 2.0).max(1e-3)..(hi * 2.0).max(1e-2) };
+    y: std::ops::Range<f64>,
+    y_desc: &str,
+) -> Result<ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, LogCoord<f64>>>, MonitorError> {
     let mut chart = ChartBuilder::on(area)
-        .caption(format!("{}: mean latency", component.name()), ("sans-serif", 17))
+        .caption(caption, ("sans-serif", 17))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -136,12 +135,26 @@ fn draw_latency(
         .x_labels(usize::from(classes.1 - classes.0) + 2)
         .x_label_formatter(&class_label)
         .x_desc("frame size")
-        .y_desc("µs")
+        .y_desc(y_desc)
         .y_labels(6)
         .y_label_formatter(&short_number)
         .light_line_style(TRANSPARENT)
         .draw()
         .map_err(plot_error)?;
+    Ok(chart)
+}
+
+fn draw_latency(
+    area: &Panel<'_, '_>,
+    component: Component,
+    sides: &Sides<'_>,
+    classes: (u8, u8),
+) -> Result<(), MonitorError> {
+    let us = |p: &Point| p.mean_ns / 1_000.0;
+    let (lo, hi) = sides.all().map(us).fold((f64::MAX, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let y = if lo > hi { 0.1..10.0 } else { (lo / 2.0).max(1e-3)..(hi * 2.0).max(1e-2) };
+    let caption = format!("{}: mean latency", component.name());
+    let mut chart = log_chart(area, caption, classes, y, "µs")?;
     let mut draw = |points: &[Point], color: RGBColor| -> Result<(), MonitorError> {
         let xy: Vec<(f64, f64)> = points.iter().map(|p| (f64::from(p.size_class), us(p))).collect();
         chart.draw_series(LineSeries::new(xy.clone(), color.stroke_width(2))).map_err(plot_error)?;
@@ -162,24 +175,8 @@ fn draw_frequency(
     classes: (u8, u8),
 ) -> Result<(), MonitorError> {
     let most = sides.all().map(|p| p.frames).max().unwrap_or(1);
-    let mut chart: ChartContext<'_, SVGBackend<'_>, Cartesian2d<RangedCoordf64, _>> = ChartBuilder::on(area)
-        .caption(format!("{}: frames per size", component.name()), ("sans-serif", 17))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x_axis(classes), (0.5f64..most as f64 * 2.0).log_scale())
-        .map_err(plot_error)?;
-    chart
-        .configure_mesh()
-        .x_labels(usize::from(classes.1 - classes.0) + 2)
-        .x_label_formatter(&class_label)
-        .x_desc("frame size")
-        .y_desc("frames")
-        .y_labels(6)
-        .y_label_formatter(&short_number)
-        .light_line_style(TRANSPARENT)
-        .draw()
-        .map_err(plot_error)?;
+    let caption = format!("{}: frames per size", component.name());
+    let mut chart = log_chart(area, caption, classes, 0.5..most as f64 * 2.0, "frames")?;
     // Run and baseline bars side by side within each class.
     let bars = |points: &[Point], left: f64, color: RGBColor| {
         points
