@@ -83,6 +83,23 @@ impl Default for McastConfig {
 }
 
 impl McastConfig {
+    /// The settings made safe to compute with, whoever filled them in: a fragment of
+    /// at least one byte, and timers of at most a day (an `Instant` plus more could
+    /// overflow).
+    pub fn sanitized(self) -> McastConfig {
+        const DAY: Duration = Duration::from_secs(86_400);
+        McastConfig {
+            fragment: self.fragment.max(1),
+            receiver_timeout: self.receiver_timeout.min(DAY),
+            sender_timeout: self.sender_timeout.min(DAY),
+            nack_coalesce: self.nack_coalesce.min(DAY),
+            nack_repeat: self.nack_repeat.min(DAY),
+            acker_hold: self.acker_hold.min(DAY),
+            silent_limit: self.silent_limit.min(DAY),
+            ..self
+        }
+    }
+
     /// The defaults, changed by whichever `TREECAST_UDP_*` variables `lookup` finds.
     ///
     /// # Errors

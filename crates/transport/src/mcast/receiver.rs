@@ -29,6 +29,12 @@ pub enum ReceiverEvent {
         /// The message the sender is at now.
         to: u32,
     },
+    /// In the middle of a message nothing came from the sender for the silent
+    /// limit, NACKs notwithstanding: the link must be treated as failed.
+    SenderSilent {
+        /// The message that stopped.
+        message: u32,
+    },
     /// A message grew past the configured largest one: it is dropped and the link
     /// must be treated as failed.
     TooLarge {
@@ -54,6 +60,9 @@ pub struct ReceiverStats {
     pub acks: u64,
     /// Receiver time-outs (a NACK because nothing came in the middle of a message).
     pub timeouts: u64,
+    /// Data datagrams of a shape the sender never makes (not on a fragment boundary,
+    /// a fragment other than the last not full, an end that moved): dropped.
+    pub invalid: u64,
 }
 
 /// The receiver of one group's messages at one child.
@@ -74,6 +83,9 @@ pub struct Receiver {
     /// A fragment of `expect` arrived: the receiver time-out runs.
     in_message: bool,
     last_data: Option<Instant>,
+    /// When data of the current message last came (the time-out's NACKs do not
+    /// move it), for giving up on a silent sender.
+    heard_data: Option<Instant>,
     /// The last NACK: its offset and when, so that it is not repeated too soon.
     last_nack: Option<(u32, u32, Instant)>,
     out: VecDeque<McastHeader>,
@@ -84,6 +96,7 @@ pub struct Receiver {
 impl Receiver {
     /// Receiver `me` of `group`'s messages, the first being `first`.
     pub fn new(config: McastConfig, me: u32, group: u32, first: u32) -> Receiver {
+        let config = config.sanitized();
         Receiver {
             config,
             me,
@@ -95,6 +108,7 @@ impl Receiver {
             ahead_bytes: 0,
             in_message: false,
             last_data: None,
+            heard_data: None,
             last_nack: None,
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -108,6 +122,10 @@ impl Receiver {
             return;
         }
         let (m, offset) = (header.message, header.offset);
+        if !self.well_formed(header, payload.len()) {
+            self.stats.invalid += 1;
+            return;
+        }
         let ahead = m.wrapping_sub(self.expect);
         if ahead != 0 && ahead < u32::MAX / 2 {
             // The sender completed messages without this receiver.
@@ -121,13 +139,24 @@ impl Receiver {
             }
             return;
         }
-        self.in_message = true;
-        self.last_data = Some(now);
         let end = offset.saturating_add(payload.len() as u32);
+        let have = self.buf.len() as u32;
+        let end_moved = match (header.more(), self.end) {
+            (false, Some(known)) => known != end,
+            (false, None) => end < have,
+            (true, Some(known)) => end >= known,
+            (true, None) => false,
+        };
+        if end_moved {
+            self.stats.invalid += 1;
+            return;
+        }
         if !header.more() {
             self.end = Some(end);
         }
-        let have = self.buf.len() as u32;
+        self.in_message = true;
+        self.last_data = Some(now);
+        self.heard_data = Some(now);
         if offset > have {
             // Past a gap: kept (within bounds) for when the gap is filled, and NACKed.
             self.stats.out_of_order += 1;
@@ -153,7 +182,9 @@ impl Receiver {
             return;
         }
         self.stats.fragments += 1;
-        self.take_ahead(m);
+        if !self.take_ahead(m) {
+            return;
+        }
         let have = self.buf.len() as u32;
         if self.end == Some(have) {
             let data = std::mem::take(&mut self.buf).freeze();
@@ -185,20 +216,30 @@ impl Receiver {
         true
     }
 
-    /// Appends the fragments kept past the gap that now follow on.
-    fn take_ahead(&mut self, m: u32) {
+    /// Appends the fragments kept past the gap that now follow on; false when the
+    /// message was dropped for its size.
+    fn take_ahead(&mut self, m: u32) -> bool {
         while let Some(entry) = self.ahead.first_entry() {
             let have = self.buf.len() as u32;
             if *entry.key() > have {
-                return;
+                return true;
             }
             let (offset, bytes) = entry.remove_entry();
             self.ahead_bytes -= bytes.len();
             let end = offset.saturating_add(bytes.len() as u32);
             if end > have && !self.take(m, &bytes[(have - offset) as usize..]) {
-                return;
+                return false;
             }
         }
+        true
+    }
+
+    /// The shape every sender's fragment has: on a fragment boundary, full unless
+    /// it is the last, the last no longer than a fragment. Anything else would let a
+    /// peer fill the buffer past a gap with empty fragments.
+    fn well_formed(&self, header: &McastHeader, len: usize) -> bool {
+        let f = self.config.fragment;
+        header.offset % f == 0 && if header.more() { len == f as usize } else { len <= f as usize }
     }
 
     fn restart(&mut self, next: u32) {
@@ -233,6 +274,13 @@ impl Receiver {
     /// The receiver time-out: in the middle of a message and nothing heard, it NACKs
     /// what it misses (which also tells the sender it is alive).
     pub fn handle_timeout(&mut self, now: Instant) {
+        let silent =
+            self.heard_data.is_some_and(|t| now.saturating_duration_since(t) >= self.config.silent_limit);
+        if self.in_message && silent {
+            self.events.push_back(ReceiverEvent::SenderSilent { message: self.expect });
+            self.in_message = false;
+            return;
+        }
         if let Some(at) = self.deadline() {
             if now >= at {
                 self.last_data = Some(now);
@@ -260,6 +308,11 @@ impl Receiver {
     /// Next event for the driver.
     pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
         self.events.pop_front()
+    }
+
+    /// The group whose messages it receives.
+    pub fn group(&self) -> u32 {
+        self.group
     }
 
     /// What the receiver did so far.
@@ -305,6 +358,44 @@ mod tests {
         r.handle_data(&data(0, 16, false, 9), b"qr", now);
         assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 18)]);
         assert_eq!(r.stats().out_of_order, 3);
+    }
+
+    #[test]
+    fn fragments_of_a_shape_no_sender_makes_are_dropped_and_counted() {
+        let config = McastConfig { fragment: 4, ..McastConfig::default() };
+        let now = Instant::now();
+        let mut r = Receiver::new(config, 5, 1, 0);
+        // Empty or short fragments with "more", off a boundary, or a last one too long.
+        r.handle_data(&data(0, 8, true, 9), b"", now);
+        r.handle_data(&data(0, 8, true, 9), b"ab", now);
+        r.handle_data(&data(0, 6, true, 9), b"abcd", now);
+        r.handle_data(&data(0, 8, false, 9), b"abcde", now);
+        assert_eq!(r.stats().invalid, 4);
+        assert!(r.ahead.is_empty() && answers(&mut r).is_empty());
+        // A last fragment fixes the end; another end for the same message is refused.
+        r.handle_data(&data(0, 8, false, 9), b"ij", now);
+        r.handle_data(&data(0, 8, false, 9), b"i", now);
+        r.handle_data(&data(0, 12, true, 9), b"mnop", now);
+        assert_eq!(r.stats().invalid, 6);
+    }
+
+    #[test]
+    fn a_sender_silent_past_the_limit_in_the_middle_of_a_message_is_reported() {
+        let config = McastConfig { fragment: 4, ..McastConfig::default() };
+        let now = Instant::now();
+        let mut r = Receiver::new(config, 5, 1, 0);
+        r.handle_data(&data(0, 0, true, 9), b"abcd", now);
+        let mut t = now;
+        while r.poll_event().is_none() {
+            t = r.deadline().unwrap();
+            r.handle_timeout(t);
+        }
+        assert!(t.saturating_duration_since(now) >= config.silent_limit);
+        assert_eq!(r.deadline(), None, "it stops asking");
+        let nacks = answers(&mut r).len() as u32;
+        assert!(
+            nacks >= config.silent_limit.as_millis() as u32 / config.receiver_timeout.as_millis() as u32 - 1
+        );
     }
 
     #[test]

@@ -139,6 +139,7 @@ pub struct Sender {
 impl Sender {
     /// A sender for `group` (the node's id) to `receivers`, numbering messages from 0.
     pub fn new(config: McastConfig, group: u32, receivers: impl IntoIterator<Item = u32>) -> Sender {
+        let config = config.sanitized();
         let members: BTreeMap<u32, Member> = receivers.into_iter().map(|r| (r, Member::new(None))).collect();
         let acker = members.keys().next().copied();
         Sender {
@@ -166,10 +167,11 @@ impl Sender {
     /// # Errors
     /// The message is longer than an offset can name (4 GiB).
     pub fn send(&mut self, stream: u32, data: Bytes, now: Instant) -> Result<u32, crate::TransportError> {
-        if u32::try_from(data.len()).is_err() {
+        if data.len() as u64 > u64::from(self.config.max_message) {
             return Err(crate::TransportError::Config(format!(
-                "message of {} bytes: the multicast route carries messages under 4 GiB",
-                data.len()
+                "message of {} bytes: receivers take at most {} (TREECAST_UDP_MAX_MESSAGE)",
+                data.len(),
+                self.config.max_message
             )));
         }
         let id = self.next_id.wrapping_add(self.queue.len() as u32 + u32::from(self.current.is_some()));
@@ -192,9 +194,12 @@ impl Sender {
         }
         let Some(member) = self.members.get_mut(&header.rank) else { return };
         member.heard = Some(now);
-        member.asked = None;
-        member.asked_as_acker = None;
-        self.rtt.backoff = 0;
+        if self.current.as_ref().is_some_and(|c| c.id == header.message) {
+            // Only an answer about the message under way is the answer owed.
+            member.asked = None;
+            member.asked_as_acker = None;
+            self.rtt.backoff = 0;
+        }
         let Some(cur) = self.current.as_mut() else { return };
         if header.message != cur.id || header.offset > cur.len() {
             return;

@@ -172,6 +172,8 @@ pub async fn drive_receiver(
     idle_limit: Duration,
     mut on_event: impl FnMut(ReceiverEvent) -> bool,
 ) -> Result<(), TransportError> {
+    // Only this group's data moves it: another group's broadcasts on the subnet do not.
+    let mut idle_until = Instant::now() + idle_limit;
     loop {
         while let Some(answer) = receiver.poll_answer() {
             ep.send(&answer, &[], &[sender_addr]).await;
@@ -182,13 +184,15 @@ pub async fn drive_receiver(
             }
         }
         let deadline = receiver.deadline();
-        let wait = deadline.map_or(idle_limit, |d| d.saturating_duration_since(Instant::now()));
         tokio::select! {
             got = ep.recv() => {
                 let (header, payload, _) = got?;
+                if header.group == receiver.group() {
+                    idle_until = Instant::now() + idle_limit;
+                }
                 receiver.handle_data(&header, &payload, Instant::now());
             }
-            () = tokio::time::sleep(wait) => {
+            () = tokio::time::sleep_until(deadline.unwrap_or(idle_until).into()) => {
                 if deadline.is_none() {
                     return Err(TransportError::Timeout { what: format!("multicast data from {sender_addr}"), secs: idle_limit.as_secs_f64() });
                 }

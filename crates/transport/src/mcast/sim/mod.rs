@@ -253,6 +253,7 @@ impl Lan {
                 nacks: a.nacks + s.nacks,
                 acks: a.acks + s.acks,
                 timeouts: a.timeouts + s.timeouts,
+                invalid: a.invalid + s.invalid,
             });
         LanOutcome {
             elapsed: self.now.saturating_duration_since(self.start),
