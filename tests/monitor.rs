@@ -321,3 +321,14 @@ fn microbench_overhead_measures_off_and_on_rounds_and_records_the_on_rounds() {
     assert!(!both.status.success());
     assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"), "{both:?}");
 }
+
+#[test]
+fn a_cross_check_of_zero_waves_is_refused_before_anything_starts() {
+    let out = std::process::Command::new(TREECAST)
+        .args(["clock", "--local", "2", "--cross-check", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cross-check needs at least 1 wave"), "{err}");
+}

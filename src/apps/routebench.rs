@@ -79,19 +79,17 @@ pub fn main(args: RouteBenchArgs) -> anyhow::Result<ExitCode> {
         faults: Faults { loss: args.loss, ..Faults::NONE },
         seed: args.seed,
     };
-    let mut rows = Vec::new();
+    if !args.json {
+        print_header(&args, &config);
+    }
     for &receivers in &args.receivers {
         for &bytes in &sizes {
             let row = measure(config, lan, receivers, bytes)?;
             if args.json {
                 println!("{}", serde_json::to_string(&row)?);
             } else {
-                if rows.is_empty() {
-                    print_header(&args, &config);
-                }
                 print_row(&row);
             }
-            rows.push(row);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -90,8 +90,6 @@ struct Current {
     acked: u32,
     /// Which fragments went out at least once, by index.
     sent: Vec<bool>,
-    /// Whether the (only) fragment of an empty message went out.
-    empty_sent: bool,
     /// Last multicast, for the sender time-out.
     last_send: Instant,
     /// NACKs gathered: the lowest offset asked for, and when the gathering ends.
@@ -109,7 +107,8 @@ impl Current {
 
     fn all_sent(&self) -> bool {
         if self.data.is_empty() {
-            self.empty_sent
+            // Its only fragment, empty, went out.
+            self.sent.first().copied().unwrap_or(false)
         } else {
             self.next >= self.len()
         }
@@ -484,7 +483,6 @@ impl Sender {
                 next: 0,
                 acked: 0,
                 sent: Vec::new(),
-                empty_sent: false,
                 last_send: now,
                 pending_nack: None,
                 repaired: std::collections::HashMap::new(),
@@ -540,9 +538,6 @@ impl Sender {
         // resend must not undo a go-back (found by the property test).
         if offset == cur.next {
             cur.next = end;
-        }
-        if cur.data.is_empty() {
-            cur.empty_sent = true;
         }
         cur.last_send = now;
         self.stats.fragments += 1;

@@ -57,6 +57,7 @@ impl Default for LanConfig {
     }
 }
 
+#[derive(Clone)]
 enum Packet {
     Data { to: usize, header: McastHeader, payload: Bytes },
     Answer { header: McastHeader },
@@ -182,13 +183,7 @@ impl Lan {
                 at += Duration::from_nanos(self.rng.gen_range(1_000..500_000));
             }
             self.seq += 1;
-            let copy = match &packet {
-                Packet::Data { to, header, payload } => {
-                    Packet::Data { to: *to, header: *header, payload: payload.clone() }
-                }
-                Packet::Answer { header } => Packet::Answer { header: *header },
-            };
-            self.queue.push(Reverse(InFlight { at, seq: self.seq, packet: copy }));
+            self.queue.push(Reverse(InFlight { at, seq: self.seq, packet: packet.clone() }));
         }
     }
 

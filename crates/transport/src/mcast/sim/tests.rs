@@ -198,3 +198,36 @@ proptest! {
         prop_assert!(lan.receiver_events.is_empty(), "{:?}", lan.receiver_events);
     }
 }
+
+#[test]
+fn answers_about_other_messages_do_not_keep_a_silent_receiver_in_the_group() {
+    let config =
+        McastConfig { fragment: 100, silent_limit: Duration::from_secs(2), ..McastConfig::default() };
+    let start = std::time::Instant::now();
+    let mut sender = Sender::new(config, 1, [10, 11]);
+    sender.send(0, message(150, 1), start).unwrap();
+    let stale = McastHeader::answer(treecast_wire::McastKind::Ack, 1, 11, 0, 7, 0);
+    let mut lost = Vec::new();
+    while lost.is_empty() {
+        let now = sender.deadline().unwrap();
+        // Receiver 10 holds the message; 11 only repeats an answer about message 7.
+        sender.handle_answer(&McastHeader::answer(treecast_wire::McastKind::Ack, 1, 10, 0, 0, 150), now);
+        sender.handle_answer(&stale, now);
+        sender.handle_timeout(now);
+        lost.extend(
+            std::iter::from_fn(|| sender.poll_event()).filter(|e| matches!(e, SenderEvent::Lost { .. })),
+        );
+        assert!(now.saturating_duration_since(start) < Duration::from_secs(60), "never reported");
+    }
+    assert!(matches!(&lost[0], SenderEvent::Lost { receiver: 11, .. }), "{lost:?}");
+    assert!(sender.is_idle(), "the message completed without it");
+}
+
+#[test]
+fn a_message_larger_than_receivers_take_is_refused_at_the_sender() {
+    let config = McastConfig { max_message: 1000, ..config() };
+    let mut sender = Sender::new(config, 1, [10]);
+    let err = sender.send(0, message(1001, 0), std::time::Instant::now()).unwrap_err().to_string();
+    assert!(err.contains("1001 bytes: receivers take at most 1000 (TREECAST_UDP_MAX_MESSAGE)"), "{err}");
+    assert!(sender.is_idle());
+}
