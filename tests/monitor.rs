@@ -115,7 +115,7 @@ async fn two_workloads_running_at_once_are_kept_apart_by_their_streams_program_t
     for (program, waves) in [(11, 20), (22, 30), (5, 0)] {
         let mine = MonitorReport {
             cells: all.cells.iter().filter(|c| c.program == program).cloned().collect(),
-            folded: 0,
+            ..MonitorReport::default()
         };
         for component in [
             LatencyComponent::Queue,

@@ -12,7 +12,12 @@ use treecast_api::{
     bcast_files, EntryKind, FileEntry, FileOptions, FileReport, Network, Progress, WriteMode, MAX_TIMEOUT,
 };
 
-use super::cli::BcastArgs;
+use treecast_monitor::RouteReport;
+
+use super::cli::{BcastArgs, RouteKind};
+
+/// How long the tree has to report what its multicast routes did.
+const ROUTE_REPORT_LIMIT: Duration = Duration::from_secs(5);
 
 /// Ranks that had one outcome.
 #[derive(Debug, Clone, Serialize)]
@@ -96,6 +101,54 @@ fn kind_name(kind: EntryKind) -> &'static str {
         EntryKind::Directory => "directory",
         _ => "file",
     }
+}
+
+/// What each node's multicast route did, gathered from the whole tree (empty when
+/// the tree does not answer in time: the transfer's own report still stands).
+async fn route_reports(net: &Network) -> Vec<RouteReport> {
+    match net.monitor_collect(true, ROUTE_REPORT_LIMIT).await {
+        Ok(c) => {
+            for m in &c.missing {
+                eprintln!("treecast: no route report from {m}");
+            }
+            c.reports.into_values().flat_map(|r| r.routes).collect()
+        }
+        Err(e) => {
+            eprintln!("treecast: no route report: {e}");
+            Vec::new()
+        }
+    }
+}
+
+/// A report as JSON with the route reports beside its fields.
+fn with_routes(report: &impl Serialize, routes: &[RouteReport]) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(report)?;
+    if let serde_json::Value::Object(map) = &mut v {
+        map.insert("routes".into(), serde_json::to_value(routes)?);
+    }
+    Ok(v)
+}
+
+/// One line per node that multicast: to which children, and what the protocol did.
+pub fn render_routes(routes: &[RouteReport]) -> String {
+    let list = |nodes: &[u32]| nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let mut out = String::new();
+    for r in routes {
+        out.push_str(&format!(
+            "route: node {} udp to nodes [{}] via {}, tcp to [{}]: {} frames ({} bytes), {} fragments, {} resent, {} NACKs, {} time-outs\n",
+            r.node,
+            list(&r.udp_children),
+            r.group,
+            list(&r.tcp_children),
+            r.frames,
+            r.bytes,
+            r.fragments,
+            r.retransmitted,
+            r.nacks,
+            r.timeouts
+        ));
+    }
+    out
 }
 
 /// The text summary: one line per outcome class, then lost ranks.
@@ -431,13 +484,20 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     if let Some(bar) = display.bar.take() {
         bar.finish_and_clear();
     }
+    let routes = match (&result, args.tree.route) {
+        (Ok(_), RouteKind::Udp) => route_reports(&net).await,
+        _ => Vec::new(),
+    };
     net.shutdown().await;
     result?;
     let reports = display.reports;
+    if !args.json {
+        print!("{}", render_routes(&routes));
+    }
     if single {
         let report = reports.first().context("no report for the file")?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(report)?);
+            println!("{}", serde_json::to_string_pretty(&with_routes(report, &routes)?)?);
         }
         return Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
@@ -454,7 +514,7 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
         files: reports,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&total)?);
+        println!("{}", serde_json::to_string_pretty(&with_routes(&total, &routes)?)?);
     } else {
         print!("{}", render_total(&total));
     }

@@ -174,6 +174,12 @@ pub struct TreeArgs {
     /// TREECAST_REJOIN_WITHIN.
     #[arg(long, value_name = "SECS")]
     pub rejoin_within: Option<f64>,
+    /// How large downstream frames (file chunks, big multicasts) reach the children of
+    /// each node: over each child's link (tcp), or by reliable UDP multicast to the
+    /// children on the node's subnet, one datagram for all (udp; TREECAST_UDP_*
+    /// variables tune it, see docs/multicast.md).
+    #[arg(long, value_enum, default_value_t = RouteKind::Tcp)]
+    pub route: RouteKind,
 }
 
 /// Flags of `treecast run`.

@@ -259,7 +259,9 @@ fn hosts_topology(hosts: &str, fanout: usize, args: &TreeArgs) -> anyhow::Result
 pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
     let topology = topology_of(args)?;
     let backends = topology.backends();
-    let mut builder = NetworkBuilder::new(topology).allow_missing(args.allow_missing);
+    let mut builder = NetworkBuilder::new(topology)
+        .allow_missing(args.allow_missing)
+        .udp_route(args.route == super::cli::RouteKind::Udp);
     if let Some(secs) = args.dead_after {
         // Shorter, and scheduling delays alone would cut healthy nodes off.
         anyhow::ensure!(

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 3 (launch plan version 3).
+protocol version 4 (launch plan version 4).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -132,7 +132,7 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 KINDS = {"data": 1, "control": 2, "credit": 3}
 
 
@@ -227,7 +227,7 @@ def enc_flag(v):
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
 LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 
 
 def enc_strings(items):
@@ -250,7 +250,12 @@ def enc_plan(p, version=PLAN_VERSION):
     out += enc_str(la["program"]) + enc_strings(la["args"]) + u32(la["connect_timeout_s"])
     out += enc_str(la["remote_path"])
     out += u32(p["max_frame"]) + enc_str(p["log"])
-    return out + u32(p["heartbeat_ms"]) + u32(p["dead_after_ms"]) + u32(p["rejoin_ms"])
+    out += u32(p["heartbeat_ms"]) + u32(p["dead_after_ms"]) + u32(p["rejoin_ms"])
+    udp = p.get("udp")
+    out += enc_flag(udp is not None)
+    if udp is not None:
+        out += u32(len(udp)) + b"".join(enc_str(k) + enc_str(v) for k, v in udp)
+    return out
 
 
 def enc_filter(f):
@@ -353,6 +358,7 @@ PLAN_SSH = {
     "heartbeat_ms": 1000,
     "dead_after_ms": 30000,
     "rejoin_ms": 10000,
+    "udp": [["TREECAST_UDP_FRAGMENT", "8000"], ["TREECAST_UDP_DROP", "0.05,7"]],
 }
 
 PLAN_LOCAL = {
@@ -564,9 +570,9 @@ INVALID_CASES = [
     ("batch", "version 1 header", hdr(version=1), "BadVersion"),
     ("batch", "version 1 credit frame", hdr(kind=3, version=1, tag=64), "BadVersion"),
     ("batch", "version 0", hdr(version=0), "BadVersion"),
-    ("batch", "version 2 header (an older build)", hdr(version=2), "BadVersion"),
-    ("batch", "version 4", hdr(version=4), "BadVersion"),
-    ("batch", "unknown kind", hdr(kind=4), "UnknownKind"),
+    ("batch", "version 3 header (an older build)", hdr(version=3), "BadVersion"),
+    ("batch", "version 5", hdr(version=5), "BadVersion"),
+    ("batch", "unknown kind", hdr(kind=5), "UnknownKind"),
     ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),
     ("batch", "truncated header", hdr()[:27], "Truncated"),
@@ -593,12 +599,12 @@ INVALID_CASES = [
     ("control", "range reversed", bytes([2]) + u32(1) + u32(3) + u32(1) + u32(1), "Invalid"),
     ("control", "bad utf8 message", bytes([3]) + u32(1) + b"\x80", "InvalidUtf8"),
     # plan
-    ("control", "plan version 2 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=2), "Invalid"),
-    ("control", "plan version 4", bytes([1]) + enc_plan(PLAN_SSH, version=4), "Invalid"),
+    ("control", "plan version 3 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=3), "Invalid"),
+    ("control", "plan version 5", bytes([1]) + enc_plan(PLAN_SSH, version=5), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
-    ("control", "plan without its silence limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-4], "Truncated"),
+    ("control", "plan without its UDP route flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
     ("control", "plan trailing byte", bytes([1]) + enc_plan(PLAN_LOCAL) + b"\x00", "TrailingBytes"),
     ("control", "plan allow missing 2", bytes([1]) + enc_plan(with_(PLAN_LOCAL, allow_missing=2)), "Invalid"),
     ("control", "plan local route 2", bytes([1]) + enc_plan(with_(PLAN_SSH, local_route=2)), "Invalid"),

@@ -13,6 +13,7 @@ use treecast_node::core::{Command, LivenessLimits, Node, NodeConfig, Role};
 use treecast_node::driver::{drive, lock, Driver, Launching};
 use treecast_node::{env, DEFAULT_MAX_FRAME};
 use treecast_topology::Topology;
+use treecast_transport::mcast::{McastConfig, UDP_VARIABLES};
 use treecast_transport::Secret;
 use treecast_wire::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, MAX_PAYLOAD_LEN};
 
@@ -44,6 +45,8 @@ pub struct NetworkBuilder {
     registry: FilterRegistry,
     liveness: Option<LivenessLimits>,
     rejoin: Option<Duration>,
+    udp_route: bool,
+    udp_settings: Vec<(String, String)>,
 }
 
 impl NetworkBuilder {
@@ -77,6 +80,8 @@ impl NetworkBuilder {
             registry: FilterRegistry::builtin(),
             liveness: env::liveness_from_env(),
             rejoin: env::rejoin_from_env(),
+            udp_route: false,
+            udp_settings: Vec::new(),
         }
     }
 
@@ -203,6 +208,36 @@ impl NetworkBuilder {
         self
     }
 
+    /// Sends large downstream frames (multicasts, file chunks) by reliable UDP
+    /// multicast from each node to its children on its subnet, one datagram for all
+    /// of them, instead of once over each child's link (docs/multicast.md). The
+    /// `TREECAST_UDP_*` variables of this process set the protocol, for every node.
+    pub fn udp_route(mut self, yes: bool) -> Self {
+        self.udp_route = yes;
+        self
+    }
+
+    /// Sets one `TREECAST_UDP_*` setting of the UDP route for every node, over this
+    /// process's environment (docs/multicast.md lists them).
+    pub fn udp_setting(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let name = name.into();
+        self.udp_settings.retain(|(k, _)| *k != name);
+        self.udp_settings.push((name, value.into()));
+        self
+    }
+
+    /// The UDP route's settings: this process's `TREECAST_UDP_*` variables, then
+    /// [`NetworkBuilder::udp_setting`]'s.
+    fn udp_settings(&self) -> Vec<(String, String)> {
+        let mut all: Vec<(String, String)> = UDP_VARIABLES
+            .iter()
+            .filter(|&&k| !self.udp_settings.iter().any(|(s, _)| s == k))
+            .filter_map(|&k| std::env::var(k).ok().map(|v| (k.to_owned(), v)))
+            .collect();
+        all.extend(self.udp_settings.iter().cloned());
+        all
+    }
+
     fn launcher_spec(&self) -> LauncherSpec {
         match &self.remote {
             None => LauncherSpec {
@@ -247,6 +282,7 @@ impl NetworkBuilder {
         (plan.heartbeat_ms, plan.dead_after_ms) =
             self.liveness.map_or((0, 0), |l| (ms(l.heartbeat), ms(l.dead_after)));
         plan.rejoin_ms = self.rejoin.map_or(0, ms);
+        plan.udp = self.udp_route.then(|| self.udp_settings());
         plan
     }
 
@@ -262,6 +298,12 @@ impl NetworkBuilder {
         let backends = self.topology.backends();
         if backends == 0 {
             return Err(ApiError::NoBackends);
+        }
+        if self.udp_route {
+            // Refused here, once, rather than by every node of the tree.
+            let settings = self.udp_settings();
+            McastConfig::from_env(|k| settings.iter().find(|(s, _)| s == k).map(|(_, v)| v.clone()))
+                .map_err(|e| ApiError::Env(e.to_string()))?;
         }
         let exe = resolve_treecast(self.treecast_path.as_deref())?;
         let mut session = [0u8; 8];

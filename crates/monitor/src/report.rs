@@ -38,6 +38,42 @@ pub struct Report {
     pub cells: Vec<CellReport>,
     /// Samples that went to [`Key::OTHER`] because a recorder was full.
     pub folded: u64,
+    /// What each node's multicast route did (nodes that multicast to children only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteReport>,
+}
+
+/// What one node's multicast route over UDP did: which children it reached by
+/// multicast and which over their own links, and the protocol's counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteReport {
+    /// The node that multicasts.
+    pub node: u32,
+    /// Where its datagrams went (group or broadcast address, and port).
+    pub group: String,
+    /// Children in its group (node ids).
+    pub udp_children: Vec<u32>,
+    /// Children its frames reach over their own links only (node ids).
+    pub tcp_children: Vec<u32>,
+    /// Frames multicast.
+    pub frames: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+    /// Messages every member acknowledged.
+    pub messages: u64,
+    /// Fragments multicast, first sendings and retransmissions.
+    pub fragments: u64,
+    /// Of those, retransmissions.
+    pub retransmitted: u64,
+    /// NACKs received.
+    pub nacks: u64,
+    /// Times the sender heard nothing and asked again.
+    pub timeouts: u64,
+    /// Datagrams not sent: the kernel's buffer was full, or the drop knob threw them away.
+    pub not_sent: u64,
+    /// Datagrams dropped on arrival: not of the session, or an answer from an
+    /// address that is not the member's.
+    pub rejected: u64,
 }
 
 /// One histogram: the latencies of one component for one key and size class.
@@ -127,10 +163,13 @@ impl Report {
     /// As [`Recorder::merge`].
     pub fn merged<'a>(reports: impl IntoIterator<Item = &'a Report>) -> Result<Report, MonitorError> {
         let mut all = Recorder::new(MERGE_MAX_CELLS);
+        let mut routes = Vec::new();
         for r in reports {
             all.merge(r)?;
+            routes.extend(r.routes.iter().cloned());
         }
-        Ok(all.report())
+        routes.sort_by_key(|r| r.node);
+        Ok(Report { routes, ..all.report() })
     }
 
     /// The report as JSON text.

@@ -36,6 +36,18 @@ impl Socket {
         }
     }
 
+    /// This end's and the peer's IP addresses; `None` for a Unix socket (both ends
+    /// on this host).
+    ///
+    /// # Errors
+    /// The OS could not say (the connection is gone).
+    pub fn ip_ends(&self) -> io::Result<Option<(std::net::IpAddr, std::net::IpAddr)>> {
+        match self {
+            Socket::Tcp(s) => Ok(Some((s.local_addr()?.ip(), s.peer_addr()?.ip()))),
+            Socket::Unix(_) => Ok(None),
+        }
+    }
+
     pub(crate) fn try_clone(&self) -> io::Result<Socket> {
         Ok(match self {
             Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),

@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::{codec::Reader, DecodeError, Window};
 
 /// Version byte every frame starts with.
-pub const PROTOCOL_VERSION: u8 = 3;
+pub const PROTOCOL_VERSION: u8 = 4;
 /// Size of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 28;
 /// Largest payload a decoder accepts (256 MiB); larger frames close the link.
@@ -62,6 +62,9 @@ pub enum FrameKind {
     /// [`Grant`]). Both directions use it: a parent grants a child upward credit, a
     /// child grants its parent downward credit.
     Credit = 3,
+    /// A [`crate::RouteMsg`] between two nodes' drivers (how frames travel between
+    /// them); the protocol core never sees it.
+    Route = 4,
 }
 
 impl FrameKind {
@@ -70,6 +73,7 @@ impl FrameKind {
             1 => Ok(FrameKind::Data),
             2 => Ok(FrameKind::Control),
             3 => Ok(FrameKind::Credit),
+            4 => Ok(FrameKind::Route),
             other => Err(DecodeError::UnknownKind(other)),
         }
     }

@@ -9,6 +9,9 @@
 //! * [`ControlMsg`]: the messages nodes exchange to build the tree ([`LaunchPlan`],
 //!   join and leave), create streams ([`StreamSpec`], with filters named by
 //!   [`FilterSpec`] and flow-control [`Window`]s) and report failures.
+//! * [`RouteMsg`]: what two nodes' drivers tell each other about the route
+//!   between them (joining a parent's multicast group, placeholders for frames
+//!   sent by multicast).
 //! * [`RankSet`]: compact sets of back-end ranks (`0-15,32`).
 //! * [`McastHeader`]: datagrams of the reliable UDP multicast route
 //!   ([`encode_mcast`], [`decode_mcast`]).
@@ -25,6 +28,7 @@ mod frame;
 mod mcast;
 mod plan;
 mod rankset;
+mod routemsg;
 mod value;
 
 pub use codec::Reader;
@@ -45,6 +49,7 @@ pub use mcast::{
 };
 pub use plan::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, PLAN_VERSION};
 pub use rankset::RankSet;
+pub use routemsg::{McastOffer, RouteMsg, MAX_DECLINE_REASON};
 pub use value::{
     decode_values, encode_bytes_head, encode_values, ArrayElement, ScalarType, Value, ValueType,
 };

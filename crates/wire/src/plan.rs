@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 3;
+pub const PLAN_VERSION: u16 = 4;
 
 /// Links between processes of one host: abstract Unix sockets or loopback TCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,6 +87,9 @@ pub struct LaunchPlan {
     /// Milliseconds the children of a lost comm node have to rejoin the tree under
     /// its parent before their ranks are reported lost (0: no recovery).
     pub rejoin_ms: u32,
+    /// The multicast route over UDP for large downstream frames, with its
+    /// `TREECAST_UDP_*` settings as the front-end read them (`None`: links carry everything).
+    pub udp: Option<Vec<(String, String)>>,
 }
 
 fn put_strings(out: &mut Vec<u8>, items: &[String]) {
@@ -94,6 +97,19 @@ fn put_strings(out: &mut Vec<u8>, items: &[String]) {
     for s in items {
         put_string(out, s);
     }
+}
+
+fn put_pairs(out: &mut Vec<u8>, pairs: &[(String, String)]) {
+    out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+    for (k, v) in pairs {
+        put_string(out, k);
+        put_string(out, v);
+    }
+}
+
+fn pairs(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<(String, String)>, DecodeError> {
+    let n = r.len_u32(what, r.remaining() / 8)?;
+    (0..n).map(|_| Ok((r.string(what)?, r.string(what)?))).collect()
 }
 
 fn strings(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<String>, DecodeError> {
@@ -131,6 +147,7 @@ impl LaunchPlan {
             heartbeat_ms: 1_000,
             dead_after_ms: 30_000,
             rejoin_ms: 0,
+            udp: None,
         }
     }
 
@@ -142,11 +159,7 @@ impl LaunchPlan {
         }
         put_string(out, &self.topology);
         put_strings(out, &self.backend);
-        out.extend_from_slice(&(self.env.len() as u32).to_le_bytes());
-        for (k, v) in &self.env {
-            put_string(out, k);
-            put_string(out, v);
-        }
+        put_pairs(out, &self.env);
         out.extend_from_slice(&self.startup_timeout_ms.to_le_bytes());
         out.extend_from_slice(&self.attach_ms.to_le_bytes());
         out.push(u8::from(self.allow_missing));
@@ -170,6 +183,10 @@ impl LaunchPlan {
         out.extend_from_slice(&self.heartbeat_ms.to_le_bytes());
         out.extend_from_slice(&self.dead_after_ms.to_le_bytes());
         out.extend_from_slice(&self.rejoin_ms.to_le_bytes());
+        out.push(u8::from(self.udp.is_some()));
+        if let Some(settings) = &self.udp {
+            put_pairs(out, settings);
+        }
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -189,10 +206,7 @@ impl LaunchPlan {
         let total_backends = r.u32("launch plan")?;
         let topology = r.string("sub-tree topology")?;
         let backend = strings(r, "back-end command")?;
-        let n = r.len_u32("environment", r.remaining() / 8)?;
-        let env = (0..n)
-            .map(|_| Ok((r.string("environment name")?, r.string("environment value")?)))
-            .collect::<Result<_, DecodeError>>()?;
+        let env = pairs(r, "environment")?;
         let startup_timeout_ms = r.u32("launch plan")?;
         let attach_ms = r.u32("launch plan")?;
         let allow_missing = decode_bool(r, "allow missing")?;
@@ -244,6 +258,10 @@ impl LaunchPlan {
             heartbeat_ms: r.u32("heartbeat interval")?,
             dead_after_ms: r.u32("silence limit")?,
             rejoin_ms: r.u32("rejoin limit")?,
+            udp: match decode_bool(r, "UDP route")? {
+                true => Some(pairs(r, "UDP route setting")?),
+                false => None,
+            },
         })
     }
 }
@@ -281,6 +299,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         heartbeat_ms: 250,
         dead_after_ms: 5_000,
         rejoin_ms: 2_000,
+        udp: Some(vec![("TREECAST_UDP_FRAGMENT".into(), "8000".into())]),
     }
 }
 

@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use treecast_wire::{
     decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ControlMsg, DecodeError,
     FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind,
-    LauncherSpec, LocalRoute, RankSet, Reader, ScalarType, StreamSpec, SyncMode, Value, ValueType, Window,
-    MAX_FILTER_NAME, PLAN_VERSION,
+    LauncherSpec, LocalRoute, McastOffer, RankSet, Reader, RouteMsg, ScalarType, StreamSpec, SyncMode, Value,
+    ValueType, Window, MAX_FILTER_NAME, PLAN_VERSION,
 };
 
 fn short_string() -> impl Strategy<Value = String> {
@@ -157,14 +157,19 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
             1..=(treecast_wire::MAX_PAYLOAD_LEN as u32),
             short_string(),
         ),
-        (any::<u32>(), any::<u32>(), any::<u32>()),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            proptest::option::of(vec((short_string(), short_string()), 0..3)),
+        ),
     )
         .prop_map(
             |(
                 (session, node_id, first_rank, total_backends, topology, backend),
                 (env, startup_timeout_ms, attach_ms, allow_missing),
                 (local_route, listen, remote_listen, launcher, max_frame, log),
-                (heartbeat_ms, dead_after_ms, rejoin_ms),
+                (heartbeat_ms, dead_after_ms, rejoin_ms, udp),
             )| LaunchPlan {
                 session,
                 node_id,
@@ -185,6 +190,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 heartbeat_ms,
                 dead_after_ms,
                 rejoin_ms,
+                udp,
             },
         )
 }
@@ -287,8 +293,54 @@ fn mutate(mut bytes: Vec<u8>, edits: &[(usize, u8)], cut: Option<usize>) -> Vec<
     bytes
 }
 
+fn socket_addr() -> impl Strategy<Value = std::net::SocketAddr> {
+    prop_oneof![
+        (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, port)| (std::net::Ipv4Addr::from(ip), port).into()),
+        (any::<[u8; 16]>(), any::<u16>()).prop_map(|(ip, port)| (std::net::Ipv6Addr::from(ip), port).into()),
+    ]
+}
+
+fn route_msg() -> impl Strategy<Value = RouteMsg> {
+    let offer = (socket_addr(), socket_addr(), any::<[u32; 2]>(), 1..=u32::MAX, any::<[u32; 4]>()).prop_map(
+        |(
+            group,
+            sender,
+            [node, first],
+            fragment,
+            [receiver_timeout_us, nack_repeat_us, silent_limit_ms, max_message],
+        )| {
+            RouteMsg::Offer(McastOffer {
+                group,
+                sender,
+                node,
+                first,
+                fragment,
+                receiver_timeout_us,
+                nack_repeat_us,
+                silent_limit_ms,
+                max_message,
+            })
+        },
+    );
+    prop_oneof![
+        offer,
+        socket_addr().prop_map(|answers_from| RouteMsg::Joined { answers_from }),
+        "\\PC{0,40}".prop_map(|reason| RouteMsg::Declined { reason }),
+        any::<u32>().prop_map(|message| RouteMsg::Carried { message }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn route_messages_round_trip_and_refuse_every_cut(msg in route_msg()) {
+        let wire = msg.encode();
+        prop_assert_eq!(RouteMsg::decode(&wire).unwrap(), msg);
+        for cut in 0..wire.len() {
+            prop_assert!(RouteMsg::decode(&wire[..cut]).is_err());
+        }
+    }
 
     #[test]
     fn values_round_trip(values in vec(value(), 0..8)) {

@@ -248,6 +248,14 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         heartbeat_ms: u32_of(m, "heartbeat_ms"),
         dead_after_ms: u32_of(m, "dead_after_ms"),
         rejoin_ms: u32_of(m, "rejoin_ms"),
+        udp: m.get("udp").map(|pairs| {
+            pairs
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].as_str().unwrap().to_owned()))
+                .collect()
+        }),
     }
 }
 

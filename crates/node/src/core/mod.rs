@@ -744,6 +744,9 @@ impl Node {
             },
             (FrameKind::Data, LinkRole::Parent) => self.on_down_data(frame, now),
             (FrameKind::Data, LinkRole::Child(c)) => self.on_up_data(c, frame, now),
+            // The drivers' own business (the route between them); a driver that hands
+            // one over has no route to set up, and the frame means nothing here.
+            (FrameKind::Route, _) => tracing::debug!(node = %self.name, "route frame on {link} ignored"),
         }
     }
 

@@ -14,6 +14,7 @@
 
 pub(crate) mod children;
 mod refusals;
+mod udp;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use treecast_transport::mcast::McastKey;
 use treecast_transport::timing::LinkPlace;
 use treecast_transport::{Close, LinkId, LinkTable, Route, RouteEvent, Secret, Socket, StreamRoute};
 
@@ -87,6 +89,8 @@ pub struct Driver<T: Tool> {
     flush_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// A connection to a new parent under way (this node's parent was lost).
     rejoin: Option<Rejoin>,
+    /// The multicast route over UDP: this node's group, and its parent's.
+    udp: udp::UdpRoute,
 }
 
 /// A connection to a new parent under way.
@@ -110,9 +114,11 @@ impl<T: Tool> Driver<T> {
             // Monitoring stamps frames on the global clock's time base.
             route.set_clock(Box::new(move |at| source.read(at)));
         }
+        let udp = udp::UdpRoute::new(McastKey::new(&launching.secret), core.node_id());
         Driver {
             core,
             route,
+            udp,
             links: LinkTable::new(),
             tool,
             launching,
@@ -150,6 +156,9 @@ impl<T: Tool> Driver<T> {
     /// The socket could not be registered with the runtime.
     pub fn add_link(&mut self, socket: Socket, peer: Peer, name: String) -> std::io::Result<LinkId> {
         let link = self.links.insert(());
+        // A TCP link whose ends cannot be read reaches no group.
+        let nowhere = std::net::IpAddr::from([0, 0, 0, 0]);
+        let ends = socket.ip_ends().unwrap_or(Some((nowhere, nowhere)));
         if let Err(e) = self.route.add(link, socket, name) {
             self.links.remove(link);
             return Err(e);
@@ -159,6 +168,8 @@ impl<T: Tool> Driver<T> {
             Peer::Child { node_id } => LinkPlace { lower_node: node_id, to_parent: false },
         };
         self.route.place_link(link, place);
+        // Before the core's first frames, so that an offer is the link's first frame.
+        self.udp.link_up(link, peer, ends);
         self.core.handle_link_up(link, peer, Instant::now());
         self.after_input();
         Ok(link)
@@ -199,9 +210,9 @@ impl<T: Tool> Driver<T> {
     fn drain(&mut self) -> bool {
         let mut any = false;
         loop {
-            let mut progressed = false;
+            let mut progressed = self.udp_chores();
             while let Some(t) = self.core.poll_transmit() {
-                self.route.send(t.to.links(), &t.frame);
+                self.udp.send(&mut self.route, t.to.links(), &t.frame);
                 progressed = true;
             }
             while let Some(e) = self.core.poll_event() {
@@ -215,6 +226,25 @@ impl<T: Tool> Driver<T> {
         }
     }
 
+    /// Sends the multicast route's own frames and gives up the links it found broken.
+    fn udp_chores(&mut self) -> bool {
+        let mut any = false;
+        for (link, frame) in std::mem::take(&mut self.udp.outbox) {
+            self.route.send(&[link], &frame);
+            any = true;
+        }
+        for (link, reason) in std::mem::take(&mut self.udp.broken) {
+            tracing::warn!(node = %self.core.name(), "giving up {link}: {reason}");
+            let now = Instant::now();
+            self.route.close(link, Close::Now);
+            self.links.remove(link);
+            self.udp.link_down(link, now);
+            self.core.handle_link_closed(link, Some(reason), now);
+            any = true;
+        }
+        any
+    }
+
     fn on_event(&mut self, event: Event) {
         match event {
             Event::StartChildren { children, .. } if self.children_task.is_some() => {
@@ -222,6 +252,7 @@ impl<T: Tool> Driver<T> {
             }
             Event::StartChildren { plan, own_host, children } => {
                 self.route.set_max_frame(plan.max_frame as usize);
+                self.udp.configure(plan.udp.as_deref());
                 let (news_tx, news_rx) = mpsc::channel(64);
                 let (orders_tx, orders_rx) = mpsc::unbounded_channel();
                 let task = ChildrenTask {
@@ -241,6 +272,7 @@ impl<T: Tool> Driver<T> {
                 tracing::debug!(node = %self.core.name(), "closing {link}: {reason}");
                 self.route.close(link, Close::Now);
                 self.links.remove(link);
+                self.udp.link_down(link, Instant::now());
             }
             Event::AbandonChild { node_id } => self.order(ChildOrder::Abandon(node_id)),
             Event::Ready { .. } => {
@@ -256,7 +288,8 @@ impl<T: Tool> Driver<T> {
             Event::MonitorStop => self.route.monitor_stop(),
             Event::StreamProgram { stream, program } => self.route.set_stream_program(stream, program),
             Event::MonitorCollectLocal { id } => {
-                let report = self.route.monitor_report();
+                let mut report = self.route.monitor_report();
+                report.routes.extend(self.udp.report());
                 // Only the front-end refuses monitoring commands, and not this one.
                 let _ = self.core.handle_command(Command::MonitorLocal { id, report }, Instant::now());
             }
@@ -348,13 +381,18 @@ impl<T: Tool> Driver<T> {
             let now = Instant::now();
             let core = &mut self.core;
             let links = &mut self.links;
+            let udp = &mut self.udp;
             progressed |= self.route.poll_recv(cx, &mut |link, event| match event {
-                RouteEvent::Frame(frame) => core.handle_frame(link, frame, now),
+                RouteEvent::Frame(frame) => {
+                    udp.on_frame(link, frame, &mut |l, f| core.handle_frame(l, f, now))
+                }
                 RouteEvent::Closed(reason) => {
                     links.remove(link);
+                    udp.link_down(link, now);
                     core.handle_link_closed(link, reason, now);
                 }
             });
+            progressed |= udp.poll(cx, &mut |l, f| core.handle_frame(l, f, Instant::now()));
             if let Some(timer) = self.timer.as_mut() {
                 if timer.as_mut().poll(cx).is_ready() {
                     self.timer = None;

@@ -1,6 +1,7 @@
 //! Every size and timer of the multicast protocol, with its default and the
 //! `TREECAST_UDP_*` variable that sets it.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use crate::TransportError;
@@ -59,7 +60,38 @@ pub struct McastConfig {
     pub drop: f64,
     /// Seed of the drop knob's draws, so that a lossy run can be repeated.
     pub drop_seed: u64,
+    /// A node multicasts a downstream data frame only when its payload has at least
+    /// this many bytes; smaller ones go over each child's link, where they wait for
+    /// nobody's ACK. `TREECAST_UDP_MIN_FRAME`.
+    pub min_frame: u32,
+    /// Where a node's group datagrams go: an IPv4 multicast group (the default,
+    /// [`DEFAULT_GROUP`]) or, for a LAN without multicast, the subnet's broadcast
+    /// address. Each node's group uses its own port. `TREECAST_UDP_GROUP`.
+    pub group: IpAddr,
 }
+
+/// The multicast group nodes send to unless `TREECAST_UDP_GROUP` says otherwise: in
+/// the organisation-local scope (239.255.0.0/16), which routers do not forward out
+/// of a site, and the datagrams' TTL of 1 keeps them on the LAN anyway.
+pub const DEFAULT_GROUP: IpAddr = IpAddr::V4(Ipv4Addr::new(239, 255, 84, 67));
+
+/// Every variable [`McastConfig::from_env`] reads: what a front-end passes down the tree.
+pub const UDP_VARIABLES: [&str; 14] = [
+    "TREECAST_UDP_FRAGMENT",
+    "TREECAST_UDP_SSTHRESH",
+    "TREECAST_UDP_MAX_CWND",
+    "TREECAST_UDP_RECEIVER_TIMEOUT_MS",
+    "TREECAST_UDP_SENDER_TIMEOUT_MS",
+    "TREECAST_UDP_NACK_COALESCE_US",
+    "TREECAST_UDP_REPAIR",
+    "TREECAST_UDP_NACK_REPEAT_MS",
+    "TREECAST_UDP_ACKER_HOLD_MS",
+    "TREECAST_UDP_SILENT_LIMIT_MS",
+    "TREECAST_UDP_MAX_MESSAGE",
+    "TREECAST_UDP_DROP",
+    "TREECAST_UDP_MIN_FRAME",
+    "TREECAST_UDP_GROUP",
+];
 
 impl Default for McastConfig {
     fn default() -> Self {
@@ -78,6 +110,8 @@ impl Default for McastConfig {
             max_message: 256 << 20,
             drop: 0.0,
             drop_seed: 0,
+            min_frame: 8192,
+            group: DEFAULT_GROUP,
         }
     }
 }
@@ -149,6 +183,20 @@ impl McastConfig {
                 _ => {
                     return Err(TransportError::Config(format!(
                         "TREECAST_UDP_REPAIR={text:?}: write selective or go-back-n"
+                    )))
+                }
+            };
+        }
+        if let Some(v) = number("TREECAST_UDP_MIN_FRAME", 0, u64::from(u32::MAX))? {
+            c.min_frame = v as u32;
+        }
+        if let Some(text) = lookup("TREECAST_UDP_GROUP") {
+            c.group = match text.trim().parse::<Ipv4Addr>() {
+                Ok(ip) if !ip.is_unspecified() && !ip.is_loopback() => IpAddr::V4(ip),
+                _ => {
+                    return Err(TransportError::Config(format!(
+                        "TREECAST_UDP_GROUP={text:?}: write an IPv4 multicast group (239.255.84.67) \
+                         or the LAN's broadcast address (10.0.0.255)"
                     )))
                 }
             };

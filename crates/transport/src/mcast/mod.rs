@@ -18,12 +18,14 @@
 //! drops a datagram whose tag does not match before it reaches the protocol.
 
 mod config;
+mod group;
 mod receiver;
 mod sender;
 pub mod sim;
 mod udp;
 
-pub use config::{McastConfig, Repair};
+pub use config::{McastConfig, Repair, DEFAULT_GROUP, UDP_VARIABLES};
+pub use group::{route_frame, shares_subnet, GroupMember, GroupSender};
 pub use receiver::{Receiver, ReceiverEvent, ReceiverStats};
 pub use sender::{Sender, SenderEvent, SenderStats};
 pub use udp::{drive_receiver, drive_sender, EndpointStats, UdpEndpoint};

@@ -121,6 +121,8 @@ pub struct Sender {
     config: McastConfig,
     group: u32,
     members: BTreeMap<u32, Member>,
+    /// Receivers that joined while a message was under way: members from the next.
+    joining: Vec<u32>,
     queue: VecDeque<(u32, Bytes)>,
     current: Option<Current>,
     next_id: u32,
@@ -145,6 +147,7 @@ impl Sender {
             config,
             group,
             members,
+            joining: Vec::new(),
             queue: VecDeque::new(),
             current: None,
             next_id: 0,
@@ -173,14 +176,30 @@ impl Sender {
                 self.config.max_message
             )));
         }
-        let id = self.next_id.wrapping_add(self.queue.len() as u32 + u32::from(self.current.is_some()));
+        // `next_id` is the id of the next message to start: the one under way has one already.
+        let id = self.next_id.wrapping_add(self.queue.len() as u32);
         self.queue.push_back((stream, data));
         self.advance(now);
         Ok(id)
     }
 
+    /// A receiver joins the group; returns the first message it is a member for: the
+    /// next one to start. The message under way, if any, does not wait for it.
+    pub fn add_receiver(&mut self, receiver: u32) -> u32 {
+        if self.current.is_some() {
+            if !self.members.contains_key(&receiver) && !self.joining.contains(&receiver) {
+                self.joining.push(receiver);
+            }
+        } else {
+            self.members.entry(receiver).or_insert_with(|| Member::new(None));
+            self.acker = self.acker.filter(|a| self.members.contains_key(a)).or(Some(receiver));
+        }
+        self.next_id
+    }
+
     /// A receiver left the group (its link closed): messages no longer wait for it.
     pub fn remove_receiver(&mut self, receiver: u32, now: Instant) {
+        self.joining.retain(|&r| r != receiver);
         if self.members.remove(&receiver).is_some() {
             self.after_leave(receiver, now);
         }
@@ -475,6 +494,12 @@ impl Sender {
             self.next_id = id.wrapping_add(1);
             for m in self.members.values_mut() {
                 *m = Member::new(m.heard);
+            }
+            for r in self.joining.drain(..) {
+                self.members.entry(r).or_insert_with(|| Member::new(None));
+            }
+            if !self.acker.is_some_and(|a| self.members.contains_key(&a)) {
+                self.acker = self.members.keys().next().copied();
             }
             self.current = Some(Current {
                 id,

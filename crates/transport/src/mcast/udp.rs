@@ -15,7 +15,7 @@ use super::{McastConfig, McastKey, Receiver, ReceiverEvent, Sender, SenderEvent}
 use crate::TransportError;
 
 /// Largest datagram read: the UDP maximum.
-const MAX_DATAGRAM: usize = 65_536;
+pub(crate) const MAX_DATAGRAM: usize = 65_536;
 
 /// What an endpoint saw, for reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,16 +30,66 @@ pub struct EndpointStats {
     pub knob_dropped: u64,
 }
 
-/// A UDP socket speaking the multicast protocol's datagrams.
+/// What every socket of the route shares: signing and checking datagrams, the drop
+/// knob, and the counts.
 #[derive(Debug)]
-pub struct UdpEndpoint {
-    socket: UdpSocket,
+pub(crate) struct Sealer {
     key: McastKey,
     /// The drop knob (`TREECAST_UDP_DROP`): a seeded chance to not send a datagram.
     drop: Option<(StdRng, f64)>,
     out: Vec<u8>,
+    pub(crate) stats: EndpointStats,
+}
+
+impl Sealer {
+    pub(crate) fn new(key: McastKey, config: &McastConfig) -> Sealer {
+        let drop = (config.drop > 0.0).then(|| (StdRng::seed_from_u64(config.drop_seed), config.drop));
+        Sealer { key, drop, out: Vec::new(), stats: EndpointStats::default() }
+    }
+
+    /// Encodes and signs a datagram; send [`Sealer::sealed`] to each destination
+    /// that [`Sealer::knob_drops`] spares.
+    pub(crate) fn seal(&mut self, header: &McastHeader, payload: &[u8]) {
+        encode_mcast(header, payload, &mut self.out);
+        self.key.sign(&mut self.out);
+    }
+
+    pub(crate) fn sealed(&self) -> &[u8] {
+        &self.out
+    }
+
+    /// The drop knob's draw for one destination (counted when it drops).
+    pub(crate) fn knob_drops(&mut self) -> bool {
+        let Some((rng, p)) = self.drop.as_mut() else { return false };
+        let dropped = rng.gen_bool(*p);
+        self.stats.knob_dropped += u64::from(dropped);
+        dropped
+    }
+
+    /// The datagram's header and payload when it is of the session; else `None`,
+    /// logged and counted.
+    pub(crate) fn open<'a>(&mut self, bytes: &'a [u8], from: SocketAddr) -> Option<(McastHeader, &'a [u8])> {
+        match decode_mcast(bytes) {
+            Ok(d) if self.key.verify(&d) => {
+                self.stats.received += 1;
+                return Some((d.header, d.payload));
+            }
+            Ok(_) => {
+                tracing::debug!("UDP datagram from {from} dropped: its tag does not match the session's key")
+            }
+            Err(e) => tracing::debug!("UDP datagram from {from} dropped: {e}"),
+        }
+        self.stats.rejected += 1;
+        None
+    }
+}
+
+/// A UDP socket speaking the multicast protocol's datagrams.
+#[derive(Debug)]
+pub struct UdpEndpoint {
+    socket: UdpSocket,
+    sealer: Sealer,
     inbuf: Vec<u8>,
-    stats: EndpointStats,
 }
 
 impl UdpEndpoint {
@@ -56,15 +106,7 @@ impl UdpEndpoint {
         let io = |what: String| move |source| TransportError::Io { what, source };
         let socket = UdpSocket::bind(addr).await.map_err(io(format!("binding UDP {addr}")))?;
         socket.set_broadcast(true).map_err(io(format!("allowing broadcast on UDP {addr}")))?;
-        let drop = (config.drop > 0.0).then(|| (StdRng::seed_from_u64(config.drop_seed), config.drop));
-        Ok(UdpEndpoint {
-            socket,
-            key,
-            drop,
-            out: Vec::new(),
-            inbuf: vec![0; MAX_DATAGRAM],
-            stats: EndpointStats::default(),
-        })
+        Ok(UdpEndpoint { socket, sealer: Sealer::new(key, config), inbuf: vec![0; MAX_DATAGRAM] })
     }
 
     /// The address it is bound to.
@@ -79,24 +121,20 @@ impl UdpEndpoint {
 
     /// What it saw so far.
     pub fn stats(&self) -> EndpointStats {
-        self.stats
+        self.sealer.stats
     }
 
     /// Sends one datagram, signed once, to every address of `to`. A datagram the
     /// kernel refuses (a full buffer) is lost like one lost on the wire: the
     /// protocol resends it.
     pub async fn send(&mut self, header: &McastHeader, payload: &[u8], to: &[SocketAddr]) {
-        encode_mcast(header, payload, &mut self.out);
-        self.key.sign(&mut self.out);
+        self.sealer.seal(header, payload);
         for dest in to {
-            if let Some((rng, p)) = self.drop.as_mut() {
-                if rng.gen_bool(*p) {
-                    self.stats.knob_dropped += 1;
-                    continue;
-                }
+            if self.sealer.knob_drops() {
+                continue;
             }
-            match self.socket.send_to(&self.out, dest).await {
-                Ok(_) => self.stats.sent += 1,
+            match self.socket.send_to(self.sealer.sealed(), dest).await {
+                Ok(_) => self.sealer.stats.sent += 1,
                 Err(e) => tracing::debug!("UDP datagram to {dest} not sent: {e}"),
             }
         }
@@ -114,17 +152,9 @@ impl UdpEndpoint {
                 .recv_from(&mut self.inbuf)
                 .await
                 .map_err(|source| TransportError::Io { what: "receiving a UDP datagram".into(), source })?;
-            match decode_mcast(&self.inbuf[..n]) {
-                Ok(d) if self.key.verify(&d) => {
-                    self.stats.received += 1;
-                    return Ok((d.header, Bytes::copy_from_slice(d.payload), from));
-                }
-                Ok(_) => tracing::debug!(
-                    "UDP datagram from {from} dropped: its tag does not match the session's key"
-                ),
-                Err(e) => tracing::debug!("UDP datagram from {from} dropped: {e}"),
+            if let Some((header, payload)) = self.sealer.open(&self.inbuf[..n], from) {
+                return Ok((header, Bytes::copy_from_slice(payload), from));
             }
-            self.stats.rejected += 1;
         }
     }
 }

@@ -231,3 +231,36 @@ fn a_message_larger_than_receivers_take_is_refused_at_the_sender() {
     assert!(err.contains("1001 bytes: receivers take at most 1000 (TREECAST_UDP_MAX_MESSAGE)"), "{err}");
     assert!(sender.is_idle());
 }
+
+#[test]
+fn message_ids_count_up_whether_or_not_a_message_is_under_way() {
+    let now = std::time::Instant::now();
+    let mut sender = Sender::new(config(), 1, [10]);
+    let ids: Vec<u32> = (0..4).map(|i| sender.send(0, message(500, i), now).unwrap()).collect();
+    assert_eq!(ids, [0, 1, 2, 3]);
+    let ack = |message, offset| McastHeader::answer(treecast_wire::McastKind::Ack, 1, 10, 0, message, offset);
+    sender.handle_answer(&ack(0, 500), now);
+    assert_eq!(sender.poll_event(), Some(SenderEvent::Completed { message: 0, stream: 0 }));
+    assert_eq!(sender.send(0, message(1, 9), now).unwrap(), 4, "queued behind 1, 2 and 3");
+}
+
+#[test]
+fn a_receiver_that_joins_mid_message_is_waited_for_from_the_next_message_on() {
+    let now = std::time::Instant::now();
+    let ack = |rank, message, offset| {
+        McastHeader::answer(treecast_wire::McastKind::Ack, 1, rank, 0, message, offset)
+    };
+    let mut sender = Sender::new(config(), 1, [10]);
+    sender.send(0, message(50, 1), now).unwrap();
+    assert_eq!(sender.add_receiver(11), 1, "message 0 is under way");
+    sender.send(0, message(50, 2), now).unwrap();
+    sender.handle_answer(&ack(10, 0, 50), now);
+    assert_eq!(sender.poll_event(), Some(SenderEvent::Completed { message: 0, stream: 0 }));
+    sender.handle_answer(&ack(10, 1, 50), now);
+    assert_eq!(sender.poll_event(), None, "message 1 waits for the newcomer");
+    sender.handle_answer(&ack(11, 1, 50), now);
+    assert_eq!(sender.poll_event(), Some(SenderEvent::Completed { message: 1, stream: 0 }));
+    assert_eq!(sender.receivers().collect::<Vec<_>>(), [10, 11]);
+    // Joining an idle group counts from the next message to be sent.
+    assert_eq!(sender.add_receiver(12), 2);
+}

@@ -1,0 +1,644 @@
+//! The multicast route as a node drives it: a [`GroupSender`] at a node that
+//! multicasts large downstream frames to the children that joined its group, and a
+//! [`GroupMember`] at each such child.
+//!
+//! A frame keeps its place among the other frames of the link: the link carries a
+//! [`RouteMsg::Carried`] placeholder where the frame would have been, and the child
+//! hands the frame on only once the placeholder has come and the message is whole;
+//! what the link brings after the placeholder waits behind it. So control frames,
+//! credits and small data frames keep going over the link, and the core sees every
+//! frame in the order its parent sent it.
+//!
+//! A message is the frame's bytes after a list of the children it is for: every
+//! member receives and acknowledges every message (the protocol completes a message
+//! only when all have), and drops those not for it.
+//!
+//! Both sides are polled from the node's driver task: sockets are non-blocking,
+//! timers are the protocol machines' deadlines.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use socket2::{Domain, Protocol, SockAddr, Socket as RawSocket, Type};
+use tokio::io::ReadBuf;
+use tokio::net::UdpSocket;
+use treecast_monitor::RouteReport;
+use treecast_wire::{decode_batch, Frame, FrameHeader, FrameKind, McastOffer, RouteMsg, FLAG_DIRECT};
+
+use super::udp::{Sealer, MAX_DATAGRAM};
+use super::{McastConfig, McastKey, Receiver, ReceiverEvent, Sender, SenderEvent};
+use crate::{LinkId, TransportError};
+
+/// Socket buffers asked for (the kernel caps them at `net.core.[rw]mem_max`): a
+/// window of fragments in flight must fit, or the kernel drops what the protocol
+/// then resends.
+const SOCKET_BUFFER: usize = 4 << 20;
+/// Datagrams read per poll before the driver's other work gets its turn.
+const READ_BUDGET: usize = 256;
+
+/// A route frame carrying `msg`.
+pub fn route_frame(msg: &RouteMsg) -> Frame {
+    let header =
+        FrameHeader { kind: FrameKind::Route, flags: 0, stream: 0, tag: 0, rank: 0, timestamp_ns: 0 };
+    Frame::new(header, msg.encode())
+}
+
+/// A protocol machine's deadline as a tokio timer.
+#[derive(Default)]
+struct Timer {
+    at: Option<Instant>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Timer {
+    /// Arms the timer for `at` (none: disarmed); true when it has already fired.
+    fn poll(&mut self, cx: &mut Context<'_>, at: Option<Instant>) -> bool {
+        if at != self.at {
+            self.at = at;
+            self.sleep = at.map(|at| Box::pin(tokio::time::sleep_until(at.into())));
+        }
+        let fired = self.sleep.as_mut().is_some_and(|s| s.as_mut().poll(cx).is_ready());
+        if fired {
+            self.at = None;
+            self.sleep = None;
+        }
+        fired
+    }
+}
+
+fn io_error(what: String) -> impl FnOnce(std::io::Error) -> TransportError {
+    move |source| TransportError::Io { what, source }
+}
+
+/// A non-blocking UDP socket bound to `addr`, its buffers enlarged.
+fn udp_socket(addr: SocketAddr, reuse: bool) -> Result<RawSocket, TransportError> {
+    let sock = RawSocket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+        .map_err(io_error(format!("opening a UDP socket for {addr}")))?;
+    if reuse {
+        // Every member on one host binds the same group and port; each gets a copy.
+        sock.set_reuse_address(true).map_err(io_error(format!("sharing UDP {addr}")))?;
+    }
+    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+    sock.set_nonblocking(true).map_err(io_error(format!("making UDP {addr} non-blocking")))?;
+    sock.bind(&SockAddr::from(addr)).map_err(io_error(format!("binding UDP {addr}")))?;
+    Ok(sock)
+}
+
+fn into_tokio(sock: RawSocket, addr: SocketAddr) -> Result<UdpSocket, TransportError> {
+    UdpSocket::from_std(sock.into()).map_err(io_error(format!("registering UDP {addr} with the runtime")))
+}
+
+/// Reads one datagram without waiting: `None` when none is there (the waker is registered).
+fn try_read(socket: &UdpSocket, cx: &mut Context<'_>, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+    let mut rb = ReadBuf::new(buf);
+    match socket.poll_recv_from(cx, &mut rb) {
+        Poll::Ready(Ok(from)) => Some((rb.filled().len(), from)),
+        Poll::Ready(Err(e)) => {
+            // UDP read errors are per datagram (an ICMP error for an earlier send).
+            tracing::debug!("UDP read: {e}");
+            Some((0, SocketAddr::from(([0, 0, 0, 0], 0))))
+        }
+        Poll::Pending => None,
+    }
+}
+
+/// A member as the sender knows it.
+#[derive(Debug, Clone, Copy)]
+struct Joiner {
+    node: u32,
+    /// Its answer socket, once it said which: answers from elsewhere are dropped.
+    answers_from: Option<SocketAddr>,
+}
+
+/// A node's side of its multicast group: see the module documentation.
+pub struct GroupSender {
+    socket: UdpSocket,
+    sealer: Sealer,
+    sender: Sender,
+    config: McastConfig,
+    node: u32,
+    group: SocketAddr,
+    local: SocketAddr,
+    members: BTreeMap<LinkId, Joiner>,
+    timer: Timer,
+    inbuf: Vec<u8>,
+    report: RouteReport,
+}
+
+impl std::fmt::Debug for GroupSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupSender")
+            .field("group", &self.group)
+            .field("members", &self.members.len())
+            .finish()
+    }
+}
+
+impl GroupSender {
+    /// Opens node `node`'s group on the interface with address `interface`: its
+    /// datagrams go to `config.group`, on the port this socket is bound to.
+    ///
+    /// # Errors
+    /// The socket cannot be opened or bound, or multicast cannot be sent on the interface.
+    pub fn bind(
+        interface: IpAddr,
+        node: u32,
+        key: McastKey,
+        config: McastConfig,
+    ) -> Result<GroupSender, TransportError> {
+        let (IpAddr::V4(ip), IpAddr::V4(group_ip)) = (interface, config.group) else {
+            return Err(TransportError::Config(format!(
+                "the multicast route needs IPv4; the link's address is {interface}"
+            )));
+        };
+        let local = SocketAddr::new(interface, 0);
+        let sock = udp_socket(local, false)?;
+        if group_ip.is_multicast() {
+            sock.set_multicast_if_v4(&ip).map_err(io_error(format!("sending multicast from {ip}")))?;
+            sock.set_multicast_loop_v4(true).map_err(io_error("looping multicast back".into()))?;
+            sock.set_multicast_ttl_v4(1).map_err(io_error("keeping multicast on the LAN".into()))?;
+        } else {
+            sock.set_broadcast(true).map_err(io_error(format!("allowing broadcast from {ip}")))?;
+        }
+        let socket = into_tokio(sock, local)?;
+        let local = socket.local_addr().map_err(io_error("reading a UDP address".into()))?;
+        let group = SocketAddr::new(config.group, local.port());
+        Ok(GroupSender {
+            socket,
+            sealer: Sealer::new(key, &config),
+            sender: Sender::new(config, node, []),
+            config,
+            node,
+            group,
+            local,
+            members: BTreeMap::new(),
+            timer: Timer::default(),
+            inbuf: vec![0; MAX_DATAGRAM],
+            report: RouteReport { node, group: group.to_string(), ..RouteReport::default() },
+        })
+    }
+
+    /// The interface address the group was opened on.
+    pub fn interface(&self) -> IpAddr {
+        self.local.ip()
+    }
+
+    /// Takes child `node` on `link` into the group from the next message; the offer
+    /// to send it over the link.
+    pub fn offer(&mut self, node: u32, link: LinkId) -> RouteMsg {
+        let first = self.sender.add_receiver(node);
+        self.members.insert(link, Joiner { node, answers_from: None });
+        let us = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+        RouteMsg::Offer(McastOffer {
+            group: self.group,
+            sender: self.local,
+            node: self.node,
+            first,
+            fragment: self.config.fragment,
+            receiver_timeout_us: us(self.config.receiver_timeout),
+            nack_repeat_us: us(self.config.nack_repeat),
+            silent_limit_ms: u32::try_from(self.config.silent_limit.as_millis()).unwrap_or(u32::MAX),
+            max_message: self.config.max_message,
+        })
+    }
+
+    /// The child on `link` joined; its answers come from `answers_from`.
+    pub fn joined(&mut self, link: LinkId, answers_from: SocketAddr) {
+        if let Some(j) = self.members.get_mut(&link) {
+            j.answers_from = Some(answers_from);
+        }
+    }
+
+    /// The child on `link` declined, or its link closed: nothing waits for it.
+    pub fn leave(&mut self, link: LinkId, now: Instant) {
+        if let Some(j) = self.members.remove(&link) {
+            self.sender.remove_receiver(j.node, now);
+        }
+    }
+
+    /// True when the child on `link` is in the group (joined).
+    pub fn has_member(&self, link: LinkId) -> bool {
+        self.members.get(&link).is_some_and(|j| j.answers_from.is_some())
+    }
+
+    /// Multicasts `frame` when it is worth it: a downstream data frame for every
+    /// addressed child (not one rank), of at least `min_frame` bytes, for two or more
+    /// joined members among `links`. Returns the links that get the placeholder
+    /// instead (the frame itself goes over the others' links); `None`: send as usual.
+    pub fn carry(&mut self, frame: &Frame, links: &[LinkId], now: Instant) -> Option<(Vec<LinkId>, Frame)> {
+        let h = &frame.header;
+        if h.kind != FrameKind::Data
+            || h.flags & FLAG_DIRECT != 0
+            || frame.payload.len() < self.config.min_frame as usize
+        {
+            return None;
+        }
+        let carried: Vec<LinkId> = links.iter().copied().filter(|l| self.has_member(*l)).collect();
+        if carried.len() < 2 {
+            return None;
+        }
+        let mut data = Vec::with_capacity(4 + 4 * carried.len() + frame.wire_len());
+        data.extend_from_slice(&(carried.len() as u32).to_le_bytes());
+        for l in &carried {
+            let node = self.members.get(l).map_or(u32::MAX, |j| j.node);
+            data.extend_from_slice(&node.to_le_bytes());
+        }
+        frame.encode(&mut data);
+        match self.sender.send(h.stream, Bytes::from(data), now) {
+            Ok(message) => {
+                self.report.frames += 1;
+                self.report.bytes += frame.payload.len() as u64;
+                Some((carried, route_frame(&RouteMsg::Carried { message })))
+            }
+            Err(e) => {
+                tracing::debug!("frame of {} bytes goes over the links: {e}", frame.payload.len());
+                None
+            }
+        }
+    }
+
+    /// Reads answers, fires the protocol's timer and sends its datagrams; each member
+    /// the protocol gave up on goes to `lost` with the reason. True when anything happened.
+    pub fn poll(&mut self, cx: &mut Context<'_>, lost: &mut dyn FnMut(LinkId, String)) -> bool {
+        let mut any = false;
+        for _ in 0..READ_BUDGET {
+            let Some((n, from)) = try_read(&self.socket, cx, &mut self.inbuf) else { break };
+            any = true;
+            let Some((header, _)) = self.sealer.open(&self.inbuf[..n], from) else { continue };
+            let known = self.members.values().any(|j| j.node == header.rank && j.answers_from == Some(from));
+            if known {
+                self.sender.handle_answer(&header, Instant::now());
+            } else {
+                self.report.rejected += 1;
+            }
+        }
+        if self.timer.poll(cx, self.sender.deadline()) {
+            self.sender.handle_timeout(Instant::now());
+            any = true;
+        }
+        any |= self.send_datagrams();
+        while let Some(event) = self.sender.poll_event() {
+            any = true;
+            if let SenderEvent::Lost { receiver, reason } = event {
+                if let Some((&link, _)) = self.members.iter().find(|(_, j)| j.node == receiver) {
+                    self.members.remove(&link);
+                    lost(link, reason);
+                }
+            }
+        }
+        if any {
+            // The machine may have a new deadline: arm it (and wake if already due).
+            if self.timer.poll(cx, self.sender.deadline()) {
+                cx.waker().wake_by_ref();
+            }
+        }
+        any
+    }
+
+    fn send_datagrams(&mut self) -> bool {
+        let mut any = false;
+        while let Some((header, payload)) = self.sender.poll_datagram() {
+            any = true;
+            self.sealer.seal(&header, &payload);
+            if self.sealer.knob_drops() {
+                self.report.not_sent += 1;
+                continue;
+            }
+            match self.socket.try_send_to(self.sealer.sealed(), self.group) {
+                Ok(_) => self.sealer.stats.sent += 1,
+                Err(e) => {
+                    // Lost like a datagram lost on the wire: the protocol resends it.
+                    self.report.not_sent += 1;
+                    tracing::trace!("UDP datagram to {} not sent: {e}", self.group);
+                }
+            }
+        }
+        any
+    }
+
+    /// What the route did so far (the children outside the group are the driver's to add).
+    pub fn report(&self) -> RouteReport {
+        let s = self.sender.stats();
+        RouteReport {
+            udp_children: {
+                let mut v: Vec<u32> =
+                    self.members.values().filter(|j| j.answers_from.is_some()).map(|j| j.node).collect();
+                v.sort_unstable();
+                v
+            },
+            messages: s.messages,
+            fragments: s.fragments,
+            retransmitted: s.retransmitted,
+            nacks: s.nacks,
+            timeouts: s.timeouts,
+            rejected: self.report.rejected + self.sealer.stats.rejected,
+            ..self.report.clone()
+        }
+    }
+}
+
+/// A child's side of its parent's group: see the module documentation.
+pub struct GroupMember {
+    data: UdpSocket,
+    answers: UdpSocket,
+    sealer: Sealer,
+    receiver: Receiver,
+    sender: SocketAddr,
+    me: u32,
+    silent_limit: Duration,
+    /// Whole frames for this node, by message id, waiting for their placeholder.
+    ready: BTreeMap<u32, Frame>,
+    /// Frames of the parent's link from the first placeholder whose message is not
+    /// whole yet: they wait behind it.
+    parked: VecDeque<Frame>,
+    /// Since when the first parked placeholder waits.
+    waiting_since: Option<Instant>,
+    /// The last message completed, to notice a placeholder whose message was not for us.
+    last_message: Option<u32>,
+    timer: Timer,
+    inbuf: Vec<u8>,
+}
+
+impl std::fmt::Debug for GroupMember {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupMember")
+            .field("sender", &self.sender)
+            .field("parked", &self.parked.len())
+            .finish()
+    }
+}
+
+/// Wrapping order of message ids: `a` is `b` or later.
+fn at_or_after(a: u32, b: u32) -> bool {
+    a.wrapping_sub(b) < u32::MAX / 2
+}
+
+impl GroupMember {
+    /// Joins the group `offer` describes as node `me`, on the interface with address
+    /// `interface` (the address of the link to the parent). `local` supplies what the
+    /// offer does not carry (the drop knob). Returns the member and the address its
+    /// answers come from, for [`RouteMsg::Joined`].
+    ///
+    /// # Errors
+    /// IPv6, a group that cannot be bound or joined on the interface.
+    pub fn join(
+        offer: &McastOffer,
+        interface: IpAddr,
+        me: u32,
+        key: McastKey,
+        local: &McastConfig,
+    ) -> Result<(GroupMember, SocketAddr), TransportError> {
+        let (IpAddr::V4(ip), IpAddr::V4(group_ip)) = (interface, offer.group.ip()) else {
+            return Err(TransportError::Config(format!(
+                "the multicast route needs IPv4 (group {}, interface {interface})",
+                offer.group
+            )));
+        };
+        let data = udp_socket(offer.group, true)?;
+        if group_ip.is_multicast() {
+            data.join_multicast_v4(&group_ip, &ip)
+                .map_err(io_error(format!("joining multicast group {group_ip} on {ip}")))?;
+        }
+        let data = into_tokio(data, offer.group)?;
+        let answer_addr = SocketAddr::new(interface, 0);
+        let answers = into_tokio(udp_socket(answer_addr, false)?, answer_addr)?;
+        let answers_from = answers.local_addr().map_err(io_error("reading a UDP address".into()))?;
+        let config = McastConfig {
+            fragment: offer.fragment,
+            receiver_timeout: Duration::from_micros(offer.receiver_timeout_us.into()),
+            nack_repeat: Duration::from_micros(offer.nack_repeat_us.into()),
+            silent_limit: Duration::from_millis(offer.silent_limit_ms.into()),
+            max_message: offer.max_message,
+            ..*local
+        };
+        let member = GroupMember {
+            data,
+            answers,
+            sealer: Sealer::new(key, &config),
+            receiver: Receiver::new(config, me, offer.node, offer.first),
+            sender: offer.sender,
+            me,
+            silent_limit: config.silent_limit,
+            ready: BTreeMap::new(),
+            parked: VecDeque::new(),
+            waiting_since: None,
+            last_message: None,
+            timer: Timer::default(),
+            inbuf: vec![0; MAX_DATAGRAM],
+        };
+        Ok((member, answers_from))
+    }
+
+    /// A frame from the parent's link, in order: what can go on goes to `deliver`.
+    ///
+    /// # Errors
+    /// A malformed route frame, or a placeholder for a message that was not for this
+    /// node: the link is broken.
+    pub fn arrived(&mut self, frame: Frame, deliver: &mut dyn FnMut(Frame)) -> Result<(), String> {
+        if frame.header.kind == FrameKind::Route {
+            match RouteMsg::decode(&frame.payload) {
+                Ok(RouteMsg::Carried { .. }) => {}
+                Ok(other) => return Err(format!("unexpected route message from the parent: {other:?}")),
+                Err(e) => return Err(format!("malformed route frame: {e}")),
+            }
+        }
+        if self.parked.is_empty() && frame.header.kind == FrameKind::Route {
+            self.waiting_since = Some(Instant::now());
+        }
+        self.parked.push_back(frame);
+        self.release(deliver)
+    }
+
+    /// Hands on parked frames up to the first placeholder whose message is not whole.
+    fn release(&mut self, deliver: &mut dyn FnMut(Frame)) -> Result<(), String> {
+        while let Some(front) = self.parked.front() {
+            let message = match front.header.kind {
+                FrameKind::Route => match RouteMsg::decode(&front.payload) {
+                    Ok(RouteMsg::Carried { message }) => Some(message),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(message) = message else {
+                if let Some(f) = self.parked.pop_front() {
+                    deliver(f);
+                }
+                continue;
+            };
+            if let Some(frame) = self.ready.remove(&message) {
+                self.parked.pop_front();
+                // Messages before this one were all claimed or not for us.
+                self.ready.retain(|&m, _| at_or_after(m, message));
+                self.waiting_since =
+                    self.parked.iter().any(|f| f.header.kind == FrameKind::Route).then(Instant::now);
+                deliver(frame);
+                continue;
+            }
+            if self.last_message.is_some_and(|last| at_or_after(last, message)) {
+                return Err(format!(
+                    "placeholder for multicast message {message}, which was not for this node"
+                ));
+            }
+            return Ok(());
+        }
+        self.waiting_since = None;
+        Ok(())
+    }
+
+    /// Reads data, fires the protocol's timer and sends its answers; frames that can
+    /// go on go to `deliver`. True when anything happened.
+    ///
+    /// # Errors
+    /// The sender fell silent, went past messages this node missed, or sent one too
+    /// large, or a message is malformed: the link to the parent is to be given up.
+    pub fn poll(&mut self, cx: &mut Context<'_>, deliver: &mut dyn FnMut(Frame)) -> Result<bool, String> {
+        let mut any = false;
+        for _ in 0..READ_BUDGET {
+            let Some((n, from)) = try_read(&self.data, cx, &mut self.inbuf) else { break };
+            any = true;
+            if from != self.sender {
+                continue;
+            }
+            if let Some((header, payload)) = self.sealer.open(&self.inbuf[..n], from) {
+                self.receiver.handle_data(&header, payload, Instant::now());
+            }
+        }
+        if self.timer.poll(cx, self.deadline()) {
+            any = true;
+            let now = Instant::now();
+            if self.waiting_since.is_some_and(|t| now.saturating_duration_since(t) >= self.silent_limit) {
+                return Err(format!(
+                    "a frame sent by multicast did not arrive within {:.1} s",
+                    self.silent_limit.as_secs_f64()
+                ));
+            }
+            self.receiver.handle_timeout(now);
+        }
+        while let Some(answer) = self.receiver.poll_answer() {
+            any = true;
+            self.sealer.seal(&answer, &[]);
+            if self.sealer.knob_drops() {
+                continue;
+            }
+            if let Err(e) = self.answers.try_send_to(self.sealer.sealed(), self.sender) {
+                tracing::trace!("UDP answer to {} not sent: {e}", self.sender);
+            }
+        }
+        while let Some(event) = self.receiver.poll_event() {
+            any = true;
+            self.on_event(event, deliver)?;
+        }
+        if any && self.timer.poll(cx, self.deadline()) {
+            cx.waker().wake_by_ref();
+        }
+        Ok(any)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        let waiting = self.waiting_since.map(|t| t + self.silent_limit);
+        [self.receiver.deadline(), waiting].into_iter().flatten().min()
+    }
+
+    fn on_event(&mut self, event: ReceiverEvent, deliver: &mut dyn FnMut(Frame)) -> Result<(), String> {
+        match event {
+            ReceiverEvent::Message { message, data, .. } => {
+                self.last_message = Some(message);
+                if let Some(frame) = self.frame_for_me(data)? {
+                    self.ready.insert(message, frame);
+                }
+                self.release(deliver)
+            }
+            ReceiverEvent::Missed { from, to } => {
+                Err(format!("the parent's multicast went on without this node (messages {from} to {to})"))
+            }
+            ReceiverEvent::SenderSilent { message } => {
+                Err(format!("the parent stopped sending multicast message {message}"))
+            }
+            ReceiverEvent::TooLarge { message, bytes } => {
+                Err(format!("multicast message {message} of {bytes} bytes is over this node's limit"))
+            }
+        }
+    }
+
+    /// The frame a message carries, when this node is among those it is for.
+    fn frame_for_me(&self, mut data: Bytes) -> Result<Option<Frame>, String> {
+        let bad = |what: &str| format!("malformed multicast message: {what}");
+        if data.len() < 4 {
+            return Err(bad("no list of children"));
+        }
+        let n = data.get_u32_le() as usize;
+        if data.len() / 4 < n {
+            return Err(bad("the list of children is cut short"));
+        }
+        let list = data.split_to(4 * n);
+        let for_me = list.chunks_exact(4).any(|c| c == self.me.to_le_bytes());
+        if !for_me {
+            return Ok(None);
+        }
+        let mut frames = decode_batch(data).map_err(|e| bad(&e.to_string()))?;
+        match (frames.pop(), frames.is_empty()) {
+            (Some(frame), true) if frame.header.kind == FrameKind::Data => Ok(Some(frame)),
+            _ => Err(bad("not exactly one data frame")),
+        }
+    }
+}
+
+/// True when `peer` is on the same IPv4 subnet as this host's `local` address (the
+/// interface that has `local`, with its netmask), or both are loopback addresses.
+pub fn shares_subnet(local: IpAddr, peer: IpAddr) -> bool {
+    if local.is_loopback() && peer.is_loopback() {
+        return true;
+    }
+    let (IpAddr::V4(local), IpAddr::V4(peer)) = (local, peer) else { return false };
+    netmask_of(local).is_some_and(|mask| {
+        let m = u32::from(mask);
+        u32::from(local) & m == u32::from(peer) & m
+    })
+}
+
+/// The netmask of the interface that has address `ip`.
+fn netmask_of(ip: std::net::Ipv4Addr) -> Option<std::net::Ipv4Addr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    #[allow(unsafe_code)]
+    // SAFETY: getifaddrs stores a list it allocated through the pointer, which is
+    // valid and writable; the list is freed below with freeifaddrs, once.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() {
+        #[allow(unsafe_code)]
+        // SAFETY: `cur` is a non-null entry of the list getifaddrs returned, alive
+        // until freeifaddrs; an address whose family is AF_INET points to a sockaddr_in.
+        let entry = unsafe {
+            let e = &*cur;
+            cur = e.ifa_next;
+            let v4 = |a: *mut libc::sockaddr| {
+                (!a.is_null() && i32::from((*a).sa_family) == libc::AF_INET).then(|| {
+                    let sin = &*(a as *const libc::sockaddr_in);
+                    std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))
+                })
+            };
+            (v4(e.ifa_addr), v4(e.ifa_netmask))
+        };
+        if let (Some(addr), Some(mask)) = entry {
+            if addr == ip {
+                found = Some(mask);
+                break;
+            }
+        }
+    }
+    #[allow(unsafe_code)]
+    // SAFETY: `list` came from getifaddrs and is freed once; no entry is used after.
+    unsafe {
+        libc::freeifaddrs(list)
+    };
+    found
+}
