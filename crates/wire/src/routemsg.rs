@@ -3,7 +3,8 @@
 //! never sees them.
 //!
 //! Today they set up the multicast route over UDP: a parent offers its children a
-//! place in its multicast group, a child joins or declines, and for a frame sent by
+//! place in its multicast group, a child joins or declines, the parent makes a
+//! joined child a member from a given message on, and for a frame sent by
 //! multicast the link itself carries a placeholder, [`RouteMsg::Carried`], in the
 //! frame's place, so that the frame keeps its order among the link's other frames.
 //!
@@ -24,8 +25,9 @@ pub struct McastOffer {
     pub group: SocketAddr,
     /// The parent's socket: data comes only from it, answers go to it.
     pub sender: SocketAddr,
-    /// The first message the child is a member for; earlier ones are not for it.
-    pub first: u32,
+    /// Largest congestion window of the sender, fragments: what a member keeps
+    /// past a gap is bounded by it.
+    pub max_cwnd: u32,
     /// Payload bytes of every fragment but a message's last.
     pub fragment: u32,
     /// Silence within a message before the child asks for what it misses, microseconds.
@@ -44,7 +46,8 @@ pub struct McastOffer {
 pub enum RouteMsg {
     /// Parent to child: join my multicast group.
     Offer(McastOffer),
-    /// Child to parent: joined; my answers come from `answers_from`.
+    /// Child to parent: bound and joined (reading nothing yet); my answers come from
+    /// `answers_from`.
     Joined {
         /// The child's socket for ACKs and NACKs; the parent takes answers only from it.
         answers_from: SocketAddr,
@@ -59,12 +62,19 @@ pub enum RouteMsg {
         /// The message's id in the parent's group.
         message: u32,
     },
+    /// Parent to child, after `Joined`: you are a member from message `first` on
+    /// (every message from it waits for your acknowledgement); start reading.
+    Member {
+        /// The first message the child is a member for; earlier ones are not for it.
+        first: u32,
+    },
 }
 
 const OFFER: u8 = 1;
 const JOINED: u8 = 2;
 const DECLINED: u8 = 3;
 const CARRIED: u8 = 4;
+const MEMBER: u8 = 5;
 
 /// Longest reason a decline carries, bytes.
 pub const MAX_DECLINE_REASON: usize = 1024;
@@ -80,7 +90,7 @@ impl RouteMsg {
                 put_addr(&mut out, &o.sender);
                 for v in [
                     o.node,
-                    o.first,
+                    o.max_cwnd,
                     o.fragment,
                     o.receiver_timeout_us,
                     o.nack_repeat_us,
@@ -103,6 +113,10 @@ impl RouteMsg {
                 out.push(CARRIED);
                 out.extend_from_slice(&message.to_le_bytes());
             }
+            RouteMsg::Member { first } => {
+                out.push(MEMBER);
+                out.extend_from_slice(&first.to_le_bytes());
+            }
         }
         out
     }
@@ -122,7 +136,7 @@ impl RouteMsg {
                     group,
                     sender,
                     node: r.u32("offer")?,
-                    first: r.u32("offer")?,
+                    max_cwnd: r.u32("offer")?,
                     fragment: r.u32("offer")?,
                     receiver_timeout_us: r.u32("offer")?,
                     nack_repeat_us: r.u32("offer")?,
@@ -150,10 +164,11 @@ impl RouteMsg {
                 RouteMsg::Declined { reason }
             }
             CARRIED => RouteMsg::Carried { message: r.u32("carried message")? },
+            MEMBER => RouteMsg::Member { first: r.u32("member's first message")? },
             other => {
                 return Err(DecodeError::Invalid {
                     what: "route message tag",
-                    detail: format!("{other} is not a route message (1 to 4)"),
+                    detail: format!("{other} is not a route message (1 to 5)"),
                 })
             }
         };
@@ -219,7 +234,7 @@ mod tests {
             group: "239.255.84.67:4000".parse().unwrap(),
             sender: "[::1]:5000".parse().unwrap(),
             node: 3,
-            first: 7,
+            max_cwnd: 256,
             fragment: 1432,
             receiver_timeout_us: 100_000,
             nack_repeat_us: 1000,
@@ -235,6 +250,7 @@ mod tests {
             RouteMsg::Joined { answers_from: "10.0.0.2:999".parse().unwrap() },
             RouteMsg::Declined { reason: "no multicast here".into() },
             RouteMsg::Carried { message: u32::MAX },
+            RouteMsg::Member { first: 7 },
         ] {
             assert_eq!(RouteMsg::decode(&m.encode()).unwrap(), m);
         }

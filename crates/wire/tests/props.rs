@@ -305,7 +305,7 @@ fn route_msg() -> impl Strategy<Value = RouteMsg> {
         |(
             group,
             sender,
-            [node, first],
+            [node, max_cwnd],
             fragment,
             [receiver_timeout_us, nack_repeat_us, silent_limit_ms, max_message],
         )| {
@@ -313,7 +313,7 @@ fn route_msg() -> impl Strategy<Value = RouteMsg> {
                 group,
                 sender,
                 node,
-                first,
+                max_cwnd,
                 fragment,
                 receiver_timeout_us,
                 nack_repeat_us,
@@ -327,6 +327,7 @@ fn route_msg() -> impl Strategy<Value = RouteMsg> {
         socket_addr().prop_map(|answers_from| RouteMsg::Joined { answers_from }),
         "\\PC{0,40}".prop_map(|reason| RouteMsg::Declined { reason }),
         any::<u32>().prop_map(|message| RouteMsg::Carried { message }),
+        any::<u32>().prop_map(|first| RouteMsg::Member { first }),
     ]
 }
 

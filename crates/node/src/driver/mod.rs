@@ -91,6 +91,10 @@ pub struct Driver<T: Tool> {
     rejoin: Option<Rejoin>,
     /// The multicast route over UDP: this node's group, and its parent's.
     udp: udp::UdpRoute,
+    /// The node is over but its multicast is not: links close (flushed) once every
+    /// member holds every message, so that the end of a link does not overtake the
+    /// frames multicast before it.
+    close_after_multicast: bool,
 }
 
 /// A connection to a new parent under way.
@@ -119,6 +123,7 @@ impl<T: Tool> Driver<T> {
             core,
             route,
             udp,
+            close_after_multicast: false,
             links: LinkTable::new(),
             tool,
             launching,
@@ -361,12 +366,21 @@ impl<T: Tool> Driver<T> {
         let deadline = Instant::now() + LAST_FLUSH;
         self.flush_deadline = Some(deadline);
         self.flush_timer = Some(Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(deadline))));
-        let links: Vec<LinkId> = self.links.iter().map(|(l, _)| l).collect();
         self.drain();
+        if self.udp.is_idle() {
+            self.close_links_flushed();
+        } else {
+            self.close_after_multicast = true;
+        }
+        self.order(ChildOrder::Shutdown { grace: SHUTDOWN_GRACE });
+    }
+
+    fn close_links_flushed(&mut self) {
+        self.close_after_multicast = false;
+        let links: Vec<LinkId> = self.links.iter().map(|(l, _)| l).collect();
         for link in links {
             self.route.close(link, Close::Flush);
         }
-        self.order(ChildOrder::Shutdown { grace: SHUTDOWN_GRACE });
     }
 
     /// Drives the node: reads the links, fires the timer, writes what the core sends.
@@ -408,6 +422,10 @@ impl<T: Tool> Driver<T> {
             }
         }
         self.arm_timer(cx);
+        if self.close_after_multicast && (self.udp.is_idle() || self.flush_expired(cx)) {
+            self.close_links_flushed();
+            self.route.flush();
+        }
         if self.ending && !self.route.is_flushed() && self.flush_expired(cx) {
             // A peer that stopped reading must not keep this node alive.
             tracing::warn!(node = %self.core.name(), "dropping what peers did not take within {LAST_FLUSH:?}");
@@ -417,7 +435,7 @@ impl<T: Tool> Driver<T> {
                 self.links.remove(link);
             }
         }
-        if self.ending && self.route.is_flushed() && self.children_done(cx) {
+        if self.ending && !self.close_after_multicast && self.route.is_flushed() && self.children_done(cx) {
             return Poll::Ready(());
         }
         Poll::Pending

@@ -2,10 +2,13 @@
 //! children join this node's group, which frames go by multicast, and, at a child,
 //! the parent's group joined and its frames put back in the link's order.
 //!
-//! A node multicasts when its launch plan says so (`--route udp`), to the children
-//! that share the subnet of the first such child's link (children on this host,
-//! over Unix sockets, count as on the loopback interface). Other children get
-//! everything over their links. Any node joins the group its parent offers.
+//! A node multicasts when its launch plan says so (`--route udp`). It opens one
+//! group per interface its children are reached through: a child over TCP joins the
+//! group of its link's interface when it shares that interface's subnet; a child on
+//! this host (a Unix-socket link) joins a group on another interface if there is one
+//! (multicast loops back to local members), else one on the loopback interface.
+//! Other children get everything over their links. Any node joins the group its
+//! parent offers.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -33,12 +36,16 @@ pub(crate) struct UdpRoute {
     node_id: u32,
     /// Set from the launch plan: this node multicasts to its children.
     config: Option<McastConfig>,
-    down: Option<GroupSender>,
+    /// This node's groups, one per interface.
+    down: Vec<GroupSender>,
     /// This node's children: node id and where their links are.
     children: BTreeMap<LinkId, (u32, LinkEnds)>,
     /// The link to the parent and its ends, and the parent's group once joined.
     parent: Option<(LinkId, LinkEnds)>,
     up: Option<GroupMember>,
+    /// A parent link given up, closing: what it still brings is dropped, so that
+    /// nothing overtakes the frames that were parked behind a placeholder.
+    given_up: Option<LinkId>,
     /// Route frames to send (offers, answers to offers).
     pub(crate) outbox: Vec<(LinkId, Frame)>,
     /// Links to give up, with why.
@@ -51,10 +58,11 @@ impl UdpRoute {
             key,
             node_id,
             config: None,
-            down: None,
+            down: Vec::new(),
             children: BTreeMap::new(),
             parent: None,
             up: None,
+            given_up: None,
             outbox: Vec::new(),
             broken: Vec::new(),
         }
@@ -87,9 +95,20 @@ impl UdpRoute {
 
     fn offer(&mut self, link: LinkId, node_id: u32, ends: LinkEnds) {
         let Some(config) = self.config else { return };
-        let interface = match ends {
-            None => LOOPBACK,
-            Some((local, peer)) if shares_subnet(local, peer) => local,
+        let at = match ends {
+            // On this host: any group's datagrams loop back to it; the loopback
+            // interface's only when there is no other.
+            None => match self.down.iter().position(|g| !g.interface().is_loopback()) {
+                Some(i) => i,
+                None => match self.group_on(LOOPBACK, config) {
+                    Some(i) => i,
+                    None => return,
+                },
+            },
+            Some((local, peer)) if shares_subnet(local, peer) => match self.group_on(local, config) {
+                Some(i) => i,
+                None => return,
+            },
             Some((local, peer)) => {
                 tracing::debug!(
                     "child {node_id} at {peer} is not on the subnet of {local}: its link carries everything"
@@ -97,54 +116,69 @@ impl UdpRoute {
                 return;
             }
         };
-        if self.down.is_none() {
-            match GroupSender::bind(interface, self.node_id, self.key.clone(), config) {
-                Ok(g) => self.down = Some(g),
-                Err(e) => {
-                    tracing::warn!(
-                        "node {}: no multicast group on {interface} ({e}); links carry everything",
-                        self.node_id
-                    );
-                    self.config = None;
-                    return;
-                }
+        let offer = self.down[at].offer(node_id, link);
+        self.outbox.push((link, route_frame(&offer)));
+    }
+
+    /// The index of this node's group on `interface`, opened if need be; `None` when
+    /// it cannot be opened (logged: those children get everything over their links).
+    fn group_on(&mut self, interface: IpAddr, config: McastConfig) -> Option<usize> {
+        if let Some(i) = self.down.iter().position(|g| g.interface() == interface) {
+            return Some(i);
+        }
+        match GroupSender::bind(interface, self.node_id, self.key.clone(), config) {
+            Ok(g) => {
+                self.down.push(g);
+                Some(self.down.len() - 1)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "node {}: no multicast group on {interface} ({e}); links carry everything",
+                    self.node_id
+                );
+                None
             }
         }
-        let Some(down) = self.down.as_mut() else { return };
-        if down.interface() != interface {
-            tracing::debug!(
-                "child {node_id} is reached through {interface}, not the group's {}",
-                down.interface()
-            );
-            return;
-        }
-        let offer = down.offer(node_id, link);
-        self.outbox.push((link, route_frame(&offer)));
     }
 
     /// A link is gone.
     pub(crate) fn link_down(&mut self, link: LinkId, now: Instant) {
         if self.children.remove(&link).is_some() {
-            if let Some(down) = self.down.as_mut() {
-                down.leave(link, now);
+            for g in &mut self.down {
+                g.leave(link, now);
             }
         }
         if self.parent.is_some_and(|(l, _)| l == link) {
             self.parent = None;
             self.up = None;
         }
+        if self.given_up == Some(link) {
+            self.given_up = None;
+        }
+    }
+
+    /// Every group is idle: its members hold everything multicast so far.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.down.iter().all(GroupSender::is_idle)
     }
 
     /// Sends `frame` to `links`: by multicast with a placeholder on each member's
     /// link when that pays, else over every link.
     pub(crate) fn send(&mut self, route: &mut StreamRoute, links: &[LinkId], frame: &Frame) {
-        let carried = self.down.as_mut().and_then(|d| d.carry(frame, links, Instant::now()));
-        let Some((members, placeholder)) = carried else {
+        let mut carried_to: Vec<LinkId> = Vec::new();
+        let now = Instant::now();
+        for g in &mut self.down {
+            // Groups have disjoint members: each takes its own among `links`.
+            if let Some((members, placeholder)) = g.carry(frame, links, now) {
+                route.send(&members, &placeholder);
+                carried_to.extend(members);
+            }
+        }
+        if carried_to.is_empty() {
             route.send(links, frame);
             return;
-        };
-        let rest: Vec<LinkId> = links.iter().copied().filter(|l| !members.contains(l)).collect();
-        route.send(&members, &placeholder);
+        }
+        let rest: Vec<LinkId> = links.iter().copied().filter(|l| !carried_to.contains(l)).collect();
         if !rest.is_empty() {
             route.send(&rest, frame);
         }
@@ -153,6 +187,9 @@ impl UdpRoute {
     /// A frame arrived on `link`: route frames are handled here; the others go to
     /// `deliver` in the link's order (behind a placeholder whose message is not in).
     pub(crate) fn on_frame(&mut self, link: LinkId, frame: Frame, deliver: &mut dyn FnMut(LinkId, Frame)) {
+        if self.given_up == Some(link) {
+            return;
+        }
         let from_parent = self.parent.is_some_and(|(l, _)| l == link);
         if from_parent {
             if let Some(up) = self.up.as_mut() {
@@ -169,15 +206,17 @@ impl UdpRoute {
         match RouteMsg::decode(&frame.payload) {
             Ok(RouteMsg::Offer(offer)) if from_parent => self.join(link, &offer),
             Ok(RouteMsg::Joined { answers_from }) if self.children.contains_key(&link) => {
-                if let Some(down) = self.down.as_mut() {
-                    down.joined(link, answers_from);
+                let member = self.down.iter_mut().find_map(|g| g.joined(link, answers_from));
+                if let Some(msg) = member {
+                    // Sent before any placeholder for this link: see `drain`.
+                    self.outbox.push((link, route_frame(&msg)));
                 }
             }
             Ok(RouteMsg::Declined { reason }) if self.children.contains_key(&link) => {
                 let child = self.children.get(&link).map_or(0, |c| c.0);
                 tracing::info!("child {child} declined the multicast group: {reason}");
-                if let Some(down) = self.down.as_mut() {
-                    down.leave(link, Instant::now());
+                for g in &mut self.down {
+                    g.leave(link, Instant::now());
                 }
             }
             Ok(other) => self.broken.push((link, format!("route message out of place: {other:?}"))),
@@ -188,7 +227,8 @@ impl UdpRoute {
     fn join(&mut self, link: LinkId, offer: &treecast_wire::McastOffer) {
         let interface = match self.parent {
             Some((_, Some((local, _)))) => local,
-            _ => LOOPBACK,
+            // On the parent's host: join on the interface the parent sends from.
+            _ => offer.sender.ip(),
         };
         let local = McastConfig::from_env(|k| std::env::var(k).ok()).unwrap_or_default();
         let answer = match GroupMember::join(offer, interface, self.node_id, self.key.clone(), &local) {
@@ -211,6 +251,7 @@ impl UdpRoute {
     fn give_up_parent(&mut self, reason: String) {
         if let Some((link, _)) = self.parent {
             self.broken.push((link, reason));
+            self.given_up = Some(link);
         }
         self.up = None;
     }
@@ -219,9 +260,9 @@ impl UdpRoute {
     /// go on now go to `deliver`. True when anything happened.
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>, deliver: &mut dyn FnMut(LinkId, Frame)) -> bool {
         let mut any = false;
-        if let Some(down) = self.down.as_mut() {
-            let broken = &mut self.broken;
-            any |= down.poll(cx, &mut |link, reason| broken.push((link, reason)));
+        let broken = &mut self.broken;
+        for g in &mut self.down {
+            any |= g.poll(cx, &mut |link, reason| broken.push((link, reason)));
         }
         if let (Some(up), Some((link, _))) = (self.up.as_mut(), self.parent) {
             match up.poll(cx, &mut |f| deliver(link, f)) {
@@ -235,12 +276,19 @@ impl UdpRoute {
         any
     }
 
-    /// What this node's multicast did, with the children its group does not reach.
-    pub(crate) fn report(&self) -> Option<treecast_monitor::RouteReport> {
-        let down = self.down.as_ref()?;
-        let mut report = down.report();
-        report.tcp_children =
-            self.children.values().map(|c| c.0).filter(|n| !report.udp_children.contains(n)).collect();
-        Some(report)
+    /// What each of this node's groups did, each with the children no group reaches.
+    pub(crate) fn report(&self) -> Vec<treecast_monitor::RouteReport> {
+        let mut reports: Vec<_> = self.down.iter().map(GroupSender::report).collect();
+        let mut outside: Vec<u32> = self
+            .children
+            .values()
+            .map(|c| c.0)
+            .filter(|n| !reports.iter().any(|r| r.udp_children.contains(n)))
+            .collect();
+        outside.sort_unstable();
+        for r in &mut reports {
+            r.tcp_children.clone_from(&outside);
+        }
+        reports
     }
 }

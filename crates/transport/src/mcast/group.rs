@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -94,25 +94,54 @@ fn into_tokio(sock: RawSocket, addr: SocketAddr) -> Result<UdpSocket, TransportE
     UdpSocket::from_std(sock.into()).map_err(io_error(format!("registering UDP {addr} with the runtime")))
 }
 
-/// Reads one datagram without waiting: `None` when none is there (the waker is registered).
-fn try_read(socket: &UdpSocket, cx: &mut Context<'_>, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+/// What one non-blocking read found.
+enum Read {
+    /// A datagram of this many bytes, from this address.
+    Datagram(usize, SocketAddr),
+    /// A read error, which for UDP concerns one datagram (an ICMP error for an
+    /// earlier send): the socket is still good.
+    Error,
+    /// Nothing to read now; the waker is registered.
+    Nothing,
+}
+
+fn try_read(socket: &UdpSocket, cx: &mut Context<'_>, buf: &mut [u8]) -> Read {
     let mut rb = ReadBuf::new(buf);
     match socket.poll_recv_from(cx, &mut rb) {
-        Poll::Ready(Ok(from)) => Some((rb.filled().len(), from)),
+        Poll::Ready(Ok(from)) => Read::Datagram(rb.filled().len(), from),
         Poll::Ready(Err(e)) => {
-            // UDP read errors are per datagram (an ICMP error for an earlier send).
             tracing::debug!("UDP read: {e}");
-            Some((0, SocketAddr::from(([0, 0, 0, 0], 0))))
+            Read::Error
         }
-        Poll::Pending => None,
+        Poll::Pending => Read::Nothing,
     }
 }
 
-/// A member as the sender knows it.
+/// The group address of node `node`: a multicast group of its own within the /16
+/// of `base` (so that switches snooping IGMP send each host only its parent's
+/// group), or `base` itself when it is a broadcast address. On the loopback
+/// interface, where a broadcast cannot be sent, always a multicast group.
+fn group_address(base: IpAddr, node: u32, interface: Ipv4Addr) -> Ipv4Addr {
+    let base = match base {
+        IpAddr::V4(b) if b.is_multicast() || !interface.is_loopback() => b,
+        _ => match super::DEFAULT_GROUP {
+            IpAddr::V4(d) => d,
+            IpAddr::V6(_) => Ipv4Addr::new(239, 255, 84, 67),
+        },
+    };
+    if !base.is_multicast() {
+        return base;
+    }
+    let b = u32::from(base);
+    Ipv4Addr::from((b & 0xffff_0000) | (b.wrapping_add(node) & 0xffff))
+}
+
+/// A child offered a place, as the sender knows it.
 #[derive(Debug, Clone, Copy)]
 struct Joiner {
     node: u32,
-    /// Its answer socket, once it said which: answers from elsewhere are dropped.
+    /// Its answer socket, once it joined (it is then a member of the protocol's
+    /// group): answers from elsewhere are dropped.
     answers_from: Option<SocketAddr>,
 }
 
@@ -152,11 +181,12 @@ impl GroupSender {
         key: McastKey,
         config: McastConfig,
     ) -> Result<GroupSender, TransportError> {
-        let (IpAddr::V4(ip), IpAddr::V4(group_ip)) = (interface, config.group) else {
+        let IpAddr::V4(ip) = interface else {
             return Err(TransportError::Config(format!(
                 "the multicast route needs IPv4; the link's address is {interface}"
             )));
         };
+        let group_ip = group_address(config.group, node, ip);
         let local = SocketAddr::new(interface, 0);
         let sock = udp_socket(local, false)?;
         if group_ip.is_multicast() {
@@ -168,7 +198,7 @@ impl GroupSender {
         }
         let socket = into_tokio(sock, local)?;
         let local = socket.local_addr().map_err(io_error("reading a UDP address".into()))?;
-        let group = SocketAddr::new(config.group, local.port());
+        let group = SocketAddr::new(IpAddr::V4(group_ip), local.port());
         Ok(GroupSender {
             socket,
             sealer: Sealer::new(key, &config),
@@ -189,17 +219,16 @@ impl GroupSender {
         self.local.ip()
     }
 
-    /// Takes child `node` on `link` into the group from the next message; the offer
-    /// to send it over the link.
+    /// Offers child `node` on `link` a place; the offer to send over the link. It
+    /// becomes a member once it has joined ([`GroupSender::joined`]).
     pub fn offer(&mut self, node: u32, link: LinkId) -> RouteMsg {
-        let first = self.sender.add_receiver(node);
         self.members.insert(link, Joiner { node, answers_from: None });
         let us = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
         RouteMsg::Offer(McastOffer {
             group: self.group,
             sender: self.local,
             node: self.node,
-            first,
+            max_cwnd: self.config.max_cwnd as u32,
             fragment: self.config.fragment,
             receiver_timeout_us: us(self.config.receiver_timeout),
             nack_repeat_us: us(self.config.nack_repeat),
@@ -208,17 +237,29 @@ impl GroupSender {
         })
     }
 
-    /// The child on `link` joined; its answers come from `answers_from`.
-    pub fn joined(&mut self, link: LinkId, answers_from: SocketAddr) {
-        if let Some(j) = self.members.get_mut(&link) {
-            j.answers_from = Some(answers_from);
-        }
+    /// The child on `link` joined, its answers coming from `answers_from`: it is a
+    /// member from the next message on. Returns the message telling it so, to send
+    /// over its link before any placeholder; `None` for a link offered nothing (or
+    /// joined already).
+    pub fn joined(&mut self, link: LinkId, answers_from: SocketAddr) -> Option<RouteMsg> {
+        let j = self.members.get_mut(&link).filter(|j| j.answers_from.is_none())?;
+        j.answers_from = Some(answers_from);
+        let first = self.sender.add_receiver(j.node);
+        Some(RouteMsg::Member { first })
+    }
+
+    /// Nothing queued or under way: every member holds every message.
+    pub fn is_idle(&self) -> bool {
+        self.sender.is_idle()
     }
 
     /// The child on `link` declined, or its link closed: nothing waits for it.
     pub fn leave(&mut self, link: LinkId, now: Instant) {
         if let Some(j) = self.members.remove(&link) {
-            self.sender.remove_receiver(j.node, now);
+            // Unless the same node is a member again through a newer link.
+            if j.answers_from.is_some() && !self.members.values().any(|o| o.node == j.node) {
+                self.sender.remove_receiver(j.node, now);
+            }
         }
     }
 
@@ -268,7 +309,11 @@ impl GroupSender {
     pub fn poll(&mut self, cx: &mut Context<'_>, lost: &mut dyn FnMut(LinkId, String)) -> bool {
         let mut any = false;
         for _ in 0..READ_BUDGET {
-            let Some((n, from)) = try_read(&self.socket, cx, &mut self.inbuf) else { break };
+            let (n, from) = match try_read(&self.socket, cx, &mut self.inbuf) {
+                Read::Datagram(n, from) => (n, from),
+                Read::Error => continue,
+                Read::Nothing => break,
+            };
             any = true;
             let Some((header, _)) = self.sealer.open(&self.inbuf[..n], from) else { continue };
             let known = self.members.values().any(|j| j.node == header.rank && j.answers_from == Some(from));
@@ -348,16 +393,21 @@ pub struct GroupMember {
     data: UdpSocket,
     answers: UdpSocket,
     sealer: Sealer,
-    receiver: Receiver,
+    config: McastConfig,
+    /// The parent's node id, naming its group in datagrams.
+    group: u32,
+    /// The protocol's receiver, from the parent's `Member` on; until then nothing is
+    /// read (datagrams wait in the socket's buffer).
+    receiver: Option<Receiver>,
     sender: SocketAddr,
     me: u32,
-    silent_limit: Duration,
     /// Whole frames for this node, by message id, waiting for their placeholder.
     ready: BTreeMap<u32, Frame>,
     /// Frames of the parent's link from the first placeholder whose message is not
     /// whole yet: they wait behind it.
     parked: VecDeque<Frame>,
-    /// Since when the first parked placeholder waits.
+    /// Since when the first parked placeholder has waited with no sign of life from
+    /// the sender.
     waiting_since: Option<Instant>,
     /// The last message completed, to notice a placeholder whose message was not for us.
     last_message: Option<u32>,
@@ -379,14 +429,27 @@ fn at_or_after(a: u32, b: u32) -> bool {
     a.wrapping_sub(b) < u32::MAX / 2
 }
 
+/// The message a `Carried` placeholder names; `None` for any other frame.
+fn carried(frame: &Frame) -> Option<u32> {
+    if frame.header.kind != FrameKind::Route {
+        return None;
+    }
+    match RouteMsg::decode(&frame.payload) {
+        Ok(RouteMsg::Carried { message }) => Some(message),
+        _ => None,
+    }
+}
+
 impl GroupMember {
-    /// Joins the group `offer` describes as node `me`, on the interface with address
-    /// `interface` (the address of the link to the parent). `local` supplies what the
-    /// offer does not carry (the drop knob). Returns the member and the address its
-    /// answers come from, for [`RouteMsg::Joined`].
+    /// Binds the group `offer` describes and joins it as node `me`, on the interface
+    /// with address `interface` (the address of the link to the parent, or for a
+    /// parent on this host the address it sends from). `local` supplies what the
+    /// offer does not carry (the drop knob). Nothing is read until
+    /// [`GroupMember::start`]. Returns the member and the address its answers come
+    /// from, for [`RouteMsg::Joined`].
     ///
     /// # Errors
-    /// IPv6, a group that cannot be bound or joined on the interface.
+    /// IPv6, an interface address of 0.0.0.0, a group that cannot be bound or joined.
     pub fn join(
         offer: &McastOffer,
         interface: IpAddr,
@@ -400,6 +463,9 @@ impl GroupMember {
                 offer.group
             )));
         };
+        if ip.is_unspecified() {
+            return Err(TransportError::Config("the link to the parent has no known address".into()));
+        }
         let data = udp_socket(offer.group, true)?;
         if group_ip.is_multicast() {
             data.join_multicast_v4(&group_ip, &ip)
@@ -409,22 +475,26 @@ impl GroupMember {
         let answer_addr = SocketAddr::new(interface, 0);
         let answers = into_tokio(udp_socket(answer_addr, false)?, answer_addr)?;
         let answers_from = answers.local_addr().map_err(io_error("reading a UDP address".into()))?;
+        // The parent's settings, made safe: a zero time-out would spin.
         let config = McastConfig {
             fragment: offer.fragment,
-            receiver_timeout: Duration::from_micros(offer.receiver_timeout_us.into()),
+            max_cwnd: f64::from(offer.max_cwnd.max(1)),
+            receiver_timeout: Duration::from_micros(offer.receiver_timeout_us.max(1_000).into()),
             nack_repeat: Duration::from_micros(offer.nack_repeat_us.into()),
-            silent_limit: Duration::from_millis(offer.silent_limit_ms.into()),
+            silent_limit: Duration::from_millis(offer.silent_limit_ms.max(10).into()),
             max_message: offer.max_message,
             ..*local
-        };
+        }
+        .sanitized();
         let member = GroupMember {
             data,
             answers,
             sealer: Sealer::new(key, &config),
-            receiver: Receiver::new(config, me, offer.node, offer.first),
+            config,
+            group: offer.node,
+            receiver: None,
             sender: offer.sender,
             me,
-            silent_limit: config.silent_limit,
             ready: BTreeMap::new(),
             parked: VecDeque::new(),
             waiting_since: None,
@@ -435,21 +505,32 @@ impl GroupMember {
         Ok((member, answers_from))
     }
 
+    /// The parent made this node a member from message `first` on: start reading.
+    fn start(&mut self, first: u32) {
+        if self.receiver.is_none() {
+            self.receiver = Some(Receiver::new(self.config, self.me, self.group, first));
+        }
+    }
+
     /// A frame from the parent's link, in order: what can go on goes to `deliver`.
     ///
     /// # Errors
-    /// A malformed route frame, or a placeholder for a message that was not for this
-    /// node: the link is broken.
+    /// A malformed or unexpected route frame, or a placeholder for a message that was
+    /// not for this node: the link is broken.
     pub fn arrived(&mut self, frame: Frame, deliver: &mut dyn FnMut(Frame)) -> Result<(), String> {
         if frame.header.kind == FrameKind::Route {
             match RouteMsg::decode(&frame.payload) {
-                Ok(RouteMsg::Carried { .. }) => {}
-                Ok(other) => return Err(format!("unexpected route message from the parent: {other:?}")),
+                Ok(RouteMsg::Carried { .. }) if self.receiver.is_some() => {}
+                Ok(RouteMsg::Member { first }) => {
+                    self.start(first);
+                    return Ok(());
+                }
+                Ok(other) => return Err(format!("route message out of place from the parent: {other:?}")),
                 Err(e) => return Err(format!("malformed route frame: {e}")),
             }
-        }
-        if self.parked.is_empty() && frame.header.kind == FrameKind::Route {
-            self.waiting_since = Some(Instant::now());
+            if self.waiting_since.is_none() {
+                self.waiting_since = Some(Instant::now());
+            }
         }
         self.parked.push_back(frame);
         self.release(deliver)
@@ -458,14 +539,7 @@ impl GroupMember {
     /// Hands on parked frames up to the first placeholder whose message is not whole.
     fn release(&mut self, deliver: &mut dyn FnMut(Frame)) -> Result<(), String> {
         while let Some(front) = self.parked.front() {
-            let message = match front.header.kind {
-                FrameKind::Route => match RouteMsg::decode(&front.payload) {
-                    Ok(RouteMsg::Carried { message }) => Some(message),
-                    _ => None,
-                },
-                _ => None,
-            };
-            let Some(message) = message else {
+            let Some(message) = carried(front) else {
                 if let Some(f) = self.parked.pop_front() {
                     deliver(f);
                 }
@@ -475,11 +549,12 @@ impl GroupMember {
                 self.parked.pop_front();
                 // Messages before this one were all claimed or not for us.
                 self.ready.retain(|&m, _| at_or_after(m, message));
-                self.waiting_since =
-                    self.parked.iter().any(|f| f.header.kind == FrameKind::Route).then(Instant::now);
+                self.waiting_since = Some(Instant::now());
                 deliver(frame);
                 continue;
             }
+            // Messages complete in order: one at or past the awaited one, completed
+            // without filling it, means it was not for this node.
             if self.last_message.is_some_and(|last| at_or_after(last, message)) {
                 return Err(format!(
                     "placeholder for multicast message {message}, which was not for this node"
@@ -491,6 +566,13 @@ impl GroupMember {
         Ok(())
     }
 
+    /// How long a placeholder may wait with no sign of life from the sender: longer
+    /// than the sender takes to give up on a silent member, so that a sibling's
+    /// silence costs that sibling its place, not this node.
+    fn wait_limit(&self) -> Duration {
+        self.config.silent_limit * 2 + Duration::from_secs(1)
+    }
+
     /// Reads data, fires the protocol's timer and sends its answers; frames that can
     /// go on go to `deliver`. True when anything happened.
     ///
@@ -498,39 +580,43 @@ impl GroupMember {
     /// The sender fell silent, went past messages this node missed, or sent one too
     /// large, or a message is malformed: the link to the parent is to be given up.
     pub fn poll(&mut self, cx: &mut Context<'_>, deliver: &mut dyn FnMut(Frame)) -> Result<bool, String> {
+        let Some(receiver) = self.receiver.as_mut() else { return Ok(false) };
         let mut any = false;
         for _ in 0..READ_BUDGET {
-            let Some((n, from)) = try_read(&self.data, cx, &mut self.inbuf) else { break };
+            let (n, from) = match try_read(&self.data, cx, &mut self.inbuf) {
+                Read::Datagram(n, from) => (n, from),
+                Read::Error => continue,
+                Read::Nothing => break,
+            };
             any = true;
             if from != self.sender {
                 continue;
             }
             if let Some((header, payload)) = self.sealer.open(&self.inbuf[..n], from) {
-                self.receiver.handle_data(&header, payload, Instant::now());
+                let now = Instant::now();
+                receiver.handle_data(&header, payload, now);
+                // The sender is alive: a placeholder waits on.
+                if self.waiting_since.is_some() {
+                    self.waiting_since = Some(now);
+                }
             }
         }
-        if self.timer.poll(cx, self.deadline()) {
+        let deadline = self.deadline();
+        if self.timer.poll(cx, deadline) {
             any = true;
             let now = Instant::now();
-            if self.waiting_since.is_some_and(|t| now.saturating_duration_since(t) >= self.silent_limit) {
+            if self.waiting_since.is_some_and(|t| now.saturating_duration_since(t) >= self.wait_limit()) {
                 return Err(format!(
-                    "a frame sent by multicast did not arrive within {:.1} s",
-                    self.silent_limit.as_secs_f64()
+                    "a frame sent by multicast did not arrive: the parent sent nothing for {:.1} s",
+                    self.wait_limit().as_secs_f64()
                 ));
             }
-            self.receiver.handle_timeout(now);
-        }
-        while let Some(answer) = self.receiver.poll_answer() {
-            any = true;
-            self.sealer.seal(&answer, &[]);
-            if self.sealer.knob_drops() {
-                continue;
-            }
-            if let Err(e) = self.answers.try_send_to(self.sealer.sealed(), self.sender) {
-                tracing::trace!("UDP answer to {} not sent: {e}", self.sender);
+            if let Some(r) = self.receiver.as_mut() {
+                r.handle_timeout(now);
             }
         }
-        while let Some(event) = self.receiver.poll_event() {
+        any |= self.send_answers();
+        while let Some(event) = self.receiver.as_mut().and_then(Receiver::poll_event) {
             any = true;
             self.on_event(event, deliver)?;
         }
@@ -540,9 +626,24 @@ impl GroupMember {
         Ok(any)
     }
 
+    fn send_answers(&mut self) -> bool {
+        let mut any = false;
+        while let Some(answer) = self.receiver.as_mut().and_then(Receiver::poll_answer) {
+            any = true;
+            self.sealer.seal(&answer, &[]);
+            if self.sealer.knob_drops() {
+                continue;
+            }
+            if let Err(e) = self.answers.try_send_to(self.sealer.sealed(), self.sender) {
+                tracing::trace!("UDP answer to {} not sent: {e}", self.sender);
+            }
+        }
+        any
+    }
+
     fn deadline(&self) -> Option<Instant> {
-        let waiting = self.waiting_since.map(|t| t + self.silent_limit);
-        [self.receiver.deadline(), waiting].into_iter().flatten().min()
+        let waiting = self.waiting_since.map(|t| t + self.wait_limit());
+        [self.receiver.as_ref().and_then(Receiver::deadline), waiting].into_iter().flatten().min()
     }
 
     fn on_event(&mut self, event: ReceiverEvent, deliver: &mut dyn FnMut(Frame)) -> Result<(), String> {
