@@ -30,14 +30,39 @@ fn the_simulated_route_benchmark_prints_a_row_per_group_and_size_and_delivers_un
     assert_eq!(self::rows(&args), rows);
 }
 
+/// On real sockets: a TCP and a UDP row per size, the UDP rows multicast every
+/// message and carry their ratio to the TCP row of the same run.
 #[test]
-fn the_route_benchmark_says_what_it_cannot_do_yet_and_which_flag_is_wrong() {
+fn the_live_route_benchmark_times_both_routes_and_the_udp_rows_multicast() {
+    let out = Command::new(TREECAST)
+        .args(["bench", "route", "--json", "--receivers", "2", "--sizes", "1,64K", "--rounds", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let shape: Vec<(&str, u64)> =
+        rows.iter().map(|r| (r["route"].as_str().unwrap(), r["bytes"].as_u64().unwrap())).collect();
+    assert_eq!(shape, [("tcp", 1), ("tcp", 65536), ("udp", 1), ("udp", 65536)]);
+    for r in &rows {
+        assert!(r["rtt_us"].as_f64().unwrap() > 0.0 && r["rate_mb_s"].as_f64().unwrap() > 0.0, "{r}");
+        let sent = r["rounds"].as_u64().unwrap() + 1 + r["messages"].as_u64().unwrap();
+        if r["route"] == "udp" {
+            assert_eq!(r["multicast"].as_u64().unwrap(), sent, "every message multicast, once: {r}");
+            assert!(r["rtt_vs_tcp"].as_f64().unwrap() > 0.0, "{r}");
+        } else {
+            assert_eq!(r["multicast"], 0, "{r}");
+        }
+    }
+}
+
+#[test]
+fn the_route_benchmark_says_which_flag_is_wrong() {
     let run = |args: &[&str]| {
         let out = Command::new(TREECAST).args(["bench", "route"]).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    assert!(run(&[]).contains("add --sim"));
     assert!(run(&["--sim", "--route", "tcp"]).contains("models the UDP multicast route only"));
     assert!(run(&["--sim", "--sizes", "big"]).contains("write 4096, 64K or 1M"));
     assert!(run(&["--sim", "--loss", "1.5"]).contains("--loss 1.5 must be at least 0 and below 1"));

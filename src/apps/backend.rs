@@ -107,6 +107,7 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
             let x = v[0].as_i64().unwrap_or(0) as i32;
             be.send(stream, tag, "%d", &[x.wrapping_add(rank as i32).into()]).await
         }
+        TAG_SINK => be.send(stream, tag, "%d", &[Value::Int(1)]).await,
         TAG_WHERE => {
             let parent = std::env::var(treecast_node::env::PARENT).unwrap_or_default();
             be.send(stream, tag, "%s", &[format!("parent {parent}").into()]).await

@@ -74,7 +74,7 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchCommand::Microbench(m) => microbench(m).await,
         BenchCommand::Run(r) => bench_run(r).await,
         BenchCommand::Sim(s) => super::simbench::main(s),
-        BenchCommand::Route(r) => super::routebench::main(r),
+        BenchCommand::Route(r) => super::routebench::main(r).await,
         BenchCommand::Chaos(c) => super::chaos::main(c).await,
         BenchCommand::Echo => echo(),
         BenchCommand::Relay => relay(),

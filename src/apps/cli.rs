@@ -420,12 +420,17 @@ pub struct SimArgs {
 /// Flags of `treecast bench route`.
 #[derive(Debug, Args)]
 pub struct RouteBenchArgs {
-    /// The route to measure.
-    #[arg(long, value_enum, default_value = "udp")]
-    pub route: RouteKind,
-    /// Run the protocol in a simulated LAN (virtual time): the only mode so far.
+    /// The route to measure (default: both on real sockets, the TCP rows being the
+    /// reference of the UDP rows; udp with --sim).
+    #[arg(long, value_enum)]
+    pub route: Option<RouteKind>,
+    /// Run the protocol in a simulated LAN (virtual time) instead of a local tree on
+    /// real sockets.
     #[arg(long)]
     pub sim: bool,
+    /// Real sockets: round trips timed per row (fewer for messages over 8 MiB).
+    #[arg(long, default_value_t = 20)]
+    pub rounds: usize,
     /// Group sizes (receivers per sender), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
     pub receivers: Vec<usize>,

@@ -13,6 +13,7 @@ pub mod monitor;
 pub mod node;
 pub mod protocol;
 pub mod routebench;
+pub mod routelive;
 pub mod run;
 pub mod simbench;
 pub mod topo;

@@ -37,6 +37,10 @@ pub const TAG_STALL: i32 = 8;
 /// (memory bounds in bytes, not only in packets).
 pub const TAG_BURST_BYTES: i32 = 9;
 
+/// `%b data` of any size → `%d 1`: a message taken and acknowledged, for the route
+/// benchmark (`treecast bench route`).
+pub const TAG_SINK: i32 = 10;
+
 /// File distribution (see `treecast_api::bcast_files`, handled by `FileReceivers`): the
 /// status packet that opens a transfer, and every rank's first answer.
 pub const TAG_FILE_STATUS: i32 = treecast_api::FILE_STATUS;

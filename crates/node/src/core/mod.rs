@@ -592,6 +592,9 @@ pub struct Node {
     awaiting: Vec<recovery::Awaited>,
     /// Front-end: every rank awaited back anywhere in the tree.
     orphaned: RankSet,
+    /// Frames for a stream's whole group wait until every member can take them (a
+    /// multicasting route): see [`Node::send_together`].
+    send_together: bool,
     out: Outputs,
 }
 
@@ -632,6 +635,7 @@ impl Node {
             rejoining: None,
             awaiting: Vec::new(),
             orphaned: RankSet::new(),
+            send_together: false,
             out: Outputs::default(),
         }
     }
@@ -656,6 +660,14 @@ impl Node {
     /// The node's name in messages.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Set by a driver whose route multicasts to the children: a frame for a stream's
+    /// whole group waits until every member has credit for it and goes to all in one
+    /// send, instead of going to the open ones now and to each late one alone (one
+    /// multicast per straggler). A frame for one child goes as soon as it can.
+    pub fn send_together(&mut self, yes: bool) {
+        self.send_together = yes;
     }
 
     /// The node's id.

@@ -31,8 +31,9 @@ struct ChildPart {
     up: Ledger,
     /// What this node may still send the child.
     down: Budget,
-    /// Frames waiting for the child's credit, with the sequence number of their input.
-    queue: VecDeque<(u64, Frame)>,
+    /// Frames waiting for the child's credit, with the sequence number of their input,
+    /// and whether the frame is for the stream's whole group (see [`drain_together`]).
+    queue: VecDeque<(u64, Frame, bool)>,
     /// A close of the stream waits behind the queue.
     close_pending: bool,
 }
@@ -152,6 +153,7 @@ macro_rules! ctx {
             parent: $node.parent.filter(|_| $node.rejoining.is_none()),
             children: &$node.children,
             awaited: &$node.orphaned,
+            together: $node.send_together,
         }
     };
 }
@@ -164,6 +166,9 @@ struct Ctx<'a> {
     children: &'a [Child],
     /// Front-end: ranks of lost comm nodes' sub-trees that may still rejoin.
     awaited: &'a RankSet,
+    /// Frames for a stream's whole group wait until every member can take them
+    /// ([`drain_together`]).
+    together: bool,
 }
 
 impl Ctx<'_> {
@@ -211,7 +216,7 @@ fn return_down_credit(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
 
 /// Inputs handed to every child since the last call count as consumed.
 fn settle_down(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
-    let first_queued = s.parts.iter().flatten().filter_map(|p| p.queue.front().map(|(seq, _)| *seq)).min();
+    let first_queued = s.parts.iter().flatten().filter_map(|p| p.queue.front().map(|(seq, _, _)| *seq)).min();
     let mut any = false;
     while let Some(&(seq, len)) = s.in_node.front() {
         if first_queued.is_some_and(|q| q <= seq) {
@@ -232,13 +237,88 @@ fn drain_child(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs) 
     let Some(link) = ctx.link_of(c) else { return };
     let Some(part) = s.part(c) else { return };
     while part.down.open() {
-        let Some((_, frame)) = part.queue.pop_front() else { break };
+        let Some((_, frame, _)) = part.queue.pop_front() else { break };
         part.down.spend(frame.payload.len());
         out.send(link, frame);
     }
     if part.queue.is_empty() && part.close_pending {
         part.close_pending = false;
         out.control(link, &ControlMsg::CloseStream { id });
+    }
+}
+
+/// The front of a queue, to compare across children: the same frame queued for
+/// several children shares its payload.
+fn same_entry(a: &(u64, Frame, bool), b: &(u64, Frame, bool)) -> bool {
+    a.0 == b.0 && a.2 == b.2 && a.1.header == b.1.header && a.1.payload.as_ptr() == b.1.payload.as_ptr()
+}
+
+/// A node whose route multicasts ([`crate::core::Node::send_together`]) sends a frame
+/// for the whole group once every linked member can take it, as one send to all of
+/// them, rather than to the open ones now and to each late one on its own, which
+/// would cost a multicast per straggler. Frames for one child go as soon as it can
+/// take them. Each child's frames still go in its queue's order.
+fn drain_together(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
+    let id = s.spec.id;
+    let linked: Vec<(usize, LinkId)> =
+        s.members.iter().filter_map(|&c| ctx.link_of(c).map(|l| (c, l))).collect();
+    loop {
+        let mut progressed = false;
+        for &(c, link) in &linked {
+            let Some(p) = s.parts.get_mut(c).and_then(Option::as_mut) else { continue };
+            while p.down.open() && p.queue.front().is_some_and(|e| !e.2) {
+                let Some((_, frame, _)) = p.queue.pop_front() else { break };
+                p.down.spend(frame.payload.len());
+                out.send(link, frame);
+                progressed = true;
+            }
+        }
+        let parts: Vec<&ChildPart> =
+            linked.iter().filter_map(|&(c, _)| s.parts.get(c).and_then(Option::as_ref)).collect();
+        let fronts: Vec<&(u64, Frame, bool)> = parts.iter().filter_map(|p| p.queue.front()).collect();
+        let aligned = fronts.len() == parts.len()
+            && fronts.first().is_some_and(|f0| f0.2 && fronts.iter().all(|f| same_entry(f0, f)));
+        if aligned && parts.iter().all(|p| p.down.open()) {
+            let mut frame = None;
+            for &(c, _) in &linked {
+                if let Some(p) = s.parts.get_mut(c).and_then(Option::as_mut) {
+                    if let Some((_, f, _)) = p.queue.pop_front() {
+                        p.down.spend(f.payload.len());
+                        frame.get_or_insert(f);
+                    }
+                }
+            }
+            if let Some(frame) = frame {
+                let links: Vec<LinkId> = linked.iter().map(|&(_, l)| l).collect();
+                out.transmits.push_back(Transmit { to: Destination::Links(links.into()), frame });
+                progressed = true;
+            }
+        } else if !aligned {
+            // The queues went apart (a child drained on its own, or one that joined
+            // late): the children furthest behind catch up on their own.
+            let behind = fronts.iter().filter(|f| f.2).map(|f| f.0).min();
+            for &(c, link) in &linked {
+                let Some(p) = s.parts.get_mut(c).and_then(Option::as_mut) else { continue };
+                if p.down.open() && p.queue.front().is_some_and(|e| e.2 && Some(e.0) == behind) {
+                    if let Some((_, frame, _)) = p.queue.pop_front() {
+                        p.down.spend(frame.payload.len());
+                        out.send(link, frame);
+                        progressed = true;
+                    }
+                }
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+    for &(c, link) in &linked {
+        if let Some(p) = s.parts.get_mut(c).and_then(Option::as_mut) {
+            if p.queue.is_empty() && p.close_pending {
+                p.close_pending = false;
+                out.control(link, &ControlMsg::CloseStream { id });
+            }
+        }
     }
 }
 
@@ -258,7 +338,7 @@ fn fan_out(
             part.down.spend(frame.payload.len());
             out.send(link, frame);
         } else {
-            part.queue.push_back((seq, frame));
+            part.queue.push_back((seq, frame, false));
         }
         return;
     }
@@ -277,6 +357,15 @@ fn fan_out(
         }
         return;
     }
+    if ctx.together {
+        for &c in &s.members {
+            if let (Some(_), Some(p)) = (ctx.link_of(c), s.parts.get_mut(c).and_then(Option::as_mut)) {
+                p.queue.push_back((seq, frame.clone(), true));
+            }
+        }
+        drain_together(s, ctx, out);
+        return;
+    }
     let mut now_links = Vec::new();
     for &c in &s.members {
         let (Some(link), Some(p)) = (ctx.link_of(c), s.parts.get_mut(c).and_then(Option::as_mut)) else {
@@ -286,7 +375,7 @@ fn fan_out(
             p.down.spend(len);
             now_links.push(link);
         } else {
-            p.queue.push_back((seq, frame.clone()));
+            p.queue.push_back((seq, frame.clone(), false));
         }
     }
     if !now_links.is_empty() {
@@ -369,6 +458,10 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
     }
     let waves = s.sync.child_lost(c, now);
     queue_waves(s, waves, ctx);
+    if ctx.together {
+        // The lost child no longer holds the others back.
+        drain_together(s, ctx, out);
+    }
     if ctx.role == Role::CommNode && s.members.is_empty() && s.detached_from.is_none() {
         // The parent takes this node out of the stream too (it reaches none of its
         // ranks now) and counts its next waves without it; if orphans rejoin here,
@@ -551,6 +644,7 @@ impl Node {
                 parent: None,
                 children: &self.children,
                 awaited: &self.orphaned,
+                together: self.send_together,
             },
             &mut self.out,
         );
@@ -854,7 +948,11 @@ impl Node {
             LinkRole::Child(c) => {
                 let Some(part) = s.part(c) else { return };
                 part.down.grant(grant);
-                drain_child(s, c, &ctx, &mut self.out);
+                if ctx.together {
+                    drain_together(s, &ctx, &mut self.out);
+                } else {
+                    drain_child(s, c, &ctx, &mut self.out);
+                }
                 settle_down(s, &ctx, &mut self.out);
                 if s.finished() {
                     forget_stream(&mut self.streams, &mut self.out, stream);

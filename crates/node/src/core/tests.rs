@@ -820,3 +820,36 @@ fn a_child_answer_that_is_not_a_report_is_named_and_the_rest_is_kept() {
         c.missing
     );
 }
+
+/// With a multicasting route, a frame for both children waits until the one out of
+/// credit gets some, then goes to both in one send; without, the open child gets it
+/// at once and the other later, on its own.
+#[test]
+fn a_multicasting_node_sends_a_frame_for_the_whole_group_once_every_child_can_take_it() {
+    let now = Instant::now();
+    let targets = |t: &[Transmit]| -> Vec<Vec<LinkId>> {
+        t.iter().filter(|t| t.frame.header.kind == FrameKind::Data).map(|t| t.to.links().to_vec()).collect()
+    };
+    for together in [true, false] {
+        let (mut fe, links) = front_end_with_two_backends();
+        fe.send_together(together);
+        fe.handle_command(Command::NewStream(spec(1, Window { packets: 2, bytes: 1000 })), now).unwrap();
+        transmits(&mut fe);
+        // Four frames fill both children's windows of four packets.
+        for v in 0..4 {
+            fe.handle_command(Command::Send(int(1, 0, v)), now).unwrap();
+        }
+        assert_eq!(targets(&transmits(&mut fe)), vec![links.clone(); 4]);
+        fe.handle_frame(links[0], Frame::credit(1, Grant { packets: 4, bytes: 1000 }), now);
+        fe.handle_command(Command::Send(int(1, 0, 4)), now).unwrap();
+        let first = targets(&transmits(&mut fe));
+        fe.handle_frame(links[1], Frame::credit(1, Grant { packets: 4, bytes: 1000 }), now);
+        let second = targets(&transmits(&mut fe));
+        if together {
+            assert!(first.is_empty(), "child 1 has no credit yet: {first:?}");
+            assert_eq!(second, vec![links.clone()], "then one send to both");
+        } else {
+            assert_eq!((first, second), (vec![vec![links[0]]], vec![vec![links[1]]]));
+        }
+    }
+}

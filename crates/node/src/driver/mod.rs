@@ -258,6 +258,7 @@ impl<T: Tool> Driver<T> {
             Event::StartChildren { plan, own_host, children } => {
                 self.route.set_max_frame(plan.max_frame as usize);
                 self.udp.configure(plan.udp.as_deref());
+                self.core.send_together(plan.udp.is_some());
                 let (news_tx, news_rx) = mpsc::channel(64);
                 let (orders_tx, orders_rx) = mpsc::unbounded_channel();
                 let task = ChildrenTask {

@@ -22,8 +22,11 @@ pub enum Repair {
 pub struct McastConfig {
     /// Payload bytes per fragment: 1432 fills a 1472-byte UDP payload (Ethernet's
     /// 1500-byte MTU less IP and UDP headers) with the 24-byte header and the
-    /// 16-byte tag. `TREECAST_UDP_FRAGMENT`.
+    /// 16-byte tag. A node's group fits its fragments to its interface's MTU
+    /// instead, unless `TREECAST_UDP_FRAGMENT` set this ([`McastConfig::fragment_set`]).
     pub fragment: u32,
+    /// `fragment` was set (`TREECAST_UDP_FRAGMENT`), not left to the interface's MTU.
+    pub fragment_set: bool,
     /// Congestion window a message starts with, fragments.
     pub initial_cwnd: f64,
     /// Slow-start threshold, fragments: below it the window grows by one per ACK,
@@ -64,6 +67,9 @@ pub struct McastConfig {
     /// this many bytes; smaller ones go over each child's link, where they wait for
     /// nobody's ACK. `TREECAST_UDP_MIN_FRAME`.
     pub min_frame: u32,
+    /// A node multicasts a frame only to at least this many members at once (a frame
+    /// for fewer goes over their links). `TREECAST_UDP_MIN_MEMBERS`.
+    pub min_members: u32,
     /// Where a node's group datagrams go: an IPv4 multicast group (the default,
     /// [`DEFAULT_GROUP`]) or, for a LAN without multicast, the subnet's broadcast
     /// address. Each node's group uses its own port. `TREECAST_UDP_GROUP`.
@@ -76,7 +82,7 @@ pub struct McastConfig {
 pub const DEFAULT_GROUP: IpAddr = IpAddr::V4(Ipv4Addr::new(239, 255, 84, 67));
 
 /// Every variable [`McastConfig::from_env`] reads: what a front-end passes down the tree.
-pub const UDP_VARIABLES: [&str; 14] = [
+pub const UDP_VARIABLES: [&str; 15] = [
     "TREECAST_UDP_FRAGMENT",
     "TREECAST_UDP_SSTHRESH",
     "TREECAST_UDP_MAX_CWND",
@@ -90,6 +96,7 @@ pub const UDP_VARIABLES: [&str; 14] = [
     "TREECAST_UDP_MAX_MESSAGE",
     "TREECAST_UDP_DROP",
     "TREECAST_UDP_MIN_FRAME",
+    "TREECAST_UDP_MIN_MEMBERS",
     "TREECAST_UDP_GROUP",
 ];
 
@@ -97,6 +104,7 @@ impl Default for McastConfig {
     fn default() -> Self {
         McastConfig {
             fragment: 1432,
+            fragment_set: false,
             initial_cwnd: 1.0,
             ssthresh: 8.0,
             max_cwnd: 256.0,
@@ -111,6 +119,7 @@ impl Default for McastConfig {
             drop: 0.0,
             drop_seed: 0,
             min_frame: 8192,
+            min_members: 2,
             group: DEFAULT_GROUP,
         }
     }
@@ -152,6 +161,7 @@ impl McastConfig {
         };
         if let Some(v) = number("TREECAST_UDP_FRAGMENT", 64, 65_000)? {
             c.fragment = v as u32;
+            c.fragment_set = true;
         }
         if let Some(v) = number("TREECAST_UDP_SSTHRESH", 1, 65_536)? {
             c.ssthresh = v as f64;
@@ -189,6 +199,9 @@ impl McastConfig {
         }
         if let Some(v) = number("TREECAST_UDP_MIN_FRAME", 0, u64::from(u32::MAX))? {
             c.min_frame = v as u32;
+        }
+        if let Some(v) = number("TREECAST_UDP_MIN_MEMBERS", 1, 65_536)? {
+            c.min_members = v as u32;
         }
         if let Some(text) = lookup("TREECAST_UDP_GROUP") {
             c.group = match text.trim().parse::<Ipv4Addr>() {

@@ -186,6 +186,16 @@ impl GroupSender {
                 "the multicast route needs IPv4; the link's address is {interface}"
             )));
         };
+        let mut config = config;
+        if !config.fragment_set {
+            if let Some(mtu) = interface_mtu(ip) {
+                config.fragment = fragment_for_mtu(mtu);
+            }
+        }
+        // A window of large fragments (loopback's MTU is 64 KiB) must still fit half a
+        // member's socket buffer, or the kernel drops what the window lets through.
+        let fits = (SOCKET_BUFFER / 2 / config.fragment.max(1) as usize).max(4) as f64;
+        config.max_cwnd = config.max_cwnd.min(fits);
         let group_ip = group_address(config.group, node, ip);
         let local = SocketAddr::new(interface, 0);
         let sock = udp_socket(local, false)?;
@@ -269,8 +279,8 @@ impl GroupSender {
     }
 
     /// Multicasts `frame` when it is worth it: a downstream data frame for every
-    /// addressed child (not one rank), of at least `min_frame` bytes, for two or more
-    /// joined members among `links`. Returns the links that get the placeholder
+    /// addressed child (not one rank), of at least `min_frame` bytes, for at least
+    /// `min_members` (2) joined members among `links`. Returns the links that get the placeholder
     /// instead (the frame itself goes over the others' links); `None`: send as usual.
     pub fn carry(&mut self, frame: &Frame, links: &[LinkId], now: Instant) -> Option<(Vec<LinkId>, Frame)> {
         let h = &frame.header;
@@ -281,7 +291,7 @@ impl GroupSender {
             return None;
         }
         let carried: Vec<LinkId> = links.iter().copied().filter(|l| self.has_member(*l)).collect();
-        if carried.len() < 2 {
+        if carried.is_empty() || carried.len() < self.config.min_members as usize {
             return None;
         }
         let mut data = Vec::with_capacity(4 + 4 * carried.len() + frame.wire_len());
@@ -690,6 +700,20 @@ impl GroupMember {
     }
 }
 
+/// Payload bytes per fragment that fill one IPv4 packet of `mtu` bytes: less the IP
+/// and UDP headers (28) and the datagram's header and tag (40), within the
+/// protocol's limits (64 to 65,000).
+fn fragment_for_mtu(mtu: u32) -> u32 {
+    let overhead = 28 + (treecast_wire::MCAST_HEADER_LEN + treecast_wire::MCAST_TAG_LEN) as u32;
+    mtu.saturating_sub(overhead).clamp(64, 65_000)
+}
+
+/// The MTU of the interface that has address `ip` (`/sys/class/net/NAME/mtu`).
+fn interface_mtu(ip: Ipv4Addr) -> Option<u32> {
+    let name = interface_of(ip)?.0;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).ok()?.trim().parse().ok()
+}
+
 /// True when `peer` is on the same IPv4 subnet as this host's `local` address (the
 /// interface that has `local`, with its netmask), or both are loopback addresses.
 pub fn shares_subnet(local: IpAddr, peer: IpAddr) -> bool {
@@ -697,14 +721,14 @@ pub fn shares_subnet(local: IpAddr, peer: IpAddr) -> bool {
         return true;
     }
     let (IpAddr::V4(local), IpAddr::V4(peer)) = (local, peer) else { return false };
-    netmask_of(local).is_some_and(|mask| {
+    interface_of(local).is_some_and(|(_, mask)| {
         let m = u32::from(mask);
         u32::from(local) & m == u32::from(peer) & m
     })
 }
 
-/// The netmask of the interface that has address `ip`.
-fn netmask_of(ip: std::net::Ipv4Addr) -> Option<std::net::Ipv4Addr> {
+/// The name and netmask of the interface that has address `ip`.
+fn interface_of(ip: Ipv4Addr) -> Option<(String, Ipv4Addr)> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     #[allow(unsafe_code)]
     // SAFETY: getifaddrs stores a list it allocated through the pointer, which is
@@ -717,7 +741,8 @@ fn netmask_of(ip: std::net::Ipv4Addr) -> Option<std::net::Ipv4Addr> {
     while !cur.is_null() {
         #[allow(unsafe_code)]
         // SAFETY: `cur` is a non-null entry of the list getifaddrs returned, alive
-        // until freeifaddrs; an address whose family is AF_INET points to a sockaddr_in.
+        // until freeifaddrs; an address whose family is AF_INET points to a
+        // sockaddr_in; a non-null name is a NUL-terminated string owned by the list.
         let entry = unsafe {
             let e = &*cur;
             cur = e.ifa_next;
@@ -727,11 +752,13 @@ fn netmask_of(ip: std::net::Ipv4Addr) -> Option<std::net::Ipv4Addr> {
                     std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))
                 })
             };
-            (v4(e.ifa_addr), v4(e.ifa_netmask))
+            let name = (!e.ifa_name.is_null())
+                .then(|| std::ffi::CStr::from_ptr(e.ifa_name).to_string_lossy().into_owned());
+            (v4(e.ifa_addr), v4(e.ifa_netmask), name)
         };
-        if let (Some(addr), Some(mask)) = entry {
+        if let (Some(addr), Some(mask), Some(name)) = entry {
             if addr == ip {
-                found = Some(mask);
+                found = Some((name, mask));
                 break;
             }
         }
@@ -742,4 +769,30 @@ fn netmask_of(ip: std::net::Ipv4Addr) -> Option<std::net::Ipv4Addr> {
         libc::freeifaddrs(list)
     };
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragments_fill_the_mtu_and_stay_within_the_protocols_limits() {
+        assert_eq!(fragment_for_mtu(1500), 1432, "Ethernet");
+        assert_eq!(fragment_for_mtu(9000), 8932, "jumbo frames");
+        assert_eq!(fragment_for_mtu(65_536), 65_000, "loopback");
+        assert_eq!(fragment_for_mtu(0), 64);
+    }
+
+    #[test]
+    fn each_node_gets_a_multicast_group_of_its_own_and_loopback_never_broadcasts() {
+        let lo = Ipv4Addr::LOCALHOST;
+        let lan = Ipv4Addr::new(10, 0, 0, 1);
+        let base: IpAddr = "239.255.84.67".parse().unwrap_or(super::super::DEFAULT_GROUP);
+        assert_eq!(group_address(base, 0, lan), Ipv4Addr::new(239, 255, 84, 67));
+        assert_eq!(group_address(base, 300, lan), Ipv4Addr::new(239, 255, 85, 111));
+        assert_eq!(group_address(base, 0xffff, lan), Ipv4Addr::new(239, 255, 84, 66), "wraps in the /16");
+        let broadcast = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 255));
+        assert_eq!(group_address(broadcast, 7, lan), Ipv4Addr::new(10, 0, 0, 255));
+        assert!(group_address(broadcast, 7, lo).is_multicast());
+    }
 }
