@@ -92,8 +92,11 @@ async fn routes(net: &Network) -> Vec<RouteReport> {
 #[tokio::test]
 async fn every_size_arrives_byte_identical_through_each_nodes_group() {
     let dir = TestDir::new("udp-sizes");
-    // Chunks of any size go by multicast, so the small ones do too.
-    let mut net = launch(&dir, "kary:2", 4, &[("TREECAST_UDP_MIN_FRAME", "0")]).await;
+    // Chunks of any size go by multicast, so the small ones do too; fragments of
+    // Ethernet's size, whatever loopback's MTU, so that the sizes below sit at a
+    // fragment's edges.
+    let settings = [("TREECAST_UDP_MIN_FRAME", "0"), ("TREECAST_UDP_FRAGMENT", "1432")];
+    let mut net = launch(&dir, "kary:2", 4, &settings).await;
     // Chunk frames of 1 B, one fragment's payload, one more byte, and several fragments.
     for (i, size) in [0usize, 1, 1432 - 28, 1432 - 27, 3_000_017].into_iter().enumerate() {
         let data = random_bytes(size);
@@ -122,7 +125,10 @@ async fn at_one_five_and_twenty_percent_loss_every_byte_arrives() {
     for (loss, seed) in [("0.01", "1"), ("0.05", "2"), ("0.2", "3")] {
         let dir = TestDir::new("udp-loss");
         let drop = format!("{loss},{seed}");
-        let mut net = launch(&dir, "flat", 4, &[("TREECAST_UDP_DROP", &drop)]).await;
+        // Ethernet-sized fragments (loopback's MTU would make 46 of them): enough
+        // datagrams for 1 % to drop some.
+        let settings = [("TREECAST_UDP_DROP", drop.as_str()), ("TREECAST_UDP_FRAGMENT", "1432")];
+        let mut net = launch(&dir, "flat", 4, &settings).await;
         let data = random_bytes(2 << 20);
         let report = send(&mut net, &dir, "copy", &data, 256 << 10).await;
         assert!(report.ok(), "loss {loss}: {report:?}");
