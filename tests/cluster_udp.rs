@@ -14,11 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::copies::{assert_copies, own_dirs, route_reports, send_to_own_dirs};
 use common::{random_bytes, TestDir};
-use treecast_api::{
-    bcast_files, FileEntry, FileOptions, FileReport, Network, NetworkBuilder, Outcome, RankSet, SshOptions,
-    Topology,
-};
+use treecast_api::{Network, NetworkBuilder, Outcome, RankSet, SshOptions, Topology};
 use treecast_monitor::RouteReport;
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
@@ -119,10 +117,7 @@ fn have_nft() -> bool {
 /// The 16 hosts with fan-out 4 over ssh, every node multicasting, each rank in a
 /// directory of its own under `dir`.
 async fn launch(cluster: &Cluster, dir: &TestDir, settings: &[(&str, &str)]) -> Network {
-    for rank in 0..HOSTS {
-        std::fs::create_dir(dir.path(&format!("rank{rank}"))).unwrap();
-    }
-    let script = format!("cd {}/rank$TREECAST_RANK && exec {TREECAST} backend", dir.root().display());
+    let script = own_dirs(dir, HOSTS, TREECAST, "");
     let hosts: Vec<String> = (1..=HOSTS).map(|k| format!("{}{k}", cluster.prefix)).collect();
     let topo = Topology::from_hosts(&hosts, FANOUT, 1, &this_host()).unwrap();
     let mut builder = NetworkBuilder::new(topo)
@@ -138,35 +133,11 @@ async fn launch(cluster: &Cluster, dir: &TestDir, settings: &[(&str, &str)]) -> 
 }
 
 /// Sends `data` as `name` to every rank; checks every copy.
-async fn send_and_check(
-    net: &mut Network,
-    dir: &TestDir,
-    name: &str,
-    data: &[u8],
-    chunk: usize,
-) -> FileReport {
-    let src = dir.path(name);
-    std::fs::write(&src, data).unwrap();
-    let comm = net.broadcast_communicator();
-    let entry = [FileEntry::file(&src, Some(PathBuf::from(format!("/proc/self/cwd/{name}"))))];
-    let options = FileOptions { chunk, ..FileOptions::default() };
-    let transfer = bcast_files(net, &comm, &entry, &options, |_| {});
-    let report = tokio::time::timeout(LIMIT, transfer).await.unwrap().unwrap().pop().unwrap();
+async fn send_and_check(net: &mut Network, dir: &TestDir, name: &str, data: &[u8], chunk: usize) {
+    let report = send_to_own_dirs(net, dir, name, data, chunk, LIMIT).await;
     assert!(report.ok(), "{name}: {report:?}");
     assert_eq!(report.ranks_with(Outcome::Written), RankSet::range(0, HOSTS as u32), "{name}: {report:?}");
-    for rank in 0..HOSTS {
-        let copy = std::fs::read(dir.path(&format!("rank{rank}/{name}"))).unwrap();
-        assert!(copy == data, "rank {rank}: {name} differs ({} bytes, {} expected)", copy.len(), data.len());
-    }
-    report
-}
-
-async fn routes(net: &Network) -> Vec<RouteReport> {
-    let c = net.monitor_collect(true, Duration::from_secs(20)).await.unwrap();
-    assert!(c.missing.is_empty(), "{:?}", c.missing);
-    let mut routes: Vec<RouteReport> = c.reports.into_values().flat_map(|r| r.routes).collect();
-    routes.sort_by_key(|r| r.node);
-    routes
+    assert_copies(dir, 0..HOSTS as u32, name, data);
 }
 
 #[test]
@@ -180,7 +151,7 @@ fn every_size_and_one_five_and_twenty_percent_real_loss_arrive_at_sixteen_hosts(
         for (i, size) in [0usize, 1, 1432 - 28, 1432 - 27, 8 << 20].into_iter().enumerate() {
             send_and_check(&mut net, &dir, &format!("size{i}"), &random_bytes(size), 64 << 10).await;
         }
-        let before = routes(&net).await;
+        let before = route_reports(&net).await;
         // The front-end and each comm node multicast to their children: a comm node's
         // back-end on its own host may be alone in a loopback group (then its frames
         // go over its link), the others share the LAN group.
@@ -205,7 +176,7 @@ fn every_size_and_one_five_and_twenty_percent_real_loss_arrive_at_sixteen_hosts(
                 send_and_check(&mut net, &dir, &format!("loss{percent}"), &data, 256 << 10).await;
                 cluster.stop_dropping();
             }
-            let after = routes(&net).await;
+            let after = route_reports(&net).await;
             let resent: u64 = after.iter().map(|r| r.retransmitted).sum();
             let nacks: u64 = after.iter().map(|r| r.nacks).sum();
             assert!(resent > 0 && nacks > 0, "no repair under loss: {after:?}");
@@ -228,7 +199,7 @@ fn two_hundred_megabytes_arrive_byte_identical_at_sixteen_hosts() {
         let data = random_bytes(200 << 20);
         let started = std::time::Instant::now();
         send_and_check(&mut net, &dir, "big", &data, 1 << 20).await;
-        let routes = routes(&net).await;
+        let routes = route_reports(&net).await;
         eprintln!("200 MiB to {HOSTS} hosts in {:.2} s; routes: {routes:?}", started.elapsed().as_secs_f64());
         net.shutdown().await;
     });

@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::copies::{assert_copies, own_dirs, route_reports, send_to_own_dirs};
 use common::{assert_no_leftovers, random_bytes, TestDir};
 use treecast::apps::protocol::TAG_DIE;
 use treecast_api::{
     bcast_files, FileEntry, FileOptions, FileReport, Network, NetworkBuilder, Outcome, Progress, RankSet,
     StreamOptions, Topology, TransformKind, Value,
 };
-use treecast_monitor::RouteReport;
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 const LIMIT: Duration = Duration::from_secs(60);
@@ -39,11 +39,7 @@ async fn launch_with(
     settings: &[(&str, &str)],
     prelude: &str,
 ) -> Network {
-    for rank in 0..backends {
-        std::fs::create_dir(dir.path(&format!("rank{rank}"))).unwrap();
-    }
-    let script =
-        format!("{prelude} cd {}/rank$TREECAST_RANK && exec {TREECAST} backend", dir.root().display());
+    let script = own_dirs(dir, backends, TREECAST, prelude);
     let topo = Topology::from_spec(spec, Some(backends)).unwrap();
     let mut builder = NetworkBuilder::new(topo)
         .treecast_path(TREECAST)
@@ -62,31 +58,8 @@ async fn finish(net: Network) {
     assert_no_leftovers(&needle);
 }
 
-/// Sends `data` as `name` to every rank in `chunk`-byte chunks.
 async fn send(net: &mut Network, dir: &TestDir, name: &str, data: &[u8], chunk: usize) -> FileReport {
-    let src = dir.path(name);
-    std::fs::write(&src, data).unwrap();
-    let comm = net.broadcast_communicator();
-    let entry = [FileEntry::file(&src, Some(PathBuf::from(format!("/proc/self/cwd/{name}"))))];
-    let options = FileOptions { chunk, ..FileOptions::default() };
-    let transfer = bcast_files(net, &comm, &entry, &options, |_| {});
-    tokio::time::timeout(LIMIT, transfer).await.unwrap().unwrap().pop().unwrap()
-}
-
-fn assert_copies(dir: &TestDir, ranks: impl IntoIterator<Item = u32>, name: &str, data: &[u8]) {
-    for rank in ranks {
-        let copy = std::fs::read(dir.path(&format!("rank{rank}/{name}"))).unwrap();
-        assert!(copy == data, "rank {rank}: {name} differs ({} bytes, {} expected)", copy.len(), data.len());
-    }
-}
-
-/// What every node's multicast route did, by node id.
-async fn routes(net: &Network) -> Vec<RouteReport> {
-    let c = net.monitor_collect(true, Duration::from_secs(10)).await.unwrap();
-    assert!(c.missing.is_empty(), "{:?}", c.missing);
-    let mut routes: Vec<RouteReport> = c.reports.into_values().flat_map(|r| r.routes).collect();
-    routes.sort_by_key(|r| r.node);
-    routes
+    send_to_own_dirs(net, dir, name, data, chunk, LIMIT).await
 }
 
 #[tokio::test]
@@ -106,7 +79,7 @@ async fn every_size_arrives_byte_identical_through_each_nodes_group() {
         assert_eq!(report.ranks_with(Outcome::Written), RankSet::range(0, 4), "{report:?}");
         assert_copies(&dir, 0..4, &name, &data);
     }
-    let routes = routes(&net).await;
+    let routes = route_reports(&net).await;
     // kary:2 over 4 back-ends: the front-end (0) feeds comm nodes 1 and 4, which feed
     // back-ends 2, 3 and 5, 6.
     let groups: Vec<(u32, Vec<u32>, Vec<u32>)> =
@@ -133,7 +106,7 @@ async fn at_one_five_and_twenty_percent_loss_every_byte_arrives() {
         let report = send(&mut net, &dir, "copy", &data, 256 << 10).await;
         assert!(report.ok(), "loss {loss}: {report:?}");
         assert_copies(&dir, 0..4, "copy", &data);
-        let routes = routes(&net).await;
+        let routes = route_reports(&net).await;
         assert_eq!(routes.len(), 1, "{routes:?}");
         let r = &routes[0];
         assert_eq!(r.udp_children, [1, 2, 3, 4]);
@@ -173,7 +146,7 @@ async fn a_rank_killed_mid_transfer_is_lost_and_the_others_complete() {
     let others = RankSet::range(0, 4).difference(&RankSet::single(2));
     assert_eq!(report.ranks_with(Outcome::Written), others, "{report:?}");
     assert_copies(&dir, [0, 1, 3], "copy", &data);
-    let routes = routes(&net).await;
+    let routes = route_reports(&net).await;
     assert!(routes[0].frames > 0, "nothing went by multicast: {routes:?}");
     finish(net).await;
 }

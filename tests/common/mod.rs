@@ -9,6 +9,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub(crate) mod copies;
+
 /// Pids of live processes whose environment holds `needle` (e.g. `TREECAST_SESSION=ab12`).
 pub(crate) fn processes_with_env(needle: &str) -> Vec<u32> {
     let me = std::process::id();

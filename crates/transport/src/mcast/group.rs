@@ -105,6 +105,28 @@ enum Read {
     Nothing,
 }
 
+/// Reads what `socket` has now, at most [`READ_BUDGET`] datagrams, handing each to
+/// `each` with its sender; true when any came.
+fn read_each(
+    socket: &UdpSocket,
+    cx: &mut Context<'_>,
+    buf: &mut [u8],
+    mut each: impl FnMut(&[u8], SocketAddr),
+) -> bool {
+    let mut any = false;
+    for _ in 0..READ_BUDGET {
+        match try_read(socket, cx, buf) {
+            Read::Datagram(n, from) => {
+                any = true;
+                each(&buf[..n], from);
+            }
+            Read::Error => {}
+            Read::Nothing => break,
+        }
+    }
+    any
+}
+
 fn try_read(socket: &UdpSocket, cx: &mut Context<'_>, buf: &mut [u8]) -> Read {
     let mut rb = ReadBuf::new(buf);
     match socket.poll_recv_from(cx, &mut rb) {
@@ -317,22 +339,16 @@ impl GroupSender {
     /// Reads answers, fires the protocol's timer and sends its datagrams; each member
     /// the protocol gave up on goes to `lost` with the reason. True when anything happened.
     pub fn poll(&mut self, cx: &mut Context<'_>, lost: &mut dyn FnMut(LinkId, String)) -> bool {
-        let mut any = false;
-        for _ in 0..READ_BUDGET {
-            let (n, from) = match try_read(&self.socket, cx, &mut self.inbuf) {
-                Read::Datagram(n, from) => (n, from),
-                Read::Error => continue,
-                Read::Nothing => break,
-            };
-            any = true;
-            let Some((header, _)) = self.sealer.open(&self.inbuf[..n], from) else { continue };
-            let known = self.members.values().any(|j| j.node == header.rank && j.answers_from == Some(from));
-            if known {
-                self.sender.handle_answer(&header, Instant::now());
+        let (sealer, sender, members, report) =
+            (&mut self.sealer, &mut self.sender, &self.members, &mut self.report);
+        let mut any = read_each(&self.socket, cx, &mut self.inbuf, |bytes, from| {
+            let Some((header, _)) = sealer.open(bytes, from) else { return };
+            if members.values().any(|j| j.node == header.rank && j.answers_from == Some(from)) {
+                sender.handle_answer(&header, Instant::now());
             } else {
-                self.report.rejected += 1;
+                report.rejected += 1;
             }
-        }
+        });
         if self.timer.poll(cx, self.sender.deadline()) {
             self.sender.handle_timeout(Instant::now());
             any = true;
@@ -591,26 +607,20 @@ impl GroupMember {
     /// large, or a message is malformed: the link to the parent is to be given up.
     pub fn poll(&mut self, cx: &mut Context<'_>, deliver: &mut dyn FnMut(Frame)) -> Result<bool, String> {
         let Some(receiver) = self.receiver.as_mut() else { return Ok(false) };
-        let mut any = false;
-        for _ in 0..READ_BUDGET {
-            let (n, from) = match try_read(&self.data, cx, &mut self.inbuf) {
-                Read::Datagram(n, from) => (n, from),
-                Read::Error => continue,
-                Read::Nothing => break,
-            };
-            any = true;
-            if from != self.sender {
-                continue;
+        let (sealer, waiting_since, sender) = (&mut self.sealer, &mut self.waiting_since, self.sender);
+        let mut any = read_each(&self.data, cx, &mut self.inbuf, |bytes, from| {
+            if from != sender {
+                return;
             }
-            if let Some((header, payload)) = self.sealer.open(&self.inbuf[..n], from) {
+            if let Some((header, payload)) = sealer.open(bytes, from) {
                 let now = Instant::now();
                 receiver.handle_data(&header, payload, now);
                 // The sender is alive: a placeholder waits on.
-                if self.waiting_since.is_some() {
-                    self.waiting_since = Some(now);
+                if waiting_since.is_some() {
+                    *waiting_since = Some(now);
                 }
             }
-        }
+        });
         let deadline = self.deadline();
         if self.timer.poll(cx, deadline) {
             any = true;
