@@ -68,3 +68,24 @@ fn the_route_benchmark_says_which_flag_is_wrong() {
     assert!(run(&["--sim", "--loss", "1.5"]).contains("--loss 1.5 must be at least 0 and below 1"));
     assert!(run(&["--sim", "--receivers", "0"]).contains("group sizes from 1 to 1024"));
 }
+
+/// The warm transfer benchmark: the file goes `--runs` times over the running tree,
+/// by multicast with --route udp, and the route's counts come with the times.
+#[test]
+fn the_bcast_benchmark_times_warm_transfers_and_reports_the_route() {
+    let out = Command::new(TREECAST)
+        .args(["bench", "bcast", "--local", "2", "--topology", "flat", "--route", "udp"])
+        .args(["--size", "2", "--runs", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(b["backends"], 2, "{b}");
+    assert_eq!(b["bytes"], 2 << 20, "{b}");
+    assert_eq!(b["runs_s"].as_array().unwrap().len(), 2, "{b}");
+    let route = &b["routes"][0];
+    assert_eq!(route["udp_children"], serde_json::json!([1, 2]), "{b}");
+    // Two runs of two 1 MiB chunks, each multicast once.
+    assert_eq!(route["frames"], 4, "{b}");
+    assert!(b["fragments_per_fragment"].as_f64().unwrap() >= 1.0, "{b}");
+}

@@ -135,7 +135,7 @@ pub fn render_routes(routes: &[RouteReport]) -> String {
     let mut out = String::new();
     for r in routes {
         out.push_str(&format!(
-            "route: node {} udp to nodes [{}] via {}, tcp to [{}]: {} frames ({} bytes), {} fragments, {} resent, {} NACKs, {} time-outs\n",
+            "route: node {} udp to nodes [{}] via {}, tcp to [{}]: {} frames ({} bytes), {} fragments, {} resent, {} NACKs, {} acker changes, {} time-outs\n",
             r.node,
             list(&r.udp_children),
             r.group,
@@ -145,6 +145,7 @@ pub fn render_routes(routes: &[RouteReport]) -> String {
             r.fragments,
             r.retransmitted,
             r.nacks,
+            r.acker_changes,
             r.timeouts
         ));
     }

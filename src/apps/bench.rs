@@ -75,6 +75,7 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchCommand::Run(r) => bench_run(r).await,
         BenchCommand::Sim(s) => super::simbench::main(s),
         BenchCommand::Route(r) => super::routebench::main(r).await,
+        BenchCommand::Bcast(b) => super::bcastbench::main(b).await,
         BenchCommand::Chaos(c) => super::chaos::main(c).await,
         BenchCommand::Echo => echo(),
         BenchCommand::Relay => relay(),

@@ -268,6 +268,10 @@ pub enum BenchCommand {
     /// The reliable UDP multicast route: time and rate per message size and group
     /// size (with --sim, in a simulated LAN with virtual time and a line rate).
     Route(RouteBenchArgs),
+    /// `treecast bcast`'s transfer alone, on a tree started once: a file of --size MiB
+    /// sent --runs times (warm, as against daemons already running), with what each
+    /// node's multicast route did and the front-end's CPU time.
+    Bcast(BenchBcastArgs),
     /// Reductions on a real tree while comm nodes and back-ends are killed (SIGKILL)
     /// or stopped (SIGSTOP) at random: hangs, wrong answers, live ranks reported lost,
     /// processes left behind, recovery time.
@@ -281,6 +285,26 @@ pub enum BenchCommand {
     /// a byte back up once each child answered.
     #[command(hide = true)]
     Relay,
+}
+
+/// Flags of `treecast bench bcast`.
+#[derive(Debug, Args)]
+pub struct BenchBcastArgs {
+    /// Where the back-ends run (with --route udp, by multicast).
+    #[command(flatten)]
+    pub tree: TreeArgs,
+    /// Size of the file sent, MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 20)]
+    pub size: u64,
+    /// Transfers timed; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Bytes per chunk sent down the tree.
+    #[arg(long, value_name = "BYTES", default_value_t = treecast_api::DEFAULT_CHUNK)]
+    pub chunk: usize,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `treecast clock`.

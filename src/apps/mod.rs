@@ -2,6 +2,7 @@
 
 pub mod backend;
 pub mod bcast;
+pub mod bcastbench;
 pub mod bench;
 pub mod chaos;
 pub mod cli;

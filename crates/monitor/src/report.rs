@@ -69,6 +69,9 @@ pub struct RouteReport {
     pub nacks: u64,
     /// Times the sender heard nothing and asked again.
     pub timeouts: u64,
+    /// Times the acker (the member that sets the pace) changed.
+    #[serde(default)]
+    pub acker_changes: u64,
     /// Datagrams not sent: the kernel's buffer was full, or the drop knob threw them away.
     pub not_sent: u64,
     /// Datagrams dropped on arrival: not of the session, or an answer from an

@@ -408,6 +408,7 @@ impl GroupSender {
             retransmitted: s.retransmitted,
             nacks: s.nacks,
             timeouts: s.timeouts,
+            acker_changes: s.acker_changes,
             rejected: self.report.rejected + self.sealer.stats.rejected,
             ..self.report.clone()
         }
