@@ -471,9 +471,9 @@ impl GroupMember {
     /// Binds the group `offer` describes and joins it as node `me`, on the interface
     /// with address `interface` (the address of the link to the parent, or for a
     /// parent on this host the address it sends from). `local` supplies what the
-    /// offer does not carry (the drop knob). Nothing is read until
-    /// [`GroupMember::start`]. Returns the member and the address its answers come
-    /// from, for [`RouteMsg::Joined`].
+    /// offer does not carry (the drop knob). Nothing is read until the parent's
+    /// [`RouteMsg::Member`] comes through [`GroupMember::arrived`]. Returns the member
+    /// and the address its answers come from, for [`RouteMsg::Joined`].
     ///
     /// # Errors
     /// IPv6, an interface address of 0.0.0.0, a group that cannot be bound or joined.
