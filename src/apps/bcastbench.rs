@@ -25,7 +25,7 @@ pub struct BcastBench {
     pub startup_s: f64,
     /// Seconds of each transfer.
     pub runs_s: Vec<f64>,
-    /// Their median.
+    /// Their median (the upper one of an even count).
     pub median_s: f64,
     /// Bytes per second each back-end received, at the median.
     pub rate_mb_s: f64,

@@ -36,7 +36,8 @@ pub struct LiveRow {
     pub receivers: usize,
     /// Message bytes.
     pub bytes: u64,
-    /// Median round trip: the message down, every receiver's acknowledgement summed up.
+    /// Median round trip (the upper one of an even count): the message down, every
+    /// receiver's acknowledgement summed up.
     pub rtt_us: f64,
     /// Round trips timed.
     pub rounds: usize,
@@ -132,10 +133,10 @@ async fn measure_sizes(
     let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
     let mut rows = Vec::new();
     for &bytes in sizes {
-        let before = front_end_route(net).await;
         let message = Value::Bytes(vec![0xa5; usize::try_from(bytes)?]);
-        // A first round trip warms the links (and joins every member).
+        // A first round trip warms the links (and joins every member); not counted.
         round_trip(&mut stream, &message, receivers).await?;
+        let before = front_end_route(net).await;
         let rounds = if bytes > 8 << 20 { rounds.min(5) } else { rounds };
         let mut times = Vec::with_capacity(rounds);
         for _ in 0..rounds {
@@ -160,8 +161,8 @@ async fn measure_sizes(
             rounds,
             rate_mb_s: (messages * bytes) as f64 / rate_time / 1e6,
             messages,
-            multicast: after.0 - before.0,
-            resent: after.1 - before.1,
+            multicast: after.0.saturating_sub(before.0),
+            resent: after.1.saturating_sub(before.1),
             rtt_vs_tcp: None,
             rate_vs_tcp: None,
         });

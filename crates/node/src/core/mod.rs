@@ -593,8 +593,9 @@ pub struct Node {
     /// Front-end: every rank awaited back anywhere in the tree.
     orphaned: RankSet,
     /// Frames for a stream's whole group wait until every member can take them (a
-    /// multicasting route): see [`Node::send_together`].
-    send_together: bool,
+    /// multicasting route): those of at least this many payload bytes; see
+    /// [`Node::send_together`].
+    send_together: Option<usize>,
     out: Outputs,
 }
 
@@ -635,7 +636,7 @@ impl Node {
             rejoining: None,
             awaiting: Vec::new(),
             orphaned: RankSet::new(),
-            send_together: false,
+            send_together: None,
             out: Outputs::default(),
         }
     }
@@ -663,11 +664,12 @@ impl Node {
     }
 
     /// Set by a driver whose route multicasts to the children: a frame for a stream's
-    /// whole group waits until every member has credit for it and goes to all in one
-    /// send, instead of going to the open ones now and to each late one alone (one
-    /// multicast per straggler). A frame for one child goes as soon as it can.
-    pub fn send_together(&mut self, yes: bool) {
-        self.send_together = yes;
+    /// whole group of at least `min_payload` bytes (what the route multicasts) waits
+    /// until every member has credit for it and goes to all in one send, instead of
+    /// going to the open ones now and to each late one alone (one multicast per
+    /// straggler). Other frames go as before. `None`: no frame waits.
+    pub fn send_together(&mut self, min_payload: Option<usize>) {
+        self.send_together = min_payload;
     }
 
     /// The node's id.

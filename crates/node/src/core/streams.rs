@@ -167,8 +167,8 @@ struct Ctx<'a> {
     /// Front-end: ranks of lost comm nodes' sub-trees that may still rejoin.
     awaited: &'a RankSet,
     /// Frames for a stream's whole group wait until every member can take them
-    /// ([`drain_together`]).
-    together: bool,
+    /// ([`drain_together`]), from this many payload bytes.
+    together: Option<usize>,
 }
 
 impl Ctx<'_> {
@@ -257,7 +257,8 @@ fn same_entry(a: &(u64, Frame, bool), b: &(u64, Frame, bool)) -> bool {
 /// for the whole group once every linked member can take it, as one send to all of
 /// them, rather than to the open ones now and to each late one on its own, which
 /// would cost a multicast per straggler. Frames for one child go as soon as it can
-/// take them. Each child's frames still go in its queue's order.
+/// take them once they reach the front of its queue. Each child's frames still go
+/// in its queue's order.
 fn drain_together(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
     let id = s.spec.id;
     let linked: Vec<(usize, LinkId)> =
@@ -295,16 +296,23 @@ fn drain_together(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
             }
         } else if !aligned {
             // The queues went apart (a child drained on its own, or one that joined
-            // late): the children furthest behind catch up on their own.
-            let behind = fronts.iter().filter(|f| f.2).map(|f| f.0).min();
-            for &(c, link) in &linked {
-                let Some(p) = s.parts.get_mut(c).and_then(Option::as_mut) else { continue };
-                if p.down.open() && p.queue.front().is_some_and(|e| e.2 && Some(e.0) == behind) {
-                    if let Some((_, frame, _)) = p.queue.pop_front() {
-                        p.down.spend(frame.payload.len());
-                        out.send(link, frame);
-                        progressed = true;
+            // late): the open children furthest behind catch up, together where they
+            // are at the same frame.
+            let behind = fronts.iter().filter(|f| f.2).min_by_key(|f| f.0).map(|f| (*f).clone());
+            if let Some(behind) = behind {
+                let mut links = Vec::new();
+                for &(c, link) in &linked {
+                    let Some(p) = s.parts.get_mut(c).and_then(Option::as_mut) else { continue };
+                    if p.down.open() && p.queue.front().is_some_and(|e| same_entry(e, &behind)) {
+                        p.queue.pop_front();
+                        p.down.spend(behind.1.payload.len());
+                        links.push(link);
                     }
+                }
+                if !links.is_empty() {
+                    out.transmits
+                        .push_back(Transmit { to: Destination::Links(links.into()), frame: behind.1 });
+                    progressed = true;
                 }
             }
         }
@@ -357,7 +365,7 @@ fn fan_out(
         }
         return;
     }
-    if ctx.together {
+    if ctx.together.is_some_and(|min| len >= min) {
         for &c in &s.members {
             if let (Some(_), Some(p)) = (ctx.link_of(c), s.parts.get_mut(c).and_then(Option::as_mut)) {
                 p.queue.push_back((seq, frame.clone(), true));
@@ -458,7 +466,7 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
     }
     let waves = s.sync.child_lost(c, now);
     queue_waves(s, waves, ctx);
-    if ctx.together {
+    if ctx.together.is_some() {
         // The lost child no longer holds the others back.
         drain_together(s, ctx, out);
     }
@@ -948,7 +956,7 @@ impl Node {
             LinkRole::Child(c) => {
                 let Some(part) = s.part(c) else { return };
                 part.down.grant(grant);
-                if ctx.together {
+                if ctx.together.is_some() {
                     drain_together(s, &ctx, &mut self.out);
                 } else {
                     drain_child(s, c, &ctx, &mut self.out);

@@ -832,7 +832,7 @@ fn a_multicasting_node_sends_a_frame_for_the_whole_group_once_every_child_can_ta
     };
     for together in [true, false] {
         let (mut fe, links) = front_end_with_two_backends();
-        fe.send_together(together);
+        fe.send_together(together.then_some(0));
         fe.handle_command(Command::NewStream(spec(1, Window { packets: 2, bytes: 1000 })), now).unwrap();
         transmits(&mut fe);
         // Four frames fill both children's windows of four packets.

@@ -233,6 +233,8 @@ impl<T: Tool> Driver<T> {
 
     /// Sends the multicast route's own frames and gives up the links it found broken.
     fn udp_chores(&mut self) -> bool {
+        // Members join and leave: frames wait for the whole group only while it multicasts.
+        self.core.send_together(self.udp.together());
         let mut any = false;
         for (link, frame) in std::mem::take(&mut self.udp.outbox) {
             self.route.send(&[link], &frame);
@@ -258,7 +260,6 @@ impl<T: Tool> Driver<T> {
             Event::StartChildren { plan, own_host, children } => {
                 self.route.set_max_frame(plan.max_frame as usize);
                 self.udp.configure(plan.udp.as_deref());
-                self.core.send_together(plan.udp.is_some());
                 let (news_tx, news_rx) = mpsc::channel(64);
                 let (orders_tx, orders_rx) = mpsc::unbounded_channel();
                 let task = ChildrenTask {

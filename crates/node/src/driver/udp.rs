@@ -157,6 +157,12 @@ impl UdpRoute {
         }
     }
 
+    /// From which payload size the core should hold a stream's frames until every
+    /// child can take them (see `Node::send_together`): when a group multicasts.
+    pub(crate) fn together(&self) -> Option<usize> {
+        self.down.iter().filter_map(GroupSender::multicasts_from).min()
+    }
+
     /// Every group is idle: its members hold everything multicast so far.
     pub(crate) fn is_idle(&self) -> bool {
         self.down.iter().all(GroupSender::is_idle)

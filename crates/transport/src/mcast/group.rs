@@ -214,13 +214,16 @@ impl GroupSender {
                 config.fragment = fragment_for_mtu(mtu);
             }
         }
+        let sock = udp_socket(SocketAddr::new(interface, 0), false)?;
         // A window of large fragments (loopback's MTU is 64 KiB) must still fit half a
         // member's socket buffer, or the kernel drops what the window lets through.
-        let fits = (SOCKET_BUFFER / 2 / config.fragment.max(1) as usize).max(4) as f64;
+        // Members on hosts like this one get what this socket got (the kernel caps
+        // the 4 MiB asked for at net.core.rmem_max, and reports twice the usable size).
+        let buffer = sock.recv_buffer_size().map_or(SOCKET_BUFFER, |b| b / 2).min(SOCKET_BUFFER);
+        let fits = (buffer / 2 / config.fragment.max(1) as usize).max(4) as f64;
         config.max_cwnd = config.max_cwnd.min(fits);
         let group_ip = group_address(config.group, node, ip);
         let local = SocketAddr::new(interface, 0);
-        let sock = udp_socket(local, false)?;
         if group_ip.is_multicast() {
             sock.set_multicast_if_v4(&ip).map_err(io_error(format!("sending multicast from {ip}")))?;
             sock.set_multicast_loop_v4(true).map_err(io_error("looping multicast back".into()))?;
@@ -280,6 +283,13 @@ impl GroupSender {
         Some(RouteMsg::Member { first })
     }
 
+    /// The smallest frame payload this group multicasts, when it has enough joined
+    /// members to multicast at all (`min_members`); `None` otherwise.
+    pub fn multicasts_from(&self) -> Option<usize> {
+        let joined = self.members.values().filter(|j| j.answers_from.is_some()).count();
+        (joined > 0 && joined >= self.config.min_members as usize).then_some(self.config.min_frame as usize)
+    }
+
     /// Nothing queued or under way: every member holds every message.
     pub fn is_idle(&self) -> bool {
         self.sender.is_idle()
@@ -289,7 +299,8 @@ impl GroupSender {
     pub fn leave(&mut self, link: LinkId, now: Instant) {
         if let Some(j) = self.members.remove(&link) {
             // Unless the same node is a member again through a newer link.
-            if j.answers_from.is_some() && !self.members.values().any(|o| o.node == j.node) {
+            let again = self.members.values().any(|o| o.node == j.node && o.answers_from.is_some());
+            if j.answers_from.is_some() && !again {
                 self.sender.remove_receiver(j.node, now);
             }
         }
@@ -357,7 +368,9 @@ impl GroupSender {
         while let Some(event) = self.sender.poll_event() {
             any = true;
             if let SenderEvent::Lost { receiver, reason } = event {
-                if let Some((&link, _)) = self.members.iter().find(|(_, j)| j.node == receiver) {
+                let member =
+                    self.members.iter().find(|(_, j)| j.node == receiver && j.answers_from.is_some());
+                if let Some((&link, _)) = member {
                     self.members.remove(&link);
                     lost(link, reason);
                 }
