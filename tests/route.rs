@@ -88,4 +88,21 @@ fn the_bcast_benchmark_times_warm_transfers_and_reports_the_route() {
     // Two runs of two 1 MiB chunks, each multicast once.
     assert_eq!(route["frames"], 4, "{b}");
     assert!(b["fragments_per_fragment"].as_f64().unwrap() >= 1.0, "{b}");
+    // The reference measured in the same run: the same transfers over TCP.
+    let (tcp, ratio) = (b["tcp_median_s"].as_f64().unwrap(), b["vs_tcp"].as_f64().unwrap());
+    assert!(tcp > 0.0 && (ratio - b["median_s"].as_f64().unwrap() / tcp).abs() < 1e-9, "{b}");
+}
+
+/// A bad `TREECAST_UDP_*` value stops the launch, naming the variable and its range,
+/// before any process starts.
+#[test]
+fn a_bad_udp_setting_stops_the_launch_and_names_the_variable() {
+    let out = Command::new(TREECAST)
+        .args(["run", "--local", "2", "--route", "udp", "--", "true"])
+        .env("TREECAST_UDP_FRAGMENT", "9")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("TREECAST_UDP_FRAGMENT=\"9\": write a whole number from 64 to 65000"), "{err}");
 }

@@ -105,7 +105,7 @@ fn kind_name(kind: EntryKind) -> &'static str {
 
 /// What each node's multicast route did, gathered from the whole tree (empty when
 /// the tree does not answer in time: the transfer's own report still stands).
-async fn route_reports(net: &Network) -> Vec<RouteReport> {
+pub(crate) async fn route_reports(net: &Network) -> Vec<RouteReport> {
     match net.monitor_collect(true, ROUTE_REPORT_LIMIT).await {
         Ok(c) => {
             for m in &c.missing {

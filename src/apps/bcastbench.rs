@@ -1,10 +1,12 @@
 //! `treecast bench bcast`: the transfer of `treecast bcast` alone, on a tree started
 //! once (warm): a random file sent `--runs` times, each to a fresh destination,
 //! with the median time, the start-up time apart, what each node's multicast route
-//! did, and the front-end's CPU time (the sender's, with a flat tree).
+//! did, and the front-end's CPU time (the sender's, with a flat tree). With
+//! `--route udp` the same transfers over TCP, on a second tree of the same shape,
+//! are the reference, and the ratio is printed.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{ensure, Context};
 use rand::RngCore;
@@ -12,7 +14,7 @@ use serde::Serialize;
 use treecast_api::{bcast_files, FileEntry, FileOptions, Network};
 use treecast_monitor::RouteReport;
 
-use super::cli::BenchBcastArgs;
+use super::cli::{BenchBcastArgs, RouteKind, TreeArgs};
 
 /// The figures of one `treecast bench bcast`.
 #[derive(Debug, Clone, Serialize)]
@@ -35,6 +37,29 @@ pub struct BcastBench {
     pub fragments_per_fragment: Option<f64>,
     /// What each node's multicast route did over all runs (empty over TCP).
     pub routes: Vec<RouteReport>,
+    /// With --route udp, the reference: the median of the same transfers over TCP,
+    /// on a tree of the same shape started after it, in the same run.
+    pub tcp_median_s: Option<f64>,
+    /// This route's median over the TCP one.
+    pub vs_tcp: Option<f64>,
+}
+
+/// One tree's transfers.
+struct Measured {
+    backends: u32,
+    startup_s: f64,
+    runs_s: Vec<f64>,
+    front_end_cpu_s: f64,
+    routes: Vec<RouteReport>,
+}
+
+impl Measured {
+    /// The median (the upper one of an even count).
+    fn median_s(&self) -> f64 {
+        let mut sorted = self.runs_s.clone();
+        sorted.sort_by(f64::total_cmp);
+        sorted[sorted.len() / 2]
+    }
 }
 
 /// Runs the benchmark.
@@ -46,29 +71,28 @@ pub async fn main(args: BenchBcastArgs) -> anyhow::Result<ExitCode> {
     let work = tempfile::Builder::new().prefix("treecast-bench-bcast-").tempdir()?;
     let src = work.path().join("src.bin");
     write_random(&src, args.size << 20)?;
-    let started = Instant::now();
-    let mut net = super::run::launch(&args.tree).await?;
-    let startup_s = started.elapsed().as_secs_f64();
-    let result = transfers(&mut net, &args, &options, work.path()).await;
-    let routes = if result.is_ok() { route_reports(&net).await } else { Vec::new() };
-    let backends = net.backends();
-    net.shutdown().await;
-    let (runs_s, front_end_cpu_s) = result?;
-    let mut sorted = runs_s.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median_s = sorted[sorted.len() / 2];
-    let sent: u64 = routes.iter().map(|r| r.fragments).sum();
-    let resent: u64 = routes.iter().map(|r| r.retransmitted).sum();
+    let m = measure_tree(&args.tree, &args, &options, work.path()).await?;
+    let reference = if args.tree.route == RouteKind::Udp {
+        let tcp = TreeArgs { route: RouteKind::Tcp, ..args.tree.clone() };
+        Some(measure_tree(&tcp, &args, &options, work.path()).await?.median_s())
+    } else {
+        None
+    };
+    let median_s = m.median_s();
+    let sent: u64 = m.routes.iter().map(|r| r.fragments).sum();
+    let resent: u64 = m.routes.iter().map(|r| r.retransmitted).sum();
     let bench = BcastBench {
-        backends,
+        backends: m.backends,
         bytes: args.size << 20,
-        startup_s,
+        startup_s: m.startup_s,
         median_s,
         rate_mb_s: (args.size << 20) as f64 / median_s / 1e6,
-        runs_s,
-        front_end_cpu_s,
+        runs_s: m.runs_s,
+        front_end_cpu_s: m.front_end_cpu_s,
         fragments_per_fragment: (sent > resent).then(|| sent as f64 / (sent - resent) as f64),
-        routes,
+        routes: m.routes,
+        tcp_median_s: reference,
+        vs_tcp: reference.map(|tcp| median_s / tcp),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&bench)?);
@@ -76,6 +100,24 @@ pub async fn main(args: BenchBcastArgs) -> anyhow::Result<ExitCode> {
         print!("{}", render(&bench));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the tree `tree` describes, times the transfers on it, and stops it.
+async fn measure_tree(
+    tree: &TreeArgs,
+    args: &BenchBcastArgs,
+    options: &FileOptions,
+    work: &std::path::Path,
+) -> anyhow::Result<Measured> {
+    let started = Instant::now();
+    let mut net = super::run::launch(tree).await?;
+    let startup_s = started.elapsed().as_secs_f64();
+    let result = transfers(&mut net, args, options, work).await;
+    let routes = if result.is_ok() { super::bcast::route_reports(&net).await } else { Vec::new() };
+    let backends = net.backends();
+    net.shutdown().await;
+    let (runs_s, front_end_cpu_s) = result?;
+    Ok(Measured { backends, startup_s, runs_s, front_end_cpu_s, routes })
 }
 
 /// Times each transfer; returns the seconds and the front-end's CPU seconds in them.
@@ -103,16 +145,6 @@ async fn transfers(
         std::fs::remove_dir_all(&dst)?;
     }
     Ok((runs, cpu))
-}
-
-async fn route_reports(net: &Network) -> Vec<RouteReport> {
-    match net.monitor_collect(true, Duration::from_secs(10)).await {
-        Ok(c) => c.reports.into_values().flat_map(|r| r.routes).collect(),
-        Err(e) => {
-            eprintln!("treecast: no route report: {e}");
-            Vec::new()
-        }
-    }
 }
 
 fn write_random(path: &std::path::Path, bytes: u64) -> anyhow::Result<()> {
@@ -153,6 +185,11 @@ fn render(b: &BcastBench) -> String {
         b.rate_mb_s,
         runs.join(", ")
     );
+    if let (Some(tcp), Some(ratio)) = (b.tcp_median_s, b.vs_tcp) {
+        out.push_str(&format!(
+            "reference, the same over TCP in this run: median {tcp:.3} s; udp/tcp {ratio:.2}x\n"
+        ));
+    }
     out.push_str(&format!("front-end CPU: {:.2} s in all runs\n", b.front_end_cpu_s));
     if let Some(f) = b.fragments_per_fragment {
         out.push_str(&format!("fragments multicast per fragment: {f:.3}\n"));

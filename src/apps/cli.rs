@@ -119,7 +119,7 @@ pub struct DemoArgs {
 }
 
 /// Where the back-ends run and how the tree is started: shared by `run`, `bcast` and `bench run`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TreeArgs {
     /// Number of back-ends to start on this machine.
     #[arg(long, value_name = "N", conflicts_with = "hosts")]

@@ -443,9 +443,9 @@ pub struct GroupMember {
     me: u32,
     /// Whole frames for this node, by message id, waiting for their placeholder.
     ready: BTreeMap<u32, Frame>,
-    /// Frames of the parent's link from the first placeholder whose message is not
-    /// whole yet: they wait behind it.
-    parked: VecDeque<Frame>,
+    /// What the parent's link brought from the first placeholder whose message is
+    /// not whole yet: it waits behind it.
+    parked: VecDeque<Parked>,
     /// Since when the first parked placeholder has waited with no sign of life from
     /// the sender.
     waiting_since: Option<Instant>,
@@ -469,15 +469,13 @@ fn at_or_after(a: u32, b: u32) -> bool {
     a.wrapping_sub(b) < u32::MAX / 2
 }
 
-/// The message a `Carried` placeholder names; `None` for any other frame.
-fn carried(frame: &Frame) -> Option<u32> {
-    if frame.header.kind != FrameKind::Route {
-        return None;
-    }
-    match RouteMsg::decode(&frame.payload) {
-        Ok(RouteMsg::Carried { message }) => Some(message),
-        _ => None,
-    }
+/// One thing of the parent's link, waiting behind a placeholder.
+#[derive(Debug)]
+enum Parked {
+    /// A frame the link carried itself.
+    Frame(Frame),
+    /// A placeholder: the multicast message with this id takes its place.
+    Carried(u32),
 }
 
 impl GroupMember {
@@ -558,9 +556,14 @@ impl GroupMember {
     /// A malformed or unexpected route frame, or a placeholder for a message that was
     /// not for this node: the link is broken.
     pub fn arrived(&mut self, frame: Frame, deliver: &mut dyn FnMut(Frame)) -> Result<(), String> {
-        if frame.header.kind == FrameKind::Route {
+        let parked = if frame.header.kind == FrameKind::Route {
             match RouteMsg::decode(&frame.payload) {
-                Ok(RouteMsg::Carried { .. }) if self.receiver.is_some() => {}
+                Ok(RouteMsg::Carried { message }) if self.receiver.is_some() => {
+                    if self.waiting_since.is_none() {
+                        self.waiting_since = Some(Instant::now());
+                    }
+                    Parked::Carried(message)
+                }
                 Ok(RouteMsg::Member { first }) => {
                     self.start(first);
                     return Ok(());
@@ -568,22 +571,24 @@ impl GroupMember {
                 Ok(other) => return Err(format!("route message out of place from the parent: {other:?}")),
                 Err(e) => return Err(format!("malformed route frame: {e}")),
             }
-            if self.waiting_since.is_none() {
-                self.waiting_since = Some(Instant::now());
-            }
-        }
-        self.parked.push_back(frame);
+        } else {
+            Parked::Frame(frame)
+        };
+        self.parked.push_back(parked);
         self.release(deliver)
     }
 
     /// Hands on parked frames up to the first placeholder whose message is not whole.
     fn release(&mut self, deliver: &mut dyn FnMut(Frame)) -> Result<(), String> {
         while let Some(front) = self.parked.front() {
-            let Some(message) = carried(front) else {
-                if let Some(f) = self.parked.pop_front() {
-                    deliver(f);
+            let message = match front {
+                Parked::Carried(message) => *message,
+                Parked::Frame(_) => {
+                    if let Some(Parked::Frame(f)) = self.parked.pop_front() {
+                        deliver(f);
+                    }
+                    continue;
                 }
-                continue;
             };
             if let Some(frame) = self.ready.remove(&message) {
                 self.parked.pop_front();
