@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 4 (launch plan version 4).
+protocol version 5 (launch plan version 4).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -132,7 +132,7 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 KINDS = {"data": 1, "control": 2, "credit": 3}
 
 
@@ -328,6 +328,12 @@ def enc_control(m):
         return bytes([21]) + u32(m["id"]) + bytes([mode]) + u32(m["limit_ms"])
     if t == "monitor_report":
         return bytes([22]) + u32(m["id"]) + enc_str(m["json"])
+    if t == "spawn":
+        keys = ["target", "first_node_id", "first_rank", "count", "size", "group", "group_first", "group_size"]
+        out = bytes([23]) + b"".join(u32(m[k]) for k in keys)
+        return out + u32(len(m["command"])) + b"".join(enc_str(a) for a in m["command"])
+    if t == "stop":
+        return bytes([24]) + enc_ranks(m["ranks"]) + enc_str(m["reason"])
     raise ValueError(t)
 
 
@@ -513,6 +519,21 @@ CONTROL_CASES = [
     ("monitor_stop", {"type": "monitor_stop"}),
     ("monitor_collect", {"type": "monitor_collect", "id": 3, "mode": "per_node", "limit_ms": 10000}),
     ("monitor_report", {"type": "monitor_report", "id": 3, "json": '{"reports":{},"missing":[]}'}),
+    (
+        "spawn",
+        {
+            "type": "spawn", "target": 2, "first_node_id": 21, "first_rank": 16, "count": 4, "size": 20,
+            "group": 1, "group_first": 16, "group_size": 8, "command": ["/bin/worker", "--tile", "64"],
+        },
+    ),
+    (
+        "spawn default command",
+        {
+            "type": "spawn", "target": 0, "first_node_id": 5, "first_rank": 4, "count": 1, "size": 5,
+            "group": 7, "group_first": 4, "group_size": 1, "command": [],
+        },
+    ),
+    ("stop", {"type": "stop", "ranks": "16-19", "reason": "spawn 1 failed"}),
 ]
 
 
@@ -571,7 +592,7 @@ INVALID_CASES = [
     ("batch", "version 1 credit frame", hdr(kind=3, version=1, tag=64), "BadVersion"),
     ("batch", "version 0", hdr(version=0), "BadVersion"),
     ("batch", "version 3 header (an older build)", hdr(version=3), "BadVersion"),
-    ("batch", "version 5", hdr(version=5), "BadVersion"),
+    ("batch", "version 6", hdr(version=6), "BadVersion"),
     ("batch", "unknown kind", hdr(kind=5), "UnknownKind"),
     ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),
@@ -589,7 +610,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([23]), "UnknownControl"),
+    ("control", "tag after the last", bytes([25]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),

@@ -55,7 +55,7 @@ pub(crate) fn assert_no_leftovers(needle: &str) {
 }
 
 /// A process's pid, command line and parent, for failure messages.
-fn describe(pid: u32) -> String {
+pub(crate) fn describe(pid: u32) -> String {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim_end().to_owned())
         .unwrap_or_default();

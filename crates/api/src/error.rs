@@ -193,6 +193,29 @@ pub enum ApiError {
     /// The environment set by the launcher is missing or wrong.
     #[error("{0}")]
     Env(String),
+    /// A spawn cannot be placed as asked; nothing was started.
+    #[error("cannot place the spawn: {0}")]
+    Placement(String),
+    /// Processes of a spawn did not join; the others of that spawn were stopped.
+    #[error("spawn of {n} back-ends failed, the others of it were stopped: {}", failures_text(.failures))]
+    SpawnFailed {
+        /// Processes asked for.
+        n: u32,
+        /// The ranks that did not join, grouped by why (each names its process).
+        failures: Vec<(RankSet, String)>,
+    },
+}
+
+/// `rank 5: why; ranks 6-7: why`.
+fn failures_text(failures: &[(RankSet, String)]) -> String {
+    let parts: Vec<String> = failures
+        .iter()
+        .map(|(ranks, why)| match ranks.len() {
+            1 => format!("rank {ranks}: {why}"),
+            _ => format!("ranks {ranks}: {why}"),
+        })
+        .collect();
+    parts.join("; ")
 }
 
 impl fmt::Debug for ApiError {

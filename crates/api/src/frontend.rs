@@ -55,6 +55,8 @@ pub(crate) struct FeTool {
     /// How many rejoins so far, and every rank that rejoined (for waits that ask a
     /// rejoined rank again what it may have missed, without reading the events).
     pub(crate) rejoined: watch::Sender<(u64, RankSet)>,
+    /// Every rank that joined while the tree runs (spawned), for spawns to wait on.
+    pub(crate) joined: watch::Sender<RankSet>,
 }
 
 impl FeTool {
@@ -72,6 +74,7 @@ impl FeTool {
             lost,
             orphaned: Vec::new(),
             rejoined: watch::Sender::new((0, RankSet::new())),
+            joined: watch::Sender::new(RankSet::new()),
             over: None,
             refused: HashMap::new(),
         };
@@ -188,7 +191,10 @@ impl Tool for FeTool {
                 self.push(Event::RanksLost { ranks, reason });
             }
             CoreEvent::RanksLeft { ranks, reason } => self.push(Event::RanksLeft { ranks, reason }),
-            CoreEvent::RanksJoined { ranks } => self.push(Event::RanksJoined { ranks }),
+            CoreEvent::RanksJoined { ranks } => {
+                self.joined.send_modify(|all| all.union_with(&ranks));
+                self.push(Event::RanksJoined { ranks });
+            }
             CoreEvent::NodeLost { node, ranks, reason } => {
                 self.orphaned.push((ranks.clone(), reason.clone()));
                 self.push(Event::NodeLost { node, ranks, reason });

@@ -59,6 +59,7 @@ mod frontend;
 mod monitor;
 mod network;
 mod packet;
+mod spawn;
 mod stream;
 
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
@@ -76,6 +77,7 @@ pub use files::{
 pub use monitor::MONITOR_ORDER_LIMIT;
 pub use network::{Communicator, Event, Network, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
+pub use spawn::{Group, Placement, SpawnOptions, DEFAULT_SPAWN_LIMIT};
 pub use stream::{Stream, StreamOptions};
 pub use treecast_filters::{
     FilterContext, FilterError, FilterRegistry, RegistryError, Transform, TransformKind,

@@ -124,6 +124,11 @@ pub struct Communicator {
 }
 
 impl Communicator {
+    /// A communicator over `ranks`, known to be back-ends of the network.
+    pub(crate) fn over(ranks: RankSet) -> Communicator {
+        Communicator { ranks }
+    }
+
     /// The ranks of the communicator.
     pub fn ranks(&self) -> &RankSet {
         &self.ranks
@@ -141,7 +146,10 @@ pub struct Network {
     session: String,
     startup: Duration,
     commnodes: u32,
-    backends: u32,
+    /// Ranks given out: the launch's and every spawn's.
+    backends: AtomicU32,
+    /// Ids, ranks and placement of spawns.
+    spawns: std::sync::Mutex<crate::spawn::SpawnBook>,
     next_stream: AtomicU32,
     /// Ids of monitoring collections.
     pub(crate) next_collect: AtomicU32,
@@ -178,7 +186,11 @@ impl Network {
         Network {
             shared,
             task: Some(task),
-            backends: topology.backends() as u32,
+            backends: AtomicU32::new(topology.backends() as u32),
+            spawns: std::sync::Mutex::new(crate::spawn::SpawnBook::new(
+                &topology,
+                topology.backends() as u32,
+            )),
             topology,
             session,
             startup,
@@ -189,9 +201,25 @@ impl Network {
         }
     }
 
-    /// Number of back-ends (ranks `0..backends()`).
+    /// Number of ranks given out (ranks `0..backends()`): the launch's back-ends and
+    /// every spawned one, including those that left or were lost since.
     pub fn backends(&self) -> u32 {
-        self.backends
+        self.backends.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_backends(&self, n: u32) {
+        self.backends.store(n, Ordering::Relaxed);
+    }
+
+    /// The book of spawns (a poisoned lock is taken over: the book holds no invariant
+    /// a panic elsewhere could break half-way).
+    pub(crate) fn spawn_book(&self) -> std::sync::MutexGuard<'_, crate::spawn::SpawnBook> {
+        self.spawns.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A receiver that sees every rank that joined while the tree runs.
+    pub(crate) fn joined_watch(&self) -> watch::Receiver<RankSet> {
+        lock(&self.shared).tool().joined.subscribe()
     }
 
     /// Number of comm nodes (the front-end not included).
@@ -216,7 +244,7 @@ impl Network {
 
     /// The communicator of every back-end.
     pub fn broadcast_communicator(&self) -> Communicator {
-        Communicator { ranks: RankSet::range(0, self.backends) }
+        Communicator { ranks: RankSet::range(0, self.backends()) }
     }
 
     /// A communicator over some back-ends.
@@ -224,9 +252,9 @@ impl Network {
     /// # Errors
     /// [`ApiError::NoSuchRanks`] for ranks outside `0..backends()` or an empty set.
     pub fn communicator(&self, ranks: RankSet) -> Result<Communicator, ApiError> {
-        let outside = ranks.difference(&RankSet::range(0, self.backends));
+        let outside = ranks.difference(&RankSet::range(0, self.backends()));
         if !outside.is_empty() || ranks.is_empty() {
-            return Err(ApiError::NoSuchRanks { ranks: outside, last: self.backends.saturating_sub(1) });
+            return Err(ApiError::NoSuchRanks { ranks: outside, last: self.backends().saturating_sub(1) });
         }
         Ok(Communicator { ranks })
     }
@@ -264,7 +292,7 @@ impl Network {
         };
         d.command(Command::NewStream(spec)).map_err(|e| ApiError::from_command(id, e))?;
         drop(d);
-        Ok(Stream::new(id, self.shared.clone(), comm.clone(), options, self.backends))
+        Ok(Stream::new(id, self.shared.clone(), comm.clone(), options, self.backends()))
     }
 
     /// Payload bytes the front-end holds now: reductions the tool has not read, and

@@ -14,6 +14,12 @@ pub const NODE_ID: &str = "TREECAST_NODE_ID";
 pub const RANK: &str = "TREECAST_RANK";
 /// Number of back-ends in the network (back-ends only).
 pub const SIZE: &str = "TREECAST_SIZE";
+/// Group a back-end started while the tree runs belongs to (its spawn's id).
+pub const GROUP: &str = "TREECAST_GROUP";
+/// A spawned back-end's rank within its group (0 for the group's first).
+pub const GROUP_RANK: &str = "TREECAST_GROUP_RANK";
+/// Number of back-ends in a spawned back-end's group.
+pub const GROUP_SIZE: &str = "TREECAST_GROUP_SIZE";
 /// Session id shared by every process of one network; tests find leftovers by it.
 pub const SESSION: &str = "TREECAST_SESSION";
 /// Address comm nodes listen on for TCP links within one host (default loopback).

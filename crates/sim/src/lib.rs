@@ -346,7 +346,9 @@ impl Sim {
         self.nodes.get(id).and_then(Option::as_ref).is_some_and(|n| n.alive)
     }
 
-    fn parent_of(&self, id: usize) -> Option<usize> {
+    /// The node that started node `id`: its topology parent, or the node that
+    /// adopted or spawned it.
+    pub fn parent_of(&self, id: usize) -> Option<usize> {
         match self.adopted.get(&id) {
             Some(&(_, parent)) => Some(parent),
             None => self.config.topology.node(id).parent,
@@ -369,6 +371,7 @@ impl Sim {
             first_rank: rank,
             backends: 1,
             attach: false,
+            spawned: None,
         };
         let now = self.now;
         let Some(p) = self.nodes.get_mut(parent).and_then(Option::as_mut).filter(|p| p.alive) else {
@@ -952,6 +955,9 @@ impl Sim {
         let mut own = Vec::new();
         for c in children {
             let child = c.node_id as usize;
+            if c.spawned.is_some() {
+                self.adopted.insert(child, (c.first_rank, parent));
+            }
             self.make_node(child);
             if c.attach {
                 own.push(AttachPoint {

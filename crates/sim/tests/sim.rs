@@ -254,6 +254,56 @@ fn a_backend_adopted_while_streams_run_joins_the_streams_that_reach_it() {
 }
 
 #[test]
+fn spawned_backends_start_under_the_node_named_and_stop_on_order() {
+    // balanced:2x2: front-end 0, comm nodes 1 and 4, back-ends 2, 3, 5, 6 (ranks 0-3).
+    let mut sim = launched("balanced:2x2", None, 14);
+    sim.command(Command::NewStream(spec(1, RankSet::range(0, 7), TransformKind::Sum))).unwrap();
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 6);
+    let order = |target, first_node_id, first_rank, count| {
+        Command::Spawn(treecast_wire::SpawnOrder {
+            target,
+            first_node_id,
+            first_rank,
+            count,
+            size: 7,
+            group: 1,
+            group_first: 4,
+            group_size: 3,
+            command: Vec::new(),
+        })
+    };
+    sim.command(order(4, 7, 4, 2)).unwrap();
+    sim.command(order(0, 9, 6, 1)).unwrap();
+    sim.settle(Duration::from_millis(10));
+    for (id, parent) in [(7, 4), (8, 4), (9, 0)] {
+        assert!(sim.alive(id), "node {id}");
+        assert_eq!(sim.parent_of(id), Some(parent), "node {id}");
+    }
+    let mut joined = RankSet::new();
+    for e in &sim.log().events {
+        if let treecast_node::core::Event::RanksJoined { ranks } = e {
+            joined.union_with(ranks);
+        }
+    }
+    assert_eq!(joined, RankSet::range(4, 3));
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 6 + 4 + 5 + 6);
+    // Stopped: they leave gracefully, and the next waves go on without them.
+    sim.command(Command::Stop { ranks: RankSet::range(5, 2), reason: "pool shrinks".into() }).unwrap();
+    sim.settle(Duration::from_millis(10));
+    assert!(!sim.alive(8) && !sim.alive(9) && sim.alive(7));
+    assert!(sim.core(0).unwrap().lost().ranks().is_empty());
+    sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
+    assert_eq!(int(sim.read(1, LIMIT).unwrap()), 6 + 4);
+    // An order for a node that is not there is refused where the route ends, by name.
+    sim.command(order(3, 10, 7, 1)).unwrap();
+    sim.settle(Duration::from_millis(10));
+    let lost = sim.core(0).unwrap().lost().among(&RankSet::single(7));
+    assert!(lost[0].1.contains("node 3 is not reachable"), "{lost:?}");
+}
+
+#[test]
 fn the_end_of_a_stream_is_seen_when_its_last_members_leave_while_reductions_wait_for_the_tool() {
     let mut config = SimConfig::new(Topology::from_spec("flat", Some(2)).unwrap(), 13);
     config.tool_window = treecast_wire::Window { packets: 2, bytes: 1 << 20 };

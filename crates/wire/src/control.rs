@@ -227,6 +227,69 @@ pub struct ClockSample {
     pub measured_ns: i64,
 }
 
+/// Back-ends to start while the tree runs, under one node: the front-end's decision,
+/// carried down to the node that starts them (see [`ControlMsg::Spawn`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnOrder {
+    /// The node that starts them, as a parent (0: the front-end itself).
+    pub target: u32,
+    /// Node id of the first; the others follow in order.
+    pub first_node_id: u32,
+    /// Rank of the first; the others follow in order.
+    pub first_rank: u32,
+    /// How many.
+    pub count: u32,
+    /// Ranks in the network once the spawn is done (each back-end's `TREECAST_SIZE`).
+    pub size: u32,
+    /// The group the spawn makes: its id, first rank and size (a process's rank in
+    /// its group is its rank minus the first).
+    pub group: u32,
+    /// First rank of the group.
+    pub group_first: u32,
+    /// Ranks in the group (across every node that starts part of it).
+    pub group_size: u32,
+    /// What each runs, program first (empty: the plan's back-end command).
+    pub command: Vec<String>,
+}
+
+impl SpawnOrder {
+    fn encode(&self, out: &mut Vec<u8>) {
+        for v in [
+            self.target,
+            self.first_node_id,
+            self.first_rank,
+            self.count,
+            self.size,
+            self.group,
+            self.group_first,
+            self.group_size,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.command.len() as u32).to_le_bytes());
+        for arg in &self.command {
+            put_string(out, arg);
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let mut order = SpawnOrder {
+            target: r.u32("spawn target")?,
+            first_node_id: r.u32("spawn node id")?,
+            first_rank: r.u32("spawn rank")?,
+            count: r.u32("spawn count")?,
+            size: r.u32("spawn size")?,
+            group: r.u32("spawn group")?,
+            group_first: r.u32("spawn group")?,
+            group_size: r.u32("spawn group")?,
+            command: Vec::new(),
+        };
+        let n = r.len_u32("spawn command", r.remaining() / 4)?;
+        order.command = (0..n).map(|_| r.string("spawn command")).collect::<Result<_, _>>()?;
+        Ok(order)
+    }
+}
+
 /// A message between nodes, carried in a [`crate::FrameKind::Control`] frame.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -386,6 +449,18 @@ pub enum ControlMsg {
         /// Why (unknown filter, bad parameter).
         message: String,
     },
+    /// Downstream, towards `order.target`: start these back-ends; their ranks join
+    /// like any adopted child's ([`ControlMsg::Join`] up, or [`ControlMsg::Leave`]
+    /// naming each that failed).
+    Spawn(SpawnOrder),
+    /// Downstream, towards the parents of `ranks`: stop these back-ends' processes;
+    /// each parent reports them gone with a graceful [`ControlMsg::Leave`].
+    Stop {
+        /// The back-ends.
+        ranks: RankSet,
+        /// Why, for their Leave.
+        reason: String,
+    },
 }
 
 const PLAN: u8 = 1;
@@ -410,6 +485,8 @@ const MONITOR_START: u8 = 19;
 const MONITOR_STOP: u8 = 20;
 const MONITOR_COLLECT: u8 = 21;
 const MONITOR_REPORT: u8 = 22;
+const SPAWN: u8 = 23;
+const STOP: u8 = 24;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -476,6 +553,15 @@ impl ControlMsg {
                 out.extend_from_slice(&id.to_le_bytes());
                 out.push(mode.code());
                 out.extend_from_slice(&limit_ms.to_le_bytes());
+            }
+            ControlMsg::Spawn(order) => {
+                out.push(SPAWN);
+                order.encode(&mut out);
+            }
+            ControlMsg::Stop { ranks, reason } => {
+                out.push(STOP);
+                ranks.encode(&mut out);
+                put_string(&mut out, reason);
             }
             ControlMsg::MonitorReport { id, json } => {
                 out.push(MONITOR_REPORT);
@@ -594,6 +680,8 @@ impl ControlMsg {
                 mode: CollectMode::from_code(r.u8("monitor collect")?)?,
                 limit_ms: r.u32("monitor collect")?,
             },
+            SPAWN => ControlMsg::Spawn(SpawnOrder::decode(&mut r)?),
+            STOP => ControlMsg::Stop { ranks: RankSet::decode(&mut r)?, reason: r.string("stop reason")? },
             MONITOR_REPORT => {
                 ControlMsg::MonitorReport { id: r.u32("monitor report")?, json: r.string("monitor report")? }
             }
@@ -720,6 +808,18 @@ mod tests {
             ControlMsg::MonitorCollect { id: 3, mode: CollectMode::PerNode, limit_ms: 10_000 },
             ControlMsg::MonitorCollect { id: 4, mode: CollectMode::Confirm, limit_ms: 1 },
             ControlMsg::MonitorReport { id: 3, json: "{}".into() },
+            ControlMsg::Spawn(SpawnOrder {
+                target: 2,
+                first_node_id: 40,
+                first_rank: 16,
+                count: 4,
+                size: 20,
+                group: 1,
+                group_first: 16,
+                group_size: 4,
+                command: vec!["worker".into(), "--fast".into()],
+            }),
+            ControlMsg::Stop { ranks: RankSet::range(16, 4), reason: "spawn failed".into() },
             ControlMsg::ClockReport {
                 samples: vec![ClockSample {
                     node_id: 9,

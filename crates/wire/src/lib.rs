@@ -33,7 +33,7 @@ mod value;
 
 pub use codec::Reader;
 pub use control::{
-    AttachPoint, ClockSample, CollectMode, ControlMsg, FilterSpec, StreamSpec, SyncMode, Window,
+    AttachPoint, ClockSample, CollectMode, ControlMsg, FilterSpec, SpawnOrder, StreamSpec, SyncMode, Window,
     MAX_FILTER_NAME,
 };
 pub use error::{DecodeError, EncodeError, FormatError};

@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use treecast_wire::{
     decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ControlMsg, DecodeError,
     FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind,
-    LauncherSpec, LocalRoute, McastOffer, RankSet, Reader, RouteMsg, ScalarType, StreamSpec, SyncMode, Value,
-    ValueType, Window, MAX_FILTER_NAME, PLAN_VERSION,
+    LauncherSpec, LocalRoute, McastOffer, RankSet, Reader, RouteMsg, ScalarType, SpawnOrder, StreamSpec,
+    SyncMode, Value, ValueType, Window, MAX_FILTER_NAME, PLAN_VERSION,
 };
 
 fn short_string() -> impl Strategy<Value = String> {
@@ -255,6 +255,20 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
         vec(attach_point(), 0..4).prop_map(|points| ControlMsg::AttachPoints { points }),
         (any::<u32>(), short_string(), short_string())
             .prop_map(|(stream, node, message)| ControlMsg::StreamRefused { stream, node, message }),
+        (vec(any::<u32>(), 8), vec(short_string(), 0..4)).prop_map(|(v, command)| ControlMsg::Spawn(
+            SpawnOrder {
+                target: v[0],
+                first_node_id: v[1],
+                first_rank: v[2],
+                count: v[3],
+                size: v[4],
+                group: v[5],
+                group_first: v[6],
+                group_size: v[7],
+                command,
+            }
+        )),
+        (rank_set(), short_string()).prop_map(|(ranks, reason)| ControlMsg::Stop { ranks, reason }),
     ]
 }
 
@@ -271,6 +285,8 @@ fn tag_of(msg: &ControlMsg) -> u8 {
         ControlMsg::Shutdown => 8,
         ControlMsg::AttachPoints { .. } => 9,
         ControlMsg::StreamRefused { .. } => 10,
+        ControlMsg::Spawn(_) => 23,
+        ControlMsg::Stop { .. } => 24,
         other => unreachable!("no tag known for {other:?}"),
     }
 }

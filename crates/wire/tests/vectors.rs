@@ -11,8 +11,8 @@ use serde_json::Value as Json;
 use treecast_wire::{
     decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ClockSample, CollectMode,
     ControlMsg, DecodeError, FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant,
-    LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, RankSet, ScalarType, StreamSpec, SyncMode, Value,
-    ValueType, Window, HEADER_LEN, PROTOCOL_VERSION,
+    LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, RankSet, ScalarType, SpawnOrder, StreamSpec,
+    SyncMode, Value, ValueType, Window, HEADER_LEN, PROTOCOL_VERSION,
 };
 
 fn load(name: &str) -> Vec<Json> {
@@ -366,6 +366,23 @@ fn control_from_json(m: &Json) -> ControlMsg {
             reason: str_of(m, "reason").to_owned(),
         },
         "monitor_start" => ControlMsg::MonitorStart { program: u32_of(m, "program") },
+        "spawn" => ControlMsg::Spawn(SpawnOrder {
+            target: u32_of(m, "target"),
+            first_node_id: u32_of(m, "first_node_id"),
+            first_rank: u32_of(m, "first_rank"),
+            count: u32_of(m, "count"),
+            size: u32_of(m, "size"),
+            group: u32_of(m, "group"),
+            group_first: u32_of(m, "group_first"),
+            group_size: u32_of(m, "group_size"),
+            command: m["command"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect(),
+        }),
+        "stop" => ControlMsg::Stop { ranks: ranks(m), reason: str_of(m, "reason").to_owned() },
         "monitor_stop" => ControlMsg::MonitorStop,
         "monitor_collect" => ControlMsg::MonitorCollect {
             id: u32_of(m, "id"),
@@ -405,8 +422,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 22 (MonitorReport), has a vector.
-    assert_eq!(seen, (1..=22).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 24 (Stop), has a vector.
+    assert_eq!(seen, (1..=24).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.

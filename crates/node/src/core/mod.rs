@@ -362,6 +362,17 @@ pub enum Command {
     /// Take a new child (a back-end) while the tree runs: the driver is asked to start
     /// it, and its ranks join the streams that reach them once it joins.
     Adopt(ChildLaunch),
+    /// Front-end: start back-ends while the tree runs, under the order's target node
+    /// (this one for target 0); [`Event::RanksJoined`] follows for each that joins,
+    /// [`Event::RanksLost`] naming each that failed.
+    Spawn(treecast_wire::SpawnOrder),
+    /// Front-end: stop these back-ends' processes; [`Event::RanksLeft`] follows.
+    Stop {
+        /// The back-ends.
+        ranks: RankSet,
+        /// Why, for the event.
+        reason: String,
+    },
     /// Front-end: create a stream (the id is the tool's, increasing).
     NewStream(StreamSpec),
     /// Front-end: close a stream everywhere.
@@ -836,7 +847,18 @@ impl Node {
                 self.own_attach_points(points, now);
                 Ok(())
             }
-            Command::Adopt(launch) => self.adopt(launch, now),
+            Command::Adopt(launch) => self.adopt(vec![launch], now),
+            Command::Spawn(_) | Command::Stop { .. } if self.role != Role::FrontEnd || !self.is_running() => {
+                Err(CommandError::NotNow("only a running front-end spawns and stops back-ends"))
+            }
+            Command::Spawn(order) => {
+                self.spawn_order(order, now);
+                Ok(())
+            }
+            Command::Stop { ranks, reason } => {
+                self.stop_ranks(&ranks, &reason, now);
+                Ok(())
+            }
             Command::RejoinFailed { reason } => {
                 self.rejoin_failed(reason);
                 Ok(())

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use treecast_topology::Topology;
-use treecast_wire::{AttachPoint, ControlMsg, LaunchPlan, RankSet};
+use treecast_wire::{AttachPoint, ControlMsg, LaunchPlan, RankSet, SpawnOrder};
 
 use super::{
     control_frame, Destination, Event, LinkId, LinkRole, LivenessLimits, Node, Phase, Role, Transmit,
@@ -37,6 +37,9 @@ pub struct ChildLaunch {
     pub backends: u32,
     /// Attach mode: someone else starts it; it connects to the address this node reports.
     pub attach: bool,
+    /// Started while the tree runs by a spawn: what it runs and its group (`None`:
+    /// one of the tree's own, started from the plan).
+    pub spawned: Option<Arc<SpawnOrder>>,
 }
 
 /// Where a child is in its life.
@@ -247,6 +250,7 @@ impl Node {
                 first_rank,
                 backends,
                 attach: attach_slot,
+                spawned: None,
             };
             self.children.push(super::startup::Child {
                 node_id: launch.node_id,
@@ -389,6 +393,10 @@ impl Node {
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
             ControlMsg::CloseStream { id } => self.close_stream_from_parent(id),
             ControlMsg::Shutdown => self.shut_down(super::EndReason::ShutDown),
+            ControlMsg::Spawn(order) if self.phase == Phase::Running => self.spawn_order(order, now),
+            ControlMsg::Stop { ranks, reason } if self.phase == Phase::Running => {
+                self.stop_ranks(&ranks, &reason, now)
+            }
             msg @ (ControlMsg::MonitorStart { .. } | ControlMsg::MonitorStop) => self.monitor_order(msg),
             ControlMsg::MonitorCollect { id, mode, limit_ms } => {
                 self.monitor_collect(id, mode, Duration::from_millis(u64::from(limit_ms)), now)
@@ -536,47 +544,122 @@ impl Node {
         }
     }
 
-    /// Takes a new child while the tree runs: the driver starts it like the others.
-    pub(super) fn adopt(&mut self, launch: ChildLaunch, now: Instant) -> Result<(), super::CommandError> {
+    /// Takes new children while the tree runs: the driver starts them like the others.
+    pub(super) fn adopt(
+        &mut self,
+        launches: Vec<ChildLaunch>,
+        now: Instant,
+    ) -> Result<(), super::CommandError> {
         if self.phase != Phase::Running || matches!(self.role, Role::BackEnd { .. }) {
             return Err(super::CommandError::NotNow("only a running front-end or comm node adopts children"));
         }
-        if !launch.is_backend || launch.attach {
+        if launches.iter().any(|l| !l.is_backend || l.attach) {
             return Err(super::CommandError::NotNow(
                 "only back-ends started by this node are adopted for now",
             ));
         }
-        if self.children.iter().any(|c| c.node_id == launch.node_id && c.alive()) {
+        if launches.iter().any(|l| self.children.iter().any(|c| c.node_id == l.node_id && c.alive())) {
             return Err(super::CommandError::NotNow("a child with this node id exists"));
         }
         let Some(plan) = self.plan.clone() else {
             return Err(super::CommandError::NotNow("this node has no plan to start children with"));
         };
         let limit = ms(plan.startup_timeout_ms);
-        self.children.push(Child {
-            node_id: launch.node_id,
-            name: launch.name.clone(),
-            is_backend: true,
-            expected: RankSet::range(launch.first_rank, launch.backends),
-            ranks: RankSet::new(),
-            commnodes: 0,
-            link: None,
-            state: ChildState::Launching,
-            attach: false,
-            plan: None,
-            detail: None,
-            deadline: Some(now + limit),
-            late: "did not connect",
-            join_limit: limit,
-            points: None,
-            held: None,
-            rejoiner: false,
-            early_rejoin: None,
-        });
+        for launch in &launches {
+            self.children.push(Child {
+                node_id: launch.node_id,
+                name: launch.name.clone(),
+                is_backend: true,
+                expected: RankSet::range(launch.first_rank, launch.backends),
+                ranks: RankSet::new(),
+                commnodes: 0,
+                link: None,
+                state: ChildState::Launching,
+                attach: false,
+                plan: None,
+                detail: None,
+                deadline: Some(now + limit),
+                late: "did not connect",
+                join_limit: limit,
+                points: None,
+                held: None,
+                rejoiner: false,
+                early_rejoin: None,
+            });
+        }
         self.refresh_deadline();
         let own_host = self.own_host.clone();
-        self.out.event(Event::StartChildren { plan, own_host, children: vec![launch] });
+        self.out.event(Event::StartChildren { plan, own_host, children: launches });
         Ok(())
+    }
+
+    /// A spawn order: started here when this node is its target, else passed on to
+    /// the child whose sub-tree holds the target (node ids are pre-order, so that is
+    /// the comm-node child with the highest id not above it).
+    pub(super) fn spawn_order(&mut self, order: SpawnOrder, now: Instant) {
+        let ranks = RankSet::range(order.first_rank, order.count);
+        if order.target == self.node_id {
+            let order = Arc::new(order);
+            let launches = (0..order.count)
+                .map(|i| {
+                    let (node_id, rank) = (order.first_node_id + i, order.first_rank + i);
+                    ChildLaunch {
+                        node_id,
+                        name: backend_name(rank, &self.own_host, node_id),
+                        host: self.own_host.clone(),
+                        is_backend: true,
+                        first_rank: rank,
+                        backends: 1,
+                        attach: false,
+                        spawned: Some(order.clone()),
+                    }
+                })
+                .collect();
+            if let Err(e) = self.adopt(launches, now) {
+                let reason = format!("{}: cannot start spawned back-ends: {e}", self.name);
+                self.report_up(ControlMsg::Leave { ranks, reason, graceful: false });
+            }
+            return;
+        }
+        let via = self
+            .children
+            .iter()
+            .filter(|c| !c.is_backend && c.state == ChildState::Joined && c.node_id <= order.target)
+            .max_by_key(|c| c.node_id)
+            .and_then(|c| c.link);
+        match via {
+            Some(link) => self.out.control(link, &ControlMsg::Spawn(order)),
+            None => {
+                let reason = format!("{}: node {} is not reachable from here", self.name, order.target);
+                self.report_up(ControlMsg::Leave { ranks, reason, graceful: false });
+            }
+        }
+    }
+
+    /// Stops the back-ends among `ranks` that are children here and passes the
+    /// others on towards theirs; each stopped one leaves gracefully.
+    pub(super) fn stop_ranks(&mut self, ranks: &RankSet, reason: &str, now: Instant) {
+        tracing::debug!(node = %self.name, "stopping ranks {ranks}: {reason}");
+        for c in 0..self.children.len() {
+            let child = &self.children[c];
+            if child.state == ChildState::Gone {
+                continue;
+            }
+            let mut theirs = child.expected.clone();
+            theirs.union_with(&child.ranks);
+            let mine = ranks.intersection(&theirs);
+            if mine.is_empty() {
+                continue;
+            }
+            if child.is_backend {
+                self.abandon(c);
+                self.members_left(c, now);
+                self.report_up(ControlMsg::Leave { ranks: mine, reason: reason.to_owned(), graceful: true });
+            } else if let Some(link) = child.link {
+                self.out.control(link, &ControlMsg::Stop { ranks: mine, reason: reason.to_owned() });
+            }
+        }
+        self.refresh_deadline();
     }
 
     fn allow_missing(&self) -> bool {

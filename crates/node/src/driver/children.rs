@@ -380,9 +380,22 @@ impl ChildrenTask {
             envs.push((env::DEAD_AFTER.to_owned(), format!("{}", f64::from(dead_after) / 1e3)));
             envs.push((env::REJOIN_WITHIN.to_owned(), format!("{}", f64::from(plan.rejoin_ms) / 1e3)));
             envs.push((env::RANK.to_owned(), child.first_rank.to_string()));
-            envs.push((env::SIZE.to_owned(), plan.total_backends.to_string()));
+            let mut command = &plan.backend;
+            match &child.spawned {
+                Some(order) => {
+                    envs.push((env::SIZE.to_owned(), order.size.to_string()));
+                    envs.push((env::GROUP.to_owned(), order.group.to_string()));
+                    let group_rank = child.first_rank.saturating_sub(order.group_first);
+                    envs.push((env::GROUP_RANK.to_owned(), group_rank.to_string()));
+                    envs.push((env::GROUP_SIZE.to_owned(), order.group_size.to_string()));
+                    if !order.command.is_empty() {
+                        command = &order.command;
+                    }
+                }
+                None => envs.push((env::SIZE.to_owned(), plan.total_backends.to_string())),
+            }
             envs.extend(plan.env.iter().cloned());
-            match plan.backend.split_first() {
+            match command.split_first() {
                 Some((prog, args)) => (PathBuf::from(prog), args.to_vec()),
                 None => (exe, vec!["backend".to_owned()]),
             }

@@ -1,0 +1,437 @@
+//! Back-ends started while the tree runs: placement, groups, and the front-end's
+//! calls that spawn and stop them.
+//!
+//! A spawn is one control message down the tree to each comm node chosen to start
+//! part of it (the daemons are already there, so no login or job step is needed).
+//! Each such node starts its share through its launcher, like the back-ends of the
+//! launch; their ranks join with the usual join messages, and the spawn returns when
+//! every new rank joined, or fails naming each process that did not.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use treecast_node::core::Command;
+use treecast_node::driver::lock;
+use treecast_topology::hostlist::bare_host;
+use treecast_topology::Topology;
+use treecast_wire::{RankSet, SpawnOrder};
+
+use crate::{ApiError, Communicator, Network};
+
+/// How long [`Network::spawn`] waits for every new process to join, by default.
+pub const DEFAULT_SPAWN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Which comm nodes start the processes of a spawn.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Placement {
+    /// Each process under the comm node with the fewest back-ends at that moment.
+    #[default]
+    LeastLoaded,
+    /// Consecutive ranks under one comm node: the processes are split into as many
+    /// equal blocks as there are comm nodes with back-ends, in node order.
+    Block,
+    /// One process per comm node in turn, going on where the last cyclic spawn ended.
+    Cyclic,
+    /// Least loaded among the comm nodes that run on these hosts.
+    Hosts(Vec<String>),
+}
+
+/// What a spawn starts and how long it may take.
+#[derive(Debug, Clone)]
+pub struct SpawnOptions {
+    /// Where the processes go.
+    pub placement: Placement,
+    /// How long to wait for every process to join.
+    pub limit: Duration,
+}
+
+impl Default for SpawnOptions {
+    fn default() -> SpawnOptions {
+        SpawnOptions { placement: Placement::LeastLoaded, limit: DEFAULT_SPAWN_LIMIT }
+    }
+}
+
+/// Back-ends that belong together: those of one spawn, or a merge of groups.
+/// The order is the group's own: the process at index `i` has group rank `i`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    id: u32,
+    ranks: Vec<u32>,
+}
+
+impl Group {
+    /// The group's id (a spawned process reads it in `TREECAST_GROUP`).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Processes in the group.
+    pub fn size(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// The network rank of each group rank, in group order.
+    pub fn ranks(&self) -> &[u32] {
+        &self.ranks
+    }
+
+    /// The group rank of network rank `rank`, if it is a member.
+    pub fn group_rank(&self, rank: u32) -> Option<usize> {
+        self.ranks.iter().position(|&r| r == rank)
+    }
+
+    /// The members as a set.
+    pub fn rank_set(&self) -> RankSet {
+        let mut set = RankSet::new();
+        for &r in &self.ranks {
+            set.union_with(&RankSet::single(r));
+        }
+        set
+    }
+
+    /// A communicator over the members, to create streams over the group.
+    pub fn communicator(&self) -> Communicator {
+        Communicator::over(self.rank_set())
+    }
+}
+
+/// The front-end's book of spawns: ids, ranks and node ids to give out, and the
+/// back-ends each comm node has, for placement.
+#[derive(Debug)]
+pub(crate) struct SpawnBook {
+    next_rank: u32,
+    next_node_id: u32,
+    next_group: u32,
+    /// Back-ends under each node that has back-end children (node id → count).
+    load: BTreeMap<u32, u32>,
+    /// Host of each of those nodes.
+    hosts: BTreeMap<u32, String>,
+    /// Where the next cyclic spawn begins (an index into `load`).
+    cyclic_next: usize,
+}
+
+impl SpawnBook {
+    /// The book of a tree launched from `topology` with ranks `0..backends`.
+    pub(crate) fn new(topology: &Topology, backends: u32) -> SpawnBook {
+        let mut load = BTreeMap::new();
+        let mut hosts = BTreeMap::new();
+        for (id, node) in topology.nodes().iter().enumerate() {
+            let leaves = node.children.iter().filter(|&&c| topology.is_leaf(c)).count() as u32;
+            let is_root = id == topology.root();
+            // A root with only comm nodes below starts nothing itself.
+            if leaves > 0 || (is_root && node.children.is_empty()) {
+                load.insert(id as u32, leaves);
+                hosts.insert(id as u32, node.host.clone());
+            }
+        }
+        SpawnBook {
+            next_rank: backends,
+            next_node_id: topology.len() as u32,
+            next_group: 1,
+            load,
+            hosts,
+            cyclic_next: 0,
+        }
+    }
+
+    /// Ranks given out so far (the launch's and every spawn's).
+    pub(crate) fn ranks_given(&self) -> u32 {
+        self.next_rank
+    }
+
+    /// How many of `n` processes each node starts (node id → count), in node order.
+    fn place(&mut self, n: u32, placement: &Placement) -> Result<Vec<(u32, u32)>, ApiError> {
+        let candidates: Vec<u32> = match placement {
+            Placement::Hosts(hosts) => {
+                let wanted: Vec<&str> = hosts.iter().map(|h| bare_host(h)).collect();
+                let ids: Vec<u32> = self
+                    .hosts
+                    .iter()
+                    .filter(|(_, h)| wanted.contains(&bare_host(h)))
+                    .map(|(&id, _)| id)
+                    .collect();
+                if ids.is_empty() {
+                    return Err(ApiError::Placement(format!(
+                        "no comm node with back-ends runs on {}; the tree's are on {}",
+                        hosts.join(", "),
+                        self.hosts.values().cloned().collect::<Vec<_>>().join(", ")
+                    )));
+                }
+                ids
+            }
+            _ => self.load.keys().copied().collect(),
+        };
+        if candidates.is_empty() {
+            return Err(ApiError::Placement("this tree has no node that starts back-ends".into()));
+        }
+        let mut counts: BTreeMap<u32, u32> = BTreeMap::new();
+        let k = candidates.len() as u32;
+        match placement {
+            Placement::Block => {
+                let per = n.div_ceil(k);
+                let mut left = n;
+                for &id in &candidates {
+                    let take = per.min(left);
+                    if take > 0 {
+                        counts.insert(id, take);
+                    }
+                    left -= take;
+                }
+            }
+            Placement::Cyclic => {
+                for i in 0..n as usize {
+                    let id = candidates[(self.cyclic_next + i) % candidates.len()];
+                    *counts.entry(id).or_default() += 1;
+                }
+                self.cyclic_next = (self.cyclic_next + n as usize) % candidates.len();
+            }
+            Placement::LeastLoaded | Placement::Hosts(_) => {
+                let mut load: Vec<(u32, u32)> = candidates.iter().map(|&id| (self.load[&id], id)).collect();
+                for _ in 0..n {
+                    let Some(least) = load.iter_mut().min() else { break };
+                    least.0 += 1;
+                    *counts.entry(least.1).or_default() += 1;
+                }
+            }
+        }
+        for (&id, &c) in &counts {
+            *self.load.entry(id).or_default() += c;
+        }
+        Ok(counts.into_iter().collect())
+    }
+
+    /// The orders of a spawn of `n` processes running `command`, and its group.
+    fn orders(
+        &mut self,
+        n: u32,
+        command: &[String],
+        placement: &Placement,
+    ) -> Result<(Vec<SpawnOrder>, Group), ApiError> {
+        let counts = self.place(n, placement)?;
+        let group = self.next_group;
+        let group_first = self.next_rank;
+        self.next_group += 1;
+        let size = self.next_rank + n;
+        let mut orders = Vec::with_capacity(counts.len());
+        for (target, count) in counts {
+            orders.push(SpawnOrder {
+                target,
+                first_node_id: self.next_node_id,
+                first_rank: self.next_rank,
+                count,
+                size,
+                group,
+                group_first,
+                group_size: n,
+                command: command.to_vec(),
+            });
+            self.next_node_id += count;
+            self.next_rank += count;
+        }
+        Ok((orders, Group { id: group, ranks: (group_first..group_first + n).collect() }))
+    }
+
+    /// A new group id for a merge.
+    fn group_id(&mut self) -> u32 {
+        let id = self.next_group;
+        self.next_group += 1;
+        id
+    }
+
+    /// Processes stopped or lost no longer weigh on their node.
+    fn unload(&mut self, orders: &[SpawnOrder], gone: &RankSet) {
+        for o in orders {
+            let n = RankSet::range(o.first_rank, o.count).intersection(gone).len() as u32;
+            if let Some(l) = self.load.get_mut(&o.target) {
+                *l = l.saturating_sub(n);
+            }
+        }
+    }
+}
+
+/// `a` and `b` in one group named `id`; see [`Network::merge`].
+fn merged(a: &Group, b: &Group, a_high: bool, id: u32) -> Group {
+    let (first, second) = if a_high { (b, a) } else { (a, b) };
+    let mut ranks = first.ranks.clone();
+    ranks.extend(second.ranks.iter().filter(|r| !first.ranks.contains(r)));
+    Group { id, ranks }
+}
+
+impl Network {
+    /// Starts `n` new back-ends running `command` (program first; empty: the
+    /// launch's back-end command) while the tree runs, under the comm nodes
+    /// `options.placement` picks, and waits until every one has joined. Their ranks
+    /// follow the highest given so far; streams can be created over them at once.
+    /// Each process finds its group in `TREECAST_GROUP`, `TREECAST_GROUP_RANK` and
+    /// `TREECAST_GROUP_SIZE`, besides the usual `TREECAST_RANK` and `TREECAST_SIZE`.
+    ///
+    /// # Errors
+    /// [`ApiError::Placement`] when no comm node fits the placement;
+    /// [`ApiError::SpawnFailed`] naming each process that did not join (a bad
+    /// command, a process that exited, the time limit), after stopping the others of
+    /// the spawn, so that nothing of a failed spawn is left running.
+    ///
+    /// Cancel safety: not cancel safe: processes of a spawn dropped while it waits
+    /// stay in the tree.
+    pub async fn spawn(&self, n: u32, command: &[String], options: &SpawnOptions) -> Result<Group, ApiError> {
+        if n == 0 {
+            return Err(ApiError::Placement("a spawn starts at least one process".into()));
+        }
+        let (orders, group) = {
+            let mut book = self.spawn_book();
+            let made = book.orders(n, command, &options.placement)?;
+            self.set_backends(book.ranks_given());
+            made
+        };
+        let mut joined = self.joined_watch();
+        let mut lost = self.lost_watch();
+        {
+            let mut d = lock(&self.shared);
+            for order in &orders {
+                d.command(Command::Spawn(order.clone())).map_err(|e| ApiError::Refused(Box::new(e)))?;
+            }
+        }
+        let want = group.rank_set();
+        let settled = async {
+            loop {
+                let done_joined = joined.borrow_and_update().intersection(&want);
+                let done_lost = lost.borrow_and_update().ranks().intersection(&want);
+                if done_joined.len() + done_lost.len() >= want.len() {
+                    return (done_joined, done_lost);
+                }
+                tokio::select! {
+                    r = joined.changed() => if r.is_err() { return (done_joined, done_lost) },
+                    r = lost.changed() => if r.is_err() { return (done_joined, done_lost) },
+                }
+            }
+        };
+        let (in_tree, failed) = match tokio::time::timeout(options.limit, settled).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let j = self.joined_watch().borrow().intersection(&want);
+                let l = self.lost_watch().borrow().ranks().intersection(&want);
+                (j, l)
+            }
+        };
+        if in_tree == want {
+            return Ok(group);
+        }
+        let mut failures = self.lost().among(&want);
+        let silent = want.difference(&in_tree).difference(&failed);
+        if !silent.is_empty() {
+            let why = format!("did not join within {:.1} s", options.limit.as_secs_f64());
+            failures.push((silent, why));
+        }
+        let reason = format!("spawn of group {} failed", group.id);
+        let _ = lock(&self.shared).command(Command::Stop { ranks: want.difference(&failed), reason });
+        self.spawn_book().unload(&orders, &want);
+        Err(ApiError::SpawnFailed { n, failures })
+    }
+
+    /// Stops every process of `group` (a pool that shrinks); their ranks leave the
+    /// streams gracefully ([`crate::Event::RanksLeft`]), not as failures.
+    ///
+    /// # Errors
+    /// [`ApiError::Closed`] when the network is gone.
+    pub fn stop(&self, group: &Group, reason: &str) -> Result<(), ApiError> {
+        let ranks = group.rank_set();
+        lock(&self.shared)
+            .command(Command::Stop { ranks, reason: reason.to_owned() })
+            .map_err(|e| ApiError::from_command(0, e))
+    }
+
+    /// One group of `a`'s and `b`'s processes, as `MPI_Intercomm_merge` orders them:
+    /// `a`'s first unless `a_high`, then `b`'s first. A process in both is kept once,
+    /// where it comes first.
+    pub fn merge(&self, a: &Group, b: &Group, a_high: bool) -> Group {
+        merged(a, b, a_high, self.spawn_book().group_id())
+    }
+
+    /// The back-ends of the launch as a group (id 0), to merge spawned groups with.
+    pub fn launch_group(&self) -> Group {
+        Group { id: 0, ranks: (0..self.topology().backends() as u32).collect() }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn book(spec: &str, backends: usize) -> SpawnBook {
+        let topo = Topology::from_spec(spec, Some(backends)).unwrap();
+        SpawnBook::new(&topo, topo.backends() as u32)
+    }
+
+    #[test]
+    fn least_loaded_fills_the_emptiest_comm_nodes_first() {
+        let mut b = book("balanced:4x4", 16);
+        let ids: Vec<u32> = b.load.keys().copied().collect();
+        // One more under each of the first three: 5, 5, 5, 4.
+        b.place(3, &Placement::Block).unwrap();
+        assert_eq!(b.place(1, &Placement::LeastLoaded).unwrap(), vec![(ids[3], 1)]);
+        b.place(4, &Placement::LeastLoaded).unwrap();
+        assert_eq!(b.load.values().copied().collect::<Vec<_>>(), vec![6, 6, 6, 6]);
+    }
+
+    #[test]
+    fn block_and_cyclic_split_as_named() {
+        let mut b = book("balanced:4x4", 16);
+        let ids: Vec<u32> = b.load.keys().copied().collect();
+        assert_eq!(b.place(6, &Placement::Block).unwrap(), vec![(ids[0], 2), (ids[1], 2), (ids[2], 2)]);
+        assert_eq!(b.place(2, &Placement::Cyclic).unwrap(), vec![(ids[0], 1), (ids[1], 1)]);
+        // The next cyclic spawn goes on where this one ended.
+        assert_eq!(b.place(3, &Placement::Cyclic).unwrap(), vec![(ids[0], 1), (ids[2], 1), (ids[3], 1)]);
+    }
+
+    #[test]
+    fn a_flat_tree_spawns_under_the_front_end() {
+        let mut b = book("flat", 4);
+        let (orders, group) = b.orders(3, &[], &Placement::LeastLoaded).unwrap();
+        assert_eq!(orders.len(), 1);
+        assert_eq!((orders[0].target, orders[0].first_rank, orders[0].first_node_id), (0, 4, 5));
+        assert_eq!((orders[0].size, orders[0].group_first, orders[0].group_size), (7, 4, 3));
+        assert_eq!(group.ranks(), &[4, 5, 6]);
+    }
+
+    #[test]
+    fn spawns_give_out_new_ranks_and_node_ids_in_order() {
+        let mut b = book("balanced:2x2", 4);
+        let (first, g1) = b.orders(3, &["w".into()], &Placement::Cyclic).unwrap();
+        let (second, g2) = b.orders(1, &[], &Placement::LeastLoaded).unwrap();
+        assert_eq!(g1.ranks(), &[4, 5, 6]);
+        assert_eq!(g2.ranks(), &[7]);
+        assert_ne!(g1.id(), g2.id());
+        let all: Vec<(u32, u32, u32)> =
+            first.iter().chain(&second).map(|o| (o.first_rank, o.count, o.first_node_id)).collect();
+        // balanced:2x2 has 7 nodes (ids 0-6): new node ids start at 7.
+        assert_eq!(all, vec![(4, 2, 7), (6, 1, 9), (7, 1, 10)]);
+        assert!(second.iter().all(|o| o.size == 8 && o.group_size == 1));
+    }
+
+    #[test]
+    fn hosts_without_a_comm_node_are_refused_by_name() {
+        let mut b = book("balanced:2x2", 4);
+        let err = b.place(1, &Placement::Hosts(vec!["nowhere".into()])).unwrap_err();
+        assert!(err.to_string().contains("no comm node with back-ends runs on nowhere"), "{err}");
+    }
+
+    #[test]
+    fn merge_orders_as_mpi_does() {
+        let a = Group { id: 1, ranks: vec![4, 5] };
+        let b = Group { id: 2, ranks: vec![0, 1, 2] };
+        assert_eq!(merged(&a, &b, false, 3).ranks(), &[4, 5, 0, 1, 2]);
+        let high = merged(&a, &b, true, 3);
+        assert_eq!(high.ranks(), &[0, 1, 2, 4, 5]);
+        assert_eq!(high.group_rank(4), Some(3));
+        assert_eq!(high.rank_set(), {
+            let mut s = RankSet::range(0, 3);
+            s.union_with(&RankSet::range(4, 2));
+            s
+        });
+        // A rank in both counts once, where it comes first.
+        let c = Group { id: 4, ranks: vec![5, 6] };
+        assert_eq!(merged(&a, &c, false, 5).ranks(), &[4, 5, 6]);
+    }
+}

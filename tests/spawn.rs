@@ -1,0 +1,192 @@
+//! Processes started while the tree runs: real comm nodes and back-ends on loopback.
+//!
+//! Every test checks that no process of its network is left behind, by looking
+//! for its session id in the environment of every process.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_no_leftovers, processes_with_env};
+use treecast::apps::protocol::*;
+use treecast_api::{
+    ApiError, Event, Group, Network, NetworkBuilder, Placement, RankSet, SpawnOptions, StreamOptions,
+    Topology, TransformKind, Value,
+};
+
+const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
+const LIMIT: Duration = Duration::from_secs(20);
+
+async fn launch(spec: &str, backends: usize) -> Network {
+    let topo = Topology::from_spec(spec, Some(backends)).unwrap();
+    NetworkBuilder::new(topo).treecast_path(TREECAST).startup_timeout(LIMIT).launch().await.unwrap()
+}
+
+async fn finish(net: Network) {
+    let needle = format!("TREECAST_SESSION={}", net.session());
+    net.shutdown().await;
+    assert_no_leftovers(&needle);
+}
+
+/// The sum of `TAG_ADD_RANK` over `ranks`, once: what the back-ends of a stream answer.
+async fn sum_over(net: &Network, ranks: RankSet) -> i64 {
+    let comm = net.communicator(ranks).unwrap();
+    let mut s = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    let p = s.recv_timeout(LIMIT).await.unwrap();
+    p.values().unwrap()[0].as_i64().unwrap()
+}
+
+fn ranks_sum(ranks: &[u32]) -> i64 {
+    ranks.iter().map(|&r| i64::from(r)).sum()
+}
+
+/// Pids of this session's processes whose environment also holds `needle`.
+fn session_processes(net: &Network, needle: &str) -> Vec<u32> {
+    let session = processes_with_env(&format!("TREECAST_SESSION={}", net.session()));
+    processes_with_env(needle).into_iter().filter(|p| session.contains(p)).collect()
+}
+
+/// Waits until no process of this session holds `needle`; fails naming those left.
+/// (Asynchronously: the front-end's driver runs on this test's thread.)
+async fn wait_until_gone(net: &Network, needle: &str) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let left = session_processes(net, needle);
+        if left.is_empty() {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let described: Vec<String> = left.iter().map(|pid| common::describe(*pid)).collect();
+            panic!("processes with {needle} still running: {}", described.join("; "));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn options(placement: Placement) -> SpawnOptions {
+    SpawnOptions { placement, limit: LIMIT }
+}
+
+#[tokio::test]
+async fn backends_spawned_while_reductions_run_join_the_next_streams() {
+    let mut net = launch("balanced:2x2", 4).await;
+    let mut running = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    for wave in 0..3 {
+        running.send(TAG_ADD_RANK, "%d", &[Value::Int(wave)]).await.unwrap();
+    }
+    let group = net.spawn(4, &[], &options(Placement::LeastLoaded)).await.unwrap();
+    assert_eq!(group.ranks(), &[4, 5, 6, 7]);
+    assert_eq!(net.backends(), 8);
+    // The waves under way are not disturbed: the stream's communicator is the launch's.
+    for wave in 0..3 {
+        let p = running.recv_timeout(LIMIT).await.unwrap();
+        assert_eq!(p.values().unwrap()[0].as_i64().unwrap(), 4 * wave + 6, "wave {wave}");
+    }
+    assert_eq!(sum_over(&net, RankSet::range(0, 8)).await, ranks_sum(&[0, 1, 2, 3, 4, 5, 6, 7]));
+    assert_eq!(sum_over(&net, group.rank_set()).await, ranks_sum(group.ranks()));
+    // Each comm node started two (least loaded), and each process knows its group.
+    for (group_rank, rank) in group.ranks().iter().enumerate() {
+        let pids = session_processes(&net, &format!("TREECAST_RANK={rank}"));
+        assert_eq!(pids.len(), 1, "rank {rank}");
+        let env = std::fs::read(format!("/proc/{}/environ", pids[0])).unwrap();
+        let env = String::from_utf8_lossy(&env);
+        assert!(env.contains(&format!("TREECAST_GROUP={}\0", group.id())), "rank {rank}");
+        assert!(env.contains(&format!("TREECAST_GROUP_RANK={group_rank}\0")), "rank {rank}");
+        assert!(env.contains("TREECAST_GROUP_SIZE=4\0"), "rank {rank}");
+        assert!(env.contains("TREECAST_SIZE=8\0"), "rank {rank}");
+    }
+    let mut joined = RankSet::new();
+    while let Some(e) = net.try_event() {
+        if let Event::RanksJoined { ranks } = e {
+            joined.union_with(&ranks);
+        }
+    }
+    assert_eq!(joined, group.rank_set());
+    // A second spawn, one per comm node in turn, merged with the launch's back-ends.
+    let more = net.spawn(2, &[], &options(Placement::Cyclic)).await.unwrap();
+    let all = net.merge(&more, &net.launch_group(), true);
+    assert_eq!(all.ranks(), &[0, 1, 2, 3, 8, 9]);
+    assert_eq!(sum_over(&net, all.rank_set()).await, ranks_sum(all.ranks()));
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_flat_front_end_spawns_its_own_children() {
+    let net = launch("flat", 2).await;
+    let group = net.spawn(3, &[], &SpawnOptions::default()).await.unwrap();
+    assert_eq!(sum_over(&net, RankSet::range(0, 5)).await, ranks_sum(&[0, 1, 2, 3, 4]));
+    assert_eq!(group.size(), 3);
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_spawn_that_fails_names_each_process_and_leaves_none_of_it_running() {
+    let net = launch("balanced:2x2", 4).await;
+    // No such program: every process fails to start.
+    let err = net.spawn(2, &["/nonexistent/worker".into()], &options(Placement::Block)).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ApiError::SpawnFailed { n: 2, .. }), "{text}");
+    assert!(text.contains("rank 4") && text.contains("rank 5"), "{text}");
+    assert!(text.contains("/nonexistent/worker"), "{text}");
+    // One of three exits at once; the two that joined are stopped with it.
+    let script = format!(
+        "if [ \"$TREECAST_GROUP_RANK\" = 1 ]; then echo no licence >&2; exit 3; fi; exec {TREECAST} backend"
+    );
+    let command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script];
+    let err = net.spawn(3, &command, &options(Placement::LeastLoaded)).await.unwrap_err();
+    let ApiError::SpawnFailed { failures, .. } = &err else { panic!("{err}") };
+    assert_eq!(failures.len(), 1, "{err}");
+    assert_eq!(failures[0].0, RankSet::single(7), "{err}");
+    assert!(failures[0].1.contains("no licence"), "{err}");
+    for rank in 6..9 {
+        wait_until_gone(&net, &format!("TREECAST_RANK={rank}")).await;
+    }
+    // The tree goes on: the launch's ranks and the stopped ones' absence.
+    assert_eq!(sum_over(&net, RankSet::range(0, 9)).await, ranks_sum(&[0, 1, 2, 3]));
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_killed_group_is_lost_a_stopped_group_leaves_and_the_others_go_on() {
+    let mut net = launch("balanced:2x2", 4).await;
+    let doomed = net.spawn(2, &[], &options(Placement::LeastLoaded)).await.unwrap();
+    let stopped = net.spawn(2, &[], &options(Placement::LeastLoaded)).await.unwrap();
+    let kept: Group = net.spawn(2, &[], &options(Placement::LeastLoaded)).await.unwrap();
+    while net.try_event().is_some() {}
+    for rank in doomed.ranks() {
+        for pid in session_processes(&net, &format!("TREECAST_RANK={rank}")) {
+            std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+        }
+    }
+    net.stop(&stopped, "the pool shrinks").unwrap();
+    let (mut lost, mut left) = (RankSet::new(), RankSet::new());
+    while lost != doomed.rank_set() || left != stopped.rank_set() {
+        match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap().unwrap() {
+            Event::RanksLost { ranks, .. } => lost.union_with(&ranks),
+            Event::RanksLeft { ranks, reason } => {
+                assert!(reason.contains("the pool shrinks"), "{reason}");
+                left.union_with(&ranks);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(net.lost_ranks(), doomed.rank_set());
+    let everyone = RankSet::range(0, net.backends());
+    assert_eq!(sum_over(&net, everyone).await, ranks_sum(&[0, 1, 2, 3]) + ranks_sum(kept.ranks()));
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_placement_on_hosts_without_comm_nodes_starts_nothing() {
+    let net = launch("balanced:2x2", 4).await;
+    let err = net.spawn(1, &[], &options(Placement::Hosts(vec!["elsewhere".into()]))).await.unwrap_err();
+    assert!(matches!(err, ApiError::Placement(_)), "{err}");
+    assert_eq!(net.backends(), 4);
+    finish(net).await;
+}
