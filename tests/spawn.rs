@@ -190,3 +190,47 @@ async fn a_placement_on_hosts_without_comm_nodes_starts_nothing() {
     assert_eq!(net.backends(), 4);
     finish(net).await;
 }
+
+#[tokio::test]
+async fn a_stopped_backend_is_told_to_shut_down_and_exits_on_its_own() {
+    let net = launch("balanced:2x2", 4).await;
+    let dir = common::TestDir::new("spawn-stop");
+    let done = dir.path("exit-status");
+    // The shell outlives the back-end only if the back-end exits by itself: a kill
+    // after the grace would take the shell (the process its parent watches) with it.
+    let script = format!("{TREECAST} backend; echo $? > {}", done.display());
+    let command = vec!["/bin/sh".to_owned(), "-c".to_owned(), script];
+    let group = net.spawn(1, &command, &options(Placement::LeastLoaded)).await.unwrap();
+    net.stop(&group, "done with it").unwrap();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while !done.exists() {
+        assert!(tokio::time::Instant::now() < deadline, "the stopped back-end did not exit by itself");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(std::fs::read_to_string(&done).unwrap().trim(), "0");
+    finish(net).await;
+}
+
+#[test]
+fn bench_spawn_and_merge_print_their_figures_as_json() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(TREECAST).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let tree = ["--local", "4", "--topology", "balanced:2x2", "--no-mpi", "--json"];
+    let spawn = run(
+        &[&["bench", "spawn", "--sizes", "1,2", "--runs", "2", "--rate-secs", "0.2"], &tree[..]].concat()
+    );
+    assert_eq!(spawn["latency"].as_array().unwrap().len(), 2, "{spawn}");
+    assert_eq!(spawn["latency"][1]["n"], 2, "{spawn}");
+    assert_eq!(spawn["latency"][1]["treecast"]["runs"], 2, "{spawn}");
+    assert!(spawn["rate"][0]["treecast_per_s"].as_f64().unwrap() > 0.0, "{spawn}");
+    assert_eq!(spawn["latency"][0]["mpi"]["missing"], "--no-mpi", "{spawn}");
+    let merge = run(&[&["bench", "merge", "--sizes", "2", "--runs", "2"], &tree[..]].concat());
+    assert_eq!(merge["merge"][0]["treecast"]["runs"], 2, "{merge}");
+    // Bad sizes are refused before anything starts.
+    let out = std::process::Command::new(TREECAST).args(["bench", "spawn", "--sizes", "0"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("0 is not between 1 and 1024"));
+}

@@ -76,6 +76,8 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchCommand::Sim(s) => super::simbench::main(s),
         BenchCommand::Route(r) => super::routebench::main(r).await,
         BenchCommand::Bcast(b) => super::bcastbench::main(b).await,
+        BenchCommand::Spawn(s) => super::spawnbench::spawn_main(s).await,
+        BenchCommand::Merge(m) => super::spawnbench::merge_main(m).await,
         BenchCommand::Chaos(c) => super::chaos::main(c).await,
         BenchCommand::Echo => echo(),
         BenchCommand::Relay => relay(),

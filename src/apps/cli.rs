@@ -272,6 +272,12 @@ pub enum BenchCommand {
     /// sent --runs times (warm, as against daemons already running), with what each
     /// node's multicast route did and the front-end's CPU time.
     Bcast(BenchBcastArgs),
+    /// Latency of spawning n back-ends while the tree runs, and spawns per second,
+    /// against MPI_Comm_spawn measured in the same run.
+    Spawn(BenchSpawnArgs),
+    /// Latency of merging two spawned groups and reducing over the merged group,
+    /// against MPI_Intercomm_merge measured in the same run.
+    Merge(BenchMergeArgs),
     /// Reductions on a real tree while comm nodes and back-ends are killed (SIGKILL)
     /// or stopped (SIGSTOP) at random: hangs, wrong answers, live ranks reported lost,
     /// processes left behind, recovery time.
@@ -303,6 +309,49 @@ pub struct BenchBcastArgs {
     #[arg(long, value_name = "BYTES", default_value_t = treecast_api::DEFAULT_CHUNK)]
     pub chunk: usize,
     /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `treecast bench spawn`.
+#[derive(Debug, Args)]
+pub struct BenchSpawnArgs {
+    /// The running tree the spawns come from (default: 16 back-ends, balanced:4x4).
+    #[command(flatten)]
+    pub tree: TreeArgs,
+    /// Processes per spawn, comma-separated.
+    #[arg(long, value_name = "N,N,...", default_value = "1,4,16,64")]
+    pub sizes: String,
+    /// Spawns timed per size.
+    #[arg(long, default_value_t = 20)]
+    pub runs: usize,
+    /// Seconds of back-to-back spawns for the rate (n = 1 and 4).
+    #[arg(long, value_name = "SECS", default_value_t = 3.0)]
+    pub rate_secs: f64,
+    /// Leave the MPI reference out.
+    #[arg(long)]
+    pub no_mpi: bool,
+    /// One JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `treecast bench merge`.
+#[derive(Debug, Args)]
+pub struct BenchMergeArgs {
+    /// The running tree the groups are spawned from (default: 16 back-ends, balanced:4x4).
+    #[command(flatten)]
+    pub tree: TreeArgs,
+    /// Processes per group, comma-separated.
+    #[arg(long, value_name = "N,N,...", default_value = "1,4,16,64")]
+    pub sizes: String,
+    /// Merges timed per size.
+    #[arg(long, default_value_t = 20)]
+    pub runs: usize,
+    /// Leave the MPI reference out.
+    #[arg(long)]
+    pub no_mpi: bool,
+    /// One JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
 }

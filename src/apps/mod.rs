@@ -17,4 +17,5 @@ pub mod routebench;
 pub mod routelive;
 pub mod run;
 pub mod simbench;
+pub mod spawnbench;
 pub mod topo;

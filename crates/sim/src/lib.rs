@@ -908,6 +908,12 @@ impl Sim {
             Event::StartChildren { children, .. } => self.start_children(id, children),
             Event::CloseLink { link, reason } => self.close_link(id, link, reason),
             Event::AbandonChild { node_id } => self.kill(node_id as usize, "was abandoned by its parent"),
+            Event::RetireChild { node_id, link } => {
+                // The shutdown queued before the close reaches the child first; the
+                // driver's grace then ends a process that did not exit.
+                self.close_link(id, link, "retired by its parent".into());
+                self.kill_at(node_id as usize, self.config.delay.1 * 2 + Duration::from_millis(1));
+            }
             Event::Rejoin { address } => match parse_sim_address(&address) {
                 Some(parent) => {
                     let at = self.now + self.config.delay.1;

@@ -165,6 +165,14 @@ pub enum Event {
         /// Its node id.
         node_id: u32,
     },
+    /// A back-end child is ended on purpose: close its link once the shutdown queued
+    /// on it is written, and stop its process if it has not exited within a grace.
+    RetireChild {
+        /// Its node id.
+        node_id: u32,
+        /// Its link, which the core has forgotten.
+        link: LinkId,
+    },
     /// Packets (or a stream's end) wait for the tool: on this stream at the front-end,
     /// on any stream at a back-end (`None`).
     Readable {

@@ -652,7 +652,7 @@ impl Node {
                 continue;
             }
             if child.is_backend {
-                self.abandon(c);
+                self.retire(c);
                 self.members_left(c, now);
                 self.report_up(ControlMsg::Leave { ranks: mine, reason: reason.to_owned(), graceful: true });
             } else if let Some(link) = child.link {
@@ -803,6 +803,21 @@ impl Node {
             self.out.event(Event::CloseLink { link, reason: format!("{} was given up on", child.name) });
         }
         self.out.event(Event::AbandonChild { node_id: child.node_id });
+    }
+
+    /// Ends a back-end child on purpose: a linked one is told to shut down and gets
+    /// its driver's grace to exit before it is killed; one not linked yet is stopped.
+    fn retire(&mut self, c: usize) {
+        let child = &mut self.children[c];
+        let Some(link) = child.link.take() else { return self.abandon(c) };
+        child.state = ChildState::Gone;
+        child.deadline = None;
+        child.ranks = RankSet::new();
+        let node_id = child.node_id;
+        self.links.remove(link);
+        self.liveness.link_closed(link);
+        self.out.control(link, &ControlMsg::Shutdown);
+        self.out.event(Event::RetireChild { node_id, link });
     }
 
     /// Start-up failed: the parent is told, every child is stopped, the node ends.

@@ -29,6 +29,8 @@ const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
 /// Handshakes a listener runs at once; a new connection past this closes the oldest
 /// one still under way. Bounds the descriptors and memory strangers can hold.
 const MAX_PENDING_HANDSHAKES: usize = 64;
+/// Time a retired child has to exit on its own before it is killed.
+const RETIRE_GRACE: Duration = Duration::from_secs(2);
 /// Time a dead child's stderr gets to drain before it is reported.
 const STDERR_DRAIN: Duration = Duration::from_millis(20);
 
@@ -67,6 +69,9 @@ pub(crate) enum ChildNews {
 pub(crate) enum ChildOrder {
     /// Stop this child's process.
     Abandon(u32),
+    /// This child was told to shut down: stop its process if it has not exited
+    /// within [`RETIRE_GRACE`].
+    Retire(u32),
     /// Every child is linked: stop listening.
     StopAccepting,
     /// Start more children (adopted while the tree runs).
@@ -103,6 +108,9 @@ struct Running {
     /// One task per process; dropping the set kills them all.
     processes: JoinSet<()>,
     watched: Vec<Watched>,
+    /// Timers that stop retired children which outstay [`RETIRE_GRACE`]; never
+    /// awaited (dropping one stops its child at once).
+    retiring: JoinSet<()>,
 }
 
 impl Running {
@@ -111,6 +119,18 @@ impl Running {
         if let Some(stop) = self.watched.iter_mut().find(|w| w.node_id == node_id).and_then(|w| w.stop.take())
         {
             let _ = stop.send(());
+        }
+    }
+
+    /// Stops one child's process unless it exits within [`RETIRE_GRACE`].
+    fn retire(&mut self, node_id: u32) {
+        if let Some(stop) = self.watched.iter_mut().find(|w| w.node_id == node_id).and_then(|w| w.stop.take())
+        {
+            // A process gone by then ignores it.
+            self.retiring.spawn(async move {
+                tokio::time::sleep(RETIRE_GRACE).await;
+                let _ = stop.send(());
+            });
         }
     }
 
@@ -138,8 +158,13 @@ impl ChildrenTask {
             Ok(l) => l,
             Err(e) => return self.fail_all(&e).await,
         };
-        let mut running =
-            Running { launcher, listeners: None, processes: JoinSet::new(), watched: Vec::new() };
+        let mut running = Running {
+            launcher,
+            listeners: None,
+            processes: JoinSet::new(),
+            watched: Vec::new(),
+            retiring: JoinSet::new(),
+        };
         let children = std::mem::take(&mut self.children);
         let own_points = self.start(&mut running, children).await;
         if self.plan.attach_ms > 0 {
@@ -331,8 +356,10 @@ impl ChildrenTask {
                     }
                 }
                 Some(_) = running.processes.join_next() => {}
+                Some(_) = running.retiring.join_next() => {}
                 order = self.orders.recv() => match order {
                     Some(ChildOrder::Abandon(node_id)) => running.stop(node_id),
+                    Some(ChildOrder::Retire(node_id)) => running.retire(node_id),
                     Some(ChildOrder::StopAccepting) => {
                         running.listeners = None;
                         // Handshakes still under way are strangers' now: every child is linked.

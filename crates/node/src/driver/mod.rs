@@ -282,6 +282,12 @@ impl<T: Tool> Driver<T> {
                 self.udp.link_down(link, Instant::now());
             }
             Event::AbandonChild { node_id } => self.order(ChildOrder::Abandon(node_id)),
+            Event::RetireChild { node_id, link } => {
+                self.route.close(link, Close::Flush);
+                self.links.remove(link);
+                self.udp.link_down(link, Instant::now());
+                self.order(ChildOrder::Retire(node_id));
+            }
             Event::Ready { .. } => {
                 // With recovery on, the orphans of a lost child connect here to rejoin.
                 if self.core.rejoin_limit().is_none() {

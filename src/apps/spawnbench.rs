@@ -1,0 +1,523 @@
+//! `treecast bench spawn` and `treecast bench merge`: processes started while the
+//! tree runs, timed against MPI-2 dynamic process management measured in the same
+//! run (Open MPI or MPICH through `mpicc` and `mpirun`, with the program in
+//! `tools/mpi-spawn/spawn_bench.c`).
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use serde::Serialize;
+use treecast_api::{Event, Group, Network, RankSet, SpawnOptions, StreamOptions, TransformKind, Value};
+
+use super::cli::{BenchMergeArgs, BenchSpawnArgs, TreeArgs};
+use super::protocol::TAG_ADD_RANK;
+
+/// The MPI program of the reference, compiled at run time with `mpicc`.
+const MPI_SOURCE: &str = include_str!("../../tools/mpi-spawn/spawn_bench.c");
+/// Longest one MPI job of the reference may run before it is called hung.
+const MPI_JOB_LIMIT: Duration = Duration::from_secs(120);
+/// Longest a step of the benchmark may take.
+const STEP_LIMIT: Duration = Duration::from_secs(60);
+
+/// Minimum, mean, median and maximum of some timings, milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Timings {
+    /// Runs measured.
+    pub runs: usize,
+    /// Fastest.
+    pub min_ms: f64,
+    /// Mean.
+    pub mean_ms: f64,
+    /// Median (the upper one of an even count).
+    pub median_ms: f64,
+    /// Slowest.
+    pub max_ms: f64,
+}
+
+impl Timings {
+    fn of(ms: &[f64]) -> Option<Timings> {
+        if ms.is_empty() {
+            return None;
+        }
+        let mut sorted = ms.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Some(Timings {
+            runs: ms.len(),
+            min_ms: sorted[0],
+            mean_ms: ms.iter().sum::<f64>() / ms.len() as f64,
+            median_ms: sorted[sorted.len() / 2],
+            max_ms: sorted[sorted.len() - 1],
+        })
+    }
+}
+
+/// What the MPI reference gave for one case, or why it gave nothing.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reference {
+    /// Timings (latency, merge), milliseconds.
+    Timings(Timings),
+    /// Spawns per second.
+    Rate(f64),
+    /// Not measured, and why.
+    Missing(String),
+}
+
+impl Reference {
+    fn median_ms(&self) -> Option<f64> {
+        match self {
+            Reference::Timings(t) => Some(t.median_ms),
+            _ => None,
+        }
+    }
+}
+
+/// One row: treecast's figure for `n` processes and MPI's.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Processes per spawn (per group, for a merge).
+    pub n: u32,
+    /// treecast's timings.
+    pub treecast: Timings,
+    /// MPI's, in the same run.
+    pub mpi: Reference,
+    /// treecast's median over MPI's (below 1: treecast is faster).
+    pub ratio: Option<f64>,
+}
+
+/// One spawn-rate row.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateRow {
+    /// Processes per spawn.
+    pub n: u32,
+    /// treecast's spawns per second, the processes kept running until the end.
+    pub treecast_per_s: f64,
+    /// MPI's, in the same run.
+    pub mpi: Reference,
+}
+
+/// The report of `bench spawn`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpawnBench {
+    /// The tree the spawns ran from.
+    pub topology: String,
+    /// Its back-ends at launch.
+    pub backends: u32,
+    /// The MPI library of the reference, as `mpirun --version` names it.
+    pub mpi_library: Option<String>,
+    /// Latency of `spawn(n)`.
+    pub latency: Vec<Row>,
+    /// Sustained spawns per second.
+    pub rate: Vec<RateRow>,
+}
+
+/// The report of `bench merge`.
+#[derive(Debug, Clone, Serialize)]
+pub struct MergeBench {
+    /// The tree the groups were spawned from.
+    pub topology: String,
+    /// Its back-ends at launch.
+    pub backends: u32,
+    /// The MPI library of the reference.
+    pub mpi_library: Option<String>,
+    /// Merge of two groups of n (merge, a stream over the merged group and one wave
+    /// through it, as `MPI_Intercomm_merge` followed by a barrier).
+    pub merge: Vec<Row>,
+}
+
+/// Runs `treecast bench spawn`.
+pub async fn spawn_main(args: BenchSpawnArgs) -> anyhow::Result<ExitCode> {
+    let sizes = parse_sizes(&args.sizes)?;
+    ensure!(args.runs > 0, "--runs needs at least 1");
+    ensure!(args.rate_secs > 0.0 && args.rate_secs <= 600.0, "--rate-secs takes 0 to 600 seconds");
+    let tree = default_tree(&args.tree);
+    let mut net = super::run::launch(&tree).await?;
+    let topology = tree.topology.clone().unwrap_or_default();
+    let backends = net.backends();
+    let measured = measure_spawns(&mut net, &sizes, args.runs, args.rate_secs).await;
+    net.shutdown().await;
+    let (latency, rate) = measured?;
+    let mpi = if args.no_mpi { Err("--no-mpi".to_owned()) } else { MpiReference::build() };
+    let mut bench = SpawnBench {
+        topology,
+        backends,
+        mpi_library: mpi.as_ref().ok().map(|m| m.library.clone()),
+        latency: Vec::new(),
+        rate: Vec::new(),
+    };
+    for (n, t) in latency {
+        let reference = match &mpi {
+            Ok(m) => m.latency(n, args.runs.min(10)),
+            Err(why) => Reference::Missing(why.clone()),
+        };
+        let ratio = reference.median_ms().map(|m| t.median_ms / m);
+        bench.latency.push(Row { n, treecast: t, mpi: reference, ratio });
+    }
+    for (n, per_s) in rate {
+        let reference = match &mpi {
+            Ok(m) => m.rate(n, args.rate_secs),
+            Err(why) => Reference::Missing(why.clone()),
+        };
+        bench.rate.push(RateRow { n, treecast_per_s: per_s, mpi: reference });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&bench)?);
+    } else {
+        print!("{}", render_spawn(&bench));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `treecast bench merge`.
+pub async fn merge_main(args: BenchMergeArgs) -> anyhow::Result<ExitCode> {
+    let sizes = parse_sizes(&args.sizes)?;
+    ensure!(args.runs > 0, "--runs needs at least 1");
+    let tree = default_tree(&args.tree);
+    let mut net = super::run::launch(&tree).await?;
+    let topology = tree.topology.clone().unwrap_or_default();
+    let backends = net.backends();
+    let measured = measure_merges(&mut net, &sizes, args.runs).await;
+    net.shutdown().await;
+    let mpi = if args.no_mpi { Err("--no-mpi".to_owned()) } else { MpiReference::build() };
+    let mut bench = MergeBench {
+        topology,
+        backends,
+        mpi_library: mpi.as_ref().ok().map(|m| m.library.clone()),
+        merge: Vec::new(),
+    };
+    for (n, t) in measured? {
+        let reference = match &mpi {
+            Ok(m) => m.merge(n),
+            Err(why) => Reference::Missing(why.clone()),
+        };
+        let ratio = reference.median_ms().map(|m| t.median_ms / m);
+        bench.merge.push(Row { n, treecast: t, mpi: reference, ratio });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&bench)?);
+    } else {
+        print!("{}", render_merge(&bench));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The tree of the published benchmark unless one is given: 16 back-ends under 4 comm nodes.
+fn default_tree(tree: &TreeArgs) -> TreeArgs {
+    let mut tree = tree.clone();
+    if tree.local.is_none() && tree.hosts.is_none() {
+        tree.local = Some(16);
+        tree.topology.get_or_insert_with(|| "balanced:4x4".to_owned());
+    }
+    tree.topology.get_or_insert_with(|| super::run::DEFAULT_TOPOLOGY.to_owned());
+    tree
+}
+
+fn parse_sizes(text: &str) -> anyhow::Result<Vec<u32>> {
+    let sizes: Vec<u32> = text
+        .split(',')
+        .map(|s| s.trim().parse::<u32>().with_context(|| format!("--sizes: {s:?} is not a number")))
+        .collect::<anyhow::Result<_>>()?;
+    if let Some(bad) = sizes.iter().find(|&&n| n == 0 || n > 1024) {
+        bail!("--sizes: {bad} is not between 1 and 1024 processes");
+    }
+    Ok(sizes)
+}
+
+/// Times `spawn(n)` for each size (stopping each group before the next spawn), then
+/// spawns back to back, keeping every process, for `rate_secs` at n = 1 and 4.
+async fn measure_spawns(
+    net: &mut Network,
+    sizes: &[u32],
+    runs: usize,
+    rate_secs: f64,
+) -> anyhow::Result<(Vec<(u32, Timings)>, Vec<(u32, f64)>)> {
+    let options = SpawnOptions::default();
+    // One spawn before timing: the binary in the page cache, the listeners open.
+    let warm = net.spawn(1, &[], &options).await?;
+    stop_and_wait(net, &[warm]).await?;
+    let mut latency = Vec::new();
+    for &n in sizes {
+        let mut ms = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            let group = net.spawn(n, &[], &options).await?;
+            ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            stop_and_wait(net, &[group]).await?;
+        }
+        latency.extend(Timings::of(&ms).map(|t| (n, t)));
+    }
+    let mut rate = Vec::new();
+    for n in [1, 4] {
+        let mut kept = Vec::new();
+        let t0 = Instant::now();
+        while t0.elapsed().as_secs_f64() < rate_secs {
+            kept.push(net.spawn(n, &[], &options).await?);
+        }
+        rate.push((n, kept.len() as f64 / t0.elapsed().as_secs_f64()));
+        stop_and_wait(net, &kept).await?;
+    }
+    Ok((latency, rate))
+}
+
+/// Times the merge of two groups of n: the merge, a stream over the merged group,
+/// and one wave through it whose sum is checked.
+async fn measure_merges(
+    net: &mut Network,
+    sizes: &[u32],
+    runs: usize,
+) -> anyhow::Result<Vec<(u32, Timings)>> {
+    let options = SpawnOptions::default();
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let a = net.spawn(n, &[], &options).await?;
+        let b = net.spawn(n, &[], &options).await?;
+        let mut ms = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            let merged = net.merge(&a, &b, false);
+            let opts = StreamOptions::reduce(TransformKind::Sum);
+            let mut stream = net.new_stream(&merged.communicator(), opts).await?;
+            stream.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await?;
+            let p = stream.recv_timeout(STEP_LIMIT).await?;
+            ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            let want: i64 = merged.ranks().iter().map(|&r| i64::from(r)).sum();
+            let got = p.values()?.first().and_then(Value::as_i64);
+            ensure!(got == Some(want), "the merged group's sum was {got:?}, not {want}");
+            stream.close().await;
+        }
+        stop_and_wait(net, &[a, b]).await?;
+        rows.extend(Timings::of(&ms).map(|t| (n, t)));
+    }
+    Ok(rows)
+}
+
+/// Stops the groups and waits until every one of their ranks has left.
+async fn stop_and_wait(net: &mut Network, groups: &[Group]) -> anyhow::Result<()> {
+    let mut waiting = RankSet::new();
+    for g in groups {
+        net.stop(g, "the benchmark stopped it")?;
+        waiting.union_with(&g.rank_set());
+    }
+    let deadline = tokio::time::Instant::now() + STEP_LIMIT;
+    while !waiting.is_empty() {
+        let event = tokio::time::timeout_at(deadline, net.next_event())
+            .await
+            .with_context(|| format!("ranks {waiting} did not leave within {STEP_LIMIT:?}"))?;
+        match event {
+            Some(Event::RanksLeft { ranks, .. }) | Some(Event::RanksLost { ranks, .. }) => {
+                waiting = waiting.difference(&ranks);
+            }
+            Some(_) => {}
+            None => bail!("the network ended while ranks {waiting} were being stopped"),
+        }
+    }
+    Ok(())
+}
+
+/// The MPI program, compiled, and the library it runs on.
+struct MpiReference {
+    _dir: tempfile::TempDir,
+    program: PathBuf,
+    library: String,
+}
+
+impl MpiReference {
+    /// Compiles the reference with `mpicc`; says what is missing otherwise.
+    fn build() -> Result<MpiReference, String> {
+        let version = Command::new("mpirun")
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("no mpirun ({e}); install openmpi-bin and libopenmpi-dev"))?;
+        let library = String::from_utf8_lossy(&version.stdout).lines().next().unwrap_or("").trim().to_owned();
+        let dir = tempfile::Builder::new().prefix("treecast-mpi-").tempdir().map_err(|e| e.to_string())?;
+        let source = dir.path().join("spawn_bench.c");
+        std::fs::write(&source, MPI_SOURCE).map_err(|e| e.to_string())?;
+        let program = dir.path().join("spawn_bench");
+        let out = Command::new("mpicc")
+            .arg("-O2")
+            .arg("-o")
+            .arg(&program)
+            .arg(&source)
+            .output()
+            .map_err(|e| format!("no mpicc ({e}); install libopenmpi-dev"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(format!("mpicc failed ({}); install libopenmpi-dev", err.trim()));
+        }
+        Ok(MpiReference { _dir: dir, program, library })
+    }
+
+    fn latency(&self, n: u32, runs: usize) -> Reference {
+        // Each run in a job of its own: back-to-back spawns of several processes hang
+        // some Open MPI versions.
+        let mut ms = Vec::new();
+        for _ in 0..if n == 1 { 1 } else { runs.min(3) } {
+            let per_job = if n == 1 { runs } else { 1 };
+            match self.job(1, &["latency", &n.to_string(), &per_job.to_string()]) {
+                Ok(lines) => ms.extend(values(&lines, "latency_ms")),
+                Err(why) => return Reference::Missing(why),
+            }
+        }
+        Timings::of(&ms).map_or_else(|| Reference::Missing("no timing printed".into()), Reference::Timings)
+    }
+
+    fn rate(&self, n: u32, secs: f64) -> Reference {
+        match self.job(1, &["rate", &n.to_string(), &secs.to_string()]) {
+            Ok(lines) => values(&lines, "spawns_per_s")
+                .first()
+                .map_or_else(|| Reference::Missing("no rate printed".into()), |&r| Reference::Rate(r)),
+            Err(why) => Reference::Missing(why),
+        }
+    }
+
+    fn merge(&self, n: u32) -> Reference {
+        if n > 32 {
+            return Reference::Missing(format!("{} MPI processes on this machine's cores: skipped", 2 * n));
+        }
+        match self.job(n, &["merge", &n.to_string()]) {
+            Ok(lines) => Timings::of(&values(&lines, "merge_ms"))
+                .map_or_else(|| Reference::Missing("no timing printed".into()), Reference::Timings),
+            Err(why) => Reference::Missing(why),
+        }
+    }
+
+    /// Runs the program under `mpirun -n procs`; its stdout lines, or why not.
+    fn job(&self, procs: u32, args: &[&str]) -> Result<Vec<String>, String> {
+        let mut cmd = Command::new("timeout");
+        cmd.arg("--kill-after=5")
+            .arg(MPI_JOB_LIMIT.as_secs().to_string())
+            .arg("mpirun")
+            .arg("--oversubscribe")
+            .arg("-n")
+            .arg(procs.to_string())
+            .arg(&self.program)
+            .args(args)
+            // Root may run it here (CI and containers run as root).
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        let out = cmd.output().map_err(|e| format!("cannot run mpirun: {e}"))?;
+        if out.status.code() == Some(124) || out.status.code() == Some(137) {
+            return Err(format!(
+                "mpirun {} hung (killed after {} s)",
+                args.join(" "),
+                MPI_JOB_LIMIT.as_secs()
+            ));
+        }
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+            return Err(format!("mpirun {} failed ({}): {last}", args.join(" "), out.status));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect())
+    }
+}
+
+/// The numbers of the `key value` lines named `key`.
+fn values(lines: &[String], key: &str) -> Vec<f64> {
+    lines.iter().filter_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok()).collect()
+}
+
+fn reference_text(r: &Reference) -> String {
+    match r {
+        Reference::Timings(t) => format!("{:.2}", t.median_ms),
+        Reference::Rate(per_s) => format!("{per_s:.1}"),
+        Reference::Missing(_) => "-".to_owned(),
+    }
+}
+
+fn ratio_text(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".to_owned(), |r| format!("{r:.3}"))
+}
+
+/// Why references are missing, once each.
+fn missing_notes<'a>(refs: impl Iterator<Item = &'a Reference>) -> String {
+    let mut notes: Vec<&str> = Vec::new();
+    for r in refs {
+        if let Reference::Missing(why) = r {
+            if !notes.contains(&why.as_str()) {
+                notes.push(why);
+            }
+        }
+    }
+    notes.iter().map(|n| format!("  MPI reference missing: {n}\n")).collect()
+}
+
+fn header(topology: &str, backends: u32, library: Option<&str>) -> String {
+    format!(
+        "tree {topology} ({backends} back-ends at launch); MPI reference: {}\n",
+        library.unwrap_or("none")
+    )
+}
+
+fn render_spawn(b: &SpawnBench) -> String {
+    let mut out = header(&b.topology, b.backends, b.mpi_library.as_deref());
+    out.push_str("spawn latency, ms (treecast: min/mean/median/max; MPI_Comm_spawn: median)\n");
+    out.push_str(&format!(
+        "{:>5} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}\n",
+        "n", "min", "mean", "median", "max", "MPI", "ratio"
+    ));
+    for r in &b.latency {
+        let t = &r.treecast;
+        out.push_str(&format!(
+            "{:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>10} {:>8}\n",
+            r.n,
+            t.min_ms,
+            t.mean_ms,
+            t.median_ms,
+            t.max_ms,
+            reference_text(&r.mpi),
+            ratio_text(r.ratio)
+        ));
+    }
+    out.push_str("spawn rate, spawns/s (processes kept running until the end)\n");
+    out.push_str(&format!("{:>5} {:>10} {:>10}\n", "n", "treecast", "MPI"));
+    for r in &b.rate {
+        out.push_str(&format!("{:>5} {:>10.1} {:>10}\n", r.n, r.treecast_per_s, reference_text(&r.mpi)));
+    }
+    out.push_str(&missing_notes(b.latency.iter().map(|r| &r.mpi).chain(b.rate.iter().map(|r| &r.mpi))));
+    out
+}
+
+fn render_merge(b: &MergeBench) -> String {
+    let mut out = header(&b.topology, b.backends, b.mpi_library.as_deref());
+    out.push_str("merge of two groups of n, ms (treecast: merge + stream + one wave; MPI: Intercomm_merge + barrier)\n");
+    out.push_str(&format!(
+        "{:>5} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}\n",
+        "n", "min", "mean", "median", "max", "MPI", "ratio"
+    ));
+    for r in &b.merge {
+        let t = &r.treecast;
+        out.push_str(&format!(
+            "{:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>10} {:>8}\n",
+            r.n,
+            t.min_ms,
+            t.mean_ms,
+            t.median_ms,
+            t.max_ms,
+            reference_text(&r.mpi),
+            ratio_text(r.ratio)
+        ));
+    }
+    out.push_str(&missing_notes(b.merge.iter().map(|r| &r.mpi)));
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timings_and_sizes() {
+        let t = Timings::of(&[3.0, 1.0, 2.0, 10.0]).unwrap();
+        assert_eq!((t.min_ms, t.median_ms, t.max_ms, t.mean_ms), (1.0, 3.0, 10.0, 4.0));
+        assert!(Timings::of(&[]).is_none());
+        assert_eq!(parse_sizes("1, 4,16").unwrap(), vec![1, 4, 16]);
+        assert!(parse_sizes("1,0").unwrap_err().to_string().contains("0 is not between"));
+        assert!(parse_sizes("x").unwrap_err().to_string().contains("\"x\" is not a number"));
+        let lines = vec!["latency_ms 2.5".to_owned(), "other 1".into(), "latency_ms 3".into()];
+        assert_eq!(values(&lines, "latency_ms"), vec![2.5, 3.0]);
+    }
+}

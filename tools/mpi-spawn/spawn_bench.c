@@ -1,0 +1,90 @@
+/* The MPI reference of `treecast bench spawn`: MPI-2 dynamic process management
+ * with the MPI library of this machine, timed the same way as treecast's spawns.
+ *
+ *   spawn_bench latency N RUNS   time MPI_Comm_spawn of N processes, RUNS times
+ *   spawn_bench rate N SECS      spawn N at a time for SECS seconds, keeping them
+ *   spawn_bench merge N          (under mpirun -n N) spawn N more, time the merge
+ *
+ * Each mode prints `key value` lines on stdout. Spawned copies of this program
+ * find their parent with MPI_Comm_get_parent and act on their first argument. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int child(MPI_Comm parent, const char *mode) {
+    if (strcmp(mode, "child-wait") == 0) {
+        int token;
+        MPI_Recv(&token, 1, MPI_INT, 0, 0, parent, MPI_STATUS_IGNORE);
+    } else if (strcmp(mode, "child-merge") == 0) {
+        MPI_Comm merged;
+        MPI_Intercomm_merge(parent, 1, &merged);
+        MPI_Barrier(merged);
+        MPI_Comm_free(&merged);
+    }
+    MPI_Comm_disconnect(&parent);
+    MPI_Finalize();
+    return 0;
+}
+
+static MPI_Comm spawn(const char *self, char *mode, int n, MPI_Comm comm) {
+    char *args[] = {mode, NULL};
+    MPI_Comm inter;
+    MPI_Comm_spawn(self, args, n, MPI_INFO_NULL, 0, comm, &inter, MPI_ERRCODES_IGNORE);
+    return inter;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm parent;
+    MPI_Comm_get_parent(&parent);
+    if (parent != MPI_COMM_NULL) return child(parent, argc > 1 ? argv[1] : "");
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s latency N RUNS | rate N SECS | merge N\n", argv[0]);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    int n = atoi(argv[2]);
+    if (strcmp(argv[1], "latency") == 0 && argc > 3) {
+        int runs = atoi(argv[3]);
+        for (int r = 0; r < runs; r++) {
+            double t0 = MPI_Wtime();
+            MPI_Comm inter = spawn(argv[0], "child-exit", n, MPI_COMM_SELF);
+            printf("latency_ms %.3f\n", (MPI_Wtime() - t0) * 1e3);
+            fflush(stdout);
+            MPI_Comm_disconnect(&inter);
+        }
+    } else if (strcmp(argv[1], "rate") == 0 && argc > 3) {
+        double secs = atof(argv[3]);
+        MPI_Comm kept[4096];
+        int count = 0;
+        double t0 = MPI_Wtime();
+        while (MPI_Wtime() - t0 < secs && count < 4096) kept[count++] = spawn(argv[0], "child-wait", n, MPI_COMM_SELF);
+        double elapsed = MPI_Wtime() - t0;
+        printf("spawns %d\nseconds %.3f\nspawns_per_s %.2f\n", count, elapsed, count / elapsed);
+        fflush(stdout);
+        for (int i = 0; i < count; i++) {
+            int size, token = 0;
+            MPI_Comm_remote_size(kept[i], &size);
+            for (int k = 0; k < size; k++) MPI_Send(&token, 1, MPI_INT, k, 0, kept[i]);
+            MPI_Comm_disconnect(&kept[i]);
+        }
+    } else if (strcmp(argv[1], "merge") == 0) {
+        int rank;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm inter = spawn(argv[0], "child-merge", n, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        MPI_Comm merged;
+        MPI_Intercomm_merge(inter, 0, &merged);
+        MPI_Barrier(merged);
+        double ms = (MPI_Wtime() - t0) * 1e3;
+        if (rank == 0) printf("merge_ms %.3f\n", ms);
+        MPI_Comm_free(&merged);
+        MPI_Comm_disconnect(&inter);
+    } else {
+        fprintf(stderr, "unknown mode %s\n", argv[1]);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    MPI_Finalize();
+    return 0;
+}
