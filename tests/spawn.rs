@@ -234,3 +234,20 @@ fn bench_spawn_and_merge_print_their_figures_as_json() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("0 is not between 1 and 1024"));
 }
+
+#[test]
+fn the_mandelbrot_example_draws_the_same_image_with_a_fixed_and_a_growing_pool() {
+    // `cargo test` builds the examples next to the binaries it tests.
+    let dir = std::path::Path::new(TREECAST).parent().unwrap().join("examples");
+    let example = dir.join("mandelbrot");
+    assert!(
+        example.exists(),
+        "{} is missing: build it with `cargo build --example mandelbrot`",
+        example.display()
+    );
+    let out = std::process::Command::new(&example).args(["96", "80", "4"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("pool of 1 grown to 4 by spawning"), "{stdout}");
+    assert!(stdout.contains("images identical: yes"), "{stdout}");
+}
