@@ -13,7 +13,7 @@ use common::{assert_no_leftovers, processes_with_env};
 use treecast::apps::protocol::*;
 use treecast_api::{
     ApiError, Event, Group, Network, NetworkBuilder, Placement, RankSet, SpawnOptions, StreamOptions,
-    Topology, TransformKind, Value,
+    SyncMode, Topology, TransformKind, Value,
 };
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
@@ -250,4 +250,43 @@ fn the_mandelbrot_example_draws_the_same_image_with_a_fixed_and_a_growing_pool()
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("pool of 1 grown to 4 by spawning"), "{stdout}");
     assert!(stdout.contains("images identical: yes"), "{stdout}");
+}
+
+#[tokio::test]
+async fn backends_of_different_groups_exchange_messages_and_one_for_a_rank_gone_is_reported() {
+    let mut net = launch("balanced:2x2", 4).await;
+    let group = net.spawn(2, &[], &options(Placement::LeastLoaded)).await.unwrap();
+    assert_eq!(group.ranks(), &[4, 5]);
+    let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
+    let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+    // Across comm nodes and groups, within one comm node, large and small.
+    for (from, to, bytes, rounds) in
+        [(0u32, 5u32, 1000u32, 10u32), (1, 4, 300_000, 3), (5, 2, 1, 5), (4, 0, 0, 2)]
+    {
+        let request = [Value::UInt(to), Value::UInt(bytes), Value::UInt(rounds)];
+        s.send_to(from, TAG_PEER_PING, "%ud %ud %ud", &request).await.unwrap();
+        let p = s.recv_timeout(LIMIT).await.unwrap();
+        assert_eq!(p.rank(), from);
+        let v = p.unpack("%lf %ud").unwrap();
+        assert_eq!(v[1], Value::UInt(rounds), "{from} -> {to}: echoes identical");
+    }
+    net.stop(&group, "done").unwrap();
+    let mut left = RankSet::new();
+    while left != group.rank_set() {
+        if let Event::RanksLeft { ranks, .. } =
+            tokio::time::timeout(LIMIT, net.next_event()).await.unwrap().unwrap()
+        {
+            left.union_with(&ranks);
+        }
+    }
+    s.send_to(0, TAG_PEER_PING, "%ud %ud %ud", &[Value::UInt(5), Value::UInt(10), Value::UInt(1)])
+        .await
+        .unwrap();
+    loop {
+        match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap().unwrap() {
+            Event::MessageUndeliverable { from: 0, to: 5 } => break,
+            other => eprintln!("{other}"),
+        }
+    }
+    finish(net).await;
 }

@@ -24,8 +24,17 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
     // packet order; their answers go up from a task, so a slow disk holds up no other stream.
     let mut files: Option<FileWorker> = None;
     let rank = be.rank();
+    let mut pinging: Option<Pinging> = None;
     loop {
         let packet = match be.next_event().await {
+            Ok(BackEndEvent::Packet(p)) if p.tag() == TAG_PEER_PING => {
+                pinging = Pinging::start(&be, &p).await?;
+                continue;
+            }
+            Ok(BackEndEvent::Message(m)) => {
+                on_message(&be, &mut pinging, m).await?;
+                continue;
+            }
             Ok(BackEndEvent::Packet(p)) => p,
             Ok(BackEndEvent::StreamClosed(id)) => {
                 // A transfer the front-end gave up on leaves no temporary file behind.
@@ -71,6 +80,70 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
     drop(files);
     be.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A ping-pong with another rank under way (see [`TAG_PEER_PING`]).
+struct Pinging {
+    stream: u32,
+    peer: u32,
+    payload: Vec<u8>,
+    rounds_left: u32,
+    rounds: u32,
+    identical: u32,
+    started: std::time::Instant,
+}
+
+impl Pinging {
+    /// Starts the ping-pong `request` asks for (none for a malformed request).
+    async fn start(be: &BackEnd, request: &Packet) -> anyhow::Result<Option<Pinging>> {
+        let values = request.unpack("%ud %ud %ud")?;
+        let [Value::UInt(peer), Value::UInt(bytes), Value::UInt(rounds)] = values[..] else {
+            return Ok(None);
+        };
+        let payload: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+        let ping = Pinging {
+            stream: request.stream(),
+            peer,
+            payload,
+            rounds_left: rounds.max(1),
+            rounds: rounds.max(1),
+            identical: 0,
+            started: std::time::Instant::now(),
+        };
+        ping.send(be).await?;
+        Ok(Some(ping))
+    }
+
+    async fn send(&self, be: &BackEnd) -> anyhow::Result<()> {
+        be.send_to_rank(self.peer, TAG_PEER_PING, "%auc", &[Value::UCharArray(self.payload.clone())]).await?;
+        Ok(())
+    }
+}
+
+/// A message from another rank: a ping is echoed to its sender; an echo counts
+/// towards the ping-pong under way, which answers up once its rounds are done.
+async fn on_message(be: &BackEnd, pinging: &mut Option<Pinging>, m: Packet) -> anyhow::Result<()> {
+    let values = m.unpack("%auc")?;
+    let [Value::UCharArray(bytes)] = &values[..] else { return Ok(()) };
+    match m.tag() {
+        TAG_PEER_PING => {
+            be.send_to_rank(m.rank(), TAG_PEER_ECHO, "%auc", &[Value::UCharArray(bytes.clone())]).await?;
+        }
+        TAG_PEER_ECHO => {
+            let Some(p) = pinging.as_mut().filter(|p| p.peer == m.rank()) else { return Ok(()) };
+            p.identical += u32::from(*bytes == p.payload);
+            p.rounds_left -= 1;
+            if p.rounds_left > 0 {
+                return p.send(be).await;
+            }
+            let mean_us = p.started.elapsed().as_secs_f64() * 1e6 / f64::from(p.rounds);
+            let answer = [Value::Double(mean_us), Value::UInt(p.identical)];
+            be.send(p.stream, TAG_PEER_PING, "%lf %ud", &answer).await?;
+            *pinging = None;
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Starts the file-writing thread and the task that sends its answers up.

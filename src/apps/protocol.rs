@@ -41,6 +41,15 @@ pub const TAG_BURST_BYTES: i32 = 9;
 /// benchmark (`treecast bench route`).
 pub const TAG_SINK: i32 = 10;
 
+/// `%ud peer %ud bytes %ud rounds` → this rank sends `bytes` to rank `peer` as a
+/// message (not on a stream) and waits for it back, `rounds` times, then answers
+/// `%lf %ud`: the mean round trip in microseconds and how many echoes came back
+/// identical. Between back-ends the message and its echo carry this tag and
+/// [`TAG_PEER_ECHO`].
+pub const TAG_PEER_PING: i32 = 11;
+/// A message's echo (see [`TAG_PEER_PING`]).
+pub const TAG_PEER_ECHO: i32 = 12;
+
 /// File distribution (see `treecast_api::bcast_files`, handled by `FileReceivers`): the
 /// status packet that opens a transfer, and every rank's first answer.
 pub const TAG_FILE_STATUS: i32 = treecast_api::FILE_STATUS;

@@ -133,7 +133,7 @@ def gen_values():
 
 
 PROTOCOL_VERSION = 5
-KINDS = {"data": 1, "control": 2, "credit": 3}
+KINDS = {"data": 1, "control": 2, "credit": 3, "peer": 5}
 
 
 def u16(n):
@@ -168,6 +168,8 @@ def gen_frames():
         ("partial avg", "data", 2, 3, 0, 0, 0, enc_value("%lf", 1.5) + enc_value("%uld", "4"), None),
         ("all fields max", "data", 0xFFFF, 2**32 - 1, 2**31 - 1, 2**32 - 1, str(U64_MAX), b"\x00\x01", None),
         ("control shutdown", "control", 0, 0, 0, 0, 0, bytes([8]), None),
+        ("peer message from rank 3 to rank 17", "peer", 0, 17, 9, 3, 0, enc_value("%s", "hi"), None),
+        ("peer acknowledgement", "peer", 16, 3, 0, 17, 0, u64(12), None),
         ("credit half an up window on stream 5", "credit", 0, 5, 0, 0, 0, None, (128, 512 << 10)),
         ("credit half a down window on stream 1", "credit", 0, 1, 0, 0, 0, None, (128, 4 << 20)),
         ("credit max", "credit", 0, 2**32 - 1, 0, 0, 0, None, (2**32 - 1, U64_MAX)),
@@ -593,7 +595,7 @@ INVALID_CASES = [
     ("batch", "version 0", hdr(version=0), "BadVersion"),
     ("batch", "version 3 header (an older build)", hdr(version=3), "BadVersion"),
     ("batch", "version 6", hdr(version=6), "BadVersion"),
-    ("batch", "unknown kind", hdr(kind=5), "UnknownKind"),
+    ("batch", "unknown kind", hdr(kind=6), "UnknownKind"),
     ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),
     ("batch", "truncated header", hdr()[:27], "Truncated"),

@@ -23,6 +23,9 @@ const CONNECT_LIMIT: Duration = Duration::from_secs(30);
 pub enum BackEndEvent {
     /// A packet of some stream; [`Packet::stream`] says which.
     Packet(Packet),
+    /// A message from another back-end ([`BackEndSender::send_to_rank`]);
+    /// [`Packet::rank`] is its sender, [`Packet::tag`] its tag.
+    Message(Packet),
     /// The front-end closed this stream: nothing more arrives on it, and state kept
     /// for it (a [`crate::FileReceivers`] transfer, say) can go.
     StreamClosed(u32),
@@ -158,6 +161,30 @@ impl BackEndSender {
         }
         send_with_credit(&self.shared, Frame::new(FrameHeader::data(stream, tag, self.rank), payload)).await
     }
+
+    /// Sends values to back-end `rank` (of any group), outside any stream: it goes up
+    /// only as far as the lowest comm node above both ranks, then down; the receiver
+    /// gets a [`BackEndEvent::Message`] with this rank and `tag`. Messages from one
+    /// sender to one receiver arrive in order.
+    ///
+    /// Waits while this back-end has [`treecast_node::core::PEER_WINDOW`] of messages
+    /// not yet read by their receivers. A message to a rank that is gone is dropped
+    /// (the front-end sees [`crate::Event::MessageUndeliverable`]).
+    ///
+    /// # Errors
+    /// A malformed format or values that do not match it, or a closed link.
+    ///
+    /// Cancel safety: cancel safe: a cancelled send sent nothing.
+    pub async fn send_to_rank(
+        &self,
+        rank: u32,
+        tag: i32,
+        format: &str,
+        values: &[Value],
+    ) -> Result<(), ApiError> {
+        let (_, payload) = encode_checked(format, values)?;
+        send_with_credit(&self.shared, Frame::new(FrameHeader::peer(rank, tag, self.rank), payload)).await
+    }
 }
 
 impl BackEnd {
@@ -272,6 +299,9 @@ impl BackEnd {
     fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<BackEndEvent, ApiError>> {
         let mut d = lock(&self.sender.shared);
         match d.deliver(None) {
+            Some(Delivery::Packet(f)) if f.header.kind == treecast_wire::FrameKind::Peer => {
+                Poll::Ready(Ok(BackEndEvent::Message(Packet::from_frame(f))))
+            }
             Some(Delivery::Packet(f)) => Poll::Ready(Ok(BackEndEvent::Packet(Packet::from_frame(f)))),
             Some(Delivery::StreamClosed(id)) => Poll::Ready(Ok(BackEndEvent::StreamClosed(id))),
             // A front-end's delivery only; a back-end's core never makes it.
@@ -304,6 +334,22 @@ impl BackEnd {
     /// Cancel safety: cancel safe.
     pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
         self.sender.send(stream, tag, format, values).await
+    }
+
+    /// Sends values to back-end `rank`; see [`BackEndSender::send_to_rank`].
+    ///
+    /// # Errors
+    /// As [`BackEndSender::send_to_rank`].
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn send_to_rank(
+        &self,
+        rank: u32,
+        tag: i32,
+        format: &str,
+        values: &[Value],
+    ) -> Result<(), ApiError> {
+        self.sender.send_to_rank(rank, tag, format, values).await
     }
 
     /// Leaves the tree: what was sent is delivered, then the link closes and the

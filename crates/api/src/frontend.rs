@@ -206,6 +206,7 @@ impl Tool for FeTool {
                 });
                 self.push(Event::RanksRejoined { ranks, parent })
             }
+            CoreEvent::PeerUndeliverable { from, to } => self.push(Event::MessageUndeliverable { from, to }),
             CoreEvent::FilterError { stream, rank, message } => {
                 self.push(Event::FilterError { stream, rank, message })
             }

@@ -47,6 +47,14 @@ pub enum Event {
         /// The node they rejoined under.
         parent: String,
     },
+    /// A message from one back-end to another found no way to its destination (the
+    /// rank left, was lost or never was) and was dropped.
+    MessageUndeliverable {
+        /// The sender.
+        from: u32,
+        /// The destination.
+        to: u32,
+    },
     /// Back-ends joined while the network runs; streams whose communicator names them
     /// take them in from the next wave.
     RanksJoined {
@@ -87,6 +95,9 @@ impl std::fmt::Display for Event {
         match self {
             Event::RanksLost { ranks, reason } => write!(f, "lost {}: {reason}", Ranks(ranks)),
             Event::RanksJoined { ranks } => write!(f, "{} joined", Ranks(ranks)),
+            Event::MessageUndeliverable { from, to } => {
+                write!(f, "a message from rank {from} to rank {to} was dropped: rank {to} is not in the tree")
+            }
             Event::NodeLost { node, ranks, reason } => {
                 write!(f, "lost {node}; {} below it may rejoin: {reason}", Ranks(ranks))
             }

@@ -87,6 +87,11 @@ pub(crate) async fn send_with_credit<T: WaitsForCredit>(
     frame: Frame,
 ) -> Result<(), ApiError> {
     let stream = frame.header.stream;
+    // A message to a rank waits for the sender's peer window, not a stream's.
+    let credit = match frame.header.kind {
+        treecast_wire::FrameKind::Peer => treecast_node::core::PEER_CREDIT,
+        _ => stream,
+    };
     let mut frame = Some(frame);
     std::future::poll_fn(|cx| {
         let mut d = lock(shared);
@@ -95,7 +100,7 @@ pub(crate) async fn send_with_credit<T: WaitsForCredit>(
             Ok(()) => Poll::Ready(Ok(())),
             Err(CommandError::Blocked(back)) => {
                 frame = Some(back);
-                d.tool().wait_writable(stream, cx);
+                d.tool().wait_writable(credit, cx);
                 Poll::Pending
             }
             Err(e) => Poll::Ready(Err(ApiError::from_command(stream, e))),

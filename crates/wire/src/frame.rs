@@ -7,7 +7,7 @@
 //! | 0 | 1 | protocol version ([`PROTOCOL_VERSION`]) |
 //! | 1 | 1 | kind ([`FrameKind`]) |
 //! | 2 | 2 | flags (`FLAG_*`) |
-//! | 4 | 4 | stream id |
+//! | 4 | 4 | stream id; for a peer frame, the destination rank |
 //! | 8 | 4 | tag (signed) |
 //! | 12 | 4 | rank: source rank, or destination rank with [`FLAG_DIRECT`] |
 //! | 16 | 8 | send timestamp, nanoseconds |
@@ -49,6 +49,10 @@ pub const FLAG_EQCLASS: u16 = 4;
 /// `treecast_transport::timing`): the receiver may measure the hop's net latency
 /// from it. Every hop sets or clears it.
 pub const FLAG_STAMPED: u16 = 8;
+/// Peer frames only: an acknowledgement, not a message: the rank in the stream
+/// field may have one more message and `payload` (a `u64`, little-endian) more
+/// bytes in the tree (see [`FrameKind::Peer`]).
+pub const FLAG_PEER_ACK: u16 = 16;
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,6 +69,12 @@ pub enum FrameKind {
     /// A [`crate::RouteMsg`] between two nodes' drivers (how frames travel between
     /// them); the protocol core never sees it.
     Route = 4,
+    /// A message from one back-end to another, outside any stream: the stream field
+    /// holds the destination rank, the rank field the source, the tag is the tool's.
+    /// Comm nodes route it through the lowest common ancestor of the two ranks. The
+    /// destination acknowledges each one its tool read ([`FLAG_PEER_ACK`]), which
+    /// bounds what a sender has in the tree.
+    Peer = 5,
 }
 
 impl FrameKind {
@@ -74,6 +84,7 @@ impl FrameKind {
             2 => Ok(FrameKind::Control),
             3 => Ok(FrameKind::Credit),
             4 => Ok(FrameKind::Route),
+            5 => Ok(FrameKind::Peer),
             other => Err(DecodeError::UnknownKind(other)),
         }
     }
@@ -100,6 +111,11 @@ impl FrameHeader {
     /// A data header for `stream` and `tag` from `rank`, no flags, no timestamp.
     pub fn data(stream: u32, tag: i32, rank: u32) -> Self {
         FrameHeader { kind: FrameKind::Data, flags: 0, stream, tag, rank, timestamp_ns: 0 }
+    }
+
+    /// A peer header: a message with `tag` from rank `from` to rank `to`.
+    pub fn peer(to: u32, tag: i32, from: u32) -> Self {
+        FrameHeader { kind: FrameKind::Peer, flags: 0, stream: to, tag, rank: from, timestamp_ns: 0 }
     }
 
     /// A control header.

@@ -40,7 +40,7 @@ pub use error::{DecodeError, EncodeError, FormatError};
 pub use format::Format;
 pub use frame::{
     decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, DEFAULT_DOWN_WINDOW,
-    DEFAULT_UP_WINDOW, FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, FLAG_STAMPED, HEADER_LEN,
+    DEFAULT_UP_WINDOW, FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, FLAG_PEER_ACK, FLAG_STAMPED, HEADER_LEN,
     MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
 };
 pub use mcast::{

@@ -142,6 +142,7 @@ fn frame_from_json(case: &Json) -> Frame {
         "data" => FrameKind::Data,
         "control" => FrameKind::Control,
         "credit" => FrameKind::Credit,
+        "peer" => FrameKind::Peer,
         other => panic!("unknown kind {other}"),
     };
     let header = FrameHeader {

@@ -20,6 +20,7 @@
 mod clock;
 mod liveness;
 mod monitor;
+mod peer;
 mod recovery;
 mod startup;
 mod streams;
@@ -36,6 +37,7 @@ use treecast_wire::{
 
 pub use clock::{ClockConfig, ClockSource, Distortion};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
+pub use peer::{PEER_CREDIT, PEER_WINDOW};
 pub use startup::ChildLaunch;
 pub use treecast_transport::{LinkId, LinkMap, LinkTable};
 
@@ -269,6 +271,14 @@ pub enum Event {
         /// Which node noticed, and why.
         reason: String,
     },
+    /// Front-end: a message from one back-end to another found no way to its
+    /// destination (the rank left, was lost or never was); it was dropped.
+    PeerUndeliverable {
+        /// The sender.
+        from: u32,
+        /// The destination.
+        to: u32,
+    },
     /// Front-end: a filter refused a packet; the rest of its wave went on.
     FilterError {
         /// The stream.
@@ -386,7 +396,9 @@ pub enum Command {
     /// Front-end: close a stream everywhere.
     CloseStream(u32),
     /// Send a data frame: down the stream from the front-end (to one rank with
-    /// `FLAG_DIRECT`), up from a back-end.
+    /// `FLAG_DIRECT`), up from a back-end; or, from a back-end, a peer frame to
+    /// another rank (refused with [`CommandError::Blocked`] while [`PEER_WINDOW`]
+    /// is used up; [`Event::Writable`] for [`PEER_CREDIT`] says when to retry).
     Send(Frame),
     /// Back-end: the tool's packet for `stream` was refused before it was sent (its
     /// format does not suit the stream's filter); the front-end gets an
@@ -615,6 +627,8 @@ pub struct Node {
     /// multicasting route): those of at least this many payload bytes; see
     /// [`Node::send_together`].
     send_together: Option<usize>,
+    /// Back-end: what its messages to other ranks may still take.
+    peer: peer::PeerWindow,
     out: Outputs,
 }
 
@@ -656,6 +670,7 @@ impl Node {
             awaiting: Vec::new(),
             orphaned: RankSet::new(),
             send_together: None,
+            peer: peer::PeerWindow::default(),
             out: Outputs::default(),
         }
     }
@@ -779,6 +794,7 @@ impl Node {
             (FrameKind::Data, LinkRole::Child(c)) => self.on_up_data(c, frame, now),
             // The drivers' own business (the route between them); a driver that hands
             // one over has no route to set up, and the frame means nothing here.
+            (FrameKind::Peer, role) => self.on_peer(link, role, frame, now),
             (FrameKind::Route, _) => tracing::debug!(node = %self.name, "route frame on {link} ignored"),
         }
     }
@@ -873,6 +889,7 @@ impl Node {
             }
             Command::NewStream(spec) => self.open_stream(spec),
             Command::CloseStream(id) => self.close_stream_from_tool(id),
+            Command::Send(frame) if frame.header.kind == FrameKind::Peer => self.send_peer(frame),
             Command::Send(frame) => self.send_from_tool(frame),
             Command::ReportFilterError { stream, message } => {
                 let Role::BackEnd { rank, .. } = self.role else {
@@ -987,8 +1004,10 @@ impl Node {
         match (self.role, stream) {
             (Role::BackEnd { .. }, _) => {
                 let d = self.deliveries.pop_front()?;
-                if let Delivery::Packet(f) = &d {
-                    self.delivered_at_backend(f.header.stream, f.payload.len());
+                match &d {
+                    Delivery::Packet(f) if f.header.kind == FrameKind::Peer => self.peer_read(f),
+                    Delivery::Packet(f) => self.delivered_at_backend(f.header.stream, f.payload.len()),
+                    _ => {}
                 }
                 Some(d)
             }

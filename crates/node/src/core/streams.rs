@@ -982,7 +982,7 @@ impl Node {
     }
 
     /// Back-end: queues something for the tool.
-    fn push_delivery(&mut self, d: Delivery) {
+    pub(super) fn push_delivery(&mut self, d: Delivery) {
         if self.deliveries.is_empty() {
             self.out.event(Event::Readable { stream: None });
         }

@@ -853,3 +853,65 @@ fn a_multicasting_node_sends_a_frame_for_the_whole_group_once_every_child_can_ta
         }
     }
 }
+
+fn peer(to: u32, from: u32, bytes: usize) -> Frame {
+    Frame::new(FrameHeader::peer(to, 7, from), vec![0xab; bytes])
+}
+
+fn is_ack(f: &Frame) -> bool {
+    f.header.kind == treecast_wire::FrameKind::Peer && f.header.flags & treecast_wire::FLAG_PEER_ACK != 0
+}
+
+#[test]
+fn a_peer_message_turns_at_the_common_ancestor_and_one_for_nobody_is_acknowledged_for_it() {
+    let now = Instant::now();
+    let (mut fe, links) = front_end_with_two_backends();
+    // Rank 0 to rank 1: down the other child's link, untouched.
+    fe.handle_frame(links[0], peer(1, 0, 10), now);
+    let out = transmits(&mut fe);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].to, Destination::Link(links[1]));
+    assert_eq!((out[0].frame.header.stream, out[0].frame.header.rank), (1, 0));
+    // Rank 1's acknowledgement finds its way back to rank 0.
+    let mut ack = peer(0, 1, 8);
+    ack.header.flags = treecast_wire::FLAG_PEER_ACK;
+    fe.handle_frame(links[1], ack, now);
+    assert_eq!(transmits(&mut fe)[0].to, Destination::Link(links[0]));
+    // Rank 0 to rank 9, which is nowhere: dropped, acknowledged back, reported.
+    fe.handle_frame(links[0], peer(9, 0, 10), now);
+    let out = transmits(&mut fe);
+    assert_eq!(out.len(), 1);
+    assert!(is_ack(&out[0].frame) && out[0].to == Destination::Link(links[0]));
+    assert!(events(&mut fe).contains(&Event::PeerUndeliverable { from: 0, to: 9 }));
+}
+
+#[test]
+fn a_backend_holds_at_most_its_peer_window_of_unread_messages_and_acknowledges_what_it_reads() {
+    let now = Instant::now();
+    let mut be = node(Role::BackEnd { rank: 0, size: 2 }, 1);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    transmits(&mut be);
+    for _ in 0..PEER_WINDOW.packets {
+        be.handle_command(Command::Send(peer(1, 0, 1)), now).unwrap();
+    }
+    let blocked = be.handle_command(Command::Send(peer(1, 0, 1)), now);
+    let Err(CommandError::Blocked(frame)) = blocked else { panic!("{blocked:?}") };
+    let mut ack = peer(0, 1, 8);
+    ack.header.flags = treecast_wire::FLAG_PEER_ACK;
+    be.handle_frame(parent, ack, now);
+    assert!(events(&mut be).contains(&Event::Writable { stream: PEER_CREDIT }));
+    be.handle_command(Command::Send(frame), now).unwrap();
+    transmits(&mut be);
+    // A message for this rank is delivered, and acknowledged to its sender once read.
+    be.handle_frame(parent, peer(0, 1, 5), now);
+    assert!(transmits(&mut be).is_empty(), "not acknowledged before the tool reads it");
+    let Some(Delivery::Packet(m)) = be.poll_delivery(None) else { panic!("no delivery") };
+    assert_eq!((m.header.rank, m.payload.len()), (1, 5));
+    let out = transmits(&mut be);
+    assert!(is_ack(&out[0].frame));
+    assert_eq!((out[0].frame.header.stream, out[0].frame.header.rank), (1, 0));
+    // One for another rank breaks the protocol: the link goes.
+    be.handle_frame(parent, peer(5, 1, 5), now);
+    assert!(events(&mut be).iter().any(|e| matches!(e, Event::CloseLink { .. })));
+}
