@@ -229,6 +229,11 @@ fn bench_spawn_and_merge_print_their_figures_as_json() {
     assert_eq!(spawn["latency"][0]["mpi"]["missing"], "--no-mpi", "{spawn}");
     let merge = run(&[&["bench", "merge", "--sizes", "2", "--runs", "2"], &tree[..]].concat());
     assert_eq!(merge["merge"][0]["treecast"]["runs"], 2, "{merge}");
+    let peers = run(&[&["bench", "intergroup", "--sizes", "1,2K"], &tree[..]].concat());
+    let rows = peers["point_to_point"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{peers}");
+    assert_eq!(rows[1]["bytes"], 2048, "{peers}");
+    assert!(rows.iter().all(|r| r["inter_far_us"].as_f64().unwrap() > 0.0), "{peers}");
     // Bad sizes are refused before anything starts.
     let out = std::process::Command::new(TREECAST).args(["bench", "spawn", "--sizes", "0"]).output().unwrap();
     assert!(!out.status.success());

@@ -78,6 +78,7 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchCommand::Bcast(b) => super::bcastbench::main(b).await,
         BenchCommand::Spawn(s) => super::spawnbench::spawn_main(s).await,
         BenchCommand::Merge(m) => super::spawnbench::merge_main(m).await,
+        BenchCommand::Intergroup(i) => super::spawnbench::intergroup_main(i).await,
         BenchCommand::Chaos(c) => super::chaos::main(c).await,
         BenchCommand::Echo => echo(),
         BenchCommand::Relay => relay(),

@@ -278,6 +278,9 @@ pub enum BenchCommand {
     /// Latency of merging two spawned groups and reducing over the merged group,
     /// against MPI_Intercomm_merge measured in the same run.
     Merge(BenchMergeArgs),
+    /// Latency of messages between back-ends of one group and of two groups (one
+    /// spawned), against MPI point-to-point measured in the same run.
+    Intergroup(BenchIntergroupArgs),
     /// Reductions on a real tree while comm nodes and back-ends are killed (SIGKILL)
     /// or stopped (SIGSTOP) at random: hangs, wrong answers, live ranks reported lost,
     /// processes left behind, recovery time.
@@ -348,6 +351,23 @@ pub struct BenchMergeArgs {
     /// Merges timed per size.
     #[arg(long, default_value_t = 20)]
     pub runs: usize,
+    /// Leave the MPI reference out.
+    #[arg(long)]
+    pub no_mpi: bool,
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `treecast bench intergroup`.
+#[derive(Debug, Args)]
+pub struct BenchIntergroupArgs {
+    /// The running tree (default: 16 back-ends, balanced:4x4).
+    #[command(flatten)]
+    pub tree: TreeArgs,
+    /// Message sizes, comma-separated, with K and M suffixes.
+    #[arg(long, value_name = "SIZES", default_value = "1,1K,64K,1M,4M")]
+    pub sizes: String,
     /// Leave the MPI reference out.
     #[arg(long)]
     pub no_mpi: bool,

@@ -11,8 +11,8 @@ use anyhow::{bail, ensure, Context};
 use serde::Serialize;
 use treecast_api::{Event, Group, Network, RankSet, SpawnOptions, StreamOptions, TransformKind, Value};
 
-use super::cli::{BenchMergeArgs, BenchSpawnArgs, TreeArgs};
-use super::protocol::TAG_ADD_RANK;
+use super::cli::{BenchIntergroupArgs, BenchMergeArgs, BenchSpawnArgs, TreeArgs};
+use super::protocol::{TAG_ADD_RANK, TAG_PEER_PING};
 
 /// The MPI program of the reference, compiled at run time with `mpicc`.
 const MPI_SOURCE: &str = include_str!("../../tools/mpi-spawn/spawn_bench.c");
@@ -125,6 +125,146 @@ pub struct MergeBench {
     /// Merge of two groups of n (merge, a stream over the merged group and one wave
     /// through it, as `MPI_Intercomm_merge` followed by a barrier).
     pub merge: Vec<Row>,
+}
+
+/// One message size of `bench intergroup`: one-way latencies, microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerRow {
+    /// Message size, bytes.
+    pub bytes: u32,
+    /// Round trips timed.
+    pub rounds: u32,
+    /// Two ranks of the launch's group under one comm node.
+    pub intra_us: f64,
+    /// A rank of the launch's group and a spawned one, under one comm node.
+    pub inter_us: f64,
+    /// A rank of the launch's group and a spawned one under another comm node
+    /// (through the front-end, their common ancestor here).
+    pub inter_far_us: f64,
+    /// `inter_us` over `intra_us`.
+    pub inter_vs_intra: f64,
+    /// MPI, in the same run: a process and one it spawned (an intercommunicator).
+    pub mpi_inter: Reference,
+    /// MPI, in the same run: two processes of one job.
+    pub mpi_intra: Reference,
+}
+
+/// The report of `bench intergroup`.
+#[derive(Debug, Clone, Serialize)]
+pub struct IntergroupBench {
+    /// The tree.
+    pub topology: String,
+    /// The MPI library of the reference.
+    pub mpi_library: Option<String>,
+    /// One row per message size.
+    pub point_to_point: Vec<PeerRow>,
+}
+
+/// Runs `treecast bench intergroup`.
+pub async fn intergroup_main(args: BenchIntergroupArgs) -> anyhow::Result<ExitCode> {
+    let sizes = parse_bytes(&args.sizes)?;
+    let tree = default_tree(&args.tree);
+    let mut net = super::run::launch(&tree).await?;
+    let topology = tree.topology.clone().unwrap_or_default();
+    let measured = measure_peers(&mut net, &sizes).await;
+    net.shutdown().await;
+    let mpi = if args.no_mpi { Err("--no-mpi".to_owned()) } else { MpiReference::build() };
+    let mut rows = measured?;
+    for row in &mut rows {
+        let reference = |mode: &str, procs: u32| match &mpi {
+            Ok(m) => m.one_way(mode, procs, row.bytes, row.rounds),
+            Err(why) => Reference::Missing(why.clone()),
+        };
+        row.mpi_inter = reference("pingpong-inter", 1);
+        row.mpi_intra = reference("pingpong-intra", 2);
+    }
+    let bench = IntergroupBench {
+        topology,
+        mpi_library: mpi.as_ref().ok().map(|m| m.library.clone()),
+        point_to_point: rows,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&bench)?);
+    } else {
+        print!("{}", render_intergroup(&bench));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sizes in bytes, comma-separated, with K and M suffixes (powers of 1024).
+fn parse_bytes(text: &str) -> anyhow::Result<Vec<u32>> {
+    text.split(',')
+        .map(|s| {
+            let s = s.trim();
+            let (digits, unit) = match s.strip_suffix(['K', 'k']) {
+                Some(d) => (d, 1u64 << 10),
+                None => s.strip_suffix(['M', 'm']).map_or((s, 1), |d| (d, 1 << 20)),
+            };
+            let n = digits
+                .parse::<u64>()
+                .with_context(|| format!("--sizes: {s:?} is not a size such as 64, 4K or 1M"))?;
+            let bytes = n * unit;
+            ensure!(bytes <= 16 << 20, "--sizes: {s} is over 16M, the most a sender may have unread");
+            Ok(bytes as u32)
+        })
+        .collect()
+}
+
+/// Round trips per size: many for small messages, fewer for large ones.
+fn rounds_for(bytes: u32) -> u32 {
+    (u64::from(64u32 << 20) / u64::from(bytes.max(1))).clamp(10, 200) as u32
+}
+
+/// Times ping-pongs between three pairs of ranks, for each size.
+async fn measure_peers(net: &mut Network, sizes: &[u32]) -> anyhow::Result<Vec<PeerRow>> {
+    ensure!(net.topology().comm_nodes() >= 2, "bench intergroup needs a tree with at least two comm nodes");
+    let topo = net.topology().clone();
+    // Ranks 0 and 1 under one comm node; spawned ranks next to rank 0 and elsewhere.
+    let first = topo.leaf_of_rank(0).and_then(|l| topo.node(l).parent).context("rank 0 has no parent")?;
+    ensure!(
+        topo.leaf_of_rank(1).and_then(|l| topo.node(l).parent) == Some(first),
+        "ranks 0 and 1 must share a comm node"
+    );
+    let options = SpawnOptions { placement: treecast_api::Placement::Block, ..SpawnOptions::default() };
+    let near = net.spawn(1, &[], &options).await?;
+    let far = net.spawn(1, &[], &SpawnOptions::default()).await?;
+    let opts = StreamOptions {
+        sync: treecast_api::SyncMode::DoNotWait,
+        ..StreamOptions::reduce(TransformKind::Null)
+    };
+    let mut stream = net.new_stream(&net.broadcast_communicator(), opts).await?;
+    let mut rows = Vec::new();
+    for &bytes in sizes {
+        let rounds = rounds_for(bytes);
+        let mut one_way = Vec::new();
+        for peer in [1, near.ranks()[0], far.ranks()[0]] {
+            let request = [Value::UInt(peer), Value::UInt(bytes), Value::UInt(1)];
+            // A warm-up round, then the timed ones.
+            for n in [1, rounds] {
+                let request = [request[0].clone(), request[1].clone(), Value::UInt(n)];
+                stream.send_to(0, TAG_PEER_PING, "%ud %ud %ud", &request).await?;
+                let p = stream.recv_timeout(STEP_LIMIT).await?;
+                let v = p.unpack("%lf %ud")?;
+                ensure!(v[1] == Value::UInt(n), "rank {peer} echoed {:?} of {n} messages intact", v[1]);
+                if n == rounds {
+                    one_way.push(v[0].as_f64().unwrap_or(f64::NAN) / 2.0);
+                }
+            }
+        }
+        rows.push(PeerRow {
+            bytes,
+            rounds,
+            intra_us: one_way[0],
+            inter_us: one_way[1],
+            inter_far_us: one_way[2],
+            inter_vs_intra: one_way[1] / one_way[0],
+            mpi_inter: Reference::Missing("not measured yet".into()),
+            mpi_intra: Reference::Missing("not measured yet".into()),
+        });
+    }
+    stream.close().await;
+    stop_and_wait(net, &[near, far]).await?;
+    Ok(rows)
 }
 
 /// Runs `treecast bench spawn`.
@@ -383,6 +523,17 @@ impl MpiReference {
         }
     }
 
+    /// One-way latency of `bytes`-byte messages, from a ping-pong `mode`.
+    fn one_way(&self, mode: &str, procs: u32, bytes: u32, rounds: u32) -> Reference {
+        match self.job(procs, &[mode, &bytes.to_string(), &rounds.to_string()]) {
+            Ok(lines) => {
+                Timings::of(&values(&lines, "one_way_us").iter().map(|us| us / 1e3).collect::<Vec<_>>())
+                    .map_or_else(|| Reference::Missing("no latency printed".into()), Reference::Timings)
+            }
+            Err(why) => Reference::Missing(why),
+        }
+    }
+
     /// Runs the program under `mpirun -n procs`; its stdout lines, or why not.
     fn job(&self, procs: u32, args: &[&str]) -> Result<Vec<String>, String> {
         let mut cmd = Command::new("timeout");
@@ -480,6 +631,39 @@ fn render_spawn(b: &SpawnBench) -> String {
     out
 }
 
+fn render_intergroup(b: &IntergroupBench) -> String {
+    let mut out =
+        format!("tree {}; MPI reference: {}\n", b.topology, b.mpi_library.as_deref().unwrap_or("none"));
+    out.push_str("point-to-point one-way latency, us (ping-pong round trip / 2)\n");
+    out.push_str(&format!(
+        "{:>9} {:>7} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}\n",
+        "bytes", "rounds", "intra", "inter", "inter-far", "int/intra", "MPI inter", "MPI intra"
+    ));
+    let us = |r: &Reference| match r {
+        Reference::Timings(t) => format!("{:.1}", t.median_ms * 1e3),
+        _ => "-".to_owned(),
+    };
+    for r in &b.point_to_point {
+        out.push_str(&format!(
+            "{:>9} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>8.2} {:>10} {:>10}\n",
+            r.bytes,
+            r.rounds,
+            r.intra_us,
+            r.inter_us,
+            r.inter_far_us,
+            r.inter_vs_intra,
+            us(&r.mpi_inter),
+            us(&r.mpi_intra)
+        ));
+    }
+    out.push_str(
+        "  intra: ranks 0 and 1 under one comm node; inter: rank 0 and a spawned rank under the same\n",
+    );
+    out.push_str("  comm node; inter-far: rank 0 and a spawned rank under another comm node.\n");
+    out.push_str(&missing_notes(b.point_to_point.iter().flat_map(|r| [&r.mpi_inter, &r.mpi_intra])));
+    out
+}
+
 fn render_merge(b: &MergeBench) -> String {
     let mut out = header(&b.topology, b.backends, b.mpi_library.as_deref());
     out.push_str("merge of two groups of n, ms (treecast: merge + stream + one wave; MPI: Intercomm_merge + barrier)\n");
@@ -517,6 +701,10 @@ mod tests {
         assert_eq!(parse_sizes("1, 4,16").unwrap(), vec![1, 4, 16]);
         assert!(parse_sizes("1,0").unwrap_err().to_string().contains("0 is not between"));
         assert!(parse_sizes("x").unwrap_err().to_string().contains("\"x\" is not a number"));
+        assert_eq!(parse_bytes("1, 4K,1M").unwrap(), vec![1, 4096, 1 << 20]);
+        assert!(parse_bytes("17M").unwrap_err().to_string().contains("over 16M"));
+        assert!(parse_bytes("4Q").unwrap_err().to_string().contains("not a size"));
+        assert_eq!((rounds_for(1), rounds_for(4 << 20)), (200, 16));
         let lines = vec!["latency_ms 2.5".to_owned(), "other 1".into(), "latency_ms 3".into()];
         assert_eq!(values(&lines, "latency_ms"), vec![2.5, 3.0]);
     }

@@ -4,6 +4,8 @@
  *   spawn_bench latency N RUNS   time MPI_Comm_spawn of N processes, RUNS times
  *   spawn_bench rate N SECS      spawn N at a time for SECS seconds, keeping them
  *   spawn_bench merge N          (under mpirun -n N) spawn N more, time the merge
+ *   spawn_bench pingpong-inter SIZE ROUNDS   spawn 1, ping-pong SIZE bytes with it
+ *   spawn_bench pingpong-intra SIZE ROUNDS   (under mpirun -n 2) ping-pong in the job
  *
  * Each mode prints `key value` lines on stdout. Spawned copies of this program
  * find their parent with MPI_Comm_get_parent and act on their first argument. */
@@ -12,8 +14,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int child(MPI_Comm parent, const char *mode) {
-    if (strcmp(mode, "child-wait") == 0) {
+/* Answers `rounds` messages of `size` bytes from `peer` on `comm` with the same bytes. */
+static void echo(MPI_Comm comm, int peer, int size, int rounds) {
+    char *buf = malloc(size > 0 ? size : 1);
+    for (int r = 0; r < rounds; r++) {
+        MPI_Recv(buf, size, MPI_BYTE, peer, 0, comm, MPI_STATUS_IGNORE);
+        MPI_Send(buf, size, MPI_BYTE, peer, 0, comm);
+    }
+    free(buf);
+}
+
+/* Sends `rounds` messages of `size` bytes to `peer` and waits for each back; prints
+ * the mean one-way latency. */
+static void ping(MPI_Comm comm, int peer, int size, int rounds) {
+    char *buf = calloc(size > 0 ? size : 1, 1);
+    MPI_Send(buf, size, MPI_BYTE, peer, 0, comm); /* a warm-up round */
+    MPI_Recv(buf, size, MPI_BYTE, peer, 0, comm, MPI_STATUS_IGNORE);
+    double t0 = MPI_Wtime();
+    for (int r = 0; r < rounds; r++) {
+        MPI_Send(buf, size, MPI_BYTE, peer, 0, comm);
+        MPI_Recv(buf, size, MPI_BYTE, peer, 0, comm, MPI_STATUS_IGNORE);
+    }
+    printf("one_way_us %.3f\n", (MPI_Wtime() - t0) * 1e6 / rounds / 2);
+    free(buf);
+}
+
+static int child(MPI_Comm parent, int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "child-echo") == 0 && argc > 3) {
+        echo(parent, 0, atoi(argv[2]), atoi(argv[3]) + 1);
+    } else if (strcmp(mode, "child-wait") == 0) {
         int token;
         MPI_Recv(&token, 1, MPI_INT, 0, 0, parent, MPI_STATUS_IGNORE);
     } else if (strcmp(mode, "child-merge") == 0) {
@@ -27,6 +57,12 @@ static int child(MPI_Comm parent, const char *mode) {
     return 0;
 }
 
+static MPI_Comm spawn_with(const char *self, char **args, int n, MPI_Comm comm) {
+    MPI_Comm inter;
+    MPI_Comm_spawn(self, args, n, MPI_INFO_NULL, 0, comm, &inter, MPI_ERRCODES_IGNORE);
+    return inter;
+}
+
 static MPI_Comm spawn(const char *self, char *mode, int n, MPI_Comm comm) {
     char *args[] = {mode, NULL};
     MPI_Comm inter;
@@ -38,7 +74,7 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm parent;
     MPI_Comm_get_parent(&parent);
-    if (parent != MPI_COMM_NULL) return child(parent, argc > 1 ? argv[1] : "");
+    if (parent != MPI_COMM_NULL) return child(parent, argc, argv);
     if (argc < 3) {
         fprintf(stderr, "usage: %s latency N RUNS | rate N SECS | merge N\n", argv[0]);
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -81,6 +117,16 @@ int main(int argc, char **argv) {
         if (rank == 0) printf("merge_ms %.3f\n", ms);
         MPI_Comm_free(&merged);
         MPI_Comm_disconnect(&inter);
+    } else if (strcmp(argv[1], "pingpong-inter") == 0 && argc > 3) {
+        char *args[] = {"child-echo", argv[2], argv[3], NULL};
+        MPI_Comm inter = spawn_with(argv[0], args, 1, MPI_COMM_SELF);
+        ping(inter, 0, n, atoi(argv[3]));
+        MPI_Comm_disconnect(&inter);
+    } else if (strcmp(argv[1], "pingpong-intra") == 0 && argc > 3) {
+        int rank;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rank == 0) ping(MPI_COMM_WORLD, 1, n, atoi(argv[3]));
+        else if (rank == 1) echo(MPI_COMM_WORLD, 0, n, atoi(argv[3]) + 1);
     } else {
         fprintf(stderr, "unknown mode %s\n", argv[1]);
         MPI_Abort(MPI_COMM_WORLD, 2);
