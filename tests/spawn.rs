@@ -275,6 +275,18 @@ async fn backends_of_different_groups_exchange_messages_and_one_for_a_rank_gone_
         let v = p.unpack("%lf %ud").unwrap();
         assert_eq!(v[1], Value::UInt(rounds), "{from} -> {to}: echoes identical");
     }
+    // One message from a spawned rank to every other rank: each gets it once.
+    let everyone_else = [0u32, 1, 2, 3, 5];
+    let cast = [Value::UIntArray(everyone_else.to_vec()), Value::UInt(3000)];
+    s.send_to(4, TAG_PEER_CAST, "%aud %ud", &cast).await.unwrap();
+    let mut got = Vec::new();
+    for _ in everyone_else {
+        let p = s.recv_timeout(LIMIT).await.unwrap();
+        assert_eq!(p.unpack("%ud %ud").unwrap(), vec![Value::UInt(4), Value::UInt(3000)]);
+        got.push(p.rank());
+    }
+    got.sort_unstable();
+    assert_eq!(got, everyone_else);
     net.stop(&group, "done").unwrap();
     let mut left = RankSet::new();
     while left != group.rank_set() {
@@ -289,7 +301,7 @@ async fn backends_of_different_groups_exchange_messages_and_one_for_a_rank_gone_
         .unwrap();
     loop {
         match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap().unwrap() {
-            Event::MessageUndeliverable { from: 0, to: 5 } => break,
+            Event::MessageUndeliverable { from: 0, to } if to == RankSet::single(5) => break,
             other => eprintln!("{other}"),
         }
     }

@@ -27,12 +27,18 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
     let mut pinging: Option<Pinging> = None;
     loop {
         let packet = match be.next_event().await {
-            Ok(BackEndEvent::Packet(p)) if p.tag() == TAG_PEER_PING => {
-                pinging = Pinging::start(&be, &p).await?;
+            Ok(BackEndEvent::Packet(p)) if matches!(p.tag(), TAG_PEER_PING | TAG_PEER_CAST) => {
+                // A malformed request or a peer gone is the requester's problem, not a reason to leave.
+                match Pinging::start(&be, &p).await {
+                    Ok(started) => pinging = started.or(pinging),
+                    Err(e) => tracing::warn!(rank, "could not start a message exchange: {e}"),
+                }
                 continue;
             }
             Ok(BackEndEvent::Message(m)) => {
-                on_message(&be, &mut pinging, m).await?;
+                if let Err(e) = on_message(&be, &mut pinging, m).await {
+                    tracing::warn!(rank, "could not answer a message: {e}");
+                }
                 continue;
             }
             Ok(BackEndEvent::Packet(p)) => p,
@@ -94,8 +100,18 @@ struct Pinging {
 }
 
 impl Pinging {
-    /// Starts the ping-pong `request` asks for (none for a malformed request).
+    /// Starts the ping-pong `request` asks for (none for a malformed request), or
+    /// sends the one message to several ranks a [`TAG_PEER_CAST`] asks for.
     async fn start(be: &BackEnd, request: &Packet) -> anyhow::Result<Option<Pinging>> {
+        if request.tag() == TAG_PEER_CAST {
+            let values = request.unpack("%aud %ud")?;
+            let [Value::UIntArray(ranks), Value::UInt(bytes)] = &values[..] else { return Ok(None) };
+            let mut targets = treecast_api::RankSet::new();
+            ranks.iter().for_each(|&r| targets.union_with(&treecast_api::RankSet::single(r)));
+            let body = vec![Value::UInt(request.stream()), Value::UCharArray(vec![7; *bytes as usize])];
+            be.send_to_ranks(&targets, TAG_PEER_CAST, "%ud %auc", &body).await?;
+            return Ok(None);
+        }
         let values = request.unpack("%ud %ud %ud")?;
         let [Value::UInt(peer), Value::UInt(bytes), Value::UInt(rounds)] = values[..] else {
             return Ok(None);
@@ -123,6 +139,13 @@ impl Pinging {
 /// A message from another rank: a ping is echoed to its sender; an echo counts
 /// towards the ping-pong under way, which answers up once its rounds are done.
 async fn on_message(be: &BackEnd, pinging: &mut Option<Pinging>, m: Packet) -> anyhow::Result<()> {
+    if m.tag() == TAG_PEER_CAST {
+        let values = m.unpack("%ud %auc")?;
+        let [Value::UInt(stream), Value::UCharArray(bytes)] = &values[..] else { return Ok(()) };
+        let report = [Value::UInt(m.rank()), Value::UInt(bytes.len() as u32)];
+        be.send(*stream, TAG_PEER_CAST, "%ud %ud", &report).await?;
+        return Ok(());
+    }
     let values = m.unpack("%auc")?;
     let [Value::UCharArray(bytes)] = &values[..] else { return Ok(()) };
     match m.tag() {

@@ -49,6 +49,10 @@ pub const TAG_SINK: i32 = 10;
 pub const TAG_PEER_PING: i32 = 11;
 /// A message's echo (see [`TAG_PEER_PING`]).
 pub const TAG_PEER_ECHO: i32 = 12;
+/// `%aud ranks %ud bytes` → this rank sends one message of `bytes` to all of
+/// `ranks` at once (`BackEnd::send_to_ranks`); each receiver answers on the
+/// request's stream `%ud %ud`: the sender's rank and the bytes it got.
+pub const TAG_PEER_CAST: i32 = 13;
 
 /// File distribution (see `treecast_api::bcast_files`, handled by `FileReceivers`): the
 /// status packet that opens a transfer, and every rank's first answer.

@@ -221,6 +221,12 @@ async fn measure_peers(net: &mut Network, sizes: &[u32]) -> anyhow::Result<Vec<P
     let topo = net.topology().clone();
     // Ranks 0 and 1 under one comm node; spawned ranks next to rank 0 and elsewhere.
     let first = topo.leaf_of_rank(0).and_then(|l| topo.node(l).parent).context("rank 0 has no parent")?;
+    // A block spawn of one goes under the first node with back-ends: rank 0's, unless
+    // the front-end has back-ends of its own.
+    ensure!(
+        topo.node(topo.root()).children.iter().all(|&c| !topo.is_leaf(c)),
+        "bench intergroup needs a tree whose front-end has only comm nodes below it (e.g. balanced:4x4)"
+    );
     ensure!(
         topo.leaf_of_rank(1).and_then(|l| topo.node(l).parent) == Some(first),
         "ranks 0 and 1 must share a comm node"

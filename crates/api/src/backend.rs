@@ -168,8 +168,10 @@ impl BackEndSender {
     /// sender to one receiver arrive in order.
     ///
     /// Waits while this back-end has [`treecast_node::core::PEER_WINDOW`] of messages
-    /// not yet read by their receivers. A message to a rank that is gone is dropped
-    /// (the front-end sees [`crate::Event::MessageUndeliverable`]).
+    /// not yet read by their receivers, and while it rejoins the tree after losing
+    /// its comm node; wrap it in a time-out to bound the wait. A message to a rank
+    /// that is gone is dropped and counts as read (when the front-end is where it is
+    /// dropped, it sees [`crate::Event::MessageUndeliverable`]).
     ///
     /// # Errors
     /// A malformed format or values that do not match it, or a closed link.
@@ -184,6 +186,32 @@ impl BackEndSender {
     ) -> Result<(), ApiError> {
         let (_, payload) = encode_checked(format, values)?;
         send_with_credit(&self.shared, Frame::new(FrameHeader::peer(rank, tag, self.rank), payload)).await
+    }
+
+    /// Sends values to every back-end of `ranks` at once (a group's broadcast): the
+    /// message goes up to the lowest comm node above this rank and all of them, and
+    /// down one copy per link, each naming only the ranks behind it. Each receiver
+    /// gets a [`BackEndEvent::Message`], as from [`BackEndSender::send_to_rank`]; it
+    /// counts once per receiver in this sender's window.
+    ///
+    /// # Errors
+    /// As [`BackEndSender::send_to_rank`]; [`ApiError::NoSuchRanks`] for an empty set.
+    ///
+    /// Cancel safety: cancel safe: a cancelled send sent nothing.
+    pub async fn send_to_ranks(
+        &self,
+        ranks: &treecast_wire::RankSet,
+        tag: i32,
+        format: &str,
+        values: &[Value],
+    ) -> Result<(), ApiError> {
+        if ranks.is_empty() {
+            return Err(ApiError::NoSuchRanks { ranks: ranks.clone(), last: self.size.saturating_sub(1) });
+        }
+        let (_, payload) = encode_checked(format, values)?;
+        let mut header = FrameHeader::peer(u32::MAX, tag, self.rank);
+        header.flags = treecast_wire::FLAG_PEER_MULTI;
+        send_with_credit(&self.shared, Frame::new(header, treecast_wire::encode_multi(ranks, &payload))).await
     }
 }
 
@@ -283,6 +311,9 @@ impl BackEnd {
     }
 
     /// Waits for the next packet on any stream; [`Packet::stream`] says which.
+    /// Messages from other back-ends are read and dropped here: a tool that
+    /// receives them ([`BackEndSender::send_to_rank`]) reads with
+    /// [`BackEnd::next_event`].
     ///
     /// # Errors
     /// [`ApiError::Closed`] once the front-end shut the network down or the parent is gone.
@@ -334,6 +365,22 @@ impl BackEnd {
     /// Cancel safety: cancel safe.
     pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
         self.sender.send(stream, tag, format, values).await
+    }
+
+    /// Sends values to every back-end of `ranks`; see [`BackEndSender::send_to_ranks`].
+    ///
+    /// # Errors
+    /// As [`BackEndSender::send_to_ranks`].
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn send_to_ranks(
+        &self,
+        ranks: &treecast_wire::RankSet,
+        tag: i32,
+        format: &str,
+        values: &[Value],
+    ) -> Result<(), ApiError> {
+        self.sender.send_to_ranks(ranks, tag, format, values).await
     }
 
     /// Sends values to back-end `rank`; see [`BackEndSender::send_to_rank`].

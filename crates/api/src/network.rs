@@ -52,8 +52,8 @@ pub enum Event {
     MessageUndeliverable {
         /// The sender.
         from: u32,
-        /// The destination.
-        to: u32,
+        /// The destinations it could not reach.
+        to: RankSet,
     },
     /// Back-ends joined while the network runs; streams whose communicator names them
     /// take them in from the next wave.
@@ -96,7 +96,7 @@ impl std::fmt::Display for Event {
             Event::RanksLost { ranks, reason } => write!(f, "lost {}: {reason}", Ranks(ranks)),
             Event::RanksJoined { ranks } => write!(f, "{} joined", Ranks(ranks)),
             Event::MessageUndeliverable { from, to } => {
-                write!(f, "a message from rank {from} to rank {to} was dropped: rank {to} is not in the tree")
+                write!(f, "a message from rank {from} to {} was dropped: not in the tree", Ranks(to))
             }
             Event::NodeLost { node, ranks, reason } => {
                 write!(f, "lost {node}; {} below it may rejoin: {reason}", Ranks(ranks))

@@ -109,6 +109,8 @@ pub(crate) struct SpawnBook {
     hosts: BTreeMap<u32, String>,
     /// Where the next cyclic spawn begins (an index into `load`).
     cyclic_next: usize,
+    /// The spawned ranks under each node, while they are there.
+    placed: Vec<(u32, RankSet)>,
 }
 
 impl SpawnBook {
@@ -132,6 +134,7 @@ impl SpawnBook {
             load,
             hosts,
             cyclic_next: 0,
+            placed: Vec::new(),
         }
     }
 
@@ -226,6 +229,7 @@ impl SpawnBook {
                 group_size: n,
                 command: command.to_vec(),
             });
+            self.placed.push((target, RankSet::range(self.next_rank, count)));
             self.next_node_id += count;
             self.next_rank += count;
         }
@@ -239,14 +243,18 @@ impl SpawnBook {
         id
     }
 
-    /// Processes stopped or lost no longer weigh on their node.
-    fn unload(&mut self, orders: &[SpawnOrder], gone: &RankSet) {
-        for o in orders {
-            let n = RankSet::range(o.first_rank, o.count).intersection(gone).len() as u32;
-            if let Some(l) = self.load.get_mut(&o.target) {
-                *l = l.saturating_sub(n);
+    /// Spawned processes stopped or failed no longer weigh on their node.
+    fn unload(&mut self, gone: &RankSet) {
+        for (target, ranks) in &mut self.placed {
+            let n = ranks.intersection(gone).len() as u32;
+            if n > 0 {
+                *ranks = ranks.difference(gone);
+                if let Some(l) = self.load.get_mut(target) {
+                    *l = l.saturating_sub(n);
+                }
             }
         }
+        self.placed.retain(|(_, ranks)| !ranks.is_empty());
     }
 }
 
@@ -275,8 +283,11 @@ impl Network {
     /// Cancel safety: not cancel safe: processes of a spawn dropped while it waits
     /// stay in the tree.
     pub async fn spawn(&self, n: u32, command: &[String], options: &SpawnOptions) -> Result<Group, ApiError> {
-        if n == 0 {
-            return Err(ApiError::Placement("a spawn starts at least one process".into()));
+        if n == 0 || n > treecast_node::core::MAX_SPAWN {
+            return Err(ApiError::Placement(format!(
+                "a spawn starts 1 to {} processes, not {n}",
+                treecast_node::core::MAX_SPAWN
+            )));
         }
         let (orders, group) = {
             let mut book = self.spawn_book();
@@ -289,7 +300,13 @@ impl Network {
         {
             let mut d = lock(&self.shared);
             for order in &orders {
-                d.command(Command::Spawn(order.clone())).map_err(|e| ApiError::Refused(Box::new(e)))?;
+                if let Err(e) = d.command(Command::Spawn(order.clone())) {
+                    // What the orders already sent start is stopped again.
+                    let _ = d.command(Command::Stop { ranks: group.rank_set(), reason: e.to_string() });
+                    drop(d);
+                    self.spawn_book().unload(&group.rank_set());
+                    return Err(ApiError::Refused(Box::new(e)));
+                }
             }
         }
         let want = group.rank_set();
@@ -325,7 +342,7 @@ impl Network {
         }
         let reason = format!("spawn of group {} failed", group.id);
         let _ = lock(&self.shared).command(Command::Stop { ranks: want.difference(&failed), reason });
-        self.spawn_book().unload(&orders, &want);
+        self.spawn_book().unload(&want);
         Err(ApiError::SpawnFailed { n, failures })
     }
 
@@ -337,8 +354,10 @@ impl Network {
     pub fn stop(&self, group: &Group, reason: &str) -> Result<(), ApiError> {
         let ranks = group.rank_set();
         lock(&self.shared)
-            .command(Command::Stop { ranks, reason: reason.to_owned() })
-            .map_err(|e| ApiError::from_command(0, e))
+            .command(Command::Stop { ranks: ranks.clone(), reason: reason.to_owned() })
+            .map_err(|e| ApiError::from_command(0, e))?;
+        self.spawn_book().unload(&ranks);
+        Ok(())
     }
 
     /// One group of `a`'s and `b`'s processes, as `MPI_Intercomm_merge` orders them:

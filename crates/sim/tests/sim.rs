@@ -304,6 +304,36 @@ fn spawned_backends_start_under_the_node_named_and_stop_on_order() {
 }
 
 #[test]
+fn backends_stopped_before_they_joined_are_stopped_where_they_start() {
+    let mut sim = launched("balanced:2x2", None, 15);
+    let order = treecast_wire::SpawnOrder {
+        target: 4,
+        first_node_id: 7,
+        first_rank: 4,
+        count: 2,
+        size: 6,
+        group: 1,
+        group_first: 4,
+        group_size: 2,
+        command: Vec::new(),
+    };
+    sim.command(Command::Spawn(order)).unwrap();
+    // At once: no node above the target knows these ranks yet.
+    sim.command(Command::Stop { ranks: RankSet::range(4, 2), reason: "changed my mind".into() }).unwrap();
+    sim.settle(Duration::from_millis(10));
+    assert!(!sim.alive(7) && !sim.alive(8));
+    let mut left = RankSet::new();
+    for e in &sim.log().events {
+        if let treecast_node::core::Event::RanksLeft { ranks, reason } = e {
+            assert!(reason.contains("changed my mind"), "{reason}");
+            left.union_with(ranks);
+        }
+    }
+    assert_eq!(left, RankSet::range(4, 2));
+    assert!(sim.core(0).unwrap().lost().ranks().is_empty());
+}
+
+#[test]
 fn the_end_of_a_stream_is_seen_when_its_last_members_leave_while_reductions_wait_for_the_tool() {
     let mut config = SimConfig::new(Topology::from_spec("flat", Some(2)).unwrap(), 13);
     config.tool_window = treecast_wire::Window { packets: 2, bytes: 1 << 20 };

@@ -50,8 +50,8 @@ pub const FLAG_EQCLASS: u16 = 4;
 /// from it. Every hop sets or clears it.
 pub const FLAG_STAMPED: u16 = 8;
 /// Peer frames only: an acknowledgement, not a message: the rank in the stream
-/// field may have one more message and `payload` (a `u64`, little-endian) more
-/// bytes in the tree (see [`FrameKind::Peer`]).
+/// field may have more messages and bytes in the tree, as many as the payload says
+/// (see [`crate::encode_ack`] and [`FrameKind::Peer`]).
 pub const FLAG_PEER_ACK: u16 = 16;
 
 /// What a frame carries.

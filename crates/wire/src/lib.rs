@@ -26,6 +26,7 @@ mod error;
 mod format;
 mod frame;
 mod mcast;
+mod peer;
 mod plan;
 mod rankset;
 mod routemsg;
@@ -47,6 +48,7 @@ pub use mcast::{
     decode_mcast, encode_mcast, McastDatagram, McastHeader, McastKind, MCAST_HEADER_LEN, MCAST_MORE,
     MCAST_TAG_LEN, MCAST_VERSION,
 };
+pub use peer::{decode_ack, decode_multi, encode_ack, encode_multi, FLAG_PEER_MULTI, PEER_ACK_LEN};
 pub use plan::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, PLAN_VERSION};
 pub use rankset::RankSet;
 pub use routemsg::{McastOffer, RouteMsg, MAX_DECLINE_REASON};

@@ -38,7 +38,7 @@ use treecast_wire::{
 pub use clock::{ClockConfig, ClockSource, Distortion};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
 pub use peer::{PEER_CREDIT, PEER_WINDOW};
-pub use startup::ChildLaunch;
+pub use startup::{ChildLaunch, MAX_SPAWN};
 pub use treecast_transport::{LinkId, LinkMap, LinkTable};
 
 use liveness::Liveness;
@@ -276,8 +276,8 @@ pub enum Event {
     PeerUndeliverable {
         /// The sender.
         from: u32,
-        /// The destination.
-        to: u32,
+        /// The destinations it could not reach.
+        to: RankSet,
     },
     /// Front-end: a filter refused a packet; the rest of its wave went on.
     FilterError {
@@ -627,8 +627,8 @@ pub struct Node {
     /// multicasting route): those of at least this many payload bytes; see
     /// [`Node::send_together`].
     send_together: Option<usize>,
-    /// Back-end: what its messages to other ranks may still take.
-    peer: peer::PeerWindow,
+    /// Messages between back-ends: a back-end's window, a parent's unanswered ones.
+    peer: peer::PeerState,
     out: Outputs,
 }
 
@@ -670,7 +670,7 @@ impl Node {
             awaiting: Vec::new(),
             orphaned: RankSet::new(),
             send_together: None,
-            peer: peer::PeerWindow::default(),
+            peer: peer::PeerState::default(),
             out: Outputs::default(),
         }
     }

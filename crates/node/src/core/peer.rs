@@ -1,18 +1,27 @@
-//! Messages from one back-end to another, outside any stream
+//! Messages from one back-end to others, outside any stream
 //! ([`treecast_wire::FrameKind::Peer`]).
 //!
 //! A message goes up from its sender until it reaches the lowest common ancestor of
-//! the two ranks (the first node with a child that reaches the destination), then
-//! down to the destination; two back-ends under one comm node talk through it
-//! alone, never through the front-end. The destination acknowledges each message
-//! once its tool has read it; a sender may have at most [`PEER_WINDOW`] unread in
-//! the tree, so what the comm nodes hold for peer messages is bounded by the
-//! windows of the back-ends below them. A message whose destination is gone is
-//! acknowledged by the node that finds no way on, so its sender's window is not lost.
+//! the sender and its destinations (the first node with children that reach them),
+//! then down; two back-ends under one comm node talk through it alone, never
+//! through the front-end. A message for several ranks ([`FLAG_PEER_MULTI`]) is
+//! copied once per link it must take, each copy naming only the destinations
+//! behind that link.
+//!
+//! Each destination acknowledges a message once its tool has read it; a sender may
+//! have at most [`PEER_WINDOW`] unread in the tree (a message for n ranks counts n
+//! times), so what the comm nodes hold for peer messages is bounded by the windows
+//! of the back-ends below them. Nothing leaks that window: a node that finds no
+//! way on for a message acknowledges it itself, and the parent of a back-end that
+//! goes (stopped, left or lost) acknowledges what it had passed to it unanswered.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
-use treecast_wire::{Frame, FrameHeader, Grant, Window, FLAG_PEER_ACK};
+use treecast_wire::{
+    decode_ack, decode_multi, encode_ack, encode_multi, Frame, FrameHeader, Grant, RankSet, Window,
+    FLAG_PEER_ACK, FLAG_PEER_MULTI,
+};
 
 use super::window::Budget;
 use super::{ChildState, CommandError, Delivery, Event, LinkId, LinkRole, Node, Role};
@@ -23,91 +32,244 @@ pub const PEER_WINDOW: Window = Window { packets: 64, bytes: 16 << 20 };
 /// messages again (no stream has it: stream ids are allocated from 1 up).
 pub const PEER_CREDIT: u32 = u32::MAX;
 
-/// A back-end's side of its peer messages.
+/// A node's side of peer messages.
 #[derive(Debug)]
-pub(super) struct PeerWindow {
+pub(super) struct PeerState {
+    /// Back-end: what its messages may still take.
     budget: Budget,
+    /// Back-end: acknowledgements of messages read while it had no parent.
+    held_acks: Vec<Frame>,
+    /// Messages passed to each back-end child and not yet acknowledged by it, by
+    /// node id: (sender, bytes), in order.
+    unanswered: std::collections::HashMap<u32, VecDeque<(u32, u64)>>,
 }
 
-impl Default for PeerWindow {
+impl Default for PeerState {
     fn default() -> Self {
-        PeerWindow { budget: Budget::new(PEER_WINDOW) }
+        PeerState {
+            budget: Budget::new(PEER_WINDOW),
+            held_acks: Vec::new(),
+            unanswered: std::collections::HashMap::new(),
+        }
     }
 }
 
-/// An acknowledgement to `to` from `from` of one message of `len` bytes.
-fn ack(to: u32, from: u32, len: usize) -> Frame {
+/// An acknowledgement to `to` from `from` of `messages` messages and `bytes` bytes.
+fn ack(to: u32, from: u32, messages: u32, bytes: u64) -> Frame {
     let mut header = FrameHeader::peer(to, 0, from);
     header.flags = FLAG_PEER_ACK;
-    Frame::new(header, (len as u64).to_le_bytes().to_vec())
+    Frame::new(header, encode_ack(messages, bytes))
+}
+
+/// A copy of a message for several ranks that names only `targets`.
+fn narrowed(frame: &Frame, targets: &RankSet, body: &[u8]) -> Frame {
+    Frame::new(frame.header, encode_multi(targets, body))
 }
 
 impl Node {
-    /// Back-end: the tool sends a message to another rank.
+    /// Back-end: the tool sends a message to another rank, or to several.
     pub(super) fn send_peer(&mut self, mut frame: Frame) -> Result<(), CommandError> {
         let Role::BackEnd { rank, .. } = self.role else {
             return Err(CommandError::NotNow("only back-ends send messages to other ranks"));
         };
-        let Some(parent) = self.parent.filter(|_| self.rejoining.is_none()) else {
-            return Err(CommandError::ShutDown);
-        };
-        if !self.peer.budget.open() {
+        let Some(parent) = self.parent else { return Err(CommandError::ShutDown) };
+        // While this back-end rejoins, messages wait as if for credit.
+        if self.rejoining.is_some() || !self.peer.budget.open() {
             return Err(CommandError::Blocked(frame));
         }
-        self.peer.budget.spend(frame.payload.len());
+        let copies = match frame.header.flags & FLAG_PEER_MULTI {
+            0 => (1, frame.payload.len()),
+            _ => match decode_multi(&frame.payload) {
+                Ok((targets, at)) => {
+                    let body_len = frame.payload.len() - at;
+                    // A sender is not among the receivers of its own message.
+                    let others = targets.difference(&RankSet::single(rank));
+                    if others.is_empty() {
+                        return Ok(());
+                    }
+                    if others != targets {
+                        frame.payload = encode_multi(&others, &frame.payload[at..]).into();
+                    }
+                    (u32::try_from(others.len()).unwrap_or(u32::MAX), body_len)
+                }
+                Err(_) => {
+                    return Err(CommandError::NotNow("a message for several ranks needs its rank set first"))
+                }
+            },
+        };
+        self.peer.budget.spend_many(copies.0, u64::from(copies.0) * copies.1 as u64);
         frame.header.rank = rank;
-        frame.header.flags = 0;
+        frame.header.flags &= FLAG_PEER_MULTI;
         self.out.send(parent, frame);
         Ok(())
     }
 
     /// A peer frame arrived on `link`.
     pub(super) fn on_peer(&mut self, link: LinkId, role: LinkRole, frame: Frame, now: Instant) {
-        let to = frame.header.stream;
         if let Role::BackEnd { rank, .. } = self.role {
-            if role != LinkRole::Parent || to != rank {
-                let why = format!("a message for rank {to} reached rank {rank}");
-                return self.drop_link(link, why, now);
-            }
-            if frame.header.flags & FLAG_PEER_ACK == 0 {
-                return self.push_delivery(Delivery::Packet(frame));
-            }
-            let len = frame.payload.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
-            if self.peer.budget.grant(Grant { packets: 1, bytes: len }) {
-                self.out.event(Event::Writable { stream: PEER_CREDIT });
-            }
-            return;
+            return self.peer_at_backend(link, role, rank, frame, now);
         }
         let from_child = match role {
             LinkRole::Child(c) => Some(c),
             LinkRole::Parent => None,
         };
+        if let Some(c) = from_child.filter(|_| frame.header.flags & FLAG_PEER_ACK != 0) {
+            self.answered(c, &frame);
+        }
+        if frame.header.flags & FLAG_PEER_MULTI != 0 {
+            return match decode_multi(&frame.payload) {
+                Ok((targets, at)) => self.route_multi(&frame, targets, at, from_child),
+                Err(e) => self.drop_link(link, format!("malformed message for several ranks: {e}"), now),
+            };
+        }
+        let to = frame.header.stream;
         let below = self.children.iter().position(|c| c.state == ChildState::Joined && c.ranks.contains(to));
         match (below, self.parent) {
-            (Some(c), _) if Some(c) != from_child => {
-                if let Some(l) = self.children[c].link {
-                    self.out.send(l, frame);
-                }
-            }
+            (Some(c), _) if Some(c) != from_child => self.pass_down(c, frame),
             // Not below here: up towards the common ancestor, unless it came from there.
             (None, Some(parent)) if from_child.is_some() => self.out.send(parent, frame),
-            _ => self.undeliverable(frame),
+            _ => self.undeliverable(&frame, &RankSet::single(to), frame.payload.len()),
         }
     }
 
-    /// A message with nowhere to go (its destination left or never was): dropped,
-    /// and acknowledged on its destination's behalf so its sender may go on.
-    fn undeliverable(&mut self, frame: Frame) {
-        let h = frame.header;
-        if h.flags & FLAG_PEER_ACK != 0 {
+    /// A message for several ranks: a copy down each child's link for the ranks
+    /// behind it, one up for those not below this node, the rest undeliverable.
+    fn route_multi(&mut self, frame: &Frame, targets: RankSet, at: usize, from_child: Option<usize>) {
+        let body = &frame.payload[at..];
+        let mut left = targets.clone();
+        // Ranks behind the link it came from were that child's to reach.
+        if let Some(c) = from_child {
+            left = left.difference(&self.children[c].ranks);
+        }
+        for c in 0..self.children.len() {
+            let child = &self.children[c];
+            if child.state != ChildState::Joined || Some(c) == from_child {
+                continue;
+            }
+            let theirs = left.intersection(&child.ranks);
+            if theirs.is_empty() {
+                continue;
+            }
+            left = left.difference(&theirs);
+            let copy = narrowed(frame, &theirs, body);
+            self.pass_down(c, copy);
+        }
+        if left.is_empty() {
             return;
         }
-        tracing::debug!(node = %self.name, "no way to rank {} for a message from rank {}: dropped", h.stream, h.rank);
-        let back = ack(h.rank, h.stream, frame.payload.len());
-        let (to, from) = (h.stream, h.rank);
-        self.route_ack(back);
+        match (self.parent, from_child) {
+            (Some(parent), Some(_)) => self.out.send(parent, narrowed(frame, &left, body)),
+            _ => self.undeliverable(frame, &left, body.len()),
+        }
+    }
+
+    /// Sends a message down to child `c`; a back-end child owes its acknowledgement.
+    fn pass_down(&mut self, c: usize, frame: Frame) {
+        let child = &self.children[c];
+        let Some(link) = child.link else { return };
+        if child.is_backend && frame.header.flags & FLAG_PEER_ACK == 0 {
+            let len = match frame.header.flags & FLAG_PEER_MULTI {
+                0 => frame.payload.len(),
+                _ => decode_multi(&frame.payload).map_or(0, |(_, at)| frame.payload.len() - at),
+            };
+            self.peer.unanswered.entry(child.node_id).or_default().push_back((frame.header.rank, len as u64));
+        }
+        self.out.send(link, frame);
+    }
+
+    /// Back-end child `c` acknowledged messages: it owes fewer.
+    fn answered(&mut self, c: usize, ack: &Frame) {
+        let child = &self.children[c];
+        if !child.is_backend {
+            return;
+        }
+        let Some(owed) = self.peer.unanswered.get_mut(&child.node_id) else { return };
+        let (messages, _) = decode_ack(&ack.payload).unwrap_or((0, 0));
+        for _ in 0..messages {
+            match owed.iter().position(|&(from, _)| from == ack.header.stream) {
+                Some(i) => drop(owed.remove(i)),
+                None => break,
+            }
+        }
+    }
+
+    /// Back-end child `c` is gone: what it never acknowledged is acknowledged for it.
+    pub(super) fn peer_child_gone(&mut self, c: usize) {
+        let child = &self.children[c];
+        let Some(owed) = self.peer.unanswered.remove(&child.node_id) else { return };
+        let Some(rank) = child.expected.first() else { return };
+        for (from, bytes) in owed {
+            self.route_ack(ack(from, rank, 1, bytes));
+        }
+    }
+
+    /// A peer frame at a back-end: a message for it, or an acknowledgement.
+    fn peer_at_backend(&mut self, link: LinkId, role: LinkRole, rank: u32, frame: Frame, now: Instant) {
+        let flags = frame.header.flags;
+        if role != LinkRole::Parent {
+            return self.drop_link(link, "a peer frame from a child of a back-end".into(), now);
+        }
+        if flags & FLAG_PEER_ACK != 0 {
+            if frame.header.stream != rank {
+                return self.drop_link(
+                    link,
+                    format!("an acknowledgement for rank {} reached rank {rank}", frame.header.stream),
+                    now,
+                );
+            }
+            let (messages, bytes) = match decode_ack(&frame.payload) {
+                Ok(a) => a,
+                Err(e) => return self.drop_link(link, format!("malformed acknowledgement: {e}"), now),
+            };
+            if self.peer.budget.grant(Grant { packets: messages, bytes }) {
+                self.out.event(Event::Writable { stream: PEER_CREDIT });
+            }
+            return;
+        }
+        let mut frame = frame;
+        if flags & FLAG_PEER_MULTI != 0 {
+            match decode_multi(&frame.payload) {
+                Ok((targets, at)) if targets.contains(rank) => {
+                    // The tool sees it as a message for this rank alone.
+                    frame.payload = frame.payload.slice(at..);
+                    frame.header.flags = 0;
+                    frame.header.stream = rank;
+                }
+                Ok(_) => {
+                    return self.drop_link(
+                        link,
+                        format!("a message for other ranks reached rank {rank}"),
+                        now,
+                    )
+                }
+                Err(e) => {
+                    return self.drop_link(link, format!("malformed message for several ranks: {e}"), now)
+                }
+            }
+        } else if frame.header.stream != rank {
+            return self.drop_link(
+                link,
+                format!("a message for rank {} reached rank {rank}", frame.header.stream),
+                now,
+            );
+        }
+        self.push_delivery(Delivery::Packet(frame));
+    }
+
+    /// A message with nowhere to go for `missing` (they left or never were): dropped
+    /// for them, and acknowledged on their behalf so its sender may go on.
+    fn undeliverable(&mut self, frame: &Frame, missing: &RankSet, len: usize) {
+        let h = frame.header;
+        if h.flags & FLAG_PEER_ACK != 0 || missing.is_empty() {
+            return;
+        }
+        tracing::debug!(node = %self.name, "no way to ranks {missing} for a message from rank {}: dropped", h.rank);
+        let n = missing.len();
+        let Some(first) = missing.first() else { return };
+        let messages = u32::try_from(n).unwrap_or(u32::MAX);
+        self.route_ack(ack(h.rank, first, messages, n.saturating_mul(len as u64)));
         if self.role == Role::FrontEnd {
-            self.out.event(Event::PeerUndeliverable { from, to });
+            self.out.event(Event::PeerUndeliverable { from: h.rank, to: missing.clone() });
         }
     }
 
@@ -122,9 +284,25 @@ impl Node {
         }
     }
 
-    /// Back-end: the tool read a message: its sender may send one more.
+    /// Back-end: the tool read a message: its sender may send one more. Read while
+    /// this back-end has no parent (it rejoins), the acknowledgement waits for one.
     pub(super) fn peer_read(&mut self, frame: &Frame) {
-        let (Role::BackEnd { rank, .. }, Some(parent)) = (self.role, self.parent) else { return };
-        self.out.send(parent, ack(frame.header.rank, rank, frame.payload.len()));
+        let Role::BackEnd { rank, .. } = self.role else { return };
+        let a = ack(frame.header.rank, rank, 1, frame.payload.len() as u64);
+        match self.parent.filter(|_| self.rejoining.is_none()) {
+            Some(parent) => self.out.send(parent, a),
+            None => self.peer.held_acks.push(a),
+        }
+    }
+
+    /// Back-end: linked to a parent again: held acknowledgements go, and messages may.
+    pub(super) fn peer_parent_back(&mut self) {
+        let Some(parent) = self.parent else { return };
+        for a in std::mem::take(&mut self.peer.held_acks) {
+            self.out.send(parent, a);
+        }
+        if self.peer.budget.open() {
+            self.out.event(Event::Writable { stream: PEER_CREDIT });
+        }
     }
 }

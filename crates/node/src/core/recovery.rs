@@ -117,6 +117,7 @@ impl Node {
             // theirs that answers an earlier request may go up.
             self.streams_welcomed();
             self.out.event(Event::ParentChanged { parent });
+            self.peer_parent_back();
             // This node's children rejoin where it now is.
             self.send_fallback_to_children();
         }

@@ -20,6 +20,9 @@ use super::{
     control_frame, Destination, Event, LinkId, LinkRole, LivenessLimits, Node, Phase, Role, Transmit,
 };
 
+/// Most back-ends one node starts for one spawn order.
+pub const MAX_SPAWN: u32 = 65_536;
+
 /// A child the driver must start (or, in attach mode, wait for).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChildLaunch {
@@ -598,6 +601,16 @@ impl Node {
     /// the comm-node child with the highest id not above it).
     pub(super) fn spawn_order(&mut self, order: SpawnOrder, now: Instant) {
         let ranks = RankSet::range(order.first_rank, order.count);
+        let fits = order.count <= MAX_SPAWN
+            && order.first_rank.checked_add(order.count).is_some()
+            && order.first_node_id.checked_add(order.count).is_some();
+        if !fits {
+            let reason = format!(
+                "{}: a spawn of {} from rank {} and node id {} does not fit (at most {MAX_SPAWN} per node)",
+                self.name, order.count, order.first_rank, order.first_node_id
+            );
+            return self.report_up(ControlMsg::Leave { ranks, reason, graceful: false });
+        }
         if order.target == self.node_id {
             let order = Arc::new(order);
             let launches = (0..order.count)
@@ -640,6 +653,12 @@ impl Node {
     /// others on towards theirs; each stopped one leaves gracefully.
     pub(super) fn stop_ranks(&mut self, ranks: &RankSet, reason: &str, now: Instant) {
         tracing::debug!(node = %self.name, "stopping ranks {ranks}: {reason}");
+        // Ranks no child claims yet (spawned below, not joined): every comm-node
+        // child is asked, and the one that started them stops them.
+        let mut unclaimed = ranks.clone();
+        for child in self.children.iter().filter(|c| c.state != ChildState::Gone) {
+            unclaimed = unclaimed.difference(&child.expected).difference(&child.ranks);
+        }
         for c in 0..self.children.len() {
             let child = &self.children[c];
             if child.state == ChildState::Gone {
@@ -647,15 +666,21 @@ impl Node {
             }
             let mut theirs = child.expected.clone();
             theirs.union_with(&child.ranks);
-            let mine = ranks.intersection(&theirs);
-            if mine.is_empty() {
+            let mut mine = ranks.intersection(&theirs);
+            if child.is_backend {
+                if !mine.is_empty() {
+                    self.retire(c, now);
+                    self.members_left(c, now);
+                    self.report_up(ControlMsg::Leave {
+                        ranks: mine,
+                        reason: reason.to_owned(),
+                        graceful: true,
+                    });
+                }
                 continue;
             }
-            if child.is_backend {
-                self.retire(c);
-                self.members_left(c, now);
-                self.report_up(ControlMsg::Leave { ranks: mine, reason: reason.to_owned(), graceful: true });
-            } else if let Some(link) = child.link {
+            mine.union_with(&unclaimed);
+            if let (false, Some(link)) = (mine.is_empty(), child.link) {
                 self.out.control(link, &ControlMsg::Stop { ranks: mine, reason: reason.to_owned() });
             }
         }
@@ -807,7 +832,7 @@ impl Node {
 
     /// Ends a back-end child on purpose: a linked one is told to shut down and gets
     /// its driver's grace to exit before it is killed; one not linked yet is stopped.
-    fn retire(&mut self, c: usize) {
+    fn retire(&mut self, c: usize, now: Instant) {
         let child = &mut self.children[c];
         let Some(link) = child.link.take() else { return self.abandon(c) };
         child.state = ChildState::Gone;
@@ -816,6 +841,7 @@ impl Node {
         let node_id = child.node_id;
         self.links.remove(link);
         self.liveness.link_closed(link);
+        self.monitor_child_gone(c, now);
         self.out.control(link, &ControlMsg::Shutdown);
         self.out.event(Event::RetireChild { node_id, link });
     }

@@ -1126,6 +1126,9 @@ impl Node {
 
     /// Child `c` is gone or lost ranks: it leaves the streams it no longer reaches.
     pub(super) fn members_left(&mut self, c: usize, now: Instant) {
+        if self.children[c].is_backend {
+            self.peer_child_gone(c);
+        }
         self.members_left_telling(c, now, true);
     }
 

@@ -858,6 +858,12 @@ fn peer(to: u32, from: u32, bytes: usize) -> Frame {
     Frame::new(FrameHeader::peer(to, 7, from), vec![0xab; bytes])
 }
 
+fn peer_ack(to: u32, from: u32, messages: u32, bytes: u64) -> Frame {
+    let mut h = FrameHeader::peer(to, 0, from);
+    h.flags = treecast_wire::FLAG_PEER_ACK;
+    Frame::new(h, treecast_wire::encode_ack(messages, bytes))
+}
+
 fn is_ack(f: &Frame) -> bool {
     f.header.kind == treecast_wire::FrameKind::Peer && f.header.flags & treecast_wire::FLAG_PEER_ACK != 0
 }
@@ -873,16 +879,28 @@ fn a_peer_message_turns_at_the_common_ancestor_and_one_for_nobody_is_acknowledge
     assert_eq!(out[0].to, Destination::Link(links[1]));
     assert_eq!((out[0].frame.header.stream, out[0].frame.header.rank), (1, 0));
     // Rank 1's acknowledgement finds its way back to rank 0.
-    let mut ack = peer(0, 1, 8);
-    ack.header.flags = treecast_wire::FLAG_PEER_ACK;
-    fe.handle_frame(links[1], ack, now);
+    fe.handle_frame(links[1], peer_ack(0, 1, 1, 10), now);
     assert_eq!(transmits(&mut fe)[0].to, Destination::Link(links[0]));
     // Rank 0 to rank 9, which is nowhere: dropped, acknowledged back, reported.
     fe.handle_frame(links[0], peer(9, 0, 10), now);
     let out = transmits(&mut fe);
     assert_eq!(out.len(), 1);
     assert!(is_ack(&out[0].frame) && out[0].to == Destination::Link(links[0]));
-    assert!(events(&mut fe).contains(&Event::PeerUndeliverable { from: 0, to: 9 }));
+    assert!(events(&mut fe).contains(&Event::PeerUndeliverable { from: 0, to: RankSet::single(9) }));
+    // For several ranks: a copy for each link naming only its own, the rest acknowledged.
+    let mut targets = RankSet::range(0, 2);
+    targets.union_with(&RankSet::single(7));
+    let mut multi =
+        Frame::new(FrameHeader::peer(u32::MAX, 7, 1), treecast_wire::encode_multi(&targets, b"hello"));
+    multi.header.flags = treecast_wire::FLAG_PEER_MULTI;
+    fe.handle_frame(links[1], multi, now);
+    let out = transmits(&mut fe);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(out[0].to, Destination::Link(links[0]));
+    let (to, at) = treecast_wire::decode_multi(&out[0].frame.payload).unwrap();
+    assert_eq!((to, &out[0].frame.payload[at..]), (RankSet::single(0), &b"hello"[..]));
+    assert!(is_ack(&out[1].frame) && out[1].to == Destination::Link(links[1]));
+    assert_eq!(treecast_wire::decode_ack(&out[1].frame.payload).unwrap(), (1, 5));
 }
 
 #[test]
@@ -897,9 +915,7 @@ fn a_backend_holds_at_most_its_peer_window_of_unread_messages_and_acknowledges_w
     }
     let blocked = be.handle_command(Command::Send(peer(1, 0, 1)), now);
     let Err(CommandError::Blocked(frame)) = blocked else { panic!("{blocked:?}") };
-    let mut ack = peer(0, 1, 8);
-    ack.header.flags = treecast_wire::FLAG_PEER_ACK;
-    be.handle_frame(parent, ack, now);
+    be.handle_frame(parent, peer_ack(0, 1, 1, 1), now);
     assert!(events(&mut be).contains(&Event::Writable { stream: PEER_CREDIT }));
     be.handle_command(Command::Send(frame), now).unwrap();
     transmits(&mut be);
@@ -914,4 +930,47 @@ fn a_backend_holds_at_most_its_peer_window_of_unread_messages_and_acknowledges_w
     // One for another rank breaks the protocol: the link goes.
     be.handle_frame(parent, peer(5, 1, 5), now);
     assert!(events(&mut be).iter().any(|e| matches!(e, Event::CloseLink { .. })));
+}
+
+#[test]
+fn messages_a_backend_never_read_are_acknowledged_for_it_when_it_goes() {
+    let now = Instant::now();
+    let (mut fe, links) = front_end_with_two_backends();
+    fe.handle_frame(links[0], peer(1, 0, 10), now);
+    fe.handle_frame(links[0], peer(1, 0, 20), now);
+    fe.handle_frame(links[1], peer_ack(0, 1, 1, 10), now);
+    transmits(&mut fe);
+    // Rank 1 goes with the second message unread: rank 0 gets its window back.
+    fe.handle_link_closed(links[1], Some("gone".into()), now);
+    let acks: Vec<Frame> = transmits(&mut fe).into_iter().map(|t| t.frame).filter(is_ack).collect();
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!((acks[0].header.stream, acks[0].header.rank), (0, 1));
+    assert_eq!(treecast_wire::decode_ack(&acks[0].payload).unwrap(), (1, 20));
+}
+
+#[test]
+fn a_message_for_several_ranks_counts_once_per_receiver_and_never_reaches_its_sender() {
+    let now = Instant::now();
+    let mut be = node(Role::BackEnd { rank: 2, size: 80 }, 3);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    transmits(&mut be);
+    let multi = |targets: &RankSet| {
+        let mut f =
+            Frame::new(FrameHeader::peer(u32::MAX, 1, 2), treecast_wire::encode_multi(targets, b"xy"));
+        f.header.flags = treecast_wire::FLAG_PEER_MULTI;
+        f
+    };
+    // Only to itself: nothing goes.
+    be.handle_command(Command::Send(multi(&RankSet::single(2))), now).unwrap();
+    assert!(transmits(&mut be).is_empty());
+    // To 64 others and itself: one frame, naming the 64, which fill the window.
+    be.handle_command(Command::Send(multi(&RankSet::range(0, 65))), now).unwrap();
+    let out = transmits(&mut be);
+    let (to, at) = treecast_wire::decode_multi(&out[0].frame.payload).unwrap();
+    assert_eq!(to.len(), 64);
+    assert!(!to.contains(2));
+    assert_eq!(&out[0].frame.payload[at..], b"xy");
+    let blocked = be.handle_command(Command::Send(peer(5, 2, 1)), now);
+    assert!(matches!(blocked, Err(CommandError::Blocked(_))), "{blocked:?}");
 }

@@ -35,6 +35,13 @@ impl Budget {
         self.bytes -= len as i64;
     }
 
+    /// Counts `packets` frames of `bytes` payload bytes in all as sent (one message
+    /// for several receivers).
+    pub(crate) fn spend_many(&mut self, packets: u32, bytes: u64) {
+        self.packets -= i64::from(packets);
+        self.bytes = self.bytes.saturating_sub(clamp(bytes));
+    }
+
     /// Adds what the receiver gave back; returns true when this reopened a closed budget.
     pub(crate) fn grant(&mut self, g: Grant) -> bool {
         let was_open = self.open();
