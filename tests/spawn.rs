@@ -307,3 +307,30 @@ async fn backends_of_different_groups_exchange_messages_and_one_for_a_rank_gone_
     }
     finish(net).await;
 }
+
+#[tokio::test]
+async fn a_backend_spawns_helpers_through_its_parent_and_they_join_the_network() {
+    let mut net = launch("balanced:2x2", 4).await;
+    let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
+    let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+    s.send_to(3, TAG_SPAWN_HELPERS, "%ud", &[Value::UInt(3)]).await.unwrap();
+    let p = s.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.rank(), 3);
+    assert_eq!(p.unpack("%aud").unwrap(), vec![Value::UIntArray(vec![4, 5, 6])]);
+    assert_eq!(net.backends(), 7);
+    assert_eq!(sum_over(&net, RankSet::range(0, 7)).await, ranks_sum(&[0, 1, 2, 3, 4, 5, 6]));
+    let mut joined = RankSet::new();
+    while let Some(e) = net.try_event() {
+        if let Event::RanksJoined { ranks } = e {
+            joined.union_with(&ranks);
+        }
+    }
+    assert_eq!(joined, RankSet::range(4, 3));
+    // More than a spawn may start: refused with the front-end's reason, nothing started.
+    s.send_to(0, TAG_SPAWN_HELPERS, "%ud", &[Value::UInt(u32::MAX)]).await.unwrap();
+    let p = s.recv_timeout(LIMIT).await.unwrap();
+    let why = p.unpack("%s").unwrap()[0].as_str().unwrap().to_owned();
+    assert!(why.contains("could not spawn") && why.contains("1 to 65536"), "{why}");
+    assert_eq!(net.backends(), 7);
+    finish(net).await;
+}

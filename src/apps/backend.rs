@@ -64,7 +64,7 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         }
         // Requests that take time run as tasks of their own so they hold up no other
         // stream; quick ones are answered at once, which keeps round trips short.
-        if matches!(packet.tag(), TAG_RUN | TAG_SLEEP | TAG_BURST | TAG_BURST_BYTES) {
+        if matches!(packet.tag(), TAG_RUN | TAG_SLEEP | TAG_BURST | TAG_BURST_BYTES | TAG_SPAWN_HELPERS) {
             tokio::spawn(async move {
                 if let Err(e) = answer(&sender, rank, packet).await {
                     tracing::warn!(rank, "could not answer a request: {e}");
@@ -204,6 +204,14 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
             be.send(stream, tag, "%d", &[x.wrapping_add(rank as i32).into()]).await
         }
         TAG_SINK => be.send(stream, tag, "%d", &[Value::Int(1)]).await,
+        TAG_SPAWN_HELPERS => {
+            let v = p.unpack("%ud")?;
+            let [Value::UInt(n)] = v[..] else { return Ok(()) };
+            match be.spawn(n, &[]).await {
+                Ok(group) => be.send(stream, tag, "%aud", &[Value::UIntArray(group.ranks().to_vec())]).await,
+                Err(e) => be.send(stream, tag, "%s", &[e.to_string().into()]).await,
+            }
+        }
         TAG_WHERE => {
             let parent = std::env::var(treecast_node::env::PARENT).unwrap_or_default();
             be.send(stream, tag, "%s", &[format!("parent {parent}").into()]).await

@@ -53,6 +53,9 @@ pub const TAG_PEER_ECHO: i32 = 12;
 /// `ranks` at once (`BackEnd::send_to_ranks`); each receiver answers on the
 /// request's stream `%ud %ud`: the sender's rank and the bytes it got.
 pub const TAG_PEER_CAST: i32 = 13;
+/// `%ud n` → this rank asks the front-end to spawn `n` generic back-ends
+/// (`BackEnd::spawn`) and answers `%aud` with their ranks, or `%s` with why not.
+pub const TAG_SPAWN_HELPERS: i32 = 14;
 
 /// File distribution (see `treecast_api::bcast_files`, handled by `FileReceivers`): the
 /// status packet that opens a transfer, and every rank's first answer.

@@ -347,6 +347,12 @@ def enc_control(m):
         return out + u32(len(m["command"])) + b"".join(enc_str(a) for a in m["command"])
     if t == "stop":
         return bytes([24]) + enc_ranks(m["ranks"]) + enc_str(m["reason"])
+    if t == "spawn_request":
+        out = bytes([25]) + u32(m["id"]) + u32(m["rank"]) + u32(m["n"])
+        return out + u32(len(m["command"])) + b"".join(enc_str(a) for a in m["command"])
+    if t == "spawn_reply":
+        out = bytes([26]) + u32(m["id"]) + u32(m["rank"]) + u32(m["group"])
+        return out + enc_ranks(m["ranks"]) + enc_str(m["error"])
     raise ValueError(t)
 
 
@@ -547,6 +553,12 @@ CONTROL_CASES = [
         },
     ),
     ("stop", {"type": "stop", "ranks": "16-19", "reason": "spawn 1 failed"}),
+    ("spawn_request", {"type": "spawn_request", "id": 1, "rank": 5, "n": 4, "command": ["/bin/helper", "-q"]}),
+    ("spawn_reply", {"type": "spawn_reply", "id": 1, "rank": 5, "group": 3, "ranks": "20-23", "error": ""}),
+    (
+        "spawn_reply failed",
+        {"type": "spawn_reply", "id": 2, "rank": 5, "group": 0, "ranks": "", "error": "rank 24: no such program"},
+    ),
 ]
 
 
@@ -623,7 +635,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([25]), "UnknownControl"),
+    ("control", "tag after the last", bytes([27]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),

@@ -39,7 +39,16 @@ pub(crate) struct BeTool {
     /// Tasks awaiting [`BackEndSender::closed`].
     closers: Vec<Waker>,
     over: Option<EndReason>,
+    /// Answers to this back-end's spawn requests, by request number, until taken.
+    spawn_replies: std::collections::HashMap<u32, SpawnAnswer>,
+    /// Tasks awaiting a spawn answer.
+    spawn_waiters: Vec<Waker>,
+    /// The next spawn request's number.
+    next_spawn: u32,
 }
+
+/// The front-end's answer to a spawn request: the group, or why not.
+type SpawnAnswer = Result<crate::Group, String>;
 
 impl WaitsForCredit for BeTool {
     fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
@@ -58,8 +67,17 @@ impl Tool for BeTool {
             Event::Writable { stream } => {
                 self.writers.remove(&stream).into_iter().flatten().for_each(Waker::wake);
             }
+            Event::SpawnReplied { id, group, ranks, error } => {
+                let answer = match error.is_empty() {
+                    true => Ok(crate::Group::new(group, ranks.iter().collect())),
+                    false => Err(error),
+                };
+                self.spawn_replies.insert(id, answer);
+                self.spawn_waiters.drain(..).for_each(Waker::wake);
+            }
             Event::Shutdown { reason } => {
                 self.over = Some(reason);
+                self.spawn_waiters.drain(..).for_each(Waker::wake);
                 self.reader.take().into_iter().for_each(Waker::wake);
                 self.writers.drain().flat_map(|(_, w)| w).for_each(Waker::wake);
                 self.closers.drain(..).for_each(Waker::wake);
@@ -186,6 +204,48 @@ impl BackEndSender {
     ) -> Result<(), ApiError> {
         let (_, payload) = encode_checked(format, values)?;
         send_with_credit(&self.shared, Frame::new(FrameHeader::peer(rank, tag, self.rank), payload)).await
+    }
+
+    /// Asks the front-end to start `n` back-ends running `command` (program first;
+    /// empty: the launch's back-end command), placed as the front-end places its
+    /// own spawns (least loaded), and waits until they have joined: the MPI case of a
+    /// worker that spawns helpers. The request goes up through this back-end's
+    /// parent; the answer comes back the same way.
+    ///
+    /// # Errors
+    /// [`ApiError::SpawnRefused`] with the front-end's reason (a process that did not
+    /// start, the time limit); [`ApiError::Timeout`] when no answer came within
+    /// [`crate::DEFAULT_SPAWN_LIMIT`] and 10 s more; [`ApiError::Closed`].
+    ///
+    /// Cancel safety: not cancel safe: the processes of a cancelled spawn stay.
+    pub async fn spawn(&self, n: u32, command: &[String]) -> Result<crate::Group, ApiError> {
+        let id = {
+            let mut d = lock(&self.shared);
+            let id = d.tool().next_spawn;
+            d.tool().next_spawn = id.wrapping_add(1);
+            let request = Command::RequestSpawn { id, n, command: command.to_vec() };
+            d.command(request).map_err(|e| ApiError::from_command(0, e))?;
+            id
+        };
+        let limit = crate::DEFAULT_SPAWN_LIMIT + Duration::from_secs(10);
+        let answer = std::future::poll_fn(|cx| {
+            let mut d = lock(&self.shared);
+            let tool = d.tool();
+            if let Some(answer) = tool.spawn_replies.remove(&id) {
+                return Poll::Ready(Ok(answer));
+            }
+            if let Some(reason) = &tool.over {
+                return Poll::Ready(Err(ApiError::Closed(reason.clone())));
+            }
+            crate::frontend::register(&mut tool.spawn_waiters, cx);
+            Poll::Pending
+        });
+        match tokio::time::timeout(limit, answer).await {
+            Ok(Ok(Ok(group))) => Ok(group),
+            Ok(Ok(Err(why))) => Err(ApiError::SpawnRefused(why)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ApiError::Timeout(limit)),
+        }
     }
 
     /// Sends values to every back-end of `ranks` at once (a group's broadcast): the
@@ -365,6 +425,16 @@ impl BackEnd {
     /// Cancel safety: cancel safe.
     pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
         self.sender.send(stream, tag, format, values).await
+    }
+
+    /// Asks the front-end to start `n` back-ends; see [`BackEndSender::spawn`].
+    ///
+    /// # Errors
+    /// As [`BackEndSender::spawn`].
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn spawn(&self, n: u32, command: &[String]) -> Result<crate::Group, ApiError> {
+        self.sender.spawn(n, command).await
     }
 
     /// Sends values to every back-end of `ranks`; see [`BackEndSender::send_to_ranks`].

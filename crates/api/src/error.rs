@@ -196,6 +196,9 @@ pub enum ApiError {
     /// A spawn cannot be placed as asked; nothing was started.
     #[error("cannot place the spawn: {0}")]
     Placement(String),
+    /// The front-end could not do the spawn a back-end asked for.
+    #[error("the front-end could not spawn for this back-end: {0}")]
+    SpawnRefused(String),
     /// Processes of a spawn did not join; the others of that spawn were stopped.
     #[error("spawn of {n} back-ends failed, the others of it were stopped: {}", failures_text(.failures))]
     SpawnFailed {

@@ -57,7 +57,22 @@ pub(crate) struct FeTool {
     pub(crate) rejoined: watch::Sender<(u64, RankSet)>,
     /// Every rank that joined while the tree runs (spawned), for spawns to wait on.
     pub(crate) joined: watch::Sender<RankSet>,
+    /// Back-ends' spawn requests waiting for the task that serves them.
+    spawn_requests: VecDeque<SpawnRequest>,
+    spawn_waker: Option<Waker>,
 }
+
+/// A back-end's request for a spawn ([`crate::BackEnd::spawn`]).
+#[derive(Debug)]
+pub(crate) struct SpawnRequest {
+    pub(crate) id: u32,
+    pub(crate) rank: u32,
+    pub(crate) n: u32,
+    pub(crate) command: Vec<String>,
+}
+
+/// Spawn requests held for the serving task; past this, a request is refused.
+const SPAWN_QUEUE: usize = 1024;
 
 impl FeTool {
     pub(crate) fn new(attach: Option<AttachTarget>) -> (FeTool, watch::Receiver<LostRanks>) {
@@ -75,6 +90,8 @@ impl FeTool {
             orphaned: Vec::new(),
             rejoined: watch::Sender::new((0, RankSet::new())),
             joined: watch::Sender::new(RankSet::new()),
+            spawn_requests: VecDeque::new(),
+            spawn_waker: None,
             over: None,
             refused: HashMap::new(),
         };
@@ -102,6 +119,9 @@ impl FeTool {
     }
 
     fn wake_all(&mut self) {
+        if let Some(w) = self.spawn_waker.take() {
+            w.wake();
+        }
         for (_, ws) in self.readers.drain().chain(self.writers.drain()) {
             ws.into_iter().for_each(Waker::wake);
         }
@@ -130,6 +150,24 @@ impl FeTool {
             self.event_waker = Some(cx.waker().clone());
         }
         Poll::Pending
+    }
+
+    /// The next back-end spawn request, or registers to be woken for one; `None` once
+    /// the network is over.
+    pub(crate) fn poll_spawn_request(&mut self, cx: &Context<'_>) -> Poll<Option<SpawnRequest>> {
+        if let Some(r) = self.spawn_requests.pop_front() {
+            return Poll::Ready(Some(r));
+        }
+        if self.over.is_some() {
+            return Poll::Ready(None);
+        }
+        self.spawn_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// A receiver that sees each change of the lost ranks.
+    pub(crate) fn lost_watch(&self) -> watch::Receiver<LostRanks> {
+        self.lost.subscribe()
     }
 
     fn record_lost(&mut self, ranks: &RankSet, reason: &str) {
@@ -207,6 +245,18 @@ impl Tool for FeTool {
                 self.push(Event::RanksRejoined { ranks, parent })
             }
             CoreEvent::PeerUndeliverable { from, to } => self.push(Event::MessageUndeliverable { from, to }),
+            CoreEvent::SpawnRequested { id, rank, n, command } => {
+                if self.spawn_requests.len() >= SPAWN_QUEUE {
+                    tracing::warn!(
+                        "{SPAWN_QUEUE} spawn requests wait already: the one of rank {rank} is dropped"
+                    );
+                    return;
+                }
+                self.spawn_requests.push_back(SpawnRequest { id, rank, n, command });
+                if let Some(w) = self.spawn_waker.take() {
+                    w.wake();
+                }
+            }
             CoreEvent::FilterError { stream, rank, message } => {
                 self.push(Event::FilterError { stream, rank, message })
             }

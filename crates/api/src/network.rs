@@ -157,10 +157,10 @@ pub struct Network {
     session: String,
     startup: Duration,
     commnodes: u32,
-    /// Ranks given out: the launch's and every spawn's.
-    backends: AtomicU32,
-    /// Ids, ranks and placement of spawns.
-    spawns: std::sync::Mutex<crate::spawn::SpawnBook>,
+    /// Spawns: ids, ranks, placement, and the ranks given out.
+    pub(crate) spawner: crate::spawn::Spawner,
+    /// Serves back-ends' spawn requests.
+    spawn_server: Option<JoinHandle<()>>,
     next_stream: AtomicU32,
     /// Ids of monitoring collections.
     pub(crate) next_collect: AtomicU32,
@@ -169,7 +169,7 @@ pub struct Network {
 
 impl std::fmt::Debug for Network {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Network").field("session", &self.session).field("backends", &self.backends).finish()
+        f.debug_struct("Network").field("session", &self.session).field("backends", &self.backends()).finish()
     }
 }
 
@@ -194,14 +194,19 @@ impl Network {
         startup: Duration,
         lost: watch::Receiver<LostRanks>,
     ) -> Network {
+        let backends = topology.backends() as u32;
+        let spawner = crate::spawn::Spawner {
+            shared: shared.clone(),
+            book: std::sync::Arc::new(std::sync::Mutex::new(crate::spawn::SpawnBook::new(
+                &topology, backends,
+            ))),
+            backends: std::sync::Arc::new(AtomicU32::new(backends)),
+        };
         Network {
             shared,
             task: Some(task),
-            backends: AtomicU32::new(topology.backends() as u32),
-            spawns: std::sync::Mutex::new(crate::spawn::SpawnBook::new(
-                &topology,
-                topology.backends() as u32,
-            )),
+            spawn_server: Some(tokio::spawn(crate::spawn::serve_requests(spawner.clone()))),
+            spawner,
             topology,
             session,
             startup,
@@ -215,22 +220,7 @@ impl Network {
     /// Number of ranks given out (ranks `0..backends()`): the launch's back-ends and
     /// every spawned one, including those that left or were lost since.
     pub fn backends(&self) -> u32 {
-        self.backends.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn set_backends(&self, n: u32) {
-        self.backends.store(n, Ordering::Relaxed);
-    }
-
-    /// The book of spawns (a poisoned lock is taken over: the book holds no invariant
-    /// a panic elsewhere could break half-way).
-    pub(crate) fn spawn_book(&self) -> std::sync::MutexGuard<'_, crate::spawn::SpawnBook> {
-        self.spawns.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A receiver that sees every rank that joined while the tree runs.
-    pub(crate) fn joined_watch(&self) -> watch::Receiver<RankSet> {
-        lock(&self.shared).tool().joined.subscribe()
+        self.spawner.backends.load(Ordering::Relaxed)
     }
 
     /// Number of comm nodes (the front-end not included).
@@ -361,6 +351,9 @@ impl Network {
     ///
     /// Cancel safety: not cancel safe; processes left are killed when dropped.
     pub async fn shutdown_with(mut self, grace: Duration) {
+        if let Some(server) = self.spawn_server.take() {
+            server.abort();
+        }
         let _ = lock(&self.shared).command(Command::Shutdown);
         if let Some(task) = self.task.take() {
             // The driver gives the processes its own grace before it kills them.
@@ -382,6 +375,9 @@ impl Network {
 impl Drop for Network {
     /// Kills every process of the tree (if still running) and removes the attach file.
     fn drop(&mut self) {
+        if let Some(server) = self.spawn_server.take() {
+            server.abort();
+        }
         let mut d = lock(&self.shared);
         if let Some(task) = self.task.take() {
             d.kill_children();

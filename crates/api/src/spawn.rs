@@ -61,6 +61,10 @@ pub struct Group {
 }
 
 impl Group {
+    pub(crate) fn new(id: u32, ranks: Vec<u32>) -> Group {
+        Group { id, ranks }
+    }
+
     /// The group's id (a spawned process reads it in `TREECAST_GROUP`).
     pub fn id(&self) -> u32 {
         self.id
@@ -94,6 +98,16 @@ impl Group {
     pub fn communicator(&self) -> Communicator {
         Communicator::over(self.rank_set())
     }
+}
+
+/// What spawns need, shared by the tool's calls and the task that serves back-ends'
+/// requests.
+#[derive(Clone)]
+pub(crate) struct Spawner {
+    pub(crate) shared: treecast_node::driver::Shared<crate::frontend::FeTool>,
+    pub(crate) book: std::sync::Arc<std::sync::Mutex<SpawnBook>>,
+    /// Ranks given out so far (what [`Network::backends`] says).
+    pub(crate) backends: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// The front-end's book of spawns: ids, ranks and node ids to give out, and the
@@ -266,23 +280,14 @@ fn merged(a: &Group, b: &Group, a_high: bool, id: u32) -> Group {
     Group { id, ranks }
 }
 
-impl Network {
-    /// Starts `n` new back-ends running `command` (program first; empty: the
-    /// launch's back-end command) while the tree runs, under the comm nodes
-    /// `options.placement` picks, and waits until every one has joined. Their ranks
-    /// follow the highest given so far; streams can be created over them at once.
-    /// Each process finds its group in `TREECAST_GROUP`, `TREECAST_GROUP_RANK` and
-    /// `TREECAST_GROUP_SIZE`, besides the usual `TREECAST_RANK` and `TREECAST_SIZE`.
-    ///
-    /// # Errors
-    /// [`ApiError::Placement`] when no comm node fits the placement;
-    /// [`ApiError::SpawnFailed`] naming each process that did not join (a bad
-    /// command, a process that exited, the time limit), after stopping the others of
-    /// the spawn, so that nothing of a failed spawn is left running.
-    ///
-    /// Cancel safety: not cancel safe: processes of a spawn dropped while it waits
-    /// stay in the tree.
-    pub async fn spawn(&self, n: u32, command: &[String], options: &SpawnOptions) -> Result<Group, ApiError> {
+impl Spawner {
+    /// See [`Network::spawn`].
+    pub(crate) async fn spawn(
+        &self,
+        n: u32,
+        command: &[String],
+        options: &SpawnOptions,
+    ) -> Result<Group, ApiError> {
         if n == 0 || n > treecast_node::core::MAX_SPAWN {
             return Err(ApiError::Placement(format!(
                 "a spawn starts 1 to {} processes, not {n}",
@@ -346,25 +351,94 @@ impl Network {
         Err(ApiError::SpawnFailed { n, failures })
     }
 
+    /// A new group id for a merge.
+    fn group_id(&self) -> u32 {
+        self.spawn_book().group_id()
+    }
+
+    fn spawn_book(&self) -> std::sync::MutexGuard<'_, SpawnBook> {
+        // A poisoned lock is taken over: the book holds no invariant a panic
+        // elsewhere could break half-way.
+        self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set_backends(&self, n: u32) {
+        self.backends.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn joined_watch(&self) -> tokio::sync::watch::Receiver<RankSet> {
+        lock(&self.shared).tool().joined.subscribe()
+    }
+
+    fn lost_watch(&self) -> tokio::sync::watch::Receiver<treecast_node::core::LostRanks> {
+        lock(&self.shared).tool().lost_watch()
+    }
+
+    fn lost(&self) -> treecast_node::core::LostRanks {
+        self.lost_watch().borrow().clone()
+    }
+
+    /// Stops `ranks` and forgets them for placement.
+    fn stop(&self, ranks: &RankSet, reason: &str) -> Result<(), ApiError> {
+        lock(&self.shared)
+            .command(Command::Stop { ranks: ranks.clone(), reason: reason.to_owned() })
+            .map_err(|e| ApiError::from_command(0, e))?;
+        self.spawn_book().unload(ranks);
+        Ok(())
+    }
+}
+
+/// Serves the spawn requests of back-ends ([`crate::BackEnd::spawn`]) one at a
+/// time, as the tool's own spawns are served, until the network ends.
+pub(crate) async fn serve_requests(spawner: Spawner) {
+    while let Some(req) = std::future::poll_fn(|cx| lock(&spawner.shared).tool().poll_spawn_request(cx)).await
+    {
+        let options = SpawnOptions::default();
+        let (group, ranks, error) = match spawner.spawn(req.n, &req.command, &options).await {
+            Ok(g) => (g.id(), g.rank_set(), String::new()),
+            Err(e) => (0, RankSet::new(), e.to_string()),
+        };
+        let reply = Command::SpawnReply { id: req.id, rank: req.rank, group, ranks, error };
+        if lock(&spawner.shared).command(reply).is_err() {
+            return;
+        }
+    }
+}
+
+impl Network {
+    /// Starts `n` new back-ends running `command` (program first; empty: the
+    /// launch's back-end command) while the tree runs, under the comm nodes
+    /// `options.placement` picks, and waits until every one has joined. Their ranks
+    /// follow the highest given so far; streams can be created over them at once.
+    /// Each process finds its group in `TREECAST_GROUP`, `TREECAST_GROUP_RANK` and
+    /// `TREECAST_GROUP_SIZE`, besides the usual `TREECAST_RANK` and `TREECAST_SIZE`.
+    ///
+    /// # Errors
+    /// [`ApiError::Placement`] when no comm node fits the placement;
+    /// [`ApiError::SpawnFailed`] naming each process that did not join (a bad
+    /// command, a process that exited, the time limit), after stopping the others of
+    /// the spawn, so that nothing of a failed spawn is left running.
+    ///
+    /// Cancel safety: not cancel safe: processes of a spawn dropped while it waits
+    /// stay in the tree.
+    pub async fn spawn(&self, n: u32, command: &[String], options: &SpawnOptions) -> Result<Group, ApiError> {
+        self.spawner.spawn(n, command, options).await
+    }
+
     /// Stops every process of `group` (a pool that shrinks); their ranks leave the
     /// streams gracefully ([`crate::Event::RanksLeft`]), not as failures.
     ///
     /// # Errors
     /// [`ApiError::Closed`] when the network is gone.
     pub fn stop(&self, group: &Group, reason: &str) -> Result<(), ApiError> {
-        let ranks = group.rank_set();
-        lock(&self.shared)
-            .command(Command::Stop { ranks: ranks.clone(), reason: reason.to_owned() })
-            .map_err(|e| ApiError::from_command(0, e))?;
-        self.spawn_book().unload(&ranks);
-        Ok(())
+        self.spawner.stop(&group.rank_set(), reason)
     }
 
     /// One group of `a`'s and `b`'s processes, as `MPI_Intercomm_merge` orders them:
     /// `a`'s first unless `a_high`, then `b`'s first. A process in both is kept once,
     /// where it comes first.
     pub fn merge(&self, a: &Group, b: &Group, a_high: bool) -> Group {
-        merged(a, b, a_high, self.spawn_book().group_id())
+        merged(a, b, a_high, self.spawner.group_id())
     }
 
     /// The back-ends of the launch as a group (id 0), to merge spawned groups with.

@@ -453,6 +453,32 @@ pub enum ControlMsg {
     /// like any adopted child's ([`ControlMsg::Join`] up, or [`ControlMsg::Leave`]
     /// naming each that failed).
     Spawn(SpawnOrder),
+    /// Upstream, from a back-end to the front-end: start `n` back-ends running
+    /// `command` (empty: the launch's back-end command) for the requesting rank.
+    SpawnRequest {
+        /// The request's number at the requesting back-end.
+        id: u32,
+        /// The requesting back-end.
+        rank: u32,
+        /// How many.
+        n: u32,
+        /// What they run, program first.
+        command: Vec<String>,
+    },
+    /// Downstream, from the front-end to the requesting back-end: how its
+    /// [`ControlMsg::SpawnRequest`] ended.
+    SpawnReply {
+        /// The request's number.
+        id: u32,
+        /// The requesting back-end.
+        rank: u32,
+        /// The group made (0 when the spawn failed).
+        group: u32,
+        /// The new ranks, in group order (empty when the spawn failed).
+        ranks: RankSet,
+        /// Why the spawn failed (empty when it did not).
+        error: String,
+    },
     /// Downstream, towards the parents of `ranks`: stop these back-ends' processes;
     /// each parent reports them gone with a graceful [`ControlMsg::Leave`].
     Stop {
@@ -487,6 +513,8 @@ const MONITOR_COLLECT: u8 = 21;
 const MONITOR_REPORT: u8 = 22;
 const SPAWN: u8 = 23;
 const STOP: u8 = 24;
+const SPAWN_REQUEST: u8 = 25;
+const SPAWN_REPLY: u8 = 26;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -557,6 +585,24 @@ impl ControlMsg {
             ControlMsg::Spawn(order) => {
                 out.push(SPAWN);
                 order.encode(&mut out);
+            }
+            ControlMsg::SpawnRequest { id, rank, n, command } => {
+                out.push(SPAWN_REQUEST);
+                for v in [id, rank, n] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                out.extend_from_slice(&(command.len() as u32).to_le_bytes());
+                for arg in command {
+                    put_string(&mut out, arg);
+                }
+            }
+            ControlMsg::SpawnReply { id, rank, group, ranks, error } => {
+                out.push(SPAWN_REPLY);
+                for v in [id, rank, group] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                ranks.encode(&mut out);
+                put_string(&mut out, error);
             }
             ControlMsg::Stop { ranks, reason } => {
                 out.push(STOP);
@@ -682,6 +728,21 @@ impl ControlMsg {
             },
             SPAWN => ControlMsg::Spawn(SpawnOrder::decode(&mut r)?),
             STOP => ControlMsg::Stop { ranks: RankSet::decode(&mut r)?, reason: r.string("stop reason")? },
+            SPAWN_REQUEST => {
+                let (id, rank, n) =
+                    (r.u32("spawn request")?, r.u32("spawn request")?, r.u32("spawn request")?);
+                let count = r.len_u32("spawn request command", r.remaining() / 4)?;
+                let command =
+                    (0..count).map(|_| r.string("spawn request command")).collect::<Result<_, _>>()?;
+                ControlMsg::SpawnRequest { id, rank, n, command }
+            }
+            SPAWN_REPLY => ControlMsg::SpawnReply {
+                id: r.u32("spawn reply")?,
+                rank: r.u32("spawn reply")?,
+                group: r.u32("spawn reply")?,
+                ranks: RankSet::decode(&mut r)?,
+                error: r.string("spawn reply")?,
+            },
             MONITOR_REPORT => {
                 ControlMsg::MonitorReport { id: r.u32("monitor report")?, json: r.string("monitor report")? }
             }
@@ -820,6 +881,14 @@ mod tests {
                 command: vec!["worker".into(), "--fast".into()],
             }),
             ControlMsg::Stop { ranks: RankSet::range(16, 4), reason: "spawn failed".into() },
+            ControlMsg::SpawnRequest { id: 3, rank: 7, n: 2, command: vec!["helper".into()] },
+            ControlMsg::SpawnReply {
+                id: 3,
+                rank: 7,
+                group: 2,
+                ranks: RankSet::range(20, 2),
+                error: String::new(),
+            },
             ControlMsg::ClockReport {
                 samples: vec![ClockSample {
                     node_id: 9,

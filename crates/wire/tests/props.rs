@@ -269,6 +269,11 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             }
         )),
         (rank_set(), short_string()).prop_map(|(ranks, reason)| ControlMsg::Stop { ranks, reason }),
+        (any::<[u32; 3]>(), vec(short_string(), 0..3))
+            .prop_map(|([id, rank, n], command)| ControlMsg::SpawnRequest { id, rank, n, command }),
+        (any::<[u32; 3]>(), rank_set(), short_string()).prop_map(|([id, rank, group], ranks, error)| {
+            ControlMsg::SpawnReply { id, rank, group, ranks, error }
+        }),
     ]
 }
 
@@ -287,6 +292,8 @@ fn tag_of(msg: &ControlMsg) -> u8 {
         ControlMsg::StreamRefused { .. } => 10,
         ControlMsg::Spawn(_) => 23,
         ControlMsg::Stop { .. } => 24,
+        ControlMsg::SpawnRequest { .. } => 25,
+        ControlMsg::SpawnReply { .. } => 26,
         other => unreachable!("no tag known for {other:?}"),
     }
 }

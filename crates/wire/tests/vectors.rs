@@ -384,6 +384,24 @@ fn control_from_json(m: &Json) -> ControlMsg {
                 .collect(),
         }),
         "stop" => ControlMsg::Stop { ranks: ranks(m), reason: str_of(m, "reason").to_owned() },
+        "spawn_request" => ControlMsg::SpawnRequest {
+            id: u32_of(m, "id"),
+            rank: u32_of(m, "rank"),
+            n: u32_of(m, "n"),
+            command: m["command"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect(),
+        },
+        "spawn_reply" => ControlMsg::SpawnReply {
+            id: u32_of(m, "id"),
+            rank: u32_of(m, "rank"),
+            group: u32_of(m, "group"),
+            ranks: ranks(m),
+            error: str_of(m, "error").to_owned(),
+        },
         "monitor_stop" => ControlMsg::MonitorStop,
         "monitor_collect" => ControlMsg::MonitorCollect {
             id: u32_of(m, "id"),
@@ -423,8 +441,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 24 (Stop), has a vector.
-    assert_eq!(seen, (1..=24).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 26 (SpawnReply), has a vector.
+    assert_eq!(seen, (1..=26).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.

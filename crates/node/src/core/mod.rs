@@ -279,6 +279,29 @@ pub enum Event {
         /// The destinations it could not reach.
         to: RankSet,
     },
+    /// Front-end: a back-end asks for back-ends to be started; answer with
+    /// [`Command::SpawnReply`].
+    SpawnRequested {
+        /// The request's number at that back-end.
+        id: u32,
+        /// The requesting back-end.
+        rank: u32,
+        /// How many.
+        n: u32,
+        /// What they run, program first.
+        command: Vec<String>,
+    },
+    /// Back-end: the front-end answered this back-end's spawn request.
+    SpawnReplied {
+        /// The request's number.
+        id: u32,
+        /// The group made (0 on failure).
+        group: u32,
+        /// The new ranks in group order (empty on failure).
+        ranks: RankSet,
+        /// Why it failed (empty when it did not).
+        error: String,
+    },
     /// Front-end: a filter refused a packet; the rest of its wave went on.
     FilterError {
         /// The stream.
@@ -384,6 +407,29 @@ pub enum Command {
     /// (this one for target 0); [`Event::RanksJoined`] follows for each that joins,
     /// [`Event::RanksLost`] naming each that failed.
     Spawn(treecast_wire::SpawnOrder),
+    /// Back-end: ask the front-end to start `n` back-ends running `command`;
+    /// [`Event::SpawnReplied`] with this `id` says how it ended.
+    RequestSpawn {
+        /// The request's number, this back-end's to choose.
+        id: u32,
+        /// How many.
+        n: u32,
+        /// What they run, program first (empty: the launch's back-end command).
+        command: Vec<String>,
+    },
+    /// Front-end: the answer to an [`Event::SpawnRequested`], sent to its rank.
+    SpawnReply {
+        /// The request's number.
+        id: u32,
+        /// The requesting back-end.
+        rank: u32,
+        /// The group made (0 on failure).
+        group: u32,
+        /// The new ranks in group order (empty on failure).
+        ranks: RankSet,
+        /// Why it failed (empty when it did not).
+        error: String,
+    },
     /// Front-end: stop these back-ends' processes; [`Event::RanksLeft`] follows.
     Stop {
         /// The back-ends.
@@ -877,6 +923,20 @@ impl Node {
             }
             Command::Spawn(order) => {
                 self.spawn_order(order, now);
+                Ok(())
+            }
+            Command::SpawnReply { id, rank, group, ranks, error } => {
+                if self.role != Role::FrontEnd {
+                    return Err(CommandError::NotNow("only the front-end answers spawn requests"));
+                }
+                self.spawn_reply(ControlMsg::SpawnReply { id, rank, group, ranks, error });
+                Ok(())
+            }
+            Command::RequestSpawn { id, n, command } => {
+                let (Role::BackEnd { rank, .. }, Some(parent)) = (self.role, self.parent) else {
+                    return Err(CommandError::NotNow("only a linked back-end asks for a spawn"));
+                };
+                self.out.control(parent, &ControlMsg::SpawnRequest { id, rank, n, command });
                 Ok(())
             }
             Command::Stop { ranks, reason } => {

@@ -400,6 +400,7 @@ impl Node {
             ControlMsg::Stop { ranks, reason } if self.phase == Phase::Running => {
                 self.stop_ranks(&ranks, &reason, now)
             }
+            msg @ ControlMsg::SpawnReply { .. } => self.spawn_reply(msg),
             msg @ (ControlMsg::MonitorStart { .. } | ControlMsg::MonitorStop) => self.monitor_order(msg),
             ControlMsg::MonitorCollect { id, mode, limit_ms } => {
                 self.monitor_collect(id, mode, Duration::from_millis(u64::from(limit_ms)), now)
@@ -431,6 +432,23 @@ impl Node {
                 self.stream_refused(c, stream, node, message, now)
             }
             ControlMsg::MonitorReport { id, json } => self.monitor_answer(c, id, &json, now),
+            ControlMsg::SpawnRequest { id, rank, n, command } => {
+                // A child asks only for the ranks behind it.
+                if !self.children[c].ranks.contains(rank) {
+                    let why = format!(
+                        "{} asked for a spawn as rank {rank}, which is not behind it",
+                        self.children[c].name
+                    );
+                    tracing::warn!(node = %self.name, "{why}");
+                    return;
+                }
+                match self.parent {
+                    Some(parent) => {
+                        self.out.control(parent, &ControlMsg::SpawnRequest { id, rank, n, command })
+                    }
+                    None => self.out.event(Event::SpawnRequested { id, rank, n, command }),
+                }
+            }
             other => {
                 tracing::warn!(node = %self.name, "ignoring unexpected control message from below: {other:?}")
             }
@@ -645,6 +663,25 @@ impl Node {
             None => {
                 let reason = format!("{}: node {} is not reachable from here", self.name, order.target);
                 self.report_up(ControlMsg::Leave { ranks, reason, graceful: false });
+            }
+        }
+    }
+
+    /// The answer to a back-end's spawn request: down towards its rank, or, at that
+    /// back-end, to its tool.
+    pub(super) fn spawn_reply(&mut self, msg: ControlMsg) {
+        let ControlMsg::SpawnReply { id, rank, group, ranks, error } = msg else { return };
+        if let Role::BackEnd { rank: own, .. } = self.role {
+            if own == rank {
+                self.out.event(Event::SpawnReplied { id, group, ranks, error });
+            }
+            return;
+        }
+        let via = self.children.iter().find(|c| c.state == ChildState::Joined && c.ranks.contains(rank));
+        match via.and_then(|c| c.link) {
+            Some(link) => self.out.control(link, &ControlMsg::SpawnReply { id, rank, group, ranks, error }),
+            None => {
+                tracing::debug!(node = %self.name, "a spawn reply for rank {rank}, which is gone: dropped")
             }
         }
     }
