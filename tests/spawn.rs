@@ -334,3 +334,63 @@ async fn a_backend_spawns_helpers_through_its_parent_and_they_join_the_network()
     assert_eq!(net.backends(), 7);
     finish(net).await;
 }
+
+#[tokio::test]
+async fn processes_started_elsewhere_join_as_a_group_through_a_port_and_a_wrong_secret_is_refused() {
+    let net = launch("balanced:2x2", 4).await;
+    let dir = common::TestDir::new("spawn-port");
+    let port = dir.path("port");
+    let started = std::cell::RefCell::new(Vec::new());
+    let outsiders = async {
+        while !port.exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Started by "another launcher", numbered 0-2 in its own way.
+        for i in 0..3 {
+            let child = std::process::Command::new(TREECAST)
+                .args(["backend", "--attach"])
+                .arg(&port)
+                .env("PMI_RANK", i.to_string())
+                .env("TREECAST_SESSION", net.session())
+                .spawn()
+                .unwrap();
+            started.borrow_mut().push(child);
+        }
+        // A copy of the port file with another secret: refused at the handshake.
+        let text = std::fs::read_to_string(&port).unwrap();
+        let forged: String =
+            text.lines()
+                .map(|l| {
+                    if l.starts_with("secret ") {
+                        format!("secret {}", "ab".repeat(32))
+                    } else {
+                        l.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+        let forged_path = dir.path("forged");
+        std::fs::write(&forged_path, forged).unwrap();
+        std::fs::set_permissions(&forged_path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        tokio::process::Command::new(TREECAST)
+            .args(["backend", "--attach"])
+            .arg(&forged_path)
+            .args(["--rank", "0"])
+            .output()
+            .await
+            .unwrap()
+    };
+    let accept_options = options(Placement::LeastLoaded);
+    let (group, forged) = tokio::join!(net.accept(&port, 3, &accept_options), outsiders);
+    let group = group.unwrap();
+    assert_eq!(group.ranks(), &[4, 5, 6]);
+    assert!(!forged.status.success());
+    let said = String::from_utf8_lossy(&forged.stderr);
+    assert!(said.contains("authentication") && said.contains("refused our proof"), "{said}");
+    assert!(!port.exists(), "the port file holds the secret: it goes when the accept ends");
+    assert_eq!(sum_over(&net, RankSet::range(0, 7)).await, ranks_sum(&[0, 1, 2, 3, 4, 5, 6]));
+    finish(net).await;
+    for mut child in started.into_inner() {
+        assert!(child.wait().unwrap().success());
+    }
+}

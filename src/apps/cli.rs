@@ -239,10 +239,12 @@ pub enum TopoFormat {
 /// Flags of `treecast backend`.
 #[derive(Debug, Args)]
 pub struct BackendArgs {
-    /// Join a network in attach mode through this attach file (default: started by a parent).
+    /// Join a network in attach mode through this attach file, or a running one
+    /// through the port file of its `Network::accept` (default: started by a parent).
     #[arg(long, value_name = "FILE")]
     pub attach: Option<std::path::PathBuf>,
-    /// With --attach: this back-end's rank (default: TREECAST_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK or SLURM_PROCID).
+    /// With --attach: this back-end's rank, counted from the file's first (default:
+    /// TREECAST_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK or SLURM_PROCID).
     #[arg(long, value_name = "R", requires = "attach")]
     pub rank: Option<u32>,
 }

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! Each `rank` line names the rank, the node id it authenticates as, and the
-//! address of its parent.
+//! address of its parent. A *port file* (`Network::accept`) has a `base R` line
+//! too: its ranks start at R, and a process that finds its rank as 0, 1, 2… (from
+//! its launcher's environment) takes the place of rank R, R+1, R+2…
 //!
 //! Whoever writes this file decides where back-ends connect and what they run, so
 //! both sides check it: the front-end creates it with mode 0600 under a fresh name
@@ -41,6 +43,9 @@ pub struct AttachInfo {
     pub size: u32,
     /// `(rank, node id, parent address)` of every back-end.
     pub points: Vec<(u32, u32, String)>,
+    /// The rank a process whose launcher numbers it 0 takes (a port file's first
+    /// rank; 0 in a launch's attach file).
+    pub base: u32,
 }
 
 /// Environment variables that name a process's rank, in the order they are tried:
@@ -93,6 +98,9 @@ impl AttachInfo {
             self.secret.to_hex(),
             self.size
         ));
+        if self.base != 0 {
+            text.push_str(&format!("base {}\n", self.base));
+        }
         for (rank, id, addr) in &self.points {
             text.push_str(&format!("rank {rank} {id} {addr}\n"));
         }
@@ -131,6 +139,7 @@ impl AttachInfo {
     pub fn parse(text: &str, path: &Path) -> Result<AttachInfo, AttachError> {
         let bad = |line: usize, what: String| AttachError::Line { path: path.to_path_buf(), line, what };
         let (mut session, mut secret, mut size, mut points) = (None, None, None, Vec::new());
+        let mut base = 0;
         for (i, line) in text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -146,6 +155,7 @@ impl AttachInfo {
                 ["size", n] => {
                     size = Some(n.parse::<u32>().map_err(|_| bad(i, "size is not a number".into()))?)
                 }
+                ["base", n] => base = n.parse::<u32>().map_err(|_| bad(i, "base is not a number".into()))?,
                 ["rank", r, id, addr] => {
                     let r = r.parse().map_err(|_| bad(i, "rank is not a number".into()))?;
                     let id = id.parse().map_err(|_| bad(i, "node id is not a number".into()))?;
@@ -160,6 +170,7 @@ impl AttachInfo {
             secret: secret.ok_or_else(|| missing("secret"))?,
             size: size.ok_or_else(|| missing("size"))?,
             points,
+            base,
         })
     }
 
@@ -258,7 +269,20 @@ mod tests {
             secret: Secret::generate(),
             size: 2,
             points: vec![(0, 1, "unix:/tmp/x/s".into()), (1, 1, "10.0.0.1:4000".into())],
+            base: 0,
         }
+    }
+
+    #[test]
+    fn a_port_file_keeps_its_base_rank() {
+        let mut port = info();
+        port.base = 16;
+        port.points = vec![(16, 30, "unix:@p".into()), (17, 31, "unix:@p".into())];
+        let back = AttachInfo::parse(&port.to_text(), Path::new("port")).unwrap();
+        assert_eq!(back.base, 16);
+        assert_eq!(back.point(back.base + 1).unwrap(), (31, "unix:@p"));
+        let err = AttachInfo::parse("base x\n", Path::new("port")).unwrap_err();
+        assert!(err.to_string().contains("base is not a number"), "{err}");
     }
 
     fn chmod(path: &Path, mode: u32) {

@@ -319,8 +319,24 @@ impl BackEnd {
             Some(r) => r,
             None => rank_from_env()?,
         };
+        // In a port file the launcher's numbering (0, 1, …) is relative to its first rank.
+        let rank = info.base.saturating_add(rank);
         let (node_id, parent) = info.point(rank)?;
         Self::join(parent, node_id, &info.secret, rank, info.size).await
+    }
+
+    /// Joins a running network through the port file a front-end's
+    /// [`crate::Network::accept`] wrote, as the `index`-th process of the group it
+    /// accepts (`None`: from the launcher's environment, as [`BackEnd::attach`]):
+    /// processes started by another job, a debugger or a batch system become a new
+    /// group of the network.
+    ///
+    /// # Errors
+    /// As [`BackEnd::attach`].
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn connect_port(port: &std::path::Path, index: Option<u32>) -> Result<BackEnd, ApiError> {
+        Self::attach(Some(port), index).await
     }
 
     async fn join(

@@ -317,7 +317,7 @@ impl NetworkBuilder {
             secret: secret.clone(),
             size: backends as u32,
         });
-        let (tool, lost) = FeTool::new(attach);
+        let (tool, lost) = FeTool::new(attach, session.clone(), secret.clone());
         let mut core = Node::new(NodeConfig {
             role: Role::FrontEnd,
             node_id: 0,

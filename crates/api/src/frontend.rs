@@ -57,6 +57,12 @@ pub(crate) struct FeTool {
     pub(crate) rejoined: watch::Sender<(u64, RankSet)>,
     /// Every rank that joined while the tree runs (spawned), for spawns to wait on.
     pub(crate) joined: watch::Sender<RankSet>,
+    /// Where back-ends accepted while the tree runs connect, as the comm nodes report it.
+    pub(crate) port_points: watch::Sender<Vec<treecast_wire::AttachPoint>>,
+    /// The session, for port files.
+    pub(crate) session: String,
+    /// The session secret, for port files.
+    pub(crate) secret: Secret,
     /// Back-ends' spawn requests waiting for the task that serves them.
     spawn_requests: VecDeque<SpawnRequest>,
     spawn_waker: Option<Waker>,
@@ -75,7 +81,11 @@ pub(crate) struct SpawnRequest {
 const SPAWN_QUEUE: usize = 1024;
 
 impl FeTool {
-    pub(crate) fn new(attach: Option<AttachTarget>) -> (FeTool, watch::Receiver<LostRanks>) {
+    pub(crate) fn new(
+        attach: Option<AttachTarget>,
+        session: String,
+        secret: Secret,
+    ) -> (FeTool, watch::Receiver<LostRanks>) {
         let (lost, lost_rx) = watch::channel(LostRanks::default());
         let tool = FeTool {
             launch: None,
@@ -90,6 +100,9 @@ impl FeTool {
             orphaned: Vec::new(),
             rejoined: watch::Sender::new((0, RankSet::new())),
             joined: watch::Sender::new(RankSet::new()),
+            port_points: watch::Sender::new(Vec::new()),
+            session,
+            secret,
             spawn_requests: VecDeque::new(),
             spawn_waker: None,
             over: None,
@@ -181,6 +194,7 @@ impl FeTool {
             secret: target.secret,
             size: target.size,
             points: points.into_iter().map(|p| (p.rank, p.node_id, p.address)).collect(),
+            base: 0,
         };
         match info.write(&target.path).and_then(|()| AttachFile::written(&target.path)) {
             Ok(file) => self.attach_written = Some(file),
@@ -216,6 +230,10 @@ impl Tool for FeTool {
             }
             CoreEvent::StartupFailed { message } => {
                 self.finish_launch(Err(ApiError::Startup(treecast_node::NodeError::Startup { message })));
+            }
+            // The launch's points go to its attach file; later ones are for accepts.
+            CoreEvent::AttachPoints(points) if self.attach.is_none() => {
+                self.port_points.send_modify(|all| all.extend(points));
             }
             CoreEvent::AttachPoints(points) => self.write_attach_file(points),
             CoreEvent::Readable { stream: Some(id) } => {

@@ -8,6 +8,7 @@
 //! every new rank joined, or fails naming each process that did not.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use treecast_node::core::Command;
@@ -224,6 +225,7 @@ impl SpawnBook {
         n: u32,
         command: &[String],
         placement: &Placement,
+        attach: bool,
     ) -> Result<(Vec<SpawnOrder>, Group), ApiError> {
         let counts = self.place(n, placement)?;
         let group = self.next_group;
@@ -242,6 +244,7 @@ impl SpawnBook {
                 group_first,
                 group_size: n,
                 command: command.to_vec(),
+                attach,
             });
             self.placed.push((target, RankSet::range(self.next_rank, count)));
             self.next_node_id += count;
@@ -288,6 +291,29 @@ impl Spawner {
         command: &[String],
         options: &SpawnOptions,
     ) -> Result<Group, ApiError> {
+        self.start(n, command, options, None).await
+    }
+
+    /// See [`Network::accept`].
+    pub(crate) async fn accept(
+        &self,
+        port: &Path,
+        n: u32,
+        options: &SpawnOptions,
+    ) -> Result<Group, ApiError> {
+        self.start(n, &[], options, Some(port)).await
+    }
+
+    /// Places `n` back-ends and waits for them to join: started by the chosen
+    /// nodes, or, with a `port`, by whoever reads the port file written there.
+    async fn start(
+        &self,
+        n: u32,
+        command: &[String],
+        options: &SpawnOptions,
+        port: Option<&Path>,
+    ) -> Result<Group, ApiError> {
+        let deadline = tokio::time::Instant::now() + options.limit;
         if n == 0 || n > treecast_node::core::MAX_SPAWN {
             return Err(ApiError::Placement(format!(
                 "a spawn starts 1 to {} processes, not {n}",
@@ -296,12 +322,13 @@ impl Spawner {
         }
         let (orders, group) = {
             let mut book = self.spawn_book();
-            let made = book.orders(n, command, &options.placement)?;
+            let made = book.orders(n, command, &options.placement, port.is_some())?;
             self.set_backends(book.ranks_given());
             made
         };
         let mut joined = self.joined_watch();
         let mut lost = self.lost_watch();
+        let mut points = lock(&self.shared).tool().port_points.subscribe();
         {
             let mut d = lock(&self.shared);
             for order in &orders {
@@ -315,6 +342,19 @@ impl Spawner {
             }
         }
         let want = group.rank_set();
+        // Accepting: the port file, once every slot has a place; removed when this ends.
+        let _port_file = match port {
+            Some(path) => match self.write_port(path, &group, &mut points, (deadline, options.limit)).await {
+                Ok(file) => Some(file),
+                Err(e) => {
+                    let _ = lock(&self.shared)
+                        .command(Command::Stop { ranks: want.clone(), reason: e.to_string() });
+                    self.spawn_book().unload(&want);
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         let settled = async {
             loop {
                 let done_joined = joined.borrow_and_update().intersection(&want);
@@ -328,7 +368,7 @@ impl Spawner {
                 }
             }
         };
-        let (in_tree, failed) = match tokio::time::timeout(options.limit, settled).await {
+        let (in_tree, failed) = match tokio::time::timeout_at(deadline, settled).await {
             Ok(outcome) => outcome,
             Err(_) => {
                 let j = self.joined_watch().borrow().intersection(&want);
@@ -349,6 +389,47 @@ impl Spawner {
         let _ = lock(&self.shared).command(Command::Stop { ranks: want.difference(&failed), reason });
         self.spawn_book().unload(&want);
         Err(ApiError::SpawnFailed { n, failures })
+    }
+
+    /// Waits (until `deadline`) for where every rank of `group` connects, then writes
+    /// the port file: private to this user, removed when the guard is dropped.
+    async fn write_port(
+        &self,
+        path: &Path,
+        group: &Group,
+        points: &mut tokio::sync::watch::Receiver<Vec<treecast_wire::AttachPoint>>,
+        (deadline, limit): (tokio::time::Instant, Duration),
+    ) -> Result<crate::attach::AttachFile, ApiError> {
+        let want = group.rank_set();
+        let placed = loop {
+            let mine: Vec<(u32, u32, String)> = points
+                .borrow_and_update()
+                .iter()
+                .filter(|p| want.contains(p.rank))
+                .map(|p| (p.rank, p.node_id, p.address.clone()))
+                .collect();
+            if mine.len() as u64 >= want.len() {
+                break mine;
+            }
+            let failed = self.lost_watch().borrow().ranks().intersection(&want);
+            if !failed.is_empty() {
+                let failures = self.lost().among(&want);
+                return Err(ApiError::SpawnFailed { n: group.size() as u32, failures });
+            }
+            match tokio::time::timeout_at(deadline, points.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(ApiError::Timeout(limit)),
+            }
+        };
+        let (session, secret) = {
+            let mut d = lock(&self.shared);
+            (d.tool().session.clone(), d.tool().secret.clone())
+        };
+        let size = self.backends.load(std::sync::atomic::Ordering::Relaxed);
+        let base = group.ranks.first().copied().unwrap_or(0);
+        let info = crate::AttachInfo { session, secret, size, points: placed, base };
+        info.write(path)?;
+        Ok(crate::attach::AttachFile::written(path)?)
     }
 
     /// A new group id for a merge.
@@ -425,6 +506,26 @@ impl Network {
         self.spawner.spawn(n, command, options).await
     }
 
+    /// Accepts `n` back-ends started by someone else (another job, a debugger, a batch
+    /// system) as a new group: it places them like a spawn, writes a port file at
+    /// `port` (private to this user: it holds the session secret, and no secret
+    /// goes on a command line) once the comm nodes chosen listen for them, and
+    /// waits until every one has joined (`options.limit`). Each process joins with
+    /// `BackEnd::connect_port(port, index)`, its index 0 to n-1 given or read from
+    /// its launcher's environment (`OMPI_COMM_WORLD_RANK`, `PMI_RANK`, …). The file
+    /// is removed when this returns. Processes must run on the hosts of the comm
+    /// nodes chosen (see [`Placement::Hosts`]).
+    ///
+    /// # Errors
+    /// As [`Network::spawn`]; [`ApiError::Attach`] when the port file cannot be
+    /// written; [`ApiError::Timeout`] when the comm nodes did not say where to
+    /// connect within the limit.
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn accept(&self, port: &Path, n: u32, options: &SpawnOptions) -> Result<Group, ApiError> {
+        self.spawner.accept(port, n, options).await
+    }
+
     /// Stops every process of `group` (a pool that shrinks); their ranks leave the
     /// streams gracefully ([`crate::Event::RanksLeft`]), not as failures.
     ///
@@ -481,7 +582,7 @@ mod tests {
     #[test]
     fn a_flat_tree_spawns_under_the_front_end() {
         let mut b = book("flat", 4);
-        let (orders, group) = b.orders(3, &[], &Placement::LeastLoaded).unwrap();
+        let (orders, group) = b.orders(3, &[], &Placement::LeastLoaded, false).unwrap();
         assert_eq!(orders.len(), 1);
         assert_eq!((orders[0].target, orders[0].first_rank, orders[0].first_node_id), (0, 4, 5));
         assert_eq!((orders[0].size, orders[0].group_first, orders[0].group_size), (7, 4, 3));
@@ -491,8 +592,8 @@ mod tests {
     #[test]
     fn spawns_give_out_new_ranks_and_node_ids_in_order() {
         let mut b = book("balanced:2x2", 4);
-        let (first, g1) = b.orders(3, &["w".into()], &Placement::Cyclic).unwrap();
-        let (second, g2) = b.orders(1, &[], &Placement::LeastLoaded).unwrap();
+        let (first, g1) = b.orders(3, &["w".into()], &Placement::Cyclic, true).unwrap();
+        let (second, g2) = b.orders(1, &[], &Placement::LeastLoaded, false).unwrap();
         assert_eq!(g1.ranks(), &[4, 5, 6]);
         assert_eq!(g2.ranks(), &[7]);
         assert_ne!(g1.id(), g2.id());
@@ -500,7 +601,8 @@ mod tests {
             first.iter().chain(&second).map(|o| (o.first_rank, o.count, o.first_node_id)).collect();
         // balanced:2x2 has 7 nodes (ids 0-6): new node ids start at 7.
         assert_eq!(all, vec![(4, 2, 7), (6, 1, 9), (7, 1, 10)]);
-        assert!(second.iter().all(|o| o.size == 8 && o.group_size == 1));
+        assert!(second.iter().all(|o| o.size == 8 && o.group_size == 1 && !o.attach));
+        assert!(first.iter().all(|o| o.attach && o.command == ["w"]));
     }
 
     #[test]

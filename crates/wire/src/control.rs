@@ -250,6 +250,10 @@ pub struct SpawnOrder {
     pub group_size: u32,
     /// What each runs, program first (empty: the plan's back-end command).
     pub command: Vec<String>,
+    /// Started by someone else (`Network::accept`): the node opens where they
+    /// connect and reports it up ([`ControlMsg::AttachPoints`]) instead of starting
+    /// processes.
+    pub attach: bool,
 }
 
 impl SpawnOrder {
@@ -270,6 +274,7 @@ impl SpawnOrder {
         for arg in &self.command {
             put_string(out, arg);
         }
+        out.push(u8::from(self.attach));
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -283,9 +288,11 @@ impl SpawnOrder {
             group_first: r.u32("spawn group")?,
             group_size: r.u32("spawn group")?,
             command: Vec::new(),
+            attach: false,
         };
         let n = r.len_u32("spawn command", r.remaining() / 4)?;
         order.command = (0..n).map(|_| r.string("spawn command")).collect::<Result<_, _>>()?;
+        order.attach = decode_bool(r, "spawn attach")?;
         Ok(order)
     }
 }
@@ -879,6 +886,7 @@ mod tests {
                 group_first: 16,
                 group_size: 4,
                 command: vec!["worker".into(), "--fast".into()],
+                attach: false,
             }),
             ControlMsg::Stop { ranks: RankSet::range(16, 4), reason: "spawn failed".into() },
             ControlMsg::SpawnRequest { id: 3, rank: 7, n: 2, command: vec!["helper".into()] },

@@ -382,6 +382,7 @@ fn control_from_json(m: &Json) -> ControlMsg {
                 .iter()
                 .map(|v| v.as_str().unwrap().to_owned())
                 .collect(),
+            attach: bool_of(m, "attach"),
         }),
         "stop" => ControlMsg::Stop { ranks: ranks(m), reason: str_of(m, "reason").to_owned() },
         "spawn_request" => ControlMsg::SpawnRequest {

@@ -380,6 +380,17 @@ impl Node {
         if let Some(s) = self.startup.as_mut() {
             s.own_points = Some(points);
             self.maybe_send_points(now);
+        } else if self.phase == Phase::Running {
+            self.points_up(points);
+        }
+    }
+
+    /// Where back-ends adopted while the tree runs connect (`Network::accept`): up
+    /// to the front-end, whose tool writes them where the processes look.
+    fn points_up(&mut self, points: Vec<AttachPoint>) {
+        match self.parent {
+            Some(parent) => self.out.control(parent, &ControlMsg::AttachPoints { points }),
+            None => self.out.event(Event::AttachPoints(points)),
         }
     }
 
@@ -425,6 +436,7 @@ impl Node {
                 self.children[c].points = Some(points);
                 self.maybe_send_points(now);
             }
+            ControlMsg::AttachPoints { points } if self.phase == Phase::Running => self.points_up(points),
             ControlMsg::FilterError { stream, rank, message } => {
                 self.report_up(ControlMsg::FilterError { stream, rank, message });
             }
@@ -574,10 +586,8 @@ impl Node {
         if self.phase != Phase::Running || matches!(self.role, Role::BackEnd { .. }) {
             return Err(super::CommandError::NotNow("only a running front-end or comm node adopts children"));
         }
-        if launches.iter().any(|l| !l.is_backend || l.attach) {
-            return Err(super::CommandError::NotNow(
-                "only back-ends started by this node are adopted for now",
-            ));
+        if launches.iter().any(|l| !l.is_backend) {
+            return Err(super::CommandError::NotNow("only back-ends are adopted while the tree runs"));
         }
         if launches.iter().any(|l| self.children.iter().any(|c| c.node_id == l.node_id && c.alive())) {
             return Err(super::CommandError::NotNow("a child with this node id exists"));
@@ -596,7 +606,7 @@ impl Node {
                 commnodes: 0,
                 link: None,
                 state: ChildState::Launching,
-                attach: false,
+                attach: launch.attach,
                 plan: None,
                 detail: None,
                 deadline: Some(now + limit),
@@ -641,7 +651,7 @@ impl Node {
                         is_backend: true,
                         first_rank: rank,
                         backends: 1,
-                        attach: false,
+                        attach: order.attach,
                         spawned: Some(order.clone()),
                     }
                 })

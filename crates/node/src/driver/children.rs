@@ -370,7 +370,11 @@ impl ChildrenTask {
                         }
                     }
                     Some(ChildOrder::Start(children)) => {
-                        self.start(&mut running, children).await;
+                        let attach = children.iter().any(|c| c.attach);
+                        let points = self.start(&mut running, children).await;
+                        if attach && !points.is_empty() {
+                            let _ = self.news.send(ChildNews::AttachPoints(points)).await;
+                        }
                     }
                     Some(ChildOrder::Shutdown { grace }) => return running.shut_down(grace).await,
                     // The driver is gone: dropping the set kills every process.
