@@ -608,14 +608,14 @@ fn header(topology: &str, backends: u32, library: Option<&str>) -> String {
     )
 }
 
-fn render_spawn(b: &SpawnBench) -> String {
-    let mut out = header(&b.topology, b.backends, b.mpi_library.as_deref());
-    out.push_str("spawn latency, ms (treecast: min/mean/median/max; MPI_Comm_spawn: median)\n");
+/// A table of timings per n, with MPI's median and the ratio, under `title`.
+fn timings_table(title: &str, rows: &[Row]) -> String {
+    let mut out = format!("{title}\n");
     out.push_str(&format!(
         "{:>5} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}\n",
         "n", "min", "mean", "median", "max", "MPI", "ratio"
     ));
-    for r in &b.latency {
+    for r in rows {
         let t = &r.treecast;
         out.push_str(&format!(
             "{:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>10} {:>8}\n",
@@ -628,6 +628,13 @@ fn render_spawn(b: &SpawnBench) -> String {
             ratio_text(r.ratio)
         ));
     }
+    out
+}
+
+fn render_spawn(b: &SpawnBench) -> String {
+    let mut out = header(&b.topology, b.backends, b.mpi_library.as_deref());
+    let title = "spawn latency, ms (treecast: min/mean/median/max; MPI_Comm_spawn: median)";
+    out.push_str(&timings_table(title, &b.latency));
     out.push_str("spawn rate, spawns/s (processes kept running until the end)\n");
     out.push_str(&format!("{:>5} {:>10} {:>10}\n", "n", "treecast", "MPI"));
     for r in &b.rate {
@@ -672,24 +679,9 @@ fn render_intergroup(b: &IntergroupBench) -> String {
 
 fn render_merge(b: &MergeBench) -> String {
     let mut out = header(&b.topology, b.backends, b.mpi_library.as_deref());
-    out.push_str("merge of two groups of n, ms (treecast: merge + stream + one wave; MPI: Intercomm_merge + barrier)\n");
-    out.push_str(&format!(
-        "{:>5} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}\n",
-        "n", "min", "mean", "median", "max", "MPI", "ratio"
-    ));
-    for r in &b.merge {
-        let t = &r.treecast;
-        out.push_str(&format!(
-            "{:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>10} {:>8}\n",
-            r.n,
-            t.min_ms,
-            t.mean_ms,
-            t.median_ms,
-            t.max_ms,
-            reference_text(&r.mpi),
-            ratio_text(r.ratio)
-        ));
-    }
+    let title =
+        "merge of two groups of n, ms (treecast: merge + stream + one wave; MPI: Intercomm_merge + barrier)";
+    out.push_str(&timings_table(title, &b.merge));
     out.push_str(&missing_notes(b.merge.iter().map(|r| &r.mpi)));
     out
 }

@@ -376,12 +376,7 @@ fn control_from_json(m: &Json) -> ControlMsg {
             group: u32_of(m, "group"),
             group_first: u32_of(m, "group_first"),
             group_size: u32_of(m, "group_size"),
-            command: m["command"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_owned())
-                .collect(),
+            command: strings_of(m, "command"),
             attach: bool_of(m, "attach"),
         }),
         "stop" => ControlMsg::Stop { ranks: ranks(m), reason: str_of(m, "reason").to_owned() },
@@ -389,12 +384,7 @@ fn control_from_json(m: &Json) -> ControlMsg {
             id: u32_of(m, "id"),
             rank: u32_of(m, "rank"),
             n: u32_of(m, "n"),
-            command: m["command"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_owned())
-                .collect(),
+            command: strings_of(m, "command"),
         },
         "spawn_reply" => ControlMsg::SpawnReply {
             id: u32_of(m, "id"),
