@@ -287,6 +287,8 @@ async fn backends_of_different_groups_exchange_messages_and_one_for_a_rank_gone_
     }
     got.sort_unstable();
     assert_eq!(got, everyone_else);
+    // And no copy twice (one arriving later than this would go unseen, never fail it).
+    assert!(s.recv_timeout(Duration::from_millis(200)).await.is_err(), "a receiver got the message twice");
     net.stop(&group, "done").unwrap();
     let mut left = RankSet::new();
     while left != group.rank_set() {

@@ -401,6 +401,7 @@ impl Spawner {
         (deadline, limit): (tokio::time::Instant, Duration),
     ) -> Result<crate::attach::AttachFile, ApiError> {
         let want = group.rank_set();
+        let mut lost = self.lost_watch();
         let placed = loop {
             let mine: Vec<(u32, u32, String)> = points
                 .borrow_and_update()
@@ -411,14 +412,20 @@ impl Spawner {
             if mine.len() as u64 >= want.len() {
                 break mine;
             }
-            let failed = self.lost_watch().borrow().ranks().intersection(&want);
+            let failed = lost.borrow_and_update().ranks().intersection(&want);
             if !failed.is_empty() {
                 let failures = self.lost().among(&want);
                 return Err(ApiError::SpawnFailed { n: group.size() as u32, failures });
             }
-            match tokio::time::timeout_at(deadline, points.changed()).await {
-                Ok(Ok(())) => {}
-                _ => return Err(ApiError::Timeout(limit)),
+            // A slot that cannot be opened is reported lost, not placed: wait for either.
+            let changed = async {
+                tokio::select! {
+                    r = points.changed() => r.is_ok(),
+                    r = lost.changed() => r.is_ok(),
+                }
+            };
+            if !matches!(tokio::time::timeout_at(deadline, changed).await, Ok(true)) {
+                return Err(ApiError::Timeout(limit));
             }
         };
         let (session, secret) = {
@@ -469,20 +476,36 @@ impl Spawner {
     }
 }
 
-/// Serves the spawn requests of back-ends ([`crate::BackEnd::spawn`]) one at a
-/// time, as the tool's own spawns are served, until the network ends.
+/// Back-ends' spawn requests served at once; more wait for one of them to end.
+const CONCURRENT_REQUESTS: usize = 8;
+
+/// Serves the spawn requests of back-ends ([`crate::BackEnd::spawn`]), several at
+/// once, as the tool's own spawns are served, until the network ends.
 pub(crate) async fn serve_requests(spawner: Spawner) {
-    while let Some(req) = std::future::poll_fn(|cx| lock(&spawner.shared).tool().poll_spawn_request(cx)).await
-    {
-        let options = SpawnOptions::default();
-        let (group, ranks, error) = match spawner.spawn(req.n, &req.command, &options).await {
-            Ok(g) => (g.id(), g.rank_set(), String::new()),
-            Err(e) => (0, RankSet::new(), e.to_string()),
-        };
-        let reply = Command::SpawnReply { id: req.id, rank: req.rank, group, ranks, error };
-        if lock(&spawner.shared).command(reply).is_err() {
-            return;
+    let mut serving = tokio::task::JoinSet::new();
+    loop {
+        if serving.len() >= CONCURRENT_REQUESTS {
+            serving.join_next().await;
+            continue;
         }
+        let next = std::future::poll_fn(|cx| lock(&spawner.shared).tool().poll_spawn_request(cx));
+        let req = tokio::select! {
+            req = next => match req {
+                Some(r) => r,
+                None => return,
+            },
+            Some(_) = serving.join_next() => continue,
+        };
+        let spawner = spawner.clone();
+        serving.spawn(async move {
+            let options = SpawnOptions::default();
+            let (group, ranks, error) = match spawner.spawn(req.n, &req.command, &options).await {
+                Ok(g) => (g.id(), g.rank_set(), String::new()),
+                Err(e) => (0, RankSet::new(), e.to_string()),
+            };
+            let reply = Command::SpawnReply { id: req.id, rank: req.rank, group, ranks, error };
+            let _ = lock(&spawner.shared).command(reply);
+        });
     }
 }
 

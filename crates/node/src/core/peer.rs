@@ -11,9 +11,10 @@
 //! Each destination acknowledges a message once its tool has read it; a sender may
 //! have at most [`PEER_WINDOW`] unread in the tree (a message for n ranks counts n
 //! times), so what the comm nodes hold for peer messages is bounded by the windows
-//! of the back-ends below them. Nothing leaks that window: a node that finds no
-//! way on for a message acknowledges it itself, and the parent of a back-end that
-//! goes (stopped, left or lost) acknowledges what it had passed to it unanswered.
+//! of the back-ends below them. A node that finds no way on for a message
+//! acknowledges it itself, and the parent of a back-end that goes (stopped, left or
+//! lost) acknowledges what it had passed to it unanswered; what a comm node held
+//! when it was lost is not acknowledged by anyone.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -40,8 +41,8 @@ pub(super) struct PeerState {
     /// Back-end: acknowledgements of messages read while it had no parent.
     held_acks: Vec<Frame>,
     /// Messages passed to each back-end child and not yet acknowledged by it, by
-    /// node id: (sender, bytes), in order.
-    unanswered: std::collections::HashMap<u32, VecDeque<(u32, u64)>>,
+    /// node id: (sender, the child's rank, bytes), in order.
+    unanswered: std::collections::HashMap<u32, VecDeque<(u32, u32, u64)>>,
 }
 
 impl Default for PeerState {
@@ -72,11 +73,12 @@ impl Node {
         let Role::BackEnd { rank, .. } = self.role else {
             return Err(CommandError::NotNow("only back-ends send messages to other ranks"));
         };
-        let Some(parent) = self.parent else { return Err(CommandError::ShutDown) };
-        // While this back-end rejoins, messages wait as if for credit.
+        // While this back-end rejoins (it has no parent until it reaches the new
+        // one), messages wait as if for credit.
         if self.rejoining.is_some() || !self.peer.budget.open() {
             return Err(CommandError::Blocked(frame));
         }
+        let Some(parent) = self.parent else { return Err(CommandError::ShutDown) };
         let copies = match frame.header.flags & FLAG_PEER_MULTI {
             0 => (1, frame.payload.len()),
             _ => match decode_multi(&frame.payload) {
@@ -137,9 +139,14 @@ impl Node {
     fn route_multi(&mut self, frame: &Frame, targets: RankSet, at: usize, from_child: Option<usize>) {
         let body = &frame.payload[at..];
         let mut left = targets.clone();
-        // Ranks behind the link it came from were that child's to reach.
+        // Ranks behind the link it came from were that child's to reach; any still
+        // listed are gone below it (their loss is on its way up).
         if let Some(c) = from_child {
-            left = left.difference(&self.children[c].ranks);
+            let back = left.intersection(&self.children[c].ranks);
+            if !back.is_empty() {
+                left = left.difference(&back);
+                self.undeliverable(frame, &back, body.len());
+            }
         }
         for c in 0..self.children.len() {
             let child = &self.children[c];
@@ -167,12 +174,15 @@ impl Node {
     fn pass_down(&mut self, c: usize, frame: Frame) {
         let child = &self.children[c];
         let Some(link) = child.link else { return };
-        if child.is_backend && frame.header.flags & FLAG_PEER_ACK == 0 {
+        if let (true, 0, Some(rank)) =
+            (child.is_backend, frame.header.flags & FLAG_PEER_ACK, child.ranks.first())
+        {
             let len = match frame.header.flags & FLAG_PEER_MULTI {
                 0 => frame.payload.len(),
                 _ => decode_multi(&frame.payload).map_or(0, |(_, at)| frame.payload.len() - at),
             };
-            self.peer.unanswered.entry(child.node_id).or_default().push_back((frame.header.rank, len as u64));
+            let owed = self.peer.unanswered.entry(child.node_id).or_default();
+            owed.push_back((frame.header.rank, rank, len as u64));
         }
         self.out.send(link, frame);
     }
@@ -186,7 +196,7 @@ impl Node {
         let Some(owed) = self.peer.unanswered.get_mut(&child.node_id) else { return };
         let (messages, _) = decode_ack(&ack.payload).unwrap_or((0, 0));
         for _ in 0..messages {
-            match owed.iter().position(|&(from, _)| from == ack.header.stream) {
+            match owed.iter().position(|&(from, _, _)| from == ack.header.stream) {
                 Some(i) => drop(owed.remove(i)),
                 None => break,
             }
@@ -195,10 +205,8 @@ impl Node {
 
     /// Back-end child `c` is gone: what it never acknowledged is acknowledged for it.
     pub(super) fn peer_child_gone(&mut self, c: usize) {
-        let child = &self.children[c];
-        let Some(owed) = self.peer.unanswered.remove(&child.node_id) else { return };
-        let Some(rank) = child.expected.first() else { return };
-        for (from, bytes) in owed {
+        let Some(owed) = self.peer.unanswered.remove(&self.children[c].node_id) else { return };
+        for (from, rank, bytes) in owed {
             self.route_ack(ack(from, rank, 1, bytes));
         }
     }
@@ -221,7 +229,9 @@ impl Node {
                 Ok(a) => a,
                 Err(e) => return self.drop_link(link, format!("malformed acknowledgement: {e}"), now),
             };
-            if self.peer.budget.grant(Grant { packets: messages, bytes }) {
+            // More than was ever spent (an acknowledgement counted twice) cannot
+            // widen the window.
+            if self.peer.budget.grant_within(Grant { packets: messages, bytes }, PEER_WINDOW) {
                 self.out.event(Event::Writable { stream: PEER_CREDIT });
             }
             return;

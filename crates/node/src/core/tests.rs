@@ -888,7 +888,7 @@ fn a_peer_message_turns_at_the_common_ancestor_and_one_for_nobody_is_acknowledge
     assert!(is_ack(&out[0].frame) && out[0].to == Destination::Link(links[0]));
     assert!(events(&mut fe).contains(&Event::PeerUndeliverable { from: 0, to: RankSet::single(9) }));
     // For several ranks: a copy for each link naming only its own, the rest acknowledged.
-    let mut targets = RankSet::range(0, 2);
+    let mut targets = RankSet::single(0);
     targets.union_with(&RankSet::single(7));
     let mut multi =
         Frame::new(FrameHeader::peer(u32::MAX, 7, 1), treecast_wire::encode_multi(&targets, b"hello"));
@@ -973,4 +973,32 @@ fn a_message_for_several_ranks_counts_once_per_receiver_and_never_reaches_its_se
     assert_eq!(&out[0].frame.payload[at..], b"xy");
     let blocked = be.handle_command(Command::Send(peer(5, 2, 1)), now);
     assert!(matches!(blocked, Err(CommandError::Blocked(_))), "{blocked:?}");
+}
+
+#[test]
+fn messages_a_backend_leaving_in_order_never_read_are_acknowledged_for_it() {
+    let now = Instant::now();
+    let (mut fe, links) = front_end_with_two_backends();
+    fe.handle_frame(links[0], peer(1, 0, 10), now);
+    transmits(&mut fe);
+    let leave = ControlMsg::Leave { ranks: RankSet::single(1), reason: "rank 1 left".into(), graceful: true };
+    fe.handle_frame(links[1], control(&leave), now);
+    let acks: Vec<Frame> = transmits(&mut fe).into_iter().map(|t| t.frame).filter(is_ack).collect();
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!((acks[0].header.stream, acks[0].header.rank), (0, 1));
+    assert_eq!(treecast_wire::decode_ack(&acks[0].payload).unwrap(), (1, 10));
+}
+
+#[test]
+fn a_backend_rejoining_holds_its_messages_instead_of_failing_them() {
+    let now = Instant::now();
+    let mut be = node(Role::BackEnd { rank: 0, size: 2 }, 1);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    be.set_rejoin(Some(Duration::from_secs(10)));
+    be.handle_frame(parent, control(&ControlMsg::Fallback { address: "unix:@gp".into() }), now);
+    transmits(&mut be);
+    be.handle_link_closed(parent, Some("the comm node died".into()), now);
+    let held = be.handle_command(Command::Send(peer(1, 0, 3)), now);
+    assert!(matches!(held, Err(CommandError::Blocked(_))), "{held:?}");
 }

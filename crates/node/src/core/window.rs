@@ -42,6 +42,14 @@ impl Budget {
         self.bytes = self.bytes.saturating_sub(clamp(bytes));
     }
 
+    /// As [`Budget::grant`], never above a full `window`.
+    pub(crate) fn grant_within(&mut self, g: Grant, window: Window) -> bool {
+        let reopened = self.grant(g);
+        self.packets = self.packets.min(i64::from(window.packets));
+        self.bytes = self.bytes.min(clamp(window.bytes));
+        reopened
+    }
+
     /// Adds what the receiver gave back; returns true when this reopened a closed budget.
     pub(crate) fn grant(&mut self, g: Grant) -> bool {
         let was_open = self.open();
