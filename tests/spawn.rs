@@ -396,3 +396,28 @@ async fn processes_started_elsewhere_join_as_a_group_through_a_port_and_a_wrong_
         assert!(child.wait().unwrap().success());
     }
 }
+
+#[test]
+fn treecast_run_spawns_more_backends_on_request_and_lists_the_groups() {
+    let out = std::process::Command::new(TREECAST)
+        .args(["run", "--local", "4", "--topology", "balanced:2x2", "--spawn", "3", "--json", "--"])
+        .args(["sh", "-c", "echo $TREECAST_GROUP"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["backends"], 7, "{report}");
+    let groups = report["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{report}");
+    assert_eq!((groups[0]["ranks"].as_str(), groups[0]["spawned"].as_bool()), (Some("0-3"), Some(false)));
+    assert_eq!((groups[1]["ranks"].as_str(), groups[1]["spawned"].as_bool()), (Some("4-6"), Some(true)));
+    // Every rank ran it: the launch's print nothing for their group, the spawned their group's id.
+    let classes: Vec<(String, String)> = report["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["ranks"].as_str().unwrap().to_owned(), c["stdout"].as_str().unwrap().trim().to_owned()))
+        .collect();
+    let spawned_id = groups[1]["id"].to_string();
+    assert_eq!(classes, vec![("0-3".to_owned(), String::new()), ("4-6".to_owned(), spawned_id)], "{report}");
+}

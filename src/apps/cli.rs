@@ -198,6 +198,11 @@ pub struct RunArgs {
     /// they wrote, even past this).
     #[arg(long, value_name = "BYTES", default_value_t = super::protocol::DEFAULT_OUTPUT_LIMIT)]
     pub output_limit: u64,
+    /// After the launch, start N more back-ends while the tree runs (placed under
+    /// the least loaded comm nodes) and run the command on them too; --json lists
+    /// the groups.
+    #[arg(long, value_name = "N")]
+    pub spawn: Option<u32>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

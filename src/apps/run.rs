@@ -102,11 +102,24 @@ pub struct Lost {
     pub reason: String,
 }
 
+/// A group of back-ends: the launch's (id 0) or one spawned while the tree ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupReport {
+    /// The group's id.
+    pub id: u32,
+    /// Its ranks, compact.
+    pub ranks: String,
+    /// True for back-ends started while the tree ran.
+    pub spawned: bool,
+}
+
 /// What `run` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
     /// Back-ends started.
     pub backends: u32,
+    /// The groups the back-ends belong to.
+    pub groups: Vec<GroupReport>,
     /// Distinct outputs, by lowest rank.
     pub classes: Vec<OutputClass>,
     /// Ranks lost before answering.
@@ -155,8 +168,17 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             tree.dead_after = Some(default.dead_after.as_secs_f64().min(limit.as_secs_f64().max(5.0)));
         }
     }
-    let net = launch(&tree).await?;
-    let report = run_on(net, &args.command, limit, args.output_limit).await?;
+    let mut net = launch(&tree).await?;
+    let spawned = match args.spawn {
+        Some(n) => Some(net.spawn(n, &[], &treecast_api::SpawnOptions::default()).await?),
+        None => None,
+    };
+    let report = run_command_keeping(&mut net, &args.command, limit, args.output_limit).await;
+    net.shutdown().await;
+    let mut report = report?;
+    if let Some(g) = spawned {
+        report.groups.push(GroupReport { id: g.id(), ranks: g.rank_set().to_string(), spawned: true });
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
@@ -420,7 +442,9 @@ pub async fn run_command_keeping(
     let worst = classes.iter().map(|c| u8::try_from(c.exit_code.clamp(0, 255)).unwrap_or(u8::MAX)).max();
     let missing = if lost.is_empty() && no_answer.is_empty() { 0 } else { EXIT_LOST };
     let exit_status = worst.unwrap_or(0).max(missing);
-    Ok(RunReport { backends: net.backends(), classes, lost, no_answer, ok, exit_status })
+    let launch = net.launch_group();
+    let groups = vec![GroupReport { id: launch.id(), ranks: launch.rank_set().to_string(), spawned: false }];
+    Ok(RunReport { backends: net.backends(), groups, classes, lost, no_answer, ok, exit_status })
 }
 
 /// The hosts that run `ranks`, as a compact host list.
