@@ -11,6 +11,8 @@ use treecast::apps;
 use treecast::apps::cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // Front-end, comm node or back-end, this process may move large frames.
+    treecast_transport::keep_large_buffers();
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let outcome = match cli.command {

@@ -16,6 +16,7 @@
 
 #![deny(unsafe_code)]
 
+mod alloc;
 mod error;
 pub mod handshake;
 mod links;
@@ -26,6 +27,8 @@ mod secret;
 mod socket;
 mod stream_route;
 pub mod timing;
+
+pub use alloc::keep_large_buffers;
 
 pub use error::TransportError;
 pub use links::{LinkId, LinkMap, LinkTable};
