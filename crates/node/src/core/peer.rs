@@ -115,8 +115,17 @@ impl Node {
             LinkRole::Child(c) => Some(c),
             LinkRole::Parent => None,
         };
-        if let Some(c) = from_child.filter(|_| frame.header.flags & FLAG_PEER_ACK != 0) {
-            self.answered(c, &frame);
+        if let Some(c) = from_child {
+            if frame.header.flags & FLAG_PEER_ACK != 0 {
+                self.answered(c, &frame);
+            } else if !self.children[c].ranks.contains(frame.header.rank) {
+                // Messages come up from their senders' sub-trees only.
+                let why = format!(
+                    "a message from rank {} came from {}, which does not reach it",
+                    frame.header.rank, self.children[c].name
+                );
+                return self.drop_link(link, why, now);
+            }
         }
         if frame.header.flags & FLAG_PEER_MULTI != 0 {
             return match decode_multi(&frame.payload) {

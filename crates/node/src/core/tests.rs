@@ -1002,3 +1002,13 @@ fn a_backend_rejoining_holds_its_messages_instead_of_failing_them() {
     let held = be.handle_command(Command::Send(peer(1, 0, 3)), now);
     assert!(matches!(held, Err(CommandError::Blocked(_))), "{held:?}");
 }
+
+#[test]
+fn a_message_claiming_a_sender_outside_the_link_it_came_on_closes_that_link() {
+    let now = Instant::now();
+    let (mut fe, links) = front_end_with_two_backends();
+    // Rank 0's link carries a message "from rank 1".
+    fe.handle_frame(links[0], peer(1, 1, 10), now);
+    assert!(transmits(&mut fe).iter().all(|t| t.to != Destination::Link(links[1])), "it went on");
+    assert!(events(&mut fe).iter().any(|e| matches!(e, Event::CloseLink { link, .. } if *link == links[0])));
+}
