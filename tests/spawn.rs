@@ -113,6 +113,12 @@ async fn backends_spawned_while_reductions_run_join_the_next_streams() {
     let all = net.merge(&more, &net.launch_group(), true);
     assert_eq!(all.ranks(), &[0, 1, 2, 3, 8, 9]);
     assert_eq!(sum_over(&net, all.rank_set()).await, ranks_sum(all.ranks()));
+    // Split by parity of the group rank: each half keeps the merged order.
+    let halves = net.split(&all, |i, _| Some((i % 2) as u32));
+    assert_eq!(halves[0].1.ranks(), &[0, 2, 8]);
+    assert_eq!(halves[1].1.ranks(), &[1, 3, 9]);
+    assert_ne!(halves[0].1.id(), halves[1].1.id());
+    assert_eq!(sum_over(&net, halves[1].1.rank_set()).await, 1 + 3 + 9);
     finish(net).await;
 }
 

@@ -95,6 +95,29 @@ impl Group {
         set
     }
 
+    /// Splits the group as `MPI_Comm_split` does: one group per colour that
+    /// `colour_of(group rank, rank)` gives, in order of colour, each keeping this
+    /// group's order; members given `None` are in none. The new groups' ids are
+    /// `first_id`, `first_id + 1`, … (use [`Network::split`] to have the network
+    /// give them out).
+    pub fn split_with(
+        &self,
+        first_id: u32,
+        colour_of: impl Fn(usize, u32) -> Option<u32>,
+    ) -> Vec<(u32, Group)> {
+        let mut by_colour: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (i, &r) in self.ranks.iter().enumerate() {
+            if let Some(c) = colour_of(i, r) {
+                by_colour.entry(c).or_default().push(r);
+            }
+        }
+        by_colour
+            .into_iter()
+            .enumerate()
+            .map(|(k, (colour, ranks))| (colour, Group { id: first_id.wrapping_add(k as u32), ranks }))
+            .collect()
+    }
+
     /// A communicator over the members, to create streams over the group.
     pub fn communicator(&self) -> Communicator {
         Communicator::over(self.rank_set())
@@ -565,6 +588,17 @@ impl Network {
         merged(a, b, a_high, self.spawner.group_id())
     }
 
+    /// Splits `group` by colour (see [`Group::split_with`]), with new group ids. A
+    /// group is a plain value: dropping one frees it; its processes run on until
+    /// they are stopped or leave.
+    pub fn split(&self, group: &Group, colour_of: impl Fn(usize, u32) -> Option<u32>) -> Vec<(u32, Group)> {
+        let mut parts = group.split_with(0, colour_of);
+        for (_, g) in &mut parts {
+            g.id = self.spawner.group_id();
+        }
+        parts
+    }
+
     /// The back-ends of the launch as a group (id 0), to merge spawned groups with.
     pub fn launch_group(&self) -> Group {
         Group { id: 0, ranks: (0..self.topology().backends() as u32).collect() }
@@ -633,6 +667,16 @@ mod tests {
         let mut b = book("balanced:2x2", 4);
         let err = b.place(1, &Placement::Hosts(vec!["nowhere".into()])).unwrap_err();
         assert!(err.to_string().contains("no comm node with back-ends runs on nowhere"), "{err}");
+    }
+
+    #[test]
+    fn split_groups_by_colour_in_colour_order_keeping_the_order() {
+        let g = Group { id: 1, ranks: vec![9, 3, 7, 4, 5] };
+        let parts = g.split_with(10, |i, r| (r != 7).then_some((i % 2) as u32 * 5));
+        assert_eq!(parts.len(), 2);
+        assert_eq!((parts[0].0, parts[0].1.ranks(), parts[0].1.id()), (0, &[9, 5][..], 10));
+        assert_eq!((parts[1].0, parts[1].1.ranks(), parts[1].1.id()), (5, &[3, 4][..], 11));
+        assert!(g.split_with(0, |_, _| None).is_empty());
     }
 
     #[test]
