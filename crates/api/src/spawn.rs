@@ -343,8 +343,11 @@ impl Spawner {
                 treecast_node::core::MAX_SPAWN
             )));
         }
+        // Spawned processes lost since no longer weigh on their nodes.
+        let lost = self.lost().ranks().clone();
         let (orders, group) = {
             let mut book = self.spawn_book();
+            book.unload(&lost);
             let made = book.orders(n, command, &options.placement, port.is_some())?;
             self.set_backends(book.ranks_given());
             made
@@ -660,6 +663,18 @@ mod tests {
         assert_eq!(all, vec![(4, 2, 7), (6, 1, 9), (7, 1, 10)]);
         assert!(second.iter().all(|o| o.size == 8 && o.group_size == 1 && !o.attach));
         assert!(first.iter().all(|o| o.attach && o.command == ["w"]));
+    }
+
+    #[test]
+    fn processes_that_went_no_longer_count_for_placement() {
+        let mut b = book("balanced:2x2", 4);
+        let ids: Vec<u32> = b.load.keys().copied().collect();
+        let (_, g) = b.orders(2, &[], &Placement::Block, false).unwrap();
+        assert_eq!(b.load.values().copied().collect::<Vec<_>>(), vec![3, 3]);
+        b.unload(&RankSet::single(g.ranks()[0]));
+        b.unload(&RankSet::single(g.ranks()[0]));
+        assert_eq!(b.load[&ids[0]], 2, "once, however often it is reported");
+        assert_eq!(b.place(1, &Placement::LeastLoaded).unwrap(), vec![(ids[0], 1)]);
     }
 
     #[test]
