@@ -106,8 +106,7 @@ impl Pinging {
         if request.tag() == TAG_PEER_CAST {
             let values = request.unpack("%aud %ud")?;
             let [Value::UIntArray(ranks), Value::UInt(bytes)] = &values[..] else { return Ok(None) };
-            let mut targets = treecast_api::RankSet::new();
-            ranks.iter().for_each(|&r| targets.union_with(&treecast_api::RankSet::single(r)));
+            let targets: treecast_api::RankSet = ranks.iter().copied().collect();
             let body = vec![Value::UInt(request.stream()), Value::UCharArray(vec![7; *bytes as usize])];
             be.send_to_ranks(&targets, TAG_PEER_CAST, "%ud %auc", &body).await?;
             return Ok(None);

@@ -200,7 +200,6 @@ impl Network {
             book: std::sync::Arc::new(std::sync::Mutex::new(crate::spawn::SpawnBook::new(
                 &topology, backends,
             ))),
-            backends: std::sync::Arc::new(AtomicU32::new(backends)),
         };
         Network {
             shared,
@@ -220,7 +219,7 @@ impl Network {
     /// Number of ranks given out (ranks `0..backends()`): the launch's back-ends and
     /// every spawned one, including those that left or were lost since.
     pub fn backends(&self) -> u32 {
-        self.spawner.backends.load(Ordering::Relaxed)
+        self.spawner.ranks_given()
     }
 
     /// Number of comm nodes (the front-end not included).

@@ -88,11 +88,7 @@ impl Group {
 
     /// The members as a set.
     pub fn rank_set(&self) -> RankSet {
-        let mut set = RankSet::new();
-        for &r in &self.ranks {
-            set.union_with(&RankSet::single(r));
-        }
-        set
+        self.ranks.iter().copied().collect()
     }
 
     /// Splits the group as `MPI_Comm_split` does: one group per colour that
@@ -130,8 +126,6 @@ impl Group {
 pub(crate) struct Spawner {
     pub(crate) shared: treecast_node::driver::Shared<crate::frontend::FeTool>,
     pub(crate) book: std::sync::Arc<std::sync::Mutex<SpawnBook>>,
-    /// Ranks given out so far (what [`Network::backends`] says).
-    pub(crate) backends: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// The front-end's book of spawns: ids, ranks and node ids to give out, and the
@@ -348,9 +342,7 @@ impl Spawner {
         let (orders, group) = {
             let mut book = self.spawn_book();
             book.unload(&lost);
-            let made = book.orders(n, command, &options.placement, port.is_some())?;
-            self.set_backends(book.ranks_given());
-            made
+            book.orders(n, command, &options.placement, port.is_some())?
         };
         let mut joined = self.joined_watch();
         let mut lost = self.lost_watch();
@@ -458,7 +450,7 @@ impl Spawner {
             let mut d = lock(&self.shared);
             (d.tool().session.clone(), d.tool().secret.clone())
         };
-        let size = self.backends.load(std::sync::atomic::Ordering::Relaxed);
+        let size = self.ranks_given();
         let base = group.ranks.first().copied().unwrap_or(0);
         let info = crate::AttachInfo { session, secret, size, points: placed, base };
         info.write(path)?;
@@ -476,8 +468,9 @@ impl Spawner {
         self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn set_backends(&self, n: u32) {
-        self.backends.store(n, std::sync::atomic::Ordering::Relaxed);
+    /// Ranks given out so far: the launch's and every spawn's.
+    pub(crate) fn ranks_given(&self) -> u32 {
+        self.spawn_book().ranks_given()
     }
 
     fn joined_watch(&self) -> tokio::sync::watch::Receiver<RankSet> {

@@ -134,9 +134,12 @@ impl Node {
             };
         }
         let to = frame.header.stream;
-        let below = self.children.iter().position(|c| c.state == ChildState::Joined && c.ranks.contains(to));
+        let below = self.child_reaching(to);
         match (below, self.parent) {
-            (Some(c), _) if Some(c) != from_child => self.pass_down(c, frame),
+            (Some(c), _) if Some(c) != from_child => {
+                let len = frame.payload.len();
+                self.pass_down(c, frame, len)
+            }
             // Not below here: up towards the common ancestor, unless it came from there.
             (None, Some(parent)) if from_child.is_some() => self.out.send(parent, frame),
             _ => self.undeliverable(&frame, &RankSet::single(to), frame.payload.len()),
@@ -168,7 +171,7 @@ impl Node {
             }
             left = left.difference(&theirs);
             let copy = narrowed(frame, &theirs, body);
-            self.pass_down(c, copy);
+            self.pass_down(c, copy, body.len());
         }
         if left.is_empty() {
             return;
@@ -179,17 +182,14 @@ impl Node {
         }
     }
 
-    /// Sends a message down to child `c`; a back-end child owes its acknowledgement.
-    fn pass_down(&mut self, c: usize, frame: Frame) {
+    /// Sends a message (`len` bytes of values) down to child `c`; a back-end child
+    /// owes its acknowledgement.
+    fn pass_down(&mut self, c: usize, frame: Frame, len: usize) {
         let child = &self.children[c];
         let Some(link) = child.link else { return };
         if let (true, 0, Some(rank)) =
             (child.is_backend, frame.header.flags & FLAG_PEER_ACK, child.ranks.first())
         {
-            let len = match frame.header.flags & FLAG_PEER_MULTI {
-                0 => frame.payload.len(),
-                _ => decode_multi(&frame.payload).map_or(0, |(_, at)| frame.payload.len() - at),
-            };
             let owed = self.peer.unanswered.entry(child.node_id).or_default();
             owed.push_back((frame.header.rank, rank, len as u64));
         }
@@ -295,8 +295,7 @@ impl Node {
     /// Sends an acknowledgement made here towards its destination.
     fn route_ack(&mut self, frame: Frame) {
         let to = frame.header.stream;
-        let below = self.children.iter().find(|c| c.state == ChildState::Joined && c.ranks.contains(to));
-        match (below.and_then(|c| c.link), self.parent) {
+        match (self.child_reaching(to).and_then(|c| self.children[c].link), self.parent) {
             (Some(l), _) => self.out.send(l, frame),
             (None, Some(parent)) => self.out.send(parent, frame),
             (None, None) => {}

@@ -677,6 +677,11 @@ impl Node {
         }
     }
 
+    /// The joined child whose sub-tree holds `rank`.
+    pub(super) fn child_reaching(&self, rank: u32) -> Option<usize> {
+        self.children.iter().position(|c| c.state == ChildState::Joined && c.ranks.contains(rank))
+    }
+
     /// The answer to a back-end's spawn request: down towards its rank, or, at that
     /// back-end, to its tool.
     pub(super) fn spawn_reply(&mut self, msg: ControlMsg) {
@@ -687,8 +692,7 @@ impl Node {
             }
             return;
         }
-        let via = self.children.iter().find(|c| c.state == ChildState::Joined && c.ranks.contains(rank));
-        match via.and_then(|c| c.link) {
+        match self.child_reaching(rank).and_then(|c| self.children[c].link) {
             Some(link) => self.out.control(link, &ControlMsg::SpawnReply { id, rank, group, ranks, error }),
             None => {
                 tracing::debug!(node = %self.name, "a spawn reply for rank {rank}, which is gone: dropped")
