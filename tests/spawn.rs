@@ -427,3 +427,94 @@ fn treecast_run_spawns_more_backends_on_request_and_lists_the_groups() {
     let spawned_id = groups[1]["id"].to_string();
     assert_eq!(classes, vec![("0-3".to_owned(), String::new()), ("4-6".to_owned(), spawned_id)], "{report}");
 }
+
+/// Asks each of `ranks` to enter the collective operation `request` describes
+/// ([`TAG_COLLECTIVE`]); returns each one's answer.
+async fn enter(
+    s: &mut treecast_api::Stream,
+    ranks: &[u32],
+    request: &[Value],
+) -> std::collections::BTreeMap<u32, Vec<Value>> {
+    for &r in ranks {
+        s.send_to(r, TAG_COLLECTIVE, COLLECTIVE_REQUEST, request).await.unwrap();
+    }
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < ranks.len() {
+        let p = s.recv_timeout(LIMIT).await.unwrap();
+        assert_eq!(p.tag(), TAG_COLLECTIVE);
+        answers.insert(p.rank(), p.values().unwrap());
+    }
+    answers
+}
+
+/// What rank `r` contributes to a [`TAG_COLLECTIVE`] operation of `k` elements.
+fn contribution(r: u32, k: i64) -> Vec<i64> {
+    (0..k).map(|i| i64::from(r) * 1000 + i).collect()
+}
+
+/// The element-wise fold of the members' contributions.
+fn folded(members: &[u32], k: i64, f: fn(i64, i64) -> i64) -> Vec<i64> {
+    (0..k as usize).map(|i| members.iter().map(|&r| contribution(r, k)[i]).reduce(f).unwrap()).collect()
+}
+
+fn result_of(answer: &[Value]) -> Vec<i64> {
+    answer[1].to_i64_vec().unwrap()
+}
+
+#[tokio::test]
+async fn collectives_over_two_groups_are_computed_in_the_tree_and_match_a_local_computation() {
+    let net = launch("balanced:2x2", 4).await;
+    let spawned = net.spawn(3, &[], &options(Placement::Cyclic)).await.unwrap();
+    assert_eq!(spawned.ranks(), &[4, 5, 6]);
+    let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
+    let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+    // The union of both groups, the spawned one first, in an order that is not the ranks'.
+    let members = [6u32, 5, 4, 0, 1, 2, 3];
+    let k = 7i64;
+    let request = |op: u32, combine: u32, members: &[u32], root: u32, k: i64| {
+        vec![
+            Value::UInt(op),
+            Value::UInt(combine),
+            Value::UIntArray(members.to_vec()),
+            Value::UInt(root),
+            Value::UInt(k as u32),
+            Value::UInt(3),
+        ]
+    };
+    let all = |f: fn(i64, i64) -> i64| folded(&members, k, f);
+    for (combine, f) in [(1u32, i64::wrapping_add as fn(i64, i64) -> i64), (2, i64::min), (3, i64::max)] {
+        let answers = enter(&mut s, &members, &request(2, combine, &members, u32::MAX, k)).await;
+        for (rank, a) in &answers {
+            assert_eq!(result_of(a), all(f), "all-reduce {combine} at rank {rank}");
+            assert_eq!(a[3], Value::UInt(7));
+        }
+    }
+    // Reduce-scatter: member j (in the group's order) keeps block j.
+    let answers = enter(&mut s, &members, &request(4, 1, &members, u32::MAX, k)).await;
+    let sums = all(i64::wrapping_add);
+    for (j, rank) in members.iter().enumerate() {
+        assert_eq!(result_of(&answers[rank]), vec![sums[j]], "reduce-scatter at rank {rank}");
+    }
+    // All-gather: every member's values, in the group's order.
+    let answers = enter(&mut s, &members, &request(3, 0, &members, u32::MAX, 2)).await;
+    let want: Vec<i64> = members.iter().flat_map(|&r| contribution(r, 2)).collect();
+    for a in answers.values() {
+        assert_eq!(result_of(a), want);
+        assert_eq!(a[2], Value::UIntArray(members.to_vec()));
+    }
+    // The spawned group reduced to a root in the launch's group.
+    let group: Vec<u32> = spawned.ranks().to_vec();
+    let answers = enter(&mut s, &[4, 5, 6, 2], &request(1, 1, &group, 2, k)).await;
+    assert_eq!(result_of(&answers[&2]), folded(&group, k, i64::wrapping_add));
+    for rank in group {
+        assert!(result_of(&answers[&rank]).is_empty(), "rank {rank} is not the root");
+    }
+    let answers = enter(&mut s, &members, &request(5, 0, &members, u32::MAX, 0)).await;
+    assert!(answers.values().all(|a| a[3] == Value::UInt(7)), "{answers:?}");
+    // Arrays that do not split in 7 blocks fail at each member, saying why.
+    let answers = enter(&mut s, &members, &request(4, 1, &members, u32::MAX, 5)).await;
+    for a in answers.values() {
+        assert!(a[0].as_str().unwrap().contains("multiple of the group's 7 members"), "{a:?}");
+    }
+    finish(net).await;
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use treecast_api::{
-    ApiError, BackEnd, BackEndEvent, BackEndSender, FileReceivers, FileWorker, Packet, Value,
+    ApiError, BackEnd, BackEndEvent, BackEndSender, FileReceivers, FileWorker, Group, Packet, ReduceOp, Value,
 };
 
 use sha2::{Digest, Sha256};
@@ -64,7 +64,10 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         }
         // Requests that take time run as tasks of their own so they hold up no other
         // stream; quick ones are answered at once, which keeps round trips short.
-        if matches!(packet.tag(), TAG_RUN | TAG_SLEEP | TAG_BURST | TAG_BURST_BYTES | TAG_SPAWN_HELPERS) {
+        if matches!(
+            packet.tag(),
+            TAG_RUN | TAG_SLEEP | TAG_BURST | TAG_BURST_BYTES | TAG_SPAWN_HELPERS | TAG_COLLECTIVE
+        ) {
             tokio::spawn(async move {
                 if let Err(e) = answer(&sender, rank, packet).await {
                     tracing::warn!(rank, "could not answer a request: {e}");
@@ -211,6 +214,10 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
                 Err(e) => be.send(stream, tag, "%s", &[e.to_string().into()]).await,
             }
         }
+        TAG_COLLECTIVE => match collective(be, rank, &p).await {
+            Ok(answer) => be.send(stream, tag, COLLECTIVE_ANSWER, &answer).await,
+            Err(e) => be.send(stream, tag, "%s", &[e.to_string().into()]).await,
+        },
         TAG_WHERE => {
             let parent = std::env::var(treecast_node::env::PARENT).unwrap_or_default();
             be.send(stream, tag, "%s", &[format!("parent {parent}").into()]).await
@@ -264,6 +271,52 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
             be.send(stream, tag, &format, &values).await
         }
     }
+}
+
+/// Runs the collective operations a [`TAG_COLLECTIVE`] request asks for; returns
+/// the answer's values.
+async fn collective(be: &BackEndSender, rank: u32, p: &Packet) -> Result<Vec<Value>, ApiError> {
+    let v = p.unpack(COLLECTIVE_REQUEST)?;
+    let [Value::UInt(op), Value::UInt(combine), Value::UIntArray(members), Value::UInt(root), Value::UInt(elements), Value::UInt(rounds)] =
+        &v[..]
+    else {
+        return Ok(Vec::new());
+    };
+    let group = Group::from_ranks(0, members.iter().copied());
+    let reduce = match combine {
+        2 => ReduceOp::Min,
+        3 => ReduceOp::Max,
+        _ => ReduceOp::Sum,
+    };
+    let own = [Value::LongArray((0..i64::from(*elements)).map(|i| i64::from(rank) * 1000 + i).collect())];
+    let started = std::time::Instant::now();
+    let rounds = (*rounds).max(1);
+    let mut last = None;
+    for _ in 0..rounds {
+        let done = match op {
+            1 => be.reduce(&group, *root, reduce, "%ald", &own).await?,
+            2 => be.all_reduce(&group, reduce, "%ald", &own).await?,
+            3 => be.all_gather(&group, "%ald", &own).await?,
+            4 => be.reduce_scatter(&group, reduce, "%ald", &own).await?,
+            _ => be.barrier(&group).await?,
+        };
+        last = Some(done);
+    }
+    let mean_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+    let Some(last) = last else { return Ok(Vec::new()) };
+    let mut result: Vec<i64> = Vec::new();
+    let values = last.values.iter().chain(last.gathered.iter().flat_map(|(_, v)| v.iter()));
+    for value in values {
+        result.extend(value.to_i64_vec().unwrap_or_default());
+    }
+    let order: Vec<u32> = last.gathered.iter().map(|(r, _)| *r).collect();
+    let contributors = u32::try_from(last.contributors.len()).unwrap_or(u32::MAX);
+    Ok(vec![
+        Value::Double(mean_us),
+        Value::LongArray(result),
+        Value::UIntArray(order),
+        Value::UInt(contributors),
+    ])
 }
 
 /// How long a command's guard is waited for after its group was killed.

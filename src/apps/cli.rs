@@ -375,6 +375,9 @@ pub struct BenchIntergroupArgs {
     /// Message sizes, comma-separated, with K and M suffixes.
     #[arg(long, value_name = "SIZES", default_value = "1,1K,64K,1M,4M")]
     pub sizes: String,
+    /// Bytes each member contributes to the collective operations, comma-separated.
+    #[arg(long, value_name = "SIZES", default_value = "8,1K,64K,1M")]
+    pub coll_sizes: String,
     /// Leave the MPI reference out.
     #[arg(long)]
     pub no_mpi: bool,

@@ -57,6 +57,19 @@ pub const TAG_PEER_CAST: i32 = 13;
 /// (`BackEnd::spawn`) and answers `%aud` with their ranks, or `%s` with why not.
 pub const TAG_SPAWN_HELPERS: i32 = 14;
 
+/// [`COLLECTIVE_REQUEST`] → this rank enters `rounds` collective operations among
+/// back-ends (`op`: 1 reduce, 2 all-reduce, 3 all-gather, 4 reduce-scatter, 5
+/// barrier; `combine`: 1 sum, 2 min, 3 max) over `members` in that order, with
+/// `%ald` values `rank * 1000 + i` for i below `elements`, and answers
+/// [`COLLECTIVE_ANSWER`]: the mean time of one operation in microseconds, the last
+/// result (a gather's arrays one after another), the ranks a gather returned in
+/// order, and how many members contributed; or `%s` with why it failed.
+pub const TAG_COLLECTIVE: i32 = 15;
+/// What [`TAG_COLLECTIVE`] asks: op, combine, members, root, elements, rounds.
+pub const COLLECTIVE_REQUEST: &str = "%ud %ud %aud %ud %ud %ud";
+/// What [`TAG_COLLECTIVE`] answers.
+pub const COLLECTIVE_ANSWER: &str = "%lf %ald %aud %ud";
+
 /// File distribution (see `treecast_api::bcast_files`, handled by `FileReceivers`): the
 /// status packet that opens a transfer, and every rank's first answer.
 pub const TAG_FILE_STATUS: i32 = treecast_api::FILE_STATUS;

@@ -19,7 +19,7 @@ const MPI_SOURCE: &str = include_str!("../../tools/mpi-spawn/spawn_bench.c");
 /// Longest one MPI job of the reference may run before it is called hung.
 const MPI_JOB_LIMIT: Duration = Duration::from_secs(120);
 /// Longest a step of the benchmark may take.
-const STEP_LIMIT: Duration = Duration::from_secs(60);
+pub(super) const STEP_LIMIT: Duration = Duration::from_secs(60);
 
 /// Minimum, mean, median and maximum of some timings, milliseconds.
 #[derive(Debug, Clone, Serialize)]
@@ -158,6 +158,8 @@ pub struct IntergroupBench {
     pub mpi_library: Option<String>,
     /// One row per message size.
     pub point_to_point: Vec<PeerRow>,
+    /// Collective operations over both groups.
+    pub collectives: super::collbench::CollectiveBench,
 }
 
 /// Runs `treecast bench intergroup`.
@@ -166,10 +168,16 @@ pub async fn intergroup_main(args: BenchIntergroupArgs) -> anyhow::Result<ExitCo
     let tree = default_tree(&args.tree);
     let mut net = super::run::launch(&tree).await?;
     let topology = tree.topology.clone().unwrap_or_default();
+    let coll_sizes = parse_bytes(&args.coll_sizes)?;
     let measured = measure_peers(&mut net, &sizes).await;
-    net.shutdown().await;
     let mpi = if args.no_mpi { Err("--no-mpi".to_owned()) } else { MpiReference::build() };
+    let collectives = match measured {
+        Ok(_) => super::collbench::measure(&mut net, &coll_sizes, mpi.as_ref().map_err(Clone::clone)).await,
+        Err(_) => Err(anyhow::anyhow!("not measured")),
+    };
+    net.shutdown().await;
     let mut rows = measured?;
+    let collectives = collectives?;
     for row in &mut rows {
         let reference = |mode: &str, procs: u32| match &mpi {
             Ok(m) => m.one_way(mode, procs, row.bytes, row.rounds),
@@ -182,6 +190,7 @@ pub async fn intergroup_main(args: BenchIntergroupArgs) -> anyhow::Result<ExitCo
         topology,
         mpi_library: mpi.as_ref().ok().map(|m| m.library.clone()),
         point_to_point: rows,
+        collectives,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&bench)?);
@@ -440,7 +449,7 @@ async fn measure_merges(
 }
 
 /// Stops the groups and waits until every one of their ranks has left.
-async fn stop_and_wait(net: &mut Network, groups: &[Group]) -> anyhow::Result<()> {
+pub(super) async fn stop_and_wait(net: &mut Network, groups: &[Group]) -> anyhow::Result<()> {
     let mut waiting = RankSet::new();
     for g in groups {
         net.stop(g, "the benchmark stopped it")?;
@@ -463,7 +472,7 @@ async fn stop_and_wait(net: &mut Network, groups: &[Group]) -> anyhow::Result<()
 }
 
 /// The MPI program, compiled, and the library it runs on.
-struct MpiReference {
+pub(super) struct MpiReference {
     _dir: tempfile::TempDir,
     program: PathBuf,
     library: String,
@@ -541,7 +550,7 @@ impl MpiReference {
     }
 
     /// Runs the program under `mpirun -n procs`; its stdout lines, or why not.
-    fn job(&self, procs: u32, args: &[&str]) -> Result<Vec<String>, String> {
+    pub(super) fn job(&self, procs: u32, args: &[&str]) -> Result<Vec<String>, String> {
         let mut cmd = Command::new("timeout");
         cmd.arg("--kill-after=5")
             .arg(MPI_JOB_LIMIT.as_secs().to_string())
@@ -674,6 +683,7 @@ fn render_intergroup(b: &IntergroupBench) -> String {
     );
     out.push_str("  comm node; inter-far: rank 0 and a spawned rank under another comm node.\n");
     out.push_str(&missing_notes(b.point_to_point.iter().flat_map(|r| [&r.mpi_inter, &r.mpi_intra])));
+    out.push_str(&super::collbench::render(&b.collectives));
     out
 }
 

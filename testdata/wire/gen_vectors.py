@@ -132,7 +132,7 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 KINDS = {"data": 1, "control": 2, "credit": 3, "peer": 5}
 
 
@@ -159,6 +159,20 @@ def enc_grant(packets, nbytes):
     return u32(packets) + u64(nbytes)
 
 
+def enc_collective(op, combine, down, context, seq, root, members, contributors, error):
+    """A collective frame's head: op u8, combine u8, direction u8, context u64,
+    seq u32, root u32, members and contributors as rank sets, the error string."""
+    return (
+        bytes([op, combine, down])
+        + u64(context)
+        + u32(seq)
+        + u32(root)
+        + enc_ranks(members)
+        + enc_ranks(contributors)
+        + enc_str(error)
+    )
+
+
 def gen_frames():
     # (name, kind, flags, stream, tag, rank, timestamp, payload, grant or None)
     cases = [
@@ -179,6 +193,28 @@ def gen_frames():
             3,
             0,
             enc_ranks("4-6") + enc_value("%s", "hi"),
+            None,
+        ),
+        (
+            "collective all-reduce (sum) contribution of rank 5 among ranks 4-11",
+            "peer",
+            64,
+            2**32 - 1,
+            0,
+            5,
+            0,
+            enc_collective(2, 1, 0, 0x0102030405060708, 9, 2**32 - 1, "4-11", "5", "") + enc_value("%d", 7),
+            None,
+        ),
+        (
+            "collective reduce result that failed, down to ranks 4-5",
+            "peer",
+            64,
+            2**32 - 1,
+            0,
+            4,
+            0,
+            enc_collective(1, 2, 1, 7, 0, 40, "4-5", "4-11", "no"),
             None,
         ),
         ("credit half an up window on stream 5", "credit", 0, 5, 0, 0, 0, None, (128, 512 << 10)),
@@ -619,7 +655,8 @@ INVALID_CASES = [
     ("batch", "version 1 credit frame", hdr(kind=3, version=1, tag=64), "BadVersion"),
     ("batch", "version 0", hdr(version=0), "BadVersion"),
     ("batch", "version 3 header (an older build)", hdr(version=3), "BadVersion"),
-    ("batch", "version 6", hdr(version=6), "BadVersion"),
+    ("batch", "version 5 header (an older build)", hdr(version=5), "BadVersion"),
+    ("batch", "version 7", hdr(version=7), "BadVersion"),
     ("batch", "unknown kind", hdr(kind=6), "UnknownKind"),
     ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),

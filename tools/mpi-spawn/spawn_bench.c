@@ -6,6 +6,10 @@
  *   spawn_bench merge N          (under mpirun -n N) spawn N more, time the merge
  *   spawn_bench pingpong-inter SIZE ROUNDS   spawn 1, ping-pong SIZE bytes with it
  *   spawn_bench pingpong-intra SIZE ROUNDS   (under mpirun -n 2) ping-pong in the job
+ *   spawn_bench collectives N SIZES ROUNDS   (under mpirun -n N) spawn N more, merge,
+ *       then time all-reduce, reduce (spawned group to rank 0 of the job, over the
+ *       intercommunicator), all-gather, reduce-scatter and barrier for each size
+ *       (comma-separated bytes per member), ROUNDS times after one warm-up
  *
  * Each mode prints `key value` lines on stdout. Spawned copies of this program
  * find their parent with MPI_Comm_get_parent and act on their first argument. */
@@ -39,6 +43,60 @@ static void ping(MPI_Comm comm, int peer, int size, int rounds) {
     free(buf);
 }
 
+/* Mean microseconds of one operation, `rounds` times after a warm-up, over every
+ * size; rank 0 of `merged` prints min, mean and max across its processes. The
+ * parent group (`high` 0) holds the reduction's root, its rank 0. */
+static void collectives(MPI_Comm inter, int high, const char *sizes_text, int rounds) {
+    MPI_Comm merged;
+    MPI_Intercomm_merge(inter, high, &merged);
+    int rank, n, local;
+    MPI_Comm_rank(merged, &rank);
+    MPI_Comm_size(merged, &n);
+    MPI_Comm_rank(inter, &local);
+    static const char *names[] = {"allreduce", "reduce", "allgather", "reducescatter", "barrier"};
+    char *sizes = strdup(sizes_text);
+    for (char *item = strtok(sizes, ","); item; item = strtok(NULL, ",")) {
+        int bytes = atoi(item);
+        int count = bytes / 8 > 0 ? bytes / 8 : 1;
+        int block = count / n > 0 ? count / n : 1;
+        long *in = calloc((size_t)count * n + n, sizeof(long));
+        long *out = calloc((size_t)count * n + n, sizeof(long));
+        for (int i = 0; i < count; i++) in[i] = rank * 1000 + i;
+        for (int op = 0; op < 5; op++) {
+            double t0 = 0;
+            for (int r = 0; r <= rounds; r++) {
+                if (r == 1) { MPI_Barrier(merged); t0 = MPI_Wtime(); }
+                switch (op) {
+                case 0: MPI_Allreduce(in, out, count, MPI_LONG, MPI_SUM, merged); break;
+                case 1: {
+                    int root = high ? 0 : (local == 0 ? MPI_ROOT : MPI_PROC_NULL);
+                    MPI_Reduce(in, out, count, MPI_LONG, MPI_SUM, root, inter);
+                    break;
+                }
+                case 2: MPI_Allgather(in, count, MPI_LONG, out, count, MPI_LONG, merged); break;
+                case 3: MPI_Reduce_scatter_block(in, out, block, MPI_LONG, MPI_SUM, merged); break;
+                default: MPI_Barrier(merged);
+                }
+            }
+            double us = (MPI_Wtime() - t0) * 1e6 / rounds, lo, hi, sum;
+            /* The reduction's parent group has only its root taking part. */
+            int part = op != 1 || high || local == 0;
+            double mine_lo = part ? us : 1e300, mine_hi = part ? us : 0, mine_sum = part ? us : 0;
+            int parts = 0;
+            MPI_Reduce(&mine_lo, &lo, 1, MPI_DOUBLE, MPI_MIN, 0, merged);
+            MPI_Reduce(&mine_hi, &hi, 1, MPI_DOUBLE, MPI_MAX, 0, merged);
+            MPI_Reduce(&mine_sum, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, merged);
+            MPI_Reduce(&part, &parts, 1, MPI_INT, MPI_SUM, 0, merged);
+            if (rank == 0) printf("coll %s %d %.3f %.3f %.3f\n", names[op], bytes, lo, sum / parts, hi);
+            fflush(stdout);
+        }
+        free(in);
+        free(out);
+    }
+    free(sizes);
+    MPI_Comm_free(&merged);
+}
+
 static int child(MPI_Comm parent, int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "child-echo") == 0 && argc > 3) {
@@ -46,6 +104,8 @@ static int child(MPI_Comm parent, int argc, char **argv) {
     } else if (strcmp(mode, "child-wait") == 0) {
         int token;
         MPI_Recv(&token, 1, MPI_INT, 0, 0, parent, MPI_STATUS_IGNORE);
+    } else if (strcmp(mode, "child-coll") == 0 && argc > 3) {
+        collectives(parent, 1, argv[2], atoi(argv[3]));
     } else if (strcmp(mode, "child-merge") == 0) {
         MPI_Comm merged;
         MPI_Intercomm_merge(parent, 1, &merged);
@@ -76,7 +136,7 @@ int main(int argc, char **argv) {
     MPI_Comm_get_parent(&parent);
     if (parent != MPI_COMM_NULL) return child(parent, argc, argv);
     if (argc < 3) {
-        fprintf(stderr, "usage: %s latency N RUNS | rate N SECS | merge N\n", argv[0]);
+        fprintf(stderr, "usage: %s latency N RUNS | rate N SECS | merge N | collectives N SIZES ROUNDS\n", argv[0]);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int n = atoi(argv[2]);
@@ -121,6 +181,11 @@ int main(int argc, char **argv) {
         char *args[] = {"child-echo", argv[2], argv[3], NULL};
         MPI_Comm inter = spawn_with(argv[0], args, 1, MPI_COMM_SELF);
         ping(inter, 0, n, atoi(argv[3]));
+        MPI_Comm_disconnect(&inter);
+    } else if (strcmp(argv[1], "collectives") == 0 && argc > 4) {
+        char *args[] = {"child-coll", argv[3], argv[4], NULL};
+        MPI_Comm inter = spawn_with(argv[0], args, n, MPI_COMM_WORLD);
+        collectives(inter, 0, argv[3], atoi(argv[4]));
         MPI_Comm_disconnect(&inter);
     } else if (strcmp(argv[1], "pingpong-intra") == 0 && argc > 3) {
         int rank;

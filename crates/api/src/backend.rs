@@ -11,8 +11,10 @@ use treecast_node::{connect_to, env, read_secret, DEFAULT_MAX_FRAME};
 use treecast_transport::Secret;
 use treecast_wire::{Frame, FrameHeader, Value, Window};
 
+use crate::collective::{self, Collected, ReduceOp, Request};
 use crate::stream::{encode_checked, send_with_credit, WaitsForCredit};
-use crate::{rank_from_env, ApiError, AttachInfo, Packet};
+use crate::{rank_from_env, ApiError, AttachInfo, Group, Packet};
+use treecast_wire::{CollectiveOp, Combine};
 
 /// Time allowed to reach and authenticate with the parent.
 const CONNECT_LIMIT: Duration = Duration::from_secs(30);
@@ -38,7 +40,9 @@ pub(crate) struct BeTool {
     writers: std::collections::HashMap<u32, Vec<Waker>>,
     /// Tasks awaiting [`BackEndSender::closed`].
     closers: Vec<Waker>,
-    over: Option<EndReason>,
+    pub(crate) over: Option<EndReason>,
+    /// Collective operations: results until taken, series numbers.
+    pub(crate) collectives: crate::collective::CollectiveBook,
     /// Answers to this back-end's spawn requests, by request number, until taken.
     spawn_replies: std::collections::HashMap<u32, SpawnAnswer>,
     /// Tasks awaiting a spawn answer.
@@ -75,8 +79,10 @@ impl Tool for BeTool {
                 self.spawn_replies.insert(id, answer);
                 self.spawn_waiters.drain(..).for_each(Waker::wake);
             }
+            Event::CollectiveDone { context, seq, frame } => self.collectives.arrived(context, seq, frame),
             Event::Shutdown { reason } => {
                 self.over = Some(reason);
+                self.collectives.wake_all();
                 self.spawn_waiters.drain(..).for_each(Waker::wake);
                 self.reader.take().into_iter().for_each(Waker::wake);
                 self.writers.drain().flat_map(|(_, w)| w).for_each(Waker::wake);
@@ -272,6 +278,129 @@ impl BackEndSender {
         let mut header = FrameHeader::peer(u32::MAX, tag, self.rank);
         header.flags = treecast_wire::FLAG_PEER_MULTI;
         send_with_credit(&self.shared, Frame::new(header, treecast_wire::encode_multi(ranks, &payload))).await
+    }
+}
+
+impl BackEndSender {
+    /// Waits at most `limit` for the other members in each collective operation
+    /// from now on (default [`crate::DEFAULT_COLLECTIVE_LIMIT`]).
+    pub fn set_collective_limit(&self, limit: Duration) {
+        lock(&self.shared).tool().collectives.limit = limit;
+    }
+
+    /// Returns once every member of `group` has entered this barrier (members lost
+    /// meanwhile are not waited for).
+    ///
+    /// # Errors
+    /// [`ApiError::Collective`]: this rank is not a member, members disagree on what
+    /// they compute, or one has not entered within the limit; [`ApiError::Closed`].
+    ///
+    /// Cancel safety: not cancel safe: a cancelled call still counts as this
+    /// member's entry.
+    pub async fn barrier(&self, group: &Group) -> Result<Collected, ApiError> {
+        let req = Request {
+            group,
+            op: CollectiveOp::Barrier,
+            combine: Combine::None,
+            root: u32::MAX,
+            values: None,
+        };
+        collective::run(&self.shared, self.rank, req).await
+    }
+
+    /// Combines the members' values with `op`; every member gets the result.
+    ///
+    /// # Errors
+    /// As [`BackEndSender::barrier`]; values that do not match `format`, or that
+    /// `op` cannot combine (named in the error every member gets).
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn all_reduce(
+        &self,
+        group: &Group,
+        op: ReduceOp,
+        format: &str,
+        values: &[Value],
+    ) -> Result<Collected, ApiError> {
+        let req = Request {
+            group,
+            op: CollectiveOp::AllReduce,
+            combine: op.combine(),
+            root: u32::MAX,
+            values: Some((format, values)),
+        };
+        collective::run(&self.shared, self.rank, req).await
+    }
+
+    /// Combines the members' values with `op` and sends the result to `root`, which
+    /// may belong to another group: there it is [`Collected::values`]; the members
+    /// get empty values once it is done. The root calls too (with its values if it
+    /// is a member; what a root outside the group passes is not used).
+    ///
+    /// # Errors
+    /// As [`BackEndSender::all_reduce`].
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn reduce(
+        &self,
+        group: &Group,
+        root: u32,
+        op: ReduceOp,
+        format: &str,
+        values: &[Value],
+    ) -> Result<Collected, ApiError> {
+        let values = group.group_rank(self.rank).map(|_| (format, values));
+        let req = Request { group, op: CollectiveOp::Reduce, combine: op.combine(), root, values };
+        collective::run(&self.shared, self.rank, req).await
+    }
+
+    /// Every member gets every member's values ([`Collected::gathered`], in group
+    /// order).
+    ///
+    /// # Errors
+    /// As [`BackEndSender::barrier`], and values that do not match `format`.
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn all_gather(
+        &self,
+        group: &Group,
+        format: &str,
+        values: &[Value],
+    ) -> Result<Collected, ApiError> {
+        let req = Request {
+            group,
+            op: CollectiveOp::AllGather,
+            combine: Combine::None,
+            root: u32::MAX,
+            values: Some((format, values)),
+        };
+        collective::run(&self.shared, self.rank, req).await
+    }
+
+    /// Combines the members' arrays with `op`, element-wise; member i (in group
+    /// order) gets block i of each array. Every array's length must be a multiple of
+    /// the group's size.
+    ///
+    /// # Errors
+    /// As [`BackEndSender::all_reduce`], and arrays that do not split evenly.
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn reduce_scatter(
+        &self,
+        group: &Group,
+        op: ReduceOp,
+        format: &str,
+        values: &[Value],
+    ) -> Result<Collected, ApiError> {
+        collective::check_scatter(values, group.size())?;
+        let req = Request {
+            group,
+            op: CollectiveOp::ReduceScatter,
+            combine: op.combine(),
+            root: u32::MAX,
+            values: Some((format, values)),
+        };
+        collective::run(&self.shared, self.rank, req).await
     }
 }
 

@@ -199,6 +199,10 @@ pub enum ApiError {
     /// The front-end could not do the spawn a back-end asked for.
     #[error("the front-end could not spawn for this back-end: {0}")]
     SpawnRefused(String),
+    /// A collective operation among back-ends could not be done (misuse, members
+    /// that disagree, values a filter refused, or a member that never entered).
+    #[error("collective operation: {0}")]
+    Collective(String),
     /// Processes of a spawn did not join; the others of that spawn were stopped.
     #[error("spawn of {n} back-ends failed, the others of it were stopped: {}", failures_text(.failures))]
     SpawnFailed {

@@ -52,6 +52,7 @@ mod attach;
 mod backend;
 mod builder;
 mod clock;
+mod collective;
 mod commnode;
 mod error;
 mod files;
@@ -66,6 +67,7 @@ pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
 pub use backend::{BackEnd, BackEndEvent, BackEndSender};
 pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
 pub use clock::{compose as compose_clock, NodeClock};
+pub use collective::{Collected, ReduceOp, DEFAULT_COLLECTIVE_LIMIT};
 pub use commnode::{run_comm_node, started_as_comm_node, NodeError, COMM_NODE_ARG};
 pub use error::{ApiError, AttachError, SourceError};
 pub use files::{

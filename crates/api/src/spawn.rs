@@ -66,6 +66,13 @@ impl Group {
         Group { id, ranks }
     }
 
+    /// A group of `ranks` in this order, as a back-end names the members of a
+    /// collective operation (the launch's back-ends: `0..size`; a spawned group:
+    /// the ranks its spawn returned).
+    pub fn from_ranks(id: u32, ranks: impl IntoIterator<Item = u32>) -> Group {
+        Group { id, ranks: ranks.into_iter().collect() }
+    }
+
     /// The group's id (a spawned process reads it in `TREECAST_GROUP`).
     pub fn id(&self) -> u32 {
         self.id

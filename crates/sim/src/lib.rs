@@ -251,6 +251,8 @@ pub struct Sim {
     attach_waiting: Vec<(usize, usize)>,
     /// Back-ends adopted while the tree runs: their rank and parent.
     adopted: BTreeMap<usize, (u32, usize)>,
+    /// Results of collective operations that reached back-ends, by rank, until taken.
+    collective_results: BTreeMap<u32, Vec<Frame>>,
     log: FrontEndLog,
     /// Invariant violations seen (they fail the property tests).
     violations: Vec<String>,
@@ -287,6 +289,7 @@ impl Sim {
             tools: BTreeMap::new(),
             attach_waiting: Vec::new(),
             adopted: BTreeMap::new(),
+            collective_results: BTreeMap::new(),
             log: FrontEndLog::default(),
             violations: Vec::new(),
         }
@@ -319,6 +322,30 @@ impl Sim {
     /// Node id of the back-end with `rank`.
     pub fn node_of_rank(&self, rank: u32) -> Option<usize> {
         self.backend_node(rank)
+    }
+
+    /// A command to back-end `rank`'s core (one of the launch or one adopted since)
+    /// at the current time.
+    ///
+    /// # Errors
+    /// What the core refused; [`CommandError::ShutDown`] for a rank with no live process.
+    pub fn backend_command(&mut self, rank: u32, cmd: Command) -> Result<(), CommandError> {
+        let adopted = self.adopted.iter().find(|(_, &(r, _))| r == rank).map(|(&id, _)| id);
+        let Some(id) = adopted.or_else(|| self.backend_node(rank)) else {
+            return Err(CommandError::ShutDown);
+        };
+        let now = self.now;
+        let Some(n) = self.nodes[id].as_mut().filter(|n| n.alive) else { return Err(CommandError::ShutDown) };
+        n.stats.inputs += 1;
+        let r = n.core.handle_command(cmd, now);
+        self.drain(id);
+        r
+    }
+
+    /// The results of collective operations that reached back-end `rank` since the
+    /// last call, in order ([`Event::CollectiveDone`]'s frames).
+    pub fn take_collective_results(&mut self, rank: u32) -> Vec<Frame> {
+        self.collective_results.remove(&rank).unwrap_or_default()
     }
 
     /// What the front-end reported so far.
@@ -927,6 +954,11 @@ impl Sim {
                     }
                 }
             },
+            Event::CollectiveDone { frame, .. } if id != 0 => {
+                if let Some(Role::BackEnd { rank, .. }) = self.nodes[id].as_ref().map(|n| n.core.role()) {
+                    self.collective_results.entry(rank).or_default().push(frame);
+                }
+            }
             Event::Readable { .. } if id != 0 => self.backend_read(id, false),
             Event::Writable { .. } if id != 0 => self.backend_flush(id),
             Event::AttachPoints(_) if id == 0 => {

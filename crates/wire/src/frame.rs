@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::{codec::Reader, DecodeError, Window};
 
 /// Version byte every frame starts with.
-pub const PROTOCOL_VERSION: u8 = 5;
+pub const PROTOCOL_VERSION: u8 = 6;
 /// Size of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 28;
 /// Largest payload a decoder accepts (256 MiB); larger frames close the link.

@@ -21,6 +21,7 @@
 //! `docs/wire-format.md` and pinned by the vectors in `testdata/wire/`.
 
 mod codec;
+mod collective;
 mod control;
 mod error;
 mod format;
@@ -33,6 +34,10 @@ mod routemsg;
 mod value;
 
 pub use codec::Reader;
+pub use collective::{
+    decode_collective, decode_entries, encode_collective, encode_entry, CollectiveCall, CollectiveHead,
+    CollectiveOp, Combine, FLAG_PEER_COLL, MAX_COLLECTIVE_ERROR,
+};
 pub use control::{
     AttachPoint, ClockSample, CollectMode, ControlMsg, FilterSpec, SpawnOrder, StreamSpec, SyncMode, Window,
     MAX_FILTER_NAME,

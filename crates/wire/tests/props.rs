@@ -6,10 +6,11 @@ use bytes::{Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use treecast_wire::{
-    decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ControlMsg, DecodeError,
-    FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind,
-    LauncherSpec, LocalRoute, McastOffer, RankSet, Reader, RouteMsg, ScalarType, SpawnOrder, StreamSpec,
-    SyncMode, Value, ValueType, Window, MAX_FILTER_NAME, PLAN_VERSION,
+    decode_batch, decode_collective, decode_values, encode_batch, encode_collective, encode_values,
+    AttachPoint, CollectiveHead, CollectiveOp, Combine, ControlMsg, DecodeError, FilterSpec, Format, Frame,
+    FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute,
+    McastOffer, RankSet, Reader, RouteMsg, ScalarType, SpawnOrder, StreamSpec, SyncMode, Value, ValueType,
+    Window, MAX_FILTER_NAME, PLAN_VERSION,
 };
 
 fn short_string() -> impl Strategy<Value = String> {
@@ -355,8 +356,47 @@ fn route_msg() -> impl Strategy<Value = RouteMsg> {
     ]
 }
 
+fn collective_head() -> impl Strategy<Value = CollectiveHead> {
+    let op = prop_oneof![
+        Just(CollectiveOp::Reduce),
+        Just(CollectiveOp::AllReduce),
+        Just(CollectiveOp::AllGather),
+        Just(CollectiveOp::ReduceScatter),
+        Just(CollectiveOp::Barrier),
+    ];
+    let combine =
+        prop_oneof![Just(Combine::None), Just(Combine::Sum), Just(Combine::Min), Just(Combine::Max)];
+    (
+        op,
+        combine,
+        any::<bool>(),
+        any::<u64>(),
+        any::<u32>(),
+        any::<u32>(),
+        rank_set(),
+        rank_set(),
+        short_string(),
+    )
+        .prop_map(|(op, combine, down, context, seq, root, members, some, error)| {
+            // Up, the contributors are among the members.
+            let contributors = if down { some } else { some.intersection(&members) };
+            CollectiveHead { op, combine, down, context, seq, root, members, contributors, error }
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn collective_heads_round_trip_and_refuse_every_cut(head in collective_head(), body in vec(any::<u8>(), 0..8)) {
+        let wire = encode_collective(&head, &body);
+        let (back, at) = decode_collective(&wire).unwrap();
+        prop_assert_eq!(back, head);
+        prop_assert_eq!(&wire[at..], &body[..]);
+        for cut in 0..at {
+            prop_assert!(decode_collective(&wire[..cut]).is_err());
+        }
+    }
 
     #[test]
     fn route_messages_round_trip_and_refuse_every_cut(msg in route_msg()) {

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use bytes::{Bytes, BytesMut};
 use serde_json::Value as Json;
 use treecast_wire::{
-    decode_batch, decode_values, encode_batch, encode_values, AttachPoint, ClockSample, CollectMode,
-    ControlMsg, DecodeError, FilterSpec, Format, Frame, FrameDecoder, FrameHeader, FrameKind, Grant,
-    LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, RankSet, ScalarType, SpawnOrder, StreamSpec,
-    SyncMode, Value, ValueType, Window, HEADER_LEN, PROTOCOL_VERSION,
+    decode_batch, decode_collective, decode_values, encode_batch, encode_collective, encode_values,
+    AttachPoint, ClockSample, CollectMode, ControlMsg, DecodeError, FilterSpec, Format, Frame, FrameDecoder,
+    FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, RankSet, ScalarType,
+    SpawnOrder, StreamSpec, SyncMode, Value, ValueType, Window, FLAG_PEER_COLL, HEADER_LEN, PROTOCOL_VERSION,
 };
 
 fn load(name: &str) -> Vec<Json> {
@@ -162,6 +162,7 @@ fn frame_vectors() {
     let mut frames = Vec::new();
     let mut all = Vec::new();
     let mut credits = 0;
+    let mut collectives = 0;
     for case in &cases {
         let name = str_of(case, "name");
         let frame = frame_from_json(case);
@@ -182,10 +183,17 @@ fn frame_vectors() {
             assert_eq!(frame.grant().unwrap(), grant, "{name}");
             credits += 1;
         }
+        if frame.header.kind == FrameKind::Peer && frame.header.flags & FLAG_PEER_COLL != 0 {
+            // A collective's head decodes and re-encodes to the bytes it came from.
+            let (head, at) = decode_collective(&frame.payload).unwrap();
+            assert_eq!(encode_collective(&head, &frame.payload[at..]), frame.payload.to_vec(), "{name}");
+            collectives += 1;
+        }
         all.extend_from_slice(&wire);
         frames.push(frame);
     }
     assert!(credits > 0, "no credit frame vector");
+    assert!(collectives > 0, "no collective frame vector");
     assert_eq!(decode_batch(Bytes::from(all.clone())).unwrap(), frames);
     let mut dec = FrameDecoder::new();
     let mut buf = BytesMut::new();

@@ -18,6 +18,7 @@
 //! (`recovery.rs`).
 
 mod clock;
+mod collective;
 mod liveness;
 mod monitor;
 mod peer;
@@ -36,6 +37,7 @@ use treecast_wire::{
 };
 
 pub use clock::{ClockConfig, ClockSource, Distortion};
+pub use collective::MAX_OPEN_COLLECTIVES;
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
 pub use peer::{PEER_CREDIT, PEER_WINDOW};
 pub use startup::{ChildLaunch, MAX_SPAWN};
@@ -290,6 +292,16 @@ pub enum Event {
         n: u32,
         /// What they run, program first.
         command: Vec<String>,
+    },
+    /// Back-end: the result of a collective operation this back-end entered
+    /// (a peer frame with `FLAG_PEER_COLL` whose head says which).
+    CollectiveDone {
+        /// The operation's series.
+        context: u64,
+        /// Its number in the series.
+        seq: u32,
+        /// The result as it arrived.
+        frame: Frame,
     },
     /// Back-end: the front-end answered this back-end's spawn request.
     SpawnReplied {
@@ -675,6 +687,7 @@ pub struct Node {
     send_together: Option<usize>,
     /// Messages between back-ends: a back-end's window, a parent's unanswered ones.
     peer: peer::PeerState,
+    collectives: collective::Collectives,
     out: Outputs,
 }
 
@@ -717,6 +730,7 @@ impl Node {
             orphaned: RankSet::new(),
             send_together: None,
             peer: peer::PeerState::default(),
+            collectives: collective::Collectives::default(),
             out: Outputs::default(),
         }
     }
@@ -949,6 +963,12 @@ impl Node {
             }
             Command::NewStream(spec) => self.open_stream(spec),
             Command::CloseStream(id) => self.close_stream_from_tool(id),
+            Command::Send(frame)
+                if frame.header.kind == FrameKind::Peer
+                    && frame.header.flags & treecast_wire::FLAG_PEER_COLL != 0 =>
+            {
+                self.send_collective(frame)
+            }
             Command::Send(frame) if frame.header.kind == FrameKind::Peer => self.send_peer(frame),
             Command::Send(frame) => self.send_from_tool(frame),
             Command::ReportFilterError { stream, message } => {

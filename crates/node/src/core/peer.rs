@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use treecast_wire::{
     decode_ack, decode_multi, encode_ack, encode_multi, Frame, FrameHeader, Grant, RankSet, Window,
-    FLAG_PEER_ACK, FLAG_PEER_MULTI,
+    FLAG_PEER_ACK, FLAG_PEER_COLL, FLAG_PEER_MULTI,
 };
 
 use super::window::Budget;
@@ -108,6 +108,9 @@ impl Node {
 
     /// A peer frame arrived on `link`.
     pub(super) fn on_peer(&mut self, link: LinkId, role: LinkRole, frame: Frame, now: Instant) {
+        if frame.header.flags & FLAG_PEER_COLL != 0 {
+            return self.on_collective(link, role, frame, now);
+        }
         if let Role::BackEnd { rank, .. } = self.role {
             return self.peer_at_backend(link, role, rank, frame, now);
         }

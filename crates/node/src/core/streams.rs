@@ -1151,5 +1151,6 @@ impl Node {
         for id in finished {
             forget_stream(&mut self.streams, &mut self.out, id);
         }
+        self.collectives_recheck();
     }
 }

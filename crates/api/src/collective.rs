@@ -1,0 +1,274 @@
+//! Collective operations among back-ends of one or several groups, computed in the
+//! tree: each comm node folds what its children send, and the members' lowest
+//! common ancestor sends the result down, one copy per link (see
+//! `treecast_node::core`'s collective module). Every member of a [`Group`] makes the
+//! same calls in the same order, as in MPI; a member that is lost is not waited
+//! for, and each result names the members that took part.
+
+use std::collections::HashMap;
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+use treecast_node::driver::{lock, Shared};
+use treecast_wire::{
+    decode_collective, decode_entries, decode_values, CollectiveCall, CollectiveOp, Combine, Frame, RankSet,
+    Value,
+};
+
+use crate::backend::BeTool;
+use crate::stream::{encode_checked, send_with_credit};
+use crate::{ApiError, Group};
+
+/// How long a back-end waits for the other members of a collective operation
+/// unless told otherwise ([`crate::BackEndSender::set_collective_limit`]).
+pub const DEFAULT_COLLECTIVE_LIMIT: Duration = Duration::from_secs(120);
+
+/// How a reduction combines the members' values: element-wise over numeric scalars
+/// and arrays (integer sums wrap around), as the stream filters of the same names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+}
+
+impl ReduceOp {
+    pub(crate) fn combine(self) -> Combine {
+        match self {
+            ReduceOp::Sum => Combine::Sum,
+            ReduceOp::Min => Combine::Min,
+            ReduceOp::Max => Combine::Max,
+        }
+    }
+}
+
+/// The result of a collective operation at one member.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Collected {
+    /// The reduced values (reduce at its root, all-reduce), this member's block of
+    /// them (reduce-scatter), or nothing (barrier, reduce at the other members).
+    pub values: Vec<Value>,
+    /// Every member's values, in group order (all-gather only).
+    pub gathered: Vec<(u32, Vec<Value>)>,
+    /// The members whose values are in the result; those missing were lost or left
+    /// before they entered.
+    pub contributors: RankSet,
+}
+
+/// The back-end's side of its collective operations, inside its driver.
+#[derive(Debug)]
+pub(crate) struct CollectiveBook {
+    /// Results that arrived, by (series, number), until their caller takes them.
+    results: HashMap<(u64, u32), Frame>,
+    /// Tasks awaiting a result.
+    waiters: Vec<Waker>,
+    /// The next number of each series.
+    next: HashMap<u64, u32>,
+    /// How long a call waits.
+    pub(crate) limit: Duration,
+}
+
+impl Default for CollectiveBook {
+    fn default() -> Self {
+        CollectiveBook {
+            results: HashMap::new(),
+            waiters: Vec::new(),
+            next: HashMap::new(),
+            limit: DEFAULT_COLLECTIVE_LIMIT,
+        }
+    }
+}
+
+impl CollectiveBook {
+    /// A result arrived.
+    pub(crate) fn arrived(&mut self, context: u64, seq: u32, frame: Frame) {
+        self.results.insert((context, seq), frame);
+        self.waiters.drain(..).for_each(Waker::wake);
+    }
+
+    /// The network is over for this back-end: waiting calls learn it.
+    pub(crate) fn wake_all(&mut self) {
+        self.waiters.drain(..).for_each(Waker::wake);
+    }
+}
+
+/// The series of a group's operations: a hash of its ranks in order, which every
+/// member computes alike (FNV-1a).
+fn context_of(group: &Group) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for rank in group.ranks() {
+        for b in rank.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// What one call asks for.
+pub(crate) struct Request<'a> {
+    pub(crate) group: &'a Group,
+    pub(crate) op: CollectiveOp,
+    pub(crate) combine: Combine,
+    pub(crate) root: u32,
+    /// Format and values of this member's contribution.
+    pub(crate) values: Option<(&'a str, &'a [Value])>,
+}
+
+/// Enters an operation as back-end `rank` and waits for its result.
+pub(crate) async fn run(shared: &Shared<BeTool>, rank: u32, req: Request<'_>) -> Result<Collected, ApiError> {
+    let group = req.group;
+    let member = group.group_rank(rank).is_some();
+    let root = req.op == CollectiveOp::Reduce && req.root == rank;
+    if !(member || root) {
+        return Err(ApiError::Collective(format!(
+            "rank {rank} is not a member of group {} ({} ranks); only members (and a reduction's root) take part",
+            group.id(),
+            group.size()
+        )));
+    }
+    if group.rank_set().len() != group.size() as u64 {
+        return Err(ApiError::Collective(format!("group {} names a rank twice", group.id())));
+    }
+    let payload = match req.values {
+        Some((format, values)) => encode_checked(format, values)?.1,
+        None => Vec::new(),
+    };
+    let context = context_of(group);
+    let (seq, limit) = {
+        let mut d = lock(shared);
+        let book = &mut d.tool().collectives;
+        let next = book.next.entry(context).or_insert(0);
+        let seq = *next;
+        *next = seq.wrapping_add(1);
+        (seq, book.limit)
+    };
+    let call = CollectiveCall {
+        op: req.op,
+        combine: req.combine,
+        context,
+        seq,
+        root: req.root,
+        members: group.rank_set(),
+    };
+    if member {
+        send_with_credit(shared, call.contribution(rank, &payload)).await?;
+    }
+    let arrived = std::future::poll_fn(|cx| {
+        let mut d = lock(shared);
+        let tool = d.tool();
+        if let Some(frame) = tool.collectives.results.remove(&(context, seq)) {
+            return Poll::Ready(Ok(frame));
+        }
+        if let Some(reason) = &tool.over {
+            return Poll::Ready(Err(ApiError::Closed(reason.clone())));
+        }
+        crate::frontend::register(&mut tool.collectives.waiters, cx);
+        Poll::Pending
+    });
+    let frame = match tokio::time::timeout(limit, arrived).await {
+        Ok(got) => got?,
+        Err(_) => {
+            return Err(ApiError::Collective(format!(
+                "{:?} over group {} got no result within {limit:?}: a member has not entered it yet \
+                 (every member must make the same calls in the same order)",
+                req.op,
+                group.id()
+            )))
+        }
+    };
+    result(&frame, group, rank, req.op)
+}
+
+/// Reads a result as member `rank` sees it.
+fn result(frame: &Frame, group: &Group, rank: u32, op: CollectiveOp) -> Result<Collected, ApiError> {
+    let bad = |e: &dyn std::fmt::Display| ApiError::Collective(format!("a malformed result arrived: {e}"));
+    let (head, at) = decode_collective(&frame.payload).map_err(|e| bad(&e))?;
+    if !head.error.is_empty() {
+        return Err(ApiError::Collective(head.error));
+    }
+    let body = &frame.payload[at..];
+    let mut out = Collected { values: Vec::new(), gathered: Vec::new(), contributors: head.contributors };
+    match op {
+        CollectiveOp::Barrier => {}
+        CollectiveOp::AllGather => {
+            let mut by_rank = HashMap::new();
+            for (r, values) in decode_entries(body).map_err(|e| bad(&e))? {
+                by_rank.insert(r, decode_values(values).map_err(|e| bad(&e))?);
+            }
+            out.gathered = group.ranks().iter().filter_map(|r| by_rank.remove(r).map(|v| (*r, v))).collect();
+        }
+        _ if body.is_empty() => {}
+        CollectiveOp::ReduceScatter => {
+            let all = decode_values(body).map_err(|e| bad(&e))?;
+            let index = group.group_rank(rank).unwrap_or(0);
+            out.values = all.iter().map(|v| block_of(v, index, group.size())).collect::<Result<_, _>>()?;
+        }
+        _ => out.values = decode_values(body).map_err(|e| bad(&e))?,
+    }
+    Ok(out)
+}
+
+/// Block `i` of `n` equal blocks of an array value.
+fn block_of(value: &Value, i: usize, n: usize) -> Result<Value, ApiError> {
+    macro_rules! slice {
+        ($($variant:ident),*) => {
+            match value {
+                $(Value::$variant(a) if a.len() % n == 0 => {
+                    let k = a.len() / n;
+                    return Ok(Value::$variant(a[i * k..(i + 1) * k].to_vec()));
+                })*
+                _ => {}
+            }
+        };
+    }
+    slice!(
+        CharArray,
+        UCharArray,
+        ShortArray,
+        UShortArray,
+        IntArray,
+        UIntArray,
+        LongArray,
+        ULongArray,
+        FloatArray,
+        DoubleArray
+    );
+    Err(ApiError::Collective(format!(
+        "reduce-scatter needs numeric arrays whose length is a multiple of the group's {n} members; got a {}",
+        value.spec()
+    )))
+}
+
+/// Checks reduce-scatter's values before they are sent, so a wrong length fails at
+/// the member that gave it.
+pub(crate) fn check_scatter(values: &[Value], n: usize) -> Result<(), ApiError> {
+    values.iter().try_for_each(|v| block_of(v, 0, n).map(drop))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_depend_on_the_ranks_and_their_order() {
+        let a = Group::new(1, vec![0, 1, 2]);
+        let b = Group::new(2, vec![0, 1, 2]);
+        let c = Group::new(1, vec![2, 1, 0]);
+        assert_eq!(context_of(&a), context_of(&b));
+        assert_ne!(context_of(&a), context_of(&c));
+    }
+
+    #[test]
+    fn blocks_split_arrays_evenly_and_refuse_the_rest() {
+        let v = Value::IntArray(vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(block_of(&v, 1, 3).unwrap(), Value::IntArray(vec![3, 4]));
+        assert!(block_of(&v, 0, 4).is_err());
+        let err = block_of(&Value::Int(3), 0, 1).unwrap_err();
+        assert!(err.to_string().contains("numeric arrays"), "{err}");
+        assert!(check_scatter(&[Value::DoubleArray(vec![1.0; 4])], 2).is_ok());
+    }
+}

@@ -1,0 +1,247 @@
+//! Collective operations among back-ends on simulated trees: every result checked
+//! against the same computation done locally, for random shapes, member sets,
+//! operations and roots; lost members; members that disagree.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use treecast_node::core::Command;
+use treecast_sim::{Sim, SimConfig};
+use treecast_topology::Topology;
+use treecast_wire::{
+    decode_collective, decode_entries, decode_values, encode_values, CollectiveCall, CollectiveHead,
+    CollectiveOp, Combine, Frame, RankSet, Value,
+};
+
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// What back-end `rank` contributes: an array and a scalar, so element-wise folding
+/// and scalars are both exercised.
+fn values_of(rank: u32) -> Vec<Value> {
+    let r = i32::try_from(rank).unwrap();
+    vec![Value::IntArray(vec![r, 7 * r - 50, (r * r) % 13]), Value::Double(f64::from(r) / 4.0)]
+}
+
+fn encoded(values: &[Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_values(values, &mut out);
+    out
+}
+
+/// The reduction of the members' values, computed here.
+fn folded(members: &RankSet, combine: Combine) -> Vec<Value> {
+    let all: Vec<Vec<Value>> = members.iter().map(values_of).collect();
+    let pick = |xs: &mut dyn Iterator<Item = f64>| -> f64 {
+        match combine {
+            Combine::Sum => xs.sum(),
+            Combine::Min => xs.fold(f64::INFINITY, f64::min),
+            _ => xs.fold(f64::NEG_INFINITY, f64::max),
+        }
+    };
+    let array = (0..3)
+        .map(|i| {
+            let mut xs = all.iter().map(|v| match &v[0] {
+                Value::IntArray(a) => f64::from(a[i]),
+                _ => unreachable!(),
+            });
+            pick(&mut xs) as i32
+        })
+        .collect();
+    let mut xs = all.iter().map(|v| v[1].as_f64().unwrap());
+    vec![Value::IntArray(array), Value::Double(pick(&mut xs))]
+}
+
+/// Every member enters `call` (in rank order).
+fn enter_all(sim: &mut Sim, call: &CollectiveCall) {
+    for rank in call.members.iter() {
+        let frame = call.contribution(rank, &encoded(&values_of(rank)));
+        sim.backend_command(rank, Command::Send(frame)).unwrap();
+    }
+}
+
+/// The one result back-end `rank` received: its head and body.
+fn result_at(sim: &mut Sim, rank: u32) -> Option<(CollectiveHead, Vec<u8>)> {
+    let mut got: Vec<Frame> = sim.take_collective_results(rank);
+    assert!(got.len() <= 1, "rank {rank} got {} results", got.len());
+    let f = got.pop()?;
+    let (head, at) = decode_collective(&f.payload).unwrap();
+    Some((head, f.payload[at..].to_vec()))
+}
+
+/// Checks what every rank of `n` received for `call` when every member took part.
+fn check_results(sim: &mut Sim, n: u32, call: &CollectiveCall) -> Result<(), TestCaseError> {
+    for rank in 0..n {
+        let expected_here =
+            call.members.contains(rank) || (call.op == CollectiveOp::Reduce && rank == call.root);
+        let got = result_at(sim, rank);
+        prop_assert_eq!(got.is_some(), expected_here, "rank {} of {:?}", rank, call);
+        let Some((head, body)) = got else { continue };
+        prop_assert!(head.error.is_empty(), "{}", head.error);
+        prop_assert_eq!(&head.contributors, &call.members);
+        match call.op {
+            CollectiveOp::Reduce if rank != call.root => prop_assert!(body.is_empty()),
+            CollectiveOp::Reduce | CollectiveOp::AllReduce | CollectiveOp::ReduceScatter => {
+                prop_assert_eq!(decode_values(&body).unwrap(), folded(&call.members, call.combine));
+            }
+            CollectiveOp::AllGather => {
+                let entries: BTreeMap<u32, Vec<Value>> = decode_entries(&body)
+                    .unwrap()
+                    .into_iter()
+                    .map(|(r, v)| (r, decode_values(v).unwrap()))
+                    .collect();
+                let want: BTreeMap<u32, Vec<Value>> =
+                    call.members.iter().map(|r| (r, values_of(r))).collect();
+                prop_assert_eq!(entries, want);
+            }
+            CollectiveOp::Barrier => prop_assert!(body.is_empty()),
+        }
+    }
+    Ok(())
+}
+
+fn op_of(i: u8) -> CollectiveOp {
+    [
+        CollectiveOp::Reduce,
+        CollectiveOp::AllReduce,
+        CollectiveOp::AllGather,
+        CollectiveOp::ReduceScatter,
+        CollectiveOp::Barrier,
+    ][usize::from(i) % 5]
+}
+
+fn launched(topo: Topology, seed: u64) -> Sim {
+    let mut sim = Sim::new(SimConfig::new(topo, seed));
+    assert!(sim.launch().unwrap().is_empty());
+    sim
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+
+    /// On any tree, for any members, operation and root, every member (and a
+    /// reduction's root) gets exactly what the local computation gives, once.
+    #[test]
+    fn results_match_a_local_computation(
+        seed in any::<u64>(),
+        depth in 1usize..=4,
+        fanout in 1usize..=8,
+        pick in any::<u64>(),
+        op in 0u8..5,
+        combine in 1u8..4,
+        root_pick in any::<u32>(),
+    ) {
+        let topo = treecast_sim::chaos::tree_of_shape(&mut StdRng::seed_from_u64(seed), depth, fanout, 200).unwrap();
+        let n = topo.backends() as u32;
+        let mut sim = launched(topo, seed);
+        // A random non-empty subset of the ranks.
+        let mut members: RankSet = (0..n).filter(|r| (pick >> (r % 64)) & 1 == 1).collect();
+        if members.is_empty() {
+            members.insert((pick % u64::from(n)) as u32);
+        }
+        let op = op_of(op);
+        let combine = match (op.folds(), combine) {
+            (false, _) => Combine::None,
+            (true, 1) => Combine::Sum,
+            (true, 2) => Combine::Min,
+            _ => Combine::Max,
+        };
+        let root = if op == CollectiveOp::Reduce { root_pick % n } else { u32::MAX };
+        // Two operations of one series, entered back to back, complete apart.
+        for seq in 0..2 {
+            let call = CollectiveCall { op, combine, context: 9, seq, root, members: members.clone() };
+            enter_all(&mut sim, &call);
+            sim.settle(SETTLE);
+            check_results(&mut sim, n, &call)?;
+        }
+        prop_assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+    }
+}
+
+#[test]
+fn members_under_one_comm_node_never_reach_the_front_end() {
+    // balanced:2x4: comm node 1 has ranks 0-3 below it.
+    let mut sim = launched(Topology::from_spec("balanced:2x4", None).unwrap(), 1);
+    let before = sim.stats(0).unwrap().frames_in;
+    let call = CollectiveCall {
+        op: CollectiveOp::AllReduce,
+        combine: Combine::Sum,
+        context: 1,
+        seq: 0,
+        root: u32::MAX,
+        members: RankSet::range(0, 4),
+    };
+    enter_all(&mut sim, &call);
+    sim.settle(SETTLE);
+    check_results(&mut sim, 8, &call).unwrap();
+    assert_eq!(sim.stats(0).unwrap().frames_in, before, "the front-end saw the operation");
+}
+
+#[test]
+fn a_lost_member_is_not_waited_for_and_the_result_says_who_took_part() {
+    let mut sim = launched(Topology::from_spec("balanced:2x4", None).unwrap(), 2);
+    let members = RankSet::range(0, 8);
+    let call = CollectiveCall {
+        op: CollectiveOp::AllReduce,
+        combine: Combine::Sum,
+        context: 2,
+        seq: 0,
+        root: u32::MAX,
+        members,
+    };
+    // Every member but rank 5 enters; rank 5 dies instead.
+    for rank in (0..8).filter(|&r| r != 5) {
+        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values_of(rank)))))
+            .unwrap();
+    }
+    sim.settle(SETTLE);
+    assert!(result_at(&mut sim, 0).is_none(), "done before rank 5 was known lost");
+    sim.kill_at(sim.node_of_rank(5).unwrap(), Duration::ZERO);
+    sim.settle(SETTLE);
+    let took_part: RankSet = (0..8).filter(|&r| r != 5).collect();
+    for rank in took_part.iter() {
+        let (head, body) = result_at(&mut sim, rank).unwrap();
+        assert_eq!(head.contributors, took_part);
+        assert_eq!(decode_values(&body).unwrap(), folded(&took_part, Combine::Sum));
+    }
+}
+
+#[test]
+fn members_that_disagree_all_learn_why() {
+    let mut sim = launched(Topology::from_spec("balanced:2x2", None).unwrap(), 3);
+    let members = RankSet::range(0, 4);
+    let sum = CollectiveCall {
+        op: CollectiveOp::AllReduce,
+        combine: Combine::Sum,
+        context: 3,
+        seq: 0,
+        root: u32::MAX,
+        members,
+    };
+    let max = CollectiveCall { combine: Combine::Max, ..sum.clone() };
+    for rank in 0..4 {
+        let call = if rank == 3 { &max } else { &sum };
+        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values_of(rank)))))
+            .unwrap();
+    }
+    sim.settle(SETTLE);
+    for rank in 0..4 {
+        let (head, body) = result_at(&mut sim, rank).unwrap();
+        assert!(head.error.contains("disagree"), "{}", head.error);
+        assert!(body.is_empty());
+    }
+    // Values a filter refuses (a string to add) fail the operation the same way.
+    let call = CollectiveCall { seq: 1, ..sum };
+    for rank in 0..4 {
+        let values = if rank == 2 { vec![Value::Str("two".into())] } else { values_of(rank) };
+        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values)))).unwrap();
+    }
+    sim.settle(SETTLE);
+    for rank in 0..4 {
+        let (head, _) = result_at(&mut sim, rank).unwrap();
+        assert!(!head.error.is_empty(), "rank {rank} got no error");
+    }
+}
