@@ -405,6 +405,18 @@ pub struct ClockArgs {
     /// link's error bound).
     #[arg(long, value_name = "WAVES", num_args = 0..=1, default_missing_value = "200")]
     pub cross_check: Option<u32>,
+    /// Measure in the simulated tree instead (virtual time and clocks, distorted as
+    /// TREECAST_CLOCK_DISTORT says, by default offsets to ±1 s and drifts to ±100 ppm;
+    /// default tree balanced:4x4x4 of 64 back-ends); give --rounds 3 for a drift
+    /// measured over a resync period.
+    #[arg(long, conflicts_with = "cross_check")]
+    pub sim: bool,
+    /// With --sim: also show the estimate this many seconds after the last round.
+    #[arg(long, value_name = "SECS", default_value_t = 600.0, requires = "sim")]
+    pub later: f64,
+    /// With --sim: each frame's delay varies by up to this many microseconds.
+    #[arg(long, value_name = "US", default_value_t = 10.0, requires = "sim")]
+    pub jitter_us: f64,
     /// One JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

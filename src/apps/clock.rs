@@ -16,6 +16,9 @@ use super::protocol::TAG_ADD_RANK;
 
 /// Runs `treecast clock`.
 pub async fn main(args: ClockArgs) -> anyhow::Result<ExitCode> {
+    if args.sim {
+        return super::clocksim::main(&args);
+    }
     anyhow::ensure!(args.rounds > 0, "--rounds needs at least 1");
     anyhow::ensure!(args.cross_check != Some(0), "--cross-check needs at least 1 wave");
     let limit = Duration::try_from_secs_f64(args.wait)
@@ -147,7 +150,7 @@ fn render_cross_check(pairs: &[OneWay], table: &[NodeClock]) -> String {
 }
 
 /// Error statistics against the injected distortion, when there is one.
-fn summary(table: &[NodeClock], injected: &dyn Fn(u32) -> Option<i64>) -> serde_json::Value {
+pub(super) fn summary(table: &[NodeClock], injected: &dyn Fn(u32) -> Option<i64>) -> serde_json::Value {
     let mut errors: Vec<i64> =
         table.iter().filter_map(|c| injected(c.node_id).map(|i| (c.offset_ns - i).abs())).collect();
     errors.sort_unstable();
@@ -166,7 +169,7 @@ fn summary(table: &[NodeClock], injected: &dyn Fn(u32) -> Option<i64>) -> serde_
     })
 }
 
-fn render(table: &[NodeClock], injected: &dyn Fn(u32) -> Option<i64>) -> String {
+pub(super) fn render(table: &[NodeClock], injected: &dyn Fn(u32) -> Option<i64>) -> String {
     let mut out =
         String::from("node  name                        offset us    drift ppm  bound us    rtt us   age s");
     let distorted = table.iter().any(|c| injected(c.node_id).is_some());

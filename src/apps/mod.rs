@@ -7,6 +7,7 @@ pub mod bench;
 pub mod chaos;
 pub mod cli;
 pub mod clock;
+pub mod clocksim;
 pub mod collbench;
 pub mod demo;
 pub mod guard;

@@ -33,8 +33,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use treecast_filters::FilterRegistry;
 use treecast_node::core::{
-    ChildLaunch, Command, CommandError, Delivery, Event, LinkId, LinkTable, LivenessLimits, Node, NodeConfig,
-    Peer, Role,
+    ChildLaunch, ClockConfig, ClockSource, Command, CommandError, Delivery, Event, LinkId, LinkTable,
+    LivenessLimits, Node, NodeConfig, Peer, Role,
 };
 use treecast_topology::Topology;
 use treecast_wire::{
@@ -85,7 +85,29 @@ pub struct SimConfig {
     /// How long the children of a lost comm node have to rejoin under its parent
     /// (`None`, the default: no recovery, a lost comm node's sub-tree is lost with it).
     pub rejoin: Option<Duration>,
+    /// Each frame is delayed by up to this much more than its link's delay, drawn
+    /// per frame (frames of one link still arrive in order): links whose two
+    /// directions differ from moment to moment, as a real host's wake-ups make them.
+    /// Zero (the default) draws nothing.
+    pub jitter: Duration,
+    /// Virtual clocks for the global clock (`None`, the default: the nodes measure
+    /// no clocks).
+    pub clocks: Option<SimClocks>,
 }
+
+/// Every node's clock in the simulated tree: virtual time read from a fixed epoch,
+/// distorted per node as a `TREECAST_CLOCK_DISTORT` value says.
+#[derive(Debug, Clone)]
+pub struct SimClocks {
+    /// The distortion knob (see `treecast_node::env::clock_distortion`); the
+    /// front-end's clock is the true one.
+    pub knob: String,
+    /// The probing schedule.
+    pub config: ClockConfig,
+}
+
+/// The true clock reading at the simulation's start, nanoseconds (2027-01-15).
+pub const SIM_EPOCH_NS: i64 = 1_800_000_000_000_000_000;
 
 impl SimConfig {
     /// A configuration with small delays and generous limits.
@@ -102,6 +124,8 @@ impl SimConfig {
             tool_window: Window { packets: 1 << 16, bytes: 64 << 20 },
             liveness: None,
             rejoin: None,
+            jitter: Duration::ZERO,
+            clocks: None,
         }
     }
 }
@@ -138,6 +162,8 @@ struct SimLink {
     peer_link: Option<LinkId>,
     delay: Duration,
     open: bool,
+    /// When the latest frame sent on it arrives.
+    last_at: Instant,
 }
 
 struct SimNode {
@@ -460,6 +486,13 @@ impl Sim {
             registry: self.config.registry.clone(),
             tool_window: self.config.tool_window,
         });
+        if let Some(clocks) = &self.config.clocks {
+            let mut source = ClockSource::new(self.start, SIM_EPOCH_NS);
+            if let Ok(Some(d)) = treecast_node::env::clock_distortion(&clocks.knob, id as u32, SIM_EPOCH_NS) {
+                source.distortion = d;
+            }
+            core.set_clock(source, clocks.config);
+        }
         if let Role::BackEnd { .. } = role {
             // Comm nodes take the limits from their plan; a back-end from its driver.
             core.set_liveness(self.config.liveness, self.now);
@@ -780,9 +813,16 @@ impl Sim {
             return self.kill(child, "could not connect to its parent");
         }
         let Some(p) = self.nodes[parent].as_mut() else { return };
-        let plink = p.links.insert(SimLink { peer: child, peer_link: None, delay, open: true });
+        let plink =
+            p.links.insert(SimLink { peer: child, peer_link: None, delay, open: true, last_at: self.now });
         let Some(c) = self.nodes[child].as_mut() else { return };
-        let clink = c.links.insert(SimLink { peer: parent, peer_link: Some(plink), delay, open: true });
+        let clink = c.links.insert(SimLink {
+            peer: parent,
+            peer_link: Some(plink),
+            delay,
+            open: true,
+            last_at: self.now,
+        });
         c.parent = Some(parent);
         if matches!(c.core.role(), Role::CommNode) {
             // As a comm node's driver does: its children rejoin here if it is lost.
@@ -898,12 +938,17 @@ impl Sim {
     }
 
     fn transmit(&mut self, id: usize, link: LinkId, frame: Frame) {
+        let jitter = self.config.jitter;
+        let extra =
+            if jitter.is_zero() { Duration::ZERO } else { self.rng.gen_range(Duration::ZERO..=jitter) };
         let Some(n) = self.nodes[id].as_mut() else { return };
-        let Some(l) = n.links.get(link).filter(|l| l.open) else { return };
+        let Some(l) = n.links.get_mut(link).filter(|l| l.open) else { return };
         let (peer, Some(peer_link), delay) = (l.peer, l.peer_link, l.delay) else { return };
+        // In order on the link: never before the frame sent ahead of it.
+        let at = (self.now + delay + extra).max(l.last_at);
+        l.last_at = at;
         n.stats.frames_out += 1;
         n.stats.bytes_out += frame.payload.len() as u64;
-        let at = self.now + delay;
         self.schedule(at, Action::Deliver { node: peer, link: peer_link, frame });
     }
 

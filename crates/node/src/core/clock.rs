@@ -3,7 +3,9 @@
 //! (Cristian's method: the child's reading lies within half that round trip of the
 //! probe's midpoint). A second round a little later gives each child's drift rate, and
 //! later rounds (every few minutes) refresh both, so between them an offset is
-//! interpolated with the drift rather than measured again. Every measurement goes up
+//! interpolated with the drift rather than measured again. The drift is measured
+//! against the oldest round within [`ClockConfig::drift_window`], so it grows more
+//! accurate with every round of the first hour. Every measurement goes up
 //! the tree as a [`ClockSample`] against the node's own parent; the front-end keeps
 //! the latest per node and composes them along the tree (see `treecast_api`).
 //!
@@ -78,6 +80,10 @@ pub struct ClockConfig {
     pub drift_after: Duration,
     /// Time between later rounds.
     pub resync: Duration,
+    /// The drift is measured from the oldest round at most this old: a longer
+    /// baseline divides the offsets' errors by more, while a clock whose rate wanders
+    /// (with temperature, over hours) is followed still.
+    pub drift_window: Duration,
     /// A round whose answer does not come within this is given up (tried again later).
     pub probe_limit: Duration,
     /// Time between the probes of a round: spread out, they are more likely to catch
@@ -95,6 +101,7 @@ impl Default for ClockConfig {
             probes: 16,
             drift_after: Duration::from_secs(2),
             resync: Duration::from_secs(300),
+            drift_window: Duration::from_secs(3600),
             probe_limit: Duration::from_secs(5),
             probe_gap: Duration::from_millis(2),
             first_round_after: Duration::from_millis(50),
@@ -114,8 +121,9 @@ struct ChildClock {
     probes_done: u32,
     /// Best probe of the round: round trip, offset, midpoint (parent clock).
     best: Option<(i64, i64, i64)>,
-    /// The previous round's offset, midpoint and error bound, for the drift.
-    previous: Option<(i64, i64, i64)>,
+    /// Earlier rounds within the drift window, oldest first: offset, midpoint and
+    /// error bound, for the drift.
+    history: std::collections::VecDeque<(i64, i64, i64)>,
     drift_ppb: i64,
     drift_error_ppb: u64,
     /// When the next probe goes (the next of a round, or the first of the next round).
@@ -254,7 +262,13 @@ impl Node {
         }
         state.probes_done = 0;
         let Some((rtt, offset, midpoint)) = state.best.take() else { return };
-        if let Some((prev_offset, prev_mid, prev_error)) = state.previous {
+        let window = i64::try_from(config.drift_window.as_nanos()).unwrap_or(i64::MAX);
+        while state.history.len() > 1
+            && state.history.front().is_some_and(|&(_, mid, _)| midpoint - mid > window)
+        {
+            state.history.pop_front();
+        }
+        if let Some(&(prev_offset, prev_mid, prev_error)) = state.history.front() {
             let span = i128::from(midpoint) - i128::from(prev_mid);
             if span > 0 {
                 let ppb = (i128::from(offset) - i128::from(prev_offset)) * 1_000_000_000 / span;
@@ -263,7 +277,7 @@ impl Node {
                 state.drift_error_ppb = u64::try_from(error).unwrap_or(u64::MAX);
             }
         }
-        state.previous = Some((offset, midpoint, rtt / 2));
+        state.history.push_back((offset, midpoint, rtt / 2));
         state.rounds += 1;
         state.next_send = Some(now + if state.rounds == 1 { config.drift_after } else { config.resync });
         let sample = ClockSample {
