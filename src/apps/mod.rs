@@ -12,6 +12,7 @@ pub mod collbench;
 pub mod demo;
 pub mod guard;
 pub mod hosts;
+pub mod joincost;
 pub mod monitor;
 pub mod node;
 pub mod protocol;

@@ -37,7 +37,7 @@ pub struct Timings {
 }
 
 impl Timings {
-    fn of(ms: &[f64]) -> Option<Timings> {
+    pub(super) fn of(ms: &[f64]) -> Option<Timings> {
         if ms.is_empty() {
             return None;
         }
@@ -96,6 +96,8 @@ pub struct RateRow {
     pub treecast_per_s: f64,
     /// MPI's, in the same run.
     pub mpi: Reference,
+    /// treecast's rate over MPI's.
+    pub ratio: Option<f64>,
 }
 
 /// The report of `bench spawn`.
@@ -111,6 +113,10 @@ pub struct SpawnBench {
     pub latency: Vec<Row>,
     /// Sustained spawns per second.
     pub rate: Vec<RateRow>,
+    /// What joining by connection costs a spawned process (connect and
+    /// authenticate over a Unix socket, both ends in this process), or why it
+    /// was not measured: the most a join by datagram could save.
+    pub join_by_connection: Result<Timings, String>,
 }
 
 /// The report of `bench merge`.
@@ -301,6 +307,7 @@ pub async fn spawn_main(args: BenchSpawnArgs) -> anyhow::Result<ExitCode> {
         mpi_library: mpi.as_ref().ok().map(|m| m.library.clone()),
         latency: Vec::new(),
         rate: Vec::new(),
+        join_by_connection: super::joincost::measure().await.map_err(|e| e.to_string()),
     };
     for (n, t) in latency {
         let reference = match &mpi {
@@ -315,7 +322,11 @@ pub async fn spawn_main(args: BenchSpawnArgs) -> anyhow::Result<ExitCode> {
             Ok(m) => m.rate(n, args.rate_secs),
             Err(why) => Reference::Missing(why.clone()),
         };
-        bench.rate.push(RateRow { n, treecast_per_s: per_s, mpi: reference });
+        let ratio = match &reference {
+            Reference::Rate(mpi) if *mpi > 0.0 => Some(per_s / mpi),
+            _ => None,
+        };
+        bench.rate.push(RateRow { n, treecast_per_s: per_s, mpi: reference, ratio });
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&bench)?);
@@ -645,9 +656,26 @@ fn render_spawn(b: &SpawnBench) -> String {
     let title = "spawn latency, ms (treecast: min/mean/median/max; MPI_Comm_spawn: median)";
     out.push_str(&timings_table(title, &b.latency));
     out.push_str("spawn rate, spawns/s (processes kept running until the end)\n");
-    out.push_str(&format!("{:>5} {:>10} {:>10}\n", "n", "treecast", "MPI"));
+    out.push_str(&format!("{:>5} {:>10} {:>10} {:>8}\n", "n", "treecast", "MPI", "ratio"));
     for r in &b.rate {
-        out.push_str(&format!("{:>5} {:>10.1} {:>10}\n", r.n, r.treecast_per_s, reference_text(&r.mpi)));
+        let ratio = r.ratio.map_or_else(|| "-".to_owned(), |x| format!("{x:.1}"));
+        out.push_str(&format!(
+            "{:>5} {:>10.1} {:>10} {:>8}\n",
+            r.n,
+            r.treecast_per_s,
+            reference_text(&r.mpi),
+            ratio
+        ));
+    }
+    match (&b.join_by_connection, b.latency.iter().find(|r| r.n == 1)) {
+        (Ok(join), Some(one)) => out.push_str(&format!(
+            "joining by connection (connect + authenticate, Unix socket): median {:.1} us, {:.1} % of spawn(1)'s median:\n  \
+             the most a join by one datagram could save\n",
+            join.median_ms * 1e3,
+            join.median_ms / one.treecast.median_ms * 100.0
+        )),
+        (Err(why), _) => out.push_str(&format!("joining by connection: not measured ({why})\n")),
+        _ => {}
     }
     out.push_str(&missing_notes(b.latency.iter().map(|r| &r.mpi).chain(b.rate.iter().map(|r| &r.mpi))));
     out
