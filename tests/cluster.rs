@@ -15,9 +15,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use treecast::apps::protocol::TAG_ADD_RANK;
+use treecast::apps::protocol::{RUN_ANSWER, RUN_REQUEST, TAG_ADD_RANK, TAG_RUN};
 use treecast_api::{
-    Event, NetworkBuilder, RankSet, SshOptions, StreamOptions, Topology, TransformKind, Value,
+    Event, NetworkBuilder, Placement, RankSet, SpawnOptions, SshOptions, StreamOptions, SyncMode, Topology,
+    TransformKind, Value,
 };
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
@@ -194,6 +195,34 @@ fn multi_host_cluster() {
             s.recv_timeout(Duration::from_secs(30)).await.unwrap().values().unwrap()[0].as_i64(),
             Some(2)
         );
+        net.shutdown().await;
+    });
+    common::assert_no_session_left();
+
+    // Back-ends spawned on a host without a comm node start over ssh from a node of
+    // the tree and join it; an unreachable host fails per process with ssh's message.
+    rt.block_on(async {
+        let hosts: Vec<String> = vec![format!("{PREFIX}1"), format!("{PREFIX}2")];
+        let topo = Topology::from_hosts(&hosts, 2, 1, &this_host()).unwrap();
+        let net =
+            NetworkBuilder::new(topo).treecast_path(TREECAST).ssh(cluster.ssh()).launch().await.unwrap();
+        let options = |host: &str| SpawnOptions {
+            placement: Placement::Hosts(vec![host.to_owned()]),
+            limit: Duration::from_secs(30),
+        };
+        let group = net.spawn(2, &[], &options(&format!("{PREFIX}3"))).await.unwrap();
+        assert_eq!(group.ranks(), &[2, 3]);
+        let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
+        let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+        let request = [Value::StrArray(vec!["hostname".into()]), Value::ULong(10_000), Value::ULong(4096)];
+        for rank in [2u32, 3] {
+            s.send_to(rank, TAG_RUN, RUN_REQUEST, &request).await.unwrap();
+            let p = s.recv_timeout(Duration::from_secs(30)).await.unwrap();
+            let out = p.unpack(RUN_ANSWER).unwrap();
+            assert_eq!(out[0].as_bytes().unwrap(), format!("{PREFIX}3\n").as_bytes(), "rank {}", p.rank());
+        }
+        let err = net.spawn(1, &[], &options("nosuchhost")).await.unwrap_err();
+        assert!(err.to_string().contains("Could not resolve hostname"), "{err}");
         net.shutdown().await;
     });
     common::assert_no_session_left();

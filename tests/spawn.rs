@@ -189,11 +189,18 @@ async fn a_killed_group_is_lost_a_stopped_group_leaves_and_the_others_go_on() {
 }
 
 #[tokio::test]
-async fn a_placement_on_hosts_without_comm_nodes_starts_nothing() {
+async fn a_spawn_on_another_host_of_a_local_tree_fails_per_process_naming_the_missing_launcher() {
     let net = launch("balanced:2x2", 4).await;
-    let err = net.spawn(1, &[], &options(Placement::Hosts(vec!["elsewhere".into()]))).await.unwrap_err();
-    assert!(matches!(err, ApiError::Placement(_)), "{err}");
-    assert_eq!(net.backends(), 4);
+    let err = net.spawn(2, &[], &options(Placement::Hosts(vec!["elsewhere".into()]))).await.unwrap_err();
+    let ApiError::SpawnFailed { n: 2, failures } = &err else { panic!("{err}") };
+    let failed: RankSet = failures.iter().fold(RankSet::new(), |mut all, (r, _)| {
+        all.union_with(r);
+        all
+    });
+    assert_eq!(failed, RankSet::range(4, 2), "{err}");
+    assert!(failures.iter().all(|(_, why)| why.contains("no launcher for other hosts")), "{err}");
+    // The tree goes on as it was.
+    assert_eq!(sum_over(&net, RankSet::range(0, 4)).await, ranks_sum(&[0, 1, 2, 3]));
     finish(net).await;
 }
 

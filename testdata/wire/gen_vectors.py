@@ -381,7 +381,7 @@ def enc_control(m):
         keys = ["target", "first_node_id", "first_rank", "count", "size", "group", "group_first", "group_size"]
         out = bytes([23]) + b"".join(u32(m[k]) for k in keys)
         out += u32(len(m["command"])) + b"".join(enc_str(a) for a in m["command"])
-        return out + enc_flag(m["attach"])
+        return out + enc_flag(m["attach"]) + enc_str(m["host"])
     if t == "stop":
         return bytes([24]) + enc_ranks(m["ranks"]) + enc_str(m["reason"])
     if t == "spawn_request":
@@ -580,14 +580,14 @@ CONTROL_CASES = [
         {
             "type": "spawn", "target": 2, "first_node_id": 21, "first_rank": 16, "count": 4, "size": 20,
             "group": 1, "group_first": 16, "group_size": 8, "command": ["/bin/worker", "--tile", "64"],
-            "attach": False,
+            "attach": False, "host": "n17",
         },
     ),
     (
         "spawn default command",
         {
             "type": "spawn", "target": 0, "first_node_id": 5, "first_rank": 4, "count": 1, "size": 5,
-            "group": 7, "group_first": 4, "group_size": 1, "command": [], "attach": True,
+            "group": 7, "group_first": 4, "group_size": 1, "command": [], "attach": True, "host": "",
         },
     ),
     ("stop", {"type": "stop", "ranks": "16-19", "reason": "spawn 1 failed"}),

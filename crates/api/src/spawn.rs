@@ -34,7 +34,9 @@ pub enum Placement {
     Block,
     /// One process per comm node in turn, going on where the last cyclic spawn ended.
     Cyclic,
-    /// Least loaded among the comm nodes that run on these hosts.
+    /// Least loaded among the comm nodes that run on these hosts; on a host without
+    /// one, the least loaded node of the tree starts them there through its
+    /// launcher (ssh, Slurm), as at start-up.
     Hosts(Vec<String>),
 }
 
@@ -182,65 +184,77 @@ impl SpawnBook {
         self.next_rank
     }
 
-    /// How many of `n` processes each node starts (node id → count), in node order.
-    fn place(&mut self, n: u32, placement: &Placement) -> Result<Vec<(u32, u32)>, ApiError> {
-        let candidates: Vec<u32> = match placement {
-            Placement::Hosts(hosts) => {
-                let wanted: Vec<&str> = hosts.iter().map(|h| bare_host(h)).collect();
-                let ids: Vec<u32> = self
-                    .hosts
-                    .iter()
-                    .filter(|(_, h)| wanted.contains(&bare_host(h)))
-                    .map(|(&id, _)| id)
-                    .collect();
-                if ids.is_empty() {
-                    return Err(ApiError::Placement(format!(
-                        "no comm node with back-ends runs on {}; the tree's are on {}",
-                        hosts.join(", "),
-                        self.hosts.values().cloned().collect::<Vec<_>>().join(", ")
-                    )));
-                }
-                ids
-            }
-            _ => self.load.keys().copied().collect(),
+    /// How many of `n` processes each node starts, and on which host (empty: its
+    /// own), in node order.
+    fn place(&mut self, n: u32, placement: &Placement) -> Result<Vec<(u32, String, u32)>, ApiError> {
+        let candidates: Vec<(u32, String)> = match placement {
+            Placement::Hosts(hosts) => self.host_slots(hosts)?,
+            _ => self.load.keys().map(|&id| (id, String::new())).collect(),
         };
         if candidates.is_empty() {
             return Err(ApiError::Placement("this tree has no node that starts back-ends".into()));
         }
-        let mut counts: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut counts: BTreeMap<(u32, String), u32> = BTreeMap::new();
         let k = candidates.len() as u32;
         match placement {
             Placement::Block => {
                 let per = n.div_ceil(k);
                 let mut left = n;
-                for &id in &candidates {
+                for slot in &candidates {
                     let take = per.min(left);
                     if take > 0 {
-                        counts.insert(id, take);
+                        counts.insert(slot.clone(), take);
                     }
                     left -= take;
                 }
             }
             Placement::Cyclic => {
                 for i in 0..n as usize {
-                    let id = candidates[(self.cyclic_next + i) % candidates.len()];
-                    *counts.entry(id).or_default() += 1;
+                    let slot = &candidates[(self.cyclic_next + i) % candidates.len()];
+                    *counts.entry(slot.clone()).or_default() += 1;
                 }
                 self.cyclic_next = (self.cyclic_next + n as usize) % candidates.len();
             }
             Placement::LeastLoaded | Placement::Hosts(_) => {
-                let mut load: Vec<(u32, u32)> = candidates.iter().map(|&id| (self.load[&id], id)).collect();
+                let mut load: Vec<(u32, &(u32, String))> =
+                    candidates.iter().map(|slot| (self.load[&slot.0], slot)).collect();
                 for _ in 0..n {
                     let Some(least) = load.iter_mut().min() else { break };
                     least.0 += 1;
-                    *counts.entry(least.1).or_default() += 1;
+                    *counts.entry(least.1.clone()).or_default() += 1;
                 }
             }
         }
-        for (&id, &c) in &counts {
-            *self.load.entry(id).or_default() += c;
+        for ((id, _), &c) in &counts {
+            *self.load.entry(*id).or_default() += c;
         }
-        Ok(counts.into_iter().collect())
+        Ok(counts.into_iter().map(|((id, host), c)| (id, host, c)).collect())
+    }
+
+    /// Where processes for `hosts` can start: the nodes with back-ends on each host,
+    /// or, on a host without one, the least loaded node, which starts them there
+    /// through its launcher (ssh, Slurm).
+    fn host_slots(&self, hosts: &[String]) -> Result<Vec<(u32, String)>, ApiError> {
+        let least = self.load.iter().min_by_key(|(&id, &load)| (load, id)).map(|(&id, _)| id);
+        let mut slots = Vec::new();
+        for host in hosts {
+            let on: Vec<u32> = self
+                .hosts
+                .iter()
+                .filter(|(_, h)| bare_host(h) == bare_host(host))
+                .map(|(&id, _)| id)
+                .collect();
+            match (on.is_empty(), least) {
+                (false, _) => slots.extend(on.into_iter().map(|id| (id, String::new()))),
+                (true, Some(id)) => slots.push((id, host.clone())),
+                (true, None) => {
+                    return Err(ApiError::Placement("this tree has no node that starts back-ends".into()))
+                }
+            }
+        }
+        slots.sort();
+        slots.dedup();
+        Ok(slots)
     }
 
     /// The orders of a spawn of `n` processes running `command`, and its group.
@@ -257,7 +271,7 @@ impl SpawnBook {
         self.next_group += 1;
         let size = self.next_rank + n;
         let mut orders = Vec::with_capacity(counts.len());
-        for (target, count) in counts {
+        for (target, host, count) in counts {
             orders.push(SpawnOrder {
                 target,
                 first_node_id: self.next_node_id,
@@ -269,6 +283,7 @@ impl SpawnBook {
                 group_size: n,
                 command: command.to_vec(),
                 attach,
+                host,
             });
             self.placed.push((target, RankSet::range(self.next_rank, count)));
             self.next_node_id += count;
@@ -624,7 +639,7 @@ mod tests {
         let ids: Vec<u32> = b.load.keys().copied().collect();
         // One more under each of the first three: 5, 5, 5, 4.
         b.place(3, &Placement::Block).unwrap();
-        assert_eq!(b.place(1, &Placement::LeastLoaded).unwrap(), vec![(ids[3], 1)]);
+        assert_eq!(b.place(1, &Placement::LeastLoaded).unwrap(), vec![(ids[3], String::new(), 1)]);
         b.place(4, &Placement::LeastLoaded).unwrap();
         assert_eq!(b.load.values().copied().collect::<Vec<_>>(), vec![6, 6, 6, 6]);
     }
@@ -633,10 +648,10 @@ mod tests {
     fn block_and_cyclic_split_as_named() {
         let mut b = book("balanced:4x4", 16);
         let ids: Vec<u32> = b.load.keys().copied().collect();
-        assert_eq!(b.place(6, &Placement::Block).unwrap(), vec![(ids[0], 2), (ids[1], 2), (ids[2], 2)]);
-        assert_eq!(b.place(2, &Placement::Cyclic).unwrap(), vec![(ids[0], 1), (ids[1], 1)]);
+        assert_eq!(b.place(6, &Placement::Block).unwrap(), own(&[(ids[0], 2), (ids[1], 2), (ids[2], 2)]));
+        assert_eq!(b.place(2, &Placement::Cyclic).unwrap(), own(&[(ids[0], 1), (ids[1], 1)]));
         // The next cyclic spawn goes on where this one ended.
-        assert_eq!(b.place(3, &Placement::Cyclic).unwrap(), vec![(ids[0], 1), (ids[2], 1), (ids[3], 1)]);
+        assert_eq!(b.place(3, &Placement::Cyclic).unwrap(), own(&[(ids[0], 1), (ids[2], 1), (ids[3], 1)]));
     }
 
     #[test]
@@ -674,14 +689,26 @@ mod tests {
         b.unload(&RankSet::single(g.ranks()[0]));
         b.unload(&RankSet::single(g.ranks()[0]));
         assert_eq!(b.load[&ids[0]], 2, "once, however often it is reported");
-        assert_eq!(b.place(1, &Placement::LeastLoaded).unwrap(), vec![(ids[0], 1)]);
+        assert_eq!(b.place(1, &Placement::LeastLoaded).unwrap(), vec![(ids[0], String::new(), 1)]);
+    }
+
+    /// Placements on the nodes' own hosts.
+    fn own(counts: &[(u32, u32)]) -> Vec<(u32, String, u32)> {
+        counts.iter().map(|&(id, c)| (id, String::new(), c)).collect()
     }
 
     #[test]
-    fn hosts_without_a_comm_node_are_refused_by_name() {
+    fn hosts_without_a_comm_node_are_started_by_the_least_loaded_node() {
         let mut b = book("balanced:2x2", 4);
-        let err = b.place(1, &Placement::Hosts(vec!["nowhere".into()])).unwrap_err();
-        assert!(err.to_string().contains("no comm node with back-ends runs on nowhere"), "{err}");
+        let ids: Vec<u32> = b.load.keys().copied().collect();
+        b.place(1, &Placement::Block).unwrap();
+        // ids[1] is the least loaded now: it starts them on the host asked for.
+        let placed = b.place(3, &Placement::Hosts(vec!["n9".into()])).unwrap();
+        assert_eq!(placed, vec![(ids[1], "n9".to_owned(), 3)]);
+        let (orders, _) =
+            b.orders(2, &[], &Placement::Hosts(vec!["n9".into(), "localhost".into()]), false).unwrap();
+        assert!(orders.iter().all(|o| o.host.is_empty() || o.host == "n9"), "{orders:?}");
+        assert_eq!(orders.iter().map(|o| o.count).sum::<u32>(), 2);
     }
 
     #[test]

@@ -272,6 +272,7 @@ fn spawned_backends_start_under_the_node_named_and_stop_on_order() {
             group_size: 3,
             command: Vec::new(),
             attach: false,
+            host: String::new(),
         })
     };
     sim.command(order(4, 7, 4, 2)).unwrap();
@@ -318,6 +319,7 @@ fn backends_stopped_before_they_joined_are_stopped_where_they_start() {
         group_size: 2,
         command: Vec::new(),
         attach: false,
+        host: String::new(),
     };
     sim.command(Command::Spawn(order)).unwrap();
     // At once: no node above the target knows these ranks yet.

@@ -254,6 +254,9 @@ pub struct SpawnOrder {
     /// connect and reports it up ([`ControlMsg::AttachPoints`]) instead of starting
     /// processes.
     pub attach: bool,
+    /// The host they run on, started through the target's launcher (ssh, Slurm)
+    /// when it is not the target's own; empty: the target's own host.
+    pub host: String,
 }
 
 impl SpawnOrder {
@@ -275,6 +278,7 @@ impl SpawnOrder {
             put_string(out, arg);
         }
         out.push(u8::from(self.attach));
+        put_string(out, &self.host);
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -289,10 +293,12 @@ impl SpawnOrder {
             group_size: r.u32("spawn group")?,
             command: Vec::new(),
             attach: false,
+            host: String::new(),
         };
         let n = r.len_u32("spawn command", r.remaining() / 4)?;
         order.command = (0..n).map(|_| r.string("spawn command")).collect::<Result<_, _>>()?;
         order.attach = decode_bool(r, "spawn attach")?;
+        order.host = r.string("spawn host")?;
         Ok(order)
     }
 }
@@ -887,6 +893,7 @@ mod tests {
                 group_size: 4,
                 command: vec!["worker".into(), "--fast".into()],
                 attach: false,
+                host: "n7".into(),
             }),
             ControlMsg::Stop { ranks: RankSet::range(16, 4), reason: "spawn failed".into() },
             ControlMsg::SpawnRequest { id: 3, rank: 7, n: 2, command: vec!["helper".into()] },

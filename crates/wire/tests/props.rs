@@ -256,20 +256,23 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
         vec(attach_point(), 0..4).prop_map(|points| ControlMsg::AttachPoints { points }),
         (any::<u32>(), short_string(), short_string())
             .prop_map(|(stream, node, message)| ControlMsg::StreamRefused { stream, node, message }),
-        (vec(any::<u32>(), 8), vec(short_string(), 0..4), any::<bool>()).prop_map(|(v, command, attach)| {
-            ControlMsg::Spawn(SpawnOrder {
-                target: v[0],
-                first_node_id: v[1],
-                first_rank: v[2],
-                count: v[3],
-                size: v[4],
-                group: v[5],
-                group_first: v[6],
-                group_size: v[7],
-                command,
-                attach,
-            })
-        }),
+        (vec(any::<u32>(), 8), vec(short_string(), 0..4), any::<bool>(), short_string()).prop_map(
+            |(v, command, attach, host)| {
+                ControlMsg::Spawn(SpawnOrder {
+                    target: v[0],
+                    first_node_id: v[1],
+                    first_rank: v[2],
+                    count: v[3],
+                    size: v[4],
+                    group: v[5],
+                    group_first: v[6],
+                    group_size: v[7],
+                    command,
+                    attach,
+                    host,
+                })
+            }
+        ),
         (rank_set(), short_string()).prop_map(|(ranks, reason)| ControlMsg::Stop { ranks, reason }),
         (any::<[u32; 3]>(), vec(short_string(), 0..3))
             .prop_map(|([id, rank, n], command)| ControlMsg::SpawnRequest { id, rank, n, command }),

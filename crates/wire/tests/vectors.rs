@@ -386,6 +386,7 @@ fn control_from_json(m: &Json) -> ControlMsg {
             group_size: u32_of(m, "group_size"),
             command: strings_of(m, "command"),
             attach: bool_of(m, "attach"),
+            host: str_of(m, "host").to_owned(),
         }),
         "stop" => ControlMsg::Stop { ranks: ranks(m), reason: str_of(m, "reason").to_owned() },
         "spawn_request" => ControlMsg::SpawnRequest {

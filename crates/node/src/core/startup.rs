@@ -641,13 +641,15 @@ impl Node {
         }
         if order.target == self.node_id {
             let order = Arc::new(order);
+            // Another host's processes go through this node's launcher (ssh, Slurm).
+            let host = if order.host.is_empty() { self.own_host.clone() } else { order.host.clone() };
             let launches = (0..order.count)
                 .map(|i| {
                     let (node_id, rank) = (order.first_node_id + i, order.first_rank + i);
                     ChildLaunch {
                         node_id,
-                        name: backend_name(rank, &self.own_host, node_id),
-                        host: self.own_host.clone(),
+                        name: backend_name(rank, &host, node_id),
+                        host: host.clone(),
                         is_backend: true,
                         first_rank: rank,
                         backends: 1,

@@ -212,17 +212,15 @@ impl ChildrenTask {
     async fn start(&mut self, running: &mut Running, children: Vec<ChildLaunch>) -> Vec<AttachPoint> {
         let launcher = running.launcher.clone();
         self.resolve_hosts(&children, launcher.as_ref()).await;
-        if running.listeners.is_none() {
-            let is_local = |h: &str| self.is_local(launcher.as_ref(), h);
-            match Listeners::open(&self.plan, &children, &is_local, launcher.as_ref()).await {
-                Ok(l) => running.listeners = Some(l),
-                Err(e) => {
-                    for child in children {
-                        self.not_started(child.node_id, e.to_string()).await;
-                    }
-                    return Vec::new();
-                }
+        let is_local = |h: &str| self.is_local(launcher.as_ref(), h);
+        let opened =
+            Listeners::ensure(&mut running.listeners, &self.plan, &children, &is_local, launcher.as_ref())
+                .await;
+        if let Err(e) = opened {
+            for child in children {
+                self.not_started(child.node_id, e.to_string()).await;
             }
+            return Vec::new();
         }
         let mut own_points = Vec::new();
         for child in children {
@@ -506,6 +504,36 @@ impl Listeners {
             Err(e) if plan.allow_missing => Ok(Listeners { local, remote: None, remote_error: Some(e) }),
             Err(e) => Err(e),
         }
+    }
+
+    /// Opens what `children` need and `slot` lacks: every listener when there are
+    /// none, or the one route a child started later needs (a spawn on another host
+    /// under a node whose children were all local).
+    async fn ensure(
+        slot: &mut Option<Listeners>,
+        plan: &LaunchPlan,
+        children: &[ChildLaunch],
+        is_local: &(dyn Fn(&str) -> bool + Sync),
+        remote: Option<&Remote>,
+    ) -> Result<(), NodeError> {
+        let Some(have) = slot else {
+            *slot = Some(Listeners::open(plan, children, is_local, remote).await?);
+            return Ok(());
+        };
+        let missing: Vec<ChildLaunch> = children
+            .iter()
+            .filter(|c| if is_local(&c.host) { have.local.is_none() } else { have.remote.is_none() })
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let more = Listeners::open(plan, &missing, is_local, remote).await?;
+        have.local = have.local.take().or(more.local);
+        if have.remote.is_none() {
+            (have.remote, have.remote_error) = (more.remote, more.remote_error);
+        }
+        Ok(())
     }
 
     fn address_for(&self, local: bool) -> Result<String, NodeError> {
