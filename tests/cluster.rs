@@ -213,7 +213,7 @@ fn multi_host_cluster() {
         let group = net.spawn(2, &[], &options(&format!("{PREFIX}3"))).await.unwrap();
         assert_eq!(group.ranks(), &[2, 3]);
         let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
-        let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+        let mut s = net.new_stream(&net.broadcast_communicator(), opts.clone()).await.unwrap();
         let request = [Value::StrArray(vec!["hostname".into()]), Value::ULong(10_000), Value::ULong(4096)];
         for rank in [2u32, 3] {
             s.send_to(rank, TAG_RUN, RUN_REQUEST, &request).await.unwrap();
@@ -223,7 +223,30 @@ fn multi_host_cluster() {
         }
         let err = net.spawn(1, &[], &options("nosuchhost")).await.unwrap_err();
         assert!(err.to_string().contains("Could not resolve hostname"), "{err}");
+        // Accepted there too: a process started over ssh by someone else joins
+        // through the port file (the hosts share this file system).
+        let dir = TestDir::new("accept-remote");
+        let port = dir.path("tool.port");
+        let outsider = async {
+            while !port.exists() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let ssh_args = cluster.ssh_args();
+            let mut ssh = tokio::process::Command::new("ssh");
+            ssh.args(ssh_args.split_whitespace()).arg(format!("{PREFIX}4"));
+            ssh.arg(format!("{TREECAST} backend --attach {} --rank 0", port.display()));
+            ssh.kill_on_drop(true).spawn().unwrap()
+        };
+        let there = options(&format!("{PREFIX}4"));
+        let (accepted, mut child) = tokio::join!(net.accept(&port, 1, &there), outsider);
+        assert_eq!(accepted.unwrap().ranks(), &[5]);
+        // A stream made now reaches it (the one above was made before it joined).
+        let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+        s.send_to(5, TAG_RUN, RUN_REQUEST, &request).await.unwrap();
+        let p = s.recv_timeout(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(p.unpack(RUN_ANSWER).unwrap()[0].as_bytes().unwrap(), format!("{PREFIX}4\n").as_bytes());
         net.shutdown().await;
+        assert!(child.wait().await.unwrap().success(), "the accepted back-end ended badly");
     });
     common::assert_no_session_left();
 

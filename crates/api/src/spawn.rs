@@ -577,8 +577,8 @@ impl Network {
     /// waits until every one has joined (`options.limit`). Each process joins with
     /// `BackEnd::connect_port(port, index)`, its index 0 to n-1 given or read from
     /// its launcher's environment (`OMPI_COMM_WORLD_RANK`, `PMI_RANK`, …). The file
-    /// is removed when this returns. Processes must run on the hosts of the comm
-    /// nodes chosen (see [`Placement::Hosts`]).
+    /// is removed when this returns. Processes must run on the hosts placed: those of
+    /// the comm nodes chosen, or the hosts [`Placement::Hosts`] names.
     ///
     /// # Errors
     /// As [`Network::spawn`]; [`ApiError::Attach`] when the port file cannot be
