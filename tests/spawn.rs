@@ -509,8 +509,11 @@ async fn collectives_over_two_groups_are_computed_in_the_tree_and_match_a_local_
         assert_eq!(result_of(a), want);
         assert_eq!(a[2], Value::UIntArray(members.to_vec()));
     }
-    // The spawned group reduced to a root in the launch's group.
+    // The spawned group reduced to a root in the launch's group, after an operation
+    // of its own that the root takes no part in (reductions to a root count apart).
     let group: Vec<u32> = spawned.ranks().to_vec();
+    let answers = enter(&mut s, &group, &request(2, 1, &group, u32::MAX, 1)).await;
+    assert!(answers.values().all(|a| result_of(a) == folded(&group, 1, i64::wrapping_add)), "{answers:?}");
     let answers = enter(&mut s, &[4, 5, 6, 2], &request(1, 1, &group, 2, k)).await;
     assert_eq!(result_of(&answers[&2]), folded(&group, k, i64::wrapping_add));
     for rank in group {

@@ -295,8 +295,10 @@ impl BackEndSender {
     /// [`ApiError::Collective`]: this rank is not a member, members disagree on what
     /// they compute, or one has not entered within the limit; [`ApiError::Closed`].
     ///
-    /// Cancel safety: not cancel safe: a cancelled call still counts as this
-    /// member's entry.
+    /// Cancel safety: not cancel safe. A call takes its number in the group's
+    /// series first: cancelled, the others wait for this member in that operation
+    /// (until their limit) unless it had entered, and this member's next call is
+    /// the next operation either way.
     pub async fn barrier(&self, group: &Group) -> Result<Collected, ApiError> {
         let req = Request {
             group,
@@ -314,7 +316,7 @@ impl BackEndSender {
     /// As [`BackEndSender::barrier`]; values that do not match `format`, or that
     /// `op` cannot combine (named in the error every member gets).
     ///
-    /// Cancel safety: not cancel safe.
+    /// Cancel safety: not cancel safe (see [`BackEndSender::barrier`]).
     pub async fn all_reduce(
         &self,
         group: &Group,
@@ -340,7 +342,7 @@ impl BackEndSender {
     /// # Errors
     /// As [`BackEndSender::all_reduce`].
     ///
-    /// Cancel safety: not cancel safe.
+    /// Cancel safety: not cancel safe (see [`BackEndSender::barrier`]).
     pub async fn reduce(
         &self,
         group: &Group,
@@ -360,7 +362,7 @@ impl BackEndSender {
     /// # Errors
     /// As [`BackEndSender::barrier`], and values that do not match `format`.
     ///
-    /// Cancel safety: not cancel safe.
+    /// Cancel safety: not cancel safe (see [`BackEndSender::barrier`]).
     pub async fn all_gather(
         &self,
         group: &Group,
@@ -384,7 +386,7 @@ impl BackEndSender {
     /// # Errors
     /// As [`BackEndSender::all_reduce`], and arrays that do not split evenly.
     ///
-    /// Cancel safety: not cancel safe.
+    /// Cancel safety: not cancel safe (see [`BackEndSender::barrier`]).
     pub async fn reduce_scatter(
         &self,
         group: &Group,
@@ -392,7 +394,6 @@ impl BackEndSender {
         format: &str,
         values: &[Value],
     ) -> Result<Collected, ApiError> {
-        collective::check_scatter(values, group.size())?;
         let req = Request {
             group,
             op: CollectiveOp::ReduceScatter,

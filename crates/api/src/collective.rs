@@ -61,6 +61,8 @@ pub struct Collected {
 /// The back-end's side of its collective operations, inside its driver.
 #[derive(Debug)]
 pub(crate) struct CollectiveBook {
+    /// Operations a call waits for; a result for any other is dropped.
+    awaiting: std::collections::HashSet<(u64, u32)>,
     /// Results that arrived, by (series, number), until their caller takes them.
     results: HashMap<(u64, u32), Frame>,
     /// Tasks awaiting a result.
@@ -74,6 +76,7 @@ pub(crate) struct CollectiveBook {
 impl Default for CollectiveBook {
     fn default() -> Self {
         CollectiveBook {
+            awaiting: std::collections::HashSet::new(),
             results: HashMap::new(),
             waiters: Vec::new(),
             next: HashMap::new(),
@@ -85,6 +88,12 @@ impl Default for CollectiveBook {
 impl CollectiveBook {
     /// A result arrived.
     pub(crate) fn arrived(&mut self, context: u64, seq: u32, frame: Frame) {
+        if !self.awaiting.contains(&(context, seq)) {
+            tracing::debug!(
+                "a collective result nobody waits for (series {context:#x}, number {seq}): dropped"
+            );
+            return;
+        }
         self.results.insert((context, seq), frame);
         self.waiters.drain(..).for_each(Waker::wake);
     }
@@ -95,11 +104,13 @@ impl CollectiveBook {
     }
 }
 
-/// The series of a group's operations: a hash of its ranks in order, which every
-/// member computes alike (FNV-1a).
-fn context_of(group: &Group) -> u64 {
+/// The series of a group's operations: a hash of its ranks in order (FNV-1a),
+/// which every member computes alike; reductions to one root form a series of
+/// their own, which the root, maybe outside the group, counts alike too.
+fn context_of(group: &Group, root: Option<u32>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for rank in group.ranks() {
+    let tail = root.map(|r| [u32::MAX, r]);
+    for rank in group.ranks().iter().chain(tail.iter().flatten()) {
         for b in rank.to_le_bytes() {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
@@ -132,34 +143,61 @@ pub(crate) async fn run(shared: &Shared<BeTool>, rank: u32, req: Request<'_>) ->
     if group.rank_set().len() != group.size() as u64 {
         return Err(ApiError::Collective(format!("group {} names a rank twice", group.id())));
     }
-    let payload = match req.values {
-        Some((format, values)) => encode_checked(format, values)?.1,
-        None => Vec::new(),
-    };
-    let context = context_of(group);
+    let context = context_of(group, (req.op == CollectiveOp::Reduce).then_some(req.root));
+    // The number is taken before anything can fail, so that a member whose values
+    // are refused here still enters (with the refusal) and no one falls out of step.
     let (seq, limit) = {
         let mut d = lock(shared);
         let book = &mut d.tool().collectives;
         let next = book.next.entry(context).or_insert(0);
         let seq = *next;
         *next = seq.wrapping_add(1);
+        book.awaiting.insert((context, seq));
         (seq, book.limit)
     };
-    let call = CollectiveCall {
-        op: req.op,
-        combine: req.combine,
-        context,
-        seq,
-        root: req.root,
-        members: group.rank_set(),
-    };
-    if member {
-        send_with_credit(shared, call.contribution(rank, &payload)).await?;
+    let members = group.rank_set();
+    let call = CollectiveCall { op: req.op, combine: req.combine, context, seq, root: req.root, members };
+    let outcome = enter_and_wait(shared, rank, &call, member.then_some(&req), limit).await;
+    let mut d = lock(shared);
+    let book = &mut d.tool().collectives;
+    book.awaiting.remove(&(context, seq));
+    book.results.remove(&(context, seq));
+    drop(d);
+    result(&outcome?, group, rank, req.op)
+}
+
+/// Sends this member's contribution (or its refusal) and waits for the result.
+async fn enter_and_wait(
+    shared: &Shared<BeTool>,
+    rank: u32,
+    call: &CollectiveCall,
+    member: Option<&Request<'_>>,
+    limit: Duration,
+) -> Result<Frame, ApiError> {
+    let key = (call.context, call.seq);
+    if let Some(req) = member {
+        let values = req.values.map_or(&[][..], |(_, v)| v);
+        let checked = match req.values {
+            Some((format, values)) => encode_checked(format, values).map(|(_, payload)| payload),
+            None => Ok(Vec::new()),
+        }
+        .and_then(|payload| match req.op {
+            CollectiveOp::ReduceScatter => check_scatter(values, req.group.size()).map(|()| payload),
+            _ => Ok(payload),
+        });
+        match checked {
+            Ok(payload) => send_with_credit(shared, call.contribution(rank, &payload)).await?,
+            Err(e) => {
+                send_with_credit(shared, call.refusal(rank, format!("rank {rank} could not enter: {e}")))
+                    .await?;
+                return Err(e);
+            }
+        }
     }
     let arrived = std::future::poll_fn(|cx| {
         let mut d = lock(shared);
         let tool = d.tool();
-        if let Some(frame) = tool.collectives.results.remove(&(context, seq)) {
+        if let Some(frame) = tool.collectives.results.remove(&key) {
             return Poll::Ready(Ok(frame));
         }
         if let Some(reason) = &tool.over {
@@ -168,18 +206,14 @@ pub(crate) async fn run(shared: &Shared<BeTool>, rank: u32, req: Request<'_>) ->
         crate::frontend::register(&mut tool.collectives.waiters, cx);
         Poll::Pending
     });
-    let frame = match tokio::time::timeout(limit, arrived).await {
-        Ok(got) => got?,
-        Err(_) => {
-            return Err(ApiError::Collective(format!(
-                "{:?} over group {} got no result within {limit:?}: a member has not entered it yet \
-                 (every member must make the same calls in the same order)",
-                req.op,
-                group.id()
-            )))
-        }
-    };
-    result(&frame, group, rank, req.op)
+    match tokio::time::timeout(limit, arrived).await {
+        Ok(got) => got,
+        Err(_) => Err(ApiError::Collective(format!(
+            "{:?} number {} got no result within {limit:?}: a member has not entered it yet \
+             (every member must make the same calls in the same order)",
+            call.op, call.seq
+        ))),
+    }
 }
 
 /// Reads a result as member `rank` sees it.
@@ -243,8 +277,8 @@ fn block_of(value: &Value, i: usize, n: usize) -> Result<Value, ApiError> {
 }
 
 /// Checks reduce-scatter's values before they are sent, so a wrong length fails at
-/// the member that gave it.
-pub(crate) fn check_scatter(values: &[Value], n: usize) -> Result<(), ApiError> {
+/// the member that gave it (and, through its refusal, at every member).
+fn check_scatter(values: &[Value], n: usize) -> Result<(), ApiError> {
     values.iter().try_for_each(|v| block_of(v, 0, n).map(drop))
 }
 
@@ -258,8 +292,11 @@ mod tests {
         let a = Group::new(1, vec![0, 1, 2]);
         let b = Group::new(2, vec![0, 1, 2]);
         let c = Group::new(1, vec![2, 1, 0]);
-        assert_eq!(context_of(&a), context_of(&b));
-        assert_ne!(context_of(&a), context_of(&c));
+        assert_eq!(context_of(&a, None), context_of(&b, None));
+        assert_ne!(context_of(&a, None), context_of(&c, None));
+        // Reductions to a root count apart, one series per root.
+        assert_ne!(context_of(&a, Some(7)), context_of(&a, None));
+        assert_ne!(context_of(&a, Some(7)), context_of(&a, Some(8)));
     }
 
     #[test]

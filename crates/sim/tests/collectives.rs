@@ -244,4 +244,111 @@ fn members_that_disagree_all_learn_why() {
         let (head, _) = result_at(&mut sim, rank).unwrap();
         assert!(!head.error.is_empty(), "rank {rank} got no error");
     }
+    // A member whose values were refused where it runs enters with the refusal.
+    let call = CollectiveCall { seq: 2, ..call };
+    enter(&mut sim, &call, [0, 1, 3]);
+    sim.backend_command(2, Command::Send(call.refusal(2, "rank 2: bad values".into()))).unwrap();
+    sim.settle(SETTLE);
+    for rank in 0..4 {
+        let (head, _) = result_at(&mut sim, rank).unwrap();
+        assert_eq!(head.error, "rank 2: bad values", "rank {rank}");
+    }
+}
+
+/// balanced:2x2x2 with recovery on: ranks 0-7, comm nodes in two levels.
+fn recovering_tree(seed: u64) -> Sim {
+    let mut config = SimConfig::new(Topology::from_spec("balanced:2x2x2", None).unwrap(), seed);
+    config.rejoin = Some(Duration::from_secs(10));
+    let mut sim = Sim::new(config);
+    assert!(sim.launch().unwrap().is_empty());
+    sim
+}
+
+fn all_reduce_of_eight(seq: u32) -> CollectiveCall {
+    CollectiveCall {
+        op: CollectiveOp::AllReduce,
+        combine: Combine::Sum,
+        context: 5,
+        seq,
+        root: u32::MAX,
+        members: RankSet::range(0, 8),
+    }
+}
+
+fn enter(sim: &mut Sim, call: &CollectiveCall, ranks: impl IntoIterator<Item = u32>) {
+    for rank in ranks {
+        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values_of(rank)))))
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_comm_node_looking_for_a_new_parent_holds_an_operation_until_it_has_one() {
+    let mut sim = recovering_tree(7);
+    let a1 = sim.parent_of(sim.node_of_rank(0).unwrap()).unwrap();
+    let a = sim.parent_of(a1).unwrap();
+    sim.kill_at(a, Duration::ZERO);
+    sim.run_until(|s| s.core(a1).is_some_and(|n| n.is_rejoining()), SETTLE).unwrap();
+    let call = all_reduce_of_eight(0);
+    enter(&mut sim, &call, [0, 1]);
+    sim.settle(SETTLE);
+    // Rejoined by now; nobody got a result that left the others out.
+    assert!(result_at(&mut sim, 0).is_none() && result_at(&mut sim, 1).is_none());
+    enter(&mut sim, &call, 2..8);
+    sim.settle(SETTLE);
+    for rank in 0..8 {
+        let (head, body) = result_at(&mut sim, rank).unwrap();
+        assert_eq!(head.contributors, RankSet::range(0, 8), "rank {rank}");
+        assert_eq!(decode_values(&body).unwrap(), folded(&RankSet::range(0, 8), Combine::Sum));
+    }
+}
+
+#[test]
+fn contributions_lost_with_a_comm_node_are_sent_again_after_the_rejoin() {
+    let mut sim = recovering_tree(8);
+    let a1 = sim.parent_of(sim.node_of_rank(0).unwrap()).unwrap();
+    let a = sim.parent_of(a1).unwrap();
+    let call = all_reduce_of_eight(0);
+    // Ranks 0 and 1 enter; their partial waits at `a` for ranks 2 and 3.
+    enter(&mut sim, &call, [0, 1]);
+    sim.settle(SETTLE);
+    sim.kill_at(a, Duration::ZERO);
+    sim.settle(SETTLE);
+    enter(&mut sim, &call, 2..8);
+    sim.settle(SETTLE);
+    for rank in 0..8 {
+        let (head, _) = result_at(&mut sim, rank).unwrap_or_else(|| panic!("rank {rank} got no result"));
+        assert_eq!(head.contributors, RankSet::range(0, 8), "rank {rank}");
+    }
+}
+
+#[test]
+fn forged_results_from_below_close_the_link_and_an_operation_nobody_finishes_expires() {
+    let mut sim = launched(Topology::from_spec("balanced:2x2", None).unwrap(), 9);
+    // Rank 0 enters alone; the others never do.
+    let call = all_reduce_of_eight(0);
+    let call = CollectiveCall { members: RankSet::range(0, 4), ..call };
+    enter(&mut sim, &call, [0]);
+    sim.settle(SETTLE);
+    assert!(result_at(&mut sim, 0).is_none());
+    sim.settle(treecast_node::core::COLLECTIVE_EXPIRY + SETTLE);
+    let (head, _) = result_at(&mut sim, 0).unwrap();
+    assert!(head.error.contains("never entered"), "{}", head.error);
+    // A back-end that sends a result up is cut off.
+    let forged = CollectiveHead {
+        op: CollectiveOp::AllReduce,
+        combine: Combine::Sum,
+        down: true,
+        context: 1,
+        seq: 1,
+        root: u32::MAX,
+        members: RankSet::range(0, 4),
+        contributors: RankSet::single(1),
+        error: String::new(),
+    };
+    let mut h = treecast_wire::FrameHeader::peer(u32::MAX, 0, 1);
+    h.flags = treecast_wire::FLAG_PEER_COLL;
+    let frame = Frame::new(h, treecast_wire::encode_collective(&forged, &[]));
+    // The core refuses it at its source; on the wire its parent would drop the link.
+    assert!(sim.backend_command(1, Command::Send(frame)).is_err());
 }

@@ -214,6 +214,17 @@ impl CollectiveCall {
     /// The frame with which back-end `rank` enters this operation with its encoded
     /// `values` (a gather's are wrapped in `rank`'s entry).
     pub fn contribution(&self, rank: u32, values: &[u8]) -> Frame {
+        self.entry(rank, values, String::new())
+    }
+
+    /// The frame with which back-end `rank` enters this operation without values,
+    /// failing it for every member with `error` (its values were refused locally).
+    pub fn refusal(&self, rank: u32, error: String) -> Frame {
+        self.entry(rank, &[], error)
+    }
+
+    fn entry(&self, rank: u32, values: &[u8], error: String) -> Frame {
+        let failed = !error.is_empty();
         let head = CollectiveHead {
             op: self.op,
             combine: self.combine,
@@ -223,9 +234,10 @@ impl CollectiveCall {
             root: self.root,
             members: self.members.clone(),
             contributors: RankSet::single(rank),
-            error: String::new(),
+            error,
         };
         let payload = match self.op {
+            _ if failed => encode_collective(&head, &[]),
             CollectiveOp::AllGather => {
                 let mut body = Vec::with_capacity(values.len() + 8);
                 encode_entry(&mut body, rank, values);

@@ -110,10 +110,16 @@ impl RankSet {
     /// The ranks of `self` that are not in `other`.
     pub fn difference(&self, other: &RankSet) -> RankSet {
         let mut out = Vec::new();
+        // Both lists are sorted: ranges of `other` wholly below this range are below
+        // every later one too, so each is passed over once (linear, not n × m).
+        let mut first = 0;
         for &(lo, hi) in &self.ranges {
+            while other.ranges.get(first).is_some_and(|&(_, ohi)| ohi < lo) {
+                first += 1;
+            }
             // `next` is the smallest rank of lo..=hi not yet excluded or emitted.
             let mut next = Some(lo);
-            for &(olo, ohi) in &other.ranges {
+            for &(olo, ohi) in &other.ranges[first..] {
                 let Some(n) = next else { break };
                 if ohi < n {
                     continue;

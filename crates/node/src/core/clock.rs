@@ -21,6 +21,10 @@ use treecast_transport::timing::{drifted, PeerClock};
 
 use super::{ChildState, Event, LinkId, Node, Role};
 
+/// Most earlier rounds kept per child for the drift (an hour of rounds at the
+/// default resync is 13).
+const MAX_HISTORY: usize = 64;
+
 /// How a node reads its clock: a time base plus, for tests, a distortion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockSource {
@@ -262,9 +266,15 @@ impl Node {
         }
         state.probes_done = 0;
         let Some((rtt, offset, midpoint)) = state.best.take() else { return };
-        let window = i64::try_from(config.drift_window.as_nanos()).unwrap_or(i64::MAX);
-        while state.history.len() > 1
-            && state.history.front().is_some_and(|&(_, mid, _)| midpoint - mid > window)
+        let window = i128::try_from(config.drift_window.as_nanos()).unwrap_or(i128::MAX);
+        let age = |mid: i64| i128::from(midpoint) - i128::from(mid);
+        // A round not after the last (a clock stepped back, a bogus echo) would
+        // anchor the drift for good: the history starts again from this one.
+        if state.history.back().is_some_and(|&(_, mid, _)| age(mid) <= 0) {
+            state.history.clear();
+        }
+        while state.history.len() >= MAX_HISTORY
+            || state.history.len() > 1 && state.history.front().is_some_and(|&(_, mid, _)| age(mid) > window)
         {
             state.history.pop_front();
         }

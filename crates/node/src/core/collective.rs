@@ -14,12 +14,22 @@
 //! what they compute, or whose values a filter refuses, ends with an error every
 //! member receives.
 //!
-//! What a node holds is one partial per open operation; at most
-//! [`MAX_OPEN_COLLECTIVES`] may be open at a node, and a child that opens more is
-//! dropped.
+//! With recovery on, what a lost comm node held is sent again: each back-end keeps
+//! its contributions until their result arrives and each comm node the partials it
+//! sent up until their result passes it on the way down, and both send them to
+//! their new parent once they have rejoined (a node ignores what it already has).
+//! A comm node looking for a new parent finishes nothing: without a parent it is
+//! no root. Ranks that drop out from below a node while an operation is open there
+//! are not waited for in it, even once they rejoin.
+//!
+//! What a node holds is one partial per open operation, of at most
+//! [`MAX_RESULT`] bytes; at most [`MAX_OPEN_COLLECTIVES`] may be open at a node
+//! (a contribution past that gets an error back), and an operation open for
+//! [`COLLECTIVE_EXPIRY`] (members that never entered) ends with an error to the
+//! members below.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -33,6 +43,10 @@ use super::{ChildState, CommandError, Event, LinkId, LinkRole, Node, Role};
 
 /// Most collective operations open at one node at once.
 pub const MAX_OPEN_COLLECTIVES: usize = 4096;
+/// Largest partial or result, bytes: the frame size every node takes by default.
+pub const MAX_RESULT: usize = 64 << 20;
+/// How long a node keeps an operation open for members that have not entered.
+pub const COLLECTIVE_EXPIRY: Duration = Duration::from_secs(900);
 
 /// Where a result being routed came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,13 +68,28 @@ struct Open {
     /// The body in parts, shared with the frames they came in: one part, folded
     /// so far (reductions), or each child's entries (gathers), joined once sent.
     parts: Vec<Bytes>,
+    /// The members below this node it waited for at its last check.
+    awaited: RankSet,
+    /// Members not waited for any more: they dropped out from below meanwhile.
+    excused: RankSet,
+    /// When it ends with an error if still open.
+    expires: Instant,
 }
 
 /// A node's open collective operations, by (context, number).
 #[derive(Debug, Default)]
 pub(super) struct Collectives {
     open: HashMap<(u64, u32), Open>,
+    /// Back-end: its contributions not yet answered, sent again after a rejoin (a
+    /// lost comm node may have held them).
+    unanswered: HashMap<(u64, u32), Frame>,
+    /// Comm node: partials sent up whose result has not come down through here,
+    /// sent again to a new parent after a rejoin; forgotten at expiry.
+    sent_up: HashMap<(u64, u32), (Frame, Instant)>,
 }
+
+/// Most operations a back-end may be in at once.
+pub const MAX_ENTERED: usize = 64;
 
 /// A collective frame from `rank` with `head` and the body in `parts`.
 fn frame(rank: u32, head: &CollectiveHead, parts: &[Bytes]) -> Frame {
@@ -117,13 +146,26 @@ impl Node {
                 "a back-end contributes once, as itself, to an operation it is a member of",
             ));
         }
+        if self.collectives.unanswered.len() >= MAX_ENTERED {
+            return Err(CommandError::NotNow("a back-end is in at most 64 collective operations at once"));
+        }
         if self.rejoining.is_some() {
             return Err(CommandError::Blocked(frame));
         }
         let Some(parent) = self.parent else { return Err(CommandError::ShutDown) };
         frame.header.rank = rank;
+        self.collectives.unanswered.insert(head.key(), frame.clone());
         self.out.send(parent, frame);
         Ok(())
+    }
+
+    /// Back-end: linked to a new parent after losing one: the contributions not yet
+    /// answered go again (a node above ignores one it already has).
+    pub(super) fn collectives_parent_back(&mut self) {
+        let Some(parent) = self.parent else { return };
+        for frame in self.collectives.unanswered.values() {
+            self.out.send(parent, frame.clone());
+        }
     }
 
     /// A collective frame reached this node on `link`.
@@ -138,6 +180,7 @@ impl Node {
                 return self.drop_link(link, why, now);
             }
             let (context, seq) = head.key();
+            self.collectives.unanswered.remove(&(context, seq));
             return self.out.event(Event::CollectiveDone { context, seq, frame });
         }
         let from = match role {
@@ -145,6 +188,15 @@ impl Node {
             LinkRole::Parent => None,
         };
         if head.down {
+            self.collectives.sent_up.remove(&head.key());
+            // From below, only a reduction's result on its way to a root elsewhere.
+            if let Some(c) = from {
+                let to_root = head.op == CollectiveOp::Reduce && head.members == RankSet::single(head.root);
+                if !to_root || self.children[c].is_backend || self.children[c].ranks.contains(head.root) {
+                    let why = format!("a collective result for ranks {} came up from below", head.members);
+                    return self.drop_link(link, why, now);
+                }
+            }
             return self.route_result(&head, frame, from.map_or(Origin::Parent, Origin::Child));
         }
         let Some(c) = from else {
@@ -163,29 +215,51 @@ impl Node {
             return self.drop_link(link, why, now);
         }
         let key = head.key();
-        if let Err(why) = self.contribute(head, body) {
-            return self.drop_link(link, why, now);
+        if let Err(NoRoom(head)) = self.contribute(head, body, now) {
+            return self.refuse(*head);
         }
         self.collective_check(key);
     }
 
+    /// A contribution that found no room: its contributors get an error back.
+    fn refuse(&mut self, head: CollectiveHead) {
+        let error = format!(
+            "{}: {MAX_OPEN_COLLECTIVES} collective operations are open here already; collective {} of series {:#x} was refused",
+            self.name, head.seq, head.context
+        );
+        let members = head.contributors.clone();
+        let failed = CollectiveHead { down: true, members, error, ..head };
+        let result = frame(failed.contributors.first().unwrap_or(0), &failed, &[]);
+        self.route_result(&failed, result, Origin::Parent);
+    }
+
     /// Adds one child's contribution to its operation.
-    fn contribute(&mut self, head: CollectiveHead, body: Bytes) -> Result<(), String> {
+    fn contribute(&mut self, head: CollectiveHead, body: Bytes, now: Instant) -> Result<(), NoRoom> {
         let key = head.key();
         let open = self.collectives.open.len();
         let Some(entry) = self.collectives.open.get_mut(&key) else {
             if open >= MAX_OPEN_COLLECTIVES {
-                return Err(format!("more than {MAX_OPEN_COLLECTIVES} collective operations open at once"));
+                return Err(NoRoom(Box::new(head)));
             }
-            self.collectives.open.insert(key, Open { head, parts: vec![body] });
+            let (awaited, excused) = (RankSet::new(), RankSet::new());
+            let mut entry =
+                Open { head, parts: Vec::new(), awaited, excused, expires: now + COLLECTIVE_EXPIRY };
+            entry.parts.push(body);
+            check_size(&mut entry);
+            self.collectives.open.insert(key, entry);
             return Ok(());
         };
         let twice = entry.head.contributors.intersection(&head.contributors);
-        if !twice.is_empty() {
-            return Err(format!(
-                "ranks {twice} contributed twice to collective {} of series {:#x}",
-                key.1, key.0
-            ));
+        if twice == head.contributors {
+            // Sent again after a rejoin, and the first did arrive.
+            return Ok(());
+        }
+        if !twice.is_empty() && entry.head.error.is_empty() {
+            // Folded values cannot be taken apart again: the operation fails.
+            entry.head.error = format!(
+                "ranks {twice} reached {} twice in collective {} of series {:#x} (a rejoin cut their partials apart); enter the next one",
+                "a comm node", key.1, key.0
+            );
         }
         entry.head.contributors.union_with(&head.contributors);
         if !entry.head.error.is_empty() {
@@ -197,6 +271,7 @@ impl Node {
             entry.head.error = head.error;
         } else {
             merge_body(entry, &head, body);
+            check_size(entry);
         }
         Ok(())
     }
@@ -205,22 +280,72 @@ impl Node {
     /// as a partial, or, at the members' common ancestor, down as the result.
     fn collective_check(&mut self, key: (u64, u32)) {
         let below = self.ranks_below();
-        let Some(entry) = self.collectives.open.get(&key) else { return };
-        let awaited = entry.head.members.intersection(&below);
-        if !awaited.difference(&entry.head.contributors).is_empty() {
+        let Some(entry) = self.collectives.open.get_mut(&key) else { return };
+        // Those that dropped out from below since the last check are excused.
+        let gone = entry.awaited.difference(&below);
+        entry.excused.union_with(&gone);
+        entry.awaited = entry.head.members.intersection(&below).difference(&entry.excused);
+        if !entry.awaited.difference(&entry.head.contributors).is_empty() {
             return;
         }
-        let Some(Open { mut head, parts }) = self.collectives.open.remove(&key) else { return };
+        let all_below = entry.head.members.difference(&below).is_empty();
+        // A comm node looking for a new parent is no root: it waits for one.
+        if !all_below && self.parent.is_none() && self.role != Role::FrontEnd {
+            return;
+        }
+        let Some(Open { mut head, parts, expires, .. }) = self.collectives.open.remove(&key) else { return };
         let from = head.contributors.first().unwrap_or(0);
-        let all_below = head.members.difference(&below).is_empty();
         let parts = if head.error.is_empty() { parts } else { Vec::new() };
         match self.parent {
-            Some(parent) if !all_below => self.out.send(parent, frame(from, &head, &parts)),
+            Some(parent) if !all_below => {
+                let partial = frame(from, &head, &parts);
+                self.collectives.sent_up.insert(key, (partial.clone(), expires));
+                self.out.send(parent, partial);
+            }
             _ => {
                 head.down = true;
                 self.send_result(head, &parts, from);
             }
         }
+    }
+
+    /// Comm node: linked to a new parent after losing one: partials the lost one
+    /// may have held go again, and operations held meanwhile go on up.
+    pub(super) fn collectives_welcomed(&mut self) {
+        if let Some(parent) = self.parent {
+            for (partial, _) in self.collectives.sent_up.values() {
+                self.out.send(parent, partial.clone());
+            }
+        }
+        self.collectives_recheck();
+    }
+
+    /// Ends the operations open past [`COLLECTIVE_EXPIRY`] with an error to the
+    /// members below.
+    pub(super) fn collectives_timeout(&mut self, now: Instant) {
+        self.collectives.sent_up.retain(|_, (_, expires)| *expires > now);
+        let expired: Vec<(u64, u32)> =
+            self.collectives.open.iter().filter(|(_, e)| e.expires <= now).map(|(k, _)| *k).collect();
+        for key in expired {
+            let Some(Open { head, .. }) = self.collectives.open.remove(&key) else { continue };
+            let missing = head.members.difference(&head.contributors);
+            let error = format!(
+                "{}: collective {} of series {:#x} was open for {} s; ranks {missing} never entered it",
+                self.name,
+                head.seq,
+                head.context,
+                COLLECTIVE_EXPIRY.as_secs()
+            );
+            let failed = CollectiveHead { down: true, error, ..head };
+            let result = frame(failed.contributors.first().unwrap_or(0), &failed, &[]);
+            self.route_result(&failed, result, Origin::Parent);
+        }
+    }
+
+    /// When the first open operation expires.
+    pub(super) fn collectives_deadline(&self) -> Option<Instant> {
+        let sent = self.collectives.sent_up.values().map(|(_, expires)| *expires);
+        self.collectives.open.values().map(|e| e.expires).chain(sent).min()
     }
 
     /// Ranks behind this node's joined children.
@@ -292,13 +417,34 @@ impl Node {
     }
 }
 
+/// A contribution to a new operation found no room: its contributors get an error.
+struct NoRoom(Box<CollectiveHead>);
+
+/// An operation whose body grew past [`MAX_RESULT`] fails: no node could pass it on.
+fn check_size(entry: &mut Open) {
+    let bytes: usize = entry.parts.iter().map(Bytes::len).sum();
+    if bytes > MAX_RESULT && entry.head.error.is_empty() {
+        entry.head.error = format!(
+            "collective {} of series {:#x} came to {bytes} bytes, over the {MAX_RESULT} a frame carries: contribute less",
+            entry.head.seq, entry.head.context
+        );
+        entry.parts.clear();
+    }
+}
+
 /// A gather's partial holds one entry for each of its contributors, no other.
 fn check_entries(head: &CollectiveHead, body: &[u8]) -> Result<(), String> {
     if head.op != CollectiveOp::AllGather || !head.error.is_empty() {
         return Ok(());
     }
     let entries = decode_entries(body).map_err(|e| format!("malformed gather entries: {e}"))?;
-    let ranks: RankSet = entries.iter().map(|&(rank, _)| rank).collect();
+    if entries.len() as u64 != head.contributors.len() {
+        return Err(format!("{} gather entries for {} contributors", entries.len(), head.contributors.len()));
+    }
+    // Sorted first, the set is built in one pass.
+    let mut sorted: Vec<u32> = entries.iter().map(|&(rank, _)| rank).collect();
+    sorted.sort_unstable();
+    let ranks: RankSet = sorted.into_iter().collect();
     if ranks != head.contributors || entries.len() as u64 != ranks.len() {
         return Err(format!(
             "gather entries for ranks {ranks} do not match contributors {}",

@@ -37,7 +37,7 @@ use treecast_wire::{
 };
 
 pub use clock::{ClockConfig, ClockSource, Distortion};
-pub use collective::MAX_OPEN_COLLECTIVES;
+pub use collective::{COLLECTIVE_EXPIRY, MAX_ENTERED, MAX_OPEN_COLLECTIVES, MAX_RESULT};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
 pub use peer::{PEER_CREDIT, PEER_WINDOW};
 pub use startup::{ChildLaunch, MAX_SPAWN};
@@ -1031,6 +1031,7 @@ impl Node {
         self.liveness_timeout(now);
         self.clock_timeout(now);
         self.monitor_timeout(now);
+        self.collectives_timeout(now);
         if self.phase != Phase::Over {
             self.recovery_timeout(now);
         }
@@ -1067,7 +1068,8 @@ impl Node {
         let clock = self.clock_deadline();
         let recovery = if self.phase == Phase::Over { None } else { self.recovery_deadline() };
         let monitor = self.monitor_deadline();
-        [self.child_deadline, self.loss_deadline, waves, liveness, clock, recovery, monitor]
+        let collectives = self.collectives_deadline();
+        [self.child_deadline, self.loss_deadline, waves, liveness, clock, recovery, monitor, collectives]
             .into_iter()
             .flatten()
             .min()

@@ -325,5 +325,6 @@ impl Node {
         if self.peer.budget.open() {
             self.out.event(Event::Writable { stream: PEER_CREDIT });
         }
+        self.collectives_parent_back();
     }
 }

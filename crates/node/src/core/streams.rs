@@ -1106,6 +1106,8 @@ impl Node {
         for id in ids {
             self.readded_to_stream(id);
         }
+        // Collective operations held while there was no parent go on up now.
+        self.collectives_welcomed();
     }
 
     /// This node lost its parent and looks for a new one: nothing goes up meanwhile.
