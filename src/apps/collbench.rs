@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{ensure, Context};
 use serde::Serialize;
-use treecast_api::{Network, SpawnOptions, StreamOptions, TransformKind, Value};
+use treecast_api::{Network, SpawnOptions, Value};
 
 use super::protocol::{COLLECTIVE_ANSWER, COLLECTIVE_REQUEST, TAG_COLLECTIVE};
 use super::spawnbench::{stop_and_wait, MpiReference, STEP_LIMIT};
@@ -87,11 +87,7 @@ pub(super) async fn measure(
     let options = SpawnOptions { placement: treecast_api::Placement::Cyclic, ..SpawnOptions::default() };
     let spawned = net.spawn(launch.len() as u32, &[], &options).await?;
     let members: Vec<u32> = launch.iter().chain(spawned.ranks()).copied().collect();
-    let opts = StreamOptions {
-        sync: treecast_api::SyncMode::DoNotWait,
-        ..StreamOptions::reduce(TransformKind::Null)
-    };
-    let mut stream = net.new_stream(&net.broadcast_communicator(), opts).await?;
+    let mut stream = super::spawnbench::request_stream(net).await?;
     let mut rows = Vec::new();
     for &bytes in sizes {
         let rounds = rounds_for(bytes);

@@ -249,11 +249,7 @@ async fn measure_peers(net: &mut Network, sizes: &[u32]) -> anyhow::Result<Vec<P
     let options = SpawnOptions { placement: treecast_api::Placement::Block, ..SpawnOptions::default() };
     let near = net.spawn(1, &[], &options).await?;
     let far = net.spawn(1, &[], &SpawnOptions::default()).await?;
-    let opts = StreamOptions {
-        sync: treecast_api::SyncMode::DoNotWait,
-        ..StreamOptions::reduce(TransformKind::Null)
-    };
-    let mut stream = net.new_stream(&net.broadcast_communicator(), opts).await?;
+    let mut stream = request_stream(net).await?;
     let mut rows = Vec::new();
     for &bytes in sizes {
         let rounds = rounds_for(bytes);
@@ -286,6 +282,16 @@ async fn measure_peers(net: &mut Network, sizes: &[u32]) -> anyhow::Result<Vec<P
     stream.close().await;
     stop_and_wait(net, &[near, far]).await?;
     Ok(rows)
+}
+
+/// A stream over every back-end that passes each answer on as it comes: requests
+/// go to one rank at a time, answers come back one by one.
+pub(super) async fn request_stream(net: &Network) -> anyhow::Result<treecast_api::Stream> {
+    let opts = StreamOptions {
+        sync: treecast_api::SyncMode::DoNotWait,
+        ..StreamOptions::reduce(TransformKind::Null)
+    };
+    Ok(net.new_stream(&net.broadcast_communicator(), opts).await?)
 }
 
 /// Runs `treecast bench spawn`.

@@ -300,13 +300,7 @@ impl BackEndSender {
     /// (until their limit) unless it had entered, and this member's next call is
     /// the next operation either way.
     pub async fn barrier(&self, group: &Group) -> Result<Collected, ApiError> {
-        let req = Request {
-            group,
-            op: CollectiveOp::Barrier,
-            combine: Combine::None,
-            root: u32::MAX,
-            values: None,
-        };
+        let req = Request::new(group, CollectiveOp::Barrier, Combine::None, u32::MAX, None);
         collective::run(&self.shared, self.rank, req).await
     }
 
@@ -324,13 +318,8 @@ impl BackEndSender {
         format: &str,
         values: &[Value],
     ) -> Result<Collected, ApiError> {
-        let req = Request {
-            group,
-            op: CollectiveOp::AllReduce,
-            combine: op.combine(),
-            root: u32::MAX,
-            values: Some((format, values)),
-        };
+        let req =
+            Request::new(group, CollectiveOp::AllReduce, op.combine(), u32::MAX, Some((format, values)));
         collective::run(&self.shared, self.rank, req).await
     }
 
@@ -369,13 +358,8 @@ impl BackEndSender {
         format: &str,
         values: &[Value],
     ) -> Result<Collected, ApiError> {
-        let req = Request {
-            group,
-            op: CollectiveOp::AllGather,
-            combine: Combine::None,
-            root: u32::MAX,
-            values: Some((format, values)),
-        };
+        let req =
+            Request::new(group, CollectiveOp::AllGather, Combine::None, u32::MAX, Some((format, values)));
         collective::run(&self.shared, self.rank, req).await
     }
 
@@ -394,13 +378,8 @@ impl BackEndSender {
         format: &str,
         values: &[Value],
     ) -> Result<Collected, ApiError> {
-        let req = Request {
-            group,
-            op: CollectiveOp::ReduceScatter,
-            combine: op.combine(),
-            root: u32::MAX,
-            values: Some((format, values)),
-        };
+        let req =
+            Request::new(group, CollectiveOp::ReduceScatter, op.combine(), u32::MAX, Some((format, values)));
         collective::run(&self.shared, self.rank, req).await
     }
 }

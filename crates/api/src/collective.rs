@@ -128,6 +128,19 @@ pub(crate) struct Request<'a> {
     pub(crate) values: Option<(&'a str, &'a [Value])>,
 }
 
+impl<'a> Request<'a> {
+    /// A call of `op` over `group`.
+    pub(crate) fn new(
+        group: &'a Group,
+        op: CollectiveOp,
+        combine: Combine,
+        root: u32,
+        values: Option<(&'a str, &'a [Value])>,
+    ) -> Self {
+        Request { group, op, combine, root, values }
+    }
+}
+
 /// Enters an operation as back-end `rank` and waits for its result.
 pub(crate) async fn run(shared: &Shared<BeTool>, rank: u32, req: Request<'_>) -> Result<Collected, ApiError> {
     let group = req.group;
