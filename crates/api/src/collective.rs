@@ -58,6 +58,9 @@ pub struct Collected {
     pub contributors: RankSet,
 }
 
+/// Most results kept for calls not made yet.
+const MAX_EARLY_RESULTS: usize = 256;
+
 /// The back-end's side of its collective operations, inside its driver.
 #[derive(Debug)]
 pub(crate) struct CollectiveBook {
@@ -88,7 +91,12 @@ impl Default for CollectiveBook {
 impl CollectiveBook {
     /// A result arrived.
     pub(crate) fn arrived(&mut self, context: u64, seq: u32, frame: Frame) {
-        if !self.awaiting.contains(&(context, seq)) {
+        // A result for a number not taken yet is kept for the call that takes it (a
+        // root outside the group may call after the members are done); one for a
+        // number whose call is over, or one too many, is dropped.
+        let taken = self.next.get(&context).is_some_and(|&next| seq < next);
+        let room = self.results.len() < MAX_EARLY_RESULTS;
+        if !self.awaiting.contains(&(context, seq)) && (taken || !room) {
             tracing::debug!(
                 "a collective result nobody waits for (series {context:#x}, number {seq}): dropped"
             );

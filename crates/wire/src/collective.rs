@@ -128,7 +128,9 @@ impl CollectiveHead {
     }
 }
 
-/// The payload of a collective frame: `head`, then `body`.
+/// The payload of a collective frame: `head`, then `body`. An error text longer
+/// than [`MAX_COLLECTIVE_ERROR`] bytes is cut at a character boundary so that the
+/// frame always decodes.
 pub fn encode_collective(head: &CollectiveHead, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(body.len() + 64 + head.error.len());
     out.push(head.op.code());
@@ -139,9 +141,21 @@ pub fn encode_collective(head: &CollectiveHead, body: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&head.root.to_le_bytes());
     head.members.encode(&mut out);
     head.contributors.encode(&mut out);
-    put_string(&mut out, &head.error);
+    put_string(&mut out, bounded(&head.error));
     out.extend_from_slice(body);
     out
+}
+
+/// `text`, or as much of it as fits in [`MAX_COLLECTIVE_ERROR`] bytes.
+fn bounded(text: &str) -> &str {
+    if text.len() <= MAX_COLLECTIVE_ERROR {
+        return text;
+    }
+    let mut end = MAX_COLLECTIVE_ERROR;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Splits a collective frame's payload into its head and the offset of its body.
@@ -311,6 +325,10 @@ mod tests {
         assert!(decode_collective(&encode_collective(&outside, b"")).is_err());
         let failed = CollectiveHead { down: true, error: "no".into(), ..head() };
         assert_eq!(decode_collective(&encode_collective(&failed, b"")).unwrap().0, failed);
+        // An error too long to carry is cut, never left to fail the decoder.
+        let long = CollectiveHead { error: "é".repeat(MAX_COLLECTIVE_ERROR), ..failed };
+        let (back, _) = decode_collective(&encode_collective(&long, b"")).unwrap();
+        assert!(back.error.len() <= MAX_COLLECTIVE_ERROR && long.error.starts_with(&back.error));
     }
 
     #[test]

@@ -85,7 +85,18 @@ pub(super) struct Collectives {
     unanswered: HashMap<(u64, u32), Frame>,
     /// Comm node: partials sent up whose result has not come down through here,
     /// sent again to a new parent after a rejoin; forgotten at expiry.
-    sent_up: HashMap<(u64, u32), (Frame, Instant)>,
+    sent_up: HashMap<(u64, u32), SentUp>,
+}
+
+/// A partial sent up, kept until its result passes on the way down.
+#[derive(Debug)]
+struct SentUp {
+    /// Every partial of it sent up (more than one when ranks joined below late).
+    partials: Vec<Frame>,
+    /// The ranks in it.
+    contributors: RankSet,
+    /// When it is forgotten.
+    expires: Instant,
 }
 
 /// Most operations a back-end may be in at once.
@@ -192,9 +203,13 @@ impl Node {
             // From below, only a reduction's result on its way to a root elsewhere.
             if let Some(c) = from {
                 let to_root = head.op == CollectiveOp::Reduce && head.members == RankSet::single(head.root);
-                if !to_root || self.children[c].is_backend || self.children[c].ranks.contains(head.root) {
+                if !to_root || self.children[c].is_backend {
                     let why = format!("a collective result for ranks {} came up from below", head.members);
                     return self.drop_link(link, why, now);
+                }
+                if self.children[c].ranks.contains(head.root) {
+                    // The root left that sub-tree and its leaving is on its way up.
+                    return tracing::debug!(node = %self.name, "a result for gone root {}: dropped", head.root);
                 }
             }
             return self.route_result(&head, frame, from.map_or(Origin::Parent, Origin::Child));
@@ -238,10 +253,17 @@ impl Node {
         let key = head.key();
         let open = self.collectives.open.len();
         let Some(entry) = self.collectives.open.get_mut(&key) else {
+            // Ranks already passed up need not come again: a repeat is dropped, and a
+            // latecomer (one that joined below since) opens a part of its own.
+            let passed =
+                self.collectives.sent_up.get(&key).map(|s| s.contributors.clone()).unwrap_or_default();
+            if !passed.is_empty() && head.contributors.difference(&passed).is_empty() {
+                return Ok(());
+            }
             if open >= MAX_OPEN_COLLECTIVES {
                 return Err(NoRoom(Box::new(head)));
             }
-            let (awaited, excused) = (RankSet::new(), RankSet::new());
+            let (awaited, excused) = (RankSet::new(), passed);
             let mut entry =
                 Open { head, parts: Vec::new(), awaited, excused, expires: now + COLLECTIVE_EXPIRY };
             entry.parts.push(body);
@@ -289,8 +311,8 @@ impl Node {
             return;
         }
         let all_below = entry.head.members.difference(&below).is_empty();
-        // A comm node looking for a new parent is no root: it waits for one.
-        if !all_below && self.parent.is_none() && self.role != Role::FrontEnd {
+        // A comm node looking for a new parent is no root: it waits until welcomed.
+        if !all_below && (self.parent.is_none() || self.rejoining.is_some()) && self.role != Role::FrontEnd {
             return;
         }
         let Some(Open { mut head, parts, expires, .. }) = self.collectives.open.remove(&key) else { return };
@@ -299,7 +321,13 @@ impl Node {
         match self.parent {
             Some(parent) if !all_below => {
                 let partial = frame(from, &head, &parts);
-                self.collectives.sent_up.insert(key, (partial.clone(), expires));
+                let kept = self.collectives.sent_up.entry(key).or_insert_with(|| SentUp {
+                    partials: Vec::new(),
+                    contributors: RankSet::new(),
+                    expires,
+                });
+                kept.partials.push(partial.clone());
+                kept.contributors.union_with(&head.contributors);
                 self.out.send(parent, partial);
             }
             _ => {
@@ -313,7 +341,7 @@ impl Node {
     /// may have held go again, and operations held meanwhile go on up.
     pub(super) fn collectives_welcomed(&mut self) {
         if let Some(parent) = self.parent {
-            for (partial, _) in self.collectives.sent_up.values() {
+            for partial in self.collectives.sent_up.values().flat_map(|s| &s.partials) {
                 self.out.send(parent, partial.clone());
             }
         }
@@ -323,7 +351,7 @@ impl Node {
     /// Ends the operations open past [`COLLECTIVE_EXPIRY`] with an error to the
     /// members below.
     pub(super) fn collectives_timeout(&mut self, now: Instant) {
-        self.collectives.sent_up.retain(|_, (_, expires)| *expires > now);
+        self.collectives.sent_up.retain(|_, sent| sent.expires > now);
         let expired: Vec<(u64, u32)> =
             self.collectives.open.iter().filter(|(_, e)| e.expires <= now).map(|(k, _)| *k).collect();
         for key in expired {
@@ -344,7 +372,7 @@ impl Node {
 
     /// When the first open operation expires.
     pub(super) fn collectives_deadline(&self) -> Option<Instant> {
-        let sent = self.collectives.sent_up.values().map(|(_, expires)| *expires);
+        let sent = self.collectives.sent_up.values().map(|s| s.expires);
         self.collectives.open.values().map(|e| e.expires).chain(sent).min()
     }
 
