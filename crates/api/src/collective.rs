@@ -178,13 +178,25 @@ pub(crate) async fn run(shared: &Shared<BeTool>, rank: u32, req: Request<'_>) ->
     };
     let members = group.rank_set();
     let call = CollectiveCall { op: req.op, combine: req.combine, context, seq, root: req.root, members };
+    // However the call ends (cancelled too), the book forgets this operation.
+    let _forget = Forget { shared, key: (context, seq) };
     let outcome = enter_and_wait(shared, rank, &call, member.then_some(&req), limit).await;
-    let mut d = lock(shared);
-    let book = &mut d.tool().collectives;
-    book.awaiting.remove(&(context, seq));
-    book.results.remove(&(context, seq));
-    drop(d);
     result(&outcome?, group, rank, req.op)
+}
+
+/// Removes an operation from the back-end's book when its call ends.
+struct Forget<'a> {
+    shared: &'a Shared<BeTool>,
+    key: (u64, u32),
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        let mut d = lock(self.shared);
+        let book = &mut d.tool().collectives;
+        book.awaiting.remove(&self.key);
+        book.results.remove(&self.key);
+    }
 }
 
 /// Sends this member's contribution (or its refusal) and waits for the result.
