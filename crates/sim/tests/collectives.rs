@@ -234,7 +234,7 @@ fn members_that_disagree_all_learn_why() {
         assert!(body.is_empty());
     }
     // Values a filter refuses (a string to add) fail the operation the same way.
-    let call = CollectiveCall { seq: 1, ..sum };
+    let call = CollectiveCall { seq: 1, ..sum.clone() };
     for rank in 0..4 {
         let values = if rank == 2 { vec![Value::Str("two".into())] } else { values_of(rank) };
         sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values)))).unwrap();
@@ -243,6 +243,16 @@ fn members_that_disagree_all_learn_why() {
     for rank in 0..4 {
         let (head, _) = result_at(&mut sim, rank).unwrap();
         assert!(!head.error.is_empty(), "rank {rank} got no error");
+    }
+    // A member that names other members is told, as well as the others.
+    let call = CollectiveCall { seq: 3, ..sum.clone() };
+    let odd = CollectiveCall { members: RankSet::range(0, 5), ..call.clone() };
+    enter(&mut sim, &call, [0, 1, 2]);
+    enter(&mut sim, &odd, [3]);
+    sim.settle(SETTLE);
+    for rank in 0..4 {
+        let (head, _) = result_at(&mut sim, rank).unwrap_or_else(|| panic!("rank {rank} got no result"));
+        assert!(head.error.contains("disagree"), "rank {rank}: {}", head.error);
     }
     // A member whose values were refused where it runs enters with the refusal.
     let call = CollectiveCall { seq: 2, ..call };

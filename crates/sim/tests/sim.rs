@@ -705,3 +705,36 @@ fn when_every_rank_of_a_stream_is_orphaned_at_once_no_wave_hangs_or_goes_wrong()
         assert!(run.is_clean() && run.orphaned_ranks == 0, "seed {seed}: {run:?}");
     }
 }
+
+#[test]
+fn a_stop_for_ranks_awaited_back_is_passed_on_once_they_have_rejoined() {
+    // balanced:2x2x2 with recovery on: the front-end, two comm-node levels, ranks 0-7.
+    let mut config = SimConfig::new(Topology::from_spec("balanced:2x2x2", None).unwrap(), 21);
+    config.rejoin = Some(Duration::from_secs(10));
+    let mut sim = Sim::new(config);
+    assert!(sim.launch().unwrap().is_empty());
+    let be0 = sim.node_of_rank(0).unwrap();
+    let a1 = sim.parent_of(be0).unwrap();
+    let a = sim.parent_of(a1).unwrap();
+    sim.kill_at(a, Duration::ZERO);
+    // Once the front-end knows the loss, ranks 0-3 are awaited back: the stop waits.
+    sim.run_until(|s| s.log().events.iter().any(|e| matches!(e, Event::NodeLost { .. })), LIMIT).unwrap();
+    sim.command(Command::Stop { ranks: RankSet::single(0), reason: "no longer needed".into() }).unwrap();
+    sim.settle(Duration::from_secs(1));
+    assert!(!sim.alive(be0), "rank 0 was not stopped after it rejoined");
+    let mut rejoined = false;
+    let mut left = RankSet::new();
+    for e in &sim.log().events {
+        match e {
+            Event::RanksRejoined { .. } => rejoined = true,
+            Event::RanksLeft { ranks, reason } => {
+                assert!(rejoined, "left before it rejoined");
+                assert!(reason.contains("no longer needed"), "{reason}");
+                left.union_with(ranks);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(left, RankSet::single(0));
+    assert!(sim.core(0).unwrap().lost().ranks().is_empty(), "{:?}", sim.core(0).unwrap().lost());
+}

@@ -332,6 +332,12 @@ impl Node {
             }
             _ => {
                 head.down = true;
+                // A failure reaches every contributor too: one that named other
+                // members is told why its operation failed.
+                if !head.error.is_empty() {
+                    let contributors = head.contributors.clone();
+                    head.members.union_with(&contributors);
+                }
                 self.send_result(head, &parts, from);
             }
         }

@@ -679,6 +679,9 @@ pub struct Node {
     rejoining: Option<Instant>,
     /// Ranks of lost comm-node children awaited back.
     awaiting: Vec<recovery::Awaited>,
+    /// Stops for ranks awaited back (their comm node was lost), with why: they
+    /// are passed on once the ranks have rejoined.
+    pending_stops: Vec<(RankSet, String)>,
     /// Front-end: every rank awaited back anywhere in the tree.
     orphaned: RankSet,
     /// Frames for a stream's whole group wait until every member can take them (a
@@ -727,6 +730,7 @@ impl Node {
             fallback: None,
             rejoining: None,
             awaiting: Vec::new(),
+            pending_stops: Vec::new(),
             orphaned: RankSet::new(),
             send_together: None,
             peer: peer::PeerState::default(),

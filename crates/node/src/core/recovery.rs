@@ -211,8 +211,38 @@ impl Node {
             self.out.control(link, &ControlMsg::CloseStream { id });
         }
         let parent = self.name.clone();
-        self.report_up(ControlMsg::Rejoined { ranks, commnodes, parent });
+        self.report_up(ControlMsg::Rejoined { ranks: ranks.clone(), commnodes, parent });
         self.clock_child_joined(c, now);
+        self.release_stops(&ranks, now);
+    }
+
+    /// Keeps a stop of `ranks` for those of them awaited back; returns those.
+    pub(super) fn hold_stop(&mut self, ranks: &RankSet, reason: &str) -> RankSet {
+        let orphaned = ranks.intersection(&self.awaited_ranks());
+        if !orphaned.is_empty() {
+            self.pending_stops.push((orphaned.clone(), reason.to_owned()));
+        }
+        orphaned
+    }
+
+    /// Ranks rejoined: the stops held for them go on; those for ranks no longer
+    /// awaited (reported lost) are forgotten.
+    fn release_stops(&mut self, rejoined: &RankSet, now: Instant) {
+        let awaited = self.awaited_ranks();
+        let mut due = Vec::new();
+        for (ranks, reason) in std::mem::take(&mut self.pending_stops) {
+            let now_back = ranks.intersection(rejoined);
+            if !now_back.is_empty() {
+                due.push((now_back, reason.clone()));
+            }
+            let still = ranks.intersection(&awaited);
+            if !still.is_empty() {
+                self.pending_stops.push((still, reason));
+            }
+        }
+        for (ranks, reason) in due {
+            self.stop_ranks(&ranks, &reason, now);
+        }
     }
 
     /// Every rank this node awaits back.

@@ -706,9 +706,11 @@ impl Node {
     /// others on towards theirs; each stopped one leaves gracefully.
     pub(super) fn stop_ranks(&mut self, ranks: &RankSet, reason: &str, now: Instant) {
         tracing::debug!(node = %self.name, "stopping ranks {ranks}: {reason}");
+        // Ranks awaited back reach no one now: they are stopped once they rejoin.
+        let orphaned = self.hold_stop(ranks, reason);
         // Ranks no child claims yet (spawned below, not joined): every comm-node
         // child is asked, and the one that started them stops them.
-        let mut unclaimed = ranks.clone();
+        let mut unclaimed = ranks.difference(&orphaned);
         for child in self.children.iter().filter(|c| c.state != ChildState::Gone) {
             unclaimed = unclaimed.difference(&child.expected).difference(&child.ranks);
         }
