@@ -241,12 +241,24 @@ fn multi_host_cluster() {
         let (accepted, mut child) = tokio::join!(net.accept(&port, 1, &there), outsider);
         assert_eq!(accepted.unwrap().ranks(), &[5]);
         // A stream made now reaches it (the one above was made before it joined).
-        let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+        let mut s = net.new_stream(&net.broadcast_communicator(), opts.clone()).await.unwrap();
         s.send_to(5, TAG_RUN, RUN_REQUEST, &request).await.unwrap();
         let p = s.recv_timeout(Duration::from_secs(30)).await.unwrap();
         assert_eq!(p.unpack(RUN_ANSWER).unwrap()[0].as_bytes().unwrap(), format!("{PREFIX}4\n").as_bytes());
         net.shutdown().await;
         assert!(child.wait().await.unwrap().success(), "the accepted back-end ended badly");
+
+        // A tree whose back-ends all run here has no listener for other hosts: a
+        // spawn on one opens it then.
+        let topo = Topology::from_spec("flat", Some(2)).unwrap();
+        let net =
+            NetworkBuilder::new(topo).treecast_path(TREECAST).ssh(cluster.ssh()).launch().await.unwrap();
+        let group = net.spawn(1, &[], &options(&format!("{PREFIX}5"))).await.unwrap();
+        let mut s = net.new_stream(&net.broadcast_communicator(), opts.clone()).await.unwrap();
+        s.send_to(group.ranks()[0], TAG_RUN, RUN_REQUEST, &request).await.unwrap();
+        let p = s.recv_timeout(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(p.unpack(RUN_ANSWER).unwrap()[0].as_bytes().unwrap(), format!("{PREFIX}5\n").as_bytes());
+        net.shutdown().await;
     });
     common::assert_no_session_left();
 

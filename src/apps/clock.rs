@@ -16,10 +16,10 @@ use super::protocol::TAG_ADD_RANK;
 
 /// Runs `treecast clock`.
 pub async fn main(args: ClockArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(args.rounds > 0, "--rounds needs at least 1");
     if args.sim {
         return super::clocksim::main(&args);
     }
-    anyhow::ensure!(args.rounds > 0, "--rounds needs at least 1");
     anyhow::ensure!(args.cross_check != Some(0), "--cross-check needs at least 1 wave");
     let limit = Duration::try_from_secs_f64(args.wait)
         .with_context(|| format!("--wait {} is not a number of seconds", args.wait))?;

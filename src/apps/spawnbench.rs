@@ -149,6 +149,8 @@ pub struct PeerRow {
     pub inter_far_us: f64,
     /// `inter_us` over `intra_us`.
     pub inter_vs_intra: f64,
+    /// `inter_us` over MPI's inter-group median, when MPI was measured.
+    pub inter_vs_mpi: Option<f64>,
     /// MPI, in the same run: a process and one it spawned (an intercommunicator).
     pub mpi_inter: Reference,
     /// MPI, in the same run: two processes of one job.
@@ -191,6 +193,7 @@ pub async fn intergroup_main(args: BenchIntergroupArgs) -> anyhow::Result<ExitCo
         };
         row.mpi_inter = reference("pingpong-inter", 1);
         row.mpi_intra = reference("pingpong-intra", 2);
+        row.inter_vs_mpi = row.mpi_inter.median_ms().map(|ms| row.inter_us / (ms * 1e3));
     }
     let bench = IntergroupBench {
         topology,
@@ -275,6 +278,7 @@ async fn measure_peers(net: &mut Network, sizes: &[u32]) -> anyhow::Result<Vec<P
             inter_us: one_way[1],
             inter_far_us: one_way[2],
             inter_vs_intra: one_way[1] / one_way[0],
+            inter_vs_mpi: None,
             mpi_inter: Reference::Missing("not measured yet".into()),
             mpi_intra: Reference::Missing("not measured yet".into()),
         });
@@ -692,8 +696,8 @@ fn render_intergroup(b: &IntergroupBench) -> String {
         format!("tree {}; MPI reference: {}\n", b.topology, b.mpi_library.as_deref().unwrap_or("none"));
     out.push_str("point-to-point one-way latency, us (ping-pong round trip / 2)\n");
     out.push_str(&format!(
-        "{:>9} {:>7} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10}\n",
-        "bytes", "rounds", "intra", "inter", "inter-far", "int/intra", "MPI inter", "MPI intra"
+        "{:>9} {:>7} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9}\n",
+        "bytes", "rounds", "intra", "inter", "inter-far", "int/intra", "MPI inter", "MPI intra", "inter/MPI"
     ));
     let us = |r: &Reference| match r {
         Reference::Timings(t) => format!("{:.1}", t.median_ms * 1e3),
@@ -701,7 +705,7 @@ fn render_intergroup(b: &IntergroupBench) -> String {
     };
     for r in &b.point_to_point {
         out.push_str(&format!(
-            "{:>9} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>8.2} {:>10} {:>10}\n",
+            "{:>9} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>8.2} {:>10} {:>10} {:>9}\n",
             r.bytes,
             r.rounds,
             r.intra_us,
@@ -709,7 +713,8 @@ fn render_intergroup(b: &IntergroupBench) -> String {
             r.inter_far_us,
             r.inter_vs_intra,
             us(&r.mpi_inter),
-            us(&r.mpi_intra)
+            us(&r.mpi_intra),
+            r.inter_vs_mpi.map_or_else(|| "-".to_owned(), |x| format!("{x:.1}"))
         ));
     }
     out.push_str(

@@ -161,7 +161,8 @@ pub(crate) async fn run(shared: &Shared<BeTool>, rank: u32, req: Request<'_>) ->
             group.size()
         )));
     }
-    if group.rank_set().len() != group.size() as u64 {
+    let members = group.rank_set();
+    if members.len() != group.size() as u64 {
         return Err(ApiError::Collective(format!("group {} names a rank twice", group.id())));
     }
     let context = context_of(group, (req.op == CollectiveOp::Reduce).then_some(req.root));
@@ -176,7 +177,6 @@ pub(crate) async fn run(shared: &Shared<BeTool>, rank: u32, req: Request<'_>) ->
         book.awaiting.insert((context, seq));
         (seq, book.limit)
     };
-    let members = group.rank_set();
     let call = CollectiveCall { op: req.op, combine: req.combine, context, seq, root: req.root, members };
     // However the call ends (cancelled too), the book forgets this operation.
     let _forget = Forget { shared, key: (context, seq) };

@@ -235,6 +235,9 @@ impl SpawnBook {
     /// or, on a host without one, the least loaded node, which starts them there
     /// through its launcher (ssh, Slurm).
     fn host_slots(&self, hosts: &[String]) -> Result<Vec<(u32, String)>, ApiError> {
+        if hosts.is_empty() {
+            return Err(ApiError::Placement("Placement::Hosts names no host: give at least one".into()));
+        }
         let least = self.load.iter().min_by_key(|(&id, &load)| (load, id)).map(|(&id, _)| id);
         let mut slots = Vec::new();
         for host in hosts {
@@ -709,6 +712,8 @@ mod tests {
             b.orders(2, &[], &Placement::Hosts(vec!["n9".into(), "localhost".into()]), false).unwrap();
         assert!(orders.iter().all(|o| o.host.is_empty() || o.host == "n9"), "{orders:?}");
         assert_eq!(orders.iter().map(|o| o.count).sum::<u32>(), 2);
+        let err = b.place(1, &Placement::Hosts(Vec::new())).unwrap_err();
+        assert!(err.to_string().contains("names no host"), "{err}");
     }
 
     #[test]

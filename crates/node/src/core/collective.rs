@@ -233,7 +233,8 @@ impl Node {
         if let Err(NoRoom(head)) = self.contribute(head, body, now) {
             return self.refuse(*head);
         }
-        self.collective_check(key);
+        let below = self.ranks_below();
+        self.collective_check(key, &below);
     }
 
     /// A contribution that found no room: its contributors get an error back.
@@ -300,17 +301,16 @@ impl Node {
 
     /// Sends an operation on once every member below this node has contributed: up
     /// as a partial, or, at the members' common ancestor, down as the result.
-    fn collective_check(&mut self, key: (u64, u32)) {
-        let below = self.ranks_below();
+    fn collective_check(&mut self, key: (u64, u32), below: &RankSet) {
         let Some(entry) = self.collectives.open.get_mut(&key) else { return };
         // Those that dropped out from below since the last check are excused.
-        let gone = entry.awaited.difference(&below);
+        let gone = entry.awaited.difference(below);
         entry.excused.union_with(&gone);
-        entry.awaited = entry.head.members.intersection(&below).difference(&entry.excused);
+        entry.awaited = entry.head.members.intersection(below).difference(&entry.excused);
         if !entry.awaited.difference(&entry.head.contributors).is_empty() {
             return;
         }
-        let all_below = entry.head.members.difference(&below).is_empty();
+        let all_below = entry.head.members.difference(below).is_empty();
         // A comm node looking for a new parent is no root: it waits until welcomed.
         if !all_below && (self.parent.is_none() || self.rejoining.is_some()) && self.role != Role::FrontEnd {
             return;
@@ -445,8 +445,10 @@ impl Node {
     /// Members left below this node: operations waiting for them go on without them.
     pub(super) fn collectives_recheck(&mut self) {
         let keys: Vec<(u64, u32)> = self.collectives.open.keys().copied().collect();
+        // Checks only send frames: what is below does not change between them.
+        let below = self.ranks_below();
         for key in keys {
-            self.collective_check(key);
+            self.collective_check(key, &below);
         }
     }
 }
