@@ -29,6 +29,25 @@ impl Socket {
         }
     }
 
+    /// Reads into the room `buf` has past its end, without zeroing it first; the
+    /// bytes read become part of `buf`.
+    pub(crate) fn read_into_spare(&self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+        let spare = buf.spare_capacity_mut();
+        #[allow(unsafe_code)]
+        // SAFETY: read(2) writes at most `spare.len()` bytes at `spare`'s start, all of
+        // which is allocated, writable and not aliased while `buf` is borrowed; the
+        // descriptor stays open while `self` is borrowed.
+        let n = unsafe { libc::read(self.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+        #[allow(unsafe_code)]
+        // SAFETY: read(2) initialized the first `n` bytes of the spare room, and
+        // `n <= spare.len()`, so the new length is within the capacity.
+        unsafe {
+            buf.set_len(buf.len() + n)
+        };
+        Ok(n)
+    }
+
     pub(crate) fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Socket::Tcp(s) => (&*s).write_vectored(bufs),

@@ -463,14 +463,7 @@ impl StreamRoute {
                 Poll::Ready(Err(e)) => return Some(Some(format!("read error: {e}"))),
                 Poll::Ready(Ok(g)) => g,
             };
-            let result = SCRATCH.with(|scratch| {
-                let mut scratch = scratch.borrow_mut();
-                guard.try_io(|inner| {
-                    let n = inner.get_ref().read(&mut scratch)?;
-                    c.rbuf.extend_from_slice(&scratch[..n]);
-                    Ok((n, n < scratch.len()))
-                })
-            });
+            let result = guard.try_io(|inner| read_some(inner.get_ref(), &mut c.rbuf));
             match result {
                 Ok(Ok((0, _))) => return Some(end_of_stream(&c.rbuf)),
                 Ok(Ok((n, drained))) => {
@@ -511,16 +504,10 @@ impl StreamRoute {
                 self.ready.push(link);
                 return None;
             }
-            let result = SCRATCH.with(|scratch| {
-                let mut scratch = scratch.borrow_mut();
-                let n = c.sock.read(&mut scratch)?;
-                c.rbuf.extend_from_slice(&scratch[..n]);
-                Ok::<usize, io::Error>(n)
-            });
-            match result {
+            match read_some(&c.sock, &mut c.rbuf) {
                 // The peer closed first; our write failed only because of that.
-                Ok(0) => return Some(end_of_stream(&c.rbuf)),
-                Ok(n) => {
+                Ok((0, _)) => return Some(end_of_stream(&c.rbuf)),
+                Ok((n, _)) => {
                     *drained += n;
                     budget = budget.saturating_sub(n);
                 }
@@ -532,6 +519,26 @@ impl StreamRoute {
             }
         }
     }
+}
+
+/// Reads what `sock` has, up to a chunk, onto the end of `rbuf`; says how much and
+/// whether that drained the socket.
+///
+/// While a large frame arrives, [`cut_frames`] has made room in `rbuf` for it, and
+/// the read goes straight there. Otherwise it goes through the thread's scratch
+/// buffer, so that an idle link keeps no read room of its own.
+fn read_some(sock: &Socket, rbuf: &mut BytesMut) -> io::Result<(usize, bool)> {
+    let room = rbuf.capacity() - rbuf.len();
+    if room >= READ_CHUNK {
+        let n = sock.read_into_spare(rbuf)?;
+        return Ok((n, n < room));
+    }
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let n = sock.read(&mut scratch)?;
+        rbuf.extend_from_slice(&scratch[..n]);
+        Ok((n, n < scratch.len()))
+    })
 }
 
 /// What a link's end of stream reports: a clean close, or a frame cut short.
