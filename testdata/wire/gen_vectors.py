@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 5 (launch plan version 4).
+protocol version 7 (launch plan version 4).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -132,7 +132,7 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 KINDS = {"data": 1, "control": 2, "credit": 3, "peer": 5}
 
 
@@ -656,7 +656,8 @@ INVALID_CASES = [
     ("batch", "version 0", hdr(version=0), "BadVersion"),
     ("batch", "version 3 header (an older build)", hdr(version=3), "BadVersion"),
     ("batch", "version 5 header (an older build)", hdr(version=5), "BadVersion"),
-    ("batch", "version 7", hdr(version=7), "BadVersion"),
+    ("batch", "version 6 header (an older build)", hdr(version=6), "BadVersion"),
+    ("batch", "version 8", hdr(version=8), "BadVersion"),
     ("batch", "unknown kind", hdr(kind=6), "UnknownKind"),
     ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),

@@ -32,6 +32,28 @@ pub const ROUTE: &str = "TREECAST_ROUTE";
 pub const ATTACH_FILE: &str = "TREECAST_ATTACH";
 /// Largest frame payload a node accepts, in bytes.
 pub const MAX_FRAME: &str = "TREECAST_MAX_FRAME";
+/// Bytes from which a payload goes between two processes of one host as a sealed
+/// memory file instead of through their Unix socket; unset or `off`: never (the
+/// socket was faster wherever it was measured). Read by every process for what it
+/// sends.
+pub const ZERO_COPY_MIN: &str = "TREECAST_ZERO_COPY_MIN";
+
+/// The size `TREECAST_ZERO_COPY_MIN` asks for; `None` when it is unset, `off`, or not
+/// a number of bytes (said as a warning).
+pub fn zero_copy_min_from_env() -> Option<usize> {
+    let text = std::env::var(ZERO_COPY_MIN).ok()?;
+    match text.trim() {
+        "off" => None,
+        t => t.parse::<usize>().map_or_else(
+            |_| {
+                tracing::warn!("{ZERO_COPY_MIN}={text:?} is not a number of bytes or `off`; large payloads go through the socket");
+                None
+            },
+            Some,
+        ),
+    }
+}
+
 /// Seconds a link may stay silent (no data, no heartbeat) before it is cut off as
 /// failed; `0` switches heartbeats and the check off. Read by the front-end, and set
 /// by parents for the back-ends they start.

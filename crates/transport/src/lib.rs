@@ -24,6 +24,7 @@ pub mod mcast;
 mod net;
 mod route;
 mod secret;
+mod shared_payload;
 mod socket;
 mod stream_route;
 pub mod timing;

@@ -8,8 +8,9 @@
 //! writes straight away, registering a duplicate for writable only while the kernel
 //! buffer is full.
 
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// A connected, non-blocking stream socket.
@@ -22,30 +23,57 @@ pub enum Socket {
 }
 
 impl Socket {
-    pub(crate) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => (&*s).read(buf),
-            Socket::Unix(s) => (&*s).read(buf),
-        }
-    }
-
     /// Reads into the room `buf` has past its end, without zeroing it first; the
-    /// bytes read become part of `buf`.
-    pub(crate) fn read_into_spare(&self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+    /// bytes read become part of `buf`, and payload files that came with them (Unix
+    /// sockets) go to `files`.
+    pub(crate) fn read_into_spare(
+        &self,
+        buf: &mut bytes::BytesMut,
+        files: &mut VecDeque<OwnedFd>,
+    ) -> io::Result<usize> {
         let spare = buf.spare_capacity_mut();
+        let (at, room) = (spare.as_mut_ptr().cast::<u8>(), spare.len());
+        let n = match self {
+            Socket::Unix(s) => crate::shared_payload::recv_into(s.as_raw_fd(), at, room, files)?,
+            Socket::Tcp(_) => {
+                #[allow(unsafe_code)]
+                // SAFETY: read(2) writes at most `room` bytes at `at`, the start of
+                // `buf`'s spare room: allocated, writable and not aliased while `buf`
+                // is borrowed; the descriptor stays open while `self` is borrowed.
+                let n = unsafe { libc::read(self.as_raw_fd(), at.cast(), room) };
+                usize::try_from(n).map_err(|_| io::Error::last_os_error())?
+            }
+        };
         #[allow(unsafe_code)]
-        // SAFETY: read(2) writes at most `spare.len()` bytes at `spare`'s start, all of
-        // which is allocated, writable and not aliased while `buf` is borrowed; the
-        // descriptor stays open while `self` is borrowed.
-        let n = unsafe { libc::read(self.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
-        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
-        #[allow(unsafe_code)]
-        // SAFETY: read(2) initialized the first `n` bytes of the spare room, and
-        // `n <= spare.len()`, so the new length is within the capacity.
+        // SAFETY: the read initialized the first `n` bytes of the spare room, and
+        // `n <= room`, so the new length is within the capacity.
         unsafe {
             buf.set_len(buf.len() + n)
         };
         Ok(n)
+    }
+
+    /// Reads into `buf`; payload files that came with the bytes (Unix sockets) go to `files`.
+    pub(crate) fn read_with_fds(&self, buf: &mut [u8], files: &mut VecDeque<OwnedFd>) -> io::Result<usize> {
+        match self {
+            Socket::Unix(s) => crate::shared_payload::recv_with_fds(s.as_raw_fd(), buf, files),
+            Socket::Tcp(s) => (&*s).read(buf),
+        }
+    }
+
+    /// Writes `bufs` with the descriptors `fds` beside them: Unix sockets only.
+    pub(crate) fn send_with_fds(&self, bufs: &[IoSlice<'_>], fds: &[RawFd]) -> io::Result<usize> {
+        match self {
+            Socket::Unix(s) => crate::shared_payload::send_with_fds(s.as_raw_fd(), bufs, fds),
+            Socket::Tcp(_) => {
+                Err(io::Error::new(io::ErrorKind::Unsupported, "a TCP link cannot carry descriptors"))
+            }
+        }
+    }
+
+    /// True for a Unix socket, which can carry descriptors.
+    pub(crate) fn is_unix(&self) -> bool {
+        matches!(self, Socket::Unix(_))
     }
 
     pub(crate) fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {

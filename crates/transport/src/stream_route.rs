@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -16,11 +17,11 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use treecast_wire::{Frame, FrameHeader, FLAG_STAMPED, HEADER_LEN};
+use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN};
 
 use crate::route::{Close, Route, RouteEvent};
 use crate::timing::{ClockFn, LinkPlace, LinkTiming, Monitoring, PeerClock};
-use crate::{LinkId, LinkMap, Socket};
+use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
 const READ_CHUNK: usize = 64 << 10;
@@ -33,6 +34,9 @@ const COPY_BELOW: usize = 4 << 10;
 const ZERO_COPY_MIN: usize = 8 << 10;
 /// Most the read buffer grows by at once while a large frame arrives.
 const RESERVE_STEP: usize = 1 << 20;
+/// Payload files a link may hold that no frame has claimed yet; a sender sends
+/// each with its frame's header, so more means the peer is not one of ours.
+const MAX_WAITING_FILES: usize = 4 * shared_payload::MAX_FDS_PER_MSG;
 /// Slices per `writev`.
 const MAX_IOV: usize = 64;
 /// Most bytes read from a link after a write to it failed: more than any kernel
@@ -101,9 +105,13 @@ struct OutQueue {
     segments: VecDeque<Bytes>,
     small: BytesMut,
     bytes: usize,
-    /// While monitoring: frames not yet encoded, with when they were queued; their
-    /// header stamp is the start of the write that takes them (see `timing`).
-    staged: Vec<(Frame, Instant)>,
+    /// While monitoring: frames not yet encoded, with when they were queued and the
+    /// file their payload goes in, if any; their header stamp is the start of the
+    /// write that takes them (see `timing`).
+    staged: Vec<(Frame, Instant, Option<Arc<OwnedFd>>)>,
+    /// Payload files not sent yet, with where their frame's header starts in the
+    /// byte stream: each goes with the write that carries that header, or earlier.
+    files: VecDeque<(u64, Arc<OwnedFd>)>,
     /// Bytes ever encoded and ever written: where each frame ends in the link's
     /// byte stream, to tell which write carried its last byte.
     pushed: u64,
@@ -112,9 +120,10 @@ struct OutQueue {
 
 impl OutQueue {
     /// Encodes `frame`, with `stamp` as its timestamp when this hop took one while
-    /// recording.
-    fn push(&mut self, frame: &Frame, stamp: Option<u64>) {
+    /// recording, and its payload in `file` if it goes as one (header only, then).
+    fn push(&mut self, frame: &Frame, stamp: Option<u64>, file: Option<Arc<OwnedFd>>) {
         let mut header: FrameHeader = frame.header;
+        header.flags &= !FLAG_PAYLOAD_FD;
         // A stamp this hop did not take while recording (a forwarded frame keeps the
         // previous hop's) measures nothing for this hop.
         match stamp {
@@ -123,6 +132,14 @@ impl OutQueue {
                 header.flags |= FLAG_STAMPED;
             }
             None => header.flags &= !FLAG_STAMPED,
+        }
+        if let Some(file) = file {
+            header.flags |= FLAG_PAYLOAD_FD;
+            self.files.push_back((self.pushed, file));
+            header.encode(frame.payload.len(), &mut self.small);
+            self.bytes += HEADER_LEN;
+            self.pushed += HEADER_LEN as u64;
+            return;
         }
         self.bytes += frame.wire_len();
         self.pushed += frame.wire_len() as u64;
@@ -145,8 +162,8 @@ impl OutQueue {
         // Taken and given back, so the staging vector keeps its capacity: no
         // allocation per flush while recording.
         let mut staged = std::mem::take(&mut self.staged);
-        for (frame, at) in staged.drain(..) {
-            self.push(&frame, Some(stamp));
+        for (frame, at, file) in staged.drain(..) {
+            self.push(&frame, Some(stamp), file);
             queued(&frame, start.saturating_duration_since(at), self.pushed);
         }
         self.staged = staged;
@@ -155,55 +172,99 @@ impl OutQueue {
     /// Writes as much as the socket takes; true when everything went.
     fn write(&mut self, sock: &Socket) -> io::Result<bool> {
         loop {
-            if self.segments.is_empty() {
-                if self.small.is_empty() {
-                    self.bytes = 0;
-                    return Ok(true);
-                }
-                // The common case: small frames only, written from the one buffer it keeps.
-                match sock.write_vectored(&[IoSlice::new(&self.small)]) {
-                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => {
-                        self.small.advance(n);
-                        self.bytes -= n;
-                        self.written += n as u64;
-                        if self.small.is_empty() {
-                            self.small.clear();
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-                continue;
+            if self.segments.is_empty() && self.small.is_empty() {
+                self.bytes = 0;
+                return Ok(true);
             }
-            if !self.small.is_empty() {
+            if !self.segments.is_empty() && !self.small.is_empty() {
                 self.segments.push_back(self.small.split().freeze());
             }
-            let slices: Vec<IoSlice<'_>> =
-                self.segments.iter().take(MAX_IOV).map(|b| IoSlice::new(b)).collect();
-            match sock.write_vectored(&slices) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(mut n) => {
-                    self.bytes -= n;
-                    self.written += n as u64;
-                    while n > 0 {
-                        let Some(front) = self.segments.front_mut() else { break };
-                        if n >= front.len() {
-                            n -= front.len();
-                            self.segments.pop_front();
-                        } else {
-                            front.advance(n);
-                            n = 0;
-                        }
-                    }
+            let result = {
+                // The common case: small frames only, written from the one buffer it keeps.
+                let sources: Vec<&[u8]> = if self.segments.is_empty() {
+                    vec![&self.small]
+                } else {
+                    self.segments.iter().take(MAX_IOV).map(|b| &b[..]).collect()
+                };
+                let total = sources.iter().map(|b| b.len() as u64).sum();
+                let (files, limit) = files_for(&self.files, self.written, total);
+                let slices = slices_up_to(&sources, limit);
+                if files.is_empty() {
+                    sock.write_vectored(&slices)
+                } else {
+                    sock.send_with_fds(&slices, &files).inspect(|_| {
+                        // Gone with the write's first byte, whatever its length.
+                        self.files.drain(..files.len());
+                    })
                 }
+            };
+            match result {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.advance(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
     }
+
+    /// Drops the first `n` bytes queued: they were written.
+    fn advance(&mut self, mut n: usize) {
+        self.bytes -= n;
+        self.written += n as u64;
+        if self.segments.is_empty() {
+            self.small.advance(n);
+            if self.small.is_empty() {
+                self.small.clear();
+            }
+            return;
+        }
+        while n > 0 {
+            let Some(front) = self.segments.front_mut() else { break };
+            if n >= front.len() {
+                n -= front.len();
+                self.segments.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+}
+
+/// The payload files to send with a write of `total` bytes starting at byte
+/// `written` of the stream: those whose header starts in them, at most
+/// [`shared_payload::MAX_FDS_PER_MSG`]; and, when some are left over, how many bytes
+/// the write may take so that no header goes before its file.
+fn files_for(files: &VecDeque<(u64, Arc<OwnedFd>)>, written: u64, total: u64) -> (Vec<RawFd>, Option<usize>) {
+    let end = written + total;
+    let mut out = Vec::new();
+    for (at, file) in files {
+        if *at >= end {
+            break;
+        }
+        if out.len() == shared_payload::MAX_FDS_PER_MSG {
+            // `at > written`: the files taken start at `written` or later, before it.
+            return (out, Some((*at - written) as usize));
+        }
+        out.push(file.as_raw_fd());
+    }
+    (out, None)
+}
+
+/// The first `limit` bytes of `sources` (all of them without a limit), as slices.
+fn slices_up_to<'a>(sources: &[&'a [u8]], limit: Option<usize>) -> Vec<IoSlice<'a>> {
+    let mut left = limit.unwrap_or(usize::MAX);
+    let mut slices = Vec::with_capacity(sources.len());
+    for &b in sources {
+        if left == 0 {
+            break;
+        }
+        let take = b.len().min(left);
+        slices.push(IoSlice::new(&b[..take]));
+        left -= take;
+    }
+    slices
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,6 +289,8 @@ struct Conn {
     /// On the route's dirty list.
     dirty: bool,
     timing: LinkTiming,
+    /// Payload files received and not yet matched to their frame's header.
+    files: VecDeque<OwnedFd>,
     /// Why a write failed, and bytes read since: the link is read to its end first.
     write_failed: Option<(String, usize)>,
 }
@@ -252,6 +315,9 @@ pub struct StreamRoute {
     broken: Vec<(LinkId, Option<String>)>,
     max_frame: usize,
     monitor: Monitoring,
+    /// Payloads at least this large go to Unix links as sealed memory files
+    /// (`crate::shared_payload`); `None`: never.
+    zero_copy_min: Option<usize>,
 }
 
 impl std::fmt::Debug for StreamRoute {
@@ -263,6 +329,7 @@ impl std::fmt::Debug for StreamRoute {
 impl StreamRoute {
     /// A route that refuses frames with a payload over `max_frame` bytes (the link closes).
     pub fn new(max_frame: usize) -> Self {
+        shared_payload::raise_file_limit();
         StreamRoute {
             conns: LinkMap::default(),
             ready: Arc::default(),
@@ -270,6 +337,7 @@ impl StreamRoute {
             broken: Vec::new(),
             max_frame,
             monitor: Monitoring::new(),
+            zero_copy_min: None,
         }
     }
 
@@ -292,6 +360,7 @@ impl StreamRoute {
             state: State::Open,
             dirty: false,
             timing: LinkTiming::default(),
+            files: VecDeque::new(),
             write_failed: None,
         };
         self.conns.insert(link, conn);
@@ -351,6 +420,14 @@ impl StreamRoute {
         if let Some(c) = self.conns.get_mut(link) {
             c.timing.peer_clock = clock;
         }
+    }
+
+    /// Sends payloads of at least `bytes` bytes to links within this host as sealed
+    /// memory files instead of through the socket; `None` (until set) never does.
+    /// Off by default: on the machines measured the socket was faster at every
+    /// size (docs/processes.md, "Large messages within a host").
+    pub fn set_zero_copy_min(&mut self, bytes: Option<usize>) {
+        self.zero_copy_min = bytes;
     }
 
     /// Refuses frames over `max_frame` bytes from now on (a node learns its limit from its plan).
@@ -463,7 +540,7 @@ impl StreamRoute {
                 Poll::Ready(Err(e)) => return Some(Some(format!("read error: {e}"))),
                 Poll::Ready(Ok(g)) => g,
             };
-            let result = guard.try_io(|inner| read_some(inner.get_ref(), &mut c.rbuf));
+            let result = guard.try_io(|inner| read_some(inner.get_ref(), &mut c.rbuf, &mut c.files));
             match result {
                 Ok(Ok((0, _))) => return Some(end_of_stream(&c.rbuf)),
                 Ok(Ok((n, drained))) => {
@@ -504,7 +581,7 @@ impl StreamRoute {
                 self.ready.push(link);
                 return None;
             }
-            match read_some(&c.sock, &mut c.rbuf) {
+            match read_some(&c.sock, &mut c.rbuf, &mut c.files) {
                 // The peer closed first; our write failed only because of that.
                 Ok((0, _)) => return Some(end_of_stream(&c.rbuf)),
                 Ok((n, _)) => {
@@ -527,18 +604,23 @@ impl StreamRoute {
 /// While a large frame arrives, [`cut_frames`] has made room in `rbuf` for it, and
 /// the read goes straight there. Otherwise it goes through the thread's scratch
 /// buffer, so that an idle link keeps no read room of its own.
-fn read_some(sock: &Socket, rbuf: &mut BytesMut) -> io::Result<(usize, bool)> {
+///
+/// A Unix socket returns no more than one payload file per read, and stops there:
+/// a short read that brought a file does not say the socket is drained.
+fn read_some(sock: &Socket, rbuf: &mut BytesMut, files: &mut VecDeque<OwnedFd>) -> io::Result<(usize, bool)> {
     let room = rbuf.capacity() - rbuf.len();
-    if room >= READ_CHUNK {
-        let n = sock.read_into_spare(rbuf)?;
-        return Ok((n, n < room));
-    }
-    SCRATCH.with(|scratch| {
-        let mut scratch = scratch.borrow_mut();
-        let n = sock.read(&mut scratch)?;
-        rbuf.extend_from_slice(&scratch[..n]);
-        Ok((n, n < scratch.len()))
-    })
+    let files_before = files.len();
+    let (n, asked) = if room >= READ_CHUNK {
+        (sock.read_into_spare(rbuf, files)?, room)
+    } else {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let n = sock.read_with_fds(&mut scratch, files)?;
+            rbuf.extend_from_slice(&scratch[..n]);
+            Ok::<_, io::Error>((n, scratch.len()))
+        })?
+    };
+    Ok((n, n < asked && files.len() == files_before))
 }
 
 /// What a link's end of stream reports: a clean close, or a frame cut short.
@@ -558,7 +640,10 @@ fn deliver(
     any: &mut bool,
 ) -> Result<(), String> {
     let read_at = monitor.recording.then(Instant::now);
-    let frames = cut_frames(&mut c.rbuf, max_frame).map_err(|e| e.to_string())?;
+    let frames = cut_frames_with(&mut c.rbuf, max_frame, &mut c.files).map_err(|e| e.to_string())?;
+    if c.files.len() > MAX_WAITING_FILES {
+        return Err(format!("the peer sent {} files no frame claims", c.files.len()));
+    }
     if c.state != State::Open {
         return Ok(());
     }
@@ -580,6 +665,13 @@ pub enum CutError {
     /// A frame header does not decode.
     #[error("malformed frame: {0}")]
     Malformed(#[from] treecast_wire::DecodeError),
+    /// A frame says its payload came as a file, and none came with it (or the link
+    /// cannot carry files).
+    #[error("a frame says its payload came as a file beside it, and none came")]
+    NoFile,
+    /// A payload file that cannot be used.
+    #[error("{0}")]
+    File(String),
     /// A frame announces more payload than this node accepts.
     #[error(
         "a frame of {len} bytes is over this node's limit of {max} bytes (TREECAST_MAX_FRAME); the link is closed"
@@ -598,12 +690,33 @@ pub enum CutError {
 ///
 /// # Errors
 /// A malformed header or a frame over `max_frame` bytes: the stream cannot go on.
+/// A frame whose payload comes as a file ([`FLAG_PAYLOAD_FD`]) is refused: a byte
+/// stream carries none.
 pub fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, CutError> {
+    cut_frames_with(buf, max_frame, &mut VecDeque::new())
+}
+
+/// [`cut_frames`] for a link that carries payload files: `files` holds those
+/// received and not yet matched, oldest first.
+fn cut_frames_with(
+    buf: &mut BytesMut,
+    max_frame: usize,
+    files: &mut VecDeque<OwnedFd>,
+) -> Result<Vec<Frame>, CutError> {
     let mut frames = Vec::new();
     while buf.len() >= HEADER_LEN {
-        let (header, len) = FrameHeader::decode(&buf[..HEADER_LEN])?;
+        let (mut header, len) = FrameHeader::decode(&buf[..HEADER_LEN])?;
         if len > max_frame {
             return Err(CutError::TooLarge { len, max: max_frame });
+        }
+        if header.flags & FLAG_PAYLOAD_FD != 0 {
+            // The sender sends a file no later than its header's first byte.
+            let file = files.pop_front().ok_or(CutError::NoFile)?;
+            let payload = shared_payload::map(file, len).map_err(CutError::File)?;
+            buf.advance(HEADER_LEN);
+            header.flags &= !FLAG_PAYLOAD_FD;
+            frames.push(Frame { header, payload });
+            continue;
         }
         if buf.len() < HEADER_LEN + len {
             // Grow in steps as the bytes come: a header alone must not make us allocate its payload.
@@ -624,6 +737,21 @@ pub fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, Cu
         frames.push(Frame { header, payload });
     }
     Ok(frames)
+}
+
+/// A sealed memory file holding `payload`, or `None` (said once) when the kernel
+/// cannot make one: the payload then goes through the socket.
+fn payload_file(payload: &Bytes) -> Option<Arc<OwnedFd>> {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    match shared_payload::file_for(payload) {
+        Ok(file) => Some(file),
+        Err(e) => {
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!("large payloads go through the socket: cannot make a sealed memory file: {e}");
+            }
+            None
+        }
+    }
 }
 
 /// Encodes the frames `c` staged while recording, stamped with `start` (the flush's
@@ -655,14 +783,21 @@ impl Route for StreamRoute {
     fn send(&mut self, links: &[LinkId], frame: &Frame) {
         // Not recording reads no clock: a frame keeps the stamp it came with, if any.
         let queued = self.monitor.recording.then(Instant::now);
+        let as_file = self.zero_copy_min.is_some_and(|min| frame.payload.len() >= min);
+        // Made once for every link of this host the frame goes to.
+        let mut file: Option<Option<Arc<OwnedFd>>> = None;
         for &link in links {
             let Some(c) = self.conns.get_mut(link) else { continue };
             if c.state != State::Open || c.write_failed.is_some() {
                 continue;
             }
+            let file = match as_file && c.sock.is_unix() {
+                true => file.get_or_insert_with(|| payload_file(&frame.payload)).clone(),
+                false => None,
+            };
             match queued {
-                Some(at) => c.out.staged.push((frame.clone(), at)),
-                None => c.out.push(frame, None),
+                Some(at) => c.out.staged.push((frame.clone(), at, file)),
+                None => c.out.push(frame, None, file),
             }
             if !c.dirty {
                 c.dirty = true;
@@ -979,6 +1114,109 @@ mod tests {
         }
         assert!(matches!(got[sizes.len()].1, RouteEvent::Closed(None)));
         drop(writer.await.unwrap());
+    }
+
+    /// The payload size from which the tests send files.
+    const FILE_MIN: usize = 64 << 10;
+
+    /// Sends `frames` from one end of a Unix link to the other and returns them as read.
+    async fn across(frames: &[Frame], zero_copy_min: Option<usize>, recording: bool) -> Vec<Frame> {
+        let (mut a, la, mut b, _) = linked_routes();
+        a.set_zero_copy_min(zero_copy_min);
+        if recording {
+            a.monitor_start(1);
+        }
+        for f in frames {
+            a.send(&[la], f);
+        }
+        let writer = tokio::spawn(async move {
+            flushed(&mut a).await;
+            a
+        });
+        let got = recv(&mut b, frames.len()).await;
+        drop(writer.await.unwrap());
+        got.into_iter()
+            .map(|(_, e)| match e {
+                RouteEvent::Frame(f) => f,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn large_payloads_cross_a_unix_link_as_sealed_files_in_order_with_the_small_ones() {
+        // More files than one write carries, between small frames.
+        let frames: Vec<Frame> = (0..3 * shared_payload::MAX_FDS_PER_MSG + 5)
+            .map(|i| {
+                let n = if i % 3 == 2 { 10 } else { FILE_MIN + i };
+                let payload: Vec<u8> = (0..n).map(|j| (i * 7 + j) as u8).collect();
+                Frame::new(FrameHeader::data(1, i as i32, 0), payload)
+            })
+            .collect();
+        for recording in [false, true] {
+            let got = across(&frames, Some(FILE_MIN), recording).await;
+            assert_eq!(got.len(), frames.len());
+            for (sent, got) in frames.iter().zip(&got) {
+                assert_eq!(got.header.tag, sent.header.tag);
+                assert_eq!(got.header.flags & FLAG_PAYLOAD_FD, 0, "the core never sees the flag");
+                assert_eq!(got.payload, sent.payload);
+                let as_file = sent.payload.len() >= FILE_MIN;
+                assert_eq!(
+                    shared_payload::file_of(&got.payload).is_some(),
+                    as_file,
+                    "frame {}",
+                    sent.header.tag
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_passes_a_payload_file_on_without_copying_it() {
+        use std::os::unix::fs::MetadataExt;
+        let inode = |payload: &Bytes| {
+            let fd = shared_payload::file_of(payload).unwrap();
+            std::fs::File::from(fd.try_clone().unwrap()).metadata().unwrap().ino()
+        };
+        let frame = Frame::new(FrameHeader::data(1, 0, 0), vec![9u8; 300_000]);
+        let at_node = across(std::slice::from_ref(&frame), Some(FILE_MIN), false).await.remove(0);
+        let passed_on = across(std::slice::from_ref(&at_node), Some(FILE_MIN), false).await.remove(0);
+        assert_eq!(passed_on.payload, frame.payload);
+        assert_eq!(inode(&at_node.payload), inode(&passed_on.payload), "the same file went on");
+    }
+
+    #[tokio::test]
+    async fn with_zero_copy_off_large_payloads_go_through_the_socket() {
+        let frames = [Frame::new(FrameHeader::data(1, 0, 0), vec![3u8; 1 << 20])];
+        let got = across(&frames, None, false).await;
+        assert_eq!(got[0].payload, frames[0].payload);
+        assert!(shared_payload::file_of(&got[0].payload).is_none());
+    }
+
+    #[test]
+    fn a_frame_claiming_a_payload_file_on_a_byte_stream_is_refused() {
+        let mut header = FrameHeader::data(1, 0, 0);
+        header.flags = FLAG_PAYLOAD_FD;
+        let mut buf = BytesMut::new();
+        header.encode(100, &mut buf);
+        assert_eq!(cut_frames(&mut buf, MAX_PAYLOAD_LEN).unwrap_err(), CutError::NoFile);
+    }
+
+    #[test]
+    fn a_write_with_more_files_than_one_message_carries_stops_before_the_first_left_over() {
+        let file = shared_payload::file_for(&Bytes::from_static(b"x")).unwrap();
+        let max = shared_payload::MAX_FDS_PER_MSG as u64;
+        // Headers every 28 bytes from byte 1000, the stream written up to 1000.
+        let files: VecDeque<_> = (0..max + 3).map(|i| (1000 + 28 * i, file.clone())).collect();
+        let (taken, limit) = files_for(&files, 1000, 28 * (max + 3));
+        assert_eq!(taken.len() as u64, max);
+        assert_eq!(limit, Some(28 * max as usize));
+        let (a, b) = ([1u8; 500], [2u8; 2000]);
+        let slices = slices_up_to(&[&a, &b], limit);
+        assert_eq!(slices.iter().map(|s| s.len()).sum::<usize>(), 28 * max as usize);
+        // A write that ends before a header takes no file for it.
+        assert_eq!(files_for(&files, 1000, 1).0.len(), 1);
+        assert!(files_for(&files, 0, 1000).0.is_empty());
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::{codec::Reader, DecodeError, Window};
 
 /// Version byte every frame starts with.
-pub const PROTOCOL_VERSION: u8 = 6;
+pub const PROTOCOL_VERSION: u8 = 7;
 /// Size of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 28;
 /// Largest payload a decoder accepts (256 MiB); larger frames close the link.
@@ -53,6 +53,12 @@ pub const FLAG_STAMPED: u16 = 8;
 /// field may have more messages and bytes in the tree, as many as the payload says
 /// (see [`crate::encode_ack`] and [`FrameKind::Peer`]).
 pub const FLAG_PEER_ACK: u16 = 16;
+
+/// The payload did not follow the header in the byte stream: it came beside it as a
+/// sealed memory file (`SCM_RIGHTS` on a Unix link between two processes of one
+/// host), holding the payload length's bytes. Every hop sets or clears it; a link
+/// that cannot carry descriptors refuses it.
+pub const FLAG_PAYLOAD_FD: u16 = 128;
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

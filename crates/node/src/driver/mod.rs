@@ -114,6 +114,7 @@ impl<T: Tool> Driver<T> {
     /// A driver for `core`; frames over `max_frame` bytes close their link.
     pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
         let mut route = StreamRoute::new(max_frame);
+        route.set_zero_copy_min(crate::env::zero_copy_min_from_env());
         if let Some(source) = core.clock_source() {
             // Monitoring stamps frames on the global clock's time base.
             route.set_clock(Box::new(move |at| source.read(at)));
