@@ -38,19 +38,26 @@ pub const MAX_FRAME: &str = "TREECAST_MAX_FRAME";
 /// sends.
 pub const ZERO_COPY_MIN: &str = "TREECAST_ZERO_COPY_MIN";
 
-/// The size `TREECAST_ZERO_COPY_MIN` asks for; `None` when it is unset, `off`, or not
+/// The smallest size `TREECAST_ZERO_COPY_MIN` may ask for.
+const ZERO_COPY_FLOOR: usize = 4096;
+
+/// The size `TREECAST_ZERO_COPY_MIN` asks for (at least 4096); `None` when it is unset, `off`, or not
 /// a number of bytes (said as a warning).
 pub fn zero_copy_min_from_env() -> Option<usize> {
     let text = std::env::var(ZERO_COPY_MIN).ok()?;
     match text.trim() {
         "off" => None,
-        t => t.parse::<usize>().map_or_else(
-            |_| {
+        t => match t.parse::<usize>() {
+            Ok(n) if n >= ZERO_COPY_FLOOR => Some(n),
+            Ok(_) => {
+                tracing::warn!("{ZERO_COPY_MIN}={text:?} is under {ZERO_COPY_FLOOR} bytes, which cost less to copy than to pass as a file; using {ZERO_COPY_FLOOR}");
+                Some(ZERO_COPY_FLOOR)
+            }
+            Err(_) => {
                 tracing::warn!("{ZERO_COPY_MIN}={text:?} is not a number of bytes or `off`; large payloads go through the socket");
                 None
-            },
-            Some,
-        ),
+            }
+        },
     }
 }
 

@@ -111,7 +111,11 @@ pub(crate) fn map(fd: OwnedFd, len: usize) -> Result<Bytes, String> {
         )
     };
     if at == libc::MAP_FAILED {
-        return Err(format!("cannot map a payload file: {}", io::Error::last_os_error()));
+        // Out of mappings (vm.max_map_count) or address space: read it instead.
+        let mut payload = vec![0u8; len];
+        std::os::unix::fs::FileExt::read_exact_at(&File::from(fd), &mut payload, 0)
+            .map_err(|e| format!("cannot map or read a payload file: {e}"))?;
+        return Ok(Bytes::from(payload));
     }
     let fd = Arc::new(fd);
     if let Ok(mut map) = mapped().lock() {
@@ -183,7 +187,8 @@ pub(crate) fn send_with_fds(sock: RawFd, bufs: &[IoSlice<'_>], fds: &[RawFd]) ->
     #[allow(unsafe_code)]
     // SAFETY: CMSG_SPACE only computes a size.
     let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
-    let mut control = vec![0u8; space];
+    // u64 elements keep the control buffer aligned for cmsghdr.
+    let mut control = vec![0u64; space.div_ceil(8)];
     #[allow(unsafe_code)]
     // SAFETY: `msg` points at `bufs` (IoSlice is ABI-compatible with iovec) and at
     // `control`, both alive for the call; CMSG_FIRSTHDR of a control buffer of
@@ -247,6 +252,7 @@ pub(crate) fn recv_into(
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                raise_file_limit();
                 let data = libc::CMSG_DATA(cmsg);
                 let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
                 for i in 0..count {

@@ -112,6 +112,9 @@ struct OutQueue {
     /// Payload files not sent yet, with where their frame's header starts in the
     /// byte stream: each goes with the write that carries that header, or earlier.
     files: VecDeque<(u64, Arc<OwnedFd>)>,
+    /// Where the header of the last file sent ends: no file goes until the stream is
+    /// written that far, so the receiver holds at most one write's files unclaimed.
+    files_sent_to: u64,
     /// Bytes ever encoded and ever written: where each frame ends in the link's
     /// byte stream, to tell which write carried its last byte.
     pushed: u64,
@@ -179,22 +182,30 @@ impl OutQueue {
             if !self.segments.is_empty() && !self.small.is_empty() {
                 self.segments.push_back(self.small.split().freeze());
             }
-            let result = {
+            let result = if self.segments.is_empty() && self.files.is_empty() {
                 // The common case: small frames only, written from the one buffer it keeps.
+                sock.write_vectored(&[IoSlice::new(&self.small)])
+            } else {
                 let sources: Vec<&[u8]> = if self.segments.is_empty() {
                     vec![&self.small]
                 } else {
                     self.segments.iter().take(MAX_IOV).map(|b| &b[..]).collect()
                 };
                 let total = sources.iter().map(|b| b.len() as u64).sum();
-                let (files, limit) = files_for(&self.files, self.written, total);
+                let (files, limit) = if self.written < self.files_sent_to {
+                    (Vec::new(), before_next_file(&self.files, self.written, total))
+                } else {
+                    files_for(&self.files, self.written, total)
+                };
                 let slices = slices_up_to(&sources, limit);
                 if files.is_empty() {
                     sock.write_vectored(&slices)
                 } else {
                     sock.send_with_fds(&slices, &files).inspect(|_| {
                         // Gone with the write's first byte, whatever its length.
-                        self.files.drain(..files.len());
+                        if let Some((at, _)) = self.files.drain(..files.len()).next_back() {
+                            self.files_sent_to = at + HEADER_LEN as u64;
+                        }
                     })
                 }
             };
@@ -250,6 +261,13 @@ fn files_for(files: &VecDeque<(u64, Arc<OwnedFd>)>, written: u64, total: u64) ->
         out.push(file.as_raw_fd());
     }
     (out, None)
+}
+
+/// How many of `total` bytes from byte `written` may go before the header of the
+/// next file to send, if that header starts within them.
+fn before_next_file(files: &VecDeque<(u64, Arc<OwnedFd>)>, written: u64, total: u64) -> Option<usize> {
+    let (at, _) = files.front()?;
+    (*at < written + total).then(|| at.saturating_sub(written) as usize)
 }
 
 /// The first `limit` bytes of `sources` (all of them without a limit), as slices.
@@ -329,7 +347,6 @@ impl std::fmt::Debug for StreamRoute {
 impl StreamRoute {
     /// A route that refuses frames with a payload over `max_frame` bytes (the link closes).
     pub fn new(max_frame: usize) -> Self {
-        shared_payload::raise_file_limit();
         StreamRoute {
             conns: LinkMap::default(),
             ready: Arc::default(),
@@ -427,6 +444,9 @@ impl StreamRoute {
     /// Off by default: on the machines measured the socket was faster at every
     /// size (docs/processes.md, "Large messages within a host").
     pub fn set_zero_copy_min(&mut self, bytes: Option<usize>) {
+        if bytes.is_some() {
+            shared_payload::raise_file_limit();
+        }
         self.zero_copy_min = bytes;
     }
 
@@ -1183,6 +1203,23 @@ mod tests {
         let passed_on = across(std::slice::from_ref(&at_node), Some(FILE_MIN), false).await.remove(0);
         assert_eq!(passed_on.payload, frame.payload);
         assert_eq!(inode(&at_node.payload), inode(&passed_on.payload), "the same file went on");
+    }
+
+    #[tokio::test]
+    async fn files_never_run_ahead_of_their_headers_when_writes_are_cut_short() {
+        // A regression: with many small frames between file frames and a full
+        // socket, each short write sent the next files early, until the receiver
+        // held more unclaimed files than it allows and closed the link.
+        let mut frames = Vec::new();
+        for i in 0..200 {
+            frames.push(Frame::new(FrameHeader::data(1, i, 0), vec![i as u8; FILE_MIN]));
+            for j in 0..50 {
+                frames.push(Frame::new(FrameHeader::data(2, j, 0), vec![j as u8; 2000]));
+            }
+        }
+        let got = across(&frames, Some(FILE_MIN), false).await;
+        assert_eq!(got.len(), frames.len());
+        assert!(frames.iter().zip(&got).all(|(a, b)| a.payload == b.payload && a.header.tag == b.header.tag));
     }
 
     #[tokio::test]
