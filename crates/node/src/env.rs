@@ -121,6 +121,14 @@ pub fn rejoin_from_env() -> Option<std::time::Duration> {
 pub const CLOCK_DISTORT: &str = "TREECAST_CLOCK_DISTORT";
 /// Seconds between clock re-synchronisations after the first two rounds (default 300).
 pub const CLOCK_RESYNC: &str = "TREECAST_CLOCK_RESYNC";
+/// Probes per round of the global clock, 1 to 1024 (default 16): the one with the
+/// shortest round trip counts, so more probes find a quieter moment.
+pub const CLOCK_PROBES: &str = "TREECAST_CLOCK_PROBES";
+/// Probes of a round sent back to back, each as soon as the last is answered, 1 to
+/// 1024 (default 16).
+pub const CLOCK_PROBE_BURST: &str = "TREECAST_CLOCK_PROBE_BURST";
+/// Milliseconds between the bursts of a round (default 2).
+pub const CLOCK_PROBE_GAP_MS: &str = "TREECAST_CLOCK_PROBE_GAP_MS";
 
 pub use crate::core::Distortion;
 
@@ -199,17 +207,48 @@ pub fn clock_from_env(node_id: u32) -> (crate::core::ClockSource, crate::core::C
         }
     }
     let mut config = crate::core::ClockConfig::default();
+    // Said once, by the front-end: every other node would repeat it.
+    let warn = |knob: &str, text: &str, wanted: &str, default: String| {
+        if node_id == 0 {
+            tracing::warn!("{knob}={text:?} is not {wanted}; using {default}");
+        }
+    };
     if let Ok(text) = std::env::var(CLOCK_RESYNC) {
         match text.trim().parse::<f64>() {
             Ok(secs) if secs > 0.0 && secs.is_finite() => {
                 config.resync = std::time::Duration::from_secs_f64(secs.min(1e7));
             }
-            // Said once, by the front-end.
-            _ if node_id == 0 => tracing::warn!(
-                "{CLOCK_RESYNC}={text:?} is not a number of seconds above 0; using {} s",
-                config.resync.as_secs_f64()
+            _ => warn(
+                CLOCK_RESYNC,
+                &text,
+                "a number of seconds above 0",
+                format!("{} s", config.resync.as_secs_f64()),
             ),
-            _ => {}
+        }
+    }
+    if let Ok(text) = std::env::var(CLOCK_PROBES) {
+        match text.trim().parse::<u32>() {
+            Ok(n) if (1..=1024).contains(&n) => config.probes = n,
+            _ => warn(CLOCK_PROBES, &text, "a count from 1 to 1024", config.probes.to_string()),
+        }
+    }
+    if let Ok(text) = std::env::var(CLOCK_PROBE_BURST) {
+        match text.trim().parse::<u32>() {
+            Ok(n) if (1..=1024).contains(&n) => config.probe_burst = n,
+            _ => warn(CLOCK_PROBE_BURST, &text, "a count from 1 to 1024", config.probe_burst.to_string()),
+        }
+    }
+    if let Ok(text) = std::env::var(CLOCK_PROBE_GAP_MS) {
+        match text.trim().parse::<f64>() {
+            Ok(ms) if (0.0..=60_000.0).contains(&ms) => {
+                config.probe_gap = std::time::Duration::from_secs_f64(ms / 1e3)
+            }
+            _ => warn(
+                CLOCK_PROBE_GAP_MS,
+                &text,
+                "a number of milliseconds from 0 to 60000",
+                format!("{} ms", config.probe_gap.as_secs_f64() * 1e3),
+            ),
         }
     }
     (source, config)

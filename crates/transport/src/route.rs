@@ -6,6 +6,7 @@
 //! behind the same trait.
 
 use std::task::Context;
+use std::time::Instant;
 
 use treecast_wire::Frame;
 
@@ -16,6 +17,9 @@ use crate::LinkId;
 pub enum RouteEvent {
     /// A frame arrived, in order.
     Frame(Frame),
+    /// A frame marked [`treecast_wire::FLAG_TIMED`] arrived, in order, with the
+    /// instant the read that completed it ended.
+    Timed(Frame, Instant),
     /// The link is gone: `None` for an orderly close, else the reason (I/O error,
     /// malformed or oversized frame).
     Closed(Option<String>),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN};
+use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, FLAG_TIMED, HEADER_LEN};
 
 use crate::route::{Close, Route, RouteEvent};
 use crate::timing::{ClockFn, LinkPlace, LinkTiming, Monitoring, PeerClock};
@@ -105,10 +105,9 @@ struct OutQueue {
     segments: VecDeque<Bytes>,
     small: BytesMut,
     bytes: usize,
-    /// While monitoring: frames not yet encoded, with when they were queued and the
-    /// file their payload goes in, if any; their header stamp is the start of the
-    /// write that takes them (see `timing`).
-    staged: Vec<(Frame, Instant, Option<Arc<OwnedFd>>)>,
+    /// Frames to be stamped (while monitoring, and clock probes) not yet encoded;
+    /// their header stamp is the start of the write that takes them (see `timing`).
+    staged: Vec<Staged>,
     /// Payload files not sent yet, with where their frame's header starts in the
     /// byte stream: each goes with the write that carries that header, or earlier.
     files: VecDeque<(u64, Arc<OwnedFd>)>,
@@ -119,6 +118,18 @@ struct OutQueue {
     /// byte stream, to tell which write carried its last byte.
     pushed: u64,
     written: u64,
+}
+
+/// A frame waiting for the write that stamps it.
+#[derive(Debug)]
+struct Staged {
+    frame: Frame,
+    /// When it was queued.
+    at: Instant,
+    /// The file its payload goes in, if any.
+    file: Option<Arc<OwnedFd>>,
+    /// Queued while recording: its queue and send times are recorded.
+    record: bool,
 }
 
 impl OutQueue {
@@ -160,14 +171,19 @@ impl OutQueue {
     }
 
     /// Encodes the staged frames with header stamp `stamp`; `queued` is told each
-    /// frame, how long it waited, and where it ends in the byte stream.
+    /// frame queued while recording, how long it waited, and where it ends in the
+    /// byte stream.
     fn encode_staged(&mut self, stamp: u64, start: Instant, queued: &mut dyn FnMut(&Frame, Duration, u64)) {
         // Taken and given back, so the staging vector keeps its capacity: no
         // allocation per flush while recording.
         let mut staged = std::mem::take(&mut self.staged);
-        for (frame, at, file) in staged.drain(..) {
-            self.push(&frame, Some(stamp), file);
-            queued(&frame, start.saturating_duration_since(at), self.pushed);
+        for s in staged.drain(..) {
+            // A frame staged only to keep its place behind a probe takes no stamp.
+            let stamp = (s.record || is_timed(&s.frame)).then_some(stamp);
+            self.push(&s.frame, stamp, s.file);
+            if s.record {
+                queued(&s.frame, start.saturating_duration_since(s.at), self.pushed);
+            }
         }
         self.staged = staged;
     }
@@ -661,6 +677,9 @@ fn deliver(
 ) -> Result<(), String> {
     let read_at = monitor.recording.then(Instant::now);
     let frames = cut_frames_with(&mut c.rbuf, max_frame, &mut c.files).map_err(|e| e.to_string())?;
+    // A clock probe needs the read's end even when nothing records; cutting small
+    // frames takes far less than the clock's error bound.
+    let timed_at = read_at.or_else(|| frames.iter().any(is_timed).then(Instant::now));
     if c.files.len() > MAX_WAITING_FILES {
         return Err(format!("the peer sent {} files no frame claims", c.files.len()));
     }
@@ -673,9 +692,16 @@ fn deliver(
         if let Some(read) = &read {
             monitor.read(&c.timing, &f, read, Instant::now());
         }
-        sink(link, RouteEvent::Frame(f));
+        match timed_at {
+            Some(at) if is_timed(&f) => sink(link, RouteEvent::Timed(f, at)),
+            _ => sink(link, RouteEvent::Frame(f)),
+        }
     }
     Ok(())
+}
+
+fn is_timed(frame: &Frame) -> bool {
+    frame.header.flags & FLAG_TIMED != 0
 }
 
 /// Why the bytes of a link cannot be cut into frames: the link cannot go on.
@@ -774,8 +800,8 @@ fn payload_file(payload: &Bytes) -> Option<Arc<OwnedFd>> {
     }
 }
 
-/// Encodes the frames `c` staged while recording, stamped with `start` (the flush's
-/// start), and records how long each was queued.
+/// Encodes the frames `c` staged, stamped with `start` (the flush's start), and
+/// records how long each one queued while recording waited.
 fn encode_staged(c: &mut Conn, monitor: &mut Monitoring, start: Instant) {
     if c.out.staged.is_empty() {
         return;
@@ -801,8 +827,10 @@ fn write_timed(c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
 
 impl Route for StreamRoute {
     fn send(&mut self, links: &[LinkId], frame: &Frame) {
-        // Not recording reads no clock: a frame keeps the stamp it came with, if any.
-        let queued = self.monitor.recording.then(Instant::now);
+        // Not recording reads no clock, but for a clock probe: a frame keeps the
+        // stamp it came with, if any.
+        let record = self.monitor.recording;
+        let queued = (record || frame.header.flags & FLAG_TIMED != 0).then(Instant::now);
         let as_file = self.zero_copy_min.is_some_and(|min| frame.payload.len() >= min);
         // Made once for every link of this host the frame goes to.
         let mut file: Option<Option<Arc<OwnedFd>>> = None;
@@ -815,8 +843,13 @@ impl Route for StreamRoute {
                 true => file.get_or_insert_with(|| payload_file(&frame.payload)).clone(),
                 false => None,
             };
-            match queued {
-                Some(at) => c.out.staged.push((frame.clone(), at, file)),
+            // Behind a staged frame, a frame is staged too, so as not to overtake it.
+            let at = match queued {
+                Some(at) => Some(at),
+                None => (!c.out.staged.is_empty()).then(Instant::now),
+            };
+            match at {
+                Some(at) => c.out.staged.push(Staged { frame: frame.clone(), at, file, record }),
                 None => c.out.push(frame, None, file),
             }
             if !c.dirty {
@@ -1013,6 +1046,37 @@ mod tests {
         assert_eq!(parent.monitor_report().count(), 6);
         parent.monitor_clear();
         assert_eq!(parent.monitor_report().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_clock_probe_is_stamped_at_its_write_and_read_with_its_instant_while_nothing_records() {
+        let (mut child, la, mut parent, _) = linked_routes();
+        child.set_clock(Box::new(|_| 5_000_000_000));
+        let mut probe = Frame::new(FrameHeader::control(), vec![1; 10]);
+        probe.header.flags |= FLAG_TIMED;
+        let before = Instant::now();
+        child.send(&[la], &Frame::new(FrameHeader::data(1, 1, 0), vec![1; 10]));
+        child.send(&[la], &probe);
+        child.send(&[la], &Frame::new(FrameHeader::data(1, 3, 0), vec![1; 10]));
+        flushed(&mut child).await;
+        let got = recv(&mut parent, 3).await;
+        let after = Instant::now();
+        let frames: Vec<(&Frame, Option<Instant>)> = got
+            .iter()
+            .map(|(_, e)| match e {
+                RouteEvent::Frame(f) => (f, None),
+                RouteEvent::Timed(f, at) => (f, Some(*at)),
+                RouteEvent::Closed(r) => panic!("closed: {r:?}"),
+            })
+            .collect();
+        assert_eq!(frames.iter().map(|(f, _)| f.header.tag).collect::<Vec<_>>(), [1, 0, 3], "in order");
+        let (timed, read_at) = frames[1];
+        assert_eq!(timed.header.flags & FLAG_STAMPED, FLAG_STAMPED);
+        assert_eq!(timed.header.timestamp_ns, 5_000_000_000, "stamped on the sender's clock");
+        assert!(read_at.is_some_and(|at| before <= at && at <= after), "{read_at:?}");
+        for (f, at) in [frames[0], frames[2]] {
+            assert!(at.is_none() && f.header.flags & FLAG_STAMPED == 0, "nothing records: {f:?}");
+        }
     }
 
     #[tokio::test]

@@ -60,6 +60,12 @@ pub const FLAG_PEER_ACK: u16 = 16;
 /// that cannot carry descriptors refuses it.
 pub const FLAG_PAYLOAD_FD: u16 = 128;
 
+/// A global-clock probe or its answer: whether or not the node records, the route
+/// stamps it at the write that takes it (and sets [`FLAG_STAMPED`]) and reports the
+/// instant the read that brought it ended, so that the clock is measured between
+/// the socket calls, not between the protocol cores' turns.
+pub const FLAG_TIMED: u16 = 256;
+
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]

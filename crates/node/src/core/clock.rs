@@ -25,6 +25,12 @@ use super::{ChildState, Event, LinkId, Node, Role};
 /// default resync is 13).
 const MAX_HISTORY: usize = 64;
 
+/// The drift allowed for within a child's first round, before it is measured: five
+/// times what an ordinary crystal is specified to (±100 ppm). A round of
+/// back-to-back probes lasts about a millisecond, which this turns into half a
+/// microsecond of bound.
+const UNKNOWN_DRIFT_PPB: u64 = 500_000;
+
 /// How a node reads its clock: a time base plus, for tests, a distortion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockSource {
@@ -90,8 +96,12 @@ pub struct ClockConfig {
     pub drift_window: Duration,
     /// A round whose answer does not come within this is given up (tried again later).
     pub probe_limit: Duration,
-    /// Time between the probes of a round: spread out, they are more likely to catch
-    /// a moment when neither end waits for a CPU than back to back.
+    /// Probes sent back to back, each as soon as the last is answered: the first
+    /// of a burst finds the ends asleep and waking them takes longer one way than
+    /// the other, the next ones find both awake.
+    pub probe_burst: u32,
+    /// Time between bursts: spread out, they are more likely to catch a moment when
+    /// neither end waits for a CPU.
     pub probe_gap: Duration,
     /// Time from a child joining to its first round (the start-up traffic is over by
     /// then); each child also waits up to as long again, by its node id, so that the
@@ -102,15 +112,69 @@ pub struct ClockConfig {
 impl Default for ClockConfig {
     fn default() -> Self {
         ClockConfig {
-            probes: 16,
+            probes: 32,
             drift_after: Duration::from_secs(2),
             resync: Duration::from_secs(300),
             drift_window: Duration::from_secs(3600),
             probe_limit: Duration::from_secs(5),
+            probe_burst: 32,
             probe_gap: Duration::from_millis(2),
             first_round_after: Duration::from_millis(50),
         }
     }
+}
+
+/// One answered probe: its round trip (the child's time between read and answer
+/// left out), the child's clock minus the parent's, and the parent's clock at the
+/// round trip's midpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Probe {
+    rtt: i64,
+    offset: i64,
+    midpoint: i64,
+}
+
+/// What a round of probes says of a child's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Estimate {
+    /// The shortest round trip.
+    rtt: i64,
+    /// The child's clock minus the parent's at `midpoint`.
+    offset: i64,
+    /// The parent's clock the offset holds at: the shortest round trip's midpoint.
+    midpoint: i64,
+    /// How far the true offset may lie from `offset`.
+    error: i64,
+}
+
+/// The offset a round's probes allow. Each probe bounds the true offset to its own
+/// offset ± half its round trip; the truth lies in all those intervals at once, so
+/// the estimate is the middle of their intersection and the error bound half its
+/// width. The intersection's ends come from the fastest trip down and the fastest
+/// trip up, even when no one probe had both, so the bound is never wider than half
+/// the shortest round trip and most often narrower. Offsets are carried to the
+/// shortest round trip's midpoint by the drift known so far. Should the intervals
+/// not meet (a drift not known yet, a clock stepped), the shortest round trip alone
+/// counts, as in Cristian's method. Each interval is widened by what the drift's
+/// error (`drift_error_ppb`) may have moved it, so the bound stays a bound.
+fn estimate(samples: &[Probe], drift_ppb: i64, drift_error_ppb: u64) -> Option<Estimate> {
+    let best = samples.iter().min_by_key(|p| p.rtt)?;
+    let (mut low, mut high) = (i64::MIN, i64::MAX);
+    for p in samples {
+        let since = i128::from(best.midpoint) - i128::from(p.midpoint);
+        let offset = drifted(p.offset, drift_ppb, since);
+        let moved =
+            i64::try_from(since.unsigned_abs().saturating_mul(u128::from(drift_error_ppb)) / 1_000_000_000)
+                .unwrap_or(i64::MAX);
+        low = low.max(offset.saturating_sub(p.rtt / 2).saturating_sub(moved));
+        high = high.min(offset.saturating_add(p.rtt - p.rtt / 2).saturating_add(moved));
+    }
+    let (offset, error) = if low <= high {
+        (low + (high - low) / 2, (high - low + 1) / 2)
+    } else {
+        (best.offset, best.rtt - best.rtt / 2)
+    };
+    Some(Estimate { rtt: best.rtt, offset, midpoint: best.midpoint, error })
 }
 
 /// A parent's measurement of one child.
@@ -123,8 +187,8 @@ struct ChildClock {
     /// on cannot pass for the answer to a later one.
     next_seq: u32,
     probes_done: u32,
-    /// Best probe of the round: round trip, offset, midpoint (parent clock).
-    best: Option<(i64, i64, i64)>,
+    /// The probes of the round answered so far.
+    samples: Vec<Probe>,
     /// Earlier rounds within the drift window, oldest first: offset, midpoint and
     /// error bound, for the drift.
     history: std::collections::VecDeque<(i64, i64, i64)>,
@@ -187,7 +251,7 @@ impl Node {
                 // Lost with its answer: the round starts again later. A child that never
                 // answers has no clock (an older build) and is asked again now and then.
                 state.in_flight = None;
-                state.best = None;
+                state.samples.clear();
                 state.probes_done = 0;
                 state.next_send = Some(now + config.resync.min(config.probe_limit * 4));
             }
@@ -221,7 +285,8 @@ impl Node {
         }
         let config = self.clock.config;
         let node_id = self.children[c].node_id;
-        let stagger = config.first_round_after.mul_f64(f64::from(node_id.wrapping_mul(7919) % 1000) / 1000.0);
+        let stagger =
+            config.first_round_after.mul_f64(4.0 * f64::from(node_id.wrapping_mul(7919) % 1000) / 1000.0);
         let first =
             ChildClock { next_send: Some(now + config.first_round_after + stagger), ..ChildClock::default() };
         self.clock.children.insert(c, first);
@@ -233,18 +298,24 @@ impl Node {
         let seq = state.next_seq;
         state.next_seq = seq.wrapping_add(1);
         state.in_flight = Some((seq, now));
-        self.out.control(link, &ControlMsg::ClockProbe { seq, sent_ns: source.read(now) });
+        self.out.control_timed(link, &ControlMsg::ClockProbe { seq, sent_ns: source.read(now) });
     }
 
-    /// A probe from the parent: answered at once with this node's clock.
+    /// A probe from the parent, sent when the parent's clock read `sent_ns` (the
+    /// start of its write) and read here at `now`: answered at once with both.
     pub(super) fn on_clock_probe(&mut self, link: LinkId, seq: u32, sent_ns: i64, now: Instant) {
         if let Some(source) = self.clock.source {
-            self.out.control(link, &ControlMsg::ClockReply { seq, sent_ns, child_ns: source.read(now) });
+            self.out
+                .control_timed(link, &ControlMsg::ClockReply { seq, sent_ns, child_ns: source.read(now) });
         }
     }
 
-    /// A child's answer to a probe.
-    pub(super) fn on_clock_reply(&mut self, c: usize, seq: u32, sent_ns: i64, child_ns: i64, now: Instant) {
+    /// A child's answer to a probe, read at `now`, with three stamps: the parent's
+    /// write of the probe and, on the child's clock, the read of the probe and the
+    /// write of the answer. The child's time between the two is no part of the round
+    /// trip (the four-stamp form of Cristian's method, as in NTP).
+    pub(super) fn on_clock_reply(&mut self, c: usize, seq: u32, stamps: (i64, i64, i64), now: Instant) {
+        let (sent_ns, child_ns, answered_ns) = stamps;
         let Some(source) = self.clock.source else { return };
         let config = self.clock.config;
         let Some(state) = self.clock.children.get_mut(&c) else { return };
@@ -253,19 +324,34 @@ impl Node {
         }
         state.in_flight = None;
         let back_ns = source.read(now);
-        let rtt = back_ns.saturating_sub(sent_ns).max(0);
+        let held = answered_ns.saturating_sub(child_ns).max(0);
+        let rtt = back_ns.saturating_sub(sent_ns).saturating_sub(held).max(0);
         let midpoint = sent_ns.saturating_add(rtt / 2);
         let offset = child_ns.saturating_sub(midpoint);
-        if state.best.map_or(true, |(best_rtt, _, _)| rtt < best_rtt) {
-            state.best = Some((rtt, offset, midpoint));
-        }
+        state.samples.push(Probe { rtt, offset, midpoint });
         state.probes_done += 1;
         if state.probes_done < config.probes {
-            state.next_send = Some(now + config.probe_gap);
+            if config.probe_gap.is_zero() || state.probes_done % config.probe_burst.max(1) != 0 {
+                // Back to back within a burst: both ends are still awake, where the
+                // first probe of a burst has to wake them.
+                if let Some(link) = self.children[c].link {
+                    self.send_probe(c, link, now);
+                }
+            } else {
+                state.next_send = Some(now + config.probe_gap);
+            }
             return;
         }
         state.probes_done = 0;
-        let Some((rtt, offset, midpoint)) = state.best.take() else { return };
+        // Before a drift is measured, a drift as large as any crystal's is allowed for
+        // over the round.
+        let drift_error = if state.rounds == 0 { UNKNOWN_DRIFT_PPB } else { state.drift_error_ppb };
+        let Some(Estimate { rtt, offset, midpoint, error }) =
+            estimate(&state.samples, state.drift_ppb, drift_error)
+        else {
+            return;
+        };
+        state.samples.clear();
         let window = i128::try_from(config.drift_window.as_nanos()).unwrap_or(i128::MAX);
         let age = |mid: i64| i128::from(midpoint) - i128::from(mid);
         // A round not after the last (a clock stepped back, a bogus echo) would
@@ -283,17 +369,17 @@ impl Node {
             if span > 0 {
                 let ppb = (i128::from(offset) - i128::from(prev_offset)) * 1_000_000_000 / span;
                 state.drift_ppb = i64::try_from(ppb).unwrap_or(0);
-                let error = (i128::from(prev_error) + i128::from(rtt / 2)) * 1_000_000_000 / span;
+                let error = (i128::from(prev_error) + i128::from(error)) * 1_000_000_000 / span;
                 state.drift_error_ppb = u64::try_from(error).unwrap_or(u64::MAX);
             }
         }
-        state.history.push_back((offset, midpoint, rtt / 2));
+        state.history.push_back((offset, midpoint, error));
         state.rounds += 1;
         state.next_send = Some(now + if state.rounds == 1 { config.drift_after } else { config.resync });
         let sample = ClockSample {
             node_id: self.children[c].node_id,
             offset_ns: offset,
-            error_ns: (rtt / 2).unsigned_abs(),
+            error_ns: error.unsigned_abs(),
             rtt_ns: rtt.unsigned_abs(),
             drift_ppb: state.drift_ppb,
             drift_error_ppb: state.drift_error_ppb,
@@ -335,5 +421,55 @@ impl Node {
             (_, Some(parent)) => self.out.control(parent, &ControlMsg::ClockReport { samples }),
             (_, None) => {}
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A probe of a child whose clock is `offset` ahead, sent at `sent` (parent's
+    /// clock), `down` and `up` nanoseconds each way.
+    fn probe(offset: i64, sent: i64, down: i64, up: i64) -> Probe {
+        let rtt = down + up;
+        Probe { rtt, offset: offset + down - rtt / 2, midpoint: sent + rtt / 2 }
+    }
+
+    #[test]
+    fn the_fastest_trip_down_and_the_fastest_trip_up_bound_the_offset_from_different_probes() {
+        // No probe is fast both ways, yet one was fast down and another fast up.
+        let samples = [
+            probe(1_000, 0, 2_000, 50_000),
+            probe(1_000, 100_000, 50_000, 2_000),
+            probe(1_000, 200_000, 30_000, 30_000),
+        ];
+        let e = estimate(&samples, 0, 0).unwrap();
+        assert_eq!((e.offset, e.error, e.rtt), (1_000, 2_000, 52_000), "{e:?}");
+        // The shortest round trip alone would be off by 24 µs.
+        assert_eq!(samples[0].offset, 1_000 - 24_000);
+    }
+
+    #[test]
+    fn probes_are_carried_to_one_instant_by_the_drift() {
+        // The child gains 100 ppm: 10 µs over the 0.1 s between these probes.
+        let samples = [probe(1_000, 0, 2_000, 8_000), probe(11_000, 100_000_000, 8_000, 2_000)];
+        let e = estimate(&samples, 100_000, 0).unwrap();
+        assert_eq!(e.midpoint, 5_000, "the shortest round trip's midpoint (the first of equals)");
+        assert_eq!((e.offset, e.error), (1_000, 2_000), "{e:?}");
+        // A drift known to 10 ppm may have moved the later probe's interval by 1 µs.
+        let e = estimate(&samples, 100_000, 10_000).unwrap();
+        assert_eq!((e.offset, e.error), (500, 2_500), "{e:?}");
+        // Not carried, the two probes contradict each other.
+        assert_eq!(estimate(&samples, 0, 0).map(|e| (e.offset, e.error)), Some((-2_000, 5_000)));
+    }
+
+    #[test]
+    fn probes_that_cannot_all_be_right_leave_the_shortest_round_trip_alone() {
+        // A clock stepped by a millisecond between the probes: the intervals do not meet.
+        let samples = [probe(1_000, 0, 5_000, 6_000), probe(1_001_000, 100_000, 5_000, 5_000)];
+        let e = estimate(&samples, 0, 0).unwrap();
+        assert_eq!((e.offset, e.error, e.rtt), (1_001_000, 5_000, 10_000), "{e:?}");
+        assert_eq!(estimate(&[], 0, 0), None);
     }
 }

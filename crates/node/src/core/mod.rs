@@ -581,6 +581,14 @@ impl Outputs {
         self.send(link, control_frame(msg));
     }
 
+    /// A clock probe or its answer: the route stamps it at its write and reports
+    /// the end of its read ([`treecast_wire::FLAG_TIMED`]).
+    fn control_timed(&mut self, link: LinkId, msg: &ControlMsg) {
+        let mut frame = control_frame(msg);
+        frame.header.flags |= treecast_wire::FLAG_TIMED;
+        self.send(link, frame);
+    }
+
     fn credit(&mut self, link: LinkId, stream: u32, grant: treecast_wire::Grant) {
         self.credits.push_back(Transmit { to: Destination::Link(link), frame: Frame::credit(stream, grant) });
     }
@@ -588,6 +596,14 @@ impl Outputs {
     fn event(&mut self, e: Event) {
         self.events.push_back(e);
     }
+}
+
+/// The sender's clock when the write that took `frame` started, if its route
+/// stamped it.
+fn write_stamp(frame: &Frame) -> Option<i64> {
+    (frame.header.flags & treecast_wire::FLAG_STAMPED != 0)
+        .then(|| i64::try_from(frame.header.timestamp_ns).ok())
+        .flatten()
 }
 
 /// Encodes a control message as a frame.
@@ -830,13 +846,15 @@ impl Node {
             (FrameKind::Control, _) => match ControlMsg::decode(&frame.payload) {
                 Ok(msg) => match (role, msg) {
                     (LinkRole::Parent, ControlMsg::ClockProbe { seq, sent_ns }) => {
+                        let sent_ns = write_stamp(&frame).unwrap_or(sent_ns);
                         self.on_clock_probe(link, seq, sent_ns, now)
                     }
                     (LinkRole::Parent, ControlMsg::LinkClock { offset_ns, drift_ppb, measured_ns }) => {
                         self.on_link_clock(link, offset_ns, drift_ppb, measured_ns)
                     }
                     (LinkRole::Child(c), ControlMsg::ClockReply { seq, sent_ns, child_ns }) => {
-                        self.on_clock_reply(c, seq, sent_ns, child_ns, now)
+                        let answered_ns = write_stamp(&frame).unwrap_or(child_ns);
+                        self.on_clock_reply(c, seq, (sent_ns, child_ns, answered_ns), now)
                     }
                     (LinkRole::Child(_), ControlMsg::ClockReport { samples }) => self.clock_report(samples),
                     (LinkRole::Parent, ControlMsg::Fallback { address }) => self.on_fallback(address),

@@ -549,6 +549,19 @@ fn clock_pair(
     delay: &mut dyn FnMut(u64) -> Duration,
     rounds: u32,
 ) -> (Node, Node, Vec<treecast_wire::ClockSample>) {
+    clock_pair_held(child_clock, t0, until, delay, rounds, Duration::ZERO)
+}
+
+/// [`clock_pair`] where the child writes each answer `hold` after it read the probe,
+/// and every probe and answer is stamped at its write, as a route does.
+fn clock_pair_held(
+    child_clock: ClockSource,
+    t0: Instant,
+    until: Instant,
+    delay: &mut dyn FnMut(u64) -> Duration,
+    rounds: u32,
+    hold: Duration,
+) -> (Node, Node, Vec<treecast_wire::ClockSample>) {
     let mut fe = node(Role::FrontEnd, 0);
     let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
     let config = ClockConfig::default();
@@ -586,10 +599,16 @@ fn clock_pair(
             fe.handle_timeout(now);
         }
         for (from_fe, n) in [(true, &mut fe), (false, &mut be)] {
-            while let Some(t) = n.poll_transmit() {
+            let write_at = if from_fe { now } else { now + hold };
+            let clock = n.clock_source();
+            while let Some(mut t) = n.poll_transmit() {
                 if t.frame.header.kind == FrameKind::Control {
+                    if let Some(c) = clock.filter(|_| t.frame.header.flags & treecast_wire::FLAG_TIMED != 0) {
+                        t.frame.header.timestamp_ns = c.read(write_at) as u64;
+                        t.frame.header.flags |= treecast_wire::FLAG_STAMPED;
+                    }
                     k += 1;
-                    wire.push((now + delay(k), !from_fe, t.frame));
+                    wire.push((write_at + delay(k), !from_fe, t.frame));
                 }
             }
         }
@@ -642,6 +661,22 @@ fn the_clock_of_a_child_is_recovered_within_the_bound_and_its_drift_interpolates
     assert!(error <= 5_000, "ten minutes after the last sync: {error} ns");
     let bound = s.error_ns + (later_ns - s.measured_ns) as u64 * s.drift_error_ppb / 1_000_000_000;
     assert!(error as u64 <= bound, "error {error} ns past the aged bound {bound} ns");
+}
+
+#[test]
+fn the_time_a_child_takes_to_answer_is_no_part_of_the_round_trip() {
+    let t0 = Instant::now();
+    let base = 1_000_000_000_000i64;
+    let mut child = ClockSource::new(t0, base);
+    child.distortion = Distortion { offset_ns: 312_000_000, drift_ppb: 0, epoch_ns: base };
+    let mut delay = |_: u64| Duration::from_micros(5);
+    // Each answer leaves a millisecond after its probe was read: the stamps taken at
+    // the writes and the reads leave that millisecond out.
+    let hold = Duration::from_millis(1);
+    let (_, _, samples) = clock_pair_held(child, t0, t0 + Duration::from_secs(1), &mut delay, 1, hold);
+    let s = samples[0];
+    assert_eq!((s.offset_ns, s.rtt_ns), (312_000_000, 10_000), "{s:?}");
+    assert!(s.error_ns <= 5_000, "{s:?}");
 }
 
 #[test]

@@ -401,12 +401,18 @@ impl<T: Tool> Driver<T> {
         loop {
             let mut progressed = self.poll_news(cx);
             progressed |= self.poll_rejoin(cx);
-            let now = Instant::now();
+            let mut now = Instant::now();
             let core = &mut self.core;
             let links = &mut self.links;
             let udp = &mut self.udp;
             progressed |= self.route.poll_recv(cx, &mut |link, event| match event {
                 RouteEvent::Frame(frame) => {
+                    udp.on_frame(link, frame, &mut |l, f| core.handle_frame(l, f, now))
+                }
+                RouteEvent::Timed(frame, read_at) => {
+                    // A clock probe is measured from the end of its read; the time the
+                    // core sees never goes back.
+                    now = now.max(read_at);
                     udp.on_frame(link, frame, &mut |l, f| core.handle_frame(l, f, now))
                 }
                 RouteEvent::Closed(reason) => {
