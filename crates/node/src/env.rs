@@ -121,11 +121,11 @@ pub fn rejoin_from_env() -> Option<std::time::Duration> {
 pub const CLOCK_DISTORT: &str = "TREECAST_CLOCK_DISTORT";
 /// Seconds between clock re-synchronisations after the first two rounds (default 300).
 pub const CLOCK_RESYNC: &str = "TREECAST_CLOCK_RESYNC";
-/// Probes per round of the global clock, 1 to 1024 (default 16): the one with the
-/// shortest round trip counts, so more probes find a quieter moment.
+/// Probes per round of the global clock, 1 to 1024 (default 32): each bounds the
+/// offset, and the estimate is where all the bounds meet.
 pub const CLOCK_PROBES: &str = "TREECAST_CLOCK_PROBES";
 /// Probes of a round sent back to back, each as soon as the last is answered, 1 to
-/// 1024 (default 16).
+/// 1024 (default 32).
 pub const CLOCK_PROBE_BURST: &str = "TREECAST_CLOCK_PROBE_BURST";
 /// Milliseconds between the bursts of a round (default 2).
 pub const CLOCK_PROBE_GAP_MS: &str = "TREECAST_CLOCK_PROBE_GAP_MS";

@@ -166,8 +166,10 @@ fn estimate(samples: &[Probe], drift_ppb: i64, drift_error_ppb: u64) -> Option<E
         let moved =
             i64::try_from(since.unsigned_abs().saturating_mul(u128::from(drift_error_ppb)) / 1_000_000_000)
                 .unwrap_or(i64::MAX);
-        low = low.max(offset.saturating_sub(p.rtt / 2).saturating_sub(moved));
-        high = high.min(offset.saturating_add(p.rtt - p.rtt / 2).saturating_add(moved));
+        // The probe's offset was taken half the round trip, rounded down, after the
+        // fastest it could be: the rest of the round trip lies below it.
+        low = low.max(offset.saturating_sub(p.rtt - p.rtt / 2).saturating_sub(moved));
+        high = high.min(offset.saturating_add(p.rtt / 2).saturating_add(moved));
     }
     let (offset, error) = if low <= high {
         (low + (high - low) / 2, (high - low + 1) / 2)
@@ -318,6 +320,8 @@ impl Node {
         let (sent_ns, child_ns, answered_ns) = stamps;
         let Some(source) = self.clock.source else { return };
         let config = self.clock.config;
+        let can_go_on =
+            self.is_running() && self.children.get(c).is_some_and(|ch| ch.state == ChildState::Joined);
         let Some(state) = self.clock.children.get_mut(&c) else { return };
         if state.in_flight.map(|(s, _)| s) != Some(seq) {
             return;
@@ -331,7 +335,12 @@ impl Node {
         state.samples.push(Probe { rtt, offset, midpoint });
         state.probes_done += 1;
         if state.probes_done < config.probes {
-            if config.probe_gap.is_zero() || state.probes_done % config.probe_burst.max(1) != 0 {
+            let back_to_back =
+                config.probe_gap.is_zero() || state.probes_done % config.probe_burst.max(1) != 0;
+            if back_to_back && !can_go_on {
+                // A child leaving, or a node ending: the timer's check gives the round up.
+                state.next_send = Some(now);
+            } else if back_to_back {
                 // Back to back within a burst: both ends are still awake, where the
                 // first probe of a burst has to wake them.
                 if let Some(link) = self.children[c].link {
@@ -343,9 +352,10 @@ impl Node {
             return;
         }
         state.probes_done = 0;
-        // Before a drift is measured, a drift as large as any crystal's is allowed for
+        // Until a drift is measured (at the end of the second round since the
+        // history last started), a drift as large as any crystal's is allowed for
         // over the round.
-        let drift_error = if state.rounds == 0 { UNKNOWN_DRIFT_PPB } else { state.drift_error_ppb };
+        let drift_error = if state.history.len() >= 2 { state.drift_error_ppb } else { UNKNOWN_DRIFT_PPB };
         let Some(Estimate { rtt, offset, midpoint, error }) =
             estimate(&state.samples, state.drift_ppb, drift_error)
         else {
