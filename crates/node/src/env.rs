@@ -226,16 +226,12 @@ pub fn clock_from_env(node_id: u32) -> (crate::core::ClockSource, crate::core::C
             ),
         }
     }
-    if let Ok(text) = std::env::var(CLOCK_PROBES) {
-        match text.trim().parse::<u32>() {
-            Ok(n) if (1..=1024).contains(&n) => config.probes = n,
-            _ => warn(CLOCK_PROBES, &text, "a count from 1 to 1024", config.probes.to_string()),
-        }
-    }
-    if let Ok(text) = std::env::var(CLOCK_PROBE_BURST) {
-        match text.trim().parse::<u32>() {
-            Ok(n) if (1..=1024).contains(&n) => config.probe_burst = n,
-            _ => warn(CLOCK_PROBE_BURST, &text, "a count from 1 to 1024", config.probe_burst.to_string()),
+    for (knob, count) in [(CLOCK_PROBES, &mut config.probes), (CLOCK_PROBE_BURST, &mut config.probe_burst)] {
+        if let Ok(text) = std::env::var(knob) {
+            match text.trim().parse::<u32>() {
+                Ok(n) if (1..=1024).contains(&n) => *count = n,
+                _ => warn(knob, &text, "a count from 1 to 1024", count.to_string()),
+            }
         }
     }
     if let Ok(text) = std::env::var(CLOCK_PROBE_GAP_MS) {

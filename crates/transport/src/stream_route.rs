@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, FLAG_TIMED, HEADER_LEN};
+use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN};
 
 use crate::route::{Close, Route, RouteEvent};
 use crate::timing::{ClockFn, LinkPlace, LinkTiming, Monitoring, PeerClock};
@@ -179,7 +179,7 @@ impl OutQueue {
         let mut staged = std::mem::take(&mut self.staged);
         for s in staged.drain(..) {
             // A frame staged only to keep its place behind a probe takes no stamp.
-            let stamp = (s.record || is_timed(&s.frame)).then_some(stamp);
+            let stamp = (s.record || s.frame.header.is_timed()).then_some(stamp);
             self.push(&s.frame, stamp, s.file);
             if s.record {
                 queued(&s.frame, start.saturating_duration_since(s.at), self.pushed);
@@ -679,7 +679,7 @@ fn deliver(
     let frames = cut_frames_with(&mut c.rbuf, max_frame, &mut c.files).map_err(|e| e.to_string())?;
     // A clock probe needs the read's end even when nothing records; cutting small
     // frames takes far less than the clock's error bound.
-    let timed_at = read_at.or_else(|| frames.iter().any(is_timed).then(Instant::now));
+    let timed_at = read_at.or_else(|| frames.iter().any(|f| f.header.is_timed()).then(Instant::now));
     if c.files.len() > MAX_WAITING_FILES {
         return Err(format!("the peer sent {} files no frame claims", c.files.len()));
     }
@@ -693,15 +693,11 @@ fn deliver(
             monitor.read(&c.timing, &f, read, Instant::now());
         }
         match timed_at {
-            Some(at) if is_timed(&f) => sink(link, RouteEvent::Timed(f, at)),
+            Some(at) if f.header.is_timed() => sink(link, RouteEvent::Timed(f, at)),
             _ => sink(link, RouteEvent::Frame(f)),
         }
     }
     Ok(())
-}
-
-fn is_timed(frame: &Frame) -> bool {
-    frame.header.flags & FLAG_TIMED != 0
 }
 
 /// Why the bytes of a link cannot be cut into frames: the link cannot go on.
@@ -830,7 +826,7 @@ impl Route for StreamRoute {
         // Not recording reads no clock, but for a clock probe: a frame keeps the
         // stamp it came with, if any.
         let record = self.monitor.recording;
-        let queued = (record || frame.header.flags & FLAG_TIMED != 0).then(Instant::now);
+        let queued = (record || frame.header.is_timed()).then(Instant::now);
         let as_file = self.zero_copy_min.is_some_and(|min| frame.payload.len() >= min);
         // Made once for every link of this host the frame goes to.
         let mut file: Option<Option<Arc<OwnedFd>>> = None;
@@ -940,7 +936,7 @@ impl Route for StreamRoute {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use treecast_wire::{encode_batch, MAX_PAYLOAD_LEN};
+    use treecast_wire::{encode_batch, FLAG_TIMED, MAX_PAYLOAD_LEN};
 
     fn pair() -> (Socket, Socket) {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();

@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use treecast_monitor::{Component, Key, Recorder, Report};
-use treecast_wire::{Frame, FLAG_STAMPED};
+use treecast_wire::Frame;
 
 /// How a node reads its clock, nanoseconds, at an instant: the global clock's time
 /// base, so that stamps of different nodes can be compared.
@@ -197,8 +197,8 @@ impl Monitoring {
     pub(crate) fn read(&mut self, t: &LinkTiming, frame: &Frame, read: &ReadClock, handed: Instant) {
         let bytes = frame.payload.len() as u64;
         let key = self.key(t, false, frame.header.stream, frame.header.tag);
-        let sent = i64::try_from(frame.header.timestamp_ns).unwrap_or(i64::MAX);
-        if frame.header.flags & FLAG_STAMPED != 0 {
+        if let Some(sent) = frame.header.stamp() {
+            let sent = i64::try_from(sent).unwrap_or(i64::MAX);
             // The sender's stamp on this node's clock: its clock minus the difference.
             let net = read.ns.saturating_sub(sent).saturating_add(read.peer_offset);
             self.recorder.record(key, Component::Net, bytes, u64::try_from(net).unwrap_or(0));

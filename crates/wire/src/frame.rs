@@ -120,6 +120,16 @@ pub struct FrameHeader {
 }
 
 impl FrameHeader {
+    /// The sender's stamp for this hop, if it took one ([`FLAG_STAMPED`]).
+    pub fn stamp(&self) -> Option<u64> {
+        (self.flags & FLAG_STAMPED != 0).then_some(self.timestamp_ns)
+    }
+
+    /// True for a global-clock probe or answer ([`FLAG_TIMED`]).
+    pub fn is_timed(&self) -> bool {
+        self.flags & FLAG_TIMED != 0
+    }
+
     /// A data header for `stream` and `tag` from `rank`, no flags, no timestamp.
     pub fn data(stream: u32, tag: i32, rank: u32) -> Self {
         FrameHeader { kind: FrameKind::Data, flags: 0, stream, tag, rank, timestamp_ns: 0 }

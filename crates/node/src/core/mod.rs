@@ -601,9 +601,7 @@ impl Outputs {
 /// The sender's clock when the write that took `frame` started, if its route
 /// stamped it.
 fn write_stamp(frame: &Frame) -> Option<i64> {
-    (frame.header.flags & treecast_wire::FLAG_STAMPED != 0)
-        .then(|| i64::try_from(frame.header.timestamp_ns).ok())
-        .flatten()
+    frame.header.stamp().and_then(|ns| i64::try_from(ns).ok())
 }
 
 /// Encodes a control message as a frame.
