@@ -298,7 +298,7 @@ fn microbench_overhead_measures_off_and_on_rounds_and_records_the_on_rounds() {
         ["bench", "microbench", "--local", "4", "--topology", "balanced:2x2", "--rt", "10", "--tp", "10"];
     let out = std::process::Command::new(TREECAST)
         .args(args)
-        .args(["--overhead", "2", "--json"])
+        .args(["--overhead", "2", "--overhead-null", "--json"])
         .env(k, v)
         .output()
         .unwrap();
@@ -308,6 +308,9 @@ fn microbench_overhead_measures_off_and_on_rounds_and_records_the_on_rounds() {
     assert_eq!(o["rounds"], 2, "{o}");
     for field in ["rtt_us_median_off", "rtt_us_median_on", "reductions_per_s_off", "reductions_per_s_on"] {
         assert!(o[field].as_f64().is_some_and(|x| x > 0.0), "{field}: {o}");
+    }
+    for field in ["rtt_change_percent", "null_rtt_change_percent", "null_reductions_change_percent"] {
+        assert!(o[field].as_f64().is_some_and(f64::is_finite), "{field}: {o}");
     }
     // Two recorded rounds of 20 waves, each down and up 6 links, queue and net at
     // least: the on rounds were recorded.
@@ -320,6 +323,10 @@ fn microbench_overhead_measures_off_and_on_rounds_and_records_the_on_rounds() {
         .unwrap();
     assert!(!both.status.success());
     assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"), "{both:?}");
+    // The null pairs are a control for --overhead, and mean nothing without it.
+    let alone = std::process::Command::new(TREECAST).args(args).arg("--overhead-null").output().unwrap();
+    assert!(!alone.status.success());
+    assert!(String::from_utf8_lossy(&alone.stderr).contains("--overhead"), "{alone:?}");
 }
 
 #[test]

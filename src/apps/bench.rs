@@ -175,18 +175,23 @@ struct Overhead {
     rounds: usize,
     rtt_us_median_off: f64,
     rtt_us_median_on: f64,
-    /// Round trip on over off, minus 1, percent (positive: slower).
+    /// Round trip on over off, minus 1, percent (positive: slower): the median of
+    /// the rounds' own ratios.
     rtt_change_percent: f64,
     reductions_per_s_off: f64,
     reductions_per_s_on: f64,
     /// Reductions/s on over off, minus 1, percent (negative: fewer).
     reductions_change_percent: f64,
+    /// The same two changes with recording off in both halves of every pair: how
+    /// far apart two measurements of the same thing fall on this machine now.
+    null_rtt_change_percent: Option<f64>,
+    null_reductions_change_percent: Option<f64>,
     /// Samples every node recorded over all the rounds with monitoring on.
     samples: u64,
 }
 
 /// Runs [`measure`] on one tree `rounds` times with recording off and `rounds`
-/// times with it on, alternating, so that both see the same machine.
+/// times with it on, in pairs, so that both see the same machine.
 async fn monitoring_overhead(
     spec: &str,
     topology: Topology,
@@ -206,51 +211,110 @@ async fn monitoring_overhead(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Measurements taken in pairs, one of each kind, in alternating order (a slow
+/// drift of the machine then favours neither).
+#[derive(Default)]
+struct Paired {
+    off: Vec<MicrobenchResult>,
+    on: Vec<MicrobenchResult>,
+}
+
+impl Paired {
+    /// Median of one figure over each kind's measurements.
+    fn medians(&self, field: fn(&MicrobenchResult) -> f64) -> (f64, f64) {
+        let median = |runs: &[MicrobenchResult]| {
+            let mut v: Vec<f64> = runs.iter().map(field).collect();
+            v.sort_by(f64::total_cmp);
+            percentile(&v, 0.5)
+        };
+        (median(&self.off), median(&self.on))
+    }
+
+    /// Median over the pairs of on over off, minus 1, percent: each pair saw the
+    /// same moment of the machine, so this is steadier than a ratio of medians.
+    fn change_percent(&self, field: fn(&MicrobenchResult) -> f64) -> f64 {
+        let mut v: Vec<f64> =
+            self.off.iter().zip(&self.on).map(|(a, b)| (field(b) / field(a) - 1.0) * 100.0).collect();
+        v.sort_by(f64::total_cmp);
+        percentile(&v, 0.5)
+    }
+}
+
+/// `rounds` pairs of measurements; with `record`, the second of each kind records.
+async fn paired_rounds(
+    net: &Network,
+    spec: &str,
+    args: &MicrobenchArgs,
+    rounds: usize,
+    record: bool,
+) -> anyhow::Result<Paired> {
+    let mut pairs = Paired::default();
+    for round in 0..rounds {
+        for on in [round % 2 == 1, round % 2 == 0] {
+            if on && record {
+                warn_unconfirmed(net.monitor_start(MICROBENCH_PROGRAM).await?);
+            }
+            let result = measure(net, spec, args).await?;
+            if on && record {
+                warn_unconfirmed(net.monitor_stop().await?);
+            }
+            match on {
+                true => pairs.on.push(result),
+                false => pairs.off.push(result),
+            }
+        }
+    }
+    Ok(pairs)
+}
+
 async fn overhead_rounds(
     net: &Network,
     spec: &str,
     args: &MicrobenchArgs,
     rounds: usize,
 ) -> anyhow::Result<Overhead> {
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        off.push(measure(net, spec, args).await?);
-        warn_unconfirmed(net.monitor_start(MICROBENCH_PROGRAM).await?);
-        on.push(measure(net, spec, args).await?);
-        warn_unconfirmed(net.monitor_stop().await?);
-    }
+    let pairs = paired_rounds(net, spec, args, rounds, true).await?;
     let collection = net.monitor_collect(false, Duration::from_secs(30)).await?;
     for missing in &collection.missing {
         eprintln!("monitor: no report from {missing}");
     }
-    let median_of = |runs: &[MicrobenchResult], field: fn(&MicrobenchResult) -> f64| {
-        let mut v: Vec<f64> = runs.iter().map(field).collect();
-        v.sort_by(f64::total_cmp);
-        percentile(&v, 0.5)
-    };
     let rtt = |r: &MicrobenchResult| r.rtt_us_median;
     let tp = |r: &MicrobenchResult| r.reductions_per_s;
-    let (rtt_off, rtt_on) = (median_of(&off, rtt), median_of(&on, rtt));
-    let (tp_off, tp_on) = (median_of(&off, tp), median_of(&on, tp));
+    let null = match args.overhead_null {
+        true => Some(paired_rounds(net, spec, args, rounds, false).await?),
+        false => None,
+    };
+    let (rtt_off, rtt_on) = pairs.medians(rtt);
+    let (tp_off, tp_on) = pairs.medians(tp);
     Ok(Overhead {
         topology: spec.to_owned(),
         backends: net.backends(),
         rounds,
         rtt_us_median_off: rtt_off,
         rtt_us_median_on: rtt_on,
-        rtt_change_percent: (rtt_on / rtt_off - 1.0) * 100.0,
+        rtt_change_percent: pairs.change_percent(rtt),
         reductions_per_s_off: tp_off,
         reductions_per_s_on: tp_on,
-        reductions_change_percent: (tp_on / tp_off - 1.0) * 100.0,
+        reductions_change_percent: pairs.change_percent(tp),
+        null_rtt_change_percent: null.as_ref().map(|n| n.change_percent(rtt)),
+        null_reductions_change_percent: null.as_ref().map(|n| n.change_percent(tp)),
         samples: collection.merged()?.count(),
     })
 }
 
 fn render_overhead(o: &Overhead) -> String {
+    let null = match (o.null_rtt_change_percent, o.null_reductions_change_percent) {
+        (Some(rtt), Some(tp)) => format!(
+            "  null pairs      round trip {rtt:+.1} %, throughput {tp:+.1} % (off against off: the noise)\n"
+        ),
+        _ => String::new(),
+    };
     format!(
-        "monitoring overhead {topo}: {be} back-ends, {rounds} rounds off and on, interleaved; medians\n  \
+        "monitoring overhead {topo}: {be} back-ends, {rounds} pairs off and on, order alternating; medians, \
+         change = median of the pairs' own changes\n  \
          round trip      off {rtt_off:.1} us, on {rtt_on:.1} us ({rtt_pc:+.1} %)\n  \
-         throughput      off {tp_off:.0} reductions/s, on {tp_on:.0} reductions/s ({tp_pc:+.1} %)\n  \
+         throughput      off {tp_off:.0} reductions/s, on {tp_on:.0} reductions/s ({tp_pc:+.1} %)\n\
+         {null}  \
          recorded        {samples} samples\n",
         topo = o.topology,
         be = o.backends,

@@ -35,6 +35,25 @@ fn record(c: &mut Criterion) {
             }
         })
     });
+    // What the route records for 16 equal frames of one batch (one pass, one write,
+    // one read): each component once, with the count.
+    c.bench_function("record the four components of 16 frames of one batch", |b| {
+        b.iter(|| {
+            for component in Component::ALL {
+                r.record_n(black_box(key), component, black_box(64), black_box(2_500), 16);
+            }
+        })
+    });
+    // A sample that differs from the last in every call: each one a new run, which
+    // waits in the buffer, and the buffer settled when full.
+    c.bench_function("record one sample, each a new run, settled in bulk", |b| {
+        let keys = [key, Key { link: 2, ..key }];
+        let mut i = 0usize;
+        b.iter(|| {
+            i += 1;
+            r.record(black_box(keys[i % 2]), Component::Net, black_box(64), 1_000 + (i % 7) as u64 * 300);
+        })
+    });
 }
 
 criterion_group!(benches, record);

@@ -49,39 +49,63 @@ impl Latencies {
 /// At most `max_cells` cells are kept apart; once that many exist, samples for a new
 /// (key, component, size class) go to [`Key::OTHER`], at most
 /// 4 × [`SIZE_CLASSES`] more cells, and are counted in [`Report::folded`]. Memory is
-/// thus at most (`max_cells` + 136) × [`CELL_BYTES`] plus the map's own overhead:
-/// about 23 MiB at the default of 512 cells. A comm node with 16 children and two
+/// thus at most (`max_cells` + 136) × [`CELL_BYTES`] plus [`PENDING_BYTES`] plus the
+/// map's own overhead: about 23 MiB at the default of 512 cells. A comm node with 16 children and two
 /// tags, each carrying frames of a few sizes, fills a few hundred cells.
 ///
-/// Recording is on every frame's path, so it is kept cheap: each component
-/// remembers the cell its last sample went to (frames of one batch share their
-/// link, tag and size), and consecutive equal samples are counted and added to the
-/// histogram at once (frames written by one write share their send latency, frames
-/// read by one read their net latency). The histograms are exactly what recording
-/// each sample on its own would give.
+/// Recording is on every frame's path, so it is kept cheap:
+/// * consecutive equal samples of a component (same key, size class and latency:
+///   frames of one batch share their latencies, see the transport's timing) are
+///   counted as one run;
+/// * a run is appended to a buffer of at most [`PENDING_RUNS`] runs, and looked up
+///   and added to its histogram only when the buffer is full or a report is made
+///   ([`Recorder::settle`]): a node that sleeps between frames finds the index and
+///   the histograms' counts out of the cache, and settling a thousand runs at once
+///   reaches each of them once, not once per frame. (Settling whenever the node
+///   went idle was tried: on a busy machine one node's idle time is another's
+///   CPU time, and round trips grew.)
+///
+/// The histograms are exactly what recording each sample on its own would give.
 #[derive(Debug)]
 pub struct Recorder {
     cells: Vec<(Cell, Latencies)>,
     index: FxHashMap<Cell, usize>,
-    /// Per component (its index in [`Component::ALL`]), the bucket being counted.
+    /// Per component (its index in [`Component::ALL`]), the run being counted.
     runs: [Option<Run>; 4],
+    /// Runs not yet in their histograms, in the order they started (which is the
+    /// order cells are made in, as the bound on cells needs).
+    pending: Vec<Pending>,
     max_cells: usize,
     folded: u64,
 }
 
-/// Consecutive equal samples of one component in one cell.
+/// Runs a recorder holds before it adds them to their histograms.
+pub const PENDING_RUNS: usize = 1024;
+/// Memory of that buffer when full, bytes (checked by a test).
+pub const PENDING_BYTES: usize = 48 * PENDING_RUNS;
+
+/// Consecutive equal samples of one component, being counted.
 #[derive(Debug, Clone, Copy)]
 struct Run {
-    /// The key and size class the samples came with (before any fold).
+    /// The key and size class the samples came with.
     key: Key,
     size_class: u8,
-    /// Where they go in `cells`.
-    at: usize,
-    /// They went to [`Key::OTHER`]: each one counts as folded.
-    folded: bool,
     /// Their latency (clamped into the histogram's range).
     value: u64,
     count: u64,
+    /// Their latencies' exact sum (before clamping).
+    sum_ns: u64,
+    /// Where the run waits in `pending`.
+    at: usize,
+}
+
+/// A run on its way to its histogram.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    cell: Cell,
+    value: u64,
+    count: u64,
+    sum_ns: u64,
 }
 
 impl Default for Recorder {
@@ -93,52 +117,84 @@ impl Default for Recorder {
 impl Recorder {
     /// An empty recorder keeping at most `max_cells` cells apart (see the type).
     pub fn new(max_cells: usize) -> Recorder {
-        Recorder { cells: Vec::new(), index: FxHashMap::default(), runs: [None; 4], max_cells, folded: 0 }
+        Recorder {
+            cells: Vec::new(),
+            index: FxHashMap::default(),
+            runs: [None; 4],
+            pending: Vec::new(),
+            max_cells,
+            folded: 0,
+        }
     }
 
     /// Records one sample: a frame of `bytes` bytes spent `latency_ns` in `component`.
     pub fn record(&mut self, key: Key, component: Component, bytes: u64, latency_ns: u64) {
+        self.record_n(key, component, bytes, latency_ns, 1);
+    }
+
+    /// Records `count` equal samples at once (frames of one batch, which share
+    /// their latency); a count of 0 records nothing.
+    pub fn record_n(&mut self, key: Key, component: Component, bytes: u64, latency_ns: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
         let value = latency_ns.clamp(1, HIGHEST_NS);
         let size_class = size_class(bytes);
         let slot = component as usize;
+        let sum_ns = latency_ns.saturating_mul(count);
         if let Some(run) = &mut self.runs[slot] {
-            if run.key == key && run.size_class == size_class {
-                self.folded += u64::from(run.folded);
-                let (_, l) = &mut self.cells[run.at];
-                l.sum_ns = l.sum_ns.saturating_add(latency_ns);
-                if run.value == value {
-                    run.count += 1;
-                    return;
-                }
-                let at = run.at;
-                self.end_run(slot);
-                self.start_run(slot, key, size_class, at, value);
+            if run.key == key && run.size_class == size_class && run.value == value {
+                run.count += count;
+                run.sum_ns = run.sum_ns.saturating_add(sum_ns);
                 return;
             }
         }
         self.end_run(slot);
-        let Some(at) = self.cell_at(Cell { key, component, size_class }) else { return };
-        let (_, l) = &mut self.cells[at];
-        l.sum_ns = l.sum_ns.saturating_add(latency_ns);
-        self.start_run(slot, key, size_class, at, value);
+        if self.pending.len() >= PENDING_RUNS {
+            self.settle();
+        }
+        let cell = Cell { key, component, size_class };
+        self.pending.push(Pending { cell, value, count: 0, sum_ns: 0 });
+        let at = self.pending.len() - 1;
+        self.runs[slot] = Some(Run { key, size_class, value, count, sum_ns, at });
     }
 
-    fn start_run(&mut self, slot: usize, key: Key, size_class: u8, at: usize, value: u64) {
-        let folded = self.cells[at].0.key != key;
-        self.runs[slot] = Some(Run { key, size_class, at, folded, value, count: 1 });
-    }
-
-    /// Adds the run of component `slot` to its histogram.
+    /// Ends the run of component `slot`: its samples wait in `pending`.
     fn end_run(&mut self, slot: usize) {
-        if let Some(run) = self.runs[slot].take() {
-            self.cells[run.at].1.histogram.saturating_record_n(run.value, run.count);
+        let Some(run) = self.runs[slot].take() else { return };
+        if let Some(p) = self.pending.get_mut(run.at) {
+            p.count = run.count;
+            p.sum_ns = run.sum_ns;
         }
     }
 
-    fn end_runs(&mut self) {
+    /// Adds every sample recorded so far to its histogram (done by itself when the
+    /// buffer is full and before a report or a merge).
+    pub fn settle(&mut self) {
         for slot in 0..self.runs.len() {
             self.end_run(slot);
         }
+        let mut pending = std::mem::take(&mut self.pending);
+        // Runs one after another often go to one cell: looked up once.
+        let mut last: Option<(Cell, usize)> = None;
+        for p in pending.drain(..) {
+            let at = match last {
+                Some((cell, at)) if cell == p.cell => at,
+                _ => match self.cell_at(p.cell) {
+                    Some(at) => at,
+                    None => continue,
+                },
+            };
+            last = Some((p.cell, at));
+            let (cell, l) = &mut self.cells[at];
+            if cell.key != p.cell.key {
+                self.folded += p.count;
+            }
+            l.histogram.saturating_record_n(p.value, p.count);
+            l.sum_ns = l.sum_ns.saturating_add(p.sum_ns);
+        }
+        // Given back, so the buffer keeps its capacity.
+        self.pending = pending;
     }
 
     /// Where the cell is in `cells`, made if new: under [`Key::OTHER`] once the
@@ -148,7 +204,6 @@ impl Recorder {
             return Some(at);
         }
         if self.cells.len() >= self.max_cells {
-            self.folded += 1;
             cell.key = Key::OTHER;
             if let Some(&at) = self.index.get(&cell) {
                 return Some(at);
@@ -167,7 +222,7 @@ impl Recorder {
     /// A cell of the report names a size class that does not exist, or a latency
     /// over [`HIGHEST_NS`]: the report did not come from a recorder.
     pub fn merge(&mut self, report: &Report) -> Result<(), MonitorError> {
-        self.end_runs();
+        self.settle();
         for c in &report.cells {
             if c.size_class >= SIZE_CLASSES {
                 return Err(MonitorError::SizeClass(c.size_class));
@@ -184,6 +239,9 @@ impl Recorder {
             let Some(at) = self.cell_at(cell) else {
                 return Err(MonitorError::Histogram("cannot make a histogram".into()));
             };
+            if self.cells[at].0.key != cell.key {
+                self.folded += 1;
+            }
             let l = &mut self.cells[at].1;
             for &[value, count] in &c.buckets {
                 if value == 0 || value > HIGHEST_NS {
@@ -199,7 +257,7 @@ impl Recorder {
 
     /// Everything recorded so far, cells in key order.
     pub fn report(&mut self) -> Report {
-        self.end_runs();
+        self.settle();
         let mut cells: Vec<&(Cell, Latencies)> = self.cells.iter().collect();
         cells.sort_by_key(|(c, _)| *c);
         Report {
@@ -214,17 +272,18 @@ impl Recorder {
         self.cells.clear();
         self.index.clear();
         self.runs = [None; 4];
+        self.pending.clear();
         self.folded = 0;
     }
 
-    /// Cells in use.
+    /// Cells in use (samples not settled yet may make more).
     pub fn len(&self) -> usize {
         self.cells.len()
     }
 
     /// True when nothing was recorded.
     pub fn is_empty(&self) -> bool {
-        self.cells.is_empty()
+        self.cells.is_empty() && self.pending.is_empty()
     }
 }
 
@@ -235,6 +294,29 @@ mod tests {
 
     const KEY: Key = Key { link: 3, up: true, tag: 7, program: 1 };
 
+    /// One sample into one histogram per cell, as the recorder's documentation says.
+    fn naive_record(
+        naive: &mut Vec<(Cell, Latencies)>,
+        folded: &mut u64,
+        max_cells: usize,
+        mut cell: Cell,
+        ns: u64,
+    ) {
+        if !naive.iter().any(|(c, _)| *c == cell) && naive.len() >= max_cells {
+            *folded += 1;
+            cell.key = Key::OTHER;
+        }
+        let at = match naive.iter().position(|(c, _)| *c == cell) {
+            Some(at) => at,
+            None => {
+                naive.push((cell, Latencies::new().unwrap()));
+                naive.len() - 1
+            }
+        };
+        naive[at].1.histogram.saturating_record(ns);
+        naive[at].1.sum_ns += ns;
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
 
@@ -242,36 +324,54 @@ mod tests {
         /// one histogram per cell, fed each sample, gives (folding included).
         #[test]
         fn a_report_equals_recording_every_sample_on_its_own(
-            samples in proptest::collection::vec((0u32..3, 0usize..4, 0u64..3, 0u64..5), 0..400),
+            samples in proptest::collection::vec((0u32..3, 0usize..4, 0u64..3, 0u64..5, 0u8..8, 0u64..4), 0..400),
             max_cells in 1usize..8,
         ) {
             let mut r = Recorder::new(max_cells);
             let mut naive: Vec<(Cell, Latencies)> = Vec::new();
             let mut folded = 0;
-            for (link, component, size, step) in samples {
+            for (link, component, size, step, settle, times) in samples {
+                // The node settles whenever it goes idle: at any point.
+                if settle == 0 {
+                    r.settle();
+                }
                 let (key, component) = (Key { link, ..KEY }, Component::ALL[component]);
                 let (bytes, ns) = (size * 1000, 1_000 + step * 7);
-                r.record(key, component, bytes, ns);
-                let mut cell = Cell { key, component, size_class: size_class(bytes) };
-                if !naive.iter().any(|(c, _)| *c == cell) && naive.len() >= max_cells {
-                    folded += 1;
-                    cell.key = Key::OTHER;
+                // Frames of a batch come as one call with their count (0: none), others one by one.
+                if times == 1 {
+                    r.record(key, component, bytes, ns);
+                } else {
+                    r.record_n(key, component, bytes, ns, times);
                 }
-                let at = match naive.iter().position(|(c, _)| *c == cell) {
-                    Some(at) => at,
-                    None => {
-                        naive.push((cell, Latencies::new().unwrap()));
-                        naive.len() - 1
-                    }
-                };
-                naive[at].1.histogram.saturating_record(ns);
-                naive[at].1.sum_ns += ns;
+                for _ in 0..times {
+                    naive_record(&mut naive, &mut folded, max_cells, Cell { key, component, size_class: size_class(bytes) }, ns);
+                }
             }
             naive.sort_by_key(|(c, _)| *c);
             let cells = naive.iter().map(|(c, l)| CellReport::of(c, l)).collect();
             let expected = Report { cells, folded, routes: Vec::new() };
             proptest::prop_assert_eq!(r.report(), expected);
         }
+    }
+
+    #[test]
+    fn runs_beyond_the_buffer_go_to_their_histograms_and_none_is_lost() {
+        let mut r = Recorder::default();
+        let runs = 3 * PENDING_RUNS as u64 + 5;
+        // Every sample differs from the last: each ends a run.
+        for i in 0..runs {
+            r.record(KEY, Component::Send, 64, 1_000 + (i % 2) * 1_000);
+        }
+        assert!(r.pending.len() <= PENDING_RUNS);
+        let report = r.report();
+        assert_eq!(report.count(), runs);
+        assert_eq!(report.cells[0].sum_ns, (runs / 2) * 2_000 + (runs - runs / 2) * 1_000);
+        assert!(r.pending.is_empty());
+    }
+
+    #[test]
+    fn the_stated_memory_of_the_buffer_is_what_it_holds() {
+        assert_eq!(std::mem::size_of::<Pending>() * PENDING_RUNS, PENDING_BYTES);
     }
 
     #[test]

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN};
+use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN, TIMESTAMP_AT};
 
 use crate::route::{Close, Route, RouteEvent};
-use crate::timing::{ClockFn, LinkPlace, LinkTiming, Monitoring, PeerClock};
+use crate::timing::{ClockFn, FrameRun, LinkPlace, LinkTiming, Monitoring, PeerClock};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
@@ -108,6 +108,10 @@ struct OutQueue {
     /// Frames to be stamped (while monitoring, and clock probes) not yet encoded;
     /// their header stamp is the start of the write that takes them (see `timing`).
     staged: Vec<Staged>,
+    /// Small frames queued while recording, encoded in `small` at once, whose
+    /// header stamp is written in place at the start of the write that takes them:
+    /// no copy of the frame is kept. All come before any staged frame.
+    unstamped: Vec<Unstamped>,
     /// Payload files not sent yet, with where their frame's header starts in the
     /// byte stream: each goes with the write that carries that header, or earlier.
     files: VecDeque<(u64, Arc<OwnedFd>)>,
@@ -118,6 +122,16 @@ struct OutQueue {
     /// byte stream, to tell which write carried its last byte.
     pushed: u64,
     written: u64,
+}
+
+/// Frames encoded in a link's buffer, waiting for the write that stamps them.
+#[derive(Debug)]
+struct Unstamped {
+    /// Where the first one's header starts in the buffer of small frames.
+    header_at: usize,
+    run: FrameRun,
+    /// When they were queued.
+    at: Instant,
 }
 
 /// A frame waiting for the write that stamps it.
@@ -166,23 +180,58 @@ impl OutQueue {
         }
     }
 
+    /// True when frames wait for the stamp of the next write.
+    fn has_unstamped(&self) -> bool {
+        !self.staged.is_empty() || !self.unstamped.is_empty()
+    }
+
+    /// Encodes `frame`, queued at `at` while recording, at once: its header stamp is
+    /// written in place by [`OutQueue::stamp_queued`]. Only for a small frame
+    /// without a file when nothing is staged, so that it stays in `small` in order.
+    fn push_unstamped(&mut self, frame: &Frame, at: Instant) {
+        let header_at = self.small.len();
+        let before = self.pushed;
+        self.push(frame, Some(0), None);
+        let run = FrameRun::one(frame, self.pushed - before, self.pushed);
+        if let Some(last) = self.unstamped.last_mut() {
+            if last.at == at && last.run.absorb(&run) {
+                return;
+            }
+        }
+        self.unstamped.push(Unstamped { header_at, run, at });
+    }
+
     fn is_empty(&self) -> bool {
         self.bytes == 0 && self.staged.is_empty()
     }
 
-    /// Encodes the staged frames with header stamp `stamp`; `queued` is told each
-    /// frame queued while recording, how long it waited, and where it ends in the
-    /// byte stream.
-    fn encode_staged(&mut self, stamp: u64, start: Instant, queued: &mut dyn FnMut(&Frame, Duration, u64)) {
+    /// Writes header stamp `stamp` into the frames encoded while recording and
+    /// encodes the staged frames with it; `queued` is told the frames queued while
+    /// recording, by runs, and how long they waited.
+    fn stamp_queued(&mut self, stamp: u64, start: Instant, queued: &mut dyn FnMut(FrameRun, Duration)) {
+        let stamp_bytes = stamp.to_le_bytes();
+        for u in self.unstamped.drain(..) {
+            for i in 0..u.run.count {
+                let at = u.header_at + (i * u.run.wire_len) as usize + TIMESTAMP_AT;
+                if let Some(field) = self.small.get_mut(at..at + stamp_bytes.len()) {
+                    field.copy_from_slice(&stamp_bytes);
+                }
+            }
+            queued(u.run, start.saturating_duration_since(u.at));
+        }
         // Taken and given back, so the staging vector keeps its capacity: no
         // allocation per flush while recording.
         let mut staged = std::mem::take(&mut self.staged);
         for s in staged.drain(..) {
             // A frame staged only to keep its place behind a probe takes no stamp.
             let stamp = (s.record || s.frame.header.is_timed()).then_some(stamp);
+            let before = self.pushed;
             self.push(&s.frame, stamp, s.file);
             if s.record {
-                queued(&s.frame, start.saturating_duration_since(s.at), self.pushed);
+                queued(
+                    FrameRun::one(&s.frame, self.pushed - before, self.pushed),
+                    start.saturating_duration_since(s.at),
+                );
             }
         }
         self.staged = staged;
@@ -352,6 +401,10 @@ pub struct StreamRoute {
     /// Payloads at least this large go to Unix links as sealed memory files
     /// (`crate::shared_payload`); `None`: never.
     zero_copy_min: Option<usize>,
+    /// When the first frame since the last flush was queued, read once for all the
+    /// frames a node's loop sends in one pass (see `timing`, queue): one clock read
+    /// per pass instead of one per frame.
+    pass_start: Option<Instant>,
 }
 
 impl std::fmt::Debug for StreamRoute {
@@ -371,6 +424,7 @@ impl StreamRoute {
             max_frame,
             monitor: Monitoring::new(),
             zero_copy_min: None,
+            pass_start: None,
         }
     }
 
@@ -686,12 +740,14 @@ fn deliver(
     if c.state != State::Open {
         return Ok(());
     }
-    let read = read_at.map(|at| monitor.read_clock(&c.timing, at));
+    // The frames of one read reach the core together (it then takes them in order:
+    // a frame's wait for the ones before it is the core's time, not the link's).
+    if let Some(at) = read_at {
+        let read = monitor.read_clock(&c.timing, at, Instant::now());
+        monitor.read(&c.timing, &frames, &read);
+    }
     for f in frames {
         *any = true;
-        if let Some(read) = &read {
-            monitor.read(&c.timing, &f, read, Instant::now());
-        }
         match timed_at {
             Some(at) if f.header.is_timed() => sink(link, RouteEvent::Timed(f, at)),
             _ => sink(link, RouteEvent::Frame(f)),
@@ -796,22 +852,20 @@ fn payload_file(payload: &Bytes) -> Option<Arc<OwnedFd>> {
     }
 }
 
-/// Encodes the frames `c` staged, stamped with `start` (the flush's start), and
-/// records how long each one queued while recording waited.
+/// Stamps the frames `c` queued for a stamp with `start` (the flush's start), and
+/// records how long those queued while recording waited.
 fn encode_staged(c: &mut Conn, monitor: &mut Monitoring, start: Instant) {
-    if c.out.staged.is_empty() {
+    if !c.out.has_unstamped() {
         return;
     }
     let stamp = monitor.stamp(start);
     let timing = &mut c.timing;
-    c.out.encode_staged(stamp, start, &mut |frame, waited, end| {
-        monitor.queued(timing, frame, waited, end, start)
-    });
+    c.out.stamp_queued(stamp, start, &mut |run, waited| monitor.queued(timing, run, waited, start));
 }
 
 /// Writes what `c` has queued, stamping and recording its frames while monitoring.
 fn write_timed(c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
-    if c.out.staged.is_empty() && !monitor.recording && !c.timing.has_in_flight() {
+    if !c.out.has_unstamped() && !monitor.recording && !c.timing.has_in_flight() {
         return c.out.write(&c.sock);
     }
     let start = Instant::now();
@@ -826,7 +880,8 @@ impl Route for StreamRoute {
         // Not recording reads no clock, but for a clock probe: a frame keeps the
         // stamp it came with, if any.
         let record = self.monitor.recording;
-        let queued = (record || frame.header.is_timed()).then(Instant::now);
+        let queued =
+            (record || frame.header.is_timed()).then(|| *self.pass_start.get_or_insert_with(Instant::now));
         let as_file = self.zero_copy_min.is_some_and(|min| frame.payload.len() >= min);
         // Made once for every link of this host the frame goes to.
         let mut file: Option<Option<Arc<OwnedFd>>> = None;
@@ -842,9 +897,16 @@ impl Route for StreamRoute {
             // Behind a staged frame, a frame is staged too, so as not to overtake it.
             let at = match queued {
                 Some(at) => Some(at),
-                None => (!c.out.staged.is_empty()).then(Instant::now),
+                None => (!c.out.staged.is_empty()).then(|| *self.pass_start.get_or_insert_with(Instant::now)),
             };
+            // A small frame recorded is encoded now and stamped in place: no copy.
+            let in_place = record
+                && file.is_none()
+                && c.out.staged.is_empty()
+                && frame.payload.len() < ZERO_COPY_MIN
+                && !frame.header.is_timed();
             match at {
+                Some(at) if in_place => c.out.push_unstamped(frame, at),
                 Some(at) => c.out.staged.push(Staged { frame: frame.clone(), at, file, record }),
                 None => c.out.push(frame, None, file),
             }
@@ -856,6 +918,7 @@ impl Route for StreamRoute {
     }
 
     fn flush(&mut self) {
+        self.pass_start = None;
         for link in std::mem::take(&mut self.dirty) {
             self.flush_link(link);
         }
@@ -916,6 +979,7 @@ impl Route for StreamRoute {
     }
 
     fn flush_blocking(&mut self, limit: Duration) {
+        self.pass_start = None;
         let links: Vec<LinkId> =
             self.conns.iter().filter(|(_, c)| !c.out.is_empty()).map(|(l, _)| l).collect();
         for link in links {
@@ -1042,6 +1106,42 @@ mod tests {
         assert_eq!(parent.monitor_report().count(), 6);
         parent.monitor_clear();
         assert_eq!(parent.monitor_report().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn frames_stamped_in_place_across_cut_short_writes_are_each_stamped_and_counted_once() {
+        use treecast_monitor::Component;
+        let (mut child, la, mut parent, _) = linked_routes();
+        child.set_clock(Box::new(|_| 5_000_000_000));
+        child.monitor_start(1);
+        parent.monitor_start(1);
+        // About 2.6 MB in passes of 1,000 frames: more than the socket holds while
+        // nobody reads, so writes are cut short in the middle of runs of frames.
+        let n = 20_000usize;
+        for i in 0..n {
+            let tag = if i % 3000 < 2 { 8 } else { 7 };
+            child.send(&[la], &Frame::new(FrameHeader::data(1, tag, 0), vec![(i % 251) as u8; 100]));
+            if i % 1000 == 999 {
+                child.flush();
+            }
+        }
+        let writer = tokio::spawn(async move {
+            flushed(&mut child).await;
+            child
+        });
+        let got = recv(&mut parent, n).await;
+        let mut child = writer.await.unwrap();
+        for (i, (_, event)) in got.iter().enumerate() {
+            let RouteEvent::Frame(f) = event else { panic!("{event:?}") };
+            assert_eq!((f.header.stamp(), f.payload[0]), (Some(5_000_000_000), (i % 251) as u8), "frame {i}");
+        }
+        let count = |route: &mut StreamRoute, component: Component| -> u64 {
+            route.monitor_report().cells.iter().filter(|c| c.component == component).map(|c| c.count).sum()
+        };
+        assert_eq!(count(&mut child, Component::Queue), n as u64);
+        assert_eq!(count(&mut child, Component::Send), n as u64);
+        assert_eq!(count(&mut parent, Component::Net), n as u64);
+        assert_eq!(count(&mut parent, Component::Deliver), n as u64);
     }
 
     #[tokio::test]

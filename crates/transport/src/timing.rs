@@ -7,8 +7,13 @@
 //! * **send**: from that start to the end of the write that carries its last byte.
 //! * **net**: from the header stamp to the end of the read that completed the frame
 //!   at the receiver, the peer's clock turned into the receiver's by [`PeerClock`].
-//! * **deliver**: from the end of that read to the frame being handed to the node's
-//!   core, which runs the filters or queues it for the tool.
+//! * **deliver**: from the end of that read to the frames it completed being handed
+//!   to the node's core, which runs the filters or queues them for the tool.
+//!
+//! Each is read once per batch, not per frame: frames queued in one pass of the
+//! node's loop share their queue start, frames written by one write their send,
+//! frames read by one read their net end and their deliver. Equal samples are then
+//! counted by the recorder, not added one by one.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -52,6 +57,13 @@ impl PeerClock {
 /// every offset of the global clock is carried forward. Saturates instead of
 /// wrapping, as offsets may come from the network.
 pub fn drifted(offset_ns: i64, drift_ppb: i64, since_ns: i128) -> i64 {
+    // Read for every stamp: the common cases skip the slow 128-bit division.
+    if drift_ppb == 0 {
+        return offset_ns;
+    }
+    if let Some(moved) = i64::try_from(since_ns).ok().and_then(|s| s.checked_mul(drift_ppb)) {
+        return offset_ns.saturating_add(moved / 1_000_000_000);
+    }
     let moved = since_ns.saturating_mul(i128::from(drift_ppb)) / 1_000_000_000;
     let at = i128::from(offset_ns).saturating_add(moved);
     i64::try_from(at.clamp(i128::from(i64::MIN), i128::from(i64::MAX))).unwrap_or(0)
@@ -66,15 +78,50 @@ pub(crate) struct LinkTiming {
     in_flight: VecDeque<InFlight>,
 }
 
+/// Frames one after another in a link's byte stream that make the same samples
+/// (same stream, tag and size, queued together): counted, not listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameRun {
+    /// Where the first one ends in the link's byte stream.
+    pub(crate) first_end: u64,
+    /// Bytes each one takes in the byte stream.
+    pub(crate) wire_len: u64,
+    pub(crate) count: u64,
+    /// Payload bytes of each.
+    pub(crate) bytes: u64,
+    pub(crate) stream: u32,
+    pub(crate) tag: i32,
+}
+
+impl FrameRun {
+    /// One frame of `wire_len` bytes that ends at `end` in the byte stream.
+    pub(crate) fn one(frame: &Frame, wire_len: u64, end: u64) -> FrameRun {
+        let (stream, tag) = (frame.header.stream, frame.header.tag);
+        FrameRun { first_end: end, wire_len, count: 1, bytes: frame.payload.len() as u64, stream, tag }
+    }
+
+    /// Where the last one ends.
+    fn end(&self) -> u64 {
+        self.first_end + (self.count - 1) * self.wire_len
+    }
+
+    /// Takes `next` in if it comes right after these frames and is like them.
+    pub(crate) fn absorb(&mut self, next: &FrameRun) -> bool {
+        let like = (next.wire_len, next.bytes, next.stream, next.tag)
+            == (self.wire_len, self.bytes, self.stream, self.tag);
+        if like && next.first_end == self.end() + self.wire_len {
+            self.count += next.count;
+            return true;
+        }
+        false
+    }
+}
+
+/// Frames encoded by the flush that started at `start`, not yet fully written.
 #[derive(Debug)]
 struct InFlight {
-    /// Where the frame ends in the link's byte stream.
-    end: u64,
-    /// The start of the flush that encoded it.
+    run: FrameRun,
     start: Instant,
-    bytes: u64,
-    stream: u32,
-    tag: i32,
 }
 
 impl LinkTiming {
@@ -155,69 +202,89 @@ impl Monitoring {
         Key { link: place.lower_node, up: place.to_parent == sending, tag, program }
     }
 
-    /// A frame was encoded by the flush that started at `start`, after waiting `waited`.
-    pub(crate) fn queued(
-        &mut self,
-        t: &mut LinkTiming,
-        frame: &Frame,
-        waited: Duration,
-        end: u64,
-        start: Instant,
-    ) {
-        let bytes = frame.payload.len() as u64;
-        let (stream, tag) = (frame.header.stream, frame.header.tag);
-        self.recorder.record(self.key(t, true, stream, tag), Component::Queue, bytes, nanos(waited));
-        t.in_flight.push_back(InFlight { end, start, bytes, stream, tag });
+    /// Frames were encoded by the flush that started at `start`, after waiting `waited`.
+    pub(crate) fn queued(&mut self, t: &mut LinkTiming, run: FrameRun, waited: Duration, start: Instant) {
+        let key = self.key(t, true, run.stream, run.tag);
+        self.recorder.record_n(key, Component::Queue, run.bytes, nanos(waited), run.count);
+        if let Some(last) = t.in_flight.back_mut() {
+            if last.start == start && last.run.absorb(&run) {
+                return;
+            }
+        }
+        t.in_flight.push_back(InFlight { run, start });
     }
 
     /// The link's byte stream was written up to `written` by a write that ended at `now`.
     pub(crate) fn written(&mut self, t: &mut LinkTiming, written: u64, now: Instant) {
-        while let Some(f) = t.in_flight.front() {
-            if f.end > written {
+        while let Some(f) = t.in_flight.front_mut() {
+            if f.run.first_end > written {
                 break;
             }
-            let key = self.key(t, true, f.stream, f.tag);
-            self.recorder.record(
-                key,
-                Component::Send,
-                f.bytes,
-                nanos(now.saturating_duration_since(f.start)),
-            );
-            t.in_flight.pop_front();
+            let done = ((written - f.run.first_end) / f.run.wire_len + 1).min(f.run.count);
+            let (start, run) = (f.start, f.run);
+            let all = done == run.count;
+            if all {
+                t.in_flight.pop_front();
+            } else {
+                f.run.count -= done;
+                f.run.first_end += done * run.wire_len;
+            }
+            let key = self.key(t, true, run.stream, run.tag);
+            let ns = nanos(now.saturating_duration_since(start));
+            self.recorder.record_n(key, Component::Send, run.bytes, ns, done);
+            if !all {
+                break;
+            }
         }
     }
 
-    /// The clocks of a read that ended at `at`, read once for every frame it completed.
-    pub(crate) fn read_clock(&self, t: &LinkTiming, at: Instant) -> ReadClock {
+    /// The clocks of a read that ended at `at` and whose frames are handed to the
+    /// core from `handed` on, read once for every frame it completed.
+    pub(crate) fn read_clock(&self, t: &LinkTiming, at: Instant, handed: Instant) -> ReadClock {
         let ns = (self.clock)(at);
-        ReadClock { at, ns, peer_offset: t.peer_clock.at(ns) }
+        ReadClock {
+            ns,
+            peer_offset: t.peer_clock.at(ns),
+            deliver_ns: nanos(handed.saturating_duration_since(at)),
+        }
     }
 
-    /// A frame completed by the read `read` is handed to the core at `handed`.
-    pub(crate) fn read(&mut self, t: &LinkTiming, frame: &Frame, read: &ReadClock, handed: Instant) {
-        let bytes = frame.payload.len() as u64;
-        let key = self.key(t, false, frame.header.stream, frame.header.tag);
-        if let Some(sent) = frame.header.stamp() {
-            let sent = i64::try_from(sent).unwrap_or(i64::MAX);
-            // The sender's stamp on this node's clock: its clock minus the difference.
-            let net = read.ns.saturating_sub(sent).saturating_add(read.peer_offset);
-            self.recorder.record(key, Component::Net, bytes, u64::try_from(net).unwrap_or(0));
+    /// The frames completed by the read `read` are handed to the core. Frames one
+    /// after another that make the same samples (same stream, tag, size and stamp:
+    /// sent by one flush) are recorded as one.
+    pub(crate) fn read(&mut self, t: &LinkTiming, frames: &[Frame], read: &ReadClock) {
+        let mut same = 0u64;
+        for (i, f) in frames.iter().enumerate() {
+            same += 1;
+            if frames.get(i + 1).is_some_and(|next| same_samples(f, next)) {
+                continue;
+            }
+            let bytes = f.payload.len() as u64;
+            let key = self.key(t, false, f.header.stream, f.header.tag);
+            if let Some(sent) = f.header.stamp() {
+                let sent = i64::try_from(sent).unwrap_or(i64::MAX);
+                // The sender's stamp on this node's clock: its clock minus the difference.
+                let net = read.ns.saturating_sub(sent).saturating_add(read.peer_offset);
+                self.recorder.record_n(key, Component::Net, bytes, u64::try_from(net).unwrap_or(0), same);
+            }
+            self.recorder.record_n(key, Component::Deliver, bytes, read.deliver_ns, same);
+            same = 0;
         }
-        self.recorder.record(
-            key,
-            Component::Deliver,
-            bytes,
-            nanos(handed.saturating_duration_since(read.at)),
-        );
     }
 }
 
-/// When a read ended, on the monotonic clock and on the node's clock, and the
-/// peer's clock minus the node's at that moment.
+/// When a read ended on the node's clock, the peer's clock minus the node's at that
+/// moment, and how long its frames took to reach the core.
 pub(crate) struct ReadClock {
-    at: Instant,
     ns: i64,
     peer_offset: i64,
+    deliver_ns: u64,
+}
+
+/// Two frames of one read give the same samples.
+fn same_samples(a: &Frame, b: &Frame) -> bool {
+    let (x, y) = (&a.header, &b.header);
+    (x.stream, x.tag, x.stamp(), a.payload.len()) == (y.stream, y.tag, y.stamp(), b.payload.len())
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -230,6 +297,7 @@ pub(crate) fn wall_clock(_: Instant) -> i64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -240,5 +308,53 @@ mod tests {
         // 100 ppm over 10 s is 1 ms.
         assert_eq!(c.at(15_000_000_000), 1_001_000);
         assert_eq!(c.at(0), 1_000 - 500_000);
+    }
+
+    #[test]
+    fn frames_of_a_run_cut_by_a_write_take_the_send_time_of_the_write_that_ended_each() {
+        use treecast_monitor::Component;
+        let mut m = Monitoring::new();
+        m.start(1);
+        let mut t = LinkTiming::default();
+        let frame = Frame::new(treecast_wire::FrameHeader::data(1, 7, 0), vec![0; 100]);
+        let start = Instant::now();
+        // Ten frames of 128 bytes, queued in two runs that join into one.
+        let first = FrameRun { count: 4, ..FrameRun::one(&frame, 128, 128) };
+        let second = FrameRun { count: 6, ..FrameRun::one(&frame, 128, 5 * 128) };
+        m.queued(&mut t, first, Duration::from_micros(3), start);
+        m.queued(&mut t, second, Duration::from_micros(3), start);
+        assert_eq!(t.in_flight.len(), 1, "the runs join");
+        // The first write ends inside the sixth frame, the second writes the rest.
+        m.written(&mut t, 5 * 128 + 60, start + Duration::from_micros(10));
+        m.written(&mut t, 10 * 128, start + Duration::from_micros(25));
+        assert!(!t.has_in_flight());
+        let report = m.report();
+        let send: Vec<(u64, u64)> = report
+            .cells
+            .iter()
+            .filter(|c| c.component == Component::Send)
+            .map(|c| (c.count, c.sum_ns))
+            .collect();
+        assert_eq!(send, [(10, 5 * 10_000 + 5 * 25_000)]);
+        let queue = report.cells.iter().find(|c| c.component == Component::Queue).unwrap();
+        assert_eq!((queue.count, queue.sum_ns), (10, 30_000));
+    }
+
+    #[test]
+    fn the_short_ways_of_carrying_an_offset_give_what_the_long_one_gives() {
+        let long = |offset: i64, drift: i64, since: i128| {
+            let moved = since * i128::from(drift) / 1_000_000_000;
+            i64::try_from((i128::from(offset) + moved).clamp(i128::from(i64::MIN), i128::from(i64::MAX)))
+                .unwrap()
+        };
+        for (offset, drift, since) in [
+            (5, 0, 1_000_000_000_000i128),
+            (-7, 123_456, 9_999_999_999),
+            (1 << 40, -99_999, -3_000_000_000_001),
+            (0, 1_000_000_000, i128::from(i64::MAX)),
+            (i64::MAX - 3, 1_000, 10_000_000_000),
+        ] {
+            assert_eq!(drifted(offset, drift, since), long(offset, drift, since), "{offset} {drift} {since}");
+        }
     }
 }

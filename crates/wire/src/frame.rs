@@ -21,6 +21,9 @@ use crate::{codec::Reader, DecodeError, Window};
 pub const PROTOCOL_VERSION: u8 = 7;
 /// Size of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 28;
+/// Where the send timestamp sits in an encoded header: a route that encodes a frame
+/// before it knows the stamp writes it there later.
+pub const TIMESTAMP_AT: usize = 16;
 /// Largest payload a decoder accepts (256 MiB); larger frames close the link.
 pub const MAX_PAYLOAD_LEN: usize = 256 << 20;
 /// [`MAX_PAYLOAD_LEN`] as the `u32` the header carries.
@@ -325,6 +328,15 @@ mod tests {
 
     fn sample(n: u8) -> Frame {
         Frame::new(FrameHeader::data(7, -3, n as u32), vec![n; n as usize])
+    }
+
+    #[test]
+    fn a_stamp_written_at_its_place_in_an_encoded_header_is_the_header_stamp() {
+        let mut wire = BytesMut::new();
+        sample(3).header.encode(3, &mut wire);
+        wire[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
+        let (header, len) = FrameHeader::decode(&wire).unwrap();
+        assert_eq!((header.timestamp_ns, len), (0x0102_0304_0506_0708, 3));
     }
 
     #[test]

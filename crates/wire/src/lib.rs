@@ -47,7 +47,7 @@ pub use format::Format;
 pub use frame::{
     decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, DEFAULT_DOWN_WINDOW,
     DEFAULT_UP_WINDOW, FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, FLAG_PAYLOAD_FD, FLAG_PEER_ACK,
-    FLAG_STAMPED, FLAG_TIMED, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
+    FLAG_STAMPED, FLAG_TIMED, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION, TIMESTAMP_AT,
 };
 pub use mcast::{
     decode_mcast, encode_mcast, McastDatagram, McastHeader, McastKind, MCAST_HEADER_LEN, MCAST_MORE,
