@@ -149,7 +149,8 @@ struct Staged {
 impl OutQueue {
     /// Encodes `frame`, with `stamp` as its timestamp when this hop took one while
     /// recording, and its payload in `file` if it goes as one (header only, then).
-    fn push(&mut self, frame: &Frame, stamp: Option<u64>, file: Option<Arc<OwnedFd>>) {
+    /// Returns the bytes it adds to the link's byte stream.
+    fn push(&mut self, frame: &Frame, stamp: Option<u64>, file: Option<Arc<OwnedFd>>) -> u64 {
         let mut header: FrameHeader = frame.header;
         header.flags &= !FLAG_PAYLOAD_FD;
         // A stamp this hop did not take while recording (a forwarded frame keeps the
@@ -167,7 +168,7 @@ impl OutQueue {
             header.encode(frame.payload.len(), &mut self.small);
             self.bytes += HEADER_LEN;
             self.pushed += HEADER_LEN as u64;
-            return;
+            return HEADER_LEN as u64;
         }
         self.bytes += frame.wire_len();
         self.pushed += frame.wire_len() as u64;
@@ -178,6 +179,7 @@ impl OutQueue {
         } else {
             self.small.extend_from_slice(&frame.payload);
         }
+        frame.wire_len() as u64
     }
 
     /// True when frames wait for the stamp of the next write.
@@ -190,9 +192,8 @@ impl OutQueue {
     /// without a file when nothing is staged, so that it stays in `small` in order.
     fn push_unstamped(&mut self, frame: &Frame, at: Instant) {
         let header_at = self.small.len();
-        let before = self.pushed;
-        self.push(frame, Some(0), None);
-        let run = FrameRun::one(frame, self.pushed - before, self.pushed);
+        let wire_len = self.push(frame, Some(0), None);
+        let run = FrameRun::one(frame, wire_len, self.pushed);
         if let Some(last) = self.unstamped.last_mut() {
             if last.at == at && last.run.absorb(&run) {
                 return;
@@ -225,13 +226,9 @@ impl OutQueue {
         for s in staged.drain(..) {
             // A frame staged only to keep its place behind a probe takes no stamp.
             let stamp = (s.record || s.frame.header.is_timed()).then_some(stamp);
-            let before = self.pushed;
-            self.push(&s.frame, stamp, s.file);
+            let wire_len = self.push(&s.frame, stamp, s.file);
             if s.record {
-                queued(
-                    FrameRun::one(&s.frame, self.pushed - before, self.pushed),
-                    start.saturating_duration_since(s.at),
-                );
+                queued(FrameRun::one(&s.frame, wire_len, self.pushed), start.saturating_duration_since(s.at));
             }
         }
         self.staged = staged;
@@ -743,8 +740,7 @@ fn deliver(
     // The frames of one read reach the core together (it then takes them in order:
     // a frame's wait for the ones before it is the core's time, not the link's).
     if let Some(at) = read_at {
-        let read = monitor.read_clock(&c.timing, at, Instant::now());
-        monitor.read(&c.timing, &frames, &read);
+        monitor.read(&c.timing, &frames, at, Instant::now());
     }
     for f in frames {
         *any = true;
@@ -908,7 +904,9 @@ impl Route for StreamRoute {
             match at {
                 Some(at) if in_place => c.out.push_unstamped(frame, at),
                 Some(at) => c.out.staged.push(Staged { frame: frame.clone(), at, file, record }),
-                None => c.out.push(frame, None, file),
+                None => {
+                    c.out.push(frame, None, file);
+                }
             }
             if !c.dirty {
                 c.dirty = true;

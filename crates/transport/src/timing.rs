@@ -238,21 +238,14 @@ impl Monitoring {
         }
     }
 
-    /// The clocks of a read that ended at `at` and whose frames are handed to the
-    /// core from `handed` on, read once for every frame it completed.
-    pub(crate) fn read_clock(&self, t: &LinkTiming, at: Instant, handed: Instant) -> ReadClock {
-        let ns = (self.clock)(at);
-        ReadClock {
-            ns,
-            peer_offset: t.peer_clock.at(ns),
-            deliver_ns: nanos(handed.saturating_duration_since(at)),
-        }
-    }
-
-    /// The frames completed by the read `read` are handed to the core. Frames one
-    /// after another that make the same samples (same stream, tag, size and stamp:
-    /// sent by one flush) are recorded as one.
-    pub(crate) fn read(&mut self, t: &LinkTiming, frames: &[Frame], read: &ReadClock) {
+    /// The frames completed by a read that ended at `at` are handed to the core at
+    /// `handed`. Frames one after another that make the same samples (same stream,
+    /// tag, size and stamp: sent by one flush) are recorded as one; the clocks are
+    /// read once for all of them.
+    pub(crate) fn read(&mut self, t: &LinkTiming, frames: &[Frame], at: Instant, handed: Instant) {
+        let read_ns = (self.clock)(at);
+        let peer_offset = t.peer_clock.at(read_ns);
+        let deliver_ns = nanos(handed.saturating_duration_since(at));
         let mut same = 0u64;
         for (i, f) in frames.iter().enumerate() {
             same += 1;
@@ -264,21 +257,13 @@ impl Monitoring {
             if let Some(sent) = f.header.stamp() {
                 let sent = i64::try_from(sent).unwrap_or(i64::MAX);
                 // The sender's stamp on this node's clock: its clock minus the difference.
-                let net = read.ns.saturating_sub(sent).saturating_add(read.peer_offset);
+                let net = read_ns.saturating_sub(sent).saturating_add(peer_offset);
                 self.recorder.record_n(key, Component::Net, bytes, u64::try_from(net).unwrap_or(0), same);
             }
-            self.recorder.record_n(key, Component::Deliver, bytes, read.deliver_ns, same);
+            self.recorder.record_n(key, Component::Deliver, bytes, deliver_ns, same);
             same = 0;
         }
     }
-}
-
-/// When a read ended on the node's clock, the peer's clock minus the node's at that
-/// moment, and how long its frames took to reach the core.
-pub(crate) struct ReadClock {
-    ns: i64,
-    peer_offset: i64,
-    deliver_ns: u64,
 }
 
 /// Two frames of one read give the same samples.
