@@ -496,6 +496,14 @@ async fn collectives_over_two_groups_are_computed_in_the_tree_and_match_a_local_
             assert_eq!(a[3], Value::UInt(7));
         }
     }
+    // The average weighs each member once, however the tree is shaped (integers
+    // rounded toward zero).
+    let answers = enter(&mut s, &members, &request(2, 4, &members, u32::MAX, k)).await;
+    let n = members.len() as f64;
+    let average: Vec<i64> = all(i64::wrapping_add).iter().map(|&sum| (sum as f64 / n) as i64).collect();
+    for (rank, a) in &answers {
+        assert_eq!(result_of(a), average, "all-reduce avg at rank {rank}");
+    }
     // Reduce-scatter: member j (in the group's order) keeps block j.
     let answers = enter(&mut s, &members, &request(4, 1, &members, u32::MAX, k)).await;
     let sums = all(i64::wrapping_add);

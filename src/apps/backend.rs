@@ -286,6 +286,7 @@ async fn collective(be: &BackEndSender, rank: u32, p: &Packet) -> Result<Vec<Val
     let reduce = match combine {
         2 => ReduceOp::Min,
         3 => ReduceOp::Max,
+        4 => ReduceOp::Avg,
         _ => ReduceOp::Sum,
     };
     let own = [Value::LongArray((0..i64::from(*elements)).map(|i| i64::from(rank) * 1000 + i).collect())];

@@ -59,7 +59,7 @@ pub const TAG_SPAWN_HELPERS: i32 = 14;
 
 /// [`COLLECTIVE_REQUEST`] → this rank enters `rounds` collective operations among
 /// back-ends (`op`: 1 reduce, 2 all-reduce, 3 all-gather, 4 reduce-scatter, 5
-/// barrier; `combine`: 1 sum, 2 min, 3 max) over `members` in that order, with
+/// barrier; `combine`: 1 sum, 2 min, 3 max, 4 average) over `members` in that order, with
 /// `%ald` values `rank * 1000 + i` for i below `elements`, and answers
 /// [`COLLECTIVE_ANSWER`]: the mean time of one operation in microseconds, the last
 /// result (a gather's arrays one after another), the ranks a gather returned in

@@ -33,6 +33,9 @@ pub enum ReduceOp {
     Min,
     /// Maximum.
     Max,
+    /// Average, each member weighing one (integers rounded toward zero), as the
+    /// `avg` stream filter computes it.
+    Avg,
 }
 
 impl ReduceOp {
@@ -41,6 +44,7 @@ impl ReduceOp {
             ReduceOp::Sum => Combine::Sum,
             ReduceOp::Min => Combine::Min,
             ReduceOp::Max => Combine::Max,
+            ReduceOp::Avg => Combine::Avg,
         }
     }
 }

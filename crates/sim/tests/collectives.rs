@@ -35,9 +35,12 @@ fn encoded(values: &[Value]) -> Vec<u8> {
 /// The reduction of the members' values, computed here.
 fn folded(members: &RankSet, combine: Combine) -> Vec<Value> {
     let all: Vec<Vec<Value>> = members.iter().map(values_of).collect();
+    let n = all.len() as f64;
+    // Every value here is a small integer or quarter, so sums are exact in any order.
     let pick = |xs: &mut dyn Iterator<Item = f64>| -> f64 {
         match combine {
             Combine::Sum => xs.sum(),
+            Combine::Avg => xs.sum::<f64>() / n,
             Combine::Min => xs.fold(f64::INFINITY, f64::min),
             _ => xs.fold(f64::NEG_INFINITY, f64::max),
         }
@@ -131,7 +134,7 @@ proptest! {
         fanout in 1usize..=8,
         pick in any::<u64>(),
         op in 0u8..5,
-        combine in 1u8..4,
+        combine in 1u8..5,
         root_pick in any::<u32>(),
     ) {
         let topo = treecast_sim::chaos::tree_of_shape(&mut StdRng::seed_from_u64(seed), depth, fanout, 200).unwrap();
@@ -147,7 +150,8 @@ proptest! {
             (false, _) => Combine::None,
             (true, 1) => Combine::Sum,
             (true, 2) => Combine::Min,
-            _ => Combine::Max,
+            (true, 3) => Combine::Max,
+            _ => Combine::Avg,
         };
         let root = if op == CollectiveOp::Reduce { root_pick % n } else { u32::MAX };
         // Two operations of one series, entered back to back, complete apart.
@@ -243,6 +247,18 @@ fn members_that_disagree_all_learn_why() {
     for rank in 0..4 {
         let (head, _) = result_at(&mut sim, rank).unwrap();
         assert!(!head.error.is_empty(), "rank {rank} got no error");
+    }
+    // An average refuses a string where it enters the tree, and says so to all.
+    let avg = CollectiveCall { seq: 4, combine: Combine::Avg, ..sum.clone() };
+    for rank in 0..4 {
+        let values = if rank == 1 { vec![Value::Str("one".into())] } else { values_of(rank) };
+        sim.backend_command(rank, Command::Send(avg.contribution(rank, &encoded(&values)))).unwrap();
+    }
+    sim.settle(SETTLE);
+    for rank in 0..4 {
+        let (head, body) = result_at(&mut sim, rank).unwrap();
+        assert!(head.error.contains("average"), "rank {rank}: {}", head.error);
+        assert!(body.is_empty());
     }
     // A member that names other members is told, as well as the others.
     let call = CollectiveCall { seq: 3, ..sum.clone() };

@@ -74,6 +74,10 @@ pub enum Combine {
     Min,
     /// Maximum.
     Max,
+    /// Average, each member weighing one: partials inside the tree carry sums and
+    /// weights as the `avg` stream filter's do, and the members' common ancestor
+    /// turns them back into the members' types.
+    Avg,
 }
 
 impl Combine {
@@ -83,6 +87,7 @@ impl Combine {
             Combine::Sum => 1,
             Combine::Min => 2,
             Combine::Max => 3,
+            Combine::Avg => 4,
         }
     }
 
@@ -92,6 +97,7 @@ impl Combine {
             1 => Combine::Sum,
             2 => Combine::Min,
             3 => Combine::Max,
+            4 => Combine::Avg,
             _ => return None,
         })
     }

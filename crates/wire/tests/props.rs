@@ -367,8 +367,13 @@ fn collective_head() -> impl Strategy<Value = CollectiveHead> {
         Just(CollectiveOp::ReduceScatter),
         Just(CollectiveOp::Barrier),
     ];
-    let combine =
-        prop_oneof![Just(Combine::None), Just(Combine::Sum), Just(Combine::Min), Just(Combine::Max)];
+    let combine = prop_oneof![
+        Just(Combine::None),
+        Just(Combine::Sum),
+        Just(Combine::Min),
+        Just(Combine::Max),
+        Just(Combine::Avg)
+    ];
     (
         op,
         combine,

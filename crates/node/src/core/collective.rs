@@ -36,7 +36,7 @@ use bytes::Bytes;
 use treecast_filters::{builtin, FilterContext, TransformKind};
 use treecast_wire::{
     decode_collective, decode_entries, encode_collective, CollectiveHead, CollectiveOp, Combine, Frame,
-    FrameHeader, RankSet, FLAG_PEER_COLL,
+    FrameHeader, RankSet, FLAG_PARTIAL_AVG, FLAG_PEER_COLL,
 };
 
 use super::{ChildState, CommandError, Event, LinkId, LinkRole, Node, Role};
@@ -114,20 +114,56 @@ fn frame(rank: u32, head: &CollectiveHead, parts: &[Bytes]) -> Frame {
     Frame::new(h, payload)
 }
 
-/// Folds `more` into `acc` (both encoded values) with `combine`.
+/// Folds `more` into `acc` (both encoded values; an average's both partials) with
+/// `combine`.
 fn fold(acc: Bytes, more: Bytes, combine: Combine, ranks: (u32, u32)) -> Result<Bytes, String> {
-    let kind = match combine {
-        Combine::Sum => TransformKind::Sum,
-        Combine::Min => TransformKind::Min,
-        Combine::Max => TransformKind::Max,
-        Combine::None => return Err("a reduction needs sum, min or max".into()),
+    let (kind, flags) = match combine {
+        Combine::Sum => (TransformKind::Sum, 0),
+        Combine::Min => (TransformKind::Min, 0),
+        Combine::Max => (TransformKind::Max, 0),
+        Combine::Avg => (TransformKind::Avg, FLAG_PARTIAL_AVG),
+        Combine::None => return Err("a reduction needs sum, min, max or avg".into()),
     };
-    let wave = vec![
-        Frame::new(FrameHeader::data(0, 0, ranks.0), acc),
-        Frame::new(FrameHeader::data(0, 0, ranks.1), more),
-    ];
-    let out = builtin(kind).apply(wave, &FilterContext::default()).map_err(|e| e.to_string())?;
+    let wave = vec![filter_input(ranks.0, acc, flags), filter_input(ranks.1, more, flags)];
+    apply(kind, wave, false)
+}
+
+/// A body as the filters take it, from `rank`, with header `flags`.
+fn filter_input(rank: u32, body: Bytes, flags: u16) -> Frame {
+    let mut header = FrameHeader::data(0, 0, rank);
+    header.flags |= flags;
+    Frame::new(header, body)
+}
+
+/// Runs the built-in filter `kind` over `wave`: the one body it gives.
+fn apply(kind: TransformKind, wave: Vec<Frame>, is_root: bool) -> Result<Bytes, String> {
+    let ctx = FilterContext { is_root, ..FilterContext::default() };
+    let out = builtin(kind).apply(wave, &ctx).map_err(|e| e.to_string())?;
     out.into_iter().next().map(|f| f.payload).ok_or_else(|| "the filter returned nothing".into())
+}
+
+/// A member's values, as they enter the tree, made a partial average of weight
+/// one: what every node folds, so that each member weighs one however the tree
+/// is shaped.
+fn avg_partial(body: Bytes, rank: u32) -> Result<Bytes, String> {
+    apply(TransformKind::Avg, vec![filter_input(rank, body, 0)], false)
+}
+
+/// At the members' common ancestor: an average's partial turned into the average,
+/// in the members' types; an error is kept in `head`.
+fn finish_avg(head: &mut CollectiveHead, parts: Vec<Bytes>) -> Vec<Bytes> {
+    if head.combine != Combine::Avg || !head.op.folds() || !head.error.is_empty() {
+        return parts;
+    }
+    let rank = head.contributors.first().unwrap_or(0);
+    let partial = parts.into_iter().next().unwrap_or_default();
+    match apply(TransformKind::Avg, vec![filter_input(rank, partial, FLAG_PARTIAL_AVG)], true) {
+        Ok(average) => vec![average],
+        Err(why) => {
+            head.error = why;
+            Vec::new()
+        }
+    }
 }
 
 /// Why two contributions to one operation cannot be combined, if they cannot.
@@ -225,9 +261,17 @@ impl Node {
             );
             return self.drop_link(link, why, now);
         }
-        let body = frame.payload.slice(at..);
+        let mut body = frame.payload.slice(at..);
         if let Err(why) = check_entries(&head, &body) {
             return self.drop_link(link, why, now);
+        }
+        let mut head = head;
+        if self.children[c].is_backend && head.combine == Combine::Avg && head.error.is_empty() {
+            match avg_partial(body, head.contributors.first().unwrap_or(0)) {
+                Ok(partial) => body = partial,
+                // Refused values still enter, so that every member learns why.
+                Err(why) => (head.error, body) = (why, Bytes::new()),
+            }
         }
         let key = head.key();
         if let Err(NoRoom(head)) = self.contribute(head, body, now) {
@@ -332,6 +376,7 @@ impl Node {
             }
             _ => {
                 head.down = true;
+                let parts = finish_avg(&mut head, parts);
                 // A failure reaches every contributor too: one that named other
                 // members is told why its operation failed.
                 if !head.error.is_empty() {
