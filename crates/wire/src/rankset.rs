@@ -77,9 +77,40 @@ impl RankSet {
 
     /// Adds every rank of `other`.
     pub fn union_with(&mut self, other: &RankSet) {
-        for &(lo, hi) in &other.ranges {
-            self.insert_range(lo, hi);
+        // A few ranges go in one by one; more are merged in one pass over both
+        // lists, not inserted one by one (each insert may shift the whole list).
+        if other.ranges.len() <= 2 || self.ranges.is_empty() {
+            for &(lo, hi) in &other.ranges {
+                self.insert_range(lo, hi);
+            }
+            return;
         }
+        let (a, b) = (&self.ranges, &other.ranges);
+        let mut out: Vec<(u32, u32)> = Vec::with_capacity(a.len() + b.len());
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            let next = match (a.get(i), b.get(j)) {
+                (Some(&x), Some(&y)) if x.0 <= y.0 => {
+                    i += 1;
+                    x
+                }
+                (_, Some(&y)) => {
+                    j += 1;
+                    y
+                }
+                (Some(&x), None) => {
+                    i += 1;
+                    x
+                }
+                (None, None) => break,
+            };
+            match out.last_mut() {
+                // Overlapping or adjacent: one range.
+                Some(last) if next.0 <= last.1.saturating_add(1) => last.1 = last.1.max(next.1),
+                _ => out.push(next),
+            }
+        }
+        self.ranges = out;
     }
 
     /// The ranks in both sets.
@@ -251,6 +282,14 @@ mod tests {
         assert_eq!("0-5, 7,32".parse::<RankSet>().unwrap(), s);
     }
 
+    #[test]
+    fn a_union_up_to_the_last_rank_merges_its_ranges() {
+        let mut a: RankSet = [0, 5, u32::MAX - 1].into_iter().collect();
+        let b: RankSet = [1, 7, 9, u32::MAX].into_iter().collect();
+        a.union_with(&b);
+        assert_eq!(a.ranges(), [(0, 1), (5, 5), (7, 7), (9, 9), (u32::MAX - 1, u32::MAX)]);
+    }
+
     proptest! {
         #[test]
         fn behaves_like_a_set(a in proptest::collection::vec(0u32..200, 0..60), b in proptest::collection::vec(0u32..200, 0..60)) {
@@ -264,6 +303,8 @@ mod tests {
             let mut u = sa.clone();
             u.union_with(&sb);
             prop_assert_eq!(u.iter().collect::<Vec<_>>(), ba.union(&bb).copied().collect::<Vec<_>>());
+            // The same ranges (merged, sorted) as inserting one by one gives.
+            prop_assert_eq!(&u, &ba.union(&bb).copied().collect::<RankSet>());
             for r in 0..200 { prop_assert_eq!(sa.contains(r), ba.contains(&r)); }
             let mut buf = Vec::new();
             sa.encode(&mut buf);
