@@ -266,7 +266,8 @@ impl Node {
             return self.drop_link(link, why, now);
         }
         let mut head = head;
-        if self.children[c].is_backend && head.combine == Combine::Avg && head.error.is_empty() {
+        let averaged = head.combine == Combine::Avg && head.op.folds() && head.error.is_empty();
+        if averaged && self.children[c].is_backend {
             match avg_partial(body, head.contributors.first().unwrap_or(0)) {
                 Ok(partial) => body = partial,
                 // Refused values still enter, so that every member learns why.
