@@ -79,31 +79,20 @@ impl RankSet {
     pub fn union_with(&mut self, other: &RankSet) {
         // A few ranges go in one by one; more are merged in one pass over both
         // lists, not inserted one by one (each insert may shift the whole list).
-        if other.ranges.len() <= 2 || self.ranges.is_empty() {
+        if other.ranges.len() <= 2 {
             for &(lo, hi) in &other.ranges {
                 self.insert_range(lo, hi);
             }
             return;
         }
-        let (a, b) = (&self.ranges, &other.ranges);
-        let mut out: Vec<(u32, u32)> = Vec::with_capacity(a.len() + b.len());
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() || j < b.len() {
-            let next = match (a.get(i), b.get(j)) {
-                (Some(&x), Some(&y)) if x.0 <= y.0 => {
-                    i += 1;
-                    x
-                }
-                (_, Some(&y)) => {
-                    j += 1;
-                    y
-                }
-                (Some(&x), None) => {
-                    i += 1;
-                    x
-                }
-                (None, None) => break,
-            };
+        let mut out: Vec<(u32, u32)> = Vec::with_capacity(self.ranges.len() + other.ranges.len());
+        let (mut a, mut b) = (self.ranges.iter().peekable(), other.ranges.iter().peekable());
+        // Ranges taken in order of their starts, from whichever list has the lower.
+        while let Some(&next) = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if y.0 < x.0 => b.next(),
+            (Some(_), _) => a.next(),
+            (None, _) => b.next(),
+        } {
             match out.last_mut() {
                 // Overlapping or adjacent: one range.
                 Some(last) if next.0 <= last.1.saturating_add(1) => last.1 = last.1.max(next.1),

@@ -142,6 +142,11 @@ fn apply(kind: TransformKind, wave: Vec<Frame>, is_root: bool) -> Result<Bytes, 
     out.into_iter().next().map(|f| f.payload).ok_or_else(|| "the filter returned nothing".into())
 }
 
+/// True for an average not failed yet: its body is values or partials to fold.
+fn averages(head: &CollectiveHead) -> bool {
+    head.combine == Combine::Avg && head.op.folds() && head.error.is_empty()
+}
+
 /// A member's values, as they enter the tree, made a partial average of weight
 /// one: what every node folds, so that each member weighs one however the tree
 /// is shaped.
@@ -152,7 +157,7 @@ fn avg_partial(body: Bytes, rank: u32) -> Result<Bytes, String> {
 /// At the members' common ancestor: an average's partial turned into the average,
 /// in the members' types; an error is kept in `head`.
 fn finish_avg(head: &mut CollectiveHead, parts: Vec<Bytes>) -> Vec<Bytes> {
-    if head.combine != Combine::Avg || !head.op.folds() || !head.error.is_empty() {
+    if !averages(head) {
         return parts;
     }
     let rank = head.contributors.first().unwrap_or(0);
@@ -217,7 +222,7 @@ impl Node {
 
     /// A collective frame reached this node on `link`.
     pub(super) fn on_collective(&mut self, link: LinkId, role: LinkRole, frame: Frame, now: Instant) {
-        let (head, at) = match decode_collective(&frame.payload) {
+        let (mut head, at) = match decode_collective(&frame.payload) {
             Ok(h) => h,
             Err(e) => return self.drop_link(link, format!("malformed collective operation: {e}"), now),
         };
@@ -265,9 +270,7 @@ impl Node {
         if let Err(why) = check_entries(&head, &body) {
             return self.drop_link(link, why, now);
         }
-        let mut head = head;
-        let averaged = head.combine == Combine::Avg && head.op.folds() && head.error.is_empty();
-        if averaged && self.children[c].is_backend {
+        if averages(&head) && self.children[c].is_backend {
             match avg_partial(body, head.contributors.first().unwrap_or(0)) {
                 Ok(partial) => body = partial,
                 // Refused values still enter, so that every member learns why.
