@@ -209,6 +209,7 @@ fn multi_host_cluster() {
         let options = |host: &str| SpawnOptions {
             placement: Placement::Hosts(vec![host.to_owned()]),
             limit: Duration::from_secs(30),
+            ..SpawnOptions::default()
         };
         let group = net.spawn(2, &[], &options(&format!("{PREFIX}3"))).await.unwrap();
         assert_eq!(group.ranks(), &[2, 3]);

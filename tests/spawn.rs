@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::{assert_no_leftovers, processes_with_env};
 use treecast::apps::protocol::*;
 use treecast_api::{
-    ApiError, Event, Group, Network, NetworkBuilder, Placement, RankSet, SpawnOptions, StreamOptions,
-    SyncMode, Topology, TransformKind, Value,
+    ApiError, Event, Group, JoinMode, Network, NetworkBuilder, Placement, RankSet, SpawnOptions,
+    StreamOptions, SyncMode, Topology, TransformKind, Value,
 };
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
@@ -67,7 +67,7 @@ async fn wait_until_gone(net: &Network, needle: &str) {
 }
 
 fn options(placement: Placement) -> SpawnOptions {
-    SpawnOptions { placement, limit: LIMIT }
+    SpawnOptions { placement, limit: LIMIT, ..SpawnOptions::default() }
 }
 
 #[tokio::test]
@@ -119,6 +119,89 @@ async fn backends_spawned_while_reductions_run_join_the_next_streams() {
     assert_eq!(halves[1].1.ranks(), &[1, 3, 9]);
     assert_ne!(halves[0].1.id(), halves[1].1.id());
     assert_eq!(sum_over(&net, halves[1].1.rank_set()).await, 1 + 3 + 9);
+    finish(net).await;
+}
+
+/// A generic back-end that, once it has announced itself, connects only when
+/// `gate` exists (the `TREECAST_JOIN_GATE` test knob).
+fn gated_backend(gate: &std::path::Path) -> Vec<String> {
+    let knob = format!("TREECAST_JOIN_GATE={}", gate.display());
+    vec!["/usr/bin/env".into(), knob, TREECAST.into(), "backend".into()]
+}
+
+/// The pid of this session's process of `rank`.
+fn pid_of(net: &Network, rank: u32) -> u32 {
+    let pids = session_processes(net, &format!("TREECAST_RANK={rank}"));
+    assert_eq!(pids.len(), 1, "rank {rank}: {pids:?}");
+    pids[0]
+}
+
+/// The environment of this session's process of `rank`.
+fn environment_of(net: &Network, rank: u32) -> String {
+    let pid = pid_of(net, rank);
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap()).into_owned()
+}
+
+/// Sockets process `pid` holds open.
+fn sockets_of(pid: u32) -> usize {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().filter_map(Result::ok);
+    let links = fds.filter_map(|fd| std::fs::read_link(fd.path()).ok());
+    links.filter(|l| l.to_string_lossy().starts_with("socket:")).count()
+}
+
+#[tokio::test]
+async fn an_announced_backend_joins_before_it_connects_and_then_gets_what_was_sent_to_it() {
+    let net = launch("balanced:2x2", 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let light = SpawnOptions { join: JoinMode::Announce, ..options(Placement::Block) };
+    // Its link cannot connect before the gate opens, so the spawn returns on the
+    // announcement alone.
+    let group = net.spawn(1, &gated_backend(&gate), &light).await.unwrap();
+    assert_eq!(group.ranks(), &[4]);
+    assert!(environment_of(&net, 4).contains("TREECAST_JOIN_ANNOUNCE=@treecast-join-"));
+    let before = sockets_of(pid_of(&net, 4));
+    // A stream over it and a wave: what its comm node sends it waits there.
+    let comm = net.communicator(RankSet::range(0, 5)).unwrap();
+    let mut s = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
+    std::fs::write(&gate, b"").unwrap();
+    for wave in [0, 10] {
+        let p = s.recv_timeout(LIMIT).await.unwrap();
+        assert_eq!(p.values().unwrap()[0].as_i64().unwrap(), ranks_sum(&[0, 1, 2, 3, 4]) + 5 * wave);
+    }
+    // Its link is one socket more than it held when the spawn returned.
+    assert_eq!(sockets_of(pid_of(&net, 4)), before + 1, "rank 4 was connected when the spawn returned");
+    // Joining by connecting: no announcement, so the gate is never consulted.
+    let connect = SpawnOptions { join: JoinMode::Connect, ..options(Placement::Block) };
+    let more = net.spawn(1, &gated_backend(&dir.path().join("never")), &connect).await.unwrap();
+    assert!(!environment_of(&net, more.ranks()[0]).contains("TREECAST_JOIN_ANNOUNCE"));
+    assert_eq!(sum_over(&net, RankSet::range(0, 6)).await, ranks_sum(&[0, 1, 2, 3, 4, 5]));
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn an_announced_backend_that_dies_before_connecting_is_reported_lost() {
+    let mut net = launch("balanced:2x2", 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let light = SpawnOptions { join: JoinMode::Announce, ..options(Placement::Block) };
+    let group = net.spawn(1, &gated_backend(&dir.path().join("never")), &light).await.unwrap();
+    while net.try_event().is_some() {}
+    for pid in session_processes(&net, "TREECAST_RANK=4") {
+        std::process::Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    }
+    loop {
+        match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap().unwrap() {
+            Event::RanksLost { ranks, reason } => {
+                assert_eq!(ranks, group.rank_set());
+                assert!(reason.contains("announced itself, then exited before connecting"), "{reason}");
+                break;
+            }
+            _ => continue,
+        }
+    }
+    assert_eq!(sum_over(&net, RankSet::range(0, net.backends())).await, ranks_sum(&[0, 1, 2, 3]));
     finish(net).await;
 }
 

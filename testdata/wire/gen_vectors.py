@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 7 (launch plan version 4).
+protocol version 8 (launch plan version 4).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -132,7 +132,7 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 KINDS = {"data": 1, "control": 2, "credit": 3, "peer": 5}
 
 
@@ -381,7 +381,7 @@ def enc_control(m):
         keys = ["target", "first_node_id", "first_rank", "count", "size", "group", "group_first", "group_size"]
         out = bytes([23]) + b"".join(u32(m[k]) for k in keys)
         out += u32(len(m["command"])) + b"".join(enc_str(a) for a in m["command"])
-        return out + enc_flag(m["attach"]) + enc_str(m["host"])
+        return out + enc_flag(m["attach"]) + enc_str(m["host"]) + enc_flag(m["light"])
     if t == "stop":
         return bytes([24]) + enc_ranks(m["ranks"]) + enc_str(m["reason"])
     if t == "spawn_request":
@@ -580,14 +580,14 @@ CONTROL_CASES = [
         {
             "type": "spawn", "target": 2, "first_node_id": 21, "first_rank": 16, "count": 4, "size": 20,
             "group": 1, "group_first": 16, "group_size": 8, "command": ["/bin/worker", "--tile", "64"],
-            "attach": False, "host": "n17",
+            "attach": False, "host": "n17", "light": True,
         },
     ),
     (
         "spawn default command",
         {
             "type": "spawn", "target": 0, "first_node_id": 5, "first_rank": 4, "count": 1, "size": 5,
-            "group": 7, "group_first": 4, "group_size": 1, "command": [], "attach": True, "host": "",
+            "group": 7, "group_first": 4, "group_size": 1, "command": [], "attach": True, "host": "", "light": False,
         },
     ),
     ("stop", {"type": "stop", "ranks": "16-19", "reason": "spawn 1 failed"}),

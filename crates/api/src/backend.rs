@@ -403,7 +403,24 @@ impl BackEnd {
         let node_id = env_u32(env::NODE_ID)?;
         let parent = std::env::var(env::PARENT).map_err(|_| ApiError::NotLaunched { var: env::PARENT })?;
         let secret = read_secret().map_err(ApiError::Join)?;
-        Self::join(&parent, node_id, &secret, rank, size).await
+        // A light join: the parent counts this process as joined from its
+        // announcement; if it cannot be sent, joining by connecting still works.
+        let announced = match std::env::var(env::JOIN_ANNOUNCE) {
+            Ok(address) => {
+                match treecast_transport::announce::send_announce(&address, &secret, node_id, rank) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!("joining by connecting: {e}");
+                        false
+                    }
+                }
+            }
+            Err(_) => false,
+        };
+        if announced {
+            wait_for_gate().await;
+        }
+        Self::join(&parent, node_id, &secret, rank, size, announced).await
     }
 
     /// Joins a network in attach mode, through its attach file: `file`, or the
@@ -431,7 +448,7 @@ impl BackEnd {
         // In a port file the launcher's numbering (0, 1, …) is relative to its first rank.
         let rank = info.base.saturating_add(rank);
         let (node_id, parent) = info.point(rank)?;
-        Self::join(parent, node_id, &info.secret, rank, info.size).await
+        Self::join(parent, node_id, &info.secret, rank, info.size, false).await
     }
 
     /// Joins a running network through the port file a front-end's
@@ -454,6 +471,7 @@ impl BackEnd {
         secret: &Secret,
         rank: u32,
         size: u32,
+        announced: bool,
     ) -> Result<BackEnd, ApiError> {
         let stream = connect_to(parent, node_id, secret, CONNECT_LIMIT).await.map_err(ApiError::Join)?;
         let socket = stream
@@ -468,6 +486,9 @@ impl BackEnd {
         });
         core.set_liveness(env::liveness_from_env(), std::time::Instant::now());
         core.set_rejoin(env::rejoin_from_env());
+        if announced {
+            core.set_announced();
+        }
         let (clock, schedule) = env::clock_from_env(node_id);
         core.set_clock(clock, schedule);
         let launching = Launching { secret: secret.clone(), treecast_exe: std::path::PathBuf::new() };
@@ -627,6 +648,21 @@ impl Drop for BackEnd {
         task.abort();
     }
 }
+
+/// Test knob (`TREECAST_JOIN_GATE`): a back-end that announced itself waits for
+/// this file to exist before it connects, at most [`CONNECT_LIMIT`], so that a
+/// test can hold its link back and see what its comm node keeps for it meanwhile.
+async fn wait_for_gate() {
+    let Some(gate) = std::env::var_os(JOIN_GATE) else { return };
+    let gate = std::path::PathBuf::from(gate);
+    let until = tokio::time::Instant::now() + CONNECT_LIMIT;
+    while !gate.exists() && tokio::time::Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// See [`wait_for_gate`].
+const JOIN_GATE: &str = "TREECAST_JOIN_GATE";
 
 fn env_u32(var: &'static str) -> Result<u32, ApiError> {
     let text = std::env::var(var).map_err(|_| ApiError::NotLaunched { var })?;

@@ -79,7 +79,7 @@ pub use files::{
 pub use monitor::MONITOR_ORDER_LIMIT;
 pub use network::{Communicator, Event, Network, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
-pub use spawn::{Group, Placement, SpawnOptions, DEFAULT_SPAWN_LIMIT};
+pub use spawn::{Group, JoinMode, Placement, SpawnOptions, DEFAULT_SPAWN_LIMIT, LIGHT_JOIN_UP_TO};
 pub use stream::{Stream, StreamOptions};
 pub use treecast_filters::{
     FilterContext, FilterError, FilterRegistry, RegistryError, Transform, TransformKind,

@@ -47,11 +47,42 @@ pub struct SpawnOptions {
     pub placement: Placement,
     /// How long to wait for every process to join.
     pub limit: Duration,
+    /// How the processes join: announced by a datagram or by connecting.
+    pub join: JoinMode,
 }
 
 impl Default for SpawnOptions {
     fn default() -> SpawnOptions {
-        SpawnOptions { placement: Placement::LeastLoaded, limit: DEFAULT_SPAWN_LIMIT }
+        SpawnOptions { placement: Placement::LeastLoaded, limit: DEFAULT_SPAWN_LIMIT, join: JoinMode::Auto }
+    }
+}
+
+/// How a spawned process joins its comm node (docs/processes.md, "Light joins").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JoinMode {
+    /// [`JoinMode::Announce`] for spawns of at most [`LIGHT_JOIN_UP_TO`]
+    /// processes, [`JoinMode::Connect`] for larger ones.
+    #[default]
+    Auto,
+    /// Each process counts as joined once its link is connected and authenticated.
+    Connect,
+    /// Each process announces itself with one signed datagram and counts as joined
+    /// from then on; what is sent to it waits at its comm node until its link
+    /// connects. Processes started on a host without a comm node connect.
+    Announce,
+}
+
+/// Largest spawn [`JoinMode::Auto`] joins by announcement.
+pub const LIGHT_JOIN_UP_TO: u32 = 16;
+
+impl JoinMode {
+    /// Whether a spawn of `n` processes joins by announcement.
+    pub fn announces(self, n: u32) -> bool {
+        match self {
+            JoinMode::Auto => n <= LIGHT_JOIN_UP_TO,
+            JoinMode::Connect => false,
+            JoinMode::Announce => true,
+        }
     }
 }
 
@@ -267,6 +298,7 @@ impl SpawnBook {
         command: &[String],
         placement: &Placement,
         attach: bool,
+        light: bool,
     ) -> Result<(Vec<SpawnOrder>, Group), ApiError> {
         let counts = self.place(n, placement)?;
         let group = self.next_group;
@@ -287,6 +319,7 @@ impl SpawnBook {
                 command: command.to_vec(),
                 attach,
                 host,
+                light: light && !attach,
             });
             self.placed.push((target, RankSet::range(self.next_rank, count)));
             self.next_node_id += count;
@@ -367,7 +400,7 @@ impl Spawner {
         let (orders, group) = {
             let mut book = self.spawn_book();
             book.unload(&lost);
-            book.orders(n, command, &options.placement, port.is_some())?
+            book.orders(n, command, &options.placement, port.is_some(), options.join.announces(n))?
         };
         let mut joined = self.joined_watch();
         let mut lost = self.lost_watch();
@@ -660,7 +693,7 @@ mod tests {
     #[test]
     fn a_flat_tree_spawns_under_the_front_end() {
         let mut b = book("flat", 4);
-        let (orders, group) = b.orders(3, &[], &Placement::LeastLoaded, false).unwrap();
+        let (orders, group) = b.orders(3, &[], &Placement::LeastLoaded, false, false).unwrap();
         assert_eq!(orders.len(), 1);
         assert_eq!((orders[0].target, orders[0].first_rank, orders[0].first_node_id), (0, 4, 5));
         assert_eq!((orders[0].size, orders[0].group_first, orders[0].group_size), (7, 4, 3));
@@ -670,8 +703,8 @@ mod tests {
     #[test]
     fn spawns_give_out_new_ranks_and_node_ids_in_order() {
         let mut b = book("balanced:2x2", 4);
-        let (first, g1) = b.orders(3, &["w".into()], &Placement::Cyclic, true).unwrap();
-        let (second, g2) = b.orders(1, &[], &Placement::LeastLoaded, false).unwrap();
+        let (first, g1) = b.orders(3, &["w".into()], &Placement::Cyclic, true, false).unwrap();
+        let (second, g2) = b.orders(1, &[], &Placement::LeastLoaded, false, false).unwrap();
         assert_eq!(g1.ranks(), &[4, 5, 6]);
         assert_eq!(g2.ranks(), &[7]);
         assert_ne!(g1.id(), g2.id());
@@ -687,7 +720,7 @@ mod tests {
     fn processes_that_went_no_longer_count_for_placement() {
         let mut b = book("balanced:2x2", 4);
         let ids: Vec<u32> = b.load.keys().copied().collect();
-        let (_, g) = b.orders(2, &[], &Placement::Block, false).unwrap();
+        let (_, g) = b.orders(2, &[], &Placement::Block, false, false).unwrap();
         assert_eq!(b.load.values().copied().collect::<Vec<_>>(), vec![3, 3]);
         b.unload(&RankSet::single(g.ranks()[0]));
         b.unload(&RankSet::single(g.ranks()[0]));
@@ -709,7 +742,7 @@ mod tests {
         let placed = b.place(3, &Placement::Hosts(vec!["n9".into()])).unwrap();
         assert_eq!(placed, vec![(ids[1], "n9".to_owned(), 3)]);
         let (orders, _) =
-            b.orders(2, &[], &Placement::Hosts(vec!["n9".into(), "localhost".into()]), false).unwrap();
+            b.orders(2, &[], &Placement::Hosts(vec!["n9".into(), "localhost".into()]), false, false).unwrap();
         assert!(orders.iter().all(|o| o.host.is_empty() || o.host == "n9"), "{orders:?}");
         assert_eq!(orders.iter().map(|o| o.count).sum::<u32>(), 2);
         let err = b.place(1, &Placement::Hosts(Vec::new())).unwrap_err();

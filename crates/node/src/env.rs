@@ -22,6 +22,9 @@ pub const GROUP_RANK: &str = "TREECAST_GROUP_RANK";
 pub const GROUP_SIZE: &str = "TREECAST_GROUP_SIZE";
 /// Session id shared by every process of one network; tests find leftovers by it.
 pub const SESSION: &str = "TREECAST_SESSION";
+/// Where a spawned back-end announces itself before connecting (a light join):
+/// its comm node's join socket, `@name`. Absent: it joins by connecting.
+pub const JOIN_ANNOUNCE: &str = "TREECAST_JOIN_ANNOUNCE";
 /// Address comm nodes listen on for TCP links within one host (default loopback).
 pub const LISTEN: &str = "TREECAST_LISTEN";
 /// Log filter for comm nodes and back-ends (tracing's env-filter syntax).

@@ -273,6 +273,7 @@ fn spawned_backends_start_under_the_node_named_and_stop_on_order() {
             command: Vec::new(),
             attach: false,
             host: String::new(),
+            light: false,
         })
     };
     sim.command(order(4, 7, 4, 2)).unwrap();
@@ -320,6 +321,7 @@ fn backends_stopped_before_they_joined_are_stopped_where_they_start() {
         command: Vec::new(),
         attach: false,
         host: String::new(),
+        light: false,
     };
     sim.command(Command::Spawn(order)).unwrap();
     // At once: no node above the target knows these ranks yet.

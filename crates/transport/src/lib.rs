@@ -12,11 +12,14 @@
 //!   one task (per-link wakers, no reader or writer tasks, batched writes).
 //! * [`mcast`]: the reliable UDP multicast protocol (sender and receiver state
 //!   machines with no I/O, datagram authentication).
+//! * [`announce`]: the one authenticated datagram a spawned process may announce
+//!   itself with before its link connects (light joins).
 //! * [`LinkId`]: how a node names its links (a generational slab, [`LinkTable`]).
 
 #![deny(unsafe_code)]
 
 mod alloc;
+pub mod announce;
 mod error;
 pub mod handshake;
 mod links;

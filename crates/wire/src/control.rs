@@ -257,6 +257,10 @@ pub struct SpawnOrder {
     /// The host they run on, started through the target's launcher (ssh, Slurm)
     /// when it is not the target's own; empty: the target's own host.
     pub host: String,
+    /// Light join: each process announces itself with one datagram to the target
+    /// and counts as joined from then on, its link connecting after (only where the
+    /// target starts it on its own host; elsewhere it joins by connecting).
+    pub light: bool,
 }
 
 impl SpawnOrder {
@@ -279,6 +283,7 @@ impl SpawnOrder {
         }
         out.push(u8::from(self.attach));
         put_string(out, &self.host);
+        out.push(u8::from(self.light));
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -294,11 +299,13 @@ impl SpawnOrder {
             command: Vec::new(),
             attach: false,
             host: String::new(),
+            light: false,
         };
         let n = r.len_u32("spawn command", r.remaining() / 4)?;
         order.command = (0..n).map(|_| r.string("spawn command")).collect::<Result<_, _>>()?;
         order.attach = decode_bool(r, "spawn attach")?;
         order.host = r.string("spawn host")?;
+        order.light = decode_bool(r, "spawn light join")?;
         Ok(order)
     }
 }
@@ -894,6 +901,7 @@ mod tests {
                 command: vec!["worker".into(), "--fast".into()],
                 attach: false,
                 host: "n7".into(),
+                light: true,
             }),
             ControlMsg::Stop { ranks: RankSet::range(16, 4), reason: "spawn failed".into() },
             ControlMsg::SpawnRequest { id: 3, rank: 7, n: 2, command: vec!["helper".into()] },

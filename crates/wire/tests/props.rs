@@ -256,8 +256,8 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
         vec(attach_point(), 0..4).prop_map(|points| ControlMsg::AttachPoints { points }),
         (any::<u32>(), short_string(), short_string())
             .prop_map(|(stream, node, message)| ControlMsg::StreamRefused { stream, node, message }),
-        (vec(any::<u32>(), 8), vec(short_string(), 0..4), any::<bool>(), short_string()).prop_map(
-            |(v, command, attach, host)| {
+        (vec(any::<u32>(), 8), vec(short_string(), 0..4), any::<[bool; 2]>(), short_string()).prop_map(
+            |(v, command, [attach, light], host)| {
                 ControlMsg::Spawn(SpawnOrder {
                     target: v[0],
                     first_node_id: v[1],
@@ -270,6 +270,7 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
                     command,
                     attach,
                     host,
+                    light,
                 })
             }
         ),

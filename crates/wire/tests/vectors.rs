@@ -387,6 +387,7 @@ fn control_from_json(m: &Json) -> ControlMsg {
             command: strings_of(m, "command"),
             attach: bool_of(m, "attach"),
             host: str_of(m, "host").to_owned(),
+            light: bool_of(m, "light"),
         }),
         "stop" => ControlMsg::Stop { ranks: ranks(m), reason: str_of(m, "reason").to_owned() },
         "spawn_request" => ControlMsg::SpawnRequest {

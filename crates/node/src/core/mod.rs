@@ -705,6 +705,9 @@ pub struct Node {
     /// Messages between back-ends: a back-end's window, a parent's unanswered ones.
     peer: peer::PeerState,
     collectives: collective::Collectives,
+    /// Back-end: its join went ahead of its link as an announcement (a light
+    /// join), so its first link does not send it again.
+    announced: bool,
     out: Outputs,
 }
 
@@ -749,6 +752,7 @@ impl Node {
             send_together: None,
             peer: peer::PeerState::default(),
             collectives: collective::Collectives::default(),
+            announced: false,
             out: Outputs::default(),
         }
     }
@@ -802,6 +806,20 @@ impl Node {
     /// Front-end: every rank lost so far (including ranks missing at launch).
     pub fn lost(&self) -> &LostRanks {
         &self.lost
+    }
+
+    /// Back-end: its parent already counts it as joined (it announced itself, a
+    /// light join), so its link sends no join of its own.
+    pub fn set_announced(&mut self) {
+        self.announced = true;
+    }
+
+    /// The link to the child started as `node_id`, if it is up.
+    pub fn child_link(&self, node_id: u32) -> Option<LinkId> {
+        self.children
+            .iter()
+            .find(|c| c.node_id == node_id && c.state != ChildState::Gone)
+            .and_then(|c| c.link)
     }
 
     /// The link to the parent, if it is up.

@@ -210,7 +210,9 @@ impl Node {
         self.parent = Some(link);
         match self.role {
             Role::BackEnd { rank, .. } => {
-                self.out.control(link, &ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 });
+                if !self.announced {
+                    self.out.control(link, &ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 });
+                }
                 self.phase = Phase::Running;
             }
             _ => self.phase = Phase::AwaitingPlan,

@@ -7,7 +7,7 @@
 //! protocol decisions (who is expected, deadlines, what a failure means) are the
 //! core's; this task only does the I/O.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 use treecast_launch::{Launched, Launcher, LocalHosts, LocalLauncher, ProcessSpec, Remote};
-use treecast_transport::{handshake, Listener, Socket, TransportError, SECRET_ENV};
+use treecast_transport::announce::{Announce, JoinSocket};
+use treecast_transport::{handshake, Listener, Secret, Socket, TransportError, SECRET_ENV};
 use treecast_wire::{AttachPoint, LaunchPlan, LocalRoute};
 
 use super::refusals::Refusals;
@@ -45,6 +46,14 @@ pub(crate) enum ChildNews {
         socket: Socket,
         /// Who it is, for logs.
         peer: String,
+    },
+    /// A spawned back-end announced itself (a light join): it counts as joined,
+    /// and its link follows with [`ChildNews::Connected`].
+    Announced {
+        /// The node id it was started as.
+        node_id: u32,
+        /// Its rank.
+        rank: u32,
     },
     /// A child's process ended.
     Exited {
@@ -111,6 +120,10 @@ struct Running {
     /// Timers that stop retired children which outstay [`RETIRE_GRACE`]; never
     /// awaited (dropping one stops its child at once).
     retiring: JoinSet<()>,
+    /// Where light-joining children announce themselves, once one was started.
+    join: Option<JoinSocket>,
+    /// Light-joining children not heard from yet: node id to rank.
+    announcing: HashMap<u32, u32>,
 }
 
 impl Running {
@@ -164,6 +177,8 @@ impl ChildrenTask {
             processes: JoinSet::new(),
             watched: Vec::new(),
             retiring: JoinSet::new(),
+            join: None,
+            announcing: HashMap::new(),
         };
         let children = std::mem::take(&mut self.children);
         let own_points = self.start(&mut running, children).await;
@@ -237,7 +252,15 @@ impl ChildrenTask {
                 own_points.push(AttachPoint { rank: child.first_rank, node_id: child.node_id, address });
                 continue;
             }
-            let spec = self.process_spec(&child, address, local, launcher.as_ref());
+            let announce = match local && child.spawned.as_ref().is_some_and(|o| o.light) {
+                true => join_address(running, self.plan.local_route),
+                false => None,
+            };
+            let mut spec = self.process_spec(&child, address, local, launcher.as_ref());
+            if let Some(address) = announce {
+                spec.env.push((env::JOIN_ANNOUNCE.to_owned(), address));
+                running.announcing.insert(child.node_id, child.first_rank);
+            }
             let started = match (local, launcher.as_ref()) {
                 (false, Some(remote)) => remote.launch(&spec),
                 _ => LocalLauncher.launch(&spec),
@@ -297,6 +320,7 @@ impl ChildrenTask {
         // while a real child's handshake takes one round trip.
         let mut pending: VecDeque<(oneshot::Sender<()>, AbortHandle)> = VecDeque::new();
         let mut refusals = Refusals::connections();
+        let mut refused_announcements = Refusals::announcements();
         let mut accept_failures = Refusals::accepts();
         loop {
             tokio::select! {
@@ -353,11 +377,32 @@ impl ChildrenTask {
                         }
                     }
                 }
+                heard = recv_announce(running.join.as_ref(), &self.launching.secret) => {
+                    let taken = heard.map_err(|e| e.to_string()).and_then(|a| take_announce(&mut running, a));
+                    match taken {
+                        Ok(Announce { node_id, rank }) => {
+                            if self.news.send(ChildNews::Announced { node_id, rank }).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(reason) => {
+                            if let Some(line) = refused_announcements.refused(reason, Instant::now()) {
+                                tracing::warn!("{line}");
+                            }
+                        }
+                    }
+                }
                 Some(_) = running.processes.join_next() => {}
                 Some(_) = running.retiring.join_next() => {}
                 order = self.orders.recv() => match order {
-                    Some(ChildOrder::Abandon(node_id)) => running.stop(node_id),
-                    Some(ChildOrder::Retire(node_id)) => running.retire(node_id),
+                    Some(ChildOrder::Abandon(node_id)) => {
+                        running.announcing.remove(&node_id);
+                        running.stop(node_id);
+                    }
+                    Some(ChildOrder::Retire(node_id)) => {
+                        running.announcing.remove(&node_id);
+                        running.retire(node_id);
+                    }
                     Some(ChildOrder::StopAccepting) => {
                         running.listeners = None;
                         // Handshakes still under way are strangers' now: every child is linked.
@@ -442,6 +487,50 @@ impl ChildrenTask {
             // With recovery on, a child outlives this node to rejoin the tree.
             die_with_parent: plan.rejoin_ms == 0,
         }
+    }
+}
+
+/// The address light-joining children announce themselves to, the join socket
+/// bound first if need be; `None` (they connect) where children use TCP or the
+/// socket cannot be bound.
+fn join_address(running: &mut Running, route: LocalRoute) -> Option<String> {
+    if route != LocalRoute::Unix {
+        return None;
+    }
+    if running.join.is_none() {
+        match JoinSocket::bind() {
+            Ok(socket) => running.join = Some(socket),
+            Err(e) => {
+                tracing::warn!("no light joins: {e}; spawned back-ends join by connecting");
+                return None;
+            }
+        }
+    }
+    running.join.as_ref().map(JoinSocket::address)
+}
+
+/// The next announcement, or forever when there is no join socket.
+///
+/// Cancel safety: cancel safe.
+async fn recv_announce(join: Option<&JoinSocket>, secret: &Secret) -> Result<Announce, TransportError> {
+    match join {
+        Some(j) => j.recv(secret).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Takes an announcement from a child started for a light join and not heard from
+/// yet, with the rank it was given; anything else is refused (a replay finds nothing).
+fn take_announce(running: &mut Running, a: Announce) -> Result<Announce, String> {
+    match running.announcing.get(&a.node_id) {
+        Some(&rank) if rank == a.rank => {
+            running.announcing.remove(&a.node_id);
+            Ok(a)
+        }
+        Some(&rank) => {
+            Err(format!("node {} announced rank {}, but was started as rank {rank}", a.node_id, a.rank))
+        }
+        None => Err(format!("node {} announced itself, but no light join is awaited from it", a.node_id)),
     }
 }
 

@@ -16,6 +16,7 @@ pub(crate) mod children;
 mod refusals;
 mod udp;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,13 +29,18 @@ use treecast_transport::mcast::McastKey;
 use treecast_transport::timing::LinkPlace;
 use treecast_transport::{Close, LinkId, LinkTable, Route, RouteEvent, Secret, Socket, StreamRoute};
 
-use crate::core::{Command, CommandError, EndReason, Event, Node, Peer};
+use treecast_wire::{ControlMsg, Frame, RankSet};
+
+use crate::core::{control_frame, Command, CommandError, EndReason, Event, Node, Peer};
 use children::{ChildNews, ChildOrder, ChildrenTask};
 
 /// How long a node waits for its children to exit after a shutdown before killing them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// How long a last flush may wait per link when the process is about to end.
 pub const LAST_FLUSH: Duration = Duration::from_secs(5);
+/// Most payload bytes kept for one announced child until its link connects; past
+/// this the child is given up on.
+pub const MAX_AWAITING_BYTES: usize = 64 << 20;
 
 /// What a role does with the events its driver does not handle itself.
 pub trait Tool: Send + 'static {
@@ -95,6 +101,19 @@ pub struct Driver<T: Tool> {
     /// member holds every message, so that the end of a link does not overtake the
     /// frames multicast before it.
     close_after_multicast: bool,
+    /// Children that announced themselves (light joins) and have not connected:
+    /// the link id the core knows them by, with what it sent them meanwhile.
+    awaiting: HashMap<LinkId, AwaitedLink>,
+}
+
+/// A child's link the core already uses while its connection is on the way.
+#[derive(Debug)]
+struct AwaitedLink {
+    node_id: u32,
+    frames: Vec<Frame>,
+    bytes: usize,
+    /// The core retired the child: its link closes once what waited is written.
+    retired: bool,
 }
 
 /// A connection to a new parent under way.
@@ -138,6 +157,7 @@ impl<T: Tool> Driver<T> {
             flush_deadline: None,
             flush_timer: None,
             rejoin: None,
+            awaiting: HashMap::new(),
         }
     }
 
@@ -162,13 +182,27 @@ impl<T: Tool> Driver<T> {
     /// The socket could not be registered with the runtime.
     pub fn add_link(&mut self, socket: Socket, peer: Peer, name: String) -> std::io::Result<LinkId> {
         let link = self.links.insert(());
-        // A TCP link whose ends cannot be read reaches no group.
-        let nowhere = std::net::IpAddr::from([0, 0, 0, 0]);
-        let ends = socket.ip_ends().unwrap_or(Some((nowhere, nowhere)));
-        if let Err(e) = self.route.add(link, socket, name) {
+        if let Err(e) = self.attach_socket(link, socket, peer, name) {
             self.links.remove(link);
             return Err(e);
         }
+        self.core.handle_link_up(link, peer, Instant::now());
+        self.after_input();
+        Ok(link)
+    }
+
+    /// Gives `link` its socket in the route.
+    fn attach_socket(
+        &mut self,
+        link: LinkId,
+        socket: Socket,
+        peer: Peer,
+        name: String,
+    ) -> std::io::Result<()> {
+        // A TCP link whose ends cannot be read reaches no group.
+        let nowhere = std::net::IpAddr::from([0, 0, 0, 0]);
+        let ends = socket.ip_ends().unwrap_or(Some((nowhere, nowhere)));
+        self.route.add(link, socket, name)?;
         let place = match peer {
             Peer::Parent => LinkPlace { lower_node: self.core.node_id(), to_parent: true },
             Peer::Child { node_id } => LinkPlace { lower_node: node_id, to_parent: false },
@@ -176,9 +210,95 @@ impl<T: Tool> Driver<T> {
         self.route.place_link(link, place);
         // Before the core's first frames, so that an offer is the link's first frame.
         self.udp.link_up(link, peer, ends);
-        self.core.handle_link_up(link, peer, Instant::now());
+        Ok(())
+    }
+
+    /// A child announced itself (a light join): the core gets its link and its
+    /// join now, and what the core sends on that link waits here until the child
+    /// connects. If it connected first, the join goes on its link.
+    fn child_announced(&mut self, node_id: u32, rank: u32) {
+        let now = Instant::now();
+        let join = control_frame(&ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 });
+        if let Some(link) = self.core.child_link(node_id) {
+            self.core.handle_frame(link, join, now);
+            return self.after_input();
+        }
+        let link = self.links.insert(());
+        self.awaiting.insert(link, AwaitedLink { node_id, frames: Vec::new(), bytes: 0, retired: false });
+        self.core.handle_link_up(link, Peer::Child { node_id }, now);
+        self.core.handle_frame(link, join, now);
         self.after_input();
-        Ok(link)
+    }
+
+    /// A child connected: an announced one's link gets its socket and what waited
+    /// for it, in order; any other is a new link.
+    fn child_connected(&mut self, node_id: u32, socket: Socket, peer: String) -> std::io::Result<()> {
+        let found = self.awaiting.iter().find(|(_, a)| a.node_id == node_id).map(|(&l, _)| l);
+        let Some(link) = found else {
+            return self.add_link(socket, Peer::Child { node_id }, peer).map(drop);
+        };
+        let Some(awaited) = self.awaiting.remove(&link) else { return Ok(()) };
+        if let Err(e) = self.attach_socket(link, socket, Peer::Child { node_id }, peer) {
+            self.links.remove(link);
+            self.core.handle_link_closed(
+                link,
+                Some(format!("its link could not be taken over: {e}")),
+                Instant::now(),
+            );
+            self.after_input();
+            return Ok(());
+        }
+        // The multicast route's own first frames (its offer) go ahead of the core's.
+        self.udp_chores();
+        for frame in &awaited.frames {
+            self.route.send(&[link], frame);
+        }
+        if awaited.retired {
+            self.route.close(link, Close::Flush);
+            self.links.remove(link);
+            self.udp.link_down(link, Instant::now());
+        }
+        self.after_input();
+        Ok(())
+    }
+
+    /// Drops an announced child's link that never connected.
+    fn give_up_awaited(&mut self, link: LinkId, reason: String) {
+        if self.awaiting.remove(&link).is_some() {
+            self.links.remove(link);
+            self.core.handle_link_closed(link, Some(reason), Instant::now());
+        }
+    }
+
+    /// Sends `frame` to `links`: through the route, or kept for announced
+    /// children that have not connected yet.
+    fn transmit(&mut self, links: &[LinkId], frame: &Frame) {
+        if self.awaiting.is_empty() || !links.iter().any(|l| self.awaiting.contains_key(l)) {
+            return self.udp.send(&mut self.route, links, frame);
+        }
+        let mut live = Vec::with_capacity(links.len());
+        let mut over = Vec::new();
+        for &link in links {
+            match self.awaiting.get_mut(&link) {
+                Some(a) => {
+                    a.bytes += frame.payload.len();
+                    a.frames.push(frame.clone());
+                    if a.bytes > MAX_AWAITING_BYTES {
+                        over.push(link);
+                    }
+                }
+                None => live.push(link),
+            }
+        }
+        if !live.is_empty() {
+            self.udp.send(&mut self.route, &live, frame);
+        }
+        for link in over {
+            let reason = format!(
+                "announced itself but did not connect before {MAX_AWAITING_BYTES} bytes waited for it"
+            );
+            self.give_up_awaited(link, reason);
+        }
     }
 
     /// Gives the core a command from the tool and sends what comes of it at once.
@@ -218,7 +338,7 @@ impl<T: Tool> Driver<T> {
         loop {
             let mut progressed = self.udp_chores();
             while let Some(t) = self.core.poll_transmit() {
-                self.udp.send(&mut self.route, t.to.links(), &t.frame);
+                self.transmit(t.to.links(), &t.frame);
                 progressed = true;
             }
             while let Some(e) = self.core.poll_event() {
@@ -278,12 +398,18 @@ impl<T: Tool> Driver<T> {
             }
             Event::CloseLink { link, reason } => {
                 tracing::debug!(node = %self.core.name(), "closing {link}: {reason}");
+                self.awaiting.remove(&link);
                 self.route.close(link, Close::Now);
                 self.links.remove(link);
                 self.udp.link_down(link, Instant::now());
             }
             Event::AbandonChild { node_id } => self.order(ChildOrder::Abandon(node_id)),
             Event::RetireChild { node_id, link } => {
+                // A child still to connect gets what waited for it (its stop) first.
+                if let Some(a) = self.awaiting.get_mut(&link) {
+                    a.retired = true;
+                    return self.order(ChildOrder::Retire(node_id));
+                }
                 self.route.close(link, Close::Flush);
                 self.links.remove(link);
                 self.udp.link_down(link, Instant::now());
@@ -474,13 +600,18 @@ impl<T: Tool> Driver<T> {
     fn on_news(&mut self, news: ChildNews) {
         let now = Instant::now();
         match news {
+            ChildNews::Announced { node_id, rank } => self.child_announced(node_id, rank),
             ChildNews::Connected { node_id, socket, peer } => {
-                if let Err(e) = self.add_link(socket, Peer::Child { node_id }, peer) {
+                if let Err(e) = self.child_connected(node_id, socket, peer) {
                     let reason = format!("its link could not be taken over: {e}");
                     let _ = self.core.handle_command(Command::ChildNotStarted { node_id, reason }, now);
                 }
             }
             ChildNews::Exited { node_id, detail } => {
+                let never = self.awaiting.iter().find(|(_, a)| a.node_id == node_id).map(|(&l, _)| l);
+                if let Some(link) = never {
+                    self.give_up_awaited(link, "announced itself, then exited before connecting".into());
+                }
                 let _ = self.core.handle_command(Command::ChildExited { node_id, detail }, now);
             }
             ChildNews::NotStarted { node_id, reason } => {

@@ -32,6 +32,18 @@ impl Refusals {
         Refusals::new(describe, "(failed or no handshake)")
     }
 
+    /// For join announcements that are not signed, not awaited, or wrong.
+    pub(crate) fn announcements() -> Refusals {
+        let describe = |n| {
+            if n == 1 {
+                "refused a join announcement".to_owned()
+            } else {
+                format!("refused {n} join announcements")
+            }
+        };
+        Refusals::new(describe, "(not signed with the session's secret, or not awaited)")
+    }
+
     /// For failures of the listener's own accept.
     pub(crate) fn accepts() -> Refusals {
         let describe =
