@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use serde::Serialize;
-use treecast_api::{Event, Group, Network, RankSet, SpawnOptions, StreamOptions, TransformKind, Value};
+use treecast_api::{
+    Event, Group, JoinMode, Network, RankSet, SpawnOptions, StreamOptions, TransformKind, Value,
+    LIGHT_JOIN_UP_TO,
+};
 
 use super::cli::{BenchIntergroupArgs, BenchMergeArgs, BenchSpawnArgs, TreeArgs};
 use super::protocol::{TAG_ADD_RANK, TAG_PEER_PING};
@@ -117,6 +120,36 @@ pub struct SpawnBench {
     /// authenticate over a Unix socket, both ends in this process), or why it
     /// was not measured: the most a join by datagram could save.
     pub join_by_connection: Result<Timings, String>,
+    /// Spawn latency joining by connection against joining by announcement, the
+    /// two alternating run by run (the latency rows above are the mode
+    /// [`JoinMode::Auto`] picks for each size).
+    pub joins: Vec<JoinRow>,
+    /// Spawn rates in both modes, one after the other.
+    pub join_rates: Vec<JoinRateRow>,
+}
+
+/// Spawn latency of one size in both join modes.
+#[derive(Debug, Clone, Serialize)]
+pub struct JoinRow {
+    /// Processes per spawn.
+    pub n: u32,
+    /// Joining by connection.
+    pub connect: Timings,
+    /// Joining by announcement (one datagram).
+    pub announce: Timings,
+    /// Announcement's median over connection's (below 1: announcing is faster).
+    pub ratio: f64,
+}
+
+/// Spawn rate of one size in both join modes.
+#[derive(Debug, Clone, Serialize)]
+pub struct JoinRateRow {
+    /// Processes per spawn.
+    pub n: u32,
+    /// Spawns per second joining by connection.
+    pub connect_per_s: f64,
+    /// Spawns per second joining by announcement.
+    pub announce_per_s: f64,
 }
 
 /// The report of `bench merge`.
@@ -309,7 +342,7 @@ pub async fn spawn_main(args: BenchSpawnArgs) -> anyhow::Result<ExitCode> {
     let backends = net.backends();
     let measured = measure_spawns(&mut net, &sizes, args.runs, args.rate_secs).await;
     net.shutdown().await;
-    let (latency, rate) = measured?;
+    let (joins, join_rates) = measured?;
     let mpi = if args.no_mpi { Err("--no-mpi".to_owned()) } else { MpiReference::build() };
     let mut bench = SpawnBench {
         topology,
@@ -318,8 +351,11 @@ pub async fn spawn_main(args: BenchSpawnArgs) -> anyhow::Result<ExitCode> {
         latency: Vec::new(),
         rate: Vec::new(),
         join_by_connection: super::joincost::measure().await.map_err(|e| e.to_string()),
+        joins: joins.clone(),
+        join_rates: join_rates.clone(),
     };
-    for (n, t) in latency {
+    for JoinRow { n, connect, announce, .. } in joins {
+        let t = if JoinMode::Auto.announces(n) { announce } else { connect };
         let reference = match &mpi {
             Ok(m) => m.latency(n, args.runs.min(10)),
             Err(why) => Reference::Missing(why.clone()),
@@ -327,7 +363,8 @@ pub async fn spawn_main(args: BenchSpawnArgs) -> anyhow::Result<ExitCode> {
         let ratio = reference.median_ms().map(|m| t.median_ms / m);
         bench.latency.push(Row { n, treecast: t, mpi: reference, ratio });
     }
-    for (n, per_s) in rate {
+    for JoinRateRow { n, connect_per_s, announce_per_s } in join_rates {
+        let per_s = if JoinMode::Auto.announces(n) { announce_per_s } else { connect_per_s };
         let reference = match &mpi {
             Ok(m) => m.rate(n, args.rate_secs),
             Err(why) => Reference::Missing(why.clone()),
@@ -401,40 +438,61 @@ fn parse_sizes(text: &str) -> anyhow::Result<Vec<u32>> {
     Ok(sizes)
 }
 
-/// Times `spawn(n)` for each size (stopping each group before the next spawn), then
-/// spawns back to back, keeping every process, for `rate_secs` at n = 1 and 4.
+/// Times `spawn(n)` for each size in both join modes, alternating run by run
+/// (stopping each group before the next spawn), then spawns back to back,
+/// keeping every process, for `rate_secs` at n = 1 and 4 in each mode.
 async fn measure_spawns(
     net: &mut Network,
     sizes: &[u32],
     runs: usize,
     rate_secs: f64,
-) -> anyhow::Result<(Vec<(u32, Timings)>, Vec<(u32, f64)>)> {
-    let options = SpawnOptions::default();
-    // One spawn before timing: the binary in the page cache, the listeners open.
-    let warm = net.spawn(1, &[], &options).await?;
-    stop_and_wait(net, &[warm]).await?;
-    let mut latency = Vec::new();
+) -> anyhow::Result<(Vec<JoinRow>, Vec<JoinRateRow>)> {
+    let mode = |join| SpawnOptions { join, ..SpawnOptions::default() };
+    let (connect, announce) = (mode(JoinMode::Connect), mode(JoinMode::Announce));
+    // One spawn of each before timing: the binary in the page cache, the sockets open.
+    for options in [&connect, &announce] {
+        let warm = net.spawn(1, &[], options).await?;
+        stop_and_wait(net, &[warm]).await?;
+    }
+    let mut joins = Vec::new();
     for &n in sizes {
-        let mut ms = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            let t0 = Instant::now();
-            let group = net.spawn(n, &[], &options).await?;
-            ms.push(t0.elapsed().as_secs_f64() * 1e3);
-            stop_and_wait(net, &[group]).await?;
+        let (mut by_connect, mut by_announce) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+        for run in 0..runs {
+            // Alternating which goes first, so that a drift of the machine favours neither.
+            let order = if run % 2 == 0 { [&connect, &announce] } else { [&announce, &connect] };
+            for options in order {
+                let t0 = Instant::now();
+                let group = net.spawn(n, &[], options).await?;
+                let ms = t0.elapsed().as_secs_f64() * 1e3;
+                stop_and_wait(net, &[group]).await?;
+                if options.join == JoinMode::Connect { &mut by_connect } else { &mut by_announce }.push(ms);
+            }
         }
-        latency.extend(Timings::of(&ms).map(|t| (n, t)));
+        if let (Some(connect), Some(announce)) = (Timings::of(&by_connect), Timings::of(&by_announce)) {
+            let ratio = announce.median_ms / connect.median_ms;
+            joins.push(JoinRow { n, connect, announce, ratio });
+        }
     }
-    let mut rate = Vec::new();
+    let mut rates = Vec::new();
     for n in [1, 4] {
-        let mut kept = Vec::new();
-        let t0 = Instant::now();
-        while t0.elapsed().as_secs_f64() < rate_secs {
-            kept.push(net.spawn(n, &[], &options).await?);
+        // Spawns and seconds per mode, in halves ordered connect, announce, announce,
+        // connect, so that neither mode always runs on a fuller machine.
+        let mut tally = [(0usize, 0.0f64); 2];
+        for i in [0, 1, 1, 0] {
+            let options = if i == 0 { &connect } else { &announce };
+            let mut kept = Vec::new();
+            let t0 = Instant::now();
+            while t0.elapsed().as_secs_f64() < rate_secs / 2.0 {
+                kept.push(net.spawn(n, &[], options).await?);
+            }
+            tally[i].0 += kept.len();
+            tally[i].1 += t0.elapsed().as_secs_f64();
+            stop_and_wait(net, &kept).await?;
         }
-        rate.push((n, kept.len() as f64 / t0.elapsed().as_secs_f64()));
-        stop_and_wait(net, &kept).await?;
+        let per_s = tally.map(|(spawns, secs)| spawns as f64 / secs);
+        rates.push(JoinRateRow { n, connect_per_s: per_s[0], announce_per_s: per_s[1] });
     }
-    Ok((latency, rate))
+    Ok((joins, rates))
 }
 
 /// Times the merge of two groups of n: the merge, a stream over the merged group,
@@ -686,6 +744,26 @@ fn render_spawn(b: &SpawnBench) -> String {
         )),
         (Err(why), _) => out.push_str(&format!("joining by connection: not measured ({why})\n")),
         _ => {}
+    }
+    out.push_str(&format!(
+        "joining by connection against by announcement (one datagram), alternating run by run; \
+         the rows above are what `auto` picks (announcement up to {LIGHT_JOIN_UP_TO} processes)\n"
+    ));
+    out.push_str(&format!(
+        "{:>5} {:>16} {:>16} {:>10}\n",
+        "n", "connect median", "announce median", "ann/conn"
+    ));
+    for j in &b.joins {
+        out.push_str(&format!(
+            "{:>5} {:>13.3} ms {:>13.3} ms {:>10.3}\n",
+            j.n, j.connect.median_ms, j.announce.median_ms, j.ratio
+        ));
+    }
+    for r in &b.join_rates {
+        out.push_str(&format!(
+            "rate n={}: {:.1} spawns/s by connection, {:.1} by announcement\n",
+            r.n, r.connect_per_s, r.announce_per_s
+        ));
     }
     out.push_str(&missing_notes(b.latency.iter().map(|r| &r.mpi).chain(b.rate.iter().map(|r| &r.mpi))));
     out

@@ -73,7 +73,7 @@ pub enum JoinMode {
 }
 
 /// Largest spawn [`JoinMode::Auto`] joins by announcement.
-pub const LIGHT_JOIN_UP_TO: u32 = 16;
+pub const LIGHT_JOIN_UP_TO: u32 = 4;
 
 impl JoinMode {
     /// Whether a spawn of `n` processes joins by announcement.
