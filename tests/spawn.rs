@@ -323,6 +323,12 @@ fn bench_spawn_and_merge_print_their_figures_as_json() {
     assert_eq!(spawn["latency"][1]["treecast"]["runs"], 2, "{spawn}");
     assert!(spawn["rate"][0]["treecast_per_s"].as_f64().unwrap() > 0.0, "{spawn}");
     assert_eq!(spawn["latency"][0]["mpi"]["missing"], "--no-mpi", "{spawn}");
+    // Both join modes, each timed every run.
+    for row in spawn["joins"].as_array().unwrap() {
+        assert_eq!(row["connect"]["runs"], 2, "{spawn}");
+        assert_eq!(row["announce"]["runs"], 2, "{spawn}");
+    }
+    assert!(spawn["join_rates"][1]["announce_per_s"].as_f64().unwrap() > 0.0, "{spawn}");
     let merge = run(&[&["bench", "merge", "--sizes", "2", "--runs", "2"], &tree[..]].concat());
     assert_eq!(merge["merge"][0]["treecast"]["runs"], 2, "{merge}");
     let peers = run(&[&["bench", "intergroup", "--sizes", "1,2K"], &tree[..]].concat());
