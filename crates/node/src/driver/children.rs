@@ -270,7 +270,10 @@ impl ChildrenTask {
                     let w = self.watch(&mut running.processes, child.node_id, process);
                     running.watched.push(w);
                 }
-                Err(e) => self.not_started(child.node_id, e.to_string()).await,
+                Err(e) => {
+                    running.announcing.remove(&child.node_id);
+                    self.not_started(child.node_id, e.to_string()).await;
+                }
             }
         }
         own_points
