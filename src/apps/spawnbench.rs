@@ -344,37 +344,39 @@ pub async fn spawn_main(args: BenchSpawnArgs) -> anyhow::Result<ExitCode> {
     net.shutdown().await;
     let (joins, join_rates) = measured?;
     let mpi = if args.no_mpi { Err("--no-mpi".to_owned()) } else { MpiReference::build() };
-    let mut bench = SpawnBench {
-        topology,
-        backends,
-        mpi_library: mpi.as_ref().ok().map(|m| m.library.clone()),
-        latency: Vec::new(),
-        rate: Vec::new(),
-        join_by_connection: super::joincost::measure().await.map_err(|e| e.to_string()),
-        joins: joins.clone(),
-        join_rates: join_rates.clone(),
-    };
-    for JoinRow { n, connect, announce, .. } in joins {
-        let t = if JoinMode::Auto.announces(n) { announce } else { connect };
+    let mut latency = Vec::new();
+    for row in &joins {
+        let t = auto_pick(row.n, &row.connect, &row.announce).clone();
         let reference = match &mpi {
-            Ok(m) => m.latency(n, args.runs.min(10)),
+            Ok(m) => m.latency(row.n, args.runs.min(10)),
             Err(why) => Reference::Missing(why.clone()),
         };
         let ratio = reference.median_ms().map(|m| t.median_ms / m);
-        bench.latency.push(Row { n, treecast: t, mpi: reference, ratio });
+        latency.push(Row { n: row.n, treecast: t, mpi: reference, ratio });
     }
-    for JoinRateRow { n, connect_per_s, announce_per_s } in join_rates {
-        let per_s = if JoinMode::Auto.announces(n) { announce_per_s } else { connect_per_s };
+    let mut rate = Vec::new();
+    for r in &join_rates {
+        let per_s = *auto_pick(r.n, &r.connect_per_s, &r.announce_per_s);
         let reference = match &mpi {
-            Ok(m) => m.rate(n, args.rate_secs),
+            Ok(m) => m.rate(r.n, args.rate_secs),
             Err(why) => Reference::Missing(why.clone()),
         };
         let ratio = match &reference {
             Reference::Rate(mpi) if *mpi > 0.0 => Some(per_s / mpi),
             _ => None,
         };
-        bench.rate.push(RateRow { n, treecast_per_s: per_s, mpi: reference, ratio });
+        rate.push(RateRow { n: r.n, treecast_per_s: per_s, mpi: reference, ratio });
     }
+    let bench = SpawnBench {
+        topology,
+        backends,
+        mpi_library: mpi.as_ref().ok().map(|m| m.library.clone()),
+        latency,
+        rate,
+        join_by_connection: super::joincost::measure().await.map_err(|e| e.to_string()),
+        joins,
+        join_rates,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&bench)?);
     } else {
@@ -436,6 +438,16 @@ fn parse_sizes(text: &str) -> anyhow::Result<Vec<u32>> {
         bail!("--sizes: {bad} is not between 1 and 1024 processes");
     }
     Ok(sizes)
+}
+
+/// Of a figure measured in both join modes, the one of the mode
+/// [`JoinMode::Auto`] picks for spawns of `n`.
+fn auto_pick<'a, T>(n: u32, connect: &'a T, announce: &'a T) -> &'a T {
+    if JoinMode::Auto.announces(n) {
+        announce
+    } else {
+        connect
+    }
 }
 
 /// Times `spawn(n)` for each size in both join modes, alternating run by run
@@ -761,8 +773,11 @@ fn render_spawn(b: &SpawnBench) -> String {
     }
     for r in &b.join_rates {
         out.push_str(&format!(
-            "rate n={}: {:.1} spawns/s by connection, {:.1} by announcement\n",
-            r.n, r.connect_per_s, r.announce_per_s
+            "rate n={}: {:.1} spawns/s by connection, {:.1} by announcement (ann/conn {:.3})\n",
+            r.n,
+            r.connect_per_s,
+            r.announce_per_s,
+            r.announce_per_s / r.connect_per_s
         ));
     }
     out.push_str(&missing_notes(b.latency.iter().map(|r| &r.mpi).chain(b.rate.iter().map(|r| &r.mpi))));

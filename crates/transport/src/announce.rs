@@ -13,9 +13,8 @@
 //! finds nothing to join. The link itself still opens with the full handshake
 //! ([`crate::handshake`]): an announcement only lets the parent start early.
 
-use hmac::{Hmac, Mac};
+use hmac::Mac;
 use rand::RngCore;
-use sha2::Sha256;
 
 use crate::{Secret, TransportError};
 
@@ -36,13 +35,8 @@ pub struct Announce {
     pub rank: u32,
 }
 
-fn mac_of(secret: &Secret, signed: &[u8]) -> Hmac<Sha256> {
-    // new_from_slice only fails for invalid key lengths, and HMAC accepts any length.
-    let mut m = match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
-        Ok(m) => m,
-        Err(_) => unreachable!("HMAC accepts keys of any length"),
-    };
-    m.update(LABEL);
+fn mac_of(secret: &Secret, signed: &[u8]) -> hmac::Hmac<sha2::Sha256> {
+    let mut m = secret.mac(LABEL);
     m.update(signed);
     m
 }

@@ -30,12 +30,7 @@ const MAC: usize = 32;
 type HmacSha256 = Hmac<Sha256>;
 
 fn mac(secret: &Secret, label: &[u8], first: &[u8], second: &[u8], node_id: u32) -> HmacSha256 {
-    // new_from_slice only fails for invalid key lengths, and HMAC accepts any length.
-    let mut m = match HmacSha256::new_from_slice(secret.as_bytes()) {
-        Ok(m) => m,
-        Err(_) => unreachable!("HMAC accepts keys of any length"),
-    };
-    m.update(label);
+    let mut m = secret.mac(label);
     m.update(first);
     m.update(second);
     m.update(&node_id.to_le_bytes());

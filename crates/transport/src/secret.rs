@@ -31,6 +31,19 @@ impl Secret {
         &self.0
     }
 
+    /// An HMAC-SHA256 under this key, `label` already fed (what tells one use of
+    /// the key from another).
+    pub(crate) fn mac(&self, label: &[u8]) -> hmac::Hmac<sha2::Sha256> {
+        use hmac::Mac;
+        // new_from_slice only fails for invalid key lengths, and HMAC accepts any length.
+        let mut m = match hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.0) {
+            Ok(m) => m,
+            Err(_) => unreachable!("HMAC accepts keys of any length"),
+        };
+        m.update(label);
+        m
+    }
+
     /// The hex text put into [`SECRET_ENV`].
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)

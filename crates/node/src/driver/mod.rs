@@ -233,11 +233,10 @@ impl<T: Tool> Driver<T> {
     /// A child connected: an announced one's link gets its socket and what waited
     /// for it, in order; any other is a new link.
     fn child_connected(&mut self, node_id: u32, socket: Socket, peer: String) -> std::io::Result<()> {
-        let found = self.awaiting.iter().find(|(_, a)| a.node_id == node_id).map(|(&l, _)| l);
-        let Some(link) = found else {
+        let Some((link, awaited)) = self.awaited_link(node_id).and_then(|l| self.awaiting.remove_entry(&l))
+        else {
             return self.add_link(socket, Peer::Child { node_id }, peer).map(drop);
         };
-        let Some(awaited) = self.awaiting.remove(&link) else { return Ok(()) };
         if let Err(e) = self.attach_socket(link, socket, Peer::Child { node_id }, peer) {
             self.links.remove(link);
             self.core.handle_link_closed(
@@ -260,6 +259,11 @@ impl<T: Tool> Driver<T> {
         }
         self.after_input();
         Ok(())
+    }
+
+    /// The link of the announced child `node_id` that has not connected yet.
+    fn awaited_link(&self, node_id: u32) -> Option<LinkId> {
+        self.awaiting.iter().find(|(_, a)| a.node_id == node_id).map(|(&l, _)| l)
     }
 
     /// Drops an announced child's link that never connected.
@@ -608,8 +612,7 @@ impl<T: Tool> Driver<T> {
                 }
             }
             ChildNews::Exited { node_id, detail } => {
-                let never = self.awaiting.iter().find(|(_, a)| a.node_id == node_id).map(|(&l, _)| l);
-                if let Some(link) = never {
+                if let Some(link) = self.awaited_link(node_id) {
                     self.give_up_awaited(link, "announced itself, then exited before connecting".into());
                 }
                 let _ = self.core.handle_command(Command::ChildExited { node_id, detail }, now);
