@@ -381,6 +381,8 @@ impl ChildrenTask {
                     }
                 }
                 heard = recv_announce(running.join.as_ref(), &self.launching.secret) => {
+                    // A socket that fails to read would fail again at once: as with accept, wait.
+                    let failed = matches!(heard, Err(TransportError::Io { .. }));
                     let taken = heard.map_err(|e| e.to_string()).and_then(|a| take_announce(&mut running, a));
                     match taken {
                         Ok(Announce { node_id, rank }) => {
@@ -391,6 +393,9 @@ impl ChildrenTask {
                         Err(reason) => {
                             if let Some(line) = refused_announcements.refused(reason, Instant::now()) {
                                 tracing::warn!("{line}");
+                            }
+                            if failed {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
                             }
                         }
                     }
