@@ -237,7 +237,8 @@ impl Node {
         }
         let from = match role {
             LinkRole::Child(c) => Some(c),
-            LinkRole::Parent => None,
+            // Collectives never cross between networks (see remote.rs).
+            LinkRole::Parent | LinkRole::Remote(_) => None,
         };
         if head.down {
             self.collectives.sent_up.remove(&head.key());

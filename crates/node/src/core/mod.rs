@@ -23,6 +23,7 @@ mod liveness;
 mod monitor;
 mod peer;
 mod recovery;
+mod remote;
 mod startup;
 mod streams;
 mod window;
@@ -40,6 +41,7 @@ pub use clock::{ClockConfig, ClockSource, Distortion};
 pub use collective::{COLLECTIVE_EXPIRY, MAX_ENTERED, MAX_OPEN_COLLECTIVES, MAX_RESULT};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
 pub use peer::{PEER_CREDIT, PEER_WINDOW};
+pub use remote::{remote_base, RemoteSpec, MAX_REMOTES, REMOTE_BASE, REMOTE_SPAN};
 pub use startup::{ChildLaunch, MAX_SPAWN};
 pub use treecast_transport::{LinkId, LinkMap, LinkTable};
 
@@ -96,6 +98,9 @@ pub enum Peer {
         /// Its node id.
         node_id: u32,
     },
+    /// Front-end: the front-end of another network, which proved it holds the
+    /// secret of this network's port for networks.
+    Remote(RemoteSpec),
 }
 
 /// Where a frame goes.
@@ -271,6 +276,14 @@ pub enum Event {
         /// The ranks.
         ranks: RankSet,
         /// Which node noticed, and why.
+        reason: String,
+    },
+    /// Front-end: the link to another network closed; messages to its ranks are
+    /// undeliverable from now on.
+    RemoteClosed {
+        /// This front-end's number for that network.
+        index: u32,
+        /// Why.
         reason: String,
     },
     /// Front-end: a message from one back-end to another found no way to its
@@ -561,6 +574,8 @@ enum Phase {
 enum LinkRole {
     Parent,
     Child(usize),
+    /// Another network's front-end (an index into `remotes`).
+    Remote(usize),
 }
 
 /// Frames, credits and events produced, waiting to be polled.
@@ -708,6 +723,8 @@ pub struct Node {
     /// Back-end: its join went ahead of its link as an announcement (a light
     /// join), so its first link does not send it again.
     announced: bool,
+    /// Front-end: the other networks linked to this one.
+    remotes: Vec<remote::RemoteNet>,
     out: Outputs,
 }
 
@@ -753,6 +770,7 @@ impl Node {
             peer: peer::PeerState::default(),
             collectives: collective::Collectives::default(),
             announced: false,
+            remotes: Vec::new(),
             out: Outputs::default(),
         }
     }
@@ -847,6 +865,7 @@ impl Node {
         match peer {
             Peer::Parent => self.parent_up(link),
             Peer::Child { node_id } => self.child_up(link, node_id, now),
+            Peer::Remote(spec) => self.remote_up(link, spec),
         }
     }
 
@@ -854,6 +873,9 @@ impl Node {
     pub fn handle_frame(&mut self, link: LinkId, frame: Frame, now: Instant) {
         self.liveness.heard(link, &frame, now);
         let Some(&role) = self.links.get(link) else { return };
+        if let LinkRole::Remote(_) = role {
+            return self.on_remote_frame(link, role, frame, now);
+        }
         match (frame.header.kind, role) {
             (FrameKind::Credit, _) => match frame.grant() {
                 Ok(grant) => self.on_credit(role, frame.header.stream, grant),
@@ -885,11 +907,13 @@ impl Node {
                     }
                     (LinkRole::Parent, msg) => self.on_parent_control(link, msg, now),
                     (LinkRole::Child(c), msg) => self.on_child_control(c, msg, now),
+                    (LinkRole::Remote(_), _) => {}
                 },
                 Err(e) => self.drop_link(link, format!("malformed control message: {e}"), now),
             },
             (FrameKind::Data, LinkRole::Parent) => self.on_down_data(frame, now),
             (FrameKind::Data, LinkRole::Child(c)) => self.on_up_data(c, frame, now),
+            (FrameKind::Data, LinkRole::Remote(_)) => {}
             // The drivers' own business (the route between them); a driver that hands
             // one over has no route to set up, and the frame means nothing here.
             (FrameKind::Peer, role) => self.on_peer(link, role, frame, now),
@@ -926,6 +950,10 @@ impl Node {
                     Some(error) => EndReason::ParentFailed { error },
                     None => EndReason::ParentClosed,
                 });
+            }
+            LinkRole::Remote(r) => {
+                let why = reason.unwrap_or_else(|| "the other front-end closed the link".to_owned());
+                self.remote_gone(r, why);
             }
             LinkRole::Child(c) => {
                 self.children[c].link = None;

@@ -56,7 +56,7 @@ impl Default for PeerState {
 }
 
 /// An acknowledgement to `to` from `from` of `messages` messages and `bytes` bytes.
-fn ack(to: u32, from: u32, messages: u32, bytes: u64) -> Frame {
+pub(super) fn ack(to: u32, from: u32, messages: u32, bytes: u64) -> Frame {
     let mut header = FrameHeader::peer(to, 0, from);
     header.flags = FLAG_PEER_ACK;
     Frame::new(header, encode_ack(messages, bytes))
@@ -116,7 +116,11 @@ impl Node {
         }
         let from_child = match role {
             LinkRole::Child(c) => Some(c),
-            LinkRole::Parent => None,
+            LinkRole::Parent | LinkRole::Remote(_) => None,
+        };
+        let from_remote = match role {
+            LinkRole::Remote(r) => Some(r),
+            _ => None,
         };
         if let Some(c) = from_child {
             if frame.header.flags & FLAG_PEER_ACK != 0 {
@@ -132,7 +136,7 @@ impl Node {
         }
         if frame.header.flags & FLAG_PEER_MULTI != 0 {
             return match decode_multi(&frame.payload) {
-                Ok((targets, at)) => self.route_multi(&frame, targets, at, from_child),
+                Ok((targets, at)) => self.route_multi(&frame, targets, at, role),
                 Err(e) => self.drop_link(link, format!("malformed message for several ranks: {e}"), now),
             };
         }
@@ -145,13 +149,25 @@ impl Node {
             }
             // Not below here: up towards the common ancestor, unless it came from there.
             (None, Some(parent)) if from_child.is_some() => self.out.send(parent, frame),
-            _ => self.undeliverable(&frame, &RankSet::single(to), frame.payload.len()),
+            // At the front-end: another network's rank, unless it came from one.
+            _ => match self.remote_reaching(to).filter(|_| from_remote.is_none()) {
+                Some(r) => {
+                    let len = frame.payload.len();
+                    self.to_remote(r, frame, len)
+                }
+                None => self.undeliverable(&frame, &RankSet::single(to), frame.payload.len()),
+            },
         }
     }
 
     /// A message for several ranks: a copy down each child's link for the ranks
-    /// behind it, one up for those not below this node, the rest undeliverable.
-    fn route_multi(&mut self, frame: &Frame, targets: RankSet, at: usize, from_child: Option<usize>) {
+    /// behind it, one up for those not below this node (at the front-end, one to
+    /// each other network with some of them), the rest undeliverable.
+    fn route_multi(&mut self, frame: &Frame, targets: RankSet, at: usize, role: LinkRole) {
+        let from_child = match role {
+            LinkRole::Child(c) => Some(c),
+            _ => None,
+        };
         let body = &frame.payload[at..];
         let mut left = targets.clone();
         // Ranks behind the link it came from were that child's to reach; any still
@@ -181,6 +197,13 @@ impl Node {
         }
         match (self.parent, from_child) {
             (Some(parent), Some(_)) => self.out.send(parent, narrowed(frame, &left, body)),
+            (None, _) if !matches!(role, LinkRole::Remote(_)) => {
+                for (r, theirs) in self.remote_shares(&left) {
+                    left = left.difference(&theirs);
+                    self.to_remote(r, narrowed(frame, &theirs, body), body.len());
+                }
+                self.undeliverable(frame, &left, body.len())
+            }
             _ => self.undeliverable(frame, &left, body.len()),
         }
     }
@@ -207,12 +230,7 @@ impl Node {
         }
         let Some(owed) = self.peer.unanswered.get_mut(&child.node_id) else { return };
         let (messages, _) = decode_ack(&ack.payload).unwrap_or((0, 0));
-        for _ in 0..messages {
-            match owed.iter().position(|&(from, _, _)| from == ack.header.stream) {
-                Some(i) => drop(owed.remove(i)),
-                None => break,
-            }
-        }
+        super::remote::settle(owed, ack.header.stream, messages);
     }
 
     /// Back-end child `c` is gone: what it never acknowledged is acknowledged for it.
@@ -280,7 +298,7 @@ impl Node {
 
     /// A message with nowhere to go for `missing` (they left or never were): dropped
     /// for them, and acknowledged on their behalf so its sender may go on.
-    fn undeliverable(&mut self, frame: &Frame, missing: &RankSet, len: usize) {
+    pub(super) fn undeliverable(&mut self, frame: &Frame, missing: &RankSet, len: usize) {
         let h = frame.header;
         if h.flags & FLAG_PEER_ACK != 0 || missing.is_empty() {
             return;
@@ -296,12 +314,16 @@ impl Node {
     }
 
     /// Sends an acknowledgement made here towards its destination.
-    fn route_ack(&mut self, frame: Frame) {
+    pub(super) fn route_ack(&mut self, frame: Frame) {
         let to = frame.header.stream;
         match (self.child_reaching(to).and_then(|c| self.children[c].link), self.parent) {
             (Some(l), _) => self.out.send(l, frame),
             (None, Some(parent)) => self.out.send(parent, frame),
-            (None, None) => {}
+            (None, None) => {
+                if let Some(r) = self.remote_reaching(to) {
+                    self.to_remote(r, frame, 0);
+                }
+            }
         }
     }
 

@@ -966,6 +966,8 @@ impl Node {
                     forget_stream(&mut self.streams, &mut self.out, stream);
                 }
             }
+            // Streams never cross between networks.
+            LinkRole::Remote(_) => {}
         }
     }
 

@@ -1047,3 +1047,133 @@ fn a_message_claiming_a_sender_outside_the_link_it_came_on_closes_that_link() {
     assert!(transmits(&mut fe).iter().all(|t| t.to != Destination::Link(links[1])), "it went on");
     assert!(events(&mut fe).iter().any(|e| matches!(e, Event::CloseLink { link, .. } if *link == links[0])));
 }
+
+/// Two front-ends, each with back-ends 0 and 1, linked as remote networks: `a`
+/// numbers `b`'s ranks as its remote 0, `b` numbers `a`'s as its remote 3.
+fn linked_front_ends() -> ((Node, Vec<LinkId>, LinkId), (Node, Vec<LinkId>, LinkId)) {
+    let now = Instant::now();
+    let (mut a, a_links) = front_end_with_two_backends();
+    let (mut b, b_links) = front_end_with_two_backends();
+    let bridge = ids(3)[2];
+    a.handle_link_up(bridge, Peer::Remote(RemoteSpec { index: 0, size: 2, their_index: 3 }), now);
+    b.handle_link_up(bridge, Peer::Remote(RemoteSpec { index: 3, size: 2, their_index: 0 }), now);
+    ((a, a_links, bridge), (b, b_links, bridge))
+}
+
+#[test]
+fn a_message_crosses_to_another_network_in_its_numbering_and_its_acknowledgement_comes_back() {
+    let now = Instant::now();
+    let ((mut a, a_links, a_bridge), (mut b, b_links, b_bridge)) = linked_front_ends();
+    let (in_a, in_b) = (remote_base(0), remote_base(3));
+    // a's rank 0 to b's rank 1, which a numbers in_a + 1.
+    a.handle_frame(a_links[0], peer(in_a + 1, 0, 10), now);
+    let out = transmits(&mut a);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].to, Destination::Link(a_bridge));
+    assert_eq!((out[0].frame.header.stream, out[0].frame.header.rank), (1, in_b));
+    b.handle_frame(b_bridge, out[0].frame.clone(), now);
+    let out = transmits(&mut b);
+    assert_eq!(out[0].to, Destination::Link(b_links[1]));
+    assert_eq!((out[0].frame.header.stream, out[0].frame.header.rank), (1, in_b));
+    // b's rank 1 read it: the acknowledgement goes back to a's rank 0.
+    b.handle_frame(b_links[1], peer_ack(in_b, 1, 1, 10), now);
+    let out = transmits(&mut b);
+    assert_eq!(out[0].to, Destination::Link(b_bridge));
+    assert_eq!((out[0].frame.header.stream, out[0].frame.header.rank), (0, in_a + 1));
+    a.handle_frame(a_bridge, out[0].frame.clone(), now);
+    let out = transmits(&mut a);
+    assert!(is_ack(&out[0].frame) && out[0].to == Destination::Link(a_links[0]), "{out:?}");
+    // Answered: closing the link now acknowledges nothing more.
+    a.handle_link_closed(a_bridge, None, now);
+    assert!(transmits(&mut a).is_empty());
+    let evs = events(&mut a);
+    assert!(evs.iter().any(|e| matches!(e, Event::RemoteClosed { index: 0, .. })), "{evs:?}");
+}
+
+#[test]
+fn what_crossed_unanswered_is_acknowledged_when_the_link_between_networks_closes() {
+    let now = Instant::now();
+    let ((mut a, a_links, a_bridge), _) = linked_front_ends();
+    a.handle_frame(a_links[0], peer(remote_base(0), 0, 10), now);
+    a.handle_frame(a_links[1], peer(remote_base(0) + 1, 1, 3), now);
+    assert_eq!(transmits(&mut a).len(), 2);
+    a.handle_link_closed(a_bridge, Some("reset".into()), now);
+    let out = transmits(&mut a);
+    let acked: Vec<(LinkId, u32, (u32, u64))> = out
+        .iter()
+        .map(|t| {
+            assert!(is_ack(&t.frame));
+            (t.to.links()[0], t.frame.header.stream, treecast_wire::decode_ack(&t.frame.payload).unwrap())
+        })
+        .collect();
+    assert_eq!(acked, vec![(a_links[0], 0, (1, 10)), (a_links[1], 1, (1, 3))]);
+    // From now on b's ranks are nowhere.
+    a.handle_frame(a_links[0], peer(remote_base(0), 0, 1), now);
+    assert!(is_ack(&transmits(&mut a)[0].frame));
+    let evs = events(&mut a);
+    assert!(evs.iter().any(|e| matches!(e, Event::RemoteClosed { index: 0, reason } if reason == "reset")));
+    assert!(evs.iter().any(|e| matches!(e, Event::PeerUndeliverable { .. })), "{evs:?}");
+}
+
+#[test]
+fn a_message_for_several_ranks_is_split_between_the_networks() {
+    let now = Instant::now();
+    let ((mut a, a_links, a_bridge), _) = linked_front_ends();
+    let mut targets = RankSet::range(remote_base(0), 2);
+    targets.insert(1);
+    let mut multi =
+        Frame::new(FrameHeader::peer(u32::MAX, 7, 0), treecast_wire::encode_multi(&targets, b"hi"));
+    multi.header.flags = treecast_wire::FLAG_PEER_MULTI;
+    a.handle_frame(a_links[0], multi, now);
+    let out = transmits(&mut a);
+    assert_eq!(out.len(), 2, "{out:?}");
+    let to = |t: &Transmit| treecast_wire::decode_multi(&t.frame.payload).unwrap().0;
+    assert_eq!((out[0].to.clone(), to(&out[0])), (Destination::Link(a_links[1]), RankSet::single(1)));
+    assert_eq!((out[1].to.clone(), to(&out[1])), (Destination::Link(a_bridge), RankSet::range(0, 2)));
+    assert_eq!(out[1].frame.header.rank, remote_base(3));
+    // Closing the link answers both destinations over there.
+    a.handle_link_closed(a_bridge, None, now);
+    let acks = transmits(&mut a);
+    assert_eq!(acks.len(), 2);
+    assert!(acks.iter().all(|t| is_ack(&t.frame) && t.to == Destination::Link(a_links[0])));
+}
+
+#[test]
+fn a_front_end_refuses_from_another_network_what_is_not_its_message() {
+    let now = Instant::now();
+    let closed = |n: &mut Node| events(n).iter().any(|e| matches!(e, Event::CloseLink { .. }));
+    // A sender the other network does not have.
+    let (_, (mut b, _, bridge)) = linked_front_ends();
+    b.handle_frame(bridge, peer(0, remote_base(3) + 2, 1), now);
+    assert!(closed(&mut b));
+    // A stream's data.
+    let (_, (mut b, _, bridge)) = linked_front_ends();
+    b.handle_frame(bridge, int(1, remote_base(3), 5), now);
+    assert!(closed(&mut b));
+    // A collective's contribution.
+    let (_, (mut b, _, bridge)) = linked_front_ends();
+    let mut coll = peer(0, remote_base(3), 1);
+    coll.header.flags = treecast_wire::FLAG_PEER_COLL;
+    b.handle_frame(bridge, coll, now);
+    assert!(closed(&mut b));
+    // A message on to a third network.
+    let (_, (mut b, _, bridge)) = linked_front_ends();
+    b.handle_frame(bridge, peer(remote_base(3) + 1, remote_base(3), 4), now);
+    assert!(closed(&mut b));
+    // A heartbeat is welcome; a message for a rank gone is answered for it.
+    let (_, (mut b, b_links, bridge)) = linked_front_ends();
+    b.handle_link_closed(b_links[1], None, now);
+    events(&mut b);
+    transmits(&mut b);
+    b.handle_frame(bridge, heartbeat_frame(), now);
+    b.handle_frame(bridge, peer(1, remote_base(3), 4), now);
+    assert!(!closed(&mut b));
+    let out = transmits(&mut b);
+    assert_eq!(out.len(), 1);
+    assert!(is_ack(&out[0].frame) && out[0].to == Destination::Link(bridge), "{out:?}");
+    assert_eq!((out[0].frame.header.stream, out[0].frame.header.rank), (0, remote_base(0) + 1));
+    // Only a front-end links to another network.
+    let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
+    be.handle_link_up(ids(1)[0], Peer::Remote(RemoteSpec { index: 0, size: 1, their_index: 0 }), now);
+    assert!(closed(&mut be));
+}

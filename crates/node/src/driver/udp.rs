@@ -90,6 +90,8 @@ impl UdpRoute {
                 self.children.insert(link, (node_id, ends));
                 self.offer(link, node_id, ends);
             }
+            // Only messages between back-ends cross to another network, never multicast.
+            Peer::Remote(_) => {}
         }
     }
 
