@@ -153,7 +153,7 @@ impl Node {
             _ => match self.remote_reaching(to).filter(|_| from_remote.is_none()) {
                 Some(r) => {
                     let len = frame.payload.len();
-                    self.to_remote(r, frame, len)
+                    self.pass_to_remote(r, frame, len)
                 }
                 None => self.undeliverable(&frame, &RankSet::single(to), frame.payload.len()),
             },
@@ -200,7 +200,7 @@ impl Node {
             (None, _) if !matches!(role, LinkRole::Remote(_)) => {
                 for (r, theirs) in self.remote_shares(&left) {
                     left = left.difference(&theirs);
-                    self.to_remote(r, narrowed(frame, &theirs, body), body.len());
+                    self.pass_to_remote(r, narrowed(frame, &theirs, body), body.len());
                 }
                 self.undeliverable(frame, &left, body.len())
             }
@@ -321,7 +321,7 @@ impl Node {
             (None, Some(parent)) => self.out.send(parent, frame),
             (None, None) => {
                 if let Some(r) = self.remote_reaching(to) {
-                    self.to_remote(r, frame, 0);
+                    self.pass_to_remote(r, frame, 0);
                 }
             }
         }

@@ -137,7 +137,7 @@ impl Node {
     pub(super) fn on_remote_frame(&mut self, link: LinkId, role: LinkRole, frame: Frame, now: Instant) {
         match frame.header.kind {
             FrameKind::Peer => match role {
-                LinkRole::Remote(r) => match self.from_remote(r, &frame) {
+                LinkRole::Remote(r) => match self.check_from_remote(r, &frame) {
                     Ok(()) => self.on_peer(link, role, frame, now),
                     Err(why) => self.drop_link(link, why, now),
                 },
@@ -173,7 +173,7 @@ impl Node {
     /// Checks a peer frame that arrived from remote network `r`: it must name a
     /// sender of that network, and may not be a collective's. An acknowledgement
     /// settles what crossed to that network.
-    pub(super) fn from_remote(&mut self, r: usize, frame: &Frame) -> Result<(), String> {
+    pub(super) fn check_from_remote(&mut self, r: usize, frame: &Frame) -> Result<(), String> {
         let remote = &mut self.remotes[r];
         let h = &frame.header;
         if !remote.spec.ranks().contains(h.rank) {
@@ -210,7 +210,7 @@ impl Node {
     /// Sends a peer frame (`len` bytes of values) to remote network `r`, in its
     /// numbering; a message is held unanswered until the reader acknowledges it.
     /// A sender this numbering cannot give the other side is undeliverable.
-    pub(super) fn to_remote(&mut self, r: usize, frame: Frame, len: usize) {
+    pub(super) fn pass_to_remote(&mut self, r: usize, frame: Frame, len: usize) {
         let remote = &self.remotes[r];
         let Some(link) = remote.link else { return };
         let (base, their_base) = (remote_base(remote.spec.index), remote_base(remote.spec.their_index));

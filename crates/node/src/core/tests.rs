@@ -1050,7 +1050,10 @@ fn a_message_claiming_a_sender_outside_the_link_it_came_on_closes_that_link() {
 
 /// Two front-ends, each with back-ends 0 and 1, linked as remote networks: `a`
 /// numbers `b`'s ranks as its remote 0, `b` numbers `a`'s as its remote 3.
-fn linked_front_ends() -> ((Node, Vec<LinkId>, LinkId), (Node, Vec<LinkId>, LinkId)) {
+/// A front-end, its back-end children's links, and its link to the other network.
+type LinkedFrontEnd = (Node, Vec<LinkId>, LinkId);
+
+fn linked_front_ends() -> (LinkedFrontEnd, LinkedFrontEnd) {
     let now = Instant::now();
     let (mut a, a_links) = front_end_with_two_backends();
     let (mut b, b_links) = front_end_with_two_backends();
