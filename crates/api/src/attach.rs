@@ -12,7 +12,9 @@
 //! ```
 //!
 //! Each `rank` line names the rank, the node id it authenticates as, and the
-//! address of its parent. A *port file* (`Network::accept`) has a `base R` line
+//! address of its parent. A network's port for other networks has a `network
+//! ADDRESS` line instead of rank lines: where its front-end listens, with a secret
+//! of that port's own, not the session's. A *port file* (`Network::accept`) has a `base R` line
 //! too: its ranks start at R, and a process that finds its rank as 0, 1, 2… (from
 //! its launcher's environment) takes the place of rank R, R+1, R+2…
 //!
@@ -46,6 +48,9 @@ pub struct AttachInfo {
     /// The rank a process whose launcher numbers it 0 takes (a port file's first
     /// rank; 0 in a launch's attach file).
     pub base: u32,
+    /// A network's port for other networks (`Network::open_network_port`): where
+    /// its front-end listens for them. Such a file names no rank.
+    pub network: Option<String>,
 }
 
 /// Environment variables that name a process's rank, in the order they are tried:
@@ -101,6 +106,9 @@ impl AttachInfo {
         if self.base != 0 {
             text.push_str(&format!("base {}\n", self.base));
         }
+        if let Some(address) = &self.network {
+            text.push_str(&format!("network {address}\n"));
+        }
         for (rank, id, addr) in &self.points {
             text.push_str(&format!("rank {rank} {id} {addr}\n"));
         }
@@ -139,7 +147,7 @@ impl AttachInfo {
     pub fn parse(text: &str, path: &Path) -> Result<AttachInfo, AttachError> {
         let bad = |line: usize, what: String| AttachError::Line { path: path.to_path_buf(), line, what };
         let (mut session, mut secret, mut size, mut points) = (None, None, None, Vec::new());
-        let mut base = 0;
+        let (mut base, mut network) = (0, None);
         for (i, line) in text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -156,6 +164,7 @@ impl AttachInfo {
                     size = Some(n.parse::<u32>().map_err(|_| bad(i, "size is not a number".into()))?)
                 }
                 ["base", n] => base = n.parse::<u32>().map_err(|_| bad(i, "base is not a number".into()))?,
+                ["network", address] => network = Some((*address).to_owned()),
                 ["rank", r, id, addr] => {
                     let r = r.parse().map_err(|_| bad(i, "rank is not a number".into()))?;
                     let id = id.parse().map_err(|_| bad(i, "node id is not a number".into()))?;
@@ -171,6 +180,7 @@ impl AttachInfo {
             size: size.ok_or_else(|| missing("size"))?,
             points,
             base,
+            network,
         })
     }
 
@@ -270,7 +280,19 @@ mod tests {
             size: 2,
             points: vec![(0, 1, "unix:/tmp/x/s".into()), (1, 1, "10.0.0.1:4000".into())],
             base: 0,
+            network: None,
         }
+    }
+
+    #[test]
+    fn a_network_port_names_where_its_front_end_listens() {
+        let mut port = info();
+        port.points.clear();
+        port.network = Some("unix:@treecast-ab".into());
+        let back = AttachInfo::parse(&port.to_text(), Path::new("port")).unwrap();
+        assert_eq!(back.network.as_deref(), Some("unix:@treecast-ab"));
+        assert!(back.points.is_empty());
+        assert_eq!(AttachInfo::parse(&info().to_text(), Path::new("a")).unwrap().network, None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use treecast_wire::{Frame, FrameHeader, Value, Window};
 
 use crate::collective::{self, Collected, ReduceOp, Request};
 use crate::stream::{encode_checked, send_with_credit, WaitsForCredit};
-use crate::{rank_from_env, ApiError, AttachInfo, Group, Packet};
+use crate::{rank_from_env, ApiError, AttachError, AttachInfo, Group, Packet};
 use treecast_wire::{CollectiveOp, Combine};
 
 /// Time allowed to reach and authenticate with the parent.
@@ -441,6 +441,9 @@ impl BackEnd {
                 .ok_or(ApiError::NoAttachFile { var: env::ATTACH_FILE })?,
         };
         let info = AttachInfo::read(&path)?;
+        if info.network.is_some() {
+            return Err(AttachError::NetworkPort { path }.into());
+        }
         let rank = match rank {
             Some(r) => r,
             None => rank_from_env()?,

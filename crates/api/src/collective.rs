@@ -165,6 +165,15 @@ pub(crate) async fn run(shared: &Shared<BeTool>, rank: u32, req: Request<'_>) ->
             group.size()
         )));
     }
+    if crate::remote::remote_members(group)
+        || (req.op == CollectiveOp::Reduce && crate::remote::is_remote(req.root))
+    {
+        return Err(ApiError::Collective(format!(
+            "group {} names ranks of another network: collectives do not cross between networks; \
+             send those ranks messages (send_to_rank) instead",
+            group.id()
+        )));
+    }
     let members = group.rank_set();
     if members.len() != group.size() as u64 {
         return Err(ApiError::Collective(format!("group {} names a rank twice", group.id())));

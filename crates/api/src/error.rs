@@ -193,6 +193,14 @@ pub enum ApiError {
     /// The environment set by the launcher is missing or wrong.
     #[error("{0}")]
     Env(String),
+    /// Another network's front-end proved the port's secret but cannot be linked.
+    #[error("cannot link to the network at {peer}: {why}")]
+    RemoteRefused {
+        /// Where it connected from, or to.
+        peer: String,
+        /// Why.
+        why: String,
+    },
     /// A spawn cannot be placed as asked; nothing was started.
     #[error("cannot place the spawn: {0}")]
     Placement(String),
@@ -409,6 +417,24 @@ pub enum AttachError {
         path: PathBuf,
         /// The missing line's keyword.
         what: &'static str,
+    },
+    /// A back-end was given a network's port for other networks.
+    #[error(
+        "{path} is a network's port for other networks (Network::connect_network), not one for \
+         back-ends: give the attach file or the port file Network::accept wrote"
+    )]
+    NetworkPort {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A network was given a file that is not a network's port.
+    #[error(
+        "{path} is not a network's port for other networks: give the file \
+         Network::open_network_port wrote in the other network"
+    )]
+    NotNetworkPort {
+        /// The file.
+        path: PathBuf,
     },
     /// The rank asked for has no place in the file.
     #[error("rank {rank} has no place in the attach file (size {size})")]

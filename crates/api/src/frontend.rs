@@ -66,6 +66,8 @@ pub(crate) struct FeTool {
     /// Back-ends' spawn requests waiting for the task that serves them.
     spawn_requests: VecDeque<SpawnRequest>,
     spawn_waker: Option<Waker>,
+    /// The numbers given to the networks linked to this one.
+    pub(crate) remotes: crate::remote::RemoteNumbers,
 }
 
 /// A back-end's request for a spawn ([`crate::BackEnd::spawn`]).
@@ -105,6 +107,7 @@ impl FeTool {
             secret,
             spawn_requests: VecDeque::new(),
             spawn_waker: None,
+            remotes: crate::remote::RemoteNumbers::default(),
             over: None,
             refused: HashMap::new(),
         };
@@ -195,6 +198,7 @@ impl FeTool {
             size: target.size,
             points: points.into_iter().map(|p| (p.rank, p.node_id, p.address)).collect(),
             base: 0,
+            network: None,
         };
         match info.write(&target.path).and_then(|()| AttachFile::written(&target.path)) {
             Ok(file) => self.attach_written = Some(file),
@@ -263,6 +267,10 @@ impl Tool for FeTool {
                 self.push(Event::RanksRejoined { ranks, parent })
             }
             CoreEvent::PeerUndeliverable { from, to } => self.push(Event::MessageUndeliverable { from, to }),
+            CoreEvent::RemoteClosed { index, reason } => {
+                self.remotes.give_back(index);
+                self.push(Event::NetworkClosed { index, reason });
+            }
             CoreEvent::SpawnRequested { id, rank, n, command } => {
                 if self.spawn_requests.len() >= SPAWN_QUEUE {
                     tracing::warn!(

@@ -60,6 +60,7 @@ mod frontend;
 mod monitor;
 mod network;
 mod packet;
+mod remote;
 mod spawn;
 mod stream;
 
@@ -79,6 +80,7 @@ pub use files::{
 pub use monitor::MONITOR_ORDER_LIMIT;
 pub use network::{Communicator, Event, Network, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
+pub use remote::{NetworkPort, RemoteNetwork, DEFAULT_NETWORK_LIMIT};
 pub use spawn::{Group, JoinMode, Placement, SpawnOptions, DEFAULT_SPAWN_LIMIT, LIGHT_JOIN_UP_TO};
 pub use stream::{Stream, StreamOptions};
 pub use treecast_filters::{

@@ -55,6 +55,14 @@ pub enum Event {
         /// The destinations it could not reach.
         to: RankSet,
     },
+    /// The link to another network closed (it ended, or either front-end
+    /// disconnected); messages to its ranks are undeliverable from now on.
+    NetworkClosed {
+        /// This front-end's number for it ([`crate::RemoteNetwork::index`]).
+        index: u32,
+        /// Why.
+        reason: String,
+    },
     /// Back-ends joined while the network runs; streams whose communicator names them
     /// take them in from the next wave.
     RanksJoined {
@@ -95,6 +103,9 @@ impl std::fmt::Display for Event {
         match self {
             Event::RanksLost { ranks, reason } => write!(f, "lost {}: {reason}", Ranks(ranks)),
             Event::RanksJoined { ranks } => write!(f, "{} joined", Ranks(ranks)),
+            Event::NetworkClosed { index, reason } => {
+                write!(f, "the link to network {index} closed: {reason}")
+            }
             Event::MessageUndeliverable { from, to } => {
                 write!(f, "a message from rank {from} to {} was dropped: not in the tree", Ranks(to))
             }

@@ -300,6 +300,13 @@ impl SpawnBook {
         attach: bool,
         light: bool,
     ) -> Result<(Vec<SpawnOrder>, Group), ApiError> {
+        if u64::from(self.next_rank) + u64::from(n) > u64::from(treecast_node::core::REMOTE_BASE) {
+            return Err(ApiError::Placement(format!(
+                "{} ranks are given out already: a network has at most {} (ranks above are other networks')",
+                self.next_rank,
+                treecast_node::core::REMOTE_BASE
+            )));
+        }
         let counts = self.place(n, placement)?;
         let group = self.next_group;
         let group_first = self.next_rank;
@@ -510,13 +517,13 @@ impl Spawner {
         };
         let size = self.ranks_given();
         let base = group.ranks.first().copied().unwrap_or(0);
-        let info = crate::AttachInfo { session, secret, size, points: placed, base };
+        let info = crate::AttachInfo { session, secret, size, points: placed, base, network: None };
         info.write(path)?;
         Ok(crate::attach::AttachFile::written(path)?)
     }
 
-    /// A new group id for a merge.
-    fn group_id(&self) -> u32 {
+    /// A new group id: for a merge, a split, a remote network's group.
+    pub(crate) fn group_id(&self) -> u32 {
         self.spawn_book().group_id()
     }
 

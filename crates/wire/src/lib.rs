@@ -13,6 +13,7 @@
 //!   between them (joining a parent's multicast group, placeholders for frames
 //!   sent by multicast).
 //! * [`RankSet`]: compact sets of back-end ranks (`0-15,32`).
+//! * [`NetworkHello`]: what two networks' front-ends tell each other when they link.
 //! * [`McastHeader`]: datagrams of the reliable UDP multicast route
 //!   ([`encode_mcast`], [`decode_mcast`]).
 //!
@@ -26,6 +27,7 @@ mod control;
 mod error;
 mod format;
 mod frame;
+mod hello;
 mod mcast;
 mod peer;
 mod plan;
@@ -48,6 +50,10 @@ pub use frame::{
     decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, DEFAULT_DOWN_WINDOW,
     DEFAULT_UP_WINDOW, FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, FLAG_PAYLOAD_FD, FLAG_PEER_ACK,
     FLAG_STAMPED, FLAG_TIMED, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION, TIMESTAMP_AT,
+};
+pub use hello::{
+    decode_network_hello, encode_network_hello, network_hello_len, NetworkHello, MAX_HELLO_SESSION,
+    NETWORK_HELLO_HEAD, NETWORK_HELLO_MAGIC,
 };
 pub use mcast::{
     decode_mcast, encode_mcast, McastDatagram, McastHeader, McastKind, MCAST_HEADER_LEN, MCAST_MORE,

@@ -455,6 +455,12 @@ pub enum Command {
         /// Why it failed (empty when it did not).
         error: String,
     },
+    /// Front-end: close the link to remote network `index` (see
+    /// [`Peer::Remote`]); [`Event::RemoteClosed`] follows.
+    CloseRemote {
+        /// This front-end's number for that network.
+        index: u32,
+    },
     /// Front-end: stop these back-ends' processes; [`Event::RanksLeft`] follows.
     Stop {
         /// The back-ends.
@@ -1023,6 +1029,7 @@ impl Node {
                 self.stop_ranks(&ranks, &reason, now);
                 Ok(())
             }
+            Command::CloseRemote { index } => self.close_remote(index, now),
             Command::RejoinFailed { reason } => {
                 self.rejoin_failed(reason);
                 Ok(())

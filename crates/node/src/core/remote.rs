@@ -20,7 +20,7 @@ use treecast_wire::{
     decode_ack, decode_multi, encode_multi, Frame, FrameKind, RankSet, FLAG_PEER_ACK, FLAG_PEER_MULTI,
 };
 
-use super::{Event, LinkId, LinkRole, Node, Role};
+use super::{CommandError, Event, LinkId, LinkRole, Node, Role};
 
 /// The first rank number given to remote networks' ranks; a network's own ranks stay below.
 pub const REMOTE_BASE: u32 = 0x8000_0000;
@@ -240,6 +240,16 @@ impl Node {
             owed.extend(targets.iter().map(|t| (h.rank, t, len as u64)));
         }
         self.out.send(link, out);
+    }
+
+    /// The tool closes the link to remote network `index`.
+    pub(super) fn close_remote(&mut self, index: u32, now: Instant) -> Result<(), CommandError> {
+        let link = self.remotes.iter().find(|r| r.spec.index == index).and_then(|r| r.link);
+        let Some(link) = link else {
+            return Err(CommandError::NotNow("no network is linked with that number"));
+        };
+        self.drop_link(link, "disconnected by this front-end".to_owned(), now);
+        Ok(())
     }
 
     /// Remote network `r`'s link closed: what crossed unanswered is acknowledged

@@ -1087,9 +1087,11 @@ fn a_message_crosses_to_another_network_in_its_numbering_and_its_acknowledgement
     let out = transmits(&mut a);
     assert!(is_ack(&out[0].frame) && out[0].to == Destination::Link(a_links[0]), "{out:?}");
     // Answered: closing the link now acknowledges nothing more.
-    a.handle_link_closed(a_bridge, None, now);
+    a.handle_command(Command::CloseRemote { index: 0 }, now).unwrap();
     assert!(transmits(&mut a).is_empty());
+    assert!(a.handle_command(Command::CloseRemote { index: 0 }, now).is_err(), "closed already");
     let evs = events(&mut a);
+    assert!(evs.iter().any(|e| matches!(e, Event::CloseLink { link, .. } if *link == a_bridge)), "{evs:?}");
     assert!(evs.iter().any(|e| matches!(e, Event::RemoteClosed { index: 0, .. })), "{evs:?}");
 }
 
