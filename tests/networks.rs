@@ -106,7 +106,13 @@ async fn two_networks_see_each_others_ranks_and_their_backends_exchange_messages
     assert_eq!(got, [0, 1]);
 
     // A collective does not cross: the member is told to send messages instead.
-    // (Checked in the API before anything is sent; see the unit tests of remote.rs.)
+    let members = vec![0, b_in_a.rank(0).unwrap()];
+    let request = [2, 1].map(Value::UInt).into_iter().chain([Value::UIntArray(members)]);
+    let request: Vec<Value> = request.chain([0, 1, 1].map(Value::UInt)).collect();
+    sa.send_to(0, TAG_COLLECTIVE, COLLECTIVE_REQUEST, &request).await.unwrap();
+    let p = sa.recv_timeout(LIMIT).await.unwrap();
+    let said = p.values().unwrap()[0].as_str().unwrap().to_owned();
+    assert!(said.contains("collectives do not cross between networks"), "{said}");
 
     // Disconnected: both are told, and a message to the other network is reported
     // undeliverable rather than lost silently.

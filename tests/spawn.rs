@@ -336,6 +336,7 @@ fn bench_spawn_and_merge_print_their_figures_as_json() {
     assert_eq!(rows.len(), 2, "{peers}");
     assert_eq!(rows[1]["bytes"], 2048, "{peers}");
     assert!(rows.iter().all(|r| r["inter_far_us"].as_f64().unwrap() > 0.0), "{peers}");
+    assert!(rows.iter().all(|r| r["network_us"].as_f64().unwrap() > 0.0), "{peers}");
     // Bad sizes are refused before anything starts.
     let out = std::process::Command::new(TREECAST).args(["bench", "spawn", "--sizes", "0"]).output().unwrap();
     assert!(!out.status.success());

@@ -182,6 +182,12 @@ pub struct PeerRow {
     pub inter_far_us: f64,
     /// `inter_us` over `intra_us`.
     pub inter_vs_intra: f64,
+    /// Rank 0 and rank 0 of a second network linked to this one
+    /// (`Network::connect_network`): up to this front-end, across to the other's,
+    /// and down.
+    pub network_us: f64,
+    /// `network_us` over `inter_far_us` (which turns at this front-end alone).
+    pub network_vs_far: f64,
     /// `inter_us` over MPI's inter-group median, when MPI was measured.
     pub inter_vs_mpi: Option<f64>,
     /// MPI, in the same run: a process and one it spawned (an intercommunicator).
@@ -210,7 +216,12 @@ pub async fn intergroup_main(args: BenchIntergroupArgs) -> anyhow::Result<ExitCo
     let mut net = super::run::launch(&tree).await?;
     let topology = tree.topology.clone().unwrap_or_default();
     let coll_sizes = parse_bytes(&args.coll_sizes)?;
-    let measured = measure_peers(&mut net, &sizes).await;
+    let mut measured = measure_peers(&mut net, &sizes).await;
+    if let Ok(rows) = &mut measured {
+        if let Err(e) = measure_networks(&net, &tree, rows).await {
+            measured = Err(e.context("timing messages to a second network"));
+        }
+    }
     let mpi = if args.no_mpi { Err("--no-mpi".to_owned()) } else { MpiReference::build() };
     let collectives = match measured {
         Ok(_) => super::collbench::measure(&mut net, &coll_sizes, mpi.as_ref().map_err(Clone::clone)).await,
@@ -311,6 +322,8 @@ async fn measure_peers(net: &mut Network, sizes: &[u32]) -> anyhow::Result<Vec<P
             inter_us: one_way[1],
             inter_far_us: one_way[2],
             inter_vs_intra: one_way[1] / one_way[0],
+            network_us: f64::NAN,
+            network_vs_far: f64::NAN,
             inter_vs_mpi: None,
             mpi_inter: Reference::Missing("not measured yet".into()),
             mpi_intra: Reference::Missing("not measured yet".into()),
@@ -319,6 +332,41 @@ async fn measure_peers(net: &mut Network, sizes: &[u32]) -> anyhow::Result<Vec<P
     stream.close().await;
     stop_and_wait(net, &[near, far]).await?;
     Ok(rows)
+}
+
+/// Launches a second network (two back-ends under their front-end), links it to
+/// `net` and times ping-pongs from `net`'s rank 0 to its rank 0, for each row's size.
+async fn measure_networks(net: &Network, tree: &TreeArgs, rows: &mut [PeerRow]) -> anyhow::Result<()> {
+    let mut other_tree = tree.clone();
+    (other_tree.local, other_tree.hosts, other_tree.topology) = (Some(2), None, Some("flat".to_owned()));
+    let other = super::run::launch(&other_tree).await?;
+    let dir = tempfile::tempdir().context("making a directory for the network port")?;
+    let path = dir.path().join("network.port");
+    let timed = async {
+        let port = net.open_network_port(&path, None).await?;
+        let (remote, linked) =
+            tokio::join!(port.accept(net, STEP_LIMIT), other.connect_network(&path, STEP_LIMIT));
+        let (remote, _) = (remote?, linked?);
+        let peer = remote.rank(0).context("the second network has no rank 0")?;
+        let mut stream = request_stream(net).await?;
+        for row in rows.iter_mut() {
+            // A warm-up round, then the timed ones.
+            for n in [1, row.rounds] {
+                let request = [Value::UInt(peer), Value::UInt(row.bytes), Value::UInt(n)];
+                stream.send_to(0, TAG_PEER_PING, "%ud %ud %ud", &request).await?;
+                let v = stream.recv_timeout(STEP_LIMIT).await?.unpack("%lf %ud")?;
+                ensure!(v[1] == Value::UInt(n), "the other network echoed {:?} of {n} messages intact", v[1]);
+                row.network_us = v[0].as_f64().unwrap_or(f64::NAN) / 2.0;
+            }
+            row.network_vs_far = row.network_us / row.inter_far_us;
+        }
+        stream.close().await;
+        net.disconnect_network(&remote)?;
+        anyhow::Ok(())
+    }
+    .await;
+    other.shutdown().await;
+    timed
 }
 
 /// A stream over every back-end that passes each answer on as it comes: requests
@@ -789,8 +837,18 @@ fn render_intergroup(b: &IntergroupBench) -> String {
         format!("tree {}; MPI reference: {}\n", b.topology, b.mpi_library.as_deref().unwrap_or("none"));
     out.push_str("point-to-point one-way latency, us (ping-pong round trip / 2)\n");
     out.push_str(&format!(
-        "{:>9} {:>7} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9}\n",
-        "bytes", "rounds", "intra", "inter", "inter-far", "int/intra", "MPI inter", "MPI intra", "inter/MPI"
+        "{:>9} {:>7} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>10} {:>10} {:>9}\n",
+        "bytes",
+        "rounds",
+        "intra",
+        "inter",
+        "inter-far",
+        "int/intra",
+        "network",
+        "net/far",
+        "MPI inter",
+        "MPI intra",
+        "inter/MPI"
     ));
     let us = |r: &Reference| match r {
         Reference::Timings(t) => format!("{:.1}", t.median_ms * 1e3),
@@ -798,13 +856,15 @@ fn render_intergroup(b: &IntergroupBench) -> String {
     };
     for r in &b.point_to_point {
         out.push_str(&format!(
-            "{:>9} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>8.2} {:>10} {:>10} {:>9}\n",
+            "{:>9} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>8.2} {:>10.1} {:>8.2} {:>10} {:>10} {:>9}\n",
             r.bytes,
             r.rounds,
             r.intra_us,
             r.inter_us,
             r.inter_far_us,
             r.inter_vs_intra,
+            r.network_us,
+            r.network_vs_far,
             us(&r.mpi_inter),
             us(&r.mpi_intra),
             r.inter_vs_mpi.map_or_else(|| "-".to_owned(), |x| format!("{x:.1}"))
@@ -813,7 +873,10 @@ fn render_intergroup(b: &IntergroupBench) -> String {
     out.push_str(
         "  intra: ranks 0 and 1 under one comm node; inter: rank 0 and a spawned rank under the same\n",
     );
-    out.push_str("  comm node; inter-far: rank 0 and a spawned rank under another comm node.\n");
+    out.push_str(
+        "  comm node; inter-far: rank 0 and a spawned rank under another comm node; network: rank 0\n",
+    );
+    out.push_str("  and rank 0 of a second network linked to this one (through both front-ends).\n");
     out.push_str(&missing_notes(b.point_to_point.iter().flat_map(|r| [&r.mpi_inter, &r.mpi_intra])));
     out.push_str(&super::collbench::render(&b.collectives));
     out
