@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::tree::{finish, launch};
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,17 +28,6 @@ use treecast_api::{
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 const LIMIT: Duration = Duration::from_secs(20);
 const CHUNK: usize = 4096;
-
-async fn launch(spec: &str, backends: usize) -> Network {
-    let topo = Topology::from_spec(spec, Some(backends)).unwrap();
-    NetworkBuilder::new(topo).treecast_path(TREECAST).startup_timeout(LIMIT).launch().await.unwrap()
-}
-
-async fn finish(net: Network) {
-    let needle = format!("TREECAST_SESSION={}", net.session());
-    net.shutdown().await;
-    assert_no_leftovers(&needle);
-}
 
 fn set_mtime(path: &Path, time: SystemTime) {
     std::fs::File::options().write(true).open(path).unwrap().set_modified(time).unwrap();

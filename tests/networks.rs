@@ -8,28 +8,17 @@
 
 mod common;
 
+use common::tree::{finish, launch};
+
 use std::time::Duration;
 
-use common::assert_no_leftovers;
 use treecast::apps::protocol::*;
 use treecast_api::{
-    ApiError, AttachError, Event, Network, NetworkBuilder, RankSet, RemoteNetwork, Stream, StreamOptions,
-    SyncMode, Topology, TransformKind, Value,
+    ApiError, AttachError, Event, Network, RankSet, RemoteNetwork, Stream, StreamOptions, SyncMode,
+    TransformKind, Value,
 };
 
-const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 const LIMIT: Duration = Duration::from_secs(20);
-
-async fn launch(spec: &str, backends: usize) -> Network {
-    let topo = Topology::from_spec(spec, Some(backends)).unwrap();
-    NetworkBuilder::new(topo).treecast_path(TREECAST).startup_timeout(LIMIT).launch().await.unwrap()
-}
-
-async fn finish(net: Network) {
-    let needle = format!("TREECAST_SESSION={}", net.session());
-    net.shutdown().await;
-    assert_no_leftovers(&needle);
-}
 
 /// A stream over every back-end whose answers come up one by one.
 async fn answers(net: &Network) -> Stream {

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::tree::finish;
+
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -30,12 +32,6 @@ async fn launch(spec: &str, backends: usize) -> Network {
 
 fn builder(topo: Topology) -> NetworkBuilder {
     NetworkBuilder::new(topo).treecast_path(TREECAST).startup_timeout(LIMIT)
-}
-
-async fn finish(net: Network) {
-    let needle = format!("TREECAST_SESSION={}", net.session());
-    net.shutdown().await;
-    assert_no_leftovers(&needle);
 }
 
 /// A sum reduction over every rank.

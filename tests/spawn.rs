@@ -7,28 +7,19 @@
 
 mod common;
 
+use common::tree::{finish, launch};
+
 use std::time::Duration;
 
-use common::{assert_no_leftovers, processes_with_env};
+use common::processes_with_env;
 use treecast::apps::protocol::*;
 use treecast_api::{
-    ApiError, Event, Group, JoinMode, Network, NetworkBuilder, Placement, RankSet, SpawnOptions,
-    StreamOptions, SyncMode, Topology, TransformKind, Value,
+    ApiError, Event, Group, JoinMode, Network, Placement, RankSet, SpawnOptions, StreamOptions, SyncMode,
+    TransformKind, Value,
 };
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 const LIMIT: Duration = Duration::from_secs(20);
-
-async fn launch(spec: &str, backends: usize) -> Network {
-    let topo = Topology::from_spec(spec, Some(backends)).unwrap();
-    NetworkBuilder::new(topo).treecast_path(TREECAST).startup_timeout(LIMIT).launch().await.unwrap()
-}
-
-async fn finish(net: Network) {
-    let needle = format!("TREECAST_SESSION={}", net.session());
-    net.shutdown().await;
-    assert_no_leftovers(&needle);
-}
 
 /// The sum of `TAG_ADD_RANK` over `ranks`, once: what the back-ends of a stream answer.
 async fn sum_over(net: &Network, ranks: RankSet) -> i64 {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub(crate) mod copies;
+pub(crate) mod tree;
 
 /// Pids of live processes whose environment holds `needle` (e.g. `TREECAST_SESSION=ab12`).
 pub(crate) fn processes_with_env(needle: &str) -> Vec<u32> {
