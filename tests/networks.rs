@@ -10,6 +10,7 @@ mod common;
 
 use common::tree::{finish, launch};
 
+use std::os::linux::net::SocketAddrExt;
 use std::time::Duration;
 
 use treecast::apps::protocol::*;
@@ -147,7 +148,7 @@ async fn a_network_that_ends_closes_the_link_and_the_other_links_again_through_t
 }
 
 #[tokio::test]
-async fn a_network_port_refuses_a_forged_secret_and_the_wrong_kind_of_file() {
+async fn a_network_port_refuses_a_forged_secret_and_a_silent_peer_holds_up_no_one() {
     let a = launch("flat", 1).await;
     let b = launch("flat", 1).await;
     let dir = common::TestDir::new("networks-refused");
@@ -168,6 +169,16 @@ async fn a_network_port_refuses_a_forged_secret_and_the_wrong_kind_of_file() {
     assert!(matches!(err, ApiError::Join(_)), "{err}");
     assert!(err.to_string().contains("refused our proof"), "{err}");
     assert!(matches!(accepted, Err(ApiError::Timeout(_))), "{accepted:?}");
+    // A connection that never answers the challenge does not hold up one that does.
+    let address = text.lines().find_map(|l| l.strip_prefix("network unix:@")).unwrap();
+    let name = <std::os::unix::net::SocketAddr as SocketAddrExt>::from_abstract_name(address).unwrap();
+    let silent = std::os::unix::net::UnixStream::connect_addr(&name).unwrap();
+    let (accepted, connected) = tokio::join!(port.accept(&a, LIMIT), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        b.connect_network(&path, LIMIT).await
+    });
+    assert_eq!((accepted.unwrap().size(), connected.unwrap().size()), (1, 1));
+    drop(silent);
     // A back-end given a network's port, and a network given a back-ends' file.
     let err = treecast_api::BackEnd::connect_port(&path, Some(0)).await.unwrap_err();
     assert!(matches!(err, ApiError::Attach(AttachError::NetworkPort { .. })), "{err}");

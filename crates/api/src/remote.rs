@@ -101,19 +101,55 @@ impl NetworkPort {
     /// Cancel safety: cancel safe; a connection under way is dropped.
     pub async fn accept(&self, net: &Network, limit: Duration) -> Result<RemoteNetwork, ApiError> {
         let deadline = tokio::time::Instant::now() + limit;
+        // Handshakes run side by side, so that connections that never finish theirs
+        // cannot hold up the network that does; past MAX_PENDING_HANDSHAKES the oldest
+        // gives way.
+        let mut handshakes = tokio::task::JoinSet::new();
+        let mut pending = std::collections::VecDeque::new();
         loop {
-            let (mut stream, peer) = tokio::time::timeout_at(deadline, self.listener.accept())
-                .await
-                .map_err(|_| ApiError::Timeout(limit))?
-                .map_err(|e| ApiError::Join(e.into()))?;
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match handshake::accept(&mut stream, &self.secret, &peer, left).await {
-                Ok(_) => return link(net, stream, peer, left).await,
-                Err(e) => tracing::warn!("network port {}: refused {peer}: {e}", self.path.display()),
+            tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((mut stream, peer)) => {
+                        pending.retain(|h: &tokio::task::AbortHandle| !h.is_finished());
+                        if pending.len() >= MAX_PENDING_HANDSHAKES {
+                            if let Some(oldest) = pending.pop_front() {
+                                oldest.abort();
+                            }
+                        }
+                        let secret = self.secret.clone();
+                        pending.push_back(handshakes.spawn(async move {
+                            let proved = handshake::accept(&mut stream, &secret, &peer, HANDSHAKE_LIMIT).await;
+                            (proved, stream, peer)
+                        }));
+                    }
+                    Err(e) => {
+                        // Out of descriptors, or an aborted connection: try again shortly.
+                        tracing::warn!("network port {}: {e}", self.path.display());
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(done) = handshakes.join_next() => match done {
+                    Ok((Ok(_), stream, peer)) => {
+                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        return link(net, stream, peer, left.max(HELLO_LIMIT)).await;
+                    }
+                    Ok((Err(e), _, peer)) => {
+                        tracing::warn!("network port {}: refused {peer}: {e}", self.path.display())
+                    }
+                    Err(_) => {}
+                },
+                () = tokio::time::sleep_until(deadline) => return Err(ApiError::Timeout(limit)),
             }
         }
     }
 }
+
+/// How long one connection to a network port may take to prove the port's secret.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+/// How many connections to a network port may be proving the secret at once.
+const MAX_PENDING_HANDSHAKES: usize = 16;
+/// The least time the two front-ends have to exchange hellos once authenticated.
+const HELLO_LIMIT: Duration = Duration::from_secs(1);
 
 impl Network {
     /// Opens a port other running networks connect to ([`Network::connect_network`]):
