@@ -74,9 +74,12 @@ async fn two_networks_see_each_others_ranks_and_their_backends_exchange_messages
     // A cast reports on its sender's stream id in the receiver's network: the same here.
     assert_eq!(sa.id(), sb.id());
 
-    // Both ways, small and large, from ranks under different comm nodes.
+    // Both ways, small and large, from ranks under different comm nodes; the first
+    // while a records (its route stamps what it sends).
     let b2 = b_in_a.rank(2).unwrap();
+    a.monitor_start(1).await.unwrap();
     assert_eq!(ping(&mut sa, 0, b2, 1000, 5).await, 5);
+    a.monitor_stop().await.unwrap();
     assert_eq!(ping(&mut sa, 3, b_in_a.rank(0).unwrap(), 300_000, 2).await, 2);
     assert_eq!(ping(&mut sb, 1, a_in_b.rank(3).unwrap(), 1, 3).await, 3);
 
@@ -123,7 +126,7 @@ async fn two_networks_see_each_others_ranks_and_their_backends_exchange_messages
 }
 
 #[tokio::test]
-async fn a_network_that_ends_closes_the_link_and_the_other_links_again_through_the_same_port() {
+async fn a_network_that_ends_closes_the_link_and_the_next_links_through_the_same_port_under_a_new_number() {
     let mut a = launch("flat", 2).await;
     let b = launch("flat", 1).await;
     let c = launch("flat", 1).await;
@@ -135,14 +138,25 @@ async fn a_network_that_ends_closes_the_link_and_the_other_links_again_through_t
     finish(b).await;
     let closed = event_where(&mut a, |e| matches!(e, Event::NetworkClosed { .. })).await;
     assert!(matches!(closed, Event::NetworkClosed { index, .. } if index == first.index()), "{closed}");
-    // The port takes the next network, which gets the number given back.
+    // The port takes the next network, under a new number: what was still on its
+    // way to the old one must not reach it, nor an old handle name it.
     let (second, c_side) = tokio::join!(port.accept(&a, LIMIT), c.connect_network(&path, LIMIT));
     let (second, c_side) = (second.unwrap(), c_side.unwrap());
-    assert_eq!(second.index(), first.index());
+    assert_ne!(second.index(), first.index());
     assert_ne!(second.group().id(), first.group().id());
+    assert!(matches!(a.disconnect_network(&first), Err(ApiError::Refused(_))));
     let mut sc = answers(&c).await;
     assert_eq!(ping(&mut sc, 0, c_side.rank(1).unwrap(), 64, 2).await, 2);
-    drop((port, sc));
+    // A rank a spawned since the link was made is not known to c: its message is
+    // undeliverable, and the link stays for the others.
+    let spawned = a.spawn(1, &[], &treecast_api::SpawnOptions::default()).await.unwrap();
+    let mut sa = answers(&a).await;
+    let request = [Value::UInt(second.rank(0).unwrap()), Value::UInt(8), Value::UInt(1)];
+    sa.send_to(spawned.ranks()[0], TAG_PEER_PING, "%ud %ud %ud", &request).await.unwrap();
+    let from = spawned.ranks()[0];
+    event_where(&mut a, |e| matches!(e, Event::MessageUndeliverable { from: f, .. } if *f == from)).await;
+    assert_eq!(ping(&mut sa, 1, second.rank(0).unwrap(), 64, 2).await, 2);
+    drop((port, sc, sa));
     finish(c).await;
     finish(a).await;
 }
@@ -173,9 +187,12 @@ async fn a_network_port_refuses_a_forged_secret_and_a_silent_peer_holds_up_no_on
     let address = text.lines().find_map(|l| l.strip_prefix("network unix:@")).unwrap();
     let name = <std::os::unix::net::SocketAddr as SocketAddrExt>::from_abstract_name(address).unwrap();
     let silent = std::os::unix::net::UnixStream::connect_addr(&name).unwrap();
-    let (accepted, connected) = tokio::join!(port.accept(&a, LIMIT), async {
+    // (Both wait less than the 10 s a handshake may take: waiting for the silent
+    // one's would fail them.)
+    let short = Duration::from_secs(5);
+    let (accepted, connected) = tokio::join!(port.accept(&a, short), async {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        b.connect_network(&path, LIMIT).await
+        b.connect_network(&path, short).await
     });
     assert_eq!((accepted.unwrap().size(), connected.unwrap().size()), (1, 1));
     drop(silent);

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use treecast_node::core::{remote_base, Command, Peer, RemoteSpec, MAX_REMOTES};
+use treecast_node::core::{remote_base, Command, CommandError, Peer, RemoteSpec, MAX_REMOTES};
 use treecast_node::driver::lock;
 use treecast_transport::{handshake, Listener, Secret, Stream};
 use treecast_wire::{
@@ -33,6 +33,9 @@ pub const DEFAULT_NETWORK_LIMIT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteNetwork {
     index: u32,
+    /// Which link of this front-end this was: a number is given again only long
+    /// after, and then to another link.
+    serial: u64,
     session: String,
     size: u32,
     group: Group,
@@ -96,7 +99,7 @@ impl NetworkPort {
     /// [`ApiError::Timeout`] when no network linked within `limit`;
     /// [`ApiError::RemoteRefused`] when the front-end that proved the secret
     /// cannot be linked (another protocol version, too many ranks or networks);
-    /// [`ApiError::Closed`] when `net` is over.
+    /// [`ApiError::Closed`] when `net` is over by then.
     ///
     /// Cancel safety: cancel safe; a connection under way is dropped.
     pub async fn accept(&self, net: &Network, limit: Duration) -> Result<RemoteNetwork, ApiError> {
@@ -203,9 +206,11 @@ impl Network {
         let Some(address) = info.network else {
             return Err(AttachError::NotNetworkPort { path: port.to_path_buf() }.into());
         };
+        let deadline = tokio::time::Instant::now() + limit;
         let stream =
             treecast_node::connect_to(&address, 0, &info.secret, limit).await.map_err(ApiError::Join)?;
-        link(self, stream, address, limit).await
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        link(self, stream, address, left.max(HELLO_LIMIT)).await
     }
 
     /// Closes the link to `remote`; both front-ends report
@@ -215,9 +220,28 @@ impl Network {
     /// # Errors
     /// [`ApiError::Refused`] when it is not linked (any more).
     pub fn disconnect_network(&self, remote: &RemoteNetwork) -> Result<(), ApiError> {
-        lock(&self.shared)
-            .command(Command::CloseRemote { index: remote.index })
-            .map_err(|e| ApiError::Refused(Box::new(e)))
+        let mut d = lock(&self.shared);
+        if !d.tool().remotes.is_live(remote.index, remote.serial) {
+            let gone = CommandError::NotNow("that network is not linked to this one any more");
+            return Err(ApiError::Refused(Box::new(gone)));
+        }
+        d.command(Command::CloseRemote { index: remote.index }).map_err(|e| ApiError::Refused(Box::new(e)))
+    }
+}
+
+/// A network number taken for a link under way: given back if the link is not
+/// made (an error, or the call dropped while it waits).
+struct Taken<'a> {
+    net: &'a Network,
+    index: u32,
+    made: bool,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if !self.made {
+            lock(&self.net.shared).tool().remotes.give_back(self.index);
+        }
     }
 }
 
@@ -228,31 +252,32 @@ async fn link(
     peer: String,
     limit: Duration,
 ) -> Result<RemoteNetwork, ApiError> {
-    let index = lock(&net.shared).tool().remotes.take()?;
-    let linked = async {
-        let ours = NetworkHello { session: net.session().to_owned(), size: net.spawner.ranks_given(), index };
-        let theirs = tokio::time::timeout(limit, exchange(&mut stream, &ours))
-            .await
-            .map_err(|_| ApiError::Timeout(limit))?
-            .map_err(|e| refused(&peer, e))?;
-        let spec = RemoteSpec { index, size: theirs.size, their_index: theirs.index };
-        spec.check().map_err(|e| refused(&peer, e))?;
-        let socket = stream
-            .into_socket()
-            .map_err(|source| ApiError::Link { what: "taking over the link to another network", source })?;
-        let name = format!("network {} at {peer}", theirs.session);
-        lock(&net.shared)
-            .add_link(socket, Peer::Remote(spec), name)
+    let (index, serial) = lock(&net.shared).tool().remotes.take()?;
+    let mut taken = Taken { net, index, made: false };
+    let own_size = net.spawner.ranks_given();
+    let ours = NetworkHello { session: net.session().to_owned(), size: own_size, index };
+    let theirs = tokio::time::timeout(limit, exchange(&mut stream, &ours))
+        .await
+        .map_err(|_| ApiError::Timeout(limit))?
+        .map_err(|e| refused(&peer, e))?;
+    let spec = RemoteSpec { index, size: theirs.size, their_index: theirs.index, own_size };
+    spec.check().map_err(|e| refused(&peer, e.to_string()))?;
+    let socket = stream
+        .into_socket()
+        .map_err(|source| ApiError::Link { what: "taking over the link to another network", source })?;
+    let name = format!("network {} at {peer}", theirs.session);
+    {
+        let mut d = lock(&net.shared);
+        if let Some(reason) = d.tool().over.clone() {
+            return Err(ApiError::Closed(reason));
+        }
+        d.add_link(socket, Peer::Remote(spec), name)
             .map_err(|source| ApiError::Link { what: "registering the link to another network", source })?;
-        let ranks = (remote_base(index)..remote_base(index) + theirs.size).collect();
-        let group = Group::new(net.spawner.group_id(), ranks);
-        Ok(RemoteNetwork { index, session: theirs.session, size: theirs.size, group })
     }
-    .await;
-    if linked.is_err() {
-        lock(&net.shared).tool().remotes.give_back(index);
-    }
-    linked
+    taken.made = true;
+    let ranks = (remote_base(index)..remote_base(index) + theirs.size).collect();
+    let group = Group::new(net.spawner.group_id(), ranks);
+    Ok(RemoteNetwork { index, serial, session: theirs.session, size: theirs.size, group })
 }
 
 /// Sends `ours` and reads the other front-end's hello.
@@ -273,30 +298,43 @@ fn refused(peer: &str, why: String) -> ApiError {
     ApiError::RemoteRefused { peer: peer.to_owned(), why }
 }
 
-/// The numbers a front-end gives the networks linked to it.
+/// The numbers a front-end gives the networks linked to it. A number freed is
+/// given again only after every other one was: messages still on their way to a
+/// network that went must not reach the next one.
 #[derive(Debug, Default)]
 pub(crate) struct RemoteNumbers {
-    in_use: std::collections::BTreeSet<u32>,
+    /// The numbers in use, with the serial of the link holding each.
+    live: std::collections::BTreeMap<u32, u64>,
+    next: u32,
+    serial: u64,
 }
 
 impl RemoteNumbers {
-    /// The lowest number not in use.
+    /// The next number not in use, and a serial for the link.
     ///
     /// # Errors
     /// [`ApiError::RemoteRefused`] when [`MAX_REMOTES`] networks are linked.
-    fn take(&mut self) -> Result<u32, ApiError> {
-        let index =
-            (0..MAX_REMOTES).find(|i| !self.in_use.contains(i)).ok_or_else(|| ApiError::RemoteRefused {
-                peer: "this front-end".into(),
-                why: format!("{MAX_REMOTES} networks are linked already; disconnect one first"),
-            })?;
-        self.in_use.insert(index);
-        Ok(index)
+    fn take(&mut self) -> Result<(u32, u64), ApiError> {
+        let free =
+            (0..MAX_REMOTES).map(|k| (self.next + k) % MAX_REMOTES).find(|i| !self.live.contains_key(i));
+        let index = free.ok_or_else(|| ApiError::RemoteRefused {
+            peer: "this front-end".into(),
+            why: format!("{MAX_REMOTES} networks are linked already; disconnect one first"),
+        })?;
+        self.next = (index + 1) % MAX_REMOTES;
+        self.serial += 1;
+        self.live.insert(index, self.serial);
+        Ok((index, self.serial))
     }
 
     /// `index` is free again (its link closed, or was never made).
     pub(crate) fn give_back(&mut self, index: u32) {
-        self.in_use.remove(&index);
+        self.live.remove(&index);
+    }
+
+    /// Whether the link `serial` still holds `index`.
+    fn is_live(&self, index: u32, serial: u64) -> bool {
+        self.live.get(&index) == Some(&serial)
     }
 }
 
@@ -319,6 +357,7 @@ mod tests {
     fn remote_ranks_map_both_ways_within_the_other_networks_size() {
         let r = RemoteNetwork {
             index: 2,
+            serial: 1,
             session: "s".into(),
             size: 3,
             group: Group::new(1, (remote_base(2)..remote_base(2) + 3).collect()),
@@ -333,14 +372,19 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_reused_once_given_back_and_run_out_at_the_limit() {
+    fn numbers_go_round_before_one_is_given_again_and_run_out_at_the_limit() {
         let mut n = RemoteNumbers::default();
-        assert_eq!((n.take().unwrap(), n.take().unwrap()), (0, 1));
+        let (a, b) = (n.take().unwrap(), n.take().unwrap());
+        assert_eq!((a.0, b.0), (0, 1));
         n.give_back(0);
-        assert_eq!(n.take().unwrap(), 0);
-        for _ in 2..MAX_REMOTES {
+        assert!(!n.is_live(a.0, a.1) && n.is_live(b.0, b.1));
+        assert_eq!(n.take().unwrap().0, 2, "not 0 again at once");
+        for _ in 3..MAX_REMOTES {
             n.take().unwrap();
         }
+        let again = n.take().unwrap();
+        assert_eq!(again.0, 0, "once every other number is in use");
+        assert!(!n.is_live(a.0, a.1), "an old handle does not name the new link");
         assert!(n.take().unwrap_err().to_string().contains("disconnect one"));
     }
 }

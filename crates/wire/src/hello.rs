@@ -1,5 +1,5 @@
 //! The hello two networks' front-ends exchange once their link is authenticated
-//! (`Network::accept_network` and `Network::connect_network`): which session each
+//! (`NetworkPort::accept` and `Network::connect_network` in the API): which session each
 //! is, how many ranks it has, and the number it gives the other network, whose
 //! ranks it counts from there.
 

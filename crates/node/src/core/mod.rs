@@ -41,7 +41,7 @@ pub use clock::{ClockConfig, ClockSource, Distortion};
 pub use collective::{COLLECTIVE_EXPIRY, MAX_ENTERED, MAX_OPEN_COLLECTIVES, MAX_RESULT};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
 pub use peer::{PEER_CREDIT, PEER_WINDOW};
-pub use remote::{remote_base, RemoteSpec, MAX_REMOTES, REMOTE_BASE, REMOTE_SPAN};
+pub use remote::{remote_base, RemoteError, RemoteSpec, MAX_REMOTES, REMOTE_BASE, REMOTE_SPAN};
 pub use startup::{ChildLaunch, MAX_SPAWN};
 pub use treecast_transport::{LinkId, LinkMap, LinkTable};
 
@@ -879,8 +879,8 @@ impl Node {
     pub fn handle_frame(&mut self, link: LinkId, frame: Frame, now: Instant) {
         self.liveness.heard(link, &frame, now);
         let Some(&role) = self.links.get(link) else { return };
-        if let LinkRole::Remote(_) = role {
-            return self.on_remote_frame(link, role, frame, now);
+        if let LinkRole::Remote(r) = role {
+            return self.on_remote_frame(link, r, frame, now);
         }
         match (frame.header.kind, role) {
             (FrameKind::Credit, _) => match frame.grant() {

@@ -11,16 +11,20 @@
 //!
 //! The sender's window holds a crossing message until the reader in the other
 //! network acknowledges it, so what waits on the link is bounded by the windows of
-//! the senders. When the link closes, the front-end acknowledges what crossed
-//! unanswered, so no sender waits for it.
+//! the senders; a front-end also holds each sender of the other network to its
+//! window itself, so that this holds whatever the other front-end does. When the
+//! link closes, the front-end acknowledges what crossed unanswered, so no sender
+//! waits for it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 use treecast_wire::{
-    decode_ack, decode_multi, encode_multi, Frame, FrameKind, RankSet, FLAG_PEER_ACK, FLAG_PEER_MULTI,
+    decode_ack, decode_multi, encode_multi, Frame, FrameKind, RankSet, FLAG_PEER_ACK, FLAG_PEER_COLL,
+    FLAG_PEER_MULTI,
 };
 
-use super::{CommandError, Event, LinkId, LinkRole, Node, Role};
+use super::peer::PEER_WINDOW;
+use super::{CommandError, Event, LinkId, LinkRole, Node, Phase, Role};
 
 /// The first rank number given to remote networks' ranks; a network's own ranks stay below.
 pub const REMOTE_BASE: u32 = 0x8000_0000;
@@ -44,6 +48,20 @@ pub struct RemoteSpec {
     /// The other front-end's number for this network: this network's rank r is
     /// `remote_base(their_index) + r` there.
     pub their_index: u32,
+    /// This network's ranks, 0 to `own_size - 1`, as it told the other: only
+    /// those can send across (the other side knows no others).
+    pub own_size: u32,
+}
+
+/// Why a link to another network cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RemoteError {
+    /// A network number past [`MAX_REMOTES`].
+    #[error("network number {0} is out of range: a front-end links to at most {MAX_REMOTES} networks")]
+    Number(u32),
+    /// More ranks than a remote network may have.
+    #[error("a linked network has at most {REMOTE_SPAN} ranks, not {0}")]
+    TooManyRanks(u32),
 }
 
 impl RemoteSpec {
@@ -55,13 +73,18 @@ impl RemoteSpec {
     /// Why it cannot be linked, if it cannot.
     ///
     /// # Errors
-    /// An index past [`MAX_REMOTES`], or more ranks than [`REMOTE_SPAN`].
-    pub fn check(&self) -> Result<(), String> {
-        if self.index >= MAX_REMOTES || self.their_index >= MAX_REMOTES {
-            return Err(format!("a front-end links to at most {MAX_REMOTES} networks at once"));
+    /// A network number past [`MAX_REMOTES`], or more ranks than [`REMOTE_SPAN`]
+    /// on either side.
+    pub fn check(&self) -> Result<(), RemoteError> {
+        for index in [self.index, self.their_index] {
+            if index >= MAX_REMOTES {
+                return Err(RemoteError::Number(index));
+            }
         }
-        if self.size > REMOTE_SPAN {
-            return Err(format!("a linked network has at most {REMOTE_SPAN} ranks, not {}", self.size));
+        for size in [self.size, self.own_size] {
+            if size > REMOTE_SPAN {
+                return Err(RemoteError::TooManyRanks(size));
+            }
         }
         Ok(())
     }
@@ -75,6 +98,10 @@ pub(super) struct RemoteNet {
     /// Messages that crossed and are not yet acknowledged: (sender, destination
     /// in this numbering, bytes), in order.
     unanswered: VecDeque<(u32, u32, u64)>,
+    /// What each of its senders has passed in and this network has not yet
+    /// acknowledged (messages, bytes): held to the senders' window, so that what
+    /// it sends in is bounded even if its front-end is not.
+    inbound: HashMap<u32, (u32, u64)>,
 }
 
 /// Drops the first `messages` entries `owed` holds for `sender`, as an
@@ -82,6 +109,20 @@ pub(super) struct RemoteNet {
 pub(super) fn settle(owed: &mut VecDeque<(u32, u32, u64)>, sender: u32, messages: u32) {
     for _ in 0..messages {
         match owed.iter().position(|&(from, _, _)| from == sender) {
+            Some(i) => drop(owed.remove(i)),
+            None => break,
+        }
+    }
+}
+
+/// As [`settle`], for messages to several readers in one list: the oldest entry of
+/// `sender` to `reader` first (so that each entry's bytes are given back to the
+/// right message), else `sender`'s oldest (an acknowledgement made for several
+/// missing readers names only the first).
+fn settle_read(owed: &mut VecDeque<(u32, u32, u64)>, sender: u32, reader: u32, messages: u32) {
+    for _ in 0..messages {
+        let exact = owed.iter().position(|&(from, to, _)| (from, to) == (sender, reader));
+        match exact.or_else(|| owed.iter().position(|&(from, _, _)| from == sender)) {
             Some(i) => drop(owed.remove(i)),
             None => break,
         }
@@ -99,25 +140,31 @@ fn moved(ranks: &RankSet, from: u32, to: u32) -> RankSet {
     out
 }
 
+/// The flags of a peer frame that say what it is; the others are the routes' own
+/// (stamped, timed, payload in a file), set and cleared at every hop.
+const PEER_KIND_FLAGS: u16 = FLAG_PEER_ACK | FLAG_PEER_MULTI | FLAG_PEER_COLL;
+
 impl Node {
-    /// Front-end: a link to another network's front-end is up.
+    /// Front-end: a link to another network's front-end is up. The two networks'
+    /// heartbeat settings may differ, so the link is left out of the silence check.
     pub(super) fn remote_up(&mut self, link: LinkId, spec: RemoteSpec) {
+        self.liveness.link_closed(link);
+        let linked = |r: &RemoteNet| r.link.is_some() && r.spec.index == spec.index;
         let refusal = match (self.role, spec.check()) {
-            (Role::FrontEnd, Ok(()))
-                if self.remotes.iter().any(|r| r.link.is_some() && r.spec.index == spec.index) =>
-            {
+            _ if self.phase == Phase::Over => Some("this network is over".to_owned()),
+            (Role::FrontEnd, Ok(())) if self.remotes.iter().any(linked) => {
                 Some(format!("remote network {} is linked already", spec.index))
             }
             (Role::FrontEnd, Ok(())) => None,
-            (Role::FrontEnd, Err(why)) => Some(why),
+            (Role::FrontEnd, Err(why)) => Some(why.to_string()),
             _ => Some("only a front-end links to another network".to_owned()),
         };
         if let Some(why) = refusal {
             self.out.event(Event::CloseLink { link, reason: why });
-            self.liveness.link_closed(link);
             return;
         }
-        let entry = RemoteNet { spec, link: Some(link), unanswered: VecDeque::new() };
+        let entry =
+            RemoteNet { spec, link: Some(link), unanswered: VecDeque::new(), inbound: HashMap::new() };
         // A closed link's place is taken again: link roles hold places, so they never move.
         let at = match self.remotes.iter().position(|r| r.link.is_none()) {
             Some(at) => {
@@ -133,17 +180,14 @@ impl Node {
         tracing::debug!(node = %self.name, "remote network {} linked on {link} ({} ranks)", spec.index, spec.size);
     }
 
-    /// A frame from another network's front-end: only peer messages (and heartbeats) cross.
-    pub(super) fn on_remote_frame(&mut self, link: LinkId, role: LinkRole, frame: Frame, now: Instant) {
+    /// A frame from remote network `r`'s front-end: only messages between back-ends
+    /// and their acknowledgements cross (and heartbeats, which are ignored).
+    pub(super) fn on_remote_frame(&mut self, link: LinkId, r: usize, frame: Frame, now: Instant) {
         match frame.header.kind {
-            FrameKind::Peer => match role {
-                LinkRole::Remote(r) => match self.check_from_remote(r, &frame) {
-                    Ok(()) => self.on_peer(link, role, frame, now),
-                    Err(why) => self.drop_link(link, why, now),
-                },
-                _ => self.on_peer(link, role, frame, now),
+            FrameKind::Peer => match self.check_from_remote(r, &frame) {
+                Ok(()) => self.on_peer(link, LinkRole::Remote(r), frame, now),
+                Err(why) => self.drop_link(link, why, now),
             },
-            // A heartbeat.
             FrameKind::Credit if frame.header.stream == 0 => {}
             kind => self.drop_link(
                 link,
@@ -170,60 +214,74 @@ impl Node {
             .collect()
     }
 
-    /// Checks a peer frame that arrived from remote network `r`: it must name a
-    /// sender of that network, and may not be a collective's. An acknowledgement
-    /// settles what crossed to that network.
+    /// Checks a peer frame that arrived from remote network `r`: a message or an
+    /// acknowledgement, from a sender of that network, for this network's own
+    /// ranks, within its sender's window. An acknowledgement settles what crossed
+    /// to that network.
     pub(super) fn check_from_remote(&mut self, r: usize, frame: &Frame) -> Result<(), String> {
         let remote = &mut self.remotes[r];
         let h = &frame.header;
+        let index = remote.spec.index;
         if !remote.spec.ranks().contains(h.rank) {
             return Err(format!(
-                "a message from rank {} came from remote network {}, which does not have it",
-                h.rank, remote.spec.index
+                "a message from rank {} came from remote network {index}, which does not have it",
+                h.rank
             ));
         }
-        if h.flags & !(FLAG_PEER_ACK | FLAG_PEER_MULTI) != 0 {
-            return Err("only messages between back-ends cross between networks".to_owned());
+        let kind = h.flags & PEER_KIND_FLAGS;
+        if kind != 0 && kind != FLAG_PEER_ACK && kind != FLAG_PEER_MULTI {
+            return Err(format!("remote network {index} sent a peer frame with flags {kind:#x}: only messages and their acknowledgements cross"));
         }
         // What crosses is for this network's own ranks: never passed on to a third.
-        let foreign = match h.flags & FLAG_PEER_MULTI {
-            0 => h.stream >= REMOTE_BASE,
-            _ => match decode_multi(&frame.payload) {
-                Ok((targets, _)) => targets.intersects(&RankSet::range(REMOTE_BASE, u32::MAX - REMOTE_BASE)),
+        let (targets, body) = match kind {
+            FLAG_PEER_MULTI => match decode_multi(&frame.payload) {
+                Ok((targets, at)) => (targets, frame.payload.len() - at),
                 Err(e) => return Err(format!("malformed message for several ranks: {e}")),
             },
+            _ => (RankSet::single(h.stream), frame.payload.len()),
         };
-        if foreign {
+        if targets.intersects(&RankSet::range(REMOTE_BASE, u32::MAX - REMOTE_BASE)) {
             return Err(format!(
-                "remote network {} sent a message for ranks that are not this network's",
-                remote.spec.index
+                "remote network {index} sent a message for ranks that are not this network's"
             ));
         }
-        if h.flags & FLAG_PEER_ACK != 0 {
+        if kind == FLAG_PEER_ACK {
             let (messages, _) =
                 decode_ack(&frame.payload).map_err(|e| format!("malformed acknowledgement: {e}"))?;
-            settle(&mut remote.unanswered, h.stream, messages);
+            settle_read(&mut remote.unanswered, h.stream, h.rank, messages);
+            return Ok(());
+        }
+        let copies = u32::try_from(targets.len()).unwrap_or(u32::MAX);
+        let held = remote.inbound.entry(h.rank).or_default();
+        held.0 = held.0.saturating_add(copies);
+        held.1 = held.1.saturating_add(u64::from(copies).saturating_mul(body as u64));
+        if held.0 > PEER_WINDOW.packets || held.1 > PEER_WINDOW.bytes {
+            return Err(format!(
+                "rank {} of remote network {index} sent beyond its window ({} messages, {} bytes unread)",
+                h.rank, held.0, held.1
+            ));
         }
         Ok(())
     }
 
     /// Sends a peer frame (`len` bytes of values) to remote network `r`, in its
-    /// numbering; a message is held unanswered until the reader acknowledges it.
-    /// A sender this numbering cannot give the other side is undeliverable.
+    /// numbering. A message is held unanswered until the reader acknowledges it; an
+    /// acknowledgement gives its sender's window back. A message from a rank the
+    /// other side does not know (spawned since the link was made) is undeliverable.
     pub(super) fn pass_to_remote(&mut self, r: usize, frame: Frame, len: usize) {
-        let remote = &self.remotes[r];
+        let remote = &mut self.remotes[r];
         let Some(link) = remote.link else { return };
         let (base, their_base) = (remote_base(remote.spec.index), remote_base(remote.spec.their_index));
         let h = frame.header;
-        let targets = match h.flags & FLAG_PEER_MULTI {
-            0 => RankSet::single(h.stream),
+        let (targets, at) = match h.flags & FLAG_PEER_MULTI {
+            0 => (RankSet::single(h.stream), 0),
             _ => match decode_multi(&frame.payload) {
-                Ok((targets, _)) => targets,
-                Err(_) => return,
+                Ok(decoded) => decoded,
+                Err(_) => return self.undeliverable(&frame, &RankSet::single(h.stream), len),
             },
         };
-        if h.rank >= REMOTE_SPAN {
-            // A rank past what the other side can number.
+        let ack = h.flags & FLAG_PEER_ACK != 0;
+        if h.rank >= remote.spec.own_size {
             return self.undeliverable(&frame, &targets, len);
         }
         let mut out = frame.clone();
@@ -232,12 +290,19 @@ impl Node {
             out.header.stream = h.stream - base;
         }
         if h.flags & FLAG_PEER_MULTI != 0 {
-            let Ok((_, at)) = decode_multi(&frame.payload) else { return };
             out.payload = encode_multi(&moved(&targets, base, 0), &frame.payload[at..]).into();
         }
-        if h.flags & FLAG_PEER_ACK == 0 {
-            let owed = &mut self.remotes[r].unanswered;
-            owed.extend(targets.iter().map(|t| (h.rank, t, len as u64)));
+        if ack {
+            let (messages, bytes) = decode_ack(&frame.payload).unwrap_or((0, 0));
+            if let Some(held) = remote.inbound.get_mut(&h.stream) {
+                held.0 = held.0.saturating_sub(messages);
+                held.1 = held.1.saturating_sub(bytes);
+                if *held == (0, 0) {
+                    remote.inbound.remove(&h.stream);
+                }
+            }
+        } else {
+            remote.unanswered.extend(targets.iter().map(|t| (h.rank, t, len as u64)));
         }
         self.out.send(link, out);
     }
@@ -257,6 +322,7 @@ impl Node {
     pub(super) fn remote_gone(&mut self, r: usize, reason: String) {
         let remote = &mut self.remotes[r];
         remote.link = None;
+        remote.inbound.clear();
         let index = remote.spec.index;
         let owed = std::mem::take(&mut remote.unanswered);
         for (from, to, bytes) in owed {
@@ -282,10 +348,29 @@ mod tests {
 
     #[test]
     fn specs_past_the_limits_are_refused() {
-        assert!(RemoteSpec { index: 0, size: 4, their_index: 0 }.check().is_ok());
-        assert!(RemoteSpec { index: MAX_REMOTES, size: 4, their_index: 0 }.check().is_err());
-        assert!(RemoteSpec { index: 0, size: REMOTE_SPAN + 1, their_index: 0 }.check().is_err());
+        let spec = RemoteSpec { index: 0, size: 4, their_index: 0, own_size: 2 };
+        assert!(spec.check().is_ok());
+        assert_eq!(RemoteSpec { index: MAX_REMOTES, ..spec }.check(), Err(RemoteError::Number(MAX_REMOTES)));
+        assert_eq!(
+            RemoteSpec { their_index: MAX_REMOTES, ..spec }.check(),
+            Err(RemoteError::Number(MAX_REMOTES))
+        );
+        let many = REMOTE_SPAN + 1;
+        assert_eq!(RemoteSpec { size: many, ..spec }.check(), Err(RemoteError::TooManyRanks(many)));
+        assert_eq!(RemoteSpec { own_size: many, ..spec }.check(), Err(RemoteError::TooManyRanks(many)));
         assert_eq!(remote_base(MAX_REMOTES - 1) + (REMOTE_SPAN - 1), 0xFEFF_FFFF);
+    }
+
+    #[test]
+    fn an_acknowledgement_from_another_network_settles_the_message_its_reader_read() {
+        // 1000 bytes to reader 9, then 1 byte to reader 8, which reads first.
+        let mut owed: VecDeque<(u32, u32, u64)> = [(1, 9, 1000), (1, 8, 1)].into_iter().collect();
+        settle_read(&mut owed, 1, 8, 1);
+        assert_eq!(owed, VecDeque::from([(1, 9, 1000)]));
+        // Made for several readers that are gone: it names only the first.
+        owed.push_back((1, 7, 5));
+        settle_read(&mut owed, 1, 6, 2);
+        assert!(owed.is_empty());
     }
 
     #[test]

@@ -1048,18 +1048,26 @@ fn a_message_claiming_a_sender_outside_the_link_it_came_on_closes_that_link() {
     assert!(events(&mut fe).iter().any(|e| matches!(e, Event::CloseLink { link, .. } if *link == links[0])));
 }
 
-/// Two front-ends, each with back-ends 0 and 1, linked as remote networks: `a`
-/// numbers `b`'s ranks as its remote 0, `b` numbers `a`'s as its remote 3.
 /// A front-end, its back-end children's links, and its link to the other network.
 type LinkedFrontEnd = (Node, Vec<LinkId>, LinkId);
 
+/// Two front-ends, each with back-ends 0 and 1, linked as remote networks: `a`
+/// numbers `b`'s ranks as its remote 0, `b` numbers `a`'s as its remote 3.
 fn linked_front_ends() -> (LinkedFrontEnd, LinkedFrontEnd) {
     let now = Instant::now();
     let (mut a, a_links) = front_end_with_two_backends();
     let (mut b, b_links) = front_end_with_two_backends();
     let bridge = ids(3)[2];
-    a.handle_link_up(bridge, Peer::Remote(RemoteSpec { index: 0, size: 2, their_index: 3 }), now);
-    b.handle_link_up(bridge, Peer::Remote(RemoteSpec { index: 3, size: 2, their_index: 0 }), now);
+    a.handle_link_up(
+        bridge,
+        Peer::Remote(RemoteSpec { index: 0, size: 2, their_index: 3, own_size: 2 }),
+        now,
+    );
+    b.handle_link_up(
+        bridge,
+        Peer::Remote(RemoteSpec { index: 3, size: 2, their_index: 0, own_size: 2 }),
+        now,
+    );
     ((a, a_links, bridge), (b, b_links, bridge))
 }
 
@@ -1161,6 +1169,23 @@ fn a_front_end_refuses_from_another_network_what_is_not_its_message() {
     coll.header.flags = treecast_wire::FLAG_PEER_COLL;
     b.handle_frame(bridge, coll, now);
     assert!(closed(&mut b));
+    // An acknowledgement that is also a message for several ranks.
+    let (_, (mut b, _, bridge)) = linked_front_ends();
+    let mut both = Frame::new(
+        FrameHeader::peer(1, 0, remote_base(3)),
+        treecast_wire::encode_multi(&RankSet::single(0), &[]),
+    );
+    both.header.flags = treecast_wire::FLAG_PEER_ACK | treecast_wire::FLAG_PEER_MULTI;
+    b.handle_frame(bridge, both, now);
+    assert!(closed(&mut b));
+    // A sender past its window.
+    let (_, (mut b, _, bridge)) = linked_front_ends();
+    for _ in 0..PEER_WINDOW.packets {
+        b.handle_frame(bridge, peer(0, remote_base(3), 1), now);
+    }
+    assert!(!closed(&mut b), "a window's worth is taken");
+    b.handle_frame(bridge, peer(0, remote_base(3), 1), now);
+    assert!(closed(&mut b));
     // A message on to a third network.
     let (_, (mut b, _, bridge)) = linked_front_ends();
     b.handle_frame(bridge, peer(remote_base(3) + 1, remote_base(3), 4), now);
@@ -1179,6 +1204,74 @@ fn a_front_end_refuses_from_another_network_what_is_not_its_message() {
     assert_eq!((out[0].frame.header.stream, out[0].frame.header.rank), (0, remote_base(0) + 1));
     // Only a front-end links to another network.
     let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
-    be.handle_link_up(ids(1)[0], Peer::Remote(RemoteSpec { index: 0, size: 1, their_index: 0 }), now);
+    be.handle_link_up(
+        ids(1)[0],
+        Peer::Remote(RemoteSpec { index: 0, size: 1, their_index: 0, own_size: 1 }),
+        now,
+    );
     assert!(closed(&mut be));
+}
+
+#[test]
+fn a_window_given_back_to_another_network_lets_its_sender_go_on_and_stamps_do_not_matter() {
+    let now = Instant::now();
+    let ((mut a, a_links, a_bridge), _) = linked_front_ends();
+    let closed = |n: &mut Node| events(n).iter().any(|e| matches!(e, Event::CloseLink { .. }));
+    let from_b = remote_base(0);
+    for _ in 0..PEER_WINDOW.packets {
+        let mut m = peer(0, from_b, 1);
+        // Stamped by the other front-end's route while it records: not a kind of frame.
+        m.header.flags |= treecast_wire::FLAG_STAMPED;
+        a.handle_frame(a_bridge, m, now);
+    }
+    assert!(!closed(&mut a));
+    transmits(&mut a);
+    // a's rank 0 read them all: the acknowledgements go back, and b's sender may go on.
+    for _ in 0..PEER_WINDOW.packets {
+        a.handle_frame(a_links[0], peer_ack(from_b, 0, 1, 1), now);
+    }
+    let acks = transmits(&mut a);
+    assert_eq!(acks.len(), PEER_WINDOW.packets as usize);
+    assert!(acks.iter().all(|t| is_ack(&t.frame) && t.to == Destination::Link(a_bridge)));
+    a.handle_frame(a_bridge, peer(1, from_b, 1), now);
+    assert!(!closed(&mut a));
+}
+
+#[test]
+fn a_rank_the_other_network_was_not_told_of_cannot_send_to_it() {
+    let now = Instant::now();
+    let (mut a, links) = front_end_with_two_backends();
+    let bridge = ids(3)[2];
+    // Told of rank 0 only: rank 1 came later.
+    a.handle_link_up(
+        bridge,
+        Peer::Remote(RemoteSpec { index: 0, size: 2, their_index: 3, own_size: 1 }),
+        now,
+    );
+    a.handle_frame(links[1], peer(remote_base(0), 1, 4), now);
+    let out = transmits(&mut a);
+    assert_eq!(out.len(), 1);
+    assert!(is_ack(&out[0].frame) && out[0].to == Destination::Link(links[1]), "{out:?}");
+    assert!(events(&mut a).iter().any(|e| matches!(e, Event::PeerUndeliverable { from: 1, .. })));
+    a.handle_frame(links[0], peer(remote_base(0), 0, 4), now);
+    assert_eq!(transmits(&mut a)[0].to, Destination::Link(bridge));
+}
+
+#[test]
+fn a_front_end_that_is_over_links_to_no_other_network() {
+    let now = Instant::now();
+    let (mut a, _) = front_end_with_two_backends();
+    a.handle_command(Command::Shutdown, now).unwrap();
+    events(&mut a);
+    let bridge = ids(3)[2];
+    a.handle_link_up(
+        bridge,
+        Peer::Remote(RemoteSpec { index: 0, size: 1, their_index: 0, own_size: 2 }),
+        now,
+    );
+    let evs = events(&mut a);
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::CloseLink { reason, .. } if reason.contains("over"))),
+        "{evs:?}"
+    );
 }

@@ -206,9 +206,11 @@ impl<T: Tool> Driver<T> {
         let place = match peer {
             Peer::Parent => LinkPlace { lower_node: self.core.node_id(), to_parent: true },
             Peer::Child { node_id } => LinkPlace { lower_node: node_id, to_parent: false },
-            // A front-end has no parent: its own "up" place is free for the link to
-            // another network.
-            Peer::Remote(_) => LinkPlace { lower_node: self.core.node_id(), to_parent: true },
+            // Named apart from every node of the tree: by where the other network's
+            // ranks are numbered here.
+            Peer::Remote(spec) => {
+                LinkPlace { lower_node: crate::core::remote_base(spec.index), to_parent: true }
+            }
         };
         self.route.place_link(link, place);
         // Before the core's first frames, so that an offer is the link's first frame.
