@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 8 (launch plan version 4).
+protocol version 9 (launch plan version 4).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -132,7 +132,7 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 KINDS = {"data": 1, "control": 2, "credit": 3, "peer": 5}
 
 
@@ -159,9 +159,10 @@ def enc_grant(packets, nbytes):
     return u32(packets) + u64(nbytes)
 
 
-def enc_collective(op, combine, down, context, seq, root, members, contributors, error):
+def enc_collective(op, combine, down, context, seq, root, members, contributors, error, order=()):
     """A collective frame's head: op u8, combine u8, direction u8, context u64,
-    seq u32, root u32, members and contributors as rank sets, the error string."""
+    seq u32, root u32, members and contributors as rank sets, the error string,
+    then a reduce-scatter's order (u32 count, u32 ranks; 0 for the others)."""
     return (
         bytes([op, combine, down])
         + u64(context)
@@ -170,6 +171,8 @@ def enc_collective(op, combine, down, context, seq, root, members, contributors,
         + enc_ranks(members)
         + enc_ranks(contributors)
         + enc_str(error)
+        + u32(len(order))
+        + b"".join(u32(r) for r in order)
     )
 
 
@@ -215,6 +218,17 @@ def gen_frames():
             4,
             0,
             enc_collective(1, 2, 1, 7, 0, 40, "4-5", "4-11", "no"),
+            None,
+        ),
+        (
+            "collective reduce-scatter result narrowed to ranks 6 and 4 (group order 6, 4)",
+            "peer",
+            64,
+            2**32 - 1,
+            0,
+            4,
+            0,
+            enc_collective(4, 1, 1, 7, 1, 2**32 - 1, "4,6", "4-11", "", (6, 4)) + enc_value("%ad", [1, 2, 3, 4]),
             None,
         ),
         ("credit half an up window on stream 5", "credit", 0, 5, 0, 0, 0, None, (128, 512 << 10)),
@@ -658,7 +672,8 @@ INVALID_CASES = [
     ("batch", "version 5 header (an older build)", hdr(version=5), "BadVersion"),
     ("batch", "version 6 header (an older build)", hdr(version=6), "BadVersion"),
     ("batch", "version 7 header (an older build)", hdr(version=7), "BadVersion"),
-    ("batch", "version 9", hdr(version=9), "BadVersion"),
+    ("batch", "version 8 header (an older build)", hdr(version=8), "BadVersion"),
+    ("batch", "version 10", hdr(version=10), "BadVersion"),
     ("batch", "unknown kind", hdr(kind=6), "UnknownKind"),
     ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),

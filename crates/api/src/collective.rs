@@ -190,7 +190,9 @@ pub(crate) async fn run(shared: &Shared<BeTool>, rank: u32, req: Request<'_>) ->
         book.awaiting.insert((context, seq));
         (seq, book.limit)
     };
-    let call = CollectiveCall { op: req.op, combine: req.combine, context, seq, root: req.root, members };
+    let order = if req.op == CollectiveOp::ReduceScatter { group.ranks().to_vec() } else { Vec::new() };
+    let call =
+        CollectiveCall { op: req.op, combine: req.combine, context, seq, root: req.root, members, order };
     // However the call ends (cancelled too), the book forgets this operation.
     let _forget = Forget { shared, key: (context, seq) };
     let outcome = enter_and_wait(shared, rank, &call, member.then_some(&req), limit).await;
@@ -282,9 +284,13 @@ fn result(frame: &Frame, group: &Group, rank: u32, op: CollectiveOp) -> Result<C
         }
         _ if body.is_empty() => {}
         CollectiveOp::ReduceScatter => {
+            // The comm nodes narrowed the result to the blocks behind each link:
+            // its order says which block is whose.
             let all = decode_values(body).map_err(|e| bad(&e))?;
-            let index = group.group_rank(rank).unwrap_or(0);
-            out.values = all.iter().map(|v| block_of(v, index, group.size())).collect::<Result<_, _>>()?;
+            let index = head.order.iter().position(|&r| r == rank);
+            let index = index.ok_or_else(|| bad(&format!("rank {rank} has no block in it")))?;
+            out.values =
+                all.iter().map(|v| block_of(v, index, head.order.len())).collect::<Result<_, _>>()?;
         }
         _ => out.values = decode_values(body).map_err(|e| bad(&e))?,
     }
@@ -293,33 +299,12 @@ fn result(frame: &Frame, group: &Group, rank: u32, op: CollectiveOp) -> Result<C
 
 /// Block `i` of `n` equal blocks of an array value.
 fn block_of(value: &Value, i: usize, n: usize) -> Result<Value, ApiError> {
-    macro_rules! slice {
-        ($($variant:ident),*) => {
-            match value {
-                $(Value::$variant(a) if a.len() % n == 0 => {
-                    let k = a.len() / n;
-                    return Ok(Value::$variant(a[i * k..(i + 1) * k].to_vec()));
-                })*
-                _ => {}
-            }
-        };
-    }
-    slice!(
-        CharArray,
-        UCharArray,
-        ShortArray,
-        UShortArray,
-        IntArray,
-        UIntArray,
-        LongArray,
-        ULongArray,
-        FloatArray,
-        DoubleArray
-    );
-    Err(ApiError::Collective(format!(
-        "reduce-scatter needs numeric arrays whose length is a multiple of the group's {n} members; got a {}",
-        value.spec()
-    )))
+    value.blocks(n, &[i]).ok_or_else(|| {
+        ApiError::Collective(format!(
+            "reduce-scatter needs numeric arrays whose length is a multiple of the group's {n} members; got a {}",
+            value.spec()
+        ))
+    })
 }
 
 /// Checks reduce-scatter's values before they are sent, so a wrong length fails at

@@ -20,9 +20,14 @@ use treecast_wire::{
 const SETTLE: Duration = Duration::from_secs(5);
 
 /// What back-end `rank` contributes: an array and a scalar, so element-wise folding
-/// and scalars are both exercised.
-fn values_of(rank: u32) -> Vec<Value> {
+/// and scalars are both exercised; to a reduce-scatter, an array of two elements
+/// per member (its blocks), as it needs.
+fn values_of(call: &CollectiveCall, rank: u32) -> Vec<Value> {
     let r = i32::try_from(rank).unwrap();
+    if call.op == CollectiveOp::ReduceScatter {
+        let n = i32::try_from(call.members.len()).unwrap();
+        return vec![Value::IntArray((0..2 * n).map(|i| (r * 31 + i * 7) % 97 - 40).collect())];
+    }
     vec![Value::IntArray(vec![r, 7 * r - 50, (r * r) % 13]), Value::Double(f64::from(r) / 4.0)]
 }
 
@@ -33,35 +38,40 @@ fn encoded(values: &[Value]) -> Vec<u8> {
 }
 
 /// The reduction of the members' values, computed here.
-fn folded(members: &RankSet, combine: Combine) -> Vec<Value> {
-    let all: Vec<Vec<Value>> = members.iter().map(values_of).collect();
+fn folded(call: &CollectiveCall) -> Vec<Value> {
+    let all: Vec<Vec<Value>> = call.members.iter().map(|r| values_of(call, r)).collect();
     let n = all.len() as f64;
     // Every value here is a small integer or quarter, so sums are exact in any order.
     let pick = |xs: &mut dyn Iterator<Item = f64>| -> f64 {
-        match combine {
+        match call.combine {
             Combine::Sum => xs.sum(),
             Combine::Avg => xs.sum::<f64>() / n,
             Combine::Min => xs.fold(f64::INFINITY, f64::min),
             _ => xs.fold(f64::NEG_INFINITY, f64::max),
         }
     };
-    let array = (0..3)
-        .map(|i| {
-            let mut xs = all.iter().map(|v| match &v[0] {
-                Value::IntArray(a) => f64::from(a[i]),
-                _ => unreachable!(),
-            });
-            pick(&mut xs) as i32
+    (0..all[0].len())
+        .map(|v| match &all[0][v] {
+            Value::IntArray(first) => Value::IntArray(
+                (0..first.len())
+                    .map(|i| {
+                        let mut xs = all.iter().map(|m| match &m[v] {
+                            Value::IntArray(a) => f64::from(a[i]),
+                            _ => unreachable!(),
+                        });
+                        pick(&mut xs) as i32
+                    })
+                    .collect(),
+            ),
+            _ => Value::Double(pick(&mut all.iter().map(|m| m[v].as_f64().unwrap()))),
         })
-        .collect();
-    let mut xs = all.iter().map(|v| v[1].as_f64().unwrap());
-    vec![Value::IntArray(array), Value::Double(pick(&mut xs))]
+        .collect()
 }
 
 /// Every member enters `call` (in rank order).
 fn enter_all(sim: &mut Sim, call: &CollectiveCall) {
     for rank in call.members.iter() {
-        let frame = call.contribution(rank, &encoded(&values_of(rank)));
+        let frame = call.contribution(rank, &encoded(&values_of(call, rank)));
         sim.backend_command(rank, Command::Send(frame)).unwrap();
     }
 }
@@ -87,8 +97,16 @@ fn check_results(sim: &mut Sim, n: u32, call: &CollectiveCall) -> Result<(), Tes
         prop_assert_eq!(&head.contributors, &call.members);
         match call.op {
             CollectiveOp::Reduce if rank != call.root => prop_assert!(body.is_empty()),
-            CollectiveOp::Reduce | CollectiveOp::AllReduce | CollectiveOp::ReduceScatter => {
-                prop_assert_eq!(decode_values(&body).unwrap(), folded(&call.members, call.combine));
+            CollectiveOp::Reduce | CollectiveOp::AllReduce => {
+                prop_assert_eq!(decode_values(&body).unwrap(), folded(call));
+            }
+            CollectiveOp::ReduceScatter => {
+                // Narrowed on every link down: only this member's block reaches it.
+                prop_assert_eq!(&head.order, &vec![rank]);
+                let at = call.order.iter().position(|&r| r == rank).unwrap();
+                let n = call.order.len();
+                let want: Vec<Value> = folded(call).iter().map(|v| v.blocks(n, &[at]).unwrap()).collect();
+                prop_assert_eq!(decode_values(&body).unwrap(), want);
             }
             CollectiveOp::AllGather => {
                 let entries: BTreeMap<u32, Vec<Value>> = decode_entries(&body)
@@ -97,7 +115,7 @@ fn check_results(sim: &mut Sim, n: u32, call: &CollectiveCall) -> Result<(), Tes
                     .map(|(r, v)| (r, decode_values(v).unwrap()))
                     .collect();
                 let want: BTreeMap<u32, Vec<Value>> =
-                    call.members.iter().map(|r| (r, values_of(r))).collect();
+                    call.members.iter().map(|r| (r, values_of(call, r))).collect();
                 prop_assert_eq!(entries, want);
             }
             CollectiveOp::Barrier => prop_assert!(body.is_empty()),
@@ -114,6 +132,14 @@ fn op_of(i: u8) -> CollectiveOp {
         CollectiveOp::ReduceScatter,
         CollectiveOp::Barrier,
     ][usize::from(i) % 5]
+}
+
+/// `members` in an order of their own, picked by `seed`.
+fn shuffled(members: &RankSet, seed: u64) -> Vec<u32> {
+    use rand::seq::SliceRandom;
+    let mut order: Vec<u32> = members.iter().collect();
+    order.shuffle(&mut StdRng::seed_from_u64(seed ^ 0x5eed));
+    order
 }
 
 fn launched(topo: Topology, seed: u64) -> Sim {
@@ -156,7 +182,10 @@ proptest! {
         let root = if op == CollectiveOp::Reduce { root_pick % n } else { u32::MAX };
         // Two operations of one series, entered back to back, complete apart.
         for seq in 0..2 {
-            let call = CollectiveCall { op, combine, context: 9, seq, root, members: members.clone() };
+            // A reduce-scatter's group order: not the ranks' own, so the blocks are
+            // found by it.
+            let order = if op == CollectiveOp::ReduceScatter { shuffled(&members, seed) } else { Vec::new() };
+            let call = CollectiveCall { op, combine, context: 9, seq, root, members: members.clone(), order };
             enter_all(&mut sim, &call);
             sim.settle(SETTLE);
             check_results(&mut sim, n, &call)?;
@@ -177,6 +206,7 @@ fn members_under_one_comm_node_never_reach_the_front_end() {
         seq: 0,
         root: u32::MAX,
         members: RankSet::range(0, 4),
+        order: Vec::new(),
     };
     enter_all(&mut sim, &call);
     sim.settle(SETTLE);
@@ -195,10 +225,11 @@ fn a_lost_member_is_not_waited_for_and_the_result_says_who_took_part() {
         seq: 0,
         root: u32::MAX,
         members,
+        order: Vec::new(),
     };
     // Every member but rank 5 enters; rank 5 dies instead.
     for rank in (0..8).filter(|&r| r != 5) {
-        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values_of(rank)))))
+        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values_of(&call, rank)))))
             .unwrap();
     }
     sim.settle(SETTLE);
@@ -209,7 +240,10 @@ fn a_lost_member_is_not_waited_for_and_the_result_says_who_took_part() {
     for rank in took_part.iter() {
         let (head, body) = result_at(&mut sim, rank).unwrap();
         assert_eq!(head.contributors, took_part);
-        assert_eq!(decode_values(&body).unwrap(), folded(&took_part, Combine::Sum));
+        assert_eq!(
+            decode_values(&body).unwrap(),
+            folded(&CollectiveCall { members: took_part.clone(), ..call.clone() })
+        );
     }
 }
 
@@ -224,11 +258,12 @@ fn members_that_disagree_all_learn_why() {
         seq: 0,
         root: u32::MAX,
         members,
+        order: Vec::new(),
     };
     let max = CollectiveCall { combine: Combine::Max, ..sum.clone() };
     for rank in 0..4 {
         let call = if rank == 3 { &max } else { &sum };
-        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values_of(rank)))))
+        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values_of(call, rank)))))
             .unwrap();
     }
     sim.settle(SETTLE);
@@ -240,7 +275,7 @@ fn members_that_disagree_all_learn_why() {
     // Values a filter refuses (a string to add) fail the operation the same way.
     let call = CollectiveCall { seq: 1, ..sum.clone() };
     for rank in 0..4 {
-        let values = if rank == 2 { vec![Value::Str("two".into())] } else { values_of(rank) };
+        let values = if rank == 2 { vec![Value::Str("two".into())] } else { values_of(&call, rank) };
         sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values)))).unwrap();
     }
     sim.settle(SETTLE);
@@ -251,7 +286,7 @@ fn members_that_disagree_all_learn_why() {
     // An average refuses a string where it enters the tree, and says so to all.
     let avg = CollectiveCall { seq: 4, combine: Combine::Avg, ..sum.clone() };
     for rank in 0..4 {
-        let values = if rank == 1 { vec![Value::Str("one".into())] } else { values_of(rank) };
+        let values = if rank == 1 { vec![Value::Str("one".into())] } else { values_of(&call, rank) };
         sim.backend_command(rank, Command::Send(avg.contribution(rank, &encoded(&values)))).unwrap();
     }
     sim.settle(SETTLE);
@@ -298,12 +333,13 @@ fn all_reduce_of_eight(seq: u32) -> CollectiveCall {
         seq,
         root: u32::MAX,
         members: RankSet::range(0, 8),
+        order: Vec::new(),
     }
 }
 
 fn enter(sim: &mut Sim, call: &CollectiveCall, ranks: impl IntoIterator<Item = u32>) {
     for rank in ranks {
-        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values_of(rank)))))
+        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values_of(call, rank)))))
             .unwrap();
     }
 }
@@ -325,7 +361,7 @@ fn a_comm_node_looking_for_a_new_parent_holds_an_operation_until_it_has_one() {
     for rank in 0..8 {
         let (head, body) = result_at(&mut sim, rank).unwrap();
         assert_eq!(head.contributors, RankSet::range(0, 8), "rank {rank}");
-        assert_eq!(decode_values(&body).unwrap(), folded(&RankSet::range(0, 8), Combine::Sum));
+        assert_eq!(decode_values(&body).unwrap(), folded(&call));
     }
 }
 
@@ -371,6 +407,7 @@ fn forged_results_from_below_close_the_link_and_an_operation_nobody_finishes_exp
         members: RankSet::range(0, 4),
         contributors: RankSet::single(1),
         error: String::new(),
+        order: Vec::new(),
     };
     let mut h = treecast_wire::FrameHeader::peer(u32::MAX, 0, 1);
     h.flags = treecast_wire::FLAG_PEER_COLL;

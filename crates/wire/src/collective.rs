@@ -5,7 +5,7 @@
 //! Going up (`down == false`) the body is a partial result: for a reduction the
 //! encoded values folded so far, for a gather the entries of [`encode_entry`]. Going
 //! down it is the result, narrowed on each link to the ranks behind it (`members`
-//! then names those ranks only). A head with an `error` carries no body: the
+//! then names those ranks only; a reduce-scatter's arrays hold only their blocks). A head with an `error` carries no body: the
 //! operation failed (a filter refused the values) and every member learns why.
 
 use crate::codec::{put_string, Reader};
@@ -125,6 +125,11 @@ pub struct CollectiveHead {
     pub contributors: RankSet,
     /// Why the operation failed; empty when it did not.
     pub error: String,
+    /// Reduce-scatter only (empty for the other operations): ranks in the group's
+    /// order; the body's arrays hold one block per entry, block i for `order[i]`.
+    /// Up, every member; down, the members behind the link, as the result is
+    /// narrowed on each link to their blocks.
+    pub order: Vec<u32>,
 }
 
 impl CollectiveHead {
@@ -148,6 +153,10 @@ pub fn encode_collective(head: &CollectiveHead, body: &[u8]) -> Vec<u8> {
     head.members.encode(&mut out);
     head.contributors.encode(&mut out);
     put_string(&mut out, bounded(&head.error));
+    out.extend_from_slice(&(head.order.len() as u32).to_le_bytes());
+    for rank in &head.order {
+        out.extend_from_slice(&rank.to_le_bytes());
+    }
     out.extend_from_slice(body);
     out
 }
@@ -208,8 +217,24 @@ pub fn decode_collective(payload: &[u8]) -> Result<(CollectiveHead, usize), Deco
     let error = std::str::from_utf8(text)
         .map_err(|_| DecodeError::InvalidUtf8 { what: "collective error", offset })?
         .to_owned();
-    let head = CollectiveHead { op, combine, down, context, seq, root, members, contributors, error };
+    let count = r.len_u32("collective order", r.remaining() / 4)?;
+    let order = (0..count).map(|_| r.u32("collective order")).collect::<Result<Vec<u32>, _>>()?;
+    check_order(op, &order)?;
+    let head = CollectiveHead { op, combine, down, context, seq, root, members, contributors, error, order };
     Ok((head, r.offset()))
+}
+
+/// A reduce-scatter's order names each rank once; the other operations have none.
+fn check_order(op: CollectiveOp, order: &[u32]) -> Result<(), DecodeError> {
+    let invalid = |detail: String| Err(DecodeError::Invalid { what: "collective order", detail });
+    if op != CollectiveOp::ReduceScatter && !order.is_empty() {
+        return invalid(format!("{op:?} has no order, but {} ranks came", order.len()));
+    }
+    let distinct: RankSet = order.iter().copied().collect();
+    if distinct.len() != order.len() as u64 {
+        return invalid("a rank is named twice".into());
+    }
+    Ok(())
 }
 
 /// What a back-end computes with the other members: the parts of an operation its
@@ -228,6 +253,9 @@ pub struct CollectiveCall {
     pub root: u32,
     /// Every member.
     pub members: RankSet,
+    /// Reduce-scatter: the members in the group's order, whose blocks each gets
+    /// (see [`CollectiveHead::order`]); empty for the other operations.
+    pub order: Vec<u32>,
 }
 
 impl CollectiveCall {
@@ -255,6 +283,7 @@ impl CollectiveCall {
             members: self.members.clone(),
             contributors: RankSet::single(rank),
             error,
+            order: if self.op == CollectiveOp::ReduceScatter { self.order.clone() } else { Vec::new() },
         };
         let payload = match self.op {
             _ if failed => encode_collective(&head, &[]),
@@ -310,7 +339,20 @@ mod tests {
             members: RankSet::range(4, 8),
             contributors: RankSet::range(5, 2),
             error: String::new(),
+            order: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_reduce_scatter_carries_its_order_and_the_others_none() {
+        let scatter = CollectiveHead { op: CollectiveOp::ReduceScatter, order: vec![9, 4, 7], ..head() };
+        let payload = encode_collective(&scatter, b"body");
+        let (back, at) = decode_collective(&payload).unwrap();
+        assert_eq!((back, &payload[at..]), (scatter.clone(), &b"body"[..]));
+        let twice = CollectiveHead { order: vec![9, 4, 9], ..scatter };
+        assert!(decode_collective(&encode_collective(&twice, &[])).is_err());
+        let reduce = CollectiveHead { order: vec![4], ..head() };
+        assert!(decode_collective(&encode_collective(&reduce, &[])).is_err());
     }
 
     #[test]

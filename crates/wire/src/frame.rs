@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::{codec::Reader, DecodeError, Window};
 
 /// Version byte every frame starts with.
-pub const PROTOCOL_VERSION: u8 = 8;
+pub const PROTOCOL_VERSION: u8 = 9;
 /// Size of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 28;
 /// Where the send timestamp sits in an encoded header: a route that encodes a frame
@@ -365,9 +365,10 @@ mod tests {
     #[test]
     fn wrong_version_is_named() {
         let mut wire = encode_batch(&[sample(1)]).to_vec();
-        wire[0] = 9;
+        let other = PROTOCOL_VERSION + 1;
+        wire[0] = other;
         let err = decode_batch(wire.into()).unwrap_err();
-        assert_eq!(err, DecodeError::BadVersion { found: 9, expected: PROTOCOL_VERSION });
+        assert_eq!(err, DecodeError::BadVersion { found: other, expected: PROTOCOL_VERSION });
     }
 
     #[test]

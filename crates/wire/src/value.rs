@@ -269,6 +269,43 @@ impl Value {
         }
     }
 
+    /// A numeric array cut into `n` equal blocks, of which those at `keep` are
+    /// put together in that order (reduce-scatter's blocks); `None` for a value
+    /// that is not a numeric array of a multiple of `n` elements, or an index
+    /// past `n`.
+    pub fn blocks(&self, n: usize, keep: &[usize]) -> Option<Value> {
+        if n == 0 || keep.iter().any(|&i| i >= n) {
+            return None;
+        }
+        macro_rules! cut {
+            ($($variant:ident),*) => {
+                match self {
+                    $(Value::$variant(a) if a.len() % n == 0 => {
+                        let k = a.len() / n;
+                        let mut out = Vec::with_capacity(k * keep.len());
+                        for &i in keep {
+                            out.extend_from_slice(&a[i * k..(i + 1) * k]);
+                        }
+                        Some(Value::$variant(out))
+                    })*
+                    _ => None,
+                }
+            };
+        }
+        cut!(
+            CharArray,
+            UCharArray,
+            ShortArray,
+            UShortArray,
+            IntArray,
+            UIntArray,
+            LongArray,
+            ULongArray,
+            FloatArray,
+            DoubleArray
+        )
+    }
+
     /// The canonical specifier of this value's type, e.g. `%ad`.
     pub fn spec(&self) -> &'static str {
         self.value_type().spec()
@@ -750,5 +787,17 @@ mod tests {
         assert_eq!(Value::from(vec![1u8]).spec(), "%auc");
         assert_eq!(Value::bytes(vec![1u8]).as_bytes(), Some(&[1u8][..]));
         assert_eq!(Value::from("x").as_bytes(), None);
+    }
+
+    #[test]
+    fn numeric_arrays_give_the_blocks_asked_for_in_that_order() {
+        let v = Value::IntArray(vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(v.blocks(3, &[2, 0]), Some(Value::IntArray(vec![4, 5, 0, 1])));
+        assert_eq!(v.blocks(3, &[]), Some(Value::IntArray(vec![])));
+        assert_eq!(v.blocks(4, &[0]), None, "6 elements do not make 4 blocks");
+        assert_eq!(v.blocks(3, &[3]), None);
+        assert_eq!(v.blocks(0, &[]), None);
+        assert_eq!(Value::Int(3).blocks(1, &[0]), None);
+        assert_eq!(Value::StrArray(vec!["a".into()]).blocks(1, &[0]), None);
     }
 }

@@ -389,7 +389,8 @@ fn collective_head() -> impl Strategy<Value = CollectiveHead> {
         .prop_map(|(op, combine, down, context, seq, root, members, some, error)| {
             // Up, the contributors are among the members.
             let contributors = if down { some } else { some.intersection(&members) };
-            CollectiveHead { op, combine, down, context, seq, root, members, contributors, error }
+            let order = if op == CollectiveOp::ReduceScatter { members.iter().collect() } else { Vec::new() };
+            CollectiveHead { op, combine, down, context, seq, root, members, contributors, error, order }
         })
 }
 

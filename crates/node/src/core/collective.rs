@@ -35,8 +35,8 @@ use bytes::Bytes;
 
 use treecast_filters::{builtin, FilterContext, TransformKind};
 use treecast_wire::{
-    decode_collective, decode_entries, encode_collective, CollectiveHead, CollectiveOp, Combine, Frame,
-    FrameHeader, RankSet, FLAG_PARTIAL_AVG, FLAG_PEER_COLL,
+    decode_collective, decode_entries, decode_values, encode_collective, encode_values, CollectiveHead,
+    CollectiveOp, Combine, Frame, FrameHeader, RankSet, Value, FLAG_PARTIAL_AVG, FLAG_PEER_COLL,
 };
 
 use super::{ChildState, CommandError, Event, LinkId, LinkRole, Node, Role};
@@ -171,9 +171,42 @@ fn finish_avg(head: &mut CollectiveHead, parts: Vec<Bytes>) -> Vec<Bytes> {
     }
 }
 
+/// A reduce-scatter's result values, to be narrowed on each link to the blocks of
+/// the members behind it; `None` for the other results (sent whole), a failed one,
+/// or one whose values do not read (sent whole too: each member finds its block by
+/// the order).
+fn scattered(head: &CollectiveHead, result: &Frame) -> Option<Vec<Value>> {
+    if head.op != CollectiveOp::ReduceScatter || !head.error.is_empty() || head.order.is_empty() {
+        return None;
+    }
+    let (_, at) = decode_collective(&result.payload).ok()?;
+    decode_values(&result.payload[at..]).ok().filter(|v| !v.is_empty())
+}
+
+/// The result `values` of reduce-scatter `head` cut to the blocks of the members
+/// among `ranks`, in the group's order, as a frame from `rank`.
+fn narrowed_scatter(head: &CollectiveHead, values: &[Value], ranks: &RankSet, rank: u32) -> Option<Frame> {
+    let keep: Vec<usize> = (0..head.order.len()).filter(|&i| ranks.contains(head.order[i])).collect();
+    if keep.len() == head.order.len() {
+        return None;
+    }
+    let cut: Vec<Value> = values.iter().map(|v| v.blocks(head.order.len(), &keep)).collect::<Option<_>>()?;
+    let order: Vec<u32> = keep.iter().map(|&i| head.order[i]).collect();
+    let narrowed = CollectiveHead { members: order.iter().copied().collect(), order, ..head.clone() };
+    let mut body = Vec::new();
+    encode_values(&cut, &mut body);
+    Some(frame(rank, &narrowed, &[Bytes::from(body)]))
+}
+
 /// Why two contributions to one operation cannot be combined, if they cannot.
 fn disagreement(a: &CollectiveHead, b: &CollectiveHead) -> Option<String> {
     let same = (a.op, a.combine, a.root, &a.members) == (b.op, b.combine, b.root, &b.members);
+    if same && a.order != b.order {
+        return Some(format!(
+            "members disagree on the order of reduce-scatter {} of series {:#x}: {:?} against {:?}",
+            a.seq, a.context, a.order, b.order
+        ));
+    }
     if same {
         return None;
     }
@@ -466,13 +499,18 @@ impl Node {
     /// not below is gone.
     fn route_result(&mut self, head: &CollectiveHead, result: Frame, origin: Origin) {
         let mut reached = RankSet::new();
+        let scatter = scattered(head, &result);
         for c in 0..self.children.len() {
             let child = &self.children[c];
             let usable = child.state == ChildState::Joined && origin != Origin::Child(c);
             let Some(link) = child.link.filter(|_| usable) else { continue };
             if child.ranks.intersects(&head.members) {
                 reached.union_with(&child.ranks);
-                self.out.send(link, result.clone());
+                let copy = scatter.as_ref().and_then(|values| {
+                    let rank = result.header.rank;
+                    narrowed_scatter(head, values, &child.ranks, rank)
+                });
+                self.out.send(link, copy.unwrap_or_else(|| result.clone()));
             }
         }
         let left = head.members.difference(&reached);
