@@ -415,3 +415,51 @@ fn forged_results_from_below_close_the_link_and_an_operation_nobody_finishes_exp
     // The core refuses it at its source; on the wire its parent would drop the link.
     assert!(sim.backend_command(1, Command::Send(frame)).is_err());
 }
+
+/// A reduce-scatter over ranks 0-3 of balanced:2x2 in the order 3, 1, 0, 2.
+fn scatter_of_four(seq: u32) -> CollectiveCall {
+    CollectiveCall {
+        op: CollectiveOp::ReduceScatter,
+        combine: Combine::Sum,
+        context: 6,
+        seq,
+        root: u32::MAX,
+        members: RankSet::range(0, 4),
+        order: vec![3, 1, 0, 2],
+    }
+}
+
+#[test]
+fn members_that_disagree_on_a_reduce_scatters_order_all_learn_why() {
+    let mut sim = launched(Topology::from_spec("balanced:2x2", None).unwrap(), 8);
+    let call = scatter_of_four(0);
+    let other = CollectiveCall { order: vec![0, 1, 2, 3], ..call.clone() };
+    enter(&mut sim, &call, [0, 1, 2]);
+    enter(&mut sim, &other, [3]);
+    sim.settle(SETTLE);
+    for rank in 0..4 {
+        let (head, body) = result_at(&mut sim, rank).unwrap();
+        assert!(head.error.contains("disagree on the order"), "rank {rank}: {}", head.error);
+        assert!(body.is_empty());
+    }
+}
+
+#[test]
+fn a_reduce_scatter_whose_values_cannot_be_cut_goes_down_whole_with_its_order() {
+    let mut sim = launched(Topology::from_spec("balanced:2x2", None).unwrap(), 9);
+    let call = scatter_of_four(0);
+    // A scalar cannot be cut into blocks: each member gets the whole result, and the
+    // whole order to find its block by (the API refuses such values before they are
+    // sent; a comm node must still not lose them).
+    for rank in 0..4 {
+        let values = [Value::Double(f64::from(rank))];
+        sim.backend_command(rank, Command::Send(call.contribution(rank, &encoded(&values)))).unwrap();
+    }
+    sim.settle(SETTLE);
+    for rank in 0..4 {
+        let (head, body) = result_at(&mut sim, rank).unwrap();
+        assert!(head.error.is_empty(), "{}", head.error);
+        assert_eq!(head.order, call.order);
+        assert_eq!(decode_values(&body).unwrap(), vec![Value::Double(6.0)]);
+    }
+}

@@ -4,8 +4,8 @@
 //!
 //! Going up (`down == false`) the body is a partial result: for a reduction the
 //! encoded values folded so far, for a gather the entries of [`encode_entry`]. Going
-//! down it is the result, narrowed on each link to the ranks behind it (`members`
-//! then names those ranks only; a reduce-scatter's arrays hold only their blocks). A head with an `error` carries no body: the
+//! down it is the result, for the ranks behind the link it is sent on (`members`);
+//! a reduce-scatter's is narrowed on each link to their blocks. A head with an `error` carries no body: the
 //! operation failed (a filter refused the values) and every member learns why.
 
 use crate::codec::{put_string, Reader};
@@ -177,8 +177,10 @@ fn bounded(text: &str) -> &str {
 ///
 /// # Errors
 /// Truncation, an unknown operation or combine code, a direction byte other than 0
-/// or 1, malformed rank sets, contributors outside the members on the way up, or an
-/// error text over [`MAX_COLLECTIVE_ERROR`] bytes.
+/// or 1, malformed rank sets, contributors outside the members on the way up, an
+/// error text over [`MAX_COLLECTIVE_ERROR`] bytes, or an order that names a rank
+/// twice, comes with another operation than reduce-scatter, or on the way up does
+/// not name exactly the members.
 pub fn decode_collective(payload: &[u8]) -> Result<(CollectiveHead, usize), DecodeError> {
     let mut r = Reader::new(payload);
     let what = "collective head";
@@ -219,20 +221,39 @@ pub fn decode_collective(payload: &[u8]) -> Result<(CollectiveHead, usize), Deco
         .to_owned();
     let count = r.len_u32("collective order", r.remaining() / 4)?;
     let order = (0..count).map(|_| r.u32("collective order")).collect::<Result<Vec<u32>, _>>()?;
-    check_order(op, &order)?;
     let head = CollectiveHead { op, combine, down, context, seq, root, members, contributors, error, order };
+    check_order(&head)?;
     Ok((head, r.offset()))
 }
 
-/// A reduce-scatter's order names each rank once; the other operations have none.
-fn check_order(op: CollectiveOp, order: &[u32]) -> Result<(), DecodeError> {
-    let invalid = |detail: String| Err(DecodeError::Invalid { what: "collective order", detail });
-    if op != CollectiveOp::ReduceScatter && !order.is_empty() {
-        return invalid(format!("{op:?} has no order, but {} ranks came", order.len()));
+/// The ranks of a reduce-scatter's order as a set, or why they are not one: each
+/// is named once (checked on a sorted copy, in O(n log n) whatever the order).
+pub fn order_set(order: &[u32]) -> Result<RankSet, DecodeError> {
+    let mut sorted = order.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err(DecodeError::Invalid {
+            what: "collective order",
+            detail: "a rank is named twice".into(),
+        });
     }
-    let distinct: RankSet = order.iter().copied().collect();
-    if distinct.len() != order.len() as u64 {
-        return invalid("a rank is named twice".into());
+    // Ascending: each insert lands at the end of the set's ranges.
+    Ok(sorted.into_iter().collect())
+}
+
+/// A reduce-scatter's order names each rank once, and on the way up exactly the
+/// members; the other operations have none.
+fn check_order(head: &CollectiveHead) -> Result<(), DecodeError> {
+    let invalid = |detail: String| Err(DecodeError::Invalid { what: "collective order", detail });
+    if head.op != CollectiveOp::ReduceScatter {
+        if !head.order.is_empty() {
+            return invalid(format!("{:?} has no order, but {} ranks came", head.op, head.order.len()));
+        }
+        return Ok(());
+    }
+    let set = order_set(&head.order)?;
+    if !head.down && set != head.members {
+        return invalid(format!("the order names {set}, the members are {}", head.members));
     }
     Ok(())
 }
@@ -345,12 +366,22 @@ mod tests {
 
     #[test]
     fn a_reduce_scatter_carries_its_order_and_the_others_none() {
-        let scatter = CollectiveHead { op: CollectiveOp::ReduceScatter, order: vec![9, 4, 7], ..head() };
+        let scatter =
+            CollectiveHead { op: CollectiveOp::ReduceScatter, down: true, order: vec![9, 4, 7], ..head() };
         let payload = encode_collective(&scatter, b"body");
         let (back, at) = decode_collective(&payload).unwrap();
         assert_eq!((back, &payload[at..]), (scatter.clone(), &b"body"[..]));
-        let twice = CollectiveHead { order: vec![9, 4, 9], ..scatter };
+        let twice = CollectiveHead { order: vec![9, 4, 9], ..scatter.clone() };
         assert!(decode_collective(&encode_collective(&twice, &[])).is_err());
+        // Up, the order names exactly the members; down, those the frame is for
+        // or, a result sent whole, more.
+        let members = RankSet::range(4, 8);
+        let up = CollectiveHead { down: false, order: (4..12).rev().collect(), members, ..scatter.clone() };
+        assert!(decode_collective(&encode_collective(&up, &[])).is_ok());
+        let short = CollectiveHead { order: (4..11).collect(), ..up.clone() };
+        assert!(decode_collective(&encode_collective(&short, &[])).is_err());
+        let down = CollectiveHead { down: true, members: RankSet::single(5), ..up };
+        assert!(decode_collective(&encode_collective(&down, &[])).is_ok());
         let reduce = CollectiveHead { order: vec![4], ..head() };
         assert!(decode_collective(&encode_collective(&reduce, &[])).is_err());
     }

@@ -37,8 +37,8 @@ mod value;
 
 pub use codec::Reader;
 pub use collective::{
-    decode_collective, decode_entries, encode_collective, encode_entry, CollectiveCall, CollectiveHead,
-    CollectiveOp, Combine, FLAG_PEER_COLL, MAX_COLLECTIVE_ERROR,
+    decode_collective, decode_entries, encode_collective, encode_entry, order_set, CollectiveCall,
+    CollectiveHead, CollectiveOp, Combine, FLAG_PEER_COLL, MAX_COLLECTIVE_ERROR,
 };
 pub use control::{
     AttachPoint, ClockSample, CollectMode, ControlMsg, FilterSpec, SpawnOrder, StreamSpec, SyncMode, Window,

@@ -8,7 +8,8 @@
 //! below it: then it is their lowest common ancestor, and it sends the result down,
 //! one copy per link: the same frame, shared, on every link (each node finds the
 //! members behind each of its links itself), so a large result is encoded once and
-//! never copied on its way down. A member that
+//! never copied on its way down, except a reduce-scatter's, which each node cuts to
+//! the blocks of the members behind each link. A member that
 //! is lost or leaves is no longer waited for (the result's contributors say who took
 //! part), so an operation never hangs on a dead rank; one whose members disagree on
 //! what they compute, or whose values a filter refuses, ends with an error every
@@ -35,8 +36,9 @@ use bytes::Bytes;
 
 use treecast_filters::{builtin, FilterContext, TransformKind};
 use treecast_wire::{
-    decode_collective, decode_entries, decode_values, encode_collective, encode_values, CollectiveHead,
-    CollectiveOp, Combine, Frame, FrameHeader, RankSet, Value, FLAG_PARTIAL_AVG, FLAG_PEER_COLL,
+    decode_collective, decode_entries, decode_values, encode_collective, encode_values, order_set,
+    CollectiveHead, CollectiveOp, Combine, Frame, FrameHeader, RankSet, Value, FLAG_PARTIAL_AVG,
+    FLAG_PEER_COLL,
 };
 
 use super::{ChildState, CommandError, Event, LinkId, LinkRole, Node, Role};
@@ -179,6 +181,11 @@ fn scattered(head: &CollectiveHead, result: &Frame) -> Option<Vec<Value>> {
     if head.op != CollectiveOp::ReduceScatter || !head.error.is_empty() || head.order.is_empty() {
         return None;
     }
+    // Cut only when every member the result is for has its block in it.
+    let named = order_set(&head.order).ok()?;
+    if !head.members.difference(&named).is_empty() {
+        return None;
+    }
     let (_, at) = decode_collective(&result.payload).ok()?;
     decode_values(&result.payload[at..]).ok().filter(|v| !v.is_empty())
 }
@@ -192,7 +199,8 @@ fn narrowed_scatter(head: &CollectiveHead, values: &[Value], ranks: &RankSet, ra
     }
     let cut: Vec<Value> = values.iter().map(|v| v.blocks(head.order.len(), &keep)).collect::<Option<_>>()?;
     let order: Vec<u32> = keep.iter().map(|&i| head.order[i]).collect();
-    let narrowed = CollectiveHead { members: order.iter().copied().collect(), order, ..head.clone() };
+    let members = order_set(&order).ok()?.intersection(&head.members);
+    let narrowed = CollectiveHead { members, order, ..head.clone() };
     let mut body = Vec::new();
     encode_values(&cut, &mut body);
     Some(frame(rank, &narrowed, &[Bytes::from(body)]))
@@ -494,7 +502,7 @@ impl Node {
     }
 
     /// Sends a result down each child's link behind which some of its members are,
-    /// the same frame on each. A result for one rank not below this node (a
+    /// the same frame on each (a reduce-scatter's cut to their blocks). A result for one rank not below this node (a
     /// reduction's root elsewhere) goes up, unless it came down; any other member
     /// not below is gone.
     fn route_result(&mut self, head: &CollectiveHead, result: Frame, origin: Origin) {
