@@ -62,6 +62,17 @@ pub(super) fn ack(to: u32, from: u32, messages: u32, bytes: u64) -> Frame {
     Frame::new(header, encode_ack(messages, bytes))
 }
 
+/// Drops the first `messages` entries `owed` holds for `sender` (sender, reader,
+/// bytes), as an acknowledgement to it says they were read.
+fn settle(owed: &mut VecDeque<(u32, u32, u64)>, sender: u32, messages: u32) {
+    for _ in 0..messages {
+        match owed.iter().position(|&(from, _, _)| from == sender) {
+            Some(i) => drop(owed.remove(i)),
+            None => break,
+        }
+    }
+}
+
 /// A copy of a message for several ranks that names only `targets`.
 fn narrowed(frame: &Frame, targets: &RankSet, body: &[u8]) -> Frame {
     Frame::new(frame.header, encode_multi(targets, body))
@@ -230,7 +241,7 @@ impl Node {
         }
         let Some(owed) = self.peer.unanswered.get_mut(&child.node_id) else { return };
         let (messages, _) = decode_ack(&ack.payload).unwrap_or((0, 0));
-        super::remote::settle(owed, ack.header.stream, messages);
+        settle(owed, ack.header.stream, messages);
     }
 
     /// Back-end child `c` is gone: what it never acknowledged is acknowledged for it.
@@ -348,5 +359,19 @@ impl Node {
             self.out.event(Event::Writable { stream: PEER_CREDIT });
         }
         self.collectives_parent_back();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_acknowledgement_settles_its_senders_oldest_messages() {
+        let mut owed: VecDeque<(u32, u32, u64)> = [(1, 9, 4), (2, 9, 4), (1, 8, 4)].into_iter().collect();
+        settle(&mut owed, 1, 1);
+        assert_eq!(owed, VecDeque::from([(2, 9, 4), (1, 8, 4)]));
+        settle(&mut owed, 1, 5);
+        assert_eq!(owed, VecDeque::from([(2, 9, 4)]));
     }
 }
