@@ -1275,3 +1275,25 @@ fn a_front_end_that_is_over_links_to_no_other_network() {
         "{evs:?}"
     );
 }
+
+#[test]
+fn the_link_to_another_network_gets_no_heartbeats_and_is_never_cut_for_silence() {
+    let now = Instant::now();
+    let ((mut a, a_links, bridge), _) = linked_front_ends();
+    a.set_liveness(
+        Some(LivenessLimits { heartbeat: Duration::from_millis(100), dead_after: Duration::from_secs(1) }),
+        now,
+    );
+    // A heartbeat from the other side would arm the check on a link in it.
+    a.handle_frame(bridge, heartbeat_frame(), now);
+    let later = now + Duration::from_secs(5);
+    for link in &a_links {
+        a.handle_frame(*link, heartbeat_frame(), later);
+    }
+    a.handle_timeout(later);
+    let out = transmits(&mut a);
+    assert!(out.iter().all(|t| !t.to.links().contains(&bridge)), "{out:?}");
+    let evs = events(&mut a);
+    assert!(!evs.iter().any(|e| matches!(e, Event::CloseLink { link, .. } if *link == bridge)), "{evs:?}");
+    assert!(!evs.iter().any(|e| matches!(e, Event::RemoteClosed { .. })), "{evs:?}");
+}
