@@ -302,18 +302,7 @@ async fn measure_peers(net: &mut Network, sizes: &[u32]) -> anyhow::Result<Vec<P
         let rounds = rounds_for(bytes);
         let mut one_way = Vec::new();
         for peer in [1, near.ranks()[0], far.ranks()[0]] {
-            let request = [Value::UInt(peer), Value::UInt(bytes), Value::UInt(1)];
-            // A warm-up round, then the timed ones.
-            for n in [1, rounds] {
-                let request = [request[0].clone(), request[1].clone(), Value::UInt(n)];
-                stream.send_to(0, TAG_PEER_PING, "%ud %ud %ud", &request).await?;
-                let p = stream.recv_timeout(STEP_LIMIT).await?;
-                let v = p.unpack("%lf %ud")?;
-                ensure!(v[1] == Value::UInt(n), "rank {peer} echoed {:?} of {n} messages intact", v[1]);
-                if n == rounds {
-                    one_way.push(v[0].as_f64().unwrap_or(f64::NAN) / 2.0);
-                }
-            }
+            one_way.push(one_way_us(&mut stream, peer, bytes, rounds).await?);
         }
         rows.push(PeerRow {
             bytes,
@@ -334,6 +323,25 @@ async fn measure_peers(net: &mut Network, sizes: &[u32]) -> anyhow::Result<Vec<P
     Ok(rows)
 }
 
+/// Rank 0 plays ping-pong with `peer` (through `stream`, a [`request_stream`]):
+/// one warm-up round, then `rounds` timed; the mean one-way latency, microseconds.
+async fn one_way_us(
+    stream: &mut treecast_api::Stream,
+    peer: u32,
+    bytes: u32,
+    rounds: u32,
+) -> anyhow::Result<f64> {
+    let mut mean_round_trip = f64::NAN;
+    for n in [1, rounds] {
+        let request = [Value::UInt(peer), Value::UInt(bytes), Value::UInt(n)];
+        stream.send_to(0, TAG_PEER_PING, "%ud %ud %ud", &request).await?;
+        let v = stream.recv_timeout(STEP_LIMIT).await?.unpack("%lf %ud")?;
+        ensure!(v[1] == Value::UInt(n), "rank {peer} echoed {:?} of {n} messages intact", v[1]);
+        mean_round_trip = v[0].as_f64().unwrap_or(f64::NAN);
+    }
+    Ok(mean_round_trip / 2.0)
+}
+
 /// Launches a second network (two back-ends under their front-end), links it to
 /// `net` and times ping-pongs from `net`'s rank 0 to its rank 0, for each row's size.
 async fn measure_networks(net: &Network, tree: &TreeArgs, rows: &mut [PeerRow]) -> anyhow::Result<()> {
@@ -350,14 +358,7 @@ async fn measure_networks(net: &Network, tree: &TreeArgs, rows: &mut [PeerRow]) 
         let peer = remote.rank(0).context("the second network has no rank 0")?;
         let mut stream = request_stream(net).await?;
         for row in rows.iter_mut() {
-            // A warm-up round, then the timed ones.
-            for n in [1, row.rounds] {
-                let request = [Value::UInt(peer), Value::UInt(row.bytes), Value::UInt(n)];
-                stream.send_to(0, TAG_PEER_PING, "%ud %ud %ud", &request).await?;
-                let v = stream.recv_timeout(STEP_LIMIT).await?.unpack("%lf %ud")?;
-                ensure!(v[1] == Value::UInt(n), "the other network echoed {:?} of {n} messages intact", v[1]);
-                row.network_us = v[0].as_f64().unwrap_or(f64::NAN) / 2.0;
-            }
+            row.network_us = one_way_us(&mut stream, peer, row.bytes, row.rounds).await?;
             row.network_vs_far = row.network_us / row.inter_far_us;
         }
         stream.close().await;

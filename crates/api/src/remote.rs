@@ -37,7 +37,6 @@ pub struct RemoteNetwork {
     /// after, and then to another link.
     serial: u64,
     session: String,
-    size: u32,
     group: Group,
 }
 
@@ -55,7 +54,7 @@ impl RemoteNetwork {
     /// How many ranks the other network had when the two were linked (its ranks 0
     /// to `size - 1`; ranks it spawned later are not reached from here).
     pub fn size(&self) -> u32 {
-        self.size
+        u32::try_from(self.group.size()).unwrap_or(u32::MAX)
     }
 
     /// Its ranks as this network numbers them: what this network's back-ends send
@@ -66,12 +65,12 @@ impl RemoteNetwork {
 
     /// The number this network gives the other network's rank `theirs`.
     pub fn rank(&self, theirs: u32) -> Option<u32> {
-        (theirs < self.size).then(|| remote_base(self.index) + theirs)
+        (theirs < self.size()).then(|| remote_base(self.index) + theirs)
     }
 
     /// The other network's own number for `ours`, one of [`RemoteNetwork::group`]'s ranks.
     pub fn their_rank(&self, ours: u32) -> Option<u32> {
-        ours.checked_sub(remote_base(self.index)).filter(|&r| r < self.size)
+        ours.checked_sub(remote_base(self.index)).filter(|&r| r < self.size())
     }
 }
 
@@ -277,7 +276,7 @@ async fn link(
     taken.made = true;
     let ranks = (remote_base(index)..remote_base(index) + theirs.size).collect();
     let group = Group::new(net.spawner.group_id(), ranks);
-    Ok(RemoteNetwork { index, serial, session: theirs.session, size: theirs.size, group })
+    Ok(RemoteNetwork { index, serial, session: theirs.session, group })
 }
 
 /// Sends `ours` and reads the other front-end's hello.
@@ -359,7 +358,6 @@ mod tests {
             index: 2,
             serial: 1,
             session: "s".into(),
-            size: 3,
             group: Group::new(1, (remote_base(2)..remote_base(2) + 3).collect()),
         };
         assert_eq!(r.rank(0), Some(remote_base(2)));
