@@ -28,19 +28,65 @@ pub(crate) struct Cell {
     pub(crate) size_class: u8,
 }
 
-/// The samples of one cell: their histogram and their exact sum, so that merged
-/// means stay exact.
+/// The samples of one cell: their counts in the histogram's buckets and their
+/// exact sum, so that merged means stay exact.
+///
+/// The counts are laid out as `hdrhistogram` lays out a histogram from 1 ns to
+/// [`HIGHEST_NS`] at [`SIGNIFICANT_DIGITS`], and a sample is counted with the index
+/// computed here: the library's record checks and resizes, and it is on every
+/// frame's path. [`Latencies::histogram`] makes the library's histogram for a report.
 #[derive(Debug, Clone)]
 pub(crate) struct Latencies {
-    pub(crate) histogram: Histogram<u64>,
+    counts: Box<[u64]>,
     pub(crate) sum_ns: u64,
 }
 
+/// Sub-buckets per bucket, as the library chooses them for 2 significant digits
+/// (the smallest power of two above 2 × 10²), as a power of two.
+const SUB_BUCKETS_LOG2: u32 = 8;
+const SUB_BUCKET_HALF: u64 = 1 << (SUB_BUCKETS_LOG2 - 1);
+const SUB_BUCKET_MASK: u64 = (1 << SUB_BUCKETS_LOG2) - 1;
+
+/// The index of `value`'s bucket in the library's layout (`value` at least 1).
+fn index_of(value: u64) -> usize {
+    let bucket = (64 - SUB_BUCKETS_LOG2) - (value | SUB_BUCKET_MASK).leading_zeros();
+    let sub_bucket = value >> bucket;
+    (((u64::from(bucket) + 1) << (SUB_BUCKETS_LOG2 - 1)) + sub_bucket - SUB_BUCKET_HALF) as usize
+}
+
+/// The lowest value of the bucket at `index` (the inverse of [`index_of`]).
+fn lowest_of(index: usize) -> u64 {
+    let index = index as u64;
+    let bucket = (index >> (SUB_BUCKETS_LOG2 - 1)).saturating_sub(1);
+    let sub_bucket = match index >> (SUB_BUCKETS_LOG2 - 1) {
+        0 => index,
+        _ => (index & (SUB_BUCKET_HALF - 1)) + SUB_BUCKET_HALF,
+    };
+    sub_bucket << bucket
+}
+
 impl Latencies {
-    fn new() -> Result<Latencies, MonitorError> {
-        let histogram = Histogram::new_with_bounds(1, HIGHEST_NS, SIGNIFICANT_DIGITS)
+    fn new() -> Latencies {
+        Latencies { counts: vec![0; CELL_BYTES / 8].into_boxed_slice(), sum_ns: 0 }
+    }
+
+    /// Counts `count` samples of `value` (1 to [`HIGHEST_NS`]); `sum_ns` is their sum.
+    fn add(&mut self, value: u64, count: u64, sum_ns: u64) {
+        let last = self.counts.len() - 1;
+        if let Some(n) = self.counts.get_mut(index_of(value).min(last)) {
+            *n = n.saturating_add(count);
+        }
+        self.sum_ns = self.sum_ns.saturating_add(sum_ns);
+    }
+
+    /// The library's histogram of these counts.
+    pub(crate) fn histogram(&self) -> Result<Histogram<u64>, MonitorError> {
+        let mut h = Histogram::new_with_bounds(1, HIGHEST_NS, SIGNIFICANT_DIGITS)
             .map_err(|e| MonitorError::Histogram(e.to_string()))?;
-        Ok(Latencies { histogram, sum_ns: 0 })
+        for (index, &count) in self.counts.iter().enumerate().filter(|(_, &n)| n > 0) {
+            h.saturating_record_n(lowest_of(index).min(HIGHEST_NS), count);
+        }
+        Ok(h)
     }
 }
 
@@ -49,21 +95,18 @@ impl Latencies {
 /// At most `max_cells` cells are kept apart; once that many exist, samples for a new
 /// (key, component, size class) go to [`Key::OTHER`], at most
 /// 4 × [`SIZE_CLASSES`] more cells, and are counted in [`Report::folded`]. Memory is
-/// thus at most (`max_cells` + 136) × [`CELL_BYTES`] plus [`PENDING_BYTES`] plus the
-/// map's own overhead: about 23 MiB at the default of 512 cells. A comm node with 16 children and two
+/// thus at most (`max_cells` + 136) × [`CELL_BYTES`] plus the map's own overhead:
+/// about 23 MiB at the default of 512 cells. A comm node with 16 children and two
 /// tags, each carrying frames of a few sizes, fills a few hundred cells.
 ///
 /// Recording is on every frame's path, so it is kept cheap:
 /// * consecutive equal samples of a component (same key, size class and latency:
 ///   frames of one batch share their latencies, see the transport's timing) are
-///   counted as one run;
-/// * a run is appended to a buffer of at most [`PENDING_RUNS`] runs, and looked up
-///   and added to its histogram only when the buffer is full or a report is made
-///   ([`Recorder::settle`]): a node that sleeps between frames finds the index and
-///   the histograms' counts out of the cache, and settling a thousand runs at once
-///   reaches each of them once, not once per frame. (Settling whenever the node
-///   went idle was tried: on a busy machine one node's idle time is another's
-///   CPU time, and round trips grew.)
+///   counted as one run, added to its histogram when the next unlike sample comes
+///   or a report is made ([`Recorder::settle`]);
+/// * each component remembers the cell of its last run: a link's samples of one
+///   component go to one cell while the frames keep their size class, so the index
+///   is searched only when that changes.
 ///
 /// The histograms are exactly what recording each sample on its own would give.
 #[derive(Debug)]
@@ -71,41 +114,34 @@ pub struct Recorder {
     cells: Vec<(Cell, Latencies)>,
     index: FxHashMap<Cell, usize>,
     /// Per component (its index in [`Component::ALL`]), the run being counted.
-    runs: [Option<Run>; 4],
-    /// Runs not yet in their histograms, in the order they started (which is the
-    /// order cells are made in, as the bound on cells needs).
-    pending: Vec<Pending>,
+    runs: [Run; 4],
     max_cells: usize,
     folded: u64,
 }
 
-/// Runs a recorder holds before it adds them to their histograms.
-pub const PENDING_RUNS: usize = 1024;
-/// Memory of that buffer when full, bytes (checked by a test).
-pub const PENDING_BYTES: usize = 48 * PENDING_RUNS;
-
-/// Consecutive equal samples of one component, being counted.
-#[derive(Debug, Clone, Copy)]
+/// Consecutive equal samples of one component, being counted (none while `count`
+/// is 0).
+#[derive(Debug, Clone, Copy, Default)]
 struct Run {
-    /// The key and size class the samples came with.
-    key: Key,
+    /// The key the samples came with, packed (see [`pack`]), and their size class.
+    key: (u64, u64),
     size_class: u8,
     /// Their latency (clamped into the histogram's range).
     value: u64,
     count: u64,
     /// Their latencies' exact sum (before clamping).
     sum_ns: u64,
-    /// Where the run waits in `pending`.
+    /// Their cell's place in `cells`.
     at: usize,
+    /// The cell is [`Key::OTHER`]'s, not the key's: the samples are counted as folded.
+    folded: bool,
 }
 
-/// A run on its way to its histogram.
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    cell: Cell,
-    value: u64,
-    count: u64,
-    sum_ns: u64,
+/// A key as two words: compared on every sample, where comparing it field by field
+/// takes several times as long.
+fn pack(key: Key) -> (u64, u64) {
+    let (link, tag) = (u64::from(key.link), u64::from(key.tag as u32));
+    ((link << 32) | tag, (u64::from(key.program) << 1) | u64::from(key.up))
 }
 
 impl Default for Recorder {
@@ -120,8 +156,7 @@ impl Recorder {
         Recorder {
             cells: Vec::new(),
             index: FxHashMap::default(),
-            runs: [None; 4],
-            pending: Vec::new(),
+            runs: [Run::default(); 4],
             max_cells,
             folded: 0,
         }
@@ -140,80 +175,77 @@ impl Recorder {
         }
         let value = latency_ns.clamp(1, HIGHEST_NS);
         let size_class = size_class(bytes);
-        let slot = component as usize;
+        let packed = pack(key);
         let sum_ns = latency_ns.saturating_mul(count);
-        if let Some(run) = &mut self.runs[slot] {
-            if run.key == key && run.size_class == size_class && run.value == value {
+        let slot = component as usize % 4;
+        let run = &mut self.runs[slot];
+        if run.count > 0 && run.key == packed && run.size_class == size_class {
+            if run.value == value {
                 run.count += count;
                 run.sum_ns = run.sum_ns.saturating_add(sum_ns);
                 return;
             }
+            let done = *run;
+            (run.value, run.count, run.sum_ns) = (value, count, sum_ns);
+            self.add(&done);
+            return;
         }
-        self.end_run(slot);
-        if self.pending.len() >= PENDING_RUNS {
-            self.settle();
-        }
-        let cell = Cell { key, component, size_class };
-        self.pending.push(Pending { cell, value, count: 0, sum_ns: 0 });
-        let at = self.pending.len() - 1;
-        self.runs[slot] = Some(Run { key, size_class, value, count, sum_ns, at });
+        self.new_cell(
+            key,
+            component,
+            size_class,
+            Run { key: packed, value, count, sum_ns, ..Run::default() },
+        );
     }
 
-    /// Ends the run of component `slot`: its samples wait in `pending`.
-    fn end_run(&mut self, slot: usize) {
-        let Some(run) = self.runs[slot].take() else { return };
-        if let Some(p) = self.pending.get_mut(run.at) {
-            p.count = run.count;
-            p.sum_ns = run.sum_ns;
-        }
+    /// Starts `run`, of a cell other than the last run of `component`'s.
+    #[inline(never)]
+    fn new_cell(&mut self, key: Key, component: Component, size_class: u8, mut run: Run) {
+        let slot = component as usize % 4;
+        let done = std::mem::take(&mut self.runs[slot]);
+        self.add(&done);
+        run.at = self.cell_at(Cell { key, component, size_class });
+        run.folded = self.cells.get(run.at).is_some_and(|(cell, _)| cell.key != key);
+        run.size_class = size_class;
+        self.runs[slot] = run;
     }
 
-    /// Adds every sample recorded so far to its histogram (done by itself when the
-    /// buffer is full and before a report or a merge).
+    /// Adds a run's samples to its histogram.
+    fn add(&mut self, run: &Run) {
+        if run.count == 0 {
+            return;
+        }
+        let Some((_, l)) = self.cells.get_mut(run.at) else { return };
+        if run.folded {
+            self.folded += run.count;
+        }
+        l.add(run.value, run.count, run.sum_ns);
+    }
+
+    /// Adds the runs being counted to their histograms (done before a report or a
+    /// merge).
     pub fn settle(&mut self) {
         for slot in 0..self.runs.len() {
-            self.end_run(slot);
+            let run = std::mem::take(&mut self.runs[slot]);
+            self.add(&run);
         }
-        let mut pending = std::mem::take(&mut self.pending);
-        // Runs one after another often go to one cell: looked up once.
-        let mut last: Option<(Cell, usize)> = None;
-        for p in pending.drain(..) {
-            let at = match last {
-                Some((cell, at)) if cell == p.cell => at,
-                _ => match self.cell_at(p.cell) {
-                    Some(at) => at,
-                    None => continue,
-                },
-            };
-            last = Some((p.cell, at));
-            let (cell, l) = &mut self.cells[at];
-            if cell.key != p.cell.key {
-                self.folded += p.count;
-            }
-            l.histogram.saturating_record_n(p.value, p.count);
-            l.sum_ns = l.sum_ns.saturating_add(p.sum_ns);
-        }
-        // Given back, so the buffer keeps its capacity.
-        self.pending = pending;
     }
 
     /// Where the cell is in `cells`, made if new: under [`Key::OTHER`] once the
     /// recorder is full.
-    fn cell_at(&mut self, mut cell: Cell) -> Option<usize> {
+    fn cell_at(&mut self, mut cell: Cell) -> usize {
         if let Some(&at) = self.index.get(&cell) {
-            return Some(at);
+            return at;
         }
         if self.cells.len() >= self.max_cells {
             cell.key = Key::OTHER;
             if let Some(&at) = self.index.get(&cell) {
-                return Some(at);
+                return at;
             }
         }
-        // Only a bad bound fails, and the bounds are constants checked by a test.
-        let latencies = Latencies::new().ok()?;
-        self.cells.push((cell, latencies));
+        self.cells.push((cell, Latencies::new()));
         self.index.insert(cell, self.cells.len() - 1);
-        Some(self.cells.len() - 1)
+        self.cells.len() - 1
     }
 
     /// Adds a report's samples (a child's, on its way up the tree).
@@ -236,18 +268,17 @@ impl Recorder {
                 )));
             }
             let cell = Cell { key: c.key(), component: c.component, size_class: c.size_class };
-            let Some(at) = self.cell_at(cell) else {
-                return Err(MonitorError::Histogram("cannot make a histogram".into()));
-            };
+            let at = self.cell_at(cell);
             if self.cells[at].0.key != cell.key {
                 self.folded += 1;
             }
+            if let Some(&[value, _]) = c.buckets.iter().find(|[value, _]| *value == 0 || *value > HIGHEST_NS)
+            {
+                return Err(MonitorError::Latency(value));
+            }
             let l = &mut self.cells[at].1;
             for &[value, count] in &c.buckets {
-                if value == 0 || value > HIGHEST_NS {
-                    return Err(MonitorError::Latency(value));
-                }
-                l.histogram.record_n(value, count).map_err(|e| MonitorError::Histogram(e.to_string()))?;
+                l.add(value, count, 0);
             }
             l.sum_ns = l.sum_ns.saturating_add(c.sum_ns);
         }
@@ -261,7 +292,11 @@ impl Recorder {
         let mut cells: Vec<&(Cell, Latencies)> = self.cells.iter().collect();
         cells.sort_by_key(|(c, _)| *c);
         Report {
-            cells: cells.into_iter().map(|(c, l)| CellReport::of(c, l)).collect(),
+            // Only a bad bound fails, and the bounds are constants checked by a test.
+            cells: cells
+                .into_iter()
+                .filter_map(|(c, l)| Some(CellReport::of(c, &l.histogram().ok()?, l.sum_ns)))
+                .collect(),
             folded: self.folded,
             routes: Vec::new(),
         }
@@ -271,19 +306,18 @@ impl Recorder {
     pub fn clear(&mut self) {
         self.cells.clear();
         self.index.clear();
-        self.runs = [None; 4];
-        self.pending.clear();
+        self.runs = [Run::default(); 4];
         self.folded = 0;
     }
 
-    /// Cells in use (samples not settled yet may make more).
+    /// Cells in use.
     pub fn len(&self) -> usize {
         self.cells.len()
     }
 
     /// True when nothing was recorded.
     pub fn is_empty(&self) -> bool {
-        self.cells.is_empty() && self.pending.is_empty()
+        self.cells.is_empty()
     }
 }
 
@@ -296,25 +330,25 @@ mod tests {
 
     /// One sample into one histogram per cell, as the recorder's documentation says.
     fn naive_record(
-        naive: &mut Vec<(Cell, Latencies)>,
+        naive: &mut Vec<(Cell, Histogram<u64>, u64)>,
         folded: &mut u64,
         max_cells: usize,
         mut cell: Cell,
         ns: u64,
     ) {
-        if !naive.iter().any(|(c, _)| *c == cell) && naive.len() >= max_cells {
+        if !naive.iter().any(|(c, _, _)| *c == cell) && naive.len() >= max_cells {
             *folded += 1;
             cell.key = Key::OTHER;
         }
-        let at = match naive.iter().position(|(c, _)| *c == cell) {
+        let at = match naive.iter().position(|(c, _, _)| *c == cell) {
             Some(at) => at,
             None => {
-                naive.push((cell, Latencies::new().unwrap()));
+                naive.push((cell, Histogram::new_with_bounds(1, HIGHEST_NS, SIGNIFICANT_DIGITS).unwrap(), 0));
                 naive.len() - 1
             }
         };
-        naive[at].1.histogram.saturating_record(ns);
-        naive[at].1.sum_ns += ns;
+        naive[at].1.saturating_record(ns);
+        naive[at].2 += ns;
     }
 
     proptest::proptest! {
@@ -328,7 +362,7 @@ mod tests {
             max_cells in 1usize..8,
         ) {
             let mut r = Recorder::new(max_cells);
-            let mut naive: Vec<(Cell, Latencies)> = Vec::new();
+            let mut naive: Vec<(Cell, Histogram<u64>, u64)> = Vec::new();
             let mut folded = 0;
             for (link, component, size, step, settle, times) in samples {
                 // The node settles whenever it goes idle: at any point.
@@ -347,37 +381,31 @@ mod tests {
                     naive_record(&mut naive, &mut folded, max_cells, Cell { key, component, size_class: size_class(bytes) }, ns);
                 }
             }
-            naive.sort_by_key(|(c, _)| *c);
-            let cells = naive.iter().map(|(c, l)| CellReport::of(c, l)).collect();
+            naive.sort_by_key(|(c, _, _)| *c);
+            let cells = naive.iter().map(|(c, h, sum)| CellReport::of(c, h, *sum)).collect();
             let expected = Report { cells, folded, routes: Vec::new() };
             proptest::prop_assert_eq!(r.report(), expected);
         }
     }
 
     #[test]
-    fn runs_beyond_the_buffer_go_to_their_histograms_and_none_is_lost() {
+    fn runs_that_alternate_go_to_their_histograms_and_none_is_lost() {
         let mut r = Recorder::default();
-        let runs = 3 * PENDING_RUNS as u64 + 5;
+        let runs = 3_000u64 + 5;
         // Every sample differs from the last: each ends a run.
         for i in 0..runs {
             r.record(KEY, Component::Send, 64, 1_000 + (i % 2) * 1_000);
         }
-        assert!(r.pending.len() <= PENDING_RUNS);
         let report = r.report();
         assert_eq!(report.count(), runs);
         assert_eq!(report.cells[0].sum_ns, (runs / 2) * 2_000 + (runs - runs / 2) * 1_000);
-        assert!(r.pending.is_empty());
-    }
-
-    #[test]
-    fn the_stated_memory_of_the_buffer_is_what_it_holds() {
-        assert_eq!(std::mem::size_of::<Pending>() * PENDING_RUNS, PENDING_BYTES);
     }
 
     #[test]
     fn the_stated_memory_of_a_cell_is_what_the_histogram_holds() {
-        let l = Latencies::new().unwrap();
-        assert_eq!(l.histogram.distinct_values() * std::mem::size_of::<u64>(), CELL_BYTES);
+        let l = Latencies::new();
+        assert_eq!(l.histogram().unwrap().distinct_values() * std::mem::size_of::<u64>(), CELL_BYTES);
+        assert_eq!(l.counts.len() * std::mem::size_of::<u64>(), CELL_BYTES);
     }
 
     #[test]
@@ -437,5 +465,28 @@ mod tests {
         let mut bad = r.report();
         bad.cells[0].buckets = vec![[HIGHEST_NS + 1, 1]];
         assert!(Recorder::default().merge(&bad).unwrap_err().to_string().contains("latency"));
+    }
+
+    #[test]
+    fn every_bucket_index_is_the_librarys() {
+        let h = Histogram::<u64>::new_with_bounds(1, HIGHEST_NS, SIGNIFICANT_DIGITS).unwrap();
+        for index in 0..CELL_BYTES / 8 {
+            let lowest = lowest_of(index);
+            if lowest > HIGHEST_NS {
+                break;
+            }
+            assert_eq!(index_of(lowest), index);
+            assert_eq!(h.lowest_equivalent(lowest), lowest, "index {index}");
+        }
+        assert!(index_of(HIGHEST_NS) < CELL_BYTES / 8);
+    }
+
+    proptest::proptest! {
+        /// A sample lands in the bucket the library would put it in.
+        #[test]
+        fn a_sample_lands_in_the_librarys_bucket(value in 1u64..=HIGHEST_NS) {
+            let h = Histogram::<u64>::new_with_bounds(1, HIGHEST_NS, SIGNIFICANT_DIGITS).unwrap();
+            proptest::prop_assert_eq!(lowest_of(index_of(value)), h.lowest_equivalent(value));
+        }
     }
 }

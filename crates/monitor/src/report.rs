@@ -2,9 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::recorder::Cell;
 use crate::recorder::HIGHEST_NS;
-use crate::recorder::{Cell, Latencies};
 use crate::{Component, Key, Recorder};
+use hdrhistogram::Histogram;
 
 /// Cells a merge keeps apart (a comm node merging its sub-tree's reports); the rest
 /// fold into [`Key::OTHER`]. About 78 MiB at most while a merge runs.
@@ -110,8 +111,7 @@ pub struct CellReport {
 }
 
 impl CellReport {
-    pub(crate) fn of(cell: &Cell, l: &Latencies) -> CellReport {
-        let h = &l.histogram;
+    pub(crate) fn of(cell: &Cell, h: &Histogram<u64>, sum_ns: u64) -> CellReport {
         // The last bucket reaches past HIGHEST_NS; any value in it records into it again.
         let buckets = h
             .iter_recorded()
@@ -125,7 +125,7 @@ impl CellReport {
             component: cell.component,
             size_class: cell.size_class,
             count: h.len(),
-            sum_ns: l.sum_ns,
+            sum_ns,
             p50_ns: h.value_at_quantile(0.5),
             p99_ns: h.value_at_quantile(0.99),
             max_ns: h.max(),
