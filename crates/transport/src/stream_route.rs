@@ -20,7 +20,7 @@ use tokio::io::Interest;
 use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN, TIMESTAMP_AT};
 
 use crate::route::{Close, Route, RouteEvent};
-use crate::timing::{ClockFn, FrameRun, LinkPlace, LinkTiming, Monitoring, PeerClock};
+use crate::timing::{ClockFn, FrameRun, LinkPlace, LinkTiming, Mono, Monitoring, PeerClock};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
@@ -131,7 +131,7 @@ struct Unstamped {
     header_at: usize,
     run: FrameRun,
     /// When they were queued.
-    at: Instant,
+    at: Mono,
 }
 
 /// A frame waiting for the write that stamps it.
@@ -139,7 +139,7 @@ struct Unstamped {
 struct Staged {
     frame: Frame,
     /// When it was queued.
-    at: Instant,
+    at: Mono,
     /// The file its payload goes in, if any.
     file: Option<Arc<OwnedFd>>,
     /// Queued while recording: its queue and send times are recorded.
@@ -190,7 +190,7 @@ impl OutQueue {
     /// Encodes `frame`, queued at `at` while recording, at once: its header stamp is
     /// written in place by [`OutQueue::stamp_queued`]. Only for a small frame
     /// without a file when nothing is staged, so that it stays in `small` in order.
-    fn push_unstamped(&mut self, frame: &Frame, at: Instant) {
+    fn push_unstamped(&mut self, frame: &Frame, at: Mono) {
         let header_at = self.small.len();
         let wire_len = self.push(frame, Some(0), None);
         let run = FrameRun::one(frame, wire_len, self.pushed);
@@ -209,7 +209,7 @@ impl OutQueue {
     /// Writes header stamp `stamp` into the frames encoded while recording and
     /// encodes the staged frames with it; `queued` is told the frames queued while
     /// recording, by runs, and how long they waited.
-    fn stamp_queued(&mut self, stamp: u64, start: Instant, queued: &mut dyn FnMut(FrameRun, Duration)) {
+    fn stamp_queued(&mut self, stamp: u64, start: Mono, queued: &mut dyn FnMut(FrameRun, u64)) {
         let stamp_bytes = stamp.to_le_bytes();
         for u in self.unstamped.drain(..) {
             for i in 0..u.run.count {
@@ -218,7 +218,7 @@ impl OutQueue {
                     field.copy_from_slice(&stamp_bytes);
                 }
             }
-            queued(u.run, start.saturating_duration_since(u.at));
+            queued(u.run, start.since(u.at));
         }
         // Taken and given back, so the staging vector keeps its capacity: no
         // allocation per flush while recording.
@@ -228,7 +228,7 @@ impl OutQueue {
             let stamp = (s.record || s.frame.header.is_timed()).then_some(stamp);
             let wire_len = self.push(&s.frame, stamp, s.file);
             if s.record {
-                queued(FrameRun::one(&s.frame, wire_len, self.pushed), start.saturating_duration_since(s.at));
+                queued(FrameRun::one(&s.frame, wire_len, self.pushed), start.since(s.at));
             }
         }
         self.staged = staged;
@@ -401,7 +401,7 @@ pub struct StreamRoute {
     /// When the first frame since the last flush was queued, read once for all the
     /// frames a node's loop sends in one pass (see `timing`, queue): one clock read
     /// per pass instead of one per frame.
-    pass_start: Option<Instant>,
+    pass_start: Option<Mono>,
 }
 
 impl std::fmt::Debug for StreamRoute {
@@ -475,7 +475,7 @@ impl StreamRoute {
     pub fn monitor_stop(&mut self) {
         // Staged frames are encoded now, so frames sent after the stop (encoded at
         // once) cannot overtake them.
-        let start = Instant::now();
+        let start = Mono::now();
         for (_, c) in self.conns.iter_mut() {
             encode_staged(c, &mut self.monitor, start);
         }
@@ -726,11 +726,11 @@ fn deliver(
     sink: &mut dyn FnMut(LinkId, RouteEvent),
     any: &mut bool,
 ) -> Result<(), String> {
-    let read_at = monitor.recording.then(Instant::now);
+    let read_at = monitor.recording.then(Mono::now);
     let frames = cut_frames_with(&mut c.rbuf, max_frame, &mut c.files).map_err(|e| e.to_string())?;
     // A clock probe needs the read's end even when nothing records; cutting small
     // frames takes far less than the clock's error bound.
-    let timed_at = read_at.or_else(|| frames.iter().any(|f| f.header.is_timed()).then(Instant::now));
+    let timed_at = frames.iter().any(|f| f.header.is_timed()).then(Instant::now);
     if c.files.len() > MAX_WAITING_FILES {
         return Err(format!("the peer sent {} files no frame claims", c.files.len()));
     }
@@ -740,7 +740,7 @@ fn deliver(
     // The frames of one read reach the core together (it then takes them in order:
     // a frame's wait for the ones before it is the core's time, not the link's).
     if let Some(at) = read_at {
-        monitor.read(&c.timing, &frames, at, Instant::now());
+        monitor.read(&c.timing, &frames, at, Mono::now());
     }
     for f in frames {
         *any = true;
@@ -850,7 +850,7 @@ fn payload_file(payload: &Bytes) -> Option<Arc<OwnedFd>> {
 
 /// Stamps the frames `c` queued for a stamp with `start` (the flush's start), and
 /// records how long those queued while recording waited.
-fn encode_staged(c: &mut Conn, monitor: &mut Monitoring, start: Instant) {
+fn encode_staged(c: &mut Conn, monitor: &mut Monitoring, start: Mono) {
     if !c.out.has_unstamped() {
         return;
     }
@@ -864,10 +864,10 @@ fn write_timed(c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
     if !c.out.has_unstamped() && !monitor.recording && !c.timing.has_in_flight() {
         return c.out.write(&c.sock);
     }
-    let start = Instant::now();
+    let start = Mono::now();
     encode_staged(c, monitor, start);
     let written = c.out.write(&c.sock);
-    monitor.written(&mut c.timing, c.out.written, Instant::now());
+    monitor.written(&mut c.timing, c.out.written, Mono::now());
     written
 }
 
@@ -877,7 +877,7 @@ impl Route for StreamRoute {
         // stamp it came with, if any.
         let record = self.monitor.recording;
         let queued =
-            (record || frame.header.is_timed()).then(|| *self.pass_start.get_or_insert_with(Instant::now));
+            (record || frame.header.is_timed()).then(|| *self.pass_start.get_or_insert_with(Mono::now));
         let as_file = self.zero_copy_min.is_some_and(|min| frame.payload.len() >= min);
         // Made once for every link of this host the frame goes to.
         let mut file: Option<Option<Arc<OwnedFd>>> = None;
@@ -893,7 +893,7 @@ impl Route for StreamRoute {
             // Behind a staged frame, a frame is staged too, so as not to overtake it.
             let at = match queued {
                 Some(at) => Some(at),
-                None => (!c.out.staged.is_empty()).then(|| *self.pass_start.get_or_insert_with(Instant::now)),
+                None => (!c.out.staged.is_empty()).then(|| *self.pass_start.get_or_insert_with(Mono::now)),
             };
             // A small frame recorded is encoded now and stamped in place: no copy.
             let in_place = record

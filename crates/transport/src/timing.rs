@@ -16,14 +16,53 @@
 //! counted by the recorder, not added one by one.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use treecast_monitor::{Component, Key, Recorder, Report};
 use treecast_wire::Frame;
 
-/// How a node reads its clock, nanoseconds, at an instant: the global clock's time
-/// base, so that stamps of different nodes can be compared.
-pub type ClockFn = Box<dyn Fn(Instant) -> i64 + Send>;
+/// How a node reads its clock, nanoseconds, at a reading of the monotonic clock:
+/// the global clock's time base, so that stamps of different nodes can be compared.
+pub type ClockFn = Box<dyn Fn(Mono) -> i64 + Send>;
+
+/// A reading of the monotonic clock (`CLOCK_MONOTONIC`, the clock `Instant` reads
+/// on Linux), in nanoseconds. Recording takes five per hop and subtracts them:
+/// read and subtracted as plain integers, they cost a fraction of what `Instant`'s
+/// checked conversions do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Mono(u64);
+
+impl Mono {
+    /// The monotonic clock now.
+    pub fn now() -> Mono {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec at the pointer it is given, which
+        // points to a live local; CLOCK_MONOTONIC exists on every Linux.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        if rc != 0 {
+            return Mono(0);
+        }
+        let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+        let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+        Mono(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+    }
+
+    /// A reading `nanos` nanoseconds into the clock (for tests and simulations).
+    pub fn from_nanos(nanos: u64) -> Mono {
+        Mono(nanos)
+    }
+
+    /// Nanoseconds since the clock's origin.
+    pub fn nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Nanoseconds from `earlier` to this reading; 0 if `earlier` is later.
+    pub fn since(self, earlier: Mono) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+}
 
 /// Where a link sits in the tree, which names its samples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +160,7 @@ impl FrameRun {
 #[derive(Debug)]
 struct InFlight {
     run: FrameRun,
-    start: Instant,
+    start: Mono,
 }
 
 impl LinkTiming {
@@ -187,7 +226,7 @@ impl Monitoring {
     }
 
     /// The header stamp of a flush that starts at `start`.
-    pub(crate) fn stamp(&self, start: Instant) -> u64 {
+    pub(crate) fn stamp(&self, start: Mono) -> u64 {
         u64::try_from((self.clock)(start)).unwrap_or(0)
     }
 
@@ -202,10 +241,11 @@ impl Monitoring {
         Key { link: place.lower_node, up: place.to_parent == sending, tag, program }
     }
 
-    /// Frames were encoded by the flush that started at `start`, after waiting `waited`.
-    pub(crate) fn queued(&mut self, t: &mut LinkTiming, run: FrameRun, waited: Duration, start: Instant) {
+    /// Frames were encoded by the flush that started at `start`, after waiting
+    /// `waited_ns`.
+    pub(crate) fn queued(&mut self, t: &mut LinkTiming, run: FrameRun, waited_ns: u64, start: Mono) {
         let key = self.key(t, true, run.stream, run.tag);
-        self.recorder.record_n(key, Component::Queue, run.bytes, nanos(waited), run.count);
+        self.recorder.record_n(key, Component::Queue, run.bytes, waited_ns, run.count);
         if let Some(last) = t.in_flight.back_mut() {
             if last.start == start && last.run.absorb(&run) {
                 return;
@@ -215,7 +255,7 @@ impl Monitoring {
     }
 
     /// The link's byte stream was written up to `written` by a write that ended at `now`.
-    pub(crate) fn written(&mut self, t: &mut LinkTiming, written: u64, now: Instant) {
+    pub(crate) fn written(&mut self, t: &mut LinkTiming, written: u64, now: Mono) {
         while let Some(f) = t.in_flight.front_mut() {
             if f.run.first_end > written {
                 break;
@@ -230,7 +270,7 @@ impl Monitoring {
                 f.run.first_end += done * run.wire_len;
             }
             let key = self.key(t, true, run.stream, run.tag);
-            let ns = nanos(now.saturating_duration_since(start));
+            let ns = now.since(start);
             self.recorder.record_n(key, Component::Send, run.bytes, ns, done);
             if !all {
                 break;
@@ -242,10 +282,10 @@ impl Monitoring {
     /// `handed`. Frames one after another that make the same samples (same stream,
     /// tag, size and stamp: sent by one flush) are recorded as one; the clocks are
     /// read once for all of them.
-    pub(crate) fn read(&mut self, t: &LinkTiming, frames: &[Frame], at: Instant, handed: Instant) {
+    pub(crate) fn read(&mut self, t: &LinkTiming, frames: &[Frame], at: Mono, handed: Mono) {
         let read_ns = (self.clock)(at);
         let peer_offset = t.peer_clock.at(read_ns);
-        let deliver_ns = nanos(handed.saturating_duration_since(at));
+        let deliver_ns = handed.since(at);
         let mut same = 0u64;
         for (i, f) in frames.iter().enumerate() {
             same += 1;
@@ -272,12 +312,8 @@ fn same_samples(a: &Frame, b: &Frame) -> bool {
     (x.stream, x.tag, x.stamp(), a.payload.len()) == (y.stream, y.tag, y.stamp(), b.payload.len())
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// The wall clock, nanoseconds since the Unix epoch.
-pub(crate) fn wall_clock(_: Instant) -> i64 {
+pub(crate) fn wall_clock(_: Mono) -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
@@ -302,16 +338,17 @@ mod tests {
         m.start(1);
         let mut t = LinkTiming::default();
         let frame = Frame::new(treecast_wire::FrameHeader::data(1, 7, 0), vec![0; 100]);
-        let start = Instant::now();
+        let start = Mono::from_nanos(1_000_000_000);
+        let later = |us: u64| Mono::from_nanos(start.nanos() + us * 1_000);
         // Ten frames of 128 bytes, queued in two runs that join into one.
         let first = FrameRun { count: 4, ..FrameRun::one(&frame, 128, 128) };
         let second = FrameRun { count: 6, ..FrameRun::one(&frame, 128, 5 * 128) };
-        m.queued(&mut t, first, Duration::from_micros(3), start);
-        m.queued(&mut t, second, Duration::from_micros(3), start);
+        m.queued(&mut t, first, 3_000, start);
+        m.queued(&mut t, second, 3_000, start);
         assert_eq!(t.in_flight.len(), 1, "the runs join");
         // The first write ends inside the sixth frame, the second writes the rest.
-        m.written(&mut t, 5 * 128 + 60, start + Duration::from_micros(10));
-        m.written(&mut t, 10 * 128, start + Duration::from_micros(25));
+        m.written(&mut t, 5 * 128 + 60, later(10));
+        m.written(&mut t, 10 * 128, later(25));
         assert!(!t.has_in_flight());
         let report = m.report();
         let send: Vec<(u64, u64)> = report
@@ -323,6 +360,14 @@ mod tests {
         assert_eq!(send, [(10, 5 * 10_000 + 5 * 25_000)]);
         let queue = report.cells.iter().find(|c| c.component == Component::Queue).unwrap();
         assert_eq!((queue.count, queue.sum_ns), (10, 30_000));
+    }
+
+    #[test]
+    fn monotonic_readings_keep_their_order_and_their_differences_saturate() {
+        let (a, b) = (Mono::now(), Mono::now());
+        assert!(a.nanos() > 0 && a <= b);
+        assert_eq!(a.since(b), 0);
+        assert_eq!(Mono::from_nanos(5).since(Mono::from_nanos(2)), 3);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use treecast_wire::{ClockSample, ControlMsg};
 
-use treecast_transport::timing::{drifted, PeerClock};
+use treecast_transport::timing::{drifted, Mono, PeerClock};
 
 use super::{ChildState, Event, LinkId, Node, Role};
 
@@ -38,6 +38,9 @@ pub struct ClockSource {
     pub base: Instant,
     /// The clock at `base`, nanoseconds (CLOCK_REALTIME for real processes).
     pub base_ns: i64,
+    /// The monotonic clock read right after `base` (see [`ClockSource::read_mono`]);
+    /// `None` where no real clock backs the source (simulations, tests).
+    pub base_mono: Option<Mono>,
     /// What a test adds to the true clock (none for a true clock).
     pub distortion: Distortion,
 }
@@ -64,7 +67,7 @@ impl Distortion {
 impl ClockSource {
     /// An undistorted clock that read `base_ns` at `base`.
     pub fn new(base: Instant, base_ns: i64) -> ClockSource {
-        ClockSource { base, base_ns, distortion: Distortion::default() }
+        ClockSource { base, base_ns, base_mono: None, distortion: Distortion::default() }
     }
 
     /// The clock at `now`, nanoseconds.
@@ -74,6 +77,19 @@ impl ClockSource {
             None => self.base_ns.saturating_sub(duration_ns(self.base.duration_since(now))),
         };
         true_ns.saturating_add(self.distortion.at(true_ns))
+    }
+}
+
+impl ClockSource {
+    /// The clock at monotonic reading `now`, nanoseconds: what the route stamps
+    /// frames with while recording. It agrees with [`ClockSource::read`] within the
+    /// time between the two readings of the base (tens of nanoseconds); `None`
+    /// without a monotonic base.
+    pub fn read_mono(&self, now: Mono) -> Option<i64> {
+        let base = self.base_mono?;
+        let since = i64::try_from(now.nanos()).ok()? - i64::try_from(base.nanos()).ok()?;
+        let true_ns = self.base_ns.saturating_add(since);
+        Some(true_ns.saturating_add(self.distortion.at(true_ns)))
     }
 }
 

@@ -134,9 +134,9 @@ impl<T: Tool> Driver<T> {
     pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
         let mut route = StreamRoute::new(max_frame);
         route.set_zero_copy_min(crate::env::zero_copy_min_from_env());
-        if let Some(source) = core.clock_source() {
+        if let Some(source) = core.clock_source().filter(|s| s.base_mono.is_some()) {
             // Monitoring stamps frames on the global clock's time base.
-            route.set_clock(Box::new(move |at| source.read(at)));
+            route.set_clock(Box::new(move |at| source.read_mono(at).unwrap_or(0)));
         }
         let udp = udp::UdpRoute::new(McastKey::new(&launching.secret), core.node_id());
         Driver {

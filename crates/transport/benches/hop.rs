@@ -1,0 +1,119 @@
+//! What recording costs one hop of a link, with nothing else on the machine: a
+//! 64-byte frame sent back and forth between two routes over a Unix socket pair,
+//! with recording off and on at both ends (two hops per iteration: each one a
+//! send, flush, write, read, cut and hand-over).
+//! `cargo bench -p treecast-transport --bench hop`.
+
+#![allow(clippy::unwrap_used)] // a bench: a failure here is a bug to see at once
+
+use std::task::Poll;
+use std::time::Instant;
+
+use treecast_transport::timing::Mono;
+use treecast_transport::{LinkId, LinkTable, Route, RouteEvent, Socket, StreamRoute};
+use treecast_wire::{Frame, FrameHeader, MAX_PAYLOAD_LEN};
+
+/// Two routes linked by a socket pair: (a, its link, b, its link).
+fn linked() -> (StreamRoute, LinkId, StreamRoute, LinkId) {
+    let (x, y) = std::os::unix::net::UnixStream::pair().unwrap();
+    x.set_nonblocking(true).unwrap();
+    y.set_nonblocking(true).unwrap();
+    let mut table = LinkTable::new();
+    let (la, lb) = (table.insert(()), table.insert(()));
+    let (mut a, mut b) = (StreamRoute::new(MAX_PAYLOAD_LEN), StreamRoute::new(MAX_PAYLOAD_LEN));
+    // A node's clock: its time base read once, then arithmetic (as `ClockSource`).
+    for route in [&mut a, &mut b] {
+        let base = Mono::now();
+        route.set_clock(Box::new(move |at: Mono| 1_800_000_000_000_000_000 + at.since(base) as i64));
+    }
+    a.add(la, Socket::Unix(x), "b".into()).unwrap();
+    b.add(lb, Socket::Unix(y), "a".into()).unwrap();
+    (a, la, b, lb)
+}
+
+/// One hop: `from` sends `frame` on `link`, `to` takes it in.
+async fn hop(from: &mut StreamRoute, link: LinkId, to: &mut StreamRoute, frame: &Frame) {
+    from.send(&[link], frame);
+    from.flush();
+    let mut got = false;
+    std::future::poll_fn(|cx| {
+        to.poll_recv(cx, &mut |_, e| got |= matches!(e, RouteEvent::Frame(_)));
+        if got {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// Seconds per hop over `iterations` round trips (two hops each).
+fn time_hops(
+    rt: &tokio::runtime::Runtime,
+    routes: &mut (StreamRoute, LinkId, StreamRoute, LinkId),
+    frame: &Frame,
+    iterations: u32,
+) -> f64 {
+    let (a, la, b, lb) = routes;
+    let kb: usize = std::env::var("HOP_THRASH_KB").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mut junk = vec![1u8; kb * 1024];
+    let start = Instant::now();
+    rt.block_on(async {
+        for _ in 0..iterations {
+            hop(a, *la, b, frame).await;
+            for i in (0..junk.len()).step_by(64) {
+                junk[i] = junk[i].wrapping_add(1);
+            }
+            hop(b, *lb, a, frame).await;
+            for i in (0..junk.len()).step_by(64) {
+                junk[i] = junk[i].wrapping_add(1);
+            }
+        }
+    });
+    std::hint::black_box(&junk);
+    start.elapsed().as_secs_f64() / f64::from(2 * iterations)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _guard = rt.enter();
+    let frame = Frame::new(FrameHeader::data(1, 7, 0), vec![1; 64]);
+    let mut off = linked();
+    let mut on = linked();
+    on.0.monitor_start(1);
+    on.2.monitor_start(1);
+    if let Ok(only) = std::env::var("HOP_ONLY") {
+        // One kind alone, for a cache simulator: HOP_ONLY=on or off.
+        let routes = if only == "on" { &mut on } else { &mut off };
+        let t = time_hops(&rt, routes, &frame, 20_000);
+        println!("{only}: {:.0} ns per hop", t * 1e9);
+        return;
+    }
+    let (pairs, iterations) = (40, 5_000);
+    time_hops(&rt, &mut off, &frame, iterations);
+    time_hops(&rt, &mut on, &frame, iterations);
+    let (mut offs, mut ons, mut changes) = (Vec::new(), Vec::new(), Vec::new());
+    for pair in 0..pairs {
+        let (t_off, t_on) = if pair % 2 == 0 {
+            let t = time_hops(&rt, &mut off, &frame, iterations);
+            (t, time_hops(&rt, &mut on, &frame, iterations))
+        } else {
+            let t = time_hops(&rt, &mut on, &frame, iterations);
+            (time_hops(&rt, &mut off, &frame, iterations), t)
+        };
+        offs.push(t_off);
+        ons.push(t_on);
+        changes.push(t_on - t_off);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2] * 1e9
+    };
+    println!(
+        "one hop of a 64-byte frame ({pairs} pairs of {iterations} round trips, order alternating): \
+         not recording {:.0} ns, recording {:.0} ns, recording adds {:.0} ns per hop (median of the pairs)",
+        median(&mut offs),
+        median(&mut ons),
+        median(&mut changes)
+    );
+}
