@@ -220,6 +220,9 @@ impl OutQueue {
             }
             queued(u.run, start.since(u.at));
         }
+        if self.staged.is_empty() {
+            return;
+        }
         // Taken and given back, so the staging vector keeps its capacity: no
         // allocation per flush while recording.
         let mut staged = std::mem::take(&mut self.staged);
