@@ -44,9 +44,9 @@ fn record(c: &mut Criterion) {
             }
         })
     });
-    // A sample that differs from the last in every call: each one a new run, which
-    // waits in the buffer, and the buffer settled when full.
-    c.bench_function("record one sample, each a new run, settled in bulk", |b| {
+    // A sample that differs from the last in every call and goes to another cell
+    // than the last: each one a new run, its cell looked up.
+    c.bench_function("record one sample, each a new run, two cells alternating", |b| {
         let keys = [key, Key { link: 2, ..key }];
         let mut i = 0usize;
         b.iter(|| {

@@ -173,7 +173,7 @@ impl Recorder {
         if count == 0 {
             return;
         }
-        let value = latency_ns.max(1).min(HIGHEST_NS);
+        let value = latency_ns.clamp(1, HIGHEST_NS);
         let size_class = size_class(bytes);
         let packed = pack(key);
         let sum_ns = latency_ns.saturating_mul(count);

@@ -3,6 +3,13 @@
 //! with recording off and on at both ends (two hops per iteration: each one a
 //! send, flush, write, read, cut and hand-over).
 //! `cargo bench -p treecast-transport --bench hop`.
+//!
+//! Knobs (environment): `HOP_THRASH_KB=N` writes a line of every 64 bytes of an
+//! N KiB buffer after each hop, for caches as cold as a node's that slept between
+//! two frames (the same for both kinds, so it adds to both times alike);
+//! `HOP_ONLY=on|off` times one kind alone, 20,000 round trips, for a cache
+//! simulator (`valgrind --tool=cachegrind`), whose instruction counts per kind
+//! subtract exactly.
 
 #![allow(clippy::unwrap_used)] // a bench: a failure here is a bug to see at once
 
@@ -47,6 +54,13 @@ async fn hop(from: &mut StreamRoute, link: LinkId, to: &mut StreamRoute, frame: 
     .await;
 }
 
+/// Touches a line of every 64 bytes of `junk`: evicts what the last hop left in the caches.
+fn thrash(junk: &mut [u8]) {
+    for i in (0..junk.len()).step_by(64) {
+        junk[i] = junk[i].wrapping_add(1);
+    }
+}
+
 /// Seconds per hop over `iterations` round trips (two hops each).
 fn time_hops(
     rt: &tokio::runtime::Runtime,
@@ -61,13 +75,9 @@ fn time_hops(
     rt.block_on(async {
         for _ in 0..iterations {
             hop(a, *la, b, frame).await;
-            for i in (0..junk.len()).step_by(64) {
-                junk[i] = junk[i].wrapping_add(1);
-            }
+            thrash(&mut junk);
             hop(b, *lb, a, frame).await;
-            for i in (0..junk.len()).step_by(64) {
-                junk[i] = junk[i].wrapping_add(1);
-            }
+            thrash(&mut junk);
         }
     });
     std::hint::black_box(&junk);

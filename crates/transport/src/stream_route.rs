@@ -20,7 +20,7 @@ use tokio::io::Interest;
 use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN, TIMESTAMP_AT};
 
 use crate::route::{Close, Route, RouteEvent};
-use crate::timing::{ClockFn, FrameRun, LinkPlace, LinkTiming, Mono, Monitoring, PeerClock};
+use crate::timing::{ClockFn, FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, PeerClock};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
@@ -731,8 +731,9 @@ fn deliver(
 ) -> Result<(), String> {
     let read_at = monitor.recording.then(Mono::now);
     let frames = cut_frames_with(&mut c.rbuf, max_frame, &mut c.files).map_err(|e| e.to_string())?;
-    // A clock probe needs the read's end even when nothing records; cutting small
-    // frames takes far less than the clock's error bound.
+    // A clock probe needs the read's end, as the `Instant` the core measures with,
+    // whether or not anything records; cutting small frames takes far less than the
+    // clock's error bound.
     let timed_at = frames.iter().any(|f| f.header.is_timed()).then(Instant::now);
     if c.files.len() > MAX_WAITING_FILES {
         return Err(format!("the peer sent {} files no frame claims", c.files.len()));
