@@ -729,7 +729,7 @@ fn deliver(
     sink: &mut dyn FnMut(LinkId, RouteEvent),
     any: &mut bool,
 ) -> Result<(), String> {
-    let read_at = monitor.recording.then(Mono::now);
+    let read_at = monitor.recording.then(|| monitor.ticker.now());
     let frames = cut_frames_with(&mut c.rbuf, max_frame, &mut c.files).map_err(|e| e.to_string())?;
     // A clock probe needs the read's end, as the `Instant` the core measures with,
     // whether or not anything records; cutting small frames takes far less than the
@@ -744,7 +744,8 @@ fn deliver(
     // The frames of one read reach the core together (it then takes them in order:
     // a frame's wait for the ones before it is the core's time, not the link's).
     if let Some(at) = read_at {
-        monitor.read(&c.timing, &frames, at, Mono::now());
+        let handed = monitor.ticker.now();
+        monitor.read(&c.timing, &frames, at, handed);
     }
     for f in frames {
         *any = true;
@@ -868,10 +869,15 @@ fn write_timed(c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
     if !c.out.has_unstamped() && !monitor.recording && !c.timing.has_in_flight() {
         return c.out.write(&c.sock);
     }
-    let start = Mono::now();
+    // A clock probe's stamp is read exactly: the global clock is measured with it.
+    let start = match c.out.staged.iter().any(|s| s.frame.header.is_timed()) {
+        true => Mono::now(),
+        false => monitor.ticker.now(),
+    };
     encode_staged(c, monitor, start);
     let written = c.out.write(&c.sock);
-    monitor.written(&mut c.timing, c.out.written, Mono::now());
+    let end = monitor.ticker.now();
+    monitor.written(&mut c.timing, c.out.written, end);
     written
 }
 
@@ -880,8 +886,8 @@ impl Route for StreamRoute {
         // Not recording reads no clock, but for a clock probe: a frame keeps the
         // stamp it came with, if any.
         let record = self.monitor.recording;
-        let queued =
-            (record || frame.header.is_timed()).then(|| *self.pass_start.get_or_insert_with(Mono::now));
+        let queued = (record || frame.header.is_timed())
+            .then(|| *self.pass_start.get_or_insert_with(|| self.monitor.ticker.now()));
         let as_file = self.zero_copy_min.is_some_and(|min| frame.payload.len() >= min);
         // Made once for every link of this host the frame goes to.
         let mut file: Option<Option<Arc<OwnedFd>>> = None;
@@ -897,7 +903,8 @@ impl Route for StreamRoute {
             // Behind a staged frame, a frame is staged too, so as not to overtake it.
             let at = match queued {
                 Some(at) => Some(at),
-                None => (!c.out.staged.is_empty()).then(|| *self.pass_start.get_or_insert_with(Mono::now)),
+                None => (!c.out.staged.is_empty())
+                    .then(|| *self.pass_start.get_or_insert_with(|| self.monitor.ticker.now())),
             };
             // A small frame recorded is encoded now and stamped in place: no copy.
             let in_place = record
