@@ -38,7 +38,16 @@ pub(crate) struct Cell {
 #[derive(Debug, Clone)]
 pub(crate) struct Latencies {
     counts: Box<[u64]>,
+    /// How many samples the counts hold.
+    total: u64,
     pub(crate) sum_ns: u64,
+}
+
+/// A report holds more samples in one cell than any recording makes.
+fn too_many() -> MonitorError {
+    MonitorError::Histogram(format!(
+        "a cell claims more than {MAX_CELL_SAMPLES} samples: the report is damaged"
+    ))
 }
 
 /// Sub-buckets per bucket, as the library chooses them for 2 significant digits
@@ -67,7 +76,7 @@ fn lowest_of(index: usize) -> u64 {
 
 impl Latencies {
     fn new() -> Latencies {
-        Latencies { counts: vec![0; CELL_BYTES / 8].into_boxed_slice(), sum_ns: 0 }
+        Latencies { counts: vec![0; CELL_BYTES / 8].into_boxed_slice(), total: 0, sum_ns: 0 }
     }
 
     /// Counts `count` samples of `value` (1 to [`HIGHEST_NS`]); `sum_ns` is their sum.
@@ -76,6 +85,7 @@ impl Latencies {
         if let Some(n) = self.counts.get_mut(index_of(value)) {
             *n = n.saturating_add(count);
         }
+        self.total = self.total.saturating_add(count);
         self.sum_ns = self.sum_ns.saturating_add(sum_ns);
     }
 
@@ -255,28 +265,36 @@ impl Recorder {
     /// over [`HIGHEST_NS`]: the report did not come from a recorder.
     pub fn merge(&mut self, report: &Report) -> Result<(), MonitorError> {
         self.settle();
+        // Checked whole first: a damaged report adds nothing and makes no cell.
+        let mut totals = Vec::with_capacity(report.cells.len());
         for c in &report.cells {
             if c.size_class >= SIZE_CLASSES {
                 return Err(MonitorError::SizeClass(c.size_class));
-            }
-            // Counts are added without checks when quantiles are read: refuse totals
-            // no real recording reaches.
-            let total = c.buckets.iter().try_fold(0u64, |n, [_, count]| n.checked_add(*count));
-            if total.map_or(true, |n| n > MAX_CELL_SAMPLES) {
-                return Err(MonitorError::Histogram(format!(
-                    "a cell claims more than {MAX_CELL_SAMPLES} samples: the report is damaged"
-                )));
-            }
-            let cell = Cell { key: c.key(), component: c.component, size_class: c.size_class };
-            let at = self.cell_at(cell);
-            if self.cells[at].0.key != cell.key {
-                self.folded += 1;
             }
             if let Some(&[value, _]) = c.buckets.iter().find(|[value, _]| *value == 0 || *value > HIGHEST_NS)
             {
                 return Err(MonitorError::Latency(value));
             }
-            let l = &mut self.cells[at].1;
+            // Counts are added without checks when quantiles are read: refuse totals
+            // no real recording reaches.
+            let total = c.buckets.iter().try_fold(0u64, |n, [_, count]| n.checked_add(*count));
+            match total {
+                Some(n) if n <= MAX_CELL_SAMPLES => totals.push(n),
+                _ => return Err(too_many()),
+            }
+        }
+        for (c, total) in report.cells.iter().zip(totals) {
+            let cell = Cell { key: c.key(), component: c.component, size_class: c.size_class };
+            let at = self.cell_at(cell);
+            let (kept, l) = &mut self.cells[at];
+            // Cells of one key repeated, or merged again and again, add up: past
+            // the bound the rest of the report is refused.
+            if l.total.saturating_add(total) > MAX_CELL_SAMPLES {
+                return Err(too_many());
+            }
+            if kept.key != cell.key {
+                self.folded += total;
+            }
             for &[value, count] in &c.buckets {
                 l.add(value, count, 0);
             }
@@ -465,6 +483,47 @@ mod tests {
         let mut bad = r.report();
         bad.cells[0].buckets = vec![[HIGHEST_NS + 1, 1]];
         assert!(Recorder::default().merge(&bad).unwrap_err().to_string().contains("latency"));
+    }
+
+    #[test]
+    fn a_damaged_report_adds_nothing_and_cells_of_one_key_repeated_are_bounded() {
+        let mut r = Recorder::default();
+        r.record(KEY, Component::Queue, 10, 100);
+        let good = r.report();
+        let mut bad = good.clone();
+        bad.cells.push(CellReport { buckets: vec![[0, 1]], ..good.cells[0].clone() });
+        let mut target = Recorder::default();
+        assert!(target.merge(&bad).is_err());
+        assert!(target.is_empty(), "no cell made by a report refused");
+        // One key repeated, each within the bound, together past it.
+        let mut repeated = good.clone();
+        let half = MAX_CELL_SAMPLES / 2 + 1;
+        repeated.cells = vec![CellReport { buckets: vec![[100, half]], ..good.cells[0].clone() }; 2];
+        assert!(target.merge(&repeated).unwrap_err().to_string().contains("damaged"));
+        assert!(target.report().cells.iter().all(|c| c.count <= MAX_CELL_SAMPLES));
+    }
+
+    #[test]
+    fn folded_counts_samples_when_merging_as_when_recording() {
+        let mut full = Recorder::new(1);
+        full.record(KEY, Component::Queue, 10, 100);
+        let mut other = Recorder::default();
+        for _ in 0..3 {
+            other.record(Key { link: 9, ..KEY }, Component::Send, 10, 200);
+        }
+        full.merge(&other.report()).unwrap();
+        assert_eq!(full.report().folded, 3);
+    }
+
+    #[test]
+    fn every_bucket_ends_where_the_next_begins() {
+        for index in 0..CELL_BYTES / 8 - 1 {
+            let next = lowest_of(index + 1);
+            if next > HIGHEST_NS {
+                break;
+            }
+            assert_eq!(index_of(next - 1), index, "the last value of bucket {index}");
+        }
     }
 
     #[test]

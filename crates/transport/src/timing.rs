@@ -69,16 +69,19 @@ impl Mono {
 /// `clock_gettime` takes about 20, and recording takes five per hop.
 ///
 /// The counter is turned into nanoseconds against an anchor (a `clock_gettime`
-/// reading with the counter read on both sides of it), taken again once the last is
-/// [`ANCHOR_SPAN_NS`] old, at a rate measured from the first anchor: the longer the
-/// recording, the more exact the rate. Until the first anchor is
-/// [`CALIBRATION_NS`] old, and wherever the counter is not invariant or the kernel
-/// does not keep time with it, every reading is a `clock_gettime`.
+/// reading with the counter read close on both sides of it), taken again once the
+/// last is [`ANCHOR_SPAN_NS`] old, at a rate measured from the first anchor: the
+/// longer the recording, the more exact the rate. Each new anchor checks what the
+/// last one predicted: a counter that ran on while the clock stood still (a
+/// suspend) or a clock slewed hard makes the prediction miss, and the rate is
+/// measured anew. Until the first anchor is [`CALIBRATION_NS`] old, and wherever
+/// the counter is not invariant or the kernel does not keep time with it, every
+/// reading is a `clock_gettime`. Readings never go back.
 #[derive(Debug)]
 pub(crate) struct Ticker {
     /// The counter can be used: x86-64, invariant, and the kernel's clocksource.
     tsc: bool,
-    /// The first anchor: (counter, clock).
+    /// The first anchor of the rate's measurement: (counter, clock).
     first: Option<(u64, Mono)>,
     /// The latest anchor: (counter, clock).
     anchor: (u64, Mono),
@@ -86,6 +89,8 @@ pub(crate) struct Ticker {
     rate: u64,
     /// Ticks after the latest anchor within which a reading is derived from it.
     span: u64,
+    /// The last reading given: none later is earlier.
+    last: Mono,
 }
 
 /// The age at which an anchor is replaced: the rate's error grows with the
@@ -93,10 +98,19 @@ pub(crate) struct Ticker {
 pub(crate) const ANCHOR_SPAN_NS: u64 = 1_000_000;
 /// How long the first anchor must be old before the rate is trusted.
 pub(crate) const CALIBRATION_NS: u64 = 10_000_000;
+/// An anchor whose two counter readings lie further apart than this (the thread
+/// was preempted or interrupted between them) is read again, and never calibrates.
+const TIGHT_ANCHOR_TICKS: u64 = 4_000;
+/// How far an anchor may miss what the last one predicted before the rate is
+/// measured anew: 2 µs, or 0.1 % of the time since the last anchor.
+const MISS_NS: u64 = 2_000;
+
+/// One anchor reading: the counter before, the clock, the counter after.
+type AnchorRead<'a> = &'a mut dyn FnMut() -> (u64, Mono, u64);
 
 impl Ticker {
     pub(crate) fn new() -> Ticker {
-        Ticker { tsc: tsc_usable(), first: None, anchor: (0, Mono(0)), rate: 0, span: 0 }
+        Ticker { tsc: tsc_usable(), first: None, anchor: (0, Mono(0)), rate: 0, span: 0, last: Mono(0) }
     }
 
     /// The monotonic clock now, within a few nanoseconds.
@@ -104,21 +118,47 @@ impl Ticker {
         if !self.tsc {
             return Mono::now();
         }
-        let ticks = read_tsc().wrapping_sub(self.anchor.0);
-        if ticks >= self.span {
-            return self.anchor_again();
-        }
-        Mono(self.anchor.1 .0 + ((u128::from(ticks) * u128::from(self.rate)) >> 32) as u64)
+        self.at(read_tsc(), &mut || (read_tsc(), Mono::now(), read_tsc()))
     }
 
-    /// Reads the clock with the counter around it, takes that as the anchor and
-    /// measures the rate again from the first.
+    /// The reading for counter value `counter`, anchored again with `read` if the
+    /// anchor is too old.
+    fn at(&mut self, counter: u64, read: AnchorRead<'_>) -> Mono {
+        let ticks = counter.wrapping_sub(self.anchor.0);
+        let reading = match ticks < self.span {
+            true => Mono(self.anchor.1 .0 + ((u128::from(ticks) * u128::from(self.rate)) >> 32) as u64),
+            false => self.anchor_again(read),
+        };
+        self.last = self.last.max(reading);
+        self.last
+    }
+
+    /// Takes a new anchor and measures the rate again from the first.
     #[inline(never)]
-    fn anchor_again(&mut self) -> Mono {
-        let before = read_tsc();
-        let clock = Mono::now();
-        let after = read_tsc();
-        let ticks = before / 2 + after / 2 + (before % 2 + after % 2) / 2;
+    fn anchor_again(&mut self, read: AnchorRead<'_>) -> Mono {
+        let (mut tight, mut best) = (false, (0, Mono(0)));
+        let mut best_gap = u64::MAX;
+        for _ in 0..3 {
+            let (before, clock, after) = read();
+            let gap = after.wrapping_sub(before);
+            if gap < best_gap {
+                best_gap = gap;
+                best = (before / 2 + after / 2 + (before % 2 + after % 2) / 2, clock);
+            }
+            if gap <= TIGHT_ANCHOR_TICKS {
+                tight = true;
+                break;
+            }
+        }
+        let (ticks, clock) = best;
+        if !tight {
+            // Good enough to derive from for a millisecond, not to measure with.
+            self.anchor = (ticks, clock);
+            return clock;
+        }
+        if self.rate > 0 && self.missed(ticks, clock) {
+            (self.first, self.rate, self.span) = (None, 0, 0);
+        }
         self.anchor = (ticks, clock);
         let (first_ticks, first_clock) = *self.first.get_or_insert((ticks, clock));
         let (elapsed, counted) = (clock.since(first_clock), ticks.wrapping_sub(first_ticks));
@@ -130,6 +170,19 @@ impl Ticker {
             };
         }
         clock
+    }
+
+    /// The last anchor, carried forward at the rate to counter value `ticks`, misses
+    /// `clock` by more than [`MISS_NS`] or 0.1 % of the time between them.
+    fn missed(&self, ticks: u64, clock: Mono) -> bool {
+        let counted = ticks.wrapping_sub(self.anchor.0);
+        if counted >= u64::MAX / 2 {
+            return true;
+        }
+        let predicted =
+            self.anchor.1 .0.saturating_add(((u128::from(counted) * u128::from(self.rate)) >> 32) as u64);
+        let elapsed = clock.since(self.anchor.1);
+        predicted.abs_diff(clock.0) > MISS_NS.max(elapsed / 1_000)
     }
 }
 
@@ -492,6 +545,67 @@ mod tests {
         if ticker.tsc {
             assert!(ticker.rate > 0 && ticker.span > 0, "calibrated: {ticker:?}");
         }
+    }
+
+    /// A ticker on a fake counter and clock, whatever this machine's counter.
+    fn fake_ticker() -> Ticker {
+        Ticker { tsc: true, first: None, anchor: (0, Mono(0)), rate: 0, span: 0, last: Mono(0) }
+    }
+
+    /// Anchor readings of a counter at `ticks` and a clock at `clock`, `gap` ticks apart.
+    fn read_at(ticks: u64, clock: u64, gap: u64) -> impl FnMut() -> (u64, Mono, u64) {
+        move || (ticks, Mono(clock), ticks + gap)
+    }
+
+    #[test]
+    fn a_calibrated_ticker_derives_readings_and_anchors_again_every_millisecond() {
+        let mut t = fake_ticker();
+        // 3 ticks per ns; anchors every 100 µs until calibrated.
+        for step in 0..=100u64 {
+            let ns = 1_000_000 + step * 100_000;
+            assert_eq!(t.at(3 * ns, &mut read_at(3 * ns, ns, 0)), Mono(ns));
+        }
+        assert!(t.rate > 0 && t.span > 0, "calibrated: {t:?}");
+        // Half a millisecond on: derived, not read.
+        let ns = 11_000_000 + 500_000;
+        let derived = t.at(3 * ns, &mut || panic!("no anchor needed"));
+        assert!(derived.nanos().abs_diff(ns) <= 1, "{derived:?}");
+        // Two milliseconds on: anchored again.
+        let ns = 13_000_000;
+        assert_eq!(t.at(3 * ns, &mut read_at(3 * ns, ns, 0)), Mono(ns));
+    }
+
+    #[test]
+    fn a_counter_that_ran_on_while_the_clock_stood_still_is_measured_anew() {
+        let mut t = fake_ticker();
+        for step in 0..=100u64 {
+            let ns = step * 100_000;
+            t.at(ns, &mut read_at(ns, ns, 0));
+        }
+        let rate = t.rate;
+        assert!(rate > 0);
+        // A suspend: the counter moved an hour, the clock a millisecond.
+        let (ticks, ns) = (10_000_000 + 3_600_000_000_000, 11_000_000);
+        assert_eq!(t.at(ticks, &mut read_at(ticks, ns, 0)), Mono(ns));
+        assert_eq!((t.rate, t.span), (0, 0), "the rate is measured anew: {t:?}");
+        // Until it is, every reading is the clock's.
+        let later = t.at(ticks + 10, &mut read_at(ticks + 10, ns + 10, 0));
+        assert_eq!(later, Mono(ns + 10));
+    }
+
+    #[test]
+    fn a_loose_anchor_is_read_again_and_never_calibrates_and_readings_never_go_back() {
+        let mut t = fake_ticker();
+        let mut tries = 0;
+        // Every try preempted: the anchor is used but measures nothing.
+        let reading = t.at(5, &mut || {
+            tries += 1;
+            (5, Mono(1_000), 5 + 10 * TIGHT_ANCHOR_TICKS)
+        });
+        assert_eq!((reading, tries, t.first), (Mono(1_000), 3, None));
+        // A counter gone back: anchored again, and the reading held at the last.
+        let back = t.at(1, &mut read_at(1, 900, 0));
+        assert_eq!(back, Mono(1_000));
     }
 
     #[test]

@@ -455,6 +455,19 @@ impl Node {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_monotonic_reading_agrees_with_the_instant_reading_distortion_included() {
+        use treecast_transport::timing::Mono;
+        let base = Instant::now();
+        let mut source = ClockSource::new(base, 1_700_000_000_000_000_000);
+        source.distortion = Distortion { offset_ns: -5_000_000, drift_ppb: 90_000, epoch_ns: source.base_ns };
+        assert_eq!(source.read_mono(Mono::from_nanos(1)), None, "no monotonic base");
+        source.base_mono = Some(Mono::from_nanos(40_000_000_000));
+        // The same moment, 3 s after the base, on either clock.
+        let by_instant = source.read(base + Duration::from_secs(3));
+        assert_eq!(source.read_mono(Mono::from_nanos(43_000_000_000)), Some(by_instant));
+    }
+
     /// A probe of a child whose clock is `offset` ahead, sent at `sent` (parent's
     /// clock), `down` and `up` nanoseconds each way.
     fn probe(offset: i64, sent: i64, down: i64, up: i64) -> Probe {

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use treecast_transport::mcast::McastKey;
-use treecast_transport::timing::LinkPlace;
+use treecast_transport::timing::{LinkPlace, Mono};
 use treecast_transport::{Close, LinkId, LinkTable, Route, RouteEvent, Secret, Socket, StreamRoute};
 
 use treecast_wire::{ControlMsg, Frame, RankSet};
@@ -134,7 +134,15 @@ impl<T: Tool> Driver<T> {
     pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
         let mut route = StreamRoute::new(max_frame);
         route.set_zero_copy_min(crate::env::zero_copy_min_from_env());
-        if let Some(source) = core.clock_source().filter(|s| s.base_mono.is_some()) {
+        if let Some(mut source) = core.clock_source() {
+            if source.base_mono.is_none() {
+                // Made without a monotonic base: derived from its Instant base, as
+                // Instant reads the same clock on Linux.
+                let (now, mono) = (Instant::now(), Mono::now());
+                let since =
+                    u64::try_from(now.saturating_duration_since(source.base).as_nanos()).unwrap_or(u64::MAX);
+                source.base_mono = Some(Mono::from_nanos(mono.nanos().saturating_sub(since)));
+            }
             // Monitoring stamps frames on the global clock's time base.
             route.set_clock(Box::new(move |at| source.read_mono(at).unwrap_or(0)));
         }
