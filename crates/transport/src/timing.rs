@@ -114,21 +114,35 @@ impl Ticker {
     }
 
     /// The monotonic clock now, within a few nanoseconds.
+    #[inline]
     pub(crate) fn now(&mut self) -> Mono {
         if !self.tsc {
             return Mono::now();
         }
-        self.at(read_tsc(), &mut || (read_tsc(), Mono::now(), read_tsc()))
+        let counter = read_tsc();
+        let ticks = counter.wrapping_sub(self.anchor.0);
+        if ticks < self.span {
+            return self.derived(ticks);
+        }
+        self.at(counter, &mut || (read_tsc(), Mono::now(), read_tsc()))
     }
 
     /// The reading for counter value `counter`, anchored again with `read` if the
-    /// anchor is too old.
+    /// anchor is too old (what [`Ticker::now`] does, with readings given).
     fn at(&mut self, counter: u64, read: AnchorRead<'_>) -> Mono {
         let ticks = counter.wrapping_sub(self.anchor.0);
-        let reading = match ticks < self.span {
-            true => Mono(self.anchor.1 .0 + ((u128::from(ticks) * u128::from(self.rate)) >> 32) as u64),
-            false => self.anchor_again(read),
-        };
+        if ticks < self.span {
+            return self.derived(ticks);
+        }
+        let reading = self.anchor_again(read);
+        self.last = self.last.max(reading);
+        self.last
+    }
+
+    /// The reading `ticks` after the anchor, at the rate.
+    #[inline]
+    fn derived(&mut self, ticks: u64) -> Mono {
+        let reading = Mono(self.anchor.1 .0 + ((u128::from(ticks) * u128::from(self.rate)) >> 32) as u64);
         self.last = self.last.max(reading);
         self.last
     }
