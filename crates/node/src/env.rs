@@ -196,14 +196,10 @@ fn splitmix64(mut x: u64) -> u64 {
 /// ignored), and [`CLOCK_RESYNC`].
 pub fn clock_from_env(node_id: u32) -> (crate::core::ClockSource, crate::core::ClockConfig) {
     let base = std::time::Instant::now();
-    // Right after `base`: the route's stamps and the core's readings then agree
-    // within the few tens of nanoseconds between the two.
-    let base_mono = treecast_transport::timing::Mono::now();
     let base_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
     let mut source = crate::core::ClockSource::new(base, base_ns);
-    source.base_mono = Some(base_mono);
     if let Ok(knob) = std::env::var(CLOCK_DISTORT) {
         match clock_distortion(&knob, node_id, base_ns) {
             Ok(Some(d)) => source.distortion = d,

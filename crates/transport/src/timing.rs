@@ -142,7 +142,7 @@ impl Ticker {
     /// The reading `ticks` after the anchor, at the rate.
     #[inline]
     fn derived(&mut self, ticks: u64) -> Mono {
-        let reading = Mono(self.anchor.1 .0 + ((u128::from(ticks) * u128::from(self.rate)) >> 32) as u64);
+        let reading = Mono(self.anchor.1 .0 + self.ns_of(ticks));
         self.last = self.last.max(reading);
         self.last
     }
@@ -186,6 +186,12 @@ impl Ticker {
         clock
     }
 
+    /// Nanoseconds that `ticks` counter ticks make at the rate (saturating).
+    #[inline]
+    fn ns_of(&self, ticks: u64) -> u64 {
+        u64::try_from((u128::from(ticks) * u128::from(self.rate)) >> 32).unwrap_or(u64::MAX)
+    }
+
     /// The last anchor, carried forward at the rate to counter value `ticks`, misses
     /// `clock` by more than [`MISS_NS`] or 0.1 % of the time between them.
     fn missed(&self, ticks: u64, clock: Mono) -> bool {
@@ -193,8 +199,7 @@ impl Ticker {
         if counted >= u64::MAX / 2 {
             return true;
         }
-        let predicted =
-            self.anchor.1 .0.saturating_add(((u128::from(counted) * u128::from(self.rate)) >> 32) as u64);
+        let predicted = self.anchor.1 .0.saturating_add(self.ns_of(counted));
         let elapsed = clock.since(self.anchor.1);
         predicted.abs_diff(clock.0) > MISS_NS.max(elapsed / 1_000)
     }

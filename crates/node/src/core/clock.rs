@@ -38,9 +38,6 @@ pub struct ClockSource {
     pub base: Instant,
     /// The clock at `base`, nanoseconds (CLOCK_REALTIME for real processes).
     pub base_ns: i64,
-    /// The monotonic clock read right after `base` (see [`ClockSource::read_mono`]);
-    /// `None` where no real clock backs the source (simulations, tests).
-    pub base_mono: Option<Mono>,
     /// What a test adds to the true clock (none for a true clock).
     pub distortion: Distortion,
 }
@@ -67,7 +64,7 @@ impl Distortion {
 impl ClockSource {
     /// An undistorted clock that read `base_ns` at `base`.
     pub fn new(base: Instant, base_ns: i64) -> ClockSource {
-        ClockSource { base, base_ns, base_mono: None, distortion: Distortion::default() }
+        ClockSource { base, base_ns, distortion: Distortion::default() }
     }
 
     /// The clock at `now`, nanoseconds.
@@ -81,15 +78,15 @@ impl ClockSource {
 }
 
 impl ClockSource {
-    /// The clock at monotonic reading `now`, nanoseconds: what the route stamps
-    /// frames with while recording. It agrees with [`ClockSource::read`] within the
-    /// time between the two readings of the base (tens of nanoseconds); `None`
-    /// without a monotonic base.
-    pub fn read_mono(&self, now: Mono) -> Option<i64> {
-        let base = self.base_mono?;
-        let since = i64::try_from(now.nanos()).ok()? - i64::try_from(base.nanos()).ok()?;
+    /// The clock at monotonic reading `now`, nanoseconds, where `base_mono` is the
+    /// monotonic reading at `base`: what the route stamps frames with while
+    /// recording. It agrees with [`ClockSource::read`] within the error of
+    /// `base_mono` (tens of nanoseconds when read beside an `Instant`).
+    pub fn read_mono(&self, base_mono: Mono, now: Mono) -> i64 {
+        let since = i128::from(now.nanos()) - i128::from(base_mono.nanos());
+        let since = i64::try_from(since).unwrap_or(if since < 0 { i64::MIN } else { i64::MAX });
         let true_ns = self.base_ns.saturating_add(since);
-        Some(true_ns.saturating_add(self.distortion.at(true_ns)))
+        true_ns.saturating_add(self.distortion.at(true_ns))
     }
 }
 
@@ -461,11 +458,10 @@ mod tests {
         let base = Instant::now();
         let mut source = ClockSource::new(base, 1_700_000_000_000_000_000);
         source.distortion = Distortion { offset_ns: -5_000_000, drift_ppb: 90_000, epoch_ns: source.base_ns };
-        assert_eq!(source.read_mono(Mono::from_nanos(1)), None, "no monotonic base");
-        source.base_mono = Some(Mono::from_nanos(40_000_000_000));
+        let base_mono = Mono::from_nanos(40_000_000_000);
         // The same moment, 3 s after the base, on either clock.
         let by_instant = source.read(base + Duration::from_secs(3));
-        assert_eq!(source.read_mono(Mono::from_nanos(43_000_000_000)), Some(by_instant));
+        assert_eq!(source.read_mono(base_mono, Mono::from_nanos(43_000_000_000)), by_instant);
     }
 
     /// A probe of a child whose clock is `offset` ahead, sent at `sent` (parent's

@@ -134,17 +134,15 @@ impl<T: Tool> Driver<T> {
     pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
         let mut route = StreamRoute::new(max_frame);
         route.set_zero_copy_min(crate::env::zero_copy_min_from_env());
-        if let Some(mut source) = core.clock_source() {
-            if source.base_mono.is_none() {
-                // Made without a monotonic base: derived from its Instant base, as
-                // Instant reads the same clock on Linux.
-                let (now, mono) = (Instant::now(), Mono::now());
-                let since =
-                    u64::try_from(now.saturating_duration_since(source.base).as_nanos()).unwrap_or(u64::MAX);
-                source.base_mono = Some(Mono::from_nanos(mono.nanos().saturating_sub(since)));
-            }
+        if let Some(source) = core.clock_source() {
+            // The monotonic reading at the source's Instant base (Instant reads the
+            // same clock on Linux), within the tens of nanoseconds between the two.
+            let (now, mono) = (Instant::now(), Mono::now());
+            let since =
+                u64::try_from(now.saturating_duration_since(source.base).as_nanos()).unwrap_or(u64::MAX);
+            let base_mono = Mono::from_nanos(mono.nanos().saturating_sub(since));
             // Monitoring stamps frames on the global clock's time base.
-            route.set_clock(Box::new(move |at| source.read_mono(at).unwrap_or(0)));
+            route.set_clock(Box::new(move |at| source.read_mono(base_mono, at)));
         }
         let udp = udp::UdpRoute::new(McastKey::new(&launching.secret), core.node_id());
         Driver {
