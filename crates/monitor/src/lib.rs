@@ -22,7 +22,7 @@ mod signature;
 pub use collection::Collection;
 pub use oneway::{one_way, OneWay};
 pub use plot::{signature_svg, BASELINE_COLOR, RUN_COLOR};
-pub use recorder::{Recorder, CELL_BYTES, DEFAULT_MAX_CELLS, HIGHEST_NS, SIGNIFICANT_DIGITS};
+pub use recorder::{Recorder, Slot, CELL_BYTES, DEFAULT_MAX_CELLS, HIGHEST_NS, SIGNIFICANT_DIGITS};
 pub use report::{CellReport, MonitorError, Report, RouteReport, MERGE_MAX_CELLS};
 pub use signature::{compare, size_class_label, Deviation, Point, Series, Signature};
 

@@ -127,6 +127,19 @@ pub struct Recorder {
     runs: [Run; 4],
     max_cells: usize,
     folded: u64,
+    /// Counts the clears: a [`Slot`] found before the last one names no cell.
+    generation: u32,
+}
+
+/// A cell found once and counted into directly ([`Recorder::add_at`]): what a link
+/// keeps for the frames it carries, which keep one stream, tag and size class for
+/// long stretches, so that their samples need no search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    at: u32,
+    generation: u32,
+    /// The cell is [`Key::OTHER`]'s: its samples are counted as folded.
+    folded: bool,
 }
 
 /// Consecutive equal samples of one component, being counted (none while `count`
@@ -169,7 +182,34 @@ impl Recorder {
             runs: [Run::default(); 4],
             max_cells,
             folded: 0,
+            generation: 0,
         }
+    }
+
+    /// The cell of samples of `key` and `component` for frames of `bytes` bytes,
+    /// made if new (under [`Key::OTHER`] once the recorder is full), to count into
+    /// with [`Recorder::add_at`]. Found for frames that exist: a cell found and never
+    /// counted into shows in reports with no samples.
+    pub fn slot(&mut self, key: Key, component: Component, bytes: u64) -> Slot {
+        let at = self.cell_at(Cell { key, component, size_class: size_class(bytes) });
+        let folded = self.cells.get(at).is_some_and(|(cell, _)| cell.key != key);
+        Slot { at: at as u32, generation: self.generation, folded }
+    }
+
+    /// Counts `count` samples of `latency_ns` in `slot`'s cell, as
+    /// [`Recorder::record_n`] would for its key, component and size. False, counting
+    /// nothing, when the recorder was cleared since the slot was found: find it again.
+    #[inline]
+    pub fn add_at(&mut self, slot: Slot, latency_ns: u64, count: u64) -> bool {
+        if slot.generation != self.generation {
+            return false;
+        }
+        let Some((_, l)) = self.cells.get_mut(slot.at as usize) else { return false };
+        l.add(latency_ns.clamp(1, HIGHEST_NS), count, latency_ns.saturating_mul(count));
+        if slot.folded {
+            self.folded += count;
+        }
+        true
     }
 
     /// Records one sample: a frame of `bytes` bytes spent `latency_ns` in `component`.
@@ -326,6 +366,7 @@ impl Recorder {
         self.index.clear();
         self.runs = [Run::default(); 4];
         self.folded = 0;
+        self.generation = self.generation.wrapping_add(1);
     }
 
     /// Cells in use.
@@ -404,6 +445,48 @@ mod tests {
             let expected = Report { cells, folded, routes: Vec::new() };
             proptest::prop_assert_eq!(r.report(), expected);
         }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Counting through slots found once is counting sample by sample: the same
+        /// report, folding included, whatever the latency (0 and past the highest too).
+        #[test]
+        fn counting_into_slots_equals_recording(
+            samples in proptest::collection::vec((0u32..4, 0usize..4, 0u64..3, proptest::prelude::any::<u64>(), 1u64..4), 0..200),
+            max_cells in 1usize..6,
+        ) {
+            let (mut direct, mut slotted) = (Recorder::new(max_cells), Recorder::new(max_cells));
+            let mut slots: Vec<((Key, Component, u64), Slot)> = Vec::new();
+            for (link, component, size, ns, times) in samples {
+                let (key, component, bytes) = (Key { link, ..KEY }, Component::ALL[component], size * 1000);
+                direct.record_n(key, component, bytes, ns, times);
+                let slot = match slots.iter().find(|(k, _)| *k == (key, component, bytes)) {
+                    Some((_, slot)) => *slot,
+                    None => {
+                        let slot = slotted.slot(key, component, bytes);
+                        slots.push(((key, component, bytes), slot));
+                        slot
+                    }
+                };
+                proptest::prop_assert!(slotted.add_at(slot, ns, times));
+            }
+            proptest::prop_assert_eq!(slotted.report(), direct.report());
+        }
+    }
+
+    #[test]
+    fn a_slot_found_before_a_clear_counts_nothing_after_it() {
+        let mut r = Recorder::default();
+        let slot = r.slot(KEY, Component::Net, 64);
+        assert!(r.add_at(slot, 1_000, 2));
+        r.clear();
+        assert!(!r.add_at(slot, 1_000, 1), "the cell it named is gone");
+        assert_eq!(r.report().count(), 0);
+        let again = r.slot(KEY, Component::Net, 64);
+        assert!(r.add_at(again, 1_000, 1));
+        assert_eq!(r.report().count(), 1);
     }
 
     #[test]

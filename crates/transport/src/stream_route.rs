@@ -498,7 +498,7 @@ impl StreamRoute {
     /// Says where `link` sits in the tree, which names its samples.
     pub fn place_link(&mut self, link: LinkId, place: LinkPlace) {
         if let Some(c) = self.conns.get_mut(link) {
-            c.timing.place = Some(place);
+            c.timing.set_place(place);
         }
     }
 
@@ -745,7 +745,7 @@ fn deliver(
     // a frame's wait for the ones before it is the core's time, not the link's).
     if let Some(at) = read_at {
         let handed = monitor.ticker.now();
-        monitor.read(&c.timing, &frames, at, handed);
+        monitor.read(&mut c.timing, &frames, at, handed);
     }
     for f in frames {
         *any = true;

@@ -18,7 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use treecast_monitor::{Component, Key, Recorder, Report};
+use treecast_monitor::{size_class, Component, Key, Recorder, Report, Slot};
 use treecast_wire::Frame;
 
 /// How a node reads its clock, nanoseconds, at a reading of the monotonic clock:
@@ -288,10 +288,25 @@ pub fn drifted(offset_ns: i64, drift_ppb: i64, since_ns: i128) -> i64 {
 /// A link's part of the monitoring state.
 #[derive(Debug, Default)]
 pub(crate) struct LinkTiming {
-    pub(crate) place: Option<LinkPlace>,
+    place: Option<LinkPlace>,
     pub(crate) peer_clock: PeerClock,
     /// Frames encoded and not yet fully written, in byte-stream order.
     in_flight: VecDeque<InFlight>,
+    /// The cells of the frames last sent ([`Component::Queue`], [`Component::Send`])
+    /// and last received ([`Component::Net`], [`Component::Deliver`]).
+    sent: Option<LinkCells>,
+    received: Option<LinkCells>,
+}
+
+/// The cells a link's frames of one stream, tag and size class go to, one way,
+/// found under the [`Monitoring`] epoch they were found in.
+#[derive(Debug, Clone, Copy)]
+struct LinkCells {
+    epoch: u64,
+    stream: u32,
+    tag: i32,
+    size_class: u8,
+    slots: [Slot; 2],
 }
 
 /// Frames one after another in a link's byte stream that make the same samples
@@ -341,6 +356,12 @@ struct InFlight {
 }
 
 impl LinkTiming {
+    /// Names the link's samples from now on.
+    pub(crate) fn set_place(&mut self, place: LinkPlace) {
+        self.place = Some(place);
+        (self.sent, self.received) = (None, None);
+    }
+
     /// Frames recorded as queued whose last byte is not written yet: their send is
     /// still to be recorded, even after recording stopped.
     pub(crate) fn has_in_flight(&self) -> bool {
@@ -359,6 +380,9 @@ pub(crate) struct Monitoring {
     /// under instead of `program`.
     stream_programs: HashMap<u32, u32>,
     recorder: Recorder,
+    /// Moves whenever what keys a frame's samples may change (the program tags) or
+    /// the recorder is cleared: the cells links found before are looked up again.
+    epoch: u64,
 }
 
 impl std::fmt::Debug for Monitoring {
@@ -380,12 +404,14 @@ impl Monitoring {
             program: 0,
             stream_programs: HashMap::new(),
             recorder: Recorder::default(),
+            epoch: 0,
         }
     }
 
     pub(crate) fn start(&mut self, program: u32) {
         self.program = program;
         self.recording = true;
+        self.epoch += 1;
     }
 
     /// Frames of `stream` are kept under `program` from now on; `None` when the
@@ -395,6 +421,7 @@ impl Monitoring {
             Some(p) => self.stream_programs.insert(stream, p),
             None => self.stream_programs.remove(&stream),
         };
+        self.epoch += 1;
     }
 
     pub(crate) fn report(&mut self) -> Report {
@@ -403,6 +430,7 @@ impl Monitoring {
 
     pub(crate) fn clear(&mut self) {
         self.recorder.clear();
+        self.epoch += 1;
     }
 
     /// The header stamp of a flush that starts at `start`.
@@ -421,11 +449,53 @@ impl Monitoring {
         Key { link: place.lower_node, up: place.to_parent == sending, tag, program }
     }
 
+    /// Counts `count` frames of `stream`, `tag` and `bytes` payload bytes, sent on
+    /// (`sending`) or received from the link of `t`, which spent `ns` in `component`.
+    /// The link remembers the cells it counted in last, each way: a hash lookup only
+    /// when its frames change stream, tag or size class.
+    #[inline]
+    fn count(&mut self, t: &mut LinkTiming, sending: bool, frames: Frames, component: Component, ns: u64) {
+        let size_class = size_class(frames.bytes);
+        let which = matches!(component, Component::Send | Component::Deliver) as usize;
+        let cached = if sending { &t.sent } else { &t.received };
+        let slot = match cached {
+            Some(c)
+                if c.epoch == self.epoch
+                    && (c.stream, c.tag, c.size_class) == (frames.stream, frames.tag, size_class) =>
+            {
+                c.slots[which]
+            }
+            _ => self.find_cells(t, sending, frames, size_class)[which],
+        };
+        if !self.recorder.add_at(slot, ns, frames.count) {
+            // Cleared since without the epoch moving: not this type's way, but never lose a sample.
+            let slot = self.find_cells(t, sending, frames, size_class)[which];
+            self.recorder.add_at(slot, ns, frames.count);
+        }
+    }
+
+    /// Looks up the cells of the link's frames like `frames`, one way, and remembers them.
+    #[inline(never)]
+    fn find_cells(&mut self, t: &mut LinkTiming, sending: bool, frames: Frames, size_class: u8) -> [Slot; 2] {
+        let key = self.key(t, sending, frames.stream, frames.tag);
+        let components = match sending {
+            true => [Component::Queue, Component::Send],
+            false => [Component::Net, Component::Deliver],
+        };
+        let slots = components.map(|c| self.recorder.slot(key, c, frames.bytes));
+        let cells =
+            LinkCells { epoch: self.epoch, stream: frames.stream, tag: frames.tag, size_class, slots };
+        match sending {
+            true => t.sent = Some(cells),
+            false => t.received = Some(cells),
+        }
+        slots
+    }
+
     /// Frames were encoded by the flush that started at `start`, after waiting
     /// `waited_ns`.
     pub(crate) fn queued(&mut self, t: &mut LinkTiming, run: FrameRun, waited_ns: u64, start: Mono) {
-        let key = self.key(t, true, run.stream, run.tag);
-        self.recorder.record_n(key, Component::Queue, run.bytes, waited_ns, run.count);
+        self.count(t, true, Frames::of_run(&run, run.count), Component::Queue, waited_ns);
         if let Some(last) = t.in_flight.back_mut() {
             if last.start == start && last.run.absorb(&run) {
                 return;
@@ -440,7 +510,11 @@ impl Monitoring {
             if f.run.first_end > written {
                 break;
             }
-            let done = ((written - f.run.first_end) / f.run.wire_len + 1).min(f.run.count);
+            // Most writes take every frame queued: no division then.
+            let done = match written >= f.run.end() {
+                true => f.run.count,
+                false => (written - f.run.first_end) / f.run.wire_len + 1,
+            };
             let (start, run) = (f.start, f.run);
             let all = done == run.count;
             if all {
@@ -449,9 +523,7 @@ impl Monitoring {
                 f.run.count -= done;
                 f.run.first_end += done * run.wire_len;
             }
-            let key = self.key(t, true, run.stream, run.tag);
-            let ns = now.since(start);
-            self.recorder.record_n(key, Component::Send, run.bytes, ns, done);
+            self.count(t, true, Frames::of_run(&run, done), Component::Send, now.since(start));
             if !all {
                 break;
             }
@@ -462,7 +534,7 @@ impl Monitoring {
     /// `handed`. Frames one after another that make the same samples (same stream,
     /// tag, size and stamp: sent by one flush) are recorded as one; the clocks are
     /// read once for all of them.
-    pub(crate) fn read(&mut self, t: &LinkTiming, frames: &[Frame], at: Mono, handed: Mono) {
+    pub(crate) fn read(&mut self, t: &mut LinkTiming, frames: &[Frame], at: Mono, handed: Mono) {
         let read_ns = (self.clock)(at);
         let peer_offset = t.peer_clock.at(read_ns);
         let deliver_ns = handed.since(at);
@@ -472,17 +544,38 @@ impl Monitoring {
             if frames.get(i + 1).is_some_and(|next| same_samples(f, next)) {
                 continue;
             }
-            let bytes = f.payload.len() as u64;
-            let key = self.key(t, false, f.header.stream, f.header.tag);
+            let like = Frames {
+                stream: f.header.stream,
+                tag: f.header.tag,
+                bytes: f.payload.len() as u64,
+                count: same,
+            };
             if let Some(sent) = f.header.stamp() {
                 let sent = i64::try_from(sent).unwrap_or(i64::MAX);
                 // The sender's stamp on this node's clock: its clock minus the difference.
                 let net = read_ns.saturating_sub(sent).saturating_add(peer_offset);
-                self.recorder.record_n(key, Component::Net, bytes, u64::try_from(net).unwrap_or(0), same);
+                self.count(t, false, like, Component::Net, u64::try_from(net).unwrap_or(0));
             }
-            self.recorder.record_n(key, Component::Deliver, bytes, deliver_ns, same);
+            self.count(t, false, like, Component::Deliver, deliver_ns);
             same = 0;
         }
+    }
+}
+
+/// Frames alike in what keys their samples, counted together.
+#[derive(Debug, Clone, Copy)]
+struct Frames {
+    stream: u32,
+    tag: i32,
+    /// Payload bytes of each.
+    bytes: u64,
+    count: u64,
+}
+
+impl Frames {
+    /// `count` frames of `run`.
+    fn of_run(run: &FrameRun, count: u64) -> Frames {
+        Frames { stream: run.stream, tag: run.tag, bytes: run.bytes, count }
     }
 }
 
