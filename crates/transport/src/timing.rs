@@ -348,11 +348,14 @@ impl FrameRun {
     }
 }
 
-/// Frames encoded by the flush that started at `start`, not yet fully written.
+/// Frames encoded by the flush that started at `start`, not yet fully written,
+/// after waiting `waited_ns` in the queue: both components are counted when the
+/// write that ends them is.
 #[derive(Debug)]
 struct InFlight {
     run: FrameRun,
     start: Mono,
+    waited_ns: u64,
 }
 
 impl LinkTiming {
@@ -449,29 +452,54 @@ impl Monitoring {
         Key { link: place.lower_node, up: place.to_parent == sending, tag, program }
     }
 
-    /// Counts `count` frames of `stream`, `tag` and `bytes` payload bytes, sent on
-    /// (`sending`) or received from the link of `t`, which spent `ns` in `component`.
-    /// The link remembers the cells it counted in last, each way: a hash lookup only
+    /// Counts `frames`, sent on (`sending`) or received from the link of `t`, which
+    /// spent `first_ns` in their side's first component (queue, or net when the
+    /// sender stamped them) and `second_ns` in its second (send, or deliver). The
+    /// link remembers the cells it counted in last, each way: a hash lookup only
     /// when its frames change stream, tag or size class.
-    #[inline]
-    fn count(&mut self, t: &mut LinkTiming, sending: bool, frames: Frames, component: Component, ns: u64) {
+    fn count(
+        &mut self,
+        t: &mut LinkTiming,
+        sending: bool,
+        frames: Frames,
+        first_ns: Option<u64>,
+        second_ns: u64,
+    ) {
         let size_class = size_class(frames.bytes);
-        let which = matches!(component, Component::Send | Component::Deliver) as usize;
         let cached = if sending { &t.sent } else { &t.received };
-        let slot = match cached {
+        let slots = match cached {
             Some(c)
                 if c.epoch == self.epoch
                     && (c.stream, c.tag, c.size_class) == (frames.stream, frames.tag, size_class) =>
             {
-                c.slots[which]
+                c.slots
             }
-            _ => self.find_cells(t, sending, frames, size_class)[which],
+            _ => self.find_cells(t, sending, frames, size_class),
         };
-        if !self.recorder.add_at(slot, ns, frames.count) {
-            // Cleared since without the epoch moving: not this type's way, but never lose a sample.
-            let slot = self.find_cells(t, sending, frames, size_class)[which];
-            self.recorder.add_at(slot, ns, frames.count);
+        let first = first_ns.map_or(true, |ns| self.recorder.add_at(slots[0], ns, frames.count));
+        let counted = first && self.recorder.add_at(slots[1], second_ns, frames.count);
+        if !counted {
+            self.count_again(t, sending, frames, first_ns, second_ns, size_class);
         }
+    }
+
+    /// Counts what [`Monitoring::count`] could not, the recorder having been cleared
+    /// without the epoch moving (not this type's way, but a sample is never lost).
+    #[cold]
+    fn count_again(
+        &mut self,
+        t: &mut LinkTiming,
+        sending: bool,
+        frames: Frames,
+        first_ns: Option<u64>,
+        second_ns: u64,
+        size_class: u8,
+    ) {
+        let slots = self.find_cells(t, sending, frames, size_class);
+        if let Some(ns) = first_ns {
+            self.recorder.add_at(slots[0], ns, frames.count);
+        }
+        self.recorder.add_at(slots[1], second_ns, frames.count);
     }
 
     /// Looks up the cells of the link's frames like `frames`, one way, and remembers them.
@@ -493,15 +521,14 @@ impl Monitoring {
     }
 
     /// Frames were encoded by the flush that started at `start`, after waiting
-    /// `waited_ns`.
+    /// `waited_ns`; they are counted once written.
     pub(crate) fn queued(&mut self, t: &mut LinkTiming, run: FrameRun, waited_ns: u64, start: Mono) {
-        self.count(t, true, Frames::of_run(&run, run.count), Component::Queue, waited_ns);
         if let Some(last) = t.in_flight.back_mut() {
-            if last.start == start && last.run.absorb(&run) {
+            if last.start == start && last.waited_ns == waited_ns && last.run.absorb(&run) {
                 return;
             }
         }
-        t.in_flight.push_back(InFlight { run, start });
+        t.in_flight.push_back(InFlight { run, start, waited_ns });
     }
 
     /// The link's byte stream was written up to `written` by a write that ended at `now`.
@@ -515,7 +542,7 @@ impl Monitoring {
                 true => f.run.count,
                 false => (written - f.run.first_end) / f.run.wire_len + 1,
             };
-            let (start, run) = (f.start, f.run);
+            let (start, waited_ns, run) = (f.start, f.waited_ns, f.run);
             let all = done == run.count;
             if all {
                 t.in_flight.pop_front();
@@ -523,7 +550,7 @@ impl Monitoring {
                 f.run.count -= done;
                 f.run.first_end += done * run.wire_len;
             }
-            self.count(t, true, Frames::of_run(&run, done), Component::Send, now.since(start));
+            self.count(t, true, Frames::of_run(&run, done), Some(waited_ns), now.since(start));
             if !all {
                 break;
             }
@@ -550,13 +577,13 @@ impl Monitoring {
                 bytes: f.payload.len() as u64,
                 count: same,
             };
-            if let Some(sent) = f.header.stamp() {
+            let net_ns = f.header.stamp().map(|sent| {
                 let sent = i64::try_from(sent).unwrap_or(i64::MAX);
                 // The sender's stamp on this node's clock: its clock minus the difference.
                 let net = read_ns.saturating_sub(sent).saturating_add(peer_offset);
-                self.count(t, false, like, Component::Net, u64::try_from(net).unwrap_or(0));
-            }
-            self.count(t, false, like, Component::Deliver, deliver_ns);
+                u64::try_from(net).unwrap_or(0)
+            });
+            self.count(t, false, like, net_ns, deliver_ns);
             same = 0;
         }
     }
