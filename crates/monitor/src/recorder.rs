@@ -38,8 +38,6 @@ pub(crate) struct Cell {
 #[derive(Debug, Clone)]
 pub(crate) struct Latencies {
     counts: Box<[u64]>,
-    /// How many samples the counts hold.
-    total: u64,
     pub(crate) sum_ns: u64,
 }
 
@@ -76,7 +74,7 @@ fn lowest_of(index: usize) -> u64 {
 
 impl Latencies {
     fn new() -> Latencies {
-        Latencies { counts: vec![0; CELL_BYTES / 8].into_boxed_slice(), total: 0, sum_ns: 0 }
+        Latencies { counts: vec![0; CELL_BYTES / 8].into_boxed_slice(), sum_ns: 0 }
     }
 
     /// Counts `count` samples of `value` (1 to [`HIGHEST_NS`]); `sum_ns` is their sum.
@@ -85,8 +83,12 @@ impl Latencies {
         if let Some(n) = self.counts.get_mut(index_of(value)) {
             *n = n.saturating_add(count);
         }
-        self.total = self.total.saturating_add(count);
         self.sum_ns = self.sum_ns.saturating_add(sum_ns);
+    }
+
+    /// How many samples the counts hold (summed when asked: only a merge asks).
+    fn total(&self) -> u64 {
+        self.counts.iter().fold(0u64, |n, &c| n.saturating_add(c))
     }
 
     /// The library's histogram of these counts.
@@ -124,7 +126,9 @@ pub struct Recorder {
     cells: Vec<(Cell, Latencies)>,
     index: FxHashMap<Cell, usize>,
     /// Per component (its index in [`Component::ALL`]), the run being counted.
-    runs: [Run; 4],
+    /// Boxed: [`Recorder::add_at`] never reads them, and they would take four of
+    /// the cache lines next to what it does read.
+    runs: Box<[Run; 4]>,
     max_cells: usize,
     folded: u64,
     /// Counts the clears: a [`Slot`] found before the last one names no cell.
@@ -179,7 +183,7 @@ impl Recorder {
         Recorder {
             cells: Vec::new(),
             index: FxHashMap::default(),
-            runs: [Run::default(); 4],
+            runs: Box::new([Run::default(); 4]),
             max_cells,
             folded: 0,
             generation: 0,
@@ -329,7 +333,7 @@ impl Recorder {
             let (kept, l) = &mut self.cells[at];
             // Cells of one key repeated, or merged again and again, add up: past
             // the bound the rest of the report is refused.
-            if l.total.saturating_add(total) > MAX_CELL_SAMPLES {
+            if l.total().saturating_add(total) > MAX_CELL_SAMPLES {
                 return Err(too_many());
             }
             if kept.key != cell.key {
@@ -364,7 +368,7 @@ impl Recorder {
     pub fn clear(&mut self) {
         self.cells.clear();
         self.index.clear();
-        self.runs = [Run::default(); 4];
+        *self.runs = [Run::default(); 4];
         self.folded = 0;
         self.generation = self.generation.wrapping_add(1);
     }

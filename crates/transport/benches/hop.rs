@@ -7,6 +7,8 @@
 //! Knobs (environment): `HOP_THRASH_KB=N` writes a line of every 64 bytes of an
 //! N KiB buffer after each hop, for caches as cold as a node's that slept between
 //! two frames (the same for both kinds, so it adds to both times alike);
+//! `HOP_BATCH=N` sends N frames per hop in one pass of the sender (what back-to-back
+//! reductions make), so that the figures are per batch;
 //! `HOP_ONLY=on|off` times one kind alone, 20,000 round trips, for a cache
 //! simulator (`valgrind --tool=cachegrind`), whose instruction counts per kind
 //! subtract exactly.
@@ -38,14 +40,16 @@ fn linked() -> (StreamRoute, LinkId, StreamRoute, LinkId) {
     (a, la, b, lb)
 }
 
-/// One hop: `from` sends `frame` on `link`, `to` takes it in.
-async fn hop(from: &mut StreamRoute, link: LinkId, to: &mut StreamRoute, frame: &Frame) {
-    from.send(&[link], frame);
+/// One hop: `from` sends `batch` copies of `frame` on `link` in one pass, `to` takes them in.
+async fn hop(from: &mut StreamRoute, link: LinkId, to: &mut StreamRoute, frame: &Frame, batch: usize) {
+    for _ in 0..batch {
+        from.send(&[link], frame);
+    }
     from.flush();
-    let mut got = false;
+    let mut got = 0;
     std::future::poll_fn(|cx| {
-        to.poll_recv(cx, &mut |_, e| got |= matches!(e, RouteEvent::Frame(_)));
-        if got {
+        to.poll_recv(cx, &mut |_, e| got += usize::from(matches!(e, RouteEvent::Frame(_))));
+        if got == batch {
             Poll::Ready(())
         } else {
             Poll::Pending
@@ -68,14 +72,15 @@ fn time_hops(
     frame: &Frame,
     iterations: u32,
     junk: &mut [u8],
+    batch: usize,
 ) -> f64 {
     let (a, la, b, lb) = routes;
     let start = Instant::now();
     rt.block_on(async {
         for _ in 0..iterations {
-            hop(a, *la, b, frame).await;
+            hop(a, *la, b, frame, batch).await;
             thrash(junk);
-            hop(b, *lb, a, frame).await;
+            hop(b, *lb, a, frame, batch).await;
             thrash(junk);
         }
     });
@@ -89,7 +94,8 @@ fn main() {
     let frame = Frame::new(FrameHeader::data(1, 7, 0), vec![1; 64]);
     let kb: usize = std::env::var("HOP_THRASH_KB").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let mut junk = vec![1u8; kb * 1024];
-    let mut time = |routes: &mut _, iterations| time_hops(&rt, routes, &frame, iterations, &mut junk);
+    let batch: usize = std::env::var("HOP_BATCH").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1);
+    let mut time = |routes: &mut _, iterations| time_hops(&rt, routes, &frame, iterations, &mut junk, batch);
     let mut off = linked();
     let mut on = linked();
     on.0.monitor_start(1);
@@ -123,7 +129,7 @@ fn main() {
     };
     let (off_ns, on_ns) = (median(&mut offs), median(&mut ons));
     println!(
-        "one hop of a 64-byte frame ({pairs} pairs of {iterations} round trips, order alternating): \
+        "one hop of {batch} 64-byte frame(s) ({pairs} pairs of {iterations} round trips, order alternating): \
          not recording {off_ns:.0} ns (the reference), recording {on_ns:.0} ns ({:.3}x), \
          recording adds {:.0} ns per hop (median of the pairs)",
         on_ns / off_ns,

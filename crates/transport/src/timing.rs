@@ -19,7 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use treecast_monitor::{size_class, Component, Key, Recorder, Report, Slot};
-use treecast_wire::Frame;
+use treecast_wire::{Frame, FLAG_STAMPED};
 
 /// How a node reads its clock, nanoseconds, at a reading of the monotonic clock:
 /// the global clock's time base, so that stamps of different nodes can be compared.
@@ -313,8 +313,9 @@ struct LinkCells {
 /// (same stream, tag and size, queued together): counted, not listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FrameRun {
-    /// Where the first one ends in the link's byte stream.
-    pub(crate) first_end: u64,
+    /// Where the last one ends in the link's byte stream (kept rather than where the
+    /// first ends: a frame joins a run by comparing with it, on every frame).
+    pub(crate) last_end: u64,
     /// Bytes each one takes in the byte stream.
     pub(crate) wire_len: u64,
     pub(crate) count: u64,
@@ -328,20 +329,21 @@ impl FrameRun {
     /// One frame of `wire_len` bytes that ends at `end` in the byte stream.
     pub(crate) fn one(frame: &Frame, wire_len: u64, end: u64) -> FrameRun {
         let (stream, tag) = (frame.header.stream, frame.header.tag);
-        FrameRun { first_end: end, wire_len, count: 1, bytes: frame.payload.len() as u64, stream, tag }
+        FrameRun { last_end: end, wire_len, count: 1, bytes: frame.payload.len() as u64, stream, tag }
     }
 
-    /// Where the last one ends.
-    fn end(&self) -> u64 {
-        self.first_end + (self.count - 1) * self.wire_len
+    /// Where the first one ends.
+    fn first_end(&self) -> u64 {
+        self.last_end - (self.count - 1) * self.wire_len
     }
 
     /// Takes `next` in if it comes right after these frames and is like them.
     pub(crate) fn absorb(&mut self, next: &FrameRun) -> bool {
         let like = (next.wire_len, next.bytes, next.stream, next.tag)
             == (self.wire_len, self.bytes, self.stream, self.tag);
-        if like && next.first_end == self.end() + self.wire_len {
+        if like && next.first_end() == self.last_end + self.wire_len {
             self.count += next.count;
+            self.last_end = next.last_end;
             return true;
         }
         false
@@ -534,13 +536,11 @@ impl Monitoring {
     /// The link's byte stream was written up to `written` by a write that ended at `now`.
     pub(crate) fn written(&mut self, t: &mut LinkTiming, written: u64, now: Mono) {
         while let Some(f) = t.in_flight.front_mut() {
-            if f.run.first_end > written {
-                break;
-            }
             // Most writes take every frame queued: no division then.
-            let done = match written >= f.run.end() {
+            let done = match written >= f.run.last_end {
                 true => f.run.count,
-                false => (written - f.run.first_end) / f.run.wire_len + 1,
+                false if f.run.first_end() > written => break,
+                false => (written - f.run.first_end()) / f.run.wire_len + 1,
             };
             let (start, waited_ns, run) = (f.start, f.waited_ns, f.run);
             let all = done == run.count;
@@ -548,7 +548,6 @@ impl Monitoring {
                 t.in_flight.pop_front();
             } else {
                 f.run.count -= done;
-                f.run.first_end += done * run.wire_len;
             }
             self.count(t, true, Frames::of_run(&run, done), Some(waited_ns), now.since(start));
             if !all {
@@ -609,7 +608,10 @@ impl Frames {
 /// Two frames of one read give the same samples.
 fn same_samples(a: &Frame, b: &Frame) -> bool {
     let (x, y) = (&a.header, &b.header);
-    (x.stream, x.tag, x.stamp(), a.payload.len()) == (y.stream, y.tag, y.stamp(), b.payload.len())
+    // Raw stamps compared: unstamped frames that keep different old stamps are
+    // recorded apart, which gives the same samples.
+    (x.timestamp_ns, x.stream, x.tag, x.flags & FLAG_STAMPED, a.payload.len())
+        == (y.timestamp_ns, y.stream, y.tag, y.flags & FLAG_STAMPED, b.payload.len())
 }
 
 /// The wall clock, nanoseconds since the Unix epoch.
@@ -641,8 +643,8 @@ mod tests {
         let start = Mono::from_nanos(1_000_000_000);
         let later = |us: u64| Mono::from_nanos(start.nanos() + us * 1_000);
         // Ten frames of 128 bytes, queued in two runs that join into one.
-        let first = FrameRun { count: 4, ..FrameRun::one(&frame, 128, 128) };
-        let second = FrameRun { count: 6, ..FrameRun::one(&frame, 128, 5 * 128) };
+        let first = FrameRun { count: 4, ..FrameRun::one(&frame, 128, 4 * 128) };
+        let second = FrameRun { count: 6, ..FrameRun::one(&frame, 128, 10 * 128) };
         m.queued(&mut t, first, 3_000, start);
         m.queued(&mut t, second, 3_000, start);
         assert_eq!(t.in_flight.len(), 1, "the runs join");
