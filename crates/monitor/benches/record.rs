@@ -44,6 +44,16 @@ fn record(c: &mut Criterion) {
             }
         })
     });
+    // What the route does: each component's cell found once, then counted into.
+    c.bench_function("count a frame's four components into slots", |b| {
+        let slots = Component::ALL.map(|component| r.slot(key, component, 64));
+        b.iter(|| {
+            for slot in slots {
+                r.add_at(black_box(slot), ns, 1);
+                ns = ns.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1) % 1_000_000 + 1;
+            }
+        })
+    });
     // A sample that differs from the last in every call and goes to another cell
     // than the last: each one a new run, its cell looked up.
     c.bench_function("record one sample, each a new run, two cells alternating", |b| {

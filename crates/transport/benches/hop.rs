@@ -18,7 +18,7 @@
 use std::task::Poll;
 use std::time::Instant;
 
-use treecast_transport::timing::Mono;
+use treecast_transport::timing::{Mono, NodeClock};
 use treecast_transport::{LinkId, LinkTable, Route, RouteEvent, Socket, StreamRoute};
 use treecast_wire::{Frame, FrameHeader, MAX_PAYLOAD_LEN};
 
@@ -32,8 +32,8 @@ fn linked() -> (StreamRoute, LinkId, StreamRoute, LinkId) {
     let (mut a, mut b) = (StreamRoute::new(MAX_PAYLOAD_LEN), StreamRoute::new(MAX_PAYLOAD_LEN));
     // A node's clock: its time base read once, then arithmetic (as `ClockSource`).
     for route in [&mut a, &mut b] {
-        let base = Mono::now();
-        route.set_clock(Box::new(move |at: Mono| 1_800_000_000_000_000_000 + at.since(base) as i64));
+        let base_ns = 1_800_000_000_000_000_000;
+        route.set_clock(NodeClock { base: Mono::now(), base_ns, offset_ns: 0, drift_ppb: 0, epoch_ns: 0 });
     }
     a.add(la, Socket::Unix(x), "b".into()).unwrap();
     b.add(lb, Socket::Unix(y), "a".into()).unwrap();

@@ -20,7 +20,7 @@ use tokio::io::Interest;
 use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN, TIMESTAMP_AT};
 
 use crate::route::{Close, Route, RouteEvent};
-use crate::timing::{ClockFn, FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, PeerClock};
+use crate::timing::{FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
@@ -467,8 +467,8 @@ impl StreamRoute {
     }
 
     /// Sets the clock that stamps frames while monitoring (the node's global-clock
-    /// time base); the wall clock until then.
-    pub fn set_clock(&mut self, clock: ClockFn) {
+    /// time base); the wall clock as read when the route was made until then.
+    pub fn set_clock(&mut self, clock: NodeClock) {
         self.monitor.clock = clock;
     }
 
@@ -1077,6 +1077,11 @@ mod tests {
         (child, la, parent, lb)
     }
 
+    /// A clock that stands at `ns`: its distortion takes back every nanosecond that passes.
+    fn fixed_clock(ns: i64) -> NodeClock {
+        NodeClock { base: Mono::now(), base_ns: 0, offset_ns: ns, drift_ppb: -1_000_000_000, epoch_ns: 0 }
+    }
+
     #[tokio::test]
     async fn while_monitoring_each_end_records_its_components_and_net_is_corrected_by_the_peer_clock() {
         use treecast_monitor::{Component, Key};
@@ -1085,8 +1090,8 @@ mod tests {
         parent.place_link(lb, LinkPlace { lower_node: 4, to_parent: false });
         // The child's clock reads 5 s, the parent's 7 s, and the global clock says the
         // child's runs 2 s less 1 µs behind: each frame took 1 µs on the way.
-        child.set_clock(Box::new(|_| 5_000_000_000));
-        parent.set_clock(Box::new(|_| 7_000_000_000));
+        child.set_clock(fixed_clock(5_000_000_000));
+        parent.set_clock(fixed_clock(7_000_000_000));
         parent.set_peer_clock(lb, PeerClock { offset_ns: -2_000_000_000 + 1_000, drift_ppb: 0, at_ns: 0 });
         child.monitor_start(9);
         parent.monitor_start(9);
@@ -1131,7 +1136,7 @@ mod tests {
     async fn frames_stamped_in_place_across_cut_short_writes_are_each_stamped_and_counted_once() {
         use treecast_monitor::Component;
         let (mut child, la, mut parent, _) = linked_routes();
-        child.set_clock(Box::new(|_| 5_000_000_000));
+        child.set_clock(fixed_clock(5_000_000_000));
         child.monitor_start(1);
         parent.monitor_start(1);
         // About 2.6 MB in passes of 1,000 frames: more than the socket holds while
@@ -1166,7 +1171,7 @@ mod tests {
     #[tokio::test]
     async fn a_clock_probe_is_stamped_at_its_write_and_read_with_its_instant_while_nothing_records() {
         let (mut child, la, mut parent, _) = linked_routes();
-        child.set_clock(Box::new(|_| 5_000_000_000));
+        child.set_clock(fixed_clock(5_000_000_000));
         let mut probe = Frame::new(FrameHeader::control(), vec![1; 10]);
         probe.header.flags |= FLAG_TIMED;
         let before = Instant::now();

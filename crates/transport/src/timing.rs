@@ -21,9 +21,45 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use treecast_monitor::{size_class, Component, Key, Recorder, Report, Slot};
 use treecast_wire::{Frame, FLAG_STAMPED};
 
-/// How a node reads its clock, nanoseconds, at a reading of the monotonic clock:
-/// the global clock's time base, so that stamps of different nodes can be compared.
-pub type ClockFn = Box<dyn Fn(Mono) -> i64 + Send>;
+/// How a node reads its clock from the monotonic clock: the global clock's time
+/// base, so that stamps of different nodes can be compared. The node's clock read
+/// `base_ns` at monotonic reading `base`; a distortion (the clock's test knob) adds
+/// `offset_ns` at clock reading `epoch_ns`, moving by `drift_ppb`. Plain numbers, so
+/// that the route reads it inline on every flush and read while recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeClock {
+    /// A monotonic reading.
+    pub base: Mono,
+    /// The node's clock at `base`, nanoseconds.
+    pub base_ns: i64,
+    /// The distortion's offset at `epoch_ns`, nanoseconds (0: none).
+    pub offset_ns: i64,
+    /// How fast the distortion grows, parts per billion.
+    pub drift_ppb: i64,
+    /// The clock reading (nanoseconds) from which the distortion grows.
+    pub epoch_ns: i64,
+}
+
+impl NodeClock {
+    /// The wall clock (nanoseconds since the Unix epoch) as read now, carried
+    /// forward by the monotonic clock.
+    pub fn wall() -> NodeClock {
+        let base = Mono::now();
+        let base_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+        NodeClock { base, base_ns, offset_ns: 0, drift_ppb: 0, epoch_ns: 0 }
+    }
+
+    /// The node's clock at monotonic reading `now`, nanoseconds; saturates rather
+    /// than wrapping.
+    #[inline]
+    pub fn at(&self, now: Mono) -> i64 {
+        let since = i128::from(now.nanos()) - i128::from(self.base.nanos());
+        let since = i64::try_from(since).unwrap_or(if since < 0 { i64::MIN } else { i64::MAX });
+        let true_ns = self.base_ns.saturating_add(since);
+        let added = drifted(self.offset_ns, self.drift_ppb, i128::from(true_ns) - i128::from(self.epoch_ns));
+        true_ns.saturating_add(added)
+    }
+}
 
 /// A reading of the monotonic clock (`CLOCK_MONOTONIC`, the clock `Instant` reads
 /// on Linux), in nanoseconds. Recording takes five per hop and subtracts them:
@@ -376,7 +412,7 @@ impl LinkTiming {
 
 /// A route's monitoring state: its clock, whether it records, and what it recorded.
 pub(crate) struct Monitoring {
-    pub(crate) clock: ClockFn,
+    pub(crate) clock: NodeClock,
     /// Where the stamps of recording are read.
     pub(crate) ticker: Ticker,
     pub(crate) recording: bool,
@@ -403,7 +439,7 @@ impl Monitoring {
     /// Not recording yet, stamping with the wall clock until a node sets its own.
     pub(crate) fn new() -> Monitoring {
         Monitoring {
-            clock: Box::new(wall_clock),
+            clock: NodeClock::wall(),
             ticker: Ticker::new(),
             recording: false,
             program: 0,
@@ -440,7 +476,7 @@ impl Monitoring {
 
     /// The header stamp of a flush that starts at `start`.
     pub(crate) fn stamp(&self, start: Mono) -> u64 {
-        u64::try_from((self.clock)(start)).unwrap_or(0)
+        u64::try_from(self.clock.at(start)).unwrap_or(0)
     }
 
     fn key(&self, t: &LinkTiming, sending: bool, stream: u32, tag: i32) -> Key {
@@ -561,7 +597,7 @@ impl Monitoring {
     /// tag, size and stamp: sent by one flush) are recorded as one; the clocks are
     /// read once for all of them.
     pub(crate) fn read(&mut self, t: &mut LinkTiming, frames: &[Frame], at: Mono, handed: Mono) {
-        let read_ns = (self.clock)(at);
+        let read_ns = self.clock.at(at);
         let peer_offset = t.peer_clock.at(read_ns);
         let deliver_ns = handed.since(at);
         let mut same = 0u64;
@@ -612,11 +648,6 @@ fn same_samples(a: &Frame, b: &Frame) -> bool {
     // recorded apart, which gives the same samples.
     (x.timestamp_ns, x.stream, x.tag, x.flags & FLAG_STAMPED, a.payload.len())
         == (y.timestamp_ns, y.stream, y.tag, y.flags & FLAG_STAMPED, b.payload.len())
-}
-
-/// The wall clock, nanoseconds since the Unix epoch.
-pub(crate) fn wall_clock(_: Mono) -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use treecast_wire::{ClockSample, ControlMsg};
 
-use treecast_transport::timing::{drifted, Mono, PeerClock};
+use treecast_transport::timing::{drifted, Mono, NodeClock, PeerClock};
 
 use super::{ChildState, Event, LinkId, Node, Role};
 
@@ -83,10 +83,20 @@ impl ClockSource {
     /// recording. It agrees with [`ClockSource::read`] within the error of
     /// `base_mono` (tens of nanoseconds when read beside an `Instant`).
     pub fn read_mono(&self, base_mono: Mono, now: Mono) -> i64 {
-        let since = i128::from(now.nanos()) - i128::from(base_mono.nanos());
-        let since = i64::try_from(since).unwrap_or(if since < 0 { i64::MIN } else { i64::MAX });
-        let true_ns = self.base_ns.saturating_add(since);
-        true_ns.saturating_add(self.distortion.at(true_ns))
+        self.node_clock(base_mono).at(now)
+    }
+
+    /// This clock as the route reads it, where `base_mono` is the monotonic reading
+    /// at `base` (see [`ClockSource::read_mono`]).
+    pub fn node_clock(&self, base_mono: Mono) -> NodeClock {
+        let d = self.distortion;
+        NodeClock {
+            base: base_mono,
+            base_ns: self.base_ns,
+            offset_ns: d.offset_ns,
+            drift_ppb: d.drift_ppb,
+            epoch_ns: d.epoch_ns,
+        }
     }
 }
 

@@ -142,7 +142,7 @@ impl<T: Tool> Driver<T> {
                 u64::try_from(now.saturating_duration_since(source.base).as_nanos()).unwrap_or(u64::MAX);
             let base_mono = Mono::from_nanos(mono.nanos().saturating_sub(since));
             // Monitoring stamps frames on the global clock's time base.
-            route.set_clock(Box::new(move |at| source.read_mono(base_mono, at)));
+            route.set_clock(source.node_clock(base_mono));
         }
         let udp = udp::UdpRoute::new(McastKey::new(&launching.secret), core.node_id());
         Driver {
