@@ -1,5 +1,7 @@
 //! One node's histograms: a cell per (key, component, size class), made on first use.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use rustc_hash::FxHashMap;
 
 use hdrhistogram::Histogram;
@@ -131,9 +133,13 @@ pub struct Recorder {
     runs: Box<[Run; 4]>,
     max_cells: usize,
     folded: u64,
-    /// Counts the clears: a [`Slot`] found before the last one names no cell.
-    generation: u32,
+    /// This recorder (high half, unique in the process) and its clears (low half):
+    /// a [`Slot`] found by another recorder, or before the last clear, names no cell.
+    generation: u64,
 }
+
+/// Hands each recorder its own high half of [`Recorder`]'s generation.
+static RECORDERS: AtomicU64 = AtomicU64::new(0);
 
 /// A cell found once and counted into directly ([`Recorder::add_at`]): what a link
 /// keeps for the frames it carries, which keep one stream, tag and size class for
@@ -141,7 +147,7 @@ pub struct Recorder {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
     at: u32,
-    generation: u32,
+    generation: u64,
     /// The cell is [`Key::OTHER`]'s: its samples are counted as folded.
     folded: bool,
 }
@@ -186,7 +192,7 @@ impl Recorder {
             runs: Box::new([Run::default(); 4]),
             max_cells,
             folded: 0,
-            generation: 0,
+            generation: RECORDERS.fetch_add(1, Ordering::Relaxed) << 32,
         }
     }
 
@@ -202,7 +208,8 @@ impl Recorder {
 
     /// Counts `count` samples of `latency_ns` in `slot`'s cell, as
     /// [`Recorder::record_n`] would for its key, component and size. False, counting
-    /// nothing, when the recorder was cleared since the slot was found: find it again.
+    /// nothing, when the recorder was cleared since the slot was found (find it
+    /// again), or when another recorder found it.
     #[inline]
     pub fn add_at(&mut self, slot: Slot, latency_ns: u64, count: u64) -> bool {
         if slot.generation != self.generation {
@@ -370,7 +377,8 @@ impl Recorder {
         self.index.clear();
         *self.runs = [Run::default(); 4];
         self.folded = 0;
-        self.generation = self.generation.wrapping_add(1);
+        let clears = (self.generation as u32).wrapping_add(1);
+        self.generation = (self.generation & !u64::from(u32::MAX)) | u64::from(clears);
     }
 
     /// Cells in use.
@@ -491,6 +499,11 @@ mod tests {
         let again = r.slot(KEY, Component::Net, 64);
         assert!(r.add_at(again, 1_000, 1));
         assert_eq!(r.report().count(), 1);
+        let mut other = Recorder::default();
+        let its_own = other.slot(KEY, Component::Net, 64);
+        assert!(!other.add_at(again, 1_000, 1), "a slot belongs to the recorder that found it");
+        assert!(other.add_at(its_own, 1_000, 1));
+        assert_eq!(other.report().count(), 1);
     }
 
     #[test]

@@ -1257,6 +1257,11 @@ mod tests {
         };
         // Frame 2 was not stamped by a recording sender: it has no net, only deliver.
         assert_eq!((count(&mut parent, Component::Net), count(&mut parent, Component::Deliver)), (1, 2));
+        let report = parent.monitor_report();
+        assert!(
+            report.cells.iter().all(|c| c.count > 0),
+            "no cell opened for samples that never came: {report:?}"
+        );
         // Frame 1 was queued before the stop: its send is recorded after it.
         assert_eq!((count(&mut child, Component::Queue), count(&mut child, Component::Send)), (1, 1));
     }

@@ -342,7 +342,9 @@ struct LinkCells {
     stream: u32,
     tag: i32,
     size_class: u8,
-    slots: [Slot; 2],
+    /// Each component's cell, found when the first sample of it came: a link whose
+    /// frames come unstamped never opens a net cell.
+    slots: [Option<Slot>; 2],
 }
 
 /// Frames one after another in a link's byte stream that make the same samples
@@ -512,50 +514,69 @@ impl Monitoring {
             {
                 c.slots
             }
-            _ => self.find_cells(t, sending, frames, size_class),
+            _ => [None, None],
         };
-        let first = first_ns.map_or(true, |ns| self.recorder.add_at(slots[0], ns, frames.count));
-        let counted = first && self.recorder.add_at(slots[1], second_ns, frames.count);
-        if !counted {
-            self.count_again(t, sending, frames, first_ns, second_ns, size_class);
+        if let Some(ns) = first_ns {
+            self.count_in(t, sending, frames, size_class, 0, slots[0], ns);
         }
+        self.count_in(t, sending, frames, size_class, 1, slots[1], second_ns);
     }
 
-    /// Counts what [`Monitoring::count`] could not, the recorder having been cleared
-    /// without the epoch moving (not this type's way, but a sample is never lost).
-    #[cold]
-    fn count_again(
+    /// Counts one component (`which` of its side's two) into `slot`, or into its
+    /// cell found again when there is none yet or the slot names none (a clear
+    /// without the epoch moving: not this type's way, but a sample is never lost).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn count_in(
         &mut self,
         t: &mut LinkTiming,
         sending: bool,
         frames: Frames,
-        first_ns: Option<u64>,
-        second_ns: u64,
         size_class: u8,
+        which: usize,
+        slot: Option<Slot>,
+        ns: u64,
     ) {
-        let slots = self.find_cells(t, sending, frames, size_class);
-        if let Some(ns) = first_ns {
-            self.recorder.add_at(slots[0], ns, frames.count);
+        if slot.is_some_and(|slot| self.recorder.add_at(slot, ns, frames.count)) {
+            return;
         }
-        self.recorder.add_at(slots[1], second_ns, frames.count);
+        let slot = self.find_cell(t, sending, frames, size_class, which);
+        self.recorder.add_at(slot, ns, frames.count);
     }
 
-    /// Looks up the cells of the link's frames like `frames`, one way, and remembers them.
+    /// Looks up the cell of one component (`which` of its side's two) of the link's
+    /// frames like `frames`, one way, and remembers it.
     #[inline(never)]
-    fn find_cells(&mut self, t: &mut LinkTiming, sending: bool, frames: Frames, size_class: u8) -> [Slot; 2] {
+    fn find_cell(
+        &mut self,
+        t: &mut LinkTiming,
+        sending: bool,
+        frames: Frames,
+        size_class: u8,
+        which: usize,
+    ) -> Slot {
         let key = self.key(t, sending, frames.stream, frames.tag);
-        let components = match sending {
-            true => [Component::Queue, Component::Send],
-            false => [Component::Net, Component::Deliver],
+        let component = match (sending, which) {
+            (true, 0) => Component::Queue,
+            (true, _) => Component::Send,
+            (false, 0) => Component::Net,
+            (false, _) => Component::Deliver,
         };
-        let slots = components.map(|c| self.recorder.slot(key, c, frames.bytes));
-        let cells =
-            LinkCells { epoch: self.epoch, stream: frames.stream, tag: frames.tag, size_class, slots };
-        match sending {
-            true => t.sent = Some(cells),
-            false => t.received = Some(cells),
-        }
-        slots
+        let slot = self.recorder.slot(key, component, frames.bytes);
+        let cached = if sending { &mut t.sent } else { &mut t.received };
+        let like = (self.epoch, frames.stream, frames.tag, size_class);
+        let cells = match cached {
+            Some(c) if (c.epoch, c.stream, c.tag, c.size_class) == like => c,
+            _ => cached.insert(LinkCells {
+                epoch: self.epoch,
+                stream: frames.stream,
+                tag: frames.tag,
+                size_class,
+                slots: [None, None],
+            }),
+        };
+        cells.slots[which % 2] = Some(slot);
+        slot
     }
 
     /// Frames were encoded by the flush that started at `start`, after waiting
@@ -693,6 +714,25 @@ mod tests {
         assert_eq!(send, [(10, 5 * 10_000 + 5 * 25_000)]);
         let queue = report.cells.iter().find(|c| c.component == Component::Queue).unwrap();
         assert_eq!((queue.count, queue.sum_ns), (10, 30_000));
+    }
+
+    #[test]
+    fn runs_queued_after_different_waits_stay_apart_in_flight() {
+        use treecast_monitor::Component;
+        let mut m = Monitoring::new();
+        m.start(1);
+        let mut t = LinkTiming::default();
+        let frame = Frame::new(treecast_wire::FrameHeader::data(1, 7, 0), vec![0; 100]);
+        let start = Mono::from_nanos(1_000_000_000);
+        m.queued(&mut t, FrameRun::one(&frame, 128, 128), 1_000, start);
+        m.queued(&mut t, FrameRun::one(&frame, 128, 256), 2_000, start);
+        assert_eq!(t.in_flight.len(), 2, "each keeps its own wait");
+        m.written(&mut t, 256, Mono::from_nanos(start.nanos() + 10_000));
+        let report = m.report();
+        let queue = report.cells.iter().find(|c| c.component == Component::Queue).unwrap();
+        assert_eq!((queue.count, queue.sum_ns), (2, 3_000));
+        let send = report.cells.iter().find(|c| c.component == Component::Send).unwrap();
+        assert_eq!((send.count, send.sum_ns), (2, 20_000));
     }
 
     #[test]
