@@ -113,24 +113,16 @@ impl Latencies {
 /// about 23 MiB at the default of 512 cells. A comm node with 16 children and two
 /// tags, each carrying frames of a few sizes, fills a few hundred cells.
 ///
-/// Recording is on every frame's path, so it is kept cheap:
-/// * consecutive equal samples of a component (same key, size class and latency:
-///   frames of one batch share their latencies, see the transport's timing) are
-///   counted as one run, added to its histogram when the next unlike sample comes
-///   or a report is made ([`Recorder::settle`]);
-/// * each component remembers the cell of its last run: a link's samples of one
-///   component go to one cell while the frames keep their size class, so the index
-///   is searched only when that changes.
-///
-/// The histograms are exactly what recording each sample on its own would give.
+/// Recording is on every frame's path, so it is kept cheap: a caller that counts
+/// the same cells over and over (a link, for its frames) finds each once
+/// ([`Recorder::slot`]) and counts into it ([`Recorder::add_at`]), with no search.
+/// [`Recorder::record_n`] looks the cell up on every call. Samples of one batch
+/// (frames that share their latencies, see the transport's timing) come as one
+/// call with their count.
 #[derive(Debug)]
 pub struct Recorder {
     cells: Vec<(Cell, Latencies)>,
     index: FxHashMap<Cell, usize>,
-    /// Per component (its index in [`Component::ALL`]), the run being counted.
-    /// Boxed: [`Recorder::add_at`] never reads them, and they would take four of
-    /// the cache lines next to what it does read.
-    runs: Box<[Run; 4]>,
     max_cells: usize,
     folded: u64,
     /// This recorder (high half, unique in the process) and its clears (low half):
@@ -152,31 +144,6 @@ pub struct Slot {
     folded: bool,
 }
 
-/// Consecutive equal samples of one component, being counted (none while `count`
-/// is 0).
-#[derive(Debug, Clone, Copy, Default)]
-struct Run {
-    /// The key the samples came with, packed (see [`pack`]), and their size class.
-    key: (u64, u64),
-    size_class: u8,
-    /// Their latency (clamped into the histogram's range).
-    value: u64,
-    count: u64,
-    /// Their latencies' exact sum (before clamping).
-    sum_ns: u64,
-    /// Their cell's place in `cells`.
-    at: usize,
-    /// The cell is [`Key::OTHER`]'s, not the key's: the samples are counted as folded.
-    folded: bool,
-}
-
-/// A key as two words: compared on every sample, where comparing it field by field
-/// takes several times as long.
-fn pack(key: Key) -> (u64, u64) {
-    let (link, tag) = (u64::from(key.link), u64::from(key.tag as u32));
-    ((link << 32) | tag, (u64::from(key.program) << 1) | u64::from(key.up))
-}
-
 impl Default for Recorder {
     fn default() -> Self {
         Recorder::new(DEFAULT_MAX_CELLS)
@@ -189,7 +156,6 @@ impl Recorder {
         Recorder {
             cells: Vec::new(),
             index: FxHashMap::default(),
-            runs: Box::new([Run::default(); 4]),
             max_cells,
             folded: 0,
             generation: RECORDERS.fetch_add(1, Ordering::Relaxed) << 32,
@@ -234,62 +200,8 @@ impl Recorder {
         if count == 0 {
             return;
         }
-        let value = latency_ns.clamp(1, HIGHEST_NS);
-        let size_class = size_class(bytes);
-        let packed = pack(key);
-        let sum_ns = latency_ns.saturating_mul(count);
-        let slot = component as usize % 4;
-        let run = &mut self.runs[slot];
-        if run.count > 0 && run.key == packed && run.size_class == size_class {
-            if run.value == value {
-                run.count += count;
-                run.sum_ns = run.sum_ns.saturating_add(sum_ns);
-                return;
-            }
-            let done = *run;
-            (run.value, run.count, run.sum_ns) = (value, count, sum_ns);
-            self.add(&done);
-            return;
-        }
-        self.new_cell(
-            key,
-            component,
-            size_class,
-            Run { key: packed, value, count, sum_ns, ..Run::default() },
-        );
-    }
-
-    /// Starts `run`, of a cell other than the last run of `component`'s.
-    #[inline(never)]
-    fn new_cell(&mut self, key: Key, component: Component, size_class: u8, mut run: Run) {
-        let slot = component as usize % 4;
-        let done = std::mem::take(&mut self.runs[slot]);
-        self.add(&done);
-        run.at = self.cell_at(Cell { key, component, size_class });
-        run.folded = self.cells.get(run.at).is_some_and(|(cell, _)| cell.key != key);
-        run.size_class = size_class;
-        self.runs[slot] = run;
-    }
-
-    /// Adds a run's samples to its histogram.
-    fn add(&mut self, run: &Run) {
-        if run.count == 0 {
-            return;
-        }
-        let Some((_, l)) = self.cells.get_mut(run.at) else { return };
-        if run.folded {
-            self.folded += run.count;
-        }
-        l.add(run.value, run.count, run.sum_ns);
-    }
-
-    /// Adds the runs being counted to their histograms (done before a report or a
-    /// merge).
-    pub fn settle(&mut self) {
-        for slot in 0..self.runs.len() {
-            let run = std::mem::take(&mut self.runs[slot]);
-            self.add(&run);
-        }
+        let slot = self.slot(key, component, bytes);
+        self.add_at(slot, latency_ns, count);
     }
 
     /// Where the cell is in `cells`, made if new: under [`Key::OTHER`] once the
@@ -315,7 +227,6 @@ impl Recorder {
     /// A cell of the report names a size class that does not exist, or a latency
     /// over [`HIGHEST_NS`]: the report did not come from a recorder.
     pub fn merge(&mut self, report: &Report) -> Result<(), MonitorError> {
-        self.settle();
         // Checked whole first: a damaged report adds nothing and makes no cell.
         let mut totals = Vec::with_capacity(report.cells.len());
         for c in &report.cells {
@@ -356,8 +267,7 @@ impl Recorder {
     }
 
     /// Everything recorded so far, cells in key order.
-    pub fn report(&mut self) -> Report {
-        self.settle();
+    pub fn report(&self) -> Report {
         let mut cells: Vec<&(Cell, Latencies)> = self.cells.iter().collect();
         cells.sort_by_key(|(c, _)| *c);
         Report {
@@ -375,7 +285,6 @@ impl Recorder {
     pub fn clear(&mut self) {
         self.cells.clear();
         self.index.clear();
-        *self.runs = [Run::default(); 4];
         self.folded = 0;
         let clears = (self.generation as u32).wrapping_add(1);
         self.generation = (self.generation & !u64::from(u32::MAX)) | u64::from(clears);
@@ -425,21 +334,17 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
 
-        /// Counting runs of samples in one bucket changes nothing: the report is what
-        /// one histogram per cell, fed each sample, gives (folding included).
+        /// Counting samples in batches changes nothing: the report is what one
+        /// histogram per cell, fed each sample, gives (folding included).
         #[test]
         fn a_report_equals_recording_every_sample_on_its_own(
-            samples in proptest::collection::vec((0u32..3, 0usize..4, 0u64..3, 0u64..5, 0u8..8, 0u64..4), 0..400),
+            samples in proptest::collection::vec((0u32..3, 0usize..4, 0u64..3, 0u64..5, 0u64..4), 0..400),
             max_cells in 1usize..8,
         ) {
             let mut r = Recorder::new(max_cells);
             let mut naive: Vec<(Cell, Histogram<u64>, u64)> = Vec::new();
             let mut folded = 0;
-            for (link, component, size, step, settle, times) in samples {
-                // The node settles whenever it goes idle: at any point.
-                if settle == 0 {
-                    r.settle();
-                }
+            for (link, component, size, step, times) in samples {
                 let (key, component) = (Key { link, ..KEY }, Component::ALL[component]);
                 let (bytes, ns) = (size * 1000, 1_000 + step * 7);
                 // Frames of a batch come as one call with their count (0: none), others one by one.

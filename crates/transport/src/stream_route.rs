@@ -193,18 +193,8 @@ impl OutQueue {
     fn push_unstamped(&mut self, frame: &Frame, at: Mono) {
         let header_at = self.small.len();
         let wire_len = self.push(frame, Some(0), None);
-        // Joins the last run when it is like it and right before it: checked on every
-        // frame recorded, so field by field. Equal lengths mean equal payloads here,
-        // as no frame queued this way has its payload in a file.
         if let Some(last) = self.unstamped.last_mut() {
-            let run = &mut last.run;
-            if last.at == at
-                && run.wire_len == wire_len
-                && run.last_end + wire_len == self.pushed
-                && (run.stream, run.tag) == (frame.header.stream, frame.header.tag)
-            {
-                run.count += 1;
-                run.last_end = self.pushed;
+            if last.at == at && last.run.join(frame, wire_len, self.pushed) {
                 return;
             }
         }

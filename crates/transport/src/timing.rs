@@ -347,6 +347,14 @@ struct LinkCells {
     slots: [Option<Slot>; 2],
 }
 
+impl LinkCells {
+    /// True when these are the cells of frames like `frames` of size class
+    /// `size_class`, found under `epoch`.
+    fn hold(&self, epoch: u64, frames: &Frames, size_class: u8) -> bool {
+        (self.epoch, self.stream, self.tag, self.size_class) == (epoch, frames.stream, frames.tag, size_class)
+    }
+}
+
 /// Frames one after another in a link's byte stream that make the same samples
 /// (same stream, tag and size, queued together): counted, not listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,6 +381,20 @@ impl FrameRun {
     /// Where the first one ends.
     fn first_end(&self) -> u64 {
         self.last_end - (self.count - 1) * self.wire_len
+    }
+
+    /// Takes in `frame`, of `wire_len` bytes ending at `end` in the byte stream, if it
+    /// comes right after these frames and is like them: [`FrameRun::absorb`] for one
+    /// frame, without making its run (done for every frame recorded).
+    pub(crate) fn join(&mut self, frame: &Frame, wire_len: u64, end: u64) -> bool {
+        let like = (wire_len, frame.payload.len() as u64, frame.header.stream, frame.header.tag)
+            == (self.wire_len, self.bytes, self.stream, self.tag);
+        if like && end == self.last_end + wire_len {
+            self.count += 1;
+            self.last_end = end;
+            return true;
+        }
+        false
     }
 
     /// Takes `next` in if it comes right after these frames and is like them.
@@ -508,12 +530,7 @@ impl Monitoring {
         let size_class = size_class(frames.bytes);
         let cached = if sending { &t.sent } else { &t.received };
         let slots = match cached {
-            Some(c)
-                if c.epoch == self.epoch
-                    && (c.stream, c.tag, c.size_class) == (frames.stream, frames.tag, size_class) =>
-            {
-                c.slots
-            }
+            Some(c) if c.hold(self.epoch, &frames, size_class) => c.slots,
             _ => [None, None],
         };
         if let Some(ns) = first_ns {
@@ -564,9 +581,8 @@ impl Monitoring {
         };
         let slot = self.recorder.slot(key, component, frames.bytes);
         let cached = if sending { &mut t.sent } else { &mut t.received };
-        let like = (self.epoch, frames.stream, frames.tag, size_class);
         let cells = match cached {
-            Some(c) if (c.epoch, c.stream, c.tag, c.size_class) == like => c,
+            Some(c) if c.hold(self.epoch, &frames, size_class) => c,
             _ => cached.insert(LinkCells {
                 epoch: self.epoch,
                 stream: frames.stream,
@@ -687,12 +703,7 @@ mod tests {
 
     #[test]
     fn frames_of_a_run_cut_by_a_write_take_the_send_time_of_the_write_that_ended_each() {
-        use treecast_monitor::Component;
-        let mut m = Monitoring::new();
-        m.start(1);
-        let mut t = LinkTiming::default();
-        let frame = Frame::new(treecast_wire::FrameHeader::data(1, 7, 0), vec![0; 100]);
-        let start = Mono::from_nanos(1_000_000_000);
+        let (mut m, mut t, frame, start) = recording();
         let later = |us: u64| Mono::from_nanos(start.nanos() + us * 1_000);
         // Ten frames of 128 bytes, queued in two runs that join into one.
         let first = FrameRun { count: 4, ..FrameRun::one(&frame, 128, 4 * 128) };
@@ -712,27 +723,33 @@ mod tests {
             .map(|c| (c.count, c.sum_ns))
             .collect();
         assert_eq!(send, [(10, 5 * 10_000 + 5 * 25_000)]);
-        let queue = report.cells.iter().find(|c| c.component == Component::Queue).unwrap();
-        assert_eq!((queue.count, queue.sum_ns), (10, 30_000));
+        assert_eq!(count_and_sum(&report, Component::Queue), (10, 30_000));
+    }
+
+    /// A recording route's monitoring, a link's timing, a 100-byte frame and a start.
+    fn recording() -> (Monitoring, LinkTiming, Frame, Mono) {
+        let mut m = Monitoring::new();
+        m.start(1);
+        let frame = Frame::new(treecast_wire::FrameHeader::data(1, 7, 0), vec![0; 100]);
+        (m, LinkTiming::default(), frame, Mono::from_nanos(1_000_000_000))
+    }
+
+    /// The count and sum of the first cell of `component`.
+    fn count_and_sum(report: &Report, component: Component) -> (u64, u64) {
+        let cell = report.cells.iter().find(|c| c.component == component).unwrap();
+        (cell.count, cell.sum_ns)
     }
 
     #[test]
     fn runs_queued_after_different_waits_stay_apart_in_flight() {
-        use treecast_monitor::Component;
-        let mut m = Monitoring::new();
-        m.start(1);
-        let mut t = LinkTiming::default();
-        let frame = Frame::new(treecast_wire::FrameHeader::data(1, 7, 0), vec![0; 100]);
-        let start = Mono::from_nanos(1_000_000_000);
+        let (mut m, mut t, frame, start) = recording();
         m.queued(&mut t, FrameRun::one(&frame, 128, 128), 1_000, start);
         m.queued(&mut t, FrameRun::one(&frame, 128, 256), 2_000, start);
         assert_eq!(t.in_flight.len(), 2, "each keeps its own wait");
         m.written(&mut t, 256, Mono::from_nanos(start.nanos() + 10_000));
         let report = m.report();
-        let queue = report.cells.iter().find(|c| c.component == Component::Queue).unwrap();
-        assert_eq!((queue.count, queue.sum_ns), (2, 3_000));
-        let send = report.cells.iter().find(|c| c.component == Component::Send).unwrap();
-        assert_eq!((send.count, send.sum_ns), (2, 20_000));
+        assert_eq!(count_and_sum(&report, Component::Queue), (2, 3_000));
+        assert_eq!(count_and_sum(&report, Component::Send), (2, 20_000));
     }
 
     #[test]
