@@ -110,8 +110,12 @@ struct OutQueue {
     staged: Vec<Staged>,
     /// Small frames queued while recording, encoded in `small` at once, whose
     /// header stamp is written in place at the start of the write that takes them:
-    /// no copy of the frame is kept. All come before any staged frame.
+    /// no copy of the frame is kept. All come before any staged frame; the last
+    /// run is `open`.
     unstamped: Vec<Unstamped>,
+    /// The run the next frame encoded while recording joins if it is like it:
+    /// kept apart from `unstamped` so that joining is four comparisons and a count.
+    open: Option<Unstamped>,
     /// Payload files not sent yet, with where their frame's header starts in the
     /// byte stream: each goes with the write that carries that header, or earlier.
     files: VecDeque<(u64, Arc<OwnedFd>)>,
@@ -151,6 +155,8 @@ impl OutQueue {
     /// recording, and its payload in `file` if it goes as one (header only, then).
     /// Returns the bytes it adds to the link's byte stream.
     fn push(&mut self, frame: &Frame, stamp: Option<u64>, file: Option<Arc<OwnedFd>>) -> u64 {
+        // A frame encoded otherwise ends the open run: its frames are contiguous.
+        self.close_run();
         let mut header: FrameHeader = frame.header;
         header.flags &= !FLAG_PAYLOAD_FD;
         // A stamp this hop did not take while recording (a forwarded frame keeps the
@@ -184,7 +190,7 @@ impl OutQueue {
 
     /// True when frames wait for the stamp of the next write.
     fn has_unstamped(&self) -> bool {
-        !self.staged.is_empty() || !self.unstamped.is_empty()
+        !self.staged.is_empty() || !self.unstamped.is_empty() || self.open.is_some()
     }
 
     /// Encodes `frame`, queued at `at` while recording, at once: its header stamp is
@@ -192,14 +198,36 @@ impl OutQueue {
     /// without a file when nothing is staged, so that it stays in `small` in order.
     fn push_unstamped(&mut self, frame: &Frame, at: Mono) {
         let header_at = self.small.len();
-        let wire_len = self.push(frame, Some(0), None);
-        if let Some(last) = self.unstamped.last_mut() {
-            if last.at == at && last.run.join(frame, wire_len, self.pushed) {
-                return;
+        let wire_len = frame.wire_len() as u64;
+        let joins = self.open.as_ref().is_some_and(|o| {
+            (o.at, o.run.wire_len, o.run.stream, o.run.tag)
+                == (at, wire_len, frame.header.stream, frame.header.tag)
+        });
+        match (joins, &mut self.open) {
+            (true, Some(o)) => o.run.count += 1,
+            _ => {
+                self.close_run();
+                // Where it ends is set when the run closes: joining counts, no more.
+                let run = FrameRun::one(frame, wire_len, 0);
+                self.open = Some(Unstamped { header_at, run, at });
             }
         }
-        let run = FrameRun::one(frame, wire_len, self.pushed);
-        self.unstamped.push(Unstamped { header_at, run, at });
+        let mut header = frame.header;
+        header.flags = (header.flags & !FLAG_PAYLOAD_FD) | FLAG_STAMPED;
+        header.timestamp_ns = 0;
+        header.encode(frame.payload.len(), &mut self.small);
+        self.small.extend_from_slice(&frame.payload);
+        self.bytes += wire_len as usize;
+        self.pushed += wire_len;
+    }
+
+    /// Moves the open run to those waiting for a stamp, with where it ends in the
+    /// link's byte stream (everything encoded since it opened is its).
+    fn close_run(&mut self) {
+        if let Some(mut o) = self.open.take() {
+            o.run.last_end = self.pushed;
+            self.unstamped.push(o);
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -211,11 +239,12 @@ impl OutQueue {
     /// recording, by runs, and how long they waited.
     fn stamp_queued(&mut self, stamp: u64, start: Mono, queued: &mut dyn FnMut(FrameRun, u64)) {
         let stamp_bytes = stamp.to_le_bytes();
+        self.close_run();
         for u in self.unstamped.drain(..) {
-            for i in 0..u.run.count {
-                let at = u.header_at + (i * u.run.wire_len) as usize + TIMESTAMP_AT;
-                if let Some(field) = self.small.get_mut(at..at + stamp_bytes.len()) {
-                    field.copy_from_slice(&stamp_bytes);
+            let (len, count) = (u.run.wire_len as usize, u.run.count as usize);
+            if let Some(frames) = self.small.get_mut(u.header_at..u.header_at + len * count) {
+                for f in frames.chunks_exact_mut(len) {
+                    f[TIMESTAMP_AT..TIMESTAMP_AT + stamp_bytes.len()].copy_from_slice(&stamp_bytes);
                 }
             }
             queued(u.run, start.since(u.at));
@@ -1021,6 +1050,35 @@ mod tests {
     fn ids() -> (LinkId, LinkId) {
         let mut t = crate::LinkTable::new();
         (t.insert(()), t.insert(()))
+    }
+
+    /// Frames encoded while recording form runs of like frames queued together; a
+    /// frame encoded otherwise ends a run. Every recorded frame gets the flush's
+    /// stamp in its header and the plain one keeps none.
+    #[test]
+    fn frames_encoded_while_recording_form_runs_and_all_get_the_stamp() {
+        let mut q = OutQueue::default();
+        let like = |tag| Frame::new(FrameHeader::data(3, tag, 0), vec![7; 10]);
+        let (t0, t1) = (Mono::from_nanos(100), Mono::from_nanos(200));
+        for (tag, at) in [(1, t0), (1, t0), (1, t0), (2, t0), (2, t1), (2, t1)] {
+            q.push_unstamped(&like(tag), at);
+        }
+        q.push(&like(2), None, None);
+        q.push_unstamped(&like(2), t1);
+        let mut runs = Vec::new();
+        q.stamp_queued(0xABCD, Mono::from_nanos(1_000), &mut |run, waited| {
+            runs.push((run.tag, run.count, run.last_end, waited))
+        });
+        let len = (HEADER_LEN + 10) as u64;
+        assert_eq!(
+            runs,
+            [(1, 3, 3 * len, 900), (2, 1, 4 * len, 900), (2, 2, 6 * len, 800), (2, 1, 8 * len, 800)]
+        );
+        let frames = cut_frames(&mut q.small.clone(), MAX_PAYLOAD_LEN).unwrap();
+        let stamps: Vec<_> = frames.iter().map(|f| f.header.stamp()).collect();
+        let stamped = Some(0xABCD);
+        assert_eq!(stamps, [stamped, stamped, stamped, stamped, stamped, stamped, None, stamped]);
+        assert!(!q.has_unstamped());
     }
 
     /// Runs `poll_recv` until `n` events came.

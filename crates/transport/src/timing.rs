@@ -360,7 +360,7 @@ impl LinkCells {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FrameRun {
     /// Where the last one ends in the link's byte stream (kept rather than where the
-    /// first ends: a frame joins a run by comparing with it, on every frame).
+    /// first ends: a write that takes them all needs no division).
     pub(crate) last_end: u64,
     /// Bytes each one takes in the byte stream.
     pub(crate) wire_len: u64,
@@ -381,20 +381,6 @@ impl FrameRun {
     /// Where the first one ends.
     fn first_end(&self) -> u64 {
         self.last_end - (self.count - 1) * self.wire_len
-    }
-
-    /// Takes in `frame`, of `wire_len` bytes ending at `end` in the byte stream, if it
-    /// comes right after these frames and is like them: [`FrameRun::absorb`] for one
-    /// frame, without making its run (done for every frame recorded).
-    pub(crate) fn join(&mut self, frame: &Frame, wire_len: u64, end: u64) -> bool {
-        let like = (wire_len, frame.payload.len() as u64, frame.header.stream, frame.header.tag)
-            == (self.wire_len, self.bytes, self.stream, self.tag);
-        if like && end == self.last_end + wire_len {
-            self.count += 1;
-            self.last_end = end;
-            return true;
-        }
-        false
     }
 
     /// Takes `next` in if it comes right after these frames and is like them.
