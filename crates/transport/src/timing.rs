@@ -504,7 +504,9 @@ impl Monitoring {
     /// spent `first_ns` in their side's first component (queue, or net when the
     /// sender stamped them) and `second_ns` in its second (send, or deliver). The
     /// link remembers the cells it counted in last, each way: a hash lookup only
-    /// when its frames change stream, tag or size class.
+    /// when its frames change stream, tag or size class. Inlined into its two
+    /// callers: each knows its side, and the call itself cost as much as the counting.
+    #[inline(always)]
     fn count(
         &mut self,
         t: &mut LinkTiming,
@@ -519,37 +521,36 @@ impl Monitoring {
             Some(c) if c.hold(self.epoch, &frames, size_class) => c.slots,
             _ => [None, None],
         };
-        if let Some(ns) = first_ns {
-            self.count_in(t, sending, frames, size_class, 0, slots[0], ns);
+        let n = frames.count;
+        let first_missed = first_ns.filter(|&ns| !slots[0].is_some_and(|s| self.recorder.add_at(s, ns, n)));
+        let second_missed = !slots[1].is_some_and(|s| self.recorder.add_at(s, second_ns, n));
+        if first_missed.is_some() || second_missed {
+            self.count_missed(t, sending, frames, size_class, first_missed, second_missed.then_some(second_ns));
         }
-        self.count_in(t, sending, frames, size_class, 1, slots[1], second_ns);
     }
 
-    /// Counts one component (`which` of its side's two) into `slot`, or into its
-    /// cell found again when there is none yet or the slot names none (a clear
-    /// without the epoch moving: not this type's way, but a sample is never lost).
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    fn count_in(
+    /// Counts the components the link's remembered cells could not take (none
+    /// found yet, or found before a clear), finding their cells again.
+    #[inline(never)]
+    fn count_missed(
         &mut self,
         t: &mut LinkTiming,
         sending: bool,
         frames: Frames,
         size_class: u8,
-        which: usize,
-        slot: Option<Slot>,
-        ns: u64,
+        first_ns: Option<u64>,
+        second_ns: Option<u64>,
     ) {
-        if slot.is_some_and(|slot| self.recorder.add_at(slot, ns, frames.count)) {
-            return;
+        for (which, ns) in [(0, first_ns), (1, second_ns)] {
+            if let Some(ns) = ns {
+                let slot = self.find_cell(t, sending, frames, size_class, which);
+                self.recorder.add_at(slot, ns, frames.count);
+            }
         }
-        let slot = self.find_cell(t, sending, frames, size_class, which);
-        self.recorder.add_at(slot, ns, frames.count);
     }
 
     /// Looks up the cell of one component (`which` of its side's two) of the link's
     /// frames like `frames`, one way, and remembers it.
-    #[inline(never)]
     fn find_cell(
         &mut self,
         t: &mut LinkTiming,
