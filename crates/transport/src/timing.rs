@@ -53,12 +53,22 @@ impl NodeClock {
     /// than wrapping.
     #[inline]
     pub fn at(&self, now: Mono) -> i64 {
-        let since = i128::from(now.nanos()) - i128::from(self.base.nanos());
-        let since = i64::try_from(since).unwrap_or(if since < 0 { i64::MIN } else { i64::MAX });
-        let true_ns = self.base_ns.saturating_add(since);
-        let added = drifted(self.offset_ns, self.drift_ppb, i128::from(true_ns) - i128::from(self.epoch_ns));
+        // Monotonic readings stay below 2^63 ns (292 years of uptime): the
+        // difference fits an i64, and no wider arithmetic is needed on every stamp.
+        let (now, base) = (clamped(now.nanos()), clamped(self.base.nanos()));
+        let true_ns = self.base_ns.saturating_add(now - base);
+        let added = match self.drift_ppb {
+            0 => self.offset_ns,
+            _ => drifted(self.offset_ns, self.drift_ppb, i128::from(true_ns) - i128::from(self.epoch_ns)),
+        };
         true_ns.saturating_add(added)
     }
+}
+
+/// `n` as an i64, at most `i64::MAX`.
+#[inline]
+fn clamped(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A reading of the monotonic clock (`CLOCK_MONOTONIC`, the clock `Instant` reads
@@ -525,7 +535,14 @@ impl Monitoring {
         let first_missed = first_ns.filter(|&ns| !slots[0].is_some_and(|s| self.recorder.add_at(s, ns, n)));
         let second_missed = !slots[1].is_some_and(|s| self.recorder.add_at(s, second_ns, n));
         if first_missed.is_some() || second_missed {
-            self.count_missed(t, sending, frames, size_class, first_missed, second_missed.then_some(second_ns));
+            self.count_missed(
+                t,
+                sending,
+                frames,
+                size_class,
+                first_missed,
+                second_missed.then_some(second_ns),
+            );
         }
     }
 
