@@ -337,7 +337,7 @@ pub(crate) struct LinkTiming {
     place: Option<LinkPlace>,
     pub(crate) peer_clock: PeerClock,
     /// Frames encoded and not yet fully written, in byte-stream order.
-    in_flight: VecDeque<InFlight>,
+    in_flight: InFlightList,
     /// The cells of the frames last sent ([`Component::Queue`], [`Component::Send`])
     /// and last received ([`Component::Net`], [`Component::Deliver`]).
     sent: Option<LinkCells>,
@@ -414,6 +414,48 @@ struct InFlight {
     run: FrameRun,
     start: Mono,
     waited_ns: u64,
+}
+
+/// Runs in flight, oldest first: the first kept inline, since most writes take all
+/// a flush encoded and a link then never holds more than one (no heap line to fetch
+/// on every hop), the rest behind it.
+#[derive(Debug, Default)]
+struct InFlightList {
+    first: Option<InFlight>,
+    rest: VecDeque<InFlight>,
+}
+
+impl InFlightList {
+    fn front_mut(&mut self) -> Option<&mut InFlight> {
+        self.first.as_mut()
+    }
+
+    fn back_mut(&mut self) -> Option<&mut InFlight> {
+        match self.rest.back_mut() {
+            Some(last) => Some(last),
+            None => self.first.as_mut(),
+        }
+    }
+
+    fn push_back(&mut self, f: InFlight) {
+        match self.first {
+            None => self.first = Some(f),
+            Some(_) => self.rest.push_back(f),
+        }
+    }
+
+    fn pop_front(&mut self) {
+        self.first = self.rest.pop_front();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
 }
 
 impl LinkTiming {
