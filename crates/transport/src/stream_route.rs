@@ -37,6 +37,8 @@ const RESERVE_STEP: usize = 1 << 20;
 /// Payload files a link may hold that no frame has claimed yet; a sender sends
 /// each with its frame's header, so more means the peer is not one of ours.
 const MAX_WAITING_FILES: usize = 4 * shared_payload::MAX_FDS_PER_MSG;
+/// Most frames a read's list of frames is sized for before it is cut.
+const MAX_FRAMES_GUESS: usize = 1024;
 /// Slices per `writev`.
 const MAX_IOV: usize = 64;
 /// Most bytes read from a link after a write to it failed: more than any kernel
@@ -48,6 +50,9 @@ thread_local! {
     // One read buffer per thread, not per link: a node with many children stays
     // small. It is borrowed only for the duration of one read syscall.
     static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; READ_CHUNK].into_boxed_slice());
+    // The list a read's frames are cut into, taken and given back empty (at most
+    // `MAX_FRAMES_GUESS` frames' room is kept).
+    static FRAME_LIST: std::cell::Cell<Vec<Frame>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Links ready for a read or a write, and the task to wake when one becomes ready.
@@ -759,7 +764,9 @@ fn deliver(
     any: &mut bool,
 ) -> Result<(), String> {
     let read_at = monitor.recording.then(|| monitor.ticker.now());
-    let frames = cut_frames_with(&mut c.rbuf, max_frame, &mut c.files).map_err(|e| e.to_string())?;
+    // The list keeps its room from one read to the next: no allocation per read.
+    let mut frames = FRAME_LIST.take();
+    cut_frames_into(&mut c.rbuf, max_frame, &mut c.files, &mut frames).map_err(|e| e.to_string())?;
     // A clock probe needs the read's end, as the `Instant` the core measures with,
     // whether or not anything records; cutting small frames takes far less than the
     // clock's error bound.
@@ -776,12 +783,15 @@ fn deliver(
         let handed = monitor.ticker.now();
         monitor.read(&mut c.timing, &frames, at, handed);
     }
-    for f in frames {
+    for f in frames.drain(..) {
         *any = true;
         match timed_at {
             Some(at) if f.header.is_timed() => sink(link, RouteEvent::Timed(f, at)),
             _ => sink(link, RouteEvent::Frame(f)),
         }
+    }
+    if frames.capacity() <= MAX_FRAMES_GUESS {
+        FRAME_LIST.set(frames);
     }
     Ok(())
 }
@@ -832,10 +842,27 @@ fn cut_frames_with(
     files: &mut VecDeque<OwnedFd>,
 ) -> Result<Vec<Frame>, CutError> {
     let mut frames = Vec::new();
+    cut_frames_into(buf, max_frame, files, &mut frames)?;
+    Ok(frames)
+}
+
+/// [`cut_frames_with`] into `frames` (empty), so that a caller can keep its list's
+/// room from one read to the next.
+fn cut_frames_into(
+    buf: &mut BytesMut,
+    max_frame: usize,
+    files: &mut VecDeque<OwnedFd>,
+    frames: &mut Vec<Frame>,
+) -> Result<(), CutError> {
     while buf.len() >= HEADER_LEN {
         let (mut header, len) = FrameHeader::decode(&buf[..HEADER_LEN])?;
         if len > max_frame {
             return Err(CutError::TooLarge { len, max: max_frame });
+        }
+        if frames.is_empty() {
+            // Sized once, as if the rest were like the first: a read of many small
+            // frames makes one allocation at most instead of growing again and again.
+            frames.reserve((buf.len() / (HEADER_LEN + len)).clamp(1, MAX_FRAMES_GUESS));
         }
         if header.flags & FLAG_PAYLOAD_FD != 0 {
             // The sender sends a file no later than its header's first byte.
@@ -864,7 +891,7 @@ fn cut_frames_with(
         };
         frames.push(Frame { header, payload });
     }
-    Ok(frames)
+    Ok(())
 }
 
 /// A sealed memory file holding `payload`, or `None` (said once) when the kernel
