@@ -6,9 +6,10 @@
 //!
 //! Knobs (environment): `HOP_THRASH_KB=N` writes a line of every 64 bytes of an
 //! N KiB buffer after each hop, for caches as cold as a node's that slept between
-//! two frames (the same for both kinds, so it adds to both times alike);
+//! two frames (the hops alone are timed then);
 //! `HOP_BATCH=N` sends N frames per hop in one pass of the sender (what back-to-back
 //! reductions make), so that the figures are per batch;
+//! `HOP_ROUNDS=N` round trips per measurement (5,000; fewer for a large thrash);
 //! `HOP_ONLY=on|off` times one kind alone, 20,000 round trips, for a cache
 //! simulator (`valgrind --tool=cachegrind`), whose instruction counts per kind
 //! subtract exactly.
@@ -75,26 +76,53 @@ fn time_hops(
     batch: usize,
 ) -> f64 {
     let (a, la, b, lb) = routes;
-    let start = Instant::now();
+    if junk.is_empty() {
+        let start = Instant::now();
+        rt.block_on(async {
+            for _ in 0..iterations {
+                hop(a, *la, b, frame, batch).await;
+                hop(b, *lb, a, frame, batch).await;
+            }
+        });
+        return start.elapsed().as_secs_f64() / f64::from(2 * iterations);
+    }
+    // The hops alone are timed: a thrash of a buffer larger than the last-level
+    // cache takes milliseconds, whose noise would bury a hop's.
+    let mut hops = std::time::Duration::ZERO;
     rt.block_on(async {
         for _ in 0..iterations {
-            hop(a, *la, b, frame, batch).await;
-            thrash(junk);
-            hop(b, *lb, a, frame, batch).await;
-            thrash(junk);
+            for there in [true, false] {
+                let start = Instant::now();
+                match there {
+                    true => hop(a, *la, b, frame, batch).await,
+                    false => hop(b, *lb, a, frame, batch).await,
+                }
+                hops += start.elapsed();
+                thrash(junk);
+            }
         }
     });
     std::hint::black_box(&*junk);
-    start.elapsed().as_secs_f64() / f64::from(2 * iterations)
+    hops.as_secs_f64() / f64::from(2 * iterations)
+}
+
+/// The knob `name` of the environment, or `default` when it is not set; a value that
+/// is not a number stops the bench, rather than measuring something else than asked.
+fn knob(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Err(_) => default,
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| panic!("{name}={v:?}: expected a whole number")),
+    }
 }
 
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let _guard = rt.enter();
     let frame = Frame::new(FrameHeader::data(1, 7, 0), vec![1; 64]);
-    let kb: usize = std::env::var("HOP_THRASH_KB").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let kb = knob("HOP_THRASH_KB", 0);
     let mut junk = vec![1u8; kb * 1024];
-    let batch: usize = std::env::var("HOP_BATCH").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1);
+    let batch = knob("HOP_BATCH", 1).max(1);
+    let iterations = u32::try_from(knob("HOP_ROUNDS", 5_000).max(1)).unwrap_or(u32::MAX);
     let mut time = |routes: &mut _, iterations| time_hops(&rt, routes, &frame, iterations, &mut junk, batch);
     let mut off = linked();
     let mut on = linked();
@@ -107,7 +135,7 @@ fn main() {
         println!("{only}: {:.0} ns per hop", t * 1e9);
         return;
     }
-    let (pairs, iterations) = (40, 5_000);
+    let pairs = 40;
     time(&mut off, iterations);
     time(&mut on, iterations);
     let (mut offs, mut ons, mut changes) = (Vec::new(), Vec::new(), Vec::new());
