@@ -162,17 +162,7 @@ impl OutQueue {
     fn push(&mut self, frame: &Frame, stamp: Option<u64>, file: Option<Arc<OwnedFd>>) -> u64 {
         // A frame encoded otherwise ends the open run: its frames are contiguous.
         self.close_run();
-        let mut header: FrameHeader = frame.header;
-        header.flags &= !FLAG_PAYLOAD_FD;
-        // A stamp this hop did not take while recording (a forwarded frame keeps the
-        // previous hop's) measures nothing for this hop.
-        match stamp {
-            Some(ns) => {
-                header.timestamp_ns = ns;
-                header.flags |= FLAG_STAMPED;
-            }
-            None => header.flags &= !FLAG_STAMPED,
-        }
+        let mut header = stamped_header(frame, stamp);
         if let Some(file) = file {
             header.flags |= FLAG_PAYLOAD_FD;
             self.files.push_back((self.pushed, file));
@@ -181,16 +171,27 @@ impl OutQueue {
             self.pushed += HEADER_LEN as u64;
             return HEADER_LEN as u64;
         }
+        if frame.payload.len() < ZERO_COPY_MIN {
+            return self.append_small(&header, &frame.payload);
+        }
         self.bytes += frame.wire_len();
         self.pushed += frame.wire_len() as u64;
         header.encode(frame.payload.len(), &mut self.small);
-        if frame.payload.len() >= ZERO_COPY_MIN {
-            self.segments.push_back(self.small.split().freeze());
-            self.segments.push_back(frame.payload.clone());
-        } else {
-            self.small.extend_from_slice(&frame.payload);
-        }
+        self.segments.push_back(self.small.split().freeze());
+        self.segments.push_back(frame.payload.clone());
         frame.wire_len() as u64
+    }
+
+    /// Encodes a frame of `header` and a small `payload` into the buffer of small
+    /// frames; returns the bytes it adds to the link's byte stream.
+    #[inline]
+    fn append_small(&mut self, header: &FrameHeader, payload: &[u8]) -> u64 {
+        let wire_len = HEADER_LEN + payload.len();
+        header.encode(payload.len(), &mut self.small);
+        self.small.extend_from_slice(payload);
+        self.bytes += wire_len;
+        self.pushed += wire_len as u64;
+        wire_len as u64
     }
 
     /// True when frames wait for the stamp of the next write.
@@ -204,26 +205,20 @@ impl OutQueue {
     fn push_unstamped(&mut self, frame: &Frame, at: Mono) {
         let header_at = self.small.len();
         let wire_len = frame.wire_len() as u64;
-        let joins = self.open.as_ref().is_some_and(|o| {
+        let like = |o: &&mut Unstamped| {
             (o.at, o.run.wire_len, o.run.stream, o.run.tag)
                 == (at, wire_len, frame.header.stream, frame.header.tag)
-        });
-        match (joins, &mut self.open) {
-            (true, Some(o)) => o.run.count += 1,
-            _ => {
+        };
+        match self.open.as_mut().filter(like) {
+            Some(o) => o.run.count += 1,
+            None => {
                 self.close_run();
                 // Where it ends is set when the run closes: joining counts, no more.
                 let run = FrameRun::one(frame, wire_len, 0);
                 self.open = Some(Unstamped { header_at, run, at });
             }
         }
-        let mut header = frame.header;
-        header.flags = (header.flags & !FLAG_PAYLOAD_FD) | FLAG_STAMPED;
-        header.timestamp_ns = 0;
-        header.encode(frame.payload.len(), &mut self.small);
-        self.small.extend_from_slice(&frame.payload);
-        self.bytes += wire_len as usize;
-        self.pushed += wire_len;
+        self.append_small(&stamped_header(frame, Some(0)), &frame.payload);
     }
 
     /// Moves the open run to those waiting for a stamp, with where it ends in the
@@ -747,6 +742,23 @@ fn read_some(sock: &Socket, rbuf: &mut BytesMut, files: &mut VecDeque<OwnedFd>) 
     Ok((n, n < asked && files.len() == files_before))
 }
 
+/// `frame`'s header as this hop sends it: stamped with `stamp` when this hop took
+/// one while recording, otherwise unstamped (a forwarded frame keeps the previous
+/// hop's stamp in its header, which measures nothing for this hop); no payload file.
+#[inline]
+fn stamped_header(frame: &Frame, stamp: Option<u64>) -> FrameHeader {
+    let mut header = frame.header;
+    header.flags &= !FLAG_PAYLOAD_FD;
+    match stamp {
+        Some(ns) => {
+            header.timestamp_ns = ns;
+            header.flags |= FLAG_STAMPED;
+        }
+        None => header.flags &= !FLAG_STAMPED,
+    }
+    header
+}
+
 /// What a link's end of stream reports: a clean close, or a frame cut short.
 fn end_of_stream(rbuf: &BytesMut) -> Option<String> {
     (!rbuf.is_empty())
@@ -831,23 +843,14 @@ pub enum CutError {
 /// A frame whose payload comes as a file ([`FLAG_PAYLOAD_FD`]) is refused: a byte
 /// stream carries none.
 pub fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, CutError> {
-    cut_frames_with(buf, max_frame, &mut VecDeque::new())
-}
-
-/// [`cut_frames`] for a link that carries payload files: `files` holds those
-/// received and not yet matched, oldest first.
-fn cut_frames_with(
-    buf: &mut BytesMut,
-    max_frame: usize,
-    files: &mut VecDeque<OwnedFd>,
-) -> Result<Vec<Frame>, CutError> {
     let mut frames = Vec::new();
-    cut_frames_into(buf, max_frame, files, &mut frames)?;
+    cut_frames_into(buf, max_frame, &mut VecDeque::new(), &mut frames)?;
     Ok(frames)
 }
 
-/// [`cut_frames_with`] into `frames` (empty), so that a caller can keep its list's
-/// room from one read to the next.
+/// [`cut_frames`] into `frames` (empty), so that a caller can keep its list's room
+/// from one read to the next, for a link that carries payload files: `files` holds
+/// those received and not yet matched, oldest first.
 fn cut_frames_into(
     buf: &mut BytesMut,
     max_frame: usize,
