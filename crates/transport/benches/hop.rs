@@ -10,9 +10,9 @@
 //! `HOP_BATCH=N` sends N frames per hop in one pass of the sender (what back-to-back
 //! reductions make), so that the figures are per batch;
 //! `HOP_ROUNDS=N` round trips per measurement (5,000; fewer for a large thrash);
-//! `HOP_ONLY=on|off` times one kind alone, 20,000 round trips, for a cache
-//! simulator (`valgrind --tool=cachegrind`), whose instruction counts per kind
-//! subtract exactly.
+//! `HOP_ONLY=on|off` times one kind alone, 20,000 round trips unless `HOP_ROUNDS`
+//! says otherwise, for a cache simulator (`valgrind --tool=cachegrind
+//! --cache-sim=yes`), whose instruction and miss counts per kind subtract exactly.
 
 #![allow(clippy::unwrap_used)] // a bench: a failure here is a bug to see at once
 
@@ -122,16 +122,18 @@ fn main() {
     let kb = knob("HOP_THRASH_KB", 0);
     let mut junk = vec![1u8; kb * 1024];
     let batch = knob("HOP_BATCH", 1).max(1);
-    let iterations = u32::try_from(knob("HOP_ROUNDS", 5_000).max(1)).unwrap_or(u32::MAX);
+    let only = std::env::var("HOP_ONLY").ok();
+    let default_rounds = if only.is_some() { 20_000 } else { 5_000 };
+    let iterations = u32::try_from(knob("HOP_ROUNDS", default_rounds).max(1)).unwrap_or(u32::MAX);
     let mut time = |routes: &mut _, iterations| time_hops(&rt, routes, &frame, iterations, &mut junk, batch);
     let mut off = linked();
     let mut on = linked();
     on.0.monitor_start(1);
     on.2.monitor_start(1);
-    if let Ok(only) = std::env::var("HOP_ONLY") {
+    if let Some(only) = only {
         // One kind alone, for a cache simulator: HOP_ONLY=on or off.
         let routes = if only == "on" { &mut on } else { &mut off };
-        let t = time(routes, 20_000);
+        let t = time(routes, iterations);
         println!("{only}: {:.0} ns per hop", t * 1e9);
         return;
     }

@@ -20,7 +20,9 @@ use tokio::io::Interest;
 use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN, TIMESTAMP_AT};
 
 use crate::route::{Close, Route, RouteEvent};
-use crate::timing::{FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock};
+use crate::timing::{
+    Deferred, FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, MAX_DEFERRED,
+};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
@@ -516,12 +518,38 @@ impl StreamRoute {
 
     /// What was recorded so far.
     pub fn monitor_report(&mut self) -> treecast_monitor::Report {
+        self.record_deferred();
         self.monitor.report()
     }
 
     /// Forgets what was recorded.
     pub fn monitor_clear(&mut self) {
+        self.record_deferred();
         self.monitor.clear();
+    }
+
+    /// Counts the samples taken since the last time (see [`Deferred`]); those of a
+    /// link gone since count nothing, which is why a link is never removed first.
+    #[inline]
+    fn record_deferred(&mut self) {
+        if !self.monitor.deferred.is_empty() {
+            self.record_deferred_now();
+        }
+    }
+
+    /// [`StreamRoute::record_deferred`], once there is something to count.
+    #[inline(never)]
+    fn record_deferred_now(&mut self) {
+        let mut deferred = std::mem::take(&mut self.monitor.deferred);
+        for (link, sample) in deferred.drain(..) {
+            if let Some(c) = self.conns.get_mut(link) {
+                self.monitor.count_deferred(&mut c.timing, sample);
+            }
+        }
+        // The list keeps its room from pass to pass, unless one pass made it large.
+        if deferred.capacity() <= MAX_DEFERRED {
+            self.monitor.deferred = deferred;
+        }
     }
 
     /// Says where `link` sits in the tree, which names its samples.
@@ -579,7 +607,7 @@ impl StreamRoute {
     fn flush_link(&mut self, link: LinkId) {
         let Some(c) = self.conns.get_mut(link) else { return };
         c.dirty = false;
-        let written = write_timed(c, &mut self.monitor);
+        let written = write_timed(link, c, &mut self.monitor);
         match written {
             Ok(true) => {
                 c.write_fd = None;
@@ -626,6 +654,7 @@ impl StreamRoute {
 
     /// A link failed while writing: it closes both ways and is reported closed.
     fn break_link(&mut self, link: LinkId, reason: String) {
+        self.record_deferred();
         if let Some(c) = self.conns.remove(link) {
             tracing::debug!(peer = %c.name, "link failed: {reason}");
             c.sock.shutdown(std::net::Shutdown::Both);
@@ -793,7 +822,7 @@ fn deliver(
     // a frame's wait for the ones before it is the core's time, not the link's).
     if let Some(at) = read_at {
         let handed = monitor.ticker.now();
-        monitor.read(&mut c.timing, &frames, at, handed);
+        monitor.read_deferred(link, &c.timing, &frames, at, handed);
     }
     for f in frames.drain(..) {
         *any = true;
@@ -923,8 +952,9 @@ fn encode_staged(c: &mut Conn, monitor: &mut Monitoring, start: Mono) {
     c.out.stamp_queued(stamp, start, &mut |run, waited| monitor.queued(timing, run, waited, start));
 }
 
-/// Writes what `c` has queued, stamping and recording its frames while monitoring.
-fn write_timed(c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
+/// Writes what `c` (the link `link`) has queued, stamping its frames while
+/// monitoring; their send is counted later ([`Deferred`]).
+fn write_timed(link: LinkId, c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
     if !c.out.has_unstamped() && !monitor.recording && !c.timing.has_in_flight() {
         return c.out.write(&c.sock);
     }
@@ -934,10 +964,10 @@ fn write_timed(c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
         false => monitor.ticker.now(),
     };
     encode_staged(c, monitor, start);
-    let written = c.out.write(&c.sock);
+    let result = c.out.write(&c.sock);
     let end = monitor.ticker.now();
-    monitor.written(&mut c.timing, c.out.written, end);
-    written
+    monitor.deferred.push((link, Deferred::Written { written: c.out.written, end }));
+    result
 }
 
 impl Route for StreamRoute {
@@ -990,6 +1020,8 @@ impl Route for StreamRoute {
         for link in std::mem::take(&mut self.dirty) {
             self.flush_link(link);
         }
+        // Last in the pass: every frame it sends is written before a sample is counted.
+        self.record_deferred();
     }
 
     fn poll_recv(&mut self, cx: &mut Context<'_>, sink: &mut dyn FnMut(LinkId, RouteEvent)) -> bool {
@@ -1003,6 +1035,7 @@ impl Route for StreamRoute {
                 self.flush_link(link);
             }
             if let Some(closed) = self.read_link(link, sink, &mut any) {
+                self.record_deferred();
                 let Some(c) = self.conns.remove(link) else { continue };
                 if let Some(r) = &closed {
                     tracing::warn!(peer = %c.name, "closing link: {r}");
@@ -1018,6 +1051,9 @@ impl Route for StreamRoute {
             any = true;
             sink(link, RouteEvent::Closed(reason));
         }
+        if self.monitor.deferred.len() >= MAX_DEFERRED {
+            self.record_deferred();
+        }
         any
     }
 
@@ -1026,6 +1062,7 @@ impl Route for StreamRoute {
         match how {
             Close::Now => {
                 c.sock.shutdown(std::net::Shutdown::Both);
+                self.record_deferred();
                 self.conns.remove(link);
             }
             Close::Flush if c.out.is_empty() => {
@@ -1056,11 +1093,12 @@ impl Route for StreamRoute {
                 tracing::debug!(peer = %c.name, "cannot make writes blocking: {e}");
                 continue;
             }
-            match write_timed(c, &mut self.monitor) {
+            match write_timed(link, c, &mut self.monitor) {
                 Ok(_) => c.sock.shutdown(std::net::Shutdown::Write),
                 Err(e) => tracing::warn!(peer = %c.name, "could not deliver what was queued: {e}"),
             }
         }
+        self.record_deferred();
     }
 }
 
@@ -1208,6 +1246,51 @@ mod tests {
         assert_eq!(parent.monitor_report().count(), 6);
         parent.monitor_clear();
         assert_eq!(parent.monitor_report().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn samples_are_counted_once_the_pass_has_written_what_it_sends_and_none_is_lost() {
+        let (mut child, la, mut parent, lb) = linked_routes();
+        child.monitor_start(1);
+        parent.monitor_start(1);
+        let frame = |tag| Frame::new(FrameHeader::data(1, tag, 0), vec![1; 10]);
+        child.send(&[la], &frame(7));
+        child.flush();
+        assert!(child.monitor.deferred.is_empty(), "a flush counts what it wrote");
+        assert_eq!(child.monitor.report().count(), 2, "queue and send");
+        // The parent's read waits to be counted until its pass has written its reply.
+        recv(&mut parent, 1).await;
+        assert_eq!(parent.monitor.deferred.len(), 1);
+        assert_eq!(parent.monitor.report().count(), 0, "nothing counted before the pass's writes");
+        parent.send(&[lb], &frame(7));
+        parent.flush();
+        assert!(parent.monitor.deferred.is_empty());
+        assert_eq!(parent.monitor.report().count(), 4, "net and deliver, queue and send");
+        // A link closed before its pass ends keeps its samples.
+        recv(&mut child, 1).await;
+        assert_eq!(child.monitor.deferred.len(), 1);
+        child.close(la, Close::Now);
+        assert_eq!(child.monitor_report().count(), 4);
+        // A route read and never flushed still counts, within its bound: frames of
+        // alternating tags make a sample each.
+        let n = MAX_DEFERRED + 100;
+        let (mut other, lo, mut reader, _) = linked_routes();
+        reader.monitor_start(1);
+        for i in 0..n {
+            other.send(&[lo], &frame(7 + (i % 2) as i32));
+        }
+        flushed(&mut other).await;
+        recv(&mut reader, n).await;
+        assert!(
+            reader.monitor.deferred.len() < MAX_DEFERRED,
+            "{} samples waiting",
+            reader.monitor.deferred.len()
+        );
+        assert_eq!(
+            reader.monitor_report().count(),
+            n as u64,
+            "none lost (deliver only: the sender stamps none)"
+        );
     }
 
     #[tokio::test]

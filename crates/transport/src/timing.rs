@@ -14,12 +14,17 @@
 //! node's loop share their queue start, frames written by one write their send,
 //! frames read by one read their net end and their deliver. Equal samples are then
 //! counted by the recorder, not added one by one.
+//!
+//! The stamps are read where the frames are; the samples are counted at the end of
+//! the node's pass, once what it sends is written (`Deferred`).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use treecast_monitor::{size_class, Component, Key, Recorder, Report, Slot};
 use treecast_wire::{Frame, FLAG_STAMPED};
+
+use crate::LinkId;
 
 /// How a node reads its clock from the monotonic clock: the global clock's time
 /// base, so that stamps of different nodes can be compared. The node's clock read
@@ -486,6 +491,26 @@ pub(crate) struct Monitoring {
     /// Moves whenever what keys a frame's samples may change (the program tags) or
     /// the recorder is cleared: the cells links found before are looked up again.
     epoch: u64,
+    /// Samples taken and not counted yet, oldest first (see [`Deferred`]).
+    pub(crate) deferred: Vec<(LinkId, Deferred)>,
+}
+
+/// Samples deferred at most before they are counted whatever the route does:
+/// a route whose user never flushes still counts, within bounded memory.
+pub(crate) const MAX_DEFERRED: usize = 1024;
+
+/// A sample taken on a frame's path and counted once the pass of the node's loop
+/// has written what it sends: the stamps are read where the frames are, but the
+/// counting (cells looked up, histograms touched, each a likely cache miss in a
+/// process that just woke) delays no frame. Counted in the order taken.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Deferred {
+    /// The link's byte stream was written up to `written` by a write that ended at `end`.
+    Written { written: u64, end: Mono },
+    /// Frames like `frames` were read from the link, stamped by their sender `net_ns`
+    /// before the read ended (on this node's clock), and handed to the core
+    /// `deliver_ns` after it.
+    Read { frames: Frames, net_ns: Option<u64>, deliver_ns: u64 },
 }
 
 impl std::fmt::Debug for Monitoring {
@@ -508,6 +533,15 @@ impl Monitoring {
             stream_programs: HashMap::new(),
             recorder: Recorder::default(),
             epoch: 0,
+            deferred: Vec::new(),
+        }
+    }
+
+    /// Counts a sample deferred on the link of `t`.
+    pub(crate) fn count_deferred(&mut self, t: &mut LinkTiming, sample: Deferred) {
+        match sample {
+            Deferred::Written { written, end } => self.written(t, written, end),
+            Deferred::Read { frames, net_ns, deliver_ns } => self.count(t, false, frames, net_ns, deliver_ns),
         }
     }
 
@@ -676,10 +710,18 @@ impl Monitoring {
     }
 
     /// The frames completed by a read that ended at `at` are handed to the core at
-    /// `handed`. Frames one after another that make the same samples (same stream,
-    /// tag, size and stamp: sent by one flush) are recorded as one; the clocks are
-    /// read once for all of them.
-    pub(crate) fn read(&mut self, t: &mut LinkTiming, frames: &[Frame], at: Mono, handed: Mono) {
+    /// `handed`: their samples are deferred on `link` until the node's pass has
+    /// written what it sends (see [`Deferred`]). Frames one after another that make
+    /// the same samples (same stream, tag, size and stamp: sent by one flush) make
+    /// one; the clocks are read once for all of them.
+    pub(crate) fn read_deferred(
+        &mut self,
+        link: LinkId,
+        t: &LinkTiming,
+        frames: &[Frame],
+        at: Mono,
+        handed: Mono,
+    ) {
         let read_ns = self.clock.at(at);
         let peer_offset = t.peer_clock.at(read_ns);
         let deliver_ns = handed.since(at);
@@ -701,7 +743,7 @@ impl Monitoring {
                 let net = read_ns.saturating_sub(sent).saturating_add(peer_offset);
                 u64::try_from(net).unwrap_or(0)
             });
-            self.count(t, false, like, net_ns, deliver_ns);
+            self.deferred.push((link, Deferred::Read { frames: like, net_ns, deliver_ns }));
             same = 0;
         }
     }
@@ -709,7 +751,7 @@ impl Monitoring {
 
 /// Frames alike in what keys their samples, counted together.
 #[derive(Debug, Clone, Copy)]
-struct Frames {
+pub(crate) struct Frames {
     stream: u32,
     tag: i32,
     /// Payload bytes of each.
