@@ -725,17 +725,13 @@ impl Monitoring {
         let read_ns = self.clock.at(at);
         let peer_offset = t.peer_clock.at(read_ns);
         let deliver_ns = handed.since(at);
-        let mut same = 0u64;
-        for (i, f) in frames.iter().enumerate() {
-            same += 1;
-            if frames.get(i + 1).is_some_and(|next| same_samples(f, next)) {
-                continue;
-            }
+        for run in frames.chunk_by(same_samples) {
+            let Some(f) = run.first() else { continue };
             let like = Frames {
                 stream: f.header.stream,
                 tag: f.header.tag,
                 bytes: f.payload.len() as u64,
-                count: same,
+                count: run.len() as u64,
             };
             let net_ns = f.header.stamp().map(|sent| {
                 let sent = i64::try_from(sent).unwrap_or(i64::MAX);
@@ -744,7 +740,6 @@ impl Monitoring {
                 u64::try_from(net).unwrap_or(0)
             });
             self.deferred.push((link, Deferred::Read { frames: like, net_ns, deliver_ns }));
-            same = 0;
         }
     }
 }
@@ -770,9 +765,13 @@ impl Frames {
 fn same_samples(a: &Frame, b: &Frame) -> bool {
     let (x, y) = (&a.header, &b.header);
     // Raw stamps compared: unstamped frames that keep different old stamps are
-    // recorded apart, which gives the same samples.
-    (x.timestamp_ns, x.stream, x.tag, x.flags & FLAG_STAMPED, a.payload.len())
-        == (y.timestamp_ns, y.stream, y.tag, y.flags & FLAG_STAMPED, b.payload.len())
+    // recorded apart, which gives the same samples. Every field is compared, with
+    // no branch between: on every frame of a read, and most often all are equal.
+    (x.timestamp_ns == y.timestamp_ns)
+        & (x.stream == y.stream)
+        & (x.tag == y.tag)
+        & ((x.flags ^ y.flags) & FLAG_STAMPED == 0)
+        & (a.payload.len() == b.payload.len())
 }
 
 #[cfg(test)]
@@ -826,6 +825,43 @@ mod tests {
     fn count_and_sum(report: &Report, component: Component) -> (u64, u64) {
         let cell = report.cells.iter().find(|c| c.component == component).unwrap();
         (cell.count, cell.sum_ns)
+    }
+
+    #[test]
+    fn a_read_makes_one_sample_per_run_of_frames_alike_and_counts_them_once_recorded() {
+        let (mut m, mut t, frame, start) = recording();
+        let stamped = |ts: u64| {
+            let mut f = frame.clone();
+            f.header.flags |= FLAG_STAMPED;
+            f.header.timestamp_ns = ts;
+            f
+        };
+        let other_tag =
+            Frame { header: treecast_wire::FrameHeader { tag: 8, ..frame.header }, ..frame.clone() };
+        let longer = Frame::new(frame.header, vec![0; 101]);
+        let frames =
+            [stamped(5), stamped(5), other_tag, stamped(5), stamped(6), frame.clone(), frame.clone(), longer];
+        let link = crate::LinkTable::new().insert(());
+        let handed = Mono::from_nanos(start.nanos() + 2_000);
+        m.read_deferred(link, &t, &frames, start, handed);
+        let runs: Vec<(u64, bool)> = m
+            .deferred
+            .iter()
+            .map(|(_, d)| match d {
+                Deferred::Read { frames, net_ns, deliver_ns } => {
+                    assert_eq!(*deliver_ns, 2_000);
+                    (frames.count, net_ns.is_some())
+                }
+                Deferred::Written { .. } => panic!("a read defers no write"),
+            })
+            .collect();
+        assert_eq!(runs, [(2, true), (1, false), (1, true), (1, true), (2, false), (1, false)]);
+        assert!(m.report().cells.is_empty(), "nothing counted while deferred");
+        for (_, d) in std::mem::take(&mut m.deferred) {
+            m.count_deferred(&mut t, d);
+        }
+        let report = m.report();
+        assert_eq!(report.count(), 8 + 4, "a deliver for each frame, a net for each stamped one");
     }
 
     #[test]
