@@ -204,6 +204,27 @@ impl Recorder {
         self.add_at(slot, latency_ns, count);
     }
 
+    /// The cells that [`Recorder::cell_at`] would count `cells` in, one after
+    /// another, without making any: each itself, or its [`Key::OTHER`] cell once the
+    /// recorder, with the cells made before it, is full.
+    fn placements(&self, cells: &[Cell]) -> Vec<Cell> {
+        let mut made: rustc_hash::FxHashSet<Cell> = rustc_hash::FxHashSet::default();
+        let mut placed = Vec::with_capacity(cells.len());
+        for &cell in cells {
+            let mut target = cell;
+            let exists =
+                |c: &Cell, made: &rustc_hash::FxHashSet<Cell>| self.index.contains_key(c) || made.contains(c);
+            if !exists(&target, &made) && self.cells.len() + made.len() >= self.max_cells {
+                target.key = Key::OTHER;
+            }
+            if !exists(&target, &made) {
+                made.insert(target);
+            }
+            placed.push(target);
+        }
+        placed
+    }
+
     /// Where the cell is in `cells`, made if new: under [`Key::OTHER`] once the
     /// recorder is full.
     fn cell_at(&mut self, mut cell: Cell) -> usize {
@@ -245,15 +266,27 @@ impl Recorder {
                 _ => return Err(too_many()),
             }
         }
-        for (c, total) in report.cells.iter().zip(totals) {
-            let cell = Cell { key: c.key(), component: c.component, size_class: c.size_class };
-            let at = self.cell_at(cell);
-            let (kept, l) = &mut self.cells[at];
-            // Cells of one key repeated, or merged again and again, add up: past
-            // the bound the rest of the report is refused.
-            if l.total().saturating_add(total) > MAX_CELL_SAMPLES {
+        // Cells of one key repeated in the report, or merged again and again, add
+        // up: a report that would take a cell past the bound is refused whole.
+        let cells: Vec<Cell> = report
+            .cells
+            .iter()
+            .map(|c| Cell { key: c.key(), component: c.component, size_class: c.size_class })
+            .collect();
+        let mut after: FxHashMap<Cell, u64> = FxHashMap::default();
+        for (target, total) in self.placements(&cells).into_iter().zip(&totals) {
+            let sum = after.entry(target).or_insert_with(|| match self.index.get(&target) {
+                Some(&at) => self.cells[at].1.total(),
+                None => 0,
+            });
+            *sum = sum.saturating_add(*total);
+            if *sum > MAX_CELL_SAMPLES {
                 return Err(too_many());
             }
+        }
+        for ((c, cell), total) in report.cells.iter().zip(cells).zip(totals) {
+            let at = self.cell_at(cell);
+            let (kept, l) = &mut self.cells[at];
             if kept.key != cell.key {
                 self.folded += total;
             }
@@ -505,7 +538,21 @@ mod tests {
         let half = MAX_CELL_SAMPLES / 2 + 1;
         repeated.cells = vec![CellReport { buckets: vec![[100, half]], ..good.cells[0].clone() }; 2];
         assert!(target.merge(&repeated).unwrap_err().to_string().contains("damaged"));
-        assert!(target.report().cells.iter().all(|c| c.count <= MAX_CELL_SAMPLES));
+        assert!(target.is_empty(), "refused whole: not its first cell either");
+        // One key merged again and again: the merge that would pass the bound adds nothing.
+        repeated.cells.truncate(1);
+        target.merge(&repeated).unwrap();
+        assert!(target.merge(&repeated).is_err());
+        assert_eq!(target.report().count(), half);
+        // Two new keys that a full recorder folds into one cell add up there too.
+        let mut full = Recorder::new(1);
+        full.record(KEY, Component::Queue, 10, 100);
+        let mut two = good.clone();
+        two.cells = [8, 9]
+            .map(|link| CellReport { link, buckets: vec![[100, half]], ..good.cells[0].clone() })
+            .to_vec();
+        assert!(full.merge(&two).is_err());
+        assert_eq!((full.len(), full.report().count()), (1, 1), "nothing added, no cell made");
     }
 
     #[test]
