@@ -496,12 +496,15 @@ impl StreamRoute {
     /// Starts recording every frame's latency components under program tag `program`
     /// (see `crate::timing`); what was recorded before is kept.
     pub fn monitor_start(&mut self, program: u32) {
+        // Samples taken before keep the program tag they were taken under.
+        self.record_deferred();
         self.monitor.start(program);
     }
 
     /// Keeps the frames of `stream` under their own program tag (`None`: the stream
     /// is gone), so that workloads sharing the tree are told apart.
     pub fn set_stream_program(&mut self, stream: u32, program: Option<u32>) {
+        self.record_deferred();
         self.monitor.set_stream_program(stream, program);
     }
 
@@ -1378,7 +1381,9 @@ mod tests {
         send(&mut child, 2);
         flushed(&mut child).await;
         recv(&mut parent, 3).await;
-        // Gone: its frames fall back to the recording's tag.
+        // Gone: its frames fall back to the recording's tag. The parent's samples
+        // of frames read before, not counted yet, keep the tag they came under.
+        parent.set_stream_program(2, None);
         child.set_stream_program(2, None);
         send(&mut child, 2);
         flushed(&mut child).await;
