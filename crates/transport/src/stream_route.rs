@@ -557,6 +557,8 @@ impl StreamRoute {
 
     /// Says where `link` sits in the tree, which names its samples.
     pub fn place_link(&mut self, link: LinkId, place: LinkPlace) {
+        // Samples taken before keep the name they were taken under.
+        self.record_deferred();
         if let Some(c) = self.conns.get_mut(link) {
             c.timing.set_place(place);
         }
