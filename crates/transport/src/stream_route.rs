@@ -1299,6 +1299,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn samples_taken_before_a_link_moves_keep_the_place_they_were_taken_at() {
+        let (mut child, la, mut parent, lb) = linked_routes();
+        parent.place_link(lb, LinkPlace { lower_node: 4, to_parent: false });
+        parent.monitor_start(1);
+        child.send(&[la], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]));
+        flushed(&mut child).await;
+        recv(&mut parent, 1).await;
+        // The child moves (a recovery) before the parent's pass ends.
+        parent.place_link(lb, LinkPlace { lower_node: 6, to_parent: false });
+        let links: Vec<u32> = parent.monitor_report().cells.iter().map(|c| c.link).collect();
+        assert_eq!(links, [4], "counted under the place it was read at");
+    }
+
+    #[tokio::test]
     async fn frames_stamped_in_place_across_cut_short_writes_are_each_stamped_and_counted_once() {
         use treecast_monitor::Component;
         let (mut child, la, mut parent, _) = linked_routes();
