@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use hdrhistogram::Histogram;
 
@@ -204,38 +204,42 @@ impl Recorder {
         self.add_at(slot, latency_ns, count);
     }
 
-    /// The cells that [`Recorder::cell_at`] would count `cells` in, one after
-    /// another, without making any: each itself, or its [`Key::OTHER`] cell once the
-    /// recorder, with the cells made before it, is full.
-    fn placements(&self, cells: &[Cell]) -> Vec<Cell> {
-        let mut made: rustc_hash::FxHashSet<Cell> = rustc_hash::FxHashSet::default();
-        let mut placed = Vec::with_capacity(cells.len());
-        for &cell in cells {
-            let mut target = cell;
-            let exists =
-                |c: &Cell, made: &rustc_hash::FxHashSet<Cell>| self.index.contains_key(c) || made.contains(c);
-            if !exists(&target, &made) && self.cells.len() + made.len() >= self.max_cells {
-                target.key = Key::OTHER;
-            }
-            if !exists(&target, &made) {
-                made.insert(target);
-            }
-            placed.push(target);
+    /// The cell that samples of `cell` go to: itself when it is kept already (or
+    /// among `made`, cells about to be made) or while there is room, otherwise its
+    /// [`Key::OTHER`] cell. The one rule for [`Recorder::cell_at`] and a merge's check.
+    fn place(&self, mut cell: Cell, made: &FxHashSet<Cell>) -> Cell {
+        let kept = self.index.contains_key(&cell) || made.contains(&cell);
+        if !kept && self.cells.len() + made.len() >= self.max_cells {
+            cell.key = Key::OTHER;
         }
-        placed
+        cell
+    }
+
+    /// The cells that [`Recorder::cell_at`] would count `cells` in, one after
+    /// another, without making any.
+    fn placements(&self, cells: &[Cell]) -> Vec<Cell> {
+        let mut made = FxHashSet::default();
+        cells
+            .iter()
+            .map(|&cell| {
+                let target = self.place(cell, &made);
+                if !self.index.contains_key(&target) {
+                    made.insert(target);
+                }
+                target
+            })
+            .collect()
     }
 
     /// Where the cell is in `cells`, made if new: under [`Key::OTHER`] once the
     /// recorder is full.
-    fn cell_at(&mut self, mut cell: Cell) -> usize {
+    fn cell_at(&mut self, cell: Cell) -> usize {
         if let Some(&at) = self.index.get(&cell) {
             return at;
         }
-        if self.cells.len() >= self.max_cells {
-            cell.key = Key::OTHER;
-            if let Some(&at) = self.index.get(&cell) {
-                return at;
-            }
+        let cell = self.place(cell, &FxHashSet::default());
+        if let Some(&at) = self.index.get(&cell) {
+            return at;
         }
         self.cells.push((cell, Latencies::new()));
         self.index.insert(cell, self.cells.len() - 1);

@@ -532,7 +532,8 @@ impl StreamRoute {
     }
 
     /// Counts the samples taken since the last time (see [`Deferred`]); those of a
-    /// link gone since count nothing, which is why a link is never removed first.
+    /// link gone since would count nothing, which is why links are removed through
+    /// [`StreamRoute::remove_conn`].
     #[inline]
     fn record_deferred(&mut self) {
         if !self.monitor.deferred.is_empty() {
@@ -553,6 +554,13 @@ impl StreamRoute {
         if deferred.capacity() <= MAX_DEFERRED {
             self.monitor.deferred = deferred;
         }
+    }
+
+    /// Stops carrying `link`, its samples not counted yet counted first (they would
+    /// name a link gone).
+    fn remove_conn(&mut self, link: LinkId) -> Option<Conn> {
+        self.record_deferred();
+        self.conns.remove(link)
     }
 
     /// Says where `link` sits in the tree, which names its samples.
@@ -659,8 +667,7 @@ impl StreamRoute {
 
     /// A link failed while writing: it closes both ways and is reported closed.
     fn break_link(&mut self, link: LinkId, reason: String) {
-        self.record_deferred();
-        if let Some(c) = self.conns.remove(link) {
+        if let Some(c) = self.remove_conn(link) {
             tracing::debug!(peer = %c.name, "link failed: {reason}");
             c.sock.shutdown(std::net::Shutdown::Both);
             if c.state == State::Open {
@@ -821,6 +828,8 @@ fn deliver(
         return Err(format!("the peer sent {} files no frame claims", c.files.len()));
     }
     if c.state != State::Open {
+        frames.clear();
+        FRAME_LIST.set(frames);
         return Ok(());
     }
     // The frames of one read reach the core together (it then takes them in order:
@@ -1040,8 +1049,7 @@ impl Route for StreamRoute {
                 self.flush_link(link);
             }
             if let Some(closed) = self.read_link(link, sink, &mut any) {
-                self.record_deferred();
-                let Some(c) = self.conns.remove(link) else { continue };
+                let Some(c) = self.remove_conn(link) else { continue };
                 if let Some(r) = &closed {
                     tracing::warn!(peer = %c.name, "closing link: {r}");
                 }
@@ -1067,8 +1075,7 @@ impl Route for StreamRoute {
         match how {
             Close::Now => {
                 c.sock.shutdown(std::net::Shutdown::Both);
-                self.record_deferred();
-                self.conns.remove(link);
+                self.remove_conn(link);
             }
             Close::Flush if c.out.is_empty() => {
                 c.sock.shutdown(std::net::Shutdown::Write);
