@@ -725,13 +725,17 @@ impl Monitoring {
         let read_ns = self.clock.at(at);
         let peer_offset = t.peer_clock.at(read_ns);
         let deliver_ns = handed.since(at);
-        for run in frames.chunk_by(same_samples) {
-            let Some(f) = run.first() else { continue };
+        let mut rest = frames;
+        while let Some((f, after)) = rest.split_first() {
+            // Each frame is compared with the run's first, whose fields stay in
+            // registers: a neighbour's would be loaded again for every frame.
+            let count = 1 + after.iter().take_while(|g| same_samples(f, g)).count();
+            rest = rest.get(count..).unwrap_or_default();
             let like = Frames {
                 stream: f.header.stream,
                 tag: f.header.tag,
                 bytes: f.payload.len() as u64,
-                count: run.len() as u64,
+                count: count as u64,
             };
             let net_ns = f.header.stamp().map(|sent| {
                 let sent = i64::try_from(sent).unwrap_or(i64::MAX);
