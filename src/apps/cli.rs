@@ -605,8 +605,9 @@ pub struct MicrobenchArgs {
     #[arg(long, value_name = "REPORT.json")]
     pub monitor: Option<std::path::PathBuf>,
     /// Measure what monitoring costs: the tree's round trips and reductions with
-    /// recording off and on, in ROUNDS pairs (order alternating), and print the
-    /// medians and the median of the pairs' changes.
+    /// recording off and on, in ROUNDS pairs (order alternating), each measurement
+    /// between two confirmed orders (start or stop), and print the medians and the
+    /// median of the pairs' changes.
     #[arg(long, value_name = "ROUNDS", num_args = 0..=1, default_missing_value = "3", conflicts_with_all = ["monitor", "compare"])]
     pub overhead: Option<usize>,
     /// With --overhead: also measure as many pairs with recording off in both
