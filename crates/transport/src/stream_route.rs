@@ -20,9 +20,7 @@ use tokio::io::Interest;
 use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN, TIMESTAMP_AT};
 
 use crate::route::{Close, Route, RouteEvent};
-use crate::timing::{
-    Deferred, FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, MAX_DEFERRED,
-};
+use crate::timing::{FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, MAX_DEFERRED};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
@@ -531,7 +529,7 @@ impl StreamRoute {
         self.monitor.clear();
     }
 
-    /// Counts the samples taken since the last time (see [`Deferred`]); those of a
+    /// Counts the samples taken since the last time (see `timing::Deferred`); those of a
     /// link gone since would count nothing, which is why links are removed through
     /// [`StreamRoute::remove_conn`].
     #[inline]
@@ -967,7 +965,7 @@ fn encode_staged(c: &mut Conn, monitor: &mut Monitoring, start: Mono) {
 }
 
 /// Writes what `c` (the link `link`) has queued, stamping its frames while
-/// monitoring; their send is counted later ([`Deferred`]).
+/// monitoring; their send is counted later ([`Monitoring::write_deferred`]).
 fn write_timed(link: LinkId, c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
     if !c.out.has_unstamped() && !monitor.recording && !c.timing.has_in_flight() {
         return c.out.write(&c.sock);
@@ -980,7 +978,7 @@ fn write_timed(link: LinkId, c: &mut Conn, monitor: &mut Monitoring) -> io::Resu
     encode_staged(c, monitor, start);
     let result = c.out.write(&c.sock);
     let end = monitor.ticker.now();
-    monitor.deferred.push((link, Deferred::Written { written: c.out.written, end }));
+    monitor.write_deferred(link, c.out.written, end);
     result
 }
 

@@ -709,6 +709,13 @@ impl Monitoring {
         }
     }
 
+    /// The byte stream of `link` was written up to `written` by a write that ended
+    /// at `end`: the send of the frames it completed is deferred until the node's
+    /// pass has written what it sends (see [`Deferred`]).
+    pub(crate) fn write_deferred(&mut self, link: LinkId, written: u64, end: Mono) {
+        self.deferred.push((link, Deferred::Written { written, end }));
+    }
+
     /// The frames completed by a read that ended at `at` are handed to the core at
     /// `handed`: their samples are deferred on `link` until the node's pass has
     /// written what it sends (see [`Deferred`]). Frames one after another that make
