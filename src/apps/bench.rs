@@ -240,13 +240,27 @@ impl Paired {
     }
 }
 
-/// `rounds` pairs of measurements; with `record`, the second of each kind records.
+/// The order every node confirms before one half of a pair: a start before the half
+/// that records, a stop before any other (a stop changes nothing where nothing
+/// records). A stop follows every half.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    Start,
+    Stop,
+}
+
+/// The two halves of pair `round`, in the order measured: whether each is the
+/// half with recording on (with `record`), and the order sent before it. The
+/// first half alternates from pair to pair.
 ///
-/// Every measurement, recording or not, sits between two orders that every node
-/// confirms (a start or a stop before, a stop after; a stop changes nothing where
-/// nothing records): on a tree of few processes, an order's traffic just before a
-/// short measurement slows it by a percent or two, which is the price of starting
-/// a recording, paid once, not of recording each frame.
+/// Both halves are framed alike: on a tree of few processes, an order's traffic
+/// just before a short measurement slows it by a percent or two, which is the
+/// price of starting a recording, paid once, not of recording each frame.
+fn pair_plan(round: usize, record: bool) -> [(bool, Order); 2] {
+    [round % 2 == 1, round % 2 == 0].map(|on| (on, if on && record { Order::Start } else { Order::Stop }))
+}
+
+/// `rounds` pairs of measurements; with `record`, the half marked on records.
 async fn paired_rounds(
     net: &Network,
     spec: &str,
@@ -256,11 +270,11 @@ async fn paired_rounds(
 ) -> anyhow::Result<Paired> {
     let mut pairs = Paired::default();
     for round in 0..rounds {
-        for on in [round % 2 == 1, round % 2 == 0] {
-            match on && record {
-                true => warn_unconfirmed(net.monitor_start(MICROBENCH_PROGRAM).await?),
-                false => warn_unconfirmed(net.monitor_stop().await?),
-            }
+        for (on, before) in pair_plan(round, record) {
+            warn_unconfirmed(match before {
+                Order::Start => net.monitor_start(MICROBENCH_PROGRAM).await?,
+                Order::Stop => net.monitor_stop().await?,
+            });
             let result = measure(net, spec, args).await?;
             warn_unconfirmed(net.monitor_stop().await?);
             match on {
@@ -638,4 +652,24 @@ fn render_ratios(tree: &MicrobenchResult, reference: &MicrobenchResult) -> Strin
         tree.reductions_per_s / reference.reductions_per_s,
         tree.instantiation_s / reference.instantiation_s,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_halves_of_a_pair_follow_an_order_and_only_the_recording_half_a_start() {
+        for record in [true, false] {
+            for round in 0..4 {
+                let plan = pair_plan(round, record);
+                assert_eq!(plan[0].0, round % 2 == 1, "the first half alternates");
+                assert_ne!(plan[0].0, plan[1].0, "one half of each kind");
+                for (on, before) in plan {
+                    let start = on && record;
+                    assert_eq!(before, if start { Order::Start } else { Order::Stop }, "{plan:?}");
+                }
+            }
+        }
+    }
 }
