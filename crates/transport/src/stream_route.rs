@@ -20,7 +20,9 @@ use tokio::io::Interest;
 use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN, TIMESTAMP_AT};
 
 use crate::route::{Close, Route, RouteEvent};
-use crate::timing::{FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, MAX_DEFERRED};
+use crate::timing::{
+    FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, COUNT_BATCH, MAX_DEFERRED,
+};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
@@ -1033,7 +1035,9 @@ impl Route for StreamRoute {
             self.flush_link(link);
         }
         // Last in the pass: every frame it sends is written before a sample is counted.
-        self.record_deferred();
+        if self.monitor.deferred.len() >= COUNT_BATCH {
+            self.record_deferred_now();
+        }
     }
 
     fn poll_recv(&mut self, cx: &mut Context<'_>, sink: &mut dyn FnMut(LinkId, RouteEvent)) -> bool {
@@ -1259,28 +1263,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn samples_are_counted_once_the_pass_has_written_what_it_sends_and_none_is_lost() {
+    async fn samples_are_counted_by_batches_after_the_pass_has_written_what_it_sends_and_none_is_lost() {
         let (mut child, la, mut parent, lb) = linked_routes();
         child.monitor_start(1);
         parent.monitor_start(1);
         let frame = |tag| Frame::new(FrameHeader::data(1, tag, 0), vec![1; 10]);
         child.send(&[la], &frame(7));
         child.flush();
-        assert!(child.monitor.deferred.is_empty(), "a flush counts what it wrote");
-        assert_eq!(child.monitor.report().count(), 2, "queue and send");
-        // The parent's read waits to be counted until its pass has written its reply.
+        assert_eq!(child.monitor.deferred.len(), 1, "a write's sample waits for its batch");
+        assert_eq!(child.monitor.report().count(), 0);
+        // The parent's read waits, and so does its reply's write.
         recv(&mut parent, 1).await;
-        assert_eq!(parent.monitor.deferred.len(), 1);
-        assert_eq!(parent.monitor.report().count(), 0, "nothing counted before the pass's writes");
         parent.send(&[lb], &frame(7));
         parent.flush();
+        assert_eq!(parent.monitor.deferred.len(), 2);
+        assert_eq!(parent.monitor.report().count(), 0, "nothing counted before a batch waits");
+        // A report counts what waits.
+        assert_eq!(parent.monitor_report().count(), 4, "net and deliver, queue and send");
         assert!(parent.monitor.deferred.is_empty());
-        assert_eq!(parent.monitor.report().count(), 4, "net and deliver, queue and send");
-        // A link closed before its pass ends keeps its samples.
+        // The pass that fills a batch counts it, once its writes are done.
+        for pass in 1..COUNT_BATCH {
+            assert_eq!(child.monitor.report().count(), 0, "pass {pass}: nothing counted yet");
+            child.send(&[la], &frame(7));
+            child.flush();
+            // Read, so that every write takes all it has (a full socket keeps frames in flight).
+            recv(&mut parent, 1).await;
+        }
+        assert!(child.monitor.deferred.is_empty(), "a full batch is counted");
+        assert_eq!(child.monitor.report().count(), 2 * COUNT_BATCH as u64, "queue and send of each");
+        // A link closed before its samples are counted keeps them.
         recv(&mut child, 1).await;
         assert_eq!(child.monitor.deferred.len(), 1);
         child.close(la, Close::Now);
-        assert_eq!(child.monitor_report().count(), 4);
+        assert_eq!(child.monitor_report().count(), 2 * COUNT_BATCH as u64 + 2);
         // A route read and never flushed still counts, within its bound: frames of
         // alternating tags make a sample each.
         let n = MAX_DEFERRED + 100;

@@ -16,7 +16,7 @@
 //! counted by the recorder, not added one by one.
 //!
 //! The stamps are read where the frames are; the samples are counted at the end of
-//! the node's pass, once what it sends is written (`Deferred`).
+//! a pass of the node's loop, once what it sends is written, by batches (`Deferred`).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -499,10 +499,18 @@ pub(crate) struct Monitoring {
 /// a route whose user never flushes still counts, within bounded memory.
 pub(crate) const MAX_DEFERRED: usize = 1024;
 
-/// A sample taken on a frame's path and counted once the pass of the node's loop
-/// has written what it sends: the stamps are read where the frames are, but the
-/// counting (cells looked up, histograms touched, each a likely cache miss in a
-/// process that just woke) delays no frame. Counted in the order taken.
+/// Samples that wait before the end of a pass counts them. Counted a few at a
+/// time, at the end of every pass, the counting's code and cells came cold from
+/// memory each time in a process that had slept; counted by hundreds, once.
+/// Anything that reads or renames them (a report, a clear, a start, a stream's
+/// program tag, a link's new place or its removal) counts those waiting first.
+pub(crate) const COUNT_BATCH: usize = 512;
+
+/// A sample taken on a frame's path and counted at the end of a pass of the
+/// node's loop, after the pass has written what it sends, once [`COUNT_BATCH`]
+/// wait: the stamps are read where the frames are, but the counting (cells looked
+/// up, histograms touched, each a likely cache miss in a process that just woke)
+/// delays no frame. Counted in the order taken.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Deferred {
     /// The link's byte stream was written up to `written` by a write that ended at `end`.
