@@ -215,3 +215,30 @@ async fn a_network_port_refuses_a_forged_secret_and_a_silent_peer_holds_up_no_on
     finish(a).await;
     finish(b).await;
 }
+
+#[tokio::test]
+async fn a_link_that_fails_after_taking_a_network_number_gives_it_back() {
+    let a = launch("flat", 1).await;
+    let b = launch("flat", 1).await;
+    let dir = common::TestDir::new("networks-numbers");
+    let path = dir.path("network.port");
+    let port = a.open_network_port(&path, None).await.unwrap();
+    let info = treecast_api::AttachInfo::read(&path).unwrap();
+    let address = info.network.clone().unwrap();
+    // More peers than a front-end has numbers for networks, each proving the
+    // port's secret (so that `a` takes a number for it) and hanging up before its
+    // hello: each link fails, and each number must come back, or the last ones fail
+    // for want of a number and so does the real link after them.
+    for k in 0..=treecast_node::core::MAX_REMOTES {
+        let (accepted, ()) = tokio::join!(port.accept(&a, LIMIT), async {
+            drop(treecast_node::connect_to(&address, 0, &info.secret, LIMIT).await.unwrap());
+        });
+        let err = accepted.unwrap_err();
+        assert!(err.to_string().contains("hello"), "peer {k}: {err}");
+    }
+    let (in_a, in_b) = tokio::join!(port.accept(&a, LIMIT), b.connect_network(&path, LIMIT));
+    assert_eq!((in_a.unwrap().size(), in_b.unwrap().size()), (1, 1));
+    drop(port);
+    finish(a).await;
+    finish(b).await;
+}
