@@ -490,6 +490,8 @@ impl StreamRoute {
     /// Sets the clock that stamps frames while monitoring (the node's global-clock
     /// time base); the wall clock as read when the route was made until then.
     pub fn set_clock(&mut self, clock: NodeClock) {
+        // Reads waiting are turned to net with the clock they were taken on.
+        self.record_deferred();
         self.monitor.clock = clock;
     }
 
@@ -574,6 +576,8 @@ impl StreamRoute {
 
     /// Sets the peer's clock against this node's, to correct the net component.
     pub fn set_peer_clock(&mut self, link: LinkId, clock: PeerClock) {
+        // Reads waiting are turned to net with the offset in effect when taken.
+        self.record_deferred();
         if let Some(c) = self.conns.get_mut(link) {
             c.timing.peer_clock = clock;
         }
@@ -836,7 +840,7 @@ fn deliver(
     // a frame's wait for the ones before it is the core's time, not the link's).
     if let Some(at) = read_at {
         let handed = monitor.ticker.now();
-        monitor.read_deferred(link, &c.timing, &frames, at, handed);
+        monitor.read_deferred(link, &frames, at, handed);
     }
     for f in frames.drain(..) {
         *any = true;
@@ -1247,6 +1251,18 @@ mod tests {
         assert_eq!(count(&mut parent, Component::Net), (3, 3_000));
         assert_eq!(count(&mut parent, Component::Deliver).0, 3);
         assert_eq!(count(&mut parent, Component::Queue).0, 0);
+        // A read waiting to be counted keeps the offset in effect when it was taken.
+        child.send(&[la], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]));
+        flushed(&mut child).await;
+        recv(&mut parent, 1).await;
+        parent.set_peer_clock(lb, PeerClock { offset_ns: -2_000_000_000 + 5_000, drift_ppb: 0, at_ns: 0 });
+        assert_eq!(count(&mut parent, Component::Net), (4, 4_000));
+        assert_eq!(count(&mut child, Component::Queue).0, 4);
+        // Taken after the change, with the new offset.
+        child.send(&[la], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]));
+        flushed(&mut child).await;
+        recv(&mut parent, 1).await;
+        assert_eq!(count(&mut parent, Component::Net), (5, 9_000));
 
         // Stopped: nothing more is recorded, and frames no longer carry this clock.
         child.monitor_stop();
@@ -1256,8 +1272,8 @@ mod tests {
         let got = recv(&mut parent, 1).await;
         let RouteEvent::Frame(f) = &got[0].1 else { panic!() };
         assert_ne!(f.header.timestamp_ns, 5_000_000_000);
-        assert_eq!(child.monitor_report().count(), 6);
-        assert_eq!(parent.monitor_report().count(), 6);
+        assert_eq!(child.monitor_report().count(), 10);
+        assert_eq!(parent.monitor_report().count(), 10);
         parent.monitor_clear();
         assert_eq!(parent.monitor_report().count(), 0);
     }

@@ -515,10 +515,10 @@ pub(crate) const COUNT_BATCH: usize = 512;
 pub(crate) enum Deferred {
     /// The link's byte stream was written up to `written` by a write that ended at `end`.
     Written { written: u64, end: Mono },
-    /// Frames like `frames` were read from the link, stamped by their sender `net_ns`
-    /// before the read ended (on this node's clock), and handed to the core
-    /// `deliver_ns` after it.
-    Read { frames: Frames, net_ns: Option<u64>, deliver_ns: u64 },
+    /// Frames like `frames` were read from the link by a read that ended at `at`,
+    /// stamped `sent` by their sender (its clock, if it was recording), and handed
+    /// to the core `deliver_ns` after the read.
+    Read { frames: Frames, sent: Option<u64>, at: Mono, deliver_ns: u64 },
 }
 
 impl std::fmt::Debug for Monitoring {
@@ -545,12 +545,27 @@ impl Monitoring {
         }
     }
 
-    /// Counts a sample deferred on the link of `t`.
+    /// Counts a sample deferred on the link of `t`. A read's net is worked out
+    /// here, with the clocks in effect when it was taken (a route counts what
+    /// waits before either clock changes).
     pub(crate) fn count_deferred(&mut self, t: &mut LinkTiming, sample: Deferred) {
         match sample {
             Deferred::Written { written, end } => self.written(t, written, end),
-            Deferred::Read { frames, net_ns, deliver_ns } => self.count(t, false, frames, net_ns, deliver_ns),
+            Deferred::Read { frames, sent, at, deliver_ns } => {
+                let net_ns = sent.map(|sent| self.net_ns(t, sent, at));
+                self.count(t, false, frames, net_ns, deliver_ns);
+            }
         }
+    }
+
+    /// From stamp `sent` on the peer's clock to the end of the read at `at` on
+    /// this node's: the sender's stamp turned to this node's clock by the peer's
+    /// offset.
+    fn net_ns(&self, t: &LinkTiming, sent: u64, at: Mono) -> u64 {
+        let read_ns = self.clock.at(at);
+        let sent = i64::try_from(sent).unwrap_or(i64::MAX);
+        let net = read_ns.saturating_sub(sent).saturating_add(t.peer_clock.at(read_ns));
+        u64::try_from(net).unwrap_or(0)
     }
 
     pub(crate) fn start(&mut self, program: u32) {
@@ -726,19 +741,10 @@ impl Monitoring {
 
     /// The frames completed by a read that ended at `at` are handed to the core at
     /// `handed`: their samples are deferred on `link` until the node's pass has
-    /// written what it sends (see [`Deferred`]). Frames one after another that make
-    /// the same samples (same stream, tag, size and stamp: sent by one flush) make
-    /// one; the clocks are read once for all of them.
-    pub(crate) fn read_deferred(
-        &mut self,
-        link: LinkId,
-        t: &LinkTiming,
-        frames: &[Frame],
-        at: Mono,
-        handed: Mono,
-    ) {
-        let read_ns = self.clock.at(at);
-        let peer_offset = t.peer_clock.at(read_ns);
+    /// written what it sends (see [`Deferred`]), and their net worked out then.
+    /// Frames one after another that make the same samples (same stream, tag, size
+    /// and stamp: sent by one flush) make one.
+    pub(crate) fn read_deferred(&mut self, link: LinkId, frames: &[Frame], at: Mono, handed: Mono) {
         let deliver_ns = handed.since(at);
         let mut rest = frames;
         while let Some((f, after)) = rest.split_first() {
@@ -752,13 +758,8 @@ impl Monitoring {
                 bytes: f.payload.len() as u64,
                 count: count as u64,
             };
-            let net_ns = f.header.stamp().map(|sent| {
-                let sent = i64::try_from(sent).unwrap_or(i64::MAX);
-                // The sender's stamp on this node's clock: its clock minus the difference.
-                let net = read_ns.saturating_sub(sent).saturating_add(peer_offset);
-                u64::try_from(net).unwrap_or(0)
-            });
-            self.deferred.push((link, Deferred::Read { frames: like, net_ns, deliver_ns }));
+            let sent = f.header.stamp();
+            self.deferred.push((link, Deferred::Read { frames: like, sent, at, deliver_ns }));
         }
     }
 }
@@ -862,16 +863,16 @@ mod tests {
             [stamped(5), stamped(5), other_tag, stamped(5), stamped(6), frame.clone(), frame.clone(), longer];
         let link = crate::LinkTable::new().insert(());
         let handed = Mono::from_nanos(start.nanos() + 2_000);
-        m.read_deferred(link, &t, &frames, start, handed);
+        m.read_deferred(link, &frames, start, handed);
         let runs: Vec<(u64, bool)> = m
             .deferred
             .iter()
             .map(|(_, d)| match d {
-                Deferred::Read { frames, net_ns, deliver_ns } => {
+                Deferred::Read { frames, sent, deliver_ns, .. } => {
                     assert_eq!(*deliver_ns, 2_000);
-                    (frames.count, net_ns.is_some())
+                    (frames.count, sent.is_some())
                 }
-                Deferred::Written { .. } => panic!("a read defers no write"),
+                other => panic!("a read defers reads only: {other:?}"),
             })
             .collect();
         assert_eq!(runs, [(2, true), (1, false), (1, true), (1, true), (2, false), (1, false)]);
