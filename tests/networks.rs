@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use treecast::apps::protocol::*;
 use treecast_api::{
-    ApiError, AttachError, Event, Network, RankSet, RemoteNetwork, Stream, StreamOptions, SyncMode,
-    TransformKind, Value,
+    ApiError, AttachError, Event, Network, NetworkPort, RankSet, RemoteNetwork, Stream, StreamOptions,
+    SyncMode, TransformKind, Value,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -48,10 +48,16 @@ async fn event_where(net: &mut Network, pick: impl Fn(&Event) -> bool) -> Event 
     }
 }
 
+/// `net` opens a port with its file in `dir`: the file's path, and the port.
+async fn open_port(net: &Network, dir: &common::TestDir) -> (std::path::PathBuf, NetworkPort) {
+    let path = dir.path("network.port");
+    let port = net.open_network_port(&path, None).await.unwrap();
+    (path, port)
+}
+
 /// `a` opens a port in `dir`, `b` connects to it: each gets the other as a remote network.
 async fn link(a: &Network, b: &Network, dir: &common::TestDir) -> (RemoteNetwork, RemoteNetwork) {
-    let path = dir.path("network.port");
-    let port = a.open_network_port(&path, None).await.unwrap();
+    let (path, port) = open_port(a, dir).await;
     let mode = std::fs::metadata(&path).unwrap().permissions();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
     let (in_a, in_b) = tokio::join!(port.accept(a, LIMIT), b.connect_network(&path, LIMIT));
@@ -131,8 +137,7 @@ async fn a_network_that_ends_closes_the_link_and_the_next_links_through_the_same
     let b = launch("flat", 1).await;
     let c = launch("flat", 1).await;
     let dir = common::TestDir::new("networks-again");
-    let path = dir.path("network.port");
-    let port = a.open_network_port(&path, None).await.unwrap();
+    let (path, port) = open_port(&a, &dir).await;
     let (first, _) = tokio::join!(port.accept(&a, LIMIT), b.connect_network(&path, LIMIT));
     let first = first.unwrap();
     finish(b).await;
@@ -166,8 +171,7 @@ async fn a_network_port_refuses_a_forged_secret_and_a_silent_peer_holds_up_no_on
     let a = launch("flat", 1).await;
     let b = launch("flat", 1).await;
     let dir = common::TestDir::new("networks-refused");
-    let path = dir.path("network.port");
-    let port = a.open_network_port(&path, None).await.unwrap();
+    let (path, port) = open_port(&a, &dir).await;
     // The port file with another secret: b cannot prove it, and a goes on waiting.
     let text = std::fs::read_to_string(&path).unwrap();
     let forged_text: Vec<String> = text
@@ -221,8 +225,7 @@ async fn a_link_that_fails_after_taking_a_network_number_gives_it_back() {
     let a = launch("flat", 1).await;
     let b = launch("flat", 1).await;
     let dir = common::TestDir::new("networks-numbers");
-    let path = dir.path("network.port");
-    let port = a.open_network_port(&path, None).await.unwrap();
+    let (path, port) = open_port(&a, &dir).await;
     let info = treecast_api::AttachInfo::read(&path).unwrap();
     let address = info.network.clone().unwrap();
     // More peers than a front-end has numbers for networks, each proving the

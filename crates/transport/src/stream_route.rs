@@ -1200,6 +1200,13 @@ mod tests {
         .await;
     }
 
+    /// Sends a 10-byte frame of tag 7 on `link` of `from` and returns what `to` read.
+    async fn hop(from: &mut StreamRoute, link: LinkId, to: &mut StreamRoute) -> Vec<(LinkId, RouteEvent)> {
+        from.send(&[link], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]));
+        flushed(from).await;
+        recv(to, 1).await
+    }
+
     /// A child's route and its parent's, one link between them: (child, its link,
     /// parent, its link).
     fn linked_routes() -> (StreamRoute, LinkId, StreamRoute, LinkId) {
@@ -1252,24 +1259,18 @@ mod tests {
         assert_eq!(count(&mut parent, Component::Deliver).0, 3);
         assert_eq!(count(&mut parent, Component::Queue).0, 0);
         // A read waiting to be counted keeps the offset in effect when it was taken.
-        child.send(&[la], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]));
-        flushed(&mut child).await;
-        recv(&mut parent, 1).await;
+        hop(&mut child, la, &mut parent).await;
         parent.set_peer_clock(lb, PeerClock { offset_ns: -2_000_000_000 + 5_000, drift_ppb: 0, at_ns: 0 });
         assert_eq!(count(&mut parent, Component::Net), (4, 4_000));
         assert_eq!(count(&mut child, Component::Queue).0, 4);
         // Taken after the change, with the new offset.
-        child.send(&[la], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]));
-        flushed(&mut child).await;
-        recv(&mut parent, 1).await;
+        hop(&mut child, la, &mut parent).await;
         assert_eq!(count(&mut parent, Component::Net), (5, 9_000));
 
         // Stopped: nothing more is recorded, and frames no longer carry this clock.
         child.monitor_stop();
         parent.monitor_stop();
-        child.send(&[la], &Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]));
-        flushed(&mut child).await;
-        let got = recv(&mut parent, 1).await;
+        let got = hop(&mut child, la, &mut parent).await;
         let RouteEvent::Frame(f) = &got[0].1 else { panic!() };
         assert_ne!(f.header.timestamp_ns, 5_000_000_000);
         assert_eq!(child.monitor_report().count(), 10);
