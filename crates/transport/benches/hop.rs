@@ -9,6 +9,9 @@
 //! two frames (the hops alone are timed then);
 //! `HOP_BATCH=N` sends N frames per hop in one pass of the sender (what back-to-back
 //! reductions make), so that the figures are per batch;
+//! `HOP_LINKS=N` links the two routes by N socket pairs, and each hop sends its
+//! frames on all of them in one pass (what a comm node's multicast to N children
+//! makes), the other route reading them all: the figures are per hop, not per link;
 //! `HOP_ROUNDS=N` round trips per measurement (5,000; fewer for a large thrash);
 //! `HOP_ONLY=on|off` times one kind alone, 20,000 round trips unless `HOP_ROUNDS`
 //! says otherwise, for a cache simulator (`valgrind --tool=cachegrind
@@ -23,29 +26,36 @@ use treecast_transport::timing::{Mono, NodeClock};
 use treecast_transport::{LinkId, LinkTable, Route, RouteEvent, Socket, StreamRoute};
 use treecast_wire::{Frame, FrameHeader, MAX_PAYLOAD_LEN};
 
-/// Two routes linked by a socket pair: (a, its link, b, its link).
-fn linked() -> (StreamRoute, LinkId, StreamRoute, LinkId) {
-    let (x, y) = std::os::unix::net::UnixStream::pair().unwrap();
-    x.set_nonblocking(true).unwrap();
-    y.set_nonblocking(true).unwrap();
+/// Two routes linked by `links` socket pairs: (a, its links, b, its links).
+fn linked(links: usize) -> (StreamRoute, Vec<LinkId>, StreamRoute, Vec<LinkId>) {
     let mut table = LinkTable::new();
-    let (la, lb) = (table.insert(()), table.insert(()));
     let (mut a, mut b) = (StreamRoute::new(MAX_PAYLOAD_LEN), StreamRoute::new(MAX_PAYLOAD_LEN));
     // A node's clock: its time base read once, then arithmetic (as `ClockSource`).
     for route in [&mut a, &mut b] {
         let base_ns = 1_800_000_000_000_000_000;
         route.set_clock(NodeClock { base: Mono::now(), base_ns, offset_ns: 0, drift_ppb: 0, epoch_ns: 0 });
     }
-    a.add(la, Socket::Unix(x), "b".into()).unwrap();
-    b.add(lb, Socket::Unix(y), "a".into()).unwrap();
-    (a, la, b, lb)
+    let (mut las, mut lbs) = (Vec::new(), Vec::new());
+    for _ in 0..links {
+        let (x, y) = std::os::unix::net::UnixStream::pair().unwrap();
+        x.set_nonblocking(true).unwrap();
+        y.set_nonblocking(true).unwrap();
+        let (la, lb) = (table.insert(()), table.insert(()));
+        a.add(la, Socket::Unix(x), "b".into()).unwrap();
+        b.add(lb, Socket::Unix(y), "a".into()).unwrap();
+        las.push(la);
+        lbs.push(lb);
+    }
+    (a, las, b, lbs)
 }
 
-/// One hop: `from` sends `batch` copies of `frame` on `link` in one pass, `to` takes them in.
-async fn hop(from: &mut StreamRoute, link: LinkId, to: &mut StreamRoute, frame: &Frame, batch: usize) {
+/// One hop: `from` sends `batch` copies of `frame` on every one of `links` in one
+/// pass, `to` takes them all in.
+async fn hop(from: &mut StreamRoute, links: &[LinkId], to: &mut StreamRoute, frame: &Frame, batch: usize) {
     for _ in 0..batch {
-        from.send(&[link], frame);
+        from.send(links, frame);
     }
+    let batch = batch * links.len();
     from.flush();
     let mut got = 0;
     std::future::poll_fn(|cx| {
@@ -69,7 +79,7 @@ fn thrash(junk: &mut [u8]) {
 /// Seconds per hop over `iterations` round trips (two hops each).
 fn time_hops(
     rt: &tokio::runtime::Runtime,
-    routes: &mut (StreamRoute, LinkId, StreamRoute, LinkId),
+    routes: &mut (StreamRoute, Vec<LinkId>, StreamRoute, Vec<LinkId>),
     frame: &Frame,
     iterations: u32,
     junk: &mut [u8],
@@ -80,8 +90,8 @@ fn time_hops(
         let start = Instant::now();
         rt.block_on(async {
             for _ in 0..iterations {
-                hop(a, *la, b, frame, batch).await;
-                hop(b, *lb, a, frame, batch).await;
+                hop(a, la, b, frame, batch).await;
+                hop(b, lb, a, frame, batch).await;
             }
         });
         return start.elapsed().as_secs_f64() / f64::from(2 * iterations);
@@ -94,8 +104,8 @@ fn time_hops(
             for there in [true, false] {
                 let start = Instant::now();
                 match there {
-                    true => hop(a, *la, b, frame, batch).await,
-                    false => hop(b, *lb, a, frame, batch).await,
+                    true => hop(a, la, b, frame, batch).await,
+                    false => hop(b, lb, a, frame, batch).await,
                 }
                 hops += start.elapsed();
                 thrash(junk);
@@ -122,12 +132,13 @@ fn main() {
     let kb = knob("HOP_THRASH_KB", 0);
     let mut junk = vec![1u8; kb * 1024];
     let batch = knob("HOP_BATCH", 1).max(1);
+    let links = knob("HOP_LINKS", 1).max(1);
     let only = std::env::var("HOP_ONLY").ok();
     let default_rounds = if only.is_some() { 20_000 } else { 5_000 };
     let iterations = u32::try_from(knob("HOP_ROUNDS", default_rounds).max(1)).unwrap_or(u32::MAX);
     let mut time = |routes: &mut _, iterations| time_hops(&rt, routes, &frame, iterations, &mut junk, batch);
-    let mut off = linked();
-    let mut on = linked();
+    let mut off = linked(links);
+    let mut on = linked(links);
     on.0.monitor_start(1);
     on.2.monitor_start(1);
     if let Some(only) = only {
@@ -159,7 +170,7 @@ fn main() {
     };
     let (off_ns, on_ns) = (median(&mut offs), median(&mut ons));
     println!(
-        "one hop of {batch} 64-byte frame(s) ({pairs} pairs of {iterations} round trips, order alternating): \
+        "one hop of {batch} 64-byte frame(s) on each of {links} link(s) ({pairs} pairs of {iterations} round trips, order alternating): \
          not recording {off_ns:.0} ns (the reference), recording {on_ns:.0} ns ({:.3}x), \
          recording adds {:.0} ns per hop (median of the pairs)",
         on_ns / off_ns,

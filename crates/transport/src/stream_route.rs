@@ -21,7 +21,8 @@ use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LE
 
 use crate::route::{Close, Route, RouteEvent};
 use crate::timing::{
-    FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, COUNT_BATCH, MAX_DEFERRED,
+    FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, Waiting, COUNT_BATCH,
+    MAX_DEFERRED,
 };
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
@@ -115,14 +116,15 @@ struct OutQueue {
     /// Frames to be stamped (while monitoring, and clock probes) not yet encoded;
     /// their header stamp is the start of the write that takes them (see `timing`).
     staged: Vec<Staged>,
-    /// Small frames queued while recording, encoded in `small` at once, whose
-    /// header stamp is written in place at the start of the write that takes them:
-    /// no copy of the frame is kept. All come before any staged frame; the last
-    /// run is `open`.
-    unstamped: Vec<Unstamped>,
+    /// Runs of frames queued while recording, oldest first, until the end of the
+    /// write that takes them records their queue and send. Small frames are encoded
+    /// in `small` at once, and their header stamp written in place at the start of
+    /// that write: no copy of the frame is kept. Staged frames are encoded and
+    /// stamped at that start, and listed after them. The last run is `open`.
+    recorded: Vec<RecordedRun>,
     /// The run the next frame encoded while recording joins if it is like it:
-    /// kept apart from `unstamped` so that joining is four comparisons and a count.
-    open: Option<Unstamped>,
+    /// kept apart from `recorded` so that joining is four comparisons and a count.
+    open: Option<RecordedRun>,
     /// Payload files not sent yet, with where their frame's header starts in the
     /// byte stream: each goes with the write that carries that header, or earlier.
     files: VecDeque<(u64, Arc<OwnedFd>)>,
@@ -133,13 +135,19 @@ struct OutQueue {
     /// byte stream, to tell which write carried its last byte.
     pushed: u64,
     written: u64,
+    /// Where the last run left in the link's in-flight list ([`LinkTiming`]) ends
+    /// in the byte stream: a write that starts before it carries bytes of those
+    /// runs, and its end is recorded for them. Kept here, where every write looks,
+    /// so that a link with nothing in flight never touches its timing on a write.
+    in_flight_to: u64,
 }
 
-/// Frames encoded in a link's buffer, waiting for the write that stamps them.
+/// Frames queued while recording, alike, one after another in the byte stream.
 #[derive(Debug)]
-struct Unstamped {
-    /// Where the first one's header starts in the buffer of small frames.
-    header_at: usize,
+struct RecordedRun {
+    /// Where the first one's header starts in the buffer of small frames, until the
+    /// write's start stamps it; `None` for frames staged, stamped when encoded.
+    header_at: Option<usize>,
     run: FrameRun,
     /// When they were queued.
     at: Mono,
@@ -198,7 +206,7 @@ impl OutQueue {
 
     /// True when frames wait for the stamp of the next write.
     fn has_unstamped(&self) -> bool {
-        !self.staged.is_empty() || !self.unstamped.is_empty() || self.open.is_some()
+        !self.staged.is_empty() || !self.recorded.is_empty() || self.open.is_some()
     }
 
     /// Encodes `frame`, queued at `at` while recording, at once: its header stamp is
@@ -207,7 +215,7 @@ impl OutQueue {
     fn push_unstamped(&mut self, frame: &Frame, at: Mono) {
         let header_at = self.small.len();
         let wire_len = frame.wire_len() as u64;
-        let like = |o: &&mut Unstamped| {
+        let like = |o: &&mut RecordedRun| {
             (o.at, o.run.wire_len, o.run.stream, o.run.tag)
                 == (at, wire_len, frame.header.stream, frame.header.tag)
         };
@@ -217,7 +225,7 @@ impl OutQueue {
                 self.close_run();
                 // Where it ends is set when the run closes: joining counts, no more.
                 let run = FrameRun::one(frame, wire_len, 0);
-                self.open = Some(Unstamped { header_at, run, at });
+                self.open = Some(RecordedRun { header_at: Some(header_at), run, at });
             }
         }
         self.append_small(&stamped_header(frame, Some(0)), &frame.payload);
@@ -226,10 +234,18 @@ impl OutQueue {
     /// Moves the open run to those waiting for a stamp, with where it ends in the
     /// link's byte stream (everything encoded since it opened is its).
     fn close_run(&mut self) {
-        if let Some(mut o) = self.open.take() {
-            o.run.last_end = self.pushed;
-            self.unstamped.push(o);
+        if let Some(o) = self.take_open() {
+            self.recorded.push(o);
         }
+    }
+
+    /// The open run, closed: everything encoded since it opened is its.
+    fn take_open(&mut self) -> Option<RecordedRun> {
+        let pushed = self.pushed;
+        self.open.take().map(|mut o| {
+            o.run.last_end = pushed;
+            o
+        })
     }
 
     fn is_empty(&self) -> bool {
@@ -237,19 +253,20 @@ impl OutQueue {
     }
 
     /// Writes header stamp `stamp` into the frames encoded while recording and
-    /// encodes the staged frames with it; `queued` is told the frames queued while
-    /// recording, by runs, and how long they waited.
-    fn stamp_queued(&mut self, stamp: u64, start: Mono, queued: &mut dyn FnMut(FrameRun, u64)) {
+    /// encodes the staged frames with it; the runs recorded stay listed, for
+    /// the end of the write to record.
+    fn stamp_queued(&mut self, stamp: u64) {
         let stamp_bytes = stamp.to_le_bytes();
-        self.close_run();
-        for u in self.unstamped.drain(..) {
+        // The open run stays open (most flushes take one run per link, and then the
+        // list is not touched); a staged frame encoded below closes it.
+        for u in self.recorded.iter_mut().chain(self.open.as_mut()) {
+            let Some(header_at) = u.header_at.take() else { continue };
             let (len, count) = (u.run.wire_len as usize, u.run.count as usize);
-            if let Some(frames) = self.small.get_mut(u.header_at..u.header_at + len * count) {
+            if let Some(frames) = self.small.get_mut(header_at..header_at + len * count) {
                 for f in frames.chunks_exact_mut(len) {
                     f[TIMESTAMP_AT..TIMESTAMP_AT + stamp_bytes.len()].copy_from_slice(&stamp_bytes);
                 }
             }
-            queued(u.run, start.since(u.at));
         }
         if self.staged.is_empty() {
             return;
@@ -262,7 +279,8 @@ impl OutQueue {
             let stamp = (s.record || s.frame.header.is_timed()).then_some(stamp);
             let wire_len = self.push(&s.frame, stamp, s.file);
             if s.record {
-                queued(FrameRun::one(&s.frame, wire_len, self.pushed), start.since(s.at));
+                let run = FrameRun::one(&s.frame, wire_len, self.pushed);
+                self.recorded.push(RecordedRun { header_at: None, run, at: s.at });
             }
         }
         self.staged = staged;
@@ -516,7 +534,7 @@ impl StreamRoute {
         // once) cannot overtake them.
         let start = Mono::now();
         for (_, c) in self.conns.iter_mut() {
-            encode_staged(c, &mut self.monitor, start);
+            stamp_in_flight(c, &mut self.monitor, start);
         }
         self.monitor.recording = false;
     }
@@ -547,7 +565,7 @@ impl StreamRoute {
     #[inline(never)]
     fn record_deferred_now(&mut self) {
         let mut deferred = std::mem::take(&mut self.monitor.deferred);
-        for (link, sample) in deferred.drain(..) {
+        for Waiting(link, sample) in deferred.drain(..) {
             if let Some(c) = self.conns.get_mut(link) {
                 self.monitor.count_deferred(&mut c.timing, sample);
             }
@@ -959,33 +977,93 @@ fn payload_file(payload: &Bytes) -> Option<Arc<OwnedFd>> {
     }
 }
 
-/// Stamps the frames `c` queued for a stamp with `start` (the flush's start), and
-/// records how long those queued while recording waited.
-fn encode_staged(c: &mut Conn, monitor: &mut Monitoring, start: Mono) {
-    if !c.out.has_unstamped() {
-        return;
-    }
-    let stamp = monitor.stamp(start);
-    let timing = &mut c.timing;
-    c.out.stamp_queued(stamp, start, &mut |run, waited| monitor.queued(timing, run, waited, start));
-}
-
 /// Writes what `c` (the link `link`) has queued, stamping its frames while
-/// monitoring; their send is counted later ([`Monitoring::write_deferred`]).
+/// monitoring; their queue and send are counted later (see [`record_write`]).
 fn write_timed(link: LinkId, c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
-    if !c.out.has_unstamped() && !monitor.recording && !c.timing.has_in_flight() {
+    if !c.out.has_unstamped() && !monitor.recording && c.out.written >= c.out.in_flight_to {
         return c.out.write(&c.sock);
     }
+    let (unstamped, in_flight) = (c.out.has_unstamped(), c.out.written < c.out.in_flight_to);
     // A clock probe's stamp is read exactly: the global clock is measured with it.
     let start = match c.out.staged.iter().any(|s| s.frame.header.is_timed()) {
         true => Mono::now(),
         false => monitor.ticker.now(),
     };
-    encode_staged(c, monitor, start);
+    if unstamped {
+        c.out.stamp_queued(monitor.stamp(start));
+    }
     let result = c.out.write(&c.sock);
     let end = monitor.ticker.now();
-    monitor.write_deferred(link, c.out.written, end);
+    record_write(link, c, monitor, in_flight, start, end);
     result
+}
+
+/// Records the write from `start` to `end` on `link`: each run it stamped that it
+/// carried whole is deferred with its queue and send at once (the common case:
+/// the link's timing is not touched); a run it cut waits in the link's in-flight
+/// list, and so does what was there before it (`in_flight`), until the writes
+/// that carry their last bytes are counted ([`Monitoring::write_deferred`]).
+fn record_write(
+    link: LinkId,
+    c: &mut Conn,
+    monitor: &mut Monitoring,
+    in_flight: bool,
+    start: Mono,
+    end: Mono,
+) {
+    let open = c.out.take_open();
+    if !c.out.recorded.is_empty() {
+        // Taken and given back: the list keeps its room from one write to the next.
+        let mut runs = std::mem::take(&mut c.out.recorded);
+        for r in runs.drain(..) {
+            record_run(link, c, monitor, r, start, end);
+        }
+        c.out.recorded = runs;
+    }
+    if let Some(r) = open {
+        record_run(link, c, monitor, r, start, end);
+    }
+    if in_flight || c.out.written < c.out.in_flight_to {
+        monitor.write_deferred(link, c.out.written, end);
+    }
+}
+
+/// Records run `r`, stamped by the write from `start` to `end` on `link` (see
+/// [`record_write`]).
+#[inline]
+fn record_run(link: LinkId, c: &mut Conn, monitor: &mut Monitoring, r: RecordedRun, start: Mono, end: Mono) {
+    let waited = start.since(r.at);
+    if r.run.last_end <= c.out.written {
+        monitor.sent_deferred(link, &r.run, waited, end.since(start));
+    } else {
+        leave_in_flight(c, monitor, r.run, waited, start);
+    }
+}
+
+/// Puts `run`, queued `waited` ns before the write start `start` that stamped it,
+/// in the in-flight list of `c`'s link: the writes that carry it count its send.
+/// Out of line: only a write cut short or a stop comes here, and its code would
+/// otherwise sit among the frame path's.
+#[cold]
+#[inline(never)]
+fn leave_in_flight(c: &mut Conn, monitor: &mut Monitoring, run: FrameRun, waited: u64, start: Mono) {
+    c.out.in_flight_to = run.last_end;
+    monitor.queued(&mut c.timing, run, waited, start);
+}
+
+/// Stamps the frames `c` queued for a stamp with `start` without writing them (a
+/// stop: frames sent after it must not overtake them), their runs left in flight.
+fn stamp_in_flight(c: &mut Conn, monitor: &mut Monitoring, start: Mono) {
+    if !c.out.has_unstamped() {
+        return;
+    }
+    c.out.stamp_queued(monitor.stamp(start));
+    c.out.close_run();
+    let mut runs = std::mem::take(&mut c.out.recorded);
+    for r in runs.drain(..) {
+        leave_in_flight(c, monitor, r.run, start.since(r.at), start);
+    }
+    c.out.recorded = runs;
 }
 
 impl Route for StreamRoute {
@@ -1151,10 +1229,14 @@ mod tests {
         }
         q.push(&like(2), None, None);
         q.push_unstamped(&like(2), t1);
-        let mut runs = Vec::new();
-        q.stamp_queued(0xABCD, Mono::from_nanos(1_000), &mut |run, waited| {
-            runs.push((run.tag, run.count, run.last_end, waited))
-        });
+        q.stamp_queued(0xABCD);
+        q.close_run();
+        let start = Mono::from_nanos(1_000);
+        let runs: Vec<_> = q
+            .recorded
+            .drain(..)
+            .map(|r| (r.run.tag, r.run.count, r.run.last_end, start.since(r.at)))
+            .collect();
         let len = (HEADER_LEN + 10) as u64;
         assert_eq!(
             runs,

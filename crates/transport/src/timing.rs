@@ -31,7 +31,10 @@ use crate::LinkId;
 /// `base_ns` at monotonic reading `base`; a distortion (the clock's test knob) adds
 /// `offset_ns` at clock reading `epoch_ns`, moving by `drift_ppb`. Plain numbers, so
 /// that the route reads it inline on every flush and read while recording.
+// In this order (`repr(C)`): the first four, which every stamp reads, share one
+// cache line with the hot head of [`Monitoring`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
 pub struct NodeClock {
     /// A monotonic reading.
     pub base: Mono,
@@ -128,12 +131,13 @@ impl Mono {
 /// measured anew. Until the first anchor is [`CALIBRATION_NS`] old, and wherever
 /// the counter is not invariant or the kernel does not keep time with it, every
 /// reading is a `clock_gettime`. Readings never go back.
+// In this order (`repr(C)`): what every reading uses fills the first 48 bytes, one
+// cache line with the fields after it in [`Monitoring`].
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Ticker {
     /// The counter can be used: x86-64, invariant, and the kernel's clocksource.
     tsc: bool,
-    /// The first anchor of the rate's measurement: (counter, clock).
-    first: Option<(u64, Mono)>,
     /// The latest anchor: (counter, clock).
     anchor: (u64, Mono),
     /// Nanoseconds per tick, fixed point (32 fractional bits); 0 until calibrated.
@@ -142,6 +146,8 @@ pub(crate) struct Ticker {
     span: u64,
     /// The last reading given: none later is earlier.
     last: Mono,
+    /// The first anchor of the rate's measurement: (counter, clock).
+    first: Option<(u64, Mono)>,
 }
 
 /// The age at which an anchor is replaced: the rate's error grows with the
@@ -453,10 +459,6 @@ impl InFlightList {
         self.first = self.rest.pop_front();
     }
 
-    fn is_empty(&self) -> bool {
-        self.first.is_none()
-    }
-
     #[cfg(test)]
     fn len(&self) -> usize {
         usize::from(self.first.is_some()) + self.rest.len()
@@ -469,20 +471,22 @@ impl LinkTiming {
         self.place = Some(place);
         (self.sent, self.received) = (None, None);
     }
-
-    /// Frames recorded as queued whose last byte is not written yet: their send is
-    /// still to be recorded, even after recording stopped.
-    pub(crate) fn has_in_flight(&self) -> bool {
-        !self.in_flight.is_empty()
-    }
 }
 
 /// A route's monitoring state: its clock, whether it records, and what it recorded.
+///
+/// What a frame's path reads and writes while recording comes first, in this order
+/// (`repr(C)`), in two cache lines: a node that wakes for a frame finds its caches
+/// cold, and every other line this state spread over cost a fetch per read and per
+/// write (`cargo bench -p treecast-transport --bench hop`, `HOP_THRASH_KB`).
+#[repr(C, align(64))]
 pub(crate) struct Monitoring {
+    pub(crate) recording: bool,
+    /// Samples taken and not counted yet, oldest first (see [`Deferred`]).
+    pub(crate) deferred: Vec<Waiting>,
     pub(crate) clock: NodeClock,
     /// Where the stamps of recording are read.
     pub(crate) ticker: Ticker,
-    pub(crate) recording: bool,
     program: u32,
     /// Streams opened with a program tag of their own, which their frames are kept
     /// under instead of `program`.
@@ -491,8 +495,6 @@ pub(crate) struct Monitoring {
     /// Moves whenever what keys a frame's samples may change (the program tags) or
     /// the recorder is cleared: the cells links found before are looked up again.
     epoch: u64,
-    /// Samples taken and not counted yet, oldest first (see [`Deferred`]).
-    pub(crate) deferred: Vec<(LinkId, Deferred)>,
 }
 
 /// Samples deferred at most before they are counted whatever the route does:
@@ -513,13 +515,24 @@ pub(crate) const COUNT_BATCH: usize = 512;
 /// delays no frame. Counted in the order taken.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Deferred {
-    /// The link's byte stream was written up to `written` by a write that ended at `end`.
+    /// The link's byte stream was written up to `written` by a write that ended at
+    /// `end`: it completes frames of the link's in-flight list.
     Written { written: u64, end: Mono },
+    /// Frames like `frames` were carried whole by one write, after `queue_ns` in the
+    /// queue and `send_ns` in the write (no in-flight entry was made for them).
+    Sent { frames: Frames, queue_ns: u64, send_ns: u64 },
     /// Frames like `frames` were read from the link by a read that ended at `at`,
     /// stamped `sent` by their sender (its clock, if it was recording), and handed
     /// to the core `deliver_ns` after the read.
     Read { frames: Frames, sent: Option<u64>, at: Mono, deliver_ns: u64 },
 }
+
+/// A deferred sample and the link it was taken on, one per cache line (`align(64)`):
+/// an entry that straddled two lines cost two fetches when it was written on a
+/// frame's path in a node whose caches had gone cold.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Waiting(pub(crate) LinkId, pub(crate) Deferred);
 
 impl std::fmt::Debug for Monitoring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -551,6 +564,9 @@ impl Monitoring {
     pub(crate) fn count_deferred(&mut self, t: &mut LinkTiming, sample: Deferred) {
         match sample {
             Deferred::Written { written, end } => self.written(t, written, end),
+            Deferred::Sent { frames, queue_ns, send_ns } => {
+                self.count(t, true, frames, Some(queue_ns), send_ns)
+            }
             Deferred::Read { frames, sent, at, deliver_ns } => {
                 let net_ns = sent.map(|sent| self.net_ns(t, sent, at));
                 self.count(t, false, frames, net_ns, deliver_ns);
@@ -736,7 +752,14 @@ impl Monitoring {
     /// at `end`: the send of the frames it completed is deferred until the node's
     /// pass has written what it sends (see [`Deferred`]).
     pub(crate) fn write_deferred(&mut self, link: LinkId, written: u64, end: Mono) {
-        self.deferred.push((link, Deferred::Written { written, end }));
+        self.deferred.push(Waiting(link, Deferred::Written { written, end }));
+    }
+
+    /// The frames of `run`, queued `queue_ns` before the start of the write that
+    /// carried them whole, which took `send_ns`: deferred on `link` (see [`Deferred`]).
+    pub(crate) fn sent_deferred(&mut self, link: LinkId, run: &FrameRun, queue_ns: u64, send_ns: u64) {
+        let frames = Frames::of_run(run, run.count);
+        self.deferred.push(Waiting(link, Deferred::Sent { frames, queue_ns, send_ns }));
     }
 
     /// The frames completed by a read that ended at `at` are handed to the core at
@@ -759,7 +782,7 @@ impl Monitoring {
                 count: count as u64,
             };
             let sent = f.header.stamp();
-            self.deferred.push((link, Deferred::Read { frames: like, sent, at, deliver_ns }));
+            self.deferred.push(Waiting(link, Deferred::Read { frames: like, sent, at, deliver_ns }));
         }
     }
 }
@@ -821,7 +844,7 @@ mod tests {
         // The first write ends inside the sixth frame, the second writes the rest.
         m.written(&mut t, 5 * 128 + 60, later(10));
         m.written(&mut t, 10 * 128, later(25));
-        assert!(!t.has_in_flight());
+        assert_eq!(t.in_flight.len(), 0);
         let report = m.report();
         let send: Vec<(u64, u64)> = report
             .cells
@@ -867,7 +890,7 @@ mod tests {
         let runs: Vec<(u64, bool)> = m
             .deferred
             .iter()
-            .map(|(_, d)| match d {
+            .map(|Waiting(_, d)| match d {
                 Deferred::Read { frames, sent, deliver_ns, .. } => {
                     assert_eq!(*deliver_ns, 2_000);
                     (frames.count, sent.is_some())
@@ -877,7 +900,7 @@ mod tests {
             .collect();
         assert_eq!(runs, [(2, true), (1, false), (1, true), (1, true), (2, false), (1, false)]);
         assert!(m.report().cells.is_empty(), "nothing counted while deferred");
-        for (_, d) in std::mem::take(&mut m.deferred) {
+        for Waiting(_, d) in std::mem::take(&mut m.deferred) {
             m.count_deferred(&mut t, d);
         }
         let report = m.report();
