@@ -231,8 +231,8 @@ impl OutQueue {
         self.append_small(&stamped_header(frame, Some(0)), &frame.payload);
     }
 
-    /// Moves the open run to those waiting for a stamp, with where it ends in the
-    /// link's byte stream (everything encoded since it opened is its).
+    /// Moves the open run to the list of runs waiting for their write, with where it
+    /// ends in the link's byte stream (everything encoded since it opened is its).
     fn close_run(&mut self) {
         if let Some(o) = self.take_open() {
             self.recorded.push(o);
@@ -280,7 +280,14 @@ impl OutQueue {
             let wire_len = self.push(&s.frame, stamp, s.file);
             if s.record {
                 let run = FrameRun::one(&s.frame, wire_len, self.pushed);
-                self.recorded.push(RecordedRun { header_at: None, run, at: s.at });
+                // Like frames staged one after another make one run: one sample.
+                let joined = self
+                    .recorded
+                    .last_mut()
+                    .is_some_and(|last| last.header_at.is_none() && last.at == s.at && last.run.absorb(&run));
+                if !joined {
+                    self.recorded.push(RecordedRun { header_at: None, run, at: s.at });
+                }
             }
         }
         self.staged = staged;
@@ -1214,6 +1221,22 @@ mod tests {
     fn ids() -> (LinkId, LinkId) {
         let mut t = crate::LinkTable::new();
         (t.insert(()), t.insert(()))
+    }
+
+    /// Like frames staged together (behind a large frame or a probe) make one run,
+    /// so one sample, not one per frame.
+    #[test]
+    fn like_frames_staged_together_make_one_run() {
+        let mut q = OutQueue::default();
+        let at = Mono::from_nanos(100);
+        for tag in [1, 1, 1, 2] {
+            let frame = Frame::new(FrameHeader::data(3, tag, 0), vec![7; 10]);
+            q.staged.push(Staged { frame, at, file: None, record: true });
+        }
+        q.stamp_queued(0xABCD);
+        q.close_run();
+        let runs: Vec<_> = q.recorded.drain(..).map(|r| (r.run.tag, r.run.count)).collect();
+        assert_eq!(runs, [(1, 3), (2, 1)]);
     }
 
     /// Frames encoded while recording form runs of like frames queued together; a

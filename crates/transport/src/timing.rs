@@ -131,8 +131,8 @@ impl Mono {
 /// measured anew. Until the first anchor is [`CALIBRATION_NS`] old, and wherever
 /// the counter is not invariant or the kernel does not keep time with it, every
 /// reading is a `clock_gettime`. Readings never go back.
-// In this order (`repr(C)`): what every reading uses fills the first 48 bytes, one
-// cache line with the fields after it in [`Monitoring`].
+// In this order (`repr(C)`): what every reading uses fills the first 48 bytes,
+// which in [`Monitoring`] share one cache line with the end of its clock.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Ticker {
@@ -347,7 +347,9 @@ pub fn drifted(offset_ns: i64, drift_ppb: i64, since_ns: i128) -> i64 {
 pub(crate) struct LinkTiming {
     place: Option<LinkPlace>,
     pub(crate) peer_clock: PeerClock,
-    /// Frames encoded and not yet fully written, in byte-stream order.
+    /// Runs of frames a write cut short or a stop stamped, in byte-stream order,
+    /// until the write that carried their last byte is counted (runs a write
+    /// carried whole never come here).
     in_flight: InFlightList,
     /// The cells of the frames last sent ([`Component::Queue`], [`Component::Send`])
     /// and last received ([`Component::Net`], [`Component::Deliver`]).
@@ -427,9 +429,8 @@ struct InFlight {
     waited_ns: u64,
 }
 
-/// Runs in flight, oldest first: the first kept inline, since most writes take all
-/// a flush encoded and a link then never holds more than one (no heap line to fetch
-/// on every hop), the rest behind it.
+/// Runs in flight, oldest first: the first kept inline, since a link seldom holds
+/// more than one (no heap line to fetch), the rest behind it.
 #[derive(Debug, Default)]
 struct InFlightList {
     first: Option<InFlight>,
@@ -497,8 +498,9 @@ pub(crate) struct Monitoring {
     epoch: u64,
 }
 
-/// Samples deferred at most before they are counted whatever the route does:
-/// a route whose user never flushes still counts, within bounded memory.
+/// Samples deferred before they are counted whatever the route does: a route
+/// whose user never flushes still counts, within bounded memory (one read or
+/// write of many unlike runs of frames may pass it by those runs).
 pub(crate) const MAX_DEFERRED: usize = 1024;
 
 /// Samples that wait before the end of a pass counts them. Counted a few at a
