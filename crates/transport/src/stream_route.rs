@@ -987,6 +987,8 @@ fn payload_file(payload: &Bytes) -> Option<Arc<OwnedFd>> {
 /// Writes what `c` (the link `link`) has queued, stamping its frames while
 /// monitoring; their queue and send are counted later (see [`record_write`]).
 fn write_timed(link: LinkId, c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
+    // Tested in this order, each only if the one before passed: the common case
+    // when not recording reads no more than it must.
     if !c.out.has_unstamped() && !monitor.recording && c.out.written >= c.out.in_flight_to {
         return c.out.write(&c.sock);
     }
@@ -1018,18 +1020,7 @@ fn record_write(
     start: Mono,
     end: Mono,
 ) {
-    let open = c.out.take_open();
-    if !c.out.recorded.is_empty() {
-        // Taken and given back: the list keeps its room from one write to the next.
-        let mut runs = std::mem::take(&mut c.out.recorded);
-        for r in runs.drain(..) {
-            record_run(link, c, monitor, r, start, end);
-        }
-        c.out.recorded = runs;
-    }
-    if let Some(r) = open {
-        record_run(link, c, monitor, r, start, end);
-    }
+    drain_runs(c, &mut |c, r| record_run(link, c, monitor, r, start, end));
     if in_flight || c.out.written < c.out.in_flight_to {
         monitor.write_deferred(link, c.out.written, end);
     }
@@ -1065,12 +1056,22 @@ fn stamp_in_flight(c: &mut Conn, monitor: &mut Monitoring, start: Mono) {
         return;
     }
     c.out.stamp_queued(monitor.stamp(start));
-    c.out.close_run();
+    drain_runs(c, &mut |c, r| leave_in_flight(c, monitor, r.run, start.since(r.at), start));
+}
+
+/// Hands `each` the runs of `c` that [`OutQueue::stamp_queued`] stamped, oldest
+/// first: those listed, then the open one. The list keeps its room from one write
+/// to the next.
+fn drain_runs(c: &mut Conn, each: &mut dyn FnMut(&mut Conn, RecordedRun)) {
+    let open = c.out.take_open();
     let mut runs = std::mem::take(&mut c.out.recorded);
     for r in runs.drain(..) {
-        leave_in_flight(c, monitor, r.run, start.since(r.at), start);
+        each(c, r);
     }
     c.out.recorded = runs;
+    if let Some(r) = open {
+        each(c, r);
+    }
 }
 
 impl Route for StreamRoute {
