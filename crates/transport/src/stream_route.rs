@@ -81,12 +81,15 @@ impl ReadyList {
         }
     }
 
-    fn take(&self, task: &Waker) -> Vec<LinkId> {
+    /// Swaps the links ready for `out`, an empty list whose room the next readiness
+    /// takes: no allocation per pass.
+    fn take_into(&self, task: &Waker, out: &mut Vec<LinkId>) {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if !s.task.as_ref().is_some_and(|w| w.will_wake(task)) {
             s.task = Some(task.clone());
         }
-        std::mem::take(&mut s.links)
+        out.clear();
+        std::mem::swap(&mut s.links, out);
     }
 }
 
@@ -450,6 +453,9 @@ pub struct StreamRoute {
     ready: Arc<ReadyList>,
     /// Links with something queued.
     dirty: Vec<LinkId>,
+    /// An empty list with room, swapped in for `dirty` or the ready links while a
+    /// pass goes through them: a pass allocates no list.
+    spare_links: Vec<LinkId>,
     /// Closures found while writing, reported by the next `poll_recv`.
     broken: Vec<(LinkId, Option<String>)>,
     max_frame: usize,
@@ -476,6 +482,7 @@ impl StreamRoute {
             conns: LinkMap::default(),
             ready: Arc::default(),
             dirty: Vec::new(),
+            spare_links: Vec::new(),
             broken: Vec::new(),
             max_frame,
             monitor: Monitoring::new(),
@@ -1121,9 +1128,12 @@ impl Route for StreamRoute {
 
     fn flush(&mut self) {
         self.pass_start = None;
-        for link in std::mem::take(&mut self.dirty) {
+        let mut dirty = std::mem::replace(&mut self.dirty, std::mem::take(&mut self.spare_links));
+        for &link in &dirty {
             self.flush_link(link);
         }
+        dirty.clear();
+        self.spare_links = dirty;
         // Last in the pass: every frame it sends is written before a sample is counted.
         if self.monitor.deferred.len() >= COUNT_BATCH {
             self.record_deferred_now();
@@ -1136,7 +1146,9 @@ impl Route for StreamRoute {
             any = true;
             sink(link, RouteEvent::Closed(reason));
         }
-        for link in self.ready.take(cx.waker()) {
+        let mut ready = std::mem::take(&mut self.spare_links);
+        self.ready.take_into(cx.waker(), &mut ready);
+        for &link in &ready {
             if self.conns.get(link).is_some_and(|c| !c.out.is_empty()) {
                 self.flush_link(link);
             }
@@ -1152,6 +1164,8 @@ impl Route for StreamRoute {
                 }
             }
         }
+        ready.clear();
+        self.spare_links = ready;
         for (link, reason) in std::mem::take(&mut self.broken) {
             any = true;
             sink(link, RouteEvent::Closed(reason));
