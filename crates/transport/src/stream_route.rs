@@ -303,8 +303,8 @@ impl OutQueue {
         self.staged = staged;
     }
 
-    /// Writes header stamp `stamp` into the frames of the open run, the only ones
-    /// waiting for it ([`write_open_run`]).
+    /// Writes header stamp `stamp` into the frames of the open run (under
+    /// [`write_open_run`]'s condition, the only frames waiting for a stamp).
     #[inline]
     fn stamp_open(&mut self, stamp: u64) {
         if let Some(o) = self.open.as_mut() {
@@ -469,8 +469,8 @@ pub struct StreamRoute {
     ready: Arc<ReadyList>,
     /// Links with something queued.
     dirty: Vec<LinkId>,
-    /// An empty list with room, swapped in for `dirty` or the ready links while a
-    /// pass goes through them: a pass allocates no list.
+    /// A list that keeps its room, swapped in for `dirty` or for the ready links while
+    /// a pass goes through them (empty between passes): a pass allocates no list.
     spare_links: Vec<LinkId>,
     /// Closures found while writing, reported by the next `poll_recv`.
     broken: Vec<(LinkId, Option<String>)>,
@@ -1010,8 +1010,8 @@ fn payload_file(payload: &Bytes) -> Option<Arc<OwnedFd>> {
 /// Writes what `c` (the link `link`) has queued, stamping its frames while
 /// monitoring; their queue and send are counted later (see [`record_write`]).
 fn write_timed(link: LinkId, c: &mut Conn, monitor: &mut Monitoring) -> io::Result<bool> {
-    // Tested in this order, each only if the one before passed: the common case
-    // when not recording reads no more than it must.
+    // The first test's conditions are tested in this order, each only if the one
+    // before passed: the common case when not recording reads no more than it must.
     if !c.out.has_unstamped() && !monitor.recording && c.out.written >= c.out.in_flight_to {
         return c.out.write(&c.sock);
     }
