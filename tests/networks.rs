@@ -232,9 +232,9 @@ async fn a_link_that_fails_after_taking_a_network_number_gives_it_back() {
     // port's secret (so that `a` takes a number for it) and hanging up before its
     // hello: each link fails, and each number must come back, or the last ones fail
     // for want of a number and so does the real link after them.
-    for k in 0..=treecast_node::core::MAX_REMOTES {
+    for k in 0..=treecast_proto::MAX_REMOTES {
         let (accepted, ()) = tokio::join!(port.accept(&a, LIMIT), async {
-            drop(treecast_node::connect_to(&address, 0, &info.secret, LIMIT).await.unwrap());
+            drop(treecast_driver::connect_to(&address, 0, &info.secret, LIMIT).await.unwrap());
         });
         let err = accepted.unwrap_err();
         assert!(err.to_string().contains("hello"), "peer {k}: {err}");

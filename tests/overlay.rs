@@ -857,12 +857,12 @@ async fn rogue_backend_entry() {
     use tokio::io::AsyncWriteExt;
     let parent = std::env::var("TREECAST_PARENT").unwrap();
     let node_id: u32 = std::env::var("TREECAST_NODE_ID").unwrap().parse().unwrap();
-    let secret = treecast_node::read_secret().unwrap();
-    let mut stream = treecast_node::connect_to(&parent, node_id, &secret, LIMIT).await.unwrap();
+    let secret = treecast_driver::read_secret().unwrap();
+    let mut stream = treecast_driver::connect_to(&parent, node_id, &secret, LIMIT).await.unwrap();
     let rank: u32 = std::env::var("TREECAST_RANK").unwrap().parse().unwrap();
     let join = treecast_wire::ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 };
     let mut bytes = bytes::BytesMut::new();
-    treecast_node::core::control_frame(&join).encode(&mut bytes);
+    treecast_proto::control_frame(&join).encode(&mut bytes);
     stream.write_all(&bytes).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     if std::env::var("TREECAST_ROGUE").as_deref() == Ok("huge") {

@@ -219,7 +219,7 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
             Err(e) => be.send(stream, tag, "%s", &[e.to_string().into()]).await,
         },
         TAG_WHERE => {
-            let parent = std::env::var(treecast_node::env::PARENT).unwrap_or_default();
+            let parent = std::env::var(treecast_driver::env::PARENT).unwrap_or_default();
             be.send(stream, tag, "%s", &[format!("parent {parent}").into()]).await
         }
         TAG_DIE => {
@@ -420,11 +420,11 @@ async fn run_command(argv: &[String], limit_ms: u64, keep: usize, rank: u32, siz
         .arg("--")
         .args(argv)
         .env_remove(treecast_transport::SECRET_ENV)
-        .env_remove(treecast_node::env::PARENT)
-        .env_remove(treecast_node::env::NODE_ID)
+        .env_remove(treecast_driver::env::PARENT)
+        .env_remove(treecast_driver::env::NODE_ID)
         // Set here too: a back-end that attached was not given them by treecast.
-        .env(treecast_node::env::RANK, rank.to_string())
-        .env(treecast_node::env::SIZE, size.to_string())
+        .env(treecast_driver::env::RANK, rank.to_string())
+        .env(treecast_driver::env::SIZE, size.to_string())
         .stdin(Stdio::from(std::os::fd::OwnedFd::from(guard_end)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -130,7 +130,7 @@ pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
 
 /// The rejoin limit of the trees under test; `None` with recovery off.
 fn rejoin_limit(args: &ChaosArgs) -> Option<Duration> {
-    let secs = args.rejoin_within.unwrap_or(treecast_node::env::DEFAULT_REJOIN_WITHIN.as_secs_f64());
+    let secs = args.rejoin_within.unwrap_or(treecast_driver::env::DEFAULT_REJOIN_WITHIN.as_secs_f64());
     (secs > 0.0).then(|| Duration::from_secs_f64(secs))
 }
 

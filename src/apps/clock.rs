@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use treecast_api::{Network, NodeClock, StreamOptions, TransformKind, Value};
+use treecast_driver::env::{clock_distortion, CLOCK_DISTORT};
 use treecast_monitor::{one_way, size_class_label, OneWay};
-use treecast_node::env::{clock_distortion, CLOCK_DISTORT};
 
 use super::cli::ClockArgs;
 use super::protocol::TAG_ADD_RANK;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use treecast_api::{compose_clock, NodeClock, Topology};
-use treecast_node::core::ClockConfig;
-use treecast_node::env::CLOCK_DISTORT;
+use treecast_driver::env::CLOCK_DISTORT;
+use treecast_proto::ClockConfig;
 use treecast_sim::{Sim, SimClocks, SimConfig};
 
 use super::cli::ClockArgs;
@@ -51,7 +51,7 @@ pub fn measure(
     later_by: Duration,
     jitter: Duration,
 ) -> anyhow::Result<SimClock> {
-    treecast_node::env::clock_distortion(knob, 1, 0).map_err(anyhow::Error::msg)?;
+    treecast_proto::clock_distortion(knob, 1, 0).map_err(anyhow::Error::msg)?;
     let mut config = SimConfig::new(topo.clone(), 1);
     config.delay = (Duration::from_micros(20), Duration::from_micros(60));
     config.jitter = jitter;

@@ -4,6 +4,6 @@ use std::process::ExitCode;
 
 /// Runs a comm node until its parent goes away.
 pub async fn main() -> anyhow::Result<ExitCode> {
-    treecast_node::run_comm_node().await?;
+    treecast_driver::run_comm_node().await?;
     Ok(ExitCode::SUCCESS)
 }

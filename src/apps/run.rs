@@ -164,7 +164,7 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let (Some(limit), None) = (limit, tree.dead_after) {
         // A stopped node must be cut off before the answers are given up on, so that
         // the ranks that did answer are shown; 5 s at least, so load is not mistaken for it.
-        if let Some(default) = treecast_node::env::liveness_from_env() {
+        if let Some(default) = treecast_driver::env::liveness_from_env() {
             tree.dead_after = Some(default.dead_after.as_secs_f64().min(limit.as_secs_f64().max(5.0)));
         }
     }

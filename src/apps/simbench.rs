@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use serde::Serialize;
 use treecast_api::{TransformKind, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW};
-use treecast_node::core::{Command, Delivery};
+use treecast_proto::{Command, Delivery};
 use treecast_sim::{request, NodeStats, Sim, SimConfig, TAG_ADD_RANK};
 use treecast_topology::Topology;
 use treecast_wire::{decode_values, FilterSpec, RankSet, StreamSpec, SyncMode};

@@ -4,10 +4,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
+use treecast_driver::{connect_to, env, read_secret, DEFAULT_MAX_FRAME};
+use treecast_driver::{drive, lock, Driver, Launching, Shared, Tool, LAST_FLUSH};
 use treecast_filters::{FilterRegistry, RegistryError};
-use treecast_node::core::{Command, Delivery, EndReason, Event, Node, NodeConfig, Peer, Role};
-use treecast_node::driver::{drive, lock, Driver, Launching, Shared, Tool, LAST_FLUSH};
-use treecast_node::{connect_to, env, read_secret, DEFAULT_MAX_FRAME};
+use treecast_proto::{Command, Delivery, EndReason, Event, Node, NodeConfig, Peer, Role};
 use treecast_transport::Secret;
 use treecast_wire::{Frame, FrameHeader, Value, Window};
 
@@ -191,7 +191,7 @@ impl BackEndSender {
     /// gets a [`BackEndEvent::Message`] with this rank and `tag`. Messages from one
     /// sender to one receiver arrive in order.
     ///
-    /// Waits while this back-end has [`treecast_node::core::PEER_WINDOW`] of messages
+    /// Waits while this back-end has [`treecast_proto::PEER_WINDOW`] of messages
     /// not yet read by their receivers, and while it rejoins the tree after losing
     /// its comm node; wrap it in a time-out to bound the wait. A message to a rank
     /// that is gone is dropped and counts as read (when the front-end is where it is

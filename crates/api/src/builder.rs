@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
+use treecast_driver::{drive, lock, Driver, Launching};
+use treecast_driver::{env, DEFAULT_MAX_FRAME};
 use treecast_filters::FilterRegistry;
 use treecast_launch::{Remote, SrunOptions, SshOptions};
-use treecast_node::core::{Command, LivenessLimits, Node, NodeConfig, Role};
-use treecast_node::driver::{drive, lock, Driver, Launching};
-use treecast_node::{env, DEFAULT_MAX_FRAME};
+use treecast_proto::{Command, LivenessLimits, Node, NodeConfig, Role};
 use treecast_topology::Topology;
 use treecast_transport::mcast::{McastConfig, UDP_VARIABLES};
 use treecast_transport::Secret;
@@ -341,7 +341,7 @@ impl NetworkBuilder {
             Err(e) => {
                 // Take down whatever started, and wait for it: nothing is left running.
                 let _ = lock(&shared).command(Command::Shutdown);
-                let limit = treecast_node::driver::SHUTDOWN_GRACE + Duration::from_secs(3);
+                let limit = treecast_driver::SHUTDOWN_GRACE + Duration::from_secs(3);
                 if tokio::time::timeout(limit, task).await.is_err() {
                     lock(&shared).kill_children();
                 }

@@ -1,13 +1,13 @@
 //! The global clock at the front-end: every node's offset to the front-end's clock,
 //! composed along the tree from the measurements each parent made of its children
-//! (see `treecast_node::core` for how they are made).
+//! (see `treecast_proto` for how they are made).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use treecast_node::driver::lock;
+use treecast_driver::lock;
+use treecast_monitor::clock::drifted;
 use treecast_topology::Topology;
-use treecast_transport::timing::drifted;
 use treecast_wire::ClockSample;
 
 use crate::{ApiError, Network};

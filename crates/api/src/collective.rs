@@ -1,7 +1,7 @@
 //! Collective operations among back-ends of one or several groups, computed in the
 //! tree: each comm node folds what its children send, and the members' lowest
 //! common ancestor sends the result down, one copy per link (see
-//! `treecast_node::core`'s collective module). Every member of a [`Group`] makes the
+//! `treecast_proto`'s collective module). Every member of a [`Group`] makes the
 //! same calls in the same order, as in MPI; a member that is lost is not waited
 //! for, and each result names the members that took part.
 
@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use treecast_node::driver::{lock, Shared};
+use treecast_driver::{lock, Shared};
 use treecast_wire::{
     decode_collective, decode_entries, decode_values, CollectiveCall, CollectiveOp, Combine, Frame, RankSet,
     Value,

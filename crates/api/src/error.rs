@@ -19,10 +19,10 @@ use crate::{DEFAULT_CHUNK, DEFAULT_TIMEOUT, MAX_CHUNK, MAX_TIMEOUT};
 pub enum ApiError {
     /// The network could not be started.
     #[error("starting the network failed: {0}")]
-    Startup(#[from] treecast_node::NodeError),
+    Startup(#[from] treecast_driver::NodeError),
     /// A back-end could not join its parent.
     #[error("joining the tree failed: {0}")]
-    Join(treecast_node::NodeError),
+    Join(treecast_driver::NodeError),
     /// The topology has no leaf to run a back-end on.
     #[error("the topology has no back-ends: give a tree with at least one leaf")]
     NoBackends,
@@ -164,10 +164,10 @@ pub enum ApiError {
     NoAnswer(u32),
     /// The network or the link to the parent is gone.
     #[error("the network is shut down: {0}")]
-    Closed(treecast_node::core::EndReason),
+    Closed(treecast_proto::EndReason),
     /// The core refused a command (a bug in the caller's use of the API, or a race with the end).
     #[error(transparent)]
-    Refused(Box<treecast_node::core::CommandError>),
+    Refused(Box<treecast_proto::CommandError>),
     /// A back-end's file-writing thread is gone.
     #[error("the file-writing thread of this back-end has ended; no more transfers can be received")]
     FileWorkerGone,
@@ -252,15 +252,15 @@ impl fmt::Debug for ApiError {
 
 impl ApiError {
     /// The error for a command the core refused on `stream`.
-    pub(crate) fn from_command(stream: u32, e: treecast_node::core::CommandError) -> ApiError {
-        use treecast_node::core::CommandError;
+    pub(crate) fn from_command(stream: u32, e: treecast_proto::CommandError) -> ApiError {
+        use treecast_proto::CommandError;
         match e {
             CommandError::Filter { source, node, .. } => ApiError::StreamFilter { stream, node, source },
             CommandError::UnknownStream(id) | CommandError::StreamExists(id) => ApiError::UnknownStream(id),
             CommandError::NotAMember { rank, .. } => {
                 ApiError::NoSuchRanks { ranks: RankSet::single(rank), last: u32::MAX }
             }
-            CommandError::ShutDown => ApiError::Closed(treecast_node::core::EndReason::ShutDown),
+            CommandError::ShutDown => ApiError::Closed(treecast_proto::EndReason::ShutDown),
             other => ApiError::Refused(Box::new(other)),
         }
     }

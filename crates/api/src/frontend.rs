@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::task::{Context, Poll, Waker};
 
 use tokio::sync::watch;
-use treecast_node::core::{Event as CoreEvent, LostRanks};
-use treecast_node::driver::{lock, Shared, Tool};
+use treecast_driver::{lock, Shared, Tool};
+use treecast_proto::{Event as CoreEvent, LostRanks};
 use treecast_transport::Secret;
 use treecast_wire::RankSet;
 
@@ -47,7 +47,7 @@ pub(crate) struct FeTool {
     event_waker: Option<Waker>,
     lost: watch::Sender<LostRanks>,
     /// Why the network is over, once it is.
-    pub(crate) over: Option<treecast_node::core::EndReason>,
+    pub(crate) over: Option<treecast_proto::EndReason>,
     /// Streams a node refused, and why.
     pub(crate) refused: HashMap<u32, String>,
     /// Every comm node loss so far: the ranks below it and why (see [`crate::Network::orphaned`]).
@@ -233,7 +233,7 @@ impl Tool for FeTool {
                 self.finish_launch(Ok(Launched { commnodes }));
             }
             CoreEvent::StartupFailed { message } => {
-                self.finish_launch(Err(ApiError::Startup(treecast_node::NodeError::Startup { message })));
+                self.finish_launch(Err(ApiError::Startup(treecast_driver::NodeError::Startup { message })));
             }
             // The launch's points go to its attach file; later ones are for accepts.
             CoreEvent::AttachPoints(points) if self.attach.is_none() => {

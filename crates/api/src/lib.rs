@@ -90,7 +90,7 @@ pub use treecast_launch::{SrunOptions, SshOptions};
 pub use treecast_monitor::{
     Collection, Component as LatencyComponent, Key as MonitorKey, Report as MonitorReport,
 };
-pub use treecast_node::core::{CommandError, EndReason, LostRanks};
+pub use treecast_proto::{CommandError, EndReason, LostRanks};
 pub use treecast_topology::{Topology, TopologyError};
 pub use treecast_wire::{
     ArrayElement, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader, RankSet, ScalarType,

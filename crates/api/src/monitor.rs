@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use treecast_node::core::Command;
-use treecast_node::driver::lock;
+use treecast_driver::lock;
+use treecast_proto::Command;
 use treecast_wire::CollectMode;
 
 use crate::{ApiError, Network};

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use treecast_node::core::{Command, LostRanks};
-use treecast_node::driver::{lock, Shared};
+use treecast_driver::{lock, Shared};
+use treecast_proto::{Command, LostRanks};
 use treecast_topology::Topology;
 use treecast_wire::{FilterSpec, RankSet, StreamSpec, MAX_FILTER_NAME};
 
@@ -367,7 +367,7 @@ impl Network {
         let _ = lock(&self.shared).command(Command::Shutdown);
         if let Some(task) = self.task.take() {
             // The driver gives the processes its own grace before it kills them.
-            let limit = grace.max(treecast_node::driver::SHUTDOWN_GRACE) + Duration::from_secs(3);
+            let limit = grace.max(treecast_driver::SHUTDOWN_GRACE) + Duration::from_secs(3);
             if tokio::time::timeout(limit, task).await.is_err() {
                 lock(&self.shared).kill_children();
             }

@@ -9,15 +9,15 @@
 //! the challenge–response every link uses, then tell each other their session,
 //! their number of ranks and the number each gives the other (a hello). From then
 //! on each front-end's core passes messages for the other's ranks over that link
-//! (`treecast_node::core` module `remote`).
+//! (`treecast_proto` module `remote`).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use treecast_node::core::{remote_base, Command, CommandError, Peer, RemoteSpec, MAX_REMOTES};
-use treecast_node::driver::lock;
+use treecast_driver::lock;
+use treecast_proto::{remote_base, Command, CommandError, Peer, RemoteSpec, MAX_REMOTES};
 use treecast_transport::{handshake, Listener, Secret, Stream};
 use treecast_wire::{
     decode_network_hello, encode_network_hello, network_hello_len, NetworkHello, NETWORK_HELLO_HEAD,
@@ -207,7 +207,7 @@ impl Network {
         };
         let deadline = tokio::time::Instant::now() + limit;
         let stream =
-            treecast_node::connect_to(&address, 0, &info.secret, limit).await.map_err(ApiError::Join)?;
+            treecast_driver::connect_to(&address, 0, &info.secret, limit).await.map_err(ApiError::Join)?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         link(self, stream, address, left.max(HELLO_LIMIT)).await
     }
@@ -344,7 +344,7 @@ pub(crate) fn remote_members(group: &Group) -> bool {
 
 /// Whether `rank` is another network's, as this one numbers it.
 pub(crate) fn is_remote(rank: u32) -> bool {
-    rank >= treecast_node::core::REMOTE_BASE
+    rank >= treecast_proto::REMOTE_BASE
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use treecast_node::core::Command;
-use treecast_node::driver::lock;
+use treecast_driver::lock;
+use treecast_proto::Command;
 use treecast_topology::hostlist::bare_host;
 use treecast_topology::Topology;
 use treecast_wire::{RankSet, SpawnOrder};
@@ -164,7 +164,7 @@ impl Group {
 /// requests.
 #[derive(Clone)]
 pub(crate) struct Spawner {
-    pub(crate) shared: treecast_node::driver::Shared<crate::frontend::FeTool>,
+    pub(crate) shared: treecast_driver::Shared<crate::frontend::FeTool>,
     pub(crate) book: std::sync::Arc<std::sync::Mutex<SpawnBook>>,
 }
 
@@ -300,11 +300,11 @@ impl SpawnBook {
         attach: bool,
         light: bool,
     ) -> Result<(Vec<SpawnOrder>, Group), ApiError> {
-        if u64::from(self.next_rank) + u64::from(n) > u64::from(treecast_node::core::REMOTE_BASE) {
+        if u64::from(self.next_rank) + u64::from(n) > u64::from(treecast_proto::REMOTE_BASE) {
             return Err(ApiError::Placement(format!(
                 "{} ranks are given out already: a network has at most {} (ranks above are other networks')",
                 self.next_rank,
-                treecast_node::core::REMOTE_BASE
+                treecast_proto::REMOTE_BASE
             )));
         }
         let counts = self.place(n, placement)?;
@@ -396,10 +396,10 @@ impl Spawner {
         port: Option<&Path>,
     ) -> Result<Group, ApiError> {
         let deadline = tokio::time::Instant::now() + options.limit;
-        if n == 0 || n > treecast_node::core::MAX_SPAWN {
+        if n == 0 || n > treecast_proto::MAX_SPAWN {
             return Err(ApiError::Placement(format!(
                 "a spawn starts 1 to {} processes, not {n}",
-                treecast_node::core::MAX_SPAWN
+                treecast_proto::MAX_SPAWN
             )));
         }
         // Spawned processes lost since no longer weigh on their nodes.
@@ -542,11 +542,11 @@ impl Spawner {
         lock(&self.shared).tool().joined.subscribe()
     }
 
-    fn lost_watch(&self) -> tokio::sync::watch::Receiver<treecast_node::core::LostRanks> {
+    fn lost_watch(&self) -> tokio::sync::watch::Receiver<treecast_proto::LostRanks> {
         lock(&self.shared).tool().lost_watch()
     }
 
-    fn lost(&self) -> treecast_node::core::LostRanks {
+    fn lost(&self) -> treecast_proto::LostRanks {
         self.lost_watch().borrow().clone()
     }
 

@@ -4,9 +4,9 @@
 use std::task::Poll;
 use std::time::Duration;
 
+use treecast_driver::{lock, Shared, Tool};
 use treecast_filters::TransformKind;
-use treecast_node::core::{Command, CommandError, Delivery};
-use treecast_node::driver::{lock, Shared, Tool};
+use treecast_proto::{Command, CommandError, Delivery};
 use treecast_wire::{
     encode_values, FilterSpec, Format, Frame, FrameHeader, RankSet, SyncMode, Value, Window,
     DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW, FLAG_DIRECT,
@@ -89,7 +89,7 @@ pub(crate) async fn send_with_credit<T: WaitsForCredit>(
     let stream = frame.header.stream;
     // A message to a rank waits for the sender's peer window, not a stream's.
     let credit = match frame.header.kind {
-        treecast_wire::FrameKind::Peer => treecast_node::core::PEER_CREDIT,
+        treecast_wire::FrameKind::Peer => treecast_proto::PEER_CREDIT,
         _ => stream,
     };
     let mut frame = Some(frame);

@@ -12,6 +12,7 @@
 //! Pure data: no I/O, no clock. The drivers take the stamps and call
 //! [`Recorder::record`].
 
+pub mod clock;
 mod collection;
 mod oneway;
 mod plot;

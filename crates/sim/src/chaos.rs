@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use treecast_filters::{decode_eq_classes, TransformKind};
-use treecast_node::core::{Command, CommandError, Delivery, Event};
-use treecast_topology::{Topology, TopologyError};
-use treecast_wire::{
+use treecast_proto::filters::{decode_eq_classes, TransformKind};
+use treecast_proto::topology::{Topology, TopologyError};
+use treecast_proto::wire::{
     decode_values, FilterSpec, RankSet, StreamSpec, SyncMode, Value, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
 };
+use treecast_proto::{Command, CommandError, Delivery, Event};
 
 use crate::{request, Sim, SimConfig, SimError, TAG_ADD_RANK};
 
@@ -136,7 +136,7 @@ impl ChaosConfig {
             during: vec![FaultPhase::Reduce],
             stop_fraction: 0.3,
             dead_after: Duration::from_secs(2),
-            rejoin: Some(treecast_node::env::DEFAULT_REJOIN_WITHIN),
+            rejoin: Some(treecast_proto::DEFAULT_REJOIN_WITHIN),
         }
     }
 
@@ -375,7 +375,7 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
     };
     let count = fault_count(config.faults, config.kill_rate, topo.len() - 1, &mut rng);
     let mut sim_config = SimConfig::new(topo.clone(), seed);
-    sim_config.liveness = Some(treecast_node::core::LivenessLimits::for_dead_after(config.dead_after));
+    sim_config.liveness = Some(treecast_proto::LivenessLimits::for_dead_after(config.dead_after));
     sim_config.rejoin = config.rejoin;
     // A tool that starts under fire goes on without what failed, as `--allow-missing` does.
     sim_config.allow_missing = phase == FaultPhase::Startup;

@@ -31,14 +31,14 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use treecast_filters::FilterRegistry;
-use treecast_node::core::{
+use treecast_proto::filters::FilterRegistry;
+use treecast_proto::topology::Topology;
+use treecast_proto::wire::{
+    decode_values, encode_values, AttachPoint, Frame, FrameHeader, LaunchPlan, Value, Window,
+};
+use treecast_proto::{
     ChildLaunch, ClockConfig, ClockSource, Command, CommandError, Delivery, Event, LinkId, LinkTable,
     LivenessLimits, Node, NodeConfig, Peer, Role,
-};
-use treecast_topology::Topology;
-use treecast_wire::{
-    decode_values, encode_values, AttachPoint, Frame, FrameHeader, LaunchPlan, Value, Window,
 };
 
 /// Tag of a request a back-end answers with `%d`: the request's integer plus its rank.
@@ -99,7 +99,7 @@ pub struct SimConfig {
 /// distorted per node as a `TREECAST_CLOCK_DISTORT` value says.
 #[derive(Debug, Clone)]
 pub struct SimClocks {
-    /// The distortion knob (see `treecast_node::env::clock_distortion`); the
+    /// The distortion knob (see `treecast_proto::clock_distortion`); the
     /// front-end's clock is the true one.
     pub knob: String,
     /// The probing schedule.
@@ -257,7 +257,7 @@ impl Ord for Scheduled {
 #[derive(Debug, Clone, Default)]
 pub struct FrontEndLog {
     /// Launch outcome: `Ok(missing ranks)` or the failure.
-    pub launched: Option<Result<Vec<(treecast_wire::RankSet, String)>, String>>,
+    pub launched: Option<Result<Vec<(treecast_proto::wire::RankSet, String)>, String>>,
     /// Every other event, in order.
     pub events: Vec<Event>,
 }
@@ -488,7 +488,7 @@ impl Sim {
         });
         if let Some(clocks) = &self.config.clocks {
             let mut source = ClockSource::new(self.start, SIM_EPOCH_NS);
-            if let Ok(Some(d)) = treecast_node::env::clock_distortion(&clocks.knob, id as u32, SIM_EPOCH_NS) {
+            if let Ok(Some(d)) = treecast_proto::clock_distortion(&clocks.knob, id as u32, SIM_EPOCH_NS) {
                 source.distortion = d;
             }
             core.set_clock(source, clocks.config);
@@ -522,7 +522,7 @@ impl Sim {
     ///
     /// # Errors
     /// The start-up failed (the front-end's message), or the simulation stalled.
-    pub fn launch(&mut self) -> Result<Vec<(treecast_wire::RankSet, String)>, String> {
+    pub fn launch(&mut self) -> Result<Vec<(treecast_proto::wire::RankSet, String)>, String> {
         self.begin_launch()?;
         self.finish_launch()
     }
@@ -556,7 +556,7 @@ impl Sim {
     ///
     /// # Errors
     /// The start-up failed (the front-end's message), or the simulation stalled.
-    pub fn finish_launch(&mut self) -> Result<Vec<(treecast_wire::RankSet, String)>, String> {
+    pub fn finish_launch(&mut self) -> Result<Vec<(treecast_proto::wire::RankSet, String)>, String> {
         // Two start-up limits per level at most (see the join limits of the core).
         let limit = self.config.startup_timeout * (2 * self.config.topology.depth() as u32 + 2);
         if let Err(e) = self.run_until(|s| s.log.launched.is_some(), limit) {

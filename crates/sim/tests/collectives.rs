@@ -9,13 +9,13 @@ use std::time::Duration;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use treecast_node::core::Command;
-use treecast_sim::{Sim, SimConfig};
-use treecast_topology::Topology;
-use treecast_wire::{
+use treecast_proto::topology::Topology;
+use treecast_proto::wire::{
     decode_collective, decode_entries, decode_values, encode_values, CollectiveCall, CollectiveHead,
     CollectiveOp, Combine, Frame, RankSet, Value,
 };
+use treecast_proto::Command;
+use treecast_sim::{Sim, SimConfig};
 
 const SETTLE: Duration = Duration::from_secs(5);
 
@@ -393,7 +393,7 @@ fn forged_results_from_below_close_the_link_and_an_operation_nobody_finishes_exp
     enter(&mut sim, &call, [0]);
     sim.settle(SETTLE);
     assert!(result_at(&mut sim, 0).is_none());
-    sim.settle(treecast_node::core::COLLECTIVE_EXPIRY + SETTLE);
+    sim.settle(treecast_proto::COLLECTIVE_EXPIRY + SETTLE);
     let (head, _) = result_at(&mut sim, 0).unwrap();
     assert!(head.error.contains("never entered"), "{}", head.error);
     // A back-end that sends a result up is cut off.
@@ -409,9 +409,9 @@ fn forged_results_from_below_close_the_link_and_an_operation_nobody_finishes_exp
         error: String::new(),
         order: Vec::new(),
     };
-    let mut h = treecast_wire::FrameHeader::peer(u32::MAX, 0, 1);
-    h.flags = treecast_wire::FLAG_PEER_COLL;
-    let frame = Frame::new(h, treecast_wire::encode_collective(&forged, &[]));
+    let mut h = treecast_proto::wire::FrameHeader::peer(u32::MAX, 0, 1);
+    h.flags = treecast_proto::wire::FLAG_PEER_COLL;
+    let frame = Frame::new(h, treecast_proto::wire::encode_collective(&forged, &[]));
     // The core refuses it at its source; on the wire its parent would drop the link.
     assert!(sim.backend_command(1, Command::Send(frame)).is_err());
 }

@@ -8,14 +8,14 @@ use std::time::Duration;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use treecast_filters::TransformKind;
-use treecast_node::core::{Command, Delivery};
-use treecast_sim::{request, requests, BackendTool, Sim, SimConfig, TAG_ADD_RANK, TAG_BURST_BYTES, TAG_RANK};
-use treecast_topology::Topology;
-use treecast_wire::{
+use treecast_proto::filters::TransformKind;
+use treecast_proto::topology::Topology;
+use treecast_proto::wire::{
     decode_values, FilterSpec, RankSet, StreamSpec, SyncMode, Value, Window, DEFAULT_DOWN_WINDOW,
     DEFAULT_UP_WINDOW,
 };
+use treecast_proto::{Command, Delivery};
+use treecast_sim::{request, requests, BackendTool, Sim, SimConfig, TAG_ADD_RANK, TAG_BURST_BYTES, TAG_RANK};
 
 const LIMIT: Duration = Duration::from_secs(120);
 /// Largest tree drawn, in nodes, so a case stays quick in a debug build.
@@ -50,14 +50,14 @@ fn config(topo: Topology, seed: u64, max_delay_us: u64) -> SimConfig {
     c
 }
 
-fn packet(d: Delivery) -> treecast_wire::Frame {
+fn packet(d: Delivery) -> treecast_proto::wire::Frame {
     match d {
         Delivery::Packet(f) => f,
         other => panic!("expected a packet, got {other:?}"),
     }
 }
 
-fn ranks_in(f: &treecast_wire::Frame) -> Vec<u32> {
+fn ranks_in(f: &treecast_proto::wire::Frame) -> Vec<u32> {
     match &decode_values(&f.payload).unwrap()[0] {
         Value::UIntArray(v) => v.clone(),
         other => panic!("not %aud: {other:?}"),
@@ -65,7 +65,7 @@ fn ranks_in(f: &treecast_wire::Frame) -> Vec<u32> {
 }
 
 /// The requests a concatenation of `TAG_RANK` answers answered.
-fn waves_in(f: &treecast_wire::Frame) -> BTreeSet<i32> {
+fn waves_in(f: &treecast_proto::wire::Frame) -> BTreeSet<i32> {
     match &decode_values(&f.payload).unwrap()[1] {
         Value::IntArray(v) => v.iter().copied().collect(),
         other => panic!("not %ad: {other:?}"),

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use treecast_filters::TransformKind;
-use treecast_node::core::{Command, Delivery, Event, LivenessLimits};
-use treecast_sim::chaos::{self, ChaosConfig, ChaosTrees, FaultPhase, DEFAULT_MAX_NODES};
-use treecast_sim::{request, Sim, SimConfig, SimError, TAG_ADD_RANK};
-use treecast_topology::Topology;
-use treecast_wire::{
+use treecast_proto::filters::TransformKind;
+use treecast_proto::topology::Topology;
+use treecast_proto::wire::{
     decode_values, FilterSpec, RankSet, StreamSpec, SyncMode, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
 };
+use treecast_proto::{Command, Delivery, Event, LivenessLimits};
+use treecast_sim::chaos::{self, ChaosConfig, ChaosTrees, FaultPhase, DEFAULT_MAX_NODES};
+use treecast_sim::{request, Sim, SimConfig, SimError, TAG_ADD_RANK};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -53,7 +53,7 @@ fn ranks_of(d: Delivery) -> Vec<u32> {
     // TAG_RANK answers are `%aud %ad`: ranks, then the requests they answered.
     match d {
         Delivery::Packet(f) => match &decode_values(&f.payload).unwrap()[0] {
-            treecast_wire::Value::UIntArray(v) => v.clone(),
+            treecast_proto::wire::Value::UIntArray(v) => v.clone(),
             other => panic!("not %aud: {other:?}"),
         },
         other => panic!("expected a packet, got {other:?}"),
@@ -81,7 +81,7 @@ fn a_backend_killed_mid_wave_leaves_the_wave_and_is_reported() {
         .events
         .iter()
         .filter_map(|e| match e {
-            treecast_node::core::Event::RanksLost { ranks, reason } => Some((ranks.clone(), reason.clone())),
+            treecast_proto::Event::RanksLost { ranks, reason } => Some((ranks.clone(), reason.clone())),
             _ => None,
         })
         .collect();
@@ -130,7 +130,7 @@ fn the_tool_can_send_ten_thousand_before_reading() {
 #[test]
 fn a_stream_the_tool_does_not_read_holds_up_no_other_and_memory_stays_bounded() {
     let mut config = SimConfig::new(Topology::from_spec("balanced:2x4", None).unwrap(), 5);
-    config.tool_window = treecast_wire::Window { packets: 100, bytes: 1 << 20 };
+    config.tool_window = treecast_proto::wire::Window { packets: 100, bytes: 1 << 20 };
     let mut sim = Sim::new(config);
     sim.launch().unwrap();
     sim.command(Command::NewStream(spec(1, RankSet::range(0, 8), TransformKind::Sum))).unwrap();
@@ -241,9 +241,11 @@ fn a_backend_adopted_while_streams_run_joins_the_streams_that_reach_it() {
     let id = sim.adopt(1, 4).unwrap();
     sim.settle(Duration::from_millis(10));
     assert!(sim.alive(id));
-    assert!(sim.log().events.iter().any(
-        |e| matches!(e, treecast_node::core::Event::RanksJoined { ranks } if *ranks == RankSet::single(4))
-    ));
+    assert!(sim
+        .log()
+        .events
+        .iter()
+        .any(|e| matches!(e, treecast_proto::Event::RanksJoined { ranks } if *ranks == RankSet::single(4))));
     sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
     assert_eq!(int(sim.read(1, LIMIT).unwrap()), 6 + 4);
     // One that never starts is reported lost, and the waves go on without it.
@@ -261,7 +263,7 @@ fn spawned_backends_start_under_the_node_named_and_stop_on_order() {
     sim.send(request(1, TAG_ADD_RANK, 0), LIMIT).unwrap();
     assert_eq!(int(sim.read(1, LIMIT).unwrap()), 6);
     let order = |target, first_node_id, first_rank, count| {
-        Command::Spawn(treecast_wire::SpawnOrder {
+        Command::Spawn(treecast_proto::wire::SpawnOrder {
             target,
             first_node_id,
             first_rank,
@@ -285,7 +287,7 @@ fn spawned_backends_start_under_the_node_named_and_stop_on_order() {
     }
     let mut joined = RankSet::new();
     for e in &sim.log().events {
-        if let treecast_node::core::Event::RanksJoined { ranks } = e {
+        if let treecast_proto::Event::RanksJoined { ranks } = e {
             joined.union_with(ranks);
         }
     }
@@ -309,7 +311,7 @@ fn spawned_backends_start_under_the_node_named_and_stop_on_order() {
 #[test]
 fn backends_stopped_before_they_joined_are_stopped_where_they_start() {
     let mut sim = launched("balanced:2x2", None, 15);
-    let order = treecast_wire::SpawnOrder {
+    let order = treecast_proto::wire::SpawnOrder {
         target: 4,
         first_node_id: 7,
         first_rank: 4,
@@ -330,7 +332,7 @@ fn backends_stopped_before_they_joined_are_stopped_where_they_start() {
     assert!(!sim.alive(7) && !sim.alive(8));
     let mut left = RankSet::new();
     for e in &sim.log().events {
-        if let treecast_node::core::Event::RanksLeft { ranks, reason } = e {
+        if let treecast_proto::Event::RanksLeft { ranks, reason } = e {
             assert!(reason.contains("changed my mind"), "{reason}");
             left.union_with(ranks);
         }
@@ -342,7 +344,7 @@ fn backends_stopped_before_they_joined_are_stopped_where_they_start() {
 #[test]
 fn the_end_of_a_stream_is_seen_when_its_last_members_leave_while_reductions_wait_for_the_tool() {
     let mut config = SimConfig::new(Topology::from_spec("flat", Some(2)).unwrap(), 13);
-    config.tool_window = treecast_wire::Window { packets: 2, bytes: 1 << 20 };
+    config.tool_window = treecast_proto::wire::Window { packets: 2, bytes: 1 << 20 };
     let mut sim = Sim::new(config);
     assert!(sim.launch().unwrap().is_empty());
     let mut s = spec(1, RankSet::range(0, 2), TransformKind::Null);
@@ -382,12 +384,8 @@ fn a_comm_node_sends_up_what_its_lost_children_completed_before_it_leaves_the_st
     sim.settle(Duration::from_millis(50));
     sim.kill_at(b1, Duration::ZERO);
     sim.settle(Duration::from_millis(50));
-    let errors = sim
-        .log()
-        .events
-        .iter()
-        .filter(|e| matches!(e, treecast_node::core::Event::FilterError { .. }))
-        .count();
+    let errors =
+        sim.log().events.iter().filter(|e| matches!(e, treecast_proto::Event::FilterError { .. })).count();
     assert_eq!(errors, 0, "{:?}", sim.log().events);
     let mut sums = Vec::new();
     while let Some(Delivery::Packet(f)) = sim.try_read(1) {
@@ -407,14 +405,14 @@ fn a_null_filter_wave_is_sent_within_the_parents_window() {
     }
     assert!(sim.launch().unwrap().is_empty());
     let mut s = spec(1, RankSet::range(0, 6), TransformKind::Null);
-    s.up_window = treecast_wire::Window { packets: 4, bytes: 1 << 20 };
+    s.up_window = treecast_proto::wire::Window { packets: 4, bytes: 1 << 20 };
     sim.command(Command::NewStream(s)).unwrap();
     for v in 0..2 {
         sim.send(request(1, TAG_ADD_RANK, v), LIMIT).unwrap();
     }
     sim.settle(Duration::from_millis(50));
     assert!(
-        !sim.log().events.iter().any(|e| matches!(e, treecast_node::core::Event::RanksLost { .. })),
+        !sim.log().events.iter().any(|e| matches!(e, treecast_proto::Event::RanksLost { .. })),
         "{:?}",
         sim.log().events
     );

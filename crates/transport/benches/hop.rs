@@ -22,7 +22,7 @@
 use std::task::Poll;
 use std::time::Instant;
 
-use treecast_transport::timing::{Mono, NodeClock};
+use treecast_transport::recording::{mono_now, NodeClock};
 use treecast_transport::{LinkId, LinkTable, Route, RouteEvent, Socket, StreamRoute};
 use treecast_wire::{Frame, FrameHeader, MAX_PAYLOAD_LEN};
 
@@ -33,7 +33,7 @@ fn linked(links: usize) -> (StreamRoute, Vec<LinkId>, StreamRoute, Vec<LinkId>) 
     // A node's clock: its time base read once, then arithmetic (as `ClockSource`).
     for route in [&mut a, &mut b] {
         let base_ns = 1_800_000_000_000_000_000;
-        route.set_clock(NodeClock { base: Mono::now(), base_ns, offset_ns: 0, drift_ppb: 0, epoch_ns: 0 });
+        route.set_clock(NodeClock { base: mono_now(), base_ns, offset_ns: 0, drift_ppb: 0, epoch_ns: 0 });
     }
     let (mut las, mut lbs) = (Vec::new(), Vec::new());
     for _ in 0..links {

@@ -14,7 +14,7 @@
 //!   machines with no I/O, datagram authentication).
 //! * [`announce`]: the one authenticated datagram a spawned process may announce
 //!   itself with before its link connects (light joins).
-//! * [`LinkId`]: how a node names its links (a generational slab, [`LinkTable`]).
+//! * [`LinkId`]: how a node names its links (from `treecast_wire`; a generational slab, [`LinkTable`]).
 
 #![deny(unsafe_code)]
 
@@ -22,25 +22,24 @@ mod alloc;
 pub mod announce;
 mod error;
 pub mod handshake;
-mod links;
 pub mod mcast;
 mod net;
+pub mod recording;
 mod route;
 mod secret;
 mod shared_payload;
 mod socket;
 mod stream_route;
-pub mod timing;
 
 pub use alloc::keep_large_buffers;
 
 pub use error::TransportError;
-pub use links::{LinkId, LinkMap, LinkTable};
 pub use net::{Listener, Stream};
 pub use route::{Close, Route, RouteEvent};
 pub use secret::{Secret, SECRET_ENV};
 pub use socket::Socket;
 pub use stream_route::{cut_frames, CutError, StreamRoute};
+pub use treecast_wire::{LinkId, LinkMap, LinkTable};
 
 /// Sets the socket options every treecast TCP link uses (no Nagle delay).
 ///

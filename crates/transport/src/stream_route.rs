@@ -19,11 +19,11 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use treecast_wire::{Frame, FrameHeader, FLAG_PAYLOAD_FD, FLAG_STAMPED, HEADER_LEN, TIMESTAMP_AT};
 
-use crate::route::{Close, Route, RouteEvent};
-use crate::timing::{
-    FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, Waiting, COUNT_BATCH,
+use crate::recording::{
+    mono_now, FrameRun, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, Waiting, COUNT_BATCH,
     MAX_DEFERRED,
 };
+use crate::route::{Close, Route, RouteEvent};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read per syscall at most.
@@ -544,7 +544,7 @@ impl StreamRoute {
     }
 
     /// Starts recording every frame's latency components under program tag `program`
-    /// (see `crate::timing`); what was recorded before is kept.
+    /// (see `crate::recording`); what was recorded before is kept.
     pub fn monitor_start(&mut self, program: u32) {
         // Samples taken before keep the program tag they were taken under.
         self.record_deferred();
@@ -562,7 +562,7 @@ impl StreamRoute {
     pub fn monitor_stop(&mut self) {
         // Staged frames are encoded now, so frames sent after the stop (encoded at
         // once) cannot overtake them.
-        let start = Mono::now();
+        let start = mono_now();
         for (_, c) in self.conns.iter_mut() {
             stamp_in_flight(c, &mut self.monitor, start);
         }
@@ -1025,7 +1025,7 @@ fn write_timed(link: LinkId, c: &mut Conn, monitor: &mut Monitoring) -> io::Resu
     let (unstamped, in_flight) = (c.out.has_unstamped(), c.out.written < c.out.in_flight_to);
     // A clock probe's stamp is read exactly: the global clock is measured with it.
     let start = match c.out.staged.iter().any(|s| s.frame.header.is_timed()) {
-        true => Mono::now(),
+        true => mono_now(),
         false => monitor.ticker.now(),
     };
     if unstamped {
@@ -1382,7 +1382,7 @@ mod tests {
 
     /// A clock that stands at `ns`: its distortion takes back every nanosecond that passes.
     fn fixed_clock(ns: i64) -> NodeClock {
-        NodeClock { base: Mono::now(), base_ns: 0, offset_ns: ns, drift_ppb: -1_000_000_000, epoch_ns: 0 }
+        NodeClock { base: mono_now(), base_ns: 0, offset_ns: ns, drift_ppb: -1_000_000_000, epoch_ns: 0 }
     }
 
     #[tokio::test]

@@ -49,7 +49,7 @@ pub const FLAG_PARTIAL_AVG: u16 = 2;
 /// Upstream only: the payload is an equivalence-class table.
 pub const FLAG_EQCLASS: u16 = 4;
 /// The timestamp was taken by the sender of this hop while it recorded (see
-/// `treecast_transport::timing`): the receiver may measure the hop's net latency
+/// `treecast_transport::recording`): the receiver may measure the hop's net latency
 /// from it. Every hop sets or clears it.
 pub const FLAG_STAMPED: u16 = 8;
 /// Peer frames only: an acknowledgement, not a message: the rank in the stream

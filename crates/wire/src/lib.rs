@@ -28,6 +28,7 @@ mod error;
 mod format;
 mod frame;
 mod hello;
+mod links;
 mod mcast;
 mod peer;
 mod plan;
@@ -55,6 +56,7 @@ pub use hello::{
     decode_network_hello, encode_network_hello, network_hello_len, NetworkHello, MAX_HELLO_SESSION,
     NETWORK_HELLO_HEAD, NETWORK_HELLO_MAGIC,
 };
+pub use links::{LinkId, LinkMap, LinkTable};
 pub use mcast::{
     decode_mcast, encode_mcast, McastDatagram, McastHeader, McastKind, MCAST_HEADER_LEN, MCAST_MORE,
     MCAST_TAG_LEN, MCAST_VERSION,

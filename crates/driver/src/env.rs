@@ -72,12 +72,12 @@ pub const DEAD_AFTER: &str = "TREECAST_DEAD_AFTER";
 /// The heartbeat and silence limits `TREECAST_DEAD_AFTER` asks for: the default when
 /// it is unset or not a number, `None` for `0`. Heartbeats go four times per limit,
 /// at most once a second.
-pub fn liveness_from_env() -> Option<crate::core::LivenessLimits> {
-    let default = crate::core::LivenessLimits::default();
+pub fn liveness_from_env() -> Option<treecast_proto::LivenessLimits> {
+    let default = treecast_proto::LivenessLimits::default();
     let Ok(text) = std::env::var(DEAD_AFTER) else { return Some(default) };
     match text.trim().parse::<f64>() {
         Ok(0.0) => None,
-        Ok(secs) if secs.is_finite() && secs > 0.0 => Some(crate::core::LivenessLimits::for_dead_after(
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Some(treecast_proto::LivenessLimits::for_dead_after(
             std::time::Duration::from_secs_f64(secs.min(1e6)),
         )),
         _ => {
@@ -93,8 +93,7 @@ pub fn liveness_from_env() -> Option<crate::core::LivenessLimits> {
 /// Seconds the children of a lost comm node have to rejoin the tree under its
 /// parent (`0`: no recovery); a back-end takes it from here, comm nodes from their plan.
 pub const REJOIN_WITHIN: &str = "TREECAST_REJOIN_WITHIN";
-/// How long the children of a lost comm node have to rejoin, by default.
-pub const DEFAULT_REJOIN_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+pub use treecast_proto::DEFAULT_REJOIN_WITHIN;
 
 /// The rejoin limit `TREECAST_REJOIN_WITHIN` asks for: [`DEFAULT_REJOIN_WITHIN`] when
 /// it is unset or not a number of seconds (said once, as a warning), `None`
@@ -114,14 +113,7 @@ pub fn rejoin_from_env() -> Option<std::time::Duration> {
     }
 }
 
-/// Test knob: distorts the clock of every node but the front-end, so that the global
-/// clock's estimates can be checked against known offsets and drifts. Either
-/// `OFFSET_US,DRIFT_PPM` (the same for every node) or
-/// `seed:S,offset_us:O,drift_ppm:D[,epoch_s:E]` (each node draws its own offset in
-/// ±O µs and drift in ±D ppm from S and its node id, see [`clock_distortion`]). The
-/// drift accumulates from `E` seconds after the Unix epoch (default: the start of
-/// the current UTC hour).
-pub const CLOCK_DISTORT: &str = "TREECAST_CLOCK_DISTORT";
+pub use treecast_proto::{clock_distortion, Distortion, CLOCK_DISTORT};
 /// Seconds between clock re-synchronisations after the first two rounds (default 300).
 pub const CLOCK_RESYNC: &str = "TREECAST_CLOCK_RESYNC";
 /// Probes per round of the global clock, 1 to 1024 (default 32): each bounds the
@@ -133,73 +125,15 @@ pub const CLOCK_PROBE_BURST: &str = "TREECAST_CLOCK_PROBE_BURST";
 /// Milliseconds between the bursts of a round (default 2).
 pub const CLOCK_PROBE_GAP_MS: &str = "TREECAST_CLOCK_PROBE_GAP_MS";
 
-pub use crate::core::Distortion;
-
-/// The distortion `knob` (the value of [`CLOCK_DISTORT`]) gives node `node_id`; `None`
-/// for the front-end (node 0), the reference. `now_ns` picks the default epoch.
-///
-/// # Errors
-/// A knob that is not in one of the two forms, naming what did not parse.
-pub fn clock_distortion(knob: &str, node_id: u32, now_ns: i64) -> Result<Option<Distortion>, String> {
-    const HOUR_NS: i64 = 3_600_000_000_000;
-    let mut epoch_ns = now_ns - now_ns.rem_euclid(HOUR_NS);
-    let number =
-        |s: &str| s.trim().parse::<f64>().map_err(|_| format!("{CLOCK_DISTORT}: {s:?} is not a number"));
-    let (offset_us, drift_ppm) = if knob.contains(':') {
-        let (mut seed, mut max_offset, mut max_drift) = (0u64, 0.0, 0.0);
-        for part in knob.split(',') {
-            let (key, value) =
-                part.split_once(':').ok_or_else(|| format!("{CLOCK_DISTORT}: {part:?} is not KEY:VALUE"))?;
-            match key.trim() {
-                "seed" => seed = number(value)? as u64,
-                "offset_us" => max_offset = number(value)?,
-                "drift_ppm" => max_drift = number(value)?,
-                "epoch_s" => epoch_ns = (number(value)? * 1e9) as i64,
-                other => {
-                    return Err(format!(
-                        "{CLOCK_DISTORT}: unknown key {other:?} (seed, offset_us, drift_ppm, epoch_s)"
-                    ))
-                }
-            }
-        }
-        let draw = |k: u64| {
-            let x = splitmix64(seed ^ (u64::from(node_id) << 8) ^ k);
-            (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-        };
-        (draw(1) * max_offset, draw(2) * max_drift)
-    } else {
-        let (o, d) = knob.split_once(',').ok_or_else(|| {
-            format!("{CLOCK_DISTORT}: write OFFSET_US,DRIFT_PPM or seed:S,offset_us:O,drift_ppm:D")
-        })?;
-        (number(o)?, number(d)?)
-    };
-    if node_id == 0 {
-        return Ok(None);
-    }
-    Ok(Some(Distortion {
-        offset_ns: (offset_us * 1e3) as i64,
-        drift_ppb: (drift_ppm * 1e3) as i64,
-        epoch_ns,
-    }))
-}
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Node `node_id`'s clock and probing schedule: the system's real-time clock, with
 /// the distortion of [`CLOCK_DISTORT`] if it is set (a malformed knob is logged and
 /// ignored), and [`CLOCK_RESYNC`].
-pub fn clock_from_env(node_id: u32) -> (crate::core::ClockSource, crate::core::ClockConfig) {
+pub fn clock_from_env(node_id: u32) -> (treecast_proto::ClockSource, treecast_proto::ClockConfig) {
     let base = std::time::Instant::now();
     let base_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-    let mut source = crate::core::ClockSource::new(base, base_ns);
+    let mut source = treecast_proto::ClockSource::new(base, base_ns);
     if let Ok(knob) = std::env::var(CLOCK_DISTORT) {
         match clock_distortion(&knob, node_id, base_ns) {
             Ok(Some(d)) => source.distortion = d,
@@ -209,7 +143,7 @@ pub fn clock_from_env(node_id: u32) -> (crate::core::ClockSource, crate::core::C
             Err(e) => tracing::debug!("{e}; the clock is not distorted"),
         }
     }
-    let mut config = crate::core::ClockConfig::default();
+    let mut config = treecast_proto::ClockConfig::default();
     // Said once, by the front-end: every other node would repeat it.
     let warn = |knob: &str, text: &str, wanted: &str, default: String| {
         if node_id == 0 {

@@ -26,13 +26,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use treecast_transport::mcast::McastKey;
-use treecast_transport::timing::{LinkPlace, Mono};
+use treecast_transport::recording::{mono_now, LinkPlace, Mono};
 use treecast_transport::{Close, LinkId, LinkTable, Route, RouteEvent, Secret, Socket, StreamRoute};
 
 use treecast_wire::{ControlMsg, Frame, RankSet};
 
-use crate::core::{control_frame, Command, CommandError, EndReason, Event, Node, Peer};
 use children::{ChildNews, ChildOrder, ChildrenTask};
+use treecast_proto::{control_frame, Command, CommandError, EndReason, Event, Node, Peer};
 
 /// How long a node waits for its children to exit after a shutdown before killing them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -137,7 +137,7 @@ impl<T: Tool> Driver<T> {
         if let Some(source) = core.clock_source() {
             // The monotonic reading at the source's Instant base (Instant reads the
             // same clock on Linux), within the tens of nanoseconds between the two.
-            let (now, mono) = (Instant::now(), Mono::now());
+            let (now, mono) = (Instant::now(), mono_now());
             let since =
                 u64::try_from(now.saturating_duration_since(source.base).as_nanos()).unwrap_or(u64::MAX);
             let base_mono = Mono::from_nanos(mono.nanos().saturating_sub(since));
@@ -215,7 +215,7 @@ impl<T: Tool> Driver<T> {
             // Named apart from every node of the tree: by where the other network's
             // ranks are numbered here.
             Peer::Remote(spec) => {
-                LinkPlace { lower_node: crate::core::remote_base(spec.index), to_parent: true }
+                LinkPlace { lower_node: treecast_proto::remote_base(spec.index), to_parent: true }
             }
         };
         self.route.place_link(link, place);
@@ -328,7 +328,7 @@ impl<T: Tool> Driver<T> {
 
     /// Takes the next thing the tool reads (see [`Node::poll_delivery`]), sending the
     /// credit its reading gives back.
-    pub fn deliver(&mut self, stream: Option<u32>) -> Option<crate::core::Delivery> {
+    pub fn deliver(&mut self, stream: Option<u32>) -> Option<treecast_proto::Delivery> {
         let d = self.core.poll_delivery(stream);
         if d.is_some() {
             self.after_input();

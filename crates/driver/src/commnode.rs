@@ -8,9 +8,9 @@ use treecast_launch::{Remote, SrunOptions, SshOptions};
 use treecast_transport::{handshake, Secret, Stream, TransportError};
 use treecast_wire::{LauncherKind, LauncherSpec, Window, MAX_PAYLOAD_LEN};
 
-use crate::core::{Node, NodeConfig, Peer, Role};
 use crate::driver::{drive, Driver, Launching, NoTool};
 use crate::{env, NodeError};
+use treecast_proto::{Node, NodeConfig, Peer, Role};
 
 /// How long a new node may take to reach its parent.
 const CONNECT_LIMIT: Duration = Duration::from_secs(30);

@@ -21,101 +21,33 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use treecast_monitor::clock::{drifted, LinkPlace, Mono, NodeClock, PeerClock};
 use treecast_monitor::{size_class, Component, Key, Recorder, Report, Slot};
 use treecast_wire::{Frame, FLAG_STAMPED};
 
 use crate::LinkId;
 
-/// How a node reads its clock from the monotonic clock: the global clock's time
-/// base, so that stamps of different nodes can be compared. The node's clock read
-/// `base_ns` at monotonic reading `base`; a distortion (the clock's test knob) adds
-/// `offset_ns` at clock reading `epoch_ns`, moving by `drift_ppb`. Plain numbers, so
-/// that the route reads it inline on every flush and read while recording.
-// In this order (`repr(C)`): the first four, which every stamp reads, share one
-// cache line with the hot head of [`Monitoring`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
-pub struct NodeClock {
-    /// A monotonic reading.
-    pub base: Mono,
-    /// The node's clock at `base`, nanoseconds.
-    pub base_ns: i64,
-    /// The distortion's offset at `epoch_ns`, nanoseconds (0: none).
-    pub offset_ns: i64,
-    /// How fast the distortion grows, parts per billion.
-    pub drift_ppb: i64,
-    /// The clock reading (nanoseconds) from which the distortion grows.
-    pub epoch_ns: i64,
+/// The monotonic clock now (`CLOCK_MONOTONIC`, the clock `Instant` reads on Linux).
+pub fn mono_now() -> Mono {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec at the pointer it is given, which
+    // points to a live local; CLOCK_MONOTONIC exists on every Linux.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return Mono::from_nanos(0);
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    Mono::from_nanos(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
 }
 
-impl NodeClock {
-    /// The wall clock (nanoseconds since the Unix epoch) as read now, carried
-    /// forward by the monotonic clock.
-    pub fn wall() -> NodeClock {
-        let base = Mono::now();
-        let base_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
-        NodeClock { base, base_ns, offset_ns: 0, drift_ppb: 0, epoch_ns: 0 }
-    }
-
-    /// The node's clock at monotonic reading `now`, nanoseconds; saturates rather
-    /// than wrapping.
-    #[inline]
-    pub fn at(&self, now: Mono) -> i64 {
-        // Monotonic readings stay below 2^63 ns (292 years of uptime): the
-        // difference fits an i64, and no wider arithmetic is needed on every stamp.
-        let (now, base) = (clamped(now.nanos()), clamped(self.base.nanos()));
-        let true_ns = self.base_ns.saturating_add(now - base);
-        let added = match self.drift_ppb {
-            0 => self.offset_ns,
-            _ => drifted(self.offset_ns, self.drift_ppb, i128::from(true_ns) - i128::from(self.epoch_ns)),
-        };
-        true_ns.saturating_add(added)
-    }
-}
-
-/// `n` as an i64, at most `i64::MAX`.
-#[inline]
-fn clamped(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// A reading of the monotonic clock (`CLOCK_MONOTONIC`, the clock `Instant` reads
-/// on Linux), in nanoseconds. Recording takes five per hop and subtracts them:
-/// read and subtracted as plain integers, they cost a fraction of what `Instant`'s
-/// checked conversions do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Mono(u64);
-
-impl Mono {
-    /// The monotonic clock now.
-    pub fn now() -> Mono {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: clock_gettime writes one timespec at the pointer it is given, which
-        // points to a live local; CLOCK_MONOTONIC exists on every Linux.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        if rc != 0 {
-            return Mono(0);
-        }
-        let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-        let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-        Mono(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
-    }
-
-    /// A reading `nanos` nanoseconds into the clock (for tests and simulations).
-    pub fn from_nanos(nanos: u64) -> Mono {
-        Mono(nanos)
-    }
-
-    /// Nanoseconds since the clock's origin.
-    pub fn nanos(self) -> u64 {
-        self.0
-    }
-
-    /// Nanoseconds from `earlier` to this reading; 0 if `earlier` is later.
-    pub fn since(self, earlier: Mono) -> u64 {
-        self.0.saturating_sub(earlier.0)
-    }
+/// The wall clock (nanoseconds since the Unix epoch) as read now, carried forward
+/// by the monotonic clock.
+pub fn wall_clock() -> NodeClock {
+    let base = mono_now();
+    let base_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+    NodeClock { base, base_ns, offset_ns: 0, drift_ppb: 0, epoch_ns: 0 }
 }
 
 /// Readings of the monotonic clock for recording, from the CPU's time-stamp counter
@@ -167,21 +99,28 @@ type AnchorRead<'a> = &'a mut dyn FnMut() -> (u64, Mono, u64);
 
 impl Ticker {
     pub(crate) fn new() -> Ticker {
-        Ticker { tsc: tsc_usable(), first: None, anchor: (0, Mono(0)), rate: 0, span: 0, last: Mono(0) }
+        Ticker {
+            tsc: tsc_usable(),
+            first: None,
+            anchor: (0, Mono::from_nanos(0)),
+            rate: 0,
+            span: 0,
+            last: Mono::from_nanos(0),
+        }
     }
 
     /// The monotonic clock now, within a few nanoseconds.
     #[inline]
     pub(crate) fn now(&mut self) -> Mono {
         if !self.tsc {
-            return Mono::now();
+            return mono_now();
         }
         let counter = read_tsc();
         let ticks = counter.wrapping_sub(self.anchor.0);
         if ticks < self.span {
             return self.derived(ticks);
         }
-        self.at(counter, &mut || (read_tsc(), Mono::now(), read_tsc()))
+        self.at(counter, &mut || (read_tsc(), mono_now(), read_tsc()))
     }
 
     /// The reading for counter value `counter`, anchored again with `read` if the
@@ -202,7 +141,7 @@ impl Ticker {
     #[inline]
     fn derived(&mut self, ticks: u64) -> Mono {
         debug_assert!(ticks < self.span);
-        let reading = Mono(self.anchor.1 .0 + (ticks.wrapping_mul(self.rate) >> 32));
+        let reading = Mono::from_nanos(self.anchor.1.nanos() + (ticks.wrapping_mul(self.rate) >> 32));
         self.last = self.last.max(reading);
         self.last
     }
@@ -210,7 +149,7 @@ impl Ticker {
     /// Takes a new anchor and measures the rate again from the first.
     #[inline(never)]
     fn anchor_again(&mut self, read: AnchorRead<'_>) -> Mono {
-        let (mut tight, mut best) = (false, (0, Mono(0)));
+        let (mut tight, mut best) = (false, (0, Mono::from_nanos(0)));
         let mut best_gap = u64::MAX;
         for _ in 0..3 {
             let (before, clock, after) = read();
@@ -259,9 +198,9 @@ impl Ticker {
         if counted >= u64::MAX / 2 {
             return true;
         }
-        let predicted = self.anchor.1 .0.saturating_add(self.ns_of(counted));
+        let predicted = self.anchor.1.nanos().saturating_add(self.ns_of(counted));
         let elapsed = clock.since(self.anchor.1);
-        predicted.abs_diff(clock.0) > MISS_NS.max(elapsed / 1_000)
+        predicted.abs_diff(clock.nanos()) > MISS_NS.max(elapsed / 1_000)
     }
 }
 
@@ -299,50 +238,6 @@ fn tsc_checked() -> bool {
 #[cfg(not(target_arch = "x86_64"))]
 fn tsc_usable() -> bool {
     false
-}
-
-/// Where a link sits in the tree, which names its samples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinkPlace {
-    /// Node id of the link's lower end (the child).
-    pub lower_node: u32,
-    /// True at the child's end: frames sent on the link go up.
-    pub to_parent: bool,
-}
-
-/// The peer's clock minus this node's, as the global clock measured it: `offset_ns`
-/// when this node's clock read `at_ns`, moving by `drift_ppb`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PeerClock {
-    /// Peer's clock minus this node's, nanoseconds, at `at_ns`.
-    pub offset_ns: i64,
-    /// How fast the difference moves, parts per billion.
-    pub drift_ppb: i64,
-    /// This node's clock when the offset was measured, nanoseconds.
-    pub at_ns: i64,
-}
-
-impl PeerClock {
-    /// The peer's clock minus this node's when this node's clock reads `own_ns`.
-    pub fn at(&self, own_ns: i64) -> i64 {
-        drifted(self.offset_ns, self.drift_ppb, i128::from(own_ns) - i128::from(self.at_ns))
-    }
-}
-
-/// A clock offset `since_ns` after it was `offset_ns`, moving by `drift_ppb`: how
-/// every offset of the global clock is carried forward. Saturates instead of
-/// wrapping, as offsets may come from the network.
-pub fn drifted(offset_ns: i64, drift_ppb: i64, since_ns: i128) -> i64 {
-    // Read for every stamp: the common cases skip the slow 128-bit division.
-    if drift_ppb == 0 {
-        return offset_ns;
-    }
-    if let Some(moved) = i64::try_from(since_ns).ok().and_then(|s| s.checked_mul(drift_ppb)) {
-        return offset_ns.saturating_add(moved / 1_000_000_000);
-    }
-    let moved = since_ns.saturating_mul(i128::from(drift_ppb)) / 1_000_000_000;
-    let at = i128::from(offset_ns).saturating_add(moved);
-    i64::try_from(at.clamp(i128::from(i64::MIN), i128::from(i64::MAX))).unwrap_or(0)
 }
 
 /// A link's part of the monitoring state.
@@ -552,7 +447,7 @@ impl Monitoring {
     /// Not recording yet, stamping with the wall clock until a node sets its own.
     pub(crate) fn new() -> Monitoring {
         Monitoring {
-            clock: NodeClock::wall(),
+            clock: wall_clock(),
             ticker: Ticker::new(),
             recording: false,
             program: 0,
@@ -927,13 +822,13 @@ mod tests {
     #[test]
     fn the_ticker_reads_the_monotonic_clock_within_a_microsecond() {
         let mut ticker = Ticker::new();
-        let began = Mono::now();
+        let began = mono_now();
         let mut checked = 0;
         // Past the calibration, each reading of the ticker taken between two
         // readings of the clock less than a microsecond apart (not preempted)
         // must lie between them, give or take a microsecond.
-        while Mono::now().since(began) < 3 * CALIBRATION_NS {
-            let (before, read, after) = (Mono::now(), ticker.now(), Mono::now());
+        while mono_now().since(began) < 3 * CALIBRATION_NS {
+            let (before, read, after) = (mono_now(), ticker.now(), mono_now());
             if before.since(began) > CALIBRATION_NS + ANCHOR_SPAN_NS && after.since(before) < 1_000 {
                 assert!(
                     read.nanos() + 1_000 >= before.nanos() && read.nanos() <= after.nanos() + 1_000,
@@ -950,12 +845,19 @@ mod tests {
 
     /// A ticker on a fake counter and clock, whatever this machine's counter.
     fn fake_ticker() -> Ticker {
-        Ticker { tsc: true, first: None, anchor: (0, Mono(0)), rate: 0, span: 0, last: Mono(0) }
+        Ticker {
+            tsc: true,
+            first: None,
+            anchor: (0, Mono::from_nanos(0)),
+            rate: 0,
+            span: 0,
+            last: Mono::from_nanos(0),
+        }
     }
 
     /// Anchor readings of a counter at `ticks` and a clock at `clock`, `gap` ticks apart.
     fn read_at(ticks: u64, clock: u64, gap: u64) -> impl FnMut() -> (u64, Mono, u64) {
-        move || (ticks, Mono(clock), ticks + gap)
+        move || (ticks, Mono::from_nanos(clock), ticks + gap)
     }
 
     #[test]
@@ -964,7 +866,7 @@ mod tests {
         // 3 ticks per ns; anchors every 100 µs until calibrated.
         for step in 0..=100u64 {
             let ns = 1_000_000 + step * 100_000;
-            assert_eq!(t.at(3 * ns, &mut read_at(3 * ns, ns, 0)), Mono(ns));
+            assert_eq!(t.at(3 * ns, &mut read_at(3 * ns, ns, 0)), Mono::from_nanos(ns));
         }
         assert!(t.rate > 0 && t.span > 0, "calibrated: {t:?}");
         // Half a millisecond on: derived, not read.
@@ -973,7 +875,7 @@ mod tests {
         assert!(derived.nanos().abs_diff(ns) <= 1, "{derived:?}");
         // Two milliseconds on: anchored again.
         let ns = 13_000_000;
-        assert_eq!(t.at(3 * ns, &mut read_at(3 * ns, ns, 0)), Mono(ns));
+        assert_eq!(t.at(3 * ns, &mut read_at(3 * ns, ns, 0)), Mono::from_nanos(ns));
     }
 
     #[test]
@@ -987,11 +889,11 @@ mod tests {
         assert!(rate > 0);
         // A suspend: the counter moved an hour, the clock a millisecond.
         let (ticks, ns) = (10_000_000 + 3_600_000_000_000, 11_000_000);
-        assert_eq!(t.at(ticks, &mut read_at(ticks, ns, 0)), Mono(ns));
+        assert_eq!(t.at(ticks, &mut read_at(ticks, ns, 0)), Mono::from_nanos(ns));
         assert_eq!((t.rate, t.span), (0, 0), "the rate is measured anew: {t:?}");
         // Until it is, every reading is the clock's.
         let later = t.at(ticks + 10, &mut read_at(ticks + 10, ns + 10, 0));
-        assert_eq!(later, Mono(ns + 10));
+        assert_eq!(later, Mono::from_nanos(ns + 10));
     }
 
     #[test]
@@ -1001,17 +903,17 @@ mod tests {
         // Every try preempted: the anchor is used but measures nothing.
         let reading = t.at(5, &mut || {
             tries += 1;
-            (5, Mono(1_000), 5 + 10 * TIGHT_ANCHOR_TICKS)
+            (5, Mono::from_nanos(1_000), 5 + 10 * TIGHT_ANCHOR_TICKS)
         });
-        assert_eq!((reading, tries, t.first), (Mono(1_000), 3, None));
+        assert_eq!((reading, tries, t.first), (Mono::from_nanos(1_000), 3, None));
         // A counter gone back: anchored again, and the reading held at the last.
         let back = t.at(1, &mut read_at(1, 900, 0));
-        assert_eq!(back, Mono(1_000));
+        assert_eq!(back, Mono::from_nanos(1_000));
     }
 
     #[test]
     fn monotonic_readings_keep_their_order_and_their_differences_saturate() {
-        let (a, b) = (Mono::now(), Mono::now());
+        let (a, b) = (mono_now(), mono_now());
         assert!(a.nanos() > 0 && a <= b);
         assert_eq!(a.since(b), 0);
         assert_eq!(Mono::from_nanos(5).since(Mono::from_nanos(2)), 3);

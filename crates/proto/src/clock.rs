@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use treecast_wire::{ClockSample, ControlMsg};
 
-use treecast_transport::timing::{drifted, Mono, NodeClock, PeerClock};
+use treecast_monitor::clock::{drifted, Mono, NodeClock, PeerClock};
 
 use super::{ChildState, Event, LinkId, Node, Role};
 
@@ -457,6 +457,70 @@ impl Node {
     }
 }
 
+/// Test knob: distorts the clock of every node but the front-end, so that the global
+/// clock's estimates can be checked against known offsets and drifts. Either
+/// `OFFSET_US,DRIFT_PPM` (the same for every node) or
+/// `seed:S,offset_us:O,drift_ppm:D[,epoch_s:E]` (each node draws its own offset in
+/// ±O µs and drift in ±D ppm from S and its node id, see [`clock_distortion`]). The
+/// drift accumulates from `E` seconds after the Unix epoch (default: the start of
+/// the current UTC hour).
+pub const CLOCK_DISTORT: &str = "TREECAST_CLOCK_DISTORT";
+/// The distortion `knob` (the value of [`CLOCK_DISTORT`]) gives node `node_id`; `None`
+/// for the front-end (node 0), the reference. `now_ns` picks the default epoch.
+///
+/// # Errors
+/// A knob that is not in one of the two forms, naming what did not parse.
+pub fn clock_distortion(knob: &str, node_id: u32, now_ns: i64) -> Result<Option<Distortion>, String> {
+    const HOUR_NS: i64 = 3_600_000_000_000;
+    let mut epoch_ns = now_ns - now_ns.rem_euclid(HOUR_NS);
+    let number =
+        |s: &str| s.trim().parse::<f64>().map_err(|_| format!("{CLOCK_DISTORT}: {s:?} is not a number"));
+    let (offset_us, drift_ppm) = if knob.contains(':') {
+        let (mut seed, mut max_offset, mut max_drift) = (0u64, 0.0, 0.0);
+        for part in knob.split(',') {
+            let (key, value) =
+                part.split_once(':').ok_or_else(|| format!("{CLOCK_DISTORT}: {part:?} is not KEY:VALUE"))?;
+            match key.trim() {
+                "seed" => seed = number(value)? as u64,
+                "offset_us" => max_offset = number(value)?,
+                "drift_ppm" => max_drift = number(value)?,
+                "epoch_s" => epoch_ns = (number(value)? * 1e9) as i64,
+                other => {
+                    return Err(format!(
+                        "{CLOCK_DISTORT}: unknown key {other:?} (seed, offset_us, drift_ppm, epoch_s)"
+                    ))
+                }
+            }
+        }
+        let draw = |k: u64| {
+            let x = splitmix64(seed ^ (u64::from(node_id) << 8) ^ k);
+            (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        };
+        (draw(1) * max_offset, draw(2) * max_drift)
+    } else {
+        let (o, d) = knob.split_once(',').ok_or_else(|| {
+            format!("{CLOCK_DISTORT}: write OFFSET_US,DRIFT_PPM or seed:S,offset_us:O,drift_ppm:D")
+        })?;
+        (number(o)?, number(d)?)
+    };
+    if node_id == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Distortion {
+        offset_ns: (offset_us * 1e3) as i64,
+        drift_ppb: (drift_ppm * 1e3) as i64,
+        epoch_ns,
+    }))
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -464,7 +528,7 @@ mod tests {
 
     #[test]
     fn the_monotonic_reading_agrees_with_the_instant_reading_distortion_included() {
-        use treecast_transport::timing::Mono;
+        use treecast_monitor::clock::Mono;
         let base = Instant::now();
         let mut source = ClockSource::new(base, 1_700_000_000_000_000_000);
         source.distortion = Distortion { offset_ns: -5_000_000, drift_ppb: 90_000, epoch_ns: source.base_ns };

@@ -2,7 +2,7 @@
 //! stop recording, and collects what they recorded through the tree. Each node adds
 //! its children's reports to its own (merged, or kept per node) and sends one answer
 //! up, so the front-end receives one report per sub-tree of its own children, not one
-//! per node. The recording itself happens in the driver's route (`treecast_transport::timing`).
+//! per node. The recording itself happens in the driver's route (`treecast_transport::recording`).
 
 use std::time::{Duration, Instant};
 

@@ -21,7 +21,7 @@ use treecast_transport::mcast::{
 use treecast_transport::{LinkId, Route, StreamRoute};
 use treecast_wire::{Frame, FrameKind, RouteMsg};
 
-use crate::core::Peer;
+use treecast_proto::Peer;
 
 /// Where a link's ends are: `None` for a Unix socket (this host), else this end's
 /// and the peer's IP addresses.

@@ -688,7 +688,7 @@ fn both_ends_of_a_measured_link_learn_the_other_ends_clock_for_the_route() {
     let mut delay = |_: u64| Duration::from_micros(5);
     let (mut fe, mut be, samples) = clock_pair(child, t0, t0 + Duration::from_secs(1), &mut delay, 1);
     let s = samples[0];
-    let link_clocks = |n: &mut Node| -> Vec<treecast_transport::timing::PeerClock> {
+    let link_clocks = |n: &mut Node| -> Vec<treecast_monitor::clock::PeerClock> {
         std::iter::from_fn(|| n.poll_event())
             .filter_map(|e| match e {
                 Event::LinkClock { clock, .. } => Some(clock),

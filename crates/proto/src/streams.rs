@@ -253,7 +253,7 @@ fn same_entry(a: &(u64, Frame, bool), b: &(u64, Frame, bool)) -> bool {
     a.0 == b.0 && a.2 == b.2 && a.1.header == b.1.header && a.1.payload.as_ptr() == b.1.payload.as_ptr()
 }
 
-/// A node whose route multicasts ([`crate::core::Node::send_together`]) sends a frame
+/// A node whose route multicasts ([`crate::Node::send_together`]) sends a frame
 /// for the whole group once every linked member can take it, as one send to all of
 /// them, rather than to the open ones now and to each late one on its own, which
 /// would cost a multicast per straggler. Frames for one child go as soon as it can

@@ -22,8 +22,8 @@ use treecast_wire::{AttachPoint, LaunchPlan, LocalRoute};
 
 use super::refusals::Refusals;
 use super::Launching;
-use crate::core::ChildLaunch;
 use crate::{env, launcher_of, NodeError};
+use treecast_proto::ChildLaunch;
 
 /// Time allowed for one handshake.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);

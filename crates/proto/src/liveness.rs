@@ -14,8 +14,8 @@
 
 use std::time::{Duration, Instant};
 
-use treecast_transport::{LinkId, LinkMap};
 use treecast_wire::{Frame, FrameKind, Grant};
+use treecast_wire::{LinkId, LinkMap};
 
 /// How often a node sends a heartbeat on each link, by default.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
@@ -152,7 +152,7 @@ impl Liveness {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use treecast_transport::LinkTable;
+    use treecast_wire::LinkTable;
 
     #[test]
     fn a_silent_link_is_named_after_the_limit_and_a_heard_one_is_not() {

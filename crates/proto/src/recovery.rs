@@ -29,6 +29,9 @@ use treecast_wire::{ControlMsg, RankSet};
 use super::startup::{Child, ChildState};
 use super::{EndReason, Event, LinkId, LinkRole, Node, Phase, Role};
 
+/// How long the children of a lost comm node have to rejoin, by default.
+pub const DEFAULT_REJOIN_WITHIN: Duration = Duration::from_secs(10);
+
 /// How long an orphan that connected has to say which ranks it brings back.
 const REJOIN_HELLO: Duration = Duration::from_secs(5);
 

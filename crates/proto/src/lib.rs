@@ -20,7 +20,7 @@
 mod clock;
 mod collective;
 mod liveness;
-mod monitor;
+mod monitoring;
 mod peer;
 mod recovery;
 mod remote;
@@ -37,13 +37,21 @@ use treecast_wire::{
     AttachPoint, ControlMsg, Frame, FrameHeader, FrameKind, LaunchPlan, RankSet, StreamSpec, Window,
 };
 
-pub use clock::{ClockConfig, ClockSource, Distortion};
+pub use clock::{clock_distortion, ClockConfig, ClockSource, Distortion, CLOCK_DISTORT};
 pub use collective::{COLLECTIVE_EXPIRY, MAX_ENTERED, MAX_OPEN_COLLECTIVES, MAX_RESULT};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
 pub use peer::{PEER_CREDIT, PEER_WINDOW};
+pub use recovery::DEFAULT_REJOIN_WITHIN;
 pub use remote::{remote_base, RemoteError, RemoteSpec, MAX_REMOTES, REMOTE_BASE, REMOTE_SPAN};
 pub use startup::{ChildLaunch, MAX_SPAWN};
-pub use treecast_transport::{LinkId, LinkMap, LinkTable};
+pub use treecast_wire::{LinkId, LinkMap, LinkTable};
+
+/// The layers below the core, as the core sees them: a simulated tree or a driver
+/// needs nothing else to feed it.
+pub use {
+    treecast_filters as filters, treecast_monitor as monitor, treecast_topology as topology,
+    treecast_wire as wire,
+};
 
 use liveness::Liveness;
 use startup::{Child, ChildState, Startup};
@@ -232,7 +240,7 @@ pub enum Event {
         /// The link to the peer.
         link: LinkId,
         /// The peer's clock minus this node's.
-        clock: treecast_transport::timing::PeerClock,
+        clock: treecast_monitor::clock::PeerClock,
     },
     /// Driver: start recording every frame's latency components under this program tag.
     MonitorStart {
@@ -703,7 +711,7 @@ pub struct Node {
     liveness: Liveness,
     /// The global clock: probes of the children, samples going up.
     clock: clock::ClockSync,
-    monitor: monitor::MonitorRequests,
+    monitor: monitoring::MonitorRequests,
     /// How long orphans have to rejoin (`None`: no recovery).
     rejoin: Option<std::time::Duration>,
     /// Where this node reached its parent (its children's fallback).
@@ -764,7 +772,7 @@ impl Node {
             lost: LostRanks::default(),
             liveness: Liveness::default(),
             clock: clock::ClockSync::default(),
-            monitor: monitor::MonitorRequests::default(),
+            monitor: monitoring::MonitorRequests::default(),
             rejoin: None,
             parent_address: None,
             fallback: None,
