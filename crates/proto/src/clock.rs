@@ -12,7 +12,7 @@
 //! The core reads no clock: a node's clock is a [`ClockSource`] its driver sets, a
 //! function of the `now` every input carries.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use treecast_wire::{ClockSample, ControlMsg};
@@ -229,9 +229,9 @@ pub(super) struct ClockSync {
     source: Option<ClockSource>,
     config: ClockConfig,
     /// Per child index.
-    children: HashMap<usize, ChildClock>,
+    children: BTreeMap<usize, ChildClock>,
     /// Front-end: the latest sample of every node, and how many rounds it has.
-    samples: HashMap<u32, (ClockSample, u32)>,
+    samples: BTreeMap<u32, (ClockSample, u32)>,
 }
 
 impl Node {

@@ -29,7 +29,7 @@
 //! [`COLLECTIVE_EXPIRY`] (members that never entered) ends with an error to the
 //! members below.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -81,13 +81,13 @@ struct Open {
 /// A node's open collective operations, by (context, number).
 #[derive(Debug, Default)]
 pub(super) struct Collectives {
-    open: HashMap<(u64, u32), Open>,
+    open: BTreeMap<(u64, u32), Open>,
     /// Back-end: its contributions not yet answered, sent again after a rejoin (a
     /// lost comm node may have held them).
-    unanswered: HashMap<(u64, u32), Frame>,
+    unanswered: BTreeMap<(u64, u32), Frame>,
     /// Comm node: partials sent up whose result has not come down through here,
     /// sent again to a new parent after a rejoin; forgotten at expiry.
-    sent_up: HashMap<(u64, u32), SentUp>,
+    sent_up: BTreeMap<(u64, u32), SentUp>,
 }
 
 /// A partial sent up, kept until its result passes on the way down.

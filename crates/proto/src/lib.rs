@@ -28,7 +28,7 @@ mod startup;
 mod streams;
 mod window;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -700,7 +700,7 @@ pub struct Node {
     child_deadline: Option<Instant>,
     /// Earliest time a held loss report goes up without its process news.
     loss_deadline: Option<Instant>,
-    streams: HashMap<u32, StreamState>,
+    streams: BTreeMap<u32, StreamState>,
     /// Highest stream id seen: an unknown id at or below it is a closed stream.
     max_stream: u32,
     /// Back-end: what the tool reads, in order.
@@ -766,7 +766,7 @@ impl Node {
             own_host: String::new(),
             child_deadline: None,
             loss_deadline: None,
-            streams: HashMap::new(),
+            streams: BTreeMap::new(),
             max_stream: 0,
             deliveries: VecDeque::new(),
             lost: LostRanks::default(),

@@ -42,7 +42,7 @@ pub(super) struct PeerState {
     held_acks: Vec<Frame>,
     /// Messages passed to each back-end child and not yet acknowledged by it, by
     /// node id: (sender, the child's rank, bytes), in order.
-    unanswered: std::collections::HashMap<u32, VecDeque<(u32, u32, u64)>>,
+    unanswered: std::collections::BTreeMap<u32, VecDeque<(u32, u32, u64)>>,
 }
 
 impl Default for PeerState {
@@ -50,7 +50,7 @@ impl Default for PeerState {
         PeerState {
             budget: Budget::new(PEER_WINDOW),
             held_acks: Vec::new(),
-            unanswered: std::collections::HashMap::new(),
+            unanswered: std::collections::BTreeMap::new(),
         }
     }
 }

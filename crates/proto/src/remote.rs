@@ -16,7 +16,7 @@
 //! link closes, the front-end acknowledges what crossed unanswered, so no sender
 //! waits for it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 use treecast_wire::{
     decode_ack, decode_multi, encode_multi, Frame, FrameKind, RankSet, FLAG_PEER_ACK, FLAG_PEER_COLL,
@@ -106,7 +106,7 @@ pub(super) struct RemoteNet {
     /// What each of its senders has passed in and this network has not yet
     /// acknowledged (messages, bytes): held to the senders' window, so that what
     /// it sends in is bounded even if its front-end is not.
-    inbound: HashMap<u32, (u32, u64)>,
+    inbound: BTreeMap<u32, (u32, u64)>,
 }
 
 /// As `peer::settle`, for messages to several readers in one list: the oldest entry of
@@ -158,7 +158,7 @@ impl Node {
             return;
         }
         let entry =
-            RemoteNet { spec, link: Some(link), unanswered: VecDeque::new(), inbound: HashMap::new() };
+            RemoteNet { spec, link: Some(link), unanswered: VecDeque::new(), inbound: BTreeMap::new() };
         // A closed link's place is taken again: link roles hold places, so they never move.
         let at = match self.remotes.iter().position(|r| r.link.is_none()) {
             Some(at) => {

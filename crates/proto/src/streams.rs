@@ -489,7 +489,7 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
 /// Removes a stream; one with a program tag of its own tells the driver its tag no
 /// longer applies, so the route's table holds only live streams.
 fn forget_stream(
-    streams: &mut std::collections::HashMap<u32, StreamState>,
+    streams: &mut std::collections::BTreeMap<u32, StreamState>,
     out: &mut Outputs,
     id: u32,
 ) -> Option<StreamState> {

@@ -282,6 +282,9 @@ pub struct Sim {
     log: FrontEndLog,
     /// Invariant violations seen (they fail the property tests).
     violations: Vec<String>,
+    /// Every frame sent and every event of every node, in order, once asked for
+    /// ([`Sim::record_trace`]).
+    trace: Option<Vec<String>>,
 }
 
 /// Why a simulated call failed.
@@ -318,7 +321,20 @@ impl Sim {
             collective_results: BTreeMap::new(),
             log: FrontEndLog::default(),
             violations: Vec::new(),
+            trace: None,
         }
+    }
+
+    /// Records from now on every frame each node sends (virtual time, node, link,
+    /// the whole frame) and every event it reports: two runs of one seed must give
+    /// the same trace, byte for byte.
+    pub fn record_trace(&mut self) {
+        self.trace.get_or_insert_with(Vec::new);
+    }
+
+    /// What [`Sim::record_trace`] recorded so far, one line per frame or event.
+    pub fn trace(&self) -> &[String] {
+        self.trace.as_deref().unwrap_or_default()
     }
 
     /// Virtual time since the simulation started.
@@ -915,6 +931,9 @@ impl Sim {
             }
             while let Some(e) = self.nodes[id].as_mut().and_then(|n| n.core.poll_event()) {
                 progressed = true;
+                if let Some(trace) = self.trace.as_mut() {
+                    trace.push(format!("{:?} node {id} event {e:?}", self.now - self.start));
+                }
                 self.on_event(id, e);
             }
             if !progressed {
@@ -941,6 +960,9 @@ impl Sim {
         let jitter = self.config.jitter;
         let extra =
             if jitter.is_zero() { Duration::ZERO } else { self.rng.gen_range(Duration::ZERO..=jitter) };
+        if let Some(trace) = self.trace.as_mut() {
+            trace.push(format!("{:?} node {id} {link} {frame:?}", self.now - self.start));
+        }
         let Some(n) = self.nodes[id].as_mut() else { return };
         let Some(l) = n.links.get_mut(link).filter(|l| l.open) else { return };
         let (peer, Some(peer_link), delay) = (l.peer, l.peer_link, l.delay) else { return };

@@ -738,3 +738,67 @@ fn a_stop_for_ranks_awaited_back_is_passed_on_once_they_have_rejoined() {
     assert_eq!(left, RankSet::single(0));
     assert!(sim.core(0).unwrap().lost().ranks().is_empty(), "{:?}", sim.core(0).unwrap().lost());
 }
+
+/// One run for [`a_seed_repeats_its_run_byte_for_byte`]: four streams with
+/// different filters, collectives among the back-ends, distorted clocks being
+/// measured, jittered links, and a comm node stopped half-way whose orphans rejoin.
+fn traced_run(seed: u64) -> Vec<String> {
+    use treecast_proto::wire::{encode_values, CollectiveCall, CollectiveOp, Combine, Value};
+    let topo = Topology::from_spec("balanced:3x3", None).unwrap();
+    let mut config = SimConfig::new(topo, seed);
+    config.liveness = Some(LivenessLimits::for_dead_after(Duration::from_secs(2)));
+    config.rejoin = Some(Duration::from_secs(10));
+    config.jitter = Duration::from_micros(40);
+    config.clocks = Some(treecast_sim::SimClocks {
+        knob: "seed:7,offset_us:500,drift_ppm:20".into(),
+        config: treecast_proto::ClockConfig::default(),
+    });
+    let mut sim = Sim::new(config);
+    sim.record_trace();
+    assert!(sim.launch().unwrap().is_empty());
+    let all = RankSet::range(0, 9);
+    let kinds = [TransformKind::Sum, TransformKind::Max, TransformKind::Concat, TransformKind::EqClass];
+    for (id, kind) in (1..).zip(kinds) {
+        sim.command(Command::NewStream(spec(id, all.clone(), kind))).unwrap();
+    }
+    for wave in 0..6u32 {
+        if wave == 3 {
+            // Comm node 1 (ranks 0-2) stops: every stream's wave waits for it until it
+            // is cut off, then all are released at one instant; its orphans rejoin.
+            sim.stop_at(1, Duration::ZERO);
+        }
+        for id in 1..=4 {
+            sim.send(request(id, TAG_ADD_RANK, wave as i32), LIMIT).unwrap();
+        }
+        let call = CollectiveCall {
+            op: CollectiveOp::AllReduce,
+            combine: Combine::Sum,
+            context: 3,
+            seq: wave,
+            root: u32::MAX,
+            members: RankSet::range(3, 6),
+            order: Vec::new(),
+        };
+        for rank in call.members.iter() {
+            let mut values = Vec::new();
+            encode_values(&[Value::Int(rank as i32)], &mut values);
+            sim.backend_command(rank, Command::Send(call.contribution(rank, &values)))
+                .unwrap_or_else(|e| panic!("wave {wave} rank {rank}: {e}"));
+        }
+        sim.settle(Duration::from_secs(5));
+        for id in 1..=4 {
+            while sim.try_read(id).is_some() {}
+        }
+    }
+    sim.trace().to_vec()
+}
+
+#[test]
+fn a_seed_repeats_its_run_byte_for_byte() {
+    let (first, second) = (traced_run(11), traced_run(11));
+    assert!(first.len() > 500, "the run did too little to compare: {} lines", first.len());
+    if let Some(i) = (0..first.len().min(second.len())).find(|&i| first[i] != second[i]) {
+        panic!("the runs part at line {i} of {}:\n  {}\n  {}", first.len(), first[i], second[i]);
+    }
+    assert_eq!(first.len(), second.len(), "one run went on longer");
+}
