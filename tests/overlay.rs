@@ -1602,11 +1602,8 @@ async fn backends_started_by_a_shell_loop_attach() {
 }
 
 #[tokio::test]
+#[cfg_attr(not(has_mpirun), ignore = "needs mpirun (Debian: openmpi-bin)")]
 async fn backends_started_by_mpirun_attach() {
-    if Command::new("mpirun").arg("--version").output().is_err() {
-        eprintln!("skipped: mpirun is not installed (Debian: openmpi-bin)");
-        return;
-    }
     attach_and_sum("kary:2", 4, |file, tag| {
         let (k, v) = tag.split_once('=').unwrap();
         Command::new("mpirun")
