@@ -93,6 +93,28 @@ impl Tool for BeTool {
     }
 }
 
+/// What a back-end brings to the tree beyond what its launcher tells it.
+#[derive(Clone)]
+pub struct JoinOptions {
+    /// The filters this back-end can make (the built-ins unless set): a filter a
+    /// tool registers here can run on its back-ends too.
+    pub registry: FilterRegistry,
+}
+
+impl Default for JoinOptions {
+    fn default() -> Self {
+        JoinOptions { registry: FilterRegistry::builtin() }
+    }
+}
+
+/// Who a joining back-end is.
+struct Joining {
+    rank: u32,
+    size: u32,
+    /// It announced itself with a datagram (a light join) before connecting.
+    announced: bool,
+}
+
 /// A back-end's connection to the tree.
 ///
 /// Sending queues a packet in the back-end's link and writes it to the socket at
@@ -398,6 +420,16 @@ impl BackEnd {
     ///
     /// Cancel safety: not cancel safe.
     pub async fn connect() -> Result<BackEnd, ApiError> {
+        Self::connect_with(JoinOptions::default()).await
+    }
+
+    /// As [`BackEnd::connect`], with `options` (the filters this back-end can make).
+    ///
+    /// # Errors
+    /// As [`BackEnd::connect`].
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn connect_with(options: JoinOptions) -> Result<BackEnd, ApiError> {
         let rank = env_u32(env::RANK)?;
         let size = env_u32(env::SIZE)?;
         let node_id = env_u32(env::NODE_ID)?;
@@ -420,7 +452,7 @@ impl BackEnd {
         if announced {
             wait_for_gate().await;
         }
-        Self::join(&parent, node_id, &secret, rank, size, announced).await
+        Self::join(&parent, node_id, &secret, Joining { rank, size, announced }, options).await
     }
 
     /// Joins a network in attach mode, through its attach file: `file`, or the
@@ -434,6 +466,20 @@ impl BackEnd {
     ///
     /// Cancel safety: not cancel safe.
     pub async fn attach(file: Option<&std::path::Path>, rank: Option<u32>) -> Result<BackEnd, ApiError> {
+        Self::attach_with(file, rank, JoinOptions::default()).await
+    }
+
+    /// As [`BackEnd::attach`], with `options` (the filters this back-end can make).
+    ///
+    /// # Errors
+    /// As [`BackEnd::attach`].
+    ///
+    /// Cancel safety: not cancel safe.
+    pub async fn attach_with(
+        file: Option<&std::path::Path>,
+        rank: Option<u32>,
+        options: JoinOptions,
+    ) -> Result<BackEnd, ApiError> {
         let path = match file {
             Some(p) => p.to_path_buf(),
             None => std::env::var_os(env::ATTACH_FILE)
@@ -451,7 +497,14 @@ impl BackEnd {
         // In a port file the launcher's numbering (0, 1, …) is relative to its first rank.
         let rank = info.base.saturating_add(rank);
         let (node_id, parent) = info.point(rank)?;
-        Self::join(parent, node_id, &info.secret, rank, info.size, false).await
+        Self::join(
+            parent,
+            node_id,
+            &info.secret,
+            Joining { rank, size: info.size, announced: false },
+            options,
+        )
+        .await
     }
 
     /// Joins a running network through the port file a front-end's
@@ -472,10 +525,10 @@ impl BackEnd {
         parent: &str,
         node_id: u32,
         secret: &Secret,
-        rank: u32,
-        size: u32,
-        announced: bool,
+        joining: Joining,
+        options: JoinOptions,
     ) -> Result<BackEnd, ApiError> {
+        let Joining { rank, size, announced } = joining;
         let stream = connect_to(parent, node_id, secret, CONNECT_LIMIT).await.map_err(ApiError::Join)?;
         let socket = stream
             .into_socket()
@@ -484,7 +537,7 @@ impl BackEnd {
             role: Role::BackEnd { rank, size },
             node_id,
             name: format!("back-end rank {rank}"),
-            registry: FilterRegistry::builtin(),
+            registry: options.registry,
             tool_window: Window { packets: 1, bytes: 1 },
         });
         core.set_liveness(env::liveness_from_env(), std::time::Instant::now());
@@ -494,7 +547,7 @@ impl BackEnd {
         }
         let (clock, schedule) = env::clock_from_env(node_id);
         core.set_clock(clock, schedule);
-        let launching = Launching { secret: secret.clone(), treecast_exe: std::path::PathBuf::new() };
+        let launching = Launching::new(secret.clone(), std::path::PathBuf::new());
         let mut driver = Driver::new(core, BeTool::default(), launching, DEFAULT_MAX_FRAME);
         driver
             .add_link(socket, Peer::Parent, format!("parent {parent}"))

@@ -10,7 +10,7 @@ use rand::RngCore;
 use treecast_driver::{drive, lock, Driver, Launching};
 use treecast_driver::{env, DEFAULT_MAX_FRAME};
 use treecast_filters::FilterRegistry;
-use treecast_launch::{Remote, SrunOptions, SshOptions};
+use treecast_launch::{SrunOptions, SshOptions};
 use treecast_proto::{Command, LivenessLimits, Node, NodeConfig, Role};
 use treecast_topology::Topology;
 use treecast_transport::mcast::{McastConfig, UDP_VARIABLES};
@@ -36,7 +36,8 @@ pub struct NetworkBuilder {
     treecast_path: Option<PathBuf>,
     listen: IpAddr,
     unix_links: bool,
-    remote: Option<Remote>,
+    /// How children on other hosts are started (the plan carries it down the tree).
+    launcher: LauncherSpec,
     remote_listen: Option<IpAddr>,
     allow_missing: bool,
     attach: Option<(PathBuf, Duration)>,
@@ -71,7 +72,13 @@ impl NetworkBuilder {
             treecast_path: None,
             listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
             unix_links: std::env::var(env::ROUTE).map(|r| r != "tcp").unwrap_or(true),
-            remote: None,
+            launcher: LauncherSpec {
+                kind: LauncherKind::Local,
+                program: String::new(),
+                args: Vec::new(),
+                connect_timeout_s: 0,
+                remote_path: String::new(),
+            },
             remote_listen: std::env::var(env::LISTEN).ok().and_then(|s| s.parse().ok()),
             allow_missing: false,
             attach: None,
@@ -119,14 +126,26 @@ impl NetworkBuilder {
 
     /// Starts processes on other hosts of the topology with ssh.
     pub fn ssh(mut self, options: SshOptions) -> Self {
-        self.remote = Some(Remote::Ssh(options));
+        self.launcher = LauncherSpec {
+            kind: LauncherKind::Ssh,
+            program: options.program,
+            args: options.args,
+            connect_timeout_s: options.connect_timeout,
+            remote_path: options.remote_path,
+        };
         self
     }
 
     /// Starts every comm node and back-end as a Slurm job step (`srun`); the
     /// front-end must run inside the allocation.
     pub fn slurm(mut self, options: SrunOptions) -> Self {
-        self.remote = Some(Remote::Slurm(options));
+        self.launcher = LauncherSpec {
+            kind: LauncherKind::Slurm,
+            program: options.program,
+            args: options.args,
+            connect_timeout_s: 0,
+            remote_path: options.remote_path,
+        };
         self
     }
 
@@ -238,32 +257,6 @@ impl NetworkBuilder {
         all
     }
 
-    fn launcher_spec(&self) -> LauncherSpec {
-        match &self.remote {
-            None => LauncherSpec {
-                kind: LauncherKind::Local,
-                program: String::new(),
-                args: Vec::new(),
-                connect_timeout_s: 0,
-                remote_path: String::new(),
-            },
-            Some(Remote::Ssh(ssh)) => LauncherSpec {
-                kind: LauncherKind::Ssh,
-                program: ssh.program.clone(),
-                args: ssh.args.clone(),
-                connect_timeout_s: ssh.connect_timeout,
-                remote_path: ssh.remote_path.clone(),
-            },
-            Some(Remote::Slurm(srun)) => LauncherSpec {
-                kind: LauncherKind::Slurm,
-                program: srun.program.clone(),
-                args: srun.args.clone(),
-                connect_timeout_s: 0,
-                remote_path: srun.remote_path.clone(),
-            },
-        }
-    }
-
     fn plan(&self, session: &str) -> LaunchPlan {
         let ms = |d: Duration| d.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
         let mut plan = LaunchPlan::local(session, self.topology.to_mrnet(), self.topology.backends() as u32);
@@ -275,7 +268,7 @@ impl NetworkBuilder {
         plan.local_route = if self.unix_links { LocalRoute::Unix } else { LocalRoute::Tcp };
         plan.listen = self.listen.to_string();
         plan.remote_listen = self.remote_listen.map(|ip| ip.to_string()).unwrap_or_default();
-        plan.launcher = self.launcher_spec();
+        plan.launcher = self.launcher.clone();
         plan.max_frame = self.max_frame as u32;
         plan.log = std::env::var(env::LOG).unwrap_or_default();
         let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
@@ -327,7 +320,7 @@ impl NetworkBuilder {
         });
         let (clock, schedule) = env::clock_from_env(0);
         core.set_clock(clock, schedule);
-        let launching = Launching { secret, treecast_exe: exe };
+        let launching = Launching::new(secret, exe);
         let shared = Arc::new(Mutex::new(Driver::new(core, tool, launching, self.max_frame)));
         let task = tokio::spawn(drive(shared.clone()));
         let started = Instant::now();

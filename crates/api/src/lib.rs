@@ -65,11 +65,11 @@ mod spawn;
 mod stream;
 
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
-pub use backend::{BackEnd, BackEndEvent, BackEndSender};
+pub use backend::{BackEnd, BackEndEvent, BackEndSender, JoinOptions};
 pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
 pub use clock::{compose as compose_clock, NodeClock};
 pub use collective::{Collected, ReduceOp, DEFAULT_COLLECTIVE_LIMIT};
-pub use commnode::{run_comm_node, started_as_comm_node, NodeError, COMM_NODE_ARG};
+pub use commnode::{run_comm_node, run_comm_node_with, started_as_comm_node, NodeError, COMM_NODE_ARG};
 pub use error::{ApiError, AttachError, SourceError};
 pub use files::{
     bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileMessage, FileMessageError,

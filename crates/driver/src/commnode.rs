@@ -4,9 +4,8 @@
 use std::time::Duration;
 
 use treecast_filters::FilterRegistry;
-use treecast_launch::{Remote, SrunOptions, SshOptions};
 use treecast_transport::{handshake, Secret, Stream, TransportError};
-use treecast_wire::{LauncherKind, LauncherSpec, Window, MAX_PAYLOAD_LEN};
+use treecast_wire::{Window, MAX_PAYLOAD_LEN};
 
 use crate::driver::{drive, Driver, Launching, NoTool};
 use crate::{env, NodeError};
@@ -87,27 +86,6 @@ pub async fn connect_to(
     }
 }
 
-/// The launcher a plan names for children on other hosts; `None` allows this host only.
-///
-/// # Errors
-/// Never today; kept fallible for launchers that check their options.
-pub fn launcher_of(spec: &LauncherSpec) -> Result<Option<Remote>, String> {
-    Ok(match spec.kind {
-        LauncherKind::Local => None,
-        LauncherKind::Ssh => Some(Remote::Ssh(SshOptions {
-            program: spec.program.clone(),
-            args: spec.args.clone(),
-            connect_timeout: spec.connect_timeout_s,
-            remote_path: spec.remote_path.clone(),
-        })),
-        LauncherKind::Slurm => Some(Remote::Slurm(SrunOptions {
-            program: spec.program.clone(),
-            args: spec.args.clone(),
-            remote_path: spec.remote_path.clone(),
-        })),
-    })
-}
-
 /// The argument a comm node is started with: `treecast node`, or `<tool> node` for a
 /// tool that serves as its own comm node (it then calls [`run_comm_node`]).
 pub const COMM_NODE_ARG: &str = "node";
@@ -125,13 +103,22 @@ pub fn treecast_exe() -> Result<std::path::PathBuf, NodeError> {
     }
 }
 
-/// Runs a comm node: connect to the parent named in the environment, then drive
-/// the node until its parent goes away or shuts the tree down.
+/// Runs a comm node with the built-in filters: connect to the parent named in the
+/// environment, then drive the node until its parent goes away or shuts the tree down.
 ///
 /// # Errors
 /// Failures before the node is linked to its parent (after that, failures are
 /// reported to the parent).
 pub async fn run_comm_node() -> Result<(), NodeError> {
+    run_comm_node_with(FilterRegistry::builtin()).await
+}
+
+/// Runs a comm node that can make the filters of `registry` (a tool serving as its
+/// own comm node registers its filters there), as [`run_comm_node`] does.
+///
+/// # Errors
+/// As [`run_comm_node`].
+pub async fn run_comm_node_with(registry: FilterRegistry) -> Result<(), NodeError> {
     let parent: String = env_var(env::PARENT)?;
     let node_id: u32 = env_parse(env::NODE_ID)?;
     let secret = read_secret()?;
@@ -142,13 +129,13 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
         role: Role::CommNode,
         node_id,
         name: format!("comm node (node {node_id})"),
-        registry: FilterRegistry::builtin(),
+        registry,
         tool_window: Window { packets: 1, bytes: 1 },
     });
     let (clock, schedule) = env::clock_from_env(node_id);
     core.set_clock(clock, schedule);
     core.set_parent_address(parent.clone());
-    let launching = Launching { secret, treecast_exe: treecast_exe()? };
+    let launching = Launching::new(secret, treecast_exe()?);
     let mut driver = Driver::new(core, NoTool, launching, DEFAULT_MAX_FRAME.min(MAX_PAYLOAD_LEN));
     driver
         .add_link(socket, Peer::Parent, format!("parent {parent}"))

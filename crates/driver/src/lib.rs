@@ -16,7 +16,8 @@ pub mod env;
 mod error;
 
 pub use commnode::{
-    connect_to, launcher_of, read_secret, run_comm_node, treecast_exe, COMM_NODE_ARG, DEFAULT_MAX_FRAME,
+    connect_to, read_secret, run_comm_node, run_comm_node_with, treecast_exe, COMM_NODE_ARG,
+    DEFAULT_MAX_FRAME,
 };
 pub use driver::{
     drive, lock, Driver, Launching, NoTool, Shared, Tool, LAST_FLUSH, MAX_AWAITING_BYTES, SHUTDOWN_GRACE,

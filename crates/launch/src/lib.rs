@@ -4,7 +4,10 @@
 //!   the name and host used in error messages.
 //! * [`LocalLauncher`]: fork/exec on this host, the embedded default.
 //! * [`SshOptions`]: the system `ssh` for other hosts; the secret goes over stdin.
-//! * [`SrunOptions`]: Slurm job steps inside an allocation; [`Remote`] picks one.
+//! * [`SrunOptions`]: Slurm job steps inside an allocation.
+//! * [`LauncherRegistry`]: launchers by the name a launch plan gives them; a node
+//!   builds its launcher from its plan once. A new launcher is one type and one
+//!   registration.
 //! * [`LocalHosts`]: which host names are this machine (started with fork/exec,
 //!   never through ssh), whatever the spelling.
 //! * [`Launcher`]: the seam every way of starting a process sits behind; used at
@@ -22,11 +25,13 @@
 
 mod forker;
 mod local;
+mod registry;
 mod slurm;
 mod ssh;
 
 pub use local::{is_local_address, this_host_name, LocalHosts};
-pub use slurm::{Remote, RouteError, SrunOptions, SRUN_ARGS_ENV};
+pub use registry::{LauncherRegistry, MakeLauncher};
+pub use slurm::{RouteError, SrunOptions, SRUN_ARGS_ENV};
 pub use ssh::{
     secret_from_stdin, shell_quote, split_args, ArgsError, SshOptions, SECRET_STDIN_ENV, SSH_ARGS_ENV,
 };
@@ -54,7 +59,40 @@ pub trait Launcher: Send + Sync + std::fmt::Debug {
 
     /// What this launcher is, for messages (`local`, `ssh`, `slurm`).
     fn kind(&self) -> &'static str;
+
+    /// True when it starts processes on other hosts; a node whose launcher does
+    /// not refuses children on other hosts, naming the host.
+    fn reaches_other_hosts(&self) -> bool {
+        true
+    }
+
+    /// True when every child goes through it, this host's included (Slurm steps, so
+    /// that the allocation accounts for them); otherwise this host's children are
+    /// started with fork/exec.
+    fn takes_local_hosts(&self) -> bool {
+        false
+    }
+
+    /// Path of `treecast` where children on other hosts run (empty: the same path as
+    /// here).
+    fn remote_path(&self) -> &str {
+        ""
+    }
+
+    /// The address of this host that a child on `host` can reach, which children on
+    /// other hosts connect back to.
+    ///
+    /// # Errors
+    /// [`RouteError`] when the host does not resolve or no route leads to it.
+    fn local_address_towards<'a>(&'a self, host: &'a str) -> AddressLookup<'a> {
+        Box::pin(slurm::local_address_towards(bare_host(host)))
+    }
 }
+
+/// What [`Launcher::local_address_towards`] returns: a lookup that may run a
+/// program (`ssh -G`) or resolve a name.
+pub type AddressLookup<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<std::net::IpAddr, RouteError>> + Send + 'a>>;
 
 /// Why a process could not be started.
 #[derive(Debug, Error)]
@@ -70,6 +108,14 @@ pub enum LaunchError {
         host: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// The launch plan names a launcher this node does not have.
+    #[error("no launcher called `{name}` on this node (it has: {known}); register it in the node's LauncherRegistry")]
+    Unknown {
+        /// The name the plan gave.
+        name: String,
+        /// The names registered.
+        known: String,
     },
     /// The OS refused to start the program.
     #[error("cannot start {name} on {host} ({program}): {source}")]
@@ -204,6 +250,10 @@ pub struct LocalLauncher;
 impl Launcher for LocalLauncher {
     fn kind(&self) -> &'static str {
         "local"
+    }
+
+    fn reaches_other_hosts(&self) -> bool {
+        false
     }
 
     /// Starts `spec` by fork/exec. Stdin is closed, stdout inherited, stderr captured.

@@ -46,6 +46,14 @@ impl Launcher for SrunOptions {
         "slurm"
     }
 
+    fn takes_local_hosts(&self) -> bool {
+        true
+    }
+
+    fn remote_path(&self) -> &str {
+        &self.remote_path
+    }
+
     /// Starts `spec` as a one-task job step on `spec.host`.
     fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
         let cmd = self.command(spec)?;
@@ -158,57 +166,6 @@ pub enum RouteError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// How a node starts children that are not plain local processes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Remote {
-    /// The system ssh, for hosts other than this one.
-    Ssh(crate::SshOptions),
-    /// Slurm job steps, for every child (this host's too).
-    Slurm(SrunOptions),
-}
-
-impl Launcher for Remote {
-    fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
-        match self {
-            Remote::Ssh(ssh) => ssh.launch(spec),
-            Remote::Slurm(srun) => srun.launch(spec),
-        }
-    }
-
-    fn kind(&self) -> &'static str {
-        match self {
-            Remote::Ssh(_) => "ssh",
-            Remote::Slurm(_) => "slurm",
-        }
-    }
-}
-
-impl Remote {
-    /// The address of this host that a child on `host` can reach.
-    ///
-    /// # Errors
-    /// [`RouteError`] when the host does not resolve or no route leads to it.
-    pub async fn local_address_towards(&self, host: &str) -> Result<IpAddr, RouteError> {
-        match self {
-            Remote::Ssh(ssh) => ssh.local_address_towards(host).await,
-            Remote::Slurm(_) => local_address_towards(crate::bare_host(host)).await,
-        }
-    }
-
-    /// Path of `treecast` where the children run.
-    pub fn remote_path(&self) -> &str {
-        match self {
-            Remote::Ssh(ssh) => &ssh.remote_path,
-            Remote::Slurm(srun) => &srun.remote_path,
-        }
-    }
-
-    /// True when every child goes through this launcher, this host's included.
-    pub fn takes_local_hosts(&self) -> bool {
-        matches!(self, Remote::Slurm(_))
-    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,14 @@ impl Launcher for SshOptions {
     fn kind(&self) -> &'static str {
         "ssh"
     }
+
+    fn remote_path(&self) -> &str {
+        &self.remote_path
+    }
+
+    fn local_address_towards<'a>(&'a self, host: &'a str) -> crate::AddressLookup<'a> {
+        Box::pin(SshOptions::local_address_towards(self, host))
+    }
 }
 
 /// Environment variable holding extra ssh arguments (split on white space).

@@ -5,8 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::hostlist::bare_host;
-use crate::parse::check_name;
+use crate::hostname::{bare_host, check_name};
 use crate::{Topology, TopologyError, MAX_NODES};
 
 /// The host name generators use when none is given.

@@ -62,7 +62,8 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
 
-use crate::parse::{check_name, host_char_ok};
+pub use crate::hostname::{bare_host, split_user};
+use crate::hostname::{check_name, host_char_ok};
 use crate::TopologyError;
 
 /// The largest number of hosts a list names, exclusions included.
@@ -73,21 +74,6 @@ pub const MAX_HOST_FILE_BYTES: u64 = 64 << 20;
 
 fn bad(expr: &str, column: usize, reason: impl Into<String>) -> TopologyError {
     TopologyError::BadHostList { expr: expr.to_string(), column, reason: reason.into() }
-}
-
-/// Splits `user@host` into the ssh login user and the host; the user is `None` when
-/// there is no `@`.
-pub fn split_user(name: &str) -> (Option<&str>, &str) {
-    match name.split_once('@') {
-        Some((user, host)) => (Some(user), host),
-        None => (None, name),
-    }
-}
-
-/// The host of `user@host` (or of a plain host): what names the machine when hosts are
-/// grouped, compared with this host or shown to people.
-pub fn bare_host(name: &str) -> &str {
-    split_user(name).1
 }
 
 /// Something in a host list that did not stop it but that the user should hear about.

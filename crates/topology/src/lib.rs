@@ -43,6 +43,7 @@
 mod error;
 mod generate;
 pub mod hostlist;
+mod hostname;
 mod parse;
 mod render;
 mod topology;

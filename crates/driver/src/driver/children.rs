@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
-use treecast_launch::{Launched, Launcher, LocalHosts, LocalLauncher, ProcessSpec, Remote};
+use treecast_launch::{Launched, Launcher, LocalHosts, LocalLauncher, ProcessSpec};
 use treecast_transport::announce::{Announce, JoinSocket};
 use treecast_transport::{handshake, Listener, Secret, Socket, TransportError, SECRET_ENV};
 use treecast_wire::{AttachPoint, LaunchPlan, LocalRoute};
 
 use super::refusals::Refusals;
 use super::Launching;
-use crate::{env, launcher_of, NodeError};
+use crate::{env, NodeError};
 use treecast_proto::ChildLaunch;
 
 /// Time allowed for one handshake.
@@ -112,7 +112,9 @@ struct Watched {
 
 /// What the task keeps while the node runs.
 struct Running {
-    launcher: Option<Remote>,
+    /// Built once from the plan: it starts the children on other hosts (and, for
+    /// Slurm, on this one).
+    launcher: Arc<dyn Launcher>,
     listeners: Option<Listeners>,
     /// One task per process; dropping the set kills them all.
     processes: JoinSet<()>,
@@ -167,9 +169,9 @@ impl ChildrenTask {
     ///
     /// Cancel safety: aborting it kills every process it started.
     pub(crate) async fn run(mut self) {
-        let launcher = match launcher_of(&self.plan.launcher) {
+        let launcher = match self.launching.launchers.make(&self.plan.launcher) {
             Ok(l) => l,
-            Err(e) => return self.fail_all(&e).await,
+            Err(e) => return self.fail_all(&e.to_string()).await,
         };
         let mut running = Running {
             launcher,
@@ -192,18 +194,18 @@ impl ChildrenTask {
     /// launcher starts every process itself (Slurm steps, so the allocation owns them).
     /// Names were resolved by [`ChildrenTask::resolve_hosts`].
     /// Hosts are compared without their `user@`, which only tells ssh whom to log in as.
-    fn is_local(&self, launcher: Option<&Remote>, host: &str) -> bool {
+    fn is_local(&self, launcher: &dyn Launcher, host: &str) -> bool {
         use treecast_topology::hostlist::bare_host;
-        !launcher.is_some_and(Remote::takes_local_hosts)
+        !launcher.takes_local_hosts()
             && (bare_host(host) == bare_host(&self.own_host)
                 || self.local_hosts.cached(host).unwrap_or(false))
     }
 
     /// Finds out, off the async threads, which of the children's hosts are this machine
     /// (all names at once). Not needed when the launcher starts every process itself.
-    async fn resolve_hosts(&mut self, children: &[ChildLaunch], launcher: Option<&Remote>) {
+    async fn resolve_hosts(&mut self, children: &[ChildLaunch], launcher: &dyn Launcher) {
         use treecast_topology::hostlist::bare_host;
-        if launcher.is_some_and(Remote::takes_local_hosts) {
+        if launcher.takes_local_hosts() {
             return;
         }
         let own = bare_host(&self.own_host).to_owned();
@@ -225,7 +227,7 @@ impl ChildrenTask {
     /// Opens the listeners `children` need (unless open) and starts their processes;
     /// returns where the attach-mode ones connect.
     async fn start(&mut self, running: &mut Running, children: Vec<ChildLaunch>) -> Vec<AttachPoint> {
-        let launcher = running.launcher.clone();
+        let launcher = Arc::clone(&running.launcher);
         self.resolve_hosts(&children, launcher.as_ref()).await;
         let is_local = |h: &str| self.is_local(launcher.as_ref(), h);
         let opened =
@@ -261,9 +263,9 @@ impl ChildrenTask {
                 spec.env.push((env::JOIN_ANNOUNCE.to_owned(), address));
                 running.announcing.insert(child.node_id, child.first_rank);
             }
-            let started = match (local, launcher.as_ref()) {
-                (false, Some(remote)) => remote.launch(&spec),
-                _ => LocalLauncher.launch(&spec),
+            let started = match local {
+                true => LocalLauncher.launch(&spec),
+                false => launcher.launch(&spec),
             };
             match started {
                 Ok(process) => {
@@ -441,7 +443,7 @@ impl ChildrenTask {
         child: &ChildLaunch,
         parent: String,
         local: bool,
-        remote: Option<&Remote>,
+        launcher: &dyn Launcher,
     ) -> ProcessSpec {
         let plan = &self.plan;
         let mut envs = vec![
@@ -452,8 +454,8 @@ impl ChildrenTask {
         if !plan.log.is_empty() {
             envs.push((env::LOG.to_owned(), plan.log.clone()));
         }
-        let exe = match (remote, local) {
-            (Some(remote), false) => PathBuf::from(remote.remote_path()),
+        let exe = match (launcher.reaches_other_hosts(), local) {
+            (true, false) => PathBuf::from(launcher.remote_path()),
             _ => self.launching.treecast_exe.clone(),
         };
         let (program, args) = if child.is_backend {
@@ -552,7 +554,7 @@ async fn accept(listeners: Option<&Listeners>) -> Result<(treecast_transport::St
 
 /// The address of this host that the first resolvable child host can reach;
 /// children whose host does not resolve fail on their own when ssh cannot reach them.
-async fn remote_address(remote: &Remote, hosts: &[&str]) -> Result<IpAddr, NodeError> {
+async fn remote_address(remote: &dyn Launcher, hosts: &[&str]) -> Result<IpAddr, NodeError> {
     let mut tried = Vec::new();
     for host in hosts {
         match remote.local_address_towards(host).await {
@@ -576,7 +578,7 @@ impl Listeners {
         plan: &LaunchPlan,
         children: &[ChildLaunch],
         is_local: &(dyn Fn(&str) -> bool + Sync),
-        remote: Option<&Remote>,
+        remote: &dyn Launcher,
     ) -> Result<Listeners, NodeError> {
         let listen: IpAddr = plan.listen.parse().unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
         let local = match children.iter().any(|c| is_local(&c.host)) {
@@ -589,9 +591,9 @@ impl Listeners {
         let Some(first) = remote_hosts.first() else {
             return Ok(Listeners { local, remote: None, remote_error: None });
         };
-        let Some(remote) = remote else {
+        if !remote.reaches_other_hosts() {
             return Err(NodeError::NoLauncher { host: (*first).to_owned() });
-        };
+        }
         let ip = match plan.remote_listen.parse::<IpAddr>() {
             Ok(ip) => Ok(ip),
             Err(_) => remote_address(remote, &remote_hosts).await,
@@ -611,7 +613,7 @@ impl Listeners {
         plan: &LaunchPlan,
         children: &[ChildLaunch],
         is_local: &(dyn Fn(&str) -> bool + Sync),
-        remote: Option<&Remote>,
+        remote: &dyn Launcher,
     ) -> Result<(), NodeError> {
         let Some(have) = slot else {
             *slot = Some(Listeners::open(plan, children, is_local, remote).await?);

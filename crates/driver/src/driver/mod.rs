@@ -71,6 +71,15 @@ pub struct Launching {
     pub secret: Secret,
     /// The `treecast` binary comm nodes (and generic back-ends) run on this host.
     pub treecast_exe: std::path::PathBuf,
+    /// The launchers the plan may name; the node builds the one it names once.
+    pub launchers: treecast_launch::LauncherRegistry,
+}
+
+impl Launching {
+    /// What a node needs to start children with the built-in launchers.
+    pub fn new(secret: Secret, treecast_exe: std::path::PathBuf) -> Launching {
+        Launching { secret, treecast_exe, launchers: treecast_launch::LauncherRegistry::builtin() }
+    }
 }
 
 /// A node's core, links and timer, driven from one task. See the module documentation.
