@@ -13,6 +13,7 @@ use treecast::apps::cli::{Cli, Command};
 fn main() -> ExitCode {
     // Front-end, comm node or back-end, this process may move large frames.
     treecast_transport::keep_large_buffers();
+    quiet_on_closed_output();
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let outcome = match cli.command {
@@ -66,6 +67,38 @@ fn chain(e: &anyhow::Error) -> String {
     }
     text
 }
+
+/// Every subcommand ends quietly with status 0 when its reader went away (`treecast
+/// bcast --json | head -c 400`), as `run` does by returning the write error.
+///
+/// `print!` and `println!` panic on a closed pipe (Rust ignores SIGPIPE), and release
+/// builds abort on a panic, so the exit happens in the panic hook, whichever thread
+/// printed: children die with this process (their die-with-parent signal), as they
+/// would after any other exit. Every other panic goes to the hook as before.
+fn quiet_on_closed_output() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if is_print_to_closed_pipe(info.payload()) {
+            std::process::exit(0);
+        }
+        previous(info);
+    }));
+}
+
+/// True for the panic of `print!`/`eprint!` on a pipe whose reader has gone:
+/// std's message is `failed printing to stdout: Broken pipe (os error 32)`.
+fn is_print_to_closed_pipe(payload: &(dyn std::any::Any + Send)) -> bool {
+    let text = match (payload.downcast_ref::<String>(), payload.downcast_ref::<&str>()) {
+        (Some(s), _) => s.as_str(),
+        (None, Some(s)) => s,
+        (None, None) => return false,
+    };
+    let closed = std::io::Error::from_raw_os_error(EPIPE).to_string();
+    text.starts_with("failed printing to std") && text.ends_with(&closed)
+}
+
+/// `EPIPE` on Linux, the one platform treecast runs on.
+const EPIPE: i32 = 32;
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

@@ -1022,6 +1022,39 @@ fn treecast(tag: &str, args: &[&str]) -> std::process::Output {
     out
 }
 
+/// The write end of a pipe whose reader has already gone: a process writing to it
+/// gets EPIPE at once, whatever it writes and whenever.
+fn closed_pipe() -> std::process::Stdio {
+    let mut reader = Command::new("true").stdin(std::process::Stdio::piped()).spawn().unwrap();
+    let writer = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
+    writer.into()
+}
+
+#[test]
+fn every_subcommand_exits_quietly_with_status_0_on_a_closed_stdout() {
+    // Regression: `treecast bcast ... --json | head -c 400` panicked with a backtrace
+    // (print! on a broken pipe); `run` already returned the write error quietly.
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let dir = TestDir::new("closed-stdout");
+    std::fs::write(dir.path("src"), b"data").unwrap();
+    let (src, dst) = (dir.path("src").display().to_string(), dir.path("dst").display().to_string());
+    for args in [
+        &["topo", "kary:4", "--backends", "64"][..],
+        &["hosts", "-e", "n[1-100]"],
+        &["bcast", &src, &dst, "--local", "2", "--json"],
+        &["bcast", &src, &dst, "--local", "2", "--mode", "overwrite"],
+        &["run", "--local", "2", "--", "echo", "hi"],
+    ] {
+        let out = Command::new(TREECAST).args(args).env(k, v).stdout(closed_pipe()).output().unwrap();
+        assert_no_leftovers(&t);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn run_groups_outputs_by_equivalence_class() {
     let t = tag();
