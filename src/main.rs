@@ -5,6 +5,7 @@
 
 use std::process::ExitCode;
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::Parser;
 
 use treecast::apps;
@@ -14,7 +15,7 @@ fn main() -> ExitCode {
     // Front-end, comm node or back-end, this process may move large frames.
     treecast_transport::keep_large_buffers();
     quiet_on_closed_output();
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_with_tip(e));
     init_logging(cli.verbose);
     let outcome = match cli.command {
         // Comm nodes and back-ends are many per machine: one thread each keeps them light.
@@ -50,6 +51,25 @@ fn multi_threaded(
     fut: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
 ) -> anyhow::Result<ExitCode> {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(fut)
+}
+
+/// Prints clap's error and exits (2 for errors, 0 for --help): for a pdsh or clush
+/// flag treecast does not have, the tip names treecast's flag instead of clap's
+/// "to pass it as a value, use `-- FLAG`", which would hand it to the command.
+fn exit_with_tip(mut e: clap::Error) -> ! {
+    if e.kind() == ErrorKind::UnknownArgument {
+        if let Some(ContextValue::String(flag)) = e.get(ContextKind::InvalidArg) {
+            let tip = match apps::cli::tip_for_unknown_flag(flag) {
+                Some(tip) => tip.to_owned(),
+                None => format!(
+                    "`treecast SUBCOMMAND --help` lists the flags; a flag of the command itself goes \
+                     after `--` (`treecast run -w HOSTS -- CMD {flag}`)"
+                ),
+            };
+            e.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
+        }
+    }
+    e.exit()
 }
 
 /// The error and its causes, each cause added only when the text so far does not

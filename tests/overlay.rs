@@ -1056,6 +1056,44 @@ fn every_subcommand_exits_quietly_with_status_0_on_a_closed_stdout() {
 }
 
 #[test]
+fn pdsh_and_clush_flags_work_and_unknown_ones_get_a_tip_naming_the_treecast_flag() {
+    // Regression: `-w` got clap's tip "to pass '-w' as a value, use '-- -w'".
+    let t = tag();
+    let out = treecast(
+        &t,
+        &[
+            "run",
+            "-w",
+            "localhost",
+            "--per-host",
+            "2",
+            "-f",
+            "4",
+            "-t",
+            "20",
+            "-u",
+            "20",
+            "-b",
+            "-S",
+            "-L",
+            "--",
+        ]
+        .into_iter()
+        .chain(["sh", "-c", "echo out; echo err >&2; exit $((3 + TREECAST_RANK))"])
+        .collect::<Vec<_>>(),
+    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout, "localhost#0: out\nlocalhost#1: out\n", "{stderr}");
+    assert!(stderr.contains("localhost#1: err\ntreecast: localhost#1: exit 4\n"), "{stderr}");
+    assert_eq!(out.status.code(), Some(4), "the largest status, as pdsh -S");
+    let out = treecast(&t, &["run", "-R", "ssh", "-w", "localhost", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("tip: treecast starts processes with --launcher"), "{stderr}");
+    assert!(!stderr.contains("use '-- -R'"), "{stderr}");
+}
+
+#[test]
 fn run_groups_outputs_by_equivalence_class() {
     let t = tag();
     let out = treecast(

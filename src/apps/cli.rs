@@ -127,15 +127,26 @@ pub struct TreeArgs {
     /// Hosts, as a host list (`node[01-16,20]`, `h[1-4],login1`, `n[1-9/2] -n5`, `bob@n1`,
     /// `^FILE`; see `treecast hosts --help`); one back-end per host by default.
     /// With `--launcher slurm` the default is the allocation's nodes (SLURM_JOB_NODELIST).
-    #[arg(long, value_name = "LIST")]
+    /// `-w` (and clush's `--nodes`) as in pdsh and clush.
+    #[arg(short = 'w', long, alias = "nodes", value_name = "LIST")]
     pub hosts: Option<String>,
     /// Hosts to leave out of --hosts or of the Slurm allocation, as a host list (like
     /// `pdsh -x` and `clush -x`); may be repeated. Excluding a host that is not listed is fine.
     #[arg(short = 'x', long, value_name = "LIST")]
     pub exclude: Vec<String>,
-    /// With --hosts: the largest number of children of any node.
-    #[arg(long, value_name = "F", default_value_t = 16)]
+    /// With --hosts: the largest number of children of any node (`-f` as in pdsh and
+    /// clush: here it bounds what each node starts and talks to, not the whole run).
+    #[arg(short = 'f', long, value_name = "F", default_value_t = 16)]
     pub fanout: usize,
+    /// Seconds a process may take to start and connect to its parent (ssh's connect
+    /// time included), as `pdsh -t` and `clush -t`; default 30, or
+    /// TREECAST_STARTUP_TIMEOUT.
+    #[arg(short = 't', long, alias = "connect_timeout", value_name = "SECS")]
+    pub connect_timeout: Option<f64>,
+    /// With --hosts: log in as USER on hosts written without `user@` (as `pdsh -l` and
+    /// `clush -l`).
+    #[arg(short = 'l', long, value_name = "USER")]
+    pub user: Option<String>,
     /// With --hosts: back-ends started on each host.
     #[arg(long, value_name = "K", default_value_t = 1)]
     pub per_host: usize,
@@ -192,8 +203,22 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Give up on ranks that have not answered after this many seconds (they are reported).
-    #[arg(long, value_name = "SECS")]
+    /// `-u` (and clush's `--command_timeout`) as in pdsh and clush.
+    #[arg(short = 'u', long, alias = "command_timeout", value_name = "SECS")]
     pub timeout: Option<f64>,
+    /// Print each line of output as `HOST: line` (stderr's on stderr), as pdsh does
+    /// without dshbak, instead of each distinct output once; a host that runs several
+    /// back-ends is written `HOST#RANK`. Failures and lost ranks go to stderr.
+    #[arg(short = 'L', long, conflicts_with = "json")]
+    pub lines: bool,
+    /// Grouped output, as `pdsh | dshbak -c` and `clush -b` give it: the default, so
+    /// this flag changes nothing.
+    #[arg(short = 'b', long = "dshbak")]
+    pub grouped: bool,
+    /// Exit with the largest exit status of any rank, as `pdsh -S` and `clush -S`
+    /// (`--maxrc`): what treecast always does (see the README's table).
+    #[arg(short = 'S', long = "maxrc")]
+    pub max_status: bool,
     /// Bytes of each rank's stdout and of its stderr to show (ranks are grouped by all
     /// they wrote, even past this).
     #[arg(long, value_name = "BYTES", default_value_t = super::protocol::DEFAULT_OUTPUT_LIMIT)]
@@ -206,6 +231,26 @@ pub struct RunArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// For a flag treecast does not know that pdsh, pdcp or clush users type: the tip
+/// naming what treecast offers instead (clap's own tip would send it to the command).
+pub fn tip_for_unknown_flag(flag: &str) -> Option<&'static str> {
+    let name = flag.split_once('=').map_or(flag, |(name, _)| name);
+    // `-Rssh`: a short flag with its value attached.
+    let name = if name.starts_with("--") { name } else { name.get(..2).unwrap_or(name) };
+    Some(match name {
+        "-R" => "treecast starts processes with --launcher ssh|slurm|local (pdsh's -R)",
+        "-N" => "treecast run shows each distinct output once; --lines (-L) prints `HOST: line`",
+        "-g" | "--group" | "-a" | "--all" | "-A" | "-X" => {
+            "name the hosts with --hosts (-w): a host list, or ^FILE for the hosts in a file"
+        }
+        "-o" | "--options" => "extra ssh options go in --ssh-args 'OPTIONS' (or TREECAST_SSH_ARGS)",
+        "-d" | "--debug" => "-v (info) and -vv (debug) print more log output on stderr",
+        "-c" | "--copy" => "files are copied with `treecast bcast SRC... DST` (see docs/files.md)",
+        "-p" | "--preserve" => "treecast bcast always keeps the mode bits and mtime",
+        _ => return None,
+    })
 }
 
 /// How processes on other hosts are started.

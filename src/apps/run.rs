@@ -169,6 +169,7 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let mut net = launch(&tree).await?;
+    let labels = rank_labels(net.topology());
     let spawned = match args.spawn {
         Some(n) => Some(net.spawn(n, &[], &treecast_api::SpawnOptions::default()).await?),
         None => None,
@@ -178,6 +179,14 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut report = report?;
     if let Some(g) = spawned {
         report.groups.push(GroupReport { id: g.id(), ranks: g.rank_set().to_string(), spawned: true });
+    }
+    if args.lines {
+        let (stdout, stderr) = render_lines(&report, &labels);
+        std::io::stderr().write_all(&stderr)?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(&stdout)?;
+        out.flush()?;
+        return Ok(ExitCode::from(report.exit_status));
     }
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -206,6 +215,9 @@ pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
     }
     let shape = args.topology.as_deref().map(|spec| (spec, spec.parse::<Shape>()));
     let is_file = matches!(shape, Some((_, Err(_))));
+    if args.user.is_some() && (args.local.is_some() || is_file) {
+        anyhow::bail!("--user (-l) logs in on the hosts of --hosts; --local trees run as you, and a topology file names its users as user@host");
+    }
     if !args.exclude.is_empty() && (args.local.is_some() || is_file) {
         anyhow::bail!("--exclude leaves hosts out of --hosts or the Slurm allocation; it cannot change --local trees or topology files");
     }
@@ -257,7 +269,16 @@ fn hosts_fanout(shape: Option<(&str, Option<Shape>)>, fanout: usize) -> anyhow::
 /// The tree over a host list minus `--exclude`; repeated hosts are dropped with a warning.
 fn hosts_topology(hosts: &str, fanout: usize, args: &TreeArgs) -> anyhow::Result<Topology> {
     let exclude: Vec<&str> = args.exclude.iter().map(String::as_str).collect();
-    let list = hostlist::HostList::new(&[hosts], &exclude)?;
+    let mut list = hostlist::HostList::new(&[hosts], &exclude)?;
+    if let Some(user) = &args.user {
+        anyhow::ensure!(
+            !user.is_empty() && !user.contains(['@', ' ', '/']),
+            "--user {user:?} is not a user name"
+        );
+        for host in list.hosts.iter_mut().filter(|h| !h.contains('@')) {
+            *host = format!("{user}@{host}");
+        }
+    }
     for warning in &list.warnings {
         eprintln!("treecast: warning: {warning}");
     }
@@ -292,6 +313,10 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         );
         builder = builder.dead_after(Some(Duration::from_secs_f64(secs)));
     }
+    if let Some(secs) = args.connect_timeout {
+        let limit = secs_flag("--connect-timeout", secs, 0.1, 86_400.0)?;
+        builder = builder.startup_timeout(limit);
+    }
     if let Some(secs) = args.rejoin_within {
         anyhow::ensure!(
             secs == 0.0 || (0.1..=1e6).contains(&secs),
@@ -321,6 +346,10 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
             if let Some(path) = &args.remote_path {
                 ssh.remote_path = path.clone();
             }
+            if let Some(secs) = args.connect_timeout {
+                // ssh counts whole seconds; the tree's own limit above is exact.
+                ssh.connect_timeout = secs.ceil().clamp(1.0, 86_400.0) as u32;
+            }
             builder = builder.ssh(ssh);
         }
         LauncherKind::Slurm => {
@@ -330,6 +359,18 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         }
     }
     Ok(builder.launch().await?)
+}
+
+/// `secs` as a duration when it lies between `min` and `max` seconds; else an error
+/// naming the flag and the range.
+///
+/// # Errors
+/// Not a number, or out of the range.
+pub fn secs_flag(flag: &str, secs: f64, min: f64, max: f64) -> anyhow::Result<Duration> {
+    if !(min..=max).contains(&secs) {
+        anyhow::bail!("{flag} {secs} is not a number of seconds between {min} and {max}");
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// Runs `command` on every back-end of `net`, then shuts it down.
@@ -461,6 +502,83 @@ fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
     hostlist::compress(&hosts)
 }
 
+/// What `--lines` writes before each line of a rank: its host, or `HOST#RANK` where a
+/// host runs several back-ends. Indexed by rank.
+pub fn rank_labels(topo: &Topology) -> Vec<String> {
+    let hosts: Vec<String> = (0..topo.backends() as u32)
+        .map(|r| {
+            topo.leaf_of_rank(r)
+                .map_or_else(String::new, |leaf| hostlist::bare_host(&topo.node(leaf).host).to_owned())
+        })
+        .collect();
+    let mut per_host = std::collections::HashMap::<&str, usize>::new();
+    for h in &hosts {
+        *per_host.entry(h.as_str()).or_default() += 1;
+    }
+    hosts
+        .iter()
+        .enumerate()
+        .map(
+            |(rank, h)| {
+                if per_host[h.as_str()] == 1 && !h.is_empty() {
+                    h.clone()
+                } else {
+                    format!("{h}#{rank}")
+                }
+            },
+        )
+        .collect()
+}
+
+/// The `--lines` report, as pdsh prints without dshbak: every line of every rank as
+/// `LABEL: line`, in rank order; stdout's lines for stdout, and for stderr its lines,
+/// how commands that failed ended, cut outputs, and lost ranks.
+pub fn render_lines(report: &RunReport, labels: &[String]) -> (Vec<u8>, Vec<u8>) {
+    let mut by_rank: Vec<(u32, &OutputClass)> = Vec::new();
+    for c in &report.classes {
+        let ranks: RankSet = c.ranks.parse().unwrap_or_default();
+        by_rank.extend(ranks.iter().map(|r| (r, c)));
+    }
+    by_rank.sort_by_key(|(r, _)| *r);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    for (rank, c) in by_rank {
+        let mut notes = Vec::new();
+        let label = labels.get(rank as usize).cloned().unwrap_or_else(|| format!("rank {rank}"));
+        for (shown, total, name, sink) in
+            [(&c.stdout, c.stdout_bytes, "stdout", &mut out), (&c.stderr, c.stderr_bytes, "stderr", &mut err)]
+        {
+            let text = shown.strip_suffix(b"\n").unwrap_or(shown);
+            if !shown.is_empty() {
+                for line in text.split(|b| *b == b'\n') {
+                    sink.extend_from_slice(format!("{label}: ").as_bytes());
+                    sink.extend_from_slice(line);
+                    sink.push(b'\n');
+                }
+            }
+            if total > shown.len() as u64 {
+                notes.extend_from_slice(
+                    format!(
+                        "treecast: {label}: {name} cut: {} of {total} bytes shown; --output-limit BYTES shows more\n",
+                        shown.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
+        err.append(&mut notes);
+        if c.exit_code != 0 || c.signal != 0 {
+            err.extend_from_slice(format!("treecast: {label}: {}\n", c.status()).as_bytes());
+        }
+    }
+    for l in &report.lost {
+        err.extend_from_slice(format!("treecast: lost [{}]: {}\n", l.ranks, l.reason).as_bytes());
+    }
+    for l in &report.no_answer {
+        err.extend_from_slice(format!("treecast: no answer [{}]: {}\n", l.ranks, l.reason).as_bytes());
+    }
+    (out, err)
+}
+
 /// The human-readable report: each distinct output once, exactly as the ranks wrote
 /// it (bytes, not text), then a summary.
 pub fn render(report: &RunReport) -> Vec<u8> {
@@ -533,4 +651,101 @@ fn summary(report: &RunReport) -> String {
         s.push_str(&format!("no answer [{}]: {}\n", l.ranks, l.reason));
     }
     s
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::apps::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from([&["treecast", "run"][..], args, &["--", "true"]].concat()).unwrap();
+        match cli.command {
+            Command::Run(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn pdsh_and_clush_flags_mean_what_they_mean_there() {
+        let a =
+            run_args(&["-w", "n[1-4]", "-x", "n2", "-f", "2", "-t", "7", "-u", "9", "-b", "-S", "-l", "bob"]);
+        assert_eq!(a.tree.hosts.as_deref(), Some("n[1-4]"));
+        assert_eq!(a.tree.exclude, ["n2"]);
+        assert_eq!((a.tree.fanout, a.tree.connect_timeout, a.timeout), (2, Some(7.0), Some(9.0)));
+        assert!(a.grouped && a.max_status && !a.lines);
+        let topo = topology_of(&a.tree).unwrap();
+        let hosts: BTreeSetOfHosts =
+            (0..3).map(|r| topo.node(topo.leaf_of_rank(r).unwrap()).host.clone()).collect();
+        assert_eq!(hosts, ["bob@n1", "bob@n3", "bob@n4"].map(String::from).into_iter().collect());
+        // clush's long names.
+        let a = run_args(&["--nodes", "n1", "--connect_timeout", "3", "--command_timeout", "4", "-L"]);
+        assert_eq!(
+            (a.tree.hosts.as_deref(), a.tree.connect_timeout, a.timeout),
+            (Some("n1"), Some(3.0), Some(4.0))
+        );
+        assert!(a.lines);
+        // Names written with a user keep it.
+        let a = run_args(&["-w", "amy@n1,n2", "-l", "bob"]);
+        let topo = topology_of(&a.tree).unwrap();
+        assert_eq!(topo.node(topo.leaf_of_rank(0).unwrap()).host, "amy@n1");
+        assert!(topology_of(&run_args(&["--local", "2", "-l", "bob"]).tree).is_err());
+    }
+
+    type BTreeSetOfHosts = std::collections::BTreeSet<String>;
+
+    #[test]
+    fn unknown_pdsh_flags_get_a_tip_naming_the_treecast_flag() {
+        use crate::apps::cli::tip_for_unknown_flag;
+        assert!(tip_for_unknown_flag("-R").unwrap().contains("--launcher"));
+        assert!(tip_for_unknown_flag("-Rssh").unwrap().contains("--launcher"));
+        assert!(tip_for_unknown_flag("--options=-q").unwrap().contains("--ssh-args"));
+        assert!(tip_for_unknown_flag("-g").unwrap().contains("--hosts"));
+        assert!(tip_for_unknown_flag("-é").is_none());
+        assert!(tip_for_unknown_flag("--frobnicate").is_none());
+    }
+
+    fn class(ranks: &str, stdout: &[u8], stderr: &[u8], exit_code: i32) -> OutputClass {
+        OutputClass {
+            ranks: ranks.into(),
+            count: ranks.parse::<RankSet>().unwrap().len(),
+            exit_code,
+            signal: 0,
+            stdout: stdout.to_vec(),
+            stdout_bytes: stdout.len() as u64,
+            stderr: stderr.to_vec(),
+            stderr_bytes: stderr.len() as u64,
+            hosts: String::new(),
+        }
+    }
+
+    #[test]
+    fn lines_print_every_line_as_host_colon_line_in_rank_order() {
+        let report = RunReport {
+            backends: 3,
+            groups: Vec::new(),
+            classes: vec![class("0,2", b"a\nb\n", b"", 0), class("1", b"c", b"oops\n", 3)],
+            lost: vec![Lost { ranks: "3".into(), reason: "gone".into() }],
+            no_answer: Vec::new(),
+            ok: false,
+            exit_status: 255,
+        };
+        let labels: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        let (out, err) = render_lines(&report, &labels);
+        assert_eq!(String::from_utf8(out).unwrap(), "n1: a\nn1: b\nn2: c\nn3: a\nn3: b\n");
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "n2: oops\ntreecast: n2: exit 3\ntreecast: lost [3]: gone\n"
+        );
+    }
+
+    #[test]
+    fn a_host_with_several_back_ends_is_labelled_with_each_rank() {
+        let topo = Topology::from_spec("kary:2", Some(3)).unwrap();
+        let labels = rank_labels(&topo);
+        assert_eq!(labels.len(), 3);
+        assert!(labels[1].ends_with("#1"), "{labels:?}");
+    }
 }
