@@ -666,14 +666,21 @@ pub struct MicrobenchArgs {
 pub struct BcastArgs {
     /// SRC... \[DST\]: the files (and with -r directories) to send, then where to write them on
     /// each host. With one SRC, DST defaults to the same absolute path and an existing
-    /// directory takes the file under its name; with several sources or a directory, DST is
-    /// a directory that must exist on the hosts, and each source goes under its own name.
+    /// directory takes the file under its name; a DST ending in `/` is a directory, which
+    /// takes the file under its name; with several sources or a directory, DST is a
+    /// directory, and each source goes under its own name. A directory that does not
+    /// exist on a host fails it there, unless --mkdir creates it.
     #[arg(required = true, num_args = 1.., value_name = "PATH")]
     pub paths: Vec<std::path::PathBuf>,
     /// Copy directories: recreate each source directory's tree under DST (files, symbolic
     /// links, empty directories; directory modes and mtimes last).
     #[arg(short, long)]
     pub recursive: bool,
+    /// Create the destination directory on every host first (`mkdir -p`): DST when it
+    /// ends in `/` or several sources go into it, else the directory DST is in. Without
+    /// it a missing directory fails those ranks with "… does not exist".
+    #[arg(long)]
+    pub mkdir: bool,
     /// What to do with an existing destination: leave it, overwrite it if the source is newer, or overwrite it.
     #[arg(long, value_name = "MODE", default_value = "leave", value_parser = ["leave", "newer", "overwrite"])]
     pub mode: String,
