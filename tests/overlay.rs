@@ -1094,6 +1094,101 @@ fn pdsh_and_clush_flags_work_and_unknown_ones_get_a_tip_naming_the_treecast_flag
 }
 
 #[test]
+fn bad_input_from_the_environment_flags_and_files_gets_a_clear_error_and_no_panic() {
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let dir = TestDir::new("bad-input");
+    let with_env = |var: &str, value: &str, args: &[&str]| {
+        let out = Command::new(TREECAST).args(args).env(k, v).env(var, value).output().unwrap();
+        assert_no_leftovers(&t);
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let run = ["run", "--local", "2", "--", "true"];
+    for (var, value, says) in [
+        (
+            "TREECAST_STARTUP_TIMEOUT",
+            "1e20",
+            "TREECAST_STARTUP_TIMEOUT=\"1e20\" is not a number of seconds from 0.1",
+        ),
+        (
+            "TREECAST_DEAD_AFTER",
+            "1e-300",
+            "TREECAST_DEAD_AFTER=\"1e-300\" is not 0 (off) or a number of seconds from 0.1",
+        ),
+        ("TREECAST_REJOIN_WITHIN", "nan", "TREECAST_REJOIN_WITHIN=\"nan\" is not 0 (off)"),
+        ("TREECAST_MAX_FRAME", "1", "TREECAST_MAX_FRAME=\"1\" is not a number of bytes from 1114112"),
+    ] {
+        let (code, stderr) = with_env(var, value, &run);
+        assert_eq!(code, Some(2), "{var}={value}: {stderr}");
+        assert!(stderr.contains(says) && !stderr.contains("panicked"), "{var}={value}: {stderr}");
+    }
+    // The flag replaces the variable.
+    let (code, stderr) = with_env(
+        "TREECAST_DEAD_AFTER",
+        "1e-300",
+        &["run", "--local", "1", "--dead-after", "5", "--", "true"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let attach = dir.path("a.attach");
+    let attach = attach.to_str().unwrap();
+    let out = treecast(&t, &["run", "--local", "1", "--attach", attach, "--attach-timeout=-1", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr.contains("--attach-timeout -1 is not a number of seconds")
+            && !stderr.contains("waiting up to"),
+        "{stderr}"
+    );
+
+    // Files are read up to 64 MiB, as host files are.
+    for (args, says) in [
+        (&["topo", "/dev/zero"][..], "larger than 64 MiB, the limit of topology files"),
+        (&["monitor", "/dev/zero"], "larger than 64 MiB, the limit of monitor reports"),
+        (&["topo", "karry:4", "--backends", "16"], "did you mean `kary`?"),
+    ] {
+        let out = treecast(&t, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+
+    // A long cycle is named by its first nodes and its length, on a short line.
+    let mut cycle = String::from("fe:0 => x:0 ;\n");
+    for i in 0..100_000 {
+        cycle.push_str(&format!("n{i}:0 => n{}:0 ;\n", (i + 1) % 100_000));
+    }
+    let top = dir.path("cycle.top");
+    std::fs::write(&top, cycle).unwrap();
+    let out = treecast(&t, &["topo", top.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(100000 nodes in the cycle)") && stderr.len() < 1000,
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
+
+    // A damaged report: its own parse error, and a sum no recording makes.
+    let mut rec = treecast_monitor::Recorder::default();
+    let key = treecast_monitor::Key { link: 1, up: true, tag: 1, program: 0 };
+    rec.record(key, treecast_monitor::Component::Net, 10, 1_000);
+    let good: serde_json::Value = serde_json::from_str(&rec.report().to_json()).unwrap();
+    for (field, value, says) in [
+        ("count", serde_json::json!(-1), "invalid value: integer `-1`"),
+        ("sum_ns", serde_json::json!(u64::MAX), "more than the 1"),
+    ] {
+        let mut bad = good.clone();
+        bad["cells"][0][field] = value;
+        let path = dir.path("bad.json");
+        std::fs::write(&path, bad.to_string()).unwrap();
+        let out = treecast(&t, &["monitor", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{field}: {stderr}");
+        assert!(stderr.contains(says), "{field}: {stderr}");
+    }
+}
+
+#[test]
 fn run_groups_outputs_by_equivalence_class() {
     let t = tag();
     let out = treecast(

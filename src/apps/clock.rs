@@ -21,8 +21,7 @@ pub async fn main(args: ClockArgs) -> anyhow::Result<ExitCode> {
         return super::clocksim::main(&args);
     }
     anyhow::ensure!(args.cross_check != Some(0), "--cross-check needs at least 1 wave");
-    let limit = Duration::try_from_secs_f64(args.wait)
-        .with_context(|| format!("--wait {} is not a number of seconds", args.wait))?;
+    let limit = super::run::secs_flag("--wait", args.wait, 0.1, 1e6)?;
     let knob = std::env::var(CLOCK_DISTORT).ok();
     if let Some(knob) = &knob {
         // Checked here, once: otherwise every node would only log it and run undistorted.

@@ -146,15 +146,8 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Starts the tree, runs the command, prints the grouped output.
 pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let limit = args
-        .timeout
-        .map(|secs| {
-            Duration::try_from_secs_f64(secs)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .with_context(|| format!("--timeout {secs} is not a positive number of seconds"))
-        })
-        .transpose()?;
+    let limit = args.timeout.map(|secs| secs_flag("--timeout", secs, 0.001, 1e6)).transpose()?;
+    check_env_limits(&args.tree)?;
     anyhow::ensure!(
         (1..=MAX_OUTPUT_LIMIT).contains(&args.output_limit),
         "--output-limit {} is not between 1 and {MAX_OUTPUT_LIMIT} bytes (both streams of a rank travel in one frame)",
@@ -300,6 +293,7 @@ fn hosts_topology(hosts: &str, fanout: usize, args: &TreeArgs) -> anyhow::Result
 /// # Errors
 /// Bad flags or a failed start-up.
 pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
+    check_env_limits(args)?;
     let topology = topology_of(args)?;
     let backends = topology.backends();
     let mut builder = NetworkBuilder::new(topology)
@@ -325,14 +319,12 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         builder = builder.rejoin_within(Some(Duration::from_secs_f64(secs)));
     }
     if let Some(file) = &args.attach {
+        let limit = secs_flag("--attach-timeout", args.attach_timeout, 0.1, 1e6)?;
         eprintln!(
             "treecast: waiting up to {:.0} s for {backends} back-ends; start them with: treecast backend --attach {}",
             args.attach_timeout,
             file.display()
         );
-        let limit = Duration::try_from_secs_f64(args.attach_timeout).with_context(|| {
-            format!("--attach-timeout {} is not a number of seconds", args.attach_timeout)
-        })?;
         builder = builder.attach(file, limit);
     }
     match args.launcher {
@@ -359,6 +351,24 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         }
     }
     Ok(builder.launch().await?)
+}
+
+/// Refuses a silence or rejoin limit from the environment that the flag would refuse
+/// too, unless the flag replaces it (a comm node or back-end only warns and takes the
+/// default; the front-end says so before anything starts).
+///
+/// # Errors
+/// `TREECAST_DEAD_AFTER` or `TREECAST_REJOIN_WITHIN` out of range or not a number.
+pub fn check_env_limits(args: &TreeArgs) -> anyhow::Result<()> {
+    use treecast_node::env;
+    for (var, flag_given) in
+        [(env::DEAD_AFTER, args.dead_after.is_some()), (env::REJOIN_WITHIN, args.rejoin_within.is_some())]
+    {
+        if let (Ok(text), false) = (std::env::var(var), flag_given) {
+            env::secs_in(var, &text, env::LIMIT_SECS, true).map_err(anyhow::Error::msg)?;
+        }
+    }
+    Ok(())
 }
 
 /// `secs` as a duration when it lies between `min` and `max` seconds; else an error
