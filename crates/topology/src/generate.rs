@@ -531,6 +531,31 @@ impl Topology {
     }
 }
 
+/// The largest topology file read, in bytes, as for host files: a million nodes of a
+/// few dozen characters, with room.
+pub const MAX_TOPOLOGY_FILE_BYTES: u64 = 64 << 20;
+
+/// Why a topology file was not read.
+enum ReadError {
+    /// Over [`MAX_TOPOLOGY_FILE_BYTES`].
+    TooLarge,
+    /// Could not be opened or read, or is not UTF-8.
+    Io(std::io::Error),
+}
+
+/// The file's text, reading at most one byte past the limit (`/dev/zero` never ends).
+fn read_topology_file(path: &std::path::Path) -> Result<String, ReadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TOPOLOGY_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > MAX_TOPOLOGY_FILE_BYTES {
+        return Err(ReadError::TooLarge);
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| ReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -594,29 +619,4 @@ mod tests {
         assert_eq!(b.children[2], vec![6]);
         assert_eq!(b.children[3], vec![7]);
     }
-}
-
-/// The largest topology file read, in bytes, as for host files: a million nodes of a
-/// few dozen characters, with room.
-pub const MAX_TOPOLOGY_FILE_BYTES: u64 = 64 << 20;
-
-/// Why a topology file was not read.
-enum ReadError {
-    /// Over [`MAX_TOPOLOGY_FILE_BYTES`].
-    TooLarge,
-    /// Could not be opened or read, or is not UTF-8.
-    Io(std::io::Error),
-}
-
-/// The file's text, reading at most one byte past the limit (`/dev/zero` never ends).
-fn read_topology_file(path: &std::path::Path) -> Result<String, ReadError> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_TOPOLOGY_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
-    if bytes.len() as u64 > MAX_TOPOLOGY_FILE_BYTES {
-        return Err(ReadError::TooLarge);
-    }
-    String::from_utf8(bytes)
-        .map_err(|e| ReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
