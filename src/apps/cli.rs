@@ -23,7 +23,9 @@ pub enum Command {
     Run(RunArgs),
     /// Copy a file to every back-end's host (skipping hosts that already see it), verified end to end.
     Bcast(BcastArgs),
-    /// Micro-benchmarks (MRNet's: instantiation, round trip, reduction throughput).
+    /// Benchmarks, each against a reference measured in the same run: MRNet's
+    /// micro-benchmarks, `run` against a cold start, the simulated tree, routes, file
+    /// transfers, spawns, merges, messages between groups, and chaos runs.
     Bench(BenchArgs),
     /// Print a topology (generated from a spec or read from a file), or why it is invalid.
     Topo(TopoArgs),
@@ -47,8 +49,8 @@ pub enum Command {
     /// Internal: a comm node, started by its parent.
     #[command(hide = true)]
     Node,
-    /// The generic back-end, started by its parent (or by a tool's launcher).
-    #[command(hide = true)]
+    /// The generic back-end: started by its parent, or by another launcher (mpirun, a
+    /// batch system) with `--attach FILE` to join a tree `run --attach FILE` started.
     Backend(BackendArgs),
     /// Internal: runs one command for the generic back-end and kills its process
     /// group when the back-end goes away.
