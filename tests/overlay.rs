@@ -1533,6 +1533,38 @@ fn wait_for_processes(needle: &str, name: &str, n: usize) {
 const FORKING: [&str; 3] = ["sh", "-c", "sleep 60; true"];
 
 #[test]
+fn every_treecast_process_is_named_treecast_with_its_role() {
+    // Regression: guards showed in `ps` as `exe` / `/proc/self/exe guard -- CMD`.
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let mut child = Command::new(TREECAST)
+        .args(["run", "--local", "4", "--topology", "kary:2", "--", "sleep", "60"])
+        .env(k, v)
+        .spawn()
+        .unwrap();
+    wait_for_processes(&t, "sleep", 4);
+    let mut roles = Vec::new();
+    for pid in processes_with_env(&t) {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim_end() == "sleep" {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<String> =
+            cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        assert_eq!(comm.trim_end(), "treecast", "{args:?}");
+        assert!(args[0].ends_with("treecast"), "{args:?}");
+        roles.push(args[1].clone());
+    }
+    roles.sort();
+    let count = |role: &str| roles.iter().filter(|r| *r == role).count();
+    assert_eq!((count("run"), count("node"), count("backend"), count("guard")), (1, 2, 4, 4), "{roles:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_no_leftovers(&t);
+}
+
+#[test]
 fn processes_started_by_commands_die_when_the_front_end_is_killed() {
     // Regression: only a command's direct child had the die-with-parent signal, so
     // the shell died with its back-end and its `sleep` ran on.
