@@ -673,6 +673,38 @@ fn the_global_clock_recovers_injected_offsets_within_its_bounds() {
 }
 
 #[test]
+fn the_cross_check_compares_the_estimates_with_the_truth_at_the_same_instant() {
+    // Regression: with --cross-check the injected offsets were read after the
+    // cross-check, so a drifting clock showed errors of its drift times 0.3 s.
+    let (k, v) = tag().split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).unwrap();
+    let out = Command::new(TREECAST)
+        .args([
+            "clock",
+            "--local",
+            "4",
+            "--topology",
+            "kary:2",
+            "--rounds",
+            "2",
+            "--cross-check",
+            "400",
+            "--json",
+        ])
+        .env(&k, &v)
+        .env("TREECAST_CLOCK_DISTORT", "seed:5,offset_us:900000,drift_ppm:2000")
+        .output()
+        .unwrap();
+    assert_no_leftovers(&format!("{k}={v}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["cross_check"]["compared"].as_u64().unwrap() > 0, "{report}");
+    for n in report["nodes"].as_array().unwrap() {
+        let error = n["estimate_error_ns"].as_i64().unwrap().unsigned_abs();
+        assert!(error <= n["error_bound_ns"].as_u64().unwrap(), "{n}");
+    }
+}
+
+#[test]
 fn chaos_runs_in_the_simulated_tree_from_the_command_line() {
     let t = tag();
     let args =
