@@ -1457,7 +1457,21 @@ fn run_with_a_timeout_cuts_off_a_stopped_comm_node_and_shows_the_ranks_that_answ
                   read -r _ _ _ cn _ < /proc/$be/stat; kill -STOP $cn; }; echo hi";
     let out = treecast(
         &t,
-        &["run", "--local", "4", "--topology", "kary:2", "--timeout", "1", "--", "sh", "-c", script],
+        &[
+            "run",
+            "--local",
+            "4",
+            "--topology",
+            "kary:2",
+            "--timeout",
+            "1",
+            "--dead-after",
+            "5",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("---- [2-3] (2 ranks) ----\nhi\n"), "{stdout}");

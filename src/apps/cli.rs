@@ -178,7 +178,7 @@ pub struct TreeArgs {
     pub attach_timeout: f64,
     /// Cut off a node (stopped, hung, unreachable) after this many seconds without a
     /// frame or heartbeat from it; its ranks are reported lost. 0: never. Default 30,
-    /// or TREECAST_DEAD_AFTER; `run --timeout T` lowers it to T (at least 5).
+    /// or TREECAST_DEAD_AFTER (`run --timeout` leaves it alone).
     #[arg(long, value_name = "SECS")]
     pub dead_after: Option<f64>,
     /// When a comm node is lost, its children rejoin the tree under its parent within
@@ -204,7 +204,10 @@ pub struct RunArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Give up on ranks that have not answered after this many seconds (they are reported).
+    /// The command's time limit: each back-end kills its command after SECS (exit 124,
+    /// as timeout(1)). The answers are awaited SECS + 10 s (or --dead-after + 10 s when
+    /// that is longer, so that ranks under a hung node are reported lost); ranks still
+    /// silent then are reported. Liveness (--dead-after) is not changed by it.
     /// `-u` (and clush's `--command_timeout`) as in pdsh and clush.
     #[arg(short = 'u', long, alias = "command_timeout", value_name = "SECS")]
     pub timeout: Option<f64>,

@@ -153,21 +153,21 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         "--output-limit {} is not between 1 and {MAX_OUTPUT_LIMIT} bytes (both streams of a rank travel in one frame)",
         args.output_limit
     );
-    let mut tree = args.tree;
-    if let (Some(limit), None) = (limit, tree.dead_after) {
-        // A stopped node must be cut off before the answers are given up on, so that
-        // the ranks that did answer are shown; 5 s at least, so load is not mistaken for it.
-        if let Some(default) = treecast_node::env::liveness_from_env() {
-            tree.dead_after = Some(default.dead_after.as_secs_f64().min(limit.as_secs_f64().max(5.0)));
-        }
-    }
+    let tree = args.tree;
+    // The command's limit leaves liveness alone (a loaded machine is not a hung one):
+    // the answers are awaited long enough for a hung node to be cut off instead.
+    let cut_off = match tree.dead_after {
+        Some(secs) => (secs > 0.0).then(|| Duration::from_secs_f64(secs.min(1e6))),
+        None => treecast_node::env::liveness_from_env().map(|l| l.dead_after),
+    };
     let mut net = launch(&tree).await?;
     let labels = rank_labels(net.topology());
     let spawned = match args.spawn {
         Some(n) => Some(net.spawn(n, &[], &treecast_api::SpawnOptions::default()).await?),
         None => None,
     };
-    let report = run_command_keeping(&mut net, &args.command, limit, args.output_limit).await;
+    let wait = AnswerWait { limit, cut_off };
+    let report = run_command_waiting(&mut net, &args.command, wait, args.output_limit).await;
     net.shutdown().await;
     let mut report = report?;
     if let Some(g) = spawned {
@@ -426,14 +426,63 @@ pub async fn run_command_keeping(
     limit: Option<Duration>,
     output_limit: u64,
 ) -> anyhow::Result<RunReport> {
+    run_command_waiting(net, command, AnswerWait { limit, cut_off: None }, output_limit).await
+}
+
+/// The command's time limit, and how long the tree takes to cut off a silent node:
+/// together they say how long the answers are awaited.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerWait {
+    /// The command's limit (`--timeout`); `None`: wait until every rank answered or was lost.
+    pub limit: Option<Duration>,
+    /// The tree's silence limit (`--dead-after`); `None` when off or not to be waited for.
+    pub cut_off: Option<Duration>,
+}
+
+impl AnswerWait {
+    /// How long the answers are awaited, and where that figure comes from: the
+    /// command's limit, or the silence limit when it is longer (so that the ranks
+    /// under a hung node are reported lost, and those that answered are shown), plus
+    /// [`ANSWER_GRACE`] for the answers to come up the tree.
+    pub fn total(&self) -> Option<(Duration, String)> {
+        let limit = self.limit?;
+        let grace = ANSWER_GRACE.as_secs();
+        Some(match self.cut_off {
+            Some(cut) if cut > limit => (
+                cut.saturating_add(ANSWER_GRACE),
+                format!(
+                    "the {} s after which a silent node is cut off (--dead-after), longer than --timeout {}, plus {grace} s for the answers to come up the tree",
+                    cut.as_secs_f64(),
+                    limit.as_secs_f64()
+                ),
+            ),
+            _ => (
+                limit.saturating_add(ANSWER_GRACE),
+                format!("--timeout {}, plus {grace} s for the answers to come up the tree", limit.as_secs_f64()),
+            ),
+        })
+    }
+}
+
+/// [`run_command_keeping`], awaiting the answers as `wait` says.
+///
+/// # Errors
+/// The stream could not be used or answers were malformed.
+pub async fn run_command_waiting(
+    net: &mut Network,
+    command: &[String],
+    wait: AnswerWait,
+    output_limit: u64,
+) -> anyhow::Result<RunReport> {
+    let limit = wait.limit;
     let comm = net.broadcast_communicator();
     let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
     let limit_ms = limit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
     let request = [command.to_vec().into(), Value::ULong(limit_ms), Value::ULong(output_limit)];
     let orphaned_before = net.orphaned().len();
     stream.send(TAG_RUN, RUN_REQUEST, &request).await?;
-    let answer = match limit {
-        Some(limit) => stream.recv_timeout(limit.saturating_add(ANSWER_GRACE)).await,
+    let answer = match wait.total() {
+        Some((total, _)) => stream.recv_timeout(total).await,
         None => stream.recv().await,
     };
     let mut classes = Vec::new();
@@ -484,9 +533,13 @@ pub async fn run_command_keeping(
     }
     let mut no_answer = Vec::new();
     if !silent.is_empty() {
-        let waited = limit.map_or(0.0, |l| l.saturating_add(ANSWER_GRACE).as_secs_f64());
-        let reason =
-            format!("no answer within {waited} s (still connected: the command or the back-end hangs?)");
+        let reason = match wait.total() {
+            Some((total, why)) => format!(
+                "no answer within {} s ({why}); still connected: the command or the back-end hangs?",
+                total.as_secs_f64()
+            ),
+            None => "no answer (still connected: the command or the back-end hangs?)".to_owned(),
+        };
         no_answer.push(Lost { ranks: silent.to_string(), reason });
     }
     let ok = lost.is_empty() && no_answer.is_empty() && classes.iter().all(|c| c.exit_code == 0);
@@ -650,17 +703,61 @@ fn summary(report: &RunReport) -> String {
         }
     }
     by_status.sort_by_key(|(key, _, _)| *key);
-    let parts: Vec<String> =
+    let mut parts: Vec<String> =
         by_status.iter().map(|(_, status, set)| format!("{status}: {} [{set}]", set.len())).collect();
+    // Every outcome is counted on the line, not only the commands that ended.
+    for (name, lines) in [("lost", &report.lost), ("no answer", &report.no_answer)] {
+        let mut set = RankSet::new();
+        for l in lines.iter() {
+            set.union_with(&l.ranks.parse().unwrap_or_default());
+        }
+        if !set.is_empty() {
+            parts.push(format!("{name}: {} [{set}]", set.len()));
+        }
+    }
     let mut s =
         format!("{} back-end{}; {}\n", report.backends, plural(report.backends.into()), parts.join(", "));
-    for l in &report.lost {
-        s.push_str(&format!("lost [{}]: {}\n", l.ranks, l.reason));
+    for (ranks, reports, reason) in fold_lost(&report.lost) {
+        let like =
+            if reports > 1 { format!(" (the first of {reports} such reports)") } else { String::new() };
+        s.push_str(&format!("lost [{ranks}]: {reason}{like}\n"));
     }
     for l in &report.no_answer {
         s.push_str(&format!("no answer [{}]: {}\n", l.ranks, l.reason));
     }
     s
+}
+
+/// Lost ranks, one entry per kind of reason: reasons that differ only in their
+/// numbers (node ids, host numbers, seconds) are one kind, shown by its first
+/// report; each entry has the ranks of all and how many reports it stands for.
+pub fn fold_lost(lost: &[Lost]) -> Vec<(RankSet, usize, String)> {
+    let kind = |reason: &str| -> String {
+        let mut k = String::new();
+        for c in reason.chars() {
+            if c.is_ascii_digit() || c == '.' && k.ends_with('#') {
+                if !k.ends_with('#') {
+                    k.push('#');
+                }
+            } else {
+                k.push(c);
+            }
+        }
+        k
+    };
+    let mut folded: Vec<(String, RankSet, usize, String)> = Vec::new();
+    for l in lost {
+        let key = kind(&l.reason);
+        let ranks: RankSet = l.ranks.parse().unwrap_or_default();
+        match folded.iter_mut().find(|(k, ..)| *k == key) {
+            Some((_, set, n, _)) => {
+                set.union_with(&ranks);
+                *n += 1;
+            }
+            None => folded.push((key, ranks, 1, l.reason.clone())),
+        }
+    }
+    folded.into_iter().map(|(_, set, n, reason)| (set, n, reason)).collect()
 }
 
 #[cfg(test)]
@@ -749,6 +846,55 @@ mod tests {
             String::from_utf8(err).unwrap(),
             "n2: oops\ntreecast: n2: exit 3\ntreecast: lost [3]: gone\n"
         );
+    }
+
+    #[test]
+    fn the_answers_are_awaited_past_the_silence_limit_and_the_wait_says_where_it_comes_from() {
+        // Regression: `--timeout 5` lowered --dead-after to 5 s (healthy ranks of a loaded
+        // machine were cut off), and "no answer within 15 s" named no 10 s grace.
+        let s = Duration::from_secs;
+        let (total, why) = AnswerWait { limit: Some(s(5)), cut_off: Some(s(30)) }.total().unwrap();
+        assert_eq!(total, s(40));
+        assert!(why.contains("--dead-after") && why.contains("plus 10 s for the answers"), "{why}");
+        let (total, why) = AnswerWait { limit: Some(s(60)), cut_off: Some(s(30)) }.total().unwrap();
+        assert_eq!(total, s(70));
+        assert!(why.starts_with("--timeout 60, plus 10 s"), "{why}");
+        assert!(AnswerWait { limit: None, cut_off: Some(s(30)) }.total().is_none());
+        let a = run_args(&["--local", "4", "--timeout", "5"]);
+        assert_eq!(a.tree.dead_after, None, "--timeout leaves liveness alone");
+    }
+
+    #[test]
+    fn the_summary_counts_every_outcome_and_folds_lost_ranks_by_reason() {
+        let lost = |ranks: &str, node: u32, secs: &str| {
+            Lost {
+            ranks: ranks.into(),
+            reason: format!("comm node localhost:{node} (node {node}): nothing arrived for {secs} s, not even a heartbeat"),
+        }
+        };
+        let report = RunReport {
+            backends: 10,
+            groups: Vec::new(),
+            classes: vec![class("0-1", b"", b"", 0), class("2", b"", b"", 124)],
+            lost: vec![
+                lost("3-4", 2, "5.0"),
+                lost("5", 3, "5.1"),
+                Lost { ranks: "6".into(), reason: "back-end rank 6 exited".into() },
+            ],
+            no_answer: vec![Lost { ranks: "7-9".into(), reason: "no answer within 15 s".into() }],
+            ok: false,
+            exit_status: 255,
+        };
+        let text = summary(&report);
+        assert!(
+            text.starts_with(
+                "10 back-ends; exit 0: 2 [0-1], exit 124: 1 [2], lost: 4 [3-6], no answer: 3 [7-9]\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("lost [3-5]: comm node localhost:2 (node 2): nothing arrived for 5.0 s, not even a heartbeat (the first of 2 such reports)\n"), "{text}");
+        assert!(text.contains("lost [6]: back-end rank 6 exited\n"), "{text}");
+        assert_eq!(text.matches("lost [").count(), 2, "{text}");
     }
 
     #[test]
