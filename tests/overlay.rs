@@ -620,6 +620,50 @@ fn chaos_runs_kill_and_stop_nodes_without_hangs_wrong_answers_or_leftovers() {
 }
 
 #[test]
+fn a_chaos_run_counts_every_orphan_of_a_killed_comm_node_once_it_has_rejoined() {
+    // Regression: the run was counted while the orphans were still on their way back,
+    // so killing a comm node showed 0 orphaned and 0 (or some) rejoined ranks.
+    let t = tag();
+    let out = treecast(
+        &t,
+        &[
+            "bench",
+            "chaos",
+            "--local",
+            "16",
+            "--topology",
+            "balanced:4x4",
+            "--runs",
+            "3",
+            "--waves",
+            "1",
+            "--faults",
+            "1",
+            "--stop-fraction",
+            "0",
+            "--during",
+            "reduce",
+            "--seed",
+            "8",
+            "--json",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let mut comm_node_kills = 0;
+    for run in report["runs"].as_array().unwrap() {
+        if run["faults"][0].as_str().unwrap().starts_with("SIGKILL comm node") {
+            comm_node_kills += 1;
+            // Each comm node of balanced:4x4 holds 4 back-ends; none was faulted itself.
+            assert_eq!(run["rejoined_ranks"], 4, "{run}");
+            assert_eq!(run["orphaned_ranks"], 0, "{run}");
+        }
+    }
+    assert!(comm_node_kills > 0, "seed 8 no longer strikes a comm node: {report}");
+    assert!(out.status.success());
+}
+
+#[test]
 fn chaos_runs_strike_during_file_transfers_and_start_up_without_hangs_wrong_copies_or_leftovers() {
     let t = tag();
     let args: Vec<&str> = "bench chaos --local 8 --topology kary:2 --runs 6 --waves 5 --faults 2 \
