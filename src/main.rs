@@ -5,6 +5,7 @@
 
 use std::process::ExitCode;
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::Parser;
 
 use treecast::apps;
@@ -13,7 +14,8 @@ use treecast::apps::cli::{Cli, Command};
 fn main() -> ExitCode {
     // Front-end, comm node or back-end, this process may move large frames.
     treecast_transport::keep_large_buffers();
-    let cli = Cli::parse();
+    quiet_on_closed_output();
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_with_tip(e));
     init_logging(cli.verbose);
     let outcome = match cli.command {
         // Comm nodes and back-ends are many per machine: one thread each keeps them light.
@@ -51,6 +53,25 @@ fn multi_threaded(
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(fut)
 }
 
+/// Prints clap's error and exits (2 for errors, 0 for --help): for a pdsh or clush
+/// flag treecast does not have, the tip names treecast's flag instead of clap's
+/// "to pass it as a value, use `-- FLAG`", which would hand it to the command.
+fn exit_with_tip(mut e: clap::Error) -> ! {
+    if e.kind() == ErrorKind::UnknownArgument {
+        if let Some(ContextValue::String(flag)) = e.get(ContextKind::InvalidArg) {
+            let tip = match apps::cli::tip_for_unknown_flag(flag) {
+                Some(tip) => tip.to_owned(),
+                None => format!(
+                    "`treecast SUBCOMMAND --help` lists the flags; a flag of the command itself goes \
+                     after `--` (`treecast run -w HOSTS -- CMD {flag}`)"
+                ),
+            };
+            e.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
+        }
+    }
+    e.exit()
+}
+
 /// The error and its causes, each cause added only when the text so far does not
 /// already say it (many messages quote their cause).
 fn chain(e: &anyhow::Error) -> String {
@@ -66,6 +87,38 @@ fn chain(e: &anyhow::Error) -> String {
     }
     text
 }
+
+/// Every subcommand ends quietly with status 0 when its reader went away (`treecast
+/// bcast --json | head -c 400`), as `run` does by returning the write error.
+///
+/// `print!` and `println!` panic on a closed pipe (Rust ignores SIGPIPE), and release
+/// builds abort on a panic, so the exit happens in the panic hook, whichever thread
+/// printed: children die with this process (their die-with-parent signal), as they
+/// would after any other exit. Every other panic goes to the hook as before.
+fn quiet_on_closed_output() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if is_print_to_closed_pipe(info.payload()) {
+            std::process::exit(0);
+        }
+        previous(info);
+    }));
+}
+
+/// True for the panic of `print!`/`eprint!` on a pipe whose reader has gone:
+/// std's message is `failed printing to stdout: Broken pipe (os error 32)`.
+fn is_print_to_closed_pipe(payload: &(dyn std::any::Any + Send)) -> bool {
+    let text = match (payload.downcast_ref::<String>(), payload.downcast_ref::<&str>()) {
+        (Some(s), _) => s.as_str(),
+        (None, Some(s)) => s,
+        (None, None) => return false,
+    };
+    let closed = std::io::Error::from_raw_os_error(EPIPE).to_string();
+    text.starts_with("failed printing to std") && text.ends_with(&closed)
+}
+
+/// `EPIPE` on Linux, the one platform treecast runs on.
+const EPIPE: i32 = 32;
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

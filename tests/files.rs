@@ -750,3 +750,39 @@ fn the_command_line_copies_several_files_and_directory_trees() {
     assert!(!missing.exists());
     assert_no_leftovers(&tag);
 }
+
+#[test]
+fn a_destination_directory_that_does_not_exist_is_named_and_mkdir_creates_it() {
+    // Regression: `bcast ./tool.tar $PWD/nodir/` said "linking into …/nodir/: No such
+    // file or directory", and failures showed on stdout only.
+    let dir = TestDir::new("mkdir");
+    let src = dir.path("tool.tar");
+    std::fs::write(&src, b"tool").unwrap();
+    let tag = format!("TREECAST_FILES_TEST_MKDIR={}", std::process::id());
+    let run = |args: &[&str]| {
+        let (k, v) = tag.split_once('=').unwrap();
+        let out = Command::new(TREECAST)
+            .arg("bcast")
+            .args(args)
+            .args(["--local", "2", "--launcher", "local"])
+            .env(k, v)
+            .output()
+            .unwrap();
+        assert_no_leftovers(&tag);
+        let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code(), o.into_owned(), e.into_owned())
+    };
+    let s = src.to_str().unwrap();
+    for missing in ["nodir", "nodir2/sub"] {
+        let dst = format!("{}/", dir.path(missing).display());
+        let (code, stdout, stderr) = run(&[s, &dst, "--json"]);
+        let says = format!("destination directory {} does not exist", dir.path(missing).display());
+        assert_eq!(code, Some(1), "{stdout}{stderr}");
+        assert!(stdout.contains(&says), "{stdout}");
+        assert!(stderr.contains(&format!("failed on 2 ranks [0-1]: {says}")), "{stderr}");
+        assert!(stderr.contains("tip: --mkdir creates"), "{stderr}");
+        let (code, stdout, stderr) = run(&[s, &dst, "--mkdir"]);
+        assert_eq!(code, Some(0), "{stdout}{stderr}");
+        assert_eq!(std::fs::read(dir.path(missing).join("tool.tar")).unwrap(), b"tool");
+    }
+}

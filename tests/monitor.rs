@@ -285,7 +285,13 @@ fn monitor_says_which_file_is_not_a_report_and_what_it_expected() {
     let err = run(&[missing.as_os_str()]);
     assert!(err.contains("reading") && err.contains("absent.json"), "{err}");
     let err = run(&[junk.as_os_str()]);
-    assert!(err.contains("junk.json is neither a collection") && err.contains("invalid type"), "{err}");
+    assert!(
+        err.contains("junk.json has `cells` but is no valid report") && err.contains("invalid type"),
+        "{err}"
+    );
+    std::fs::write(&junk, "{\"other\": 3}").unwrap();
+    let err = run(&[junk.as_os_str()]);
+    assert!(err.contains("junk.json is neither a collection"), "{err}");
     let err = run(&[junk.as_os_str(), "--threshold=-5".as_ref()]);
     assert!(err.contains("--threshold must be a percentage of 0 or more"), "{err}");
 }

@@ -620,6 +620,50 @@ fn chaos_runs_kill_and_stop_nodes_without_hangs_wrong_answers_or_leftovers() {
 }
 
 #[test]
+fn a_chaos_run_counts_every_orphan_of_a_killed_comm_node_once_it_has_rejoined() {
+    // Regression: the run was counted while the orphans were still on their way back,
+    // so killing a comm node showed 0 orphaned and 0 (or some) rejoined ranks.
+    let t = tag();
+    let out = treecast(
+        &t,
+        &[
+            "bench",
+            "chaos",
+            "--local",
+            "16",
+            "--topology",
+            "balanced:4x4",
+            "--runs",
+            "3",
+            "--waves",
+            "1",
+            "--faults",
+            "1",
+            "--stop-fraction",
+            "0",
+            "--during",
+            "reduce",
+            "--seed",
+            "8",
+            "--json",
+        ],
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let mut comm_node_kills = 0;
+    for run in report["runs"].as_array().unwrap() {
+        if run["faults"][0].as_str().unwrap().starts_with("SIGKILL comm node") {
+            comm_node_kills += 1;
+            // Each comm node of balanced:4x4 holds 4 back-ends; none was faulted itself.
+            assert_eq!(run["rejoined_ranks"], 4, "{run}");
+            assert_eq!(run["orphaned_ranks"], 0, "{run}");
+        }
+    }
+    assert!(comm_node_kills > 0, "seed 8 no longer strikes a comm node: {report}");
+    assert!(out.status.success());
+}
+
+#[test]
 fn chaos_runs_strike_during_file_transfers_and_start_up_without_hangs_wrong_copies_or_leftovers() {
     let t = tag();
     let args: Vec<&str> = "bench chaos --local 8 --topology kary:2 --runs 6 --waves 5 --faults 2 \
@@ -670,6 +714,38 @@ fn the_global_clock_recovers_injected_offsets_within_its_bounds() {
         far += usize::from(injected.unsigned_abs() > 1_000);
     }
     assert!(far > nodes.len() / 2, "the knob distorted the clocks: {report}");
+}
+
+#[test]
+fn the_cross_check_compares_the_estimates_with_the_truth_at_the_same_instant() {
+    // Regression: with --cross-check the injected offsets were read after the
+    // cross-check, so a drifting clock showed errors of its drift times 0.3 s.
+    let (k, v) = tag().split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).unwrap();
+    let out = Command::new(TREECAST)
+        .args([
+            "clock",
+            "--local",
+            "4",
+            "--topology",
+            "kary:2",
+            "--rounds",
+            "2",
+            "--cross-check",
+            "400",
+            "--json",
+        ])
+        .env(&k, &v)
+        .env("TREECAST_CLOCK_DISTORT", "seed:5,offset_us:900000,drift_ppm:2000")
+        .output()
+        .unwrap();
+    assert_no_leftovers(&format!("{k}={v}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["cross_check"]["compared"].as_u64().unwrap() > 0, "{report}");
+    for n in report["nodes"].as_array().unwrap() {
+        let error = n["estimate_error_ns"].as_i64().unwrap().unsigned_abs();
+        assert!(error <= n["error_bound_ns"].as_u64().unwrap(), "{n}");
+    }
 }
 
 #[test]
@@ -1022,6 +1098,172 @@ fn treecast(tag: &str, args: &[&str]) -> std::process::Output {
     out
 }
 
+/// The write end of a pipe whose reader has already gone: a process writing to it
+/// gets EPIPE at once, whatever it writes and whenever.
+fn closed_pipe() -> std::process::Stdio {
+    let mut reader = Command::new("true").stdin(std::process::Stdio::piped()).spawn().unwrap();
+    let writer = reader.stdin.take().unwrap();
+    reader.wait().unwrap();
+    writer.into()
+}
+
+#[test]
+fn every_subcommand_exits_quietly_with_status_0_on_a_closed_stdout() {
+    // Regression: `treecast bcast ... --json | head -c 400` panicked with a backtrace
+    // (print! on a broken pipe); `run` already returned the write error quietly.
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let dir = TestDir::new("closed-stdout");
+    std::fs::write(dir.path("src"), b"data").unwrap();
+    let (src, dst) = (dir.path("src").display().to_string(), dir.path("dst").display().to_string());
+    for args in [
+        &["topo", "kary:4", "--backends", "64"][..],
+        &["hosts", "-e", "n[1-100]"],
+        &["bcast", &src, &dst, "--local", "2", "--json"],
+        &["bcast", &src, &dst, "--local", "2", "--mode", "overwrite"],
+        &["run", "--local", "2", "--", "echo", "hi"],
+    ] {
+        let out = Command::new(TREECAST).args(args).env(k, v).stdout(closed_pipe()).output().unwrap();
+        assert_no_leftovers(&t);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn pdsh_and_clush_flags_work_and_unknown_ones_get_a_tip_naming_the_treecast_flag() {
+    // Regression: `-w` got clap's tip "to pass '-w' as a value, use '-- -w'".
+    let t = tag();
+    let out = treecast(
+        &t,
+        &[
+            "run",
+            "-w",
+            "localhost",
+            "--per-host",
+            "2",
+            "-f",
+            "4",
+            "-t",
+            "20",
+            "-u",
+            "20",
+            "-b",
+            "-S",
+            "-L",
+            "--",
+        ]
+        .into_iter()
+        .chain(["sh", "-c", "echo out; echo err >&2; exit $((3 + TREECAST_RANK))"])
+        .collect::<Vec<_>>(),
+    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout, "localhost#0: out\nlocalhost#1: out\n", "{stderr}");
+    assert!(stderr.contains("localhost#1: err\ntreecast: localhost#1: exit 4\n"), "{stderr}");
+    assert_eq!(out.status.code(), Some(4), "the largest status, as pdsh -S");
+    let out = treecast(&t, &["run", "-R", "ssh", "-w", "localhost", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("tip: treecast starts processes with --launcher"), "{stderr}");
+    assert!(!stderr.contains("use '-- -R'"), "{stderr}");
+}
+
+#[test]
+fn bad_input_from_the_environment_flags_and_files_gets_a_clear_error_and_no_panic() {
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let dir = TestDir::new("bad-input");
+    let with_env = |var: &str, value: &str, args: &[&str]| {
+        let out = Command::new(TREECAST).args(args).env(k, v).env(var, value).output().unwrap();
+        assert_no_leftovers(&t);
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let run = ["run", "--local", "2", "--", "true"];
+    for (var, value, says) in [
+        (
+            "TREECAST_STARTUP_TIMEOUT",
+            "1e20",
+            "TREECAST_STARTUP_TIMEOUT=\"1e20\" is not a number of seconds from 0.1",
+        ),
+        (
+            "TREECAST_DEAD_AFTER",
+            "1e-300",
+            "TREECAST_DEAD_AFTER=\"1e-300\" is not 0 (off) or a number of seconds from 0.1",
+        ),
+        ("TREECAST_REJOIN_WITHIN", "nan", "TREECAST_REJOIN_WITHIN=\"nan\" is not 0 (off)"),
+        ("TREECAST_MAX_FRAME", "1", "TREECAST_MAX_FRAME=\"1\" is not a number of bytes from 1114112"),
+    ] {
+        let (code, stderr) = with_env(var, value, &run);
+        assert_eq!(code, Some(2), "{var}={value}: {stderr}");
+        assert!(stderr.contains(says) && !stderr.contains("panicked"), "{var}={value}: {stderr}");
+    }
+    // The flag replaces the variable.
+    let (code, stderr) = with_env(
+        "TREECAST_DEAD_AFTER",
+        "1e-300",
+        &["run", "--local", "1", "--dead-after", "5", "--", "true"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let attach = dir.path("a.attach");
+    let attach = attach.to_str().unwrap();
+    let out = treecast(&t, &["run", "--local", "1", "--attach", attach, "--attach-timeout=-1", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr.contains("--attach-timeout -1 is not a number of seconds")
+            && !stderr.contains("waiting up to"),
+        "{stderr}"
+    );
+
+    // Files are read up to 64 MiB, as host files are.
+    for (args, says) in [
+        (&["topo", "/dev/zero"][..], "larger than 64 MiB, the limit of topology files"),
+        (&["monitor", "/dev/zero"], "larger than 64 MiB, the limit of monitor reports"),
+        (&["topo", "karry:4", "--backends", "16"], "did you mean `kary`?"),
+    ] {
+        let out = treecast(&t, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+
+    // A long cycle is named by its first nodes and its length, on a short line.
+    let mut cycle = String::from("fe:0 => x:0 ;\n");
+    for i in 0..100_000 {
+        cycle.push_str(&format!("n{i}:0 => n{}:0 ;\n", (i + 1) % 100_000));
+    }
+    let top = dir.path("cycle.top");
+    std::fs::write(&top, cycle).unwrap();
+    let out = treecast(&t, &["topo", top.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(100000 nodes in the cycle)") && stderr.len() < 1000,
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
+
+    // A damaged report: its own parse error, and a sum no recording makes.
+    let mut rec = treecast_monitor::Recorder::default();
+    let key = treecast_monitor::Key { link: 1, up: true, tag: 1, program: 0 };
+    rec.record(key, treecast_monitor::Component::Net, 10, 1_000);
+    let good: serde_json::Value = serde_json::from_str(&rec.report().to_json()).unwrap();
+    for (field, value, says) in [
+        ("count", serde_json::json!(-1), "invalid value: integer `-1`"),
+        ("sum_ns", serde_json::json!(u64::MAX), "more than the 1"),
+    ] {
+        let mut bad = good.clone();
+        bad["cells"][0][field] = value;
+        let path = dir.path("bad.json");
+        std::fs::write(&path, bad.to_string()).unwrap();
+        let out = treecast(&t, &["monitor", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{field}: {stderr}");
+        assert!(stderr.contains(says), "{field}: {stderr}");
+    }
+}
+
 #[test]
 fn run_groups_outputs_by_equivalence_class() {
     let t = tag();
@@ -1259,7 +1501,21 @@ fn run_with_a_timeout_cuts_off_a_stopped_comm_node_and_shows_the_ranks_that_answ
                   read -r _ _ _ cn _ < /proc/$be/stat; kill -STOP $cn; }; echo hi";
     let out = treecast(
         &t,
-        &["run", "--local", "4", "--topology", "kary:2", "--timeout", "1", "--", "sh", "-c", script],
+        &[
+            "run",
+            "--local",
+            "4",
+            "--topology",
+            "kary:2",
+            "--timeout",
+            "1",
+            "--dead-after",
+            "5",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("---- [2-3] (2 ranks) ----\nhi\n"), "{stdout}");
@@ -1365,6 +1621,38 @@ fn wait_for_processes(needle: &str, name: &str, n: usize) {
 
 /// A command whose shell starts a grandchild (`; true` keeps the shell from exec'ing it).
 const FORKING: [&str; 3] = ["sh", "-c", "sleep 60; true"];
+
+#[test]
+fn every_treecast_process_is_named_treecast_with_its_role() {
+    // Regression: guards showed in `ps` as `exe` / `/proc/self/exe guard -- CMD`.
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let mut child = Command::new(TREECAST)
+        .args(["run", "--local", "4", "--topology", "kary:2", "--", "sleep", "60"])
+        .env(k, v)
+        .spawn()
+        .unwrap();
+    wait_for_processes(&t, "sleep", 4);
+    let mut roles = Vec::new();
+    for pid in processes_with_env(&t) {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim_end() == "sleep" {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<String> =
+            cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        assert_eq!(comm.trim_end(), "treecast", "{args:?}");
+        assert!(args[0].ends_with("treecast"), "{args:?}");
+        roles.push(args[1].clone());
+    }
+    roles.sort();
+    let count = |role: &str| roles.iter().filter(|r| *r == role).count();
+    assert_eq!((count("run"), count("node"), count("backend"), count("guard")), (1, 2, 4, 4), "{roles:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_no_leftovers(&t);
+}
 
 #[test]
 fn processes_started_by_commands_die_when_the_front_end_is_killed() {

@@ -416,7 +416,9 @@ async fn run_command(argv: &[String], limit_ms: u64, keep: usize, rank: u32, siz
     };
     // The same binary, even if it was replaced or removed on disk since it started.
     let mut cmd = tokio::process::Command::new("/proc/self/exe");
-    cmd.arg("guard")
+    // Named as every other treecast process in `ps`, not `/proc/self/exe`.
+    cmd.arg0("treecast")
+        .arg("guard")
         .arg("--")
         .args(argv)
         .env_remove(treecast_transport::SECRET_ENV)

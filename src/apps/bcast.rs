@@ -423,6 +423,90 @@ impl Display {
     }
 }
 
+/// True when `path` is written with a trailing `/` (or `/.`): it can only be a directory.
+fn names_a_directory(path: &Path) -> bool {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    bytes.ends_with(b"/") || bytes.ends_with(b"/.") || bytes == b"."
+}
+
+/// The directory `--mkdir` creates on every host: DST when it names a directory (a
+/// trailing `/`, several sources, `-r`), else the directory the destination is in.
+fn mkdir_target(args: &BcastArgs, single: bool) -> anyhow::Result<PathBuf> {
+    let (dst, src) = match args.paths.as_slice() {
+        [src] => (None, src),
+        [src, .., dst] => (Some(dst), src),
+        [] => anyhow::bail!("no source given"),
+    };
+    let target = match dst {
+        Some(d) if !single || names_a_directory(d) => absolute(d)?,
+        Some(d) => absolute(d)?.parent().map(Path::to_path_buf).unwrap_or_default(),
+        None => absolute(src)?.parent().map(Path::to_path_buf).unwrap_or_default(),
+    };
+    Ok(target)
+}
+
+/// `mkdir -p DIR` on every back-end; returns what went wrong, per class of ranks.
+async fn mkdir_everywhere(net: &mut Network, dir: &Path, limit: Duration) -> anyhow::Result<Vec<String>> {
+    let argv = ["mkdir".to_owned(), "-p".to_owned(), "--".to_owned(), dir.display().to_string()];
+    let report = super::run::run_command(net, &argv, Some(limit)).await?;
+    let mut problems = Vec::new();
+    for c in report.classes.iter().filter(|c| c.exit_code != 0) {
+        problems.push(format!(
+            "--mkdir: creating {} failed on ranks [{}] ({}): {}",
+            dir.display(),
+            c.ranks,
+            c.status(),
+            c.stderr_text().trim()
+        ));
+    }
+    for l in report.lost.iter().chain(&report.no_answer) {
+        problems.push(format!("--mkdir: creating {} on ranks [{}]: {}", dir.display(), l.ranks, l.reason));
+    }
+    Ok(problems)
+}
+
+/// Every failed or lost rank of `reports` on stderr, one line per class, so that a
+/// failure shows when stdout goes to a file or a pipe (`--json`).
+fn failures_to_stderr(reports: &[BcastReport]) {
+    for r in reports {
+        for c in r.classes.iter().filter(|c| c.outcome == "failed") {
+            eprintln!(
+                "treecast: {}: failed on {} rank{} [{}]: {}",
+                r.destination,
+                c.count,
+                if c.count == 1 { "" } else { "s" },
+                c.ranks,
+                c.detail
+            );
+        }
+        for l in &r.lost {
+            eprintln!("treecast: {}: lost [{}]: {}", r.destination, l.ranks, l.reason);
+        }
+    }
+}
+
+/// A failure detail that a missing destination directory explains.
+fn is_missing_directory(detail: &str) -> bool {
+    detail.starts_with("destination directory ") && detail.ends_with(" does not exist")
+}
+
+/// The exit status, as the README's table gives it for `run`: 255 when a rank was
+/// lost or did not answer (as ssh reports a host it could not reach), else 1 when a
+/// rank failed (or a directory could not be made), else 0.
+pub fn exit_status(reports: &[BcastReport], directory_errors: usize) -> u8 {
+    let unreachable = reports.iter().any(|r| {
+        !r.lost.is_empty()
+            || r.classes.iter().any(|c| c.outcome == "failed" && c.detail.starts_with("no answer within"))
+    });
+    if unreachable {
+        super::run::EXIT_LOST
+    } else if directory_errors > 0 || reports.iter().any(|r| !r.ok) {
+        1
+    } else {
+        0
+    }
+}
+
 /// Works out what to send before any process starts.
 fn plan_of(args: &BcastArgs) -> anyhow::Result<(Plan, bool)> {
     let (sources, dst) = match args.paths.as_slice() {
@@ -432,7 +516,17 @@ fn plan_of(args: &BcastArgs) -> anyhow::Result<(Plan, bool)> {
     };
     let single = sources.len() == 1 && std::fs::metadata(&sources[0]).is_ok_and(|m| m.is_file());
     if single {
-        let entries = vec![FileEntry::file(sources[0].clone(), dst)];
+        let entry = match dst {
+            // `DST/` means a directory: the file goes in it, under its own name, and a
+            // missing directory is named as such.
+            Some(d) if names_a_directory(&d) => {
+                let abs = std::path::absolute(&sources[0])
+                    .with_context(|| format!("source {}", sources[0].display()))?;
+                FileEntry::file_at(abs, absolute(&d)?.join(name_of(&sources[0])?))
+            }
+            dst => FileEntry::file(sources[0].clone(), dst),
+        };
+        let entries = vec![entry];
         return Ok((Plan { entries, ..Plan::default() }, true));
     }
     // The usual message for a missing or special single source.
@@ -445,7 +539,7 @@ fn plan_of(args: &BcastArgs) -> anyhow::Result<(Plan, bool)> {
     Ok((plan(&sources, dst.as_deref(), args.recursive)?, false))
 }
 
-/// Starts the tree, sends the file(s), prints the summary; exit 1 if a rank failed or was lost.
+/// Starts the tree, sends the file(s), prints the summary; exits as [`exit_status`] says.
 pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     let mode: WriteMode = args.mode.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     anyhow::ensure!(
@@ -466,11 +560,20 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     let options = FileOptions { mode, chunk: args.chunk, timeout };
     options.validate()?;
     let (plan, single) = plan_of(&args)?;
+    // `/` is on every host already.
+    let mkdir = if args.mkdir { Some(mkdir_target(&args, single)?) } else { None };
+    let mkdir = mkdir.filter(|d| d.parent().is_some());
     let mut net = super::run::launch(&args.tree).await?;
     let backends = net.backends();
     let comm = net.broadcast_communicator();
     let started = Instant::now();
     let mut directory_errors = Vec::new();
+    if let Some(dir) = &mkdir {
+        match mkdir_everywhere(&mut net, dir, options.timeout).await {
+            Ok(problems) => directory_errors.extend(problems),
+            Err(e) => directory_errors.push(format!("--mkdir: creating {}: {e:#}", dir.display())),
+        }
+    }
     for m in &plan.mkdirs {
         match make_dirs(&mut net, m, options.timeout).await {
             Ok(problems) => directory_errors.extend(problems),
@@ -495,12 +598,21 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     if !args.json {
         print!("{}", render_routes(&routes));
     }
+    for e in &directory_errors {
+        eprintln!("treecast: error: {e}");
+    }
+    failures_to_stderr(&reports);
+    let missing_dir = reports.iter().flat_map(|r| &r.classes).any(|c| is_missing_directory(&c.detail));
+    if missing_dir && !args.mkdir {
+        eprintln!("treecast: tip: --mkdir creates the destination directory on every host first");
+    }
+    let status = ExitCode::from(exit_status(&reports, directory_errors.len()));
     if single {
         let report = reports.first().context("no report for the file")?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&with_routes(report, &routes)?)?);
         }
-        return Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        return Ok(status);
     }
     let files = reports.iter().filter(|r| r.kind == "file");
     let files_not_ok = reports.iter().filter(|r| !r.ok).count();
@@ -519,7 +631,7 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", render_total(&total));
     }
-    Ok(if total.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(status)
 }
 
 #[cfg(test)]
@@ -539,6 +651,80 @@ mod tests {
             let dst = e.destination.as_ref().unwrap();
             assert!(dst.starts_with(&base), "{dst:?} is not under {base:?}");
         }
+    }
+
+    fn bcast_args(args: &[&str]) -> BcastArgs {
+        use crate::apps::cli::{Cli, Command};
+        use clap::Parser;
+        match Cli::try_parse_from([&["treecast", "bcast"][..], args].concat()).unwrap().command {
+            Command::Bcast(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_destination_ending_in_a_slash_is_a_directory_the_file_goes_into() {
+        let s = tempfile::tempdir().unwrap();
+        let src = s.path().join("tool.tar");
+        std::fs::write(&src, b"x").unwrap();
+        let src = src.to_str().unwrap();
+        let (plan, single) = plan_of(&bcast_args(&[src, "/scratch/"])).unwrap();
+        assert!(single);
+        assert_eq!(plan.entries[0].destination.as_deref(), Some(Path::new("/scratch/tool.tar")));
+        assert!(plan.entries[0].exact, "{plan:?}");
+        let (plan, _) = plan_of(&bcast_args(&[src, "/scratch/t"])).unwrap();
+        assert_eq!(plan.entries[0].destination.as_deref(), Some(Path::new("/scratch/t")));
+        assert!(!plan.entries[0].exact, "an existing directory still takes the file: {plan:?}");
+        for (args, single, dir) in [
+            (&[src, "/a/b/"][..], true, "/a/b"),
+            (&[src, "/a/b"], true, "/a"),
+            (&[src, src, "/a/b"], false, "/a/b"),
+        ] {
+            assert_eq!(mkdir_target(&bcast_args(args), single).unwrap(), Path::new(dir), "{args:?}");
+        }
+    }
+
+    fn report(classes: &[(&str, &str)], lost: bool) -> BcastReport {
+        BcastReport {
+            kind: "file",
+            source: "/s".into(),
+            destination: "/d".into(),
+            size: 1,
+            blake3: String::new(),
+            backends: 2,
+            seconds: 0.0,
+            classes: classes
+                .iter()
+                .map(|(o, d)| OutcomeClass {
+                    outcome: (*o).into(),
+                    ranks: "0".into(),
+                    count: 1,
+                    detail: (*d).into(),
+                })
+                .collect(),
+            lost: if lost {
+                vec![LostRanks { ranks: "1".into(), reason: "gone".into() }]
+            } else {
+                Vec::new()
+            },
+            ok: !lost && classes.iter().all(|(o, _)| *o != "failed"),
+        }
+    }
+
+    #[test]
+    fn the_exit_status_follows_the_table_of_run() {
+        assert_eq!(exit_status(&[report(&[("written", "")], false)], 0), 0);
+        assert_eq!(exit_status(&[report(&[("written", "")], false)], 1), 1);
+        assert_eq!(
+            exit_status(&[report(&[("failed", "destination directory /x does not exist")], false)], 0),
+            1
+        );
+        assert_eq!(exit_status(&[report(&[("written", "")], true)], 0), 255);
+        assert_eq!(
+            exit_status(&[report(&[("failed", "no answer within 60 s after the status")], false)], 0),
+            255
+        );
+        assert!(is_missing_directory("destination directory /x/nodir does not exist"));
     }
 
     #[test]

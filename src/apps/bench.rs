@@ -334,7 +334,8 @@ fn render_overhead(o: &Overhead) -> String {
          round trip      off {rtt_off:.1} us, on {rtt_on:.1} us ({rtt_pc:+.1} %)\n  \
          throughput      off {tp_off:.0} reductions/s, on {tp_on:.0} reductions/s ({tp_pc:+.1} %)\n\
          {null}  \
-         recorded        {samples} samples\n",
+         recorded        {samples} samples\n\
+         {why}",
         topo = o.topology,
         be = o.backends,
         rounds = o.rounds,
@@ -345,7 +346,24 @@ fn render_overhead(o: &Overhead) -> String {
         tp_on = o.reductions_per_s_on,
         tp_pc = o.reductions_change_percent,
         samples = o.samples,
+        why = disagreement_note(o),
     )
+}
+
+/// A word on why the medians of the two sides and the median change can point in
+/// opposite directions, when they do: the change is paired, the medians are not.
+fn disagreement_note(o: &Overhead) -> String {
+    let sides = |off: f64, on: f64| (on - off).signum();
+    let rtt = sides(o.rtt_us_median_off, o.rtt_us_median_on) * o.rtt_change_percent.signum() < 0.0;
+    let tp =
+        sides(o.reductions_per_s_off, o.reductions_per_s_on) * o.reductions_change_percent.signum() < 0.0;
+    if !(rtt || tp) {
+        return String::new();
+    }
+    "  note            the medians of each side and the median change disagree in sign: the change \
+     compares each pair's halves, measured side by side, so drift across pairs cancels in it and not \
+     in the medians; read the change (and, with --overhead-null, set it against the noise)\n"
+        .to_owned()
 }
 
 fn warn_unconfirmed(missing: Vec<String>) {
@@ -619,7 +637,7 @@ fn render(r: &MicrobenchResult) -> String {
          floor           {floor:.1} us = {one_way:.1} us one way (raw Unix-socket ping-pong) x {hops} hops; round trip {ratio:.1}x the floor\n  \
          raw tree        {raw:.1} us median round trip of the same tree of processes relaying one byte; round trip {raw_ratio:.2}x the raw tree\n  \
          throughput      {tp:.0} reductions/s ({tpn} back-to-back)\n  \
-         peak RSS        front-end {fe} KiB, comm node max {cnm} KiB (private {cnp} KiB at the end), back-end max {bem} KiB\n",
+         peak RSS        front-end {fe} KiB, {cn_rss}back-end max {bem} KiB\n",
         topo = r.topology,
         be = r.backends,
         cn = r.commnodes,
@@ -637,8 +655,15 @@ fn render(r: &MicrobenchResult) -> String {
         tp = r.reductions_per_s,
         tpn = r.tp_iterations,
         fe = r.peak_rss_kb.frontend,
-        cnm = r.peak_rss_kb.commnode_max,
-        cnp = r.peak_rss_kb.commnode_private,
+        // A tree without comm nodes has no comm node figure (not one of 0 KiB).
+        cn_rss = if r.commnodes == 0 {
+            String::new()
+        } else {
+            format!(
+                "comm node max {} KiB (private {} KiB at the end), ",
+                r.peak_rss_kb.commnode_max, r.peak_rss_kb.commnode_private
+            )
+        },
         bem = r.peak_rss_kb.backend_max,
     )
 }
@@ -655,8 +680,74 @@ fn render_ratios(tree: &MicrobenchResult, reference: &MicrobenchResult) -> Strin
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn result(commnodes: u32) -> MicrobenchResult {
+        MicrobenchResult {
+            topology: "kary:16".into(),
+            backends: 16,
+            commnodes,
+            instantiation_s: 0.1,
+            rtt_us_mean: 50.0,
+            rtt_us_median: 50.0,
+            rtt_us_p99: 60.0,
+            reductions_per_s: 1e4,
+            peak_rss_kb: PeakRss { frontend: 100, commnode_max: 200, commnode_private: 50, backend_max: 300 },
+            rt_iterations: 10,
+            tp_iterations: 10,
+            floor_one_way_us: 5.0,
+            hops: 2,
+            floor_us: 10.0,
+            raw_tree_us: 20.0,
+        }
+    }
+
+    #[test]
+    fn a_tree_without_comm_nodes_shows_no_comm_node_memory() {
+        // Regression: `bench microbench --local 16` printed "0 comm nodes", then "comm node max 0 KiB".
+        let text = render(&result(0));
+        assert!(text.contains("0 comm nodes") && !text.contains("comm node max"), "{text}");
+        assert!(render(&result(4)).contains("comm node max 200 KiB (private 50 KiB at the end)"));
+    }
+
+    fn overhead(rtt_on: f64, rtt_change: f64) -> Overhead {
+        Overhead {
+            topology: "balanced:2x2".into(),
+            backends: 4,
+            rounds: 3,
+            rtt_us_median_off: 100.0,
+            rtt_us_median_on: rtt_on,
+            rtt_change_percent: rtt_change,
+            reductions_per_s_off: 1000.0,
+            reductions_per_s_on: 990.0,
+            reductions_change_percent: -1.0,
+            null_rtt_change_percent: None,
+            null_reductions_change_percent: None,
+            samples: 10,
+        }
+    }
+
+    #[test]
+    fn medians_and_a_change_that_disagree_are_explained() {
+        // Regression: "on" faster by the medians next to a change saying slower, and no word on why.
+        assert!(render_overhead(&overhead(98.0, 1.5)).contains("disagree in sign"));
+        assert!(!render_overhead(&overhead(102.0, 1.5)).contains("disagree"));
+    }
+
+    #[test]
+    fn the_help_says_what_bench_holds_and_shows_the_back_end() {
+        use clap::CommandFactory;
+        let cli = crate::apps::cli::Cli::command();
+        let bench = cli.find_subcommand("bench").unwrap();
+        let about = bench.get_about().unwrap().to_string();
+        assert!(about.contains("chaos") && !about.starts_with("Micro-benchmarks"), "{about}");
+        assert!(
+            !cli.find_subcommand("backend").unwrap().is_hide_set(),
+            "the README's attach example runs it"
+        );
+    }
 
     #[test]
     fn both_halves_of_a_pair_follow_an_order_and_only_the_recording_half_a_start() {

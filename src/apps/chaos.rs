@@ -60,7 +60,8 @@ pub struct ChaosRun {
     /// that were reported lost: with recovery off, all of a faulted node's sub-tree;
     /// with it on, the orphans that could not rejoin (their fallback faulted too).
     pub orphaned_ranks: u64,
-    /// Ranks reported back after their comm node was lost (`RanksRejoined`).
+    /// Ranks reported back after their comm node was lost (`RanksRejoined`), each
+    /// once; a real run is counted only once every orphan rejoined or was lost.
     pub rejoined_ranks: u64,
     /// From each fault to the end of the next wave that completed, seconds.
     pub recovery_s: Vec<f64>,

@@ -23,7 +23,9 @@ pub enum Command {
     Run(RunArgs),
     /// Copy a file to every back-end's host (skipping hosts that already see it), verified end to end.
     Bcast(BcastArgs),
-    /// Micro-benchmarks (MRNet's: instantiation, round trip, reduction throughput).
+    /// Benchmarks, each against a reference measured in the same run: MRNet's
+    /// micro-benchmarks, `run` against a cold start, the simulated tree, routes, file
+    /// transfers, spawns, merges, messages between groups, and chaos runs.
     Bench(BenchArgs),
     /// Print a topology (generated from a spec or read from a file), or why it is invalid.
     Topo(TopoArgs),
@@ -47,8 +49,8 @@ pub enum Command {
     /// Internal: a comm node, started by its parent.
     #[command(hide = true)]
     Node,
-    /// The generic back-end, started by its parent (or by a tool's launcher).
-    #[command(hide = true)]
+    /// The generic back-end: started by its parent, or by another launcher (mpirun, a
+    /// batch system) with `--attach FILE` to join a tree `run --attach FILE` started.
     Backend(BackendArgs),
     /// Internal: runs one command for the generic back-end and kills its process
     /// group when the back-end goes away.
@@ -127,15 +129,26 @@ pub struct TreeArgs {
     /// Hosts, as a host list (`node[01-16,20]`, `h[1-4],login1`, `n[1-9/2] -n5`, `bob@n1`,
     /// `^FILE`; see `treecast hosts --help`); one back-end per host by default.
     /// With `--launcher slurm` the default is the allocation's nodes (SLURM_JOB_NODELIST).
-    #[arg(long, value_name = "LIST")]
+    /// `-w` (and clush's `--nodes`) as in pdsh and clush.
+    #[arg(short = 'w', long, alias = "nodes", value_name = "LIST")]
     pub hosts: Option<String>,
     /// Hosts to leave out of --hosts or of the Slurm allocation, as a host list (like
     /// `pdsh -x` and `clush -x`); may be repeated. Excluding a host that is not listed is fine.
     #[arg(short = 'x', long, value_name = "LIST")]
     pub exclude: Vec<String>,
-    /// With --hosts: the largest number of children of any node.
-    #[arg(long, value_name = "F", default_value_t = 16)]
+    /// With --hosts: the largest number of children of any node (`-f` as in pdsh and
+    /// clush: here it bounds what each node starts and talks to, not the whole run).
+    #[arg(short = 'f', long, value_name = "F", default_value_t = 16)]
     pub fanout: usize,
+    /// Seconds a process may take to start and connect to its parent (ssh's connect
+    /// time included), as `pdsh -t` and `clush -t`; default 30, or
+    /// TREECAST_STARTUP_TIMEOUT.
+    #[arg(short = 't', long, alias = "connect_timeout", value_name = "SECS")]
+    pub connect_timeout: Option<f64>,
+    /// With --hosts: log in as USER on hosts written without `user@` (as `pdsh -l` and
+    /// `clush -l`).
+    #[arg(short = 'l', long, value_name = "USER")]
+    pub user: Option<String>,
     /// With --hosts: back-ends started on each host.
     #[arg(long, value_name = "K", default_value_t = 1)]
     pub per_host: usize,
@@ -165,7 +178,7 @@ pub struct TreeArgs {
     pub attach_timeout: f64,
     /// Cut off a node (stopped, hung, unreachable) after this many seconds without a
     /// frame or heartbeat from it; its ranks are reported lost. 0: never. Default 30,
-    /// or TREECAST_DEAD_AFTER; `run --timeout T` lowers it to T (at least 5).
+    /// or TREECAST_DEAD_AFTER (`run --timeout` leaves it alone).
     #[arg(long, value_name = "SECS")]
     pub dead_after: Option<f64>,
     /// When a comm node is lost, its children rejoin the tree under its parent within
@@ -191,9 +204,26 @@ pub struct RunArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Give up on ranks that have not answered after this many seconds (they are reported).
-    #[arg(long, value_name = "SECS")]
+    /// The command's time limit: each back-end kills its command after SECS (exit 124,
+    /// as timeout(1)). The answers are awaited SECS + 10 s (or --dead-after + 10 s when
+    /// that is longer, so that ranks under a hung node are reported lost); ranks still
+    /// silent then are reported. Liveness (--dead-after) is not changed by it.
+    /// `-u` (and clush's `--command_timeout`) as in pdsh and clush.
+    #[arg(short = 'u', long, alias = "command_timeout", value_name = "SECS")]
     pub timeout: Option<f64>,
+    /// Print each line of output as `HOST: line` (stderr's on stderr), as pdsh does
+    /// without dshbak, instead of each distinct output once; a host that runs several
+    /// back-ends is written `HOST#RANK`. Failures and lost ranks go to stderr.
+    #[arg(short = 'L', long, conflicts_with = "json")]
+    pub lines: bool,
+    /// Grouped output, as `pdsh | dshbak -c` and `clush -b` give it: the default, so
+    /// this flag changes nothing.
+    #[arg(short = 'b', long = "dshbak")]
+    pub grouped: bool,
+    /// Exit with the largest exit status of any rank, as `pdsh -S` and `clush -S`
+    /// (`--maxrc`): what treecast always does (see the README's table).
+    #[arg(short = 'S', long = "maxrc")]
+    pub max_status: bool,
     /// Bytes of each rank's stdout and of its stderr to show (ranks are grouped by all
     /// they wrote, even past this).
     #[arg(long, value_name = "BYTES", default_value_t = super::protocol::DEFAULT_OUTPUT_LIMIT)]
@@ -206,6 +236,26 @@ pub struct RunArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// For a flag treecast does not know that pdsh, pdcp or clush users type: the tip
+/// naming what treecast offers instead (clap's own tip would send it to the command).
+pub fn tip_for_unknown_flag(flag: &str) -> Option<&'static str> {
+    let name = flag.split_once('=').map_or(flag, |(name, _)| name);
+    // `-Rssh`: a short flag with its value attached.
+    let name = if name.starts_with("--") { name } else { name.get(..2).unwrap_or(name) };
+    Some(match name {
+        "-R" => "treecast starts processes with --launcher ssh|slurm|local (pdsh's -R)",
+        "-N" => "treecast run shows each distinct output once; --lines (-L) prints `HOST: line`",
+        "-g" | "--group" | "-a" | "--all" | "-A" | "-X" => {
+            "name the hosts with --hosts (-w): a host list, or ^FILE for the hosts in a file"
+        }
+        "-o" | "--options" => "extra ssh options go in --ssh-args 'OPTIONS' (or TREECAST_SSH_ARGS)",
+        "-d" | "--debug" => "-v (info) and -vv (debug) print more log output on stderr",
+        "-c" | "--copy" => "files are copied with `treecast bcast SRC... DST` (see docs/files.md)",
+        "-p" | "--preserve" => "treecast bcast always keeps the mode bits and mtime",
+        _ => return None,
+    })
 }
 
 /// How processes on other hosts are started.
@@ -621,14 +671,21 @@ pub struct MicrobenchArgs {
 pub struct BcastArgs {
     /// SRC... \[DST\]: the files (and with -r directories) to send, then where to write them on
     /// each host. With one SRC, DST defaults to the same absolute path and an existing
-    /// directory takes the file under its name; with several sources or a directory, DST is
-    /// a directory that must exist on the hosts, and each source goes under its own name.
+    /// directory takes the file under its name; a DST ending in `/` is a directory, which
+    /// takes the file under its name; with several sources or a directory, DST is a
+    /// directory, and each source goes under its own name. A directory that does not
+    /// exist on a host fails it there, unless --mkdir creates it.
     #[arg(required = true, num_args = 1.., value_name = "PATH")]
     pub paths: Vec<std::path::PathBuf>,
     /// Copy directories: recreate each source directory's tree under DST (files, symbolic
     /// links, empty directories; directory modes and mtimes last).
     #[arg(short, long)]
     pub recursive: bool,
+    /// Create the destination directory on every host first (`mkdir -p`): DST when it
+    /// ends in `/` or several sources go into it, else the directory DST is in. Without
+    /// it a missing directory fails those ranks with "… does not exist".
+    #[arg(long)]
+    pub mkdir: bool,
     /// What to do with an existing destination: leave it, overwrite it if the source is newer, or overwrite it.
     #[arg(long, value_name = "MODE", default_value = "leave", value_parser = ["leave", "newer", "overwrite"])]
     pub mode: String,

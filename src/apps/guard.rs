@@ -24,6 +24,9 @@ use super::protocol::EXIT_NOT_STARTED;
 
 /// Runs the command, and kills this process group when standard input ends.
 pub fn main(args: GuardArgs) -> anyhow::Result<ExitCode> {
+    // Started as `/proc/self/exe`, the kernel names this process `exe`: `pgrep treecast`
+    // and `ps` would miss it. Only a hint to people, so a failure is no error.
+    let _ = std::fs::write("/proc/self/comm", "treecast");
     let Some((program, rest)) = args.command.split_first() else {
         anyhow::bail!("treecast guard needs a command to run");
     };

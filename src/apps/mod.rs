@@ -22,3 +22,46 @@ pub mod run;
 pub mod simbench;
 pub mod spawnbench;
 pub mod topo;
+
+#[cfg(test)]
+mod readme {
+    /// The README's example commands, one per line.
+    fn commands() -> Vec<&'static str> {
+        include_str!("../../README.md")
+            .lines()
+            .filter(|l| l.starts_with("target/release/treecast") || l.starts_with("cargo run"))
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_examples_write_their_files_outside_the_work_tree() {
+        // Regression: following the README left m.ppm, m.json and m.svg in the work tree.
+        let mut written = 0;
+        for line in commands() {
+            let command = line.split("  #").next().unwrap_or(line);
+            for word in command.split_whitespace() {
+                if [".json", ".svg", ".ppm"].iter().any(|ext| word.ends_with(ext)) && !word.contains("OTHER")
+                {
+                    assert!(word.starts_with("$out/"), "{word} in: {line}");
+                    written += 1;
+                }
+            }
+        }
+        assert!(written >= 3, "the README's examples that write files were not found");
+        let ignored = include_str!("../../.gitignore");
+        for pattern in ["*.ppm", "/m.json", "/m.svg"] {
+            assert!(ignored.lines().any(|l| l == pattern), ".gitignore lacks {pattern}");
+        }
+    }
+
+    #[test]
+    fn the_readme_bcast_example_works_for_a_user_without_scratch() {
+        // Regression: `bcast ./tool.tar /scratch/ --local 16` failed for a user who cannot write `/`.
+        let bcast: Vec<&str> = commands().into_iter().filter(|l| l.contains(" bcast ")).collect();
+        assert!(!bcast.is_empty());
+        for line in bcast {
+            assert!(!line.contains(" /scratch/"), "{line}");
+        }
+        assert!(commands().iter().any(|l| l.contains("bcast ./tool.tar ~/scratch/ --local 16 --mkdir")));
+    }
+}

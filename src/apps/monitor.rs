@@ -54,21 +54,46 @@ fn program_note(program: Option<u32>) -> String {
     program.map(|p| format!(" under program tag {p}")).unwrap_or_default()
 }
 
-/// A collection (per node or merged) or a single report, merged into one report.
+/// The largest report file read, as for host and topology files.
+pub const MAX_REPORT_FILE_BYTES: u64 = 64 << 20;
+
+/// A collection (per node or merged) or a single report, merged into one report
+/// (which checks every cell); at most [`MAX_REPORT_FILE_BYTES`] are read.
 fn read_report(path: &Path) -> anyhow::Result<Report> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    if let Ok(collection) = Collection::from_json(&text) {
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_REPORT_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    anyhow::ensure!(
+        bytes.len() as u64 <= MAX_REPORT_FILE_BYTES,
+        "{} is larger than {} MiB, the limit of monitor reports",
+        path.display(),
+        MAX_REPORT_FILE_BYTES >> 20
+    );
+    let text = String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))?;
+    // Which of the two it means to be, so that its own parse error is the one shown.
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let has = |key: &str| value.as_object().is_some_and(|o| o.contains_key(key));
+    if has("reports") {
+        let collection = Collection::from_json(&text).with_context(|| {
+            format!("{} has `reports` but is no valid collection of reports", path.display())
+        })?;
         for missing in &collection.missing {
             eprintln!("monitor: {}: the run has no report from {missing}", path.display());
         }
         return collection.merged().with_context(|| format!("merging the reports of {}", path.display()));
     }
-    Report::from_json(&text).with_context(|| {
-        format!(
-            "{} is neither a collection (as `treecast bench microbench --monitor` writes) nor one report",
-            path.display()
-        )
-    })
+    anyhow::ensure!(
+        has("cells"),
+        "{} is neither a collection (as `treecast bench microbench --monitor` writes, with `reports`) nor one report (with `cells`)",
+        path.display()
+    );
+    let report = Report::from_json(&text)
+        .with_context(|| format!("{} has `cells` but is no valid report", path.display()))?;
+    Report::merged([&report]).with_context(|| format!("reading the report {}", path.display()))
 }
 
 fn signature_table(s: &Signature) -> String {

@@ -146,38 +146,40 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Starts the tree, runs the command, prints the grouped output.
 pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let limit = args
-        .timeout
-        .map(|secs| {
-            Duration::try_from_secs_f64(secs)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .with_context(|| format!("--timeout {secs} is not a positive number of seconds"))
-        })
-        .transpose()?;
+    let limit = args.timeout.map(|secs| secs_flag("--timeout", secs, 0.001, 1e6)).transpose()?;
+    check_env_limits(&args.tree)?;
     anyhow::ensure!(
         (1..=MAX_OUTPUT_LIMIT).contains(&args.output_limit),
         "--output-limit {} is not between 1 and {MAX_OUTPUT_LIMIT} bytes (both streams of a rank travel in one frame)",
         args.output_limit
     );
-    let mut tree = args.tree;
-    if let (Some(limit), None) = (limit, tree.dead_after) {
-        // A stopped node must be cut off before the answers are given up on, so that
-        // the ranks that did answer are shown; 5 s at least, so load is not mistaken for it.
-        if let Some(default) = treecast_driver::env::liveness_from_env() {
-            tree.dead_after = Some(default.dead_after.as_secs_f64().min(limit.as_secs_f64().max(5.0)));
-        }
-    }
+    let tree = args.tree;
+    // The command's limit leaves liveness alone (a loaded machine is not a hung one):
+    // the answers are awaited long enough for a hung node to be cut off instead.
+    let cut_off = match tree.dead_after {
+        Some(secs) => (secs > 0.0).then(|| Duration::from_secs_f64(secs.min(1e6))),
+        None => treecast_driver::env::liveness_from_env().map(|l| l.dead_after),
+    };
     let mut net = launch(&tree).await?;
+    let labels = rank_labels(net.topology());
     let spawned = match args.spawn {
         Some(n) => Some(net.spawn(n, &[], &treecast_api::SpawnOptions::default()).await?),
         None => None,
     };
-    let report = run_command_keeping(&mut net, &args.command, limit, args.output_limit).await;
+    let wait = AnswerWait { limit, cut_off };
+    let report = run_command_waiting(&mut net, &args.command, wait, args.output_limit).await;
     net.shutdown().await;
     let mut report = report?;
     if let Some(g) = spawned {
         report.groups.push(GroupReport { id: g.id(), ranks: g.rank_set().to_string(), spawned: true });
+    }
+    if args.lines {
+        let (stdout, stderr) = render_lines(&report, &labels);
+        std::io::stderr().write_all(&stderr)?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(&stdout)?;
+        out.flush()?;
+        return Ok(ExitCode::from(report.exit_status));
     }
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -206,6 +208,9 @@ pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
     }
     let shape = args.topology.as_deref().map(|spec| (spec, spec.parse::<Shape>()));
     let is_file = matches!(shape, Some((_, Err(_))));
+    if args.user.is_some() && (args.local.is_some() || is_file) {
+        anyhow::bail!("--user (-l) logs in on the hosts of --hosts; --local trees run as you, and a topology file names its users as user@host");
+    }
     if !args.exclude.is_empty() && (args.local.is_some() || is_file) {
         anyhow::bail!("--exclude leaves hosts out of --hosts or the Slurm allocation; it cannot change --local trees or topology files");
     }
@@ -257,7 +262,16 @@ fn hosts_fanout(shape: Option<(&str, Option<Shape>)>, fanout: usize) -> anyhow::
 /// The tree over a host list minus `--exclude`; repeated hosts are dropped with a warning.
 fn hosts_topology(hosts: &str, fanout: usize, args: &TreeArgs) -> anyhow::Result<Topology> {
     let exclude: Vec<&str> = args.exclude.iter().map(String::as_str).collect();
-    let list = hostlist::HostList::new(&[hosts], &exclude)?;
+    let mut list = hostlist::HostList::new(&[hosts], &exclude)?;
+    if let Some(user) = &args.user {
+        anyhow::ensure!(
+            !user.is_empty() && !user.contains(['@', ' ', '/']),
+            "--user {user:?} is not a user name"
+        );
+        for host in list.hosts.iter_mut().filter(|h| !h.contains('@')) {
+            *host = format!("{user}@{host}");
+        }
+    }
     for warning in &list.warnings {
         eprintln!("treecast: warning: {warning}");
     }
@@ -279,6 +293,7 @@ fn hosts_topology(hosts: &str, fanout: usize, args: &TreeArgs) -> anyhow::Result
 /// # Errors
 /// Bad flags or a failed start-up.
 pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
+    check_env_limits(args)?;
     let topology = topology_of(args)?;
     let backends = topology.backends();
     let mut builder = NetworkBuilder::new(topology)
@@ -292,6 +307,10 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         );
         builder = builder.dead_after(Some(Duration::from_secs_f64(secs)));
     }
+    if let Some(secs) = args.connect_timeout {
+        let limit = secs_flag("--connect-timeout", secs, 0.1, 86_400.0)?;
+        builder = builder.startup_timeout(limit);
+    }
     if let Some(secs) = args.rejoin_within {
         anyhow::ensure!(
             secs == 0.0 || (0.1..=1e6).contains(&secs),
@@ -300,14 +319,12 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         builder = builder.rejoin_within(Some(Duration::from_secs_f64(secs)));
     }
     if let Some(file) = &args.attach {
+        let limit = secs_flag("--attach-timeout", args.attach_timeout, 0.1, 1e6)?;
         eprintln!(
             "treecast: waiting up to {:.0} s for {backends} back-ends; start them with: treecast backend --attach {}",
             args.attach_timeout,
             file.display()
         );
-        let limit = Duration::try_from_secs_f64(args.attach_timeout).with_context(|| {
-            format!("--attach-timeout {} is not a number of seconds", args.attach_timeout)
-        })?;
         builder = builder.attach(file, limit);
     }
     match args.launcher {
@@ -321,6 +338,10 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
             if let Some(path) = &args.remote_path {
                 ssh.remote_path = path.clone();
             }
+            if let Some(secs) = args.connect_timeout {
+                // ssh counts whole seconds; the tree's own limit above is exact.
+                ssh.connect_timeout = secs.ceil().clamp(1.0, 86_400.0) as u32;
+            }
             builder = builder.ssh(ssh);
         }
         LauncherKind::Slurm => {
@@ -330,6 +351,36 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         }
     }
     Ok(builder.launch().await?)
+}
+
+/// Refuses a silence or rejoin limit from the environment that the flag would refuse
+/// too, unless the flag replaces it (a comm node or back-end only warns and takes the
+/// default; the front-end says so before anything starts).
+///
+/// # Errors
+/// `TREECAST_DEAD_AFTER` or `TREECAST_REJOIN_WITHIN` out of range or not a number.
+pub fn check_env_limits(args: &TreeArgs) -> anyhow::Result<()> {
+    use treecast_driver::env;
+    for (var, flag_given) in
+        [(env::DEAD_AFTER, args.dead_after.is_some()), (env::REJOIN_WITHIN, args.rejoin_within.is_some())]
+    {
+        if let (Ok(text), false) = (std::env::var(var), flag_given) {
+            env::secs_in(var, &text, env::LIMIT_SECS, true).map_err(anyhow::Error::msg)?;
+        }
+    }
+    Ok(())
+}
+
+/// `secs` as a duration when it lies between `min` and `max` seconds; else an error
+/// naming the flag and the range.
+///
+/// # Errors
+/// Not a number, or out of the range.
+pub fn secs_flag(flag: &str, secs: f64, min: f64, max: f64) -> anyhow::Result<Duration> {
+    if !(min..=max).contains(&secs) {
+        anyhow::bail!("{flag} {secs} is not a number of seconds between {min} and {max}");
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// Runs `command` on every back-end of `net`, then shuts it down.
@@ -375,14 +426,63 @@ pub async fn run_command_keeping(
     limit: Option<Duration>,
     output_limit: u64,
 ) -> anyhow::Result<RunReport> {
+    run_command_waiting(net, command, AnswerWait { limit, cut_off: None }, output_limit).await
+}
+
+/// The command's time limit, and how long the tree takes to cut off a silent node:
+/// together they say how long the answers are awaited.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerWait {
+    /// The command's limit (`--timeout`); `None`: wait until every rank answered or was lost.
+    pub limit: Option<Duration>,
+    /// The tree's silence limit (`--dead-after`); `None` when off or not to be waited for.
+    pub cut_off: Option<Duration>,
+}
+
+impl AnswerWait {
+    /// How long the answers are awaited, and where that figure comes from: the
+    /// command's limit, or the silence limit when it is longer (so that the ranks
+    /// under a hung node are reported lost, and those that answered are shown), plus
+    /// [`ANSWER_GRACE`] for the answers to come up the tree.
+    pub fn total(&self) -> Option<(Duration, String)> {
+        let limit = self.limit?;
+        let grace = ANSWER_GRACE.as_secs();
+        Some(match self.cut_off {
+            Some(cut) if cut > limit => (
+                cut.saturating_add(ANSWER_GRACE),
+                format!(
+                    "the {} s after which a silent node is cut off (--dead-after), longer than --timeout {}, plus {grace} s for the answers to come up the tree",
+                    cut.as_secs_f64(),
+                    limit.as_secs_f64()
+                ),
+            ),
+            _ => (
+                limit.saturating_add(ANSWER_GRACE),
+                format!("--timeout {}, plus {grace} s for the answers to come up the tree", limit.as_secs_f64()),
+            ),
+        })
+    }
+}
+
+/// [`run_command_keeping`], awaiting the answers as `wait` says.
+///
+/// # Errors
+/// The stream could not be used or answers were malformed.
+pub async fn run_command_waiting(
+    net: &mut Network,
+    command: &[String],
+    wait: AnswerWait,
+    output_limit: u64,
+) -> anyhow::Result<RunReport> {
+    let limit = wait.limit;
     let comm = net.broadcast_communicator();
     let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
     let limit_ms = limit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
     let request = [command.to_vec().into(), Value::ULong(limit_ms), Value::ULong(output_limit)];
     let orphaned_before = net.orphaned().len();
     stream.send(TAG_RUN, RUN_REQUEST, &request).await?;
-    let answer = match limit {
-        Some(limit) => stream.recv_timeout(limit.saturating_add(ANSWER_GRACE)).await,
+    let answer = match wait.total() {
+        Some((total, _)) => stream.recv_timeout(total).await,
         None => stream.recv().await,
     };
     let mut classes = Vec::new();
@@ -433,9 +533,13 @@ pub async fn run_command_keeping(
     }
     let mut no_answer = Vec::new();
     if !silent.is_empty() {
-        let waited = limit.map_or(0.0, |l| l.saturating_add(ANSWER_GRACE).as_secs_f64());
-        let reason =
-            format!("no answer within {waited} s (still connected: the command or the back-end hangs?)");
+        let reason = match wait.total() {
+            Some((total, why)) => format!(
+                "no answer within {} s ({why}); still connected: the command or the back-end hangs?",
+                total.as_secs_f64()
+            ),
+            None => "no answer (still connected: the command or the back-end hangs?)".to_owned(),
+        };
         no_answer.push(Lost { ranks: silent.to_string(), reason });
     }
     let ok = lost.is_empty() && no_answer.is_empty() && classes.iter().all(|c| c.exit_code == 0);
@@ -459,6 +563,83 @@ fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
         }
     }
     hostlist::compress(&hosts)
+}
+
+/// What `--lines` writes before each line of a rank: its host, or `HOST#RANK` where a
+/// host runs several back-ends. Indexed by rank.
+pub fn rank_labels(topo: &Topology) -> Vec<String> {
+    let hosts: Vec<String> = (0..topo.backends() as u32)
+        .map(|r| {
+            topo.leaf_of_rank(r)
+                .map_or_else(String::new, |leaf| hostlist::bare_host(&topo.node(leaf).host).to_owned())
+        })
+        .collect();
+    let mut per_host = std::collections::HashMap::<&str, usize>::new();
+    for h in &hosts {
+        *per_host.entry(h.as_str()).or_default() += 1;
+    }
+    hosts
+        .iter()
+        .enumerate()
+        .map(
+            |(rank, h)| {
+                if per_host[h.as_str()] == 1 && !h.is_empty() {
+                    h.clone()
+                } else {
+                    format!("{h}#{rank}")
+                }
+            },
+        )
+        .collect()
+}
+
+/// The `--lines` report, as pdsh prints without dshbak: every line of every rank as
+/// `LABEL: line`, in rank order; stdout's lines for stdout, and for stderr its lines,
+/// how commands that failed ended, cut outputs, and lost ranks.
+pub fn render_lines(report: &RunReport, labels: &[String]) -> (Vec<u8>, Vec<u8>) {
+    let mut by_rank: Vec<(u32, &OutputClass)> = Vec::new();
+    for c in &report.classes {
+        let ranks: RankSet = c.ranks.parse().unwrap_or_default();
+        by_rank.extend(ranks.iter().map(|r| (r, c)));
+    }
+    by_rank.sort_by_key(|(r, _)| *r);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    for (rank, c) in by_rank {
+        let mut notes = Vec::new();
+        let label = labels.get(rank as usize).cloned().unwrap_or_else(|| format!("rank {rank}"));
+        for (shown, total, name, sink) in
+            [(&c.stdout, c.stdout_bytes, "stdout", &mut out), (&c.stderr, c.stderr_bytes, "stderr", &mut err)]
+        {
+            let text = shown.strip_suffix(b"\n").unwrap_or(shown);
+            if !shown.is_empty() {
+                for line in text.split(|b| *b == b'\n') {
+                    sink.extend_from_slice(format!("{label}: ").as_bytes());
+                    sink.extend_from_slice(line);
+                    sink.push(b'\n');
+                }
+            }
+            if total > shown.len() as u64 {
+                notes.extend_from_slice(
+                    format!(
+                        "treecast: {label}: {name} cut: {} of {total} bytes shown; --output-limit BYTES shows more\n",
+                        shown.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
+        err.append(&mut notes);
+        if c.exit_code != 0 || c.signal != 0 {
+            err.extend_from_slice(format!("treecast: {label}: {}\n", c.status()).as_bytes());
+        }
+    }
+    for l in &report.lost {
+        err.extend_from_slice(format!("treecast: lost [{}]: {}\n", l.ranks, l.reason).as_bytes());
+    }
+    for l in &report.no_answer {
+        err.extend_from_slice(format!("treecast: no answer [{}]: {}\n", l.ranks, l.reason).as_bytes());
+    }
+    (out, err)
 }
 
 /// The human-readable report: each distinct output once, exactly as the ranks wrote
@@ -522,15 +703,205 @@ fn summary(report: &RunReport) -> String {
         }
     }
     by_status.sort_by_key(|(key, _, _)| *key);
-    let parts: Vec<String> =
+    let mut parts: Vec<String> =
         by_status.iter().map(|(_, status, set)| format!("{status}: {} [{set}]", set.len())).collect();
+    // Every outcome is counted on the line, not only the commands that ended.
+    for (name, lines) in [("lost", &report.lost), ("no answer", &report.no_answer)] {
+        let mut set = RankSet::new();
+        for l in lines.iter() {
+            set.union_with(&l.ranks.parse().unwrap_or_default());
+        }
+        if !set.is_empty() {
+            parts.push(format!("{name}: {} [{set}]", set.len()));
+        }
+    }
     let mut s =
         format!("{} back-end{}; {}\n", report.backends, plural(report.backends.into()), parts.join(", "));
-    for l in &report.lost {
-        s.push_str(&format!("lost [{}]: {}\n", l.ranks, l.reason));
+    for (ranks, reports, reason) in fold_lost(&report.lost) {
+        let like =
+            if reports > 1 { format!(" (the first of {reports} such reports)") } else { String::new() };
+        s.push_str(&format!("lost [{ranks}]: {reason}{like}\n"));
     }
     for l in &report.no_answer {
         s.push_str(&format!("no answer [{}]: {}\n", l.ranks, l.reason));
     }
     s
+}
+
+/// Lost ranks, one entry per kind of reason: reasons that differ only in their
+/// numbers (node ids, host numbers, seconds) are one kind, shown by its first
+/// report; each entry has the ranks of all and how many reports it stands for.
+pub fn fold_lost(lost: &[Lost]) -> Vec<(RankSet, usize, String)> {
+    let kind = |reason: &str| -> String {
+        let mut k = String::new();
+        for c in reason.chars() {
+            if c.is_ascii_digit() || c == '.' && k.ends_with('#') {
+                if !k.ends_with('#') {
+                    k.push('#');
+                }
+            } else {
+                k.push(c);
+            }
+        }
+        k
+    };
+    let mut folded: Vec<(String, RankSet, usize, String)> = Vec::new();
+    for l in lost {
+        let key = kind(&l.reason);
+        let ranks: RankSet = l.ranks.parse().unwrap_or_default();
+        match folded.iter_mut().find(|(k, ..)| *k == key) {
+            Some((_, set, n, _)) => {
+                set.union_with(&ranks);
+                *n += 1;
+            }
+            None => folded.push((key, ranks, 1, l.reason.clone())),
+        }
+    }
+    folded.into_iter().map(|(_, set, n, reason)| (set, n, reason)).collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::apps::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from([&["treecast", "run"][..], args, &["--", "true"]].concat()).unwrap();
+        match cli.command {
+            Command::Run(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn pdsh_and_clush_flags_mean_what_they_mean_there() {
+        let a =
+            run_args(&["-w", "n[1-4]", "-x", "n2", "-f", "2", "-t", "7", "-u", "9", "-b", "-S", "-l", "bob"]);
+        assert_eq!(a.tree.hosts.as_deref(), Some("n[1-4]"));
+        assert_eq!(a.tree.exclude, ["n2"]);
+        assert_eq!((a.tree.fanout, a.tree.connect_timeout, a.timeout), (2, Some(7.0), Some(9.0)));
+        assert!(a.grouped && a.max_status && !a.lines);
+        let topo = topology_of(&a.tree).unwrap();
+        let hosts: BTreeSetOfHosts =
+            (0..3).map(|r| topo.node(topo.leaf_of_rank(r).unwrap()).host.clone()).collect();
+        assert_eq!(hosts, ["bob@n1", "bob@n3", "bob@n4"].map(String::from).into_iter().collect());
+        // clush's long names.
+        let a = run_args(&["--nodes", "n1", "--connect_timeout", "3", "--command_timeout", "4", "-L"]);
+        assert_eq!(
+            (a.tree.hosts.as_deref(), a.tree.connect_timeout, a.timeout),
+            (Some("n1"), Some(3.0), Some(4.0))
+        );
+        assert!(a.lines);
+        // Names written with a user keep it.
+        let a = run_args(&["-w", "amy@n1,n2", "-l", "bob"]);
+        let topo = topology_of(&a.tree).unwrap();
+        assert_eq!(topo.node(topo.leaf_of_rank(0).unwrap()).host, "amy@n1");
+        assert!(topology_of(&run_args(&["--local", "2", "-l", "bob"]).tree).is_err());
+    }
+
+    type BTreeSetOfHosts = std::collections::BTreeSet<String>;
+
+    #[test]
+    fn unknown_pdsh_flags_get_a_tip_naming_the_treecast_flag() {
+        use crate::apps::cli::tip_for_unknown_flag;
+        assert!(tip_for_unknown_flag("-R").unwrap().contains("--launcher"));
+        assert!(tip_for_unknown_flag("-Rssh").unwrap().contains("--launcher"));
+        assert!(tip_for_unknown_flag("--options=-q").unwrap().contains("--ssh-args"));
+        assert!(tip_for_unknown_flag("-g").unwrap().contains("--hosts"));
+        assert!(tip_for_unknown_flag("-é").is_none());
+        assert!(tip_for_unknown_flag("--frobnicate").is_none());
+    }
+
+    fn class(ranks: &str, stdout: &[u8], stderr: &[u8], exit_code: i32) -> OutputClass {
+        OutputClass {
+            ranks: ranks.into(),
+            count: ranks.parse::<RankSet>().unwrap().len(),
+            exit_code,
+            signal: 0,
+            stdout: stdout.to_vec(),
+            stdout_bytes: stdout.len() as u64,
+            stderr: stderr.to_vec(),
+            stderr_bytes: stderr.len() as u64,
+            hosts: String::new(),
+        }
+    }
+
+    #[test]
+    fn lines_print_every_line_as_host_colon_line_in_rank_order() {
+        let report = RunReport {
+            backends: 3,
+            groups: Vec::new(),
+            classes: vec![class("0,2", b"a\nb\n", b"", 0), class("1", b"c", b"oops\n", 3)],
+            lost: vec![Lost { ranks: "3".into(), reason: "gone".into() }],
+            no_answer: Vec::new(),
+            ok: false,
+            exit_status: 255,
+        };
+        let labels: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();
+        let (out, err) = render_lines(&report, &labels);
+        assert_eq!(String::from_utf8(out).unwrap(), "n1: a\nn1: b\nn2: c\nn3: a\nn3: b\n");
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "n2: oops\ntreecast: n2: exit 3\ntreecast: lost [3]: gone\n"
+        );
+    }
+
+    #[test]
+    fn the_answers_are_awaited_past_the_silence_limit_and_the_wait_says_where_it_comes_from() {
+        // Regression: `--timeout 5` lowered --dead-after to 5 s (healthy ranks of a loaded
+        // machine were cut off), and "no answer within 15 s" named no 10 s grace.
+        let s = Duration::from_secs;
+        let (total, why) = AnswerWait { limit: Some(s(5)), cut_off: Some(s(30)) }.total().unwrap();
+        assert_eq!(total, s(40));
+        assert!(why.contains("--dead-after") && why.contains("plus 10 s for the answers"), "{why}");
+        let (total, why) = AnswerWait { limit: Some(s(60)), cut_off: Some(s(30)) }.total().unwrap();
+        assert_eq!(total, s(70));
+        assert!(why.starts_with("--timeout 60, plus 10 s"), "{why}");
+        assert!(AnswerWait { limit: None, cut_off: Some(s(30)) }.total().is_none());
+        let a = run_args(&["--local", "4", "--timeout", "5"]);
+        assert_eq!(a.tree.dead_after, None, "--timeout leaves liveness alone");
+    }
+
+    #[test]
+    fn the_summary_counts_every_outcome_and_folds_lost_ranks_by_reason() {
+        let lost = |ranks: &str, node: u32, secs: &str| {
+            Lost {
+            ranks: ranks.into(),
+            reason: format!("comm node localhost:{node} (node {node}): nothing arrived for {secs} s, not even a heartbeat"),
+        }
+        };
+        let report = RunReport {
+            backends: 10,
+            groups: Vec::new(),
+            classes: vec![class("0-1", b"", b"", 0), class("2", b"", b"", 124)],
+            lost: vec![
+                lost("3-4", 2, "5.0"),
+                lost("5", 3, "5.1"),
+                Lost { ranks: "6".into(), reason: "back-end rank 6 exited".into() },
+            ],
+            no_answer: vec![Lost { ranks: "7-9".into(), reason: "no answer within 15 s".into() }],
+            ok: false,
+            exit_status: 255,
+        };
+        let text = summary(&report);
+        assert!(
+            text.starts_with(
+                "10 back-ends; exit 0: 2 [0-1], exit 124: 1 [2], lost: 4 [3-6], no answer: 3 [7-9]\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("lost [3-5]: comm node localhost:2 (node 2): nothing arrived for 5.0 s, not even a heartbeat (the first of 2 such reports)\n"), "{text}");
+        assert!(text.contains("lost [6]: back-end rank 6 exited\n"), "{text}");
+        assert_eq!(text.matches("lost [").count(), 2, "{text}");
+    }
+
+    #[test]
+    fn a_host_with_several_back_ends_is_labelled_with_each_rank() {
+        let topo = Topology::from_spec("kary:2", Some(3)).unwrap();
+        let labels = rank_labels(&topo);
+        assert_eq!(labels.len(), 3);
+        assert!(labels[1].ends_with("#1"), "{labels:?}");
+    }
 }

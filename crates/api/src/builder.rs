@@ -48,22 +48,58 @@ pub struct NetworkBuilder {
     rejoin: Option<Duration>,
     udp_route: bool,
     udp_settings: Vec<(String, String)>,
+    /// Variables of the environment whose value is out of range, with why: refused by
+    /// [`NetworkBuilder::launch`] unless a setter replaced what they set.
+    env_errors: Vec<(&'static str, String)>,
 }
+
+/// The smallest `TREECAST_MAX_FRAME`: a frame must hold a file chunk of the default
+/// size with its header, and the launch plan of a large tree.
+const MIN_MAX_FRAME: usize = crate::DEFAULT_CHUNK + (64 << 10);
 
 impl NetworkBuilder {
     /// A network of the given shape whose back-ends run `treecast backend`.
     pub fn new(topology: Topology) -> Self {
-        let startup_timeout = std::env::var("TREECAST_STARTUP_TIMEOUT")
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .filter(|s| *s > 0.0 && s.is_finite())
-            .map(Duration::from_secs_f64)
-            .unwrap_or(DEFAULT_STARTUP);
-        let max_frame = std::env::var(env::MAX_FRAME)
-            .ok()
-            .and_then(|s| s.parse::<usize>().ok())
-            .filter(|n| (1..=MAX_PAYLOAD_LEN).contains(n))
-            .unwrap_or(DEFAULT_MAX_FRAME);
+        let mut env_errors = Vec::new();
+        let startup_timeout = match std::env::var(env::STARTUP_TIMEOUT) {
+            Ok(text) => match env::secs_in(env::STARTUP_TIMEOUT, &text, env::STARTUP_SECS, false) {
+                Ok(limit) => limit.unwrap_or(DEFAULT_STARTUP),
+                Err(e) => {
+                    env_errors.push((env::STARTUP_TIMEOUT, e));
+                    DEFAULT_STARTUP
+                }
+            },
+            Err(_) => DEFAULT_STARTUP,
+        };
+        let max_frame = match std::env::var(env::MAX_FRAME) {
+            Ok(text) => match text.trim().parse::<usize>() {
+                Ok(n) if (MIN_MAX_FRAME..=MAX_PAYLOAD_LEN).contains(&n) => n,
+                _ => {
+                    env_errors.push((
+                        env::MAX_FRAME,
+                        format!(
+                            "{}={text:?} is not a number of bytes from {MIN_MAX_FRAME} to {MAX_PAYLOAD_LEN}: \
+                             every frame, a file chunk or the launch plan, must fit in it (default {DEFAULT_MAX_FRAME})",
+                            env::MAX_FRAME
+                        ),
+                    ));
+                    DEFAULT_MAX_FRAME
+                }
+            },
+            Err(_) => DEFAULT_MAX_FRAME,
+        };
+        // Refused at launch (unless a setter replaces them), not only warned about as
+        // comm nodes and back-ends do: this is where the user can still be told.
+        let mut limit_from_env = |var: &'static str, default: Option<Duration>| match std::env::var(var) {
+            Ok(text) => env::secs_in(var, &text, env::LIMIT_SECS, true).unwrap_or_else(|e| {
+                env_errors.push((var, e));
+                default
+            }),
+            Err(_) => default,
+        };
+        let liveness = limit_from_env(env::DEAD_AFTER, Some(LivenessLimits::default().dead_after))
+            .map(LivenessLimits::for_dead_after);
+        let rejoin = limit_from_env(env::REJOIN_WITHIN, Some(env::DEFAULT_REJOIN_WITHIN));
         NetworkBuilder {
             topology,
             backend: Vec::new(),
@@ -85,10 +121,11 @@ impl NetworkBuilder {
             receive_window: DEFAULT_RECEIVE_WINDOW,
             max_frame,
             registry: FilterRegistry::builtin(),
-            liveness: env::liveness_from_env(),
-            rejoin: env::rejoin_from_env(),
+            liveness,
+            rejoin,
             udp_route: false,
             udp_settings: Vec::new(),
+            env_errors,
         }
     }
 
@@ -101,6 +138,7 @@ impl NetworkBuilder {
     /// limit sends no heartbeat meanwhile and is cut off: run long computations with
     /// `tokio::task::spawn_blocking` or on a multi-threaded runtime.
     pub fn dead_after(mut self, limit: Option<Duration>) -> Self {
+        self.env_errors.retain(|(var, _)| *var != env::DEAD_AFTER);
         self.liveness = limit.filter(|d| !d.is_zero()).map(LivenessLimits::for_dead_after);
         self
     }
@@ -112,6 +150,7 @@ impl NetworkBuilder {
     /// off (the lost node's sub-tree is lost with it). Default: 10 s, or
     /// `TREECAST_REJOIN_WITHIN` seconds (`0`: off).
     pub fn rejoin_within(mut self, limit: Option<Duration>) -> Self {
+        self.env_errors.retain(|(var, _)| *var != env::REJOIN_WITHIN);
         self.rejoin = limit.filter(|d| !d.is_zero());
         self
     }
@@ -177,6 +216,7 @@ impl NetworkBuilder {
 
     /// How long each level of the tree may take to start (default 30 s, or `TREECAST_STARTUP_TIMEOUT` seconds).
     pub fn startup_timeout(mut self, limit: Duration) -> Self {
+        self.env_errors.retain(|(var, _)| *var != env::STARTUP_TIMEOUT);
         self.startup_timeout = limit;
         self
     }
@@ -217,6 +257,7 @@ impl NetworkBuilder {
     /// Largest frame payload any node accepts (default 64 MiB and 64 KiB, or
     /// `TREECAST_MAX_FRAME` bytes); a peer sending a larger frame loses its link.
     pub fn max_frame(mut self, bytes: usize) -> Self {
+        self.env_errors.retain(|(var, _)| *var != env::MAX_FRAME);
         self.max_frame = bytes.clamp(1, MAX_PAYLOAD_LEN);
         self
     }
@@ -291,6 +332,9 @@ impl NetworkBuilder {
         let backends = self.topology.backends();
         if backends == 0 {
             return Err(ApiError::NoBackends);
+        }
+        if let Some((_, e)) = self.env_errors.first() {
+            return Err(ApiError::Env(e.clone()));
         }
         if self.udp_route {
             // Refused here, once, rather than by every node of the tree.

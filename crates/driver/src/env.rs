@@ -69,22 +69,52 @@ pub fn zero_copy_min_from_env() -> Option<usize> {
 /// by parents for the back-ends they start.
 pub const DEAD_AFTER: &str = "TREECAST_DEAD_AFTER";
 
+/// Seconds a silence limit (`--dead-after`, [`DEAD_AFTER`]) or a rejoin limit
+/// (`--rejoin-within`, [`REJOIN_WITHIN`]) may be, `0` (off) aside: shorter, and
+/// scheduling delays alone would cut healthy nodes off.
+pub const LIMIT_SECS: std::ops::RangeInclusive<f64> = 0.1..=1e6;
+
+/// Seconds a process may take to start and connect ([`STARTUP_TIMEOUT`]).
+pub const STARTUP_SECS: std::ops::RangeInclusive<f64> = 0.1..=86_400.0;
+
+/// Seconds a node may take to connect to its parent (default 30); a comm node gets
+/// twice that per level below it to hear from its whole sub-tree.
+pub const STARTUP_TIMEOUT: &str = "TREECAST_STARTUP_TIMEOUT";
+
+/// `text`, the value of `var`, as seconds within `range`; `Ok(None)` for `0` when
+/// `zero_off` (the variable switches something off).
+///
+/// # Errors
+/// Not a number, or out of the range: a sentence naming the variable, its value and
+/// the range.
+pub fn secs_in(
+    var: &str,
+    text: &str,
+    range: std::ops::RangeInclusive<f64>,
+    zero_off: bool,
+) -> Result<Option<std::time::Duration>, String> {
+    match text.trim().parse::<f64>() {
+        Ok(0.0) if zero_off => Ok(None),
+        Ok(secs) if range.contains(&secs) => Ok(Some(std::time::Duration::from_secs_f64(secs))),
+        _ => Err(format!(
+            "{var}={text:?} is not {}a number of seconds from {} to {}",
+            if zero_off { "0 (off) or " } else { "" },
+            range.start(),
+            range.end()
+        )),
+    }
+}
+
 /// The heartbeat and silence limits `TREECAST_DEAD_AFTER` asks for: the default when
-/// it is unset or not a number, `None` for `0`. Heartbeats go four times per limit,
-/// at most once a second.
+/// it is unset or not a number of seconds in [`LIMIT_SECS`] (said as a warning), `None`
+/// for `0`. Heartbeats go four times per limit, at most once a second.
 pub fn liveness_from_env() -> Option<treecast_proto::LivenessLimits> {
     let default = treecast_proto::LivenessLimits::default();
     let Ok(text) = std::env::var(DEAD_AFTER) else { return Some(default) };
-    match text.trim().parse::<f64>() {
-        Ok(0.0) => None,
-        Ok(secs) if secs.is_finite() && secs > 0.0 => Some(treecast_proto::LivenessLimits::for_dead_after(
-            std::time::Duration::from_secs_f64(secs.min(1e6)),
-        )),
-        _ => {
-            tracing::warn!(
-                "{DEAD_AFTER}={text:?} is not a number of seconds (0 switches the check off); using {} s",
-                default.dead_after.as_secs_f64()
-            );
+    match secs_in(DEAD_AFTER, &text, LIMIT_SECS, true) {
+        Ok(limit) => limit.map(treecast_proto::LivenessLimits::for_dead_after),
+        Err(e) => {
+            tracing::warn!("{e}; using {} s", default.dead_after.as_secs_f64());
             Some(default)
         }
     }
@@ -100,14 +130,10 @@ pub use treecast_proto::DEFAULT_REJOIN_WITHIN;
 /// (recovery off) for `0`.
 pub fn rejoin_from_env() -> Option<std::time::Duration> {
     let Ok(text) = std::env::var(REJOIN_WITHIN) else { return Some(DEFAULT_REJOIN_WITHIN) };
-    match text.trim().parse::<f64>() {
-        Ok(0.0) => None,
-        Ok(secs) if secs.is_finite() && secs > 0.0 => Some(std::time::Duration::from_secs_f64(secs.min(1e6))),
-        _ => {
-            tracing::warn!(
-                "{REJOIN_WITHIN}={text:?} is not a number of seconds (0 switches recovery off); using {} s",
-                DEFAULT_REJOIN_WITHIN.as_secs_f64()
-            );
+    match secs_in(REJOIN_WITHIN, &text, LIMIT_SECS, true) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!("{e}; using {} s", DEFAULT_REJOIN_WITHIN.as_secs_f64());
             Some(DEFAULT_REJOIN_WITHIN)
         }
     }

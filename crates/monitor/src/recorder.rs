@@ -182,7 +182,10 @@ impl Recorder {
             return false;
         }
         let Some((_, l)) = self.cells.get_mut(slot.at as usize) else { return false };
-        l.add(latency_ns.clamp(1, HIGHEST_NS), count, latency_ns.saturating_mul(count));
+        // Summed as the histogram holds it, so that no mean exceeds the largest bucket
+        // and a merge can refuse sums no recording makes.
+        let latency_ns = latency_ns.clamp(1, HIGHEST_NS);
+        l.add(latency_ns, count, latency_ns.saturating_mul(count));
         if slot.folded {
             self.folded += count;
         }
@@ -268,6 +271,17 @@ impl Recorder {
             match total {
                 Some(n) if n <= MAX_CELL_SAMPLES => totals.push(n),
                 _ => return Err(too_many()),
+            }
+            // Each sample is at most its bucket's latency: a larger sum is no recording's
+            // (2^64 - 1 read as a mean of 18 million seconds).
+            let max_ns: u128 =
+                c.buckets.iter().map(|[value, count]| u128::from(*value) * u128::from(*count)).sum();
+            if u128::from(c.sum_ns) > max_ns {
+                return Err(MonitorError::Sum {
+                    sum_ns: c.sum_ns,
+                    count: totals.last().copied().unwrap_or(0),
+                    max_ns,
+                });
             }
         }
         // Cells of one key repeated in the report, or merged again and again, add
@@ -513,6 +527,18 @@ mod tests {
         let mut bad = report.clone();
         bad.cells[0].buckets = vec![[1_000, u64::MAX], [2_000, 1]];
         assert!(Recorder::default().merge(&bad).unwrap_err().to_string().contains("damaged"));
+    }
+
+    #[test]
+    fn a_sum_larger_than_the_buckets_allow_is_refused() {
+        // Regression: `sum_ns` = 2^64 - 1 on one sample read as a mean of 18 million seconds.
+        let mut r = Recorder::default();
+        r.record(KEY, Component::Send, 10, 1_000);
+        let mut bad = r.report();
+        bad.cells[0].sum_ns = u64::MAX;
+        let e = Recorder::default().merge(&bad).unwrap_err();
+        assert!(matches!(e, MonitorError::Sum { sum_ns: u64::MAX, count: 1, .. }), "{e}");
+        Recorder::default().merge(&r.report()).unwrap();
     }
 
     #[test]

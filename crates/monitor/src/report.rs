@@ -24,6 +24,17 @@ pub enum MonitorError {
     /// A bucket holds a latency the histograms cannot hold.
     #[error("a monitor report holds a latency of {0} ns, outside 1 ns to one hour: the report is damaged")]
     Latency(u64),
+    /// A cell's latencies add up to more than its samples can (each at most its
+    /// bucket's latency).
+    #[error("a monitor report's cell adds its {count} samples up to {sum_ns} ns, more than the {max_ns} ns its buckets allow: the report is damaged")]
+    Sum {
+        /// The cell's `sum_ns`.
+        sum_ns: u64,
+        /// Samples in the cell's buckets.
+        count: u64,
+        /// The largest sum those buckets allow.
+        max_ns: u128,
+    },
     /// The histogram library refused a value or a bound.
     #[error("histogram: {0}")]
     Histogram(String),
@@ -97,7 +108,8 @@ pub struct CellReport {
     pub size_class: u8,
     /// Samples.
     pub count: u64,
-    /// Their exact sum, nanoseconds (saturating), so means merge exactly.
+    /// Their exact sum, nanoseconds (each sample at most [`HIGHEST_NS`], as the histogram
+    /// holds it; saturating), so means merge exactly.
     pub sum_ns: u64,
     /// Median, nanoseconds (within the histogram's precision).
     pub p50_ns: u64,

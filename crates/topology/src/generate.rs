@@ -94,9 +94,42 @@ impl FromStr for Shape {
             {
                 Ok(Shape::Balanced(levels(&kind).map_err(|r| bad(&r))?))
             }
-            _ => Err(bad("unknown kind")),
+            _ => Err(bad(&match nearest_kind(&kind) {
+                Some(near) => format!("unknown kind `{kind}`; did you mean `{near}`?"),
+                None => format!("unknown kind `{kind}`"),
+            })),
         }
     }
+}
+
+/// The generator kind `kind` is a typo of (one or two letters off), if any.
+fn nearest_kind(kind: &str) -> Option<&'static str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let here = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(here + 1);
+                prev = here;
+            }
+        }
+        row[b.len()]
+    }
+    ["flat", "kary", "knomial", "balanced", "fanout"].into_iter().find(|k| distance(kind, k) <= 2)
+}
+
+/// True for text written like a generator spec, `word:N` or `word:AxB`, with a word
+/// of letters: with no such file, the spec's own error says more than "cannot read".
+fn written_like_a_spec(spec: &str) -> bool {
+    spec.trim().split_once(':').is_some_and(|(kind, arg)| {
+        !kind.is_empty()
+            && kind.bytes().all(|b| b.is_ascii_alphabetic())
+            && !arg.is_empty()
+            && arg.bytes().all(|b| b.is_ascii_digit() || b == b'x' || b == b'X')
+    })
 }
 
 /// Reads `AxBxC` into fan-outs, dropping MRNet's leading `1` (the front-end).
@@ -350,14 +383,21 @@ impl Topology {
             Err(e) => e,
         };
         let path = std::path::Path::new(spec);
-        let text = match std::fs::read_to_string(path) {
+        let text = match read_topology_file(path) {
             Ok(text) => text,
-            Err(e) => {
+            Err(ReadError::TooLarge) => {
+                let reason = format!(
+                    "it is larger than {} MiB, the limit of topology files",
+                    MAX_TOPOLOGY_FILE_BYTES >> 20
+                );
+                return Err(TopologyError::ReadFile { path: spec.to_string(), reason });
+            }
+            Err(ReadError::Io(e)) => {
                 let lower = spec.trim().to_ascii_lowercase();
                 let looks_like_spec = ["flat", "kary", "knomial", "balanced", "fanout"]
                     .iter()
                     .any(|k| lower == *k || lower.starts_with(&format!("{k}:")));
-                if looks_like_spec && !path.exists() {
+                if (looks_like_spec || written_like_a_spec(spec)) && !path.exists() {
                     return Err(shape_err);
                 }
                 return Err(TopologyError::ReadFile { path: spec.to_string(), reason: e.to_string() });
@@ -490,10 +530,52 @@ impl Topology {
     }
 }
 
+/// The largest topology file read, in bytes, as for host files: a million nodes of a
+/// few dozen characters, with room.
+pub const MAX_TOPOLOGY_FILE_BYTES: u64 = 64 << 20;
+
+/// Why a topology file was not read.
+enum ReadError {
+    /// Over [`MAX_TOPOLOGY_FILE_BYTES`].
+    TooLarge,
+    /// Could not be opened or read, or is not UTF-8.
+    Io(std::io::Error),
+}
+
+/// The file's text, reading at most one byte past the limit (`/dev/zero` never ends).
+fn read_topology_file(path: &std::path::Path) -> Result<String, ReadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TOPOLOGY_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > MAX_TOPOLOGY_FILE_BYTES {
+        return Err(ReadError::TooLarge);
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| ReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typo_in_a_spec_is_a_spec_error_not_a_missing_file() {
+        // Regression: `karry:4` was reported as "cannot read topology file".
+        let e = Topology::from_spec("karry:4", Some(16)).unwrap_err();
+        assert!(matches!(e, TopologyError::BadSpec { .. }), "{e:?}");
+        assert!(e.to_string().contains("did you mean `kary`?"), "{e}");
+        let e = Topology::from_spec("/nonexistent/karry:4", Some(16)).unwrap_err();
+        assert!(matches!(e, TopologyError::ReadFile { .. }), "a path stays a path: {e:?}");
+    }
+
+    #[test]
+    fn a_topology_file_is_read_up_to_64_mib() {
+        // Regression: `treecast topo /dev/zero` read gigabytes.
+        let e = Topology::from_spec("/dev/zero", None).unwrap_err();
+        assert!(e.to_string().contains("larger than 64 MiB, the limit of topology files"), "{e}");
+    }
 
     #[test]
     fn shares_are_even_larger_first() {

@@ -49,5 +49,5 @@ mod render;
 mod topology;
 
 pub use error::TopologyError;
-pub use generate::{Shape, DEFAULT_HOST};
+pub use generate::{Shape, DEFAULT_HOST, MAX_TOPOLOGY_FILE_BYTES};
 pub use topology::{TopoNode, Topology, MAX_NODES};

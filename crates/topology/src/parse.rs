@@ -344,6 +344,9 @@ pub(crate) fn parse(text: &str) -> Result<Topology, TopologyError> {
 /// Finds a cycle of parent links; returns it as text (`a:1 => b:1 => a:1`, parents
 /// first) and the position of the child occurrence that closes it (the latest in the
 /// text).
+/// Nodes of a cycle named in its error; a longer cycle is cut, with its length.
+const CYCLE_SHOWN: usize = 6;
+
 fn find_cycle(parent: &[Option<(usize, Pos)>], names: &Interner) -> Option<(String, Pos)> {
     // 0: not seen, 1: on the current walk, 2: known to reach a root or a known cycle.
     let mut state = vec![0u8; parent.len()];
@@ -367,8 +370,14 @@ fn find_cycle(parent: &[Option<(usize, Pos)>], names: &Interner) -> Option<(Stri
                 // Start the text with the parent of the closing occurrence.
                 let len = cycle.len();
                 cycle.rotate_left((closing + len - 1) % len);
-                cycle.push(cycle[0]);
-                let text = cycle.iter().map(|&c| names.name(c)).collect::<Vec<_>>().join(" => ");
+                let mut text =
+                    cycle.iter().take(CYCLE_SHOWN).map(|&c| names.name(c)).collect::<Vec<_>>().join(" => ");
+                if len > CYCLE_SHOWN {
+                    // A cycle of 400,000 nodes would make a line of megabytes.
+                    text.push_str(&format!(" => … => {} ({len} nodes in the cycle)", names.name(cycle[0])));
+                } else {
+                    text.push_str(&format!(" => {}", names.name(cycle[0])));
+                }
                 return at.map(|at| (text, at));
             }
             state[cur] = 1;
@@ -417,6 +426,23 @@ mod tests {
             TopologyError::Cycle { line, column, path } => {
                 assert_eq!((line, column), (1, 47));
                 assert_eq!(path, "c:1 => a:1 => b:1 => c:1");
+            }
+            e => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_long_cycle_is_named_by_its_first_nodes_and_its_length() {
+        let mut text = String::from("r:0 => x:0 ;");
+        let n = 50_000;
+        for i in 0..n {
+            text.push_str(&format!(" n{i}:0 => n{}:0 ;", (i + 1) % n));
+        }
+        match err(&text) {
+            TopologyError::Cycle { path, .. } => {
+                assert!(path.len() < 200, "{path}");
+                assert!(path.ends_with(&format!("({n} nodes in the cycle)")), "{path}");
+                assert_eq!(path.matches(" => ").count(), CYCLE_SHOWN + 1, "{path}");
             }
             e => panic!("{e}"),
         }

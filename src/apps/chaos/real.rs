@@ -48,6 +48,8 @@ struct Trial<'a> {
     pending_recovery: Vec<Instant>,
     /// Ranks reported lost, or failed by the file transfer.
     lost: RankSet,
+    /// Ranks reported back after their comm node was lost.
+    rejoined: RankSet,
 }
 
 /// Runs one chaos run with `seed` whose faults strike during `phase`.
@@ -68,6 +70,7 @@ pub(super) async fn one_run(
         strikes: Vec::new(),
         pending_recovery: Vec::new(),
         lost: RankSet::new(),
+        rejoined: RankSet::new(),
     };
     let builder = NetworkBuilder::new(t.topo.clone())
         .dead_after(Some(t.dead_after()))
@@ -100,6 +103,7 @@ pub(super) async fn one_run(
         let strikes = if phase == ChaosPhase::Reduce { count } else { 0 };
         t.reduce(&mut net, &victims, strikes).await;
     }
+    t.settle_orphans(&mut net).await;
     t.classify(&mut net);
     shutdown(net).await;
     t.finish(Some(&session)).await;
@@ -218,9 +222,37 @@ impl Trial<'_> {
         while let Some(event) = net.try_event() {
             match event {
                 Event::RanksLost { ranks, .. } => self.lost.union_with(&ranks),
-                Event::RanksRejoined { ranks, .. } => self.run.rejoined_ranks += ranks.len(),
+                Event::RanksRejoined { ranks, .. } => self.rejoined.union_with(&ranks),
                 _ => {}
             }
+        }
+    }
+
+    /// Waits until every orphan of a lost comm node has rejoined or been reported lost
+    /// (at most the rejoin and silence limits, and a margin): counted while they were
+    /// still on their way, they showed as neither (0 orphaned, 0 rejoined after a kill).
+    async fn settle_orphans(&mut self, net: &mut Network) {
+        let rejoin = super::rejoin_limit(self.args).unwrap_or_default();
+        let deadline = Instant::now() + rejoin + self.dead_after() + Duration::from_secs(5);
+        loop {
+            self.take_events(net);
+            let mut pending = RankSet::new();
+            for (ranks, _) in net.orphaned() {
+                pending.union_with(&ranks);
+            }
+            let pending =
+                pending.difference(&self.rejoined).difference(&self.lost).difference(net.lost().ranks());
+            if pending.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                self.run.notes.push(format!(
+                    "orphans {pending} neither rejoined nor were reported lost within {:.1} s",
+                    (rejoin + self.dead_after()).as_secs_f64()
+                ));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -238,6 +270,7 @@ impl Trial<'_> {
                 under_struck_node.union_with(&s.victim.ranks);
             }
         }
+        self.run.rejoined_ranks = self.rejoined.len();
         let collateral = self.lost.difference(&struck_backends);
         self.run.orphaned_ranks = collateral.intersection(&under_struck_node).len();
         self.run.live_ranks_lost = collateral.difference(&under_struck_node).len();
