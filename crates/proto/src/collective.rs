@@ -242,7 +242,7 @@ impl Node {
         if self.collectives.unanswered.len() >= MAX_ENTERED {
             return Err(CommandError::NotNow("a back-end is in at most 64 collective operations at once"));
         }
-        if self.rejoining.is_some() {
+        if self.recovery.rejoining.is_some() {
             return Err(CommandError::Blocked(frame));
         }
         let Some(parent) = self.parent else { return Err(CommandError::ShutDown) };
@@ -402,7 +402,10 @@ impl Node {
         }
         let all_below = entry.head.members.difference(below).is_empty();
         // A comm node looking for a new parent is no root: it waits until welcomed.
-        if !all_below && (self.parent.is_none() || self.rejoining.is_some()) && self.role != Role::FrontEnd {
+        if !all_below
+            && (self.parent.is_none() || self.recovery.rejoining.is_some())
+            && self.role != Role::FrontEnd
+        {
             return;
         }
         let Some(Open { mut head, parts, expires, .. }) = self.collectives.open.remove(&key) else { return };

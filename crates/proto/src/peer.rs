@@ -86,7 +86,7 @@ impl Node {
         };
         // While this back-end rejoins (it has no parent until it reaches the new
         // one), messages wait as if for credit.
-        if self.rejoining.is_some() || !self.peer.budget.open() {
+        if self.recovery.rejoining.is_some() || !self.peer.budget.open() {
             return Err(CommandError::Blocked(frame));
         }
         let Some(parent) = self.parent else { return Err(CommandError::ShutDown) };
@@ -343,7 +343,7 @@ impl Node {
     pub(super) fn peer_read(&mut self, frame: &Frame) {
         let Role::BackEnd { rank, .. } = self.role else { return };
         let a = ack(frame.header.rank, rank, 1, frame.payload.len() as u64);
-        match self.parent.filter(|_| self.rejoining.is_none()) {
+        match self.parent.filter(|_| self.recovery.rejoining.is_none()) {
             Some(parent) => self.out.send(parent, a),
             None => self.peer.held_acks.push(a),
         }

@@ -32,6 +32,27 @@ use super::{EndReason, Event, LinkId, LinkRole, Node, Phase, Role};
 /// How long the children of a lost comm node have to rejoin, by default.
 pub const DEFAULT_REJOIN_WITHIN: Duration = Duration::from_secs(10);
 
+/// A node's part in orphans rejoining the tree: where it and its children go when a
+/// parent is lost, and what it awaits back from its own lost children.
+#[derive(Debug, Default)]
+pub(crate) struct Recovery {
+    /// How long orphans have to rejoin (`None`: no recovery).
+    pub(crate) rejoin: Option<Duration>,
+    /// Where this node reached its parent (its children's fallback).
+    pub(crate) parent_address: Option<String>,
+    /// Where this node rejoins if its parent is lost (from the parent).
+    pub(crate) fallback: Option<String>,
+    /// Looking for a new parent until then.
+    pub(crate) rejoining: Option<Instant>,
+    /// Ranks of lost comm-node children awaited back.
+    pub(crate) awaiting: Vec<Awaited>,
+    /// Stops for ranks awaited back (their comm node was lost), with why: they
+    /// are passed on once the ranks have rejoined.
+    pub(crate) pending_stops: Vec<(RankSet, String)>,
+    /// Front-end: every rank awaited back anywhere in the tree.
+    pub(crate) orphaned: RankSet,
+}
+
 /// How long an orphan that connected has to say which ranks it brings back.
 const REJOIN_HELLO: Duration = Duration::from_secs(5);
 
@@ -51,34 +72,36 @@ impl Node {
     /// recovery; a lost comm node's sub-tree is lost with it). Comm nodes and the
     /// front-end take it from their plan; a back-end is told by its driver.
     pub fn set_rejoin(&mut self, limit: Option<Duration>) {
-        self.rejoin = limit.filter(|d| !d.is_zero());
+        self.recovery.rejoin = limit.filter(|d| !d.is_zero());
     }
 
     /// The rejoin limit in force, if recovery is on.
     pub fn rejoin_limit(&self) -> Option<Duration> {
-        self.rejoin
+        self.recovery.rejoin
     }
 
     /// The address this node reached its parent at: its children rejoin there if
     /// it is lost. Set by the driver of a comm node before the parent link is up.
     pub fn set_parent_address(&mut self, address: String) {
-        self.parent_address = Some(address);
+        self.recovery.parent_address = Some(address);
     }
 
     /// True while this node lost its parent and looks for a new one.
     pub fn is_rejoining(&self) -> bool {
-        self.rejoining.is_some()
+        self.recovery.rejoining.is_some()
     }
 
     /// The parent link is gone: returns true when this node goes looking for a new
     /// parent (recovery on, a fallback known, the tree running); false to shut down.
     pub(super) fn try_rejoin(&mut self, why: &str, now: Instant) -> bool {
-        let (Some(limit), Some(address)) = (self.rejoin, self.fallback.clone()) else { return false };
-        if address.is_empty() || self.phase != Phase::Running || self.rejoining.is_some() {
+        let (Some(limit), Some(address)) = (self.recovery.rejoin, self.recovery.fallback.clone()) else {
+            return false;
+        };
+        if address.is_empty() || self.phase != Phase::Running || self.recovery.rejoining.is_some() {
             return false;
         }
         tracing::info!(node = %self.name, "lost the parent ({why}); rejoining at {address}");
-        self.rejoining = Some(now + limit);
+        self.recovery.rejoining = Some(now + limit);
         self.streams_orphaned();
         self.out.event(Event::Rejoin { address });
         true
@@ -86,10 +109,10 @@ impl Node {
 
     /// The driver could not reach the fallback address, or the deadline passed.
     pub(super) fn rejoin_failed(&mut self, reason: String) {
-        if self.rejoining.take().is_none() {
+        if self.recovery.rejoining.take().is_none() {
             return;
         }
-        let address = self.fallback.clone().unwrap_or_default();
+        let address = self.recovery.fallback.clone().unwrap_or_default();
         let error = format!("the parent was lost and this node could not rejoin at {address}: {reason}");
         self.shut_down(EndReason::ParentFailed { error });
     }
@@ -106,15 +129,15 @@ impl Node {
         streams.sort_unstable();
         let name = self.name.clone();
         self.out.control(link, &ControlMsg::Rejoin { ranks, commnodes, name, streams });
-        self.parent_address = self.fallback.clone();
+        self.recovery.parent_address = self.recovery.fallback.clone();
     }
 
     /// The parent says where this node's children rejoin if this node is lost. While
     /// rejoining, it is also the new parent's welcome.
     pub(super) fn on_fallback(&mut self, address: String) {
-        self.fallback = Some(address);
-        if self.rejoining.take().is_some() {
-            let parent = self.parent_address.clone().unwrap_or_default();
+        self.recovery.fallback = Some(address);
+        if self.recovery.rejoining.take().is_some() {
+            let parent = self.recovery.parent_address.clone().unwrap_or_default();
             tracing::info!(node = %self.name, "rejoined the tree at {parent}");
             // Until the new parent announces the streams it keeps (next), nothing of
             // theirs that answers an earlier request may go up.
@@ -130,14 +153,14 @@ impl Node {
     pub(super) fn send_fallback_to_children(&mut self) {
         let links: Vec<LinkId> =
             self.children.iter().filter(|c| c.state == ChildState::Joined).filter_map(|c| c.link).collect();
-        let msg = ControlMsg::Fallback { address: self.parent_address.clone().unwrap_or_default() };
+        let msg = ControlMsg::Fallback { address: self.recovery.parent_address.clone().unwrap_or_default() };
         self.control_to(links, &msg);
     }
 
     /// Tells child `c` where to rejoin if this node is lost.
     pub(super) fn send_fallback(&mut self, c: usize) {
         if let Some(link) = self.children[c].link {
-            let address = self.parent_address.clone().unwrap_or_default();
+            let address = self.recovery.parent_address.clone().unwrap_or_default();
             self.out.control(link, &ControlMsg::Fallback { address });
         }
     }
@@ -146,7 +169,7 @@ impl Node {
     /// node below, come to rejoin. Returns false when no rejoin is possible now.
     pub(super) fn orphan_connected(&mut self, link: LinkId, node_id: u32, now: Instant) -> bool {
         let linked = self.children.iter().any(|c| c.node_id == node_id && c.alive() && c.link.is_some());
-        if self.rejoin.is_none() || self.phase != Phase::Running || linked {
+        if self.recovery.rejoin.is_none() || self.phase != Phase::Running || linked {
             return false;
         }
         let c = self.children.len();
@@ -200,10 +223,10 @@ impl Node {
         child.commnodes = commnodes;
         child.state = ChildState::Joined;
         child.deadline = None;
-        for a in &mut self.awaiting {
+        for a in &mut self.recovery.awaiting {
             a.ranks = a.ranks.difference(&ranks);
         }
-        self.awaiting.retain(|a| !a.ranks.is_empty());
+        self.recovery.awaiting.retain(|a| !a.ranks.is_empty());
         self.refresh_deadline();
         // The welcome goes first: the requests that follow the streams' announcements
         // (some held while no member was linked) are answered by the orphan.
@@ -223,7 +246,7 @@ impl Node {
     pub(super) fn hold_stop(&mut self, ranks: &RankSet, reason: &str) -> RankSet {
         let orphaned = ranks.intersection(&self.awaited_ranks());
         if !orphaned.is_empty() {
-            self.pending_stops.push((orphaned.clone(), reason.to_owned()));
+            self.recovery.pending_stops.push((orphaned.clone(), reason.to_owned()));
         }
         orphaned
     }
@@ -233,14 +256,14 @@ impl Node {
     fn release_stops(&mut self, rejoined: &RankSet, now: Instant) {
         let awaited = self.awaited_ranks();
         let mut due = Vec::new();
-        for (ranks, reason) in std::mem::take(&mut self.pending_stops) {
+        for (ranks, reason) in std::mem::take(&mut self.recovery.pending_stops) {
             let now_back = ranks.intersection(rejoined);
             if !now_back.is_empty() {
                 due.push((now_back, reason.clone()));
             }
             let still = ranks.intersection(&awaited);
             if !still.is_empty() {
-                self.pending_stops.push((still, reason));
+                self.recovery.pending_stops.push((still, reason));
             }
         }
         for (ranks, reason) in due {
@@ -251,7 +274,7 @@ impl Node {
     /// Every rank this node awaits back.
     fn awaited_ranks(&self) -> RankSet {
         let mut all = RankSet::new();
-        for a in &self.awaiting {
+        for a in &self.recovery.awaiting {
             all.union_with(&a.ranks);
         }
         all
@@ -260,12 +283,16 @@ impl Node {
     /// Child `c`, a comm node, is lost with `ranks` below it: they leave the waves now
     /// and are awaited back. Returns false when recovery is off (they are lost).
     pub(super) fn await_orphans(&mut self, c: usize, ranks: &RankSet, why: &str, now: Instant) -> bool {
-        let Some(limit) = self.rejoin else { return false };
+        let Some(limit) = self.recovery.rejoin else { return false };
         if self.children[c].is_backend || ranks.is_empty() || self.phase != Phase::Running {
             return false;
         }
         let node = self.children[c].name.clone();
-        self.awaiting.push(Awaited { ranks: ranks.clone(), why: why.to_owned(), until: now + limit });
+        self.recovery.awaiting.push(Awaited {
+            ranks: ranks.clone(),
+            why: why.to_owned(),
+            until: now + limit,
+        });
         self.report_up(ControlMsg::Orphaned { node, ranks: ranks.clone(), reason: why.to_owned() });
         // Orphans that were quicker than this node get their answer now.
         for r in 0..self.children.len() {
@@ -296,7 +323,7 @@ impl Node {
         child.expected = child.expected.difference(&ranks);
         if self.role == Role::FrontEnd {
             // Streams must know these ranks may come back before they see them go.
-            self.orphaned.union_with(&ranks);
+            self.recovery.orphaned.union_with(&ranks);
         }
         self.members_left_telling(c, now, false);
         self.report_up(ControlMsg::Orphaned { node, ranks, reason });
@@ -318,17 +345,18 @@ impl Node {
     /// Reports lost the awaited ranks whose time is up, and gives up rejoining when
     /// this node's own time is up.
     pub(super) fn recovery_timeout(&mut self, now: Instant) {
-        if self.rejoining.is_some_and(|d| d <= now) {
-            let secs = self.rejoin.map_or(0.0, |d| d.as_secs_f64());
+        if self.recovery.rejoining.is_some_and(|d| d <= now) {
+            let secs = self.recovery.rejoin.map_or(0.0, |d| d.as_secs_f64());
             self.rejoin_failed(format!("no new parent within {secs:.1} s"));
             return;
         }
         let due: Vec<Awaited> = {
-            let (due, keep) = std::mem::take(&mut self.awaiting).into_iter().partition(|a| a.until <= now);
-            self.awaiting = keep;
+            let (due, keep) =
+                std::mem::take(&mut self.recovery.awaiting).into_iter().partition(|a| a.until <= now);
+            self.recovery.awaiting = keep;
             due
         };
-        let secs = self.rejoin.map_or(0.0, |d| d.as_secs_f64());
+        let secs = self.recovery.rejoin.map_or(0.0, |d| d.as_secs_f64());
         for a in due {
             let reason = format!("{}; its children did not rejoin within {secs:.1} s", a.why);
             self.report_up(ControlMsg::Leave { ranks: a.ranks, reason, graceful: false });
@@ -337,6 +365,6 @@ impl Node {
 
     /// When [`Node::recovery_timeout`] must run next.
     pub(super) fn recovery_deadline(&self) -> Option<Instant> {
-        self.awaiting.iter().map(|a| a.until).chain(self.rejoining).min()
+        self.recovery.awaiting.iter().map(|a| a.until).chain(self.recovery.rejoining).min()
     }
 }

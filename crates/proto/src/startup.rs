@@ -164,6 +164,26 @@ pub(crate) fn backend_name(rank: u32, host: &str, node_id: u32) -> String {
     format!("back-end rank {rank} on {host} (node {node_id})")
 }
 
+/// What a node keeps of its start-up: the start-up under way, the plan it started
+/// its children from (kept to start more later) and the deadlines of children not
+/// heard from yet.
+#[derive(Debug, Default)]
+pub(crate) struct StartupState {
+    /// Start-up bookkeeping, dropped once the node runs.
+    pub(crate) current: Option<Startup>,
+    /// The plan this node started its children from (kept to start more later).
+    pub(crate) plan: Option<Arc<LaunchPlan>>,
+    /// The host this node runs on, from its plan.
+    pub(crate) own_host: String,
+    /// Earliest deadline of a child not yet joined.
+    pub(crate) child_deadline: Option<Instant>,
+    /// Earliest time a held loss report goes up without its process news.
+    pub(crate) loss_deadline: Option<Instant>,
+    /// Back-end: its join went ahead of its link as an announcement (a light
+    /// join), so its first link does not send it again.
+    pub(crate) announced: bool,
+}
+
 /// Start-up bookkeeping, dropped once the node runs.
 #[derive(Debug)]
 pub(crate) struct Startup {
@@ -199,7 +219,7 @@ fn child_plan(plan: &LaunchPlan, topo: &Topology, c: usize) -> Box<LaunchPlan> {
 impl Node {
     /// The parent link is up: a back-end joins at once, a comm node waits for its plan.
     pub(super) fn parent_up(&mut self, link: LinkId) {
-        if self.rejoining.is_some() && self.parent.is_none() {
+        if self.recovery.rejoining.is_some() && self.parent.is_none() {
             return self.rejoin_parent_up(link);
         }
         if self.parent.is_some() || self.phase != Phase::Idle || self.role == Role::FrontEnd {
@@ -210,7 +230,7 @@ impl Node {
         self.parent = Some(link);
         match self.role {
             Role::BackEnd { rank, .. } => {
-                if !self.announced {
+                if !self.start.announced {
                     self.out.control(link, &ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 });
                 }
                 self.phase = Phase::Running;
@@ -285,9 +305,10 @@ impl Node {
             launches.push(launch);
         }
         let plan = Arc::new(plan);
-        self.plan = Some(plan.clone());
-        self.own_host = own_host.clone();
-        self.startup = Some(Startup { missing: Vec::new(), attach, own_points: None, points_sent: false });
+        self.start.plan = Some(plan.clone());
+        self.start.own_host = own_host.clone();
+        self.start.current =
+            Some(Startup { missing: Vec::new(), attach, own_points: None, points_sent: false });
         self.phase = Phase::Starting;
         self.refresh_deadline();
         self.out.event(Event::StartChildren { plan, own_host, children: launches });
@@ -354,7 +375,7 @@ impl Node {
 
     /// Reports the held losses whose process news did not come in time.
     pub(super) fn losses_timeout(&mut self, now: Instant) {
-        if self.loss_deadline.map_or(true, |d| d > now) {
+        if self.start.loss_deadline.map_or(true, |d| d > now) {
             return;
         }
         for c in 0..self.children.len() {
@@ -365,7 +386,8 @@ impl Node {
     }
 
     fn refresh_loss_deadline(&mut self) {
-        self.loss_deadline = self.children.iter().filter_map(|c| c.held.as_ref().map(|h| h.until)).min();
+        self.start.loss_deadline =
+            self.children.iter().filter_map(|c| c.held.as_ref().map(|h| h.until)).min();
     }
 
     /// The driver could not start a child at all.
@@ -379,7 +401,7 @@ impl Node {
 
     /// Attach mode: the driver's addresses for this node's own back-end slots.
     pub(super) fn own_attach_points(&mut self, points: Vec<AttachPoint>, now: Instant) {
-        if let Some(s) = self.startup.as_mut() {
+        if let Some(s) = self.start.current.as_mut() {
             s.own_points = Some(points);
             self.maybe_send_points(now);
         } else if self.phase == Phase::Running {
@@ -477,8 +499,8 @@ impl Node {
                     self.out.event(Event::FilterError { stream, rank, message })
                 }
                 ControlMsg::Leave { ranks, reason, graceful } => {
-                    if ranks.intersects(&self.orphaned) {
-                        self.orphaned = self.orphaned.difference(&ranks);
+                    if ranks.intersects(&self.recovery.orphaned) {
+                        self.recovery.orphaned = self.recovery.orphaned.difference(&ranks);
                         self.recheck_streams_over();
                     }
                     let new = if graceful { ranks.clone() } else { self.lost_new(&ranks, &reason) };
@@ -493,12 +515,12 @@ impl Node {
                     self.out.event(e);
                 }
                 ControlMsg::Orphaned { node, ranks, reason } => {
-                    self.orphaned.union_with(&ranks);
+                    self.recovery.orphaned.union_with(&ranks);
                     self.out.event(Event::NodeLost { node, ranks, reason });
                 }
                 ControlMsg::Rejoined { ranks, parent, .. } => {
-                    let back = ranks.intersection(&self.orphaned);
-                    self.orphaned = self.orphaned.difference(&ranks);
+                    let back = ranks.intersection(&self.recovery.orphaned);
+                    self.recovery.orphaned = self.recovery.orphaned.difference(&ranks);
                     if !back.is_empty() {
                         self.out.event(Event::RanksRejoined { ranks: back, parent });
                     }
@@ -534,7 +556,7 @@ impl Node {
         }
         let silent = child.expected.difference(&ranks);
         let name = child.name.clone();
-        if let (false, Some(s)) = (silent.is_empty(), self.startup.as_mut()) {
+        if let (false, Some(s)) = (silent.is_empty(), self.start.current.as_mut()) {
             s.missing.push((silent, format!("{name} did not start them")));
         }
         let child = &mut self.children[c];
@@ -548,7 +570,7 @@ impl Node {
             let ranks = self.children[c].ranks.clone();
             self.report_joined(ranks, commnodes);
         }
-        if self.rejoin.is_some() {
+        if self.recovery.rejoin.is_some() {
             self.send_fallback(c);
         }
         self.clock_child_joined(c, now);
@@ -594,7 +616,7 @@ impl Node {
         if launches.iter().any(|l| self.children.iter().any(|c| c.node_id == l.node_id && c.alive())) {
             return Err(super::CommandError::NotNow("a child with this node id exists"));
         }
-        let Some(plan) = self.plan.clone() else {
+        let Some(plan) = self.start.plan.clone() else {
             return Err(super::CommandError::NotNow("this node has no plan to start children with"));
         };
         let limit = ms(plan.startup_timeout_ms);
@@ -621,7 +643,7 @@ impl Node {
             });
         }
         self.refresh_deadline();
-        let own_host = self.own_host.clone();
+        let own_host = self.start.own_host.clone();
         self.out.event(Event::StartChildren { plan, own_host, children: launches });
         Ok(())
     }
@@ -644,7 +666,7 @@ impl Node {
         if order.target == self.node_id {
             let order = Arc::new(order);
             // Another host's processes go through this node's launcher (ssh, Slurm).
-            let host = if order.host.is_empty() { self.own_host.clone() } else { order.host.clone() };
+            let host = if order.host.is_empty() { self.start.own_host.clone() } else { order.host.clone() };
             let launches = (0..order.count)
                 .map(|i| {
                     let (node_id, rank) = (order.first_node_id + i, order.first_rank + i);
@@ -745,7 +767,7 @@ impl Node {
     }
 
     fn allow_missing(&self) -> bool {
-        self.plan.as_ref().is_some_and(|p| p.allow_missing)
+        self.start.plan.as_ref().is_some_and(|p| p.allow_missing)
     }
 
     fn child_left(&mut self, c: usize, ranks: &RankSet, reason: String, graceful: bool, now: Instant) {
@@ -763,7 +785,7 @@ impl Node {
         if child.state != ChildState::Joined {
             // A comm node reports what it could not start before it joins.
             child.expected = child.expected.difference(&ranks);
-            if let Some(s) = self.startup.as_mut() {
+            if let Some(s) = self.start.current.as_mut() {
                 s.missing.push((ranks, reason));
             }
             return;
@@ -866,7 +888,7 @@ impl Node {
         tracing::debug!(node = %self.name, "{reason}; going on without it");
         self.abandon(c);
         let ranks = std::mem::take(&mut self.children[c].expected);
-        if let Some(s) = self.startup.as_mut() {
+        if let Some(s) = self.start.current.as_mut() {
             s.missing.push((ranks, reason));
         }
         self.refresh_deadline();
@@ -914,14 +936,14 @@ impl Node {
                 self.abandon(c);
             }
         }
-        self.startup = None;
+        self.start.current = None;
         self.phase = Phase::Over;
         self.out.event(Event::StartupFailed { message });
     }
 
     /// Gives up on children past their deadline.
     pub(super) fn startup_timeout(&mut self, now: Instant) {
-        if self.child_deadline.map_or(true, |d| d > now) {
+        if self.start.child_deadline.map_or(true, |d| d > now) {
             return;
         }
         let late: Vec<usize> = (0..self.children.len())
@@ -946,12 +968,13 @@ impl Node {
     }
 
     pub(super) fn refresh_deadline(&mut self) {
-        self.child_deadline = self.children.iter().filter(|c| c.alive()).filter_map(|c| c.deadline).min();
+        self.start.child_deadline =
+            self.children.iter().filter(|c| c.alive()).filter_map(|c| c.deadline).min();
     }
 
     /// How long a launching child had to connect.
     fn limit_for(&self, child: &Child) -> Duration {
-        match (&self.startup, &self.plan) {
+        match (&self.start.current, &self.start.plan) {
             (Some(s), _) if child.attach => s.attach.unwrap_or_default(),
             (_, Some(plan)) => ms(plan.startup_timeout_ms),
             _ => Duration::ZERO,
@@ -961,7 +984,7 @@ impl Node {
     /// Attach mode: once this node's slots and every comm-node child's are known,
     /// the addresses go up and the back-ends' clock starts.
     fn maybe_send_points(&mut self, now: Instant) {
-        let Some(s) = self.startup.as_ref() else { return };
+        let Some(s) = self.start.current.as_ref() else { return };
         let Some(limit) = s.attach else { return };
         if s.points_sent || s.own_points.is_none() && self.children.iter().any(|c| c.attach) {
             return;
@@ -978,7 +1001,7 @@ impl Node {
             }
         }
         points.sort();
-        if let Some(s) = self.startup.as_mut() {
+        if let Some(s) = self.start.current.as_mut() {
             s.points_sent = true;
         }
         match self.parent {
@@ -996,7 +1019,7 @@ impl Node {
         if self.children.iter().any(|c| matches!(c.state, ChildState::Launching | ChildState::Connected)) {
             return;
         }
-        let Some(startup) = self.startup.take() else { return };
+        let Some(startup) = self.start.current.take() else { return };
         let ranks = self.live_ranks();
         if ranks.is_empty() && !self.children.is_empty()
             || self.children.is_empty() && self.role == Role::FrontEnd

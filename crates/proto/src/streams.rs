@@ -150,9 +150,9 @@ macro_rules! ctx {
             // Until the new parent's welcome, a rejoining node sends nothing up: what
             // it would send answers waves that went on without it, and the new parent
             // may already count its answers from a later wave.
-            parent: $node.parent.filter(|_| $node.rejoining.is_none()),
+            parent: $node.parent.filter(|_| $node.recovery.rejoining.is_none()),
             children: &$node.children,
-            awaited: &$node.orphaned,
+            awaited: &$node.recovery.orphaned,
             together: $node.send_together,
         }
     };
@@ -651,7 +651,7 @@ impl Node {
                 name: &self.name,
                 parent: None,
                 children: &self.children,
-                awaited: &self.orphaned,
+                awaited: &self.recovery.orphaned,
                 together: self.send_together,
             },
             &mut self.out,
@@ -808,7 +808,7 @@ impl Node {
             Role::CommNode => Err(CommandError::NotNow("a comm node has no tool")),
             Role::BackEnd { .. } => {
                 // Until the new parent's welcome nothing goes up (see `ctx!`).
-                let rejoining = self.rejoining.is_some();
+                let rejoining = self.recovery.rejoining.is_some();
                 let parent = match self.parent {
                     _ if rejoining => None,
                     Some(p) => Some(p),
@@ -845,7 +845,7 @@ impl Node {
                     s.blocked = true;
                     return Err(CommandError::Blocked(frame));
                 }
-                let none_linked = s.members.is_empty() && s.spec.ranks.intersects(&self.orphaned);
+                let none_linked = s.members.is_empty() && s.spec.ranks.intersects(&self.recovery.orphaned);
                 if none_linked || !s.waiting_down.is_empty() {
                     // Counted as a request when it goes down (see `member_joined`).
                     s.waiting_down.push_back(frame);
