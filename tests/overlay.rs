@@ -1511,6 +1511,10 @@ fn run_with_a_timeout_cuts_off_a_stopped_comm_node_and_shows_the_ranks_that_answ
             "1",
             "--dead-after",
             "5",
+            // Without recovery the cut-off ranks are lost; with it they rejoin and are asked
+            // again (run_asks_the_orphans_of_a_killed_comm_node_again_once_they_rejoined).
+            "--rejoin-within",
+            "0",
             "--",
             "sh",
             "-c",
@@ -1521,6 +1525,21 @@ fn run_with_a_timeout_cuts_off_a_stopped_comm_node_and_shows_the_ranks_that_answ
     assert!(stdout.contains("---- [2-3] (2 ranks) ----\nhi\n"), "{stdout}");
     assert!(stdout.contains("lost [0-1]: ") && stdout.contains("nothing arrived for 5.0 s"), "{stdout}");
     assert_eq!(out.status.code(), Some(255), "{stdout}");
+}
+
+#[test]
+fn run_asks_the_orphans_of_a_killed_comm_node_again_once_they_rejoined() {
+    // Regression: after a comm node was killed, its orphans rejoined and their commands
+    // finished, yet `run` reported them lost (exit 255): the answers the node held went
+    // with it. Rank 0 kills its comm node once rank 1 (same node) has answered.
+    let t = tag();
+    let script = "if [ $TREECAST_RANK = 0 ]; then read -r _ _ _ be _ < /proc/$PPID/stat; \
+                  read -r _ _ _ cn _ < /proc/$be/stat; sleep 0.5; kill -9 $cn; fi; echo hi";
+    let out = treecast(&t, &["run", "--local", "4", "--topology", "kary:2", "--", "sh", "-c", script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("---- [0-3] (4 ranks) ----\nhi\n"), "{stdout}");
+    assert!(!stdout.contains("lost"), "{stdout}");
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
 }
 
 #[test]

@@ -25,6 +25,7 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
     let mut files: Option<FileWorker> = None;
     let rank = be.rank();
     let mut pinging: Option<Pinging> = None;
+    let mut runs = RunAnswers::default();
     loop {
         let packet = match be.next_event().await {
             Ok(BackEndEvent::Packet(p)) if matches!(p.tag(), TAG_PEER_PING | TAG_PEER_CAST) => {
@@ -43,6 +44,7 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(BackEndEvent::Packet(p)) => p,
             Ok(BackEndEvent::StreamClosed(id)) => {
+                runs.0.remove(&id);
                 // A transfer the front-end gave up on leaves no temporary file behind.
                 if let Some(files) = &files {
                     files.stream_closed(id).await?;
@@ -62,11 +64,33 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
             worker.packet(packet).await?;
             continue;
         }
+        if packet.tag() == TAG_RUN {
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            runs.0.insert(packet.stream(), rx);
+            tokio::spawn(async move {
+                if let Err(e) = answer_run(&sender, rank, packet, tx).await {
+                    tracing::warn!(rank, "could not answer a request: {e}");
+                }
+            });
+            continue;
+        }
+        if packet.tag() == TAG_RUN_AGAIN {
+            let kept = packet.unpack(RUN_AGAIN_REQUEST).ok().and_then(|v| match v[..] {
+                [Value::UInt(stream)] => runs.0.get(&stream).cloned(),
+                _ => None,
+            });
+            tokio::spawn(async move {
+                if let Err(e) = answer_again(&sender, packet, kept).await {
+                    tracing::warn!(rank, "could not answer a request: {e}");
+                }
+            });
+            continue;
+        }
         // Requests that take time run as tasks of their own so they hold up no other
         // stream; quick ones are answered at once, which keeps round trips short.
         if matches!(
             packet.tag(),
-            TAG_RUN | TAG_SLEEP | TAG_BURST | TAG_BURST_BYTES | TAG_SPAWN_HELPERS | TAG_COLLECTIVE
+            TAG_SLEEP | TAG_BURST | TAG_BURST_BYTES | TAG_SPAWN_HELPERS | TAG_COLLECTIVE
         ) {
             tokio::spawn(async move {
                 if let Err(e) = answer(&sender, rank, packet).await {
@@ -89,6 +113,51 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
     drop(files);
     be.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The answer of each [`TAG_RUN`] request by its stream, as soon as its command
+/// ended, until the stream closes: what [`TAG_RUN_AGAIN`] asks for.
+#[derive(Default)]
+struct RunAnswers(std::collections::HashMap<u32, tokio::sync::watch::Receiver<Option<Vec<Value>>>>);
+
+/// Runs the command of a [`TAG_RUN`] request, keeps its answer in `kept`, and sends it.
+async fn answer_run(
+    be: &BackEndSender,
+    rank: u32,
+    p: Packet,
+    kept: tokio::sync::watch::Sender<Option<Vec<Value>>>,
+) -> Result<(), ApiError> {
+    let v = p.unpack(RUN_REQUEST)?;
+    let [Value::StrArray(argv), Value::ULong(limit_ms), Value::ULong(keep)] = v.as_slice() else {
+        return Ok(());
+    };
+    // A request from another tool may ask for more than a frame can carry back.
+    let keep = usize::try_from((*keep).min(MAX_OUTPUT_LIMIT)).unwrap_or(usize::MAX);
+    let values = run_command(argv, *limit_ms, keep, rank, be.size()).await.values();
+    kept.send_replace(Some(values.clone()));
+    be.send(p.stream(), TAG_RUN, RUN_ANSWER, &values).await
+}
+
+/// Answers a [`TAG_RUN_AGAIN`] request with the kept answer, once the command ended.
+async fn answer_again(
+    be: &BackEndSender,
+    p: Packet,
+    kept: Option<tokio::sync::watch::Receiver<Option<Vec<Value>>>>,
+) -> Result<(), ApiError> {
+    let values = match kept {
+        Some(mut rx) => match rx.wait_for(Option::is_some).await {
+            Ok(v) => v.clone().unwrap_or_default(),
+            // The command's task ended without an answer: it could not send one either.
+            Err(_) => Finished::failed("treecast: the command's answer was lost\n".into(), EXIT_NOT_STARTED)
+                .values(),
+        },
+        None => Finished::failed(
+            "treecast: the command never reached this back-end (its comm node was lost first)\n".into(),
+            EXIT_NOT_STARTED,
+        )
+        .values(),
+    };
+    be.send(p.stream(), TAG_RUN_AGAIN, RUN_ANSWER, &values).await
 }
 
 /// A ping-pong with another rank under way (see [`TAG_PEER_PING`]).
@@ -190,16 +259,6 @@ fn start_file_worker(be: &BackEnd) -> anyhow::Result<FileWorker> {
 async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError> {
     let (stream, tag) = (p.stream(), p.tag());
     match tag {
-        TAG_RUN => {
-            let v = p.unpack(RUN_REQUEST)?;
-            let [Value::StrArray(argv), Value::ULong(limit_ms), Value::ULong(keep)] = v.as_slice() else {
-                return Ok(());
-            };
-            // A request from another tool may ask for more than a frame can carry back.
-            let keep = usize::try_from((*keep).min(MAX_OUTPUT_LIMIT)).unwrap_or(usize::MAX);
-            let done = run_command(argv, *limit_ms, keep, rank, be.size()).await;
-            be.send(stream, tag, RUN_ANSWER, &done.values()).await
-        }
         TAG_ADD_RANK => {
             let v = p.unpack("%d")?;
             let x = v[0].as_i64().unwrap_or(0) as i32;

@@ -65,6 +65,16 @@ pub const TAG_SPAWN_HELPERS: i32 = 14;
 /// result (a gather's arrays one after another), the ranks a gather returned in
 /// order, and how many members contributed; or `%s` with why it failed.
 pub const TAG_COLLECTIVE: i32 = 15;
+/// `%ud stream` → the [`RUN_ANSWER`] this back-end gave (or gives, once its command
+/// ends) to the [`TAG_RUN`] request of `stream`, answered on the stream this request
+/// came on: `run` asks the orphans of a lost comm node again once they rejoined, since
+/// what they had sent went with that node. Answers are kept until their stream
+/// closes; a back-end the request never reached answers exit 127, saying so.
+/// (16 to 19 are the file transfer's tags.)
+pub const TAG_RUN_AGAIN: i32 = 20;
+/// What [`TAG_RUN_AGAIN`] asks: the stream of the [`TAG_RUN`] request.
+pub const RUN_AGAIN_REQUEST: &str = "%ud";
+
 /// What [`TAG_COLLECTIVE`] asks: op, combine, members, root, elements, rounds.
 pub const COLLECTIVE_REQUEST: &str = "%ud %ud %aud %ud %ud %ud";
 /// What [`TAG_COLLECTIVE`] answers.

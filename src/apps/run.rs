@@ -14,7 +14,10 @@ use treecast_topology::{hostlist, Shape};
 
 use super::cli::{LauncherKind, RunArgs, TreeArgs};
 use super::guard::signal_name;
-use super::protocol::{DEFAULT_OUTPUT_LIMIT, MAX_OUTPUT_LIMIT, RUN_ANSWER, RUN_REQUEST, TAG_RUN};
+use super::protocol::{
+    DEFAULT_OUTPUT_LIMIT, MAX_OUTPUT_LIMIT, RUN_AGAIN_REQUEST, RUN_ANSWER, RUN_REQUEST, TAG_RUN,
+    TAG_RUN_AGAIN,
+};
 
 /// Fan-out used when no topology is given.
 pub const DEFAULT_TOPOLOGY: &str = "kary:16";
@@ -166,7 +169,11 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(n) => Some(net.spawn(n, &[], &treecast_api::SpawnOptions::default()).await?),
         None => None,
     };
-    let wait = AnswerWait { limit, cut_off };
+    let rejoin = match tree.rejoin_within {
+        Some(secs) => (secs > 0.0).then(|| Duration::from_secs_f64(secs.min(1e6))),
+        None => treecast_driver::env::rejoin_from_env(),
+    };
+    let wait = AnswerWait { limit, cut_off, rejoin };
     let report = run_command_waiting(&mut net, &args.command, wait, args.output_limit).await;
     net.shutdown().await;
     let mut report = report?;
@@ -426,7 +433,7 @@ pub async fn run_command_keeping(
     limit: Option<Duration>,
     output_limit: u64,
 ) -> anyhow::Result<RunReport> {
-    run_command_waiting(net, command, AnswerWait { limit, cut_off: None }, output_limit).await
+    run_command_waiting(net, command, AnswerWait { limit, cut_off: None, rejoin: None }, output_limit).await
 }
 
 /// The command's time limit, and how long the tree takes to cut off a silent node:
@@ -437,6 +444,10 @@ pub struct AnswerWait {
     pub limit: Option<Duration>,
     /// The tree's silence limit (`--dead-after`); `None` when off or not to be waited for.
     pub cut_off: Option<Duration>,
+    /// How long the orphans of a lost comm node have to rejoin (`--rejoin-within`):
+    /// those that do are asked again for the answer that went with that node. `None`:
+    /// they are reported lost.
+    pub rejoin: Option<Duration>,
 }
 
 impl AnswerWait {
@@ -485,34 +496,36 @@ pub async fn run_command_waiting(
         Some((total, _)) => stream.recv_timeout(total).await,
         None => stream.recv().await,
     };
-    let mut classes = Vec::new();
-    let mut answered = RankSet::new();
+    let mut raw: Vec<(RankSet, Vec<Value>)> = Vec::new();
     if let Ok(packet) = answer {
-        for class in packet.eq_classes()? {
-            answered.union_with(&class.ranks);
-            let [Value::Bytes(stdout), Value::Bytes(stderr), Value::Int(code), Value::Int(signal), Value::ULong(stdout_bytes), Value::ULong(stderr_bytes), Value::Bytes(_digest)] =
-                class.values.as_slice()
-            else {
-                anyhow::bail!(
-                    "malformed answer from ranks {}: expected {RUN_ANSWER} (is treecast the same version on every host?)",
-                    class.ranks
-                );
-            };
-            classes.push(OutputClass {
-                ranks: class.ranks.to_string(),
-                count: class.ranks.len(),
-                exit_code: *code,
-                signal: *signal,
-                stdout: stdout.clone(),
-                stdout_bytes: *stdout_bytes,
-                stderr: stderr.clone(),
-                stderr_bytes: *stderr_bytes,
-                hosts: hosts_of(net.topology(), &class.ranks),
-            });
+        add_classes(&mut raw, &packet)?;
+    }
+    let mut answered = RankSet::new();
+    for (ranks, _) in &raw {
+        answered.union_with(ranks);
+    }
+    // Ranks whose comm node was lost while the command ran: what they had sent went
+    // with that node. Those that rejoin are asked again, before the request's stream
+    // closes (their back-ends keep the answer until then).
+    let mut orphans = RankSet::new();
+    for (ranks, _) in net.orphaned().into_iter().skip(orphaned_before) {
+        orphans.union_with(&ranks);
+    }
+    let orphans = orphans.intersection(&comm.ranks().difference(&answered));
+    if let (false, Some(rejoin)) = (orphans.is_empty(), wait.rejoin) {
+        if let Some(packet) = ask_again(net, &stream, &orphans, rejoin, wait).await {
+            add_classes(&mut raw, &packet)?;
+            for (ranks, _) in &raw {
+                answered.union_with(ranks);
+            }
         }
     }
     // A tree that takes nothing more is left as it is; the caller shuts it down.
     let _ = tokio::time::timeout(CLOSE_LIMIT, stream.close()).await;
+    let mut classes = Vec::new();
+    for (ranks, values) in raw {
+        classes.push(output_class(net.topology(), &ranks, &values)?);
+    }
     let missing = comm.ranks().difference(&answered);
     let known_lost = net.lost();
     let mut lost: Vec<Lost> = known_lost
@@ -521,13 +534,15 @@ pub async fn run_command_waiting(
         .map(|(ranks, reason)| Lost { ranks: ranks.to_string(), reason })
         .collect();
     let mut silent = missing.difference(known_lost.ranks());
-    // Ranks whose comm node was lost while the command ran rejoined the tree (or are
-    // rejoining), but what they had sent went with that node.
     for (ranks, why) in net.orphaned().into_iter().skip(orphaned_before) {
         let mine = ranks.intersection(&silent);
         if !mine.is_empty() {
             silent = silent.difference(&mine);
-            let reason = format!("{why}; their answers were lost with it (the ranks rejoin the tree)");
+            let reason = if wait.rejoin.is_some() && net.rejoined_ranks().intersection(&mine) == mine {
+                format!("{why}; they rejoined the tree but did not answer again")
+            } else {
+                format!("{why}; their answers were lost with it")
+            };
             lost.push(Lost { ranks: mine.to_string(), reason });
         }
     }
@@ -550,6 +565,76 @@ pub async fn run_command_waiting(
     let groups = vec![GroupReport { id: launch.id(), ranks: launch.rank_set().to_string(), spawned: false }];
     Ok(RunReport { backends: net.backends(), groups, classes, lost, no_answer, ok, exit_status })
 }
+
+/// Adds a packet's equivalence classes to `raw`, merged with equal answers already there.
+fn add_classes(raw: &mut Vec<(RankSet, Vec<Value>)>, packet: &treecast_api::Packet) -> anyhow::Result<()> {
+    for class in packet.eq_classes()? {
+        match raw.iter_mut().find(|(_, v)| *v == class.values) {
+            Some((ranks, _)) => ranks.union_with(&class.ranks),
+            None => raw.push((class.ranks, class.values)),
+        }
+    }
+    raw.sort_by_key(|(ranks, _)| ranks.iter().next());
+    Ok(())
+}
+
+/// One class of answers as `run` shows it.
+fn output_class(topo: &Topology, ranks: &RankSet, values: &[Value]) -> anyhow::Result<OutputClass> {
+    let [Value::Bytes(stdout), Value::Bytes(stderr), Value::Int(code), Value::Int(signal), Value::ULong(stdout_bytes), Value::ULong(stderr_bytes), Value::Bytes(_digest)] =
+        values
+    else {
+        anyhow::bail!(
+            "malformed answer from ranks {ranks}: expected {RUN_ANSWER} (is treecast the same version on every host?)"
+        );
+    };
+    Ok(OutputClass {
+        ranks: ranks.to_string(),
+        count: ranks.len(),
+        exit_code: *code,
+        signal: *signal,
+        stdout: stdout.clone(),
+        stdout_bytes: *stdout_bytes,
+        stderr: stderr.clone(),
+        stderr_bytes: *stderr_bytes,
+        hosts: hosts_of(topo, ranks),
+    })
+}
+
+/// Waits (up to `rejoin` and a margin) for `orphans` to rejoin or be lost, then asks
+/// those back for the answer they gave to `stream`'s request ([`TAG_RUN_AGAIN`]).
+async fn ask_again(
+    net: &Network,
+    stream: &treecast_api::Stream,
+    orphans: &RankSet,
+    rejoin: Duration,
+    wait: AnswerWait,
+) -> Option<treecast_api::Packet> {
+    let deadline = tokio::time::Instant::now() + rejoin + REJOIN_MARGIN;
+    let back = loop {
+        let back = orphans.intersection(&net.rejoined_ranks()).difference(&net.lost_ranks());
+        let mut settled = back.clone();
+        settled.union_with(&orphans.intersection(&net.lost_ranks()));
+        if settled == *orphans || tokio::time::Instant::now() >= deadline {
+            break back;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    if back.is_empty() {
+        return None;
+    }
+    let comm = net.communicator(back).ok()?;
+    let mut again = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await.ok()?;
+    again.send(TAG_RUN_AGAIN, RUN_AGAIN_REQUEST, &[Value::UInt(stream.id())]).await.ok()?;
+    let answer = match wait.total() {
+        Some((total, _)) => again.recv_timeout(total).await.ok(),
+        None => again.recv().await.ok(),
+    };
+    let _ = tokio::time::timeout(CLOSE_LIMIT, again.close()).await;
+    answer
+}
+
+/// Time past the rejoin limit for the news that an orphan rejoined or was lost.
+const REJOIN_MARGIN: Duration = Duration::from_secs(2);
 
 /// The hosts that run `ranks`, as a compact host list.
 fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
@@ -853,13 +938,15 @@ mod tests {
         // Regression: `--timeout 5` lowered --dead-after to 5 s (healthy ranks of a loaded
         // machine were cut off), and "no answer within 15 s" named no 10 s grace.
         let s = Duration::from_secs;
-        let (total, why) = AnswerWait { limit: Some(s(5)), cut_off: Some(s(30)) }.total().unwrap();
+        let (total, why) =
+            AnswerWait { limit: Some(s(5)), cut_off: Some(s(30)), rejoin: None }.total().unwrap();
         assert_eq!(total, s(40));
         assert!(why.contains("--dead-after") && why.contains("plus 10 s for the answers"), "{why}");
-        let (total, why) = AnswerWait { limit: Some(s(60)), cut_off: Some(s(30)) }.total().unwrap();
+        let (total, why) =
+            AnswerWait { limit: Some(s(60)), cut_off: Some(s(30)), rejoin: None }.total().unwrap();
         assert_eq!(total, s(70));
         assert!(why.starts_with("--timeout 60, plus 10 s"), "{why}");
-        assert!(AnswerWait { limit: None, cut_off: Some(s(30)) }.total().is_none());
+        assert!(AnswerWait { limit: None, cut_off: Some(s(30)), rejoin: None }.total().is_none());
         let a = run_args(&["--local", "4", "--timeout", "5"]);
         assert_eq!(a.tree.dead_after, None, "--timeout leaves liveness alone");
     }

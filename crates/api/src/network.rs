@@ -331,6 +331,12 @@ impl Network {
         lock(&self.shared).tool().orphaned.clone()
     }
 
+    /// Every rank that rejoined the tree after its comm node was lost, whoever read the
+    /// events ([`Event::RanksRejoined`]); see [`Network::orphaned`] for what it lost.
+    pub fn rejoined_ranks(&self) -> RankSet {
+        lock(&self.shared).tool().rejoined.borrow().1.clone()
+    }
+
     /// A receiver that sees each rejoin: their count and every rank that rejoined.
     pub(crate) fn rejoined_watch(&self) -> watch::Receiver<(u64, RankSet)> {
         lock(&self.shared).tool().rejoined.subscribe()

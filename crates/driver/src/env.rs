@@ -74,6 +74,11 @@ pub const DEAD_AFTER: &str = "TREECAST_DEAD_AFTER";
 /// scheduling delays alone would cut healthy nodes off.
 pub const LIMIT_SECS: std::ops::RangeInclusive<f64> = 0.1..=1e6;
 
+/// Seconds a comm node or back-end takes from [`DEAD_AFTER`] and [`REJOIN_WITHIN`]:
+/// what its parent sets (whole milliseconds of its plan, so 0.001 at least) or the
+/// front-end's user checked against [`LIMIT_SECS`] already.
+const CHILD_LIMIT_SECS: std::ops::RangeInclusive<f64> = 0.001..=1e6;
+
 /// Seconds a process may take to start and connect ([`STARTUP_TIMEOUT`]).
 pub const STARTUP_SECS: std::ops::RangeInclusive<f64> = 0.1..=86_400.0;
 
@@ -106,12 +111,12 @@ pub fn secs_in(
 }
 
 /// The heartbeat and silence limits `TREECAST_DEAD_AFTER` asks for: the default when
-/// it is unset or not a number of seconds in [`LIMIT_SECS`] (said as a warning), `None`
-/// for `0`. Heartbeats go four times per limit, at most once a second.
+/// it is unset or not a number of seconds from 0.001 to 1000000 (said as a warning),
+/// `None` for `0`. Heartbeats go four times per limit, at most once a second.
 pub fn liveness_from_env() -> Option<treecast_proto::LivenessLimits> {
     let default = treecast_proto::LivenessLimits::default();
     let Ok(text) = std::env::var(DEAD_AFTER) else { return Some(default) };
-    match secs_in(DEAD_AFTER, &text, LIMIT_SECS, true) {
+    match secs_in(DEAD_AFTER, &text, CHILD_LIMIT_SECS, true) {
         Ok(limit) => limit.map(treecast_proto::LivenessLimits::for_dead_after),
         Err(e) => {
             tracing::warn!("{e}; using {} s", default.dead_after.as_secs_f64());
@@ -130,7 +135,7 @@ pub use treecast_proto::DEFAULT_REJOIN_WITHIN;
 /// (recovery off) for `0`.
 pub fn rejoin_from_env() -> Option<std::time::Duration> {
     let Ok(text) = std::env::var(REJOIN_WITHIN) else { return Some(DEFAULT_REJOIN_WITHIN) };
-    match secs_in(REJOIN_WITHIN, &text, LIMIT_SECS, true) {
+    match secs_in(REJOIN_WITHIN, &text, CHILD_LIMIT_SECS, true) {
         Ok(limit) => limit,
         Err(e) => {
             tracing::warn!("{e}; using {} s", DEFAULT_REJOIN_WITHIN.as_secs_f64());
