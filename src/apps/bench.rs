@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use serde::Serialize;
-use treecast_api::{Network, NetworkBuilder, StreamOptions, Topology, TransformKind, Value};
+use treecast_api::{Network, StreamOptions, Topology, TransformKind, Value};
 
 use super::cli::{BenchArgs, BenchCommand, MicrobenchArgs};
 use super::protocol::{TAG_ADD_RANK, TAG_BURST};
@@ -123,7 +123,7 @@ async fn run_case(
 ) -> anyhow::Result<MicrobenchResult> {
     let hops = 2 * topology.depth();
     let raw_text = topology.to_mrnet();
-    let net = NetworkBuilder::new(topology).launch().await?;
+    let net = super::settings::builder(topology)?.launch().await?;
     let outcome = match monitor {
         Some(path) => measure_monitored(&net, spec, args, path).await,
         None => measure(&net, spec, args).await,
@@ -199,7 +199,7 @@ async fn monitoring_overhead(
     rounds: usize,
 ) -> anyhow::Result<ExitCode> {
     ensure!(rounds > 0, "--overhead needs at least 1 round");
-    let net = NetworkBuilder::new(topology).launch().await?;
+    let net = super::settings::builder(topology)?.launch().await?;
     let outcome = overhead_rounds(&net, spec, args, rounds).await;
     net.shutdown().await;
     let overhead = outcome?;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{ensure, Context};
-use treecast_api::{NetworkBuilder, StreamOptions, Topology, TransformKind, Value};
+use treecast_api::{StreamOptions, Topology, TransformKind, Value};
 
 use super::cli::DemoArgs;
 use super::protocol::DEFAULT_OUTPUT_LIMIT;
@@ -22,7 +22,7 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<ExitCode> {
         n,
         topology.comm_nodes()
     );
-    let net = NetworkBuilder::new(topology).launch().await?;
+    let net = super::settings::builder(topology)?.launch().await?;
     println!(
         "  tree up in {:.1} ms; every link authenticated with this session's secret",
         ms(net.startup_time())

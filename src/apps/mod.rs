@@ -19,6 +19,7 @@ pub mod protocol;
 pub mod routebench;
 pub mod routelive;
 pub mod run;
+pub mod settings;
 pub mod simbench;
 pub mod spawnbench;
 pub mod topo;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use serde::Serialize;
-use treecast_api::{Network, NetworkBuilder, Stream, StreamOptions, Topology, TransformKind, Value};
+use treecast_api::{Network, Stream, StreamOptions, Topology, TransformKind, Value};
 
 use super::cli::{RouteBenchArgs, RouteKind};
 use super::protocol::TAG_SINK;
@@ -115,7 +115,7 @@ pub async fn main(args: RouteBenchArgs) -> anyhow::Result<ExitCode> {
 async fn launch(route: RouteKind, receivers: usize) -> anyhow::Result<Network> {
     let topology = Topology::from_spec("flat", Some(receivers))?;
     // Every message goes by multicast on the udp route, however small, even to one child.
-    let builder = NetworkBuilder::new(topology)
+    let builder = super::settings::builder(topology)?
         .udp_route(route == RouteKind::Udp)
         .udp_setting("TREECAST_UDP_MIN_FRAME", "0")
         .udp_setting("TREECAST_UDP_MIN_MEMBERS", "1");

@@ -8,7 +8,7 @@ use anyhow::Context;
 use base64::Engine;
 use serde::Serialize;
 use treecast_api::{
-    Network, NetworkBuilder, RankSet, SrunOptions, SshOptions, StreamOptions, Topology, TransformKind, Value,
+    Network, RankSet, SrunOptions, SshOptions, StreamOptions, Topology, TransformKind, Value,
 };
 use treecast_topology::{hostlist, Shape};
 
@@ -150,7 +150,7 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 /// Starts the tree, runs the command, prints the grouped output.
 pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let limit = args.timeout.map(|secs| secs_flag("--timeout", secs, 0.001, 1e6)).transpose()?;
-    check_env_limits(&args.tree)?;
+    super::settings::EnvSettings::read_unless(&overridden(&args.tree))?;
     anyhow::ensure!(
         (1..=MAX_OUTPUT_LIMIT).contains(&args.output_limit),
         "--output-limit {} is not between 1 and {MAX_OUTPUT_LIMIT} bytes (both streams of a rank travel in one frame)",
@@ -300,10 +300,9 @@ fn hosts_topology(hosts: &str, fanout: usize, args: &TreeArgs) -> anyhow::Result
 /// # Errors
 /// Bad flags or a failed start-up.
 pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
-    check_env_limits(args)?;
     let topology = topology_of(args)?;
     let backends = topology.backends();
-    let mut builder = NetworkBuilder::new(topology)
+    let mut builder = super::settings::builder_unless(topology, &overridden(args))?
         .allow_missing(args.allow_missing)
         .udp_route(args.route == super::cli::RouteKind::Udp);
     if let Some(secs) = args.dead_after {
@@ -360,22 +359,17 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
     Ok(builder.launch().await?)
 }
 
-/// Refuses a silence or rejoin limit from the environment that the flag would refuse
-/// too, unless the flag replaces it (a comm node or back-end only warns and takes the
-/// default; the front-end says so before anything starts).
-///
-/// # Errors
-/// `TREECAST_DEAD_AFTER` or `TREECAST_REJOIN_WITHIN` out of range or not a number.
-pub fn check_env_limits(args: &TreeArgs) -> anyhow::Result<()> {
+/// The `TREECAST_*` variables that flags given in `args` replace.
+fn overridden(args: &TreeArgs) -> Vec<&'static str> {
     use treecast_driver::env;
-    for (var, flag_given) in
-        [(env::DEAD_AFTER, args.dead_after.is_some()), (env::REJOIN_WITHIN, args.rejoin_within.is_some())]
-    {
-        if let (Ok(text), false) = (std::env::var(var), flag_given) {
-            env::secs_in(var, &text, env::LIMIT_SECS, true).map_err(anyhow::Error::msg)?;
-        }
-    }
-    Ok(())
+    [
+        (env::DEAD_AFTER, args.dead_after.is_some()),
+        (env::REJOIN_WITHIN, args.rejoin_within.is_some()),
+        (env::STARTUP_TIMEOUT, args.connect_timeout.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(var, given)| given.then_some(var))
+    .collect()
 }
 
 /// `secs` as a duration when it lies between `min` and `max` seconds; else an error

@@ -13,7 +13,7 @@ use treecast_filters::FilterRegistry;
 use treecast_launch::{SrunOptions, SshOptions};
 use treecast_proto::{Command, LivenessLimits, Node, NodeConfig, Role};
 use treecast_topology::Topology;
-use treecast_transport::mcast::{McastConfig, UDP_VARIABLES};
+use treecast_transport::mcast::McastConfig;
 use treecast_transport::Secret;
 use treecast_wire::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, MAX_PAYLOAD_LEN};
 
@@ -48,66 +48,25 @@ pub struct NetworkBuilder {
     rejoin: Option<Duration>,
     udp_route: bool,
     udp_settings: Vec<(String, String)>,
-    /// Variables of the environment whose value is out of range, with why: refused by
-    /// [`NetworkBuilder::launch`] unless a setter replaced what they set.
-    env_errors: Vec<(&'static str, String)>,
+    /// The log filter every process of the tree uses (`TREECAST_LOG`'s syntax).
+    log: String,
 }
 
-/// The smallest `TREECAST_MAX_FRAME`: a frame must hold a file chunk of the default
-/// size with its header, and the launch plan of a large tree.
-const MIN_MAX_FRAME: usize = crate::DEFAULT_CHUNK + (64 << 10);
-
 impl NetworkBuilder {
+    /// The smallest frame limit ([`NetworkBuilder::max_frame`]): a frame must hold a
+    /// file chunk of the default size with its header, and the launch plan of a large tree.
+    pub const MIN_MAX_FRAME: usize = crate::DEFAULT_CHUNK + (64 << 10);
+
     /// A network of the given shape whose back-ends run `treecast backend`.
     pub fn new(topology: Topology) -> Self {
-        let mut env_errors = Vec::new();
-        let startup_timeout = match std::env::var(env::STARTUP_TIMEOUT) {
-            Ok(text) => match env::secs_in(env::STARTUP_TIMEOUT, &text, env::STARTUP_SECS, false) {
-                Ok(limit) => limit.unwrap_or(DEFAULT_STARTUP),
-                Err(e) => {
-                    env_errors.push((env::STARTUP_TIMEOUT, e));
-                    DEFAULT_STARTUP
-                }
-            },
-            Err(_) => DEFAULT_STARTUP,
-        };
-        let max_frame = match std::env::var(env::MAX_FRAME) {
-            Ok(text) => match text.trim().parse::<usize>() {
-                Ok(n) if (MIN_MAX_FRAME..=MAX_PAYLOAD_LEN).contains(&n) => n,
-                _ => {
-                    env_errors.push((
-                        env::MAX_FRAME,
-                        format!(
-                            "{}={text:?} is not a number of bytes from {MIN_MAX_FRAME} to {MAX_PAYLOAD_LEN}: \
-                             every frame, a file chunk or the launch plan, must fit in it (default {DEFAULT_MAX_FRAME})",
-                            env::MAX_FRAME
-                        ),
-                    ));
-                    DEFAULT_MAX_FRAME
-                }
-            },
-            Err(_) => DEFAULT_MAX_FRAME,
-        };
-        // Refused at launch (unless a setter replaces them), not only warned about as
-        // comm nodes and back-ends do: this is where the user can still be told.
-        let mut limit_from_env = |var: &'static str, default: Option<Duration>| match std::env::var(var) {
-            Ok(text) => env::secs_in(var, &text, env::LIMIT_SECS, true).unwrap_or_else(|e| {
-                env_errors.push((var, e));
-                default
-            }),
-            Err(_) => default,
-        };
-        let liveness = limit_from_env(env::DEAD_AFTER, Some(LivenessLimits::default().dead_after))
-            .map(LivenessLimits::for_dead_after);
-        let rejoin = limit_from_env(env::REJOIN_WITHIN, Some(env::DEFAULT_REJOIN_WITHIN));
         NetworkBuilder {
             topology,
             backend: Vec::new(),
             env: Vec::new(),
-            startup_timeout,
+            startup_timeout: DEFAULT_STARTUP,
             treecast_path: None,
             listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            unix_links: std::env::var(env::ROUTE).map(|r| r != "tcp").unwrap_or(true),
+            unix_links: true,
             launcher: LauncherSpec {
                 kind: LauncherKind::Local,
                 program: String::new(),
@@ -115,30 +74,29 @@ impl NetworkBuilder {
                 connect_timeout_s: 0,
                 remote_path: String::new(),
             },
-            remote_listen: std::env::var(env::LISTEN).ok().and_then(|s| s.parse().ok()),
+            remote_listen: None,
             allow_missing: false,
             attach: None,
             receive_window: DEFAULT_RECEIVE_WINDOW,
-            max_frame,
+            max_frame: DEFAULT_MAX_FRAME,
             registry: FilterRegistry::builtin(),
-            liveness,
-            rejoin,
+            liveness: Some(LivenessLimits::default()),
+            rejoin: Some(env::DEFAULT_REJOIN_WITHIN),
             udp_route: false,
             udp_settings: Vec::new(),
-            env_errors,
+            log: String::new(),
         }
     }
 
     /// Cuts off a node after `limit` without a frame or heartbeat from it (stopped,
     /// hung, unreachable): its ranks are reported lost, as if it had died, so it stalls
     /// its parent and siblings no longer than that. `None` switches heartbeats and the
-    /// check off. Default 30 s, or `TREECAST_DEAD_AFTER` seconds (`0`: off).
+    /// check off. Default 30 s (the `treecast` command applies `TREECAST_DEAD_AFTER`).
     ///
     /// A tool's own back-end that blocks its thread (no `.await`) for longer than the
     /// limit sends no heartbeat meanwhile and is cut off: run long computations with
     /// `tokio::task::spawn_blocking` or on a multi-threaded runtime.
     pub fn dead_after(mut self, limit: Option<Duration>) -> Self {
-        self.env_errors.retain(|(var, _)| *var != env::DEAD_AFTER);
         self.liveness = limit.filter(|d| !d.is_zero()).map(LivenessLimits::for_dead_after);
         self
     }
@@ -147,10 +105,9 @@ impl NetworkBuilder {
     /// tree under its parent within `limit`: their ranks are reported
     /// [`crate::Event::NodeLost`] at once, [`crate::Event::RanksRejoined`] as they come
     /// back, and [`crate::Event::RanksLost`] if they do not. `None` switches recovery
-    /// off (the lost node's sub-tree is lost with it). Default: 10 s, or
-    /// `TREECAST_REJOIN_WITHIN` seconds (`0`: off).
+    /// off (the lost node's sub-tree is lost with it). Default: 10 s (the `treecast`
+    /// command applies `TREECAST_REJOIN_WITHIN`).
     pub fn rejoin_within(mut self, limit: Option<Duration>) -> Self {
-        self.env_errors.retain(|(var, _)| *var != env::REJOIN_WITHIN);
         self.rejoin = limit.filter(|d| !d.is_zero());
         self
     }
@@ -188,8 +145,8 @@ impl NetworkBuilder {
         self
     }
 
-    /// The address processes on other hosts connect back to (default: found from the route to them,
-    /// or `TREECAST_LISTEN`).
+    /// The address processes on other hosts connect back to (default: found from the
+    /// route to them; the `treecast` command applies `TREECAST_LISTEN`).
     pub fn remote_listen(mut self, addr: IpAddr) -> Self {
         self.remote_listen = Some(addr);
         self
@@ -214,9 +171,9 @@ impl NetworkBuilder {
         self
     }
 
-    /// How long each level of the tree may take to start (default 30 s, or `TREECAST_STARTUP_TIMEOUT` seconds).
+    /// How long each level of the tree may take to start (default 30 s; the `treecast`
+    /// command applies `TREECAST_STARTUP_TIMEOUT`).
     pub fn startup_timeout(mut self, limit: Duration) -> Self {
-        self.env_errors.retain(|(var, _)| *var != env::STARTUP_TIMEOUT);
         self.startup_timeout = limit;
         self
     }
@@ -239,8 +196,8 @@ impl NetworkBuilder {
         self
     }
 
-    /// Links processes of this host through Unix sockets (`true`, the default unless
-    /// `TREECAST_ROUTE=tcp`) or through TCP on the listen address.
+    /// Links processes of this host through Unix sockets (`true`, the default; the
+    /// `treecast` command applies `TREECAST_ROUTE=tcp`) or through TCP on the listen address.
     pub fn unix_links(mut self, yes: bool) -> Self {
         self.unix_links = yes;
         self
@@ -254,10 +211,10 @@ impl NetworkBuilder {
         self
     }
 
-    /// Largest frame payload any node accepts (default 64 MiB and 64 KiB, or
-    /// `TREECAST_MAX_FRAME` bytes); a peer sending a larger frame loses its link.
+    /// Largest frame payload any node accepts (default 64 MiB and 64 KiB; the `treecast`
+    /// command applies `TREECAST_MAX_FRAME`); a peer sending a larger frame loses its link.
+    /// [`NetworkBuilder::launch`] refuses a limit below [`NetworkBuilder::MIN_MAX_FRAME`].
     pub fn max_frame(mut self, bytes: usize) -> Self {
-        self.env_errors.retain(|(var, _)| *var != env::MAX_FRAME);
         self.max_frame = bytes.clamp(1, MAX_PAYLOAD_LEN);
         self
     }
@@ -271,14 +228,15 @@ impl NetworkBuilder {
     /// Sends large downstream frames (multicasts, file chunks) by reliable UDP
     /// multicast from each node to its children on its subnet, one datagram for all
     /// of them, instead of once over each child's link (docs/multicast.md). The
-    /// `TREECAST_UDP_*` variables of this process set the protocol, for every node.
+    /// [`NetworkBuilder::udp_setting`] sets the protocol for every node (the `treecast`
+    /// command applies this process's `TREECAST_UDP_*` variables).
     pub fn udp_route(mut self, yes: bool) -> Self {
         self.udp_route = yes;
         self
     }
 
-    /// Sets one `TREECAST_UDP_*` setting of the UDP route for every node, over this
-    /// process's environment (docs/multicast.md lists them).
+    /// Sets one `TREECAST_UDP_*` setting of the UDP route for every node
+    /// (docs/multicast.md lists them).
     pub fn udp_setting(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         let name = name.into();
         self.udp_settings.retain(|(k, _)| *k != name);
@@ -286,16 +244,16 @@ impl NetworkBuilder {
         self
     }
 
-    /// The UDP route's settings: this process's `TREECAST_UDP_*` variables, then
-    /// [`NetworkBuilder::udp_setting`]'s.
+    /// The log filter of every process of the tree (`TREECAST_LOG`'s syntax, e.g.
+    /// `debug` or `treecast_proto=trace`); empty, the default, logs warnings.
+    pub fn log_filter(mut self, filter: impl Into<String>) -> Self {
+        self.log = filter.into();
+        self
+    }
+
+    /// The UDP route's settings, as [`NetworkBuilder::udp_setting`] gave them.
     fn udp_settings(&self) -> Vec<(String, String)> {
-        let mut all: Vec<(String, String)> = UDP_VARIABLES
-            .iter()
-            .filter(|&&k| !self.udp_settings.iter().any(|(s, _)| s == k))
-            .filter_map(|&k| std::env::var(k).ok().map(|v| (k.to_owned(), v)))
-            .collect();
-        all.extend(self.udp_settings.iter().cloned());
-        all
+        self.udp_settings.clone()
     }
 
     fn plan(&self, session: &str) -> LaunchPlan {
@@ -311,7 +269,7 @@ impl NetworkBuilder {
         plan.remote_listen = self.remote_listen.map(|ip| ip.to_string()).unwrap_or_default();
         plan.launcher = self.launcher.clone();
         plan.max_frame = self.max_frame as u32;
-        plan.log = std::env::var(env::LOG).unwrap_or_default();
+        plan.log = self.log.clone();
         let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
         (plan.heartbeat_ms, plan.dead_after_ms) =
             self.liveness.map_or((0, 0), |l| (ms(l.heartbeat), ms(l.dead_after)));
@@ -333,8 +291,13 @@ impl NetworkBuilder {
         if backends == 0 {
             return Err(ApiError::NoBackends);
         }
-        if let Some((_, e)) = self.env_errors.first() {
-            return Err(ApiError::Env(e.clone()));
+        if !(Self::MIN_MAX_FRAME..=MAX_PAYLOAD_LEN).contains(&self.max_frame) {
+            return Err(ApiError::Env(format!(
+                "a frame limit of {} bytes is not from {} to {MAX_PAYLOAD_LEN}: every frame, a file chunk or \
+                 the launch plan, must fit in it (default {DEFAULT_MAX_FRAME})",
+                self.max_frame,
+                Self::MIN_MAX_FRAME
+            )));
         }
         if self.udp_route {
             // Refused here, once, rather than by every node of the tree.

@@ -72,7 +72,7 @@ pub(super) async fn one_run(
         lost: RankSet::new(),
         rejoined: RankSet::new(),
     };
-    let builder = NetworkBuilder::new(t.topo.clone())
+    let builder = crate::apps::settings::builder(t.topo.clone())?
         .dead_after(Some(t.dead_after()))
         .rejoin_within(super::rejoin_limit(args))
         .startup_timeout(STARTUP_LIMIT);

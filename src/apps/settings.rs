@@ -1,0 +1,212 @@
+//! The `TREECAST_*` variables the `treecast` command honours, read and checked once
+//! before anything starts (ripgrep's pattern: flags and the environment become a
+//! validated configuration first). The library reads no environment: a tool that
+//! embeds it sets what it wants on its `NetworkBuilder`.
+//!
+//! A malformed value is an error naming the variable and what it accepts, never a
+//! silent default. Flags given on the command line are applied after these, so they
+//! win.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use treecast_api::NetworkBuilder;
+use treecast_driver::env;
+use treecast_transport::mcast::UDP_VARIABLES;
+
+/// What the environment asks of a network, each `None` when its variable is unset.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnvSettings {
+    /// `TREECAST_STARTUP_TIMEOUT`.
+    pub startup_timeout: Option<Duration>,
+    /// `TREECAST_MAX_FRAME`, bytes.
+    pub max_frame: Option<usize>,
+    /// `TREECAST_DEAD_AFTER` (`Some(None)`: `0`, heartbeats off).
+    pub dead_after: Option<Option<Duration>>,
+    /// `TREECAST_REJOIN_WITHIN` (`Some(None)`: `0`, recovery off).
+    pub rejoin_within: Option<Option<Duration>>,
+    /// `TREECAST_ROUTE`: `unix` (true) or `tcp` (false) between processes of one host.
+    pub unix_links: Option<bool>,
+    /// `TREECAST_LISTEN`: the address children on other hosts connect to.
+    pub remote_listen: Option<IpAddr>,
+    /// `TREECAST_LOG`: the log filter every process of the tree uses.
+    pub log: Option<String>,
+    /// The UDP route's `TREECAST_UDP_*` settings that are set.
+    pub udp: Vec<(String, String)>,
+}
+
+impl EnvSettings {
+    /// Reads this process's environment.
+    ///
+    /// # Errors
+    /// A set variable whose value is malformed or out of range, named with what it takes.
+    pub fn read() -> anyhow::Result<EnvSettings> {
+        EnvSettings::read_unless(&[])
+    }
+
+    /// Reads this process's environment but the variables in `overridden`, which flags
+    /// of the command line replace (so a malformed one does not stop the command).
+    ///
+    /// # Errors
+    /// As [`EnvSettings::read`].
+    pub fn read_unless(overridden: &[&str]) -> anyhow::Result<EnvSettings> {
+        EnvSettings::from_lookup(|var| match overridden.contains(&var) {
+            true => None,
+            false => std::env::var(var).ok(),
+        })
+    }
+
+    /// Reads the variables through `lookup` (the environment, or a table in tests).
+    ///
+    /// # Errors
+    /// As [`EnvSettings::read`].
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<EnvSettings> {
+        let secs = |var: &str, range, zero_off| -> anyhow::Result<Option<Option<Duration>>> {
+            lookup(var)
+                .map(|text| env::secs_in(var, &text, range, zero_off).map_err(anyhow::Error::msg))
+                .transpose()
+        };
+        let startup_timeout = secs(env::STARTUP_TIMEOUT, env::STARTUP_SECS, false)?.flatten();
+        let dead_after = secs(env::DEAD_AFTER, env::LIMIT_SECS, true)?;
+        let rejoin_within = secs(env::REJOIN_WITHIN, env::LIMIT_SECS, true)?;
+        let max_frame = lookup(env::MAX_FRAME).map(|text| max_frame(&text)).transpose()?;
+        let unix_links = match lookup(env::ROUTE).as_deref().map(str::trim) {
+            None => None,
+            Some("unix") => Some(true),
+            Some("tcp") => Some(false),
+            Some(other) => anyhow::bail!(
+                "{}={other:?} is not `unix` or `tcp` (how processes of one host are linked)",
+                env::ROUTE
+            ),
+        };
+        let remote_listen = match lookup(env::LISTEN) {
+            None => None,
+            Some(text) => Some(text.trim().parse::<IpAddr>().map_err(|_| {
+                anyhow::anyhow!(
+                    "{}={text:?} is not an IP address (where children on other hosts connect)",
+                    env::LISTEN
+                )
+            })?),
+        };
+        let udp = UDP_VARIABLES.iter().filter_map(|&k| lookup(k).map(|v| (k.to_owned(), v))).collect();
+        Ok(EnvSettings {
+            startup_timeout,
+            max_frame,
+            dead_after,
+            rejoin_within,
+            unix_links,
+            remote_listen,
+            log: lookup(env::LOG),
+            udp,
+        })
+    }
+
+    /// `builder` with what the environment set; the rest stays as the builder has it.
+    pub fn apply(&self, mut builder: NetworkBuilder) -> NetworkBuilder {
+        if let Some(limit) = self.startup_timeout {
+            builder = builder.startup_timeout(limit);
+        }
+        if let Some(bytes) = self.max_frame {
+            builder = builder.max_frame(bytes);
+        }
+        if let Some(limit) = self.dead_after {
+            builder = builder.dead_after(limit);
+        }
+        if let Some(limit) = self.rejoin_within {
+            builder = builder.rejoin_within(limit);
+        }
+        if let Some(unix) = self.unix_links {
+            builder = builder.unix_links(unix);
+        }
+        if let Some(addr) = self.remote_listen {
+            builder = builder.remote_listen(addr);
+        }
+        if let Some(filter) = &self.log {
+            builder = builder.log_filter(filter.clone());
+        }
+        for (name, value) in &self.udp {
+            builder = builder.udp_setting(name.clone(), value.clone());
+        }
+        builder
+    }
+}
+
+/// `TREECAST_MAX_FRAME`'s value as a number of bytes the builder accepts.
+fn max_frame(text: &str) -> anyhow::Result<usize> {
+    let (min, max) = (NetworkBuilder::MIN_MAX_FRAME, treecast_wire::MAX_PAYLOAD_LEN);
+    match text.trim().parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => anyhow::bail!(
+            "{}={text:?} is not a number of bytes from {min} to {max}: every frame, a file chunk or the \
+             launch plan, must fit in it (default {})",
+            env::MAX_FRAME,
+            treecast_driver::DEFAULT_MAX_FRAME
+        ),
+    }
+}
+
+/// A builder for `topology` with this process's `TREECAST_*` variables applied.
+///
+/// # Errors
+/// A malformed variable (see [`EnvSettings::read`]).
+pub fn builder(topology: treecast_api::Topology) -> anyhow::Result<NetworkBuilder> {
+    builder_unless(topology, &[])
+}
+
+/// As [`builder`], leaving out the variables in `overridden`, which flags replace.
+///
+/// # Errors
+/// As [`builder`].
+pub fn builder_unless(
+    topology: treecast_api::Topology,
+    overridden: &[&str],
+) -> anyhow::Result<NetworkBuilder> {
+    Ok(EnvSettings::read_unless(overridden)?.apply(NetworkBuilder::new(topology)))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn read(vars: &[(&str, &str)]) -> anyhow::Result<EnvSettings> {
+        EnvSettings::from_lookup(|k| vars.iter().find(|(v, _)| *v == k).map(|(_, x)| (*x).to_owned()))
+    }
+
+    #[test]
+    fn unset_variables_change_nothing() {
+        assert_eq!(read(&[]).unwrap(), EnvSettings::default());
+    }
+
+    #[test]
+    fn set_variables_are_read_and_zero_switches_limits_off() {
+        let s = read(&[
+            ("TREECAST_DEAD_AFTER", "0"),
+            ("TREECAST_REJOIN_WITHIN", "2.5"),
+            ("TREECAST_ROUTE", "tcp"),
+            ("TREECAST_LISTEN", "10.1.2.3"),
+            ("TREECAST_STARTUP_TIMEOUT", "12"),
+        ])
+        .unwrap();
+        assert_eq!(s.dead_after, Some(None));
+        assert_eq!(s.rejoin_within, Some(Some(Duration::from_millis(2500))));
+        assert_eq!(s.unix_links, Some(false));
+        assert_eq!(s.remote_listen, Some("10.1.2.3".parse().unwrap()));
+        assert_eq!(s.startup_timeout, Some(Duration::from_secs(12)));
+    }
+
+    #[test]
+    fn a_malformed_value_is_an_error_naming_its_variable_never_a_silent_default() {
+        // Regression: TREECAST_ROUTE=udp and TREECAST_LISTEN=nowhere were taken silently.
+        for (var, value) in [
+            ("TREECAST_ROUTE", "udp"),
+            ("TREECAST_LISTEN", "nowhere"),
+            ("TREECAST_STARTUP_TIMEOUT", "1e20"),
+            ("TREECAST_DEAD_AFTER", "1e-300"),
+            ("TREECAST_MAX_FRAME", "1"),
+        ] {
+            let e = read(&[(var, value)]).unwrap_err().to_string();
+            assert!(e.contains(var) && e.contains(value), "{var}={value}: {e}");
+        }
+    }
+}
