@@ -264,6 +264,11 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
             let x = v[0].as_i64().unwrap_or(0) as i32;
             be.send(stream, tag, "%d", &[x.wrapping_add(rank as i32).into()]).await
         }
+        TAG_RANK => {
+            let v = p.unpack("%d")?;
+            let x = v[0].as_i64().unwrap_or(0) as i32;
+            be.send(stream, tag, "%aud %ad", &[Value::UIntArray(vec![rank]), Value::IntArray(vec![x])]).await
+        }
         TAG_SINK => be.send(stream, tag, "%d", &[Value::Int(1)]).await,
         TAG_SPAWN_HELPERS => {
             let v = p.unpack("%ud")?;

@@ -1,7 +1,11 @@
 //! What the generic back-end (`treecast backend`) understands: requests by tag.
 //!
 //! Each request arrives on a stream and is answered on the same stream with the
-//! same tag, so filters reduce the answers on the way up.
+//! same tag, so filters reduce the answers on the way up. The requests the simulated
+//! tree's back-ends answer too (`TAG_ADD_RANK`, `TAG_RANK`, `TAG_BURST`,
+//! `TAG_BURST_BYTES`) are defined once, in `treecast_wire::requests`.
+
+pub use treecast_wire::requests::{TAG_ADD_RANK, TAG_BURST, TAG_BURST_BYTES, TAG_RANK};
 
 /// Run a command: [`RUN_REQUEST`] → [`RUN_ANSWER`].
 pub const TAG_RUN: i32 = 1;
@@ -17,8 +21,6 @@ pub const RUN_ANSWER: &str = "%b %b %d %d %uld %uld %b";
 /// Answer with the values received, unchanged.
 #[allow(dead_code)] // answered by the catch-all arm; named for tools and tests
 pub const TAG_ECHO: i32 = 2;
-/// `%d x` → `%d` (x + rank).
-pub const TAG_ADD_RANK: i32 = 3;
 /// Answer `%s` naming the parent this back-end is connected to.
 pub const TAG_WHERE: i32 = 4;
 /// `%ad ranks` → the listed ranks exit at once without answering; the others answer `%d` rank.
@@ -26,16 +28,9 @@ pub const TAG_DIE: i32 = 5;
 /// `%d ms` → sleep that long, then answer `%d` rank.
 pub const TAG_SLEEP: i32 = 6;
 
-/// `%d count` → answer `count` packets `%d 1` back to back (reduction throughput).
-pub const TAG_BURST: i32 = 7;
-
 /// `%ad ranks %d ms` → the listed ranks stop reading packets for `ms` (their links stay
 /// up), then every rank answers `%d` rank: a rank that hangs, for tests of time limits.
 pub const TAG_STALL: i32 = 8;
-
-/// `%d count %d size` → answer `count` packets `%s`, each a string of `size` bytes
-/// (memory bounds in bytes, not only in packets).
-pub const TAG_BURST_BYTES: i32 = 9;
 
 /// `%b data` of any size → `%d 1`: a message taken and acknowledged, for the route
 /// benchmark (`treecast bench route`).

@@ -41,15 +41,9 @@ use treecast_proto::{
     LivenessLimits, Node, NodeConfig, Peer, Role,
 };
 
-/// Tag of a request a back-end answers with `%d`: the request's integer plus its rank.
-pub const TAG_ADD_RANK: i32 = 1;
-/// Tag of a request `%d x` a back-end answers with `%aud %ad`: its own rank and `x`,
-/// each alone in an array (so a concatenation says which ranks answered which request).
-pub const TAG_RANK: i32 = 2;
-/// Tag of a request a back-end answers with `%d`: as many packets of `1` as the request says.
-pub const TAG_BURST: i32 = 3;
-/// Tag of a request `%d count %d size` a back-end answers with `count` packets `%b` of `size` bytes.
-pub const TAG_BURST_BYTES: i32 = 4;
+/// The requests a simulated back-end answers, as the generic back-end (`treecast
+/// backend`) does: one scenario runs in both.
+pub use treecast_proto::wire::requests::{TAG_ADD_RANK, TAG_BURST, TAG_BURST_BYTES, TAG_RANK};
 
 /// How long after a killed node's link to its parent closes the parent's driver
 /// reports how its process ended (`Command::ChildExited`), as a real driver does once
@@ -1169,7 +1163,7 @@ fn answer(rank: u32, request: &Frame) -> Vec<Frame> {
     match request.header.tag {
         TAG_BURST_BYTES => {
             let size = values.get(1).and_then(Value::as_i64).unwrap_or(0).clamp(0, 1 << 24) as usize;
-            (0..first.max(0)).map(|_| one(Value::bytes(vec![rank as u8; size]))).collect()
+            (0..first.max(0)).map(|_| one(Value::Str("x".repeat(size)))).collect()
         }
         TAG_ADD_RANK => vec![one(Value::Int((first + i64::from(rank)) as i32))],
         TAG_RANK => {

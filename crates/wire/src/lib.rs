@@ -33,6 +33,7 @@ mod mcast;
 mod peer;
 mod plan;
 mod rankset;
+pub mod requests;
 mod routemsg;
 mod value;
 
