@@ -117,6 +117,19 @@ fn strings(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<String>, Decode
     (0..n).map(|_| r.string(what)).collect()
 }
 
+impl LauncherSpec {
+    /// Fork/exec on this host only: the embedded default.
+    pub fn local() -> LauncherSpec {
+        LauncherSpec {
+            kind: LauncherKind::Local,
+            program: String::new(),
+            args: Vec::new(),
+            connect_timeout_s: 0,
+            remote_path: String::new(),
+        }
+    }
+}
+
 impl LaunchPlan {
     /// A plan for a whole tree on this host, rooted at node 0: the local launcher, Unix
     /// links, 30 s per level, no attach mode, the largest frames the wire allows.
@@ -135,13 +148,7 @@ impl LaunchPlan {
             local_route: LocalRoute::Unix,
             listen: String::new(),
             remote_listen: String::new(),
-            launcher: LauncherSpec {
-                kind: LauncherKind::Local,
-                program: String::new(),
-                args: Vec::new(),
-                connect_timeout_s: 0,
-                remote_path: String::new(),
-            },
+            launcher: LauncherSpec::local(),
             max_frame: MAX_PAYLOAD_U32,
             log: String::new(),
             heartbeat_ms: 1_000,
