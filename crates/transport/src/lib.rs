@@ -38,7 +38,7 @@ pub use net::{Listener, Stream};
 pub use route::{Close, Route, RouteEvent};
 pub use secret::{Secret, SECRET_ENV};
 pub use socket::Socket;
-pub use stream_route::{cut_frames, CutError, StreamRoute};
+pub use stream_route::StreamRoute;
 pub use treecast_wire::{LinkId, LinkMap, LinkTable};
 
 /// Sets the socket options every treecast TCP link uses (no Nagle delay).

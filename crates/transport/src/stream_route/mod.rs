@@ -7,7 +7,6 @@
 //! socket into the node's core with no task or channel in between, and a node with a
 //! thousand links does not poll a thousand sockets per wake-up.
 
-mod cut;
 mod out_queue;
 mod payload;
 mod read;
@@ -27,7 +26,6 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use treecast_wire::Frame;
 
-pub use cut::{cut_frames, CutError};
 use out_queue::{stamp_in_flight, write_timed, OutQueue, Staged};
 use payload::payload_file;
 use ready::{LinkWaker, ReadyList};
@@ -39,19 +37,10 @@ use crate::recording::{
 use crate::route::{Close, Route, RouteEvent};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
-/// Bytes read per syscall at most.
-const READ_CHUNK: usize = 64 << 10;
 /// Bytes read from one link before the others get a turn.
 const READ_BUDGET: usize = 512 << 10;
-/// Payloads smaller than this are copied out of the read buffer, so a frame the
-/// node keeps (waiting for its wave) does not pin a whole read chunk.
-const COPY_BELOW: usize = 4 << 10;
 /// Payloads at least this large are written from their own buffer instead of copied.
 const ZERO_COPY_MIN: usize = 8 << 10;
-/// Most the read buffer grows by at once while a large frame arrives.
-const RESERVE_STEP: usize = 1 << 20;
-/// Most frames a read's list of frames is sized for before it is cut.
-const MAX_FRAMES_GUESS: usize = 1024;
 /// Slices per `writev`.
 const MAX_IOV: usize = 64;
 /// Most bytes read from a link after a write to it failed: more than any kernel

@@ -425,9 +425,8 @@ fn drain_runs(c: &mut Conn, each: &mut dyn FnMut(&mut Conn, RecordedRun)) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::super::cut::cut_frames;
     use super::*;
-    use treecast_wire::MAX_PAYLOAD_LEN;
+    use treecast_wire::{cut_frames, MAX_PAYLOAD_LEN};
 
     /// Like frames staged together (behind a large frame or a probe) make one run,
     /// so one sample, not one per frame.

@@ -7,6 +7,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use treecast_wire::{CutError, PayloadFiles};
 
 use crate::shared_payload;
 
@@ -76,6 +77,19 @@ pub(super) fn payload_file(payload: &Bytes) -> Option<Arc<OwnedFd>> {
             }
             None
         }
+    }
+}
+
+/// The payload files a link received and no frame has claimed yet, oldest first:
+/// the frame cutter maps the next one for each frame that says its payload came
+/// as a file.
+pub(super) struct ReceivedFiles<'a>(pub(super) &'a mut VecDeque<OwnedFd>);
+
+impl PayloadFiles for ReceivedFiles<'_> {
+    #[inline]
+    fn take(&mut self, len: usize) -> Result<Bytes, CutError> {
+        let file = self.0.pop_front().ok_or(CutError::NoFile)?;
+        shared_payload::map(file, len).map_err(CutError::File)
     }
 }
 

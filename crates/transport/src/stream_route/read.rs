@@ -8,11 +8,10 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::BytesMut;
-use treecast_wire::Frame;
+use treecast_wire::{cut_frames_into, Frame, MAX_FRAMES_GUESS, READ_CHUNK};
 
-use super::cut::cut_frames_into;
-use super::payload::MAX_WAITING_FILES;
-use super::{Conn, State, StreamRoute, DRAIN_AFTER_WRITE_FAILURE, MAX_FRAMES_GUESS, READ_BUDGET, READ_CHUNK};
+use super::payload::{ReceivedFiles, MAX_WAITING_FILES};
+use super::{Conn, State, StreamRoute, DRAIN_AFTER_WRITE_FAILURE, READ_BUDGET};
 use crate::recording::Monitoring;
 use crate::route::RouteEvent;
 use crate::{LinkId, Socket};
@@ -112,7 +111,7 @@ impl StreamRoute {
 /// Reads what `sock` has, up to a chunk, onto the end of `rbuf`; says how much and
 /// whether that drained the socket.
 ///
-/// While a large frame arrives, [`cut_frames`] has made room in `rbuf` for it, and
+/// While a large frame arrives, [`cut_frames_into`] has made room in `rbuf` for it, and
 /// the read goes straight there. Otherwise it goes through the thread's scratch
 /// buffer, so that an idle link keeps no read room of its own.
 ///
@@ -157,7 +156,8 @@ pub(super) fn deliver(
     let read_at = monitor.recording.then(|| monitor.ticker.now());
     // The list keeps its room from one read to the next: no allocation per read.
     let mut frames = FRAME_LIST.take();
-    cut_frames_into(&mut c.rbuf, max_frame, &mut c.files, &mut frames).map_err(|e| e.to_string())?;
+    cut_frames_into(&mut c.rbuf, max_frame, &mut ReceivedFiles(&mut c.files), &mut frames)
+        .map_err(|e| e.to_string())?;
     // A clock probe needs the read's end, as the `Instant` the core measures with,
     // whether or not anything records; cutting small frames takes far less than the
     // clock's error bound.
