@@ -24,7 +24,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use treecast_wire::Frame;
+use treecast_wire::{Frame, LaunchPlan};
 
 use out_queue::{stamp_in_flight, write_timed, OutQueue, Staged};
 use payload::payload_file;
@@ -34,7 +34,7 @@ use crate::recording::{
     mono_now, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, Waiting, COUNT_BATCH,
     MAX_DEFERRED,
 };
-use crate::route::{Close, Route, RouteEvent};
+use crate::route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
 
 /// Bytes read from one link before the others get a turn.
@@ -158,52 +158,6 @@ impl StreamRoute {
         Ok(())
     }
 
-    /// Sets the clock that stamps frames while monitoring (the node's global-clock
-    /// time base); the wall clock as read when the route was made until then.
-    pub fn set_clock(&mut self, clock: NodeClock) {
-        // Reads waiting are turned to net with the clock they were taken on.
-        self.record_deferred();
-        self.monitor.clock = clock;
-    }
-
-    /// Starts recording every frame's latency components under program tag `program`
-    /// (see `crate::recording`); what was recorded before is kept.
-    pub fn monitor_start(&mut self, program: u32) {
-        // Samples taken before keep the program tag they were taken under.
-        self.record_deferred();
-        self.monitor.start(program);
-    }
-
-    /// Keeps the frames of `stream` under their own program tag (`None`: the stream
-    /// is gone), so that workloads sharing the tree are told apart.
-    pub fn set_stream_program(&mut self, stream: u32, program: Option<u32>) {
-        self.record_deferred();
-        self.monitor.set_stream_program(stream, program);
-    }
-
-    /// Stops recording; frames already queued are still stamped and recorded.
-    pub fn monitor_stop(&mut self) {
-        // Staged frames are encoded now, so frames sent after the stop (encoded at
-        // once) cannot overtake them.
-        let start = mono_now();
-        for (_, c) in self.conns.iter_mut() {
-            stamp_in_flight(c, &mut self.monitor, start);
-        }
-        self.monitor.recording = false;
-    }
-
-    /// What was recorded so far.
-    pub fn monitor_report(&mut self) -> treecast_monitor::Report {
-        self.record_deferred();
-        self.monitor.report()
-    }
-
-    /// Forgets what was recorded.
-    pub fn monitor_clear(&mut self) {
-        self.record_deferred();
-        self.monitor.clear();
-    }
-
     /// Counts the samples taken since the last time (see `timing::Deferred`); those of a
     /// link gone since would count nothing, which is why links are removed through
     /// [`StreamRoute::remove_conn`].
@@ -236,24 +190,6 @@ impl StreamRoute {
         self.conns.remove(link)
     }
 
-    /// Says where `link` sits in the tree, which names its samples.
-    pub fn place_link(&mut self, link: LinkId, place: LinkPlace) {
-        // Samples taken before keep the name they were taken under.
-        self.record_deferred();
-        if let Some(c) = self.conns.get_mut(link) {
-            c.timing.set_place(place);
-        }
-    }
-
-    /// Sets the peer's clock against this node's, to correct the net component.
-    pub fn set_peer_clock(&mut self, link: LinkId, clock: PeerClock) {
-        // Reads waiting are turned to net with the offset in effect when taken.
-        self.record_deferred();
-        if let Some(c) = self.conns.get_mut(link) {
-            c.timing.peer_clock = clock;
-        }
-    }
-
     /// Sends payloads of at least `bytes` bytes to links within this host as sealed
     /// memory files instead of through the socket; `None` (until set) never does.
     /// Off by default: on the machines measured the socket was faster at every
@@ -273,13 +209,6 @@ impl StreamRoute {
     /// The peer's name, for logs.
     pub fn name(&self, link: LinkId) -> Option<&str> {
         self.conns.get(link).map(|c| c.name.as_str())
-    }
-
-    /// Bytes written on TCP links that their peers have not acknowledged yet (links
-    /// that failed count as 0): a process must not exit before this is 0, or the
-    /// kernel's reset may throw those bytes away.
-    pub fn unacknowledged(&self) -> usize {
-        self.conns.iter().map(|(_, c)| c.sock.unacknowledged().unwrap_or(0)).sum()
     }
 
     /// Number of links carried.
@@ -353,6 +282,10 @@ impl StreamRoute {
 }
 
 impl Route for StreamRoute {
+    fn add_link(&mut self, link: LinkId, socket: Socket, _peer: LinkPeer, name: String) -> io::Result<()> {
+        self.add(link, socket, name)
+    }
+
     fn send(&mut self, links: &[LinkId], frame: &Frame) {
         // Not recording reads no clock, but for a clock probe: a frame keeps the
         // stamp it came with, if any.
@@ -488,5 +421,69 @@ impl Route for StreamRoute {
             }
         }
         self.record_deferred();
+    }
+
+    fn apply_plan(&mut self, plan: &LaunchPlan) {
+        self.set_max_frame(plan.max_frame as usize);
+    }
+
+    fn unacknowledged(&self) -> usize {
+        // Links that failed count as 0.
+        self.conns.iter().map(|(_, c)| c.sock.unacknowledged().unwrap_or(0)).sum()
+    }
+}
+
+impl MonitoredRoute for StreamRoute {
+    fn set_clock(&mut self, clock: NodeClock) {
+        // Reads waiting are turned to net with the clock they were taken on.
+        self.record_deferred();
+        self.monitor.clock = clock;
+    }
+
+    fn monitor_start(&mut self, program: u32) {
+        // Samples taken before keep the program tag they were taken under.
+        self.record_deferred();
+        self.monitor.start(program);
+    }
+
+    fn set_stream_program(&mut self, stream: u32, program: Option<u32>) {
+        self.record_deferred();
+        self.monitor.set_stream_program(stream, program);
+    }
+
+    fn monitor_stop(&mut self) {
+        // Staged frames are encoded now, so frames sent after the stop (encoded at
+        // once) cannot overtake them.
+        let start = mono_now();
+        for (_, c) in self.conns.iter_mut() {
+            stamp_in_flight(c, &mut self.monitor, start);
+        }
+        self.monitor.recording = false;
+    }
+
+    fn monitor_report(&mut self) -> treecast_monitor::Report {
+        self.record_deferred();
+        self.monitor.report()
+    }
+
+    fn monitor_clear(&mut self) {
+        self.record_deferred();
+        self.monitor.clear();
+    }
+
+    fn place_link(&mut self, link: LinkId, place: LinkPlace) {
+        // Samples taken before keep the name they were taken under.
+        self.record_deferred();
+        if let Some(c) = self.conns.get_mut(link) {
+            c.timing.set_place(place);
+        }
+    }
+
+    fn set_peer_clock(&mut self, link: LinkId, clock: PeerClock) {
+        // Reads waiting are turned to net with the offset in effect when taken.
+        self.record_deferred();
+        if let Some(c) = self.conns.get_mut(link) {
+            c.timing.peer_clock = clock;
+        }
     }
 }
