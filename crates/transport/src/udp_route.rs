@@ -229,9 +229,11 @@ impl Groups {
         if self.given_up == Some(link) {
             return;
         }
-        let event = |f| match at {
-            Some(at) => RouteEvent::Timed(f, at),
-            None => RouteEvent::Frame(f),
+        // Frames parked behind a placeholder may come out with it: only a timed one
+        // is reported as such.
+        let event = |f: Frame| match at {
+            Some(at) if f.header.is_timed() => RouteEvent::Timed(f, at),
+            _ => RouteEvent::Frame(f),
         };
         let from_parent = self.parent.is_some_and(|(l, _)| l == link);
         if from_parent {
@@ -466,5 +468,72 @@ impl<R: MonitoredRoute> MonitoredRoute for UdpRoute<R> {
 
     fn monitor_clear(&mut self) {
         self.links.monitor_clear();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::task::Poll;
+
+    use treecast_wire::{FrameHeader, MAX_PAYLOAD_LEN};
+
+    use super::*;
+    use crate::{LinkTable, Secret, StreamRoute};
+
+    /// A parent's route and its child's over one Unix link, neither multicasting:
+    /// (parent, its link, child, its link).
+    fn linked() -> (UdpRoute<StreamRoute>, LinkId, UdpRoute<StreamRoute>, LinkId) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut ids = LinkTable::new();
+        let (lp, lc) = (ids.insert(()), ids.insert(()));
+        let key = McastKey::new(&Secret::generate());
+        let route = |node_id| UdpRoute::new(StreamRoute::new(MAX_PAYLOAD_LEN), key.clone(), node_id);
+        let (mut parent, mut child) = (route(0), route(4));
+        parent.add_link(lp, Socket::Unix(a), LinkPeer::Child { node_id: 4 }, "child 4".into()).unwrap();
+        child.add_link(lc, Socket::Unix(b), LinkPeer::Parent, "parent".into()).unwrap();
+        (parent, lp, child, lc)
+    }
+
+    /// Runs `poll_recv` until `n` events came.
+    async fn recv(route: &mut UdpRoute<StreamRoute>, n: usize) -> Vec<(LinkId, RouteEvent)> {
+        let mut got = Vec::new();
+        let wait = std::future::poll_fn(|cx| {
+            route.poll_recv(cx, &mut |l, e| got.push((l, e)));
+            if got.len() >= n {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(10), wait).await.unwrap();
+        got
+    }
+
+    /// With no group open, frames pass through to the links unchanged; a route frame
+    /// that does not decode closes its link with the reason, reported like any
+    /// other closed link.
+    #[tokio::test]
+    async fn without_a_group_frames_pass_through_and_a_malformed_route_frame_closes_the_link() {
+        let (mut parent, lp, mut child, lc) = linked();
+        assert_eq!(parent.send_together(), None);
+        assert!(parent.is_settled());
+        let data = Frame::new(FrameHeader::data(1, 7, 0), vec![1; 10]);
+        let route =
+            FrameHeader { kind: FrameKind::Route, flags: 0, stream: 0, tag: 0, rank: 0, timestamp_ns: 0 };
+        let bad = Frame::new(route, vec![0xEE; 3]);
+        child.send(&[lc], &data);
+        child.send(&[lc], &bad);
+        child.flush();
+        let got = recv(&mut parent, 2).await;
+        assert!(matches!(&got[0], (l, RouteEvent::Frame(f)) if *l == lp && *f == data), "{got:?}");
+        match &got[1] {
+            (l, RouteEvent::Closed(Some(reason))) if *l == lp => {
+                assert!(reason.contains("malformed route frame"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

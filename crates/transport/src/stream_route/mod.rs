@@ -6,6 +6,11 @@
 //! owning task, which then reads only the links that are ready: a frame goes from the
 //! socket into the node's core with no task or channel in between, and a node with a
 //! thousand links does not poll a thousand sockets per wake-up.
+//!
+//! The rooms: `ready.rs` (the ready list and the wakers), `out_queue.rs` (a link's
+//! queue, staging, stamping and the timed writes), `read.rs` (reading a ready link
+//! and handing its frames on; the cutter is `treecast_wire::cut_frames_into`),
+//! `payload.rs` (payload files), and here the route itself.
 
 mod out_queue;
 mod payload;

@@ -1,5 +1,7 @@
-//! The route's side of payload passing (`crate::shared_payload`): which payload files
-//! go with a write, and where a write must stop so that no header goes before its file.
+//! The route's side of payload passing (`crate::shared_payload`): the sealed file
+//! a large payload goes in, which payload files go with a write, where a write must
+//! stop so that no header goes before its file, and the files a link received,
+//! handed to the frame cutter.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
