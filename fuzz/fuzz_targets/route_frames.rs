@@ -1,4 +1,4 @@
-//! The frame cutter every link runs on the bytes it reads (`cut_frames`), fed arbitrary
+//! The frame cutter every link runs on the bytes it reads (`treecast_wire::cut_frames`), fed arbitrary
 //! bytes in arbitrary chunks, with a random frame-size limit.
 //!
 //! Input: `[limit byte, n, chunk sizes (n bytes)..., stream bytes...]`. The frames cut
@@ -9,8 +9,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use treecast_transport::{cut_frames, CutError};
-use treecast_wire::{encode_batch, Frame, FrameKind};
+use treecast_wire::{cut_frames, encode_batch, CutError, Frame, FrameKind};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&limit, rest)) = data.split_first() else { return };

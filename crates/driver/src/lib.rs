@@ -1,7 +1,8 @@
 //! The driver of treecast's nodes: the tokio task around a protocol core.
 //!
 //! * [`Driver`]: drives one [`treecast_proto::Node`]: its links (a
-//!   [`treecast_transport::StreamRoute`]), its timer, and the task that starts its
+//!   [`treecast_transport::MonitoredRoute`], [`NodeRoute`] in every node), its timer,
+//!   and the task that starts its
 //!   children through a [`treecast_launch::Launcher`]. The front-end, the comm node
 //!   and the back-end are the same core in three roles under this one driver.
 //! * [`run_comm_node`] is `treecast node`: connect to the parent, then drive.
@@ -19,7 +20,8 @@ pub use commnode::{
     connect_to, read_secret, run_comm_node, run_comm_node_with, treecast_exe, COMM_NODE_ARG,
     DEFAULT_MAX_FRAME,
 };
+pub use driver::node_route::{NodeRoute, Shared};
 pub use driver::{
-    drive, lock, Driver, Launching, NoTool, Shared, Tool, LAST_FLUSH, MAX_AWAITING_BYTES, SHUTDOWN_GRACE,
+    drive, lock, Driver, Launching, NoTool, Tool, LAST_FLUSH, MAX_AWAITING_BYTES, SHUTDOWN_GRACE,
 };
 pub use error::NodeError;

@@ -23,7 +23,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use treecast_transport::recording::{mono_now, NodeClock};
-use treecast_transport::{LinkId, LinkTable, Route, RouteEvent, Socket, StreamRoute};
+use treecast_transport::{LinkId, LinkTable, MonitoredRoute, Route, RouteEvent, Socket, StreamRoute};
 use treecast_wire::{Frame, FrameHeader, MAX_PAYLOAD_LEN};
 
 /// Two routes linked by `links` socket pairs: (a, its links, b, its links).

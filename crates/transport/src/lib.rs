@@ -7,9 +7,11 @@
 //! * [`Stream`] and [`Listener`]: how connections are made, TCP between hosts and
 //!   abstract Unix sockets within one.
 //! * [`Route`]: the frame-level seam a node's driver talks to: send a frame to one
-//!   link or a set of links, receive frames and closures, close links.
+//!   link or a set of links, receive frames and closures, close links; and
+//!   [`MonitoredRoute`], the monitoring calls on it (clocks, places, recording).
 //!   [`StreamRoute`] carries TCP and Unix-socket links behind it, all driven from
-//!   one task (per-link wakers, no reader or writer tasks, batched writes).
+//!   one task (per-link wakers, no reader or writer tasks, batched writes);
+//!   [`UdpRoute`] wraps it and multicasts to children what pays to.
 //! * [`mcast`]: the reliable UDP multicast protocol (sender and receiver state
 //!   machines with no I/O, datagram authentication).
 //! * [`announce`]: the one authenticated datagram a spawned process may announce
@@ -30,16 +32,18 @@ mod secret;
 mod shared_payload;
 mod socket;
 mod stream_route;
+mod udp_route;
 
 pub use alloc::keep_large_buffers;
 
 pub use error::TransportError;
 pub use net::{Listener, Stream};
-pub use route::{Close, Route, RouteEvent};
+pub use route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent};
 pub use secret::{Secret, SECRET_ENV};
 pub use socket::Socket;
-pub use stream_route::{cut_frames, CutError, StreamRoute};
+pub use stream_route::StreamRoute;
 pub use treecast_wire::{LinkId, LinkMap, LinkTable};
+pub use udp_route::UdpRoute;
 
 /// Sets the socket options every treecast TCP link uses (no Nagle delay).
 ///

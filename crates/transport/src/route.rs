@@ -1,16 +1,34 @@
 //! The frame-level seam between a node and its peers: a [`Route`] carries frames to
-//! one link or to a set of links at once, brings frames in, and closes links.
+//! one link or to a set of links at once, brings frames in, and closes links; a
+//! [`MonitoredRoute`] also stamps and records them for the node's monitoring.
 //!
 //! [`crate::StreamRoute`] is the one for TCP and Unix-socket links (one connection per
-//! link); a multicast route reaching a set of children with one datagram plugs in
-//! behind the same trait.
+//! link); [`crate::UdpRoute`] wraps another route and reaches a set of children with
+//! one multicast datagram. A new route (striped links) is one more type behind the
+//! same traits.
 
+use std::io;
 use std::task::Context;
 use std::time::Instant;
 
-use treecast_wire::Frame;
+use treecast_wire::{Frame, LaunchPlan};
 
-use crate::LinkId;
+use crate::recording::{LinkPlace, NodeClock, PeerClock};
+use crate::{LinkId, Socket};
+
+/// Who is at the other end of a link, as far as a route cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkPeer {
+    /// This node's parent.
+    Parent,
+    /// A child of this node.
+    Child {
+        /// The child's node id.
+        node_id: u32,
+    },
+    /// Another network's front-end: only messages between back-ends cross it.
+    Remote,
+}
 
 /// What a route reports about a link.
 #[derive(Debug)]
@@ -39,7 +57,14 @@ pub enum Close {
 /// Nothing here blocks or waits: sends are queued and written as far as the kernel
 /// takes them; what a peer may have queued is bounded by the flow-control windows
 /// of the protocol core, not by the route.
-pub trait Route: Send {
+pub trait Route: Send + std::fmt::Debug {
+    /// Carries `link` over `socket` (authenticated already) to `peer`; `name` is the
+    /// peer, for logs.
+    ///
+    /// # Errors
+    /// The socket could not be registered with the reactor (call inside a tokio runtime).
+    fn add_link(&mut self, link: LinkId, socket: Socket, peer: LinkPeer, name: String) -> io::Result<()>;
+
     /// Queues `frame` for each of `links` (links this route does not carry are skipped).
     fn send(&mut self, links: &[LinkId], frame: &Frame);
 
@@ -61,4 +86,56 @@ pub trait Route: Send {
     /// Writes everything still queued, waiting up to `limit` per link (a last flush
     /// before the process exits, when no event loop will run again).
     fn flush_blocking(&mut self, limit: std::time::Duration);
+
+    /// Takes the route settings of the node's launch plan (its frame limit; the UDP
+    /// route's settings, when it multicasts).
+    fn apply_plan(&mut self, plan: &LaunchPlan);
+
+    /// Bytes written that the peers have not acknowledged yet: a process must not
+    /// exit before this is 0, or the kernel's reset may throw those bytes away.
+    fn unacknowledged(&self) -> usize;
+
+    /// From which payload size the core should hold a stream's frames until every
+    /// child can take them, so that they go once to all (see
+    /// `Node::send_together`); `None`: never.
+    fn send_together(&self) -> Option<usize> {
+        None
+    }
+
+    /// True when what the route carries beside the links (multicast) is held by
+    /// every member: closing a link then overtakes nothing sent before it.
+    fn is_settled(&self) -> bool {
+        true
+    }
+}
+
+/// A route that stamps the frames it carries and records their latency components
+/// (`crate::recording`): the monitoring calls a node's driver makes on its route.
+pub trait MonitoredRoute: Route {
+    /// Sets the clock that stamps frames while monitoring (the node's global-clock
+    /// time base); the wall clock as read when the route was made until then.
+    fn set_clock(&mut self, clock: NodeClock);
+
+    /// Says where `link` sits in the tree, which names its samples.
+    fn place_link(&mut self, link: LinkId, place: LinkPlace);
+
+    /// Sets the peer's clock against this node's, to correct the net component.
+    fn set_peer_clock(&mut self, link: LinkId, clock: PeerClock);
+
+    /// Starts recording every frame's latency components under program tag
+    /// `program`; what was recorded before is kept.
+    fn monitor_start(&mut self, program: u32);
+
+    /// Stops recording; frames already queued are still stamped and recorded.
+    fn monitor_stop(&mut self);
+
+    /// Keeps the frames of `stream` under their own program tag (`None`: the stream
+    /// is gone), so that workloads sharing the tree are told apart.
+    fn set_stream_program(&mut self, stream: u32, program: Option<u32>);
+
+    /// What was recorded so far.
+    fn monitor_report(&mut self) -> treecast_monitor::Report;
+
+    /// Forgets what was recorded.
+    fn monitor_clear(&mut self);
 }

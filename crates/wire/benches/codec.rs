@@ -5,7 +5,8 @@
 //!   ones (`%alf` with 8192 doubles, `%b` with 65536 bytes).
 //!   - `encode`: values → payload ([`encode_values`]) → one-frame [`encode_batch`].
 //!   - `decode_batch`: [`decode_batch`] → [`decode_values`].
-//!   - `decode_stream`: [`FrameDecoder`] over the received buffer → [`decode_values`].
+//!   - `decode_stream`: [`cut_frames`] (the cutter every link runs) over the received
+//!     buffer → [`decode_values`].
 //! * `codec_batch64`: 64 small `%d` frames per iteration, throughput in packets.
 //!
 //! Run: `cargo bench -p treecast-wire --bench codec -- --warm-up-time 1 --measurement-time 2`.
@@ -18,7 +19,8 @@ use std::hint::black_box;
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use treecast_wire::{
-    decode_batch, decode_values, encode_batch, encode_values, Format, Frame, FrameDecoder, FrameHeader, Value,
+    cut_frames, decode_batch, decode_values, encode_batch, encode_values, Format, Frame, FrameHeader, Value,
+    MAX_PAYLOAD_LEN,
 };
 
 /// One benchmark input: a label, the values of one payload and their format.
@@ -81,8 +83,8 @@ fn bench_bytes(c: &mut Criterion) {
             b.iter_batched(
                 || BytesMut::from(&wire[..]),
                 |mut buf| {
-                    let mut decoder = FrameDecoder::new();
-                    let frame = decoder.decode(&mut buf).expect("decodes").expect("one whole frame");
+                    let frames = cut_frames(&mut buf, MAX_PAYLOAD_LEN).expect("decodes");
+                    let frame = frames.first().expect("one whole frame");
                     decode_values(&frame.payload).expect("values decode")
                 },
                 BatchSize::SmallInput,

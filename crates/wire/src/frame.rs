@@ -29,9 +29,6 @@ pub const MAX_PAYLOAD_LEN: usize = 256 << 20;
 /// [`MAX_PAYLOAD_LEN`] as the `u32` the header carries.
 pub(crate) const MAX_PAYLOAD_U32: u32 = 256 << 20;
 
-/// Most a decoder reserves at once for a payload still arriving.
-const RESERVE_STEP: usize = 1 << 20;
-
 /// The window a child is given on each stream on the way up, unless the stream says
 /// otherwise: what a comm node holds at most per child and stream, however far one
 /// child runs ahead of its siblings. A larger window buys burst throughput with
@@ -248,48 +245,6 @@ impl Frame {
     }
 }
 
-/// Splits a byte stream into frames as bytes arrive.
-///
-/// Payloads are split off the input buffer without copying.
-#[derive(Debug, Default)]
-pub struct FrameDecoder {
-    pending: Option<(FrameHeader, usize)>,
-}
-
-impl FrameDecoder {
-    /// A decoder at the start of a stream.
-    pub fn new() -> Self {
-        FrameDecoder { pending: None }
-    }
-
-    /// Takes the next complete frame out of `buf`, or `None` if more bytes are needed.
-    ///
-    /// # Errors
-    /// A malformed header; the stream cannot be resynchronised, so the link must close.
-    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, DecodeError> {
-        let (header, len) = match self.pending {
-            Some(p) => p,
-            None => {
-                if buf.len() < HEADER_LEN {
-                    return Ok(None);
-                }
-                let parsed = FrameHeader::decode(&buf[..HEADER_LEN])?;
-                buf.advance(HEADER_LEN);
-                self.pending = Some(parsed);
-                parsed
-            }
-        };
-        if buf.len() < len {
-            // Grow in steps: a header alone must not make the receiver allocate 256 MiB.
-            buf.reserve((len - buf.len()).min(RESERVE_STEP));
-            return Ok(None);
-        }
-        self.pending = None;
-        let payload = buf.split_to(len).freeze();
-        Ok(Some(Frame { header, payload }))
-    }
-}
-
 /// Encodes frames back to back into one buffer.
 pub fn encode_batch(frames: &[Frame]) -> Bytes {
     let mut out = BytesMut::with_capacity(frames.iter().map(Frame::wire_len).sum());
@@ -340,22 +295,6 @@ mod tests {
     }
 
     #[test]
-    fn decoder_handles_byte_by_byte_input() {
-        let frames: Vec<Frame> = (0..5).map(sample).collect();
-        let wire = encode_batch(&frames);
-        let mut dec = FrameDecoder::new();
-        let mut buf = BytesMut::new();
-        let mut out = Vec::new();
-        for b in wire.iter() {
-            buf.extend_from_slice(&[*b]);
-            while let Some(f) = dec.decode(&mut buf).unwrap() {
-                out.push(f);
-            }
-        }
-        assert_eq!(out, frames);
-    }
-
-    #[test]
     fn batch_rejects_trailing_partial_frame() {
         let mut wire = encode_batch(&[sample(3)]).to_vec();
         wire.push(PROTOCOL_VERSION);
@@ -369,13 +308,5 @@ mod tests {
         wire[0] = other;
         let err = decode_batch(wire.into()).unwrap_err();
         assert_eq!(err, DecodeError::BadVersion { found: other, expected: PROTOCOL_VERSION });
-    }
-
-    #[test]
-    fn oversized_payload_is_refused_before_allocation() {
-        let mut hdr = BytesMut::new();
-        FrameHeader::data(1, 0, 0).encode(MAX_PAYLOAD_LEN + 1, &mut hdr);
-        let mut dec = FrameDecoder::new();
-        assert!(matches!(dec.decode(&mut hdr), Err(DecodeError::TooLong { .. })));
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! * [`FrameHeader`] and [`Frame`]: the unit every link carries, with a fixed
 //!   28-byte little-endian header followed by the payload.
-//! * [`FrameDecoder`] turns a byte stream into frames; [`encode_batch`] and
-//!   [`decode_batch`] pack many frames into one buffer (one syscall).
+//! * [`cut_frames_into`] cuts the bytes a link read into frames (the one cutter
+//!   every link runs); [`encode_batch`] and [`decode_batch`] pack many frames into
+//!   one buffer (one syscall).
 //! * [`Value`], [`ValueType`] and [`Format`]: typed payloads described by
 //!   MRNet-style format strings (`%d %lf %as` ...), see [`encode_values`].
 //! * [`ControlMsg`]: the messages nodes exchange to build the tree ([`LaunchPlan`],
@@ -24,6 +25,7 @@
 mod codec;
 mod collective;
 mod control;
+mod cut;
 mod error;
 mod format;
 mod frame;
@@ -46,12 +48,13 @@ pub use control::{
     AttachPoint, ClockSample, CollectMode, ControlMsg, FilterSpec, SpawnOrder, StreamSpec, SyncMode, Window,
     MAX_FILTER_NAME,
 };
+pub use cut::{cut_frames, cut_frames_into, CutError, NoFiles, PayloadFiles, MAX_FRAMES_GUESS, READ_CHUNK};
 pub use error::{DecodeError, EncodeError, FormatError};
 pub use format::Format;
 pub use frame::{
-    decode_batch, encode_batch, Frame, FrameDecoder, FrameHeader, FrameKind, Grant, DEFAULT_DOWN_WINDOW,
-    DEFAULT_UP_WINDOW, FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, FLAG_PAYLOAD_FD, FLAG_PEER_ACK,
-    FLAG_STAMPED, FLAG_TIMED, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION, TIMESTAMP_AT,
+    decode_batch, encode_batch, Frame, FrameHeader, FrameKind, Grant, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
+    FLAG_DIRECT, FLAG_EQCLASS, FLAG_PARTIAL_AVG, FLAG_PAYLOAD_FD, FLAG_PEER_ACK, FLAG_STAMPED, FLAG_TIMED,
+    HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION, TIMESTAMP_AT,
 };
 pub use hello::{
     decode_network_hello, encode_network_hello, network_hello_len, NetworkHello, MAX_HELLO_SESSION,

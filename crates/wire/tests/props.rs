@@ -6,11 +6,11 @@ use bytes::{Bytes, BytesMut};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use treecast_wire::{
-    decode_batch, decode_collective, decode_values, encode_batch, encode_collective, encode_values,
-    AttachPoint, CollectiveHead, CollectiveOp, Combine, ControlMsg, DecodeError, FilterSpec, Format, Frame,
-    FrameDecoder, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute,
-    McastOffer, RankSet, Reader, RouteMsg, ScalarType, SpawnOrder, StreamSpec, SyncMode, Value, ValueType,
-    Window, MAX_FILTER_NAME, PLAN_VERSION,
+    cut_frames, decode_batch, decode_collective, decode_values, encode_batch, encode_collective,
+    encode_values, AttachPoint, CollectiveHead, CollectiveOp, Combine, ControlMsg, CutError, DecodeError,
+    FilterSpec, Format, Frame, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind, LauncherSpec,
+    LocalRoute, McastOffer, RankSet, Reader, RouteMsg, ScalarType, SpawnOrder, StreamSpec, SyncMode, Value,
+    ValueType, Window, FLAG_PAYLOAD_FD, MAX_FILTER_NAME, MAX_PAYLOAD_LEN, PLAN_VERSION,
 };
 
 fn short_string() -> impl Strategy<Value = String> {
@@ -470,9 +470,16 @@ proptest! {
     }
 
     #[test]
-    fn frame_decoder_handles_any_split(frames in vec(frame(), 0..6), splits in vec(0usize..80, 0..20)) {
+    fn the_frame_cutter_handles_any_split(frames in vec(frame(), 0..6), splits in vec(0usize..80, 0..20)) {
+        // A byte stream carries no payload files (see the next property).
+        let frames: Vec<Frame> = frames
+            .into_iter()
+            .map(|mut f| {
+                f.header.flags &= !FLAG_PAYLOAD_FD;
+                f
+            })
+            .collect();
         let wire = encode_batch(&frames);
-        let mut dec = FrameDecoder::new();
         let mut buf = BytesMut::new();
         let mut out = Vec::new();
         let mut rest = &wire[..];
@@ -481,13 +488,26 @@ proptest! {
             let n = sizes.next().unwrap_or(rest.len()).min(rest.len());
             buf.extend_from_slice(&rest[..n]);
             rest = &rest[n..];
-            while let Some(f) = dec.decode(&mut buf).unwrap() {
-                out.push(f);
-            }
+            out.extend(cut_frames(&mut buf, MAX_PAYLOAD_LEN).unwrap());
         }
-        prop_assert_eq!(dec.decode(&mut buf).unwrap(), None);
+        prop_assert!(cut_frames(&mut buf, MAX_PAYLOAD_LEN).unwrap().is_empty());
         prop_assert!(buf.is_empty());
         prop_assert_eq!(out, frames);
+    }
+
+    #[test]
+    fn the_frame_cutter_refuses_a_frame_claiming_a_payload_file(before in vec(frame(), 0..4), claim in frame()) {
+        let mut claim = claim;
+        claim.header.flags |= FLAG_PAYLOAD_FD;
+        let before: Vec<Frame> = before
+            .into_iter()
+            .map(|mut f| {
+                f.header.flags &= !FLAG_PAYLOAD_FD;
+                f
+            })
+            .collect();
+        let mut buf = BytesMut::from(&encode_batch(&[before, vec![claim]].concat())[..]);
+        prop_assert_eq!(cut_frames(&mut buf, MAX_PAYLOAD_LEN), Err(CutError::NoFile));
     }
 
     #[test]
@@ -585,9 +605,8 @@ proptest! {
         let _ = FrameHeader::decode(&bytes);
         let _ = RankSet::decode(&mut Reader::new(&bytes));
         let _ = Frame::new(FrameHeader::credit(0), bytes.clone()).grant();
-        let mut dec = FrameDecoder::new();
         let mut buf = BytesMut::from(&bytes[..]);
-        while let Ok(Some(_)) = dec.decode(&mut buf) {}
+        let _ = cut_frames(&mut buf, MAX_PAYLOAD_LEN);
     }
 
     #[test]

@@ -9,10 +9,11 @@ use std::path::PathBuf;
 use bytes::{Bytes, BytesMut};
 use serde_json::Value as Json;
 use treecast_wire::{
-    decode_batch, decode_collective, decode_values, encode_batch, encode_collective, encode_values,
-    AttachPoint, ClockSample, CollectMode, ControlMsg, DecodeError, FilterSpec, Format, Frame, FrameDecoder,
-    FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, RankSet, ScalarType,
-    SpawnOrder, StreamSpec, SyncMode, Value, ValueType, Window, FLAG_PEER_COLL, HEADER_LEN, PROTOCOL_VERSION,
+    cut_frames, decode_batch, decode_collective, decode_values, encode_batch, encode_collective,
+    encode_values, AttachPoint, ClockSample, CollectMode, ControlMsg, CutError, DecodeError, FilterSpec,
+    Format, Frame, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute,
+    RankSet, ScalarType, SpawnOrder, StreamSpec, SyncMode, Value, ValueType, Window, FLAG_PAYLOAD_FD,
+    FLAG_PEER_COLL, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
 };
 
 fn load(name: &str) -> Vec<Json> {
@@ -161,6 +162,8 @@ fn frame_vectors() {
     let cases = load("frames.json");
     let mut frames = Vec::new();
     let mut all = Vec::new();
+    // The frames a byte stream can carry (no payload file claimed), and their bytes.
+    let (mut on_streams, mut streamed) = (Vec::new(), Vec::new());
     let mut credits = 0;
     let mut collectives = 0;
     for case in &cases {
@@ -190,21 +193,28 @@ fn frame_vectors() {
             collectives += 1;
         }
         all.extend_from_slice(&wire);
+        if frame.header.flags & FLAG_PAYLOAD_FD == 0 {
+            streamed.extend_from_slice(&wire);
+            on_streams.push(frame.clone());
+        } else {
+            // A byte stream carries no payload files: the cutter refuses the claim.
+            let cut = cut_frames(&mut BytesMut::from(&wire[..]), MAX_PAYLOAD_LEN);
+            assert_eq!(cut, Err(CutError::NoFile), "{name}");
+        }
         frames.push(frame);
     }
     assert!(credits > 0, "no credit frame vector");
     assert!(collectives > 0, "no collective frame vector");
     assert_eq!(decode_batch(Bytes::from(all.clone())).unwrap(), frames);
-    let mut dec = FrameDecoder::new();
+    // The cutter every link runs, fed the same bytes a few at a time.
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
-    for chunk in all.chunks(5) {
+    for chunk in streamed.chunks(5) {
         buf.extend_from_slice(chunk);
-        while let Some(f) = dec.decode(&mut buf).unwrap() {
-            out.push(f);
-        }
+        out.extend(cut_frames(&mut buf, MAX_PAYLOAD_LEN).unwrap());
     }
-    assert_eq!(out, frames);
+    assert_eq!(out, on_streams);
+    assert!(buf.is_empty());
 }
 
 fn ranks(case: &Json) -> RankSet {
@@ -483,19 +493,14 @@ fn invalid_vectors() {
                 "{name}: {err}"
             );
         }
-        // A stream decoder sees the same errors as the batch decoder, or waits for more bytes.
+        // The cutter every link runs sees the same errors as the batch decoder, or
+        // waits for more bytes.
         if case["decoder"] == "batch" {
             let mut buf = BytesMut::from(&wire[..]);
-            let mut dec = FrameDecoder::new();
-            let streamed = loop {
-                match dec.decode(&mut buf) {
-                    Ok(Some(_)) => continue,
-                    Ok(None) => break None,
-                    Err(e) => break Some(e),
-                }
-            };
-            if let Some(e) = streamed {
-                assert_eq!(e, err, "{name}");
+            match cut_frames(&mut buf, MAX_PAYLOAD_LEN) {
+                Ok(_) => {}
+                Err(CutError::Malformed(e)) => assert_eq!(e, err, "{name}"),
+                Err(other) => panic!("{name}: {other}"),
             }
         }
     }

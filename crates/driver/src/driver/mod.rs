@@ -1,11 +1,11 @@
 //! The tokio driver around a [`Node`]: one per process, whatever its role.
 //!
-//! A [`Driver`] owns the node's core, its [`StreamRoute`] (every link's socket) and
-//! its timer, and runs them from one task: a frame goes from the socket read
-//! straight into the core, and from the core straight into the socket write, with no
-//! channel or task in between. Starting children (processes, listeners, handshakes)
-//! runs beside it in a task of its own (`children.rs`), which hands over each
-//! authenticated link and each exit.
+//! A [`Driver`] owns the node's core, its route (a [`MonitoredRoute`]: every link's
+//! socket, and the multicast groups) and its timer, and runs them from one task: a
+//! frame goes from the socket read straight into the core, and from the core straight
+//! into the socket write, with no channel or task in between. Starting children
+//! (processes, listeners, handshakes) runs beside it in a task of its own
+//! (`children.rs`), which hands over each authenticated link and each exit.
 //!
 //! The front-end and the back-ends share their driver with the tool through a
 //! mutex never held across an `.await` (the tool's calls go straight into the core
@@ -13,21 +13,20 @@
 //! itself goes to the role's [`Tool`].
 
 pub(crate) mod children;
+pub(crate) mod node_route;
 mod refusals;
-mod udp;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use treecast_transport::mcast::McastKey;
 use treecast_transport::recording::{mono_now, LinkPlace, Mono};
-use treecast_transport::{Close, LinkId, LinkTable, Route, RouteEvent, Secret, Socket, StreamRoute};
+use treecast_transport::{Close, LinkId, LinkPeer, LinkTable, MonitoredRoute, RouteEvent, Secret, Socket};
 
 use treecast_wire::{ControlMsg, Frame, RankSet};
 
@@ -83,9 +82,16 @@ impl Launching {
 }
 
 /// A node's core, links and timer, driven from one task. See the module documentation.
-pub struct Driver<T: Tool> {
+///
+/// Generic over its route, chosen once when the node starts (`node_route.rs`: the
+/// same for every node today), rather than a `dyn Route`: every frame read and
+/// every frame sent goes through the route, and the per-frame path is counted to
+/// the instruction (docs/monitoring.md), so the route's calls stay direct and can
+/// be inlined. A route chosen at run time among several would be an enum over
+/// them, matched once per call, still with no indirect call.
+pub struct Driver<T: Tool, R: MonitoredRoute> {
     core: Node,
-    route: StreamRoute,
+    route: R,
     links: LinkTable<()>,
     tool: T,
     launching: Launching,
@@ -104,8 +110,6 @@ pub struct Driver<T: Tool> {
     flush_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// A connection to a new parent under way (this node's parent was lost).
     rejoin: Option<Rejoin>,
-    /// The multicast route over UDP: this node's group, and its parent's.
-    udp: udp::UdpRoute,
     /// The node is over but its multicast is not: links close (flushed) once every
     /// member holds every message, so that the end of a link does not overtake the
     /// frames multicast before it.
@@ -132,17 +136,15 @@ struct Rejoin {
     task: JoinHandle<()>,
 }
 
-impl<T: Tool> std::fmt::Debug for Driver<T> {
+impl<T: Tool, R: MonitoredRoute> std::fmt::Debug for Driver<T, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver").field("core", &self.core).field("route", &self.route).finish()
     }
 }
 
-impl<T: Tool> Driver<T> {
-    /// A driver for `core`; frames over `max_frame` bytes close their link.
-    pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
-        let mut route = StreamRoute::new(max_frame);
-        route.set_zero_copy_min(crate::env::zero_copy_min_from_env());
+impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
+    /// A driver for `core` over `route` (with no link yet).
+    pub fn with_route(core: Node, tool: T, launching: Launching, mut route: R) -> Self {
         if let Some(source) = core.clock_source() {
             // The monotonic reading at the source's Instant base (Instant reads the
             // same clock on Linux), within the tens of nanoseconds between the two.
@@ -153,11 +155,9 @@ impl<T: Tool> Driver<T> {
             // Monitoring stamps frames on the global clock's time base.
             route.set_clock(source.node_clock(base_mono));
         }
-        let udp = udp::UdpRoute::new(McastKey::new(&launching.secret), core.node_id());
         Driver {
             core,
             route,
-            udp,
             close_after_multicast: false,
             links: LinkTable::new(),
             tool,
@@ -214,22 +214,23 @@ impl<T: Tool> Driver<T> {
         peer: Peer,
         name: String,
     ) -> std::io::Result<()> {
-        // A TCP link whose ends cannot be read reaches no group.
-        let nowhere = std::net::IpAddr::from([0, 0, 0, 0]);
-        let ends = socket.ip_ends().unwrap_or(Some((nowhere, nowhere)));
-        self.route.add(link, socket, name)?;
-        let place = match peer {
-            Peer::Parent => LinkPlace { lower_node: self.core.node_id(), to_parent: true },
-            Peer::Child { node_id } => LinkPlace { lower_node: node_id, to_parent: false },
+        let (to, place) = match peer {
+            Peer::Parent => {
+                (LinkPeer::Parent, LinkPlace { lower_node: self.core.node_id(), to_parent: true })
+            }
+            Peer::Child { node_id } => {
+                (LinkPeer::Child { node_id }, LinkPlace { lower_node: node_id, to_parent: false })
+            }
             // Named apart from every node of the tree: by where the other network's
             // ranks are numbered here.
             Peer::Remote(spec) => {
-                LinkPlace { lower_node: treecast_proto::remote_base(spec.index), to_parent: true }
+                let lower_node = treecast_proto::remote_base(spec.index);
+                (LinkPeer::Remote, LinkPlace { lower_node, to_parent: true })
             }
         };
+        // The route's own first frames (a multicast offer) go ahead of the core's.
+        self.route.add_link(link, socket, to, name)?;
         self.route.place_link(link, place);
-        // Before the core's first frames, so that an offer is the link's first frame.
-        self.udp.link_up(link, peer, ends);
         Ok(())
     }
 
@@ -267,15 +268,12 @@ impl<T: Tool> Driver<T> {
             self.after_input();
             return Ok(());
         }
-        // The multicast route's own first frames (its offer) go ahead of the core's.
-        self.udp_chores();
         for frame in &awaited.frames {
             self.route.send(&[link], frame);
         }
         if awaited.retired {
             self.route.close(link, Close::Flush);
             self.links.remove(link);
-            self.udp.link_down(link, Instant::now());
         }
         self.after_input();
         Ok(())
@@ -298,7 +296,7 @@ impl<T: Tool> Driver<T> {
     /// children that have not connected yet.
     fn transmit(&mut self, links: &[LinkId], frame: &Frame) {
         if self.awaiting.is_empty() || !links.iter().any(|l| self.awaiting.contains_key(l)) {
-            return self.udp.send(&mut self.route, links, frame);
+            return self.route.send(links, frame);
         }
         let mut live = Vec::with_capacity(links.len());
         let mut over = Vec::new();
@@ -315,7 +313,7 @@ impl<T: Tool> Driver<T> {
             }
         }
         if !live.is_empty() {
-            self.udp.send(&mut self.route, &live, frame);
+            self.route.send(&live, frame);
         }
         for link in over {
             let reason = format!(
@@ -360,7 +358,9 @@ impl<T: Tool> Driver<T> {
     fn drain(&mut self) -> bool {
         let mut any = false;
         loop {
-            let mut progressed = self.udp_chores();
+            // Members join and leave: frames wait for the whole group only while it multicasts.
+            self.core.send_together(self.route.send_together());
+            let mut progressed = false;
             while let Some(t) = self.core.poll_transmit() {
                 self.transmit(t.to.links(), &t.frame);
                 progressed = true;
@@ -376,35 +376,13 @@ impl<T: Tool> Driver<T> {
         }
     }
 
-    /// Sends the multicast route's own frames and gives up the links it found broken.
-    fn udp_chores(&mut self) -> bool {
-        // Members join and leave: frames wait for the whole group only while it multicasts.
-        self.core.send_together(self.udp.together());
-        let mut any = false;
-        for (link, frame) in std::mem::take(&mut self.udp.outbox) {
-            self.route.send(&[link], &frame);
-            any = true;
-        }
-        for (link, reason) in std::mem::take(&mut self.udp.broken) {
-            tracing::warn!(node = %self.core.name(), "giving up {link}: {reason}");
-            let now = Instant::now();
-            self.route.close(link, Close::Now);
-            self.links.remove(link);
-            self.udp.link_down(link, now);
-            self.core.handle_link_closed(link, Some(reason), now);
-            any = true;
-        }
-        any
-    }
-
     fn on_event(&mut self, event: Event) {
         match event {
             Event::StartChildren { children, .. } if self.children_task.is_some() => {
                 self.order(ChildOrder::Start(children));
             }
             Event::StartChildren { plan, own_host, children } => {
-                self.route.set_max_frame(plan.max_frame as usize);
-                self.udp.configure(plan.udp.as_deref());
+                self.route.apply_plan(&plan);
                 let (news_tx, news_rx) = mpsc::channel(64);
                 let (orders_tx, orders_rx) = mpsc::unbounded_channel();
                 let task = ChildrenTask {
@@ -425,7 +403,6 @@ impl<T: Tool> Driver<T> {
                 self.awaiting.remove(&link);
                 self.route.close(link, Close::Now);
                 self.links.remove(link);
-                self.udp.link_down(link, Instant::now());
             }
             Event::AbandonChild { node_id } => self.order(ChildOrder::Abandon(node_id)),
             Event::RetireChild { node_id, link } => {
@@ -436,7 +413,6 @@ impl<T: Tool> Driver<T> {
                 }
                 self.route.close(link, Close::Flush);
                 self.links.remove(link);
-                self.udp.link_down(link, Instant::now());
                 self.order(ChildOrder::Retire(node_id));
             }
             Event::Ready { .. } => {
@@ -452,8 +428,7 @@ impl<T: Tool> Driver<T> {
             Event::MonitorStop => self.route.monitor_stop(),
             Event::StreamProgram { stream, program } => self.route.set_stream_program(stream, program),
             Event::MonitorCollectLocal { id } => {
-                let mut report = self.route.monitor_report();
-                report.routes.extend(self.udp.report());
+                let report = self.route.monitor_report();
                 // Only the front-end refuses monitoring commands, and not this one.
                 let _ = self.core.handle_command(Command::MonitorLocal { id, report }, Instant::now());
             }
@@ -526,7 +501,7 @@ impl<T: Tool> Driver<T> {
         self.flush_deadline = Some(deadline);
         self.flush_timer = Some(Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(deadline))));
         self.drain();
-        if self.udp.is_idle() {
+        if self.route.is_settled() {
             self.close_links_flushed();
         } else {
             self.close_after_multicast = true;
@@ -554,24 +529,19 @@ impl<T: Tool> Driver<T> {
             let mut now = Instant::now();
             let core = &mut self.core;
             let links = &mut self.links;
-            let udp = &mut self.udp;
             progressed |= self.route.poll_recv(cx, &mut |link, event| match event {
-                RouteEvent::Frame(frame) => {
-                    udp.on_frame(link, frame, &mut |l, f| core.handle_frame(l, f, now))
-                }
+                RouteEvent::Frame(frame) => core.handle_frame(link, frame, now),
                 RouteEvent::Timed(frame, read_at) => {
                     // A clock probe is measured from the end of its read; the time the
                     // core sees never goes back.
                     now = now.max(read_at);
-                    udp.on_frame(link, frame, &mut |l, f| core.handle_frame(l, f, now))
+                    core.handle_frame(link, frame, now)
                 }
                 RouteEvent::Closed(reason) => {
                     links.remove(link);
-                    udp.link_down(link, now);
                     core.handle_link_closed(link, reason, now);
                 }
             });
-            progressed |= udp.poll(cx, &mut |l, f| core.handle_frame(l, f, Instant::now()));
             if let Some(timer) = self.timer.as_mut() {
                 if timer.as_mut().poll(cx).is_ready() {
                     self.timer = None;
@@ -587,7 +557,7 @@ impl<T: Tool> Driver<T> {
             }
         }
         self.arm_timer(cx);
-        if self.close_after_multicast && (self.udp.is_idle() || self.flush_expired(cx)) {
+        if self.close_after_multicast && (self.route.is_settled() || self.flush_expired(cx)) {
             self.close_links_flushed();
             self.route.flush();
         }
@@ -701,19 +671,16 @@ impl<T: Tool> Driver<T> {
     }
 }
 
-/// A driver shared with the tool (front-end, back-end).
-pub type Shared<T> = Arc<Mutex<Driver<T>>>;
-
 /// Locks a shared driver; a panic while it was held left it usable (no code panics
 /// half-way through an update it could observe).
-pub fn lock<T: Tool>(shared: &Shared<T>) -> std::sync::MutexGuard<'_, Driver<T>> {
+pub fn lock<T: Tool, R: MonitoredRoute>(shared: &Arc<Mutex<Driver<T, R>>>) -> MutexGuard<'_, Driver<T, R>> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Drives a shared driver until its node is over.
 ///
 /// Cancel safety: cancel safe; the driver keeps its state and can be driven again.
-pub async fn drive<T: Tool>(shared: Shared<T>) {
+pub async fn drive<T: Tool, R: MonitoredRoute>(shared: Arc<Mutex<Driver<T, R>>>) {
     let on_panic = EndToolOnPanic(&shared);
     std::future::poll_fn(|cx| lock(&shared).poll_drive(cx)).await;
     drop(on_panic);
@@ -722,9 +689,9 @@ pub async fn drive<T: Tool>(shared: Shared<T>) {
 /// Tells the tool its node is over when the driving task unwinds from a panic: the
 /// runtime catches the panic and the process lives on, so without this a back-end
 /// would wait on `recv` forever with nothing driving its links.
-struct EndToolOnPanic<'a, T: Tool>(&'a Shared<T>);
+struct EndToolOnPanic<'a, T: Tool, R: MonitoredRoute>(&'a Arc<Mutex<Driver<T, R>>>);
 
-impl<T: Tool> Drop for EndToolOnPanic<'_, T> {
+impl<T: Tool, R: MonitoredRoute> Drop for EndToolOnPanic<'_, T, R> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             let error = "its driver panicked (the panic message is in its log)".to_owned();

@@ -1,0 +1,29 @@
+//! The route every node runs, chosen once at start-up: TCP and Unix-socket links
+//! ([`StreamRoute`]) inside the UDP multicast route ([`UdpRoute`]), which multicasts
+//! only when the launch plan says so but joins any group its parent offers.
+//! A route of another kind (striped links) is chosen here.
+
+use std::sync::{Arc, Mutex};
+
+use treecast_proto::Node;
+use treecast_transport::mcast::McastKey;
+use treecast_transport::{StreamRoute, UdpRoute};
+
+use super::{Driver, Launching, Tool};
+
+/// The route of every node.
+pub type NodeRoute = UdpRoute<StreamRoute>;
+
+/// A driver shared with the tool (front-end, back-end).
+pub type Shared<T> = Arc<Mutex<Driver<T, NodeRoute>>>;
+
+impl<T: Tool> Driver<T, NodeRoute> {
+    /// A driver for `core` over a [`NodeRoute`]; frames over `max_frame` bytes close
+    /// their link.
+    pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
+        let mut links = StreamRoute::new(max_frame);
+        links.set_zero_copy_min(crate::env::zero_copy_min_from_env());
+        let route = UdpRoute::new(links, McastKey::new(&launching.secret), core.node_id());
+        Driver::with_route(core, tool, launching, route)
+    }
+}
