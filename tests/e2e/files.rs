@@ -5,11 +5,7 @@
 //! identical concurrent writes safe), and the shared-file-system case sends a file
 //! to its own path.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::tree::{finish, launch};
+use crate::common::tree::{finish, launch};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -18,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{assert_no_leftovers, commnode_pid, random_bytes, TestDir};
+use crate::common::{assert_no_leftovers, commnode_pid, random_bytes, TestDir};
 use treecast::apps::protocol::{TAG_DIE, TAG_STALL};
 use treecast_api::{
     bcast_file, bcast_files, ApiError, FileEntry, FileOptions, FileReport, Network, NetworkBuilder, Outcome,

@@ -1,15 +1,12 @@
 //! Multi-host tests on a test cluster of network namespaces (`tools/testcluster`),
 //! each host with its own address, host name and sshd. They need root; without it
-//! they say so and pass without running.
+//! they show as ignored.
 //!
 //! One test function runs every scenario in turn on one cluster, because the
 //! cluster is slow to build; a guard removes it even when a scenario fails.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::{random_bytes, TestDir};
+use crate::common;
+use crate::common::{random_bytes, TestDir};
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -27,6 +24,8 @@ const HOSTS: usize = 8;
 
 struct Cluster {
     state: String,
+    /// The sessions of this test, on its hosts and in the commands it runs here.
+    sessions: common::OwnSessions,
 }
 
 impl Cluster {
@@ -37,7 +36,8 @@ impl Cluster {
         let out =
             Command::new(&script).args(["up", &HOSTS.to_string(), "--prefix", PREFIX]).output().unwrap();
         assert!(out.status.success(), "testcluster up failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        Some(Cluster { state: format!("/tmp/treecast-testcluster-{PREFIX}") })
+        let sessions = common::OwnSessions::watch(Some(PREFIX));
+        Some(Cluster { state: format!("/tmp/treecast-testcluster-{PREFIX}"), sessions })
     }
 
     fn ssh_args(&self) -> String {
@@ -53,7 +53,9 @@ impl Cluster {
     }
 
     fn run(&self, args: &[&str]) -> Output {
+        let (k, v) = self.sessions.tag();
         let out = Command::new(TREECAST)
+            .env(k, v)
             .arg("run")
             .args(["--ssh-args", &self.ssh_args(), "--remote-path", TREECAST])
             .args(args)

@@ -1,15 +1,14 @@
-//! End-to-end tests of monitoring: every node of a real tree records the latency
+//! Monitoring and the global clock: every node of a real tree records the latency
 //! components of its links while asked to, and the front-end collects them through
-//! the tree.
+//! the tree; `treecast clock` finds injected clock offsets within its bounds.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
+use crate::common;
 use std::collections::BTreeSet;
+use std::process::Command;
 use std::time::Duration;
 
-use common::assert_no_leftovers;
+use crate::common::assert_no_leftovers;
+use crate::common::local::tag;
 use treecast::apps::protocol::TAG_ADD_RANK;
 use treecast_api::{
     Collection, LatencyComponent, MonitorReport, Network, NetworkBuilder, StreamOptions, Topology,
@@ -344,4 +343,65 @@ fn a_cross_check_of_zero_waves_is_refused_before_anything_starts() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--cross-check needs at least 1 wave"), "{err}");
+}
+
+// ---- the global clock from the command line ----
+
+#[test]
+fn the_global_clock_recovers_injected_offsets_within_its_bounds() {
+    let (k, v) = tag().split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).unwrap();
+    let out = Command::new(TREECAST)
+        .args(["clock", "--local", "8", "--topology", "kary:2", "--rounds", "1", "--json"])
+        .env(&k, &v)
+        .env("TREECAST_CLOCK_DISTORT", "seed:11,offset_us:900000,drift_ppm:0")
+        .output()
+        .unwrap();
+    assert_no_leftovers(&format!("{k}={v}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes = report["nodes"].as_array().unwrap();
+    let topo = Topology::from_spec("kary:2", Some(8)).unwrap();
+    assert_eq!(nodes.len(), topo.len() - 1, "every node but the front-end: {report}");
+    let mut far = 0;
+    for n in nodes {
+        let injected = n["injected_ns"].as_i64().unwrap();
+        let error = n["estimate_error_ns"].as_i64().unwrap().unsigned_abs();
+        // A reply is stamped between the probe's sending and the answer's arrival, so
+        // the estimate cannot be further off than half the round trip of each link.
+        assert!(error <= n["error_bound_ns"].as_u64().unwrap(), "{n}");
+        far += usize::from(injected.unsigned_abs() > 1_000);
+    }
+    assert!(far > nodes.len() / 2, "the knob distorted the clocks: {report}");
+}
+
+#[test]
+fn the_cross_check_compares_the_estimates_with_the_truth_at_the_same_instant() {
+    // Regression: with --cross-check the injected offsets were read after the
+    // cross-check, so a drifting clock showed errors of its drift times 0.3 s.
+    let (k, v) = tag().split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).unwrap();
+    let out = Command::new(TREECAST)
+        .args([
+            "clock",
+            "--local",
+            "4",
+            "--topology",
+            "kary:2",
+            "--rounds",
+            "2",
+            "--cross-check",
+            "400",
+            "--json",
+        ])
+        .env(&k, &v)
+        .env("TREECAST_CLOCK_DISTORT", "seed:5,offset_us:900000,drift_ppm:2000")
+        .output()
+        .unwrap();
+    assert_no_leftovers(&format!("{k}={v}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["cross_check"]["compared"].as_u64().unwrap() > 0, "{report}");
+    for n in report["nodes"].as_array().unwrap() {
+        let error = n["estimate_error_ns"].as_i64().unwrap().unsigned_abs();
+        assert!(error <= n["error_bound_ns"].as_u64().unwrap(), "{n}");
+    }
 }

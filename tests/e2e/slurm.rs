@@ -1,11 +1,8 @@
 //! The Slurm launcher against a real single-machine Slurm (`tools/slurmbed`:
 //! munge, slurmctld and slurmd from Debian's packages, started here and stopped
-//! after). Needs root; without it the test says so and passes without running.
+//! after). Needs root; without it the test shows as ignored.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
+use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,6 +11,8 @@ const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 struct Bed {
     script: PathBuf,
     dir: String,
+    /// The sessions of this test: every command it runs carries their tag.
+    sessions: common::OwnSessions,
 }
 
 impl Bed {
@@ -23,6 +22,7 @@ impl Bed {
         let bed = Bed {
             script: Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/slurmbed"),
             dir: format!("/tmp/treecast-slurmbed-test-{}", std::process::id()),
+            sessions: common::OwnSessions::watch(None),
         };
         let out =
             Command::new(&bed.script).arg("up").env("TREECAST_SLURMBED_DIR", &bed.dir).output().unwrap();
@@ -36,7 +36,9 @@ impl Bed {
     }
 
     fn run(&self, args: &[&str]) -> std::process::Output {
+        let (k, v) = self.sessions.tag();
         Command::new(&self.script)
+            .env(k, v)
             .args(["run", "--ntasks", "8", "--", TREECAST])
             .args(args)
             .env("TREECAST_SLURMBED_DIR", &self.dir)

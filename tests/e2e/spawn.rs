@@ -3,15 +3,12 @@
 //! Every test checks that no process of its network is left behind, by looking
 //! for its session id in the environment of every process.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::tree::{finish, launch};
+use crate::common;
+use crate::common::tree::{finish, launch};
 
 use std::time::Duration;
 
-use common::processes_with_env;
+use crate::common::processes_with_env;
 use treecast::apps::protocol::*;
 use treecast_api::{
     ApiError, Event, Group, JoinMode, Network, Placement, RankSet, SpawnOptions, StreamOptions, SyncMode,

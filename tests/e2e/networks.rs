@@ -4,11 +4,8 @@
 //! Every test checks that no process of either network is left behind, by looking
 //! for its session id in the environment of every process.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
-use common::tree::{finish, launch};
+use crate::common;
+use crate::common::tree::{finish, launch};
 
 use std::os::linux::net::SocketAddrExt;
 use std::time::Duration;

@@ -1,21 +1,18 @@
 //! The multicast route over UDP on a test cluster of 16 network namespaces
 //! (`tools/testcluster`) joined by a bridge: datagrams really cross veths and a
 //! bridge, and loss is real, made by nftables rules inside the receiving hosts.
-//! They need root; without it they say so and pass without running.
+//! They need root; without it they show as ignored.
 //!
 //! The hosts share this file system, so every back-end runs in a directory of its
 //! own and writes through `/proc/self/cwd`: each rank writes its own copy.
 
-#![allow(clippy::unwrap_used)]
-
-mod common;
-
+use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::copies::{assert_copies, own_dirs, route_reports, send_to_own_dirs};
-use common::{random_bytes, TestDir};
+use crate::common::copies::{assert_copies, own_dirs, route_reports, send_to_own_dirs};
+use crate::common::{random_bytes, TestDir};
 use treecast_api::{Network, NetworkBuilder, Outcome, RankSet, SshOptions, Topology};
 use treecast_monitor::RouteReport;
 
@@ -28,6 +25,8 @@ const LIMIT: Duration = Duration::from_secs(300);
 struct Cluster {
     prefix: &'static str,
     state: String,
+    /// The sessions of this test (all of them reach its hosts).
+    _sessions: common::OwnSessions,
 }
 
 impl Cluster {
@@ -38,7 +37,8 @@ impl Cluster {
         let out =
             Command::new(script()).args(["up", &HOSTS.to_string(), "--prefix", prefix]).output().unwrap();
         assert!(out.status.success(), "testcluster up failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        Some(Cluster { prefix, state: format!("/tmp/treecast-testcluster-{prefix}") })
+        let _sessions = common::OwnSessions::watch(Some(prefix));
+        Some(Cluster { prefix, state: format!("/tmp/treecast-testcluster-{prefix}"), _sessions })
     }
 
     fn ssh(&self) -> SshOptions {
@@ -185,7 +185,7 @@ fn every_size_and_one_five_and_twenty_percent_real_loss_arrive_at_sixteen_hosts(
 }
 
 /// 200 MiB to 16 hosts over the UDP route (about a minute and 3.2 GB of writes on
-/// two cores): `cargo test --test cluster_udp -- --ignored`.
+/// two cores): `cargo test --test e2e -- --ignored cluster_udp::`.
 #[test]
 #[ignore = "long: 200 MiB to 16 hosts; run with --ignored"]
 fn two_hundred_megabytes_arrive_byte_identical_at_sixteen_hosts() {
