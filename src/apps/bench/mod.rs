@@ -1,5 +1,7 @@
-//! `treecast bench`: micro-benchmarks that print figures and ratios against a
-//! reference measured in the same run.
+//! `treecast bench`: benchmarks that print their figures and the ratio to a
+//! reference measured in the same run. This module dispatches and holds
+//! `microbench` and `bench run`; each other benchmark is a module of its own, and
+//! what several of them use is in `shared`.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -11,11 +13,20 @@ use treecast_api::{Network, NetworkBuilder, StreamOptions, Topology, TransformKi
 use super::cli::{BenchArgs, BenchCommand, MicrobenchArgs};
 use super::protocol::{TAG_ADD_RANK, TAG_BURST};
 use super::run::DEFAULT_TOPOLOGY;
+use shared::STEP_LIMIT;
+
+pub mod bcast;
+pub mod chaos;
+pub mod collectives;
+pub mod joincost;
+pub mod route;
+pub mod route_live;
+pub mod shared;
+pub mod sim;
+pub mod spawn;
 
 /// Round trips run before timing starts, to warm caches and connections.
 const WARMUP: usize = 10;
-/// Longest a single measured step may take before the benchmark gives up.
-const STEP_LIMIT: Duration = Duration::from_secs(60);
 
 /// Peak resident memory of the processes of one network.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -73,13 +84,13 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         BenchCommand::Microbench(m) => microbench(m).await,
         BenchCommand::Run(r) => bench_run(r).await,
-        BenchCommand::Sim(s) => super::simbench::main(s),
-        BenchCommand::Route(r) => super::routebench::main(r).await,
-        BenchCommand::Bcast(b) => super::bcastbench::main(b).await,
-        BenchCommand::Spawn(s) => super::spawnbench::spawn_main(s).await,
-        BenchCommand::Merge(m) => super::spawnbench::merge_main(m).await,
-        BenchCommand::Intergroup(i) => super::spawnbench::intergroup_main(i).await,
-        BenchCommand::Chaos(c) => super::chaos::main(c).await,
+        BenchCommand::Sim(s) => sim::main(s),
+        BenchCommand::Route(r) => route::main(r).await,
+        BenchCommand::Bcast(b) => bcast::main(b).await,
+        BenchCommand::Spawn(s) => spawn::spawn_main(s).await,
+        BenchCommand::Merge(m) => spawn::merge_main(m).await,
+        BenchCommand::Intergroup(i) => spawn::intergroup_main(i).await,
+        BenchCommand::Chaos(c) => chaos::main(c).await,
         BenchCommand::Echo => echo(),
         BenchCommand::Relay => relay(),
     }

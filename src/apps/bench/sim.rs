@@ -12,7 +12,7 @@ use treecast_sim::{request, NodeStats, Sim, SimConfig, TAG_ADD_RANK};
 use treecast_topology::Topology;
 use treecast_wire::{decode_values, FilterSpec, RankSet, StreamSpec, SyncMode};
 
-use super::cli::SimArgs;
+use crate::apps::cli::SimArgs;
 
 /// Longest a wave may take in virtual time.
 const WAVE_LIMIT: Duration = Duration::from_secs(600);

@@ -14,7 +14,7 @@ use serde::Serialize;
 use treecast_api::{bcast_files, FileEntry, FileOptions, Network};
 use treecast_monitor::RouteReport;
 
-use super::cli::{BenchBcastArgs, RouteKind, TreeArgs};
+use crate::apps::cli::{BenchBcastArgs, RouteKind, TreeArgs};
 
 /// The figures of one `treecast bench bcast`.
 #[derive(Debug, Clone, Serialize)]
@@ -110,10 +110,10 @@ async fn measure_tree(
     work: &std::path::Path,
 ) -> anyhow::Result<Measured> {
     let started = Instant::now();
-    let mut net = super::run::launch(tree).await?;
+    let mut net = crate::apps::run::launch(tree).await?;
     let startup_s = started.elapsed().as_secs_f64();
     let result = transfers(&mut net, args, options, work).await;
-    let routes = if result.is_ok() { super::bcast::route_reports(&net).await } else { Vec::new() };
+    let routes = if result.is_ok() { crate::apps::bcast::route_reports(&net).await } else { Vec::new() };
     let backends = net.backends();
     net.shutdown().await;
     let (runs_s, front_end_cpu_s) = result?;
@@ -194,6 +194,6 @@ fn render(b: &BcastBench) -> String {
     if let Some(f) = b.fragments_per_fragment {
         out.push_str(&format!("fragments multicast per fragment: {f:.3}\n"));
     }
-    out.push_str(&super::bcast::render_routes(&b.routes));
+    out.push_str(&crate::apps::bcast::render_routes(&b.routes));
     out
 }

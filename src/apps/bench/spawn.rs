@@ -3,79 +3,17 @@
 //! run (Open MPI or MPICH through `mpicc` and `mpirun`, with the program in
 //! `tools/mpi-spawn/spawn_bench.c`).
 
-use std::path::PathBuf;
-use std::process::{Command, ExitCode};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{bail, ensure, Context};
 use serde::Serialize;
-use treecast_api::{
-    Event, Group, JoinMode, Network, RankSet, SpawnOptions, StreamOptions, TransformKind, Value,
-    LIGHT_JOIN_UP_TO,
-};
+use treecast_api::{JoinMode, Network, SpawnOptions, StreamOptions, TransformKind, Value, LIGHT_JOIN_UP_TO};
 
-use super::cli::{BenchIntergroupArgs, BenchMergeArgs, BenchSpawnArgs, TreeArgs};
-use super::protocol::{TAG_ADD_RANK, TAG_PEER_PING};
+use crate::apps::cli::{BenchIntergroupArgs, BenchMergeArgs, BenchSpawnArgs, TreeArgs};
+use crate::apps::protocol::{TAG_ADD_RANK, TAG_PEER_PING};
 
-/// The MPI program of the reference, compiled at run time with `mpicc`.
-const MPI_SOURCE: &str = include_str!("../../tools/mpi-spawn/spawn_bench.c");
-/// Longest one MPI job of the reference may run before it is called hung.
-const MPI_JOB_LIMIT: Duration = Duration::from_secs(120);
-/// Longest a step of the benchmark may take.
-pub(super) const STEP_LIMIT: Duration = Duration::from_secs(60);
-
-/// Minimum, mean, median and maximum of some timings, milliseconds.
-#[derive(Debug, Clone, Serialize)]
-pub struct Timings {
-    /// Runs measured.
-    pub runs: usize,
-    /// Fastest.
-    pub min_ms: f64,
-    /// Mean.
-    pub mean_ms: f64,
-    /// Median (the upper one of an even count).
-    pub median_ms: f64,
-    /// Slowest.
-    pub max_ms: f64,
-}
-
-impl Timings {
-    pub(super) fn of(ms: &[f64]) -> Option<Timings> {
-        if ms.is_empty() {
-            return None;
-        }
-        let mut sorted = ms.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        Some(Timings {
-            runs: ms.len(),
-            min_ms: sorted[0],
-            mean_ms: ms.iter().sum::<f64>() / ms.len() as f64,
-            median_ms: sorted[sorted.len() / 2],
-            max_ms: sorted[sorted.len() - 1],
-        })
-    }
-}
-
-/// What the MPI reference gave for one case, or why it gave nothing.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reference {
-    /// Timings (latency, merge), milliseconds.
-    Timings(Timings),
-    /// Spawns per second.
-    Rate(f64),
-    /// Not measured, and why.
-    Missing(String),
-}
-
-impl Reference {
-    fn median_ms(&self) -> Option<f64> {
-        match self {
-            Reference::Timings(t) => Some(t.median_ms),
-            _ => None,
-        }
-    }
-}
+use super::shared::{request_stream, stop_and_wait, MpiReference, Reference, Timings, STEP_LIMIT};
 
 /// One row: treecast's figure for `n` processes and MPI's.
 #[derive(Debug, Clone, Serialize)]
@@ -206,14 +144,14 @@ pub struct IntergroupBench {
     /// One row per message size.
     pub point_to_point: Vec<PeerRow>,
     /// Collective operations over both groups.
-    pub collectives: super::collbench::CollectiveBench,
+    pub collectives: super::collectives::CollectiveBench,
 }
 
 /// Runs `treecast bench intergroup`.
 pub async fn intergroup_main(args: BenchIntergroupArgs) -> anyhow::Result<ExitCode> {
     let sizes = parse_bytes(&args.sizes)?;
     let tree = default_tree(&args.tree);
-    let mut net = super::run::launch(&tree).await?;
+    let mut net = crate::apps::run::launch(&tree).await?;
     let topology = tree.topology.clone().unwrap_or_default();
     let coll_sizes = parse_bytes(&args.coll_sizes)?;
     let mut measured = measure_peers(&mut net, &sizes).await;
@@ -224,7 +162,7 @@ pub async fn intergroup_main(args: BenchIntergroupArgs) -> anyhow::Result<ExitCo
     }
     let mpi = if args.no_mpi { Err("--no-mpi".to_owned()) } else { MpiReference::build() };
     let collectives = match measured {
-        Ok(_) => super::collbench::measure(&mut net, &coll_sizes, mpi.as_ref().map_err(Clone::clone)).await,
+        Ok(_) => super::collectives::measure(&mut net, &coll_sizes, mpi.as_ref().map_err(Clone::clone)).await,
         Err(_) => Err(anyhow::anyhow!("not measured")),
     };
     net.shutdown().await;
@@ -347,7 +285,7 @@ async fn one_way_us(
 async fn measure_networks(net: &Network, tree: &TreeArgs, rows: &mut [PeerRow]) -> anyhow::Result<()> {
     let mut other_tree = tree.clone();
     (other_tree.local, other_tree.hosts, other_tree.topology) = (Some(2), None, Some("flat".to_owned()));
-    let other = super::run::launch(&other_tree).await?;
+    let other = crate::apps::run::launch(&other_tree).await?;
     let dir = tempfile::tempdir().context("making a directory for the network port")?;
     let path = dir.path().join("network.port");
     let timed = async {
@@ -370,23 +308,13 @@ async fn measure_networks(net: &Network, tree: &TreeArgs, rows: &mut [PeerRow]) 
     timed
 }
 
-/// A stream over every back-end that passes each answer on as it comes: requests
-/// go to one rank at a time, answers come back one by one.
-pub(super) async fn request_stream(net: &Network) -> anyhow::Result<treecast_api::Stream> {
-    let opts = StreamOptions {
-        sync: treecast_api::SyncMode::DoNotWait,
-        ..StreamOptions::reduce(TransformKind::Null)
-    };
-    Ok(net.new_stream(&net.broadcast_communicator(), opts).await?)
-}
-
 /// Runs `treecast bench spawn`.
 pub async fn spawn_main(args: BenchSpawnArgs) -> anyhow::Result<ExitCode> {
     let sizes = parse_sizes(&args.sizes)?;
     ensure!(args.runs > 0, "--runs needs at least 1");
     ensure!(args.rate_secs > 0.0 && args.rate_secs <= 600.0, "--rate-secs takes 0 to 600 seconds");
     let tree = default_tree(&args.tree);
-    let mut net = super::run::launch(&tree).await?;
+    let mut net = crate::apps::run::launch(&tree).await?;
     let topology = tree.topology.clone().unwrap_or_default();
     let backends = net.backends();
     let measured = measure_spawns(&mut net, &sizes, args.runs, args.rate_secs).await;
@@ -439,7 +367,7 @@ pub async fn merge_main(args: BenchMergeArgs) -> anyhow::Result<ExitCode> {
     let sizes = parse_sizes(&args.sizes)?;
     ensure!(args.runs > 0, "--runs needs at least 1");
     let tree = default_tree(&args.tree);
-    let mut net = super::run::launch(&tree).await?;
+    let mut net = crate::apps::run::launch(&tree).await?;
     let topology = tree.topology.clone().unwrap_or_default();
     let backends = net.backends();
     let measured = measure_merges(&mut net, &sizes, args.runs).await;
@@ -474,7 +402,7 @@ fn default_tree(tree: &TreeArgs) -> TreeArgs {
         tree.local = Some(16);
         tree.topology.get_or_insert_with(|| "balanced:4x4".to_owned());
     }
-    tree.topology.get_or_insert_with(|| super::run::DEFAULT_TOPOLOGY.to_owned());
+    tree.topology.get_or_insert_with(|| crate::apps::run::DEFAULT_TOPOLOGY.to_owned());
     tree
 }
 
@@ -586,143 +514,6 @@ async fn measure_merges(
         rows.extend(Timings::of(&ms).map(|t| (n, t)));
     }
     Ok(rows)
-}
-
-/// Stops the groups and waits until every one of their ranks has left.
-pub(super) async fn stop_and_wait(net: &mut Network, groups: &[Group]) -> anyhow::Result<()> {
-    let mut waiting = RankSet::new();
-    for g in groups {
-        net.stop(g, "the benchmark stopped it")?;
-        waiting.union_with(&g.rank_set());
-    }
-    let deadline = tokio::time::Instant::now() + STEP_LIMIT;
-    while !waiting.is_empty() {
-        let event = tokio::time::timeout_at(deadline, net.next_event())
-            .await
-            .with_context(|| format!("ranks {waiting} did not leave within {STEP_LIMIT:?}"))?;
-        match event {
-            Some(Event::RanksLeft { ranks, .. }) | Some(Event::RanksLost { ranks, .. }) => {
-                waiting = waiting.difference(&ranks);
-            }
-            Some(_) => {}
-            None => bail!("the network ended while ranks {waiting} were being stopped"),
-        }
-    }
-    Ok(())
-}
-
-/// The MPI program, compiled, and the library it runs on.
-pub(super) struct MpiReference {
-    _dir: tempfile::TempDir,
-    program: PathBuf,
-    library: String,
-}
-
-impl MpiReference {
-    /// Compiles the reference with `mpicc`; says what is missing otherwise.
-    fn build() -> Result<MpiReference, String> {
-        let version = Command::new("mpirun")
-            .arg("--version")
-            .output()
-            .map_err(|e| format!("no mpirun ({e}); install openmpi-bin and libopenmpi-dev"))?;
-        let library = String::from_utf8_lossy(&version.stdout).lines().next().unwrap_or("").trim().to_owned();
-        let dir = tempfile::Builder::new().prefix("treecast-mpi-").tempdir().map_err(|e| e.to_string())?;
-        let source = dir.path().join("spawn_bench.c");
-        std::fs::write(&source, MPI_SOURCE).map_err(|e| e.to_string())?;
-        let program = dir.path().join("spawn_bench");
-        let out = Command::new("mpicc")
-            .arg("-O2")
-            .arg("-o")
-            .arg(&program)
-            .arg(&source)
-            .output()
-            .map_err(|e| format!("no mpicc ({e}); install libopenmpi-dev"))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            return Err(format!("mpicc failed ({}); install libopenmpi-dev", err.trim()));
-        }
-        Ok(MpiReference { _dir: dir, program, library })
-    }
-
-    fn latency(&self, n: u32, runs: usize) -> Reference {
-        // Each run in a job of its own: back-to-back spawns of several processes hang
-        // some Open MPI versions.
-        let mut ms = Vec::new();
-        for _ in 0..if n == 1 { 1 } else { runs.min(3) } {
-            let per_job = if n == 1 { runs } else { 1 };
-            match self.job(1, &["latency", &n.to_string(), &per_job.to_string()]) {
-                Ok(lines) => ms.extend(values(&lines, "latency_ms")),
-                Err(why) => return Reference::Missing(why),
-            }
-        }
-        Timings::of(&ms).map_or_else(|| Reference::Missing("no timing printed".into()), Reference::Timings)
-    }
-
-    fn rate(&self, n: u32, secs: f64) -> Reference {
-        match self.job(1, &["rate", &n.to_string(), &secs.to_string()]) {
-            Ok(lines) => values(&lines, "spawns_per_s")
-                .first()
-                .map_or_else(|| Reference::Missing("no rate printed".into()), |&r| Reference::Rate(r)),
-            Err(why) => Reference::Missing(why),
-        }
-    }
-
-    fn merge(&self, n: u32) -> Reference {
-        if n > 32 {
-            return Reference::Missing(format!("{} MPI processes on this machine's cores: skipped", 2 * n));
-        }
-        match self.job(n, &["merge", &n.to_string()]) {
-            Ok(lines) => Timings::of(&values(&lines, "merge_ms"))
-                .map_or_else(|| Reference::Missing("no timing printed".into()), Reference::Timings),
-            Err(why) => Reference::Missing(why),
-        }
-    }
-
-    /// One-way latency of `bytes`-byte messages, from a ping-pong `mode`.
-    fn one_way(&self, mode: &str, procs: u32, bytes: u32, rounds: u32) -> Reference {
-        match self.job(procs, &[mode, &bytes.to_string(), &rounds.to_string()]) {
-            Ok(lines) => {
-                Timings::of(&values(&lines, "one_way_us").iter().map(|us| us / 1e3).collect::<Vec<_>>())
-                    .map_or_else(|| Reference::Missing("no latency printed".into()), Reference::Timings)
-            }
-            Err(why) => Reference::Missing(why),
-        }
-    }
-
-    /// Runs the program under `mpirun -n procs`; its stdout lines, or why not.
-    pub(super) fn job(&self, procs: u32, args: &[&str]) -> Result<Vec<String>, String> {
-        let mut cmd = Command::new("timeout");
-        cmd.arg("--kill-after=5")
-            .arg(MPI_JOB_LIMIT.as_secs().to_string())
-            .arg("mpirun")
-            .arg("--oversubscribe")
-            .arg("-n")
-            .arg(procs.to_string())
-            .arg(&self.program)
-            .args(args)
-            // Root may run it here (CI and containers run as root).
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-        let out = cmd.output().map_err(|e| format!("cannot run mpirun: {e}"))?;
-        if out.status.code() == Some(124) || out.status.code() == Some(137) {
-            return Err(format!(
-                "mpirun {} hung (killed after {} s)",
-                args.join(" "),
-                MPI_JOB_LIMIT.as_secs()
-            ));
-        }
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-            return Err(format!("mpirun {} failed ({}): {last}", args.join(" "), out.status));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect())
-    }
-}
-
-/// The numbers of the `key value` lines named `key`.
-fn values(lines: &[String], key: &str) -> Vec<f64> {
-    lines.iter().filter_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok()).collect()
 }
 
 fn reference_text(r: &Reference) -> String {
@@ -879,7 +670,7 @@ fn render_intergroup(b: &IntergroupBench) -> String {
     );
     out.push_str("  and rank 0 of a second network linked to this one (through both front-ends).\n");
     out.push_str(&missing_notes(b.point_to_point.iter().flat_map(|r| [&r.mpi_inter, &r.mpi_intra])));
-    out.push_str(&super::collbench::render(&b.collectives));
+    out.push_str(&super::collectives::render(&b.collectives));
     out
 }
 
@@ -895,6 +686,7 @@ fn render_merge(b: &MergeBench) -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use super::super::shared::values;
     use super::*;
 
     #[test]

@@ -9,8 +9,8 @@ use anyhow::{ensure, Context};
 use serde::Serialize;
 use treecast_api::{Network, SpawnOptions, Value};
 
-use super::protocol::{COLLECTIVE_ANSWER, COLLECTIVE_REQUEST, TAG_COLLECTIVE};
-use super::spawnbench::{stop_and_wait, MpiReference, STEP_LIMIT};
+use super::shared::{request_stream, stop_and_wait, MpiReference, STEP_LIMIT};
+use crate::apps::protocol::{COLLECTIVE_ANSWER, COLLECTIVE_REQUEST, TAG_COLLECTIVE};
 
 /// The operations timed, as `TAG_COLLECTIVE` numbers them and MPI's reference names them.
 pub const OPERATIONS: [(u32, &str); 5] =
@@ -87,7 +87,7 @@ pub(super) async fn measure(
     let options = SpawnOptions { placement: treecast_api::Placement::Cyclic, ..SpawnOptions::default() };
     let spawned = net.spawn(launch.len() as u32, &[], &options).await?;
     let members: Vec<u32> = launch.iter().chain(spawned.ranks()).copied().collect();
-    let mut stream = super::spawnbench::request_stream(net).await?;
+    let mut stream = request_stream(net).await?;
     let mut rows = Vec::new();
     for &bytes in sizes {
         let rounds = rounds_for(bytes);

@@ -13,7 +13,9 @@ use serde::Serialize;
 use treecast_transport::mcast::sim::{Faults, Lan, LanConfig};
 use treecast_transport::mcast::McastConfig;
 
-use super::cli::{RouteBenchArgs, RouteKind};
+use crate::apps::cli::{RouteBenchArgs, RouteKind};
+
+use super::shared::parse_size;
 
 /// Longest a message may take in virtual time before the row reports a hang.
 const LIMIT: Duration = Duration::from_secs(3_600);
@@ -57,7 +59,7 @@ pub struct RouteRow {
 /// Runs the benchmark.
 pub async fn main(args: RouteBenchArgs) -> anyhow::Result<ExitCode> {
     if !args.sim {
-        return super::routelive::main(args).await;
+        return super::route_live::main(args).await;
     }
     ensure!(
         args.route != Some(RouteKind::Tcp),
@@ -181,33 +183,4 @@ fn print_row(r: &RouteRow) {
         r.per_child_ratio,
         if r.lost > 0 { format!("  {} lost", r.lost) } else { String::new() }
     );
-}
-
-/// `1`, `64K`, `1M`, `64M`: bytes, with K and M meaning 1024 and 1024².
-pub fn parse_size(text: &str) -> anyhow::Result<u64> {
-    let t = text.trim();
-    let (digits, unit) = match t.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
-        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
-        _ => (t, 1),
-    };
-    let n: u64 =
-        digits.parse().with_context(|| format!("--sizes: {text:?} is not a size (write 4096, 64K or 1M)"))?;
-    let bytes = n.checked_mul(unit).filter(|&b| b <= 1 << 30);
-    bytes.with_context(|| format!("--sizes: {text:?} is over 1 GiB"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_read_with_their_suffixes_and_a_bad_one_says_how_to_write_it() {
-        assert_eq!(parse_size("1").ok(), Some(1));
-        assert_eq!(parse_size("64K").ok(), Some(64 << 10));
-        assert_eq!(parse_size("64M").ok(), Some(64 << 20));
-        let err = parse_size("lots").err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(err.contains("write 4096, 64K or 1M"), "{err}");
-        assert!(parse_size("2048M").is_err());
-    }
 }

@@ -14,9 +14,9 @@ use anyhow::{ensure, Context};
 use serde::Serialize;
 use treecast_api::{Network, NetworkBuilder, Stream, StreamOptions, Topology, TransformKind, Value};
 
-use super::cli::{RouteBenchArgs, RouteKind};
-use super::protocol::TAG_SINK;
-use super::routebench::parse_size;
+use super::shared::parse_size;
+use crate::apps::cli::{RouteBenchArgs, RouteKind};
+use crate::apps::protocol::TAG_SINK;
 
 /// Longest wait for one answer.
 const ANSWER_LIMIT: Duration = Duration::from_secs(120);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use treecast_transport::{handshake, Listener, Secret, Stream};
 
-use super::spawnbench::Timings;
+use super::shared::Timings;
 
 /// Connections timed.
 const JOINS: usize = 200;

@@ -29,7 +29,7 @@ use serde::Serialize;
 use treecast_api::Topology;
 use treecast_sim::chaos::{self as sim_chaos, ChaosConfig, ChaosTrees, FaultPhase};
 
-use super::cli::{ChaosArgs, ChaosPhase};
+use crate::apps::cli::{ChaosArgs, ChaosPhase};
 
 /// What one run found.
 #[derive(Debug, Clone, Default, Serialize)]
