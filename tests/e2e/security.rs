@@ -27,45 +27,10 @@ async fn a_peer_with_the_wrong_secret_is_refused() {
     assert!(err.contains("refused our proof"), "{err}");
 }
 
-/// Not a test on its own: the body of a rogue back-end that authenticates, reports
-/// ready, then sends bytes that are not a frame. Runs only when re-executed by
-/// `a_malformed_frame_closes_only_that_link`.
-#[tokio::test]
-async fn rogue_backend_entry() {
-    if std::env::var("TREECAST_ROGUE").is_err() {
-        return;
-    }
-    use tokio::io::AsyncWriteExt;
-    let parent = std::env::var("TREECAST_PARENT").unwrap();
-    let node_id: u32 = std::env::var("TREECAST_NODE_ID").unwrap().parse().unwrap();
-    let secret = treecast_driver::read_secret().unwrap();
-    let mut stream = treecast_driver::connect_to(&parent, node_id, &secret, LIMIT).await.unwrap();
-    let rank: u32 = std::env::var("TREECAST_RANK").unwrap().parse().unwrap();
-    let join = treecast_wire::ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 };
-    let mut bytes = bytes::BytesMut::new();
-    treecast_proto::control_frame(&join).encode(&mut bytes);
-    stream.write_all(&bytes).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    if std::env::var("TREECAST_ROGUE").as_deref() == Ok("huge") {
-        // A header announcing 200 MiB, then a trickle: the parent must refuse it, not buffer it.
-        let mut header = bytes::BytesMut::new();
-        treecast_wire::FrameHeader::data(1, 0, rank).encode(200 << 20, &mut header);
-        // The parent may close the link as soon as it reads the header: a failed
-        // write is the expected end of this rogue, not an error of the test.
-        let _ = stream.write_all(&header).await;
-        let _ = stream.write_all(&[0u8; 4096]).await;
-    } else {
-        let _ = stream.write_all(&[0xEE; 64]).await;
-    }
-    tokio::time::sleep(Duration::from_secs(30)).await;
-}
-
 /// Launches balanced:2x2 where rank 1 is the rogue back-end in `mode`.
 async fn with_rogue_rank_1(mode: &str) -> Network {
-    let test_bin = std::env::current_exe().unwrap();
     let script = format!(
-        "if [ \"$TREECAST_RANK\" = 1 ]; then exec {} security::rogue_backend_entry --exact --nocapture --test-threads=1; else exec {TREECAST} backend; fi",
-        test_bin.display()
+        "if [ \"$TREECAST_RANK\" = 1 ]; then exec {TEST_BACKEND} rogue; else exec {TREECAST} backend; fi"
     );
     let topo = Topology::from_spec("balanced:2x2", None).unwrap();
     builder(topo)

@@ -26,17 +26,6 @@ async fn a_backend_that_cannot_start_is_named_with_its_stderr() {
     assert!(err.contains("/nonexistent/tool") && err.contains("back-end rank 0"), "{err}");
 }
 
-/// Not a test on its own: a back-end that panics at once. Runs only when re-executed
-/// by `a_start_up_error_is_printed_once_with_the_childs_panic_message`.
-#[test]
-fn panicking_backend_entry() {
-    if std::env::var("TREECAST_PANIC_ENTRY").is_err() {
-        return;
-    }
-    let rank = std::env::var("TREECAST_RANK").unwrap_or_default();
-    panic!("rank {rank} cannot read its settings file /etc/tool-test.conf");
-}
-
 #[test]
 fn a_start_up_error_is_printed_once_with_the_childs_panic_message() {
     // Regression: at depth 3 every comm node logged the error, its parent forwarded
@@ -45,9 +34,8 @@ fn a_start_up_error_is_printed_once_with_the_childs_panic_message() {
     let dir = TestDir::new("printed-once");
     let script = dir.path("treecast-wrapper");
     let text = format!(
-        "#!/bin/sh\nif [ \"$1\" = backend ] && [ \"$TREECAST_RANK\" = 5 ]; then exec {} startup::panicking_backend_entry \
-         --exact --nocapture --test-threads=1; fi\nexec {TREECAST} \"$@\"\n",
-        std::env::current_exe().unwrap().display()
+        "#!/bin/sh\nif [ \"$1\" = backend ] && [ \"$TREECAST_RANK\" = 5 ]; then exec {TEST_BACKEND} panicking; fi\n\
+         exec {TREECAST} \"$@\"\n"
     );
     std::fs::write(&script, text).unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -57,7 +45,6 @@ fn a_start_up_error_is_printed_once_with_the_childs_panic_message() {
         .args(["run", "--local", "8", "--topology", "balanced:2x2x2", "--", "true"])
         .env(k, v)
         .env("TREECAST_PATH", &script)
-        .env("TREECAST_PANIC_ENTRY", "1")
         .env("RUST_BACKTRACE", "1")
         .env_remove("TREECAST_LOG")
         .output()

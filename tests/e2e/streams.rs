@@ -179,42 +179,15 @@ async fn format_errors_are_caught_at_the_sender() {
     finish(net).await;
 }
 
-/// Not a test on its own: a back-end that answers the first request (`%d n`) with `n`
-/// packets of its rank and returns at once, dropping its `BackEnd` without `close()`
-/// as a tool's `main` would. Runs only when re-executed by
-/// `a_backend_that_returns_right_after_sending_loses_nothing`.
-#[tokio::test]
-async fn send_and_return_backend_entry() {
-    if std::env::var("TREECAST_SEND_AND_RETURN").is_err() {
-        return;
-    }
-    let mut be = treecast_api::BackEnd::connect().await.unwrap();
-    let p = be.recv().await.unwrap();
-    for _ in 0..int(&p) {
-        be.send(p.stream(), p.tag(), "%d", &[Value::Int(be.rank() as i32)]).await.unwrap();
-    }
-}
-
 /// Regression: `send` only queued, so a back-end that returned right after sending
 /// lost its last packets (a 32-rank sum came out short, with no error anywhere).
 #[tokio::test]
 async fn a_backend_that_returns_right_after_sending_loses_nothing() {
-    // Its harness's report goes to /dev/null, not into this test's output.
-    let script = format!(
-        "exec {} streams::send_and_return_backend_entry --exact --test-threads=1 >/dev/null",
-        std::env::current_exe().unwrap().display()
-    );
-    let command = ["/bin/sh".to_owned(), "-c".to_owned(), script];
+    let command = [TEST_BACKEND.to_owned(), "send-and-return".to_owned()];
     const PACKETS: i32 = 200;
     for unix in [true, false] {
         let topo = Topology::from_spec("balanced:4x8", None).unwrap();
-        let net = builder(topo)
-            .unix_links(unix)
-            .backend_command(command.clone())
-            .env("TREECAST_SEND_AND_RETURN", "1")
-            .launch()
-            .await
-            .unwrap();
+        let net = builder(topo).unix_links(unix).backend_command(command.clone()).launch().await.unwrap();
         let n = i64::from(net.backends());
         let mut s = sum_stream(&net).await;
         s.send(TAG_ECHO, "%d", &[Value::Int(PACKETS)]).await.unwrap();

@@ -10,6 +10,9 @@ use super::assert_no_leftovers;
 
 /// This build's `treecast` binary.
 pub(crate) const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
+/// Back-ends that misbehave on purpose (`tests/helpers/backend.rs`), started in
+/// place of `treecast backend`: `panicking`, `rogue`, `send-and-return`.
+pub(crate) const TEST_BACKEND: &str = env!("CARGO_BIN_EXE_treecast-test-backend");
 /// How long a test tree may take to start, and a test to wait for an answer.
 pub(crate) const LIMIT: Duration = Duration::from_secs(20);
 
