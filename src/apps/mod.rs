@@ -1,4 +1,8 @@
-//! What the command line offers: one module per subcommand.
+//! What the command line offers: one module per subcommand (`run`, `bcast`, `demo`,
+//! `topo`, `hosts`, `clock` with `clocksim` for `clock --sim`, `monitor`, and the
+//! internal `node`, `backend` and `guard`); `bench` holds every `treecast bench`
+//! benchmark, with what they share in `bench::shared`. `cli` has the flags of all
+//! of them, `protocol` the request tags the generic back-end answers.
 
 pub mod backend;
 pub mod bcast;

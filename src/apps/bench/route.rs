@@ -2,7 +2,7 @@
 //! group size. With `--sim` the protocol runs in a simulated LAN (virtual time, a
 //! line rate per uplink, seeded loss); each row sets beside it what sending one
 //! copy per child at the same line rate would take, as TCP does. Without it, a
-//! local tree on real sockets is timed per route (`routelive.rs`).
+//! local tree on real sockets is timed per route (`route_live.rs`).
 
 use std::process::ExitCode;
 use std::time::Duration;
