@@ -7,8 +7,8 @@
 //! The layers below are separate crates: `treecast-wire`, `treecast-topology`,
 //! `treecast-monitor`, `treecast-filters`, `treecast-proto` (the protocol core),
 //! `treecast-transport`, `treecast-launch`, `treecast-driver`, `treecast-api` (what
-//! tools link against) and `treecast-sim` (the simulated tree);
-//! `docs/architecture.md` draws them.
+//! tools link against), `treecast-files` (file distribution, on top of the api) and
+//! `treecast-sim` (the simulated tree); `docs/architecture.md` draws them.
 
 #![forbid(unsafe_code)]
 

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use crate::common::copies::{assert_copies, own_dirs, route_reports, send_to_own_dirs};
 use crate::common::{random_bytes, TestDir};
-use treecast_api::{Network, NetworkBuilder, Outcome, RankSet, SshOptions, Topology};
+use treecast_api::{Network, NetworkBuilder, RankSet, SshOptions, Topology};
+use treecast_files::Outcome;
 use treecast_monitor::RouteReport;
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");

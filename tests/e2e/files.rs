@@ -17,8 +17,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::common::{assert_no_leftovers, commnode_pid, random_bytes, TestDir};
 use treecast::apps::protocol::{TAG_DIE, TAG_STALL};
 use treecast_api::{
-    bcast_file, bcast_files, ApiError, FileEntry, FileOptions, FileReport, Network, NetworkBuilder, Outcome,
-    Progress, RankSet, SourceError, StreamOptions, Topology, TransformKind, Value, WriteMode,
+    ApiError, Network, NetworkBuilder, RankSet, SourceError, StreamOptions, Topology, TransformKind, Value,
+};
+use treecast_files::{
+    bcast_file, bcast_files, FileEntry, FileOptions, FileReport, Outcome, Progress, WriteMode,
 };
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");

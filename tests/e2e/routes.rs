@@ -16,10 +16,8 @@ use std::time::Duration;
 use crate::common::copies::{assert_copies, own_dirs, route_reports, send_to_own_dirs};
 use crate::common::{assert_no_leftovers, random_bytes, TestDir};
 use treecast::apps::protocol::TAG_DIE;
-use treecast_api::{
-    bcast_files, FileEntry, FileOptions, FileReport, Network, NetworkBuilder, Outcome, Progress, RankSet,
-    StreamOptions, Topology, TransformKind, Value,
-};
+use treecast_api::{Network, NetworkBuilder, RankSet, StreamOptions, Topology, TransformKind, Value};
+use treecast_files::{bcast_files, FileEntry, FileOptions, FileReport, Outcome, Progress};
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 const LIMIT: Duration = Duration::from_secs(60);

@@ -11,7 +11,8 @@ use std::time::Instant;
 use anyhow::{ensure, Context};
 use rand::RngCore;
 use serde::Serialize;
-use treecast_api::{bcast_files, FileEntry, FileOptions, Network};
+use treecast_api::Network;
+use treecast_files::{bcast_files, FileEntry, FileOptions};
 use treecast_monitor::RouteReport;
 
 use crate::apps::cli::{BenchBcastArgs, RouteKind, TreeArgs};

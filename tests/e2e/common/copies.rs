@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use treecast_api::{bcast_files, FileEntry, FileOptions, FileReport, Network};
+use treecast_api::Network;
+use treecast_files::{bcast_files, FileEntry, FileOptions, FileReport};
 use treecast_monitor::RouteReport;
 
 use super::TestDir;

@@ -12,9 +12,9 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use treecast_api::{
-    bcast_files, ApiError, Event, FileEntry, FileOptions, FileReport, Network, NetworkBuilder, Outcome,
-    Progress, RankSet, StreamOptions, Topology, TransformKind, Value,
+    ApiError, Event, Network, NetworkBuilder, RankSet, StreamOptions, Topology, TransformKind, Value,
 };
+use treecast_files::{bcast_files, FileEntry, FileOptions, FileReport, Outcome, Progress};
 use treecast_sim::chaos::fault_count;
 
 use super::procs::{self, env_value, Victim};

@@ -1,5 +1,7 @@
-//! File distribution: [`bcast_files`] and [`bcast_file`] on the front-end,
-//! [`FileReceivers`] (one [`FileReceiver`] per transfer) on the back-ends.
+//! File distribution on top of the treecast API: [`bcast_files`] and [`bcast_file`]
+//! on the front-end (over a [`treecast_api::Network`]), [`FileReceivers`] (one
+//! [`FileReceiver`] per transfer) and the [`FileWorker`] thread that writes on the
+//! back-ends (fed the packets a [`treecast_api::BackEnd`] receives).
 //!
 //! One transfer (one file, symbolic link or directory's attributes) takes two streams.
 //! Both reduce answers with equivalence classes (ranks with equal answers travel as
@@ -37,12 +39,27 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use treecast_wire::RankSet;
 
-use crate::error::SourceError;
+use treecast_api::SourceError;
 
 mod message;
 mod receive;
 mod send;
 mod worker;
+
+#[cfg(test)]
+mod test_support {
+    use treecast_api::{ApiError, Value};
+    use treecast_wire::{encode_values, Format};
+
+    /// Encodes `values` after checking them against `format`, as a stream's `send` does.
+    pub(crate) fn encode_checked(format: &str, values: &[Value]) -> Result<(Format, Vec<u8>), ApiError> {
+        let fmt = Format::parse(format)?;
+        fmt.check(values)?;
+        let mut payload = Vec::with_capacity(values.len() * 8 + 8);
+        encode_values(values, &mut payload);
+        Ok((fmt, payload))
+    }
+}
 
 pub use message::{FileMessage, FileMessageError, FileStatus};
 pub use receive::{Decision, FileAnswer, FileReceiver, FileReceivers};
@@ -57,15 +74,9 @@ pub const FILE_CHUNK: i32 = 17;
 pub const FILE_END: i32 = 18;
 /// Tag of the packet that ends the status phase: which ranks receive, on which stream.
 pub const FILE_OPEN: i32 = 19;
-/// Default chunk size: 1 MiB.
-pub const DEFAULT_CHUNK: usize = 1 << 20;
-/// Largest chunk size accepted (frames carry at most 256 MiB).
-pub const MAX_CHUNK: usize = 64 << 20;
-/// Default of [`FileOptions::timeout`].
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-/// Longest [`FileOptions::timeout`] accepted: one day. The limit is per step without
-/// progress, so more is never needed, and deadlines computed from it cannot overflow.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+// The api's errors name these limits (`SourceError`), and its largest frame is
+// sized to carry a default chunk: they are defined there.
+pub use treecast_api::{DEFAULT_CHUNK, DEFAULT_TIMEOUT, MAX_CHUNK, MAX_TIMEOUT};
 
 const STATUS_FORMAT: &str = "%s %uld %uld %s %d %ud %d %s %ud";
 /// Status flag: the destination is the file's own path ([`FileEntry::file_at`]).
@@ -309,24 +320,8 @@ impl FileReport {
     }
 }
 
-pub(crate) fn kind_of(t: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_symlink() {
-        "a symbolic link"
-    } else if t.is_file() {
-        "a regular file"
-    } else if t.is_fifo() {
-        "a fifo"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_block_device() || t.is_char_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    }
-}
+// Errors name a file's kind the same way in the api (attach files) and here.
+pub(crate) use treecast_api::file_kind as kind_of;
 
 pub(crate) fn mtime_ns(meta: &std::fs::Metadata) -> u64 {
     meta.modified()

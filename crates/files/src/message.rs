@@ -170,7 +170,7 @@ impl FileStatus {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::stream::encode_checked;
+    use crate::test_support::encode_checked;
 
     fn payload(format: &str, values: &[Value]) -> Vec<u8> {
         encode_checked(format, values).unwrap().1

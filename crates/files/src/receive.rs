@@ -15,7 +15,7 @@ use super::{
     mtime_ns, EntryKind, Outcome, WriteMode, ANSWER_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS,
     RECEIVE_WORD, RESTART_WORD, RESUME_WORD,
 };
-use crate::Packet;
+use treecast_api::Packet;
 
 /// What a back-end decided on a status packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -632,7 +632,7 @@ impl FileReceivers {
 
     /// Drops the transfer whose packets arrive on `stream`, if any, removing its
     /// temporary file: call it when the front-end closed that stream (see
-    /// [`crate::BackEndEvent::StreamClosed`]), which it does when it gave up on the
+    /// [`treecast_api::BackEndEvent::StreamClosed`]), which it does when it gave up on the
     /// transfer (a stall, an error) as well as after a complete one.
     pub fn on_stream_closed(&mut self, stream: u32) {
         self.active.remove(&stream);
@@ -729,7 +729,7 @@ mod tests {
 
     use super::super::{CHUNK_FORMAT, END_FORMAT, FLAG_EXACT, FLAG_RESTART, OPEN_FORMAT, STATUS_FORMAT};
     use super::*;
-    use crate::stream::encode_checked;
+    use crate::test_support::encode_checked;
 
     fn packet_on(stream: u32, tag: i32, format: &str, values: &[Value]) -> Packet {
         let (_, payload) = encode_checked(format, values).unwrap();

@@ -15,7 +15,7 @@ use super::{
     END_FORMAT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS, FLAG_EXACT, FLAG_RESTART, OPEN_FORMAT,
     RECEIVE_WORD, RESTART_WORD, RESUME_WORD, STATUS_FORMAT,
 };
-use crate::{ApiError, Communicator, EqClass, LostRanks, Network, Stream, StreamOptions};
+use treecast_api::{ApiError, Communicator, EqClass, LostRanks, Network, Stream, StreamOptions};
 
 /// One thing for [`bcast_files`] to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -939,7 +939,7 @@ fn deadline_after(limit: Duration) -> tokio::time::Instant {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::stream::encode_checked;
+    use crate::test_support::encode_checked;
 
     #[tokio::test]
     async fn chunks_read_into_their_payload_encode_as_stream_send_would() {

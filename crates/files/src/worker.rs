@@ -5,7 +5,7 @@
 use tokio::sync::mpsc;
 
 use super::{FileAnswer, FileReceivers};
-use crate::{ApiError, Packet};
+use treecast_api::{ApiError, Packet};
 
 /// Packets queued for the writing thread before the back-end waits (which, through
 /// flow control, slows the file's sender).
