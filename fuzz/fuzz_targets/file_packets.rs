@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use treecast_api::{FileMessage, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS};
+use treecast_files::{FileMessage, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&pick, payload)) = data.split_first() else { return };

@@ -4,9 +4,8 @@ use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
-use treecast_api::{
-    ApiError, BackEnd, BackEndEvent, BackEndSender, FileReceivers, FileWorker, Group, Packet, ReduceOp, Value,
-};
+use treecast_api::{ApiError, BackEnd, BackEndEvent, BackEndSender, Group, Packet, ReduceOp, Value};
+use treecast_files::{FileReceivers, FileWorker};
 
 use sha2::{Digest, Sha256};
 

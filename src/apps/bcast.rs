@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use treecast_api::{
-    bcast_files, EntryKind, FileEntry, FileOptions, FileReport, Network, Progress, WriteMode, MAX_TIMEOUT,
+use treecast_api::Network;
+use treecast_files::{
+    bcast_files, EntryKind, FileEntry, FileOptions, FileReport, Progress, WriteMode, MAX_TIMEOUT,
 };
 
 use treecast_monitor::RouteReport;
@@ -543,9 +544,9 @@ fn plan_of(args: &BcastArgs) -> anyhow::Result<(Plan, bool)> {
 pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     let mode: WriteMode = args.mode.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     anyhow::ensure!(
-        (1..=treecast_api::MAX_CHUNK).contains(&args.chunk),
+        (1..=treecast_files::MAX_CHUNK).contains(&args.chunk),
         "--chunk must be between 1 and {} bytes",
-        treecast_api::MAX_CHUNK
+        treecast_files::MAX_CHUNK
     );
     let timeout = Duration::try_from_secs_f64(args.timeout)
         .ok()

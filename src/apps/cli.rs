@@ -366,7 +366,7 @@ pub struct BenchBcastArgs {
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Bytes per chunk sent down the tree.
-    #[arg(long, value_name = "BYTES", default_value_t = treecast_api::DEFAULT_CHUNK)]
+    #[arg(long, value_name = "BYTES", default_value_t = treecast_files::DEFAULT_CHUNK)]
     pub chunk: usize,
     /// One JSON object instead of text.
     #[arg(long)]

@@ -1,27 +1,23 @@
-//! What the command line offers: one module per subcommand.
+//! What the command line offers: one module per subcommand (`run`, `bcast`, `demo`,
+//! `topo`, `hosts`, `clock` with `clocksim` for `clock --sim`, `monitor`, and the
+//! internal `node`, `backend` and `guard`); `bench` holds every `treecast bench`
+//! benchmark, with what they share in `bench::shared`. `cli` has the flags of all
+//! of them, `protocol` the request tags the generic back-end answers.
 
 pub mod backend;
 pub mod bcast;
-pub mod bcastbench;
 pub mod bench;
-pub mod chaos;
 pub mod cli;
 pub mod clock;
 pub mod clocksim;
-pub mod collbench;
 pub mod demo;
 pub mod guard;
 pub mod hosts;
-pub mod joincost;
 pub mod monitor;
 pub mod node;
 pub mod protocol;
-pub mod routebench;
-pub mod routelive;
 pub mod run;
 pub mod settings;
-pub mod simbench;
-pub mod spawnbench;
 pub mod topo;
 
 #[cfg(test)]

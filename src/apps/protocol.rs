@@ -75,15 +75,15 @@ pub const COLLECTIVE_REQUEST: &str = "%ud %ud %aud %ud %ud %ud";
 /// What [`TAG_COLLECTIVE`] answers.
 pub const COLLECTIVE_ANSWER: &str = "%lf %ald %aud %ud";
 
-/// File distribution (see `treecast_api::bcast_files`, handled by `FileReceivers`): the
+/// File distribution (see `treecast_files::bcast_files`, handled by `FileReceivers`): the
 /// status packet that opens a transfer, and every rank's first answer.
-pub const TAG_FILE_STATUS: i32 = treecast_api::FILE_STATUS;
+pub const TAG_FILE_STATUS: i32 = treecast_files::FILE_STATUS;
 /// File distribution: one chunk, `%uld %b` (offset, bytes).
-pub const TAG_FILE_CHUNK: i32 = treecast_api::FILE_CHUNK;
+pub const TAG_FILE_CHUNK: i32 = treecast_files::FILE_CHUNK;
 /// File distribution: the end of a transfer; also the tag of the final answer `%s %s` (outcome, detail).
-pub const TAG_FILE_END: i32 = treecast_api::FILE_END;
+pub const TAG_FILE_END: i32 = treecast_files::FILE_END;
 /// File distribution: the end of the status phase (data stream and receiving ranks).
-pub const TAG_FILE_OPEN: i32 = treecast_api::FILE_OPEN;
+pub const TAG_FILE_OPEN: i32 = treecast_files::FILE_OPEN;
 
 /// Exit code reported for a command stopped by the time limit (as `timeout(1)` does).
 pub const EXIT_TIMED_OUT: i32 = 124;

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use treecast_transport::Secret;
 
-use crate::files::kind_of;
+use crate::error::file_kind as kind_of;
 use crate::{ApiError, AttachError};
 
 /// What a back-end needs to attach: its parent and the session secret.

@@ -29,7 +29,7 @@ pub enum BackEndEvent {
     /// [`Packet::rank`] is its sender, [`Packet::tag`] its tag.
     Message(Packet),
     /// The front-end closed this stream: nothing more arrives on it, and state kept
-    /// for it (a [`crate::FileReceivers`] transfer, say) can go.
+    /// for it (a `treecast_files::FileReceivers` transfer, say) can go.
     StreamClosed(u32),
 }
 

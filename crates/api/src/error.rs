@@ -7,8 +7,6 @@ use std::time::Duration;
 use thiserror::Error;
 use treecast_wire::RankSet;
 
-use crate::{DEFAULT_CHUNK, DEFAULT_TIMEOUT, MAX_CHUNK, MAX_TIMEOUT};
-
 /// Why an API call failed.
 ///
 /// Its `Debug` form is its message with its causes, the same as `Display` shows
@@ -184,7 +182,7 @@ pub enum ApiError {
         /// The limit, seconds.
         secs: f64,
     },
-    /// A file to send cannot be used (see [`crate::bcast_file`]); nothing was sent for it.
+    /// A file to send cannot be used (see `treecast_files::bcast_file`); nothing was sent for it.
     #[error(transparent)]
     Source(#[from] SourceError),
     /// An attach file could not be written (front-end) or used (back-end).
@@ -266,6 +264,18 @@ impl ApiError {
     }
 }
 
+// File distribution (`treecast_files`) lives above this crate; its limits are here
+// because [`SourceError`] names them and the largest frame must carry a chunk.
+/// Default chunk size: 1 MiB.
+pub const DEFAULT_CHUNK: usize = 1 << 20;
+/// Largest chunk size accepted (frames carry at most 256 MiB).
+pub const MAX_CHUNK: usize = 64 << 20;
+/// Default of `FileOptions::timeout` (`treecast_files`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest `FileOptions::timeout` (`treecast_files`) accepted: one day. The limit is per step without
+/// progress, so more is never needed, and deadlines computed from it cannot overflow.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// Why a file cannot be sent: every cause is found on the front-end before anything
 /// is sent for that file.
 #[derive(Debug, thiserror::Error)]
@@ -274,7 +284,7 @@ pub enum SourceError {
     /// The chunk size is 0 or over [`MAX_CHUNK`].
     #[error("chunk size {0} is not between 1 and {MAX_CHUNK} bytes: pick a size in that range (default {DEFAULT_CHUNK})")]
     ChunkSize(usize),
-    /// A source is not what its [`crate::EntryKind`] says (a link that is not a link …).
+    /// A source is not what its `EntryKind` (`treecast_files`) says (a link that is not a link …).
     #[error("source {path} is {kind}, not {expected}: send it as what it is, or pick another path")]
     WrongKind {
         /// The source.
@@ -444,4 +454,25 @@ pub enum AttachError {
         /// The number of ranks in the file.
         size: u32,
     },
+}
+
+/// How an error names the kind of a file that is not what was expected: "a directory",
+/// "a fifo", …
+pub fn file_kind(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_file() {
+        "a regular file"
+    } else if t.is_fifo() {
+        "a fifo"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
 }

@@ -55,7 +55,6 @@ mod clock;
 mod collective;
 mod commnode;
 mod error;
-mod files;
 mod frontend;
 mod monitor;
 mod network;
@@ -70,12 +69,8 @@ pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
 pub use clock::{compose as compose_clock, NodeClock};
 pub use collective::{Collected, ReduceOp, DEFAULT_COLLECTIVE_LIMIT};
 pub use commnode::{run_comm_node, run_comm_node_with, started_as_comm_node, NodeError, COMM_NODE_ARG};
-pub use error::{ApiError, AttachError, SourceError};
-pub use files::{
-    bcast_file, bcast_files, Decision, EntryKind, FileAnswer, FileEntry, FileMessage, FileMessageError,
-    FileOptions, FileReceiver, FileReceivers, FileReport, FileStatus, FileWorker, Outcome, Progress,
-    RankOutcome, WriteMode, DEFAULT_CHUNK, DEFAULT_TIMEOUT, FILE_CHUNK, FILE_END, FILE_OPEN, FILE_STATUS,
-    MAX_CHUNK, MAX_TIMEOUT,
+pub use error::{
+    file_kind, ApiError, AttachError, SourceError, DEFAULT_CHUNK, DEFAULT_TIMEOUT, MAX_CHUNK, MAX_TIMEOUT,
 };
 pub use monitor::MONITOR_ORDER_LIMIT;
 pub use network::{Communicator, Event, Network, FRONT_END_RANK};

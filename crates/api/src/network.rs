@@ -338,13 +338,13 @@ impl Network {
     }
 
     /// A receiver that sees each rejoin: their count and every rank that rejoined.
-    pub(crate) fn rejoined_watch(&self) -> watch::Receiver<(u64, RankSet)> {
+    pub fn rejoined_watch(&self) -> watch::Receiver<(u64, RankSet)> {
         lock(&self.shared).tool().rejoined.subscribe()
     }
 
     /// A receiver that sees each change of the lost ranks (for waits that must end
     /// when a rank is lost without reading the events).
-    pub(crate) fn lost_watch(&self) -> watch::Receiver<LostRanks> {
+    pub fn lost_watch(&self) -> watch::Receiver<LostRanks> {
         self.lost.clone()
     }
 

@@ -24,7 +24,10 @@ pub struct EqClass {
 }
 
 impl Packet {
-    pub(crate) fn from_frame(frame: Frame) -> Self {
+    /// The packet a received data frame carries: what [`crate::Stream::recv`] and
+    /// [`crate::BackEnd::recv`] return, for code that handles packets (file
+    /// distribution, say) to be tested without a network.
+    pub fn from_frame(frame: Frame) -> Self {
         // Small payloads were copied out of their read buffer by the link; large ones
         // are exactly their own bytes, so keeping a packet pins nothing else.
         Packet { frame }

@@ -166,7 +166,7 @@ impl Stream {
     /// [`ApiError::Closed`] when the network is gone.
     ///
     /// Cancel safety: cancel safe.
-    pub(crate) async fn send_encoded(&self, tag: i32, payload: Vec<u8>) -> Result<(), ApiError> {
+    pub async fn send_encoded(&self, tag: i32, payload: Vec<u8>) -> Result<(), ApiError> {
         self.send_frame(Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload)).await
     }
 
@@ -177,12 +177,7 @@ impl Stream {
     /// A rank outside the stream, or a network that is gone.
     ///
     /// Cancel safety: cancel safe.
-    pub(crate) async fn send_encoded_to(
-        &self,
-        rank: u32,
-        tag: i32,
-        payload: Vec<u8>,
-    ) -> Result<(), ApiError> {
+    pub async fn send_encoded_to(&self, rank: u32, tag: i32, payload: Vec<u8>) -> Result<(), ApiError> {
         if !self.comm.ranks().contains(rank) {
             return Err(ApiError::NoSuchRanks {
                 ranks: RankSet::single(rank),

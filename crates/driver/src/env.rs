@@ -1,10 +1,14 @@
-//! Environment variables a parent sets for the processes it starts.
+//! Environment variables a parent sets for the processes it starts, and the
+//! settings those processes read there.
 //!
-//! They carry only what a process needs before it can read its launch plan: where
-//! its parent listens, who it is, and (in [`treecast_transport::SECRET_ENV`], never
-//! on a command line) the session secret. Everything else (launcher, routes, time
-//! limits, sizes) travels in the plan. A process clears the secret once it has read
-//! it ([`crate::read_secret`]), also from the block `/proc/PID/environ` shows.
+//! A parent sets where it listens, who the child is, the session and (in
+//! [`treecast_transport::SECRET_ENV`], never on a command line) the session
+//! secret; for back-ends also their rank, the network's size and their group.
+//! Launcher, routes, time limits and sizes reach a comm node in its launch plan;
+//! back-ends, and comm nodes for the clock, still read their time limits and clock
+//! settings here (the functions `*_from_env`), as do the route and log filter. A
+//! process clears the secret once it has read it ([`crate::read_secret`]), also
+//! from the block `/proc/PID/environ` shows.
 
 /// Address of the parent's listener: `ip:port`, or `unix:@name`.
 pub const PARENT: &str = "TREECAST_PARENT";

@@ -6,8 +6,10 @@
 //!   children through a [`treecast_launch::Launcher`]. The front-end, the comm node
 //!   and the back-end are the same core in three roles under this one driver.
 //! * [`run_comm_node`] is `treecast node`: connect to the parent, then drive.
-//! * [`mod@env`] names the few environment variables a parent sets for its children
-//!   (identity, parent address, secret); everything else travels in the launch plan.
+//! * [`mod@env`] names the environment variables: what a parent sets for its
+//!   children (identity, parent address, session, secret; rank, size and group for
+//!   back-ends), and the settings comm nodes and back-ends still read there (time
+//!   limits, clock, route, log filter). A comm node's launch plan carries the rest.
 
 #![forbid(unsafe_code)]
 

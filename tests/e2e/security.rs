@@ -1,0 +1,211 @@
+//! What a peer without the secret, or with it but misbehaving, can do: refused
+//! handshakes, malformed and oversized frames, floods of bad connections; and the
+//! secret kept out of `/proc` and out of the environment of commands.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::local::*;
+use crate::common::tree::finish;
+use crate::common::{assert_no_leftovers, processes_with_env, TestDir};
+use treecast::apps::protocol::*;
+use treecast_api::{Event, Network, RankSet, Topology, Value};
+
+#[tokio::test]
+async fn a_peer_with_the_wrong_secret_is_refused() {
+    let topo = Topology::from_spec("flat", Some(2)).unwrap();
+    let wrong = "00".repeat(32);
+    let script = format!("TREECAST_SECRET={wrong} exec {TREECAST} backend");
+    let err = builder(topo)
+        .backend_command(["/bin/sh", "-c", &script])
+        .startup_timeout(Duration::from_secs(5))
+        .launch()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("refused our proof"), "{err}");
+}
+
+/// Launches balanced:2x2 where rank 1 is the rogue back-end in `mode`.
+async fn with_rogue_rank_1(mode: &str) -> Network {
+    let script = format!(
+        "if [ \"$TREECAST_RANK\" = 1 ]; then exec {TEST_BACKEND} rogue; else exec {TREECAST} backend; fi"
+    );
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    builder(topo)
+        .backend_command(["/bin/sh", "-c", &script])
+        .env("TREECAST_ROGUE", mode)
+        .launch()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_frame_over_the_size_limit_is_refused_before_it_is_buffered() {
+    // Regression: one header announcing 256 MiB from an authenticated child cost its
+    // comm node 230 MB at once. Now it closes that link and nothing else.
+    let mut net = with_rogue_rank_1("huge").await;
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::RanksLost { ranks, reason }) => {
+            assert_eq!(ranks, RankSet::single(1));
+            assert!(reason.contains("over this node's limit"), "{reason}");
+        }
+        other => panic!("expected RanksLost, got {other:?}"),
+    }
+    let mut s = sum_stream(&net).await;
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_malformed_frame_closes_only_that_link() {
+    let mut net = with_rogue_rank_1("malformed").await;
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::RanksLost { ranks, reason }) => {
+            assert_eq!(ranks, RankSet::single(1));
+            assert!(reason.contains("malformed frame"), "{reason}");
+        }
+        other => panic!("expected RanksLost, got {other:?}"),
+    }
+    let mut s = sum_stream(&net).await;
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn once_the_tree_is_up_no_process_shows_the_secret_in_proc() {
+    // Regression: `treecast run` kept the secret out of a command's environment, but
+    // the command could read it in its back-end's /proc/PID/environ.
+    let dir = TestDir::new("secret");
+    // Each back-end's shell saves the secret it was given, then becomes the back-end.
+    let script = format!(
+        "printf %s \"$TREECAST_SECRET\" > {}/secret.$TREECAST_RANK; exec {TREECAST} backend",
+        dir.root().display()
+    );
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let net = builder(topo).backend_command(["/bin/sh", "-c", &script]).launch().await.unwrap();
+    let secret = std::fs::read_to_string(dir.path("secret.0")).unwrap();
+    assert_eq!(secret.len(), 64, "{secret:?}");
+    let session = processes_with_env(&format!("TREECAST_SESSION={}", net.session()));
+    assert_eq!(session.len(), 2 + 4, "every comm node and back-end is readable here: {session:?}");
+    for pid in session {
+        for what in ["environ", "cmdline"] {
+            let bytes = std::fs::read(format!("/proc/{pid}/{what}")).unwrap();
+            let shown = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
+            assert!(!shown, "process {pid} shows the secret in /proc/{pid}/{what}");
+        }
+    }
+    // And the tree still works: the secret is gone from the environment only.
+    let mut s = sum_stream(&net).await;
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 6);
+    finish(net).await;
+}
+
+#[test]
+fn run_does_not_leak_the_secret_to_commands() {
+    let t = tag();
+    let out =
+        treecast(&t, &["run", "--local", "2", "--", "sh", "-c", "echo secret=${TREECAST_SECRET:-none}"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("secret=none"), "{stdout}");
+}
+
+/// Opens `count` hostile connections to `addr` (`unix:@name`) from four threads, a
+/// quarter each of: silence, random bytes, a huge length prefix, and a well-formed
+/// handshake answer without the secret. Each thread keeps its latest 100 open.
+fn flood(addr: &str, count: usize) -> usize {
+    use std::io::{Read, Write};
+    use std::os::linux::net::SocketAddrExt;
+    let name = addr.strip_prefix("unix:@").expect("a Unix listener").to_owned();
+    let threads: Vec<_> = (0..4u8)
+        .map(|kind| {
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let sa = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+                let mut held = std::collections::VecDeque::new();
+                let mut opened = 0;
+                for i in 0..count / 4 {
+                    let Ok(mut c) = std::os::unix::net::UnixStream::connect_addr(&sa) else { continue };
+                    opened += 1;
+                    c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+                    let noise: Vec<u8> = (0..64).map(|j| (i * 31 + j * 7) as u8).collect();
+                    let _ = match kind {
+                        0 => Ok(()),
+                        1 => c.write_all(&noise),
+                        2 => c.write_all(&[0xff, 0xff, 0xff, 0x7f]),
+                        _ => {
+                            let mut hello = [0u8; 37];
+                            let _ = c.read_exact(&mut hello);
+                            let mut answer = b"TCST\x01\x01\x00\x00\x00".to_vec();
+                            answer.extend_from_slice(&noise);
+                            c.write_all(&answer)
+                        }
+                    };
+                    held.push_back(c);
+                    if held.len() > 100 {
+                        held.pop_front();
+                    }
+                }
+                opened
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+#[test]
+fn a_flood_of_bad_connections_neither_stops_start_up_nor_floods_the_terminal() {
+    let dir = TestDir::new("flood");
+    let (addr_file, go) = (dir.path("parent"), dir.path("go"));
+    // Back-ends that say where they connect, then wait for the flood to be under way.
+    let wrapper = dir.path("treecast");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$TREECAST_PARENT\" >> {a}\nwhile [ ! -e {g} ]; do sleep 0.01; done\nexec {t} \"$@\"\n",
+            a = addr_file.display(),
+            g = go.display(),
+            t = TREECAST
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let child = Command::new(TREECAST)
+        .args(["run", "--local", "8", "--topology", "flat", "--", "echo", "ok"])
+        .env(k, v)
+        .env("TREECAST_PATH", &wrapper)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + LIMIT;
+    let addr = loop {
+        let text = std::fs::read_to_string(&addr_file).unwrap_or_default();
+        if let Some(line) = text.lines().next() {
+            break line.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no back-end started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The real back-ends connect while the flood goes on.
+    let flooding = {
+        let addr = addr.clone();
+        std::thread::spawn(move || flood(&addr, 1000))
+    };
+    std::fs::write(&go, b"").unwrap();
+    let opened = flooding.join().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_no_leftovers(&t);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "start-up failed under the flood: {stdout}\n{stderr}");
+    assert!(stdout.contains("---- [0-7] (8 ranks) ----\nok\n"), "{stdout}");
+    assert!(opened > 0, "the flood reached the listener");
+    let warnings = stderr.lines().filter(|l| l.contains("refused")).count();
+    assert!(warnings <= 4, "{opened} bad connections gave {warnings} warning lines: {stderr}");
+}
