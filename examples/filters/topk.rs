@@ -1,10 +1,10 @@
 //! A treecast plug-in filter in Rust, through the `treecast-filter` crate: the k
-//! largest values seen so far.
+//! largest distinct values seen so far.
 //!
-//! Parameters: `%ud`, k. Every packet is `%ald` (any number of values); each node
-//! sends up the k largest of its children's values and of everything it reduced in
-//! earlier waves (its state), in decreasing order, so the front-end reads the top k
-//! of the whole run so far. `set_params` takes a new k.
+//! Parameters: `%ud`, k. Packets hold integers (scalars or arrays, e.g. `%d` or
+//! `%ald`); each node sends up, as `%ald`, the k largest distinct values among its
+//! children's and those it kept from earlier waves (its state), in decreasing order,
+//! so the front-end reads the top k of the whole run so far. `set_params` takes a new k.
 //!
 //! ```sh
 //! cargo build --example topk_filter   # target/debug/examples/libtopk_filter.so
@@ -33,17 +33,20 @@ impl Filter for TopK {
     fn reduce(&mut self, wave: &[Packet<'_>], _place: &Place, out: &mut Output<'_>) -> Result<(), Error> {
         let mut all = std::mem::take(&mut self.best);
         for packet in wave {
-            match packet.values()?.as_slice() {
-                [Value::LongArray(values)] => all.extend_from_slice(values),
-                _ => {
-                    return Err(Error::packet(
-                        packet.rank,
-                        format!("expected \"%ald\", got \"{}\"", packet.format),
-                    ))
+            for value in packet.values()? {
+                match value.as_i64().map(|v| vec![v]).or_else(|| value.to_i64_vec()) {
+                    Some(values) => all.extend(values),
+                    None => {
+                        let why = format!("expected integers, got \"{}\"", packet.format);
+                        return Err(Error::packet(packet.rank, why));
+                    }
                 }
             }
         }
         all.sort_unstable_by(|a, b| b.cmp(a));
+        // Distinct values: what a child reported in an earlier wave comes again with
+        // its state, and must not count twice.
+        all.dedup();
         all.truncate(self.k);
         self.best = all;
         let tag = wave.first().map_or(0, |p| p.tag);

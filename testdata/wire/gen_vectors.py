@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 9 (launch plan version 4).
+protocol version 9 (launch plan version 5).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -290,7 +290,7 @@ def enc_flag(v):
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
 LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
-PLAN_VERSION = 4
+PLAN_VERSION = 5
 
 
 def enc_strings(items):
@@ -318,6 +318,7 @@ def enc_plan(p, version=PLAN_VERSION):
     out += enc_flag(udp is not None)
     if udp is not None:
         out += u32(len(udp)) + b"".join(enc_str(k) + enc_str(v) for k, v in udp)
+    out += u32(p.get("depth", 0)) + enc_strings(p.get("filters", []))
     return out
 
 
@@ -435,6 +436,8 @@ PLAN_SSH = {
     "dead_after_ms": 30000,
     "rejoin_ms": 10000,
     "udp": [["TREECAST_UDP_FRAGMENT", "8000"], ["TREECAST_UDP_DROP", "0.05,7"]],
+    "depth": 1,
+    "filters": ["/opt/tool/libhistogram.so"],
 }
 
 PLAN_LOCAL = {
@@ -701,12 +704,12 @@ INVALID_CASES = [
     ("control", "range reversed", bytes([2]) + u32(1) + u32(3) + u32(1) + u32(1), "Invalid"),
     ("control", "bad utf8 message", bytes([3]) + u32(1) + b"\x80", "InvalidUtf8"),
     # plan
-    ("control", "plan version 3 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=3), "Invalid"),
-    ("control", "plan version 5", bytes([1]) + enc_plan(PLAN_SSH, version=5), "Invalid"),
+    ("control", "plan version 4 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=4), "Invalid"),
+    ("control", "plan version 6", bytes([1]) + enc_plan(PLAN_SSH, version=6), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
-    ("control", "plan without its UDP route flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
+    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
     ("control", "plan trailing byte", bytes([1]) + enc_plan(PLAN_LOCAL) + b"\x00", "TrailingBytes"),
     ("control", "plan allow missing 2", bytes([1]) + enc_plan(with_(PLAN_LOCAL, allow_missing=2)), "Invalid"),
     ("control", "plan local route 2", bytes([1]) + enc_plan(with_(PLAN_SSH, local_route=2)), "Invalid"),
@@ -729,7 +732,8 @@ INVALID_CASES = [
     (
         "control",
         "v1 Subtree layout",
-        bytes([1]) + enc_str("h:0 ;") + u32(0) * 3 + u32(0) + u32(0) + u32(0),
+        # The string's length is read as the plan version: it must not be a current one.
+        bytes([1]) + enc_str("host:0 ;") + u32(0) * 3 + u32(0) + u32(0) + u32(0),
         "Invalid",
     ),
     # new stream

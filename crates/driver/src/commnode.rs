@@ -103,6 +103,11 @@ pub fn treecast_exe() -> Result<std::path::PathBuf, NodeError> {
     }
 }
 
+/// Loads the plug-in filter at `path` (named by the plan) into `registry`.
+fn load_plugin(path: &str, registry: &mut FilterRegistry) -> Result<(), String> {
+    treecast_filters::plugin::Plugin::load(path).map(|p| p.register(registry)).map_err(|e| e.to_string())
+}
+
 /// Runs a comm node with the built-in filters: connect to the parent named in the
 /// environment, then drive the node until its parent goes away or shuts the tree down.
 ///
@@ -134,6 +139,7 @@ pub async fn run_comm_node_with(registry: FilterRegistry) -> Result<(), NodeErro
     });
     let (clock, schedule) = env::clock_from_env(node_id);
     core.set_clock(clock, schedule);
+    core.set_plugin_loader(std::sync::Arc::new(load_plugin));
     core.set_parent_address(parent.clone());
     let launching = Launching::new(secret, treecast_exe()?);
     let mut driver = Driver::new(core, NoTool, launching, DEFAULT_MAX_FRAME.min(MAX_PAYLOAD_LEN));

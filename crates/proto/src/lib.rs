@@ -165,12 +165,20 @@ pub fn control_frame(msg: &ControlMsg) -> Frame {
     Frame::new(FrameHeader::control(), msg.encode())
 }
 
+/// Loads the plug-in filter at a path into a registry (see [`Node::set_plugin_loader`]);
+/// the error says why it could not.
+pub type PluginLoader = dyn Fn(&str, &mut FilterRegistry) -> Result<(), String> + Send + Sync;
+
 /// One node's protocol state. See the module documentation.
 pub struct Node {
     role: Role,
     node_id: u32,
     name: String,
     registry: FilterRegistry,
+    /// Loads the plug-in filters a comm node's plan names (the driver's: loading is I/O).
+    plugin_loader: Option<std::sync::Arc<PluginLoader>>,
+    /// Depth in the tree (0: the front-end), from the plan; filters are told it.
+    depth: u32,
     tool_window: Window,
     phase: Phase,
     links: LinkMap<LinkRole>,
@@ -219,6 +227,8 @@ impl Node {
             node_id: config.node_id,
             name: config.name,
             registry: config.registry,
+            plugin_loader: None,
+            depth: 0,
             tool_window: config.tool_window,
             phase: Phase::Idle,
             links: LinkMap::default(),
@@ -251,6 +261,14 @@ impl Node {
     /// The heartbeat and silence limits in force, if any.
     pub fn liveness(&self) -> Option<LivenessLimits> {
         self.liveness.limits()
+    }
+
+    /// Lets a comm node load the plug-in filters its plan names
+    /// ([`treecast_wire::LaunchPlan::filters`]) when the plan arrives, before it joins;
+    /// one that fails to load fails the node's start-up with the reason. Without a
+    /// loader, a plan that names plug-ins fails start-up the same way.
+    pub fn set_plugin_loader(&mut self, loader: std::sync::Arc<PluginLoader>) {
+        self.plugin_loader = Some(loader);
     }
 
     /// The node's role.

@@ -17,7 +17,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use treecast_filters::{apply_dropping_bad, FilterContext, Synchronizer, Transform, Wave};
+use treecast_filters::{
+    apply_dropping_bad, FilterContext, FilterPlace, PlaceRole, Synchronizer, Transform, Wave,
+};
 use treecast_wire::{ControlMsg, Frame, Grant, RankSet, StreamSpec, SyncMode, FLAG_DIRECT};
 
 use super::startup::{Child, ChildState};
@@ -576,15 +578,31 @@ impl Node {
         spec: StreamSpec,
         reduce_here: bool,
     ) -> Result<StreamState, treecast_filters::RegistryError> {
+        let members = self.members_for(&spec.ranks);
         let (up_filter, down_filter) = if reduce_here {
-            let up = self.registry.make(&spec.up)?;
-            let down = self.registry.make(&spec.down)?;
+            let place = FilterPlace {
+                stream: spec.id,
+                rank: self.node_id,
+                role: match self.role {
+                    Role::FrontEnd => PlaceRole::FrontEnd,
+                    Role::CommNode => PlaceRole::CommNode,
+                    Role::BackEnd { .. } => PlaceRole::BackEnd,
+                },
+                children: members.len() as u32,
+                depth: self.depth,
+                leaves: members
+                    .iter()
+                    .map(|&c| self.children[c].ranks.intersection(&spec.ranks).len())
+                    .sum::<u64>()
+                    .min(u64::from(u32::MAX)) as u32,
+            };
+            let up = self.registry.make_at(&spec.up, &place)?;
+            let down = self.registry.make_at(&spec.down, &place)?;
             let apply_down = self.role == Role::CommNode && spec.down.name != "null";
             (Some(up), apply_down.then_some(down))
         } else {
             (None, None)
         };
-        let members = self.members_for(&spec.ranks);
         let mut parts: Vec<Option<ChildPart>> = Vec::new();
         parts.resize_with(self.children.len(), || None);
         for &c in &members {

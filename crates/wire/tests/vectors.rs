@@ -265,6 +265,8 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
                 .map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].as_str().unwrap().to_owned()))
                 .collect()
         }),
+        depth: m.get("depth").map_or(0, |d| d.as_u64().unwrap() as u32),
+        filters: m.get("filters").map_or_else(Vec::new, |_| strings_of(m, "filters")),
     }
 }
 
