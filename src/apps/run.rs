@@ -454,7 +454,7 @@ impl AnswerWait {
     /// How long the answers are awaited, and where that figure comes from: the
     /// command's limit, or the silence limit when it is longer (so that the ranks
     /// under a hung node are reported lost, and those that answered are shown), plus
-    /// [`ANSWER_GRACE`] for the answers to come up the tree.
+    /// `ANSWER_GRACE` for the answers to come up the tree.
     pub fn total(&self) -> Option<(Duration, String)> {
         let limit = self.limit?;
         let grace = ANSWER_GRACE.as_secs();

@@ -61,7 +61,7 @@ pub struct Transmit {
 pub enum Event {
     /// Start these children: launch their processes (or, in attach mode, open the
     /// listeners they connect to), accept their links, and report each with
-    /// [`Node::handle_link_up`], and each exit with [`Command::ChildExited`].
+    /// [`Node::handle_link_up`](crate::Node::handle_link_up), and each exit with [`Command::ChildExited`].
     StartChildren {
         /// The plan of this node (launcher, routes, time limits).
         plan: Arc<LaunchPlan>,
@@ -144,7 +144,7 @@ pub enum Event {
         parent: String,
     },
     /// This node lost its parent: connect to `address` (authenticating as this node)
-    /// and report the link with [`Node::handle_link_up`] as the parent, or report
+    /// and report the link with [`Node::handle_link_up`](crate::Node::handle_link_up) as the parent, or report
     /// failure with [`Command::RejoinFailed`].
     Rejoin {
         /// Where the new parent listens.
@@ -180,7 +180,7 @@ pub enum Event {
         id: u32,
     },
     /// Front-end: collection `id` is complete (or timed out); take it with
-    /// [`Node::take_monitor_collection`].
+    /// [`Node::take_monitor_collection`](crate::Node::take_monitor_collection).
     MonitorCollected {
         /// The collection.
         id: u32,
@@ -398,8 +398,8 @@ pub enum Command {
     CloseStream(u32),
     /// Send a data frame: down the stream from the front-end (to one rank with
     /// `FLAG_DIRECT`), up from a back-end; or, from a back-end, a peer frame to
-    /// another rank (refused with [`CommandError::Blocked`] while [`PEER_WINDOW`]
-    /// is used up; [`Event::Writable`] for [`PEER_CREDIT`] says when to retry).
+    /// another rank (refused with [`CommandError::Blocked`] while [`PEER_WINDOW`](crate::PEER_WINDOW)
+    /// is used up; [`Event::Writable`] for [`PEER_CREDIT`](crate::PEER_CREDIT) says when to retry).
     Send(Frame),
     /// Back-end: the tool's packet for `stream` was refused before it was sent (its
     /// format does not suit the stream's filter); the front-end gets an
