@@ -125,10 +125,11 @@ impl Output<'_> {
         self.emit(abi::UP, tag, values)
     }
 
-    /// Sends a packet back down the tree (MRNet's `packets_out_reverse`).
+    /// Sends a packet back down to this node's children in the stream (MRNet's
+    /// `packets_out_reverse`), once the wave's reduction succeeds.
     ///
     /// # Errors
-    /// The node refused it (a node that does not route filter packets down yet does).
+    /// The node refused it (not typed values, or called from [`Filter::state`]).
     pub fn down(&mut self, tag: i32, values: &[Value]) -> Result<(), Error> {
         self.emit(abi::DOWN, tag, values)
     }

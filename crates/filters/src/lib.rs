@@ -122,6 +122,12 @@ pub trait Transform: Send {
     fn set_params(&mut self, params: &[u8]) -> Result<(), String> {
         Err(format!("takes no parameters while the stream runs ({} bytes given)", params.len()))
     }
+
+    /// Packets the last [`Transform::apply`] sends back down the stream to this
+    /// node's children (MRNet's `packets_out_reverse`); none by default.
+    fn take_down(&mut self) -> Vec<Frame> {
+        Vec::new()
+    }
 }
 
 /// The null filter: every packet passes unchanged (zero copy).

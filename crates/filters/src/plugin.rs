@@ -424,7 +424,7 @@ impl Plugin {
         if code != abi::OK {
             return Err(format!("{} (code {code}, plug-in {})", err.message(), self.inner.origin));
         }
-        Ok(PluginTransform { plugin: self.inner.clone(), state, place })
+        Ok(PluginTransform { plugin: self.inner.clone(), state, place, down: Vec::new() })
     }
 }
 
@@ -471,6 +471,7 @@ struct Sink {
     stream: u32,
     rank: u32,
     up: Vec<Frame>,
+    down: Vec<Frame>,
     state: Option<Vec<u8>>,
     taking_state: bool,
     refused: Option<String>,
@@ -478,7 +479,7 @@ struct Sink {
 
 impl Sink {
     fn new(stream: u32, rank: u32, taking_state: bool) -> Sink {
-        Sink { stream, rank, up: Vec::new(), state: None, taking_state, refused: None }
+        Sink { stream, rank, up: Vec::new(), down: Vec::new(), state: None, taking_state, refused: None }
     }
 }
 
@@ -508,11 +509,16 @@ unsafe extern "C" fn emit(
         match direction {
             abi::UP | abi::DOWN if sink.taking_state => refuse("get_state may emit only its state".into()),
             abi::STATE if !sink.taking_state => refuse("only get_state may emit a state".into()),
-            abi::DOWN => refuse("this node does not route a filter's packets down yet".into()),
-            abi::UP => match decode_values(bytes) {
-                Ok(_) => {
+            abi::UP | abi::DOWN => match decode_values(bytes) {
+                Ok(_) if direction == abi::UP => {
                     let header = FrameHeader::data(sink.stream, tag, sink.rank);
                     sink.up.push(Frame::new(header, Bytes::copy_from_slice(bytes)));
+                    abi::OK
+                }
+                Ok(_) => {
+                    // Down, as from the front-end's tool: no source rank.
+                    let header = FrameHeader::data(sink.stream, tag, u32::MAX);
+                    sink.down.push(Frame::new(header, Bytes::copy_from_slice(bytes)));
                     abi::OK
                 }
                 Err(e) => refuse(format!("an emitted packet is not typed values: {e}")),
@@ -534,6 +540,8 @@ pub struct PluginTransform {
     plugin: Arc<Inner>,
     state: *mut c_void,
     place: abi::Place,
+    /// What the last wave sent down, until the node takes it.
+    down: Vec<Frame>,
 }
 
 // SAFETY: the ABI lets the host call an instance from any thread as long as it is
@@ -557,6 +565,7 @@ impl PluginTransform {
 
 impl Transform for PluginTransform {
     fn apply(&mut self, wave: Vec<Frame>, ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
+        self.down.clear();
         let mut formats = Vec::with_capacity(wave.len());
         for f in &wave {
             let values = decode_values(&f.payload).map_err(|e| {
@@ -616,6 +625,7 @@ impl Transform for PluginTransform {
                 format!("it emitted what the node refused: {why}"),
             ));
         }
+        self.down = sink.down;
         Ok(sink.up)
     }
 
@@ -642,6 +652,10 @@ impl Transform for PluginTransform {
                 Err(self.error(self.place.stream, None, code, message))
             }
         }
+    }
+
+    fn take_down(&mut self) -> Vec<Frame> {
+        std::mem::take(&mut self.down)
     }
 
     fn set_params(&mut self, params: &[u8]) -> Result<(), String> {
@@ -888,8 +902,12 @@ mod tests {
         assert_eq!(err.rank(), None);
         let text = t.apply(tagged(2), &CTX).unwrap_err().to_string();
         assert!(text.contains("this wave is refused") && text.contains("code 1"), "{text}");
-        let text = t.apply(tagged(3), &CTX).unwrap_err().to_string();
-        assert!(text.contains("down"), "{text}");
+        // Packets down wait for the node to take them, with no source rank.
+        assert!(t.apply(tagged(3), &CTX).unwrap().is_empty());
+        let down = t.take_down();
+        assert_eq!(down.len(), 1);
+        assert_eq!((down[0].header.stream, down[0].header.tag, down[0].header.rank), (7, 3, u32::MAX));
+        assert!(t.take_down().is_empty());
         // It still works after a panic, with its state intact.
         let out = t.apply(tagged(0), &CTX).unwrap();
         assert_eq!(values(&out[0])[0], Value::UInt(15));

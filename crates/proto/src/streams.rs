@@ -442,6 +442,17 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
         }
         let Some(filter) = s.up_filter.as_mut() else { continue };
         let (frames, errors) = apply_dropping_bad(filter.as_mut(), wave.frames, &fctx);
+        // Packets the filter sends back down (MRNet's packets_out_reverse) go to this
+        // node's children in the stream as a packet from the parent would, waiting for
+        // each child's credit; they take no credit from the parent.
+        let down = filter.take_down();
+        if !stale {
+            for f in down {
+                let seq = s.next_seq;
+                s.next_seq += 1;
+                fan_out(s, seq, f, None, ctx, out);
+            }
+        }
         for e in errors {
             let message = format!("{}: {e}", ctx.name);
             ctx.report(

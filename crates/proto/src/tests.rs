@@ -1399,3 +1399,57 @@ fn filters_are_told_where_they_run() {
     };
     assert_eq!(at, expected);
 }
+
+#[test]
+fn packets_a_filter_sends_down_reach_the_children_of_its_node() {
+    /// Sums nothing: answers each wave with one packet down, tag 77.
+    struct Answer(Vec<Frame>);
+    impl treecast_filters::Transform for Answer {
+        fn apply(
+            &mut self,
+            wave: Vec<Frame>,
+            _ctx: &treecast_filters::FilterContext,
+        ) -> Result<Vec<Frame>, treecast_filters::FilterError> {
+            let mut payload = Vec::new();
+            encode_values(&[Value::Int(wave.len() as i32)], &mut payload);
+            self.0.push(Frame::new(FrameHeader::data(wave[0].header.stream, 77, u32::MAX), payload));
+            Ok(Vec::new())
+        }
+        fn take_down(&mut self) -> Vec<Frame> {
+            std::mem::take(&mut self.0)
+        }
+    }
+    let now = Instant::now();
+    let mut registry = FilterRegistry::builtin();
+    registry.register("answer", 1..=1, |_| Ok(Box::new(Answer(Vec::new()))));
+    let mut fe = Node::new(NodeConfig {
+        role: Role::FrontEnd,
+        node_id: 0,
+        name: "front-end".into(),
+        registry,
+        tool_window: Window { packets: 1000, bytes: 1 << 20 },
+    });
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 h:2 ;", 0, false))), now).unwrap();
+    let links = ids(2);
+    for (i, &l) in links.iter().enumerate() {
+        fe.handle_link_up(l, Peer::Child { node_id: i as u32 + 1 }, now);
+        fe.handle_frame(
+            l,
+            control(&ControlMsg::Join { ranks: RankSet::single(i as u32), commnodes: 0 }),
+            now,
+        );
+    }
+    let mut s = spec(4, Window { packets: 4, bytes: 1000 });
+    s.up = FilterSpec::new("answer", 1);
+    fe.handle_command(Command::NewStream(s), now).unwrap();
+    transmits(&mut fe);
+    fe.handle_frame(links[0], int(4, 0, 1), now);
+    fe.handle_frame(links[1], int(4, 1, 2), now);
+    let down: Vec<Transmit> =
+        transmits(&mut fe).into_iter().filter(|t| t.frame.header.kind == FrameKind::Data).collect();
+    assert_eq!(down.len(), 1, "{down:?}");
+    assert_eq!(down[0].to, Destination::Links(links.clone().into()));
+    assert_eq!((down[0].frame.header.stream, down[0].frame.header.tag), (4, 77));
+    assert_eq!(treecast_wire::decode_values(&down[0].frame.payload).unwrap(), vec![Value::Int(2)]);
+    assert!(fe.poll_delivery(Some(4)).is_none(), "nothing went up to the tool");
+}
