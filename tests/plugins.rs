@@ -140,3 +140,25 @@ async fn a_plugin_for_another_architecture_is_refused_before_any_process_starts(
     let text = err.to_string();
     assert!(text.contains("libforeign.so") && text.contains("built for"), "{text}");
 }
+
+#[tokio::test]
+async fn a_plugin_shipped_down_the_tree_runs_at_every_level_once_its_file_is_gone() {
+    let dir = TestDir::new("plugins-shipped");
+    let histogram = histogram_so(&dir);
+    // Comm nodes at two levels: the bytes pass through the first to the second.
+    let mut net = launch_with("balanced:2x2x2", &[]).await;
+    assert_eq!(net.backends(), 8);
+    let plugin = net.load_filter(&histogram).unwrap();
+    assert_eq!((plugin.name(), plugin.version()), ("histogram", 1));
+    std::fs::remove_file(&histogram).unwrap();
+    let mut h =
+        net.new_stream(&net.broadcast_communicator(), options("histogram", &[Value::UInt(2)])).await.unwrap();
+    h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![1, 5])]).await.unwrap();
+    let p = h.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![8, 40])]);
+    assert!(net.try_event().is_none(), "no node refused the plug-in");
+    // Without the file, loading again is an error naming it.
+    let err = net.load_filter(&histogram).unwrap_err().to_string();
+    assert!(err.contains("libhistogram.so"), "{err}");
+    finish(net).await;
+}

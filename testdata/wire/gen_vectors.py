@@ -9,6 +9,7 @@ crates/wire/tests/vectors.rs checks the Rust codec against these files.
 Run from anywhere: python3 testdata/wire/gen_vectors.py
 """
 
+import hashlib
 import json
 import os
 import struct
@@ -405,6 +406,9 @@ def enc_control(m):
     if t == "spawn_reply":
         out = bytes([26]) + u32(m["id"]) + u32(m["rank"]) + u32(m["group"])
         return out + enc_ranks(m["ranks"]) + enc_str(m["error"])
+    if t == "load_filter":
+        data = bytes.fromhex(m["bytes_hex"])
+        return bytes([27]) + enc_str(m["label"]) + bytes.fromhex(m["sha256"]) + u32(len(data)) + data
     raise ValueError(t)
 
 
@@ -611,6 +615,15 @@ CONTROL_CASES = [
     ("spawn_request", {"type": "spawn_request", "id": 1, "rank": 5, "n": 4, "command": ["/bin/helper", "-q"]}),
     ("spawn_reply", {"type": "spawn_reply", "id": 1, "rank": 5, "group": 3, "ranks": "20-23", "error": ""}),
     (
+        "load_filter",
+        {
+            "type": "load_filter",
+            "label": "libhistogram.so",
+            "sha256": hashlib.sha256(b"\x7fELF\x02\x01\x01").hexdigest(),
+            "bytes_hex": "7f454c46020101",
+        },
+    ),
+    (
         "spawn_reply failed",
         {"type": "spawn_reply", "id": 2, "rank": 5, "group": 0, "ranks": "", "error": "rank 24: no such program"},
     ),
@@ -694,7 +707,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([27]), "UnknownControl"),
+    ("control", "tag after the last", bytes([28]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),

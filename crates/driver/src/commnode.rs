@@ -103,9 +103,27 @@ pub fn treecast_exe() -> Result<std::path::PathBuf, NodeError> {
     }
 }
 
-/// Loads the plug-in filter at `path` (named by the plan) into `registry`.
-fn load_plugin(path: &str, registry: &mut FilterRegistry) -> Result<(), String> {
-    treecast_filters::plugin::Plugin::load(path).map(|p| p.register(registry)).map_err(|e| e.to_string())
+/// Loads a plug-in filter (named by the plan, or shipped down the tree) into `registry`.
+fn load_plugin(
+    source: treecast_proto::PluginSource<'_>,
+    registry: &mut FilterRegistry,
+) -> Result<(), String> {
+    use sha2::Digest;
+    use treecast_filters::plugin::Plugin;
+    let plugin = match source {
+        treecast_proto::PluginSource::Path(path) => Plugin::load(path),
+        treecast_proto::PluginSource::Bytes { label, sha256, bytes } => {
+            let found: [u8; 32] = sha2::Sha256::digest(bytes).into();
+            if found != *sha256 {
+                return Err(format!(
+                    "its {} bytes do not have the SHA-256 the front-end sent; send it again",
+                    bytes.len()
+                ));
+            }
+            Plugin::load_bytes(bytes, label)
+        }
+    };
+    plugin.map(|p| p.register(registry)).map_err(|e| e.to_string())
 }
 
 /// Runs a comm node with the built-in filters: connect to the parent named in the

@@ -165,9 +165,26 @@ pub fn control_frame(msg: &ControlMsg) -> Frame {
     Frame::new(FrameHeader::control(), msg.encode())
 }
 
-/// Loads the plug-in filter at a path into a registry (see [`Node::set_plugin_loader`]);
-/// the error says why it could not.
-pub type PluginLoader = dyn Fn(&str, &mut FilterRegistry) -> Result<(), String> + Send + Sync;
+/// Loads a plug-in filter into a registry (see [`Node::set_plugin_loader`]); the error
+/// says why it could not.
+pub type PluginLoader = dyn Fn(PluginSource<'_>, &mut FilterRegistry) -> Result<(), String> + Send + Sync;
+
+/// Where a plug-in filter comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum PluginSource<'a> {
+    /// A path on this host, from the launch plan.
+    Path(&'a str),
+    /// Its bytes, shipped down the tree: to load from a sealed memory file once the
+    /// hash matches.
+    Bytes {
+        /// What names it in errors.
+        label: &'a str,
+        /// SHA-256 the front-end computed.
+        sha256: &'a [u8; 32],
+        /// The shared object.
+        bytes: &'a [u8],
+    },
+}
 
 /// One node's protocol state. See the module documentation.
 pub struct Node {
@@ -269,6 +286,39 @@ impl Node {
     /// loader, a plan that names plug-ins fails start-up the same way.
     pub fn set_plugin_loader(&mut self, loader: std::sync::Arc<PluginLoader>) {
         self.plugin_loader = Some(loader);
+    }
+
+    /// The filters this node can make, to register more (a tool's plug-ins).
+    pub fn registry_mut(&mut self) -> &mut FilterRegistry {
+        &mut self.registry
+    }
+
+    /// Sends a [`ControlMsg::LoadFilter`] to every linked comm-node child.
+    fn pass_filter_down(&mut self, msg: &ControlMsg) {
+        let links: Vec<LinkId> =
+            self.children.iter().filter(|c| !c.is_backend).filter_map(|c| c.link).collect();
+        for link in links {
+            self.out.control(link, msg);
+        }
+    }
+
+    /// A comm node: loads a plug-in shipped down the tree, then passes it on; one it
+    /// cannot load is reported up, naming this node (streams using it are then refused
+    /// here, naming this node too).
+    fn load_shipped_filter(&mut self, msg: ControlMsg) {
+        let ControlMsg::LoadFilter { label, sha256, bytes } = &msg else { return };
+        let source = PluginSource::Bytes { label, sha256, bytes };
+        let loaded = match &self.plugin_loader {
+            Some(load) => load(source, &mut self.registry),
+            None => Err("this node cannot load plug-in filters".to_owned()),
+        };
+        match loaded {
+            Ok(()) => self.pass_filter_down(&msg),
+            Err(why) => {
+                let message = format!("{}: plug-in filter {label}: {why}", self.name);
+                self.report_up(ControlMsg::FilterError { stream: 0, rank: u32::MAX, message });
+            }
+        }
     }
 
     /// The node's role.
@@ -505,6 +555,13 @@ impl Node {
             }
             Command::Stop { ranks, reason } => {
                 self.stop_ranks(&ranks, &reason, now);
+                Ok(())
+            }
+            Command::ShipFilter { label, sha256, bytes } => {
+                if self.role != Role::FrontEnd || !self.is_running() {
+                    return Err(CommandError::NotNow("only a running front-end ships filters"));
+                }
+                self.pass_filter_down(&ControlMsg::LoadFilter { label, sha256, bytes });
                 Ok(())
             }
             Command::CloseRemote { index } => self.close_remote(index, now),

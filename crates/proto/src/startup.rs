@@ -256,7 +256,7 @@ impl Node {
             // before any stream can name them.
             for path in &plan.filters {
                 let loaded = match &self.plugin_loader {
-                    Some(load) => load(path, &mut self.registry),
+                    Some(load) => load(super::PluginSource::Path(path), &mut self.registry),
                     None => Err("this node cannot load plug-in filters".to_owned()),
                 };
                 if let Err(why) = loaded {
@@ -442,6 +442,9 @@ impl Node {
                 self.start(*plan, now);
             }
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
+            msg @ ControlMsg::LoadFilter { .. } if self.role == Role::CommNode => {
+                self.load_shipped_filter(msg)
+            }
             ControlMsg::CloseStream { id } => self.close_stream_from_parent(id),
             ControlMsg::Shutdown => self.shut_down(super::EndReason::ShutDown),
             ControlMsg::Spawn(order) if self.phase == Phase::Running => self.spawn_order(order, now),

@@ -1304,11 +1304,14 @@ fn a_comm_node_loads_the_plug_ins_its_plan_names_and_hands_them_down_one_level_d
     let loaded = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let seen = loaded.clone();
     let mut cn = node(Role::CommNode, 1);
-    cn.set_plugin_loader(std::sync::Arc::new(move |path: &str, registry: &mut FilterRegistry| {
-        seen.lock().unwrap().push(path.to_owned());
-        registry.register("mine", 1..=1, |_| Ok(treecast_filters::builtin(TransformKind::Null)));
-        Ok(())
-    }));
+    cn.set_plugin_loader(std::sync::Arc::new(
+        move |source: PluginSource<'_>, registry: &mut FilterRegistry| {
+            let PluginSource::Path(path) = source else { panic!("{source:?}") };
+            seen.lock().unwrap().push(path.to_owned());
+            registry.register("mine", 1..=1, |_| Ok(treecast_filters::builtin(TransformKind::Null)));
+            Ok(())
+        },
+    ));
     let links = ids(2);
     cn.handle_link_up(links[0], Peer::Parent, now);
     let mut p = plan("h:1 => h:2 ;\nh:2 => h:3 ;", 1, false);
@@ -1334,7 +1337,7 @@ fn a_plug_in_a_comm_node_cannot_load_fails_its_start_up_naming_the_node_and_the_
     for loader in [true, false] {
         let mut cn = node(Role::CommNode, 1);
         if loader {
-            cn.set_plugin_loader(std::sync::Arc::new(|_: &str, _: &mut FilterRegistry| {
+            cn.set_plugin_loader(std::sync::Arc::new(|_: PluginSource<'_>, _: &mut FilterRegistry| {
                 Err("built for aarch64 but this node runs on x86_64".to_owned())
             }));
         }
@@ -1452,4 +1455,56 @@ fn packets_a_filter_sends_down_reach_the_children_of_its_node() {
     assert_eq!((down[0].frame.header.stream, down[0].frame.header.tag), (4, 77));
     assert_eq!(treecast_wire::decode_values(&down[0].frame.payload).unwrap(), vec![Value::Int(2)]);
     assert!(fe.poll_delivery(Some(4)).is_none(), "nothing went up to the tool");
+}
+
+#[test]
+fn a_comm_node_loads_a_shipped_plug_in_and_passes_it_on_or_reports_why_not() {
+    let now = Instant::now();
+    for works in [true, false] {
+        let mut cn = node(Role::CommNode, 1);
+        cn.set_plugin_loader(std::sync::Arc::new(move |source: PluginSource<'_>, _: &mut FilterRegistry| {
+            let PluginSource::Bytes { label, bytes, .. } = source else { panic!("{source:?}") };
+            assert_eq!((label, bytes), ("libmine.so", &b"\x7fELF"[..]));
+            if works {
+                Ok(())
+            } else {
+                Err("its bytes do not have the SHA-256 the front-end sent".into())
+            }
+        }));
+        let links = ids(2);
+        cn.handle_link_up(links[0], Peer::Parent, now);
+        let p = plan("h:1 => h:2 ;\nh:2 => h:3 ;", 1, false);
+        cn.handle_frame(links[0], control(&ControlMsg::Plan(Box::new(p))), now);
+        cn.handle_link_up(links[1], Peer::Child { node_id: 2 }, now);
+        cn.handle_frame(
+            links[1],
+            control(&ControlMsg::Join { ranks: RankSet::single(0), commnodes: 1 }),
+            now,
+        );
+        transmits(&mut cn);
+        let msg = ControlMsg::LoadFilter {
+            label: "libmine.so".into(),
+            sha256: [1; 32],
+            bytes: b"\x7fELF".to_vec(),
+        };
+        cn.handle_frame(links[0], control(&msg), now);
+        let sent: Vec<(LinkId, ControlMsg)> = transmits(&mut cn)
+            .into_iter()
+            .filter_map(|t| match (t.to, ControlMsg::decode(&t.frame.payload)) {
+                (Destination::Link(l), Ok(m)) => Some((l, m)),
+                _ => None,
+            })
+            .collect();
+        if works {
+            assert_eq!(sent, vec![(links[1], msg.clone())]);
+        } else {
+            assert_eq!(sent.len(), 1, "{sent:?}");
+            let (to, ControlMsg::FilterError { message, .. }) = &sent[0] else { panic!("{sent:?}") };
+            assert_eq!(*to, links[0]);
+            assert!(
+                message.contains("node 1") && message.contains("libmine.so") && message.contains("SHA-256"),
+                "{message}"
+            );
+        }
+    }
 }

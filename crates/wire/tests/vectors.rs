@@ -405,6 +405,11 @@ fn control_from_json(m: &Json) -> ControlMsg {
             ranks: ranks(m),
             error: str_of(m, "error").to_owned(),
         },
+        "load_filter" => ControlMsg::LoadFilter {
+            label: str_of(m, "label").to_owned(),
+            sha256: hex::decode(str_of(m, "sha256")).unwrap().try_into().unwrap(),
+            bytes: hex::decode(str_of(m, "bytes_hex")).unwrap(),
+        },
         "monitor_stop" => ControlMsg::MonitorStop,
         "monitor_collect" => ControlMsg::MonitorCollect {
             id: u32_of(m, "id"),
@@ -444,8 +449,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 26 (SpawnReply), has a vector.
-    assert_eq!(seen, (1..=26).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 27 (LoadFilter), has a vector.
+    assert_eq!(seen, (1..=27).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.
