@@ -41,7 +41,11 @@ fn topk_so() -> PathBuf {
     // target/<profile>/deps/plugins-<hash>
     let profile = exe.parent().and_then(Path::parent).unwrap();
     let target = profile.parent().unwrap();
-    let status = Command::new(env!("CARGO"))
+    let mut cargo = Command::new(env!("CARGO"));
+    if profile.file_name().is_some_and(|n| n == "release") {
+        cargo.arg("--release");
+    }
+    let status = cargo
         .args(["build", "--quiet", "--example", "topk_filter", "--manifest-path"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
         .arg("--target-dir")
