@@ -72,6 +72,19 @@ static inline int tc_read_array(tc_reader *r, uint8_t code, uint64_t *n, const u
     return 0;
 }
 
+/* Reads raw bytes (%b): *n bytes at *data, valid as long as the payload. 0 on success. */
+static inline int tc_read_bytes(tc_reader *r, uint64_t *n, const uint8_t **data) {
+    uint32_t len;
+    if (r->left < 5 || r->p[0] != TC_BYTES) return -1;
+    memcpy(&len, r->p + 1, 4);
+    if ((uint64_t)(r->left - 5) < len) return -1;
+    *n = len;
+    *data = r->p + 5;
+    r->p += 5 + (size_t)len;
+    r->left -= 5 + (size_t)len;
+    return 0;
+}
+
 /* A growing output buffer; zero-initialize it, free it with tc_buf_free. */
 typedef struct tc_buf {
     uint8_t *data;

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::tree::finish;
-use common::TestDir;
+use common::{assert_no_leftovers, TestDir};
 use treecast::apps::protocol::{TAG_ADD_RANK, TAG_ECHO};
 use treecast_api::{ApiError, Event, FilterSpec, Network, NetworkBuilder, StreamOptions, Topology, Value};
 
@@ -20,17 +20,22 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 /// The C histogram example, compiled with the system's `cc`.
 fn histogram_so(dir: &TestDir) -> PathBuf {
+    c_plugin(dir, "histogram")
+}
+
+/// The C example `examples/filters/NAME.c`, compiled with the system's `cc`.
+fn c_plugin(dir: &TestDir, name: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = dir.path("libhistogram.so");
+    let out = dir.path(&format!("lib{name}.so"));
     let status = Command::new("cc")
         .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I"])
         .arg(root.join("include"))
         .arg("-o")
         .arg(&out)
-        .arg(root.join("examples/filters/histogram.c"))
+        .arg(root.join(format!("examples/filters/{name}.c")))
         .status()
-        .expect("a C compiler (`cc`) to build examples/filters/histogram.c");
-    assert!(status.success(), "cc failed on examples/filters/histogram.c");
+        .expect("a C compiler (`cc`) to build the example plug-in");
+    assert!(status.success(), "cc failed on examples/filters/{name}.c");
     out
 }
 
@@ -165,4 +170,30 @@ async fn a_plugin_shipped_down_the_tree_runs_at_every_level_once_its_file_is_gon
     let err = net.load_filter(&histogram).unwrap_err().to_string();
     assert!(err.contains("libhistogram.so"), "{err}");
     finish(net).await;
+}
+
+#[test]
+fn run_with_a_filter_sums_the_number_every_host_printed_at_every_node() {
+    let dir = TestDir::new("plugins-run");
+    let so = c_plugin(&dir, "sum_outputs");
+    let tag = format!("{}", std::process::id());
+    let run = |filter: String| {
+        let out = Command::new(TREECAST)
+            .args(["run", "--local", "8", "--topology", "kary:2", "--filter", &filter])
+            .args(["--", "sh", "-c", "echo $((TREECAST_RANK + 1))"])
+            .env("TREECAST_TEST_TAG", &tag)
+            .output()
+            .unwrap();
+        assert_no_leftovers(&format!("TREECAST_TEST_TAG={tag}"));
+        out
+    };
+    let out = run(format!("{}:sum_outputs", so.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // 1 + 2 + ... + 8, from 8 ranks.
+    assert_eq!(stdout, "36\n8\n");
+    let out = run(format!("{}:median", so.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("sum_outputs") && stderr.contains("median"), "{stderr}");
 }
