@@ -83,7 +83,8 @@ async fn launch_with(spec: &str, plugins: &[&Path]) -> Network {
 }
 
 #[tokio::test]
-async fn c_and_rust_plugins_reduce_at_every_node_of_a_three_level_tree_with_parameters_and_state() {
+async fn c_and_rust_plugins_reduce_at_every_node_of_a_three_level_tree_with_parameters_changed_between_waves_and_state(
+) {
     let dir = TestDir::new("plugins");
     let histogram = histogram_so(&dir);
     let topk = topk_so();
@@ -126,6 +127,19 @@ async fn c_and_rust_plugins_reduce_at_every_node_of_a_three_level_tree_with_para
         };
         assert_eq!(p.values().unwrap(), vec![Value::LongArray(best.to_vec())], "after x = {x}");
     }
+
+    // New parameters between waves, at every node: 2 bins now.
+    h.set_params(&[Value::UInt(2)]).unwrap();
+    h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![2, 3])]).await.unwrap();
+    let p = h.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![8, 12])]);
+    // Parameters the front-end's instance refuses are an error there, and change nothing.
+    let err = h.set_params(&[Value::Str("many".into())]).unwrap_err().to_string();
+    assert!(err.contains("front-end") && err.contains("number of bins"), "{err}");
+    t.set_params(&[Value::UInt(1)]).unwrap();
+    t.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    let p = t.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::LongArray(vec![203])]);
 
     // Parameters a plug-in refuses refuse the stream, naming the filter's reason.
     let err = net.new_stream(&net.broadcast_communicator(), options("histogram", &[])).await.unwrap_err();

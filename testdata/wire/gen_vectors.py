@@ -406,6 +406,9 @@ def enc_control(m):
     if t == "spawn_reply":
         out = bytes([26]) + u32(m["id"]) + u32(m["rank"]) + u32(m["group"])
         return out + enc_ranks(m["ranks"]) + enc_str(m["error"])
+    if t == "set_params":
+        params = bytes.fromhex(m["params_hex"])
+        return bytes([28]) + u32(m["stream"]) + u32(len(params)) + params
     if t == "load_filter":
         data = bytes.fromhex(m["bytes_hex"])
         return bytes([27]) + enc_str(m["label"]) + bytes.fromhex(m["sha256"]) + u32(len(data)) + data
@@ -614,6 +617,7 @@ CONTROL_CASES = [
     ("stop", {"type": "stop", "ranks": "16-19", "reason": "spawn 1 failed"}),
     ("spawn_request", {"type": "spawn_request", "id": 1, "rank": 5, "n": 4, "command": ["/bin/helper", "-q"]}),
     ("spawn_reply", {"type": "spawn_reply", "id": 1, "rank": 5, "group": 3, "ranks": "20-23", "error": ""}),
+    ("set_params", {"type": "set_params", "stream": 3, "params_hex": "0602000000"}),
     (
         "load_filter",
         {
@@ -707,7 +711,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([28]), "UnknownControl"),
+    ("control", "tag after the last", bytes([29]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),

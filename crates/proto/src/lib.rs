@@ -557,6 +557,12 @@ impl Node {
                 self.stop_ranks(&ranks, &reason, now);
                 Ok(())
             }
+            Command::SetParams { stream, params } => {
+                if self.role != Role::FrontEnd {
+                    return Err(CommandError::NotNow("only the front-end changes a stream's parameters"));
+                }
+                self.set_stream_params(stream, params)
+            }
             Command::ShipFilter { label, sha256, bytes } => {
                 if self.role != Role::FrontEnd || !self.is_running() {
                     return Err(CommandError::NotNow("only a running front-end ships filters"));

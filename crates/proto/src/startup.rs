@@ -442,6 +442,9 @@ impl Node {
                 self.start(*plan, now);
             }
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
+            ControlMsg::SetParams { stream, params } if self.role == Role::CommNode => {
+                self.params_from_parent(stream, params)
+            }
             msg @ ControlMsg::LoadFilter { .. } if self.role == Role::CommNode => {
                 self.load_shipped_filter(msg)
             }

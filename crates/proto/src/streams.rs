@@ -756,6 +756,42 @@ impl Node {
     }
 
     /// Front-end: the tool closes a stream.
+    /// New parameters for stream `id`'s upward filter on this node, passed on to the
+    /// stream's comm-node children once taken. The front-end's refusal is the tool's
+    /// error; a comm node's is reported up, naming it.
+    pub(super) fn set_stream_params(&mut self, id: u32, params: Vec<u8>) -> Result<(), CommandError> {
+        let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
+        if let Some(filter) = s.up_filter.as_mut() {
+            if let Err(detail) = filter.set_params(&params) {
+                let source = treecast_filters::RegistryError::Params { name: s.spec.up.name.clone(), detail };
+                return Err(CommandError::Filter { stream: id, node: self.name.clone(), source });
+            }
+        }
+        let links: Vec<LinkId> = s
+            .members
+            .iter()
+            .filter(|&&c| !self.children[c].is_backend)
+            .filter_map(|&c| self.children[c].link)
+            .collect();
+        let msg = ControlMsg::SetParams { stream: id, params };
+        for link in links {
+            self.out.control(link, &msg);
+        }
+        Ok(())
+    }
+
+    /// [`ControlMsg::SetParams`] from the parent.
+    pub(super) fn params_from_parent(&mut self, id: u32, params: Vec<u8>) {
+        if let Err(e) = self.set_stream_params(id, params) {
+            // A filter's refusal names this node already.
+            let message = match e {
+                CommandError::Filter { .. } => e.to_string(),
+                other => format!("{}: {other}", self.name),
+            };
+            self.report_up(ControlMsg::FilterError { stream: id, rank: u32::MAX, message });
+        }
+    }
+
     pub(super) fn close_stream_from_tool(&mut self, id: u32) -> Result<(), CommandError> {
         let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
         s.tool_done = true;

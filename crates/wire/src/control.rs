@@ -518,6 +518,14 @@ pub enum ControlMsg {
         /// The shared object.
         bytes: Vec<u8>,
     },
+    /// Downstream, along a stream's comm nodes: new parameters for its upward
+    /// filter, which each node hands its instance before it passes them on.
+    SetParams {
+        /// The stream.
+        stream: u32,
+        /// The parameters, typed values as at the stream's creation.
+        params: Vec<u8>,
+    },
 }
 
 const PLAN: u8 = 1;
@@ -547,6 +555,7 @@ const STOP: u8 = 24;
 const SPAWN_REQUEST: u8 = 25;
 const SPAWN_REPLY: u8 = 26;
 const LOAD_FILTER: u8 = 27;
+const SET_PARAMS: u8 = 28;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -640,6 +649,12 @@ impl ControlMsg {
                 out.push(STOP);
                 ranks.encode(&mut out);
                 put_string(&mut out, reason);
+            }
+            ControlMsg::SetParams { stream, params } => {
+                out.push(SET_PARAMS);
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&(params.len() as u32).to_le_bytes());
+                out.extend_from_slice(params);
             }
             ControlMsg::LoadFilter { label, sha256, bytes } => {
                 out.push(LOAD_FILTER);
@@ -767,6 +782,11 @@ impl ControlMsg {
             },
             SPAWN => ControlMsg::Spawn(SpawnOrder::decode(&mut r)?),
             STOP => ControlMsg::Stop { ranks: RankSet::decode(&mut r)?, reason: r.string("stop reason")? },
+            SET_PARAMS => {
+                let stream = r.u32("filter parameters")?;
+                let n = r.len_u32("filter parameters", r.remaining())?;
+                ControlMsg::SetParams { stream, params: r.take(n, "filter parameters")?.to_vec() }
+            }
             LOAD_FILTER => {
                 let label = r.string("plug-in label")?;
                 let mut sha256 = [0u8; 32];
@@ -935,6 +955,7 @@ mod tests {
                 sha256: [7; 32],
                 bytes: b"\x7fELF".to_vec(),
             },
+            ControlMsg::SetParams { stream: 3, params: vec![6, 2, 0, 0, 0] },
             ControlMsg::SpawnRequest { id: 3, rank: 7, n: 2, command: vec!["helper".into()] },
             ControlMsg::SpawnReply {
                 id: 3,

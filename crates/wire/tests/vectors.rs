@@ -405,6 +405,10 @@ fn control_from_json(m: &Json) -> ControlMsg {
             ranks: ranks(m),
             error: str_of(m, "error").to_owned(),
         },
+        "set_params" => ControlMsg::SetParams {
+            stream: u32_of(m, "stream"),
+            params: hex::decode(str_of(m, "params_hex")).unwrap(),
+        },
         "load_filter" => ControlMsg::LoadFilter {
             label: str_of(m, "label").to_owned(),
             sha256: hex::decode(str_of(m, "sha256")).unwrap().try_into().unwrap(),
@@ -449,8 +453,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 27 (LoadFilter), has a vector.
-    assert_eq!(seen, (1..=27).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 28 (SetParams), has a vector.
+    assert_eq!(seen, (1..=28).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.
