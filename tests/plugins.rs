@@ -25,17 +25,24 @@ fn histogram_so(dir: &TestDir) -> PathBuf {
 
 /// The C example `examples/filters/NAME.c`, compiled with the system's `cc`.
 fn c_plugin(dir: &TestDir, name: &str) -> PathBuf {
+    compiled(dir, "cc", &format!("{name}.c"), &[])
+}
+
+/// An example plug-in `examples/filters/FILE` compiled by `compiler` into `dir`.
+fn compiled(dir: &TestDir, compiler: &str, file: &str, flags: &[&str]) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let name = file.rsplit_once('.').map_or(file, |(n, _)| n);
     let out = dir.path(&format!("lib{name}.so"));
-    let status = Command::new("cc")
+    let status = Command::new(compiler)
+        .args(flags)
         .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I"])
         .arg(root.join("include"))
         .arg("-o")
         .arg(&out)
-        .arg(root.join(format!("examples/filters/{name}.c")))
+        .arg(root.join("examples/filters").join(file))
         .status()
-        .expect("a C compiler (`cc`) to build the example plug-in");
-    assert!(status.success(), "cc failed on examples/filters/{name}.c");
+        .unwrap_or_else(|e| panic!("{compiler}, to build examples/filters/{file}: {e}"));
+    assert!(status.success(), "{compiler} failed on examples/filters/{file}");
     out
 }
 
@@ -210,4 +217,30 @@ fn run_with_a_filter_sums_the_number_every_host_printed_at_every_node() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("sum_outputs") && stderr.contains("median"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_cpp_filter_merges_call_graph_prefix_trees_at_every_node() {
+    let dir = TestDir::new("plugins-stat");
+    let so = compiled(&dir, "c++", "prefix_tree.cpp", &["-std=c++17"]);
+    let mut net = launch_with("balanced:2x2", &[]).await;
+    net.load_filter(&so).unwrap();
+    let mut s = net.new_stream(&net.broadcast_communicator(), options("prefix_tree", &[])).await.unwrap();
+    let traces: [&[&str]; 4] = [
+        &["main", "solve", "mpi_wait"],
+        &["main", "solve", "mpi_wait"],
+        &["main", "solve", "compute"],
+        &["main", "io"],
+    ];
+    for (rank, trace) in traces.iter().enumerate() {
+        let frames = Value::StrArray(trace.iter().map(|f| (*f).to_owned()).collect());
+        s.send_to(rank as u32, TAG_ECHO, "%as", &[frames]).await.unwrap();
+    }
+    let p = s.recv_timeout(LIMIT).await.unwrap();
+    let strings = |items: &[&str]| Value::StrArray(items.iter().map(|i| (*i).to_owned()).collect());
+    let paths = strings(&["main", "main/io", "main/solve", "main/solve/compute", "main/solve/mpi_wait"]);
+    let ranks = strings(&["0,1,2,3", "3", "0,1,2", "2", "0,1"]);
+    assert_eq!(p.values().unwrap(), vec![paths, ranks]);
+    assert!(net.try_event().is_none(), "no node refused a packet");
+    finish(net).await;
 }
