@@ -233,6 +233,12 @@ pub struct RunArgs {
     /// the groups.
     #[arg(long, value_name = "N")]
     pub spawn: Option<u32>,
+    /// Hand the answers to the plug-in filter NAME in the shared object PATH
+    /// (docs/filter-abi.md), shipped down the tree and run at every node, instead of
+    /// grouping outputs: prints the values of the one packet it sends up, one per
+    /// line (e.g. a sum of the number every host printed).
+    #[arg(long, value_name = "PATH:NAME", conflicts_with_all = ["json", "lines", "spawn"])]
+    pub filter: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -174,6 +174,11 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => treecast_driver::env::rejoin_from_env(),
     };
     let wait = AnswerWait { limit, cut_off, rejoin };
+    if let Some(filter) = &args.filter {
+        let reduced = run_filtered(&mut net, filter, &args.command, wait, args.output_limit).await;
+        net.shutdown().await;
+        return reduced;
+    }
     let report = run_command_waiting(&mut net, &args.command, wait, args.output_limit).await;
     net.shutdown().await;
     let mut report = report?;
@@ -558,6 +563,77 @@ pub async fn run_command_waiting(
     let launch = net.launch_group();
     let groups = vec![GroupReport { id: launch.id(), ranks: launch.rank_set().to_string(), spawned: false }];
     Ok(RunReport { backends: net.backends(), groups, classes, lost, no_answer, ok, exit_status })
+}
+
+/// `run --filter PATH:NAME`: ships the plug-in down the tree, runs the command with
+/// the answers reduced by it, and prints the values it sends up, one per line; filter
+/// errors (a rank whose answer it refused) go to stderr and make the exit status 1.
+async fn run_filtered(
+    net: &mut Network,
+    filter: &str,
+    command: &[String],
+    wait: AnswerWait,
+    output_limit: u64,
+) -> anyhow::Result<ExitCode> {
+    let (path, name) =
+        filter.rsplit_once(':').filter(|(p, n)| !p.is_empty() && !n.is_empty()).ok_or_else(|| {
+            anyhow::anyhow!("--filter {filter:?} is not PATH:NAME (a shared object and the filter's name)")
+        })?;
+    let plugin = net.load_filter(path)?;
+    anyhow::ensure!(
+        plugin.name() == name,
+        "--filter {filter:?}: {path} holds the filter {:?}, not {name:?}",
+        plugin.name()
+    );
+    let up = treecast_api::FilterSpec::new(name, plugin.version());
+    let mut stream = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions { up, ..StreamOptions::default() })
+        .await?;
+    let limit_ms = wait.limit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
+    let request = [command.to_vec().into(), Value::ULong(limit_ms), Value::ULong(output_limit)];
+    stream.send(TAG_RUN, RUN_REQUEST, &request).await?;
+    let answer = match wait.total() {
+        Some((total, _)) => stream.recv_timeout(total).await,
+        None => stream.recv().await,
+    };
+    let mut refused = false;
+    while let Some(event) = net.try_event() {
+        if let treecast_api::Event::FilterError { message, .. } = &event {
+            eprintln!("treecast: {message}");
+            refused = true;
+        }
+    }
+    let packet = answer.map_err(|e| anyhow::anyhow!("no answer reduced by {name}: {e}"))?;
+    let mut out = std::io::stdout().lock();
+    for value in packet.values()? {
+        match &value {
+            Value::Str(s) => writeln!(out, "{s}")?,
+            Value::Bytes(b) => out.write_all(b)?,
+            other => writeln!(out, "{}", value_text(other))?,
+        }
+    }
+    out.flush()?;
+    Ok(if refused { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// A number or an array of numbers as text (arrays space-separated).
+fn value_text(value: &Value) -> String {
+    if let Some(v) = value.as_i64() {
+        return v.to_string();
+    }
+    if let Some(v) = value.as_u64() {
+        return v.to_string();
+    }
+    if let Some(v) = value.as_f64() {
+        return v.to_string();
+    }
+    if let Some(vs) = value.to_i64_vec() {
+        return vs.iter().map(i64::to_string).collect::<Vec<_>>().join(" ");
+    }
+    if let Some(vs) = value.to_f64_vec() {
+        return vs.iter().map(f64::to_string).collect::<Vec<_>>().join(" ");
+    }
+    format!("{value:?}")
 }
 
 /// Adds a packet's equivalence classes to `raw`, merged with equal answers already there.

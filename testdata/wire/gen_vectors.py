@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 9 (launch plan version 4).
+protocol version 9 (launch plan version 5).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -9,6 +9,7 @@ crates/wire/tests/vectors.rs checks the Rust codec against these files.
 Run from anywhere: python3 testdata/wire/gen_vectors.py
 """
 
+import hashlib
 import json
 import os
 import struct
@@ -290,7 +291,7 @@ def enc_flag(v):
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
 LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
-PLAN_VERSION = 4
+PLAN_VERSION = 5
 
 
 def enc_strings(items):
@@ -318,6 +319,7 @@ def enc_plan(p, version=PLAN_VERSION):
     out += enc_flag(udp is not None)
     if udp is not None:
         out += u32(len(udp)) + b"".join(enc_str(k) + enc_str(v) for k, v in udp)
+    out += u32(p.get("depth", 0)) + enc_strings(p.get("filters", []))
     return out
 
 
@@ -404,6 +406,12 @@ def enc_control(m):
     if t == "spawn_reply":
         out = bytes([26]) + u32(m["id"]) + u32(m["rank"]) + u32(m["group"])
         return out + enc_ranks(m["ranks"]) + enc_str(m["error"])
+    if t == "set_params":
+        params = bytes.fromhex(m["params_hex"])
+        return bytes([28]) + u32(m["stream"]) + u32(len(params)) + params
+    if t == "load_filter":
+        data = bytes.fromhex(m["bytes_hex"])
+        return bytes([27]) + enc_str(m["label"]) + bytes.fromhex(m["sha256"]) + u32(len(data)) + data
     raise ValueError(t)
 
 
@@ -435,6 +443,8 @@ PLAN_SSH = {
     "dead_after_ms": 30000,
     "rejoin_ms": 10000,
     "udp": [["TREECAST_UDP_FRAGMENT", "8000"], ["TREECAST_UDP_DROP", "0.05,7"]],
+    "depth": 1,
+    "filters": ["/opt/tool/libhistogram.so"],
 }
 
 PLAN_LOCAL = {
@@ -607,6 +617,16 @@ CONTROL_CASES = [
     ("stop", {"type": "stop", "ranks": "16-19", "reason": "spawn 1 failed"}),
     ("spawn_request", {"type": "spawn_request", "id": 1, "rank": 5, "n": 4, "command": ["/bin/helper", "-q"]}),
     ("spawn_reply", {"type": "spawn_reply", "id": 1, "rank": 5, "group": 3, "ranks": "20-23", "error": ""}),
+    ("set_params", {"type": "set_params", "stream": 3, "params_hex": "0602000000"}),
+    (
+        "load_filter",
+        {
+            "type": "load_filter",
+            "label": "libhistogram.so",
+            "sha256": hashlib.sha256(b"\x7fELF\x02\x01\x01").hexdigest(),
+            "bytes_hex": "7f454c46020101",
+        },
+    ),
     (
         "spawn_reply failed",
         {"type": "spawn_reply", "id": 2, "rank": 5, "group": 0, "ranks": "", "error": "rank 24: no such program"},
@@ -691,7 +711,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([27]), "UnknownControl"),
+    ("control", "tag after the last", bytes([29]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),
@@ -701,12 +721,12 @@ INVALID_CASES = [
     ("control", "range reversed", bytes([2]) + u32(1) + u32(3) + u32(1) + u32(1), "Invalid"),
     ("control", "bad utf8 message", bytes([3]) + u32(1) + b"\x80", "InvalidUtf8"),
     # plan
-    ("control", "plan version 3 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=3), "Invalid"),
-    ("control", "plan version 5", bytes([1]) + enc_plan(PLAN_SSH, version=5), "Invalid"),
+    ("control", "plan version 4 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=4), "Invalid"),
+    ("control", "plan version 6", bytes([1]) + enc_plan(PLAN_SSH, version=6), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
-    ("control", "plan without its UDP route flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
+    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
     ("control", "plan trailing byte", bytes([1]) + enc_plan(PLAN_LOCAL) + b"\x00", "TrailingBytes"),
     ("control", "plan allow missing 2", bytes([1]) + enc_plan(with_(PLAN_LOCAL, allow_missing=2)), "Invalid"),
     ("control", "plan local route 2", bytes([1]) + enc_plan(with_(PLAN_SSH, local_route=2)), "Invalid"),
@@ -729,7 +749,8 @@ INVALID_CASES = [
     (
         "control",
         "v1 Subtree layout",
-        bytes([1]) + enc_str("h:0 ;") + u32(0) * 3 + u32(0) + u32(0) + u32(0),
+        # The string's length is read as the plan version: it must not be a current one.
+        bytes([1]) + enc_str("host:0 ;") + u32(0) * 3 + u32(0) + u32(0) + u32(0),
         "Invalid",
     ),
     # new stream

@@ -19,6 +19,7 @@ mod flow_control;
 mod hosts;
 mod monitor;
 mod networks;
+mod plugins;
 mod processes;
 mod recovery;
 mod routes;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rand::RngCore;
 use treecast_driver::{drive, lock, Driver, Launching};
 use treecast_driver::{env, DEFAULT_MAX_FRAME};
+use treecast_filters::plugin::Plugin;
 use treecast_filters::FilterRegistry;
 use treecast_launch::{SrunOptions, SshOptions};
 use treecast_proto::{Command, LivenessLimits, Node, NodeConfig, Role};
@@ -44,6 +45,7 @@ pub struct NetworkBuilder {
     receive_window: Window,
     max_frame: usize,
     registry: FilterRegistry,
+    plugins: Vec<PathBuf>,
     liveness: Option<LivenessLimits>,
     rejoin: Option<Duration>,
     udp_route: bool,
@@ -74,6 +76,7 @@ impl NetworkBuilder {
             receive_window: DEFAULT_RECEIVE_WINDOW,
             max_frame: DEFAULT_MAX_FRAME,
             registry: FilterRegistry::builtin(),
+            plugins: Vec::new(),
             liveness: Some(LivenessLimits::default()),
             rejoin: Some(env::DEFAULT_REJOIN_WITHIN),
             udp_route: false,
@@ -219,6 +222,15 @@ impl NetworkBuilder {
         self
     }
 
+    /// Loads the plug-in filter (a shared object, docs/filter-abi.md) at `path` when
+    /// the network launches, registers it with this front-end's filters under its own
+    /// name and version, and has every comm node load it from the same path (the
+    /// launch plan names it), so streams can use it at every level. Repeat for more.
+    pub fn plugin(mut self, path: impl Into<PathBuf>) -> Self {
+        self.plugins.push(path.into());
+        self
+    }
+
     /// Sends large downstream frames (multicasts, file chunks) by reliable UDP
     /// multicast from each node to its children on its subnet, one datagram for all
     /// of them, instead of once over each child's link (docs/multicast.md). The
@@ -300,11 +312,21 @@ impl NetworkBuilder {
                 .map_err(|e| ApiError::Env(e.to_string()))?;
         }
         let exe = resolve_treecast(self.treecast_path.as_deref())?;
+        // Loaded here first: a plug-in the front-end cannot load is refused before a
+        // process starts. Comm nodes get whole paths, whatever their working folder.
+        let mut registry = self.registry.clone();
+        let mut plugin_paths = Vec::with_capacity(self.plugins.len());
+        for path in &self.plugins {
+            let full = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+            Plugin::load(&full)?.register(&mut registry);
+            plugin_paths.push(full.to_string_lossy().into_owned());
+        }
         let mut session = [0u8; 8];
         rand::rngs::OsRng.fill_bytes(&mut session);
         let session = hex::encode(session);
         let secret = Secret::generate();
-        let plan = self.plan(&session);
+        let mut plan = self.plan(&session);
+        plan.filters = plugin_paths;
         let attach = self.attach.as_ref().map(|(path, _)| AttachTarget {
             path: path.clone(),
             session: session.clone(),
@@ -316,7 +338,7 @@ impl NetworkBuilder {
             role: Role::FrontEnd,
             node_id: 0,
             name: "front-end".into(),
-            registry: self.registry.clone(),
+            registry,
             tool_window: self.receive_window,
         });
         let (clock, schedule) = env::clock_from_env(0);

@@ -21,6 +21,9 @@ pub enum ApiError {
     /// A back-end could not join its parent.
     #[error("joining the tree failed: {0}")]
     Join(treecast_driver::NodeError),
+    /// A plug-in filter given to the builder could not be loaded.
+    #[error("loading a plug-in filter failed: {0}")]
+    Plugin(#[from] treecast_filters::plugin::PluginError),
     /// The topology has no leaf to run a back-end on.
     #[error("the topology has no back-ends: give a tree with at least one leaf")]
     NoBackends,

@@ -78,8 +78,10 @@ pub use packet::{EqClass, Packet};
 pub use remote::{NetworkPort, RemoteNetwork, DEFAULT_NETWORK_LIMIT};
 pub use spawn::{Group, JoinMode, Placement, SpawnOptions, DEFAULT_SPAWN_LIMIT, LIGHT_JOIN_UP_TO};
 pub use stream::{Stream, StreamOptions};
+pub use treecast_filters::plugin::{Plugin, PluginError};
 pub use treecast_filters::{
-    FilterContext, FilterError, FilterRegistry, RegistryError, Transform, TransformKind,
+    FilterContext, FilterError, FilterPlace, FilterRegistry, PlaceRole, RegistryError, Transform,
+    TransformKind,
 };
 pub use treecast_launch::{SrunOptions, SshOptions};
 pub use treecast_monitor::{

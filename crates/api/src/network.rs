@@ -306,6 +306,38 @@ impl Network {
         Ok(Stream::new(id, self.shared.clone(), comm.clone(), options, self.backends()))
     }
 
+    /// Loads the plug-in filter at `path` here and ships its bytes down the tree: every
+    /// comm node checks their SHA-256, loads them from a sealed memory file (no shared
+    /// file system is needed; the file may go once this returns) and registers the
+    /// filter under its own name and version, before any later stream reaches it.
+    /// Links carry frames in order, so a stream created after this call finds the
+    /// filter at every node that loaded it; a node that could not load it reports an
+    /// [`crate::Event::FilterError`] naming itself and the reason, and refuses streams
+    /// that use it.
+    ///
+    /// # Errors
+    /// The file cannot be read or is not a plug-in this front-end can load
+    /// ([`ApiError::Plugin`]), or the network is not running.
+    pub fn load_filter(
+        &self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<treecast_filters::plugin::Plugin, ApiError> {
+        use sha2::Digest;
+        use treecast_filters::plugin::{Plugin, PluginError};
+        let path = path.as_ref();
+        let bytes =
+            std::fs::read(path).map_err(|source| PluginError::Read { path: path.to_owned(), source })?;
+        let label =
+            path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let plugin = Plugin::load_bytes(&bytes, &label)?;
+        let sha256: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+        let mut d = lock(&self.shared);
+        plugin.register(d.registry_mut());
+        d.command(Command::ShipFilter { label, sha256, bytes })
+            .map_err(|e| ApiError::Refused(Box::new(e)))?;
+        Ok(plugin)
+    }
+
     /// Payload bytes the front-end holds now: reductions the tool has not read, and
     /// packets from its children waiting for their wave or for the tool to read.
     /// Flow control bounds it by the receive window plus one upward window per child

@@ -208,6 +208,23 @@ impl Stream {
         self.send_frame(Frame::new(header, payload)).await
     }
 
+    /// New parameters for the stream's upward filter (typed values, as
+    /// [`crate::FilterSpec::params`] at creation), at the front-end now and at every
+    /// comm node of the stream before any packet sent down after this call: waves
+    /// answering later requests are reduced with them. A comm node that refuses them
+    /// reports an [`crate::Event::FilterError`] naming itself.
+    ///
+    /// # Errors
+    /// The front-end's filter refuses them ([`ApiError::StreamFilter`]), or the stream
+    /// is closed.
+    pub fn set_params(&self, values: &[Value]) -> Result<(), ApiError> {
+        let mut params = Vec::new();
+        treecast_wire::encode_values(values, &mut params);
+        lock(&self.shared)
+            .command(Command::SetParams { stream: self.id, params })
+            .map_err(|e| ApiError::from_command(self.id, e))
+    }
+
     async fn send_frame(&self, frame: Frame) -> Result<(), ApiError> {
         send_with_credit(&self.shared, frame).await
     }

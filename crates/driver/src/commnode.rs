@@ -103,6 +103,29 @@ pub fn treecast_exe() -> Result<std::path::PathBuf, NodeError> {
     }
 }
 
+/// Loads a plug-in filter (named by the plan, or shipped down the tree) into `registry`.
+fn load_plugin(
+    source: treecast_proto::PluginSource<'_>,
+    registry: &mut FilterRegistry,
+) -> Result<(), String> {
+    use sha2::Digest;
+    use treecast_filters::plugin::Plugin;
+    let plugin = match source {
+        treecast_proto::PluginSource::Path(path) => Plugin::load(path),
+        treecast_proto::PluginSource::Bytes { label, sha256, bytes } => {
+            let found: [u8; 32] = sha2::Sha256::digest(bytes).into();
+            if found != *sha256 {
+                return Err(format!(
+                    "its {} bytes do not have the SHA-256 the front-end sent; send it again",
+                    bytes.len()
+                ));
+            }
+            Plugin::load_bytes(bytes, label)
+        }
+    };
+    plugin.map(|p| p.register(registry)).map_err(|e| e.to_string())
+}
+
 /// Runs a comm node with the built-in filters: connect to the parent named in the
 /// environment, then drive the node until its parent goes away or shuts the tree down.
 ///
@@ -134,6 +157,7 @@ pub async fn run_comm_node_with(registry: FilterRegistry) -> Result<(), NodeErro
     });
     let (clock, schedule) = env::clock_from_env(node_id);
     core.set_clock(clock, schedule);
+    core.set_plugin_loader(std::sync::Arc::new(load_plugin));
     core.set_parent_address(parent.clone());
     let launching = Launching::new(secret, treecast_exe()?);
     let mut driver = Driver::new(core, NoTool, launching, DEFAULT_MAX_FRAME.min(MAX_PAYLOAD_LEN));

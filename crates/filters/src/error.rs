@@ -108,13 +108,32 @@ pub enum FilterError {
         /// What is wrong with the layout.
         detail: String,
     },
+    /// A plug-in filter returned an error (or, for one written with
+    /// `treecast-filter`, panicked and caught it).
+    #[error("stream {stream}: plug-in filter {filter:?} failed{}: {message} (code {code})", on_rank(*.rank))]
+    Plugin {
+        /// The filter's name.
+        filter: String,
+        /// The stream of the wave.
+        stream: u32,
+        /// Source rank of the packet at fault, when the filter named one.
+        rank: Option<u32>,
+        /// The filter's error code (docs/filter-abi.md).
+        code: i32,
+        /// The filter's message.
+        message: String,
+    },
+}
+
+fn on_rank(rank: Option<u32>) -> String {
+    rank.map(|r| format!(" on the packet from rank {r}")).unwrap_or_default()
 }
 
 impl FilterError {
     /// The source rank of the packet that caused the error, if a packet did.
     ///
-    /// `None` only for [`FilterError::UnsupportedFormat`], which is about a format,
-    /// not a packet.
+    /// `None` for [`FilterError::UnsupportedFormat`], which is about a format, not a
+    /// packet, and for a [`FilterError::Plugin`] failure that names no packet.
     pub fn rank(&self) -> Option<u32> {
         match self {
             FilterError::FormatMismatch { rank, .. }
@@ -122,6 +141,7 @@ impl FilterError {
             | FilterError::LengthMismatch { rank, .. }
             | FilterError::Decode { rank, .. }
             | FilterError::Malformed { rank, .. } => Some(*rank),
+            FilterError::Plugin { rank, .. } => *rank,
             FilterError::UnsupportedFormat { .. } => None,
         }
     }

@@ -34,6 +34,10 @@ mod concat;
 pub mod eqclass;
 mod error;
 mod kind;
+// The plug-in loader is the one place this crate calls C (dlopen, memfd_create and
+// the plug-in's own functions); each unsafe block there says why it is sound.
+#[allow(unsafe_code)]
+pub mod plugin;
 mod registry;
 mod spec;
 mod sync;
@@ -43,8 +47,38 @@ use treecast_wire::{Format, Frame};
 pub use eqclass::{decode_eq_classes, eq_classes_frame};
 pub use error::{FilterError, RegistryError};
 pub use kind::{TransformKind, BUILTIN_VERSION};
-pub use registry::{FilterFactory, FilterRegistry, FormatCheck};
+pub use registry::{FilterFactory, FilterRegistry, FormatCheck, PlacedFactory};
 pub use sync::{Synchronizer, Wave};
+
+/// Where a filter instance runs, as its factory is told when a stream is made
+/// (what MRNet calls a filter's local topology information).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FilterPlace {
+    /// The stream the instance serves.
+    pub stream: u32,
+    /// The node's id in the tree (pre-order; 0 is the front-end).
+    pub rank: u32,
+    /// What the node is.
+    pub role: PlaceRole,
+    /// Children of the node that are members of the stream.
+    pub children: u32,
+    /// The node's depth in the tree (0 at the front-end).
+    pub depth: u32,
+    /// Back-end ranks of the stream below the node.
+    pub leaves: u32,
+}
+
+/// The role of the node a filter instance runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlaceRole {
+    /// The root, in the tool's process.
+    #[default]
+    FrontEnd,
+    /// An interior node.
+    CommNode,
+    /// A leaf.
+    BackEnd,
+}
 
 /// What a transformation filter knows about where it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,6 +105,29 @@ pub trait Transform: Send {
     /// # Errors
     /// A [`FilterError`] naming the source rank of the first offending packet.
     fn apply(&mut self, wave: Vec<Frame>, ctx: &FilterContext) -> Result<Vec<Frame>, FilterError>;
+
+    /// The instance's state as bytes, for a new instance to take over after a
+    /// recovery; `None` (the default) for filters that keep none.
+    ///
+    /// # Errors
+    /// The filter's own failure, as a [`FilterError`].
+    fn state(&mut self) -> Result<Option<Vec<u8>>, FilterError> {
+        Ok(None)
+    }
+
+    /// Takes new parameters (typed values, as at creation) while the stream runs.
+    ///
+    /// # Errors
+    /// The filter's refusal, in its words; by default every filter refuses.
+    fn set_params(&mut self, params: &[u8]) -> Result<(), String> {
+        Err(format!("takes no parameters while the stream runs ({} bytes given)", params.len()))
+    }
+
+    /// Packets the last [`Transform::apply`] sends back down the stream to this
+    /// node's children (MRNet's `packets_out_reverse`); none by default.
+    fn take_down(&mut self) -> Vec<Frame> {
+        Vec::new()
+    }
 }
 
 /// The null filter: every packet passes unchanged (zero copy).

@@ -9,17 +9,19 @@ use std::sync::Arc;
 
 use treecast_wire::{FilterSpec, Format};
 
-use crate::{builtin, check_format, RegistryError, Transform, TransformKind, BUILTIN_VERSION};
+use crate::{builtin, check_format, FilterPlace, RegistryError, Transform, TransformKind, BUILTIN_VERSION};
 
 /// Makes a fresh filter instance for one stream on one node from the stream's parameters.
 pub type FilterFactory = dyn Fn(&[u8]) -> Result<Box<dyn Transform>, String> + Send + Sync;
+/// Makes a fresh filter instance from the stream's parameters and where it runs.
+pub type PlacedFactory = dyn Fn(&[u8], &FilterPlace) -> Result<Box<dyn Transform>, String> + Send + Sync;
 /// Checks, at a back-end, that packets of a format can go through the filter.
 pub type FormatCheck = dyn Fn(&Format) -> Result<(), crate::FilterError> + Send + Sync;
 
 /// One registered filter.
 struct Entry {
     versions: std::ops::RangeInclusive<u16>,
-    factory: Arc<FilterFactory>,
+    factory: Arc<PlacedFactory>,
     check: Option<Arc<FormatCheck>>,
 }
 
@@ -61,6 +63,17 @@ impl FilterRegistry {
         versions: std::ops::RangeInclusive<u16>,
         factory: impl Fn(&[u8]) -> Result<Box<dyn Transform>, String> + Send + Sync + 'static,
     ) {
+        self.register_placed(name, versions, move |params, _| factory(params));
+    }
+
+    /// [`FilterRegistry::register`] a filter whose factory is also told where the
+    /// instance runs (plug-ins, see [`crate::plugin`]).
+    pub fn register_placed(
+        &mut self,
+        name: &str,
+        versions: std::ops::RangeInclusive<u16>,
+        factory: impl Fn(&[u8], &FilterPlace) -> Result<Box<dyn Transform>, String> + Send + Sync + 'static,
+    ) {
         let entry = Entry { versions, factory: Arc::new(factory), check: None };
         self.entries.insert(name.to_owned(), Arc::new(entry));
     }
@@ -74,8 +87,14 @@ impl FilterRegistry {
         factory: impl Fn(&[u8]) -> Result<Box<dyn Transform>, String> + Send + Sync + 'static,
         check: impl Fn(&Format) -> Result<(), crate::FilterError> + Send + Sync + 'static,
     ) {
+        let factory = move |params: &[u8], _: &FilterPlace| factory(params);
         let entry = Entry { versions, factory: Arc::new(factory), check: Some(Arc::new(check)) };
         self.entries.insert(name.to_owned(), Arc::new(entry));
+    }
+
+    /// True when a filter of this name is registered (in any version).
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
     }
 
     /// The names of every registered filter, sorted.
@@ -104,8 +123,20 @@ impl FilterRegistry {
     /// # Errors
     /// An unknown name, a version the filter does not implement, or parameters it refuses.
     pub fn make(&self, spec: &FilterSpec) -> Result<Box<dyn Transform>, RegistryError> {
+        self.make_at(spec, &FilterPlace::default())
+    }
+
+    /// [`FilterRegistry::make`] for an instance running at `place`.
+    ///
+    /// # Errors
+    /// As [`FilterRegistry::make`].
+    pub fn make_at(
+        &self,
+        spec: &FilterSpec,
+        place: &FilterPlace,
+    ) -> Result<Box<dyn Transform>, RegistryError> {
         let entry = self.entry(spec)?;
-        (entry.factory)(&spec.params)
+        (entry.factory)(&spec.params, place)
             .map_err(|detail| RegistryError::Params { name: spec.name.clone(), detail })
     }
 

@@ -392,6 +392,28 @@ pub enum Command {
         /// Why, for the event.
         reason: String,
     },
+    /// Front-end: send a plug-in filter's shared object to every comm node
+    /// ([`ControlMsg::LoadFilter`](treecast_wire::ControlMsg::LoadFilter)); the tool
+    /// registered it here first. A node that cannot load it reports an
+    /// [`Event::FilterError`] naming itself, and refuses streams that use it.
+    ShipFilter {
+        /// What names it in errors.
+        label: String,
+        /// SHA-256 of `bytes`.
+        sha256: [u8; 32],
+        /// The shared object.
+        bytes: Vec<u8>,
+    },
+    /// Front-end: new parameters for a stream's upward filter, here and at every comm
+    /// node of the stream (in order with the frames sent down before and after it).
+    /// The front-end's own instance refusing them is the command's error; a comm node
+    /// that refuses them reports an [`Event::FilterError`] naming itself.
+    SetParams {
+        /// The stream.
+        stream: u32,
+        /// Typed values, as at the stream's creation.
+        params: Vec<u8>,
+    },
     /// Front-end: create a stream (the id is the tool's, increasing).
     NewStream(StreamSpec),
     /// Front-end: close a stream everywhere.

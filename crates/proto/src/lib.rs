@@ -165,12 +165,37 @@ pub fn control_frame(msg: &ControlMsg) -> Frame {
     Frame::new(FrameHeader::control(), msg.encode())
 }
 
+/// Loads a plug-in filter into a registry (see [`Node::set_plugin_loader`]); the error
+/// says why it could not.
+pub type PluginLoader = dyn Fn(PluginSource<'_>, &mut FilterRegistry) -> Result<(), String> + Send + Sync;
+
+/// Where a plug-in filter comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum PluginSource<'a> {
+    /// A path on this host, from the launch plan.
+    Path(&'a str),
+    /// Its bytes, shipped down the tree: to load from a sealed memory file once the
+    /// hash matches.
+    Bytes {
+        /// What names it in errors.
+        label: &'a str,
+        /// SHA-256 the front-end computed.
+        sha256: &'a [u8; 32],
+        /// The shared object.
+        bytes: &'a [u8],
+    },
+}
+
 /// One node's protocol state. See the module documentation.
 pub struct Node {
     role: Role,
     node_id: u32,
     name: String,
     registry: FilterRegistry,
+    /// Loads the plug-in filters a comm node's plan names (the driver's: loading is I/O).
+    plugin_loader: Option<std::sync::Arc<PluginLoader>>,
+    /// Depth in the tree (0: the front-end), from the plan; filters are told it.
+    depth: u32,
     tool_window: Window,
     phase: Phase,
     links: LinkMap<LinkRole>,
@@ -219,6 +244,8 @@ impl Node {
             node_id: config.node_id,
             name: config.name,
             registry: config.registry,
+            plugin_loader: None,
+            depth: 0,
             tool_window: config.tool_window,
             phase: Phase::Idle,
             links: LinkMap::default(),
@@ -251,6 +278,47 @@ impl Node {
     /// The heartbeat and silence limits in force, if any.
     pub fn liveness(&self) -> Option<LivenessLimits> {
         self.liveness.limits()
+    }
+
+    /// Lets a comm node load the plug-in filters its plan names
+    /// ([`treecast_wire::LaunchPlan::filters`]) when the plan arrives, before it joins;
+    /// one that fails to load fails the node's start-up with the reason. Without a
+    /// loader, a plan that names plug-ins fails start-up the same way.
+    pub fn set_plugin_loader(&mut self, loader: std::sync::Arc<PluginLoader>) {
+        self.plugin_loader = Some(loader);
+    }
+
+    /// The filters this node can make, to register more (a tool's plug-ins).
+    pub fn registry_mut(&mut self) -> &mut FilterRegistry {
+        &mut self.registry
+    }
+
+    /// Sends a [`ControlMsg::LoadFilter`] to every linked comm-node child.
+    fn pass_filter_down(&mut self, msg: &ControlMsg) {
+        let links: Vec<LinkId> =
+            self.children.iter().filter(|c| !c.is_backend).filter_map(|c| c.link).collect();
+        for link in links {
+            self.out.control(link, msg);
+        }
+    }
+
+    /// A comm node: loads a plug-in shipped down the tree, then passes it on; one it
+    /// cannot load is reported up, naming this node (streams using it are then refused
+    /// here, naming this node too).
+    fn load_shipped_filter(&mut self, msg: ControlMsg) {
+        let ControlMsg::LoadFilter { label, sha256, bytes } = &msg else { return };
+        let source = PluginSource::Bytes { label, sha256, bytes };
+        let loaded = match &self.plugin_loader {
+            Some(load) => load(source, &mut self.registry),
+            None => Err("this node cannot load plug-in filters".to_owned()),
+        };
+        match loaded {
+            Ok(()) => self.pass_filter_down(&msg),
+            Err(why) => {
+                let message = format!("{}: plug-in filter {label}: {why}", self.name);
+                self.report_up(ControlMsg::FilterError { stream: 0, rank: u32::MAX, message });
+            }
+        }
     }
 
     /// The node's role.
@@ -487,6 +555,19 @@ impl Node {
             }
             Command::Stop { ranks, reason } => {
                 self.stop_ranks(&ranks, &reason, now);
+                Ok(())
+            }
+            Command::SetParams { stream, params } => {
+                if self.role != Role::FrontEnd {
+                    return Err(CommandError::NotNow("only the front-end changes a stream's parameters"));
+                }
+                self.set_stream_params(stream, params)
+            }
+            Command::ShipFilter { label, sha256, bytes } => {
+                if self.role != Role::FrontEnd || !self.is_running() {
+                    return Err(CommandError::NotNow("only a running front-end ships filters"));
+                }
+                self.pass_filter_down(&ControlMsg::LoadFilter { label, sha256, bytes });
                 Ok(())
             }
             Command::CloseRemote { index } => self.close_remote(index, now),

@@ -213,6 +213,7 @@ fn child_plan(plan: &LaunchPlan, topo: &Topology, c: usize) -> Box<LaunchPlan> {
     sub.node_id = plan.node_id + c as u32;
     sub.first_rank = plan.first_rank + topo.first_rank(c);
     sub.topology = topo.subtree(c).to_mrnet();
+    sub.depth = plan.depth + 1;
     Box::new(sub)
 }
 
@@ -250,6 +251,18 @@ impl Node {
         self.set_rejoin(Some(ms(plan.rejoin_ms)));
         if self.role == Role::CommNode {
             self.name = commnode_name(&own_host, self.node_id);
+            self.depth = plan.depth;
+            // The front-end's tool loaded its own plug-ins; a comm node loads them now,
+            // before any stream can name them.
+            for path in &plan.filters {
+                let loaded = match &self.plugin_loader {
+                    Some(load) => load(super::PluginSource::Path(path), &mut self.registry),
+                    None => Err("this node cannot load plug-in filters".to_owned()),
+                };
+                if let Err(why) = loaded {
+                    return self.startup_failed(format!("{}: plug-in filter {path}: {why}", self.name));
+                }
+            }
         }
         let limit = ms(plan.startup_timeout_ms);
         let attach = (plan.attach_ms > 0).then(|| ms(plan.attach_ms));
@@ -429,6 +442,12 @@ impl Node {
                 self.start(*plan, now);
             }
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
+            ControlMsg::SetParams { stream, params } if self.role == Role::CommNode => {
+                self.params_from_parent(stream, params)
+            }
+            msg @ ControlMsg::LoadFilter { .. } if self.role == Role::CommNode => {
+                self.load_shipped_filter(msg)
+            }
             ControlMsg::CloseStream { id } => self.close_stream_from_parent(id),
             ControlMsg::Shutdown => self.shut_down(super::EndReason::ShutDown),
             ControlMsg::Spawn(order) if self.phase == Phase::Running => self.spawn_order(order, now),

@@ -17,7 +17,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use treecast_filters::{apply_dropping_bad, FilterContext, Synchronizer, Transform, Wave};
+use treecast_filters::{
+    apply_dropping_bad, FilterContext, FilterPlace, PlaceRole, Synchronizer, Transform, Wave,
+};
 use treecast_wire::{ControlMsg, Frame, Grant, RankSet, StreamSpec, SyncMode, FLAG_DIRECT};
 
 use super::startup::{Child, ChildState};
@@ -440,6 +442,17 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
         }
         let Some(filter) = s.up_filter.as_mut() else { continue };
         let (frames, errors) = apply_dropping_bad(filter.as_mut(), wave.frames, &fctx);
+        // Packets the filter sends back down (MRNet's packets_out_reverse) go to this
+        // node's children in the stream as a packet from the parent would, waiting for
+        // each child's credit; they take no credit from the parent.
+        let down = filter.take_down();
+        if !stale {
+            for f in down {
+                let seq = s.next_seq;
+                s.next_seq += 1;
+                fan_out(s, seq, f, None, ctx, out);
+            }
+        }
         for e in errors {
             let message = format!("{}: {e}", ctx.name);
             ctx.report(
@@ -576,15 +589,31 @@ impl Node {
         spec: StreamSpec,
         reduce_here: bool,
     ) -> Result<StreamState, treecast_filters::RegistryError> {
+        let members = self.members_for(&spec.ranks);
         let (up_filter, down_filter) = if reduce_here {
-            let up = self.registry.make(&spec.up)?;
-            let down = self.registry.make(&spec.down)?;
+            let place = FilterPlace {
+                stream: spec.id,
+                rank: self.node_id,
+                role: match self.role {
+                    Role::FrontEnd => PlaceRole::FrontEnd,
+                    Role::CommNode => PlaceRole::CommNode,
+                    Role::BackEnd { .. } => PlaceRole::BackEnd,
+                },
+                children: members.len() as u32,
+                depth: self.depth,
+                leaves: members
+                    .iter()
+                    .map(|&c| self.children[c].ranks.intersection(&spec.ranks).len())
+                    .sum::<u64>()
+                    .min(u64::from(u32::MAX)) as u32,
+            };
+            let up = self.registry.make_at(&spec.up, &place)?;
+            let down = self.registry.make_at(&spec.down, &place)?;
             let apply_down = self.role == Role::CommNode && spec.down.name != "null";
             (Some(up), apply_down.then_some(down))
         } else {
             (None, None)
         };
-        let members = self.members_for(&spec.ranks);
         let mut parts: Vec<Option<ChildPart>> = Vec::new();
         parts.resize_with(self.children.len(), || None);
         for &c in &members {
@@ -727,6 +756,42 @@ impl Node {
     }
 
     /// Front-end: the tool closes a stream.
+    /// New parameters for stream `id`'s upward filter on this node, passed on to the
+    /// stream's comm-node children once taken. The front-end's refusal is the tool's
+    /// error; a comm node's is reported up, naming it.
+    pub(super) fn set_stream_params(&mut self, id: u32, params: Vec<u8>) -> Result<(), CommandError> {
+        let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
+        if let Some(filter) = s.up_filter.as_mut() {
+            if let Err(detail) = filter.set_params(&params) {
+                let source = treecast_filters::RegistryError::Params { name: s.spec.up.name.clone(), detail };
+                return Err(CommandError::Filter { stream: id, node: self.name.clone(), source });
+            }
+        }
+        let links: Vec<LinkId> = s
+            .members
+            .iter()
+            .filter(|&&c| !self.children[c].is_backend)
+            .filter_map(|&c| self.children[c].link)
+            .collect();
+        let msg = ControlMsg::SetParams { stream: id, params };
+        for link in links {
+            self.out.control(link, &msg);
+        }
+        Ok(())
+    }
+
+    /// [`ControlMsg::SetParams`] from the parent.
+    pub(super) fn params_from_parent(&mut self, id: u32, params: Vec<u8>) {
+        if let Err(e) = self.set_stream_params(id, params) {
+            // A filter's refusal names this node already.
+            let message = match e {
+                CommandError::Filter { .. } => e.to_string(),
+                other => format!("{}: {other}", self.name),
+            };
+            self.report_up(ControlMsg::FilterError { stream: id, rank: u32::MAX, message });
+        }
+    }
+
     pub(super) fn close_stream_from_tool(&mut self, id: u32) -> Result<(), CommandError> {
         let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
         s.tool_done = true;

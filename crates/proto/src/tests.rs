@@ -1297,3 +1297,214 @@ fn the_link_to_another_network_gets_no_heartbeats_and_is_never_cut_for_silence()
     assert!(!evs.iter().any(|e| matches!(e, Event::CloseLink { link, .. } if *link == bridge)), "{evs:?}");
     assert!(!evs.iter().any(|e| matches!(e, Event::RemoteClosed { .. })), "{evs:?}");
 }
+
+#[test]
+fn a_comm_node_loads_the_plug_ins_its_plan_names_and_hands_them_down_one_level_deeper() {
+    let now = Instant::now();
+    let loaded = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = loaded.clone();
+    let mut cn = node(Role::CommNode, 1);
+    cn.set_plugin_loader(std::sync::Arc::new(
+        move |source: PluginSource<'_>, registry: &mut FilterRegistry| {
+            let PluginSource::Path(path) = source else { panic!("{source:?}") };
+            seen.lock().unwrap().push(path.to_owned());
+            registry.register("mine", 1..=1, |_| Ok(treecast_filters::builtin(TransformKind::Null)));
+            Ok(())
+        },
+    ));
+    let links = ids(2);
+    cn.handle_link_up(links[0], Peer::Parent, now);
+    let mut p = plan("h:1 => h:2 ;\nh:2 => h:3 ;", 1, false);
+    p.depth = 1;
+    p.filters = vec!["/opt/tool/libmine.so".into()];
+    cn.handle_frame(links[0], control(&ControlMsg::Plan(Box::new(p))), now);
+    assert_eq!(*loaded.lock().unwrap(), vec!["/opt/tool/libmine.so".to_owned()]);
+    assert!(cn.registry().contains("mine"));
+    cn.handle_link_up(links[1], Peer::Child { node_id: 2 }, now);
+    let sub = transmits(&mut cn)
+        .iter()
+        .find_map(|t| match ControlMsg::decode(&t.frame.payload) {
+            Ok(ControlMsg::Plan(p)) => Some(p),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((sub.depth, sub.filters.clone()), (2, vec!["/opt/tool/libmine.so".to_owned()]));
+}
+
+#[test]
+fn a_plug_in_a_comm_node_cannot_load_fails_its_start_up_naming_the_node_and_the_reason() {
+    let now = Instant::now();
+    for loader in [true, false] {
+        let mut cn = node(Role::CommNode, 1);
+        if loader {
+            cn.set_plugin_loader(std::sync::Arc::new(|_: PluginSource<'_>, _: &mut FilterRegistry| {
+                Err("built for aarch64 but this node runs on x86_64".to_owned())
+            }));
+        }
+        let parent = ids(1)[0];
+        cn.handle_link_up(parent, Peer::Parent, now);
+        let mut p = plan("h:1 => h:2 ;", 1, false);
+        p.filters = vec!["/opt/tool/libbad.so".into()];
+        cn.handle_frame(parent, control(&ControlMsg::Plan(Box::new(p))), now);
+        let message = transmits(&mut cn)
+            .iter()
+            .find_map(|t| match ControlMsg::decode(&t.frame.payload) {
+                Ok(ControlMsg::LaunchFailed { message }) => Some(message),
+                _ => None,
+            })
+            .unwrap();
+        assert!(message.contains("node 1") && message.contains("/opt/tool/libbad.so"), "{message}");
+        let why = if loader { "built for aarch64" } else { "cannot load plug-in filters" };
+        assert!(message.contains(why), "{message}");
+        assert!(cn.is_over());
+        assert!(events(&mut cn).iter().all(|e| !matches!(e, Event::StartChildren { .. })));
+    }
+}
+
+#[test]
+fn filters_are_told_where_they_run() {
+    let now = Instant::now();
+    let place = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let seen = place.clone();
+    let mut registry = FilterRegistry::builtin();
+    registry.register_placed("probe", 1..=1, move |_, at| {
+        *seen.lock().unwrap() = Some(*at);
+        Ok(treecast_filters::builtin(TransformKind::Null))
+    });
+    let mut fe = Node::new(NodeConfig {
+        role: Role::FrontEnd,
+        node_id: 0,
+        name: "front-end".into(),
+        registry,
+        tool_window: Window { packets: 1000, bytes: 1 << 20 },
+    });
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 h:2 ;", 0, false))), now).unwrap();
+    for (i, l) in ids(2).into_iter().enumerate() {
+        fe.handle_link_up(l, Peer::Child { node_id: i as u32 + 1 }, now);
+        fe.handle_frame(
+            l,
+            control(&ControlMsg::Join { ranks: RankSet::single(i as u32), commnodes: 0 }),
+            now,
+        );
+    }
+    let mut s = spec(3, Window { packets: 4, bytes: 1000 });
+    s.up = FilterSpec::new("probe", 1);
+    s.ranks = RankSet::single(1);
+    fe.handle_command(Command::NewStream(s), now).unwrap();
+    let at = place.lock().unwrap().unwrap();
+    let expected = treecast_filters::FilterPlace {
+        stream: 3,
+        rank: 0,
+        role: treecast_filters::PlaceRole::FrontEnd,
+        children: 1,
+        depth: 0,
+        leaves: 1,
+    };
+    assert_eq!(at, expected);
+}
+
+#[test]
+fn packets_a_filter_sends_down_reach_the_children_of_its_node() {
+    /// Sums nothing: answers each wave with one packet down, tag 77.
+    struct Answer(Vec<Frame>);
+    impl treecast_filters::Transform for Answer {
+        fn apply(
+            &mut self,
+            wave: Vec<Frame>,
+            _ctx: &treecast_filters::FilterContext,
+        ) -> Result<Vec<Frame>, treecast_filters::FilterError> {
+            let mut payload = Vec::new();
+            encode_values(&[Value::Int(wave.len() as i32)], &mut payload);
+            self.0.push(Frame::new(FrameHeader::data(wave[0].header.stream, 77, u32::MAX), payload));
+            Ok(Vec::new())
+        }
+        fn take_down(&mut self) -> Vec<Frame> {
+            std::mem::take(&mut self.0)
+        }
+    }
+    let now = Instant::now();
+    let mut registry = FilterRegistry::builtin();
+    registry.register("answer", 1..=1, |_| Ok(Box::new(Answer(Vec::new()))));
+    let mut fe = Node::new(NodeConfig {
+        role: Role::FrontEnd,
+        node_id: 0,
+        name: "front-end".into(),
+        registry,
+        tool_window: Window { packets: 1000, bytes: 1 << 20 },
+    });
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 h:2 ;", 0, false))), now).unwrap();
+    let links = ids(2);
+    for (i, &l) in links.iter().enumerate() {
+        fe.handle_link_up(l, Peer::Child { node_id: i as u32 + 1 }, now);
+        fe.handle_frame(
+            l,
+            control(&ControlMsg::Join { ranks: RankSet::single(i as u32), commnodes: 0 }),
+            now,
+        );
+    }
+    let mut s = spec(4, Window { packets: 4, bytes: 1000 });
+    s.up = FilterSpec::new("answer", 1);
+    fe.handle_command(Command::NewStream(s), now).unwrap();
+    transmits(&mut fe);
+    fe.handle_frame(links[0], int(4, 0, 1), now);
+    fe.handle_frame(links[1], int(4, 1, 2), now);
+    let down: Vec<Transmit> =
+        transmits(&mut fe).into_iter().filter(|t| t.frame.header.kind == FrameKind::Data).collect();
+    assert_eq!(down.len(), 1, "{down:?}");
+    assert_eq!(down[0].to, Destination::Links(links.clone().into()));
+    assert_eq!((down[0].frame.header.stream, down[0].frame.header.tag), (4, 77));
+    assert_eq!(treecast_wire::decode_values(&down[0].frame.payload).unwrap(), vec![Value::Int(2)]);
+    assert!(fe.poll_delivery(Some(4)).is_none(), "nothing went up to the tool");
+}
+
+#[test]
+fn a_comm_node_loads_a_shipped_plug_in_and_passes_it_on_or_reports_why_not() {
+    let now = Instant::now();
+    for works in [true, false] {
+        let mut cn = node(Role::CommNode, 1);
+        cn.set_plugin_loader(std::sync::Arc::new(move |source: PluginSource<'_>, _: &mut FilterRegistry| {
+            let PluginSource::Bytes { label, bytes, .. } = source else { panic!("{source:?}") };
+            assert_eq!((label, bytes), ("libmine.so", &b"\x7fELF"[..]));
+            if works {
+                Ok(())
+            } else {
+                Err("its bytes do not have the SHA-256 the front-end sent".into())
+            }
+        }));
+        let links = ids(2);
+        cn.handle_link_up(links[0], Peer::Parent, now);
+        let p = plan("h:1 => h:2 ;\nh:2 => h:3 ;", 1, false);
+        cn.handle_frame(links[0], control(&ControlMsg::Plan(Box::new(p))), now);
+        cn.handle_link_up(links[1], Peer::Child { node_id: 2 }, now);
+        cn.handle_frame(
+            links[1],
+            control(&ControlMsg::Join { ranks: RankSet::single(0), commnodes: 1 }),
+            now,
+        );
+        transmits(&mut cn);
+        let msg = ControlMsg::LoadFilter {
+            label: "libmine.so".into(),
+            sha256: [1; 32],
+            bytes: b"\x7fELF".to_vec(),
+        };
+        cn.handle_frame(links[0], control(&msg), now);
+        let sent: Vec<(LinkId, ControlMsg)> = transmits(&mut cn)
+            .into_iter()
+            .filter_map(|t| match (t.to, ControlMsg::decode(&t.frame.payload)) {
+                (Destination::Link(l), Ok(m)) => Some((l, m)),
+                _ => None,
+            })
+            .collect();
+        if works {
+            assert_eq!(sent, vec![(links[1], msg.clone())]);
+        } else {
+            assert_eq!(sent.len(), 1, "{sent:?}");
+            let (to, ControlMsg::FilterError { message, .. }) = &sent[0] else { panic!("{sent:?}") };
+            assert_eq!(*to, links[0]);
+            assert!(
+                message.contains("node 1") && message.contains("libmine.so") && message.contains("SHA-256"),
+                "{message}"
+            );
+        }
+    }
+}

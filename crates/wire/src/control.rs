@@ -507,6 +507,25 @@ pub enum ControlMsg {
         /// Why, for their Leave.
         reason: String,
     },
+    /// Downstream, from the front-end to every comm node: a plug-in filter's shared
+    /// object, which each loads from a sealed memory file and registers (after checking
+    /// the hash) before it passes it on (docs/filter-abi.md).
+    LoadFilter {
+        /// What names it in errors (the file name at the front-end).
+        label: String,
+        /// SHA-256 of `bytes`.
+        sha256: [u8; 32],
+        /// The shared object.
+        bytes: Vec<u8>,
+    },
+    /// Downstream, along a stream's comm nodes: new parameters for its upward
+    /// filter, which each node hands its instance before it passes them on.
+    SetParams {
+        /// The stream.
+        stream: u32,
+        /// The parameters, typed values as at the stream's creation.
+        params: Vec<u8>,
+    },
 }
 
 const PLAN: u8 = 1;
@@ -535,6 +554,8 @@ const SPAWN: u8 = 23;
 const STOP: u8 = 24;
 const SPAWN_REQUEST: u8 = 25;
 const SPAWN_REPLY: u8 = 26;
+const LOAD_FILTER: u8 = 27;
+const SET_PARAMS: u8 = 28;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -628,6 +649,19 @@ impl ControlMsg {
                 out.push(STOP);
                 ranks.encode(&mut out);
                 put_string(&mut out, reason);
+            }
+            ControlMsg::SetParams { stream, params } => {
+                out.push(SET_PARAMS);
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&(params.len() as u32).to_le_bytes());
+                out.extend_from_slice(params);
+            }
+            ControlMsg::LoadFilter { label, sha256, bytes } => {
+                out.push(LOAD_FILTER);
+                put_string(&mut out, label);
+                out.extend_from_slice(sha256);
+                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(bytes);
             }
             ControlMsg::MonitorReport { id, json } => {
                 out.push(MONITOR_REPORT);
@@ -748,6 +782,18 @@ impl ControlMsg {
             },
             SPAWN => ControlMsg::Spawn(SpawnOrder::decode(&mut r)?),
             STOP => ControlMsg::Stop { ranks: RankSet::decode(&mut r)?, reason: r.string("stop reason")? },
+            SET_PARAMS => {
+                let stream = r.u32("filter parameters")?;
+                let n = r.len_u32("filter parameters", r.remaining())?;
+                ControlMsg::SetParams { stream, params: r.take(n, "filter parameters")?.to_vec() }
+            }
+            LOAD_FILTER => {
+                let label = r.string("plug-in label")?;
+                let mut sha256 = [0u8; 32];
+                sha256.copy_from_slice(r.take(32, "plug-in hash")?);
+                let n = r.len_u32("plug-in bytes", r.remaining())?;
+                ControlMsg::LoadFilter { label, sha256, bytes: r.take(n, "plug-in bytes")?.to_vec() }
+            }
             SPAWN_REQUEST => {
                 let (id, rank, n) =
                     (r.u32("spawn request")?, r.u32("spawn request")?, r.u32("spawn request")?);
@@ -904,6 +950,12 @@ mod tests {
                 light: true,
             }),
             ControlMsg::Stop { ranks: RankSet::range(16, 4), reason: "spawn failed".into() },
+            ControlMsg::LoadFilter {
+                label: "libtopk.so".into(),
+                sha256: [7; 32],
+                bytes: b"\x7fELF".to_vec(),
+            },
+            ControlMsg::SetParams { stream: 3, params: vec![6, 2, 0, 0, 0] },
             ControlMsg::SpawnRequest { id: 3, rank: 7, n: 2, command: vec!["helper".into()] },
             ControlMsg::SpawnReply {
                 id: 3,

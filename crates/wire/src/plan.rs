@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 4;
+pub const PLAN_VERSION: u16 = 5;
 
 /// Links between processes of one host: abstract Unix sockets or loopback TCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,6 +90,11 @@ pub struct LaunchPlan {
     /// The multicast route over UDP for large downstream frames, with its
     /// `TREECAST_UDP_*` settings as the front-end read them (`None`: links carry everything).
     pub udp: Option<Vec<(String, String)>>,
+    /// The receiver's depth in the whole tree (0: the front-end), which its filters are told.
+    pub depth: u32,
+    /// Plug-in filters (shared objects, by path on the receiver's host) every comm node
+    /// loads before it takes part in a stream.
+    pub filters: Vec<String>,
 }
 
 fn put_strings(out: &mut Vec<u8>, items: &[String]) {
@@ -155,6 +160,8 @@ impl LaunchPlan {
             dead_after_ms: 30_000,
             rejoin_ms: 0,
             udp: None,
+            depth: 0,
+            filters: Vec::new(),
         }
     }
 
@@ -194,6 +201,8 @@ impl LaunchPlan {
         if let Some(settings) = &self.udp {
             put_pairs(out, settings);
         }
+        out.extend_from_slice(&self.depth.to_le_bytes());
+        put_strings(out, &self.filters);
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -269,6 +278,8 @@ impl LaunchPlan {
                 true => Some(pairs(r, "UDP route setting")?),
                 false => None,
             },
+            depth: r.u32("depth")?,
+            filters: strings(r, "plug-in filter path")?,
         })
     }
 }
@@ -307,6 +318,8 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         dead_after_ms: 5_000,
         rejoin_ms: 2_000,
         udp: Some(vec![("TREECAST_UDP_FRAGMENT".into(), "8000".into())]),
+        depth: 1,
+        filters: vec!["/opt/tool/libhistogram.so".into()],
     }
 }
 

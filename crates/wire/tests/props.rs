@@ -163,6 +163,8 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
             any::<u32>(),
             any::<u32>(),
             proptest::option::of(vec((short_string(), short_string()), 0..3)),
+            any::<u32>(),
+            vec(short_string(), 0..3),
         ),
     )
         .prop_map(
@@ -170,7 +172,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 (session, node_id, first_rank, total_backends, topology, backend),
                 (env, startup_timeout_ms, attach_ms, allow_missing),
                 (local_route, listen, remote_listen, launcher, max_frame, log),
-                (heartbeat_ms, dead_after_ms, rejoin_ms, udp),
+                (heartbeat_ms, dead_after_ms, rejoin_ms, udp, depth, filters),
             )| LaunchPlan {
                 session,
                 node_id,
@@ -192,6 +194,8 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 dead_after_ms,
                 rejoin_ms,
                 udp,
+                depth,
+                filters,
             },
         )
 }

@@ -275,6 +275,8 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
                 .map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].as_str().unwrap().to_owned()))
                 .collect()
         }),
+        depth: m.get("depth").map_or(0, |d| d.as_u64().unwrap() as u32),
+        filters: m.get("filters").map_or_else(Vec::new, |_| strings_of(m, "filters")),
     }
 }
 
@@ -413,6 +415,15 @@ fn control_from_json(m: &Json) -> ControlMsg {
             ranks: ranks(m),
             error: str_of(m, "error").to_owned(),
         },
+        "set_params" => ControlMsg::SetParams {
+            stream: u32_of(m, "stream"),
+            params: hex::decode(str_of(m, "params_hex")).unwrap(),
+        },
+        "load_filter" => ControlMsg::LoadFilter {
+            label: str_of(m, "label").to_owned(),
+            sha256: hex::decode(str_of(m, "sha256")).unwrap().try_into().unwrap(),
+            bytes: hex::decode(str_of(m, "bytes_hex")).unwrap(),
+        },
         "monitor_stop" => ControlMsg::MonitorStop,
         "monitor_collect" => ControlMsg::MonitorCollect {
             id: u32_of(m, "id"),
@@ -452,8 +463,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 26 (SpawnReply), has a vector.
-    assert_eq!(seen, (1..=26).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 28 (SetParams), has a vector.
+    assert_eq!(seen, (1..=28).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.

@@ -181,6 +181,11 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
         &self.core
     }
 
+    /// The filters the core can make, to register a tool's plug-ins.
+    pub fn registry_mut(&mut self) -> &mut treecast_filters::FilterRegistry {
+        self.core.registry_mut()
+    }
+
     /// Front-end: takes monitoring collection `id` once complete.
     pub fn take_monitor_collection(&mut self, id: u32) -> Option<treecast_monitor::Collection> {
         self.core.take_monitor_collection(id)

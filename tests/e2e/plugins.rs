@@ -1,0 +1,242 @@
+//! End-to-end tests of plug-in filters (docs/filter-abi.md): the C and Rust examples
+//! loaded by the front-end and, named by the launch plan, by every comm node of a
+//! real local tree.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::tree::finish;
+use crate::common::{assert_no_leftovers, TestDir};
+use treecast::apps::protocol::{TAG_ADD_RANK, TAG_ECHO};
+use treecast_api::{ApiError, Event, FilterSpec, Network, NetworkBuilder, StreamOptions, Topology, Value};
+
+const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The C histogram example, compiled with the system's `cc`.
+fn histogram_so(dir: &TestDir) -> PathBuf {
+    c_plugin(dir, "histogram")
+}
+
+/// The C example `examples/filters/NAME.c`, compiled with the system's `cc`.
+fn c_plugin(dir: &TestDir, name: &str) -> PathBuf {
+    compiled(dir, "cc", &format!("{name}.c"), &[])
+}
+
+/// An example plug-in `examples/filters/FILE` compiled by `compiler` into `dir`.
+fn compiled(dir: &TestDir, compiler: &str, file: &str, flags: &[&str]) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let name = file.rsplit_once('.').map_or(file, |(n, _)| n);
+    let out = dir.path(&format!("lib{name}.so"));
+    let status = Command::new(compiler)
+        .args(flags)
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I"])
+        .arg(root.join("include"))
+        .arg("-o")
+        .arg(&out)
+        .arg(root.join("examples/filters").join(file))
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler}, to build examples/filters/{file}: {e}"));
+    assert!(status.success(), "{compiler} failed on examples/filters/{file}");
+    out
+}
+
+/// The Rust top-k example (`cargo build --example topk_filter`), built into this
+/// test's own target folder (a no-op when it is up to date).
+fn topk_so() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/plugins-<hash>
+    let profile = exe.parent().and_then(Path::parent).unwrap();
+    let target = profile.parent().unwrap();
+    let mut cargo = Command::new(env!("CARGO"));
+    if profile.file_name().is_some_and(|n| n == "release") {
+        cargo.arg("--release");
+    }
+    let status = cargo
+        .args(["build", "--quiet", "--example", "topk_filter", "--manifest-path"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target)
+        .status()
+        .unwrap();
+    assert!(status.success(), "building the topk_filter example failed");
+    profile.join("examples/libtopk_filter.so")
+}
+
+fn params(values: &[Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    treecast_wire::encode_values(values, &mut out);
+    out
+}
+
+fn options(name: &str, values: &[Value]) -> StreamOptions {
+    let mut up = FilterSpec::new(name, 1);
+    up.params = params(values);
+    StreamOptions { up, ..StreamOptions::default() }
+}
+
+async fn launch_with(spec: &str, plugins: &[&Path]) -> Network {
+    let topo = Topology::from_spec(spec, None).unwrap();
+    let mut builder = NetworkBuilder::new(topo).treecast_path(TREECAST).startup_timeout(LIMIT);
+    for p in plugins {
+        builder = builder.plugin(*p);
+    }
+    builder.launch().await.unwrap()
+}
+
+#[tokio::test]
+async fn c_and_rust_plugins_reduce_at_every_node_of_a_three_level_tree_with_parameters_changed_between_waves_and_state(
+) {
+    let dir = TestDir::new("plugins");
+    let histogram = histogram_so(&dir);
+    let topk = topk_so();
+    // Front-end, two comm nodes, four back-ends: a stream whose filter a comm node
+    // lacked would be refused there.
+    let mut net = launch_with("balanced:2x2", &[&histogram, &topk]).await;
+    assert_eq!(net.backends(), 4);
+
+    // The C histogram merge, 3 bins.
+    let mut h =
+        net.new_stream(&net.broadcast_communicator(), options("histogram", &[Value::UInt(3)])).await.unwrap();
+    h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![1, 2, 3])]).await.unwrap();
+    let p = h.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![4, 8, 12])]);
+    // A histogram of 2 bins from rank 1 is refused by its comm node, naming it and the
+    // rank; the others are merged.
+    for rank in 0..4u32 {
+        let bins = if rank == 1 { vec![1, 1] } else { vec![1, 1, 1] };
+        h.send_to(rank, TAG_ECHO, "%auld", &[Value::ULongArray(bins)]).await.unwrap();
+    }
+    let p = h.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![3, 3, 3])]);
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::FilterError { rank, message, .. }) => {
+            assert_eq!(rank, 1);
+            assert!(message.contains("comm node") && message.contains("histogram"), "{message}");
+            assert!(message.contains("expected 3 bins") && message.contains("%auld"), "{message}");
+        }
+        other => panic!("expected FilterError, got {other:?}"),
+    }
+
+    // The Rust top-k, k = 2: each node keeps its best values across waves.
+    let mut t =
+        net.new_stream(&net.broadcast_communicator(), options("topk", &[Value::UInt(2)])).await.unwrap();
+    for (x, best) in [(100, [103, 102]), (0, [103, 102]), (200, [203, 202])] {
+        t.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await.unwrap();
+        let p = match t.recv_timeout(LIMIT).await {
+            Ok(p) => p,
+            Err(e) => panic!("{e}; events: {:?}", std::iter::from_fn(|| net.try_event()).collect::<Vec<_>>()),
+        };
+        assert_eq!(p.values().unwrap(), vec![Value::LongArray(best.to_vec())], "after x = {x}");
+    }
+
+    // New parameters between waves, at every node: 2 bins now.
+    h.set_params(&[Value::UInt(2)]).unwrap();
+    h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![2, 3])]).await.unwrap();
+    let p = h.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![8, 12])]);
+    // Parameters the front-end's instance refuses are an error there, and change nothing.
+    let err = h.set_params(&[Value::Str("many".into())]).unwrap_err().to_string();
+    assert!(err.contains("front-end") && err.contains("number of bins"), "{err}");
+    t.set_params(&[Value::UInt(1)]).unwrap();
+    t.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    let p = t.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::LongArray(vec![203])]);
+
+    // Parameters a plug-in refuses refuse the stream, naming the filter's reason.
+    let err = net.new_stream(&net.broadcast_communicator(), options("histogram", &[])).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("histogram") && text.contains("number of bins"), "{text}");
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn a_plugin_for_another_architecture_is_refused_before_any_process_starts() {
+    let dir = TestDir::new("plugins-foreign");
+    let mut header = std::fs::read(histogram_so(&dir)).unwrap();
+    // e_machine: aarch64 (183), or x86_64 (62) on an aarch64 host.
+    let other: u16 = if cfg!(target_arch = "aarch64") { 62 } else { 183 };
+    header[18..20].copy_from_slice(&other.to_le_bytes());
+    let foreign = dir.path("libforeign.so");
+    std::fs::write(&foreign, &header).unwrap();
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let err = NetworkBuilder::new(topo).treecast_path(TREECAST).plugin(&foreign).launch().await.unwrap_err();
+    assert!(matches!(err, ApiError::Plugin(_)), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("libforeign.so") && text.contains("built for"), "{text}");
+}
+
+#[tokio::test]
+async fn a_plugin_shipped_down_the_tree_runs_at_every_level_once_its_file_is_gone() {
+    let dir = TestDir::new("plugins-shipped");
+    let histogram = histogram_so(&dir);
+    // Comm nodes at two levels: the bytes pass through the first to the second.
+    let mut net = launch_with("balanced:2x2x2", &[]).await;
+    assert_eq!(net.backends(), 8);
+    let plugin = net.load_filter(&histogram).unwrap();
+    assert_eq!((plugin.name(), plugin.version()), ("histogram", 1));
+    std::fs::remove_file(&histogram).unwrap();
+    let mut h =
+        net.new_stream(&net.broadcast_communicator(), options("histogram", &[Value::UInt(2)])).await.unwrap();
+    h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![1, 5])]).await.unwrap();
+    let p = h.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![8, 40])]);
+    assert!(net.try_event().is_none(), "no node refused the plug-in");
+    // Without the file, loading again is an error naming it.
+    let err = net.load_filter(&histogram).unwrap_err().to_string();
+    assert!(err.contains("libhistogram.so"), "{err}");
+    finish(net).await;
+}
+
+#[test]
+fn run_with_a_filter_sums_the_number_every_host_printed_at_every_node() {
+    let dir = TestDir::new("plugins-run");
+    let so = c_plugin(&dir, "sum_outputs");
+    let tag = format!("{}", std::process::id());
+    let run = |filter: String| {
+        let out = Command::new(TREECAST)
+            .args(["run", "--local", "8", "--topology", "kary:2", "--filter", &filter])
+            .args(["--", "sh", "-c", "echo $((TREECAST_RANK + 1))"])
+            .env("TREECAST_TEST_TAG", &tag)
+            .output()
+            .unwrap();
+        assert_no_leftovers(&format!("TREECAST_TEST_TAG={tag}"));
+        out
+    };
+    let out = run(format!("{}:sum_outputs", so.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // 1 + 2 + ... + 8, from 8 ranks.
+    assert_eq!(stdout, "36\n8\n");
+    let out = run(format!("{}:median", so.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("sum_outputs") && stderr.contains("median"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_cpp_filter_merges_call_graph_prefix_trees_at_every_node() {
+    let dir = TestDir::new("plugins-stat");
+    let so = compiled(&dir, "c++", "prefix_tree.cpp", &["-std=c++17"]);
+    let mut net = launch_with("balanced:2x2", &[]).await;
+    net.load_filter(&so).unwrap();
+    let mut s = net.new_stream(&net.broadcast_communicator(), options("prefix_tree", &[])).await.unwrap();
+    let traces: [&[&str]; 4] = [
+        &["main", "solve", "mpi_wait"],
+        &["main", "solve", "mpi_wait"],
+        &["main", "solve", "compute"],
+        &["main", "io"],
+    ];
+    for (rank, trace) in traces.iter().enumerate() {
+        let frames = Value::StrArray(trace.iter().map(|f| (*f).to_owned()).collect());
+        s.send_to(rank as u32, TAG_ECHO, "%as", &[frames]).await.unwrap();
+    }
+    let p = s.recv_timeout(LIMIT).await.unwrap();
+    let strings = |items: &[&str]| Value::StrArray(items.iter().map(|i| (*i).to_owned()).collect());
+    let paths = strings(&["main", "main/io", "main/solve", "main/solve/compute", "main/solve/mpi_wait"]);
+    let ranks = strings(&["0,1,2,3", "3", "0,1,2", "2", "0,1"]);
+    assert_eq!(p.values().unwrap(), vec![paths, ranks]);
+    assert!(net.try_event().is_none(), "no node refused a packet");
+    finish(net).await;
+}
