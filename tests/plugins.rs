@@ -244,3 +244,23 @@ async fn a_cpp_filter_merges_call_graph_prefix_trees_at_every_node() {
     assert!(net.try_event().is_none(), "no node refused a packet");
     finish(net).await;
 }
+
+#[test]
+fn bench_filter_compares_a_plugin_sum_with_the_built_in_on_one_tree() {
+    let dir = TestDir::new("plugins-bench");
+    let so = c_plugin(&dir, "sum");
+    let tag = format!("{}-bench", std::process::id());
+    let out = Command::new(TREECAST)
+        .args(["bench", "filter", "--local", "4", "--topology", "kary:2", "--tp", "20", "--rounds", "1"])
+        .arg(format!("{}:plugin_sum", so.display()))
+        .env("TREECAST_TEST_TAG", &tag)
+        .output()
+        .unwrap();
+    assert_no_leftovers(&format!("TREECAST_TEST_TAG={tag}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("built-in sum") && stdout.contains("plug-in plugin_sum") && stdout.contains("ratio"),
+        "{stdout}"
+    );
+}
