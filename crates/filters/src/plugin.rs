@@ -809,6 +809,26 @@ mod tests {
         assert_eq!(values(&out[0]), vec![Value::ULongArray(vec![9])]);
     }
 
+    #[test]
+    fn a_shared_object_without_the_entry_point_is_refused_naming_the_symbol() {
+        let dir = std::env::temp_dir().join(format!("treecast-nosym-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (src, so) = (dir.join("other.c"), dir.join("libother.so"));
+        std::fs::write(&src, "int treecast_filter_v2(void) { return 0; }\n").unwrap();
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&src)
+            .status()
+            .expect("a C compiler (`cc`)");
+        assert!(status.success());
+        let err = Plugin::load(&so).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(err, PluginError::Symbol { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("libother.so") && text.contains("treecast_filter_v1"), "{text}");
+    }
+
     /// A header for `machine`, as a shared object of this process's class and byte order.
     fn elf_header(machine: u16, kind: u16) -> Vec<u8> {
         let mut h = vec![0u8; 64];
