@@ -325,6 +325,10 @@ pub enum BenchCommand {
     Microbench(MicrobenchArgs),
     /// `treecast run`'s cost: start-up plus a first command, then more commands on the running tree.
     Run(RunArgs),
+    /// A plug-in filter's reductions per second against the built-in sum's, on the
+    /// same tree in the same run (back-ends send `%d`; the plug-in must add them, as
+    /// examples/filters/sum.c does), rounds alternating; prints both and the ratio.
+    Filter(BenchFilterArgs),
     /// The protocol cores of a whole tree in one process, with virtual time: work and
     /// bytes per node per wave at each level, and the wall time per wave.
     Sim(SimArgs),
@@ -632,6 +636,26 @@ pub enum RouteKind {
     Tcp,
     /// The reliable multicast route over UDP.
     Udp,
+}
+
+/// Flags of `treecast bench filter`.
+#[derive(Debug, Args)]
+pub struct BenchFilterArgs {
+    /// Back-ends on this host.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub local: usize,
+    /// Tree shape (default kary:16).
+    #[arg(long, value_name = "SPEC")]
+    pub topology: Option<String>,
+    /// Reductions per round and filter.
+    #[arg(long, default_value_t = 2000)]
+    pub tp: usize,
+    /// Rounds, each measuring both filters.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// The plug-in: its shared object and the filter's name.
+    #[arg(value_name = "PATH:NAME")]
+    pub filter: String,
 }
 
 /// Flags of `treecast bench microbench`.

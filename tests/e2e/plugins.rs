@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::tree::finish;
 use crate::common::{assert_no_leftovers, TestDir};
-use treecast::apps::protocol::{TAG_ADD_RANK, TAG_ECHO};
+use treecast::apps::protocol::{TAG_ADD_RANK, TAG_ECHO, TAG_SLEEP};
 use treecast_api::{ApiError, Event, FilterSpec, Network, NetworkBuilder, StreamOptions, Topology, Value};
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
@@ -238,5 +238,96 @@ async fn a_cpp_filter_merges_call_graph_prefix_trees_at_every_node() {
     let ranks = strings(&["0,1,2,3", "3", "0,1,2", "2", "0,1"]);
     assert_eq!(p.values().unwrap(), vec![paths, ranks]);
     assert!(net.try_event().is_none(), "no node refused a packet");
+    finish(net).await;
+}
+
+#[test]
+fn bench_filter_compares_a_plugin_sum_with_the_built_in_on_one_tree() {
+    let dir = TestDir::new("plugins-bench");
+    let so = c_plugin(&dir, "sum");
+    let tag = format!("{}-bench", std::process::id());
+    let out = Command::new(TREECAST)
+        .args(["bench", "filter", "--local", "4", "--topology", "kary:2", "--tp", "20", "--rounds", "1"])
+        .arg(format!("{}:plugin_sum", so.display()))
+        .env("TREECAST_TEST_TAG", &tag)
+        .output()
+        .unwrap();
+    assert_no_leftovers(&format!("TREECAST_TEST_TAG={tag}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("built-in sum") && stdout.contains("plug-in plugin_sum") && stdout.contains("ratio"),
+        "{stdout}"
+    );
+}
+
+/// A plug-in that sums `%d` packets and, at a comm node, answers a wave of tag 3
+/// (`TAG_ADD_RANK`) with a packet down: tag 6 (`TAG_SLEEP`), `%d 0`, which the generic
+/// back-ends answer with their rank.
+const ASK_AGAIN_C: &str = r#"
+#include <string.h>
+#include "treecast_filter.h"
+#include "treecast_filter_helpers.h"
+static int32_t create(const uint8_t *p, size_t n, const treecast_place *pl, void **s, char *e, size_t el) {
+    (void)p; (void)n; (void)pl; (void)e; (void)el; *s = NULL; return TREECAST_OK;
+}
+static int32_t reduce(void *s, const treecast_place *place, const treecast_packet *packets, size_t n,
+                      const treecast_host *host, treecast_sink *sink, uint32_t *bad, char *e, size_t el) {
+    (void)s;
+    int32_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        tc_reader r = tc_reader_of(packets[i].payload, packets[i].payload_len);
+        int32_t v;
+        if (tc_read_scalar(&r, TC_I32, &v) != 0) { *bad = packets[i].rank; tc_error(e, el, "not %d"); return TREECAST_ERR_PACKET; }
+        sum += v;
+    }
+    uint8_t out[5] = {TC_I32};
+    memcpy(out + 1, &sum, 4);
+    if (host->emit(sink, TREECAST_UP, packets[0].tag, out, 5) != 0) return TREECAST_ERR_FILTER;
+    if (place->role == TREECAST_ROLE_COMM_NODE && packets[0].tag == 3) {
+        int32_t zero = 0;
+        memcpy(out + 1, &zero, 4);
+        if (host->emit(sink, TREECAST_DOWN, 6, out, 5) != 0) return TREECAST_ERR_FILTER;
+    }
+    return TREECAST_OK;
+}
+static int32_t get_state(void *s, const treecast_host *h, treecast_sink *k, char *e, size_t el) {
+    (void)s; (void)h; (void)k; (void)e; (void)el; return TREECAST_OK;
+}
+static int32_t set_params(void *s, const uint8_t *p, size_t n, char *e, size_t el) {
+    (void)s; (void)p; (void)n; (void)e; (void)el; return TREECAST_ERR_PARAMS;
+}
+static void destroy(void *s) { (void)s; }
+static const treecast_filter_table table = {
+    TREECAST_FILTER_ABI_VERSION, sizeof(treecast_filter_table), "ask_again", 1, 0, 0,
+    create, reduce, get_state, set_params, destroy,
+};
+const treecast_filter_table *treecast_filter_v1(void) { return &table; }
+"#;
+
+#[tokio::test]
+async fn packets_a_comm_node_filter_sends_down_reach_its_back_ends_and_their_answers_come_up() {
+    let dir = TestDir::new("plugins-down");
+    let src = dir.path("ask_again.c");
+    std::fs::write(&src, ASK_AGAIN_C).unwrap();
+    let so = dir.path("libask_again.so");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
+        .arg("-o")
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .expect("a C compiler (`cc`)");
+    assert!(status.success());
+    let net = launch_with("balanced:2x2", &[]).await;
+    net.load_filter(&so).unwrap();
+    let mut s = net.new_stream(&net.broadcast_communicator(), options("ask_again", &[])).await.unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    let first = s.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!((first.tag(), first.values().unwrap()), (TAG_ADD_RANK, vec![Value::Int(6)]));
+    // The tool never sent TAG_SLEEP: each comm node's filter did, to its own back-ends.
+    let second = s.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!((second.tag(), second.values().unwrap()), (TAG_SLEEP, vec![Value::Int(6)]));
     finish(net).await;
 }

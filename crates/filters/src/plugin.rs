@@ -17,7 +17,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -306,8 +306,12 @@ impl Plugin {
             return Err(mem("sealing it", std::io::Error::last_os_error()));
         }
         let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        // The loader maps the file; the mapping keeps it alive once `file` closes it.
-        Plugin::open(&path, label.to_owned())
+        let plugin = Plugin::open(&path, label.to_owned())?;
+        // The descriptor stays open for the life of the process, as the plug-in does:
+        // the dynamic loader knows a library by its path, and a closed descriptor's
+        // number, reused for the next plug-in's memory file, would hand back this one.
+        let _ = file.into_raw_fd();
+        Ok(plugin)
     }
 
     fn open(path: &Path, origin: String) -> Result<Plugin, PluginError> {
@@ -807,6 +811,48 @@ mod tests {
             )
             .unwrap();
         assert_eq!(values(&out[0]), vec![Value::ULongArray(vec![9])]);
+    }
+
+    #[test]
+    fn a_shared_object_without_the_entry_point_is_refused_naming_the_symbol() {
+        let dir = std::env::temp_dir().join(format!("treecast-nosym-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (src, so) = (dir.join("other.c"), dir.join("libother.so"));
+        std::fs::write(&src, "int treecast_filter_v2(void) { return 0; }\n").unwrap();
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&src)
+            .status()
+            .expect("a C compiler (`cc`)");
+        assert!(status.success());
+        let err = Plugin::load(&so).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(err, PluginError::Symbol { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("libother.so") && text.contains("treecast_filter_v1"), "{text}");
+    }
+
+    #[test]
+    fn two_plugins_loaded_from_bytes_in_one_process_stay_two() {
+        let so = histogram_so();
+        let first = std::fs::read(&so).unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let other = so.with_file_name("libsum.so");
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-I"])
+            .arg(root.join("include"))
+            .arg("-o")
+            .arg(&other)
+            .arg(root.join("examples/filters/sum.c"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let second = std::fs::read(&other).unwrap();
+        std::fs::remove_dir_all(so.parent().unwrap()).unwrap();
+        let a = Plugin::load_bytes(&first, "libhistogram.so").unwrap();
+        let b = Plugin::load_bytes(&second, "libsum.so").unwrap();
+        assert_eq!((a.name(), b.name()), ("histogram", "plugin_sum"));
     }
 
     /// A header for `machine`, as a shared object of this process's class and byte order.

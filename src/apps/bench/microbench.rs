@@ -539,6 +539,57 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
     })
 }
 
+/// Reductions per second of a plug-in filter against the built-in sum, rounds
+/// alternating on one tree; the plug-in ships down the tree first.
+pub(super) async fn bench_filter(args: crate::apps::cli::BenchFilterArgs) -> anyhow::Result<ExitCode> {
+    ensure!(args.tp > 0 && args.rounds > 0, "--tp and --rounds need at least 1");
+    let (path, name) =
+        args.filter.rsplit_once(':').filter(|(p, n)| !p.is_empty() && !n.is_empty()).ok_or_else(|| {
+            anyhow::anyhow!("{:?} is not PATH:NAME (a shared object and the filter's name)", args.filter)
+        })?;
+    let spec = args.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY);
+    let topology =
+        Topology::from_spec(spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
+    let net = crate::apps::settings::builder(topology)?.launch().await?;
+    let plugin = net.load_filter(path)?;
+    ensure!(plugin.name() == name, "{path} holds the filter {:?}, not {name:?}", plugin.name());
+    let n = i64::from(net.backends());
+    let count = i32::try_from(args.tp).context("--tp is too large")?;
+    let comm = net.broadcast_communicator();
+    let plugin_up = treecast_api::FilterSpec::new(name, plugin.version());
+    let mut streams = [
+        net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?,
+        net.new_stream(&comm, StreamOptions { up: plugin_up, ..StreamOptions::reduce(TransformKind::Sum) })
+            .await?,
+    ];
+    let mut rates = [Vec::new(), Vec::new()];
+    for _ in 0..args.rounds {
+        for (stream, rate) in streams.iter_mut().zip(&mut rates) {
+            let t = Instant::now();
+            stream.send(TAG_BURST, "%d", &[Value::Int(count)]).await?;
+            for i in 0..args.tp {
+                let p = stream.recv_timeout(STEP_LIMIT).await?;
+                let sum = p.unpack("%d")?[0].as_i64().unwrap_or(-1);
+                ensure!(sum == n, "reduction {i}: the sum is {sum}, expected {n}");
+            }
+            rate.push(args.tp as f64 / t.elapsed().as_secs_f64());
+        }
+    }
+    net.shutdown().await;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (builtin, plugged) = (median(&mut rates[0]), median(&mut rates[1]));
+    println!(
+        "{spec}, {n} back-ends, {} rounds of {}: built-in sum {builtin:.0} reductions/s, plug-in {name} {plugged:.0} reductions/s, ratio {:.2}",
+        args.rounds,
+        args.tp,
+        plugged / builtin
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `treecast bench run`: times start-up plus a first command, then the same command
 /// three times on the running tree.
 pub(super) async fn bench_run(args: crate::apps::cli::RunArgs) -> anyhow::Result<ExitCode> {

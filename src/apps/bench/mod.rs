@@ -23,6 +23,7 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         BenchCommand::Microbench(m) => microbench::microbench(m).await,
         BenchCommand::Run(r) => microbench::bench_run(r).await,
+        BenchCommand::Filter(f) => microbench::bench_filter(f).await,
         BenchCommand::Sim(s) => sim::main(s),
         BenchCommand::Route(r) => route::main(r).await,
         BenchCommand::Bcast(b) => bcast::main(b).await,
