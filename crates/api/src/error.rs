@@ -23,7 +23,7 @@ pub enum ApiError {
     Join(treecast_driver::NodeError),
     /// A plug-in filter given to the builder could not be loaded.
     #[error("loading a plug-in filter failed: {0}")]
-    Plugin(#[from] treecast_filters::plugin::PluginError),
+    Plugin(#[from] treecast_plugin::PluginError),
     /// The topology has no leaf to run a back-end on.
     #[error("the topology has no back-ends: give a tree with at least one leaf")]
     NoBackends,

@@ -78,7 +78,6 @@ pub use packet::{EqClass, Packet};
 pub use remote::{NetworkPort, RemoteNetwork, DEFAULT_NETWORK_LIMIT};
 pub use spawn::{Group, JoinMode, Placement, SpawnOptions, DEFAULT_SPAWN_LIMIT, LIGHT_JOIN_UP_TO};
 pub use stream::{Stream, StreamOptions};
-pub use treecast_filters::plugin::{Plugin, PluginError};
 pub use treecast_filters::{
     FilterContext, FilterError, FilterPlace, FilterRegistry, PlaceRole, RegistryError, Transform,
     TransformKind,
@@ -87,6 +86,7 @@ pub use treecast_launch::{SrunOptions, SshOptions};
 pub use treecast_monitor::{
     Collection, Component as LatencyComponent, Key as MonitorKey, Report as MonitorReport,
 };
+pub use treecast_plugin::{Plugin, PluginError};
 pub use treecast_proto::{CommandError, EndReason, LostRanks};
 pub use treecast_topology::{Topology, TopologyError};
 pub use treecast_wire::{

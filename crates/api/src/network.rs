@@ -321,9 +321,9 @@ impl Network {
     pub fn load_filter(
         &self,
         path: impl AsRef<std::path::Path>,
-    ) -> Result<treecast_filters::plugin::Plugin, ApiError> {
+    ) -> Result<treecast_plugin::Plugin, ApiError> {
         use sha2::Digest;
-        use treecast_filters::plugin::{Plugin, PluginError};
+        use treecast_plugin::{Plugin, PluginError};
         let path = path.as_ref();
         let bytes =
             std::fs::read(path).map_err(|source| PluginError::Read { path: path.to_owned(), source })?;

@@ -109,7 +109,7 @@ fn load_plugin(
     registry: &mut FilterRegistry,
 ) -> Result<(), String> {
     use sha2::Digest;
-    use treecast_filters::plugin::Plugin;
+    use treecast_plugin::Plugin;
     let plugin = match source {
         treecast_proto::PluginSource::Path(path) => Plugin::load(path),
         treecast_proto::PluginSource::Bytes { label, sha256, bytes } => {

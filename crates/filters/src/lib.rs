@@ -34,10 +34,6 @@ mod concat;
 pub mod eqclass;
 mod error;
 mod kind;
-// The plug-in loader is the one place this crate calls C (dlopen, memfd_create and
-// the plug-in's own functions); each unsafe block there says why it is sound.
-#[allow(unsafe_code)]
-pub mod plugin;
 mod registry;
 mod spec;
 mod sync;

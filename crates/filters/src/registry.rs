@@ -67,7 +67,7 @@ impl FilterRegistry {
     }
 
     /// [`FilterRegistry::register`] a filter whose factory is also told where the
-    /// instance runs (plug-ins, see [`crate::plugin`]).
+    /// instance runs (plug-ins, see the `treecast-plugin` crate).
     pub fn register_placed(
         &mut self,
         name: &str,

@@ -15,6 +15,10 @@
 //! across waves, and an error return becomes a [`FilterError::Plugin`], which the
 //! node reports with its own name like any filter error.
 
+// The one place treecast loads C code (dlopen, memfd_create and the plug-in's own
+// functions); each unsafe block says why it is sound.
+#![allow(unsafe_code)]
+
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
@@ -27,7 +31,7 @@ use thiserror::Error;
 use treecast_filter::abi;
 use treecast_wire::{decode_values, Format, Frame, FrameHeader, MAX_FILTER_NAME};
 
-use crate::{FilterContext, FilterError, FilterPlace, FilterRegistry, PlaceRole, Transform};
+use treecast_filters::{FilterContext, FilterError, FilterPlace, FilterRegistry, PlaceRole, Transform};
 
 /// Why a plug-in could not be loaded. Every message names the plug-in (its path, or
 /// the label given with its bytes).
@@ -691,7 +695,7 @@ mod tests {
     use treecast_wire::{encode_values, FilterSpec};
 
     use super::*;
-    use crate::apply_dropping_bad;
+    use treecast_filters::apply_dropping_bad;
 
     fn frame(rank: u32, values: &[Value]) -> Frame {
         let mut payload = Vec::new();
