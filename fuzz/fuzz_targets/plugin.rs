@@ -5,8 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use treecast_filter::{Error, Filter, Output, Packet, Place, Value};
-use treecast_filters::plugin::{check_elf, Plugin};
 use treecast_filters::{FilterContext, FilterPlace, Transform};
+use treecast_plugin::{check_elf, Plugin};
 use treecast_wire::{Frame, FrameHeader};
 
 /// Emits every packet's values up and down again.
