@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "treecast_filter.h"
+
 /* Scalar type codes (an array's code is 0x40 | the scalar's). */
 enum {
     TC_I8 = 0x01, TC_U8 = 0x02, TC_I16 = 0x03, TC_U16 = 0x04, TC_I32 = 0x05, TC_U32 = 0x06,
@@ -134,5 +136,29 @@ static inline void tc_error(char *err, size_t err_len, const char *message) {
     memcpy(err, message, n);
     err[n] = 0;
 }
+
+/* For a filter with no state to report: its get_state reports nothing. */
+static inline int32_t tc_no_state(void *state, const treecast_host *host, treecast_sink *sink, char *err,
+                                  size_t err_len) {
+    (void)state;
+    (void)host;
+    (void)sink;
+    (void)err;
+    (void)err_len;
+    return TREECAST_OK;
+}
+
+/* For a filter that takes no parameters: its set_params refuses any. */
+static inline int32_t tc_no_params(void *state, const uint8_t *params, size_t params_len, char *err,
+                                   size_t err_len) {
+    (void)state;
+    (void)params;
+    (void)params_len;
+    tc_error(err, err_len, "this filter takes no parameters");
+    return TREECAST_ERR_PARAMS;
+}
+
+/* For a filter that keeps nothing: its destroy frees nothing. */
+static inline void tc_no_destroy(void *state) { (void)state; }
 
 #endif /* TREECAST_FILTER_HELPERS_H */

@@ -89,28 +89,9 @@ static int32_t reduce(void *state, const treecast_place *place, const treecast_p
     return TREECAST_OK;
 }
 
-static int32_t get_state(void *state, const treecast_host *host, treecast_sink *sink, char *err, size_t err_len) {
-    (void)state;
-    (void)host;
-    (void)sink;
-    (void)err;
-    (void)err_len;
-    return TREECAST_OK;
-}
-
-static int32_t set_params(void *state, const uint8_t *params, size_t params_len, char *err, size_t err_len) {
-    (void)state;
-    (void)params;
-    (void)params_len;
-    tc_error(err, err_len, "sum_outputs takes no parameters");
-    return TREECAST_ERR_PARAMS;
-}
-
-static void destroy(void *state) { (void)state; }
-
 static const treecast_filter_table table = {
     TREECAST_FILTER_ABI_VERSION, sizeof(treecast_filter_table), "sum_outputs", 1, 0, 0,
-    create, reduce, get_state, set_params, destroy,
+    create, reduce, tc_no_state, tc_no_params, tc_no_destroy,
 };
 
 const treecast_filter_table *treecast_filter_v1(void) { return &table; }
