@@ -43,7 +43,7 @@ async fn front_end(shape: &str, backends: usize, waves: i32) -> Result<(), Box<d
     let topology = Topology::from_spec(shape, Some(backends))?;
     let me = std::env::current_exe()?;
     // This program is the comm node (`me node`) and the back-end (`me` with TREECAST_RANK set).
-    let mut net = NetworkBuilder::new(topology)
+    let net = NetworkBuilder::new(topology)
         .treecast_path(&me)
         .backend_command([me.to_string_lossy().into_owned()])
         .launch()

@@ -138,7 +138,7 @@ type Rendered = (u32, u32, Vec<u8>);
 async fn render(image: &Image, start: u32, most: u32) -> Result<Vec<u8>, Failure> {
     let topology = Topology::from_spec("kary:4", Some(start as usize))?;
     let me = std::env::current_exe()?;
-    let mut net = NetworkBuilder::new(topology)
+    let net = NetworkBuilder::new(topology)
         .treecast_path(&me)
         .backend_command([me.to_string_lossy().into_owned()])
         .launch()

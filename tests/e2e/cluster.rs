@@ -172,7 +172,7 @@ fn multi_host_cluster() {
     rt.block_on(async {
         let hosts: Vec<String> = vec![format!("{PREFIX}1"), "nosuchhost".into(), format!("{PREFIX}2")];
         let topo = Topology::from_hosts(&hosts, 2, 1, &this_host()).unwrap();
-        let mut net = NetworkBuilder::new(topo)
+        let net = NetworkBuilder::new(topo)
             .treecast_path(TREECAST)
             .ssh(cluster.ssh())
             .allow_missing(true)

@@ -93,7 +93,7 @@ async fn c_and_rust_plugins_reduce_at_every_node_of_a_three_level_tree_with_para
     let topk = topk_so();
     // Front-end, two comm nodes, four back-ends: a stream whose filter a comm node
     // lacked would be refused there.
-    let mut net = launch_with("balanced:2x2", &[&histogram, &topk]).await;
+    let net = launch_with("balanced:2x2", &[&histogram, &topk]).await;
     assert_eq!(net.backends(), 4);
 
     // The C histogram merge, 3 bins.
@@ -172,7 +172,7 @@ async fn a_plugin_shipped_down_the_tree_runs_at_every_level_once_its_file_is_gon
     let dir = TestDir::new("plugins-shipped");
     let histogram = histogram_so(&dir);
     // Comm nodes at two levels: the bytes pass through the first to the second.
-    let mut net = launch_with("balanced:2x2x2", &[]).await;
+    let net = launch_with("balanced:2x2x2", &[]).await;
     assert_eq!(net.backends(), 8);
     let plugin = net.load_filter(&histogram).unwrap();
     assert_eq!((plugin.name(), plugin.version()), ("histogram", 1));
@@ -219,7 +219,7 @@ fn run_with_a_filter_sums_the_number_every_host_printed_at_every_node() {
 async fn a_cpp_filter_merges_call_graph_prefix_trees_at_every_node() {
     let dir = TestDir::new("plugins-stat");
     let so = compiled(&dir, "c++", "prefix_tree.cpp", &["-std=c++17"]);
-    let mut net = launch_with("balanced:2x2", &[]).await;
+    let net = launch_with("balanced:2x2", &[]).await;
     net.load_filter(&so).unwrap();
     let mut s = net.new_stream(&net.broadcast_communicator(), options("prefix_tree", &[])).await.unwrap();
     let traces: [&[&str]; 4] = [

@@ -15,7 +15,7 @@ use treecast_api::{ApiError, Event, Network, RankSet, StreamOptions, Topology, T
 
 #[tokio::test]
 async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
-    let mut net = launch("balanced:2x4", 8).await;
+    let net = launch("balanced:2x4", 8).await;
     let mut s = sum_stream(&net).await;
     s.send(TAG_DIE, "%ad", &[Value::IntArray(vec![5])]).await.unwrap();
     let p = s.recv_timeout(LIMIT).await.unwrap();
@@ -40,7 +40,7 @@ async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
 #[tokio::test]
 async fn with_recovery_off_a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
-    let mut net = builder(topo).rejoin_within(None).launch().await.unwrap();
+    let net = builder(topo).rejoin_within(None).launch().await.unwrap();
     let mut s = sum_stream(&net).await;
     // Pre-order ids: 0 front-end, 1 first comm node (ranks 0-2), 5 second comm node (ranks 3-5).
     let pid = commnode_pid(net.session(), 5);
@@ -252,7 +252,7 @@ fn backend_pids(session: &str) -> Vec<u32> {
 async fn with_recovery_off_a_stopped_comm_node_is_cut_off_after_the_silence_limit_and_the_rest_goes_on() {
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
     let builder = builder(topo).dead_after(Some(Duration::from_secs(2))).rejoin_within(None);
-    let mut net = builder.launch().await.unwrap();
+    let net = builder.launch().await.unwrap();
     let mut s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 60 + 15);
@@ -286,7 +286,7 @@ async fn with_recovery_off_a_stopped_comm_node_is_cut_off_after_the_silence_limi
 #[tokio::test]
 async fn a_stopped_backend_is_cut_off_but_a_busy_one_is_not() {
     let topo = Topology::from_spec("flat", Some(3)).unwrap();
-    let mut net = builder(topo).dead_after(Some(Duration::from_secs(2))).launch().await.unwrap();
+    let net = builder(topo).dead_after(Some(Duration::from_secs(2))).launch().await.unwrap();
     let mut s = sum_stream(&net).await;
     // Rank 1 stops reading for 3 s but its driver runs: its heartbeats keep it in.
     s.send(TAG_STALL, "%ad %d", &[Value::IntArray(vec![1]), Value::Int(3000)]).await.unwrap();

@@ -45,7 +45,7 @@ async fn with_rogue_rank_1(mode: &str) -> Network {
 async fn a_frame_over_the_size_limit_is_refused_before_it_is_buffered() {
     // Regression: one header announcing 256 MiB from an authenticated child cost its
     // comm node 230 MB at once. Now it closes that link and nothing else.
-    let mut net = with_rogue_rank_1("huge").await;
+    let net = with_rogue_rank_1("huge").await;
     match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
         Some(Event::RanksLost { ranks, reason }) => {
             assert_eq!(ranks, RankSet::single(1));
@@ -61,7 +61,7 @@ async fn a_frame_over_the_size_limit_is_refused_before_it_is_buffered() {
 
 #[tokio::test]
 async fn a_malformed_frame_closes_only_that_link() {
-    let mut net = with_rogue_rank_1("malformed").await;
+    let net = with_rogue_rank_1("malformed").await;
     match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
         Some(Event::RanksLost { ranks, reason }) => {
             assert_eq!(ranks, RankSet::single(1));

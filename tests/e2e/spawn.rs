@@ -60,7 +60,7 @@ fn options(placement: Placement) -> SpawnOptions {
 
 #[tokio::test]
 async fn backends_spawned_while_reductions_run_join_the_next_streams() {
-    let mut net = launch("balanced:2x2", 4).await;
+    let net = launch("balanced:2x2", 4).await;
     let mut running = net
         .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
         .await
@@ -187,7 +187,7 @@ async fn an_announced_backend_joins_before_it_connects_and_then_gets_what_was_se
 
 #[tokio::test]
 async fn an_announced_backend_that_dies_before_connecting_is_reported_lost() {
-    let mut net = launch("balanced:2x2", 4).await;
+    let net = launch("balanced:2x2", 4).await;
     let dir = tempfile::tempdir().unwrap();
     let light = SpawnOptions { join: JoinMode::Announce, ..options(Placement::Block) };
     let group = net.spawn(1, &gated_backend(&dir.path().join("never")), &light).await.unwrap();
@@ -247,7 +247,7 @@ async fn a_spawn_that_fails_names_each_process_and_leaves_none_of_it_running() {
 
 #[tokio::test]
 async fn a_killed_group_is_lost_a_stopped_group_leaves_and_the_others_go_on() {
-    let mut net = launch("balanced:2x2", 4).await;
+    let net = launch("balanced:2x2", 4).await;
     let doomed = net.spawn(2, &[], &options(Placement::LeastLoaded)).await.unwrap();
     let stopped = net.spawn(2, &[], &options(Placement::LeastLoaded)).await.unwrap();
     let kept: Group = net.spawn(2, &[], &options(Placement::LeastLoaded)).await.unwrap();
@@ -366,7 +366,7 @@ fn the_mandelbrot_example_draws_the_same_image_with_a_fixed_and_a_growing_pool()
 
 #[tokio::test]
 async fn backends_of_different_groups_exchange_messages_and_one_for_a_rank_gone_is_reported() {
-    let mut net = launch("balanced:2x2", 4).await;
+    let net = launch("balanced:2x2", 4).await;
     let group = net.spawn(2, &[], &options(Placement::LeastLoaded)).await.unwrap();
     assert_eq!(group.ranks(), &[4, 5]);
     let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
@@ -419,7 +419,7 @@ async fn backends_of_different_groups_exchange_messages_and_one_for_a_rank_gone_
 
 #[tokio::test]
 async fn a_backend_spawns_helpers_through_its_parent_and_they_join_the_network() {
-    let mut net = launch("balanced:2x2", 4).await;
+    let net = launch("balanced:2x2", 4).await;
     let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
     let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
     s.send_to(3, TAG_SPAWN_HELPERS, "%ud", &[Value::UInt(3)]).await.unwrap();

@@ -95,7 +95,7 @@ async fn a_filter_a_comm_node_lacks_refuses_the_stream_and_names_the_node() {
     let mut registry = treecast_api::FilterRegistry::builtin();
     registry.register("front-end-only", 1..=1, |_| Ok(treecast_filters_null()));
     let topo = Topology::from_spec("balanced:2x2", None).unwrap();
-    let mut net = builder(topo).filters(registry).launch().await.unwrap();
+    let net = builder(topo).filters(registry).launch().await.unwrap();
     let options =
         StreamOptions { up: treecast_api::FilterSpec::new("front-end-only", 1), ..StreamOptions::default() };
     let mut s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
@@ -131,7 +131,7 @@ fn treecast_filters_null() -> Box<dyn treecast_api::Transform> {
 
 #[tokio::test]
 async fn mismatched_formats_are_reported_and_the_wave_goes_on() {
-    let mut net = launch("flat", 4).await;
+    let net = launch("flat", 4).await;
     let mut s = sum_stream(&net).await;
     for rank in 0..4u32 {
         if rank == 2 {

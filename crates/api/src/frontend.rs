@@ -44,7 +44,8 @@ pub(crate) struct FeTool {
     readers: HashMap<u32, Vec<Waker>>,
     writers: HashMap<u32, Vec<Waker>>,
     events: VecDeque<Event>,
-    event_waker: Option<Waker>,
+    /// Tasks awaiting an event (several threads of a C tool may wait at once).
+    event_wakers: Vec<Waker>,
     lost: watch::Sender<LostRanks>,
     /// Why the network is over, once it is.
     pub(crate) over: Option<treecast_proto::EndReason>,
@@ -97,7 +98,7 @@ impl FeTool {
             readers: HashMap::new(),
             writers: HashMap::new(),
             events: VecDeque::new(),
-            event_waker: None,
+            event_wakers: Vec::new(),
             lost,
             orphaned: Vec::new(),
             rejoined: watch::Sender::new((0, RankSet::new())),
@@ -120,9 +121,7 @@ impl FeTool {
             return;
         }
         self.events.push_back(e);
-        if let Some(w) = self.event_waker.take() {
-            w.wake();
-        }
+        self.event_wakers.drain(..).for_each(Waker::wake);
     }
 
     fn finish_launch(&mut self, outcome: Result<Launched, ApiError>) {
@@ -141,9 +140,7 @@ impl FeTool {
         for (_, ws) in self.readers.drain().chain(self.writers.drain()) {
             ws.into_iter().for_each(Waker::wake);
         }
-        if let Some(w) = self.event_waker.take() {
-            w.wake();
-        }
+        self.event_wakers.drain(..).for_each(Waker::wake);
         if let Some(w) = self.launch_waker.take() {
             w.wake();
         }
@@ -163,7 +160,7 @@ impl FeTool {
             return Poll::Ready(None);
         }
         if let Some(cx) = cx {
-            self.event_waker = Some(cx.waker().clone());
+            register(&mut self.event_wakers, cx);
         }
         Poll::Pending
     }

@@ -77,7 +77,7 @@ pub use network::{Communicator, Event, Network, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
 pub use remote::{NetworkPort, RemoteNetwork, DEFAULT_NETWORK_LIMIT};
 pub use spawn::{Group, JoinMode, Placement, SpawnOptions, DEFAULT_SPAWN_LIMIT, LIGHT_JOIN_UP_TO};
-pub use stream::{Stream, StreamOptions};
+pub use stream::{Stream, StreamOptions, StreamSender};
 pub use treecast_filters::{
     FilterContext, FilterError, FilterPlace, FilterRegistry, PlaceRole, RegistryError, Transform,
     TransformKind,

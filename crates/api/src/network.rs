@@ -381,14 +381,15 @@ impl Network {
     }
 
     /// Waits for the next event; `None` once the network is shut down and every event was read.
+    /// Several tasks may wait at once: each event goes to one of them.
     ///
     /// Cancel safety: cancel safe.
-    pub async fn next_event(&mut self) -> Option<Event> {
+    pub async fn next_event(&self) -> Option<Event> {
         std::future::poll_fn(|cx| lock(&self.shared).tool().poll_event(Some(cx))).await
     }
 
     /// Returns the next event if one is queued.
-    pub fn try_event(&mut self) -> Option<Event> {
+    pub fn try_event(&self) -> Option<Event> {
         match lock(&self.shared).tool().poll_event(None) {
             std::task::Poll::Ready(e) => e,
             std::task::Poll::Pending => None,

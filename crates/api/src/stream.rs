@@ -62,15 +62,25 @@ impl Default for StreamOptions {
 }
 
 /// A stream: a communicator bound to filters.
+///
+/// `recv` takes `&mut self`; to send from other tasks or threads while one receives,
+/// clone a [`StreamSender`].
 #[derive(Debug)]
 pub struct Stream {
+    sender: StreamSender,
+    options: StreamOptions,
+    /// The tool saw its end (or closed it).
+    ended: bool,
+}
+
+/// Sends down one stream, from any task or thread; cheap to clone. Sending on a
+/// stream that was closed fails.
+#[derive(Debug, Clone)]
+pub struct StreamSender {
     id: u32,
     shared: Shared<FeTool>,
     comm: Communicator,
-    options: StreamOptions,
     backends: u32,
-    /// The tool saw its end (or closed it).
-    ended: bool,
 }
 
 /// A tool that can wait for room to send on a stream.
@@ -126,22 +136,160 @@ impl Stream {
         options: StreamOptions,
         backends: u32,
     ) -> Self {
-        Stream { id, shared, comm, options, backends, ended: false }
+        Stream { sender: StreamSender { id, shared, comm, backends }, options, ended: false }
     }
 
     /// The stream id.
     pub fn id(&self) -> u32 {
-        self.id
+        self.sender.id
     }
 
     /// The back-ends of the stream.
     pub fn communicator(&self) -> &Communicator {
-        &self.comm
+        &self.sender.comm
     }
 
     /// The filters of the stream.
     pub fn options(&self) -> StreamOptions {
         self.options.clone()
+    }
+
+    /// A sender usable from other tasks and threads while this handle receives.
+    pub fn sender(&self) -> StreamSender {
+        self.sender.clone()
+    }
+
+    /// Multicasts values to every back-end of the stream; see [`StreamSender::send`].
+    ///
+    /// # Errors
+    /// As [`StreamSender::send`].
+    ///
+    /// Cancel safety: cancel safe: a cancelled send sent nothing.
+    pub async fn send(&self, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
+        self.sender.send(tag, format, values).await
+    }
+
+    /// Multicasts an encoded payload; see [`StreamSender::send_encoded`].
+    ///
+    /// # Errors
+    /// As [`StreamSender::send_encoded`].
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn send_encoded(&self, tag: i32, payload: Vec<u8>) -> Result<(), ApiError> {
+        self.sender.send_encoded(tag, payload).await
+    }
+
+    /// Sends an encoded payload to one back-end; see [`StreamSender::send_encoded_to`].
+    ///
+    /// # Errors
+    /// As [`StreamSender::send_encoded_to`].
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn send_encoded_to(&self, rank: u32, tag: i32, payload: Vec<u8>) -> Result<(), ApiError> {
+        self.sender.send_encoded_to(rank, tag, payload).await
+    }
+
+    /// Sends values to one back-end; see [`StreamSender::send_to`].
+    ///
+    /// # Errors
+    /// As [`StreamSender::send_to`].
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn send_to(&self, rank: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
+        self.sender.send_to(rank, tag, format, values).await
+    }
+
+    /// New parameters for the stream's upward filter; see [`StreamSender::set_params`].
+    ///
+    /// # Errors
+    /// As [`StreamSender::set_params`].
+    pub fn set_params(&self, values: &[Value]) -> Result<(), ApiError> {
+        self.sender.set_params(values)
+    }
+
+    fn poll_packet(&mut self, cx: Option<&std::task::Context<'_>>) -> Poll<Result<Packet, ApiError>> {
+        if self.ended {
+            return Poll::Ready(Err(ApiError::StreamClosed(self.sender.id)));
+        }
+        let id = self.sender.id;
+        let mut d = lock(&self.sender.shared);
+        match d.deliver(Some(id)) {
+            Some(Delivery::Packet(f)) => return Poll::Ready(Ok(Packet::from_frame(f))),
+            Some(Delivery::NoAnswer(id)) => return Poll::Ready(Err(ApiError::NoAnswer(id))),
+            Some(Delivery::StreamClosed(_)) => {
+                self.ended = true;
+                return Poll::Ready(Err(match d.tool().refused.get(&self.sender.id) {
+                    Some(reason) => {
+                        ApiError::StreamRefused { stream: self.sender.id, reason: reason.clone() }
+                    }
+                    None => ApiError::StreamClosed(self.sender.id),
+                }));
+            }
+            None => {}
+        }
+        if let Some(reason) = &d.tool().over {
+            return Poll::Ready(Err(ApiError::Closed(reason.clone())));
+        }
+        if !d.core().has_stream(self.sender.id) {
+            self.ended = true;
+            return Poll::Ready(Err(ApiError::StreamClosed(self.sender.id)));
+        }
+        if let Some(cx) = cx {
+            d.tool().wait_readable(self.sender.id, cx);
+        }
+        Poll::Pending
+    }
+
+    /// Waits for the next packet (a reduction result, or a back-end's packet with the null filter).
+    ///
+    /// # Errors
+    /// [`ApiError::StreamClosed`] once every member is lost and nothing is left,
+    /// [`ApiError::StreamRefused`] when a node could not make its filters,
+    /// [`ApiError::NoAnswer`] for a request no rank answered (the stream goes on).
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn recv(&mut self) -> Result<Packet, ApiError> {
+        std::future::poll_fn(|cx| self.poll_packet(Some(cx))).await
+    }
+
+    /// [`Stream::recv`] with a time limit.
+    ///
+    /// # Errors
+    /// [`ApiError::Timeout`] or [`ApiError::StreamClosed`].
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn recv_timeout(&mut self, limit: Duration) -> Result<Packet, ApiError> {
+        tokio::time::timeout(limit, self.recv()).await.map_err(|_| ApiError::Timeout(limit))?
+    }
+
+    /// Returns a packet if one is queued.
+    pub fn try_recv(&mut self) -> Option<Packet> {
+        match self.poll_packet(None) {
+            Poll::Ready(Ok(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Closes the stream in the whole tree (after what was sent on it).
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn close(mut self) {
+        self.close_now();
+    }
+
+    fn close_now(&mut self) {
+        self.ended = true;
+        let mut d = lock(&self.sender.shared);
+        if d.core().has_stream(self.sender.id) {
+            let _ = d.command(Command::CloseStream(self.sender.id));
+        }
+    }
+}
+
+impl StreamSender {
+    /// The stream id.
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// Multicasts values to every back-end of the stream.
@@ -227,81 +375,6 @@ impl Stream {
 
     async fn send_frame(&self, frame: Frame) -> Result<(), ApiError> {
         send_with_credit(&self.shared, frame).await
-    }
-
-    fn poll_packet(&mut self, cx: Option<&std::task::Context<'_>>) -> Poll<Result<Packet, ApiError>> {
-        if self.ended {
-            return Poll::Ready(Err(ApiError::StreamClosed(self.id)));
-        }
-        let mut d = lock(&self.shared);
-        match d.deliver(Some(self.id)) {
-            Some(Delivery::Packet(f)) => return Poll::Ready(Ok(Packet::from_frame(f))),
-            Some(Delivery::NoAnswer(id)) => return Poll::Ready(Err(ApiError::NoAnswer(id))),
-            Some(Delivery::StreamClosed(_)) => {
-                self.ended = true;
-                return Poll::Ready(Err(match d.tool().refused.get(&self.id) {
-                    Some(reason) => ApiError::StreamRefused { stream: self.id, reason: reason.clone() },
-                    None => ApiError::StreamClosed(self.id),
-                }));
-            }
-            None => {}
-        }
-        if let Some(reason) = &d.tool().over {
-            return Poll::Ready(Err(ApiError::Closed(reason.clone())));
-        }
-        if !d.core().has_stream(self.id) {
-            self.ended = true;
-            return Poll::Ready(Err(ApiError::StreamClosed(self.id)));
-        }
-        if let Some(cx) = cx {
-            d.tool().wait_readable(self.id, cx);
-        }
-        Poll::Pending
-    }
-
-    /// Waits for the next packet (a reduction result, or a back-end's packet with the null filter).
-    ///
-    /// # Errors
-    /// [`ApiError::StreamClosed`] once every member is lost and nothing is left,
-    /// [`ApiError::StreamRefused`] when a node could not make its filters,
-    /// [`ApiError::NoAnswer`] for a request no rank answered (the stream goes on).
-    ///
-    /// Cancel safety: cancel safe.
-    pub async fn recv(&mut self) -> Result<Packet, ApiError> {
-        std::future::poll_fn(|cx| self.poll_packet(Some(cx))).await
-    }
-
-    /// [`Stream::recv`] with a time limit.
-    ///
-    /// # Errors
-    /// [`ApiError::Timeout`] or [`ApiError::StreamClosed`].
-    ///
-    /// Cancel safety: cancel safe.
-    pub async fn recv_timeout(&mut self, limit: Duration) -> Result<Packet, ApiError> {
-        tokio::time::timeout(limit, self.recv()).await.map_err(|_| ApiError::Timeout(limit))?
-    }
-
-    /// Returns a packet if one is queued.
-    pub fn try_recv(&mut self) -> Option<Packet> {
-        match self.poll_packet(None) {
-            Poll::Ready(Ok(p)) => Some(p),
-            _ => None,
-        }
-    }
-
-    /// Closes the stream in the whole tree (after what was sent on it).
-    ///
-    /// Cancel safety: cancel safe.
-    pub async fn close(mut self) {
-        self.close_now();
-    }
-
-    fn close_now(&mut self) {
-        self.ended = true;
-        let mut d = lock(&self.shared);
-        if d.core().has_stream(self.id) {
-            let _ = d.command(Command::CloseStream(self.id));
-        }
     }
 }
 

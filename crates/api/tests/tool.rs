@@ -261,7 +261,7 @@ fn a_missing_binary_says_what_to_do() -> Outcome {
 /// gets a filter error naming the rank (not a hang, not only a lost rank).
 fn wrong_type() -> Outcome {
     runtime()?.block_on(async {
-        let mut net = tool_network("balanced:2x2").launch().await?;
+        let net = tool_network("balanced:2x2").launch().await?;
         let mut s = sum_stream(&net).await?;
         s.send(TAG_WRONG_TYPE, "", &[]).await?;
         let event = tokio::time::timeout(LIMIT, net.next_event()).await?;
@@ -314,7 +314,7 @@ fn classes_and_arrays() -> Outcome {
 /// lost with its exit status and what it wrote to stderr, under a readable name.
 fn a_lost_rank_says_how() -> Outcome {
     runtime()?.block_on(async {
-        let mut net = tool_network("balanced:2x2").launch().await?;
+        let net = tool_network("balanced:2x2").launch().await?;
         let mut s = sum_stream(&net).await?;
         s.send(TAG_FAIL, "", &[]).await?;
         let sum = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
