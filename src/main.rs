@@ -91,10 +91,14 @@ fn chain(e: &anyhow::Error) -> String {
 /// Every subcommand ends quietly with status 0 when its reader went away (`treecast
 /// bcast --json | head -c 400`), as `run` does by returning the write error.
 ///
-/// `print!` and `println!` panic on a closed pipe (Rust ignores SIGPIPE), and release
-/// builds abort on a panic, so the exit happens in the panic hook, whichever thread
-/// printed: children die with this process (their die-with-parent signal), as they
-/// would after any other exit. Every other panic goes to the hook as before.
+/// `print!` and `println!` panic on a closed pipe (Rust ignores SIGPIPE), so the exit
+/// happens in the panic hook, whichever thread printed: children die with this
+/// process (their die-with-parent signal), as they would after any other exit.
+///
+/// Every other panic is a bug: the hook reports it as before and, in a release build,
+/// ends the process, so that its parent reports it lost at once; unwinding would kill
+/// one task and leave a half-working node that can hang its tree. (Test builds unwind,
+/// so that `bench chaos --sim` can catch and count a run's panic.)
 fn quiet_on_closed_output() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -102,6 +106,9 @@ fn quiet_on_closed_output() {
             std::process::exit(0);
         }
         previous(info);
+        if !cfg!(debug_assertions) {
+            std::process::abort();
+        }
     }));
 }
 

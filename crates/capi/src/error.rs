@@ -1,0 +1,193 @@
+//! Result codes, the per-thread message of the last error, and the guard every entry
+//! point runs its body in, so that no Rust panic crosses into C.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use treecast_api::ApiError;
+
+/// What a call did: `TC_OK`, or the kind of failure; `tc_last_error()` on the same
+/// thread says what failed, where, and what to do.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum tc_result {
+    /// The call did what it says; its out-parameters are written.
+    TC_OK = 0,
+    /// A pointer argument that must not be NULL was NULL.
+    TC_ERR_NULL = 1,
+    /// An argument is malformed: not UTF-8, a bad rank set, topology or option value.
+    TC_ERR_INVALID = 2,
+    /// A format string is malformed, or values do not match it.
+    TC_ERR_FORMAT = 3,
+    /// The call's time limit passed first.
+    TC_ERR_TIMEOUT = 4,
+    /// Nothing is ready now (a call with a time limit of 0).
+    TC_ERR_AGAIN = 5,
+    /// The network, the stream or the link is gone.
+    TC_ERR_CLOSED = 6,
+    /// The tree could not start.
+    TC_ERR_LAUNCH = 7,
+    /// A back-end that was not started by treecast: its environment lacks a variable.
+    TC_ERR_NOT_LAUNCHED = 8,
+    /// No rank answered a request (the stream goes on).
+    TC_ERR_NO_ANSWER = 9,
+    /// A node refused: a stream whose filter it could not make, a command.
+    TC_ERR_REFUSED = 10,
+    /// A plug-in filter could not be read or loaded.
+    TC_ERR_PLUGIN = 11,
+    /// An index or a value out of range (a packet's value, a rank).
+    TC_ERR_RANGE = 12,
+    /// A bug inside treecast was caught before it reached the caller; please report it.
+    TC_ERR_PANIC = 13,
+    /// Any other failure; the message says which.
+    TC_ERR_OTHER = 14,
+}
+
+/// A failure on its way to C: the code the call returns and the thread's message.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: tc_result,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: tc_result, message: impl Into<String>) -> Failure {
+        Failure { code, message: message.into() }
+    }
+}
+
+impl From<ApiError> for Failure {
+    fn from(e: ApiError) -> Failure {
+        let code = match &e {
+            ApiError::Format(_) | ApiError::WrongFormat { .. } | ApiError::Decode(_) => {
+                tc_result::TC_ERR_FORMAT
+            }
+            ApiError::Timeout(_) | ApiError::ClockTimeout { .. } => tc_result::TC_ERR_TIMEOUT,
+            ApiError::Closed(_) | ApiError::StreamClosed(_) => tc_result::TC_ERR_CLOSED,
+            ApiError::Startup(_) | ApiError::NoBinary(_) | ApiError::NoBackends => tc_result::TC_ERR_LAUNCH,
+            ApiError::NotLaunched { .. } | ApiError::BadEnv { .. } | ApiError::NoAttachFile { .. } => {
+                tc_result::TC_ERR_NOT_LAUNCHED
+            }
+            ApiError::NoAnswer(_) => tc_result::TC_ERR_NO_ANSWER,
+            ApiError::StreamRefused { .. } | ApiError::Refused(_) | ApiError::StreamFilter { .. } => {
+                tc_result::TC_ERR_REFUSED
+            }
+            ApiError::Plugin(_) => tc_result::TC_ERR_PLUGIN,
+            ApiError::NoSuchRanks { .. } | ApiError::UnknownStream(_) => tc_result::TC_ERR_RANGE,
+            ApiError::Topology(_) | ApiError::FilterName { .. } | ApiError::EmptyWindow { .. } => {
+                tc_result::TC_ERR_INVALID
+            }
+            _ => tc_result::TC_ERR_OTHER,
+        };
+        Failure { code, message: e.to_string() }
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: &str) {
+    // A message cannot hold NUL for C: cut there rather than lose it all.
+    let text = message.split('\0').next().unwrap_or_default();
+    let text = CString::new(text).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+}
+
+/// Runs `body` for the entry point `what`: its error becomes the returned code and
+/// the thread's message, and a panic becomes `TC_ERR_PANIC` instead of unwinding into C.
+pub(crate) fn guard(what: &str, body: impl FnOnce() -> Result<(), Failure>) -> tc_result {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => tc_result::TC_OK,
+        Ok(Err(f)) => {
+            set_last_error(&format!("{what}: {}", f.message));
+            f.code
+        }
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_owned());
+            set_last_error(&format!(
+                "{what}: internal error (a bug in treecast; please report it with this message): {detail}"
+            ));
+            tc_result::TC_ERR_PANIC
+        }
+    }
+}
+
+/// Runs a body that cannot fail but must not unwind into C (a destructor, a getter);
+/// a panic is swallowed and `fallback` returned.
+pub(crate) fn quiet<R>(fallback: R, body: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+/// The message of the last failed call on this thread ("" when none failed yet): what
+/// failed, where, and what to do. The pointer stays valid until the next call on this
+/// thread fails; copy the text to keep it.
+#[no_mangle]
+pub extern "C" fn tc_last_error() -> *const c_char {
+    quiet(std::ptr::null(), || LAST_ERROR.with(|e| e.borrow().as_ptr()))
+}
+
+/// A static name for a result code, e.g. `"TC_ERR_TIMEOUT"`, for logs.
+#[no_mangle]
+pub extern "C" fn tc_result_name(result: tc_result) -> *const c_char {
+    let name: &'static [u8] = match result {
+        tc_result::TC_OK => b"TC_OK\0",
+        tc_result::TC_ERR_NULL => b"TC_ERR_NULL\0",
+        tc_result::TC_ERR_INVALID => b"TC_ERR_INVALID\0",
+        tc_result::TC_ERR_FORMAT => b"TC_ERR_FORMAT\0",
+        tc_result::TC_ERR_TIMEOUT => b"TC_ERR_TIMEOUT\0",
+        tc_result::TC_ERR_AGAIN => b"TC_ERR_AGAIN\0",
+        tc_result::TC_ERR_CLOSED => b"TC_ERR_CLOSED\0",
+        tc_result::TC_ERR_LAUNCH => b"TC_ERR_LAUNCH\0",
+        tc_result::TC_ERR_NOT_LAUNCHED => b"TC_ERR_NOT_LAUNCHED\0",
+        tc_result::TC_ERR_NO_ANSWER => b"TC_ERR_NO_ANSWER\0",
+        tc_result::TC_ERR_REFUSED => b"TC_ERR_REFUSED\0",
+        tc_result::TC_ERR_PLUGIN => b"TC_ERR_PLUGIN\0",
+        tc_result::TC_ERR_RANGE => b"TC_ERR_RANGE\0",
+        tc_result::TC_ERR_PANIC => b"TC_ERR_PANIC\0",
+        tc_result::TC_ERR_OTHER => b"TC_ERR_OTHER\0",
+    };
+    name.as_ptr().cast()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last() -> String {
+        let p = tc_last_error();
+        // SAFETY: tc_last_error returns this thread's NUL-terminated message.
+        unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_failure_sets_the_code_and_the_thread_message() {
+        let r = guard("tc_test", || Err(Failure::new(tc_result::TC_ERR_RANGE, "value 3 of 2")));
+        assert_eq!(r, tc_result::TC_ERR_RANGE);
+        assert_eq!(last(), "tc_test: value 3 of 2");
+        let other = std::thread::spawn(last).join().ok();
+        assert_eq!(other.as_deref(), Some(""), "the message is per thread");
+    }
+
+    /// What the test panics with; the hook below keeps it out of the test output.
+    const TEST_PANIC: &str = "a panic on purpose";
+
+    #[test]
+    fn a_panic_becomes_a_code_not_an_unwind() {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<&str>() != Some(&TEST_PANIC) {
+                default(info);
+            }
+        }));
+        let r = guard("tc_test", || panic!("{}", TEST_PANIC));
+        assert_eq!(r, tc_result::TC_ERR_PANIC);
+        assert!(last().contains(TEST_PANIC), "{}", last());
+    }
+}

@@ -1,0 +1,131 @@
+//! What every entry point needs: the runtime blocking calls run on, and checked
+//! conversions of C arguments (pointers, strings, time limits, out-parameters).
+
+use std::ffi::{c_char, CStr};
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::error::{tc_result, Failure};
+
+/// A time limit meaning "wait as long as it takes"; every other value is milliseconds,
+/// and 0 means "do not wait".
+pub const TC_FOREVER: u64 = u64::MAX;
+
+/// The runtime every handle's tasks and every blocking call run on: two worker
+/// threads, made at the first call that needs it.
+pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime, Failure> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("treecast")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Failure::new(tc_result::TC_ERR_OTHER, format!("cannot start treecast's threads: {e}")))
+}
+
+/// Runs `fut` to its end on the runtime, from a thread of the caller's.
+pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output, Failure> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Failure::new(
+            tc_result::TC_ERR_INVALID,
+            "a blocking treecast call was made from one of treecast's own threads (a callback); \
+             call it from a thread of the tool's",
+        ));
+    }
+    Ok(runtime()?.block_on(fut))
+}
+
+/// Runs `fut` with the time limit `ms` (see [`TC_FOREVER`]); `Ok(None)` when it ran out.
+pub(crate) fn block_on_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, Failure> {
+    if ms == TC_FOREVER {
+        return block_on(fut).map(Some);
+    }
+    block_on(async move { tokio::time::timeout(Duration::from_millis(ms), fut).await.ok() })
+}
+
+/// The failure of a call whose time limit of `ms` ran out: `TC_ERR_AGAIN` for 0.
+pub(crate) fn ran_out(ms: u64, what: &str) -> Failure {
+    match ms {
+        0 => Failure::new(tc_result::TC_ERR_AGAIN, format!("no {what} is ready now")),
+        _ => Failure::new(tc_result::TC_ERR_TIMEOUT, format!("no {what} came within {ms} ms")),
+    }
+}
+
+/// The failure for a NULL argument `name`.
+pub(crate) fn null(name: &str) -> Failure {
+    Failure::new(tc_result::TC_ERR_NULL, format!("{name} is NULL"))
+}
+
+/// Borrows the object behind a handle argument.
+///
+/// # Safety
+/// `p` is NULL or points to a live `T` the library made.
+pub(crate) unsafe fn arg<'a, T>(p: *const T, name: &str) -> Result<&'a T, Failure> {
+    // SAFETY: the caller promises `p` is NULL or a live handle.
+    unsafe { p.as_ref() }.ok_or_else(|| null(name))
+}
+
+/// A C string argument as UTF-8.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string.
+pub(crate) unsafe fn text<'a>(p: *const c_char, name: &str) -> Result<&'a str, Failure> {
+    if p.is_null() {
+        return Err(null(name));
+    }
+    // SAFETY: not NULL, and the caller promises it is NUL-terminated.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map_err(|e| Failure::new(tc_result::TC_ERR_INVALID, format!("{name} is not UTF-8: {e}")))
+}
+
+/// An optional C string argument: `None` for NULL.
+///
+/// # Safety
+/// As [`text`].
+pub(crate) unsafe fn opt_text<'a>(p: *const c_char, name: &str) -> Result<Option<&'a str>, Failure> {
+    match p.is_null() {
+        true => Ok(None),
+        // SAFETY: as the caller promised.
+        false => unsafe { text(p, name) }.map(Some),
+    }
+}
+
+/// Checks that an out-parameter can be written, before the call does anything.
+pub(crate) fn out_ok<T>(p: *mut T, name: &str) -> Result<(), Failure> {
+    match p.is_null() {
+        true => Err(null(name)),
+        false => Ok(()),
+    }
+}
+
+/// Writes an out-parameter (checked with [`out_ok`]); only on success.
+///
+/// # Safety
+/// `p` is a valid, aligned pointer to a `T`.
+pub(crate) unsafe fn put<T>(p: *mut T, value: T) {
+    // SAFETY: as the caller promised (checked not NULL by `out_ok`).
+    unsafe { p.write(value) };
+}
+
+/// Hands a new object to C as an owned handle.
+pub(crate) fn handle<T>(value: T) -> *mut T {
+    Box::into_raw(Box::new(value))
+}
+
+/// Takes back a handle made by [`handle`]; NULL is ignored.
+///
+/// # Safety
+/// `p` is NULL or a handle from [`handle`] not freed yet, and no other thread uses it.
+pub(crate) unsafe fn take<T>(p: *mut T) -> Option<Box<T>> {
+    match p.is_null() {
+        true => None,
+        // SAFETY: as the caller promised.
+        false => Some(unsafe { Box::from_raw(p) }),
+    }
+}

@@ -1,0 +1,676 @@
+//! The front-end: options, launching a tree, communicators and events.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, CString};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use treecast_api::{
+    Communicator, Event, Network, NetworkBuilder, RankSet, SrunOptions, SshOptions, Topology,
+};
+
+use crate::error::{guard, quiet, tc_result, Failure};
+use crate::ffi::{arg, block_on, block_on_for, handle, out_ok, put, ran_out, take, text, TC_FOREVER};
+
+/// How a tree is to be launched: made by `tc_network_options_new`, set by the
+/// `tc_network_options_set_*` calls, read by `tc_network_launch`, freed by
+/// `tc_network_options_free`. Not for use from several threads at once.
+#[allow(non_camel_case_types)]
+#[derive(Default)]
+pub struct tc_network_options {
+    topology: Option<Topology>,
+    backend: Vec<String>,
+    treecast_path: Option<PathBuf>,
+    dead_after: Option<Option<Duration>>,
+    rejoin: Option<Option<Duration>>,
+    attach: Option<(PathBuf, Duration)>,
+    startup_timeout: Option<Duration>,
+    env: Vec<(String, String)>,
+    plugins: Vec<PathBuf>,
+    launcher: Launcher,
+}
+
+#[derive(Default)]
+enum Launcher {
+    #[default]
+    Local,
+    Ssh,
+    Slurm,
+}
+
+/// A running tree, seen from its front-end. Every call taking it may be made from
+/// several threads at once; `tc_network_free` (which shuts the tree down) must be the
+/// last, after every stream and communicator made from it is freed.
+#[allow(non_camel_case_types)]
+pub struct tc_network {
+    pub(crate) net: Network,
+    /// Versions of the plug-in filters loaded, by name, for streams that name them.
+    pub(crate) plugins: Mutex<HashMap<String, u16>>,
+}
+
+/// A set of back-end ranks streams are made over; immutable, usable from any thread.
+#[allow(non_camel_case_types)]
+pub struct tc_communicator {
+    pub(crate) comm: Communicator,
+}
+
+/// Something that happened in the tree besides data (a lost rank, a rejoin, a filter
+/// error); read with the `tc_event_*` getters, freed with `tc_event_free`.
+#[allow(non_camel_case_types)]
+pub struct tc_event {
+    event: Event,
+    ranks: CString,
+    text: CString,
+}
+
+/// No event (what `tc_event_kind` returns for NULL).
+pub const TC_EVENT_NONE: u32 = 0;
+/// Back-ends can no longer be reached; waves complete without them.
+pub const TC_EVENT_RANKS_LOST: u32 = 1;
+/// A comm node was lost; the ranks below it are awaited back.
+pub const TC_EVENT_NODE_LOST: u32 = 2;
+/// Ranks orphaned by a lost comm node rejoined the tree.
+pub const TC_EVENT_RANKS_REJOINED: u32 = 3;
+/// Back-ends joined while the tree runs (spawned).
+pub const TC_EVENT_RANKS_JOINED: u32 = 4;
+/// Back-ends left on purpose.
+pub const TC_EVENT_RANKS_LEFT: u32 = 5;
+/// A filter refused a packet (`tc_event_stream` and `tc_event_rank` say where).
+pub const TC_EVENT_FILTER_ERROR: u32 = 6;
+/// A node could not make a stream's filters; the stream is closed.
+pub const TC_EVENT_STREAM_REFUSED: u32 = 7;
+/// A message between back-ends found no way to its destination.
+pub const TC_EVENT_MESSAGE_UNDELIVERABLE: u32 = 8;
+/// The link to another network closed.
+pub const TC_EVENT_NETWORK_CLOSED: u32 = 9;
+/// An event of a kind this version of the header does not name.
+pub const TC_EVENT_OTHER: u32 = 255;
+
+fn ms(ms: u64) -> Option<Duration> {
+    (ms != TC_FOREVER).then(|| Duration::from_millis(ms))
+}
+
+/// Runs `set` on the options behind `options`.
+///
+/// # Safety
+/// `options` is NULL or live options used by no other thread.
+unsafe fn with_options(
+    what: &str,
+    options: *mut tc_network_options,
+    set: impl FnOnce(&mut tc_network_options) -> Result<(), Failure>,
+) -> tc_result {
+    guard(what, || {
+        // SAFETY: as the caller promised.
+        let o = unsafe { options.as_mut() }.ok_or_else(|| crate::ffi::null("options"))?;
+        set(o)
+    })
+}
+
+/// New launch options: no topology yet, the generic back-end, local processes.
+#[no_mangle]
+pub extern "C" fn tc_network_options_new() -> *mut tc_network_options {
+    quiet(std::ptr::null_mut(), || handle(tc_network_options::default()))
+}
+
+/// Frees launch options; NULL is ignored.
+///
+/// # Safety
+/// `options` is NULL or options not freed yet, used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_free(options: *mut tc_network_options) {
+    // SAFETY: as the caller promised.
+    quiet((), || drop(unsafe { take(options) }));
+}
+
+/// The tree's shape from a generator, e.g. `"balanced:4x4"`, `"flat"` or `"kary:8"`
+/// with `backends` back-ends (0: what the shape implies).
+///
+/// # Safety
+/// `options` is NULL or live options; `spec` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_topology(
+    options: *mut tc_network_options,
+    spec: *const c_char,
+    backends: u32,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_topology", options, |o| {
+            let spec = text(spec, "spec")?;
+            let n = (backends > 0).then_some(backends as usize);
+            o.topology = Some(Topology::from_spec(spec, n).map_err(treecast_api::ApiError::from)?);
+            Ok(())
+        })
+    }
+}
+
+/// The tree's shape from a topology file in MRNet's format; a bad file is refused
+/// with the line and column of what is wrong.
+///
+/// # Safety
+/// `options` is NULL or live options; `path` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_topology_file(
+    options: *mut tc_network_options,
+    path: *const c_char,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_topology_file", options, |o| {
+            let path = text(path, "path")?;
+            let body = std::fs::read_to_string(path).map_err(|e| {
+                Failure::new(tc_result::TC_ERR_INVALID, format!("cannot read the topology file {path}: {e}"))
+            })?;
+            let topology = Topology::parse(&body).map_err(|e| {
+                Failure::new(tc_result::TC_ERR_INVALID, format!("the topology file {path}: {e}"))
+            })?;
+            o.topology = Some(topology);
+            Ok(())
+        })
+    }
+}
+
+/// The command every back-end runs, `argv[0..argc]` (default: treecast's generic back-end).
+///
+/// # Safety
+/// `options` is NULL or live options; `argv` points to `argc` NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_backend(
+    options: *mut tc_network_options,
+    argv: *const *const c_char,
+    argc: usize,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_backend", options, |o| {
+            if argc == 0 {
+                return Err(Failure::new(tc_result::TC_ERR_INVALID, "argc is 0: a command needs a program"));
+            }
+            if argv.is_null() {
+                return Err(crate::ffi::null("argv"));
+            }
+            let args = std::slice::from_raw_parts(argv, argc);
+            let mut command = Vec::with_capacity(argc);
+            for (i, a) in args.iter().enumerate() {
+                command.push(text(*a, &format!("argv[{i}]"))?.to_owned());
+            }
+            o.backend = command;
+            Ok(())
+        })
+    }
+}
+
+/// The `treecast` program comm nodes run (default: `TREECAST_PATH`, then beside
+/// this program, then on `PATH`).
+///
+/// # Safety
+/// `options` is NULL or live options; `path` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_treecast_path(
+    options: *mut tc_network_options,
+    path: *const c_char,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_treecast_path", options, |o| {
+            o.treecast_path = Some(text(path, "path")?.into());
+            Ok(())
+        })
+    }
+}
+
+/// How processes start: `"local"` (default), `"ssh"` or `"slurm"` (their default options).
+///
+/// # Safety
+/// `options` is NULL or live options; `name` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_launcher(
+    options: *mut tc_network_options,
+    name: *const c_char,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_launcher", options, |o| {
+            o.launcher = match text(name, "name")? {
+                "local" => Launcher::Local,
+                "ssh" => Launcher::Ssh,
+                "slurm" => Launcher::Slurm,
+                other => {
+                    return Err(Failure::new(
+                        tc_result::TC_ERR_INVALID,
+                        format!("no launcher {other:?}: use \"local\", \"ssh\" or \"slurm\""),
+                    ))
+                }
+            };
+            Ok(())
+        })
+    }
+}
+
+/// Cuts off a node silent for `ms` milliseconds (`TC_FOREVER`: never; default 30 s).
+///
+/// # Safety
+/// `options` is NULL or live options.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_dead_after(
+    options: *mut tc_network_options,
+    ms: u64,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_dead_after", options, |o| {
+            o.dead_after = Some(self::ms(ms));
+            Ok(())
+        })
+    }
+}
+
+/// How long the orphans of a lost comm node may take to rejoin, in milliseconds
+/// (`TC_FOREVER`: recovery off).
+///
+/// # Safety
+/// `options` is NULL or live options.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_rejoin(
+    options: *mut tc_network_options,
+    ms: u64,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_rejoin", options, |o| {
+            o.rejoin = Some(self::ms(ms));
+            Ok(())
+        })
+    }
+}
+
+/// Attach mode: launch the comm nodes only, write the attach file at `path`, and
+/// wait up to `ms` milliseconds for back-ends started by someone else to connect.
+///
+/// # Safety
+/// `options` is NULL or live options; `path` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_attach(
+    options: *mut tc_network_options,
+    path: *const c_char,
+    ms: u64,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_attach", options, |o| {
+            let limit = self::ms(ms).unwrap_or(Duration::from_secs(365 * 24 * 3600));
+            o.attach = Some((text(path, "path")?.into(), limit));
+            Ok(())
+        })
+    }
+}
+
+/// How long each level of the tree may take to start, in milliseconds (default 30 s).
+///
+/// # Safety
+/// `options` is NULL or live options.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_startup_timeout(
+    options: *mut tc_network_options,
+    ms: u64,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_startup_timeout", options, |o| {
+            o.startup_timeout = self::ms(ms);
+            Ok(())
+        })
+    }
+}
+
+/// An environment variable every process of the tree gets.
+///
+/// # Safety
+/// `options` is NULL or live options; `name` and `value` are NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_env(
+    options: *mut tc_network_options,
+    name: *const c_char,
+    value: *const c_char,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_env", options, |o| {
+            o.env.push((text(name, "name")?.to_owned(), text(value, "value")?.to_owned()));
+            Ok(())
+        })
+    }
+}
+
+/// A plug-in filter (a shared object, see docs/filter-abi.md) every node loads by
+/// path at start-up (for shared file systems; `tc_network_load_filter` ships it instead).
+///
+/// # Safety
+/// `options` is NULL or live options; `path` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_add_plugin(
+    options: *mut tc_network_options,
+    path: *const c_char,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_add_plugin", options, |o| {
+            o.plugins.push(text(path, "path")?.into());
+            Ok(())
+        })
+    }
+}
+
+fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
+    let topology = o.topology.clone().ok_or_else(|| {
+        Failure::new(
+            tc_result::TC_ERR_INVALID,
+            "no topology: call tc_network_options_set_topology or tc_network_options_set_topology_file first",
+        )
+    })?;
+    let mut b = NetworkBuilder::new(topology);
+    if !o.backend.is_empty() {
+        b = b.backend_command(o.backend.iter().cloned());
+    }
+    if let Some(path) = &o.treecast_path {
+        b = b.treecast_path(path);
+    }
+    if let Some(limit) = o.dead_after {
+        b = b.dead_after(limit);
+    }
+    if let Some(limit) = o.rejoin {
+        b = b.rejoin_within(limit);
+    }
+    if let Some((path, limit)) = &o.attach {
+        b = b.attach(path, *limit);
+    }
+    if let Some(limit) = o.startup_timeout {
+        b = b.startup_timeout(limit);
+    }
+    for (name, value) in &o.env {
+        b = b.env(name, value);
+    }
+    for path in &o.plugins {
+        b = b.plugin(path);
+    }
+    Ok(match o.launcher {
+        Launcher::Local => b,
+        Launcher::Ssh => b.ssh(SshOptions::default()),
+        Launcher::Slurm => {
+            // Slurm clusters share their file systems: the nodes run the same program.
+            let remote_path =
+                o.treecast_path.as_ref().map_or_else(|| "treecast".to_owned(), |p| p.display().to_string());
+            b.slurm(SrunOptions { program: "srun".into(), args: Vec::new(), remote_path })
+        }
+    })
+}
+
+/// Launches a tree as `options` say and waits until every back-end reported (or the
+/// start-up time limit passed); writes the new network to `out`.
+///
+/// # Safety
+/// `options` is NULL or live options; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_launch(
+    options: *const tc_network_options,
+    out: *mut *mut tc_network,
+) -> tc_result {
+    guard("tc_network_launch", || {
+        // SAFETY: as the caller promised.
+        let o = unsafe { arg(options, "options") }?;
+        out_ok(out, "out")?;
+        let b = builder(o)?;
+        let net = block_on(b.launch())??;
+        let n = handle(tc_network { net, plugins: Mutex::new(HashMap::new()) });
+        // SAFETY: checked not NULL.
+        unsafe { put(out, n) };
+        Ok(())
+    })
+}
+
+/// Shuts the tree down (every node exits, at most 5 s) and frees the network; NULL
+/// is ignored. Free its streams and communicators first.
+///
+/// # Safety
+/// `net` is NULL or a network not freed yet, used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_free(net: *mut tc_network) {
+    quiet((), || {
+        // SAFETY: as the caller promised.
+        if let Some(n) = unsafe { take(net) } {
+            // Without a runtime the tree still goes: dropping the network kills it.
+            let _ = block_on(n.net.shutdown());
+        }
+    });
+}
+
+/// The number of back-end ranks given out (0 for NULL).
+///
+/// # Safety
+/// `net` is NULL or a live network.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_backends(net: *const tc_network) -> u32 {
+    // SAFETY: as the caller promised.
+    quiet(0, || unsafe { net.as_ref() }.map_or(0, |n| n.net.backends()))
+}
+
+/// The number of comm nodes, the front-end not counted (0 for NULL).
+///
+/// # Safety
+/// `net` is NULL or a live network.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_commnodes(net: *const tc_network) -> u32 {
+    // SAFETY: as the caller promised.
+    quiet(0, || unsafe { net.as_ref() }.map_or(0, |n| n.net.commnodes()))
+}
+
+/// Loads the plug-in filter at `path` here and ships its bytes down the tree (no
+/// shared file system needed); streams then name it by the name it exports.
+///
+/// # Safety
+/// `net` is NULL or a live network; `path` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_load_filter(net: *const tc_network, path: *const c_char) -> tc_result {
+    guard("tc_network_load_filter", || {
+        // SAFETY: as the caller promised.
+        let (n, path) = unsafe { (arg(net, "net")?, text(path, "path")?) };
+        let plugin = n.net.load_filter(path)?;
+        let mut versions = n.plugins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        versions.insert(plugin.name().to_owned(), plugin.version());
+        Ok(())
+    })
+}
+
+/// The communicator of every back-end.
+///
+/// # Safety
+/// `net` is NULL or a live network; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_broadcast_communicator(
+    net: *const tc_network,
+    out: *mut *mut tc_communicator,
+) -> tc_result {
+    guard("tc_network_broadcast_communicator", || {
+        // SAFETY: as the caller promised.
+        let n = unsafe { arg(net, "net") }?;
+        out_ok(out, "out")?;
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(tc_communicator { comm: n.net.broadcast_communicator() })) };
+        Ok(())
+    })
+}
+
+/// A communicator over the ranks `ranks` names, e.g. `"0-3,8,10-11"`.
+///
+/// # Safety
+/// `net` is NULL or a live network; `ranks` is NULL or NUL-terminated; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_communicator_new(
+    net: *const tc_network,
+    ranks: *const c_char,
+    out: *mut *mut tc_communicator,
+) -> tc_result {
+    guard("tc_communicator_new", || {
+        // SAFETY: as the caller promised.
+        let (n, text) = unsafe { (arg(net, "net")?, text(ranks, "ranks")?) };
+        out_ok(out, "out")?;
+        let set: RankSet = text
+            .parse()
+            .map_err(|e| Failure::new(tc_result::TC_ERR_INVALID, format!("the rank set {text:?}: {e}")))?;
+        let comm = n.net.communicator(set)?;
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(tc_communicator { comm })) };
+        Ok(())
+    })
+}
+
+/// The number of ranks in a communicator (0 for NULL).
+///
+/// # Safety
+/// `comm` is NULL or a live communicator.
+#[no_mangle]
+pub unsafe extern "C" fn tc_communicator_size(comm: *const tc_communicator) -> u32 {
+    // SAFETY: as the caller promised.
+    quiet(0, || unsafe { comm.as_ref() }.map_or(0, |c| c.comm.ranks().len() as u32))
+}
+
+/// Frees a communicator; NULL is ignored. Streams made over it keep working.
+///
+/// # Safety
+/// `comm` is NULL or a communicator not freed yet, used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn tc_communicator_free(comm: *mut tc_communicator) {
+    // SAFETY: as the caller promised.
+    quiet((), || drop(unsafe { take(comm) }));
+}
+
+/// Waits up to `timeout_ms` (0: do not wait; `TC_FOREVER`) for the next event;
+/// `TC_ERR_CLOSED` once the tree is over and every event was read.
+///
+/// # Safety
+/// `net` is NULL or a live network; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_next_event(
+    net: *const tc_network,
+    timeout_ms: u64,
+    out: *mut *mut tc_event,
+) -> tc_result {
+    guard("tc_network_next_event", || {
+        // SAFETY: as the caller promised.
+        let n = unsafe { arg(net, "net") }?;
+        out_ok(out, "out")?;
+        // A time limit of 0 still looks once: the future is polled before the limit.
+        let event = block_on_for(timeout_ms, n.net.next_event())?
+            .ok_or_else(|| ran_out(timeout_ms, "event"))?
+            .ok_or_else(|| {
+                Failure::new(tc_result::TC_ERR_CLOSED, "the network is over: no event will come")
+            })?;
+        let ranks = event_ranks(&event).map(|r| r.to_string()).unwrap_or_default();
+        let text = event.to_string();
+        let e = tc_event {
+            event,
+            ranks: CString::new(ranks).unwrap_or_default(),
+            text: CString::new(text.replace('\0', " ")).unwrap_or_default(),
+        };
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(e)) };
+        Ok(())
+    })
+}
+
+fn event_ranks(e: &Event) -> Option<&RankSet> {
+    match e {
+        Event::RanksLost { ranks, .. }
+        | Event::NodeLost { ranks, .. }
+        | Event::RanksRejoined { ranks, .. }
+        | Event::RanksJoined { ranks }
+        | Event::RanksLeft { ranks, .. } => Some(ranks),
+        Event::MessageUndeliverable { to, .. } => Some(to),
+        _ => None,
+    }
+}
+
+/// The kind of an event, a `TC_EVENT_*` code (`TC_EVENT_NONE` for NULL).
+///
+/// # Safety
+/// `event` is NULL or a live event.
+#[no_mangle]
+pub unsafe extern "C" fn tc_event_kind(event: *const tc_event) -> u32 {
+    quiet(TC_EVENT_NONE, || {
+        // SAFETY: as the caller promised.
+        unsafe { event.as_ref() }.map_or(TC_EVENT_NONE, |e| match e.event {
+            Event::RanksLost { .. } => TC_EVENT_RANKS_LOST,
+            Event::NodeLost { .. } => TC_EVENT_NODE_LOST,
+            Event::RanksRejoined { .. } => TC_EVENT_RANKS_REJOINED,
+            Event::RanksJoined { .. } => TC_EVENT_RANKS_JOINED,
+            Event::RanksLeft { .. } => TC_EVENT_RANKS_LEFT,
+            Event::FilterError { .. } => TC_EVENT_FILTER_ERROR,
+            Event::StreamRefused { .. } => TC_EVENT_STREAM_REFUSED,
+            Event::MessageUndeliverable { .. } => TC_EVENT_MESSAGE_UNDELIVERABLE,
+            Event::NetworkClosed { .. } => TC_EVENT_NETWORK_CLOSED,
+            _ => TC_EVENT_OTHER,
+        })
+    })
+}
+
+/// The ranks an event concerns, folded like `"0-3,8"` (`""` when none; owned by the event).
+///
+/// # Safety
+/// `event` is NULL or a live event.
+#[no_mangle]
+pub unsafe extern "C" fn tc_event_ranks(event: *const tc_event) -> *const c_char {
+    // SAFETY: as the caller promised.
+    quiet(std::ptr::null(), || unsafe { event.as_ref() }.map_or(c"".as_ptr(), |e| e.ranks.as_ptr()))
+}
+
+/// The event as one line for a log, e.g. `lost rank 5: …` (owned by the event).
+///
+/// # Safety
+/// `event` is NULL or a live event.
+#[no_mangle]
+pub unsafe extern "C" fn tc_event_message(event: *const tc_event) -> *const c_char {
+    // SAFETY: as the caller promised.
+    quiet(std::ptr::null(), || unsafe { event.as_ref() }.map_or(c"".as_ptr(), |e| e.text.as_ptr()))
+}
+
+/// The stream of a filter error or refused stream (0 otherwise).
+///
+/// # Safety
+/// `event` is NULL or a live event.
+#[no_mangle]
+pub unsafe extern "C" fn tc_event_stream(event: *const tc_event) -> u32 {
+    quiet(0, || {
+        // SAFETY: as the caller promised.
+        unsafe { event.as_ref() }.map_or(0, |e| match e.event {
+            Event::FilterError { stream, .. } | Event::StreamRefused { stream, .. } => stream,
+            _ => 0,
+        })
+    })
+}
+
+/// The rank whose packet a filter refused (`UINT32_MAX` when unknown, for other
+/// events, and for NULL).
+///
+/// # Safety
+/// `event` is NULL or a live event.
+#[no_mangle]
+pub unsafe extern "C" fn tc_event_rank(event: *const tc_event) -> u32 {
+    quiet(u32::MAX, || {
+        // SAFETY: as the caller promised.
+        unsafe { event.as_ref() }.map_or(u32::MAX, |e| match e.event {
+            Event::FilterError { rank, .. } => rank,
+            _ => u32::MAX,
+        })
+    })
+}
+
+/// Frees an event; NULL is ignored.
+///
+/// # Safety
+/// `event` is NULL or an event not freed yet, used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn tc_event_free(event: *mut tc_event) {
+    // SAFETY: as the caller promised.
+    quiet((), || drop(unsafe { take(event) }));
+}

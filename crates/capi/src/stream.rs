@@ -1,0 +1,209 @@
+//! Streams at the front-end: made over a communicator with filters, sending down
+//! with format strings, receiving reductions.
+
+use std::ffi::c_char;
+
+use tokio::sync::Mutex as AsyncMutex;
+use treecast_api::{FilterSpec, Stream, StreamOptions, StreamSender, SyncMode, TransformKind};
+
+use crate::error::{guard, quiet, tc_result, Failure};
+use crate::ffi::{arg, block_on, block_on_for, handle, out_ok, put, ran_out, take, text};
+use crate::network::{tc_communicator, tc_network};
+use crate::packet::tc_packet;
+use crate::values::{from_c, tc_value};
+
+/// Waves wait for a packet from every live child (the default).
+pub const TC_SYNC_WAIT_FOR_ALL: u32 = 0;
+/// Waves wait for every child but at most the stream's time-out, in milliseconds.
+pub const TC_SYNC_TIME_OUT: u32 = 1;
+/// Every packet is a wave of its own.
+pub const TC_SYNC_DO_NOT_WAIT: u32 = 2;
+
+/// A stream: a communicator bound to filters. Sends, receives and `tc_stream_id` may
+/// run from several threads at once (receives take turns); `tc_stream_free` must be
+/// the last call.
+#[allow(non_camel_case_types)]
+pub struct tc_stream {
+    sender: StreamSender,
+    receiver: AsyncMutex<Stream>,
+}
+
+/// A filter named by `name`: a built-in (`sum`, `min`, `max`, `avg`, `concat`,
+/// `eqclass`, `null`) or a plug-in the network loaded.
+fn filter(net: &tc_network, name: &str) -> FilterSpec {
+    if let Some(kind) = TransformKind::from_name(name) {
+        return kind.spec();
+    }
+    let versions = net.plugins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    FilterSpec::new(name, versions.get(name).copied().unwrap_or(1))
+}
+
+fn sync_mode(sync: u32, timeout_ms: u32) -> Result<SyncMode, Failure> {
+    match sync {
+        TC_SYNC_WAIT_FOR_ALL => Ok(SyncMode::WaitForAll),
+        TC_SYNC_TIME_OUT => Ok(SyncMode::TimeOut(timeout_ms)),
+        TC_SYNC_DO_NOT_WAIT => Ok(SyncMode::DoNotWait),
+        other => Err(Failure::new(
+            tc_result::TC_ERR_INVALID,
+            format!(
+                "no sync mode {other}: use TC_SYNC_WAIT_FOR_ALL, TC_SYNC_TIME_OUT or TC_SYNC_DO_NOT_WAIT"
+            ),
+        )),
+    }
+}
+
+/// Makes a stream over `comm`: `up` reduces waves on the way up and `down` transforms
+/// packets on the way down (NULL: `"null"`, pass through); `sync` is a `TC_SYNC_*`
+/// mode, `sync_timeout_ms` its time-out for `TC_SYNC_TIME_OUT`.
+///
+/// # Safety
+/// `net` and `comm` are NULL or live; `up` and `down` are NULL or NUL-terminated;
+/// `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_new(
+    net: *const tc_network,
+    comm: *const tc_communicator,
+    up: *const c_char,
+    down: *const c_char,
+    sync: u32,
+    sync_timeout_ms: u32,
+    out: *mut *mut tc_stream,
+) -> tc_result {
+    guard("tc_stream_new", || {
+        // SAFETY: as the caller promised.
+        let (n, c) = unsafe { (arg(net, "net")?, arg(comm, "comm")?) };
+        // SAFETY: as the caller promised.
+        let (up, down) = unsafe { (opt(up, "up")?, opt(down, "down")?) };
+        out_ok(out, "out")?;
+        let mut options = StreamOptions::reduce(TransformKind::Null);
+        options.up = filter(n, up.unwrap_or("null"));
+        options.down = filter(n, down.unwrap_or("null"));
+        options.sync = sync_mode(sync, sync_timeout_ms)?;
+        let stream = block_on(n.net.new_stream(&c.comm, options))??;
+        let s = tc_stream { sender: stream.sender(), receiver: AsyncMutex::new(stream) };
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(s)) };
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `p` is NULL or NUL-terminated.
+unsafe fn opt<'a>(p: *const c_char, name: &str) -> Result<Option<&'a str>, Failure> {
+    // SAFETY: as the caller promised.
+    unsafe { crate::ffi::opt_text(p, name) }
+}
+
+/// The stream's id, as packets carry it (0 for NULL).
+///
+/// # Safety
+/// `stream` is NULL or a live stream.
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_id(stream: *const tc_stream) -> u32 {
+    // SAFETY: as the caller promised.
+    quiet(0, || unsafe { stream.as_ref() }.map_or(0, |s| s.sender.id()))
+}
+
+/// Multicasts `values[0..count]`, typed as `format` says (e.g. `"%d %lf %as"`), to
+/// every back-end of the stream; waits while the stream's window is full. A value of
+/// the wrong kind is refused, naming it, and nothing is sent.
+///
+/// # Safety
+/// `stream` is NULL or live; `format` is NULL or NUL-terminated; `values` points to
+/// `count` values valid as `tc_value` says.
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_send_values(
+    stream: *const tc_stream,
+    tag: i32,
+    format: *const c_char,
+    values: *const tc_value,
+    count: usize,
+) -> tc_result {
+    guard("tc_stream_send_values", || {
+        // SAFETY: as the caller promised.
+        let (s, format) = unsafe { (arg(stream, "stream")?, text(format, "format")?) };
+        // SAFETY: as the caller promised.
+        let values = unsafe { from_c(format, values, count) }?;
+        Ok(block_on(s.sender.send(tag, format, &values))??)
+    })
+}
+
+/// Sends `values[0..count]` to one back-end `rank` of the stream (point to point).
+///
+/// # Safety
+/// As [`tc_stream_send_values`].
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_send_values_to(
+    stream: *const tc_stream,
+    rank: u32,
+    tag: i32,
+    format: *const c_char,
+    values: *const tc_value,
+    count: usize,
+) -> tc_result {
+    guard("tc_stream_send_values_to", || {
+        // SAFETY: as the caller promised.
+        let (s, format) = unsafe { (arg(stream, "stream")?, text(format, "format")?) };
+        // SAFETY: as the caller promised.
+        let values = unsafe { from_c(format, values, count) }?;
+        Ok(block_on(s.sender.send_to(rank, tag, format, &values))??)
+    })
+}
+
+/// New parameters for the stream's upward filter, typed as `format` says; waves
+/// answering what is sent after this call are reduced with them.
+///
+/// # Safety
+/// As [`tc_stream_send_values`].
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_set_params_values(
+    stream: *const tc_stream,
+    format: *const c_char,
+    values: *const tc_value,
+    count: usize,
+) -> tc_result {
+    guard("tc_stream_set_params_values", || {
+        // SAFETY: as the caller promised.
+        let (s, format) = unsafe { (arg(stream, "stream")?, text(format, "format")?) };
+        // SAFETY: as the caller promised.
+        let values = unsafe { from_c(format, values, count) }?;
+        Ok(s.sender.set_params(&values)?)
+    })
+}
+
+/// Waits up to `timeout_ms` (0: do not wait; `TC_FOREVER`) for the stream's next
+/// packet: a reduction, or a back-end's packet with the null filter. `TC_ERR_CLOSED`
+/// once every member is gone; `TC_ERR_NO_ANSWER` for a request no rank answered.
+///
+/// # Safety
+/// `stream` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_recv(
+    stream: *const tc_stream,
+    timeout_ms: u64,
+    out: *mut *mut tc_packet,
+) -> tc_result {
+    guard("tc_stream_recv", || {
+        // SAFETY: as the caller promised.
+        let s = unsafe { arg(stream, "stream") }?;
+        out_ok(out, "out")?;
+        // A time limit of 0 still looks once: the future is polled before the limit.
+        let packet = block_on_for(timeout_ms, async { s.receiver.lock().await.recv().await })?
+            .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
+        let p = tc_packet::new(packet)?;
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(p)) };
+        Ok(())
+    })
+}
+
+/// Closes the stream in the whole tree (after what was sent on it) and frees it;
+/// NULL is ignored.
+///
+/// # Safety
+/// `stream` is NULL or a stream not freed yet, used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_free(stream: *mut tc_stream) {
+    // SAFETY: as the caller promised.
+    quiet((), || drop(unsafe { take(stream) }));
+}

@@ -1,0 +1,233 @@
+//! Typed values across the boundary: `tc_value` (what C hands in, one per format
+//! specifier) and the type codes C sees, which are the wire's own
+//! (`docs/wire-format.md`).
+
+use std::ffi::{c_char, c_void, CStr};
+
+use treecast_api::{Format, ScalarType, Value, ValueType};
+
+use crate::error::{tc_result, Failure};
+use crate::ffi::{out_ok, put, text};
+
+/// `%c`: a signed 8-bit integer.
+pub const TC_TYPE_CHAR: u32 = 1;
+/// `%uc`: an unsigned 8-bit integer.
+pub const TC_TYPE_UCHAR: u32 = 2;
+/// `%hd`: a signed 16-bit integer.
+pub const TC_TYPE_SHORT: u32 = 3;
+/// `%uhd`: an unsigned 16-bit integer.
+pub const TC_TYPE_USHORT: u32 = 4;
+/// `%d`: a signed 32-bit integer.
+pub const TC_TYPE_INT: u32 = 5;
+/// `%ud`: an unsigned 32-bit integer.
+pub const TC_TYPE_UINT: u32 = 6;
+/// `%ld`: a signed 64-bit integer.
+pub const TC_TYPE_LONG: u32 = 7;
+/// `%uld`: an unsigned 64-bit integer.
+pub const TC_TYPE_ULONG: u32 = 8;
+/// `%f`: a 32-bit float.
+pub const TC_TYPE_FLOAT: u32 = 9;
+/// `%lf`: a 64-bit float.
+pub const TC_TYPE_DOUBLE: u32 = 10;
+/// `%s`: a UTF-8 string.
+pub const TC_TYPE_STRING: u32 = 11;
+/// `%b`: raw bytes.
+pub const TC_TYPE_BYTES: u32 = 0x20;
+/// Added to a scalar type for an array of it: `TC_TYPE_ARRAY | TC_TYPE_INT` is `%ad`.
+pub const TC_TYPE_ARRAY: u32 = 0x40;
+/// Most values one variadic call (`tc_stream_send`, `tc_packet_unpack`) takes; the
+/// array calls take any number.
+pub const TC_MAX_VA_VALUES: usize = 64;
+
+/// One value handed to a send, of the type its format specifier names (`kind`, a
+/// `TC_TYPE_*` code): signed integers in `i`, unsigned ones in `u`, floats in `d`; a
+/// string (`%s`) as a NUL-terminated `ptr`; an array as `ptr` to `len` elements
+/// (`const char *const *` for `%as`); `%b` as `ptr` to `len` bytes.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct tc_value {
+    /// The `TC_TYPE_*` code of the value.
+    pub kind: u32,
+    /// A signed integer (`%c %hd %d %ld`).
+    pub i: i64,
+    /// An unsigned integer (`%uc %uhd %ud %uld`).
+    pub u: u64,
+    /// A float (`%f %lf`).
+    pub d: f64,
+    /// A string, an array's first element or the bytes; borrowed for the call only.
+    pub ptr: *const c_void,
+    /// Elements of an array, or bytes of `%b`.
+    pub len: usize,
+}
+
+/// The type code of `t`, as C sees it.
+pub(crate) fn code(t: ValueType) -> u32 {
+    u32::from(t.code())
+}
+
+/// The types a format string names, in order: written to `types` (room for `cap`)
+/// and their number to `count`. A variadic call uses it to read its arguments.
+///
+/// # Safety
+/// `format` is NULL or NUL-terminated; `types` points to `cap` writable `uint32_t`
+/// (or is NULL when `cap` is 0); `count` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_format_types(
+    format: *const c_char,
+    types: *mut u32,
+    cap: usize,
+    count: *mut usize,
+) -> tc_result {
+    crate::error::guard("tc_format_types", || {
+        // SAFETY: as the caller promised.
+        let fmt = parse(unsafe { text(format, "format") }?)?;
+        out_ok(count, "count")?;
+        if fmt.types.len() > cap {
+            return Err(Failure::new(
+                tc_result::TC_ERR_RANGE,
+                format!("the format names {} values, more than the {cap} there is room for", fmt.types.len()),
+            ));
+        }
+        if !fmt.types.is_empty() {
+            out_ok(types, "types")?;
+        }
+        for (i, t) in fmt.types.iter().enumerate() {
+            // SAFETY: i < cap, and the caller promised room for cap.
+            unsafe { put(types.add(i), code(*t)) };
+        }
+        // SAFETY: checked not NULL.
+        unsafe { put(count, fmt.types.len()) };
+        Ok(())
+    })
+}
+
+/// Parses a format string, as a failure C can read.
+pub(crate) fn parse(format: &str) -> Result<Format, Failure> {
+    Format::parse(format).map_err(|e| Failure::new(tc_result::TC_ERR_FORMAT, e.to_string()))
+}
+
+/// The values `values[..n]` as the format `format` names them.
+///
+/// # Safety
+/// `values` points to `n` values whose pointers are valid as [`tc_value`] says.
+pub(crate) unsafe fn from_c(format: &str, values: *const tc_value, n: usize) -> Result<Vec<Value>, Failure> {
+    let fmt = parse(format)?;
+    if fmt.types.len() != n {
+        return Err(Failure::new(
+            tc_result::TC_ERR_FORMAT,
+            format!("the format {format:?} names {} values and {n} were given", fmt.types.len()),
+        ));
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if values.is_null() {
+        return Err(crate::ffi::null("values"));
+    }
+    // SAFETY: not NULL, and the caller promised n values.
+    let given = unsafe { std::slice::from_raw_parts(values, n) };
+    let mut out = Vec::with_capacity(n);
+    for (i, (t, v)) in fmt.types.iter().zip(given).enumerate() {
+        let mismatch = |why: String| {
+            Failure::new(
+                tc_result::TC_ERR_FORMAT,
+                format!("value {} ({}) of {format:?}: {why}", i + 1, t.spec()),
+            )
+        };
+        if v.kind != code(*t) {
+            return Err(mismatch(format!("its kind is {}, the format says {}", kind_name(v.kind), t.spec())));
+        }
+        // SAFETY: as the caller promised for each value.
+        out.push(unsafe { one(*t, v) }.map_err(mismatch)?);
+    }
+    Ok(out)
+}
+
+fn kind_name(kind: u32) -> String {
+    u8::try_from(kind)
+        .ok()
+        .and_then(ValueType::from_code)
+        .map_or_else(|| format!("the unknown code {kind}"), |t| t.spec().to_owned())
+}
+
+/// Converts one C value of type `t` (its kind already checked).
+///
+/// # Safety
+/// As [`from_c`].
+unsafe fn one(t: ValueType, v: &tc_value) -> Result<Value, String> {
+    let int = |what: &str| format!("{} does not fit in {what}", v.i);
+    let uint = |what: &str| format!("{} does not fit in {what}", v.u);
+    Ok(match t {
+        ValueType::Scalar(s) => match s {
+            ScalarType::Char => Value::Char(v.i.try_into().map_err(|_| int("8 bits"))?),
+            ScalarType::UChar => Value::UChar(v.u.try_into().map_err(|_| uint("8 bits"))?),
+            ScalarType::Short => Value::Short(v.i.try_into().map_err(|_| int("16 bits"))?),
+            ScalarType::UShort => Value::UShort(v.u.try_into().map_err(|_| uint("16 bits"))?),
+            ScalarType::Int => Value::Int(v.i.try_into().map_err(|_| int("32 bits"))?),
+            ScalarType::UInt => Value::UInt(v.u.try_into().map_err(|_| uint("32 bits"))?),
+            ScalarType::Long => Value::Long(v.i),
+            ScalarType::ULong => Value::ULong(v.u),
+            ScalarType::Float => Value::Float(v.d as f32),
+            ScalarType::Double => Value::Double(v.d),
+            // SAFETY: as the caller promised.
+            ScalarType::Str => Value::Str(unsafe { c_str(v.ptr.cast()) }?),
+        },
+        // SAFETY: as the caller promised.
+        ValueType::Bytes => Value::Bytes(unsafe { slice::<u8>(v) }?.to_vec()),
+        // SAFETY: as the caller promised.
+        ValueType::Array(s) => unsafe { array(s, v) }?,
+    })
+}
+
+/// # Safety
+/// `p` is NULL or NUL-terminated.
+unsafe fn c_str(p: *const c_char) -> Result<String, String> {
+    if p.is_null() {
+        return Err("the string is NULL".into());
+    }
+    // SAFETY: as the caller promised.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map(str::to_owned).map_err(|e| format!("the string is not UTF-8: {e}"))
+}
+
+/// # Safety
+/// `v.ptr` points to `v.len` elements of `T` (or is NULL with `len` 0).
+unsafe fn slice<'a, T>(v: &tc_value) -> Result<&'a [T], String> {
+    if v.len == 0 {
+        return Ok(&[]);
+    }
+    if v.ptr.is_null() {
+        return Err(format!("NULL with {} elements", v.len));
+    }
+    // SAFETY: as the caller promised.
+    Ok(unsafe { std::slice::from_raw_parts(v.ptr.cast::<T>(), v.len) })
+}
+
+/// # Safety
+/// As [`slice`], for elements of type `s`.
+unsafe fn array(s: ScalarType, v: &tc_value) -> Result<Value, String> {
+    // SAFETY: as the caller promised, for the element type the kind names (every arm).
+    unsafe {
+        Ok(match s {
+            ScalarType::Char => Value::CharArray(slice::<i8>(v)?.to_vec()),
+            ScalarType::UChar => Value::UCharArray(slice::<u8>(v)?.to_vec()),
+            ScalarType::Short => Value::ShortArray(slice::<i16>(v)?.to_vec()),
+            ScalarType::UShort => Value::UShortArray(slice::<u16>(v)?.to_vec()),
+            ScalarType::Int => Value::IntArray(slice::<i32>(v)?.to_vec()),
+            ScalarType::UInt => Value::UIntArray(slice::<u32>(v)?.to_vec()),
+            ScalarType::Long => Value::LongArray(slice::<i64>(v)?.to_vec()),
+            ScalarType::ULong => Value::ULongArray(slice::<u64>(v)?.to_vec()),
+            ScalarType::Float => Value::FloatArray(slice::<f32>(v)?.to_vec()),
+            ScalarType::Double => Value::DoubleArray(slice::<f64>(v)?.to_vec()),
+            ScalarType::Str => {
+                let ptrs = slice::<*const c_char>(v)?;
+                let mut all = Vec::with_capacity(ptrs.len());
+                for (j, p) in ptrs.iter().enumerate() {
+                    all.push(c_str(*p).map_err(|e| format!("element {j}: {e}"))?);
+                }
+                Value::StrArray(all)
+            }
+        })
+    }
+}

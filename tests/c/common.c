@@ -1,0 +1,66 @@
+/* The roles a test program plays besides its front-end; see common.h. */
+#define _DEFAULT_SOURCE
+#include "common.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int backend(void) {
+  tc_backend *be = NULL;
+  CHECK(tc_backend_connect(&be));
+  uint32_t rank = tc_backend_rank(be);
+  for (;;) {
+    tc_packet *p = NULL;
+    tc_result r = tc_backend_recv(be, TC_FOREVER, &p);
+    if (r == TC_ERR_CLOSED) break;
+    CHECK(r);
+    uint32_t stream = tc_packet_stream(p);
+    switch (tc_packet_tag(p)) {
+    case TAG_SCALE: {
+      int32_t v = 0;
+      CHECK(tc_packet_unpack(p, "%d", &v));
+      CHECK(tc_backend_send(be, stream, TAG_SCALE, "%d", v * (int32_t)(rank + 1)));
+      break;
+    }
+    case TAG_DIE:
+      _exit(3);
+    case TAG_ECHO: {
+      int32_t n = 0;
+      const double *xs = NULL;
+      uint32_t len = 0;
+      const char *s = NULL;
+      const char *const *names = NULL;
+      uint32_t names_len = 0;
+      CHECK(tc_packet_unpack(p, "%d %alf %s %as", &n, &xs, &len, &s, &names, &names_len));
+      CHECK(tc_backend_send(be, stream, TAG_ECHO, "%d %alf %s %as", n + (int32_t)rank, xs, len, s, names,
+                            names_len));
+      break;
+    }
+    default:
+      break; /* no answer: the front-end's time limits are tested with these */
+    }
+    tc_packet_free(p);
+  }
+  CHECK(tc_backend_close(be));
+  return 0;
+}
+
+int tc_test_role(int argc, char **argv) {
+  if (tc_started_as_comm_node()) return tc_run_comm_node();
+  if (argc > 1 && strcmp(argv[1], "backend") == 0) return backend();
+  return -1;
+}
+
+tc_network_options *tc_test_options(const char *spec, uint32_t backends, const char *argv0) {
+  static char self[PATH_MAX];
+  EXPECT(realpath(argv0, self) != NULL);
+  tc_network_options *o = tc_network_options_new();
+  EXPECT(o != NULL);
+  const char *argv[] = {self, "backend"};
+  CHECK(tc_network_options_set_topology(o, spec, backends));
+  CHECK(tc_network_options_set_backend(o, argv, 2));
+  CHECK(tc_network_options_set_treecast_path(o, self));
+  return o;
+}

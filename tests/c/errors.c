@@ -1,0 +1,152 @@
+/* Every error path of the C API: each failing call returns its code, writes no
+ * out-parameter, and leaves a message on this thread only. */
+#define _DEFAULT_SOURCE
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+
+/* Expects `call` to fail with `code` and a message holding `words`. */
+#define FAILS(call, code, words)                                                        \
+  do {                                                                                  \
+    tc_result r_ = (call);                                                              \
+    if (r_ != (code) || strstr(tc_last_error(), (words)) == NULL) {                     \
+      fprintf(stderr, "%s:%d: %s gave %s (%s), expected %s with \"%s\"\n", __FILE__,     \
+              __LINE__, #call, tc_result_name(r_), tc_last_error(), #code, (words));     \
+      exit(1);                                                                          \
+    }                                                                                   \
+  } while (0)
+
+static void *other_thread(void *arg) {
+  (void)arg;
+  /* The message of the main thread's last failure is not this thread's. */
+  return (void *)(strcmp(tc_last_error(), "") == 0 ? "clean" : "dirty");
+}
+
+static void without_a_network(void) {
+  tc_network *net = (tc_network *)0x1; /* must stay as it is */
+  FAILS(tc_network_launch(NULL, &net), TC_ERR_NULL, "options is NULL");
+  EXPECT(net == (tc_network *)0x1);
+
+  tc_network_options *o = tc_network_options_new();
+  FAILS(tc_network_launch(o, &net), TC_ERR_INVALID, "tc_network_options_set_topology");
+  EXPECT(net == (tc_network *)0x1);
+  FAILS(tc_network_options_set_topology(o, "balanced:4y4", 0), TC_ERR_INVALID, "balanced:4y4");
+  FAILS(tc_network_options_set_topology(o, NULL, 0), TC_ERR_NULL, "spec is NULL");
+  FAILS(tc_network_options_set_launcher(o, "pbs"), TC_ERR_INVALID, "\"local\", \"ssh\" or \"slurm\"");
+  FAILS(tc_network_options_set_backend(o, NULL, 0), TC_ERR_INVALID, "argc is 0");
+  const char *bad_utf8[] = {"\xff\xfe"};
+  FAILS(tc_network_options_set_backend(o, bad_utf8, 1), TC_ERR_INVALID, "argv[0] is not UTF-8");
+
+  char path[] = "/tmp/tc-topology-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fputs("fe:0 => cn:0 ;\ncn:0 => be:0 be:0 ;\n", f);
+  fclose(f);
+  FAILS(tc_network_options_set_topology_file(o, path), TC_ERR_INVALID, "line 2");
+  unlink(path);
+  tc_network_options_free(o);
+
+  size_t count = 99;
+  uint32_t types[4];
+  FAILS(tc_format_types("%d %q", types, 4, &count), TC_ERR_FORMAT, "column 4");
+  EXPECT(count == 99);
+  FAILS(tc_format_types("%d %d %d %d %d", types, 4, &count), TC_ERR_RANGE, "5 values");
+  CHECK(tc_format_types("%uhd %as %b", types, 4, &count));
+  EXPECT(count == 3 && types[0] == TC_TYPE_USHORT && types[1] == (TC_TYPE_ARRAY | TC_TYPE_STRING) &&
+         types[2] == TC_TYPE_BYTES);
+
+  /* NULL handles: getters answer a neutral value, destructors do nothing. */
+  EXPECT(tc_network_backends(NULL) == 0);
+  EXPECT(tc_packet_count(NULL) == 0);
+  EXPECT(tc_packet_rank(NULL) == UINT32_MAX);
+  EXPECT(tc_event_kind(NULL) == TC_EVENT_NONE);
+  tc_network_free(NULL);
+  tc_stream_free(NULL);
+  tc_packet_free(NULL);
+  tc_event_free(NULL);
+  CHECK(tc_backend_close(NULL));
+
+  /* A back-end not started by treecast says which variable it lacks. */
+  tc_backend *be = NULL;
+  FAILS(tc_backend_connect(&be), TC_ERR_NOT_LAUNCHED, "TREECAST_");
+  EXPECT(be == NULL);
+
+  FAILS(tc_format_types("%d %q", types, 4, &count), TC_ERR_FORMAT, "%q");
+  pthread_t t;
+  void *answer = NULL;
+  EXPECT(pthread_create(&t, NULL, other_thread, NULL) == 0);
+  EXPECT(pthread_join(t, &answer) == 0);
+  EXPECT(strcmp((const char *)answer, "clean") == 0);
+}
+
+static void with_a_network(const char *argv0) {
+  tc_network_options *o = tc_test_options("flat", 2, argv0);
+  tc_network *net = NULL;
+  CHECK(tc_network_launch(o, &net));
+  tc_network_options_free(o);
+
+  tc_communicator *comm = NULL;
+  FAILS(tc_communicator_new(net, "0-99", &comm), TC_ERR_RANGE, "2-99");
+  FAILS(tc_communicator_new(net, "zero", &comm), TC_ERR_INVALID, "zero");
+  EXPECT(comm == NULL);
+  CHECK(tc_network_broadcast_communicator(net, &comm));
+  tc_stream *s = NULL;
+  FAILS(tc_stream_new(net, comm, "sum", NULL, 7, 0, &s), TC_ERR_INVALID, "no sync mode 7");
+  CHECK(tc_stream_new(net, comm, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &s));
+
+  /* A bad format string, the wrong kind of value, a value that does not fit. */
+  FAILS(tc_stream_send(s, TAG_SCALE, "%d %", 1), TC_ERR_FORMAT, "column 4");
+  tc_value v = {0};
+  v.kind = TC_TYPE_DOUBLE;
+  v.d = 1.5;
+  FAILS(tc_stream_send_values(s, TAG_SCALE, "%d", &v, 1), TC_ERR_FORMAT, "value 1 (%d)");
+  v.kind = TC_TYPE_INT;
+  v.i = (int64_t)1 << 40;
+  FAILS(tc_stream_send_values(s, TAG_SCALE, "%d", &v, 1), TC_ERR_FORMAT, "does not fit in 32 bits");
+  FAILS(tc_stream_send_values(s, TAG_SCALE, "%d %d", &v, 1), TC_ERR_FORMAT, "names 2 values and 1 were given");
+  v.kind = TC_TYPE_STRING;
+  v.ptr = NULL;
+  FAILS(tc_stream_send_values(s, TAG_SCALE, "%s", &v, 1), TC_ERR_FORMAT, "the string is NULL");
+
+  /* Time limits: 0 looks once, a limit runs out; nothing answers tag 99. */
+  tc_packet *p = NULL;
+  FAILS(tc_stream_recv(s, 0, &p), TC_ERR_AGAIN, "no packet is ready");
+  CHECK(tc_stream_send(s, 99, ""));
+  FAILS(tc_stream_recv(s, 200, &p), TC_ERR_TIMEOUT, "200 ms");
+  EXPECT(p == NULL);
+  FAILS(tc_stream_recv(s, 100, NULL), TC_ERR_NULL, "out is NULL");
+  tc_event *e = NULL;
+  FAILS(tc_network_next_event(net, 0, &e), TC_ERR_AGAIN, "no event");
+
+  /* Reading a packet as what it is not. */
+  tc_stream_free(s);
+  CHECK(tc_stream_new(net, comm, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &s));
+  CHECK(tc_stream_send(s, TAG_SCALE, "%d", 3));
+  CHECK(tc_stream_recv(s, 30000, &p));
+  double d = -1;
+  FAILS(tc_packet_unpack(p, "%lf", &d), TC_ERR_FORMAT, "%d");
+  EXPECT(d == -1);
+  FAILS(tc_packet_get_f64(p, 0, &d), TC_ERR_FORMAT, "value 0 is %d");
+  int64_t i = 0;
+  FAILS(tc_packet_get_i64(p, 1, &i), TC_ERR_RANGE, "index 1");
+  CHECK(tc_packet_get_i64(p, 0, &i));
+  EXPECT(i == 3 * (1 + 2));
+  tc_packet_free(p);
+
+  FAILS(tc_network_load_filter(net, "/nonexistent/libfilter.so"), TC_ERR_PLUGIN, "/nonexistent/libfilter.so");
+  tc_stream_free(s);
+  tc_communicator_free(comm);
+  tc_network_free(net);
+}
+
+int main(int argc, char **argv) {
+  int role = tc_test_role(argc, argv);
+  if (role >= 0) return role;
+  without_a_network();
+  with_a_network(argv[0]);
+  printf("errors: ok\n");
+  return 0;
+}
