@@ -135,6 +135,8 @@ typedef enum tc_result {
   TC_ERR_PANIC = 13,
   // Any other failure; the message says which.
   TC_ERR_OTHER = 14,
+  // The request was cancelled before it completed.
+  TC_ERR_CANCELLED = 15,
 } tc_result;
 
 // A back-end's connection to the tree. Sends and receives may run from several
@@ -162,6 +164,10 @@ typedef struct tc_network_options tc_network_options;
 // A packet received from the tree; owned by the caller, freed with `tc_packet_free`.
 // A packet may be read from several threads at once.
 typedef struct tc_packet tc_packet;
+
+// A send or receive in flight; freed with `tc_request_free` (which cancels it if it
+// has not completed). A request may be tested and waited for from several threads.
+typedef struct tc_request tc_request;
 
 // A stream: a communicator bound to filters. Sends, receives and `tc_stream_id` may
 // run from several threads at once (receives take turns); `tc_stream_free` must be
@@ -557,6 +563,109 @@ enum tc_result tc_packet_get_array(const struct tc_packet *packet,
                                    const void **data,
                                    size_t *len);
 
+// A descriptor that becomes readable when a packet (on any stream) or an event
+// arrives, and when the tree ends; it stays the network's (do not close it). When it
+// polls readable: call `tc_network_fd_clear`, then receive with a time limit of 0 on
+// every stream and `tc_network_next_event` until each says `TC_ERR_AGAIN`.
+//
+// # Safety
+// `net` is NULL or live; `fd` is NULL or writable.
+enum tc_result tc_network_fd(const struct tc_network *net, int *fd);
+
+// Makes the network's descriptor unreadable until something new arrives; call it
+// before the receives that follow a wake-up, so that nothing arriving meanwhile is missed.
+//
+// # Safety
+// `net` is NULL or live.
+enum tc_result tc_network_fd_clear(const struct tc_network *net);
+
+// A back-end's descriptor: readable when a packet arrives and when the tree ends;
+// used as `tc_network_fd` is, with `tc_backend_fd_clear` and `tc_backend_recv`.
+//
+// # Safety
+// `be` is NULL or live; `fd` is NULL or writable.
+enum tc_result tc_backend_fd(const struct tc_backend *be, int *fd);
+
+// Makes the back-end's descriptor unreadable until something new arrives.
+//
+// # Safety
+// `be` is NULL or live.
+enum tc_result tc_backend_fd_clear(const struct tc_backend *be);
+
+// Starts multicasting `values[0..count]` on `stream` (as `tc_stream_send_values`);
+// the values are copied before this returns.
+//
+// # Safety
+// As `tc_stream_send_values`; `out` is NULL or writable.
+enum tc_result tc_stream_isend_values(const struct tc_stream *stream,
+                                      int32_t tag,
+                                      const char *format,
+                                      const struct tc_value *values,
+                                      size_t count,
+                                      struct tc_request **out);
+
+// Starts receiving the stream's next packet; `tc_request_packet` takes it once the
+// request completed.
+//
+// # Safety
+// `stream` is NULL or live; `out` is NULL or writable.
+enum tc_result tc_stream_irecv(const struct tc_stream *stream, struct tc_request **out);
+
+// Whether the request completed, into `done`, without waiting. `TC_OK` also when it
+// completed with a failure: `tc_request_wait` then returns that failure.
+//
+// # Safety
+// `request` is NULL or live; `done` is NULL or writable.
+enum tc_result tc_request_test(const struct tc_request *request, bool *done);
+
+// Waits up to `timeout_ms` (0: look once; `TC_FOREVER`) for the request to complete;
+// returns its outcome: `TC_OK`, the failure of its send or receive, or
+// `TC_ERR_CANCELLED`.
+//
+// # Safety
+// `request` is NULL or live.
+enum tc_result tc_request_wait(const struct tc_request *request, uint64_t timeout_ms);
+
+// Waits up to `timeout_ms` for any of `requests[0..count]` to complete and writes
+// its index to `index`; the request's own outcome comes from `tc_request_wait` on it.
+//
+// # Safety
+// `requests` points to `count` live requests; `index` is NULL or writable.
+enum tc_result tc_request_wait_any(const struct tc_request *const *requests,
+                                   size_t count,
+                                   uint64_t timeout_ms,
+                                   size_t *index);
+
+// Waits up to `timeout_ms` for every one of `requests[0..count]` to complete; returns
+// the first failure among them, in order, or `TC_OK`.
+//
+// # Safety
+// `requests` points to `count` live requests.
+enum tc_result tc_request_wait_all(const struct tc_request *const *requests,
+                                   size_t count,
+                                   uint64_t timeout_ms);
+
+// Cancels the request if it has not completed (its wait then returns
+// `TC_ERR_CANCELLED`); a request that completed meanwhile keeps its outcome, and a
+// receive never loses a packet to a cancel.
+//
+// # Safety
+// `request` is NULL or live.
+enum tc_result tc_request_cancel(const struct tc_request *request);
+
+// Takes the packet a completed `tc_stream_irecv` received (once); `TC_ERR_AGAIN`
+// while it has not completed, its failure if it failed.
+//
+// # Safety
+// `request` is NULL or live; `out` is NULL or writable.
+enum tc_result tc_request_packet(const struct tc_request *request, struct tc_packet **out);
+
+// Frees a request, cancelling it first if it has not completed; NULL is ignored.
+//
+// # Safety
+// `request` is NULL or a request not freed yet, used by no other thread.
+void tc_request_free(struct tc_request *request);
+
 // Makes a stream over `comm`: `up` reduces waves on the way up and `down` transforms
 // packets on the way down (NULL: `"null"`, pass through); `sync` is a `TC_SYNC_*`
 // mode, `sync_timeout_ms` its time-out for `TC_SYNC_TIME_OUT`.
@@ -693,6 +802,17 @@ static inline tc_result tc_stream_send(const tc_stream *stream, int32_t tag, con
   tc_result r = tc__va_values(format, &ap, values, &count);
   va_end(ap);
   return r != TC_OK ? r : tc_stream_send_values(stream, tag, format, values, count);
+}
+
+/* Starts multicasting values typed by format; the request completes once they are sent. */
+static inline tc_result tc_stream_isend(const tc_stream *stream, int32_t tag, tc_request **out, const char *format, ...) {
+  tc_value values[TC_MAX_VA_VALUES];
+  size_t count = 0;
+  va_list ap;
+  va_start(ap, format);
+  tc_result r = tc__va_values(format, &ap, values, &count);
+  va_end(ap);
+  return r != TC_OK ? r : tc_stream_isend_values(stream, tag, format, values, count, out);
 }
 
 /* Sends values typed by format up a stream from a back-end. */

@@ -3,17 +3,32 @@
 #include "common.h"
 
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static int backend(void) {
+/* The next packet: blocking, or through the back-end's descriptor and poll(2). */
+static tc_result next_packet(tc_backend *be, int use_poll, tc_packet **p) {
+  if (!use_poll) return tc_backend_recv(be, TC_FOREVER, p);
+  int fd = -1;
+  CHECK(tc_backend_fd(be, &fd));
+  for (;;) {
+    CHECK(tc_backend_fd_clear(be));
+    tc_result r = tc_backend_recv(be, 0, p);
+    if (r != TC_ERR_AGAIN) return r;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    EXPECT(poll(&pfd, 1, 60000) == 1); /* something comes within a minute */
+  }
+}
+
+static int backend(int use_poll) {
   tc_backend *be = NULL;
   CHECK(tc_backend_connect(&be));
   uint32_t rank = tc_backend_rank(be);
   for (;;) {
     tc_packet *p = NULL;
-    tc_result r = tc_backend_recv(be, TC_FOREVER, &p);
+    tc_result r = next_packet(be, use_poll, &p);
     if (r == TC_ERR_CLOSED) break;
     CHECK(r);
     uint32_t stream = tc_packet_stream(p);
@@ -49,7 +64,8 @@ static int backend(void) {
 
 int tc_test_role(int argc, char **argv) {
   if (tc_started_as_comm_node()) return tc_run_comm_node();
-  if (argc > 1 && strcmp(argv[1], "backend") == 0) return backend();
+  if (argc > 1 && strcmp(argv[1], "backend") == 0) return backend(0);
+  if (argc > 1 && strcmp(argv[1], "backend-poll") == 0) return backend(1);
   return -1;
 }
 

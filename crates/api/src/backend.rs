@@ -49,6 +49,8 @@ pub(crate) struct BeTool {
     spawn_waiters: Vec<Waker>,
     /// The next spawn request's number.
     next_spawn: u32,
+    /// Told of every packet and of the end, for a tool's own event loop.
+    ready: Option<crate::frontend::ReadyHook>,
 }
 
 /// The front-end's answer to a spawn request: the group, or why not.
@@ -67,6 +69,7 @@ impl Tool for BeTool {
                 if let Some(w) = self.reader.take() {
                     w.wake();
                 }
+                crate::frontend::ReadyHook::call(&self.ready);
             }
             Event::Writable { stream } => {
                 self.writers.remove(&stream).into_iter().flatten().for_each(Waker::wake);
@@ -87,6 +90,7 @@ impl Tool for BeTool {
                 self.reader.take().into_iter().for_each(Waker::wake);
                 self.writers.drain().flat_map(|(_, w)| w).for_each(Waker::wake);
                 self.closers.drain(..).for_each(Waker::wake);
+                crate::frontend::ReadyHook::call(&self.ready);
             }
             other => tracing::debug!("back-end: {other:?}"),
         }
@@ -142,6 +146,15 @@ pub struct BackEndSender {
 }
 
 impl BackEndSender {
+    /// Calls `hook` whenever a packet arrives and when the network ends, so that a
+    /// tool's own event loop (`poll`, `epoll`) can wake and read with a zero time
+    /// limit. It runs on the back-end's task: it must return at once and not call into
+    /// the back-end. Replaces any hook set before.
+    pub fn on_ready(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let hook = crate::frontend::ReadyHook(std::sync::Arc::new(hook));
+        lock(&self.shared).tool().ready = Some(hook);
+    }
+
     /// Number of back-ends in the network.
     pub fn size(&self) -> u32 {
         self.size
@@ -567,6 +580,11 @@ impl BackEnd {
     /// Number of back-ends in the network.
     pub fn size(&self) -> u32 {
         self.sender.size
+    }
+
+    /// Calls `hook` whenever a packet arrives; see [`BackEndSender::on_ready`].
+    pub fn on_ready(&self, hook: impl Fn() + Send + Sync + 'static) {
+        self.sender.on_ready(hook);
     }
 
     /// A sender usable from other tasks.

@@ -17,6 +17,27 @@ use crate::{ApiError, AttachInfo, Event};
 /// Events buffered for the tool; past this, events are logged and dropped.
 const EVENT_QUEUE: usize = 65536;
 
+/// Called from the driver's task whenever something arrives for the tool (a packet,
+/// an event, the end), so that a tool's own event loop can wake; see
+/// [`crate::Network::on_ready`].
+#[derive(Clone)]
+pub(crate) struct ReadyHook(pub(crate) std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for ReadyHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadyHook")
+    }
+}
+
+impl ReadyHook {
+    /// Calls the hook, if there is one.
+    pub(crate) fn call(hook: &Option<ReadyHook>) {
+        if let Some(h) = hook {
+            (h.0)();
+        }
+    }
+}
+
 /// How the launch ended.
 #[derive(Debug)]
 pub(crate) struct Launched {
@@ -69,6 +90,8 @@ pub(crate) struct FeTool {
     spawn_waker: Option<Waker>,
     /// The numbers given to the networks linked to this one.
     pub(crate) remotes: crate::remote::RemoteNumbers,
+    /// Told of every packet, event and end, for a tool's own event loop.
+    pub(crate) ready: Option<ReadyHook>,
 }
 
 /// A back-end's request for a spawn ([`crate::BackEnd::spawn`]).
@@ -109,6 +132,7 @@ impl FeTool {
             spawn_requests: VecDeque::new(),
             spawn_waker: None,
             remotes: crate::remote::RemoteNumbers::default(),
+            ready: None,
             over: None,
             refused: HashMap::new(),
         };
@@ -122,6 +146,7 @@ impl FeTool {
         }
         self.events.push_back(e);
         self.event_wakers.drain(..).for_each(Waker::wake);
+        ReadyHook::call(&self.ready);
     }
 
     fn finish_launch(&mut self, outcome: Result<Launched, ApiError>) {
@@ -239,6 +264,7 @@ impl Tool for FeTool {
             CoreEvent::AttachPoints(points) => self.write_attach_file(points),
             CoreEvent::Readable { stream: Some(id) } => {
                 self.readers.remove(&id).into_iter().flatten().for_each(Waker::wake);
+                ReadyHook::call(&self.ready);
             }
             CoreEvent::Writable { stream } => {
                 self.writers.remove(&stream).into_iter().flatten().for_each(Waker::wake);
@@ -290,6 +316,7 @@ impl Tool for FeTool {
             CoreEvent::Shutdown { reason } => {
                 self.over = Some(reason);
                 self.wake_all();
+                ReadyHook::call(&self.ready);
             }
             other => tracing::debug!("front-end: {other:?}"),
         }

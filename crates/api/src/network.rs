@@ -388,6 +388,17 @@ impl Network {
         std::future::poll_fn(|cx| lock(&self.shared).tool().poll_event(Some(cx))).await
     }
 
+    /// Calls `hook` whenever a packet for any stream or an event arrives, and when the
+    /// network ends, so that a tool's own event loop (`poll`, `epoll`) can wake and
+    /// read with [`Stream::try_recv`](crate::Stream::try_recv) and
+    /// [`Network::try_event`]. It runs on the network's task: it must return at once
+    /// (write to a pipe or an eventfd) and not call into the network. Replaces any
+    /// hook set before.
+    pub fn on_ready(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let hook = crate::frontend::ReadyHook(std::sync::Arc::new(hook));
+        lock(&self.shared).tool().ready = Some(hook);
+    }
+
     /// Returns the next event if one is queued.
     pub fn try_event(&self) -> Option<Event> {
         match lock(&self.shared).tool().poll_event(None) {

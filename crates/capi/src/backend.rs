@@ -8,6 +8,7 @@ use treecast_api::{BackEnd, BackEndSender};
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{arg, block_on, block_on_for, handle, opt_text, out_ok, put, ran_out, take, text};
 use crate::packet::tc_packet;
+use crate::pollfd::ReadySlot;
 use crate::values::{from_c, tc_value};
 
 /// A back-end's connection to the tree. Sends and receives may run from several
@@ -18,10 +19,24 @@ pub struct tc_backend {
     sender: BackEndSender,
     rank: u32,
     receiver: AsyncMutex<Option<BackEnd>>,
+    /// The descriptor of `tc_backend_fd`, once asked for.
+    pub(crate) ready: ReadySlot,
+}
+
+impl tc_backend {
+    /// Calls `hook` whenever a packet arrives, and at the end.
+    pub(crate) fn on_ready(&self, hook: impl Fn() + Send + Sync + 'static) {
+        self.sender.on_ready(hook);
+    }
 }
 
 fn wrap(be: BackEnd) -> tc_backend {
-    tc_backend { sender: be.sender(), rank: be.rank(), receiver: AsyncMutex::new(Some(be)) }
+    tc_backend {
+        sender: be.sender(),
+        rank: be.rank(),
+        receiver: AsyncMutex::new(Some(be)),
+        ready: ReadySlot::new(),
+    }
 }
 
 /// Joins the tree as a back-end treecast launched (its environment says where).

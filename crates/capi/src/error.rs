@@ -43,10 +43,12 @@ pub enum tc_result {
     TC_ERR_PANIC = 13,
     /// Any other failure; the message says which.
     TC_ERR_OTHER = 14,
+    /// The request was cancelled before it completed.
+    TC_ERR_CANCELLED = 15,
 }
 
 /// A failure on its way to C: the code the call returns and the thread's message.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Failure {
     pub(crate) code: tc_result,
     pub(crate) message: String,
@@ -152,6 +154,7 @@ pub extern "C" fn tc_result_name(result: tc_result) -> *const c_char {
         tc_result::TC_ERR_RANGE => b"TC_ERR_RANGE\0",
         tc_result::TC_ERR_PANIC => b"TC_ERR_PANIC\0",
         tc_result::TC_ERR_OTHER => b"TC_ERR_OTHER\0",
+        tc_result::TC_ERR_CANCELLED => b"TC_ERR_CANCELLED\0",
     };
     name.as_ptr().cast()
 }

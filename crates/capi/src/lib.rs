@@ -23,6 +23,8 @@ mod error;
 mod ffi;
 mod network;
 mod packet;
+mod pollfd;
+mod requests;
 mod stream;
 mod values;
 
@@ -32,6 +34,8 @@ pub use error::{tc_last_error, tc_result, tc_result_name};
 pub use ffi::TC_FOREVER;
 pub use network::*;
 pub use packet::*;
+pub use pollfd::*;
+pub use requests::*;
 pub use stream::*;
 pub use values::*;
 

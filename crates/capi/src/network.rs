@@ -47,6 +47,8 @@ pub struct tc_network {
     pub(crate) net: Network,
     /// Versions of the plug-in filters loaded, by name, for streams that name them.
     pub(crate) plugins: Mutex<HashMap<String, u16>>,
+    /// The descriptor of `tc_network_fd`, once asked for.
+    pub(crate) ready: crate::pollfd::ReadySlot,
 }
 
 /// A set of back-end ranks streams are made over; immutable, usable from any thread.
@@ -422,7 +424,7 @@ pub unsafe extern "C" fn tc_network_launch(
         out_ok(out, "out")?;
         let b = builder(o)?;
         let net = block_on(b.launch())??;
-        let n = handle(tc_network { net, plugins: Mutex::new(HashMap::new()) });
+        let n = handle(tc_network { net, plugins: Mutex::new(HashMap::new()), ready: Default::default() });
         // SAFETY: checked not NULL.
         unsafe { put(out, n) };
         Ok(())

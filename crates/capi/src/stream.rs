@@ -2,6 +2,7 @@
 //! with format strings, receiving reductions.
 
 use std::ffi::c_char;
+use std::sync::Arc;
 
 use tokio::sync::Mutex as AsyncMutex;
 use treecast_api::{FilterSpec, Stream, StreamOptions, StreamSender, SyncMode, TransformKind};
@@ -24,8 +25,13 @@ pub const TC_SYNC_DO_NOT_WAIT: u32 = 2;
 /// the last call.
 #[allow(non_camel_case_types)]
 pub struct tc_stream {
-    sender: StreamSender,
-    receiver: AsyncMutex<Stream>,
+    pub(crate) sender: StreamSender,
+    /// Shared with the stream's pending `tc_stream_irecv` requests.
+    pub(crate) receiver: Arc<AsyncMutex<Stream>>,
+    /// The order of the stream's asynchronous sends.
+    pub(crate) send_turns: Arc<crate::requests::Turns>,
+    /// The order of the stream's asynchronous receives.
+    pub(crate) recv_turns: Arc<crate::requests::Turns>,
 }
 
 /// A filter named by `name`: a built-in (`sum`, `min`, `max`, `avg`, `concat`,
@@ -80,7 +86,12 @@ pub unsafe extern "C" fn tc_stream_new(
         options.down = filter(n, down.unwrap_or("null"));
         options.sync = sync_mode(sync, sync_timeout_ms)?;
         let stream = block_on(n.net.new_stream(&c.comm, options))??;
-        let s = tc_stream { sender: stream.sender(), receiver: AsyncMutex::new(stream) };
+        let s = tc_stream {
+            sender: stream.sender(),
+            receiver: Arc::new(AsyncMutex::new(stream)),
+            send_turns: Arc::default(),
+            recv_turns: Arc::default(),
+        };
         // SAFETY: checked not NULL.
         unsafe { put(out, handle(s)) };
         Ok(())

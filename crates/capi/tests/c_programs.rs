@@ -128,6 +128,16 @@ fn c_error_paths_give_codes_and_messages() {
 }
 
 #[test]
+fn c_poll_loop_wakes_on_the_descriptors() {
+    assert!(c_test("poll", &[], false, &[], &[]).contains("poll: ok"));
+}
+
+#[test]
+fn c_requests_complete_wait_and_cancel() {
+    assert!(c_test("requests", &[], false, &[], &[]).contains("requests: ok"));
+}
+
+#[test]
 fn c_handles_are_shared_by_threads() {
     assert!(c_test("threads", &[], false, &[], &[]).contains("threads: ok"));
 }
@@ -138,7 +148,7 @@ fn c_handles_are_shared_by_threads() {
 fn c_programs_are_clean_under_address_sanitizer() {
     let flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"];
     let env = [("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=23")];
-    for name in ["sum", "errors", "threads"] {
+    for name in ["sum", "errors", "threads", "poll", "requests"] {
         assert!(c_test(name, &flags, false, &[], &env).contains(": ok"));
     }
 }
@@ -157,7 +167,7 @@ fn c_front_end_is_clean_under_valgrind() {
         "--errors-for-leak-kinds=definite,indirect",
         "--show-leak-kinds=definite,indirect",
     ];
-    for name in ["sum", "errors"] {
+    for name in ["sum", "errors", "requests"] {
         assert!(c_test(name, &[], false, &wrapper, &[]).contains(": ok"));
     }
 }

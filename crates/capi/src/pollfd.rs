@@ -1,0 +1,128 @@
+//! A descriptor a tool's own `poll`/`select`/`epoll` loop waits on beside its other
+//! descriptors: an eventfd the network's task signals whenever a packet or an event
+//! arrives, and when the tree ends.
+
+use std::ffi::c_int;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
+
+use crate::backend::tc_backend;
+use crate::error::{guard, tc_result, Failure};
+use crate::ffi::{arg, out_ok, put};
+use crate::network::tc_network;
+
+/// An eventfd: readable once signalled, until cleared.
+#[derive(Debug)]
+pub(crate) struct ReadyFd(OwnedFd);
+
+impl ReadyFd {
+    fn new() -> Result<ReadyFd, Failure> {
+        // SAFETY: eventfd takes no pointers; a negative return is an error.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Failure::new(tc_result::TC_ERR_OTHER, format!("cannot make an eventfd: {e}")));
+        }
+        // SAFETY: a new descriptor this process owns and nothing else holds.
+        Ok(ReadyFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Makes the descriptor readable (a full counter is readable already).
+    pub(crate) fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to a descriptor this owns.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Makes the descriptor unreadable until the next signal.
+    fn clear(&self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from a descriptor this owns; a
+        // non-blocking eventfd read returns EAGAIN when there is nothing to clear.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+    }
+}
+
+/// The descriptor of a handle, made at the first call that asks for it.
+pub(crate) type ReadySlot = OnceLock<Arc<ReadyFd>>;
+
+/// The slot's descriptor; `install` hands a new one's signal to the handle.
+fn descriptor(slot: &ReadySlot, install: impl FnOnce(Arc<ReadyFd>)) -> Result<c_int, Failure> {
+    if let Some(fd) = slot.get() {
+        return Ok(fd.0.as_raw_fd());
+    }
+    let fd = Arc::new(ReadyFd::new()?);
+    if slot.set(fd.clone()).is_ok() {
+        install(fd.clone());
+        // Something may have come before the hook was there: look once.
+        fd.signal();
+    }
+    slot.get().map(|f| f.0.as_raw_fd()).ok_or_else(|| Failure::new(tc_result::TC_ERR_OTHER, "no descriptor"))
+}
+
+/// A descriptor that becomes readable when a packet (on any stream) or an event
+/// arrives, and when the tree ends; it stays the network's (do not close it). When it
+/// polls readable: call `tc_network_fd_clear`, then receive with a time limit of 0 on
+/// every stream and `tc_network_next_event` until each says `TC_ERR_AGAIN`.
+///
+/// # Safety
+/// `net` is NULL or live; `fd` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_fd(net: *const tc_network, fd: *mut c_int) -> tc_result {
+    guard("tc_network_fd", || {
+        // SAFETY: as the caller promised.
+        let n = unsafe { arg(net, "net") }?;
+        out_ok(fd, "fd")?;
+        let raw = descriptor(&n.ready, |f| n.net.on_ready(move || f.signal()))?;
+        // SAFETY: checked not NULL.
+        unsafe { put(fd, raw) };
+        Ok(())
+    })
+}
+
+/// Makes the network's descriptor unreadable until something new arrives; call it
+/// before the receives that follow a wake-up, so that nothing arriving meanwhile is missed.
+///
+/// # Safety
+/// `net` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_fd_clear(net: *const tc_network) -> tc_result {
+    guard("tc_network_fd_clear", || {
+        // SAFETY: as the caller promised.
+        let n = unsafe { arg(net, "net") }?;
+        n.ready.get().inspect(|f| f.clear());
+        Ok(())
+    })
+}
+
+/// A back-end's descriptor: readable when a packet arrives and when the tree ends;
+/// used as `tc_network_fd` is, with `tc_backend_fd_clear` and `tc_backend_recv`.
+///
+/// # Safety
+/// `be` is NULL or live; `fd` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_backend_fd(be: *const tc_backend, fd: *mut c_int) -> tc_result {
+    guard("tc_backend_fd", || {
+        // SAFETY: as the caller promised.
+        let b = unsafe { arg(be, "be") }?;
+        out_ok(fd, "fd")?;
+        let raw = descriptor(&b.ready, |f| b.on_ready(move || f.signal()))?;
+        // SAFETY: checked not NULL.
+        unsafe { put(fd, raw) };
+        Ok(())
+    })
+}
+
+/// Makes the back-end's descriptor unreadable until something new arrives.
+///
+/// # Safety
+/// `be` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn tc_backend_fd_clear(be: *const tc_backend) -> tc_result {
+    guard("tc_backend_fd_clear", || {
+        // SAFETY: as the caller promised.
+        let b = unsafe { arg(be, "be") }?;
+        b.ready.get().inspect(|f| f.clear());
+        Ok(())
+    })
+}

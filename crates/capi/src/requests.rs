@@ -1,0 +1,378 @@
+//! Asynchronous requests, as CoR's handles and MPI's `MPI_Request`: a send or a
+//! receive started now, completed on treecast's threads, and tested, waited for or
+//! cancelled later.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{watch, Notify};
+use treecast_api::Packet;
+
+use crate::error::{guard, quiet, tc_result, Failure};
+use crate::ffi::{arg, block_on, block_on_for, handle, out_ok, put, ran_out, runtime, take, text};
+use crate::packet::tc_packet;
+use crate::stream::tc_stream;
+use crate::values::{from_c, tc_value};
+
+/// How a request ended: sent, a packet, or why not.
+type Outcome = Result<Option<Packet>, Failure>;
+
+/// Woken whenever any request completes, for the waits over several.
+static FINISHED: Notify = Notify::const_new();
+
+/// Where a request stands.
+enum State {
+    /// Queued behind earlier requests of its stream and kind.
+    Waiting,
+    /// Sending or receiving now.
+    Started,
+    /// Over, with its outcome (taken once by `tc_request_packet` for a packet).
+    Done(Outcome),
+}
+
+/// Requests of one kind (sends, or receives) on one stream, started in the order they
+/// were made: MPI's non-overtaking rule, so that two sends posted one after the other
+/// arrive in that order and two receives get packets in the order they were posted.
+#[derive(Debug)]
+pub(crate) struct Turns {
+    next: std::sync::atomic::AtomicU64,
+    serving: watch::Sender<u64>,
+}
+
+impl Default for Turns {
+    fn default() -> Self {
+        Turns { next: std::sync::atomic::AtomicU64::new(0), serving: watch::Sender::new(0) }
+    }
+}
+
+/// A send or receive in flight; freed with `tc_request_free` (which cancels it if it
+/// has not completed). A request may be tested and waited for from several threads.
+#[allow(non_camel_case_types)]
+pub struct tc_request {
+    state: Arc<Mutex<State>>,
+    /// Tells a started request to stop.
+    stop: Arc<Notify>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn cancelled() -> Failure {
+    Failure::new(tc_result::TC_ERR_CANCELLED, "the request was cancelled")
+}
+
+impl tc_request {
+    /// Queues `work` behind the earlier requests of `turns` and runs it at its turn.
+    fn start<F>(turns: &Arc<Turns>, work: F) -> Result<tc_request, Failure>
+    where
+        F: std::future::Future<Output = Outcome> + Send + 'static,
+    {
+        let ticket = turns.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let state = Arc::new(Mutex::new(State::Waiting));
+        let stop = Arc::new(Notify::new());
+        let (task_state, task_stop, turns) = (state.clone(), stop.clone(), turns.clone());
+        runtime()?.spawn(async move {
+            let mut serving = turns.serving.subscribe();
+            // Waits for its turn even when cancelled meanwhile, so later ones keep theirs.
+            let _ = serving.wait_for(|s| *s == ticket).await;
+            let go = {
+                let mut s = lock(&task_state);
+                let go = matches!(*s, State::Waiting);
+                if go {
+                    *s = State::Started;
+                }
+                go
+            };
+            if go {
+                let stopped = task_stop.notified();
+                // A completed receive wins over a stop that comes with it: no packet is lost.
+                let outcome = tokio::select! {
+                    biased;
+                    done = work => done,
+                    () = stopped => Err(cancelled()),
+                };
+                *lock(&task_state) = State::Done(outcome);
+                FINISHED.notify_waiters();
+            }
+            turns.serving.send_modify(|s| *s += 1);
+        });
+        Ok(tc_request { state, stop })
+    }
+
+    fn done(&self) -> bool {
+        matches!(*lock(&self.state), State::Done(_))
+    }
+
+    /// The request's result as a call returns it: `Ok` for a completed send or a
+    /// receive, the operation's failure, or `TC_ERR_CANCELLED`.
+    fn result(&self) -> Result<(), Failure> {
+        match &*lock(&self.state) {
+            State::Done(Ok(_)) => Ok(()),
+            State::Done(Err(f)) => Err(f.clone()),
+            _ => Err(Failure::new(tc_result::TC_ERR_AGAIN, "the request has not completed")),
+        }
+    }
+
+    /// Stops the request if it has not completed; a receive that had taken its packet
+    /// keeps it (the request completes instead).
+    fn cancel(&self) -> Result<(), Failure> {
+        {
+            let mut s = lock(&self.state);
+            match *s {
+                State::Waiting => {
+                    *s = State::Done(Err(cancelled()));
+                    drop(s);
+                    FINISHED.notify_waiters();
+                    return Ok(());
+                }
+                State::Done(_) => return Ok(()),
+                State::Started => {}
+            }
+        }
+        // Sending and receiving stop at once when told (both are cancel safe).
+        self.stop.notify_one();
+        let state = self.state.clone();
+        block_on(async move {
+            loop {
+                let notified = FINISHED.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if matches!(*lock(&state), State::Done(_)) {
+                    return;
+                }
+                notified.await;
+            }
+        })
+    }
+}
+
+/// Starts multicasting `values[0..count]` on `stream` (as `tc_stream_send_values`);
+/// the values are copied before this returns.
+///
+/// # Safety
+/// As `tc_stream_send_values`; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_isend_values(
+    stream: *const tc_stream,
+    tag: i32,
+    format: *const std::ffi::c_char,
+    values: *const tc_value,
+    count: usize,
+    out: *mut *mut tc_request,
+) -> tc_result {
+    guard("tc_stream_isend_values", || {
+        // SAFETY: as the caller promised.
+        let (s, format) = unsafe { (arg(stream, "stream")?, text(format, "format")?) };
+        out_ok(out, "out")?;
+        // SAFETY: as the caller promised.
+        let values = unsafe { from_c(format, values, count) }?;
+        let sender = s.sender.clone();
+        let format = format.to_owned();
+        let request = tc_request::start(&s.send_turns, async move {
+            sender.send(tag, &format, &values).await.map(|()| None).map_err(Failure::from)
+        })?;
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(request)) };
+        Ok(())
+    })
+}
+
+/// Starts receiving the stream's next packet; `tc_request_packet` takes it once the
+/// request completed.
+///
+/// # Safety
+/// `stream` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_irecv(stream: *const tc_stream, out: *mut *mut tc_request) -> tc_result {
+    guard("tc_stream_irecv", || {
+        // SAFETY: as the caller promised.
+        let s = unsafe { arg(stream, "stream") }?;
+        out_ok(out, "out")?;
+        let receiver = s.receiver.clone();
+        let request = tc_request::start(&s.recv_turns, async move {
+            receiver.lock().await.recv().await.map(Some).map_err(Failure::from)
+        })?;
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(request)) };
+        Ok(())
+    })
+}
+
+/// Whether the request completed, into `done`, without waiting. `TC_OK` also when it
+/// completed with a failure: `tc_request_wait` then returns that failure.
+///
+/// # Safety
+/// `request` is NULL or live; `done` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_request_test(request: *const tc_request, done: *mut bool) -> tc_result {
+    guard("tc_request_test", || {
+        // SAFETY: as the caller promised.
+        let r = unsafe { arg(request, "request") }?;
+        out_ok(done, "done")?;
+        // SAFETY: checked not NULL.
+        unsafe { put(done, r.done()) };
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `requests` points to `count` live requests (or is NULL with `count` 0).
+unsafe fn all<'a>(requests: *const *const tc_request, count: usize) -> Result<Vec<&'a tc_request>, Failure> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if requests.is_null() {
+        return Err(crate::ffi::null("requests"));
+    }
+    // SAFETY: as the caller promised.
+    let ptrs = unsafe { std::slice::from_raw_parts(requests, count) };
+    // SAFETY: as the caller promised, each pointer is NULL or live.
+    ptrs.iter().enumerate().map(|(i, p)| unsafe { arg(*p, &format!("requests[{i}]")) }).collect()
+}
+
+/// Waits until one of `requests` completed (`Some(index)`), or all of them (`None`).
+fn wait_for(requests: &[&tc_request], every: bool, timeout_ms: u64) -> Result<Option<usize>, Failure> {
+    let found = block_on_for(timeout_ms, async {
+        loop {
+            // Registered before looking, so a completion in between still wakes us.
+            let notified = FINISHED.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match every {
+                true if requests.iter().all(|r| r.done()) => return None,
+                false => {
+                    if let Some(i) = requests.iter().position(|r| r.done()) {
+                        return Some(i);
+                    }
+                }
+                true => {}
+            }
+            notified.await;
+        }
+    })?;
+    found.ok_or_else(|| ran_out(timeout_ms, "request's completion"))
+}
+
+/// Waits up to `timeout_ms` (0: look once; `TC_FOREVER`) for the request to complete;
+/// returns its outcome: `TC_OK`, the failure of its send or receive, or
+/// `TC_ERR_CANCELLED`.
+///
+/// # Safety
+/// `request` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn tc_request_wait(request: *const tc_request, timeout_ms: u64) -> tc_result {
+    guard("tc_request_wait", || {
+        // SAFETY: as the caller promised.
+        let r = unsafe { arg(request, "request") }?;
+        if !r.done() {
+            wait_for(&[r], true, timeout_ms)?;
+        }
+        r.result()
+    })
+}
+
+/// Waits up to `timeout_ms` for any of `requests[0..count]` to complete and writes
+/// its index to `index`; the request's own outcome comes from `tc_request_wait` on it.
+///
+/// # Safety
+/// `requests` points to `count` live requests; `index` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_request_wait_any(
+    requests: *const *const tc_request,
+    count: usize,
+    timeout_ms: u64,
+    index: *mut usize,
+) -> tc_result {
+    guard("tc_request_wait_any", || {
+        // SAFETY: as the caller promised.
+        let rs = unsafe { all(requests, count) }?;
+        out_ok(index, "index")?;
+        if rs.is_empty() {
+            return Err(Failure::new(tc_result::TC_ERR_INVALID, "count is 0: no request to wait for"));
+        }
+        let i = wait_for(&rs, false, timeout_ms)?
+            .ok_or_else(|| Failure::new(tc_result::TC_ERR_OTHER, "no request completed"))?;
+        // SAFETY: checked not NULL.
+        unsafe { put(index, i) };
+        Ok(())
+    })
+}
+
+/// Waits up to `timeout_ms` for every one of `requests[0..count]` to complete; returns
+/// the first failure among them, in order, or `TC_OK`.
+///
+/// # Safety
+/// `requests` points to `count` live requests.
+#[no_mangle]
+pub unsafe extern "C" fn tc_request_wait_all(
+    requests: *const *const tc_request,
+    count: usize,
+    timeout_ms: u64,
+) -> tc_result {
+    guard("tc_request_wait_all", || {
+        // SAFETY: as the caller promised.
+        let rs = unsafe { all(requests, count) }?;
+        wait_for(&rs, true, timeout_ms)?;
+        rs.iter().try_for_each(|r| r.result())
+    })
+}
+
+/// Cancels the request if it has not completed (its wait then returns
+/// `TC_ERR_CANCELLED`); a request that completed meanwhile keeps its outcome, and a
+/// receive never loses a packet to a cancel.
+///
+/// # Safety
+/// `request` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn tc_request_cancel(request: *const tc_request) -> tc_result {
+    guard("tc_request_cancel", || {
+        // SAFETY: as the caller promised.
+        unsafe { arg(request, "request") }?.cancel()
+    })
+}
+
+/// Takes the packet a completed `tc_stream_irecv` received (once); `TC_ERR_AGAIN`
+/// while it has not completed, its failure if it failed.
+///
+/// # Safety
+/// `request` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_request_packet(
+    request: *const tc_request,
+    out: *mut *mut tc_packet,
+) -> tc_result {
+    guard("tc_request_packet", || {
+        // SAFETY: as the caller promised.
+        let r = unsafe { arg(request, "request") }?;
+        out_ok(out, "out")?;
+        r.result()?;
+        let packet = match &mut *lock(&r.state) {
+            State::Done(Ok(p)) => p.take(),
+            _ => None,
+        };
+        let packet = packet.ok_or_else(|| {
+            Failure::new(
+                tc_result::TC_ERR_INVALID,
+                "no packet: the request is a send, or its packet was taken",
+            )
+        })?;
+        let p = tc_packet::new(packet)?;
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(p)) };
+        Ok(())
+    })
+}
+
+/// Frees a request, cancelling it first if it has not completed; NULL is ignored.
+///
+/// # Safety
+/// `request` is NULL or a request not freed yet, used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn tc_request_free(request: *mut tc_request) {
+    quiet((), || {
+        // SAFETY: as the caller promised.
+        if let Some(r) = unsafe { take(request) } {
+            let _ = r.cancel();
+        }
+    });
+}

@@ -1,0 +1,92 @@
+/* Asynchronous requests: sends and receives started now and completed later, tested,
+ * waited for one, any or all at a time, and cancelled without losing a packet. */
+#include <string.h>
+
+#include "common.h"
+
+#define N 8
+
+int main(int argc, char **argv) {
+  int role = tc_test_role(argc, argv);
+  if (role >= 0) return role;
+  tc_network_options *o = tc_test_options("balanced:2x2", 0, argv[0]);
+  tc_network *net = NULL;
+  CHECK(tc_network_launch(o, &net));
+  tc_network_options_free(o);
+  tc_communicator *all = NULL;
+  CHECK(tc_network_broadcast_communicator(net, &all));
+  tc_stream *sum = NULL, *max = NULL;
+  CHECK(tc_stream_new(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &sum));
+  CHECK(tc_stream_new(net, all, "max", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &max));
+
+  /* A receive posted before anything is sent: not done, and a short wait runs out. */
+  tc_request *recv = NULL;
+  CHECK(tc_stream_irecv(sum, &recv));
+  bool done = true;
+  CHECK(tc_request_test(recv, &done));
+  EXPECT(!done);
+  EXPECT(tc_request_wait(recv, 100) == TC_ERR_TIMEOUT);
+  EXPECT(tc_request_wait(recv, 0) == TC_ERR_AGAIN);
+  tc_packet *p = NULL;
+  EXPECT(tc_request_packet(recv, &p) == TC_ERR_AGAIN && p == NULL);
+
+  /* Sends started together, waited for all at once. */
+  tc_request *sends[N];
+  for (int32_t k = 0; k < N; k++) CHECK(tc_stream_isend(sum, TAG_SCALE, &sends[k], "%d", k + 1));
+  CHECK(tc_request_wait_all((const tc_request *const *)sends, N, 30000));
+  for (int k = 0; k < N; k++) {
+    EXPECT(tc_request_packet(sends[k], &p) == TC_ERR_INVALID); /* a send has no packet */
+    tc_request_free(sends[k]);
+  }
+  CHECK(tc_request_wait(recv, 30000));
+  CHECK(tc_request_packet(recv, &p));
+  int32_t v = 0;
+  CHECK(tc_packet_unpack(p, "%d", &v));
+  EXPECT(v == 1 * 10);
+  tc_packet_free(p);
+  EXPECT(tc_request_packet(recv, &p) == TC_ERR_INVALID); /* taken once */
+  tc_request_free(recv);
+  for (int32_t k = 2; k <= N; k++) { /* the other answers are still there, in order */
+    CHECK(tc_stream_recv(sum, 30000, &p));
+    CHECK(tc_packet_unpack(p, "%d", &v));
+    EXPECT(v == k * 10);
+    tc_packet_free(p);
+  }
+
+  /* Waiting for any of two receives: the one whose stream answers completes. */
+  tc_request *either[2];
+  CHECK(tc_stream_irecv(sum, &either[0]));
+  CHECK(tc_stream_irecv(max, &either[1]));
+  CHECK(tc_stream_send(max, TAG_SCALE, "%d", 5));
+  size_t index = 99;
+  CHECK(tc_request_wait_any((const tc_request *const *)either, 2, 30000, &index));
+  EXPECT(index == 1);
+  CHECK(tc_request_packet(either[1], &p));
+  CHECK(tc_packet_unpack(p, "%d", &v));
+  EXPECT(v == 5 * 4);
+  tc_packet_free(p);
+
+  /* Cancelling the receive nothing answered: it reports the cancel, and the stream's
+   * next packet is not lost to it. */
+  CHECK(tc_request_cancel(either[0]));
+  EXPECT(tc_request_wait(either[0], 0) == TC_ERR_CANCELLED);
+  CHECK(tc_stream_send(sum, TAG_SCALE, "%d", 7));
+  CHECK(tc_stream_recv(sum, 30000, &p));
+  CHECK(tc_packet_unpack(p, "%d", &v));
+  EXPECT(v == 70);
+  tc_packet_free(p);
+  tc_request_free(either[0]);
+  tc_request_free(either[1]);
+
+  /* A send refused at once (the wrong kind of value) fails at its start. */
+  tc_request *bad = NULL;
+  EXPECT(tc_stream_isend(sum, TAG_SCALE, &bad, "%d %", 1) == TC_ERR_FORMAT && bad == NULL);
+  EXPECT(tc_request_wait_any(NULL, 0, 10, &index) == TC_ERR_INVALID);
+
+  tc_stream_free(max);
+  tc_stream_free(sum);
+  tc_communicator_free(all);
+  tc_network_free(net);
+  printf("requests: ok\n");
+  return 0;
+}
