@@ -17,6 +17,27 @@
 // and 0 means "do not wait".
 #define TC_FOREVER UINT64_MAX
 
+// Keep a destination that exists (the default).
+#define TC_WRITE_LEAVE 0
+
+// Overwrite a destination only if the source is newer.
+#define TC_WRITE_NEWER 1
+
+// Always overwrite.
+#define TC_WRITE_OVERWRITE 2
+
+// Ranks that received, checked and wrote the file.
+#define TC_FILE_WRITTEN 0
+
+// Ranks that skipped it: they already see it, or the write mode kept theirs.
+#define TC_FILE_SKIPPED 1
+
+// Ranks that failed to write it (the report's message says why).
+#define TC_FILE_FAILED 2
+
+// Ranks lost before they answered.
+#define TC_FILE_LOST 3
+
 // No event (what `tc_event_kind` returns for NULL).
 #define TC_EVENT_NONE 0
 
@@ -151,6 +172,9 @@ typedef struct tc_communicator tc_communicator;
 // error); read with the `tc_event_*` getters, freed with `tc_event_free`.
 typedef struct tc_event tc_event;
 
+// What happened to a file on every rank; freed with `tc_file_report_free`.
+typedef struct tc_file_report tc_file_report;
+
 // A running tree, seen from its front-end. Every call taking it may be made from
 // several threads at once; `tc_network_free` (which shuts the tree down) must be the
 // last, after every stream and communicator made from it is freed.
@@ -192,6 +216,15 @@ typedef struct tc_value {
   // Elements of an array, or bytes of `%b`.
   size_t len;
 } tc_value;
+
+// Told how a transfer goes, on the thread that called `tc_network_bcast_file`:
+// bytes sent of the file's size, and ranks done of the communicator's. It must not
+// call treecast.
+typedef void (*tc_progress_fn)(void *user,
+                               uint64_t sent,
+                               uint64_t size,
+                               uint64_t ranks_done,
+                               uint64_t ranks_total);
 
 #ifdef __cplusplus
 extern "C" {
@@ -277,6 +310,56 @@ const char *tc_last_error(void);
 
 // A static name for a result code, e.g. `"TC_ERR_TIMEOUT"`, for logs.
 const char *tc_result_name(enum tc_result result);
+
+// Pushes the file `src` to every rank of `comm`, at `dst` (NULL: the same absolute
+// path; a path ending in `/` is a folder to put it in), checked end to end, and
+// writes what happened on every rank to `out`. Ranks that fail are in the report,
+// not an error: check `tc_file_report_ok`. `progress` (may be NULL) is called with
+// `user` as the transfer goes.
+//
+// # Safety
+// `net`, `comm` are NULL or live; `src` and `dst` are NULL or NUL-terminated;
+// `progress` is NULL or a function safe to call with `user`; `out` is NULL or writable.
+enum tc_result tc_network_bcast_file(const struct tc_network *net,
+                                     const struct tc_communicator *comm,
+                                     const char *src,
+                                     const char *dst,
+                                     uint32_t mode,
+                                     tc_progress_fn progress,
+                                     void *user,
+                                     struct tc_file_report **out);
+
+// True when every rank wrote or skipped the file (none failed, none was lost).
+//
+// # Safety
+// `report` is NULL or live.
+bool tc_file_report_ok(const struct tc_file_report *report);
+
+// The ranks with one outcome (`TC_FILE_WRITTEN`, `_SKIPPED`, `_FAILED`, `_LOST`),
+// folded like `"0-3,8"`; owned by the report (`""` for none, an unknown outcome, or NULL).
+//
+// # Safety
+// `report` is NULL or live.
+const char *tc_file_report_ranks(const struct tc_file_report *report, uint32_t outcome);
+
+// Why ranks failed or were lost, one line per group of ranks (`""` when none did);
+// owned by the report.
+//
+// # Safety
+// `report` is NULL or live.
+const char *tc_file_report_message(const struct tc_file_report *report);
+
+// The file's size in bytes (0 for NULL).
+//
+// # Safety
+// `report` is NULL or live.
+uint64_t tc_file_report_size(const struct tc_file_report *report);
+
+// Frees a report; NULL is ignored.
+//
+// # Safety
+// `report` is NULL or a report not freed yet, used by no other thread.
+void tc_file_report_free(struct tc_file_report *report);
 
 // New launch options: no topology yet, the generic back-end, local processes.
 struct tc_network_options *tc_network_options_new(void);
@@ -737,6 +820,74 @@ enum tc_result tc_stream_recv(const struct tc_stream *stream,
 // # Safety
 // `stream` is NULL or a stream not freed yet, used by no other thread.
 void tc_stream_free(struct tc_stream *stream);
+
+// Frees a string the library handed out; NULL is ignored.
+//
+// # Safety
+// `s` is NULL or a string from this library not freed yet.
+void tc_string_free(char *s);
+
+// The tree as a topology file in MRNet's format (`host:index => child:index ... ;`).
+//
+// # Safety
+// `net` is NULL or live; `out` is NULL or writable.
+enum tc_result tc_network_topology(const struct tc_network *net, char **out);
+
+// The tree's depth: 1 for a front-end over back-ends only (0 for NULL).
+//
+// # Safety
+// `net` is NULL or live.
+uint32_t tc_network_depth(const struct tc_network *net);
+
+// Starts `n` more back-ends running `argv[0..argc]` while the tree runs, under the
+// comm nodes with the fewest, and waits (the spawn's own limit, 60 s by default)
+// until every one joined; writes the new group's id and a communicator over its
+// ranks, for streams to them.
+//
+// # Safety
+// `net` is NULL or live; `argv` points to `argc` NUL-terminated strings; `group` and
+// `out` are NULL or writable.
+enum tc_result tc_network_spawn(const struct tc_network *net,
+                                uint32_t n,
+                                const char *const *argv,
+                                size_t argc,
+                                uint32_t *group,
+                                struct tc_communicator **out);
+
+// Every node's clock against the front-end's, as a JSON array of `{node_id, name,
+// offset_ns, drift_ppm, error_ns, rtt_ns, age_s, rounds}`, after waiting up to
+// `timeout_ms` until every node was measured `rounds` times (0: as measured so far).
+//
+// # Safety
+// `net` is NULL or live; `out` is NULL or writable.
+enum tc_result tc_network_clock(const struct tc_network *net,
+                                uint32_t rounds,
+                                uint64_t timeout_ms,
+                                char **out);
+
+// Every node starts recording its links' latency histograms under `program` (a
+// program tag, 0 for none); returns once every node confirmed.
+//
+// # Safety
+// `net` is NULL or live.
+enum tc_result tc_network_monitor_start(const struct tc_network *net, uint32_t program);
+
+// Every node stops recording; returns once every node confirmed.
+//
+// # Safety
+// `net` is NULL or live.
+enum tc_result tc_network_monitor_stop(const struct tc_network *net);
+
+// What every node recorded, merged up the tree (or one report per node with
+// `per_node`), as JSON (the format `treecast monitor` reads, docs/monitoring.md);
+// nodes that do not answer within `timeout_ms` are listed under `missing`.
+//
+// # Safety
+// `net` is NULL or live; `out` is NULL or writable.
+enum tc_result tc_network_monitor_collect(const struct tc_network *net,
+                                          bool per_node,
+                                          uint64_t timeout_ms,
+                                          char **out);
 
 // The types a format string names, in order: written to `types` (room for `cap`)
 // and their number to `count`. A variadic call uses it to read its arguments.

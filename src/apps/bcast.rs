@@ -585,7 +585,7 @@ pub async fn main(args: BcastArgs) -> anyhow::Result<ExitCode> {
     }
     let show_bar = !args.quiet && !args.json && std::io::stderr().is_terminal();
     let mut display = Display { show_bar, json: args.json, backends, bar: None, reports: Vec::new() };
-    let result = bcast_files(&mut net, &comm, &plan.entries, &options, |p| display.on(p)).await;
+    let result = bcast_files(&net, &comm, &plan.entries, &options, |p| display.on(p)).await;
     if let Some(bar) = display.bar.take() {
         bar.finish_and_clear();
     }

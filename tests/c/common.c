@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The next packet: blocking, or through the back-end's descriptor and poll(2). */
@@ -26,6 +27,14 @@ static int backend(int use_poll) {
   tc_backend *be = NULL;
   CHECK(tc_backend_connect(&be));
   uint32_t rank = tc_backend_rank(be);
+  /* Files pushed to /proc/self/cwd/... land in a folder of this rank's own, although
+   * every back-end of the test shares one host. */
+  const char *files_dir = getenv("TC_TEST_FILES_DIR");
+  if (files_dir != NULL) {
+    char mine[PATH_MAX];
+    snprintf(mine, sizeof mine, "%s/rank%u", files_dir, (unsigned)rank);
+    EXPECT(mkdir(mine, 0700) == 0 && chdir(mine) == 0);
+  }
   for (;;) {
     tc_packet *p = NULL;
     tc_result r = next_packet(be, use_poll, &p);

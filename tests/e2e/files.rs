@@ -45,7 +45,7 @@ fn temp_files(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-async fn send(net: &mut Network, src: &Path, dst: Option<&Path>, mode: WriteMode) -> FileReport {
+async fn send(net: &Network, src: &Path, dst: Option<&Path>, mode: WriteMode) -> FileReport {
     let comm = net.broadcast_communicator();
     tokio::time::timeout(LIMIT, bcast_file(net, &comm, src, dst, mode, CHUNK)).await.unwrap().unwrap()
 }
@@ -67,13 +67,13 @@ fn all(net: &Network) -> RankSet {
 #[tokio::test]
 async fn every_size_is_copied_exactly_to_every_rank() {
     let dir = TestDir::new("sizes");
-    let mut net = launch("kary:2", 3).await;
+    let net = launch("kary:2", 3).await;
     for size in [0, 1, CHUNK, CHUNK + 1, 3 * CHUNK, 3_000_000 + 17] {
         let data = random_bytes(size);
         let src = dir.path(&format!("src-{size}"));
         std::fs::write(&src, &data).unwrap();
         let dst = dir.path(&format!("dst-{size}"));
-        let report = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
+        let report = send(&net, &src, Some(&dst), WriteMode::Leave).await;
         assert!(report.ok(), "{report:?}");
         assert_written_everywhere(&report, &net);
         assert_eq!(report.size, size as u64);
@@ -128,7 +128,7 @@ async fn two_hundred_megabytes_arrive_byte_identical_at_every_rank() {
     }
     let script = format!("cd {}/rank$TREECAST_RANK && exec {TREECAST} backend", dir.root().display());
     let topo = Topology::from_spec("kary:2", Some(4)).unwrap();
-    let mut net = NetworkBuilder::new(topo)
+    let net = NetworkBuilder::new(topo)
         .treecast_path(TREECAST)
         .startup_timeout(LIMIT)
         .backend_command(["/bin/sh", "-c", &script])
@@ -139,7 +139,7 @@ async fn two_hundred_megabytes_arrive_byte_identical_at_every_rank() {
     let entries = [FileEntry::file(&src, Some(PathBuf::from("/proc/self/cwd/copy.bin")))];
     let options = FileOptions::default();
     let mut ranks_done = Vec::new();
-    let transfer = bcast_files(&mut net, &comm, &entries, &options, |p| {
+    let transfer = bcast_files(&net, &comm, &entries, &options, |p| {
         if let Progress::Ranks { done, total, .. } = p {
             ranks_done.push((done, total));
         }
@@ -163,7 +163,7 @@ async fn two_hundred_megabytes_arrive_byte_identical_at_every_rank() {
 #[tokio::test]
 async fn mode_bits_and_mtime_are_preserved_and_a_directory_takes_the_source_name() {
     let dir = TestDir::new("meta");
-    let mut net = launch("flat", 2).await;
+    let net = launch("flat", 2).await;
     let src = dir.path("tool.sh");
     std::fs::write(&src, b"#!/bin/sh\necho hi\n").unwrap();
     std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o751)).unwrap();
@@ -171,7 +171,7 @@ async fn mode_bits_and_mtime_are_preserved_and_a_directory_takes_the_source_name
     set_mtime(&src, when);
     let out = dir.path("out");
     std::fs::create_dir(&out).unwrap();
-    let report = send(&mut net, &src, Some(&out), WriteMode::Leave).await;
+    let report = send(&net, &src, Some(&out), WriteMode::Leave).await;
     assert_written_everywhere(&report, &net);
     let copy = out.join("tool.sh");
     let meta = std::fs::metadata(&copy).unwrap();
@@ -184,7 +184,7 @@ async fn mode_bits_and_mtime_are_preserved_and_a_directory_takes_the_source_name
 #[tokio::test]
 async fn write_modes_leave_newer_and_overwrite() {
     let dir = TestDir::new("modes");
-    let mut net = launch("flat", 1).await;
+    let net = launch("flat", 1).await;
     let src = dir.path("src");
     let dst = dir.path("dst");
     let t = |s: u64| UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s);
@@ -197,7 +197,7 @@ async fn write_modes_leave_newer_and_overwrite() {
 
     // leave: an existing destination is kept, whatever its age.
     put_old(b"old", t(0));
-    let r = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
+    let r = send(&net, &src, Some(&dst), WriteMode::Leave).await;
     assert_eq!(r.ranks_with(Outcome::SkippedLeave), all(&net), "{r:?}");
     assert!(r.ok());
     assert!(r.receivers.is_empty(), "skipping ranks take no data: {r:?}");
@@ -205,16 +205,16 @@ async fn write_modes_leave_newer_and_overwrite() {
 
     // newer: kept when the destination is newer …
     put_old(b"newer", t(200));
-    let r = send(&mut net, &src, Some(&dst), WriteMode::Newer).await;
+    let r = send(&net, &src, Some(&dst), WriteMode::Newer).await;
     assert_eq!(r.ranks_with(Outcome::SkippedOlder), all(&net), "{r:?}");
     assert_eq!(std::fs::read(&dst).unwrap(), b"newer");
     // … or as old as the source …
     put_old(b"same age", t(100));
-    let r = send(&mut net, &src, Some(&dst), WriteMode::Newer).await;
+    let r = send(&net, &src, Some(&dst), WriteMode::Newer).await;
     assert_eq!(r.ranks_with(Outcome::SkippedOlder), all(&net), "{r:?}");
     // … and overwritten when older.
     put_old(b"old", t(0));
-    let r = send(&mut net, &src, Some(&dst), WriteMode::Newer).await;
+    let r = send(&net, &src, Some(&dst), WriteMode::Newer).await;
     assert_eq!(r.ranks_with(Outcome::Written), all(&net), "{r:?}");
     assert_eq!(r.receivers, all(&net), "{r:?}");
     assert_eq!(std::fs::read(&dst).unwrap(), b"new content");
@@ -222,12 +222,12 @@ async fn write_modes_leave_newer_and_overwrite() {
 
     // overwrite: always, even over a newer destination.
     put_old(b"newest", t(300));
-    let r = send(&mut net, &src, Some(&dst), WriteMode::Overwrite).await;
+    let r = send(&net, &src, Some(&dst), WriteMode::Overwrite).await;
     assert_eq!(r.ranks_with(Outcome::Written), all(&net), "{r:?}");
     assert_eq!(std::fs::read(&dst).unwrap(), b"new content");
 
     // A destination with the same size and mtime is the same file: skipped in every mode.
-    let r = send(&mut net, &src, Some(&dst), WriteMode::Overwrite).await;
+    let r = send(&net, &src, Some(&dst), WriteMode::Overwrite).await;
     assert_eq!(r.ranks_with(Outcome::SkippedShared), all(&net), "{r:?}");
     assert!(temp_files(dir.root()).is_empty());
     finish(net).await;
@@ -236,13 +236,13 @@ async fn write_modes_leave_newer_and_overwrite() {
 #[tokio::test]
 async fn ranks_that_see_the_source_at_its_path_skip_it() {
     let dir = TestDir::new("shared");
-    let mut net = launch("kary:2", 4).await;
+    let net = launch("kary:2", 4).await;
     let src = dir.path("shared.bin");
     let data = random_bytes(3 * CHUNK + 5);
     std::fs::write(&src, &data).unwrap();
     let before = mtime(&src);
     for mode in [WriteMode::Leave, WriteMode::Newer, WriteMode::Overwrite] {
-        let r = send(&mut net, &src, None, mode).await;
+        let r = send(&net, &src, None, mode).await;
         assert!(r.ok(), "{r:?}");
         assert_eq!(r.ranks_with(Outcome::SkippedShared), all(&net), "{r:?}");
         assert_eq!(r.outcomes.len(), 1, "one class for every rank: {r:?}");
@@ -258,11 +258,11 @@ async fn ranks_that_see_the_source_at_its_path_skip_it() {
 #[tokio::test]
 async fn a_missing_destination_directory_fails_every_rank_with_a_clear_message() {
     let dir = TestDir::new("nodir");
-    let mut net = launch("flat", 2).await;
+    let net = launch("flat", 2).await;
     let src = dir.path("src");
     std::fs::write(&src, b"x").unwrap();
     let dst = dir.path("missing/sub/file");
-    let r = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
+    let r = send(&net, &src, Some(&dst), WriteMode::Leave).await;
     assert!(!r.ok());
     assert_eq!(r.ranks_with(Outcome::Failed), all(&net), "{r:?}");
     let detail = &r.outcomes[0].detail;
@@ -274,18 +274,18 @@ async fn a_missing_destination_directory_fails_every_rank_with_a_clear_message()
 #[tokio::test]
 async fn a_bad_source_is_an_error_before_anything_is_sent() {
     let dir = TestDir::new("badsrc");
-    let mut net = launch("flat", 1).await;
+    let net = launch("flat", 1).await;
     let comm = net.broadcast_communicator();
     let err =
-        bcast_file(&mut net, &comm, &dir.path("absent"), None, WriteMode::Leave, CHUNK).await.unwrap_err();
+        bcast_file(&net, &comm, &dir.path("absent"), None, WriteMode::Leave, CHUNK).await.unwrap_err();
     assert!(matches!(err, ApiError::Source(SourceError::Open { .. })), "{err:?}");
     assert!(err.to_string().contains("absent"), "{err}");
-    let err = bcast_file(&mut net, &comm, dir.root(), None, WriteMode::Leave, CHUNK).await.unwrap_err();
+    let err = bcast_file(&net, &comm, dir.root(), None, WriteMode::Leave, CHUNK).await.unwrap_err();
     assert!(matches!(err, ApiError::Source(SourceError::NotAFile { .. })), "{err:?}");
     assert!(err.to_string().contains("not a regular file (a directory)"), "{err}");
     let src = dir.path("src");
     std::fs::write(&src, b"x").unwrap();
-    let err = bcast_file(&mut net, &comm, &src, None, WriteMode::Leave, 0).await.unwrap_err();
+    let err = bcast_file(&net, &comm, &src, None, WriteMode::Leave, 0).await.unwrap_err();
     assert!(matches!(err, ApiError::Source(SourceError::ChunkSize(0))), "{err:?}");
     finish(net).await;
 }
@@ -293,7 +293,7 @@ async fn a_bad_source_is_an_error_before_anything_is_sent() {
 #[tokio::test]
 async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destination() {
     let dir = TestDir::new("killed");
-    let mut net = launch("flat", 2).await;
+    let net = launch("flat", 2).await;
     let src = dir.path("big");
     let data = random_bytes(16 << 20);
     std::fs::write(&src, &data).unwrap();
@@ -305,7 +305,7 @@ async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destina
     let seen = sent.clone();
     let entry = [FileEntry::file(&src, Some(dst.clone()))];
     let options = FileOptions { chunk: CHUNK, ..FileOptions::default() };
-    let transfer = bcast_files(&mut net, &comm, &entry, &options, |p| {
+    let transfer = bcast_files(&net, &comm, &entry, &options, |p| {
         if let Progress::Sent { sent, .. } = p {
             seen.store(sent, Ordering::Relaxed)
         }
@@ -329,7 +329,7 @@ async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destina
     let small = dir.path("small");
     std::fs::write(&small, b"x").unwrap();
     let entry = [FileEntry::file(&small, Some(dir.path("small-copy")))];
-    let report = bcast_files(&mut net, &comm, &entry, &options, |_| {}).await.unwrap().pop().unwrap();
+    let report = bcast_files(&net, &comm, &entry, &options, |_| {}).await.unwrap().pop().unwrap();
     assert!(report.ok(), "{report:?}");
     assert!(temp_files(dir.root()).is_empty(), "stale temporary file kept: {:?}", temp_files(dir.root()));
     finish(net).await;
@@ -342,7 +342,7 @@ async fn a_rank_killed_mid_transfer_is_lost_and_leaves_no_file_under_the_destina
 async fn a_comm_node_killed_mid_transfer_its_ranks_rejoin_and_receive_the_rest() {
     let dir = TestDir::new("resume");
     // Pre-order ids: 0 front-end; 1 comm node of ranks 0-1; 4 comm node of ranks 2-3.
-    let mut net = launch("balanced:2x2", 4).await;
+    let net = launch("balanced:2x2", 4).await;
     const SIZE: usize = 8 << 20;
     let src = dir.path("big");
     let data = random_bytes(SIZE);
@@ -354,7 +354,7 @@ async fn a_comm_node_killed_mid_transfer_its_ranks_rejoin_and_receive_the_rest()
     let options = FileOptions { chunk: CHUNK, ..FileOptions::default() };
     let entry = [FileEntry::file(&src, Some(out.join("copy")))];
     let mut killed = false;
-    let transfer = bcast_files(&mut net, &comm, &entry, &options, |p| {
+    let transfer = bcast_files(&net, &comm, &entry, &options, |p| {
         if let Progress::Sent { sent, .. } = p {
             if !killed && sent >= SIZE as u64 / 4 {
                 Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
@@ -380,7 +380,7 @@ async fn a_source_edited_in_place_during_the_transfer_fails_instead_of_leaving_t
     // Regression: every rank reported `written` for a copy that was neither the old
     // file nor the new one.
     let dir = TestDir::new("torn");
-    let mut net = launch("kary:2", 3).await;
+    let net = launch("kary:2", 3).await;
     let src = dir.path("src");
     const SIZE: usize = 1 << 20;
     std::fs::write(&src, random_bytes(SIZE)).unwrap();
@@ -393,7 +393,7 @@ async fn a_source_edited_in_place_during_the_transfer_fails_instead_of_leaving_t
     let entry = [FileEntry::file_at(&src, &dst)];
     let comm = net.broadcast_communicator();
     let mut edited = false;
-    let transfer = bcast_files(&mut net, &comm, &entry, &options, |p| {
+    let transfer = bcast_files(&net, &comm, &entry, &options, |p| {
         if let Progress::Sent { sent, .. } = p {
             if !edited && sent >= SIZE as u64 / 4 {
                 // Bytes already sent and bytes not yet sent both change; the size does not.
@@ -420,7 +420,7 @@ async fn a_source_edited_in_place_during_the_transfer_fails_instead_of_leaving_t
 #[tokio::test]
 async fn a_rank_that_stops_answering_fails_after_the_time_limit_and_the_others_go_on() {
     let dir = TestDir::new("stall");
-    let mut net = launch("flat", 2).await;
+    let net = launch("flat", 2).await;
     let src = dir.path("src");
     let data = random_bytes(3 * CHUNK + 1);
     std::fs::write(&src, &data).unwrap();
@@ -432,7 +432,7 @@ async fn a_rank_that_stops_answering_fails_after_the_time_limit_and_the_others_g
     stall.send(TAG_STALL, "%ad %d", &[Value::IntArray(vec![1]), Value::Int(3000)]).await.unwrap();
     let options = FileOptions { chunk: CHUNK, timeout: Duration::from_millis(500), ..FileOptions::default() };
     let entries = [FileEntry::file(&src, Some(out.join("a")))];
-    let r = bcast_files(&mut net, &comm, &entries, &options, |_| {}).await.unwrap().pop().unwrap();
+    let r = bcast_files(&net, &comm, &entries, &options, |_| {}).await.unwrap().pop().unwrap();
     assert!(!r.ok());
     assert!(r.lost.is_empty(), "a silent rank is not lost: {r:?}");
     assert_eq!(r.receivers, RankSet::single(0), "{r:?}");
@@ -446,7 +446,7 @@ async fn a_rank_that_stops_answering_fails_after_the_time_limit_and_the_others_g
     // transfer reaches it again.
     stall.recv_timeout(LIMIT).await.unwrap();
     let entries = [FileEntry::file(&src, Some(out.join("b")))];
-    let r = bcast_files(&mut net, &comm, &entries, &options, |_| {}).await.unwrap().pop().unwrap();
+    let r = bcast_files(&net, &comm, &entries, &options, |_| {}).await.unwrap().pop().unwrap();
     assert!(r.ok(), "{r:?}");
     assert_written_everywhere(&r, &net);
     assert!(temp_files(&out).is_empty(), "{:?}", temp_files(&out));
@@ -481,7 +481,7 @@ async fn a_rank_missing_at_launch_is_reported_lost_at_once_not_waited_for() {
     let options = FileOptions { chunk: CHUNK, timeout: Duration::from_secs(3600), ..FileOptions::default() };
     let entries = [FileEntry::file_at(&src, out.join("a")), FileEntry::file_at(&src, out.join("b"))];
     let comm = net.broadcast_communicator();
-    let transfer = bcast_files(&mut net, &comm, &entries, &options, |_| {});
+    let transfer = bcast_files(&net, &comm, &entries, &options, |_| {});
     let reports =
         tokio::time::timeout(LIMIT, transfer).await.expect("waited for a rank lost at launch").unwrap();
     for r in &reports {
@@ -503,11 +503,11 @@ async fn a_source_that_vanishes_during_the_call_fails_that_entry_and_the_rest_ar
         std::fs::write(dir.path(n), n.as_bytes()).unwrap();
     }
     let entries = names.map(|n| FileEntry::file_at(dir.path(n), out.join(n)));
-    let mut net = launch("flat", 2).await;
+    let net = launch("flat", 2).await;
     let comm = net.broadcast_communicator();
     let options = FileOptions { chunk: CHUNK, timeout: LIMIT, ..FileOptions::default() };
     let b = dir.path("b");
-    let transfer = bcast_files(&mut net, &comm, &entries, &options, |p| {
+    let transfer = bcast_files(&net, &comm, &entries, &options, |p| {
         if let Progress::Done { index: 0, .. } = p {
             std::fs::remove_file(&b).unwrap();
         }
@@ -581,8 +581,8 @@ async fn a_full_file_system_fails_every_rank_with_no_space_and_leaves_nothing() 
     let src = dir.path("big");
     std::fs::write(&src, random_bytes(4 << 20)).unwrap();
     let dst = full.0.path("big");
-    let mut net = launch("flat", 2).await;
-    let r = send(&mut net, &src, Some(&dst), WriteMode::Leave).await;
+    let net = launch("flat", 2).await;
+    let r = send(&net, &src, Some(&dst), WriteMode::Leave).await;
     assert!(!r.ok());
     assert_eq!(r.ranks_with(Outcome::Failed), all(&net), "{r:?}");
     for o in &r.outcomes {

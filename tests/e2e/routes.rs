@@ -116,7 +116,7 @@ async fn at_one_five_and_twenty_percent_loss_every_byte_arrives() {
 #[tokio::test]
 async fn a_rank_killed_mid_transfer_is_lost_and_the_others_complete() {
     let dir = TestDir::new("udp-killed");
-    let mut net = launch(&dir, "flat", 4, &[]).await;
+    let net = launch(&dir, "flat", 4, &[]).await;
     let src = dir.path("big");
     let data = random_bytes(24 << 20);
     std::fs::write(&src, &data).unwrap();
@@ -126,7 +126,7 @@ async fn a_rank_killed_mid_transfer_is_lost_and_the_others_complete() {
     let seen = sent.clone();
     let entry = [FileEntry::file(&src, Some(PathBuf::from("/proc/self/cwd/copy")))];
     let options = FileOptions { chunk: 256 << 10, ..FileOptions::default() };
-    let transfer = bcast_files(&mut net, &comm, &entry, &options, |p| {
+    let transfer = bcast_files(&net, &comm, &entry, &options, |p| {
         if let Progress::Sent { sent, .. } = p {
             seen.store(sent, Ordering::Relaxed)
         }

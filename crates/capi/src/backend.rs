@@ -3,7 +3,8 @@
 use std::ffi::c_char;
 
 use tokio::sync::Mutex as AsyncMutex;
-use treecast_api::{BackEnd, BackEndSender};
+use treecast_api::{BackEnd, BackEndEvent, BackEndSender, Packet};
+use treecast_files::{FileReceivers, FileWorker};
 
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{arg, block_on, block_on_for, handle, opt_text, out_ok, put, ran_out, take, text};
@@ -18,7 +19,7 @@ use crate::values::{from_c, tc_value};
 pub struct tc_backend {
     sender: BackEndSender,
     rank: u32,
-    receiver: AsyncMutex<Option<BackEnd>>,
+    receiver: AsyncMutex<Receiving>,
     /// The descriptor of `tc_backend_fd`, once asked for.
     pub(crate) ready: ReadySlot,
 }
@@ -30,11 +31,61 @@ impl tc_backend {
     }
 }
 
+/// What receiving needs: the link, and the writer of files pushed to this back-end.
+struct Receiving {
+    be: Option<BackEnd>,
+    /// Started with the first file transfer; it writes on a thread of its own.
+    files: Option<FileWorker>,
+}
+
+impl Receiving {
+    /// The next packet for the tool; file transfers are handled on the way.
+    async fn next(&mut self) -> Result<Packet, Failure> {
+        let Some(be) = self.be.as_mut() else {
+            return Err(Failure::new(tc_result::TC_ERR_CLOSED, "the back-end was closed"));
+        };
+        loop {
+            match be.next_event().await? {
+                BackEndEvent::Packet(p) if FileReceivers::handles(p.tag()) => {
+                    let worker = match self.files.as_mut() {
+                        Some(w) => w,
+                        None => self.files.insert(start_file_worker(be)?),
+                    };
+                    worker.packet(p).await?;
+                }
+                BackEndEvent::Packet(p) => return Ok(p),
+                BackEndEvent::StreamClosed(id) => {
+                    // A transfer the front-end gave up on leaves no temporary file behind.
+                    if let Some(files) = &self.files {
+                        files.stream_closed(id).await?;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Starts the file-writing thread and the task that sends its answers up.
+fn start_file_worker(be: &BackEnd) -> Result<FileWorker, Failure> {
+    let mut files = FileWorker::start(be.rank())?;
+    let mut answers = files.take_answers();
+    let answering = be.sender();
+    tokio::spawn(async move {
+        while let Some(a) = answers.recv().await {
+            if let Err(e) = answering.send(a.stream, a.tag, a.format, &a.values).await {
+                tracing::warn!("could not answer a file transfer: {e}");
+            }
+        }
+    });
+    Ok(files)
+}
+
 fn wrap(be: BackEnd) -> tc_backend {
     tc_backend {
         sender: be.sender(),
         rank: be.rank(),
-        receiver: AsyncMutex::new(Some(be)),
+        receiver: AsyncMutex::new(Receiving { be: Some(be), files: None }),
         ready: ReadySlot::new(),
     }
 }
@@ -121,13 +172,8 @@ pub unsafe extern "C" fn tc_backend_recv(
         // SAFETY: as the caller promised.
         let b = unsafe { arg(be, "be") }?;
         out_ok(out, "out")?;
-        let packet = block_on_for(timeout_ms, async {
-            match b.receiver.lock().await.as_mut() {
-                Some(be) => be.recv().await.map_err(Failure::from),
-                None => Err(Failure::new(tc_result::TC_ERR_CLOSED, "the back-end was closed")),
-            }
-        })?
-        .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
+        let packet = block_on_for(timeout_ms, async { b.receiver.lock().await.next().await })?
+            .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
         let p = tc_packet::new(packet)?;
         // SAFETY: checked not NULL.
         unsafe { put(out, handle(p)) };
@@ -169,8 +215,10 @@ pub unsafe extern "C" fn tc_backend_close(be: *mut tc_backend) -> tc_result {
     guard("tc_backend_close", || {
         // SAFETY: as the caller promised.
         let Some(b) = (unsafe { take(be) }) else { return Ok(()) };
-        let inner = b.receiver.into_inner();
-        if let Some(be) = inner {
+        let Receiving { be, files } = b.receiver.into_inner();
+        // Unfinished transfers remove their temporary files before the back-end goes.
+        drop(files);
+        if let Some(be) = be {
             block_on(be.close())?;
         }
         Ok(())

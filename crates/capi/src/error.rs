@@ -78,9 +78,10 @@ impl From<ApiError> for Failure {
             }
             ApiError::Plugin(_) => tc_result::TC_ERR_PLUGIN,
             ApiError::NoSuchRanks { .. } | ApiError::UnknownStream(_) => tc_result::TC_ERR_RANGE,
-            ApiError::Topology(_) | ApiError::FilterName { .. } | ApiError::EmptyWindow { .. } => {
-                tc_result::TC_ERR_INVALID
-            }
+            ApiError::Topology(_)
+            | ApiError::FilterName { .. }
+            | ApiError::EmptyWindow { .. }
+            | ApiError::Source(_) => tc_result::TC_ERR_INVALID,
             _ => tc_result::TC_ERR_OTHER,
         };
         Failure { code, message: e.to_string() }

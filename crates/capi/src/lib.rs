@@ -21,22 +21,26 @@ mod backend;
 mod commnode;
 mod error;
 mod ffi;
+mod files;
 mod network;
 mod packet;
 mod pollfd;
 mod requests;
 mod stream;
+mod tree;
 mod values;
 
 pub use backend::*;
 pub use commnode::*;
 pub use error::{tc_last_error, tc_result, tc_result_name};
 pub use ffi::TC_FOREVER;
+pub use files::*;
 pub use network::*;
 pub use packet::*;
 pub use pollfd::*;
 pub use requests::*;
 pub use stream::*;
+pub use tree::*;
 pub use values::*;
 
 /// The library's version, e.g. `"0.1.0"` (static).

@@ -138,6 +138,16 @@ fn c_requests_complete_wait_and_cancel() {
 }
 
 #[test]
+fn c_files_reach_every_back_end_with_progress() {
+    assert!(c_test("files", &[], false, &[], &[]).contains("files: ok"));
+}
+
+#[test]
+fn c_spawn_clock_monitor_and_topology() {
+    assert!(c_test("tree", &[], false, &[], &[]).contains("tree: ok"));
+}
+
+#[test]
 fn c_handles_are_shared_by_threads() {
     assert!(c_test("threads", &[], false, &[], &[]).contains("threads: ok"));
 }
@@ -148,7 +158,7 @@ fn c_handles_are_shared_by_threads() {
 fn c_programs_are_clean_under_address_sanitizer() {
     let flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"];
     let env = [("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=23")];
-    for name in ["sum", "errors", "threads", "poll", "requests"] {
+    for name in ["sum", "errors", "threads", "poll", "requests", "files", "tree"] {
         assert!(c_test(name, &flags, false, &[], &env).contains(": ok"));
     }
 }

@@ -116,7 +116,7 @@ pub enum Progress<'a> {
 ///
 /// Cancel safety: not cancel safe; ranks keep a temporary file until the network shuts down.
 pub async fn bcast_file(
-    net: &mut Network,
+    net: &Network,
     comm: &Communicator,
     src: &Path,
     dst: Option<&Path>,
@@ -155,7 +155,7 @@ pub async fn bcast_file(
 ///
 /// Cancel safety: not cancel safe; ranks keep a temporary file until the network shuts down.
 pub async fn bcast_files(
-    net: &mut Network,
+    net: &Network,
     comm: &Communicator,
     entries: &[FileEntry],
     options: &FileOptions,
@@ -378,7 +378,7 @@ struct Gathered {
 
 /// Sends the entries of one [`bcast_files`] call.
 struct Sender<'n> {
-    net: &'n mut Network,
+    net: &'n Network,
     options: FileOptions,
     /// The network's lost ranks when last looked at.
     lost: LostRanks,
@@ -397,7 +397,7 @@ struct Sender<'n> {
 }
 
 impl<'n> Sender<'n> {
-    fn new(net: &'n mut Network, options: FileOptions) -> Self {
+    fn new(net: &'n Network, options: FileOptions) -> Self {
         // Short enough that a silent rank delays the others' answers little, long enough
         // that answers arriving close together travel as one class.
         let wave = (options.timeout / 4).clamp(Duration::from_millis(1), Duration::from_secs(1));

@@ -1,0 +1,67 @@
+/* The rest of the front-end: the tree's shape, back-ends spawned while it runs (and
+ * a stream to them), the global clock's table and a monitoring report. */
+#define _DEFAULT_SOURCE
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+int main(int argc, char **argv) {
+  int role = tc_test_role(argc, argv);
+  if (role >= 0) return role;
+  static char self[PATH_MAX];
+  EXPECT(realpath(argv[0], self) != NULL);
+  tc_network_options *o = tc_test_options("balanced:2x2", 0, argv[0]);
+  tc_network *net = NULL;
+  CHECK(tc_network_launch(o, &net));
+  tc_network_options_free(o);
+
+  char *topology = NULL;
+  CHECK(tc_network_topology(net, &topology));
+  EXPECT(strstr(topology, "=>") != NULL && strchr(topology, ';') != NULL);
+  tc_string_free(topology);
+  EXPECT(tc_network_depth(net) == 2);
+
+  /* Two more back-ends, then a sum over them alone: ranks 4 and 5 answer v * 5 and v * 6. */
+  const char *be_argv[] = {self, "backend"};
+  uint32_t group = 0;
+  tc_communicator *spawned = NULL;
+  CHECK(tc_network_spawn(net, 2, be_argv, 2, &group, &spawned));
+  EXPECT(group > 0);
+  EXPECT(tc_communicator_size(spawned) == 2);
+  EXPECT(tc_network_backends(net) == 6);
+  tc_stream *sum = NULL;
+  CHECK(tc_stream_new(net, spawned, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &sum));
+
+  CHECK(tc_network_monitor_start(net, 7));
+  for (int32_t v = 1; v <= 3; v++) {
+    CHECK(tc_stream_send(sum, TAG_SCALE, "%d", v));
+    tc_packet *p = NULL;
+    CHECK(tc_stream_recv(sum, 30000, &p));
+    int32_t total = 0;
+    CHECK(tc_packet_unpack(p, "%d", &total));
+    EXPECT(total == v * (5 + 6));
+    tc_packet_free(p);
+  }
+  CHECK(tc_network_monitor_stop(net));
+  char *report = NULL;
+  CHECK(tc_network_monitor_collect(net, false, 30000, &report));
+  EXPECT(report[0] == '{' && strstr(report, "\"missing\"") != NULL);
+  tc_string_free(report);
+
+  char *clock = NULL;
+  CHECK(tc_network_clock(net, 1, 60000, &clock));
+  EXPECT(clock[0] == '[' && strstr(clock, "\"offset_ns\"") != NULL && strstr(clock, "\"error_ns\"") != NULL);
+  tc_string_free(clock);
+
+  const char *nothing[] = {NULL};
+  EXPECT(tc_network_spawn(net, 1, nothing, 0, &group, &spawned) == TC_ERR_INVALID);
+  tc_string_free(NULL);
+
+  tc_stream_free(sum);
+  tc_communicator_free(spawned);
+  tc_network_free(net);
+  printf("tree: ok\n");
+  return 0;
+}
