@@ -694,6 +694,11 @@ pub struct MicrobenchArgs {
     /// halves, and print their changes: how large a change this machine's noise makes.
     #[arg(long, requires = "overhead")]
     pub overhead_null: bool,
+    /// Run the C API's twin of this benchmark (examples/c/microbench.c, built; see
+    /// tools/microbench-c) on the same shape after the Rust measurement, and print its
+    /// figures against the Rust API's.
+    #[arg(long, value_name = "PROGRAM", conflicts_with = "overhead")]
+    pub c_twin: Option<std::path::PathBuf>,
 }
 
 /// Flags of `treecast bcast`.

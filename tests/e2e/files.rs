@@ -276,8 +276,7 @@ async fn a_bad_source_is_an_error_before_anything_is_sent() {
     let dir = TestDir::new("badsrc");
     let net = launch("flat", 1).await;
     let comm = net.broadcast_communicator();
-    let err =
-        bcast_file(&net, &comm, &dir.path("absent"), None, WriteMode::Leave, CHUNK).await.unwrap_err();
+    let err = bcast_file(&net, &comm, &dir.path("absent"), None, WriteMode::Leave, CHUNK).await.unwrap_err();
     assert!(matches!(err, ApiError::Source(SourceError::Open { .. })), "{err:?}");
     assert!(err.to_string().contains("absent"), "{err}");
     let err = bcast_file(&net, &comm, dir.root(), None, WriteMode::Leave, CHUNK).await.unwrap_err();

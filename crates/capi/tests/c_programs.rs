@@ -61,15 +61,16 @@ fn compile(build: &Build<'_>, out: &Path) {
 
 /// Runs `program` (with `wrapper` before it, if any) in a process group of its own,
 /// so that a hung run takes its whole tree with it; returns its stdout.
-fn run(wrapper: &[&str], program: &Path, env: &[(&str, &str)]) -> String {
-    let (exe, args) = match wrapper.split_first() {
+fn run(wrapper: &[&str], program: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let (exe, mut all_args): (PathBuf, Vec<PathBuf>) = match wrapper.split_first() {
         Some((first, rest)) => {
             (PathBuf::from(first), rest.iter().map(PathBuf::from).chain([program.into()]).collect())
         }
         None => (program.to_path_buf(), Vec::new()),
     };
+    all_args.extend(args.iter().map(PathBuf::from));
     let mut child = Command::new(&exe)
-        .args(&args)
+        .args(&all_args)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -109,7 +110,7 @@ fn c_test(name: &str, flags: &[&str], static_lib: bool, wrapper: &[&str], env: &
     let mut all_flags = vec!["-std=c11", "-g"];
     all_flags.extend_from_slice(flags);
     compile(&Build { compiler: "cc", sources: &[&source, "common.c"], flags: &all_flags, static_lib }, &exe);
-    run(wrapper, &exe, env)
+    run(wrapper, &exe, &[], env)
 }
 
 #[test]
@@ -194,7 +195,7 @@ fn cpp_includes_the_header_twice_and_from_two_units() {
         static_lib: false,
     };
     compile(&build, &exe);
-    assert!(run(&[], &exe, &[]).contains("two units: ok"));
+    assert!(run(&[], &exe, &[], &[]).contains("two units: ok"));
 }
 
 /// The complete example of docs/c-api.md compiles as it is written and prints the sum.
@@ -229,5 +230,35 @@ fn the_guide_example_builds_and_runs() {
         "the guide's example does not compile:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(run(&[], &exe, &[]).trim(), format!("sum: {}", 7 * (1..=16).sum::<i32>()));
+    assert_eq!(run(&[], &exe, &[], &[]).trim(), format!("sum: {}", 7 * (1..=16).sum::<i32>()));
+}
+
+/// The C twin of `treecast bench microbench` builds and measures a small tree on its
+/// own (as its own comm node and back-end): one JSON line with every figure.
+#[test]
+fn the_microbench_twin_runs() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary folder: {e}"));
+    let exe = dir.path().join("microbench");
+    let lib = lib_dir();
+    let output = Command::new("cc")
+        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root().join("include"))
+        .arg(root().join("examples/c/microbench.c"))
+        .arg(lib.join("libtreecast.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap_or_else(|e| panic!("running cc: {e}"));
+    assert!(
+        output.status.success(),
+        "examples/c/microbench.c does not compile:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = run(&[], &exe, &["-", "balanced:2x2", "0", "20", "50"], &[]);
+    let figures: serde_json::Value =
+        serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
+    assert_eq!(figures["backends"], 4, "{line}");
+    for key in ["instantiation_s", "rtt_us_median", "rtt_us_mean", "rtt_us_p99", "reductions_per_s"] {
+        assert!(figures[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {line}");
+    }
 }
