@@ -21,6 +21,8 @@ pub struct EnvSettings {
     pub startup_timeout: Option<Duration>,
     /// `TREECAST_MAX_FRAME`, bytes.
     pub max_frame: Option<usize>,
+    /// `TREECAST_MAX_CONTROL`, bytes per back-end a child reaches.
+    pub max_control: Option<usize>,
     /// `TREECAST_DEAD_AFTER` (`Some(None)`: `0`, heartbeats off).
     pub dead_after: Option<Option<Duration>>,
     /// `TREECAST_REJOIN_WITHIN` (`Some(None)`: `0`, recovery off).
@@ -70,6 +72,7 @@ impl EnvSettings {
         let dead_after = secs(env::DEAD_AFTER, env::LIMIT_SECS, true)?;
         let rejoin_within = secs(env::REJOIN_WITHIN, env::LIMIT_SECS, true)?;
         let max_frame = lookup(env::MAX_FRAME).map(|text| max_frame(&text)).transpose()?;
+        let max_control = lookup(env::MAX_CONTROL).map(|text| max_control(&text)).transpose()?;
         let unix_links = match lookup(env::ROUTE).as_deref().map(str::trim) {
             None => None,
             Some("unix") => Some(true),
@@ -92,6 +95,7 @@ impl EnvSettings {
         Ok(EnvSettings {
             startup_timeout,
             max_frame,
+            max_control,
             dead_after,
             rejoin_within,
             unix_links,
@@ -108,6 +112,9 @@ impl EnvSettings {
         }
         if let Some(bytes) = self.max_frame {
             builder = builder.max_frame(bytes);
+        }
+        if let Some(bytes) = self.max_control {
+            builder = builder.max_control(bytes);
         }
         if let Some(limit) = self.dead_after {
             builder = builder.dead_after(limit);
@@ -141,6 +148,20 @@ fn max_frame(text: &str) -> anyhow::Result<usize> {
              launch plan, must fit in it (default {})",
             env::MAX_FRAME,
             treecast_driver::DEFAULT_MAX_FRAME
+        ),
+    }
+}
+
+/// `TREECAST_MAX_CONTROL`'s value as a number of bytes the builder accepts.
+fn max_control(text: &str) -> anyhow::Result<usize> {
+    let (min, max) = (NetworkBuilder::MIN_MAX_CONTROL, treecast_wire::MAX_PAYLOAD_LEN);
+    match text.trim().parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => anyhow::bail!(
+            "{}={text:?} is not a number of bytes from {min} to {max}: the largest control frame a \
+             child may send, per back-end it reaches (default {})",
+            env::MAX_CONTROL,
+            treecast_wire::DEFAULT_MAX_CONTROL
         ),
     }
 }
@@ -186,8 +207,10 @@ mod tests {
             ("TREECAST_ROUTE", "tcp"),
             ("TREECAST_LISTEN", "10.1.2.3"),
             ("TREECAST_STARTUP_TIMEOUT", "12"),
+            ("TREECAST_MAX_CONTROL", "1048576"),
         ])
         .unwrap();
+        assert_eq!(s.max_control, Some(1 << 20));
         assert_eq!(s.dead_after, Some(None));
         assert_eq!(s.rejoin_within, Some(Some(Duration::from_millis(2500))));
         assert_eq!(s.unix_links, Some(false));
@@ -204,6 +227,7 @@ mod tests {
             ("TREECAST_STARTUP_TIMEOUT", "1e20"),
             ("TREECAST_DEAD_AFTER", "1e-300"),
             ("TREECAST_MAX_FRAME", "1"),
+            ("TREECAST_MAX_CONTROL", "1"),
         ] {
             let e = read(&[(var, value)]).unwrap_err().to_string();
             assert!(e.contains(var) && e.contains(value), "{var}={value}: {e}");

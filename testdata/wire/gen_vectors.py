@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 9 (launch plan version 5).
+protocol version 9 (launch plan version 6).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -291,7 +291,7 @@ def enc_flag(v):
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
 LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
-PLAN_VERSION = 5
+PLAN_VERSION = 6
 
 
 def enc_strings(items):
@@ -320,6 +320,7 @@ def enc_plan(p, version=PLAN_VERSION):
     if udp is not None:
         out += u32(len(udp)) + b"".join(enc_str(k) + enc_str(v) for k, v in udp)
     out += u32(p.get("depth", 0)) + enc_strings(p.get("filters", []))
+    out += u32(p["max_control"])
     return out
 
 
@@ -445,6 +446,7 @@ PLAN_SSH = {
     "udp": [["TREECAST_UDP_FRAGMENT", "8000"], ["TREECAST_UDP_DROP", "0.05,7"]],
     "depth": 1,
     "filters": ["/opt/tool/libhistogram.so"],
+    "max_control": 1 << 20,
 }
 
 PLAN_LOCAL = {
@@ -468,6 +470,7 @@ PLAN_LOCAL = {
     "heartbeat_ms": 0,
     "dead_after_ms": 0,
     "rejoin_ms": 0,
+    "max_control": 1,
 }
 
 PLAN_SLURM = {
@@ -497,6 +500,7 @@ PLAN_SLURM = {
     "heartbeat_ms": 4294967295,
     "dead_after_ms": 1,
     "rejoin_ms": 4294967295,
+    "max_control": 256 << 20,
 }
 
 WINDOW_UP = {"packets": 256, "bytes": str(1 << 20)}
@@ -722,17 +726,21 @@ INVALID_CASES = [
     ("control", "bad utf8 message", bytes([3]) + u32(1) + b"\x80", "InvalidUtf8"),
     # plan
     ("control", "plan version 4 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=4), "Invalid"),
-    ("control", "plan version 6", bytes([1]) + enc_plan(PLAN_SSH, version=6), "Invalid"),
+    ("control", "plan version 5 (before the control frame limit)", bytes([1]) + enc_plan(PLAN_SSH, version=5), "Invalid"),
+    ("control", "plan version 7", bytes([1]) + enc_plan(PLAN_SSH, version=7), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
-    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
+    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5], "Truncated"),
+    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
     ("control", "plan trailing byte", bytes([1]) + enc_plan(PLAN_LOCAL) + b"\x00", "TrailingBytes"),
     ("control", "plan allow missing 2", bytes([1]) + enc_plan(with_(PLAN_LOCAL, allow_missing=2)), "Invalid"),
     ("control", "plan local route 2", bytes([1]) + enc_plan(with_(PLAN_SSH, local_route=2)), "Invalid"),
     ("control", "plan launcher 3", bytes([1]) + enc_plan(with_(PLAN_SSH, launcher__kind=3)), "Invalid"),
     ("control", "plan largest frame 0", bytes([1]) + enc_plan(with_(PLAN_SSH, max_frame=0)), "Invalid"),
     ("control", "plan largest frame over 256 MiB", bytes([1]) + enc_plan(with_(PLAN_SSH, max_frame=(256 << 20) + 1)), "Invalid"),
+    ("control", "plan largest control frame 0", bytes([1]) + enc_plan(with_(PLAN_SSH, max_control=0)), "Invalid"),
+    ("control", "plan largest control frame over 256 MiB", bytes([1]) + enc_plan(with_(PLAN_SSH, max_control=(256 << 20) + 1)), "Invalid"),
     (
         "control",
         "plan hostile argument count",

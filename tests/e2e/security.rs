@@ -59,6 +59,84 @@ async fn a_frame_over_the_size_limit_is_refused_before_it_is_buffered() {
     finish(net).await;
 }
 
+/// The next event of `net` is rank 1 lost for a control frame over its limit.
+async fn rank_1_lost_for_its_control_frame(net: &mut Network) {
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::RanksLost { ranks, reason }) => {
+            assert_eq!(ranks, RankSet::single(1));
+            // The child, the frame's size, the limit and the setting that raises it.
+            assert!(reason.contains("back-end 1") || reason.contains("rank 1"), "{reason}");
+            assert!(reason.contains("control frame of 33554432 bytes"), "{reason}");
+            assert!(
+                reason.contains("limit of 4194304 bytes") && reason.contains("TREECAST_MAX_CONTROL"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected RanksLost, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_childs_control_frame_over_its_limit_closes_its_link_before_it_is_buffered() {
+    // Regression: a back-end could make its comm node buffer a control frame up to the
+    // frame limit (64 MiB); this one announces 32 MiB and sends 8: the link closes at
+    // the header, and the other ranks go on.
+    let mut net = with_rogue_rank_1("control").await;
+    rank_1_lost_for_its_control_frame(&mut net).await;
+    let mut s = sum_stream(&net).await;
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
+    finish(net).await;
+}
+
+#[tokio::test]
+async fn in_attach_mode_a_child_with_an_oversized_control_frame_is_refused_and_the_launch_goes_on() {
+    // Regression: in attach mode, one such back-end aborted the whole launch.
+    let dir = TestDir::new("attach-rogue-control");
+    let file = dir.path("attach");
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let topo = Topology::from_spec("balanced:2x2", None).unwrap();
+    let launching = tokio::spawn(builder(topo).attach(&file, LIMIT).launch());
+    let deadline = Instant::now() + LIMIT;
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "no attach file");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let script = format!(
+        "for r in 0 2 3; do TREECAST_RANK=$r {TREECAST} backend --attach {} & done; wait",
+        file.display()
+    );
+    let mut others = Command::new("/bin/sh").arg("-c").arg(script).env(k, v).spawn().unwrap();
+    let mut rogue = Command::new(TEST_BACKEND)
+        .arg("rogue")
+        .env("TREECAST_RANK", "1")
+        .env("TREECAST_ATTACH", &file)
+        .env("TREECAST_ROGUE", "control-at-once")
+        .env(k, v)
+        .spawn()
+        .unwrap();
+    let launched = launching.await.unwrap();
+    let mut net = match launched {
+        Ok(net) => net,
+        Err(e) => {
+            let _ = rogue.kill();
+            let _ = rogue.wait();
+            let _ = others.kill();
+            panic!("the launch failed: {e}");
+        }
+    };
+    rank_1_lost_for_its_control_frame(&mut net).await;
+    assert_eq!(net.lost_ranks(), RankSet::single(1));
+    let mut s = sum_stream(&net).await;
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
+    finish(net).await;
+    // The rogue ends when its link is closed; the others when the network ends.
+    let _ = tokio::task::spawn_blocking(move || (rogue.wait(), others.wait())).await;
+    assert_no_leftovers(&t);
+}
+
 #[tokio::test]
 async fn a_malformed_frame_closes_only_that_link() {
     let net = with_rogue_rank_1("malformed").await;

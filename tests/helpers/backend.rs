@@ -41,22 +41,38 @@ fn panicking_backend_entry() {
 }
 
 /// A rogue back-end that authenticates, reports ready, then sends bytes that are
-/// not a frame (`TREECAST_ROGUE=malformed`) or announces a frame far over the limit
-/// (`huge`), for `a_malformed_frame_closes_only_that_link` and
-/// `a_frame_over_the_size_limit_is_refused_before_it_is_buffered`.
+/// not a frame (`TREECAST_ROGUE=malformed`), announces a frame far over the limit
+/// (`huge`), or sends a control frame under the frame limit but far over what a
+/// back-end's reports need (`control`, or `control-at-once` before it joined), for `a_malformed_frame_closes_only_that_link`,
+/// `a_frame_over_the_size_limit_is_refused_before_it_is_buffered` and the control
+/// frame tests. With `TREECAST_ATTACH` set it joins through that attach file.
 async fn rogue_backend_entry() {
     use tokio::io::AsyncWriteExt;
-    let parent = std::env::var("TREECAST_PARENT").unwrap();
-    let node_id: u32 = std::env::var("TREECAST_NODE_ID").unwrap().parse().unwrap();
-    let secret = treecast_driver::read_secret().unwrap();
-    let mut stream = treecast_driver::connect_to(&parent, node_id, &secret, LIMIT).await.unwrap();
     let rank: u32 = std::env::var("TREECAST_RANK").unwrap().parse().unwrap();
-    let join = treecast_wire::ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 };
-    let mut bytes = bytes::BytesMut::new();
-    treecast_proto::control_frame(&join).encode(&mut bytes);
-    stream.write_all(&bytes).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    if std::env::var("TREECAST_ROGUE").as_deref() == Ok("huge") {
+    let (parent, node_id, secret) = match std::env::var_os("TREECAST_ATTACH") {
+        Some(file) => {
+            let info = treecast_api::AttachInfo::read(std::path::Path::new(&file)).unwrap();
+            let (node_id, parent) = info.point(rank).unwrap();
+            (parent.to_owned(), node_id, info.secret.clone())
+        }
+        None => (
+            std::env::var("TREECAST_PARENT").unwrap(),
+            std::env::var("TREECAST_NODE_ID").unwrap().parse().unwrap(),
+            treecast_driver::read_secret().unwrap(),
+        ),
+    };
+    let mut stream = treecast_driver::connect_to(&parent, node_id, &secret, LIMIT).await.unwrap();
+    let mode = std::env::var("TREECAST_ROGUE").unwrap_or_default();
+    // `control-at-once` sends its oversized control frame in place of its join,
+    // while its parent still waits for the tree to start.
+    if mode != "control-at-once" {
+        let join = treecast_wire::ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 };
+        let mut bytes = bytes::BytesMut::new();
+        treecast_proto::control_frame(&join).encode(&mut bytes);
+        stream.write_all(&bytes).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    if mode == "huge" {
         // A header announcing 200 MiB, then a trickle: the parent must refuse it, not buffer it.
         let mut header = bytes::BytesMut::new();
         treecast_wire::FrameHeader::data(1, 0, rank).encode(200 << 20, &mut header);
@@ -64,10 +80,23 @@ async fn rogue_backend_entry() {
         // write is the expected end of this rogue, not an error of the test.
         let _ = stream.write_all(&header).await;
         let _ = stream.write_all(&[0u8; 4096]).await;
+    } else if mode.starts_with("control") {
+        // A control frame of 32 MiB, under the frame limit: before control frames had
+        // a limit of their own, the parent buffered all of it.
+        let mut header = bytes::BytesMut::new();
+        treecast_wire::FrameHeader::control().encode(32 << 20, &mut header);
+        let _ = stream.write_all(&header).await;
+        let _ = stream.write_all(&vec![0u8; 8 << 20]).await;
     } else {
         let _ = stream.write_all(&[0xEE; 64]).await;
     }
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    // Until the parent closes the link (what every mode is expected to make it do).
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+        use tokio::io::AsyncReadExt;
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 /// A back-end that answers the first request (`%d n`) with `n` packets of its rank

@@ -16,7 +16,9 @@ use treecast_proto::{Command, LivenessLimits, Node, NodeConfig, Role};
 use treecast_topology::Topology;
 use treecast_transport::mcast::McastConfig;
 use treecast_transport::Secret;
-use treecast_wire::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, MAX_PAYLOAD_LEN};
+use treecast_wire::{
+    LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, DEFAULT_MAX_CONTROL, MAX_PAYLOAD_LEN,
+};
 
 use crate::frontend::{launched, AttachTarget, FeTool};
 use crate::{ApiError, Network};
@@ -44,6 +46,7 @@ pub struct NetworkBuilder {
     attach: Option<(PathBuf, Duration)>,
     receive_window: Window,
     max_frame: usize,
+    max_control: usize,
     registry: FilterRegistry,
     plugins: Vec<PathBuf>,
     liveness: Option<LivenessLimits>,
@@ -58,6 +61,9 @@ impl NetworkBuilder {
     /// The smallest frame limit ([`NetworkBuilder::max_frame`]): a frame must hold a
     /// file chunk of the default size with its header, and the launch plan of a large tree.
     pub const MIN_MAX_FRAME: usize = crate::DEFAULT_CHUNK + (64 << 10);
+    /// The smallest control frame limit ([`NetworkBuilder::max_control`]): a back-end's
+    /// join, clock and failure reports must fit in it.
+    pub const MIN_MAX_CONTROL: usize = 64 << 10;
 
     /// A network of the given shape whose back-ends run `treecast backend`.
     pub fn new(topology: Topology) -> Self {
@@ -75,6 +81,7 @@ impl NetworkBuilder {
             attach: None,
             receive_window: DEFAULT_RECEIVE_WINDOW,
             max_frame: DEFAULT_MAX_FRAME,
+            max_control: DEFAULT_MAX_CONTROL as usize,
             registry: FilterRegistry::builtin(),
             plugins: Vec::new(),
             liveness: Some(LivenessLimits::default()),
@@ -216,6 +223,17 @@ impl NetworkBuilder {
         self
     }
 
+    /// Largest control frame a child may send its parent, in bytes per back-end the
+    /// child reaches (default 4 MiB; the `treecast` command applies
+    /// `TREECAST_MAX_CONTROL`); a child sending a larger one loses its link, so that
+    /// what a parent buffers for a child grows with the child's sub-tree, not up to
+    /// the frame limit. [`NetworkBuilder::launch`] refuses a limit below
+    /// [`NetworkBuilder::MIN_MAX_CONTROL`].
+    pub fn max_control(mut self, bytes: usize) -> Self {
+        self.max_control = bytes.clamp(1, MAX_PAYLOAD_LEN);
+        self
+    }
+
     /// The filters this front-end can make (default: the built-ins).
     pub fn filters(mut self, registry: FilterRegistry) -> Self {
         self.registry = registry;
@@ -275,6 +293,7 @@ impl NetworkBuilder {
         plan.remote_listen = self.remote_listen.map(|ip| ip.to_string()).unwrap_or_default();
         plan.launcher = self.launcher.clone();
         plan.max_frame = self.max_frame as u32;
+        plan.max_control = self.max_control as u32;
         plan.log = self.log.clone();
         let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
         (plan.heartbeat_ms, plan.dead_after_ms) =
@@ -303,6 +322,14 @@ impl NetworkBuilder {
                  the launch plan, must fit in it (default {DEFAULT_MAX_FRAME})",
                 self.max_frame,
                 Self::MIN_MAX_FRAME
+            )));
+        }
+        if !(Self::MIN_MAX_CONTROL..=MAX_PAYLOAD_LEN).contains(&self.max_control) {
+            return Err(ApiError::Env(format!(
+                "a control frame limit of {} bytes per back-end is not from {} to {MAX_PAYLOAD_LEN} \
+                 (default {DEFAULT_MAX_CONTROL})",
+                self.max_control,
+                Self::MIN_MAX_CONTROL
             )));
         }
         if self.udp_route {

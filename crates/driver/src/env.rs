@@ -39,6 +39,8 @@ pub const ROUTE: &str = "TREECAST_ROUTE";
 pub const ATTACH_FILE: &str = "TREECAST_ATTACH";
 /// Largest frame payload a node accepts, in bytes.
 pub const MAX_FRAME: &str = "TREECAST_MAX_FRAME";
+/// Largest control frame a child may send, in bytes per back-end it reaches.
+pub const MAX_CONTROL: &str = "TREECAST_MAX_CONTROL";
 /// Bytes from which a payload goes between two processes of one host as a sealed
 /// memory file instead of through their Unix socket; unset or `off`: never (the
 /// socket was faster wherever it was measured). Read by every process for what it

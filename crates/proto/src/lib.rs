@@ -374,6 +374,19 @@ impl Node {
             .and_then(|c| c.link)
     }
 
+    /// How many back-ends the child on `link` reaches, as far as this node knows
+    /// (what the plan gave it, or what it reported since, whichever is more);
+    /// `None` when `link` is not a child's. The route sizes its control frames by it.
+    pub fn child_reach(&self, link: LinkId) -> Option<u64> {
+        match self.links.get(link)? {
+            LinkRole::Child(c) => {
+                let child = self.children.get(*c)?;
+                Some(child.expected.len().max(child.ranks.len()))
+            }
+            LinkRole::Parent | LinkRole::Remote(_) => None,
+        }
+    }
+
     /// The link to the parent, if it is up.
     pub fn parent_link(&self) -> Option<LinkId> {
         self.parent

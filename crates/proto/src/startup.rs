@@ -834,6 +834,13 @@ impl Node {
                     self.refresh_deadline();
                     return self.refresh_loss_deadline();
                 }
+                if self.children[c].attach {
+                    // Any process that can read the attach file may take a slot: one
+                    // that breaks the protocol (a frame over its limit) is refused on
+                    // its own, its rank reported missing, and the launch goes on.
+                    let reason = self.children[c].failure(&format!("was refused during start-up: {why}"));
+                    return self.go_on_without(c, reason, now);
+                }
                 let reason = self.children[c].failure(&format!("failed during start-up: {why}"));
                 self.fail_child(c, reason, now);
             }
@@ -903,6 +910,11 @@ impl Node {
         if !allow_missing {
             return self.startup_failed(reason);
         }
+        self.go_on_without(c, reason, now);
+    }
+
+    /// Starts without child `c`: its ranks are reported missing with `reason`.
+    fn go_on_without(&mut self, c: usize, reason: String, now: Instant) {
         // Reported with the missing ranks; the front-end's tool tells the user once.
         tracing::debug!(node = %self.name, "{reason}; going on without it");
         self.abandon(c);

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use treecast_filters::{FilterRegistry, TransformKind};
 use treecast_wire::{
-    encode_values, ControlMsg, FilterSpec, Frame, FrameHeader, Grant, LaunchPlan, RankSet, StreamSpec,
-    SyncMode, Value, Window,
+    encode_values, AttachPoint, ControlMsg, FilterSpec, Frame, FrameHeader, Grant, LaunchPlan, RankSet,
+    StreamSpec, SyncMode, Value, Window,
 };
 
 use super::*;
@@ -231,6 +231,38 @@ fn a_child_this_node_cut_off_is_reported_at_once() {
     assert_eq!(lost.len(), 1, "{evs:?}");
     assert!(lost[0].1.contains("malformed control message"), "{}", lost[0].1);
     assert_eq!(fe.poll_timeout(), None);
+}
+
+#[test]
+fn in_attach_mode_a_backend_refused_during_start_up_is_missing_and_the_start_goes_on() {
+    // Regression: one back-end whose link this node cut off (a control frame over its
+    // limit) failed the whole launch, although anyone with the attach file takes a slot.
+    let now = Instant::now();
+    let mut fe = node(Role::FrontEnd, 0);
+    let mut p = plan("h:0 => h:1 h:2 ;", 0, false);
+    p.attach_ms = 5_000;
+    fe.handle_command(Command::Launch(Box::new(p)), now).unwrap();
+    let points = (0..2).map(|r| AttachPoint { rank: r, node_id: r + 1, address: "unix:@x".into() }).collect();
+    fe.handle_command(Command::OwnAttachPoints(points), now).unwrap();
+    let links = ids(2);
+    fe.handle_link_up(links[0], Peer::Child { node_id: 1 }, now);
+    fe.handle_link_closed(links[0], Some("a control frame of 33554432 bytes is over".into()), now);
+    fe.handle_link_up(links[1], Peer::Child { node_id: 2 }, now);
+    fe.handle_frame(links[1], control(&ControlMsg::Join { ranks: RankSet::single(1), commnodes: 0 }), now);
+    let evs = events(&mut fe);
+    assert!(!evs.iter().any(|e| matches!(e, Event::StartupFailed { .. })), "{evs:?}");
+    let missing = evs.iter().find_map(|e| match e {
+        Event::Ready { missing, .. } => Some(missing.clone()),
+        _ => None,
+    });
+    let missing = missing.expect("ready");
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert_eq!(missing[0].0, RankSet::single(0));
+    assert!(
+        missing[0].1.contains("refused during start-up: ") && missing[0].1.contains("33554432"),
+        "{}",
+        missing[0].1
+    );
 }
 
 #[test]

@@ -87,6 +87,11 @@ pub trait Route: Send + std::fmt::Debug {
     /// before the process exits, when no event loop will run again).
     fn flush_blocking(&mut self, limit: std::time::Duration);
 
+    /// Says how many back-ends the child on `link` reaches, which sizes the control
+    /// frames it may send (a parent buffers no more for it; see docs/security.md).
+    /// Links to other peers, and routes that cut no frames, ignore it.
+    fn set_reach(&mut self, _link: LinkId, _backends: u64) {}
+
     /// Takes the route settings of the node's launch plan (its frame limit; the UDP
     /// route's settings, when it multicasts).
     fn apply_plan(&mut self, plan: &LaunchPlan);

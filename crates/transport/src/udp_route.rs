@@ -416,6 +416,10 @@ impl<R: MonitoredRoute> Route for UdpRoute<R> {
         self.links.flush_blocking(limit);
     }
 
+    fn set_reach(&mut self, link: LinkId, backends: u64) {
+        self.links.set_reach(link, backends);
+    }
+
     fn apply_plan(&mut self, plan: &LaunchPlan) {
         self.groups.configure(plan.udp.as_deref());
         self.links.apply_plan(plan);

@@ -8,7 +8,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use crate::{DecodeError, Frame, FrameHeader, FLAG_PAYLOAD_FD, HEADER_LEN};
+use crate::{DecodeError, Frame, FrameHeader, FrameKind, FLAG_PAYLOAD_FD, HEADER_LEN};
 
 /// Bytes a link reads per system call at most. While a large frame arrives the
 /// cutter keeps this much room (or what the frame still lacks) in the buffer, so
@@ -47,6 +47,17 @@ pub enum CutError {
         /// The limit.
         max: usize,
     },
+    /// A control frame announces more payload than this link may send in one.
+    #[error(
+        "a control frame of {len} bytes is over this link's control limit of {max} bytes \
+         (TREECAST_MAX_CONTROL per back-end the peer reaches); the link is closed"
+    )]
+    ControlTooLarge {
+        /// The payload length announced.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// Where the payloads of frames marked [`FLAG_PAYLOAD_FD`] come from: the files a
@@ -79,21 +90,25 @@ impl PayloadFiles for NoFiles {
 /// stream carries none.
 pub fn cut_frames(buf: &mut BytesMut, max_frame: usize) -> Result<Vec<Frame>, CutError> {
     let mut frames = Vec::new();
-    cut_frames_into(buf, max_frame, &mut NoFiles, &mut frames)?;
+    cut_frames_into(buf, max_frame, max_frame, &mut NoFiles, &mut frames)?;
     Ok(frames)
 }
 
 /// [`cut_frames`] into `frames` (empty), so that a caller can keep its list's room
-/// from one read to the next, for a link whose payload files come from `files`.
+/// from one read to the next, for a link whose payload files come from `files` and
+/// whose control frames may hold `max_control` bytes at most (the smaller of the two
+/// limits applies to them).
 ///
 /// Generic over `files` so that a link's reader gets its own copy, compiled where
 /// it is called, with no indirect call per frame.
 ///
 /// # Errors
-/// As [`cut_frames`], and what `files` says of a payload file.
+/// As [`cut_frames`], a control frame over `max_control` bytes
+/// ([`CutError::ControlTooLarge`]), and what `files` says of a payload file.
 pub fn cut_frames_into<F: PayloadFiles>(
     buf: &mut BytesMut,
     max_frame: usize,
+    max_control: usize,
     files: &mut F,
     frames: &mut Vec<Frame>,
 ) -> Result<(), CutError> {
@@ -101,6 +116,9 @@ pub fn cut_frames_into<F: PayloadFiles>(
         let (mut header, len) = FrameHeader::decode(&buf[..HEADER_LEN])?;
         if len > max_frame {
             return Err(CutError::TooLarge { len, max: max_frame });
+        }
+        if header.kind == FrameKind::Control && len > max_control {
+            return Err(CutError::ControlTooLarge { len, max: max_control });
         }
         if frames.is_empty() {
             // Sized once, as if the rest were like the first: a read of many small
@@ -169,6 +187,21 @@ mod tests {
         let mut hdr = BytesMut::new();
         FrameHeader::data(1, 0, 0).encode(2000, &mut hdr);
         assert_eq!(cut_frames(&mut hdr, 1000).unwrap_err(), CutError::TooLarge { len: 2000, max: 1000 });
+    }
+
+    #[test]
+    fn a_control_frame_over_the_control_limit_is_refused_from_its_header() {
+        let mut buf = BytesMut::new();
+        FrameHeader::control().encode(2000, &mut buf);
+        let err = cut_frames_into(&mut buf, 1 << 20, 1000, &mut NoFiles, &mut Vec::new()).unwrap_err();
+        assert_eq!(err, CutError::ControlTooLarge { len: 2000, max: 1000 });
+        // Data frames are held to the frame limit only: credits bound them.
+        let mut buf = BytesMut::new();
+        FrameHeader::data(1, 0, 0).encode(2000, &mut buf);
+        buf.extend_from_slice(&[0; 2000]);
+        let mut frames = Vec::new();
+        cut_frames_into(&mut buf, 1 << 20, 1000, &mut NoFiles, &mut frames).unwrap();
+        assert_eq!(frames.len(), 1);
     }
 
     #[test]

@@ -8,7 +8,13 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 5;
+pub const PLAN_VERSION: u16 = 6;
+
+/// Default of [`LaunchPlan::max_control`] (4 MiB per back-end a child reaches): a
+/// back-end's own monitoring report at its cell limit stays under it, and what a
+/// child's control frames may make its parent hold grows with the child's sub-tree,
+/// as its legitimate reports (joins, attach points, monitoring) do.
+pub const DEFAULT_MAX_CONTROL: u32 = 4 << 20;
 
 /// Links between processes of one host: abstract Unix sockets or loopback TCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,6 +101,9 @@ pub struct LaunchPlan {
     /// Plug-in filters (shared objects, by path on the receiver's host) every comm node
     /// loads before it takes part in a stream.
     pub filters: Vec<String>,
+    /// Largest control frame payload a node accepts from a child, in bytes per
+    /// back-end the child reaches (at least one), and never over `max_frame`.
+    pub max_control: u32,
 }
 
 fn put_strings(out: &mut Vec<u8>, items: &[String]) {
@@ -162,6 +171,7 @@ impl LaunchPlan {
             udp: None,
             depth: 0,
             filters: Vec::new(),
+            max_control: DEFAULT_MAX_CONTROL,
         }
     }
 
@@ -203,6 +213,7 @@ impl LaunchPlan {
         }
         out.extend_from_slice(&self.depth.to_le_bytes());
         put_strings(out, &self.filters);
+        out.extend_from_slice(&self.max_control.to_le_bytes());
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -280,6 +291,18 @@ impl LaunchPlan {
             },
             depth: r.u32("depth")?,
             filters: strings(r, "plug-in filter path")?,
+            max_control: match r.u32("launch plan")? {
+                n @ 1..=MAX_PAYLOAD_U32 => n,
+                n => {
+                    return Err(DecodeError::Invalid {
+                        what: "launch plan",
+                        detail: format!(
+                            "largest control frame {n} is not between 1 and {}",
+                            crate::MAX_PAYLOAD_LEN
+                        ),
+                    })
+                }
+            },
         })
     }
 }
@@ -320,6 +343,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         udp: Some(vec![("TREECAST_UDP_FRAGMENT".into(), "8000".into())]),
         depth: 1,
         filters: vec!["/opt/tool/libhistogram.so".into()],
+        max_control: 1 << 20,
     }
 }
 

@@ -166,6 +166,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
             any::<u32>(),
             vec(short_string(), 0..3),
         ),
+        1..=(treecast_wire::MAX_PAYLOAD_LEN as u32),
     )
         .prop_map(
             |(
@@ -173,6 +174,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 (env, startup_timeout_ms, attach_ms, allow_missing),
                 (local_route, listen, remote_listen, launcher, max_frame, log),
                 (heartbeat_ms, dead_after_ms, rejoin_ms, udp, depth, filters),
+                max_control,
             )| LaunchPlan {
                 session,
                 node_id,
@@ -196,6 +198,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 udp,
                 depth,
                 filters,
+                max_control,
             },
         )
 }

@@ -277,6 +277,7 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         }),
         depth: m.get("depth").map_or(0, |d| d.as_u64().unwrap() as u32),
         filters: m.get("filters").map_or_else(Vec::new, |_| strings_of(m, "filters")),
+        max_control: u32_of(m, "max_control"),
     }
 }
 

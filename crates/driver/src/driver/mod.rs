@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use treecast_transport::recording::{mono_now, LinkPlace, Mono};
 use treecast_transport::{Close, LinkId, LinkPeer, LinkTable, MonitoredRoute, RouteEvent, Secret, Socket};
 
-use treecast_wire::{ControlMsg, Frame, RankSet};
+use treecast_wire::{ControlMsg, Frame, FrameKind, RankSet};
 
 use children::{ChildNews, ChildOrder, ChildrenTask};
 use treecast_proto::{control_frame, Command, CommandError, EndReason, Event, Node, Peer};
@@ -117,6 +117,8 @@ pub struct Driver<T: Tool, R: MonitoredRoute> {
     /// Children that announced themselves (light joins) and have not connected:
     /// the link id the core knows them by, with what it sent them meanwhile.
     awaiting: HashMap<LinkId, AwaitedLink>,
+    /// Links that brought control frames in one read pass (kept empty, with its room).
+    control_from: Vec<LinkId>,
 }
 
 /// A child's link the core already uses while its connection is on the way.
@@ -173,6 +175,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             flush_timer: None,
             rejoin: None,
             awaiting: HashMap::new(),
+            control_from: Vec::new(),
         }
     }
 
@@ -207,8 +210,17 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             return Err(e);
         }
         self.core.handle_link_up(link, peer, Instant::now());
+        self.refresh_reach(link);
         self.after_input();
         Ok(link)
+    }
+
+    /// Tells the route how many back-ends the child on `link` reaches (nothing for
+    /// other links), which bounds the control frames it may send.
+    fn refresh_reach(&mut self, link: LinkId) {
+        if let Some(backends) = self.core.child_reach(link) {
+            self.route.set_reach(link, backends);
+        }
     }
 
     /// Gives `link` its socket in the route.
@@ -219,6 +231,11 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
         peer: Peer,
         name: String,
     ) -> std::io::Result<()> {
+        // The route logs why it closes a link: a child is named as the tree knows it.
+        let name = match &peer {
+            Peer::Child { node_id } => format!("child node {node_id} ({name})"),
+            _ => name,
+        };
         let (to, place) = match peer {
             Peer::Parent => {
                 (LinkPeer::Parent, LinkPlace { lower_node: self.core.node_id(), to_parent: true })
@@ -273,6 +290,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             self.after_input();
             return Ok(());
         }
+        self.refresh_reach(link);
         for frame in &awaited.frames {
             self.route.send(&[link], frame);
         }
@@ -534,8 +552,14 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             let mut now = Instant::now();
             let core = &mut self.core;
             let links = &mut self.links;
+            let mut told = std::mem::take(&mut self.control_from);
             progressed |= self.route.poll_recv(cx, &mut |link, event| match event {
-                RouteEvent::Frame(frame) => core.handle_frame(link, frame, now),
+                RouteEvent::Frame(frame) => {
+                    if frame.header.kind == FrameKind::Control {
+                        told.push(link);
+                    }
+                    core.handle_frame(link, frame, now)
+                }
                 RouteEvent::Timed(frame, read_at) => {
                     // A clock probe is measured from the end of its read; the time the
                     // core sees never goes back.
@@ -547,6 +571,11 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
                     core.handle_link_closed(link, reason, now);
                 }
             });
+            // A join or rejoin may have changed what a child reaches.
+            for link in told.drain(..) {
+                self.refresh_reach(link);
+            }
+            self.control_from = told;
             if let Some(timer) = self.timer.as_mut() {
                 if timer.as_mut().poll(cx).is_ready() {
                     self.timer = None;

@@ -29,7 +29,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use treecast_wire::{Frame, LaunchPlan};
+use treecast_wire::{Frame, LaunchPlan, DEFAULT_MAX_CONTROL};
 
 use out_queue::{stamp_in_flight, write_timed, OutQueue, Staged};
 use payload::payload_file;
@@ -79,6 +79,20 @@ struct Conn {
     files: VecDeque<OwnedFd>,
     /// Why a write failed, and bytes read since: the link is read to its end first.
     write_failed: Option<(String, usize)>,
+    /// For a link to a child: the back-ends it reaches, which size the control
+    /// frames it may send ([`StreamRoute::control_limit`]); `None` for other peers.
+    reach: Option<u64>,
+}
+
+/// The largest control frame `c` may send (see [`StreamRoute::control_limit`]).
+fn control_limit(c: &Conn, max_frame: usize, max_control: usize) -> usize {
+    match c.reach {
+        None => max_frame,
+        Some(n) => {
+            let n = usize::try_from(n.max(1)).unwrap_or(usize::MAX);
+            max_control.saturating_mul(n).min(max_frame)
+        }
+    }
 }
 
 /// Registers a socket with the reactor for `interest` only.
@@ -103,6 +117,8 @@ pub struct StreamRoute {
     /// Closures found while writing, reported by the next `poll_recv`.
     broken: Vec<(LinkId, Option<String>)>,
     max_frame: usize,
+    /// Bytes of control frame a child may send per back-end it reaches.
+    max_control: usize,
     monitor: Monitoring,
     /// Payloads at least this large go to Unix links as sealed memory files
     /// (`crate::shared_payload`); `None`: never.
@@ -129,6 +145,7 @@ impl StreamRoute {
             spare_links: Vec::new(),
             broken: Vec::new(),
             max_frame,
+            max_control: DEFAULT_MAX_CONTROL as usize,
             monitor: Monitoring::new(),
             zero_copy_min: None,
             pass_start: None,
@@ -140,6 +157,15 @@ impl StreamRoute {
     /// # Errors
     /// The socket could not be registered with the reactor (call inside a tokio runtime).
     pub fn add(&mut self, link: LinkId, socket: Socket, name: String) -> io::Result<()> {
+        self.add_peer(link, socket, LinkPeer::Parent, name)
+    }
+
+    /// [`StreamRoute::add`] for a link to `peer`: a child's control frames are held
+    /// to [`StreamRoute::control_limit`] from its first byte.
+    ///
+    /// # Errors
+    /// As [`StreamRoute::add`].
+    pub fn add_peer(&mut self, link: LinkId, socket: Socket, peer: LinkPeer, name: String) -> io::Result<()> {
         let sock = Arc::new(socket);
         let read_fd = register(sock.clone(), Interest::READABLE)?;
         let waker = Waker::from(Arc::new(LinkWaker { link, list: self.ready.clone() }));
@@ -156,6 +182,7 @@ impl StreamRoute {
             timing: LinkTiming::default(),
             files: VecDeque::new(),
             write_failed: None,
+            reach: matches!(peer, LinkPeer::Child { .. }).then_some(1),
         };
         self.conns.insert(link, conn);
         // Frames may have arrived with the end of the handshake.
@@ -209,6 +236,21 @@ impl StreamRoute {
     /// Refuses frames over `max_frame` bytes from now on (a node learns its limit from its plan).
     pub fn set_max_frame(&mut self, max_frame: usize) {
         self.max_frame = max_frame;
+    }
+
+    /// Allows a child's control frames `bytes` bytes per back-end it reaches from
+    /// now on (a node learns it from its plan).
+    pub fn set_max_control(&mut self, bytes: usize) {
+        self.max_control = bytes;
+    }
+
+    /// The largest control frame `link` may send, in bytes: the frame limit for a
+    /// parent, and for a child the per-back-end allowance times the back-ends it
+    /// reaches (at least one). Its legitimate reports (joins, attach points,
+    /// monitoring) grow with its sub-tree; a leaf that makes its parent buffer more
+    /// is refused while the parent holds at most the allowance for it.
+    pub fn control_limit(&self, link: LinkId) -> Option<usize> {
+        self.conns.get(link).map(|c| control_limit(c, self.max_frame, self.max_control))
     }
 
     /// The peer's name, for logs.
@@ -287,8 +329,16 @@ impl StreamRoute {
 }
 
 impl Route for StreamRoute {
-    fn add_link(&mut self, link: LinkId, socket: Socket, _peer: LinkPeer, name: String) -> io::Result<()> {
-        self.add(link, socket, name)
+    fn add_link(&mut self, link: LinkId, socket: Socket, peer: LinkPeer, name: String) -> io::Result<()> {
+        self.add_peer(link, socket, peer, name)
+    }
+
+    fn set_reach(&mut self, link: LinkId, backends: u64) {
+        if let Some(c) = self.conns.get_mut(link) {
+            if c.reach.is_some() {
+                c.reach = Some(backends);
+            }
+        }
     }
 
     fn send(&mut self, links: &[LinkId], frame: &Frame) {
@@ -430,6 +480,7 @@ impl Route for StreamRoute {
 
     fn apply_plan(&mut self, plan: &LaunchPlan) {
         self.set_max_frame(plan.max_frame as usize);
+        self.set_max_control(plan.max_control as usize);
     }
 
     fn unacknowledged(&self) -> usize {

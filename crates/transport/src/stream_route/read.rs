@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use treecast_wire::{cut_frames_into, Frame, MAX_FRAMES_GUESS, READ_CHUNK};
 
 use super::payload::{ReceivedFiles, MAX_WAITING_FILES};
-use super::{Conn, State, StreamRoute, DRAIN_AFTER_WRITE_FAILURE, READ_BUDGET};
+use super::{control_limit, Conn, State, StreamRoute, DRAIN_AFTER_WRITE_FAILURE, READ_BUDGET};
 use crate::recording::Monitoring;
 use crate::route::RouteEvent;
 use crate::{LinkId, Socket};
@@ -33,7 +33,7 @@ impl StreamRoute {
         sink: &mut dyn FnMut(LinkId, RouteEvent),
         any: &mut bool,
     ) -> Option<Option<String>> {
-        let max_frame = self.max_frame;
+        let limits = (self.max_frame, self.max_control);
         let c = self.conns.get_mut(link)?;
         if c.write_failed.is_some() {
             return self.drain_link(link, sink, any);
@@ -64,7 +64,7 @@ impl StreamRoute {
                 Ok(Err(e)) => return Some(Some(format!("read error: {e}"))),
                 Err(_would_block) => continue,
             }
-            if let Err(reason) = deliver(link, c, &mut self.monitor, max_frame, sink, any) {
+            if let Err(reason) = deliver(link, c, &mut self.monitor, limits, sink, any) {
                 return Some(Some(reason));
             }
         }
@@ -79,7 +79,7 @@ impl StreamRoute {
         sink: &mut dyn FnMut(LinkId, RouteEvent),
         any: &mut bool,
     ) -> Option<Option<String>> {
-        let max_frame = self.max_frame;
+        let limits = (self.max_frame, self.max_control);
         let c = self.conns.get_mut(link)?;
         let mut budget = READ_BUDGET;
         loop {
@@ -101,7 +101,7 @@ impl StreamRoute {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_would_block_or_failed) => return Some(Some(reason.clone())),
             }
-            if let Err(reason) = deliver(link, c, &mut self.monitor, max_frame, sink, any) {
+            if let Err(reason) = deliver(link, c, &mut self.monitor, limits, sink, any) {
                 return Some(Some(reason));
             }
         }
@@ -144,19 +144,21 @@ pub(super) fn end_of_stream(rbuf: &BytesMut) -> Option<String> {
 }
 
 /// Hands the whole frames `c` has read to `sink` (and records them while
-/// monitoring); a link no longer open reads but delivers nothing.
+/// monitoring); a link no longer open reads but delivers nothing. `limits` are the
+/// route's frame limit and its control allowance per back-end.
 pub(super) fn deliver(
     link: LinkId,
     c: &mut Conn,
     monitor: &mut Monitoring,
-    max_frame: usize,
+    (max_frame, max_control): (usize, usize),
     sink: &mut dyn FnMut(LinkId, RouteEvent),
     any: &mut bool,
 ) -> Result<(), String> {
     let read_at = monitor.recording.then(|| monitor.ticker.now());
     // The list keeps its room from one read to the next: no allocation per read.
     let mut frames = FRAME_LIST.take();
-    cut_frames_into(&mut c.rbuf, max_frame, &mut ReceivedFiles(&mut c.files), &mut frames)
+    let max_control = control_limit(c, max_frame, max_control);
+    cut_frames_into(&mut c.rbuf, max_frame, max_control, &mut ReceivedFiles(&mut c.files), &mut frames)
         .map_err(|e| e.to_string())?;
     // A clock probe needs the read's end, as the `Instant` the core measures with,
     // whether or not anything records; cutting small frames takes far less than the

@@ -504,3 +504,67 @@ async fn malformed_and_oversized_frames_close_the_link_with_a_reason() {
         }
     }
 }
+
+/// Writes `bytes` to the far end of a link as its peer would, from a thread of its
+/// own (more than a socket buffer holds waits for the route to read).
+fn peer_writes(sock: &Socket, bytes: &[u8]) -> std::thread::JoinHandle<()> {
+    let Socket::Unix(s) = sock else { unreachable!() };
+    let s = s.try_clone().unwrap();
+    s.set_nonblocking(false).unwrap();
+    let bytes = bytes.to_vec();
+    std::thread::spawn(move || std::io::Write::write_all(&mut &s, &bytes).unwrap())
+}
+
+#[tokio::test]
+async fn a_childs_control_frame_over_its_allowance_closes_only_that_link() {
+    let mut parent = StreamRoute::new(MAX_PAYLOAD_LEN);
+    parent.set_max_control(64 << 10);
+    let mut t = crate::LinkTable::new();
+    let (rogue, wide, up) = (t.insert(()), t.insert(()), t.insert(()));
+    let (rogue_end, a) = pair();
+    let (wide_end, b) = pair();
+    let (up_end, c) = pair();
+    parent.add_peer(rogue, a, LinkPeer::Child { node_id: 4 }, "back-end 1".into()).unwrap();
+    parent.add_peer(wide, b, LinkPeer::Child { node_id: 5 }, "comm node 5".into()).unwrap();
+    parent.add_peer(up, c, LinkPeer::Parent, "parent".into()).unwrap();
+    // A child over four back-ends may send four allowances' worth; the parent's frames
+    // (launch plans, plug-in bytes) are held to the frame limit only.
+    parent.set_reach(wide, 4);
+    assert_eq!(parent.control_limit(rogue), Some(64 << 10));
+    assert_eq!(parent.control_limit(wide), Some(256 << 10));
+    assert_eq!(parent.control_limit(up), Some(MAX_PAYLOAD_LEN));
+    // The rogue's header alone is enough to refuse it.
+    let mut header = BytesMut::new();
+    FrameHeader::control().encode(1 << 20, &mut header);
+    peer_writes(&rogue_end, &header).join().unwrap();
+    let got = recv(&mut parent, 1).await;
+    match &got[..] {
+        [(l, RouteEvent::Closed(Some(reason)))] if *l == rogue => {
+            assert!(reason.contains("control frame of 1048576 bytes"), "{reason}");
+            assert!(
+                reason.contains("limit of 65536 bytes") && reason.contains("TREECAST_MAX_CONTROL"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let report = Frame::new(FrameHeader::control(), vec![7u8; 200 << 10]);
+    let plan = Frame::new(FrameHeader::control(), vec![9u8; 1 << 20]);
+    let writers = [
+        peer_writes(&wide_end, &encode_batch(std::slice::from_ref(&report))),
+        peer_writes(&up_end, &encode_batch(std::slice::from_ref(&plan))),
+    ];
+    let got = recv(&mut parent, 2).await;
+    for w in writers {
+        w.join().unwrap();
+    }
+    let mut sizes: Vec<(LinkId, usize)> = got
+        .iter()
+        .map(|(l, e)| match e {
+            RouteEvent::Frame(f) => (*l, f.payload.len()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    sizes.sort_by_key(|&(_, n)| n);
+    assert_eq!(sizes, [(wide, 200 << 10), (up, 1 << 20)]);
+}
