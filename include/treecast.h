@@ -387,6 +387,24 @@ enum tc_result tc_network_options_set_topology(struct tc_network_options *option
 enum tc_result tc_network_options_set_topology_file(struct tc_network_options *options,
                                                     const char *path);
 
+// The tree over a host list in pdsh's syntax, e.g. `"node[01-64]"` (`-x` style
+// exclusions are not taken here): `per_host` back-ends on each host (0: 1), comm
+// nodes with at most `fanout` children (0: 16), placed on the hosts below them.
+//
+// # Safety
+// `options` is NULL or live options; `hosts` is NULL or NUL-terminated.
+enum tc_result tc_network_options_set_hosts(struct tc_network_options *options,
+                                            const char *hosts,
+                                            uint32_t fanout,
+                                            uint32_t per_host);
+
+// How processes on one host link: `"unix"` (Unix sockets, the default) or `"tcp"`;
+// `"udp"` adds the reliable UDP multicast route for files (docs/multicast.md).
+//
+// # Safety
+// `options` is NULL or live options; `route` is NULL or NUL-terminated.
+enum tc_result tc_network_options_set_route(struct tc_network_options *options, const char *route);
+
 // The command every back-end runs, `argv[0..argc]` (default: treecast's generic back-end).
 //
 // # Safety

@@ -62,6 +62,27 @@ int main(int argc, char **argv) {
   tc_stream_free(sum);
   tc_communicator_free(spawned);
   tc_network_free(net);
+
+  /* A tree over a host list (this host, three back-ends on it), linked over TCP. */
+  o = tc_test_options("flat", 1, argv[0]);
+  CHECK(tc_network_options_set_hosts(o, "localhost", 2, 3));
+  CHECK(tc_network_options_set_route(o, "tcp"));
+  CHECK(tc_network_launch(o, &net));
+  tc_network_options_free(o);
+  EXPECT(tc_network_backends(net) == 3);
+  tc_communicator *all = NULL;
+  CHECK(tc_network_broadcast_communicator(net, &all));
+  CHECK(tc_stream_new(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &sum));
+  CHECK(tc_stream_send(sum, TAG_SCALE, "%d", 1));
+  tc_packet *p = NULL;
+  CHECK(tc_stream_recv(sum, 30000, &p));
+  int32_t total = 0;
+  CHECK(tc_packet_unpack(p, "%d", &total));
+  EXPECT(total == 1 + 2 + 3);
+  tc_packet_free(p);
+  tc_stream_free(sum);
+  tc_communicator_free(all);
+  tc_network_free(net);
   printf("tree: ok\n");
   return 0;
 }

@@ -29,6 +29,8 @@ pub struct tc_network_options {
     env: Vec<(String, String)>,
     plugins: Vec<PathBuf>,
     launcher: Launcher,
+    unix_links: Option<bool>,
+    udp_route: bool,
 }
 
 #[derive(Default)]
@@ -168,6 +170,67 @@ pub unsafe extern "C" fn tc_network_options_set_topology_file(
                 Failure::new(tc_result::TC_ERR_INVALID, format!("the topology file {path}: {e}"))
             })?;
             o.topology = Some(topology);
+            Ok(())
+        })
+    }
+}
+
+/// The tree over a host list in pdsh's syntax, e.g. `"node[01-64]"` (`-x` style
+/// exclusions are not taken here): `per_host` back-ends on each host (0: 1), comm
+/// nodes with at most `fanout` children (0: 16), placed on the hosts below them.
+///
+/// # Safety
+/// `options` is NULL or live options; `hosts` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_hosts(
+    options: *mut tc_network_options,
+    hosts: *const c_char,
+    fanout: u32,
+    per_host: u32,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_hosts", options, |o| {
+            let list = text(hosts, "hosts")?;
+            let names = treecast_topology::hostlist::expand(list).map_err(|e| {
+                Failure::new(tc_result::TC_ERR_INVALID, format!("the host list {list:?}: {e}"))
+            })?;
+            let fanout = if fanout == 0 { 16 } else { fanout as usize };
+            let per_host = per_host.max(1) as usize;
+            let me = treecast_launch::this_host_name();
+            let topology = Topology::from_hosts(&names, fanout, per_host, &me).map_err(|e| {
+                Failure::new(tc_result::TC_ERR_INVALID, format!("the host list {list:?}: {e}"))
+            })?;
+            o.topology = Some(topology);
+            Ok(())
+        })
+    }
+}
+
+/// How processes on one host link: `"unix"` (Unix sockets, the default) or `"tcp"`;
+/// `"udp"` adds the reliable UDP multicast route for files (docs/multicast.md).
+///
+/// # Safety
+/// `options` is NULL or live options; `route` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_route(
+    options: *mut tc_network_options,
+    route: *const c_char,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_route", options, |o| {
+            match text(route, "route")? {
+                "unix" => o.unix_links = Some(true),
+                "tcp" => o.unix_links = Some(false),
+                "udp" => o.udp_route = true,
+                other => {
+                    return Err(Failure::new(
+                        tc_result::TC_ERR_INVALID,
+                        format!("no route {other:?}: use \"unix\", \"tcp\" or \"udp\""),
+                    ))
+                }
+            }
             Ok(())
         })
     }
@@ -395,6 +458,12 @@ fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
     }
     for path in &o.plugins {
         b = b.plugin(path);
+    }
+    if let Some(unix) = o.unix_links {
+        b = b.unix_links(unix);
+    }
+    if o.udp_route {
+        b = b.udp_route(true);
     }
     Ok(match o.launcher {
         Launcher::Local => b,
