@@ -149,6 +149,11 @@ fn c_spawn_clock_monitor_and_topology() {
 }
 
 #[test]
+fn c_back_ends_attach_through_the_attach_file() {
+    assert!(c_test("attach", &[], false, &[], &[]).contains("attach: ok"));
+}
+
+#[test]
 fn c_handles_are_shared_by_threads() {
     assert!(c_test("threads", &[], false, &[], &[]).contains("threads: ok"));
 }
@@ -159,7 +164,7 @@ fn c_handles_are_shared_by_threads() {
 fn c_programs_are_clean_under_address_sanitizer() {
     let flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"];
     let env = [("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=23")];
-    for name in ["sum", "errors", "threads", "poll", "requests", "files", "tree"] {
+    for name in ["sum", "errors", "threads", "poll", "requests", "files", "tree", "attach"] {
         assert!(c_test(name, &flags, false, &[], &env).contains(": ok"));
     }
 }
