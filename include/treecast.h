@@ -17,6 +17,10 @@
 // and 0 means "do not wait".
 #define TC_FOREVER UINT64_MAX
 
+// How long a send waits for room in its stream's window unless told otherwise: a
+// back-end that stopped reading fails the send instead of hanging the tool.
+#define TC_DEFAULT_SEND_TIMEOUT_MS 60000
+
 // Keep a destination that exists (the default).
 #define TC_WRITE_LEAVE 0
 
@@ -232,6 +236,13 @@ extern "C" {
 
 // The library's version, e.g. `"0.1.0"` (static).
 const char *tc_version(void);
+
+// How long `tc_backend_send` waits for room in its stream's window before it fails
+// with `TC_ERR_TIMEOUT`, sending nothing (`TC_FOREVER`: as long as it takes; default 60 s).
+//
+// # Safety
+// `be` is NULL or live.
+enum tc_result tc_backend_set_send_timeout(const struct tc_backend *be, uint64_t ms);
 
 // Joins the tree as a back-end treecast launched (its environment says where).
 //
@@ -456,6 +467,14 @@ enum tc_result tc_network_options_set_attach(struct tc_network_options *options,
 // `options` is NULL or live options.
 enum tc_result tc_network_options_set_startup_timeout(struct tc_network_options *options,
                                                       uint64_t ms);
+
+// How long a blocking send (`tc_stream_send` and kin) waits for room in its
+// stream's window before it fails with `TC_ERR_TIMEOUT`, sending nothing
+// (`TC_FOREVER`: as long as it takes; default 60 s).
+//
+// # Safety
+// `options` is NULL or live options.
+enum tc_result tc_network_options_set_send_timeout(struct tc_network_options *options, uint64_t ms);
 
 // An environment variable every process of the tree gets.
 //

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The next packet: blocking, or through the back-end's descriptor and poll(2). */
@@ -50,6 +51,11 @@ static int backend(int use_poll) {
     }
     case TAG_DIE:
       _exit(3);
+    case TAG_STALL: {
+      struct timespec pause = {2, 0};
+      nanosleep(&pause, NULL);
+      break;
+    }
     case TAG_ECHO: {
       int32_t n = 0;
       const double *xs = NULL;

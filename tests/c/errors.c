@@ -86,6 +86,7 @@ static void without_a_network(void) {
 
 static void with_a_network(const char *argv0) {
   tc_network_options *o = tc_test_options("flat", 2, argv0);
+  CHECK(tc_network_options_set_send_timeout(o, 300));
   tc_network *net = NULL;
   CHECK(tc_network_launch(o, &net));
   tc_network_options_free(o);
@@ -139,6 +140,21 @@ static void with_a_network(const char *argv0) {
   tc_packet_free(p);
 
   FAILS(tc_network_load_filter(net, "/nonexistent/libfilter.so"), TC_ERR_PLUGIN, "/nonexistent/libfilter.so");
+
+  /* A back-end that stops reading: once its window is full, a send fails after the
+   * network's send limit (300 ms here) instead of hanging the tool. */
+  tc_communicator *zero = NULL;
+  CHECK(tc_communicator_new(net, "0", &zero));
+  tc_stream *stuck = NULL;
+  CHECK(tc_stream_new(net, zero, NULL, NULL, TC_SYNC_DO_NOT_WAIT, 0, &stuck));
+  CHECK(tc_stream_send(stuck, TAG_STALL, ""));
+  static unsigned char blob[512 * 1024];
+  tc_result r = TC_OK;
+  for (int k = 0; k < 200 && r == TC_OK; k++) r = tc_stream_send(stuck, 99, "%b", blob, (uint32_t)sizeof blob);
+  EXPECT(r == TC_ERR_TIMEOUT);
+  EXPECT(strstr(tc_last_error(), "window stayed full for 300 ms") != NULL);
+  tc_stream_free(stuck);
+  tc_communicator_free(zero);
   tc_stream_free(s);
   tc_communicator_free(comm);
   tc_network_free(net);

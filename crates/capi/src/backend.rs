@@ -7,10 +7,13 @@ use treecast_api::{BackEnd, BackEndEvent, BackEndSender, Packet};
 use treecast_files::{FileReceivers, FileWorker};
 
 use crate::error::{guard, quiet, tc_result, Failure};
-use crate::ffi::{arg, block_on, block_on_for, handle, opt_text, out_ok, put, ran_out, take, text};
+use crate::ffi::{
+    arg, block_on, block_on_for, handle, opt_text, out_ok, put, ran_out, send_within, take, text,
+};
 use crate::packet::tc_packet;
 use crate::pollfd::ReadySlot;
 use crate::values::{from_c, tc_value};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A back-end's connection to the tree. Sends and receives may run from several
 /// threads at once (receives take turns); `tc_backend_close` or `tc_backend_free`
@@ -22,6 +25,8 @@ pub struct tc_backend {
     receiver: AsyncMutex<Receiving>,
     /// The descriptor of `tc_backend_fd`, once asked for.
     pub(crate) ready: ReadySlot,
+    /// How long a blocking send waits for room, milliseconds.
+    send_limit_ms: AtomicU64,
 }
 
 impl tc_backend {
@@ -87,7 +92,22 @@ fn wrap(be: BackEnd) -> tc_backend {
         rank: be.rank(),
         receiver: AsyncMutex::new(Receiving { be: Some(be), files: None }),
         ready: ReadySlot::new(),
+        send_limit_ms: AtomicU64::new(crate::ffi::TC_DEFAULT_SEND_TIMEOUT_MS),
     }
+}
+
+/// How long `tc_backend_send` waits for room in its stream's window before it fails
+/// with `TC_ERR_TIMEOUT`, sending nothing (`TC_FOREVER`: as long as it takes; default 60 s).
+///
+/// # Safety
+/// `be` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn tc_backend_set_send_timeout(be: *const tc_backend, ms: u64) -> tc_result {
+    guard("tc_backend_set_send_timeout", || {
+        // SAFETY: as the caller promised.
+        unsafe { arg(be, "be") }?.send_limit_ms.store(ms, Ordering::Relaxed);
+        Ok(())
+    })
 }
 
 /// Joins the tree as a back-end treecast launched (its environment says where).
@@ -201,7 +221,7 @@ pub unsafe extern "C" fn tc_backend_send_values(
         let (b, format) = unsafe { (arg(be, "be")?, text(format, "format")?) };
         // SAFETY: as the caller promised.
         let values = unsafe { from_c(format, values, count) }?;
-        Ok(block_on(b.sender.send(stream, tag, format, &values))??)
+        send_within(b.send_limit_ms.load(Ordering::Relaxed), b.sender.send(stream, tag, format, &values))
     })
 }
 

@@ -129,3 +129,26 @@ pub(crate) unsafe fn take<T>(p: *mut T) -> Option<Box<T>> {
         false => Some(unsafe { Box::from_raw(p) }),
     }
 }
+
+/// How long a send waits for room in its stream's window unless told otherwise: a
+/// back-end that stopped reading fails the send instead of hanging the tool.
+pub const TC_DEFAULT_SEND_TIMEOUT_MS: u64 = 60_000;
+
+/// Runs a send that may wait for room, at most `ms` (see [`TC_FOREVER`]).
+pub(crate) fn send_within<F, E>(ms: u64, send: F) -> Result<(), Failure>
+where
+    F: Future<Output = Result<(), E>>,
+    Failure: From<E>,
+{
+    match block_on_for(ms, send)? {
+        Some(done) => Ok(done?),
+        None => Err(Failure::new(
+            tc_result::TC_ERR_TIMEOUT,
+            format!(
+                "the stream's window stayed full for {ms} ms (a back-end or the front-end is not \
+                 reading); nothing was sent. Raise the limit with tc_network_options_set_send_timeout \
+                 or tc_backend_set_send_timeout"
+            ),
+        )),
+    }
+}

@@ -33,7 +33,7 @@ mod values;
 pub use backend::*;
 pub use commnode::*;
 pub use error::{tc_last_error, tc_result, tc_result_name};
-pub use ffi::TC_FOREVER;
+pub use ffi::{TC_DEFAULT_SEND_TIMEOUT_MS, TC_FOREVER};
 pub use files::*;
 pub use network::*;
 pub use packet::*;

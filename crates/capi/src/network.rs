@@ -31,6 +31,7 @@ pub struct tc_network_options {
     launcher: Launcher,
     unix_links: Option<bool>,
     udp_route: bool,
+    send_limit_ms: Option<u64>,
 }
 
 #[derive(Default)]
@@ -51,6 +52,8 @@ pub struct tc_network {
     pub(crate) plugins: Mutex<HashMap<String, u16>>,
     /// The descriptor of `tc_network_fd`, once asked for.
     pub(crate) ready: crate::pollfd::ReadySlot,
+    /// How long a blocking send on one of its streams waits for room, milliseconds.
+    pub(crate) send_limit_ms: u64,
 }
 
 /// A set of back-end ranks streams are made over; immutable, usable from any thread.
@@ -389,6 +392,26 @@ pub unsafe extern "C" fn tc_network_options_set_startup_timeout(
     }
 }
 
+/// How long a blocking send (`tc_stream_send` and kin) waits for room in its
+/// stream's window before it fails with `TC_ERR_TIMEOUT`, sending nothing
+/// (`TC_FOREVER`: as long as it takes; default 60 s).
+///
+/// # Safety
+/// `options` is NULL or live options.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_send_timeout(
+    options: *mut tc_network_options,
+    ms: u64,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_send_timeout", options, |o| {
+            o.send_limit_ms = Some(ms);
+            Ok(())
+        })
+    }
+}
+
 /// An environment variable every process of the tree gets.
 ///
 /// # Safety
@@ -493,7 +516,12 @@ pub unsafe extern "C" fn tc_network_launch(
         out_ok(out, "out")?;
         let b = builder(o)?;
         let net = block_on(b.launch())??;
-        let n = handle(tc_network { net, plugins: Mutex::new(HashMap::new()), ready: Default::default() });
+        let n = handle(tc_network {
+            net,
+            plugins: Mutex::new(HashMap::new()),
+            ready: Default::default(),
+            send_limit_ms: o.send_limit_ms.unwrap_or(crate::ffi::TC_DEFAULT_SEND_TIMEOUT_MS),
+        });
         // SAFETY: checked not NULL.
         unsafe { put(out, n) };
         Ok(())

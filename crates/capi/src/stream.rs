@@ -8,7 +8,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use treecast_api::{FilterSpec, Stream, StreamOptions, StreamSender, SyncMode, TransformKind};
 
 use crate::error::{guard, quiet, tc_result, Failure};
-use crate::ffi::{arg, block_on, block_on_for, handle, out_ok, put, ran_out, take, text};
+use crate::ffi::{arg, block_on, block_on_for, handle, out_ok, put, ran_out, send_within, take, text};
 use crate::network::{tc_communicator, tc_network};
 use crate::packet::tc_packet;
 use crate::values::{from_c, tc_value};
@@ -32,6 +32,8 @@ pub struct tc_stream {
     pub(crate) send_turns: Arc<crate::requests::Turns>,
     /// The order of the stream's asynchronous receives.
     pub(crate) recv_turns: Arc<crate::requests::Turns>,
+    /// How long a blocking send waits for room in the window, milliseconds.
+    send_limit_ms: u64,
 }
 
 /// A filter named by `name`: a built-in (`sum`, `min`, `max`, `avg`, `concat`,
@@ -91,6 +93,7 @@ pub unsafe extern "C" fn tc_stream_new(
             receiver: Arc::new(AsyncMutex::new(stream)),
             send_turns: Arc::default(),
             recv_turns: Arc::default(),
+            send_limit_ms: n.send_limit_ms,
         };
         // SAFETY: checked not NULL.
         unsafe { put(out, handle(s)) };
@@ -135,7 +138,7 @@ pub unsafe extern "C" fn tc_stream_send_values(
         let (s, format) = unsafe { (arg(stream, "stream")?, text(format, "format")?) };
         // SAFETY: as the caller promised.
         let values = unsafe { from_c(format, values, count) }?;
-        Ok(block_on(s.sender.send(tag, format, &values))??)
+        send_within(s.send_limit_ms, s.sender.send(tag, format, &values))
     })
 }
 
@@ -157,7 +160,7 @@ pub unsafe extern "C" fn tc_stream_send_values_to(
         let (s, format) = unsafe { (arg(stream, "stream")?, text(format, "format")?) };
         // SAFETY: as the caller promised.
         let values = unsafe { from_c(format, values, count) }?;
-        Ok(block_on(s.sender.send_to(rank, tag, format, &values))??)
+        send_within(s.send_limit_ms, s.sender.send_to(rank, tag, format, &values))
     })
 }
 
