@@ -7,9 +7,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::tree::finish;
-use crate::common::{assert_no_leftovers, TestDir};
+use crate::common::{assert_no_leftovers, commnode_pid, TestDir};
 use treecast::apps::protocol::{TAG_ADD_RANK, TAG_ECHO, TAG_SLEEP};
-use treecast_api::{ApiError, Event, FilterSpec, Network, NetworkBuilder, StreamOptions, Topology, Value};
+use treecast_api::{
+    ApiError, Event, FilterSpec, Network, NetworkBuilder, RankSet, Stream, StreamOptions, Topology, Value,
+};
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 const LIMIT: Duration = Duration::from_secs(20);
@@ -329,5 +331,67 @@ async fn packets_a_comm_node_filter_sends_down_reach_its_back_ends_and_their_ans
     // The tool never sent TAG_SLEEP: each comm node's filter did, to its own back-ends.
     let second = s.recv_timeout(LIMIT).await.unwrap();
     assert_eq!((second.tag(), second.values().unwrap()), (TAG_SLEEP, vec![Value::Int(6)]));
+    finish(net).await;
+}
+
+/// Kills comm node `node` (SIGKILL) and waits until `ranks`, the back-ends below it,
+/// have rejoined `parent`.
+async fn kill_and_await_rejoin(net: &mut Network, node: u32, ranks: RankSet, parent: &str) {
+    let pid = commnode_pid(net.session(), node);
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    let mut back = RankSet::new();
+    while back != ranks {
+        match tokio::time::timeout(LIMIT, net.next_event()).await {
+            Ok(Some(Event::NodeLost { ranks: lost, .. })) => assert_eq!(lost, ranks),
+            Ok(Some(Event::RanksRejoined { ranks: r, parent: p })) => {
+                assert_eq!(p, parent);
+                back.union_with(&r);
+            }
+            other => panic!("expected node {node}'s back-ends {ranks} to rejoin {parent}: {other:?}"),
+        }
+    }
+}
+
+/// Sends `x` to every rank (each answers `x + rank`) and checks the front-end's
+/// running total, which grows by the wave's sum.
+async fn next_total(s: &mut Stream, x: i32, total: &mut i64) {
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await.unwrap();
+    *total += (0..8).map(|r| i64::from(x + r)).sum::<i64>();
+    let p = s.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::Long(*total)], "after x = {x}");
+}
+
+#[tokio::test]
+async fn a_running_total_stays_right_when_comm_nodes_are_killed_and_their_children_rejoin() {
+    let dir = TestDir::new("plugins-recovery");
+    let so = c_plugin(&dir, "running_total");
+    // Pre-order ids of balanced:2x2x2: 0 front-end; 1 comm node (ranks 0-3) over comm
+    // nodes 2 and 5; 8 comm node (ranks 4-7) over comm nodes 9 (ranks 4-5) and 12.
+    let topo = Topology::from_spec("balanced:2x2x2", None).unwrap();
+    let mut net = NetworkBuilder::new(topo)
+        .treecast_path(TREECAST)
+        .startup_timeout(LIMIT)
+        .rejoin_within(Some(LIMIT))
+        .plugin(&so)
+        .launch()
+        .await
+        .unwrap();
+    let mut s = net.new_stream(&net.broadcast_communicator(), options("running_total", &[])).await.unwrap();
+    let mut total = 0;
+    for x in 1..=3 {
+        next_total(&mut s, x, &mut total).await;
+    }
+    // Node 9 held the total of ranks 4 and 5 so far: node 8 takes it over.
+    kill_and_await_rejoin(&mut net, 9, RankSet::range(4, 2), "comm node localhost (node 8)").await;
+    for x in 4..=6 {
+        next_total(&mut s, x, &mut total).await;
+    }
+    // Node 1 held nothing of its own (its children sum their back-ends): the
+    // front-end takes over its empty state and its children's totals come up again.
+    kill_and_await_rejoin(&mut net, 1, RankSet::range(0, 4), "front-end").await;
+    for x in 7..=9 {
+        next_total(&mut s, x, &mut total).await;
+    }
+    assert!(net.try_event().is_none(), "no filter error: {:?}", net.try_event());
     finish(net).await;
 }

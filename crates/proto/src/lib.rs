@@ -19,6 +19,7 @@
 
 mod clock;
 mod collective;
+mod handover;
 mod io;
 mod liveness;
 mod monitoring;

@@ -486,6 +486,7 @@ impl Node {
             ControlMsg::StreamRefused { stream, node, message } => {
                 self.stream_refused(c, stream, node, message, now)
             }
+            ControlMsg::FilterState { stream, state } => self.child_filter_state(c, stream, state),
             ControlMsg::MonitorReport { id, json } => self.monitor_answer(c, id, &json, now),
             ControlMsg::SpawnRequest { id, rank, n, command } => {
                 // A child asks only for the ranks behind it.

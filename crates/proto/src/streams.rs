@@ -20,8 +20,9 @@ use std::time::Instant;
 use treecast_filters::{
     apply_dropping_bad, FilterContext, FilterPlace, PlaceRole, Synchronizer, Transform, Wave,
 };
-use treecast_wire::{ControlMsg, Frame, Grant, RankSet, StreamSpec, SyncMode, FLAG_DIRECT};
+use treecast_wire::{ControlMsg, Frame, FrameKind, Grant, RankSet, StreamSpec, SyncMode, FLAG_DIRECT};
 
+use super::handover::Handover;
 use super::startup::{Child, ChildState};
 use super::window::{Budget, Ledger};
 use super::{CommandError, Delivery, Destination, Event, LinkId, LinkRole, Node, Outputs, Role, Transmit};
@@ -45,7 +46,9 @@ pub(crate) struct StreamState {
     pub(crate) spec: StreamSpec,
     sync: Synchronizer,
     /// The reduction (none at a back-end).
-    up_filter: Option<Box<dyn Transform>>,
+    pub(crate) up_filter: Option<Box<dyn Transform>>,
+    /// Its state, reported up and taken over from lost children (recovery).
+    pub(crate) handover: Handover,
     /// The downstream filter (comm nodes only, and only a real one).
     down_filter: Option<Box<dyn Transform>>,
     /// Child indices taking part, increasing.
@@ -406,6 +409,13 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
     loop {
         while s.up_budget.open() {
             let Some(f) = s.pending_up.pop_front() else { break };
+            if f.header.kind == FrameKind::Control {
+                // A filter state (see handover.rs): in order with the waves, no credit.
+                if let Some(parent) = ctx.parent {
+                    out.send(parent, f);
+                }
+                continue;
+            }
             s.up_budget.spend(f.payload.len());
             match (ctx.role, ctx.parent) {
                 (Role::FrontEnd, _) => {
@@ -461,7 +471,24 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
             );
         }
         if !stale {
+            if ctx.role == Role::CommNode {
+                report_state(s, ctx, out);
+            }
             s.pending_up.extend(frames);
+        }
+    }
+}
+
+/// Queues the upward filter's state after a wave for the parent, ahead of the
+/// wave's frames; a filter that cannot say it is reported.
+fn report_state(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
+    let Some(filter) = s.up_filter.as_mut() else { return };
+    match s.handover.report(filter.as_mut(), s.spec.id) {
+        Ok(Some(frame)) => s.pending_up.push_back(frame),
+        Ok(None) => {}
+        Err(e) => {
+            let message = format!("{}: cannot report the filter's state for recovery: {e}", ctx.name);
+            ctx.report(out, ControlMsg::FilterError { stream: s.spec.id, rank: u32::MAX, message });
         }
     }
 }
@@ -472,6 +499,7 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
 /// closed for it, behind what it was already sent.
 fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs, now: Instant, tell: bool) {
     s.members.retain(|&m| m != c);
+    s.handover.child_left(c);
     s.rebuild_targets(ctx.children);
     let part = s.parts.get_mut(c).and_then(Option::take);
     if let (true, Some(_), Some(link)) = (tell, part, ctx.link_of(c)) {
@@ -629,6 +657,7 @@ impl Node {
         Ok(StreamState {
             sync: Synchronizer::new(spec.sync, members.iter().copied()),
             up_filter,
+            handover: Handover::default(),
             down_filter,
             members,
             targets,
@@ -1156,6 +1185,7 @@ impl Node {
         s.down_ledger = Ledger::new(s.spec.down_window);
         s.in_node.clear();
         s.pending_up.clear();
+        s.handover.parent_changed();
         s.up_from = s.requests;
         s.detached_from = None;
         if std::mem::take(&mut s.blocked) {
@@ -1181,6 +1211,7 @@ impl Node {
     pub(super) fn streams_orphaned(&mut self) {
         for s in self.streams.values_mut() {
             s.pending_up.clear();
+            s.handover.parent_changed();
         }
     }
 

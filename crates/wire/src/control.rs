@@ -526,6 +526,15 @@ pub enum ControlMsg {
         /// The parameters, typed values as at the stream's creation.
         params: Vec<u8>,
     },
+    /// Upstream, from a comm node to its parent, ahead of a wave it reduced: its
+    /// upward filter's state after that wave, which the parent's instance takes over
+    /// if this node is lost and its children rejoin the parent (docs/filter-abi.md).
+    FilterState {
+        /// The stream.
+        stream: u32,
+        /// What the filter's `get_state` reported.
+        state: Vec<u8>,
+    },
 }
 
 const PLAN: u8 = 1;
@@ -556,6 +565,7 @@ const SPAWN_REQUEST: u8 = 25;
 const SPAWN_REPLY: u8 = 26;
 const LOAD_FILTER: u8 = 27;
 const SET_PARAMS: u8 = 28;
+const FILTER_STATE: u8 = 29;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -655,6 +665,12 @@ impl ControlMsg {
                 out.extend_from_slice(&stream.to_le_bytes());
                 out.extend_from_slice(&(params.len() as u32).to_le_bytes());
                 out.extend_from_slice(params);
+            }
+            ControlMsg::FilterState { stream, state } => {
+                out.push(FILTER_STATE);
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&(state.len() as u32).to_le_bytes());
+                out.extend_from_slice(state);
             }
             ControlMsg::LoadFilter { label, sha256, bytes } => {
                 out.push(LOAD_FILTER);
@@ -786,6 +802,11 @@ impl ControlMsg {
                 let stream = r.u32("filter parameters")?;
                 let n = r.len_u32("filter parameters", r.remaining())?;
                 ControlMsg::SetParams { stream, params: r.take(n, "filter parameters")?.to_vec() }
+            }
+            FILTER_STATE => {
+                let stream = r.u32("filter state")?;
+                let n = r.len_u32("filter state", r.remaining())?;
+                ControlMsg::FilterState { stream, state: r.take(n, "filter state")?.to_vec() }
             }
             LOAD_FILTER => {
                 let label = r.string("plug-in label")?;
@@ -956,6 +977,7 @@ mod tests {
                 bytes: b"\x7fELF".to_vec(),
             },
             ControlMsg::SetParams { stream: 3, params: vec![6, 2, 0, 0, 0] },
+            ControlMsg::FilterState { stream: 3, state: vec![7, 5, 0, 0, 0, 0, 0, 0, 0] },
             ControlMsg::SpawnRequest { id: 3, rank: 7, n: 2, command: vec!["helper".into()] },
             ControlMsg::SpawnReply {
                 id: 3,
