@@ -313,12 +313,15 @@ impl Plugin {
             return Err(mem("sealing it", std::io::Error::last_os_error()));
         }
         let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        let plugin = Plugin::open(&path, label.to_owned())?;
-        // The descriptor stays open for the life of the process, as the plug-in does:
-        // the dynamic loader knows a library by its path, and a closed descriptor's
-        // number, reused for the next plug-in's memory file, would hand back this one.
-        let _ = file.into_raw_fd();
-        Ok(plugin)
+        let plugin = Plugin::open(&path, label.to_owned());
+        // Once loaded (even if its table is then refused), the descriptor stays open for
+        // the life of the process, as the library does: the dynamic loader knows a
+        // library by its path, and a closed descriptor's number, reused for the next
+        // plug-in's memory file, would hand back this one.
+        if !matches!(plugin, Err(PluginError::Open { .. })) {
+            let _ = file.into_raw_fd();
+        }
+        plugin
     }
 
     fn open(path: &Path, origin: String) -> Result<Plugin, PluginError> {
@@ -884,6 +887,29 @@ mod tests {
         let a = Plugin::load_bytes(&first, "libhistogram.so").unwrap();
         let b = Plugin::load_bytes(&second, "libsum.so").unwrap();
         assert_eq!((a.name(), b.name()), ("histogram", "plugin_sum"));
+    }
+
+    #[test]
+    fn a_plugin_refused_once_loaded_does_not_stand_in_for_the_next_one() {
+        let so = histogram_so();
+        let good = std::fs::read(&so).unwrap();
+        let src = so.with_file_name("tableless.c");
+        std::fs::write(&src, "const void *treecast_filter_v1(void) { return 0; }\n").unwrap();
+        let bad = so.with_file_name("libtableless.so");
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&bad)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let bad = std::fs::read(&bad).unwrap();
+        std::fs::remove_dir_all(so.parent().unwrap()).unwrap();
+        let err = Plugin::load_bytes(&bad, "libtableless.so").unwrap_err().to_string();
+        assert!(err.contains("no table"), "{err}");
+        // Its memory file's number, reused, handed back the refused library.
+        let next = Plugin::load_bytes(&good, "libhistogram.so").unwrap();
+        assert_eq!(next.name(), "histogram");
     }
 
     /// A header for `machine`, as a shared object of this process's class and byte order.
