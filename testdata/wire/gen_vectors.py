@@ -412,6 +412,8 @@ def enc_control(m):
     if t == "filter_state":
         state = bytes.fromhex(m["state_hex"])
         return bytes([29]) + u32(m["stream"]) + u32(len(state)) + state
+    if t == "filter_refused":
+        return bytes([30]) + bytes.fromhex(m["sha256"]) + enc_str(m["node"]) + enc_str(m["reason"])
     if t == "load_filter":
         data = bytes.fromhex(m["bytes_hex"])
         return bytes([27]) + enc_str(m["label"]) + bytes.fromhex(m["sha256"]) + u32(len(data)) + data
@@ -623,6 +625,15 @@ CONTROL_CASES = [
     ("set_params", {"type": "set_params", "stream": 3, "params_hex": "0602000000"}),
     ("filter_state", {"type": "filter_state", "stream": 3, "state_hex": "070500000000000000"}),
     (
+        "filter_refused",
+        {
+            "type": "filter_refused",
+            "sha256": hashlib.sha256(b"\x7fELF\x02\x01\x01").hexdigest(),
+            "node": "comm node localhost (node 5)",
+            "reason": "plug-in filter libpicky.so: the entry point returned no table",
+        },
+    ),
+    (
         "load_filter",
         {
             "type": "load_filter",
@@ -715,7 +726,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([30]), "UnknownControl"),
+    ("control", "tag after the last", bytes([31]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),

@@ -176,7 +176,7 @@ async fn a_plugin_shipped_down_the_tree_runs_at_every_level_once_its_file_is_gon
     // Comm nodes at two levels: the bytes pass through the first to the second.
     let mut net = launch_with("balanced:2x2x2", &[]).await;
     assert_eq!(net.backends(), 8);
-    let plugin = net.load_filter(&histogram).unwrap();
+    let plugin = net.load_filter(&histogram).await.unwrap();
     assert_eq!((plugin.name(), plugin.version()), ("histogram", 1));
     std::fs::remove_file(&histogram).unwrap();
     let mut h =
@@ -186,7 +186,7 @@ async fn a_plugin_shipped_down_the_tree_runs_at_every_level_once_its_file_is_gon
     assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![8, 40])]);
     assert!(net.try_event().is_none(), "no node refused the plug-in");
     // Without the file, loading again is an error naming it.
-    let err = net.load_filter(&histogram).unwrap_err().to_string();
+    let err = net.load_filter(&histogram).await.unwrap_err().to_string();
     assert!(err.contains("libhistogram.so"), "{err}");
     finish(net).await;
 }
@@ -222,7 +222,7 @@ async fn a_cpp_filter_merges_call_graph_prefix_trees_at_every_node() {
     let dir = TestDir::new("plugins-stat");
     let so = compiled(&dir, "c++", "prefix_tree.cpp", &["-std=c++17"]);
     let mut net = launch_with("balanced:2x2", &[]).await;
-    net.load_filter(&so).unwrap();
+    net.load_filter(&so).await.unwrap();
     let mut s = net.new_stream(&net.broadcast_communicator(), options("prefix_tree", &[])).await.unwrap();
     let traces: [&[&str]; 4] = [
         &["main", "solve", "mpi_wait"],
@@ -323,7 +323,7 @@ async fn packets_a_comm_node_filter_sends_down_reach_its_back_ends_and_their_ans
         .expect("a C compiler (`cc`)");
     assert!(status.success());
     let net = launch_with("balanced:2x2", &[]).await;
-    net.load_filter(&so).unwrap();
+    net.load_filter(&so).await.unwrap();
     let mut s = net.new_stream(&net.broadcast_communicator(), options("ask_again", &[])).await.unwrap();
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     let first = s.recv_timeout(LIMIT).await.unwrap();
@@ -393,5 +393,71 @@ async fn a_running_total_stays_right_when_comm_nodes_are_killed_and_their_childr
         next_total(&mut s, x, &mut total).await;
     }
     assert!(net.try_event().is_none(), "no filter error: {:?}", net.try_event());
+    finish(net).await;
+}
+
+/// A plug-in that passes the first packet of each wave on, but whose entry point
+/// gives no table in comm node 5 (`TREECAST_NODE_ID=5`): that node alone refuses it.
+const PICKY_C: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+#include "treecast_filter.h"
+#include "treecast_filter_helpers.h"
+static int32_t create(const uint8_t *p, size_t n, const treecast_place *pl, void **s, char *e, size_t el) {
+    (void)p; (void)n; (void)pl; (void)e; (void)el; *s = NULL; return TREECAST_OK;
+}
+static int32_t reduce(void *s, const treecast_place *place, const treecast_packet *packets, size_t n,
+                      const treecast_host *host, treecast_sink *sink, uint32_t *bad, char *e, size_t el) {
+    (void)s; (void)place; (void)bad; (void)e; (void)el;
+    if (n == 0) return TREECAST_OK;
+    return host->emit(sink, TREECAST_UP, packets[0].tag, packets[0].payload, packets[0].payload_len) == 0
+        ? TREECAST_OK : TREECAST_ERR_FILTER;
+}
+static const treecast_filter_table table = {
+    TREECAST_FILTER_ABI_VERSION, sizeof(treecast_filter_table), "picky", 1, 0, 0,
+    create, reduce, tc_no_state, tc_no_params, tc_no_destroy, NULL,
+};
+const treecast_filter_table *treecast_filter_v1(void) {
+    const char *node = getenv("TREECAST_NODE_ID");
+    return node != NULL && strcmp(node, "5") == 0 ? NULL : &table;
+}
+"#;
+
+#[tokio::test]
+async fn load_filter_returns_once_every_comm_node_loaded_it_or_names_the_one_that_refused() {
+    let dir = TestDir::new("plugins-refused");
+    let src = dir.path("picky.c");
+    std::fs::write(&src, PICKY_C).unwrap();
+    let picky = dir.path("libpicky.so");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
+        .arg("-o")
+        .arg(&picky)
+        .arg(&src)
+        .status()
+        .expect("a C compiler (`cc`)");
+    assert!(status.success());
+    // Comm nodes 1, 2, 5, 8, 9 and 12; node 5 is at the second level.
+    let mut net = launch_with("balanced:2x2x2", &[]).await;
+    let err = net.load_filter(&picky).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ApiError::FilterRefused { others: 0, .. }), "{err:?}");
+    assert!(text.contains("libpicky.so") && text.contains("(node 5)"), "{text}");
+    assert!(text.contains("returned no table"), "{text}");
+    // Tools that watch events see it too.
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::FilterError { message, .. }) => assert!(message.contains("(node 5)"), "{message}"),
+        other => panic!("expected FilterError, got {other:?}"),
+    }
+    // One every node loads: once the call returns, a stream finds it everywhere.
+    let histogram = histogram_so(&dir);
+    net.load_filter(&histogram).await.unwrap();
+    let mut h =
+        net.new_stream(&net.broadcast_communicator(), options("histogram", &[Value::UInt(2)])).await.unwrap();
+    h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![1, 2])]).await.unwrap();
+    let p = h.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![8, 16])]);
+    assert!(net.try_event().is_none(), "no node refused the histogram");
     finish(net).await;
 }

@@ -487,6 +487,7 @@ impl Node {
                 self.stream_refused(c, stream, node, message, now)
             }
             ControlMsg::FilterState { stream, state } => self.child_filter_state(c, stream, state),
+            msg @ ControlMsg::FilterRefused { .. } => self.report_up(msg),
             ControlMsg::MonitorReport { id, json } => self.monitor_answer(c, id, &json, now),
             ControlMsg::SpawnRequest { id, rank, n, command } => {
                 // A child asks only for the ranks behind it.
@@ -544,6 +545,9 @@ impl Node {
                     if !back.is_empty() {
                         self.out.event(Event::RanksRejoined { ranks: back, parent });
                     }
+                }
+                ControlMsg::FilterRefused { sha256, node, reason } => {
+                    self.filter_refused(super::FilterRefusal { sha256, node, reason })
                 }
                 other => tracing::debug!("front-end: nothing to report for {other:?}"),
             },

@@ -535,6 +535,16 @@ pub enum ControlMsg {
         /// What the filter's `get_state` reported.
         state: Vec<u8>,
     },
+    /// Upstream, passed on to the front-end: a comm node could not load a plug-in
+    /// shipped down the tree ([`ControlMsg::LoadFilter`]).
+    FilterRefused {
+        /// SHA-256 of the plug-in's bytes: which load this answers.
+        sha256: [u8; 32],
+        /// The node that refused it.
+        node: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 const PLAN: u8 = 1;
@@ -566,6 +576,7 @@ const SPAWN_REPLY: u8 = 26;
 const LOAD_FILTER: u8 = 27;
 const SET_PARAMS: u8 = 28;
 const FILTER_STATE: u8 = 29;
+const FILTER_REFUSED: u8 = 30;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -671,6 +682,12 @@ impl ControlMsg {
                 out.extend_from_slice(&stream.to_le_bytes());
                 out.extend_from_slice(&(state.len() as u32).to_le_bytes());
                 out.extend_from_slice(state);
+            }
+            ControlMsg::FilterRefused { sha256, node, reason } => {
+                out.push(FILTER_REFUSED);
+                out.extend_from_slice(sha256);
+                put_string(&mut out, node);
+                put_string(&mut out, reason);
             }
             ControlMsg::LoadFilter { label, sha256, bytes } => {
                 out.push(LOAD_FILTER);
@@ -807,6 +824,15 @@ impl ControlMsg {
                 let stream = r.u32("filter state")?;
                 let n = r.len_u32("filter state", r.remaining())?;
                 ControlMsg::FilterState { stream, state: r.take(n, "filter state")?.to_vec() }
+            }
+            FILTER_REFUSED => {
+                let mut sha256 = [0u8; 32];
+                sha256.copy_from_slice(r.take(32, "refused plug-in hash")?);
+                ControlMsg::FilterRefused {
+                    sha256,
+                    node: r.string("refused plug-in node")?,
+                    reason: r.string("refused plug-in reason")?,
+                }
             }
             LOAD_FILTER => {
                 let label = r.string("plug-in label")?;
@@ -978,6 +1004,11 @@ mod tests {
             },
             ControlMsg::SetParams { stream: 3, params: vec![6, 2, 0, 0, 0] },
             ControlMsg::FilterState { stream: 3, state: vec![7, 5, 0, 0, 0, 0, 0, 0, 0] },
+            ControlMsg::FilterRefused {
+                sha256: [9; 32],
+                node: "comm node h (node 5)".into(),
+                reason: "no table".into(),
+            },
             ControlMsg::SpawnRequest { id: 3, rank: 7, n: 2, command: vec!["helper".into()] },
             ControlMsg::SpawnReply {
                 id: 3,

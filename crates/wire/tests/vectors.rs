@@ -423,6 +423,11 @@ fn control_from_json(m: &Json) -> ControlMsg {
             stream: u32_of(m, "stream"),
             state: hex::decode(str_of(m, "state_hex")).unwrap(),
         },
+        "filter_refused" => ControlMsg::FilterRefused {
+            sha256: hex::decode(str_of(m, "sha256")).unwrap().try_into().unwrap(),
+            node: str_of(m, "node").to_owned(),
+            reason: str_of(m, "reason").to_owned(),
+        },
         "load_filter" => ControlMsg::LoadFilter {
             label: str_of(m, "label").to_owned(),
             sha256: hex::decode(str_of(m, "sha256")).unwrap().try_into().unwrap(),
@@ -467,8 +472,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 29 (FilterState), has a vector.
-    assert_eq!(seen, (1..=29).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 30 (FilterRefused), has a vector.
+    assert_eq!(seen, (1..=30).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.
