@@ -461,3 +461,106 @@ async fn load_filter_returns_once_every_comm_node_loaded_it_or_names_the_one_tha
     assert!(net.try_event().is_none(), "no node refused the histogram");
     finish(net).await;
 }
+
+/// A downstream plug-in: multiplies the `%d` of each packet going down by its
+/// parameter k (`%d`), which can change while the stream runs.
+const SCALE_C: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+#include "treecast_filter.h"
+#include "treecast_filter_helpers.h"
+static int read_k(const uint8_t *p, size_t n, int32_t *k, char *e, size_t el) {
+    tc_reader r = tc_reader_of(p, n);
+    if (tc_read_scalar(&r, TC_I32, k) != 0 || r.left != 0) { tc_error(e, el, "scale takes k (%d)"); return -1; }
+    return 0;
+}
+static int32_t create(const uint8_t *p, size_t n, const treecast_place *pl, void **s, char *e, size_t el) {
+    (void)pl;
+    int32_t *k = malloc(sizeof *k);
+    if (k == NULL) return TREECAST_ERR_FILTER;
+    if (read_k(p, n, k, e, el) != 0) { free(k); return TREECAST_ERR_PARAMS; }
+    *s = k;
+    return TREECAST_OK;
+}
+static int32_t reduce(void *s, const treecast_place *place, const treecast_packet *packets, size_t n,
+                      const treecast_host *host, treecast_sink *sink, uint32_t *bad, char *e, size_t el) {
+    (void)place;
+    for (size_t i = 0; i < n; i++) {
+        tc_reader r = tc_reader_of(packets[i].payload, packets[i].payload_len);
+        int32_t v;
+        if (tc_read_scalar(&r, TC_I32, &v) != 0) { *bad = packets[i].rank; tc_error(e, el, "not %d"); return TREECAST_ERR_PACKET; }
+        v *= *(int32_t *)s;
+        uint8_t out[5] = {TC_I32};
+        memcpy(out + 1, &v, 4);
+        if (host->emit(sink, TREECAST_UP, packets[i].tag, out, 5) != 0) return TREECAST_ERR_FILTER;
+    }
+    return TREECAST_OK;
+}
+static int32_t set_params(void *s, const uint8_t *p, size_t n, char *e, size_t el) {
+    int32_t k;
+    if (read_k(p, n, &k, e, el) != 0) return TREECAST_ERR_PARAMS;
+    *(int32_t *)s = k;
+    return TREECAST_OK;
+}
+static void destroy(void *s) { free(s); }
+static const treecast_filter_table table = {
+    TREECAST_FILTER_ABI_VERSION, sizeof(treecast_filter_table), "scale", 1, 0, 0,
+    create, reduce, tc_no_state, set_params, destroy, NULL,
+};
+const treecast_filter_table *treecast_filter_v1(void) { return &table; }
+"#;
+
+/// `source`, a C plug-in, compiled with the system's `cc` into `dir` as `libNAME.so`.
+fn c_source(dir: &TestDir, name: &str, source: &str) -> PathBuf {
+    let src = dir.path(&format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let so = dir.path(&format!("lib{name}.so"));
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
+        .arg("-o")
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .expect("a C compiler (`cc`)");
+    assert!(status.success(), "cc failed on {name}.c");
+    so
+}
+
+#[tokio::test]
+async fn a_downstream_plugin_transforms_packets_at_every_comm_node_with_parameters_changed_between_waves() {
+    let dir = TestDir::new("plugins-downstream");
+    let so = c_source(&dir, "scale", SCALE_C);
+    // Two levels of comm nodes: a packet going down is scaled twice.
+    let mut net = launch_with("balanced:2x2x2", &[]).await;
+    net.load_filter(&so).await.unwrap();
+    let mut down = FilterSpec::new("scale", 1);
+    down.params = params(&[Value::Int(2)]);
+    let opts = StreamOptions { up: FilterSpec::new("sum", 1), down, ..StreamOptions::default() };
+    let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+    // Each back-end answers x + rank with x as it reached it: 5 * k * k.
+    let wave = |k: i32| i64::from(5 * k * k) * 8 + (0..8).sum::<i64>();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(5)]).await.unwrap();
+    assert_eq!(s.recv_timeout(LIMIT).await.unwrap().values().unwrap(), vec![Value::Int(wave(2) as i32)]);
+    s.set_down_params(&[Value::Int(3)]).unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(5)]).await.unwrap();
+    assert_eq!(s.recv_timeout(LIMIT).await.unwrap().values().unwrap(), vec![Value::Int(wave(3) as i32)]);
+    // Parameters the comm nodes refuse are reported by each of the first level (which
+    // do not pass them on), naming it; k stays 3.
+    s.set_down_params(&[Value::Str("many".into())]).unwrap();
+    for _ in 0..2 {
+        match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+            Some(Event::FilterError { message, .. }) => {
+                assert!(message.contains("comm node") && message.contains("scale takes k"), "{message}")
+            }
+            other => panic!("expected FilterError, got {other:?}"),
+        }
+    }
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(5)]).await.unwrap();
+    assert_eq!(s.recv_timeout(LIMIT).await.unwrap().values().unwrap(), vec![Value::Int(wave(3) as i32)]);
+    // A stream without a downstream filter refuses them at once.
+    let plain = net.new_stream(&net.broadcast_communicator(), options("sum", &[])).await.unwrap();
+    let err = plain.set_down_params(&[Value::Int(1)]).unwrap_err().to_string();
+    assert!(err.contains("no downstream filter"), "{err}");
+    finish(net).await;
+}

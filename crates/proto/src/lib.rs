@@ -598,11 +598,11 @@ impl Node {
                 self.stop_ranks(&ranks, &reason, now);
                 Ok(())
             }
-            Command::SetParams { stream, params } => {
+            Command::SetParams { stream, params, down } => {
                 if self.role != Role::FrontEnd {
                     return Err(CommandError::NotNow("only the front-end changes a stream's parameters"));
                 }
-                self.set_stream_params(stream, params)
+                self.set_stream_params(stream, params, down)
             }
             Command::ShipFilter { label, sha256, bytes } => {
                 if self.role != Role::FrontEnd || !self.is_running() {

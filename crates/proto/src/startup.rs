@@ -443,7 +443,10 @@ impl Node {
             }
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
             ControlMsg::SetParams { stream, params } if self.role == Role::CommNode => {
-                self.params_from_parent(stream, params)
+                self.params_from_parent(stream, params, false)
+            }
+            ControlMsg::SetDownParams { stream, params } if self.role == Role::CommNode => {
+                self.params_from_parent(stream, params, true)
             }
             msg @ ControlMsg::LoadFilter { .. } if self.role == Role::CommNode => {
                 self.load_shipped_filter(msg)

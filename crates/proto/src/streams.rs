@@ -785,16 +785,31 @@ impl Node {
     }
 
     /// Front-end: the tool closes a stream.
-    /// New parameters for stream `id`'s upward filter on this node, passed on to the
-    /// stream's comm-node children once taken. The front-end's refusal is the tool's
-    /// error; a comm node's is reported up, naming it.
-    pub(super) fn set_stream_params(&mut self, id: u32, params: Vec<u8>) -> Result<(), CommandError> {
+    /// New parameters for stream `id`'s upward (or, with `down`, downstream) filter on
+    /// this node, passed on to the stream's comm-node children once taken. The
+    /// front-end's refusal is the tool's error; a comm node's is reported up, naming it.
+    pub(super) fn set_stream_params(
+        &mut self,
+        id: u32,
+        params: Vec<u8>,
+        down: bool,
+    ) -> Result<(), CommandError> {
         let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
-        if let Some(filter) = s.up_filter.as_mut() {
-            if let Err(detail) = filter.set_params(&params) {
-                let source = treecast_filters::RegistryError::Params { name: s.spec.up.name.clone(), detail };
-                return Err(CommandError::Filter { stream: id, node: self.name.clone(), source });
-            }
+        let (name, filter) = if down {
+            (&s.spec.down.name, s.down_filter.as_mut())
+        } else {
+            (&s.spec.up.name, s.up_filter.as_mut())
+        };
+        // Only comm nodes run a downstream filter, and only a real one: the null
+        // filter takes no parameters anywhere.
+        let refused = match filter {
+            Some(filter) => filter.set_params(&params).err(),
+            None if down && name == "null" => Some("the stream has no downstream filter".to_owned()),
+            None => None,
+        };
+        if let Some(detail) = refused {
+            let source = treecast_filters::RegistryError::Params { name: name.clone(), detail };
+            return Err(CommandError::Filter { stream: id, node: self.name.clone(), source });
         }
         let links: Vec<LinkId> = s
             .members
@@ -802,16 +817,20 @@ impl Node {
             .filter(|&&c| !self.children[c].is_backend)
             .filter_map(|&c| self.children[c].link)
             .collect();
-        let msg = ControlMsg::SetParams { stream: id, params };
+        let msg = if down {
+            ControlMsg::SetDownParams { stream: id, params }
+        } else {
+            ControlMsg::SetParams { stream: id, params }
+        };
         for link in links {
             self.out.control(link, &msg);
         }
         Ok(())
     }
 
-    /// [`ControlMsg::SetParams`] from the parent.
-    pub(super) fn params_from_parent(&mut self, id: u32, params: Vec<u8>) {
-        if let Err(e) = self.set_stream_params(id, params) {
+    /// [`ControlMsg::SetParams`] or [`ControlMsg::SetDownParams`] from the parent.
+    pub(super) fn params_from_parent(&mut self, id: u32, params: Vec<u8>, down: bool) {
+        if let Err(e) = self.set_stream_params(id, params, down) {
             // A filter's refusal names this node already.
             let message = match e {
                 CommandError::Filter { .. } => e.to_string(),

@@ -535,6 +535,14 @@ pub enum ControlMsg {
         /// What the filter's `get_state` reported.
         state: Vec<u8>,
     },
+    /// Downstream, along a stream's comm nodes: new parameters for its downstream
+    /// filter, which each node hands its instance before it passes them on.
+    SetDownParams {
+        /// The stream.
+        stream: u32,
+        /// The parameters, typed values as at the stream's creation.
+        params: Vec<u8>,
+    },
     /// Upstream, passed on to the front-end: a comm node could not load a plug-in
     /// shipped down the tree ([`ControlMsg::LoadFilter`]).
     FilterRefused {
@@ -577,6 +585,7 @@ const LOAD_FILTER: u8 = 27;
 const SET_PARAMS: u8 = 28;
 const FILTER_STATE: u8 = 29;
 const FILTER_REFUSED: u8 = 30;
+const SET_DOWN_PARAMS: u8 = 31;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -671,8 +680,9 @@ impl ControlMsg {
                 ranks.encode(&mut out);
                 put_string(&mut out, reason);
             }
-            ControlMsg::SetParams { stream, params } => {
-                out.push(SET_PARAMS);
+            ControlMsg::SetParams { stream, params } | ControlMsg::SetDownParams { stream, params } => {
+                let down = matches!(self, ControlMsg::SetDownParams { .. });
+                out.push(if down { SET_DOWN_PARAMS } else { SET_PARAMS });
                 out.extend_from_slice(&stream.to_le_bytes());
                 out.extend_from_slice(&(params.len() as u32).to_le_bytes());
                 out.extend_from_slice(params);
@@ -819,6 +829,14 @@ impl ControlMsg {
                 let stream = r.u32("filter parameters")?;
                 let n = r.len_u32("filter parameters", r.remaining())?;
                 ControlMsg::SetParams { stream, params: r.take(n, "filter parameters")?.to_vec() }
+            }
+            SET_DOWN_PARAMS => {
+                let stream = r.u32("downstream filter parameters")?;
+                let n = r.len_u32("downstream filter parameters", r.remaining())?;
+                ControlMsg::SetDownParams {
+                    stream,
+                    params: r.take(n, "downstream filter parameters")?.to_vec(),
+                }
             }
             FILTER_STATE => {
                 let stream = r.u32("filter state")?;
@@ -1004,6 +1022,7 @@ mod tests {
             },
             ControlMsg::SetParams { stream: 3, params: vec![6, 2, 0, 0, 0] },
             ControlMsg::FilterState { stream: 3, state: vec![7, 5, 0, 0, 0, 0, 0, 0, 0] },
+            ControlMsg::SetDownParams { stream: 4, params: vec![5, 3, 0, 0, 0] },
             ControlMsg::FilterRefused {
                 sha256: [9; 32],
                 node: "comm node h (node 5)".into(),

@@ -423,6 +423,10 @@ fn control_from_json(m: &Json) -> ControlMsg {
             stream: u32_of(m, "stream"),
             state: hex::decode(str_of(m, "state_hex")).unwrap(),
         },
+        "set_down_params" => ControlMsg::SetDownParams {
+            stream: u32_of(m, "stream"),
+            params: hex::decode(str_of(m, "params_hex")).unwrap(),
+        },
         "filter_refused" => ControlMsg::FilterRefused {
             sha256: hex::decode(str_of(m, "sha256")).unwrap().try_into().unwrap(),
             node: str_of(m, "node").to_owned(),
@@ -472,8 +476,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 30 (FilterRefused), has a vector.
-    assert_eq!(seen, (1..=30).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 31 (SetDownParams), has a vector.
+    assert_eq!(seen, (1..=31).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.
