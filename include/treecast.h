@@ -841,6 +841,16 @@ enum tc_result tc_stream_set_params_values(const struct tc_stream *stream,
                                            const struct tc_value *values,
                                            size_t count);
 
+// New parameters for the stream's downstream filter, typed as `format` says; every
+// comm node takes them before any packet sent down after this call.
+//
+// # Safety
+// As [`tc_stream_send_values`].
+enum tc_result tc_stream_set_down_params_values(const struct tc_stream *stream,
+                                                const char *format,
+                                                const struct tc_value *values,
+                                                size_t count);
+
 // Waits up to `timeout_ms` (0: do not wait; `TC_FOREVER`) for the stream's next
 // packet: a reduction, or a back-end's packet with the null filter. `TC_ERR_CLOSED`
 // once every member is gone; `TC_ERR_NO_ANSWER` for a request no rank answered.

@@ -101,6 +101,12 @@ typedef struct treecast_filter_table {
     int32_t (*set_params)(void *state, const uint8_t *params, size_t params_len, char *err, size_t err_len);
     /* Ends the instance (the stream closed on this node). */
     void (*destroy)(void *state);
+    /* Optional (may be NULL; absent from tables built before it was added, whose size
+     * is offsetof(treecast_filter_table, adopt_state), and which still load): takes
+     * over a state that get_state of a lost instance of this filter reported, when
+     * the lost node's children rejoin this node, so a running reduction stays correct.
+     * Without it such a state is dropped and the front-end gets a filter error. */
+    int32_t (*adopt_state)(void *state, const uint8_t *bytes, size_t len, char *err, size_t err_len);
 } treecast_filter_table;
 
 /* The symbol's type: returns the plug-in's static table. */

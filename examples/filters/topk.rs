@@ -4,7 +4,8 @@
 //! Parameters: `%ud`, k. Packets hold integers (scalars or arrays, e.g. `%d` or
 //! `%ald`); each node sends up, as `%ald`, the k largest distinct values among its
 //! children's and those it kept from earlier waves (its state), in decreasing order,
-//! so the front-end reads the top k of the whole run so far. `set_params` takes a new k.
+//! so the front-end reads the top k of the whole run so far. `set_params` takes a new k;
+//! `adopt_state` merges a lost node's best values into this node's after a recovery.
 //!
 //! ```sh
 //! cargo build --example topk_filter   # target/debug/examples/libtopk_filter.so
@@ -55,6 +56,18 @@ impl Filter for TopK {
 
     fn state(&self) -> Option<Vec<Value>> {
         Some(vec![Value::LongArray(self.best.clone())])
+    }
+
+    /// A lost node's best values join this node's: its children now report here.
+    fn adopt_state(&mut self, state: &[Value]) -> Result<(), Error> {
+        let [Value::LongArray(lost)] = state else {
+            return Err(Error::new("a topk state is one %ald"));
+        };
+        self.best.extend(lost);
+        self.best.sort_unstable_by(|a, b| b.cmp(a));
+        self.best.dedup();
+        self.best.truncate(self.k);
+        Ok(())
     }
 
     fn set_params(&mut self, params: &[Value]) -> Result<(), Error> {

@@ -579,7 +579,7 @@ async fn run_filtered(
         filter.rsplit_once(':').filter(|(p, n)| !p.is_empty() && !n.is_empty()).ok_or_else(|| {
             anyhow::anyhow!("--filter {filter:?} is not PATH:NAME (a shared object and the filter's name)")
         })?;
-    let plugin = net.load_filter(path)?;
+    let plugin = net.load_filter(path).await?;
     anyhow::ensure!(
         plugin.name() == name,
         "--filter {filter:?}: {path} holds the filter {:?}, not {name:?}",

@@ -410,6 +410,14 @@ def enc_control(m):
     if t == "set_params":
         params = bytes.fromhex(m["params_hex"])
         return bytes([28]) + u32(m["stream"]) + u32(len(params)) + params
+    if t == "set_down_params":
+        params = bytes.fromhex(m["params_hex"])
+        return bytes([31]) + u32(m["stream"]) + u32(len(params)) + params
+    if t == "filter_state":
+        state = bytes.fromhex(m["state_hex"])
+        return bytes([29]) + u32(m["stream"]) + u32(len(state)) + state
+    if t == "filter_refused":
+        return bytes([30]) + bytes.fromhex(m["sha256"]) + enc_str(m["node"]) + enc_str(m["reason"])
     if t == "load_filter":
         data = bytes.fromhex(m["bytes_hex"])
         return bytes([27]) + enc_str(m["label"]) + bytes.fromhex(m["sha256"]) + u32(len(data)) + data
@@ -622,6 +630,17 @@ CONTROL_CASES = [
     ("spawn_request", {"type": "spawn_request", "id": 1, "rank": 5, "n": 4, "command": ["/bin/helper", "-q"]}),
     ("spawn_reply", {"type": "spawn_reply", "id": 1, "rank": 5, "group": 3, "ranks": "20-23", "error": ""}),
     ("set_params", {"type": "set_params", "stream": 3, "params_hex": "0602000000"}),
+    ("filter_state", {"type": "filter_state", "stream": 3, "state_hex": "070500000000000000"}),
+    ("set_down_params", {"type": "set_down_params", "stream": 4, "params_hex": "0503000000"}),
+    (
+        "filter_refused",
+        {
+            "type": "filter_refused",
+            "sha256": hashlib.sha256(b"\x7fELF\x02\x01\x01").hexdigest(),
+            "node": "comm node localhost (node 5)",
+            "reason": "plug-in filter libpicky.so: the entry point returned no table",
+        },
+    ),
     (
         "load_filter",
         {
@@ -715,7 +734,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([29]), "UnknownControl"),
+    ("control", "tag after the last", bytes([32]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),

@@ -7,9 +7,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::tree::finish;
-use crate::common::{assert_no_leftovers, TestDir};
+use crate::common::{assert_no_leftovers, commnode_pid, TestDir};
 use treecast::apps::protocol::{TAG_ADD_RANK, TAG_ECHO, TAG_SLEEP};
-use treecast_api::{ApiError, Event, FilterSpec, Network, NetworkBuilder, StreamOptions, Topology, Value};
+use treecast_api::{
+    ApiError, Event, FilterSpec, Network, NetworkBuilder, RankSet, Stream, StreamOptions, Topology, Value,
+};
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 const LIMIT: Duration = Duration::from_secs(20);
@@ -174,7 +176,7 @@ async fn a_plugin_shipped_down_the_tree_runs_at_every_level_once_its_file_is_gon
     // Comm nodes at two levels: the bytes pass through the first to the second.
     let net = launch_with("balanced:2x2x2", &[]).await;
     assert_eq!(net.backends(), 8);
-    let plugin = net.load_filter(&histogram).unwrap();
+    let plugin = net.load_filter(&histogram).await.unwrap();
     assert_eq!((plugin.name(), plugin.version()), ("histogram", 1));
     std::fs::remove_file(&histogram).unwrap();
     let mut h =
@@ -184,7 +186,7 @@ async fn a_plugin_shipped_down_the_tree_runs_at_every_level_once_its_file_is_gon
     assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![8, 40])]);
     assert!(net.try_event().is_none(), "no node refused the plug-in");
     // Without the file, loading again is an error naming it.
-    let err = net.load_filter(&histogram).unwrap_err().to_string();
+    let err = net.load_filter(&histogram).await.unwrap_err().to_string();
     assert!(err.contains("libhistogram.so"), "{err}");
     finish(net).await;
 }
@@ -220,7 +222,7 @@ async fn a_cpp_filter_merges_call_graph_prefix_trees_at_every_node() {
     let dir = TestDir::new("plugins-stat");
     let so = compiled(&dir, "c++", "prefix_tree.cpp", &["-std=c++17"]);
     let net = launch_with("balanced:2x2", &[]).await;
-    net.load_filter(&so).unwrap();
+    net.load_filter(&so).await.unwrap();
     let mut s = net.new_stream(&net.broadcast_communicator(), options("prefix_tree", &[])).await.unwrap();
     let traces: [&[&str]; 4] = [
         &["main", "solve", "mpi_wait"],
@@ -321,7 +323,7 @@ async fn packets_a_comm_node_filter_sends_down_reach_its_back_ends_and_their_ans
         .expect("a C compiler (`cc`)");
     assert!(status.success());
     let net = launch_with("balanced:2x2", &[]).await;
-    net.load_filter(&so).unwrap();
+    net.load_filter(&so).await.unwrap();
     let mut s = net.new_stream(&net.broadcast_communicator(), options("ask_again", &[])).await.unwrap();
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     let first = s.recv_timeout(LIMIT).await.unwrap();
@@ -329,5 +331,236 @@ async fn packets_a_comm_node_filter_sends_down_reach_its_back_ends_and_their_ans
     // The tool never sent TAG_SLEEP: each comm node's filter did, to its own back-ends.
     let second = s.recv_timeout(LIMIT).await.unwrap();
     assert_eq!((second.tag(), second.values().unwrap()), (TAG_SLEEP, vec![Value::Int(6)]));
+    finish(net).await;
+}
+
+/// Kills comm node `node` (SIGKILL) and waits until `ranks`, the back-ends below it,
+/// have rejoined `parent`.
+async fn kill_and_await_rejoin(net: &mut Network, node: u32, ranks: RankSet, parent: &str) {
+    let pid = commnode_pid(net.session(), node);
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    let mut back = RankSet::new();
+    while back != ranks {
+        match tokio::time::timeout(LIMIT, net.next_event()).await {
+            Ok(Some(Event::NodeLost { ranks: lost, .. })) => assert_eq!(lost, ranks),
+            Ok(Some(Event::RanksRejoined { ranks: r, parent: p })) => {
+                assert_eq!(p, parent);
+                back.union_with(&r);
+            }
+            other => panic!("expected node {node}'s back-ends {ranks} to rejoin {parent}: {other:?}"),
+        }
+    }
+}
+
+/// Sends `x` to every rank (each answers `x + rank`) and checks the front-end's
+/// running total, which grows by the wave's sum.
+async fn next_total(s: &mut Stream, x: i32, total: &mut i64) {
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await.unwrap();
+    *total += (0..8).map(|r| i64::from(x + r)).sum::<i64>();
+    let p = s.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::Long(*total)], "after x = {x}");
+}
+
+#[tokio::test]
+async fn a_running_total_stays_right_when_comm_nodes_are_killed_and_their_children_rejoin() {
+    let dir = TestDir::new("plugins-recovery");
+    let so = c_plugin(&dir, "running_total");
+    // Pre-order ids of balanced:2x2x2: 0 front-end; 1 comm node (ranks 0-3) over comm
+    // nodes 2 and 5; 8 comm node (ranks 4-7) over comm nodes 9 (ranks 4-5) and 12.
+    let topo = Topology::from_spec("balanced:2x2x2", None).unwrap();
+    let mut net = NetworkBuilder::new(topo)
+        .treecast_path(TREECAST)
+        .startup_timeout(LIMIT)
+        .rejoin_within(Some(LIMIT))
+        .plugin(&so)
+        .launch()
+        .await
+        .unwrap();
+    let mut s = net.new_stream(&net.broadcast_communicator(), options("running_total", &[])).await.unwrap();
+    let mut total = 0;
+    for x in 1..=3 {
+        next_total(&mut s, x, &mut total).await;
+    }
+    // Node 9 held the total of ranks 4 and 5 so far: node 8 takes it over.
+    kill_and_await_rejoin(&mut net, 9, RankSet::range(4, 2), "comm node localhost (node 8)").await;
+    for x in 4..=6 {
+        next_total(&mut s, x, &mut total).await;
+    }
+    // Node 1 held nothing of its own (its children sum their back-ends): the
+    // front-end takes over its empty state and its children's totals come up again.
+    kill_and_await_rejoin(&mut net, 1, RankSet::range(0, 4), "front-end").await;
+    for x in 7..=9 {
+        next_total(&mut s, x, &mut total).await;
+    }
+    assert!(net.try_event().is_none(), "no filter error: {:?}", net.try_event());
+    finish(net).await;
+}
+
+/// A plug-in that passes the first packet of each wave on, but whose entry point
+/// gives no table in comm node 5 (`TREECAST_NODE_ID=5`): that node alone refuses it.
+const PICKY_C: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+#include "treecast_filter.h"
+#include "treecast_filter_helpers.h"
+static int32_t create(const uint8_t *p, size_t n, const treecast_place *pl, void **s, char *e, size_t el) {
+    (void)p; (void)n; (void)pl; (void)e; (void)el; *s = NULL; return TREECAST_OK;
+}
+static int32_t reduce(void *s, const treecast_place *place, const treecast_packet *packets, size_t n,
+                      const treecast_host *host, treecast_sink *sink, uint32_t *bad, char *e, size_t el) {
+    (void)s; (void)place; (void)bad; (void)e; (void)el;
+    if (n == 0) return TREECAST_OK;
+    return host->emit(sink, TREECAST_UP, packets[0].tag, packets[0].payload, packets[0].payload_len) == 0
+        ? TREECAST_OK : TREECAST_ERR_FILTER;
+}
+static const treecast_filter_table table = {
+    TREECAST_FILTER_ABI_VERSION, sizeof(treecast_filter_table), "picky", 1, 0, 0,
+    create, reduce, tc_no_state, tc_no_params, tc_no_destroy, NULL,
+};
+const treecast_filter_table *treecast_filter_v1(void) {
+    const char *node = getenv("TREECAST_NODE_ID");
+    return node != NULL && strcmp(node, "5") == 0 ? NULL : &table;
+}
+"#;
+
+#[tokio::test]
+async fn load_filter_returns_once_every_comm_node_loaded_it_or_names_the_one_that_refused() {
+    let dir = TestDir::new("plugins-refused");
+    let src = dir.path("picky.c");
+    std::fs::write(&src, PICKY_C).unwrap();
+    let picky = dir.path("libpicky.so");
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
+        .arg("-o")
+        .arg(&picky)
+        .arg(&src)
+        .status()
+        .expect("a C compiler (`cc`)");
+    assert!(status.success());
+    // Comm nodes 1, 2, 5, 8, 9 and 12; node 5 is at the second level.
+    let net = launch_with("balanced:2x2x2", &[]).await;
+    let err = net.load_filter(&picky).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ApiError::FilterRefused { others: 0, .. }), "{err:?}");
+    assert!(text.contains("libpicky.so") && text.contains("(node 5)"), "{text}");
+    assert!(text.contains("returned no table"), "{text}");
+    // Tools that watch events see it too.
+    match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+        Some(Event::FilterError { message, .. }) => assert!(message.contains("(node 5)"), "{message}"),
+        other => panic!("expected FilterError, got {other:?}"),
+    }
+    // One every node loads: once the call returns, a stream finds it everywhere.
+    let histogram = histogram_so(&dir);
+    net.load_filter(&histogram).await.unwrap();
+    let mut h =
+        net.new_stream(&net.broadcast_communicator(), options("histogram", &[Value::UInt(2)])).await.unwrap();
+    h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![1, 2])]).await.unwrap();
+    let p = h.recv_timeout(LIMIT).await.unwrap();
+    assert_eq!(p.values().unwrap(), vec![Value::ULongArray(vec![8, 16])]);
+    assert!(net.try_event().is_none(), "no node refused the histogram");
+    finish(net).await;
+}
+
+/// A downstream plug-in: multiplies the `%d` of each packet going down by its
+/// parameter k (`%d`), which can change while the stream runs.
+const SCALE_C: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+#include "treecast_filter.h"
+#include "treecast_filter_helpers.h"
+static int read_k(const uint8_t *p, size_t n, int32_t *k, char *e, size_t el) {
+    tc_reader r = tc_reader_of(p, n);
+    if (tc_read_scalar(&r, TC_I32, k) != 0 || r.left != 0) { tc_error(e, el, "scale takes k (%d)"); return -1; }
+    return 0;
+}
+static int32_t create(const uint8_t *p, size_t n, const treecast_place *pl, void **s, char *e, size_t el) {
+    (void)pl;
+    int32_t *k = malloc(sizeof *k);
+    if (k == NULL) return TREECAST_ERR_FILTER;
+    if (read_k(p, n, k, e, el) != 0) { free(k); return TREECAST_ERR_PARAMS; }
+    *s = k;
+    return TREECAST_OK;
+}
+static int32_t reduce(void *s, const treecast_place *place, const treecast_packet *packets, size_t n,
+                      const treecast_host *host, treecast_sink *sink, uint32_t *bad, char *e, size_t el) {
+    (void)place;
+    for (size_t i = 0; i < n; i++) {
+        tc_reader r = tc_reader_of(packets[i].payload, packets[i].payload_len);
+        int32_t v;
+        if (tc_read_scalar(&r, TC_I32, &v) != 0) { *bad = packets[i].rank; tc_error(e, el, "not %d"); return TREECAST_ERR_PACKET; }
+        v *= *(int32_t *)s;
+        uint8_t out[5] = {TC_I32};
+        memcpy(out + 1, &v, 4);
+        if (host->emit(sink, TREECAST_UP, packets[i].tag, out, 5) != 0) return TREECAST_ERR_FILTER;
+    }
+    return TREECAST_OK;
+}
+static int32_t set_params(void *s, const uint8_t *p, size_t n, char *e, size_t el) {
+    int32_t k;
+    if (read_k(p, n, &k, e, el) != 0) return TREECAST_ERR_PARAMS;
+    *(int32_t *)s = k;
+    return TREECAST_OK;
+}
+static void destroy(void *s) { free(s); }
+static const treecast_filter_table table = {
+    TREECAST_FILTER_ABI_VERSION, sizeof(treecast_filter_table), "scale", 1, 0, 0,
+    create, reduce, tc_no_state, set_params, destroy, NULL,
+};
+const treecast_filter_table *treecast_filter_v1(void) { return &table; }
+"#;
+
+/// `source`, a C plug-in, compiled with the system's `cc` into `dir` as `libNAME.so`.
+fn c_source(dir: &TestDir, name: &str, source: &str) -> PathBuf {
+    let src = dir.path(&format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let so = dir.path(&format!("lib{name}.so"));
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
+        .arg("-o")
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .expect("a C compiler (`cc`)");
+    assert!(status.success(), "cc failed on {name}.c");
+    so
+}
+
+#[tokio::test]
+async fn a_downstream_plugin_transforms_packets_at_every_comm_node_with_parameters_changed_between_waves() {
+    let dir = TestDir::new("plugins-downstream");
+    let so = c_source(&dir, "scale", SCALE_C);
+    // Two levels of comm nodes: a packet going down is scaled twice.
+    let net = launch_with("balanced:2x2x2", &[]).await;
+    net.load_filter(&so).await.unwrap();
+    let mut down = FilterSpec::new("scale", 1);
+    down.params = params(&[Value::Int(2)]);
+    let opts = StreamOptions { up: FilterSpec::new("sum", 1), down, ..StreamOptions::default() };
+    let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+    // Each back-end answers x + rank with x as it reached it: 5 * k * k.
+    let wave = |k: i32| i64::from(5 * k * k) * 8 + (0..8).sum::<i64>();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(5)]).await.unwrap();
+    assert_eq!(s.recv_timeout(LIMIT).await.unwrap().values().unwrap(), vec![Value::Int(wave(2) as i32)]);
+    s.set_down_params(&[Value::Int(3)]).unwrap();
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(5)]).await.unwrap();
+    assert_eq!(s.recv_timeout(LIMIT).await.unwrap().values().unwrap(), vec![Value::Int(wave(3) as i32)]);
+    // Parameters the comm nodes refuse are reported by each of the first level (which
+    // do not pass them on), naming it; k stays 3.
+    s.set_down_params(&[Value::Str("many".into())]).unwrap();
+    for _ in 0..2 {
+        match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
+            Some(Event::FilterError { message, .. }) => {
+                assert!(message.contains("comm node") && message.contains("scale takes k"), "{message}")
+            }
+            other => panic!("expected FilterError, got {other:?}"),
+        }
+    }
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(5)]).await.unwrap();
+    assert_eq!(s.recv_timeout(LIMIT).await.unwrap().values().unwrap(), vec![Value::Int(wave(3) as i32)]);
+    // A stream without a downstream filter refuses them at once.
+    let plain = net.new_stream(&net.broadcast_communicator(), options("sum", &[])).await.unwrap();
+    let err = plain.set_down_params(&[Value::Int(1)]).unwrap_err().to_string();
+    assert!(err.contains("no downstream filter"), "{err}");
     finish(net).await;
 }

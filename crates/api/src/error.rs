@@ -37,6 +37,35 @@ pub enum ApiError {
         /// The longest name accepted.
         max: usize,
     },
+    /// A comm node could not load a plug-in shipped down the tree.
+    #[error(
+        "plug-in filter {filter} was refused by {node} ({reason}){more}; streams using it would be refused \
+         there: build the plug-in for that node and load it again",
+        more = if *others == 0 { String::new() } else { format!(" and by {others} more node(s)") }
+    )]
+    FilterRefused {
+        /// The plug-in (its file name).
+        filter: String,
+        /// The first node that refused it.
+        node: String,
+        /// Its reason.
+        reason: String,
+        /// How many more nodes refused it.
+        others: usize,
+    },
+    /// Nodes did not confirm, in time, that they handled a plug-in shipped down the tree.
+    #[error(
+        "plug-in filter {filter}: no confirmation within {limit:?} from {nodes}: they may not have loaded \
+         it (lost, or too slow); load it again before using it on streams that reach them"
+    )]
+    FilterUnconfirmed {
+        /// The plug-in (its file name).
+        filter: String,
+        /// The nodes that did not answer.
+        nodes: String,
+        /// How long they were awaited.
+        limit: std::time::Duration,
+    },
     /// A stream window allows nothing.
     #[error("the {which} window of a stream must allow at least one packet and one byte")]
     EmptyWindow {

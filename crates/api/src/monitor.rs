@@ -49,7 +49,7 @@ impl Network {
 
     /// Waits until every node handled the orders sent before: a collection travels
     /// behind them on every link and each node handles its orders in turn.
-    async fn confirmed(&self) -> Result<Vec<String>, ApiError> {
+    pub(crate) async fn confirmed(&self) -> Result<Vec<String>, ApiError> {
         Ok(self.collect(CollectMode::Confirm, MONITOR_ORDER_LIMIT).await?.missing)
     }
 

@@ -309,16 +309,20 @@ impl Network {
     /// Loads the plug-in filter at `path` here and ships its bytes down the tree: every
     /// comm node checks their SHA-256, loads them from a sealed memory file (no shared
     /// file system is needed; the file may go once this returns) and registers the
-    /// filter under its own name and version, before any later stream reaches it.
-    /// Links carry frames in order, so a stream created after this call finds the
-    /// filter at every node that loaded it; a node that could not load it reports an
-    /// [`crate::Event::FilterError`] naming itself and the reason, and refuses streams
-    /// that use it.
+    /// filter under its own name and version. Returns once every node has confirmed
+    /// that it handled them (within [`crate::MONITOR_ORDER_LIMIT`]), so a stream made
+    /// afterwards finds the filter at every node, or fails naming a node that refused
+    /// it; that node also reports an [`crate::Event::FilterError`] and refuses streams
+    /// that use the filter, so none is made half-way.
     ///
     /// # Errors
     /// The file cannot be read or is not a plug-in this front-end can load
-    /// ([`ApiError::Plugin`]), or the network is not running.
-    pub fn load_filter(
+    /// ([`ApiError::Plugin`]), a comm node refused it ([`ApiError::FilterRefused`],
+    /// naming the node and its reason), nodes did not confirm in time
+    /// ([`ApiError::FilterUnconfirmed`]), or the network is not running.
+    ///
+    /// Cancel safety: cancelling stops the wait only; the plug-in is shipped anyway.
+    pub async fn load_filter(
         &self,
         path: impl AsRef<std::path::Path>,
     ) -> Result<treecast_plugin::Plugin, ApiError> {
@@ -331,10 +335,33 @@ impl Network {
             path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
         let plugin = Plugin::load_bytes(&bytes, &label)?;
         let sha256: [u8; 32] = sha2::Sha256::digest(&bytes).into();
-        let mut d = lock(&self.shared);
-        plugin.register(d.registry_mut());
-        d.command(Command::ShipFilter { label, sha256, bytes })
-            .map_err(|e| ApiError::Refused(Box::new(e)))?;
+        {
+            let mut d = lock(&self.shared);
+            plugin.register(d.registry_mut());
+            d.command(Command::ShipFilter { label: label.clone(), sha256, bytes })
+                .map_err(|e| ApiError::Refused(Box::new(e)))?;
+        }
+        // A confirmation travels behind the bytes on every link, and a refusal goes up
+        // ahead of the refusing node's confirmation: once all confirmed, every refusal is here.
+        let missing = self.confirmed().await?;
+        let mut refusals = lock(&self.shared).take_filter_refusals(&sha256).into_iter();
+        if let Some(first) = refusals.next() {
+            let others = refusals.count();
+            return Err(ApiError::FilterRefused {
+                filter: label,
+                node: first.node,
+                reason: first.reason,
+                others,
+            });
+        }
+        if !missing.is_empty() {
+            let nodes = missing.join(", ");
+            return Err(ApiError::FilterUnconfirmed {
+                filter: label,
+                nodes,
+                limit: crate::MONITOR_ORDER_LIMIT,
+            });
+        }
         Ok(plugin)
     }
 

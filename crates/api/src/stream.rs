@@ -207,6 +207,15 @@ impl Stream {
         self.sender.set_params(values)
     }
 
+    /// New parameters for the stream's downstream filter; see
+    /// [`StreamSender::set_down_params`].
+    ///
+    /// # Errors
+    /// As [`StreamSender::set_down_params`].
+    pub fn set_down_params(&self, values: &[Value]) -> Result<(), ApiError> {
+        self.sender.set_down_params(values)
+    }
+
     fn poll_packet(&mut self, cx: Option<&std::task::Context<'_>>) -> Poll<Result<Packet, ApiError>> {
         if self.ended {
             return Poll::Ready(Err(ApiError::StreamClosed(self.sender.id)));
@@ -366,10 +375,25 @@ impl StreamSender {
     /// The front-end's filter refuses them ([`ApiError::StreamFilter`]), or the stream
     /// is closed.
     pub fn set_params(&self, values: &[Value]) -> Result<(), ApiError> {
+        self.params_command(values, false)
+    }
+
+    /// New parameters for the stream's downstream filter (typed values, as
+    /// [`crate::FilterSpec::params`] at creation), which every comm node of the stream
+    /// takes before any packet sent down after this call. A comm node that refuses
+    /// them reports an [`crate::Event::FilterError`] naming itself.
+    ///
+    /// # Errors
+    /// The stream has no downstream filter (the null filter), or is closed.
+    pub fn set_down_params(&self, values: &[Value]) -> Result<(), ApiError> {
+        self.params_command(values, true)
+    }
+
+    fn params_command(&self, values: &[Value], down: bool) -> Result<(), ApiError> {
         let mut params = Vec::new();
         treecast_wire::encode_values(values, &mut params);
         lock(&self.shared)
-            .command(Command::SetParams { stream: self.id, params })
+            .command(Command::SetParams { stream: self.id, params, down })
             .map_err(|e| ApiError::from_command(self.id, e))
     }
 

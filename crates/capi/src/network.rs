@@ -574,7 +574,7 @@ pub unsafe extern "C" fn tc_network_load_filter(net: *const tc_network, path: *c
     guard("tc_network_load_filter", || {
         // SAFETY: as the caller promised.
         let (n, path) = unsafe { (arg(net, "net")?, text(path, "path")?) };
-        let plugin = n.net.load_filter(path)?;
+        let plugin = block_on(n.net.load_filter(path))??;
         let mut versions = n.plugins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         versions.insert(plugin.name().to_owned(), plugin.version());
         Ok(())

@@ -185,6 +185,27 @@ pub unsafe extern "C" fn tc_stream_set_params_values(
     })
 }
 
+/// New parameters for the stream's downstream filter, typed as `format` says; every
+/// comm node takes them before any packet sent down after this call.
+///
+/// # Safety
+/// As [`tc_stream_send_values`].
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_set_down_params_values(
+    stream: *const tc_stream,
+    format: *const c_char,
+    values: *const tc_value,
+    count: usize,
+) -> tc_result {
+    guard("tc_stream_set_down_params_values", || {
+        // SAFETY: as the caller promised.
+        let (s, format) = unsafe { (arg(stream, "stream")?, text(format, "format")?) };
+        // SAFETY: as the caller promised.
+        let values = unsafe { from_c(format, values, count) }?;
+        Ok(s.sender.set_down_params(&values)?)
+    })
+}
+
 /// Waits up to `timeout_ms` (0: do not wait; `TC_FOREVER`) for the stream's next
 /// packet: a reduction, or a back-end's packet with the null filter. `TC_ERR_CLOSED`
 /// once every member is gone; `TC_ERR_NO_ANSWER` for a request no rank answered.

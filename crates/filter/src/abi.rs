@@ -108,6 +108,8 @@ pub type GetStateFn = unsafe extern "C" fn(*mut c_void, *const Host, *mut Sink, 
 pub type SetParamsFn = unsafe extern "C" fn(*mut c_void, *const u8, usize, *mut c_char, usize) -> i32;
 /// `destroy`.
 pub type DestroyFn = unsafe extern "C" fn(*mut c_void);
+/// `adopt_state`: takes over a state another instance of the filter reported.
+pub type AdoptStateFn = unsafe extern "C" fn(*mut c_void, *const u8, usize, *mut c_char, usize) -> i32;
 
 /// The first two fields of every table version: read before anything else.
 #[repr(C)]
@@ -145,7 +147,14 @@ pub struct FilterTable {
     pub set_params: Option<SetParamsFn>,
     /// Ends an instance.
     pub destroy: Option<DestroyFn>,
+    /// Takes over a lost instance's state (recovery); absent from tables of
+    /// [`BASE_TABLE_SIZE`] bytes, built before it was added.
+    pub adopt_state: Option<AdoptStateFn>,
 }
+
+/// The size of a version 1 table built before `adopt_state` was added: such
+/// plug-ins still load, and cannot take over a lost instance's state.
+pub const BASE_TABLE_SIZE: u32 = std::mem::offset_of!(FilterTable, adopt_state) as u32;
 
 // SAFETY: a table is immutable static data (a pointer to a static string and
 // function pointers); sharing it between threads reads it only.

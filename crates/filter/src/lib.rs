@@ -162,6 +162,17 @@ pub trait Filter: Sized {
         let _ = params;
         Err(Error::params("takes no parameters while the stream runs"))
     }
+
+    /// Takes over `state`, what [`Filter::state`] of a lost instance of this filter
+    /// reported (its node died and its children rejoined this one), so that a running
+    /// reduction stays correct.
+    ///
+    /// # Errors
+    /// By default a state is refused, since the filter cannot know how to merge it.
+    fn adopt_state(&mut self, state: &[Value]) -> Result<(), Error> {
+        let _ = state;
+        Err(Error::new("cannot take over a lost instance's state"))
+    }
 }
 
 /// Writes `message` into the host's error buffer, cut to fit, NUL-terminated.
@@ -307,6 +318,23 @@ unsafe extern "C" fn set_params<F: Filter>(
     .0
 }
 
+unsafe extern "C" fn adopt_state<F: Filter>(
+    state: *mut c_void,
+    bytes_in: *const u8,
+    len: usize,
+    err: *mut c_char,
+    err_len: usize,
+) -> i32 {
+    guarded(err, err_len, || {
+        let values = decode_values(bytes(bytes_in, len))
+            .map_err(|e| Error::new(format!("the state does not decode: {e}")))?;
+        // SAFETY: as in `reduce::<F>`.
+        let instance = unsafe { &mut *state.cast::<F>() };
+        instance.adopt_state(&values)
+    })
+    .0
+}
+
 unsafe extern "C" fn destroy<F: Filter>(state: *mut c_void) {
     if state.is_null() {
         return;
@@ -334,6 +362,7 @@ pub const fn table<F: Filter>(name: &'static CStr, version: u16) -> abi::FilterT
         get_state: Some(get_state::<F>),
         set_params: Some(set_params::<F>),
         destroy: Some(destroy::<F>),
+        adopt_state: Some(adopt_state::<F>),
     }
 }
 

@@ -119,6 +119,15 @@ pub trait Transform: Send {
         Err(format!("takes no parameters while the stream runs ({} bytes given)", params.len()))
     }
 
+    /// Takes over `state`, what [`Transform::state`] of a lost instance of the same
+    /// filter reported, when the lost node's children rejoin this node.
+    ///
+    /// # Errors
+    /// The filter's refusal, in its words; by default every filter refuses.
+    fn adopt_state(&mut self, state: &[u8]) -> Result<(), String> {
+        Err(format!("cannot take over a lost instance's state ({} bytes)", state.len()))
+    }
+
     /// Packets the last [`Transform::apply`] sends back down the stream to this
     /// node's children (MRNet's `packets_out_reverse`); none by default.
     fn take_down(&mut self) -> Vec<Frame> {

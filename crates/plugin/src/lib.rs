@@ -104,8 +104,9 @@ pub enum PluginError {
     },
     /// Its table's size is not the size of the version it claims.
     #[error(
-        "{origin}'s filter table is {found} bytes but ABI version 1's is {expected}: the plug-in was \
-         built against a different include/treecast_filter.h"
+        "{origin}'s filter table is {found} bytes but ABI version 1's is {expected} (or {base} without \
+         adopt_state): the plug-in was built against a different include/treecast_filter.h",
+        base = abi::BASE_TABLE_SIZE
     )]
     TableSize {
         /// The plug-in.
@@ -229,6 +230,8 @@ struct Functions {
     get_state: abi::GetStateFn,
     set_params: abi::SetParamsFn,
     destroy: abi::DestroyFn,
+    /// Absent from tables built before the entry was added, or left null.
+    adopt_state: Option<abi::AdoptStateFn>,
 }
 
 struct Inner {
@@ -310,12 +313,15 @@ impl Plugin {
             return Err(mem("sealing it", std::io::Error::last_os_error()));
         }
         let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        let plugin = Plugin::open(&path, label.to_owned())?;
-        // The descriptor stays open for the life of the process, as the plug-in does:
-        // the dynamic loader knows a library by its path, and a closed descriptor's
-        // number, reused for the next plug-in's memory file, would hand back this one.
-        let _ = file.into_raw_fd();
-        Ok(plugin)
+        let plugin = Plugin::open(&path, label.to_owned());
+        // Once loaded (even if its table is then refused), the descriptor stays open for
+        // the life of the process, as the library does: the dynamic loader knows a
+        // library by its path, and a closed descriptor's number, reused for the next
+        // plug-in's memory file, would hand back this one.
+        if !matches!(plugin, Err(PluginError::Open { .. })) {
+            let _ = file.into_raw_fd();
+        }
+        plugin
     }
 
     fn open(path: &Path, origin: String) -> Result<Plugin, PluginError> {
@@ -362,11 +368,12 @@ impl Plugin {
             return Err(PluginError::AbiVersion { origin, found: head.abi_version, known: abi::ABI_VERSION });
         }
         let expected = std::mem::size_of::<abi::FilterTable>() as u32;
-        if head.size != expected {
+        if head.size != expected && head.size != abi::BASE_TABLE_SIZE {
             return Err(PluginError::TableSize { origin, found: head.size, expected });
         }
-        // SAFETY: the version and size are version 1's, whose layout is `FilterTable`;
-        // the caller guarantees it lives for the process.
+        // SAFETY: the version and size are version 1's: its fields up to `destroy` are
+        // there in both sizes, and only those are read through `t` below; the caller
+        // guarantees the table lives for the process.
         let t: &'static abi::FilterTable = unsafe { &*table };
         if t.name.is_null() {
             return Err(bad("it has no name"));
@@ -386,6 +393,13 @@ impl Plugin {
             get_state: t.get_state.ok_or_else(|| missing("get_state"))?,
             set_params: t.set_params.ok_or_else(|| missing("set_params"))?,
             destroy: t.destroy.ok_or_else(|| missing("destroy"))?,
+            // Only a table of the full size has the field (a null one is no entry).
+            adopt_state: if head.size == expected {
+                // SAFETY: the table is of the full size, so the field is within it.
+                unsafe { std::ptr::addr_of!((*table).adopt_state).read_unaligned() }
+            } else {
+                None
+            },
         };
         let inner = Inner { name: name.to_owned(), version: t.version, origin, fns };
         Ok(Plugin { inner: Arc::new(inner) })
@@ -662,6 +676,22 @@ impl Transform for PluginTransform {
         }
     }
 
+    fn adopt_state(&mut self, state: &[u8]) -> Result<(), String> {
+        let Some(adopt) = self.plugin.fns.adopt_state else {
+            return Err(format!(
+                "cannot take over a lost instance's state: plug-in {} has no adopt_state",
+                self.plugin.origin
+            ));
+        };
+        let mut err = ErrBuf::new();
+        // SAFETY: as in `apply`; the state bytes outlive the call.
+        let code = unsafe { adopt(self.state, state.as_ptr(), state.len(), err.ptr(), err.len()) };
+        match code {
+            abi::OK => Ok(()),
+            code => Err(format!("{} (code {code})", err.message())),
+        }
+    }
+
     fn take_down(&mut self) -> Vec<Frame> {
         std::mem::take(&mut self.down)
     }
@@ -859,6 +889,29 @@ mod tests {
         assert_eq!((a.name(), b.name()), ("histogram", "plugin_sum"));
     }
 
+    #[test]
+    fn a_plugin_refused_once_loaded_does_not_stand_in_for_the_next_one() {
+        let so = histogram_so();
+        let good = std::fs::read(&so).unwrap();
+        let src = so.with_file_name("tableless.c");
+        std::fs::write(&src, "const void *treecast_filter_v1(void) { return 0; }\n").unwrap();
+        let bad = so.with_file_name("libtableless.so");
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&bad)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let bad = std::fs::read(&bad).unwrap();
+        std::fs::remove_dir_all(so.parent().unwrap()).unwrap();
+        let err = Plugin::load_bytes(&bad, "libtableless.so").unwrap_err().to_string();
+        assert!(err.contains("no table"), "{err}");
+        // Its memory file's number, reused, handed back the refused library.
+        let next = Plugin::load_bytes(&good, "libhistogram.so").unwrap();
+        assert_eq!(next.name(), "histogram");
+    }
+
     /// A header for `machine`, as a shared object of this process's class and byte order.
     fn elf_header(machine: u16, kind: u16) -> Vec<u8> {
         let mut h = vec![0u8; 64];
@@ -992,5 +1045,64 @@ mod tests {
         // SAFETY: null is allowed.
         let text = unsafe { Plugin::from_table(std::ptr::null(), "null.so".into()) }.unwrap_err().to_string();
         assert!(text.contains("no table"), "{text}");
+    }
+
+    /// Adds up `%ld` packets; its state is the total, which it can take over.
+    struct Total(i64);
+
+    impl Filter for Total {
+        fn create(_params: &[Value], _place: &Place) -> Result<Self, Error> {
+            Ok(Total(0))
+        }
+
+        fn reduce(&mut self, wave: &[Packet<'_>], _place: &Place, out: &mut Output<'_>) -> Result<(), Error> {
+            for p in wave {
+                if let [Value::Long(v)] = p.values()?.as_slice() {
+                    self.0 += v;
+                }
+            }
+            out.up(0, &[Value::Long(self.0)])
+        }
+
+        fn state(&self) -> Option<Vec<Value>> {
+            Some(vec![Value::Long(self.0)])
+        }
+
+        fn adopt_state(&mut self, state: &[Value]) -> Result<(), Error> {
+            match state {
+                [Value::Long(v)] => {
+                    self.0 += v;
+                    Ok(())
+                }
+                other => Err(Error::new(format!("a total is one %ld, got {} values", other.len()))),
+            }
+        }
+    }
+
+    #[test]
+    fn a_lost_instances_state_is_taken_over_and_a_table_without_the_entry_still_loads() {
+        static TOTAL: abi::FilterTable = treecast_filter::table::<Total>(c"total", 1);
+        // SAFETY: a static table of this program.
+        let total = unsafe { Plugin::from_table(&TOTAL, "total.so".into()) }.unwrap();
+        let place = FilterPlace::default();
+        let mut lost = total.instance(&[], &place).unwrap();
+        lost.apply(vec![frame(1, &[Value::Long(5)]), frame(2, &[Value::Long(7)])], &CTX).unwrap();
+        let state = lost.state().unwrap().unwrap();
+        let mut heir = total.instance(&[], &place).unwrap();
+        heir.adopt_state(&state).unwrap();
+        let out = heir.apply(vec![frame(3, &[Value::Long(1)])], &CTX).unwrap();
+        assert_eq!(values(&out[0]), vec![Value::Long(13)]);
+        let err = heir.adopt_state(&params(&[Value::Str("x".into())])).unwrap_err();
+        assert!(err.contains("one %ld"), "{err}");
+        // A table built before adopt_state existed is shorter: it loads, and refuses states.
+        static OLDER: abi::FilterTable =
+            abi::FilterTable { size: abi::BASE_TABLE_SIZE, ..treecast_filter::table::<Total>(c"total", 1) };
+        // SAFETY: a static table of this program (longer than it says, which is allowed).
+        let older = unsafe { Plugin::from_table(&OLDER, "older.so".into()) }.unwrap();
+        let err = older.instance(&[], &place).unwrap().adopt_state(&state).unwrap_err();
+        assert!(err.contains("older.so") && err.contains("no adopt_state"), "{err}");
+        // A filter that does not implement it refuses in its own words.
+        let err = tricky().instance(&[], &place).unwrap().adopt_state(&state).unwrap_err();
+        assert!(err.contains("cannot take over"), "{err}");
     }
 }

@@ -405,7 +405,8 @@ pub enum Command {
         bytes: Vec<u8>,
     },
     /// Front-end: new parameters for a stream's upward filter, here and at every comm
-    /// node of the stream (in order with the frames sent down before and after it).
+    /// node of the stream (in order with the frames sent down before and after it),
+    /// or, with `down`, for its downstream filter at every comm node.
     /// The front-end's own instance refusing them is the command's error; a comm node
     /// that refuses them reports an [`Event::FilterError`] naming itself.
     SetParams {
@@ -413,6 +414,8 @@ pub enum Command {
         stream: u32,
         /// Typed values, as at the stream's creation.
         params: Vec<u8>,
+        /// For the downstream filter (which only comm nodes run).
+        down: bool,
     },
     /// Front-end: create a stream (the id is the tool's, increasing).
     NewStream(StreamSpec),

@@ -19,6 +19,7 @@
 
 mod clock;
 mod collective;
+mod handover;
 mod io;
 mod liveness;
 mod monitoring;
@@ -169,6 +170,20 @@ pub fn control_frame(msg: &ControlMsg) -> Frame {
 /// says why it could not.
 pub type PluginLoader = dyn Fn(PluginSource<'_>, &mut FilterRegistry) -> Result<(), String> + Send + Sync;
 
+/// How many refusals of shipped plug-ins the front-end keeps for the tool.
+pub const MAX_REFUSALS: usize = 64;
+
+/// A comm node could not load a plug-in shipped down the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterRefusal {
+    /// SHA-256 of the plug-in's bytes.
+    pub sha256: [u8; 32],
+    /// The node that refused it.
+    pub node: String,
+    /// Why.
+    pub reason: String,
+}
+
 /// Where a plug-in filter comes from.
 #[derive(Debug, Clone, Copy)]
 pub enum PluginSource<'a> {
@@ -194,6 +209,9 @@ pub struct Node {
     registry: FilterRegistry,
     /// Loads the plug-in filters a comm node's plan names (the driver's: loading is I/O).
     plugin_loader: Option<std::sync::Arc<PluginLoader>>,
+    /// Front-end: comm nodes' refusals of shipped plug-ins, by the plug-in's hash,
+    /// until the tool takes them (the last [`MAX_REFUSALS`]).
+    refused_filters: VecDeque<FilterRefusal>,
     /// Depth in the tree (0: the front-end), from the plan; filters are told it.
     depth: u32,
     tool_window: Window,
@@ -245,6 +263,7 @@ impl Node {
             name: config.name,
             registry: config.registry,
             plugin_loader: None,
+            refused_filters: VecDeque::new(),
             depth: 0,
             tool_window: config.tool_window,
             phase: Phase::Idle,
@@ -315,10 +334,32 @@ impl Node {
         match loaded {
             Ok(()) => self.pass_filter_down(&msg),
             Err(why) => {
-                let message = format!("{}: plug-in filter {label}: {why}", self.name);
-                self.report_up(ControlMsg::FilterError { stream: 0, rank: u32::MAX, message });
+                let reason = format!("plug-in filter {label}: {why}");
+                self.report_up(ControlMsg::FilterRefused {
+                    sha256: *sha256,
+                    node: self.name.clone(),
+                    reason,
+                });
             }
         }
+    }
+
+    /// Front-end: a comm node refused a shipped plug-in; kept for the tool, and
+    /// reported as a filter error naming the node.
+    fn filter_refused(&mut self, refusal: FilterRefusal) {
+        let message = format!("{}: {}", refusal.node, refusal.reason);
+        self.out.event(Event::FilterError { stream: 0, rank: u32::MAX, message });
+        if self.refused_filters.len() == MAX_REFUSALS {
+            self.refused_filters.pop_front();
+        }
+        self.refused_filters.push_back(refusal);
+    }
+
+    /// Front-end: takes the refusals of the plug-in whose bytes hash to `sha256`.
+    pub fn take_filter_refusals(&mut self, sha256: &[u8; 32]) -> Vec<FilterRefusal> {
+        let mine = self.refused_filters.iter().filter(|r| r.sha256 == *sha256).cloned().collect();
+        self.refused_filters.retain(|r| r.sha256 != *sha256);
+        mine
     }
 
     /// The node's role.
@@ -570,11 +611,11 @@ impl Node {
                 self.stop_ranks(&ranks, &reason, now);
                 Ok(())
             }
-            Command::SetParams { stream, params } => {
+            Command::SetParams { stream, params, down } => {
                 if self.role != Role::FrontEnd {
                     return Err(CommandError::NotNow("only the front-end changes a stream's parameters"));
                 }
-                self.set_stream_params(stream, params)
+                self.set_stream_params(stream, params, down)
             }
             Command::ShipFilter { label, sha256, bytes } => {
                 if self.role != Role::FrontEnd || !self.is_running() {

@@ -232,6 +232,7 @@ impl Node {
         // (some held while no member was linked) are answered by the orphan.
         self.send_fallback(c);
         let announced = self.member_joined(c);
+        self.adopt_orphan_states(&ranks);
         for id in streams.into_iter().filter(|id| !announced.contains(id)) {
             // It ended while the orphan was away (or does not reach it any more).
             self.out.control(link, &ControlMsg::CloseStream { id });
@@ -288,6 +289,7 @@ impl Node {
             return false;
         }
         let node = self.children[c].name.clone();
+        self.stash_orphan_states(c, ranks);
         self.recovery.awaiting.push(Awaited {
             ranks: ranks.clone(),
             why: why.to_owned(),
@@ -358,6 +360,7 @@ impl Node {
         };
         let secs = self.recovery.rejoin.map_or(0.0, |d| d.as_secs_f64());
         for a in due {
+            self.drop_orphan_states(&a.ranks);
             let reason = format!("{}; its children did not rejoin within {secs:.1} s", a.why);
             self.report_up(ControlMsg::Leave { ranks: a.ranks, reason, graceful: false });
         }

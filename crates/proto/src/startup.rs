@@ -443,7 +443,10 @@ impl Node {
             }
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
             ControlMsg::SetParams { stream, params } if self.role == Role::CommNode => {
-                self.params_from_parent(stream, params)
+                self.params_from_parent(stream, params, false)
+            }
+            ControlMsg::SetDownParams { stream, params } if self.role == Role::CommNode => {
+                self.params_from_parent(stream, params, true)
             }
             msg @ ControlMsg::LoadFilter { .. } if self.role == Role::CommNode => {
                 self.load_shipped_filter(msg)
@@ -486,6 +489,8 @@ impl Node {
             ControlMsg::StreamRefused { stream, node, message } => {
                 self.stream_refused(c, stream, node, message, now)
             }
+            ControlMsg::FilterState { stream, state } => self.child_filter_state(c, stream, state),
+            msg @ ControlMsg::FilterRefused { .. } => self.report_up(msg),
             ControlMsg::MonitorReport { id, json } => self.monitor_answer(c, id, &json, now),
             ControlMsg::SpawnRequest { id, rank, n, command } => {
                 // A child asks only for the ranks behind it.
@@ -543,6 +548,9 @@ impl Node {
                     if !back.is_empty() {
                         self.out.event(Event::RanksRejoined { ranks: back, parent });
                     }
+                }
+                ControlMsg::FilterRefused { sha256, node, reason } => {
+                    self.filter_refused(super::FilterRefusal { sha256, node, reason })
                 }
                 other => tracing::debug!("front-end: nothing to report for {other:?}"),
             },

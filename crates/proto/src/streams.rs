@@ -20,8 +20,9 @@ use std::time::Instant;
 use treecast_filters::{
     apply_dropping_bad, FilterContext, FilterPlace, PlaceRole, Synchronizer, Transform, Wave,
 };
-use treecast_wire::{ControlMsg, Frame, Grant, RankSet, StreamSpec, SyncMode, FLAG_DIRECT};
+use treecast_wire::{ControlMsg, Frame, FrameKind, Grant, RankSet, StreamSpec, SyncMode, FLAG_DIRECT};
 
+use super::handover::Handover;
 use super::startup::{Child, ChildState};
 use super::window::{Budget, Ledger};
 use super::{CommandError, Delivery, Destination, Event, LinkId, LinkRole, Node, Outputs, Role, Transmit};
@@ -45,7 +46,9 @@ pub(crate) struct StreamState {
     pub(crate) spec: StreamSpec,
     sync: Synchronizer,
     /// The reduction (none at a back-end).
-    up_filter: Option<Box<dyn Transform>>,
+    pub(crate) up_filter: Option<Box<dyn Transform>>,
+    /// Its state, reported up and taken over from lost children (recovery).
+    pub(crate) handover: Handover,
     /// The downstream filter (comm nodes only, and only a real one).
     down_filter: Option<Box<dyn Transform>>,
     /// Child indices taking part, increasing.
@@ -406,6 +409,13 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
     loop {
         while s.up_budget.open() {
             let Some(f) = s.pending_up.pop_front() else { break };
+            if f.header.kind == FrameKind::Control {
+                // A filter state (see handover.rs): in order with the waves, no credit.
+                if let Some(parent) = ctx.parent {
+                    out.send(parent, f);
+                }
+                continue;
+            }
             s.up_budget.spend(f.payload.len());
             match (ctx.role, ctx.parent) {
                 (Role::FrontEnd, _) => {
@@ -461,7 +471,24 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
             );
         }
         if !stale {
+            if ctx.role == Role::CommNode {
+                report_state(s, ctx, out);
+            }
             s.pending_up.extend(frames);
+        }
+    }
+}
+
+/// Queues the upward filter's state after a wave for the parent, ahead of the
+/// wave's frames; a filter that cannot say it is reported.
+fn report_state(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
+    let Some(filter) = s.up_filter.as_mut() else { return };
+    match s.handover.report(filter.as_mut(), s.spec.id) {
+        Ok(Some(frame)) => s.pending_up.push_back(frame),
+        Ok(None) => {}
+        Err(e) => {
+            let message = format!("{}: cannot report the filter's state for recovery: {e}", ctx.name);
+            ctx.report(out, ControlMsg::FilterError { stream: s.spec.id, rank: u32::MAX, message });
         }
     }
 }
@@ -472,6 +499,7 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
 /// closed for it, behind what it was already sent.
 fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs, now: Instant, tell: bool) {
     s.members.retain(|&m| m != c);
+    s.handover.child_left(c);
     s.rebuild_targets(ctx.children);
     let part = s.parts.get_mut(c).and_then(Option::take);
     if let (true, Some(_), Some(link)) = (tell, part, ctx.link_of(c)) {
@@ -629,6 +657,7 @@ impl Node {
         Ok(StreamState {
             sync: Synchronizer::new(spec.sync, members.iter().copied()),
             up_filter,
+            handover: Handover::default(),
             down_filter,
             members,
             targets,
@@ -756,16 +785,31 @@ impl Node {
     }
 
     /// Front-end: the tool closes a stream.
-    /// New parameters for stream `id`'s upward filter on this node, passed on to the
-    /// stream's comm-node children once taken. The front-end's refusal is the tool's
-    /// error; a comm node's is reported up, naming it.
-    pub(super) fn set_stream_params(&mut self, id: u32, params: Vec<u8>) -> Result<(), CommandError> {
+    /// New parameters for stream `id`'s upward (or, with `down`, downstream) filter on
+    /// this node, passed on to the stream's comm-node children once taken. The
+    /// front-end's refusal is the tool's error; a comm node's is reported up, naming it.
+    pub(super) fn set_stream_params(
+        &mut self,
+        id: u32,
+        params: Vec<u8>,
+        down: bool,
+    ) -> Result<(), CommandError> {
         let Some(s) = self.streams.get_mut(&id) else { return Err(CommandError::UnknownStream(id)) };
-        if let Some(filter) = s.up_filter.as_mut() {
-            if let Err(detail) = filter.set_params(&params) {
-                let source = treecast_filters::RegistryError::Params { name: s.spec.up.name.clone(), detail };
-                return Err(CommandError::Filter { stream: id, node: self.name.clone(), source });
-            }
+        let (name, filter) = if down {
+            (&s.spec.down.name, s.down_filter.as_mut())
+        } else {
+            (&s.spec.up.name, s.up_filter.as_mut())
+        };
+        // Only comm nodes run a downstream filter, and only a real one: the null
+        // filter takes no parameters anywhere.
+        let refused = match filter {
+            Some(filter) => filter.set_params(&params).err(),
+            None if down && name == "null" => Some("the stream has no downstream filter".to_owned()),
+            None => None,
+        };
+        if let Some(detail) = refused {
+            let source = treecast_filters::RegistryError::Params { name: name.clone(), detail };
+            return Err(CommandError::Filter { stream: id, node: self.name.clone(), source });
         }
         let links: Vec<LinkId> = s
             .members
@@ -773,16 +817,20 @@ impl Node {
             .filter(|&&c| !self.children[c].is_backend)
             .filter_map(|&c| self.children[c].link)
             .collect();
-        let msg = ControlMsg::SetParams { stream: id, params };
+        let msg = if down {
+            ControlMsg::SetDownParams { stream: id, params }
+        } else {
+            ControlMsg::SetParams { stream: id, params }
+        };
         for link in links {
             self.out.control(link, &msg);
         }
         Ok(())
     }
 
-    /// [`ControlMsg::SetParams`] from the parent.
-    pub(super) fn params_from_parent(&mut self, id: u32, params: Vec<u8>) {
-        if let Err(e) = self.set_stream_params(id, params) {
+    /// [`ControlMsg::SetParams`] or [`ControlMsg::SetDownParams`] from the parent.
+    pub(super) fn params_from_parent(&mut self, id: u32, params: Vec<u8>, down: bool) {
+        if let Err(e) = self.set_stream_params(id, params, down) {
             // A filter's refusal names this node already.
             let message = match e {
                 CommandError::Filter { .. } => e.to_string(),
@@ -1156,6 +1204,7 @@ impl Node {
         s.down_ledger = Ledger::new(s.spec.down_window);
         s.in_node.clear();
         s.pending_up.clear();
+        s.handover.parent_changed();
         s.up_from = s.requests;
         s.detached_from = None;
         if std::mem::take(&mut s.blocked) {
@@ -1181,6 +1230,7 @@ impl Node {
     pub(super) fn streams_orphaned(&mut self) {
         for s in self.streams.values_mut() {
             s.pending_up.clear();
+            s.handover.parent_changed();
         }
     }
 

@@ -1531,12 +1531,12 @@ fn a_comm_node_loads_a_shipped_plug_in_and_passes_it_on_or_reports_why_not() {
             assert_eq!(sent, vec![(links[1], msg.clone())]);
         } else {
             assert_eq!(sent.len(), 1, "{sent:?}");
-            let (to, ControlMsg::FilterError { message, .. }) = &sent[0] else { panic!("{sent:?}") };
-            assert_eq!(*to, links[0]);
-            assert!(
-                message.contains("node 1") && message.contains("libmine.so") && message.contains("SHA-256"),
-                "{message}"
-            );
+            let (to, ControlMsg::FilterRefused { sha256, node, reason }) = &sent[0] else {
+                panic!("{sent:?}")
+            };
+            assert_eq!((*to, *sha256), (links[0], [1; 32]));
+            assert!(node.contains("node 1"), "{node}");
+            assert!(reason.contains("libmine.so") && reason.contains("SHA-256"), "{reason}");
         }
     }
 }

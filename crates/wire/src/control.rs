@@ -526,6 +526,33 @@ pub enum ControlMsg {
         /// The parameters, typed values as at the stream's creation.
         params: Vec<u8>,
     },
+    /// Upstream, from a comm node to its parent, ahead of a wave it reduced: its
+    /// upward filter's state after that wave, which the parent's instance takes over
+    /// if this node is lost and its children rejoin the parent (docs/filter-abi.md).
+    FilterState {
+        /// The stream.
+        stream: u32,
+        /// What the filter's `get_state` reported.
+        state: Vec<u8>,
+    },
+    /// Downstream, along a stream's comm nodes: new parameters for its downstream
+    /// filter, which each node hands its instance before it passes them on.
+    SetDownParams {
+        /// The stream.
+        stream: u32,
+        /// The parameters, typed values as at the stream's creation.
+        params: Vec<u8>,
+    },
+    /// Upstream, passed on to the front-end: a comm node could not load a plug-in
+    /// shipped down the tree ([`ControlMsg::LoadFilter`]).
+    FilterRefused {
+        /// SHA-256 of the plug-in's bytes: which load this answers.
+        sha256: [u8; 32],
+        /// The node that refused it.
+        node: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 const PLAN: u8 = 1;
@@ -556,6 +583,9 @@ const SPAWN_REQUEST: u8 = 25;
 const SPAWN_REPLY: u8 = 26;
 const LOAD_FILTER: u8 = 27;
 const SET_PARAMS: u8 = 28;
+const FILTER_STATE: u8 = 29;
+const FILTER_REFUSED: u8 = 30;
+const SET_DOWN_PARAMS: u8 = 31;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -650,11 +680,24 @@ impl ControlMsg {
                 ranks.encode(&mut out);
                 put_string(&mut out, reason);
             }
-            ControlMsg::SetParams { stream, params } => {
-                out.push(SET_PARAMS);
+            ControlMsg::SetParams { stream, params } | ControlMsg::SetDownParams { stream, params } => {
+                let down = matches!(self, ControlMsg::SetDownParams { .. });
+                out.push(if down { SET_DOWN_PARAMS } else { SET_PARAMS });
                 out.extend_from_slice(&stream.to_le_bytes());
                 out.extend_from_slice(&(params.len() as u32).to_le_bytes());
                 out.extend_from_slice(params);
+            }
+            ControlMsg::FilterState { stream, state } => {
+                out.push(FILTER_STATE);
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&(state.len() as u32).to_le_bytes());
+                out.extend_from_slice(state);
+            }
+            ControlMsg::FilterRefused { sha256, node, reason } => {
+                out.push(FILTER_REFUSED);
+                out.extend_from_slice(sha256);
+                put_string(&mut out, node);
+                put_string(&mut out, reason);
             }
             ControlMsg::LoadFilter { label, sha256, bytes } => {
                 out.push(LOAD_FILTER);
@@ -786,6 +829,28 @@ impl ControlMsg {
                 let stream = r.u32("filter parameters")?;
                 let n = r.len_u32("filter parameters", r.remaining())?;
                 ControlMsg::SetParams { stream, params: r.take(n, "filter parameters")?.to_vec() }
+            }
+            SET_DOWN_PARAMS => {
+                let stream = r.u32("downstream filter parameters")?;
+                let n = r.len_u32("downstream filter parameters", r.remaining())?;
+                ControlMsg::SetDownParams {
+                    stream,
+                    params: r.take(n, "downstream filter parameters")?.to_vec(),
+                }
+            }
+            FILTER_STATE => {
+                let stream = r.u32("filter state")?;
+                let n = r.len_u32("filter state", r.remaining())?;
+                ControlMsg::FilterState { stream, state: r.take(n, "filter state")?.to_vec() }
+            }
+            FILTER_REFUSED => {
+                let mut sha256 = [0u8; 32];
+                sha256.copy_from_slice(r.take(32, "refused plug-in hash")?);
+                ControlMsg::FilterRefused {
+                    sha256,
+                    node: r.string("refused plug-in node")?,
+                    reason: r.string("refused plug-in reason")?,
+                }
             }
             LOAD_FILTER => {
                 let label = r.string("plug-in label")?;
@@ -956,6 +1021,13 @@ mod tests {
                 bytes: b"\x7fELF".to_vec(),
             },
             ControlMsg::SetParams { stream: 3, params: vec![6, 2, 0, 0, 0] },
+            ControlMsg::FilterState { stream: 3, state: vec![7, 5, 0, 0, 0, 0, 0, 0, 0] },
+            ControlMsg::SetDownParams { stream: 4, params: vec![5, 3, 0, 0, 0] },
+            ControlMsg::FilterRefused {
+                sha256: [9; 32],
+                node: "comm node h (node 5)".into(),
+                reason: "no table".into(),
+            },
             ControlMsg::SpawnRequest { id: 3, rank: 7, n: 2, command: vec!["helper".into()] },
             ControlMsg::SpawnReply {
                 id: 3,

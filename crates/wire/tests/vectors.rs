@@ -420,6 +420,19 @@ fn control_from_json(m: &Json) -> ControlMsg {
             stream: u32_of(m, "stream"),
             params: hex::decode(str_of(m, "params_hex")).unwrap(),
         },
+        "filter_state" => ControlMsg::FilterState {
+            stream: u32_of(m, "stream"),
+            state: hex::decode(str_of(m, "state_hex")).unwrap(),
+        },
+        "set_down_params" => ControlMsg::SetDownParams {
+            stream: u32_of(m, "stream"),
+            params: hex::decode(str_of(m, "params_hex")).unwrap(),
+        },
+        "filter_refused" => ControlMsg::FilterRefused {
+            sha256: hex::decode(str_of(m, "sha256")).unwrap().try_into().unwrap(),
+            node: str_of(m, "node").to_owned(),
+            reason: str_of(m, "reason").to_owned(),
+        },
         "load_filter" => ControlMsg::LoadFilter {
             label: str_of(m, "label").to_owned(),
             sha256: hex::decode(str_of(m, "sha256")).unwrap().try_into().unwrap(),
@@ -464,8 +477,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 28 (SetParams), has a vector.
-    assert_eq!(seen, (1..=28).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 31 (SetDownParams), has a vector.
+    assert_eq!(seen, (1..=31).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.

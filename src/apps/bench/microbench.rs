@@ -622,7 +622,7 @@ pub(super) async fn bench_filter(args: crate::apps::cli::BenchFilterArgs) -> any
     let topology =
         Topology::from_spec(spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
     let net = crate::apps::settings::builder(topology)?.launch().await?;
-    let plugin = net.load_filter(path)?;
+    let plugin = net.load_filter(path).await?;
     ensure!(plugin.name() == name, "{path} holds the filter {:?}, not {name:?}", plugin.name());
     let n = i64::from(net.backends());
     let count = i32::try_from(args.tp).context("--tp is too large")?;

@@ -189,6 +189,12 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
         self.core.registry_mut()
     }
 
+    /// Front-end: takes the comm nodes' refusals of the shipped plug-in whose bytes
+    /// hash to `sha256`.
+    pub fn take_filter_refusals(&mut self, sha256: &[u8; 32]) -> Vec<treecast_proto::FilterRefusal> {
+        self.core.take_filter_refusals(sha256)
+    }
+
     /// Front-end: takes monitoring collection `id` once complete.
     pub fn take_monitor_collection(&mut self, id: u32) -> Option<treecast_monitor::Collection> {
         self.core.take_monitor_collection(id)
