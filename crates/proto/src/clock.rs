@@ -265,7 +265,10 @@ impl Node {
         }
         let Some(source) = self.clock.source.as_mut().filter(|_| !plan.distort.is_empty()) else { return };
         match clock_distortion(&plan.distort, self.node_id, source.base_ns) {
-            Ok(Some(d)) => source.distortion = d,
+            Ok(Some(d)) => {
+                source.distortion = d;
+                self.out.event(Event::ClockChanged);
+            }
             Ok(None) => {}
             Err(e) => tracing::debug!(node = %self.name, "{e}; the clock is not distorted"),
         }

@@ -70,6 +70,9 @@ pub enum Event {
         /// The children, in topology order.
         children: Vec<ChildLaunch>,
     },
+    /// The plan distorted this node's clock (a test knob): the driver's route, which
+    /// stamps frames with a copy of it, takes [`crate::Node::clock_source`] again.
+    ClockChanged,
     /// Back-end: its member plan arrived and it joined as this rank.
     Placed {
         /// Its rank.
