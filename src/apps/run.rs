@@ -150,7 +150,7 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 /// Starts the tree, runs the command, prints the grouped output.
 pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let limit = args.timeout.map(|secs| secs_flag("--timeout", secs, 0.001, 1e6)).transpose()?;
-    super::settings::EnvSettings::read_unless(&overridden(&args.tree))?;
+    let settings = super::settings::EnvSettings::read_unless(&overridden(&args.tree))?;
     anyhow::ensure!(
         (1..=MAX_OUTPUT_LIMIT).contains(&args.output_limit),
         "--output-limit {} is not between 1 and {MAX_OUTPUT_LIMIT} bytes (both streams of a rank travel in one frame)",
@@ -161,7 +161,7 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     // the answers are awaited long enough for a hung node to be cut off instead.
     let cut_off = match tree.dead_after {
         Some(secs) => (secs > 0.0).then(|| Duration::from_secs_f64(secs.min(1e6))),
-        None => treecast_driver::env::liveness_from_env().map(|l| l.dead_after),
+        None => settings.dead_after.unwrap_or(Some(treecast_proto::LivenessLimits::default().dead_after)),
     };
     let mut net = launch(&tree).await?;
     let labels = rank_labels(net.topology());
@@ -171,7 +171,7 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let rejoin = match tree.rejoin_within {
         Some(secs) => (secs > 0.0).then(|| Duration::from_secs_f64(secs.min(1e6))),
-        None => treecast_driver::env::rejoin_from_env(),
+        None => settings.rejoin_within.unwrap_or(Some(treecast_driver::env::DEFAULT_REJOIN_WITHIN)),
     };
     let wait = AnswerWait { limit, cut_off, rejoin };
     if let Some(filter) = &args.filter {

@@ -35,6 +35,8 @@ pub struct EnvSettings {
     pub log: Option<String>,
     /// The UDP route's `TREECAST_UDP_*` settings that are set.
     pub udp: Vec<(String, String)>,
+    /// `TREECAST_CLOCK_*`: the global clock's settings (unset ones keep their defaults).
+    pub clock: treecast_api::ClockPlan,
 }
 
 impl EnvSettings {
@@ -92,6 +94,7 @@ impl EnvSettings {
             })?),
         };
         let udp = UDP_VARIABLES.iter().filter_map(|&k| lookup(k).map(|v| (k.to_owned(), v))).collect();
+        let clock = env::clock_plan_from(&lookup).map_err(anyhow::Error::msg)?;
         Ok(EnvSettings {
             startup_timeout,
             max_frame,
@@ -102,6 +105,7 @@ impl EnvSettings {
             remote_listen,
             log: lookup(env::LOG),
             udp,
+            clock,
         })
     }
 
@@ -134,7 +138,7 @@ impl EnvSettings {
         for (name, value) in &self.udp {
             builder = builder.udp_setting(name.clone(), value.clone());
         }
-        builder
+        builder.clock(self.clock.clone())
     }
 }
 
@@ -219,6 +223,25 @@ mod tests {
     }
 
     #[test]
+    fn clock_variables_become_the_plan_s_clock_settings() {
+        let s = read(&[
+            ("TREECAST_CLOCK_RESYNC", "60"),
+            ("TREECAST_CLOCK_PROBES", "8"),
+            ("TREECAST_CLOCK_PROBE_GAP_MS", "0.5"),
+            ("TREECAST_CLOCK_DISTORT", "seed:1,offset_us:10"),
+        ])
+        .unwrap();
+        let expected = treecast_api::ClockPlan {
+            resync_ms: Some(60_000),
+            probes: Some(8),
+            probe_burst: None,
+            probe_gap_us: Some(500),
+            distort: "seed:1,offset_us:10".into(),
+        };
+        assert_eq!(s.clock, expected);
+    }
+
+    #[test]
     fn a_malformed_value_is_an_error_naming_its_variable_never_a_silent_default() {
         // Regression: TREECAST_ROUTE=udp and TREECAST_LISTEN=nowhere were taken silently.
         for (var, value) in [
@@ -228,6 +251,11 @@ mod tests {
             ("TREECAST_DEAD_AFTER", "1e-300"),
             ("TREECAST_MAX_FRAME", "1"),
             ("TREECAST_MAX_CONTROL", "1"),
+            ("TREECAST_CLOCK_RESYNC", "soon"),
+            ("TREECAST_CLOCK_PROBES", "0"),
+            ("TREECAST_CLOCK_PROBE_BURST", "2000"),
+            ("TREECAST_CLOCK_PROBE_GAP_MS", "-1"),
+            ("TREECAST_CLOCK_DISTORT", "seed:1,skew:3"),
         ] {
             let e = read(&[(var, value)]).unwrap_err().to_string();
             assert!(e.contains(var) && e.contains(value), "{var}={value}: {e}");

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 9 (launch plan version 6).
+protocol version 9 (launch plan version 6, member plan version 1).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -292,6 +292,8 @@ SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
 LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
 PLAN_VERSION = 6
+MEMBER_PLAN_VERSION = 1
+CLOCK_FIELDS = ["resync_ms", "probes", "probe_burst", "probe_gap_us"]
 
 
 def enc_strings(items):
@@ -321,7 +323,26 @@ def enc_plan(p, version=PLAN_VERSION):
         out += u32(len(udp)) + b"".join(enc_str(k) + enc_str(v) for k, v in udp)
     out += u32(p.get("depth", 0)) + enc_strings(p.get("filters", []))
     out += u32(p["max_control"])
-    return out
+    return out + enc_clock(p.get("clock", {}))
+
+
+def enc_clock(c):
+    """Clock settings: each optional count a flag and a u32 (0 when unset), then the knob."""
+    out = b""
+    for k in CLOCK_FIELDS:
+        out += enc_flag(k in c) + u32(c.get(k, 0))
+    return out + enc_str(c.get("distort", ""))
+
+
+def enc_member_plan(p, version=MEMBER_PLAN_VERSION):
+    """A back-end's plan, field by field, in the order of docs/wire-format.md."""
+    out = u16(version) + u32(p["node_id"]) + u32(p["rank"]) + u32(p["size"])
+    group = p.get("group")
+    out += enc_flag(group is not None)
+    if group is not None:
+        out += u32(group["group"]) + u32(group["rank"]) + u32(group["size"])
+    out += u32(p["heartbeat_ms"]) + u32(p["dead_after_ms"]) + u32(p["rejoin_ms"])
+    return out + enc_clock(p.get("clock", {}))
 
 
 def enc_filter(f):
@@ -345,6 +366,8 @@ def enc_control(m):
     t = m["type"]
     if t == "plan":
         return bytes([1]) + enc_plan(m)
+    if t == "member_plan":
+        return bytes([32]) + enc_member_plan(m)
     if t == "join":
         return bytes([2]) + enc_ranks(m["ranks"]) + u32(m["commnodes"])
     if t == "launch_failed":
@@ -455,6 +478,29 @@ PLAN_SSH = {
     "depth": 1,
     "filters": ["/opt/tool/libhistogram.so"],
     "max_control": 1 << 20,
+    "clock": {"resync_ms": 60000, "probe_burst": 4, "probe_gap_us": 0, "distort": "seed:3,offset_us:500"},
+}
+
+MEMBER_PLAN_SPAWNED = {
+    "type": "member_plan",
+    "node_id": 12,
+    "rank": 7,
+    "size": 16,
+    "group": {"group": 2, "rank": 1, "size": 4},
+    "heartbeat_ms": 250,
+    "dead_after_ms": 1000,
+    "rejoin_ms": 0,
+    "clock": {"probes": 4294967295, "distort": "-200,5"},
+}
+
+MEMBER_PLAN_MINIMAL = {
+    "type": "member_plan",
+    "node_id": 0,
+    "rank": 0,
+    "size": 0,
+    "heartbeat_ms": 0,
+    "dead_after_ms": 0,
+    "rejoin_ms": 4294967295,
 }
 
 PLAN_LOCAL = {
@@ -546,6 +592,8 @@ CONTROL_CASES = [
     ("plan ssh with a spaced argument", PLAN_SSH),
     ("plan local minimal", PLAN_LOCAL),
     ("plan slurm attach", PLAN_SLURM),
+    ("member plan of a spawned back-end", MEMBER_PLAN_SPAWNED),
+    ("member plan minimal", MEMBER_PLAN_MINIMAL),
     ("join", {"type": "join", "ranks": "0-15,32", "commnodes": 5}),
     ("join empty", {"type": "join", "ranks": "", "commnodes": 1}),
     ("launch failed", {"type": "launch_failed", "message": "node 3 on h\u00f4te: exited 1"}),
@@ -734,7 +782,7 @@ INVALID_CASES = [
     ("control", "empty", b"", "Truncated"),
     ("control", "unknown tag", bytes([0xEE]), "UnknownControl"),
     ("control", "tag zero", bytes([0]), "UnknownControl"),
-    ("control", "tag after the last", bytes([32]), "UnknownControl"),
+    ("control", "tag after the last", bytes([33]), "UnknownControl"),
     ("control", "clock probe without its time", bytes([11]) + u32(1), "Truncated"),
     ("control", "clock report announcing more samples than it has", bytes([13]) + u32(2) + bytes(52), "TooLong"),
     ("control", "shutdown with trailing byte", bytes([8, 0]), "TrailingBytes"),
@@ -745,13 +793,30 @@ INVALID_CASES = [
     ("control", "bad utf8 message", bytes([3]) + u32(1) + b"\x80", "InvalidUtf8"),
     # plan
     ("control", "plan version 4 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=4), "Invalid"),
-    ("control", "plan version 5 (before the control frame limit)", bytes([1]) + enc_plan(PLAN_SSH, version=5), "Invalid"),
+    ("control", "plan version 5 (before the control frame limit and the clock settings)", bytes([1]) + enc_plan(PLAN_SSH, version=5), "Invalid"),
     ("control", "plan version 7", bytes([1]) + enc_plan(PLAN_SSH, version=7), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
-    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5], "Truncated"),
-    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
+    # The plan ends with the control frame limit (4 bytes) and the clock settings (24
+    # bytes when none is set).
+    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-29], "Truncated"),
+    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-25], "Truncated"),
+    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
+    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-24] + bytes([2]) + enc_plan(PLAN_LOCAL)[-23:], "Invalid"),
+    # member plan
+    ("control", "member plan version 2", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=2), "Invalid"),
+    ("control", "member plan version 0", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL, version=0), "Invalid"),
+    ("control", "member plan cut inside its version", bytes([32, MEMBER_PLAN_VERSION]), "Truncated"),
+    ("control", "member plan without its clock", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:-24], "Truncated"),
+    ("control", "member plan trailing byte", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL) + b"\x00", "TrailingBytes"),
+    (
+        "control",
+        "member plan group flag 2",
+        # The flag follows the version and three u32s.
+        bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:14] + bytes([2]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[15:],
+        "Invalid",
+    ),
     ("control", "plan trailing byte", bytes([1]) + enc_plan(PLAN_LOCAL) + b"\x00", "TrailingBytes"),
     ("control", "plan allow missing 2", bytes([1]) + enc_plan(with_(PLAN_LOCAL, allow_missing=2)), "Invalid"),
     ("control", "plan local route 2", bytes([1]) + enc_plan(with_(PLAN_SSH, local_route=2)), "Invalid"),

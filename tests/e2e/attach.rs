@@ -51,6 +51,22 @@ async fn backends_started_by_a_shell_loop_attach() {
     .await;
 }
 
+/// A back-end that attaches needs its attach file and its rank, nothing more: the
+/// rest comes in its plan.
+#[tokio::test]
+async fn backends_with_nothing_but_their_rank_in_the_environment_attach() {
+    // A shape of its own: the attach file's folder is named after it.
+    attach_and_sum("kary:3", 4, |file, tag| {
+        let script = format!(
+            "for r in 0 1 2 3; do env -i {tag} TREECAST_RANK=$r {TREECAST} backend --attach {} & done; wait",
+            file.display()
+        );
+        let (k, v) = tag.split_once('=').unwrap();
+        Command::new("/bin/sh").arg("-c").arg(script).env(k, v).spawn().unwrap()
+    })
+    .await;
+}
+
 #[tokio::test]
 #[cfg_attr(not(has_mpirun), ignore = "needs mpirun (Debian: openmpi-bin)")]
 async fn backends_started_by_mpirun_attach() {

@@ -279,3 +279,23 @@ fn demo_runs_and_explains_itself() {
     assert!(text.contains("(expected 16120)") && text.contains("16120"), "{text}");
     assert!(text.contains("[0-15]"), "{text}");
 }
+
+/// The global clock's variables are checked before anything starts, as the others:
+/// a malformed one is an error naming it, never a warning and a default.
+#[test]
+fn a_malformed_clock_variable_stops_the_command_naming_it() {
+    for (var, value) in [("TREECAST_CLOCK_PROBES", "many"), ("TREECAST_CLOCK_DISTORT", "sideways")] {
+        let t = tag();
+        let (k, v) = t.split_once('=').unwrap();
+        let out = Command::new(TREECAST)
+            .args(["run", "--local", "2", "--", "true"])
+            .env(k, v)
+            .env(var, value)
+            .output();
+        let out = out.unwrap();
+        assert_no_leftovers(&t);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}: {stderr}");
+        assert!(stderr.contains(var) && stderr.contains(value), "{var}: {stderr}");
+    }
+}

@@ -86,6 +86,41 @@ async fn next_membership_event(net: &mut Network) -> Event {
     }
 }
 
+/// A back-end's silence and rejoin limits come from its plan: variables in its
+/// environment that say otherwise (a silence limit of 1 ms, recovery off) change nothing.
+#[tokio::test]
+async fn backends_keep_the_plans_limits_whatever_their_environment_says() {
+    let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
+    let mut net = builder(topo)
+        .rejoin_within(Some(REJOIN))
+        .env("TREECAST_DEAD_AFTER", "0.001")
+        .env("TREECAST_REJOIN_WITHIN", "0")
+        .launch()
+        .await
+        .unwrap();
+    let mut s = sum_stream(&net).await;
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(10, 0..6));
+    // Pre-order ids: 0 front-end, 1 first comm node (ranks 0-2), 5 second comm node (ranks 3-5).
+    let pid = commnode_pid(net.session(), 5);
+    Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
+    match next_membership_event(&mut net).await {
+        Event::NodeLost { ranks, .. } => assert_eq!(ranks, RankSet::range(3, 3)),
+        other => panic!("expected NodeLost, got {other:?}"),
+    }
+    let mut back = RankSet::new();
+    while back != RankSet::range(3, 3) {
+        match next_membership_event(&mut net).await {
+            Event::RanksRejoined { ranks, .. } => back.union_with(&ranks),
+            other => panic!("expected RanksRejoined, got {other:?}"),
+        }
+    }
+    s.send(TAG_ADD_RANK, "%d", &[Value::Int(20)]).await.unwrap();
+    assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(20, 0..6));
+    assert!(net.lost().ranks().is_empty(), "{:?}", net.lost());
+    finish(net).await;
+}
+
 #[tokio::test]
 async fn a_level_one_comm_node_killed_mid_stream_its_sub_tree_rejoins_and_sums_go_on() {
     // Pre-order ids of balanced:2x2x2: 0 front-end; 1 comm node (ranks 0-3) over comm

@@ -27,6 +27,39 @@ fn run_groups_outputs_by_equivalence_class() {
     assert!(stdout.contains("8 back-ends; exit 0: 8 [0-7]"), "{stdout}");
 }
 
+/// Back-ends whose environment holds only their parent, node id, session and secret
+/// still run with their rank and the network's size: both come in their plan, and
+/// the command is given them as `TREECAST_RANK` and `TREECAST_SIZE`.
+#[test]
+fn backends_started_with_only_parent_node_id_session_and_secret_get_rank_and_size_from_the_plan() {
+    let dir = crate::common::TestDir::new("bare-env");
+    let wrapper = dir.path("treecast-wrapper");
+    let keep =
+        ["TREECAST_TEST_TAG", "TREECAST_PARENT", "TREECAST_NODE_ID", "TREECAST_SESSION", "TREECAST_SECRET"]
+            .map(|v| format!("{v}=\"${v}\""))
+            .join(" ");
+    let text = format!(
+        "#!/bin/sh\nif [ \"$1\" = backend ]; then exec env -i {keep} {TREECAST} backend; fi\nexec {TREECAST} \"$@\"\n"
+    );
+    std::fs::write(&wrapper, text).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let out = std::process::Command::new(TREECAST)
+        .args(["run", "--local", "4", "--topology", "balanced:2x2", "--"])
+        .args(["sh", "-c", "echo $TREECAST_RANK/$TREECAST_SIZE"])
+        .env(k, v)
+        .env("TREECAST_PATH", &wrapper)
+        .output()
+        .unwrap();
+    crate::common::assert_no_leftovers(&t);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for rank in 0..4 {
+        assert!(stdout.contains(&format!("\n{rank}/4\n")), "rank {rank} missing: {stdout}");
+    }
+}
+
 #[test]
 fn run_reports_failures_in_json_and_exit_status() {
     let t = tag();

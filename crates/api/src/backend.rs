@@ -18,6 +18,12 @@ use treecast_wire::{CollectiveOp, Combine};
 
 /// Time allowed to reach and authenticate with the parent.
 const CONNECT_LIMIT: Duration = Duration::from_secs(30);
+/// Time allowed for the parent's plan once the link is up (it is the parent's first
+/// message, so this only runs out when the parent is stuck).
+const PLAN_LIMIT: Duration = Duration::from_secs(30);
+/// The rank a back-end announces before it knows it: its parent uses the rank it
+/// started the process as.
+const RANK_NOT_KNOWN: u32 = u32::MAX;
 
 /// What [`BackEnd::next_event`] returns.
 #[derive(Debug)]
@@ -51,6 +57,18 @@ pub(crate) struct BeTool {
     next_spawn: u32,
     /// Told of every packet and of the end, for a tool's own event loop.
     ready: Option<crate::frontend::ReadyHook>,
+    /// Who this back-end is, once its member plan arrived.
+    placed: Option<Placed>,
+    /// The task awaiting the member plan.
+    placer: Option<Waker>,
+}
+
+/// What a back-end's member plan says it is.
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    rank: u32,
+    size: u32,
+    group: Option<treecast_wire::GroupPlace>,
 }
 
 /// The front-end's answer to a spawn request: the group, or why not.
@@ -83,8 +101,13 @@ impl Tool for BeTool {
                 self.spawn_waiters.drain(..).for_each(Waker::wake);
             }
             Event::CollectiveDone { context, seq, frame } => self.collectives.arrived(context, seq, frame),
+            Event::Placed { rank, size, group } => {
+                self.placed = Some(Placed { rank, size, group });
+                self.placer.take().into_iter().for_each(Waker::wake);
+            }
             Event::Shutdown { reason } => {
                 self.over = Some(reason);
+                self.placer.take().into_iter().for_each(Waker::wake);
                 self.collectives.wake_all();
                 self.spawn_waiters.drain(..).for_each(Waker::wake);
                 self.reader.take().into_iter().for_each(Waker::wake);
@@ -111,14 +134,6 @@ impl Default for JoinOptions {
     }
 }
 
-/// Who a joining back-end is.
-struct Joining {
-    rank: u32,
-    size: u32,
-    /// It announced itself with a datagram (a light join) before connecting.
-    announced: bool,
-}
-
 /// A back-end's connection to the tree.
 ///
 /// Sending queues a packet in the back-end's link and writes it to the socket at
@@ -142,6 +157,7 @@ pub struct BackEnd {
 pub struct BackEndSender {
     rank: u32,
     size: u32,
+    group: Option<treecast_wire::GroupPlace>,
     shared: Shared<BeTool>,
 }
 
@@ -422,16 +438,20 @@ impl BackEndSender {
 }
 
 impl BackEnd {
-    /// Joins the tree with the settings the launcher put in the environment
-    /// (`TREECAST_PARENT`, `TREECAST_NODE_ID`, `TREECAST_RANK`, `TREECAST_SIZE`, `TREECAST_SECRET`).
+    /// Joins the tree through the parent the launcher named in the environment
+    /// (`TREECAST_PARENT`, `TREECAST_NODE_ID`, `TREECAST_SECRET`), and waits for the
+    /// parent's plan: the rank, the network's size and limits come from there, not
+    /// from the environment (`TREECAST_RANK` and `TREECAST_SIZE` are set for the
+    /// tool's scripts only).
     ///
     /// It removes `TREECAST_SECRET` from the environment once read (also from what
     /// `/proc/PID/environ` shows), so call it before starting threads that read or
     /// change the environment.
     ///
     /// # Errors
-    /// Missing environment (the program was not started by treecast), or a
-    /// parent that cannot be reached or authenticated.
+    /// Missing environment (the program was not started by treecast), a
+    /// parent that cannot be reached or authenticated, or no plan from it within 30 s
+    /// or one this build cannot read ([`ApiError::NoPlan`]).
     ///
     /// Cancel safety: not cancel safe.
     pub async fn connect() -> Result<BackEnd, ApiError> {
@@ -445,8 +465,6 @@ impl BackEnd {
     ///
     /// Cancel safety: not cancel safe.
     pub async fn connect_with(options: JoinOptions) -> Result<BackEnd, ApiError> {
-        let rank = env_u32(env::RANK)?;
-        let size = env_u32(env::SIZE)?;
         let node_id = env_u32(env::NODE_ID)?;
         let parent = std::env::var(env::PARENT).map_err(|_| ApiError::NotLaunched { var: env::PARENT })?;
         let secret = read_secret().map_err(ApiError::Join)?;
@@ -454,7 +472,8 @@ impl BackEnd {
         // announcement; if it cannot be sent, joining by connecting still works.
         let announced = match std::env::var(env::JOIN_ANNOUNCE) {
             Ok(address) => {
-                match treecast_transport::announce::send_announce(&address, &secret, node_id, rank) {
+                match treecast_transport::announce::send_announce(&address, &secret, node_id, RANK_NOT_KNOWN)
+                {
                     Ok(()) => true,
                     Err(e) => {
                         tracing::debug!("joining by connecting: {e}");
@@ -467,7 +486,7 @@ impl BackEnd {
         if announced {
             wait_for_gate().await;
         }
-        Self::join(&parent, node_id, &secret, Joining { rank, size, announced }, options).await
+        Self::join(&parent, node_id, &secret, announced, options).await
     }
 
     /// Joins a network in attach mode, through its attach file: `file`, or the
@@ -512,14 +531,7 @@ impl BackEnd {
         // In a port file the launcher's numbering (0, 1, …) is relative to its first rank.
         let rank = info.base.saturating_add(rank);
         let (node_id, parent) = info.point(rank)?;
-        Self::join(
-            parent,
-            node_id,
-            &info.secret,
-            Joining { rank, size: info.size, announced: false },
-            options,
-        )
-        .await
+        Self::join(parent, node_id, &info.secret, false, options).await
     }
 
     /// Joins a running network through the port file a front-end's
@@ -536,32 +548,31 @@ impl BackEnd {
         Self::attach(Some(port), index).await
     }
 
+    /// Links to the parent at `parent` as `node_id` and waits for its member plan;
+    /// `announced`: a light join, whose announcement joined it already.
     async fn join(
         parent: &str,
         node_id: u32,
         secret: &Secret,
-        joining: Joining,
+        announced: bool,
         options: JoinOptions,
     ) -> Result<BackEnd, ApiError> {
-        let Joining { rank, size, announced } = joining;
         let stream = connect_to(parent, node_id, secret, CONNECT_LIMIT).await.map_err(ApiError::Join)?;
         let socket = stream
             .into_socket()
             .map_err(|source| ApiError::Link { what: "taking over the parent link", source })?;
         let mut core = Node::new(NodeConfig {
-            role: Role::BackEnd { rank, size },
+            // Who it is comes with the member plan.
+            role: Role::BackEnd { rank: RANK_NOT_KNOWN, size: 0 },
             node_id,
-            name: format!("back-end rank {rank}"),
+            name: format!("back-end (node {node_id})"),
             registry: options.registry,
             tool_window: Window { packets: 1, bytes: 1 },
         });
-        core.set_liveness(env::liveness_from_env(), std::time::Instant::now());
-        core.set_rejoin(env::rejoin_from_env());
         if announced {
             core.set_announced();
         }
-        let (clock, schedule) = env::clock_from_env(node_id);
-        core.set_clock(clock, schedule);
+        core.set_clock(env::system_clock(), treecast_proto::ClockConfig::default());
         let launching = Launching::new(secret.clone(), std::path::PathBuf::new());
         let mut driver = Driver::new(core, BeTool::default(), launching, DEFAULT_MAX_FRAME);
         driver
@@ -569,7 +580,15 @@ impl BackEnd {
             .map_err(|source| ApiError::Link { what: "registering the parent link", source })?;
         let shared = std::sync::Arc::new(std::sync::Mutex::new(driver));
         let task = tokio::spawn(drive(shared.clone()));
-        Ok(BackEnd { sender: BackEndSender { rank, size, shared }, task: Some(task) })
+        match placed(&shared, parent).await {
+            Ok(Placed { rank, size, group }) => {
+                Ok(BackEnd { sender: BackEndSender { rank, size, group, shared }, task: Some(task) })
+            }
+            Err(e) => {
+                task.abort();
+                Err(e)
+            }
+        }
     }
 
     /// This back-end's rank.
@@ -585,6 +604,12 @@ impl BackEnd {
     /// Calls `hook` whenever a packet arrives; see [`BackEndSender::on_ready`].
     pub fn on_ready(&self, hook: impl Fn() + Send + Sync + 'static) {
         self.sender.on_ready(hook);
+    }
+
+    /// The group this back-end was spawned in, with its rank and size there (`None`:
+    /// one of the tree's own back-ends).
+    pub fn group(&self) -> Option<treecast_wire::GroupPlace> {
+        self.sender.group
     }
 
     /// A sender usable from other tasks.
@@ -722,6 +747,29 @@ impl Drop for BackEnd {
         d.flush_blocking(LAST_FLUSH);
         drop(d);
         task.abort();
+    }
+}
+
+/// Waits for the member plan the parent at `parent` sends first, at most [`PLAN_LIMIT`].
+///
+/// Cancel safety: cancel safe.
+async fn placed(shared: &Shared<BeTool>, parent: &str) -> Result<Placed, ApiError> {
+    let no_plan = |why: String| ApiError::NoPlan { parent: parent.to_owned(), why };
+    let wait = std::future::poll_fn(|cx| {
+        let mut d = lock(shared);
+        let tool = d.tool();
+        if let Some(placed) = tool.placed {
+            return Poll::Ready(Ok(placed));
+        }
+        if let Some(reason) = &tool.over {
+            return Poll::Ready(Err(no_plan(reason.to_string())));
+        }
+        tool.placer = Some(cx.waker().clone());
+        Poll::Pending
+    });
+    match tokio::time::timeout(PLAN_LIMIT, wait).await {
+        Ok(answer) => answer,
+        Err(_) => Err(no_plan(format!("none came within {PLAN_LIMIT:?}"))),
     }
 }
 

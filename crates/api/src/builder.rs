@@ -17,7 +17,7 @@ use treecast_topology::Topology;
 use treecast_transport::mcast::McastConfig;
 use treecast_transport::Secret;
 use treecast_wire::{
-    LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, DEFAULT_MAX_CONTROL, MAX_PAYLOAD_LEN,
+    ClockPlan, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, DEFAULT_MAX_CONTROL, MAX_PAYLOAD_LEN,
 };
 
 use crate::frontend::{launched, AttachTarget, FeTool};
@@ -55,6 +55,8 @@ pub struct NetworkBuilder {
     udp_settings: Vec<(String, String)>,
     /// The log filter every process of the tree uses (`TREECAST_LOG`'s syntax).
     log: String,
+    /// The global clock's settings, for every node.
+    clock: ClockPlan,
 }
 
 impl NetworkBuilder {
@@ -89,7 +91,15 @@ impl NetworkBuilder {
             udp_route: false,
             udp_settings: Vec::new(),
             log: String::new(),
+            clock: ClockPlan::default(),
         }
+    }
+
+    /// The global clock's settings for every node (what `plan` leaves unset keeps its
+    /// default; the `treecast` command reads them from `TREECAST_CLOCK_*`).
+    pub fn clock(mut self, plan: ClockPlan) -> Self {
+        self.clock = plan;
+        self
     }
 
     /// Cuts off a node after `limit` without a frame or heartbeat from it (stopped,
@@ -300,6 +310,7 @@ impl NetworkBuilder {
             self.liveness.map_or((0, 0), |l| (ms(l.heartbeat), ms(l.dead_after)));
         plan.rejoin_ms = self.rejoin.map_or(0, ms);
         plan.udp = self.udp_route.then(|| self.udp_settings());
+        plan.clock = self.clock.clone();
         plan
     }
 
@@ -368,8 +379,8 @@ impl NetworkBuilder {
             registry,
             tool_window: self.receive_window,
         });
-        let (clock, schedule) = env::clock_from_env(0);
-        core.set_clock(clock, schedule);
+        // The schedule's settings come with the plan.
+        core.set_clock(env::system_clock(), treecast_proto::ClockConfig::default());
         let launching = Launching::new(secret, exe);
         let shared = Arc::new(Mutex::new(Driver::new(core, tool, launching, self.max_frame)));
         let task = tokio::spawn(drive(shared.clone()));

@@ -21,6 +21,17 @@ pub enum ApiError {
     /// A back-end could not join its parent.
     #[error("joining the tree failed: {0}")]
     Join(treecast_driver::NodeError),
+    /// A back-end reached its parent but got no plan (who it is, the network's limits).
+    #[error(
+        "joining the tree failed: the parent at {parent} sent this back-end no plan ({why}); \
+         check that the back-end and the tree run the same treecast version"
+    )]
+    NoPlan {
+        /// The parent's address.
+        parent: String,
+        /// Why not: the link's end, or the time waited.
+        why: String,
+    },
     /// A plug-in filter given to the builder could not be loaded.
     #[error("loading a plug-in filter failed: {0}")]
     Plugin(#[from] treecast_plugin::PluginError),

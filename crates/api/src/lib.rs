@@ -90,6 +90,6 @@ pub use treecast_plugin::{Plugin, PluginError};
 pub use treecast_proto::{CommandError, EndReason, LostRanks};
 pub use treecast_topology::{Topology, TopologyError};
 pub use treecast_wire::{
-    ArrayElement, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader, RankSet, ScalarType,
-    SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
+    ArrayElement, ClockPlan, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader, GroupPlace,
+    RankSet, ScalarType, SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
 };

@@ -155,8 +155,8 @@ pub async fn run_comm_node_with(registry: FilterRegistry) -> Result<(), NodeErro
         registry,
         tool_window: Window { packets: 1, bytes: 1 },
     });
-    let (clock, schedule) = env::clock_from_env(node_id);
-    core.set_clock(clock, schedule);
+    // The schedule's settings come with the plan.
+    core.set_clock(env::system_clock(), treecast_proto::ClockConfig::default());
     core.set_plugin_loader(std::sync::Arc::new(load_plugin));
     core.set_parent_address(parent.clone());
     let launching = Launching::new(secret, treecast_exe()?);

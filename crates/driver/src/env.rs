@@ -1,28 +1,33 @@
 //! Environment variables a parent sets for the processes it starts, and the
-//! settings those processes read there.
+//! `TREECAST_*` settings the `treecast` command reads for its front-end.
 //!
-//! A parent sets where it listens, who the child is, the session and (in
-//! [`treecast_transport::SECRET_ENV`], never on a command line) the session
-//! secret; for back-ends also their rank, the network's size and their group.
-//! Launcher, routes, time limits and sizes reach a comm node in its launch plan;
-//! back-ends, and comm nodes for the clock, still read their time limits and clock
-//! settings here (the functions `*_from_env`), as do the route and log filter. A
-//! process clears the secret once it has read it ([`crate::read_secret`]), also
-//! from the block `/proc/PID/environ` shows.
+//! Inputs a process started by treecast reads: [`PARENT`], [`NODE_ID`], [`SESSION`]
+//! and (in [`treecast_transport::SECRET_ENV`], never on a command line) the secret;
+//! a back-end started for a light join also [`JOIN_ANNOUNCE`], its parent's second
+//! address, and every process the log filter [`LOG`] and [`ZERO_COPY_MIN`] for what
+//! it sends. Everything else a comm node or a back-end needs (launcher, routes, time
+//! limits, rank, size, group, clock settings) arrives from its parent in its plan
+//! (`LaunchPlan`, `MemberPlan`), attach mode included. [`RANK`], [`SIZE`], [`GROUP`],
+//! [`GROUP_RANK`] and [`GROUP_SIZE`] are set for the back-end's command as
+//! information only (scripts read `$TREECAST_RANK`); the back-end library does not
+//! read them. The other variables here are read by the `treecast` command, which
+//! turns them into the front-end's configuration, naming a malformed one. A process
+//! clears the secret once it has read it ([`crate::read_secret`]), also from the
+//! block `/proc/PID/environ` shows.
 
 /// Address of the parent's listener: `ip:port`, or `unix:@name`.
 pub const PARENT: &str = "TREECAST_PARENT";
 /// Node id of the process in the whole tree (pre-order index); it authenticates as this.
 pub const NODE_ID: &str = "TREECAST_NODE_ID";
-/// Back-end rank (back-ends only).
+/// Back-end rank, for the back-end's command (information: the library takes it from the plan).
 pub const RANK: &str = "TREECAST_RANK";
-/// Number of back-ends in the network (back-ends only).
+/// Number of back-ends in the network, for the back-end's command (information).
 pub const SIZE: &str = "TREECAST_SIZE";
-/// Group a back-end started while the tree runs belongs to (its spawn's id).
+/// Group a back-end started while the tree runs belongs to (its spawn's id; information).
 pub const GROUP: &str = "TREECAST_GROUP";
-/// A spawned back-end's rank within its group (0 for the group's first).
+/// A spawned back-end's rank within its group (0 for the group's first; information).
 pub const GROUP_RANK: &str = "TREECAST_GROUP_RANK";
-/// Number of back-ends in a spawned back-end's group.
+/// Number of back-ends in a spawned back-end's group (information).
 pub const GROUP_SIZE: &str = "TREECAST_GROUP_SIZE";
 /// Session id shared by every process of one network; tests find leftovers by it.
 pub const SESSION: &str = "TREECAST_SESSION";
@@ -71,19 +76,14 @@ pub fn zero_copy_min_from_env() -> Option<usize> {
 }
 
 /// Seconds a link may stay silent (no data, no heartbeat) before it is cut off as
-/// failed; `0` switches heartbeats and the check off. Read by the front-end, and set
-/// by parents for the back-ends they start.
+/// failed; `0` switches heartbeats and the check off. Read by the `treecast`
+/// command; the plans carry it down the tree.
 pub const DEAD_AFTER: &str = "TREECAST_DEAD_AFTER";
 
 /// Seconds a silence limit (`--dead-after`, [`DEAD_AFTER`]) or a rejoin limit
 /// (`--rejoin-within`, [`REJOIN_WITHIN`]) may be, `0` (off) aside: shorter, and
 /// scheduling delays alone would cut healthy nodes off.
 pub const LIMIT_SECS: std::ops::RangeInclusive<f64> = 0.1..=1e6;
-
-/// Seconds a comm node or back-end takes from [`DEAD_AFTER`] and [`REJOIN_WITHIN`]:
-/// what its parent sets (whole milliseconds of its plan, so 0.001 at least) or the
-/// front-end's user checked against [`LIMIT_SECS`] already.
-const CHILD_LIMIT_SECS: std::ops::RangeInclusive<f64> = 0.001..=1e6;
 
 /// Seconds a process may take to start and connect ([`STARTUP_TIMEOUT`]).
 pub const STARTUP_SECS: std::ops::RangeInclusive<f64> = 0.1..=86_400.0;
@@ -116,39 +116,10 @@ pub fn secs_in(
     }
 }
 
-/// The heartbeat and silence limits `TREECAST_DEAD_AFTER` asks for: the default when
-/// it is unset or not a number of seconds from 0.001 to 1000000 (said as a warning),
-/// `None` for `0`. Heartbeats go four times per limit, at most once a second.
-pub fn liveness_from_env() -> Option<treecast_proto::LivenessLimits> {
-    let default = treecast_proto::LivenessLimits::default();
-    let Ok(text) = std::env::var(DEAD_AFTER) else { return Some(default) };
-    match secs_in(DEAD_AFTER, &text, CHILD_LIMIT_SECS, true) {
-        Ok(limit) => limit.map(treecast_proto::LivenessLimits::for_dead_after),
-        Err(e) => {
-            tracing::warn!("{e}; using {} s", default.dead_after.as_secs_f64());
-            Some(default)
-        }
-    }
-}
-
 /// Seconds the children of a lost comm node have to rejoin the tree under its
-/// parent (`0`: no recovery); a back-end takes it from here, comm nodes from their plan.
+/// parent (`0`: no recovery). Read by the `treecast` command; the plans carry it down.
 pub const REJOIN_WITHIN: &str = "TREECAST_REJOIN_WITHIN";
 pub use treecast_proto::DEFAULT_REJOIN_WITHIN;
-
-/// The rejoin limit `TREECAST_REJOIN_WITHIN` asks for: [`DEFAULT_REJOIN_WITHIN`] when
-/// it is unset or not a number of seconds (said once, as a warning), `None`
-/// (recovery off) for `0`.
-pub fn rejoin_from_env() -> Option<std::time::Duration> {
-    let Ok(text) = std::env::var(REJOIN_WITHIN) else { return Some(DEFAULT_REJOIN_WITHIN) };
-    match secs_in(REJOIN_WITHIN, &text, CHILD_LIMIT_SECS, true) {
-        Ok(limit) => limit,
-        Err(e) => {
-            tracing::warn!("{e}; using {} s", DEFAULT_REJOIN_WITHIN.as_secs_f64());
-            Some(DEFAULT_REJOIN_WITHIN)
-        }
-    }
-}
 
 pub use treecast_proto::{clock_distortion, Distortion, CLOCK_DISTORT};
 /// Seconds between clock re-synchronisations after the first two rounds (default 300).
@@ -162,64 +133,50 @@ pub const CLOCK_PROBE_BURST: &str = "TREECAST_CLOCK_PROBE_BURST";
 /// Milliseconds between the bursts of a round (default 2).
 pub const CLOCK_PROBE_GAP_MS: &str = "TREECAST_CLOCK_PROBE_GAP_MS";
 
-/// Node `node_id`'s clock and probing schedule: the system's real-time clock, with
-/// the distortion of [`CLOCK_DISTORT`] if it is set (a malformed knob is logged and
-/// ignored), and [`CLOCK_RESYNC`].
-pub fn clock_from_env(node_id: u32) -> (treecast_proto::ClockSource, treecast_proto::ClockConfig) {
+/// This process's clock: the system's real-time clock, read now. The plan's clock
+/// settings (its distortion knob among them) apply when the plan arrives.
+pub fn system_clock() -> treecast_proto::ClockSource {
     let base = std::time::Instant::now();
     let base_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-    let mut source = treecast_proto::ClockSource::new(base, base_ns);
-    if let Ok(knob) = std::env::var(CLOCK_DISTORT) {
-        match clock_distortion(&knob, node_id, base_ns) {
-            Ok(Some(d)) => source.distortion = d,
-            Ok(None) => {}
-            // Said once, by the front-end; every other node would repeat it.
-            Err(e) if node_id == 0 => tracing::warn!("{e}; the clocks are not distorted"),
-            Err(e) => tracing::debug!("{e}; the clock is not distorted"),
-        }
-    }
-    let mut config = treecast_proto::ClockConfig::default();
-    // Said once, by the front-end: every other node would repeat it.
-    let warn = |knob: &str, text: &str, wanted: &str, default: String| {
-        if node_id == 0 {
-            tracing::warn!("{knob}={text:?} is not {wanted}; using {default}");
-        }
-    };
-    if let Ok(text) = std::env::var(CLOCK_RESYNC) {
-        match text.trim().parse::<f64>() {
-            Ok(secs) if secs > 0.0 && secs.is_finite() => {
-                config.resync = std::time::Duration::from_secs_f64(secs.min(1e7));
+    treecast_proto::ClockSource::new(base, base_ns)
+}
+
+/// The clock settings the `TREECAST_CLOCK_*` variables ask for, read through `lookup`
+/// (the front-end's environment): unset ones keep the nodes' defaults.
+///
+/// # Errors
+/// A set variable that is malformed or out of range: a sentence naming it, its value
+/// and what it takes.
+pub fn clock_plan_from(lookup: impl Fn(&str) -> Option<String>) -> Result<treecast_wire::ClockPlan, String> {
+    let mut plan = treecast_wire::ClockPlan::default();
+    let bad = |var: &str, text: &str, wanted: &str| format!("{var}={text:?} is not {wanted}");
+    if let Some(text) = lookup(CLOCK_RESYNC) {
+        plan.resync_ms = match text.trim().parse::<f64>() {
+            Ok(secs) if secs >= 0.001 && secs <= f64::from(u32::MAX) / 1e3 => {
+                Some((secs * 1e3).round() as u32)
             }
-            _ => warn(
-                CLOCK_RESYNC,
-                &text,
-                "a number of seconds above 0",
-                format!("{} s", config.resync.as_secs_f64()),
-            ),
-        }
+            _ => return Err(bad(CLOCK_RESYNC, &text, "a number of seconds from 0.001 to 4294967")),
+        };
     }
-    for (knob, count) in [(CLOCK_PROBES, &mut config.probes), (CLOCK_PROBE_BURST, &mut config.probe_burst)] {
-        if let Ok(text) = std::env::var(knob) {
+    for (var, count) in [(CLOCK_PROBES, &mut plan.probes), (CLOCK_PROBE_BURST, &mut plan.probe_burst)] {
+        if let Some(text) = lookup(var) {
             match text.trim().parse::<u32>() {
-                Ok(n) if (1..=1024).contains(&n) => *count = n,
-                _ => warn(knob, &text, "a count from 1 to 1024", count.to_string()),
+                Ok(n) if (1..=treecast_proto::MAX_PROBES).contains(&n) => *count = Some(n),
+                _ => return Err(bad(var, &text, "a count from 1 to 1024")),
             }
         }
     }
-    if let Ok(text) = std::env::var(CLOCK_PROBE_GAP_MS) {
-        match text.trim().parse::<f64>() {
-            Ok(ms) if (0.0..=60_000.0).contains(&ms) => {
-                config.probe_gap = std::time::Duration::from_secs_f64(ms / 1e3)
-            }
-            _ => warn(
-                CLOCK_PROBE_GAP_MS,
-                &text,
-                "a number of milliseconds from 0 to 60000",
-                format!("{} ms", config.probe_gap.as_secs_f64() * 1e3),
-            ),
-        }
+    if let Some(text) = lookup(CLOCK_PROBE_GAP_MS) {
+        plan.probe_gap_us = match text.trim().parse::<f64>() {
+            Ok(ms) if (0.0..=60_000.0).contains(&ms) => Some((ms * 1e3).round() as u32),
+            _ => return Err(bad(CLOCK_PROBE_GAP_MS, &text, "a number of milliseconds from 0 to 60000")),
+        };
     }
-    (source, config)
+    if let Some(knob) = lookup(CLOCK_DISTORT) {
+        clock_distortion(&knob, 1, 0).map_err(|e| format!("{e} ({CLOCK_DISTORT} is {knob:?})"))?;
+        plan.distort = knob;
+    }
+    Ok(plan)
 }

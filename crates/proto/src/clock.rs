@@ -223,11 +223,14 @@ struct ChildClock {
     next_send: Option<Instant>,
 }
 
+/// Most probes per round, and per burst, a plan may ask for.
+pub const MAX_PROBES: u32 = 1024;
+
 /// A node's part of the global clock.
 #[derive(Debug, Default)]
 pub(super) struct ClockSync {
     source: Option<ClockSource>,
-    config: ClockConfig,
+    pub(super) config: ClockConfig,
     /// Per child index.
     children: BTreeMap<usize, ChildClock>,
     /// Front-end: the latest sample of every node, and how many rounds it has.
@@ -240,6 +243,35 @@ impl Node {
     pub fn set_clock(&mut self, source: ClockSource, config: ClockConfig) {
         self.clock.source = Some(source);
         self.clock.config = config;
+    }
+
+    /// Takes what `plan` sets over the clock's settings (what it leaves unset stays),
+    /// and this node's distortion from its test knob; a malformed knob is refused by
+    /// the front-end's user before any plan goes out, so here it only leaves the
+    /// clock true.
+    pub(crate) fn apply_clock_plan(&mut self, plan: &treecast_wire::ClockPlan) {
+        let config = &mut self.clock.config;
+        if let Some(ms) = plan.resync_ms {
+            config.resync = Duration::from_millis(u64::from(ms.max(1)));
+        }
+        if let Some(n) = plan.probes {
+            config.probes = n.clamp(1, MAX_PROBES);
+        }
+        if let Some(n) = plan.probe_burst {
+            config.probe_burst = n.clamp(1, MAX_PROBES);
+        }
+        if let Some(us) = plan.probe_gap_us {
+            config.probe_gap = Duration::from_micros(u64::from(us));
+        }
+        let Some(source) = self.clock.source.as_mut().filter(|_| !plan.distort.is_empty()) else { return };
+        match clock_distortion(&plan.distort, self.node_id, source.base_ns) {
+            Ok(Some(d)) => {
+                source.distortion = d;
+                self.out.event(Event::ClockChanged);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(node = %self.name, "{e}; the clock is not distorted"),
+        }
     }
 
     /// The clock the driver gave the node, if any (the route stamps frames with it).

@@ -70,6 +70,18 @@ pub enum Event {
         /// The children, in topology order.
         children: Vec<ChildLaunch>,
     },
+    /// The plan distorted this node's clock (a test knob): the driver's route, which
+    /// stamps frames with a copy of it, takes [`crate::Node::clock_source`] again.
+    ClockChanged,
+    /// Back-end: its member plan arrived and it joined as this rank.
+    Placed {
+        /// Its rank.
+        rank: u32,
+        /// Number of back-ends in the network.
+        size: u32,
+        /// Its spawned group, if it was spawned.
+        group: Option<treecast_wire::GroupPlace>,
+    },
     /// The sub-tree is up; at the front-end, the launch is complete.
     Ready {
         /// Ranks reachable.

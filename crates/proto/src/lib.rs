@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use treecast_filters::FilterRegistry;
 use treecast_wire::{ControlMsg, Frame, FrameHeader, FrameKind, RankSet, Window};
 
-pub use clock::{clock_distortion, ClockConfig, ClockSource, Distortion, CLOCK_DISTORT};
+pub use clock::{clock_distortion, ClockConfig, ClockSource, Distortion, CLOCK_DISTORT, MAX_PROBES};
 pub use collective::{COLLECTIVE_EXPIRY, MAX_ENTERED, MAX_OPEN_COLLECTIVES, MAX_RESULT};
 pub use io::{Command, CommandError, Delivery, Destination, EndReason, Event, LostRanks, Peer, Transmit};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
@@ -101,7 +101,7 @@ pub struct NodeConfig {
 enum Phase {
     /// No parent link yet (comm node, back-end), or no plan yet (front-end).
     Idle,
-    /// Comm node: linked to the parent, waiting for its plan.
+    /// Comm node or back-end: linked to the parent, waiting for its plan.
     AwaitingPlan,
     /// Starting the children.
     Starting,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use treecast_topology::Topology;
-use treecast_wire::{AttachPoint, ControlMsg, LaunchPlan, RankSet, SpawnOrder};
+use treecast_wire::{AttachPoint, ControlMsg, GroupPlace, LaunchPlan, MemberPlan, RankSet, SpawnOrder};
 
 use super::{
     control_frame, Destination, Event, LinkId, LinkRole, LivenessLimits, Node, Phase, Role, Transmit,
@@ -73,8 +73,9 @@ pub(crate) struct Child {
     pub(crate) link: Option<LinkId>,
     pub(crate) state: ChildState,
     attach: bool,
-    /// A comm node's plan, sent when it connects.
-    plan: Option<Box<LaunchPlan>>,
+    /// Its plan (a comm node's [`ControlMsg::Plan`], a back-end's
+    /// [`ControlMsg::MemberPlan`]), sent when it connects.
+    plan: Option<ControlMsg>,
     /// How its process ended, from the driver.
     detail: Option<String>,
     /// When it is given up on if it has not reached the next state.
@@ -208,17 +209,37 @@ fn subtree_depth(topo: &Topology, id: usize) -> usize {
 }
 
 /// The plan of a comm-node child: the parent's, for its own sub-tree.
-fn child_plan(plan: &LaunchPlan, topo: &Topology, c: usize) -> Box<LaunchPlan> {
+fn child_plan(plan: &LaunchPlan, topo: &Topology, c: usize) -> ControlMsg {
     let mut sub = plan.clone();
     sub.node_id = plan.node_id + c as u32;
     sub.first_rank = plan.first_rank + topo.first_rank(c);
     sub.topology = topo.subtree(c).to_mrnet();
     sub.depth = plan.depth + 1;
-    Box::new(sub)
+    ControlMsg::Plan(Box::new(sub))
+}
+
+/// The plan of a back-end child: its rank and group, and the limits of `plan`.
+fn member_plan(plan: &LaunchPlan, launch: &ChildLaunch) -> ControlMsg {
+    let spawned = launch.spawned.as_deref();
+    ControlMsg::MemberPlan(Box::new(MemberPlan {
+        node_id: launch.node_id,
+        rank: launch.first_rank,
+        size: spawned.map_or(plan.total_backends, |o| o.size),
+        group: spawned.map(|o| GroupPlace {
+            group: o.group,
+            rank: launch.first_rank.saturating_sub(o.group_first),
+            size: o.group_size,
+        }),
+        heartbeat_ms: plan.heartbeat_ms,
+        dead_after_ms: if plan.heartbeat_ms == 0 { 0 } else { plan.dead_after_ms },
+        rejoin_ms: plan.rejoin_ms,
+        clock: plan.clock.clone(),
+    }))
 }
 
 impl Node {
-    /// The parent link is up: a back-end joins at once, a comm node waits for its plan.
+    /// The parent link is up: the node waits for its plan (a comm node's launch plan,
+    /// a back-end's member plan), which its parent sends first.
     pub(super) fn parent_up(&mut self, link: LinkId) {
         if self.recovery.rejoining.is_some() && self.parent.is_none() {
             return self.rejoin_parent_up(link);
@@ -229,15 +250,26 @@ impl Node {
         }
         self.links.insert(link, LinkRole::Parent);
         self.parent = Some(link);
-        match self.role {
-            Role::BackEnd { rank, .. } => {
-                if !self.start.announced {
-                    self.out.control(link, &ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 });
-                }
-                self.phase = Phase::Running;
-            }
-            _ => self.phase = Phase::AwaitingPlan,
+        self.phase = Phase::AwaitingPlan;
+    }
+
+    /// A back-end's plan arrived: it takes its rank, size and limits from it and
+    /// joins (unless its announcement joined it already).
+    fn member_start(&mut self, link: LinkId, plan: MemberPlan, now: Instant) {
+        if plan.node_id != self.node_id {
+            let why = format!("the member plan is for node {}, this is node {}", plan.node_id, self.node_id);
+            return self.drop_link(link, why, now);
         }
+        self.role = Role::BackEnd { rank: plan.rank, size: plan.size };
+        self.name = format!("back-end rank {}", plan.rank);
+        self.liveness.configure(LivenessLimits::from_ms(plan.heartbeat_ms, plan.dead_after_ms), now);
+        self.set_rejoin(Some(ms(plan.rejoin_ms)));
+        self.apply_clock_plan(&plan.clock);
+        if !self.start.announced {
+            self.out.control(link, &ControlMsg::Join { ranks: RankSet::single(plan.rank), commnodes: 0 });
+        }
+        self.phase = Phase::Running;
+        self.out.event(Event::Placed { rank: plan.rank, size: plan.size, group: plan.group });
     }
 
     /// Starts the sub-tree `plan` describes: the children to launch go to the driver.
@@ -249,6 +281,7 @@ impl Node {
         let own_host = topo.node(topo.root()).host.clone();
         self.liveness.configure(LivenessLimits::from_ms(plan.heartbeat_ms, plan.dead_after_ms), now);
         self.set_rejoin(Some(ms(plan.rejoin_ms)));
+        self.apply_clock_plan(&plan.clock);
         if self.role == Role::CommNode {
             self.name = commnode_name(&own_host, self.node_id);
             self.depth = plan.depth;
@@ -300,7 +333,10 @@ impl Node {
                 link: None,
                 state: ChildState::Launching,
                 attach: attach_slot,
-                plan: (!is_backend).then(|| child_plan(&plan, &topo, c)),
+                plan: Some(match is_backend {
+                    true => member_plan(&plan, &launch),
+                    false => child_plan(&plan, &topo, c),
+                }),
                 detail: None,
                 deadline: (!attach_slot).then_some(now + limit),
                 late: "did not connect",
@@ -353,7 +389,7 @@ impl Node {
         child.deadline = Some(now + child.join_limit);
         child.late = "did not report ready in time";
         if let Some(plan) = child.plan.take() {
-            self.out.control(link, &ControlMsg::Plan(plan));
+            self.out.control(link, &plan);
         }
         self.refresh_deadline();
     }
@@ -440,6 +476,11 @@ impl Node {
                     return self.drop_link(link, why, now);
                 }
                 self.start(*plan, now);
+            }
+            ControlMsg::MemberPlan(plan)
+                if self.phase == Phase::AwaitingPlan && matches!(self.role, Role::BackEnd { .. }) =>
+            {
+                self.member_start(link, *plan, now)
             }
             ControlMsg::NewStream(spec) => self.stream_from_parent(spec),
             ControlMsg::SetParams { stream, params } if self.role == Role::CommNode => {
@@ -658,7 +699,7 @@ impl Node {
                 link: None,
                 state: ChildState::Launching,
                 attach: launch.attach,
-                plan: None,
+                plan: Some(member_plan(&plan, launch)),
                 detail: None,
                 deadline: Some(now + limit),
                 late: "did not connect",

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use treecast_filters::{FilterRegistry, TransformKind};
 use treecast_wire::{
-    encode_values, AttachPoint, ControlMsg, FilterSpec, Frame, FrameHeader, Grant, LaunchPlan, RankSet,
+    encode_values, AttachPoint, ControlMsg, FilterSpec, Frame, FrameHeader, Grant, LaunchPlan, MemberPlan,
+    RankSet,
     StreamSpec, SyncMode, Value, Window,
 };
 
@@ -31,6 +32,31 @@ fn plan(topology: &str, node_id: u32, allow_missing: bool) -> LaunchPlan {
     // Likewise recovery's Fallback messages.
     plan.rejoin_ms = 0;
     plan
+}
+
+/// The member plan of back-end `rank` (node `node_id`) of `size`, with recovery for
+/// `rejoin_ms` and no heartbeats.
+fn member(node_id: u32, rank: u32, size: u32, rejoin_ms: u32) -> MemberPlan {
+    MemberPlan {
+        node_id,
+        rank,
+        size,
+        group: None,
+        heartbeat_ms: 0,
+        dead_after_ms: 0,
+        rejoin_ms,
+        clock: Default::default(),
+    }
+}
+
+/// A back-end linked to its parent on `link` that took `plan` (and sent its Join).
+fn placed_backend(plan: MemberPlan, link: LinkId, now: Instant) -> Node {
+    let mut be = node(Role::BackEnd { rank: u32::MAX, size: 0 }, plan.node_id);
+    be.handle_link_up(link, Peer::Parent, now);
+    be.handle_frame(link, control(&ControlMsg::MemberPlan(Box::new(plan))), now);
+    transmits(&mut be);
+    events(&mut be);
+    be
 }
 
 fn ids(n: usize) -> Vec<LinkId> {
@@ -605,7 +631,11 @@ fn clock_pair_held(
     let link = ids(1)[0];
     fe.handle_link_up(link, Peer::Child { node_id: 1 }, t0);
     be.handle_link_up(link, Peer::Parent, t0);
-    transmits(&mut fe);
+    // The member plan reaches the back-end at once; the Join it answers with stays
+    // queued and goes on the wire in the loop, after the one put there below.
+    for t in transmits(&mut fe) {
+        be.handle_frame(link, t.frame, t0);
+    }
     // Frames in flight: (arrival, to the front-end?, frame).
     let mut wire: Vec<(Instant, bool, Frame)> = Vec::new();
     let join = control(&ControlMsg::Join { ranks: RankSet::single(0), commnodes: 0 });
@@ -760,10 +790,8 @@ fn an_asymmetric_link_is_off_by_at_most_half_its_round_trip() {
 #[test]
 fn a_backend_that_loses_its_parent_rejoins_at_its_fallback_and_says_what_it_brings_back() {
     let t0 = Instant::now();
-    let mut be = node(Role::BackEnd { rank: 3, size: 4 }, 7);
-    be.set_rejoin(Some(Duration::from_secs(10)));
     let l = ids(2);
-    be.handle_link_up(l[0], Peer::Parent, t0);
+    let mut be = placed_backend(member(7, 3, 4, 10_000), l[0], t0);
     be.handle_frame(l[0], control(&ControlMsg::Fallback { address: "unix:@gp".into() }), t0);
     transmits(&mut be);
     events(&mut be);
@@ -1059,10 +1087,8 @@ fn messages_a_backend_leaving_in_order_never_read_are_acknowledged_for_it() {
 #[test]
 fn a_backend_rejoining_holds_its_messages_instead_of_failing_them() {
     let now = Instant::now();
-    let mut be = node(Role::BackEnd { rank: 0, size: 2 }, 1);
     let parent = ids(1)[0];
-    be.handle_link_up(parent, Peer::Parent, now);
-    be.set_rejoin(Some(Duration::from_secs(10)));
+    let mut be = placed_backend(member(1, 0, 2, 10_000), parent, now);
     be.handle_frame(parent, control(&ControlMsg::Fallback { address: "unix:@gp".into() }), now);
     transmits(&mut be);
     be.handle_link_closed(parent, Some("the comm node died".into()), now);
@@ -1539,4 +1565,68 @@ fn a_comm_node_loads_a_shipped_plug_in_and_passes_it_on_or_reports_why_not() {
             assert!(reason.contains("libmine.so") && reason.contains("SHA-256"), "{reason}");
         }
     }
+}
+
+#[test]
+fn a_backend_holds_its_join_until_its_member_plan_and_takes_rank_and_limits_from_it() {
+    let now = Instant::now();
+    // Made with a rank and limits the plan then overrides.
+    let mut be = node(Role::BackEnd { rank: 99, size: 100 }, 5);
+    be.set_rejoin(None);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    assert!(transmits(&mut be).is_empty(), "no join before the plan");
+    assert!(!be.is_running());
+    let mut plan = member(5, 3, 8, 2_000);
+    plan.group = Some(treecast_wire::GroupPlace { group: 1, rank: 0, size: 2 });
+    (plan.heartbeat_ms, plan.dead_after_ms) = (250, 1_000);
+    plan.clock.probes = Some(4);
+    be.handle_frame(parent, control(&ControlMsg::MemberPlan(Box::new(plan.clone()))), now);
+    let sent: Vec<_> =
+        transmits(&mut be).iter().map(|t| ControlMsg::decode(&t.frame.payload).unwrap()).collect();
+    assert_eq!(sent, vec![ControlMsg::Join { ranks: RankSet::single(3), commnodes: 0 }]);
+    assert_eq!(be.role(), Role::BackEnd { rank: 3, size: 8 });
+    assert!(be.is_running());
+    assert_eq!(be.rejoin_limit(), Some(Duration::from_secs(2)));
+    assert_eq!(be.liveness(), LivenessLimits::from_ms(250, 1_000));
+    assert_eq!(be.clock.config.probes, 4);
+    assert!(events(&mut be).contains(&Event::Placed { rank: 3, size: 8, group: plan.group }));
+}
+
+#[test]
+fn a_member_plan_of_another_version_ends_the_backend_with_the_reason() {
+    let now = Instant::now();
+    let mut be = node(Role::BackEnd { rank: 0, size: 0 }, 1);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    let mut payload = ControlMsg::MemberPlan(Box::new(member(1, 0, 1, 0))).encode();
+    payload[1] = 9; // the version follows the tag byte
+    be.handle_frame(parent, Frame::new(FrameHeader::control(), payload), now);
+    assert!(be.is_over());
+    let reason = events(&mut be).into_iter().find_map(|e| match e {
+        Event::Shutdown { reason } => Some(reason.to_string()),
+        _ => None,
+    });
+    let reason = reason.unwrap();
+    assert!(reason.contains("member plan: version 9 is not supported"), "{reason}");
+}
+
+#[test]
+fn a_parent_sends_each_backend_child_its_member_plan_first() {
+    let now = Instant::now();
+    let mut fe = node(Role::FrontEnd, 0);
+    let mut p = plan("h:0 => h:1 h:2 ;", 0, false);
+    (p.heartbeat_ms, p.dead_after_ms, p.rejoin_ms) = (500, 2_000, 3_000);
+    p.clock.distort = "seed:1,offset_us:10".into();
+    fe.handle_command(Command::Launch(Box::new(p)), now).unwrap();
+    events(&mut fe);
+    let link = ids(2)[1];
+    fe.handle_link_up(link, Peer::Child { node_id: 2 }, now);
+    let sent = transmits(&mut fe);
+    let Ok(ControlMsg::MemberPlan(plan)) = ControlMsg::decode(&sent[0].frame.payload) else {
+        panic!("{sent:?}")
+    };
+    assert_eq!((plan.node_id, plan.rank, plan.size, plan.group), (2, 1, 2, None));
+    assert_eq!((plan.heartbeat_ms, plan.dead_after_ms, plan.rejoin_ms), (500, 2_000, 3_000));
+    assert_eq!(plan.clock.distort, "seed:1,offset_us:10");
 }

@@ -601,7 +601,10 @@ fn start_up_chaos_runs_go_on_without_what_failed_and_leave_nothing() {
                 failed += 1;
             }
             None => {
-                assert_eq!(run.waves, 5, "{run:?}");
+                // A back-end stopped after it took its plan still joins (its join is on
+                // the way): when every back-end was struck, no wave has anyone to answer.
+                let backends_struck = run.faults.iter().filter(|f| f.what.starts_with("back-end")).count();
+                assert!(run.waves == 5 || backends_struck == run.backends, "{run:?}");
                 started += 1;
             }
         }

@@ -4,7 +4,7 @@
 //! little-endian, strings as `u32` length + UTF-8.
 
 use crate::codec::{put_string, Reader};
-use crate::{DecodeError, LaunchPlan, RankSet};
+use crate::{DecodeError, LaunchPlan, MemberPlan, RankSet};
 
 /// How a node groups packets arriving from its children into waves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -316,6 +316,8 @@ impl SpawnOrder {
 pub enum ControlMsg {
     /// Parent to a new comm node: everything it needs to start its sub-tree.
     Plan(Box<LaunchPlan>),
+    /// Parent to a new back-end: who it is and the network's limits; it joins then.
+    MemberPlan(Box<MemberPlan>),
     /// Child to parent: these ranks are reachable through the sender (its
     /// sub-tree is up, or it joined while the tree runs).
     Join {
@@ -586,6 +588,7 @@ const SET_PARAMS: u8 = 28;
 const FILTER_STATE: u8 = 29;
 const FILTER_REFUSED: u8 = 30;
 const SET_DOWN_PARAMS: u8 = 31;
+const MEMBER_PLAN: u8 = 32;
 /// Bytes of one [`ClockSample`] on the wire.
 const CLOCK_SAMPLE_LEN: usize = 52;
 
@@ -596,6 +599,10 @@ impl ControlMsg {
         match self {
             ControlMsg::Plan(plan) => {
                 out.push(PLAN);
+                plan.encode(&mut out);
+            }
+            ControlMsg::MemberPlan(plan) => {
+                out.push(MEMBER_PLAN);
                 plan.encode(&mut out);
             }
             ControlMsg::Join { ranks, commnodes } => {
@@ -780,6 +787,7 @@ impl ControlMsg {
         let mut r = Reader::new(buf);
         let msg = match r.u8("control tag")? {
             PLAN => ControlMsg::Plan(Box::new(LaunchPlan::decode(&mut r)?)),
+            MEMBER_PLAN => ControlMsg::MemberPlan(Box::new(MemberPlan::decode(&mut r)?)),
             JOIN => ControlMsg::Join { ranks: RankSet::decode(&mut r)?, commnodes: r.u32("join")? },
             LAUNCH_FAILED => ControlMsg::LaunchFailed { message: r.string("launch failure")? },
             NEW_STREAM => ControlMsg::NewStream(StreamSpec::decode(&mut r)?),
@@ -943,7 +951,7 @@ pub(crate) fn decode_bool(r: &mut Reader<'_>, what: &'static str) -> Result<bool
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::plan::sample_plan;
+    use crate::plan::{sample_member_plan, sample_plan};
 
     pub(crate) fn stream_spec() -> StreamSpec {
         StreamSpec {
@@ -961,6 +969,7 @@ mod tests {
     fn samples() -> Vec<ControlMsg> {
         vec![
             ControlMsg::Plan(Box::new(sample_plan())),
+            ControlMsg::MemberPlan(Box::new(sample_member_plan())),
             ControlMsg::Join { ranks: RankSet::range(0, 16), commnodes: 5 },
             ControlMsg::LaunchFailed { message: "node 3 on localhost: exited".into() },
             ControlMsg::NewStream(stream_spec()),

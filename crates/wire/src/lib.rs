@@ -66,7 +66,10 @@ pub use mcast::{
     MCAST_TAG_LEN, MCAST_VERSION,
 };
 pub use peer::{decode_ack, decode_multi, encode_ack, encode_multi, FLAG_PEER_MULTI, PEER_ACK_LEN};
-pub use plan::{LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, DEFAULT_MAX_CONTROL, PLAN_VERSION};
+pub use plan::{
+    ClockPlan, GroupPlace, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, MemberPlan,
+    DEFAULT_MAX_CONTROL, MEMBER_PLAN_VERSION, PLAN_VERSION,
+};
 pub use rankset::RankSet;
 pub use routemsg::{McastOffer, RouteMsg, MAX_DECLINE_REASON};
 pub use value::{

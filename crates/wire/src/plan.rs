@@ -15,6 +15,59 @@ pub const PLAN_VERSION: u16 = 6;
 /// child's control frames may make its parent hold grows with the child's sub-tree,
 /// as its legitimate reports (joins, attach points, monitoring) do.
 pub const DEFAULT_MAX_CONTROL: u32 = 4 << 20;
+/// Version of the [`MemberPlan`] layout this build writes and reads.
+pub const MEMBER_PLAN_VERSION: u16 = 1;
+
+/// Settings of the global clock a node measures with; `None`: the node's default.
+/// The front-end's user sets them, and every plan carries them down.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ClockPlan {
+    /// Milliseconds between re-synchronisations after the first two rounds.
+    pub resync_ms: Option<u32>,
+    /// Probes per round.
+    pub probes: Option<u32>,
+    /// Probes of a round sent back to back.
+    pub probe_burst: Option<u32>,
+    /// Microseconds between the bursts of a round.
+    pub probe_gap_us: Option<u32>,
+    /// The clock-distortion test knob (`TREECAST_CLOCK_DISTORT`'s syntax; empty: none):
+    /// each node draws its own distortion from it by its node id.
+    pub distort: String,
+}
+
+/// Which spawned group a back-end belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GroupPlace {
+    /// The group's id (its spawn's).
+    pub group: u32,
+    /// The back-end's rank within its group (0 for the group's first).
+    pub rank: u32,
+    /// Number of back-ends in the group.
+    pub size: u32,
+}
+
+/// What a parent hands a new back-end when its link is up: who it is and the
+/// network's limits, so that a back-end reads nothing but its parent's address,
+/// its node id, the session and the secret from its environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberPlan {
+    /// Node id of the receiver (it authenticated as this).
+    pub node_id: u32,
+    /// The receiver's back-end rank.
+    pub rank: u32,
+    /// Number of back-ends in the network.
+    pub size: u32,
+    /// A back-end started while the tree runs: its group (`None`: one of the tree's own).
+    pub group: Option<GroupPlace>,
+    /// Milliseconds between heartbeats on its link (0: none, and no silence limit).
+    pub heartbeat_ms: u32,
+    /// Milliseconds its link may stay silent before it is cut off as failed (0: never).
+    pub dead_after_ms: u32,
+    /// Milliseconds it has to rejoin the tree when its comm node is lost (0: no recovery).
+    pub rejoin_ms: u32,
+    /// The global clock's settings.
+    pub clock: ClockPlan,
+}
 
 /// Links between processes of one host: abstract Unix sockets or loopback TCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,6 +157,8 @@ pub struct LaunchPlan {
     /// Largest control frame payload a node accepts from a child, in bytes per
     /// back-end the child reaches (at least one), and never over `max_frame`.
     pub max_control: u32,
+    /// The global clock's settings, for the receiver and everything below it.
+    pub clock: ClockPlan,
 }
 
 fn put_strings(out: &mut Vec<u8>, items: &[String]) {
@@ -172,6 +227,7 @@ impl LaunchPlan {
             depth: 0,
             filters: Vec::new(),
             max_control: DEFAULT_MAX_CONTROL,
+            clock: ClockPlan::default(),
         }
     }
 
@@ -214,6 +270,7 @@ impl LaunchPlan {
         out.extend_from_slice(&self.depth.to_le_bytes());
         put_strings(out, &self.filters);
         out.extend_from_slice(&self.max_control.to_le_bytes());
+        self.clock.encode(out);
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -303,6 +360,84 @@ impl LaunchPlan {
                     })
                 }
             },
+            clock: ClockPlan::decode(r)?,
+        })
+    }
+}
+
+fn put_option(out: &mut Vec<u8>, value: Option<u32>) {
+    out.push(u8::from(value.is_some()));
+    out.extend_from_slice(&value.unwrap_or(0).to_le_bytes());
+}
+
+fn option(r: &mut Reader<'_>, what: &'static str) -> Result<Option<u32>, DecodeError> {
+    let set = decode_bool(r, what)?;
+    let value = r.u32(what)?;
+    Ok(set.then_some(value))
+}
+
+impl ClockPlan {
+    fn encode(&self, out: &mut Vec<u8>) {
+        for v in [self.resync_ms, self.probes, self.probe_burst, self.probe_gap_us] {
+            put_option(out, v);
+        }
+        put_string(out, &self.distort);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<ClockPlan, DecodeError> {
+        Ok(ClockPlan {
+            resync_ms: option(r, "clock resync interval")?,
+            probes: option(r, "clock probes")?,
+            probe_burst: option(r, "clock probe burst")?,
+            probe_gap_us: option(r, "clock probe gap")?,
+            distort: r.string("clock distortion")?,
+        })
+    }
+}
+
+impl MemberPlan {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&MEMBER_PLAN_VERSION.to_le_bytes());
+        for v in [self.node_id, self.rank, self.size] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.push(u8::from(self.group.is_some()));
+        if let Some(g) = self.group {
+            for v in [g.group, g.rank, g.size] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        for v in [self.heartbeat_ms, self.dead_after_ms, self.rejoin_ms] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        self.clock.encode(out);
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<MemberPlan, DecodeError> {
+        let version = r.u16("member plan version")?;
+        if version != MEMBER_PLAN_VERSION {
+            return Err(DecodeError::Invalid {
+                what: "member plan",
+                detail: format!(
+                    "version {version} is not supported (this build reads {MEMBER_PLAN_VERSION}); \
+                     run the same treecast version for the back-ends as for the tree"
+                ),
+            });
+        }
+        let (node_id, rank, size) = (r.u32("member plan")?, r.u32("member plan")?, r.u32("member plan")?);
+        let group = match decode_bool(r, "member group")? {
+            true => Some(GroupPlace { group: r.u32("group")?, rank: r.u32("group")?, size: r.u32("group")? }),
+            false => None,
+        };
+        Ok(MemberPlan {
+            node_id,
+            rank,
+            size,
+            group,
+            heartbeat_ms: r.u32("heartbeat interval")?,
+            dead_after_ms: r.u32("silence limit")?,
+            rejoin_ms: r.u32("rejoin limit")?,
+            clock: ClockPlan::decode(r)?,
         })
     }
 }
@@ -344,6 +479,33 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         depth: 1,
         filters: vec!["/opt/tool/libhistogram.so".into()],
         max_control: 1 << 20,
+        clock: sample_clock(),
+    }
+}
+
+#[cfg(test)]
+fn sample_clock() -> ClockPlan {
+    ClockPlan {
+        resync_ms: Some(60_000),
+        probes: None,
+        probe_burst: Some(4),
+        probe_gap_us: Some(0),
+        distort: "seed:3,offset_us:500,drift_ppm:20".into(),
+    }
+}
+
+/// A member plan with every field set, for tests.
+#[cfg(test)]
+pub(crate) fn sample_member_plan() -> MemberPlan {
+    MemberPlan {
+        node_id: 12,
+        rank: 7,
+        size: 16,
+        group: Some(GroupPlace { group: 2, rank: 1, size: 4 }),
+        heartbeat_ms: 250,
+        dead_after_ms: 1_000,
+        rejoin_ms: 0,
+        clock: sample_clock(),
     }
 }
 
@@ -359,6 +521,14 @@ mod tests {
         bytes[1] = 9; // the version follows the tag byte
         let err = ControlMsg::decode(&bytes).unwrap_err().to_string();
         assert!(err.contains("version 9 is not supported"), "{err}");
+    }
+
+    #[test]
+    fn a_member_plan_from_another_version_is_refused_by_name() {
+        let mut bytes = ControlMsg::MemberPlan(Box::new(sample_member_plan())).encode();
+        bytes[1] = 9; // the version follows the tag byte
+        let err = ControlMsg::decode(&bytes).unwrap_err().to_string();
+        assert!(err.contains("member plan") && err.contains("version 9 is not supported"), "{err}");
     }
 
     #[test]

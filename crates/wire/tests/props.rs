@@ -7,10 +7,11 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use treecast_wire::{
     cut_frames, decode_batch, decode_collective, decode_values, encode_batch, encode_collective,
-    encode_values, AttachPoint, CollectiveHead, CollectiveOp, Combine, ControlMsg, CutError, DecodeError,
-    FilterSpec, Format, Frame, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind, LauncherSpec,
-    LocalRoute, McastOffer, RankSet, Reader, RouteMsg, ScalarType, SpawnOrder, StreamSpec, SyncMode, Value,
-    ValueType, Window, FLAG_PAYLOAD_FD, MAX_FILTER_NAME, MAX_PAYLOAD_LEN, PLAN_VERSION,
+    encode_values, AttachPoint, ClockPlan, CollectiveHead, CollectiveOp, Combine, ControlMsg, CutError,
+    DecodeError, FilterSpec, Format, Frame, FrameHeader, FrameKind, Grant, GroupPlace, LaunchPlan,
+    LauncherKind, LauncherSpec, LocalRoute, McastOffer, MemberPlan, RankSet, Reader, RouteMsg, ScalarType,
+    SpawnOrder, StreamSpec, SyncMode, Value, ValueType, Window, FLAG_PAYLOAD_FD, MAX_FILTER_NAME,
+    MAX_PAYLOAD_LEN, MEMBER_PLAN_VERSION, PLAN_VERSION,
 };
 
 fn short_string() -> impl Strategy<Value = String> {
@@ -167,6 +168,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
             vec(short_string(), 0..3),
         ),
         1..=(treecast_wire::MAX_PAYLOAD_LEN as u32),
+        clock_plan(),
     )
         .prop_map(
             |(
@@ -175,6 +177,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 (local_route, listen, remote_listen, launcher, max_frame, log),
                 (heartbeat_ms, dead_after_ms, rejoin_ms, udp, depth, filters),
                 max_control,
+                clock,
             )| LaunchPlan {
                 session,
                 node_id,
@@ -199,8 +202,41 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 depth,
                 filters,
                 max_control,
+                clock,
             },
         )
+}
+
+fn clock_plan() -> impl Strategy<Value = ClockPlan> {
+    (proptest::array::uniform4(proptest::option::of(any::<u32>())), short_string()).prop_map(
+        |([resync_ms, probes, probe_burst, probe_gap_us], distort)| ClockPlan {
+            resync_ms,
+            probes,
+            probe_burst,
+            probe_gap_us,
+            distort,
+        },
+    )
+}
+
+fn member_plan() -> impl Strategy<Value = MemberPlan> {
+    let group = proptest::option::of(any::<[u32; 3]>().prop_map(|[group, rank, size]| GroupPlace {
+        group,
+        rank,
+        size,
+    }));
+    (any::<[u32; 6]>(), group, clock_plan()).prop_map(
+        |([node_id, rank, size, heartbeat_ms, dead_after_ms, rejoin_ms], group, clock)| MemberPlan {
+            node_id,
+            rank,
+            size,
+            group,
+            heartbeat_ms,
+            dead_after_ms,
+            rejoin_ms,
+            clock,
+        },
+    )
 }
 
 /// Names of 1 to [`MAX_FILTER_NAME`] bytes, the longest included.
@@ -248,6 +284,7 @@ fn attach_point() -> impl Strategy<Value = AttachPoint> {
 fn control_msg() -> impl Strategy<Value = ControlMsg> {
     prop_oneof![
         plan().prop_map(|p| ControlMsg::Plan(Box::new(p))),
+        member_plan().prop_map(|p| ControlMsg::MemberPlan(Box::new(p))),
         (rank_set(), any::<u32>()).prop_map(|(ranks, commnodes)| ControlMsg::Join { ranks, commnodes }),
         short_string().prop_map(|message| ControlMsg::LaunchFailed { message }),
         stream_spec().prop_map(ControlMsg::NewStream),
@@ -307,6 +344,7 @@ fn tag_of(msg: &ControlMsg) -> u8 {
         ControlMsg::Stop { .. } => 24,
         ControlMsg::SpawnRequest { .. } => 25,
         ControlMsg::SpawnReply { .. } => 26,
+        ControlMsg::MemberPlan(_) => 32,
         other => unreachable!("no tag known for {other:?}"),
     }
 }
@@ -546,6 +584,18 @@ proptest! {
         let err = ControlMsg::decode(&wire).unwrap_err();
         prop_assert!(matches!(err, DecodeError::Invalid { .. }), "{}", err);
         let expected = format!("version {version} is not supported");
+        prop_assert!(err.to_string().contains(&expected), "{}", err);
+    }
+
+    #[test]
+    fn member_plans_of_other_versions_are_refused(plan in member_plan(), version in any::<u16>()) {
+        prop_assume!(version != MEMBER_PLAN_VERSION);
+        let mut wire = ControlMsg::MemberPlan(Box::new(plan)).encode();
+        prop_assert_eq!(u16::from_le_bytes([wire[1], wire[2]]), MEMBER_PLAN_VERSION);
+        wire[1..3].copy_from_slice(&version.to_le_bytes());
+        let err = ControlMsg::decode(&wire).unwrap_err();
+        prop_assert!(matches!(err, DecodeError::Invalid { .. }), "{}", err);
+        let expected = format!("invalid member plan: version {version} is not supported");
         prop_assert!(err.to_string().contains(&expected), "{}", err);
     }
 

@@ -10,10 +10,10 @@ use bytes::{Bytes, BytesMut};
 use serde_json::Value as Json;
 use treecast_wire::{
     cut_frames, decode_batch, decode_collective, decode_values, encode_batch, encode_collective,
-    encode_values, AttachPoint, ClockSample, CollectMode, ControlMsg, CutError, DecodeError, FilterSpec,
-    Format, Frame, FrameHeader, FrameKind, Grant, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute,
-    RankSet, ScalarType, SpawnOrder, StreamSpec, SyncMode, Value, ValueType, Window, FLAG_PAYLOAD_FD,
-    FLAG_PEER_COLL, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
+    encode_values, AttachPoint, ClockPlan, ClockSample, CollectMode, ControlMsg, CutError, DecodeError,
+    FilterSpec, Format, Frame, FrameHeader, FrameKind, Grant, GroupPlace, LaunchPlan, LauncherKind,
+    LauncherSpec, LocalRoute, MemberPlan, RankSet, ScalarType, SpawnOrder, StreamSpec, SyncMode, Value,
+    ValueType, Window, FLAG_PAYLOAD_FD, FLAG_PEER_COLL, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
 };
 
 fn load(name: &str) -> Vec<Json> {
@@ -278,6 +278,36 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         depth: m.get("depth").map_or(0, |d| d.as_u64().unwrap() as u32),
         filters: m.get("filters").map_or_else(Vec::new, |_| strings_of(m, "filters")),
         max_control: u32_of(m, "max_control"),
+        clock: clock_from_json(m),
+    }
+}
+
+fn clock_from_json(m: &Json) -> ClockPlan {
+    let Some(c) = m.get("clock") else { return ClockPlan::default() };
+    let field = |k: &str| c.get(k).map(|v| u32::try_from(v.as_u64().unwrap()).unwrap());
+    ClockPlan {
+        resync_ms: field("resync_ms"),
+        probes: field("probes"),
+        probe_burst: field("probe_burst"),
+        probe_gap_us: field("probe_gap_us"),
+        distort: c.get("distort").map_or("", |d| d.as_str().unwrap()).to_owned(),
+    }
+}
+
+fn member_plan_from_json(m: &Json) -> MemberPlan {
+    MemberPlan {
+        node_id: u32_of(m, "node_id"),
+        rank: u32_of(m, "rank"),
+        size: u32_of(m, "size"),
+        group: m.get("group").map(|g| GroupPlace {
+            group: u32_of(g, "group"),
+            rank: u32_of(g, "rank"),
+            size: u32_of(g, "size"),
+        }),
+        heartbeat_ms: u32_of(m, "heartbeat_ms"),
+        dead_after_ms: u32_of(m, "dead_after_ms"),
+        rejoin_ms: u32_of(m, "rejoin_ms"),
+        clock: clock_from_json(m),
     }
 }
 
@@ -314,6 +344,7 @@ fn stream_from_json(m: &Json) -> StreamSpec {
 fn control_from_json(m: &Json) -> ControlMsg {
     match str_of(m, "type") {
         "plan" => ControlMsg::Plan(Box::new(plan_from_json(m))),
+        "member_plan" => ControlMsg::MemberPlan(Box::new(member_plan_from_json(m))),
         "join" => ControlMsg::Join { ranks: ranks(m), commnodes: u32_of(m, "commnodes") },
         "launch_failed" => ControlMsg::LaunchFailed { message: str_of(m, "message").to_owned() },
         "new_stream" => ControlMsg::NewStream(stream_from_json(m)),
@@ -477,8 +508,8 @@ fn control_vectors() {
         assert_eq!(ControlMsg::decode(&wire).unwrap(), msg, "{name}");
         seen.insert(wire[0]);
     }
-    // Every message tag, 1 (Plan) to 31 (SetDownParams), has a vector.
-    assert_eq!(seen, (1..=31).collect(), "control tags with vectors");
+    // Every message tag, 1 (Plan) to 32 (MemberPlan), has a vector.
+    assert_eq!(seen, (1..=32).collect(), "control tags with vectors");
 }
 
 /// The variant name of an error, e.g. `Truncated`.

@@ -459,10 +459,8 @@ impl ChildrenTask {
             _ => self.launching.treecast_exe.clone(),
         };
         let (program, args) = if child.is_backend {
-            // Back-ends get no plan: the silence limit of the tree reaches them here.
-            let dead_after = if plan.heartbeat_ms == 0 { 0 } else { plan.dead_after_ms };
-            envs.push((env::DEAD_AFTER.to_owned(), format!("{}", f64::from(dead_after) / 1e3)));
-            envs.push((env::REJOIN_WITHIN.to_owned(), format!("{}", f64::from(plan.rejoin_ms) / 1e3)));
+            // For the back-end's command to read (scripts use $TREECAST_RANK): the
+            // back-end itself takes who it is from its member plan.
             envs.push((env::RANK.to_owned(), child.first_rank.to_string()));
             let mut command = &plan.backend;
             match &child.spawned {
@@ -530,16 +528,12 @@ async fn recv_announce(join: Option<&JoinSocket>, secret: &Secret) -> Result<Ann
 }
 
 /// Takes an announcement from a child started for a light join and not heard from
-/// yet, with the rank it was given; anything else is refused (a replay finds nothing).
+/// yet, with the rank it was started as (a back-end learns its rank from its member
+/// plan, after it announced itself, so the rank it announces is not used); anything
+/// else is refused (a replay finds nothing).
 fn take_announce(running: &mut Running, a: Announce) -> Result<Announce, String> {
-    match running.announcing.get(&a.node_id) {
-        Some(&rank) if rank == a.rank => {
-            running.announcing.remove(&a.node_id);
-            Ok(a)
-        }
-        Some(&rank) => {
-            Err(format!("node {} announced rank {}, but was started as rank {rank}", a.node_id, a.rank))
-        }
+    match running.announcing.remove(&a.node_id) {
+        Some(rank) => Ok(Announce { node_id: a.node_id, rank }),
         None => Err(format!("node {} announced itself, but no light join is awaited from it", a.node_id)),
     }
 }

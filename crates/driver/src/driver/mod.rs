@@ -144,19 +144,22 @@ impl<T: Tool, R: MonitoredRoute> std::fmt::Debug for Driver<T, R> {
     }
 }
 
+/// Gives `route` the clock of `core`, if it has one: monitoring stamps frames on the
+/// global clock's time base.
+fn clock_to_route(core: &Node, route: &mut impl MonitoredRoute) {
+    let Some(source) = core.clock_source() else { return };
+    // The monotonic reading at the source's Instant base (Instant reads the same
+    // clock on Linux), within the tens of nanoseconds between the two.
+    let (now, mono) = (Instant::now(), mono_now());
+    let since = u64::try_from(now.saturating_duration_since(source.base).as_nanos()).unwrap_or(u64::MAX);
+    let base_mono = Mono::from_nanos(mono.nanos().saturating_sub(since));
+    route.set_clock(source.node_clock(base_mono));
+}
+
 impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
     /// A driver for `core` over `route` (with no link yet).
     pub fn with_route(core: Node, tool: T, launching: Launching, mut route: R) -> Self {
-        if let Some(source) = core.clock_source() {
-            // The monotonic reading at the source's Instant base (Instant reads the
-            // same clock on Linux), within the tens of nanoseconds between the two.
-            let (now, mono) = (Instant::now(), mono_now());
-            let since =
-                u64::try_from(now.saturating_duration_since(source.base).as_nanos()).unwrap_or(u64::MAX);
-            let base_mono = Mono::from_nanos(mono.nanos().saturating_sub(since));
-            // Monitoring stamps frames on the global clock's time base.
-            route.set_clock(source.node_clock(base_mono));
-        }
+        clock_to_route(&core, &mut route);
         Driver {
             core,
             route,
@@ -407,6 +410,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
 
     fn on_event(&mut self, event: Event) {
         match event {
+            Event::ClockChanged => clock_to_route(&self.core, &mut self.route),
             Event::StartChildren { children, .. } if self.children_task.is_some() => {
                 self.order(ChildOrder::Start(children));
             }
