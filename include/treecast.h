@@ -320,7 +320,7 @@ int32_t tc_run_comm_node(void);
 const char *tc_last_error(void);
 
 // A static name for a result code, e.g. `"TC_ERR_TIMEOUT"`, for logs.
-const char *tc_result_name(enum tc_result result);
+const char *tc_result_name(int result);
 
 // Pushes the file `src` to every rank of `comm`, at `dst` (NULL: the same absolute
 // path; a path ending in `/` is a folder to put it in), checked end to end, and
@@ -956,7 +956,8 @@ enum tc_result tc_format_types(const char *format, uint32_t *types, size_t cap, 
 /*
  * Variadic calls, MRNet style, over the value-array calls above (stable Rust cannot
  * define a variadic function). Each specifier takes, in order:
- *   %c %hd %d: int;  %uc %uhd %ud: unsigned int;  %ld: int64_t;  %uld: uint64_t;
+ *   %c %hd %d: int;  %uc %uhd %ud: unsigned int;  %ld: int64_t;  %uld: uint64_t
+ *   (cast a literal: (int64_t)5, as a bare 5 is an int);
  *   %f %lf: double (a float argument is promoted);  %s: const char *;
  *   an array (%ad, %alf, %as, ...) or %b: a pointer to its first element, then its
  *   number of elements as uint32_t (an int works);
@@ -967,7 +968,7 @@ enum tc_result tc_format_types(const char *format, uint32_t *types, size_t cap, 
  * At most TC_MAX_VA_VALUES values per call; the _values calls take any number.
  */
 
-static inline tc_result tc__va_values(const char *format, va_list *ap, tc_value *values, size_t *count) {
+static inline tc_result tc_internal_va_values(const char *format, va_list *ap, tc_value *values, size_t *count) {
   uint32_t types[TC_MAX_VA_VALUES];
   tc_result r = tc_format_types(format, types, TC_MAX_VA_VALUES, count);
   if (r != TC_OK) return r;
@@ -997,7 +998,7 @@ static inline tc_result tc_stream_send(const tc_stream *stream, int32_t tag, con
   size_t count = 0;
   va_list ap;
   va_start(ap, format);
-  tc_result r = tc__va_values(format, &ap, values, &count);
+  tc_result r = tc_internal_va_values(format, &ap, values, &count);
   va_end(ap);
   return r != TC_OK ? r : tc_stream_send_values(stream, tag, format, values, count);
 }
@@ -1008,7 +1009,7 @@ static inline tc_result tc_stream_isend(const tc_stream *stream, int32_t tag, tc
   size_t count = 0;
   va_list ap;
   va_start(ap, format);
-  tc_result r = tc__va_values(format, &ap, values, &count);
+  tc_result r = tc_internal_va_values(format, &ap, values, &count);
   va_end(ap);
   return r != TC_OK ? r : tc_stream_isend_values(stream, tag, format, values, count, out);
 }
@@ -1019,7 +1020,7 @@ static inline tc_result tc_backend_send(const tc_backend *be, uint32_t stream, i
   size_t count = 0;
   va_list ap;
   va_start(ap, format);
-  tc_result r = tc__va_values(format, &ap, values, &count);
+  tc_result r = tc_internal_va_values(format, &ap, values, &count);
   va_end(ap);
   return r != TC_OK ? r : tc_backend_send_values(be, stream, tag, format, values, count);
 }
@@ -1054,7 +1055,7 @@ static inline tc_result tc_packet_unpack(const tc_packet *packet, const char *fo
       uint32_t *len = va_arg(ap, uint32_t *);
       size_t n_elems = 0;
       r = tc_packet_get_array(packet, i, NULL, data, &n_elems);
-      *len = (uint32_t)n_elems;
+      if (r == TC_OK) *len = (uint32_t)n_elems;
       break;
     }
     }

@@ -65,6 +65,8 @@ static void without_a_network(void) {
   EXPECT(tc_packet_count(NULL) == 0);
   EXPECT(tc_packet_rank(NULL) == UINT32_MAX);
   EXPECT(tc_event_kind(NULL) == TC_EVENT_NONE);
+  EXPECT(strcmp(tc_result_name(99), "TC_ERR_UNKNOWN") == 0);
+  EXPECT(strcmp(tc_result_name(TC_ERR_CANCELLED), "TC_ERR_CANCELLED") == 0);
   tc_network_free(NULL);
   tc_stream_free(NULL);
   tc_packet_free(NULL);
@@ -108,7 +110,7 @@ static void with_a_network(const char *argv0) {
   FAILS(tc_stream_send_values(s, TAG_SCALE, "%d", &v, 1), TC_ERR_FORMAT, "value 1 (%d)");
   v.kind = TC_TYPE_INT;
   v.i = (int64_t)1 << 40;
-  FAILS(tc_stream_send_values(s, TAG_SCALE, "%d", &v, 1), TC_ERR_FORMAT, "does not fit in 32 bits");
+  FAILS(tc_stream_send_values(s, TAG_SCALE, "%d", &v, 1), TC_ERR_RANGE, "does not fit in 32 bits");
   FAILS(tc_stream_send_values(s, TAG_SCALE, "%d %d", &v, 1), TC_ERR_FORMAT, "names 2 values and 1 were given");
   v.kind = TC_TYPE_STRING;
   v.ptr = NULL;

@@ -78,6 +78,15 @@ int main(int argc, char **argv) {
   tc_request_free(either[0]);
   tc_request_free(either[1]);
 
+  /* Freeing a stream closes it even while a receive waits on it: the request ends. */
+  tc_stream *lone = NULL;
+  CHECK(tc_stream_new(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &lone));
+  tc_request *orphan = NULL;
+  CHECK(tc_stream_irecv(lone, &orphan));
+  tc_stream_free(lone);
+  EXPECT(tc_request_wait(orphan, 30000) == TC_ERR_CLOSED);
+  tc_request_free(orphan);
+
   /* A send refused at once (the wrong kind of value) fails at its start. */
   tc_request *bad = NULL;
   EXPECT(tc_stream_isend(sum, TAG_SCALE, &bad, "%d %", 1) == TC_ERR_FORMAT && bad == NULL);

@@ -17,7 +17,8 @@ use treecast_topology::Topology;
 use treecast_transport::mcast::McastConfig;
 use treecast_transport::Secret;
 use treecast_wire::{
-    ClockPlan, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, DEFAULT_MAX_CONTROL, MAX_PAYLOAD_LEN,
+    ClockPlan, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, DEFAULT_MAX_CONTROL,
+    MAX_PAYLOAD_LEN,
 };
 
 use crate::frontend::{launched, AttachTarget, FeTool};

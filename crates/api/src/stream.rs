@@ -389,6 +389,17 @@ impl StreamSender {
         self.params_command(values, true)
     }
 
+    /// Closes the stream in the whole tree (after what was sent on it), as dropping
+    /// its [`Stream`] does: a receive waiting on it ends with
+    /// [`ApiError::StreamClosed`]. For a handle that cannot wait for every clone of
+    /// its receiver to go.
+    pub fn close(&self) {
+        let mut d = lock(&self.shared);
+        if d.core().has_stream(self.id) {
+            let _ = d.command(Command::CloseStream(self.id));
+        }
+    }
+
     fn params_command(&self, values: &[Value], down: bool) -> Result<(), ApiError> {
         let mut params = Vec::new();
         treecast_wire::encode_values(values, &mut params);

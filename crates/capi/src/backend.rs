@@ -2,7 +2,10 @@
 
 use std::ffi::c_char;
 
-use tokio::sync::Mutex as AsyncMutex;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Mutex as AsyncMutex};
+use tokio::task::JoinHandle;
 use treecast_api::{BackEnd, BackEndEvent, BackEndSender, Packet};
 use treecast_files::{FileReceivers, FileWorker};
 
@@ -22,53 +25,79 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct tc_backend {
     sender: BackEndSender,
     rank: u32,
-    receiver: AsyncMutex<Receiving>,
+    /// The tool's packets, as the receiving task hands them over.
+    packets: AsyncMutex<mpsc::Receiver<Result<Packet, Failure>>>,
+    /// Tells the receiving task to stop and hand the link back.
+    stop: Option<oneshot::Sender<()>>,
+    /// The receiving task: it gives back the link and the file writer when stopped.
+    task: Option<JoinHandle<(BackEnd, Option<FileWorker>)>>,
     /// The descriptor of `tc_backend_fd`, once asked for.
-    pub(crate) ready: ReadySlot,
+    pub(crate) ready: Arc<ReadySlot>,
     /// How long a blocking send waits for room, milliseconds.
     send_limit_ms: AtomicU64,
 }
 
-impl tc_backend {
-    /// Calls `hook` whenever a packet arrives, and at the end.
-    pub(crate) fn on_ready(&self, hook: impl Fn() + Send + Sync + 'static) {
-        self.sender.on_ready(hook);
-    }
-}
+/// Packets the receiving task holds for the tool before it stops reading the link.
+const HANDED_OVER: usize = 64;
 
-/// What receiving needs: the link, and the writer of files pushed to this back-end.
-struct Receiving {
-    be: Option<BackEnd>,
-    /// Started with the first file transfer; it writes on a thread of its own.
-    files: Option<FileWorker>,
-}
-
-impl Receiving {
-    /// The next packet for the tool; file transfers are handled on the way.
-    async fn next(&mut self) -> Result<Packet, Failure> {
-        let Some(be) = self.be.as_mut() else {
-            return Err(Failure::new(tc_result::TC_ERR_CLOSED, "the back-end was closed"));
+/// Reads the link for as long as the back-end lives: file transfers are written on
+/// the way (never cancelled half-way, whatever the tool's time limits), the tool's
+/// packets go to `out`, and the descriptor is signalled after each one is there.
+async fn receive(
+    mut be: BackEnd,
+    out: mpsc::Sender<Result<Packet, Failure>>,
+    ready: Arc<ReadySlot>,
+    mut stop: oneshot::Receiver<()>,
+) -> (BackEnd, Option<FileWorker>) {
+    let mut files: Option<FileWorker> = None;
+    let signal = || ready.get().inspect(|fd| fd.signal());
+    loop {
+        let event = tokio::select! {
+            e = be.next_event() => e,
+            _ = &mut stop => break,
         };
-        loop {
-            match be.next_event().await? {
-                BackEndEvent::Packet(p) if FileReceivers::handles(p.tag()) => {
-                    let worker = match self.files.as_mut() {
-                        Some(w) => w,
-                        None => self.files.insert(start_file_worker(be)?),
-                    };
-                    worker.packet(p).await?;
+        let handed = match event {
+            Ok(BackEndEvent::Packet(p)) if FileReceivers::handles(p.tag()) => {
+                match on_file_packet(&be, &mut files, p).await {
+                    Ok(()) => continue,
+                    Err(f) => Err(f),
                 }
-                BackEndEvent::Packet(p) => return Ok(p),
-                BackEndEvent::StreamClosed(id) => {
-                    // A transfer the front-end gave up on leaves no temporary file behind.
-                    if let Some(files) = &self.files {
-                        files.stream_closed(id).await?;
+            }
+            Ok(BackEndEvent::Packet(p)) => Ok(p),
+            Ok(BackEndEvent::StreamClosed(id)) => {
+                // A transfer the front-end gave up on leaves no temporary file behind.
+                if let Some(w) = &files {
+                    if let Err(e) = w.stream_closed(id).await {
+                        tracing::warn!("the file writer is gone: {e}");
                     }
                 }
-                _ => {}
+                continue;
             }
+            Ok(_) => continue,
+            Err(e) => Err(Failure::from(e)),
+        };
+        let over = handed.is_err();
+        tokio::select! {
+            sent = out.send(handed) => if sent.is_err() { break },
+            _ = &mut stop => break,
+        }
+        signal();
+        if over {
+            break;
         }
     }
+    // The end (or a closed link) must wake a tool waiting on the descriptor too.
+    signal();
+    (be, files)
+}
+
+/// Hands a file-protocol packet to the writer, starting it with the first one.
+async fn on_file_packet(be: &BackEnd, files: &mut Option<FileWorker>, p: Packet) -> Result<(), Failure> {
+    let worker = match files.as_mut() {
+        Some(w) => w,
+        None => files.insert(start_file_worker(be)?),
+    };
+    Ok(worker.packet(p).await?)
 }
 
 /// Starts the file-writing thread and the task that sends its answers up.
@@ -86,12 +115,21 @@ fn start_file_worker(be: &BackEnd) -> Result<FileWorker, Failure> {
     Ok(files)
 }
 
+/// Starts the receiving task of a back-end that just joined (on the runtime: called
+/// inside `block_on`).
 fn wrap(be: BackEnd) -> tc_backend {
+    let (tx, rx) = mpsc::channel(HANDED_OVER);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let ready = Arc::new(ReadySlot::new());
+    let (sender, rank) = (be.sender(), be.rank());
+    let task = tokio::spawn(receive(be, tx, ready.clone(), stop_rx));
     tc_backend {
-        sender: be.sender(),
-        rank: be.rank(),
-        receiver: AsyncMutex::new(Receiving { be: Some(be), files: None }),
-        ready: ReadySlot::new(),
+        sender,
+        rank,
+        packets: AsyncMutex::new(rx),
+        stop: Some(stop_tx),
+        task: Some(task),
+        ready,
         send_limit_ms: AtomicU64::new(crate::ffi::TC_DEFAULT_SEND_TIMEOUT_MS),
     }
 }
@@ -118,9 +156,9 @@ pub unsafe extern "C" fn tc_backend_set_send_timeout(be: *const tc_backend, ms: 
 pub unsafe extern "C" fn tc_backend_connect(out: *mut *mut tc_backend) -> tc_result {
     guard("tc_backend_connect", || {
         out_ok(out, "out")?;
-        let be = block_on(BackEnd::connect())??;
+        let be = block_on(async { BackEnd::connect().await.map(wrap) })??;
         // SAFETY: checked not NULL.
-        unsafe { put(out, handle(wrap(be))) };
+        unsafe { put(out, handle(be)) };
         Ok(())
     })
 }
@@ -150,9 +188,9 @@ pub unsafe extern "C" fn tc_backend_attach(
                 )
             })?),
         };
-        let be = block_on(BackEnd::attach(file.map(std::path::Path::new), rank))??;
+        let be = block_on(async { BackEnd::attach(file.map(std::path::Path::new), rank).await.map(wrap) })??;
         // SAFETY: checked not NULL.
-        unsafe { put(out, handle(wrap(be))) };
+        unsafe { put(out, handle(be)) };
         Ok(())
     })
 }
@@ -192,8 +230,14 @@ pub unsafe extern "C" fn tc_backend_recv(
         // SAFETY: as the caller promised.
         let b = unsafe { arg(be, "be") }?;
         out_ok(out, "out")?;
-        let packet = block_on_for(timeout_ms, async { b.receiver.lock().await.next().await })?
-            .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
+        // A time limit of 0 still looks once; a receive cut short loses nothing.
+        let packet = block_on_for(timeout_ms, async {
+            let mut packets = b.packets.lock().await;
+            packets.recv().await.unwrap_or_else(|| {
+                Err(Failure::new(tc_result::TC_ERR_CLOSED, "the network is over for this back-end"))
+            })
+        })?
+        .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
         let p = tc_packet::new(packet)?;
         // SAFETY: checked not NULL.
         unsafe { put(out, handle(p)) };
@@ -234,8 +278,8 @@ pub unsafe extern "C" fn tc_backend_send_values(
 pub unsafe extern "C" fn tc_backend_close(be: *mut tc_backend) -> tc_result {
     guard("tc_backend_close", || {
         // SAFETY: as the caller promised.
-        let Some(b) = (unsafe { take(be) }) else { return Ok(()) };
-        let Receiving { be, files } = b.receiver.into_inner();
+        let Some(mut b) = (unsafe { take(be) }) else { return Ok(()) };
+        let (be, files) = block_on(b.stop_receiving())?;
         // Unfinished transfers remove their temporary files before the back-end goes.
         drop(files);
         if let Some(be) = be {
@@ -252,6 +296,36 @@ pub unsafe extern "C" fn tc_backend_close(be: *mut tc_backend) -> tc_result {
 /// `be` is NULL or a back-end not freed yet, used by no other thread.
 #[no_mangle]
 pub unsafe extern "C" fn tc_backend_free(be: *mut tc_backend) {
-    // SAFETY: as the caller promised.
-    quiet((), || drop(unsafe { take(be) }));
+    quiet((), || {
+        // SAFETY: as the caller promised.
+        if let Some(mut b) = unsafe { take(be) } {
+            // Dropping the link writes what was sent (BackEnd's drop) without leaving.
+            let _ = block_on(b.stop_receiving());
+        }
+    });
+}
+
+impl Drop for tc_backend {
+    fn drop(&mut self) {
+        // Not stopped in order (a failed close): the link still goes, writing what was sent.
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl tc_backend {
+    /// Stops the receiving task and takes back the link and the file writer.
+    async fn stop_receiving(&mut self) -> (Option<BackEnd>, Option<FileWorker>) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => match task.await {
+                Ok((be, files)) => (Some(be), files),
+                Err(_) => (None, None),
+            },
+            None => (None, None),
+        }
+    }
 }

@@ -16,6 +16,13 @@ pub extern "C" fn tc_started_as_comm_node() -> bool {
 /// `main` (0, or 1 after printing why to stderr).
 #[no_mangle]
 pub extern "C" fn tc_run_comm_node() -> i32 {
+    // This process is a comm node now, nothing else: a bug ends it at once, so that
+    // its parent reports it lost, rather than leave a half-working node in the tree.
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        std::process::abort();
+    }));
     quiet(1, || match block_on(treecast_api::run_comm_node()) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {

@@ -2,7 +2,7 @@
 //! point runs its body in, so that no Rust panic crosses into C.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use treecast_api::ApiError;
@@ -63,25 +63,33 @@ impl Failure {
 impl From<ApiError> for Failure {
     fn from(e: ApiError) -> Failure {
         let code = match &e {
-            ApiError::Format(_) | ApiError::WrongFormat { .. } | ApiError::Decode(_) => {
-                tc_result::TC_ERR_FORMAT
-            }
+            ApiError::Format(_)
+            | ApiError::WrongFormat { .. }
+            | ApiError::Decode(_)
+            | ApiError::EqClassPacket { .. } => tc_result::TC_ERR_FORMAT,
             ApiError::Timeout(_) | ApiError::ClockTimeout { .. } => tc_result::TC_ERR_TIMEOUT,
-            ApiError::Closed(_) | ApiError::StreamClosed(_) => tc_result::TC_ERR_CLOSED,
+            ApiError::Closed(_)
+            | ApiError::StreamClosed(_)
+            | ApiError::Join(_)
+            | ApiError::Link { .. }
+            | ApiError::NoPlan { .. } => tc_result::TC_ERR_CLOSED,
             ApiError::Startup(_) | ApiError::NoBinary(_) | ApiError::NoBackends => tc_result::TC_ERR_LAUNCH,
             ApiError::NotLaunched { .. } | ApiError::BadEnv { .. } | ApiError::NoAttachFile { .. } => {
                 tc_result::TC_ERR_NOT_LAUNCHED
             }
             ApiError::NoAnswer(_) => tc_result::TC_ERR_NO_ANSWER,
-            ApiError::StreamRefused { .. } | ApiError::Refused(_) | ApiError::StreamFilter { .. } => {
-                tc_result::TC_ERR_REFUSED
-            }
+            ApiError::StreamRefused { .. }
+            | ApiError::Refused(_)
+            | ApiError::StreamFilter { .. }
+            | ApiError::FilterRefused { .. }
+            | ApiError::FilterUnconfirmed { .. } => tc_result::TC_ERR_REFUSED,
             ApiError::Plugin(_) => tc_result::TC_ERR_PLUGIN,
             ApiError::NoSuchRanks { .. } | ApiError::UnknownStream(_) => tc_result::TC_ERR_RANGE,
             ApiError::Topology(_)
             | ApiError::FilterName { .. }
             | ApiError::EmptyWindow { .. }
-            | ApiError::Source(_) => tc_result::TC_ERR_INVALID,
+            | ApiError::Source(_)
+            | ApiError::Attach(_) => tc_result::TC_ERR_INVALID,
             _ => tc_result::TC_ERR_OTHER,
         };
         Failure { code, message: e.to_string() }
@@ -96,7 +104,8 @@ fn set_last_error(message: &str) {
     // A message cannot hold NUL for C: cut there rather than lose it all.
     let text = message.split('\0').next().unwrap_or_default();
     let text = CString::new(text).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+    // A call made while the thread goes away (a TLS destructor) keeps no message.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = text);
 }
 
 /// Runs `body` for the entry point `what`: its error becomes the returned code and
@@ -133,29 +142,31 @@ pub(crate) fn quiet<R>(fallback: R, body: impl FnOnce() -> R) -> R {
 /// thread fails; copy the text to keep it.
 #[no_mangle]
 pub extern "C" fn tc_last_error() -> *const c_char {
-    quiet(std::ptr::null(), || LAST_ERROR.with(|e| e.borrow().as_ptr()))
+    quiet(std::ptr::null(), || LAST_ERROR.try_with(|e| e.borrow().as_ptr()).unwrap_or(c"".as_ptr()))
 }
 
 /// A static name for a result code, e.g. `"TC_ERR_TIMEOUT"`, for logs.
 #[no_mangle]
-pub extern "C" fn tc_result_name(result: tc_result) -> *const c_char {
+pub extern "C" fn tc_result_name(result: c_int) -> *const c_char {
+    // An int, not the enum: a value C makes up must not become an invalid Rust enum.
     let name: &'static [u8] = match result {
-        tc_result::TC_OK => b"TC_OK\0",
-        tc_result::TC_ERR_NULL => b"TC_ERR_NULL\0",
-        tc_result::TC_ERR_INVALID => b"TC_ERR_INVALID\0",
-        tc_result::TC_ERR_FORMAT => b"TC_ERR_FORMAT\0",
-        tc_result::TC_ERR_TIMEOUT => b"TC_ERR_TIMEOUT\0",
-        tc_result::TC_ERR_AGAIN => b"TC_ERR_AGAIN\0",
-        tc_result::TC_ERR_CLOSED => b"TC_ERR_CLOSED\0",
-        tc_result::TC_ERR_LAUNCH => b"TC_ERR_LAUNCH\0",
-        tc_result::TC_ERR_NOT_LAUNCHED => b"TC_ERR_NOT_LAUNCHED\0",
-        tc_result::TC_ERR_NO_ANSWER => b"TC_ERR_NO_ANSWER\0",
-        tc_result::TC_ERR_REFUSED => b"TC_ERR_REFUSED\0",
-        tc_result::TC_ERR_PLUGIN => b"TC_ERR_PLUGIN\0",
-        tc_result::TC_ERR_RANGE => b"TC_ERR_RANGE\0",
-        tc_result::TC_ERR_PANIC => b"TC_ERR_PANIC\0",
-        tc_result::TC_ERR_OTHER => b"TC_ERR_OTHER\0",
-        tc_result::TC_ERR_CANCELLED => b"TC_ERR_CANCELLED\0",
+        0 => b"TC_OK\0",
+        1 => b"TC_ERR_NULL\0",
+        2 => b"TC_ERR_INVALID\0",
+        3 => b"TC_ERR_FORMAT\0",
+        4 => b"TC_ERR_TIMEOUT\0",
+        5 => b"TC_ERR_AGAIN\0",
+        6 => b"TC_ERR_CLOSED\0",
+        7 => b"TC_ERR_LAUNCH\0",
+        8 => b"TC_ERR_NOT_LAUNCHED\0",
+        9 => b"TC_ERR_NO_ANSWER\0",
+        10 => b"TC_ERR_REFUSED\0",
+        11 => b"TC_ERR_PLUGIN\0",
+        12 => b"TC_ERR_RANGE\0",
+        13 => b"TC_ERR_PANIC\0",
+        14 => b"TC_ERR_OTHER\0",
+        15 => b"TC_ERR_CANCELLED\0",
+        _ => b"TC_ERR_UNKNOWN\0",
     };
     name.as_ptr().cast()
 }

@@ -46,7 +46,17 @@ pub(crate) fn block_on_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Outpu
     if ms == TC_FOREVER {
         return block_on(fut).map(Some);
     }
-    block_on(async move { tokio::time::timeout(Duration::from_millis(ms), fut).await.ok() })
+    block_on(async move { tokio::time::timeout(duration(ms), fut).await.ok() })
+}
+
+/// Longest finite time limit taken as it is; larger ones wait this long (a year), so
+/// that no deadline computed from one overflows.
+const LONGEST_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// A time limit in milliseconds as a duration: `TC_FOREVER` and anything over a
+/// year is a year.
+pub(crate) fn duration(ms: u64) -> Duration {
+    Duration::from_millis(ms.min(LONGEST_MS))
 }
 
 /// The failure of a call whose time limit of `ms` ran out: `TC_ERR_AGAIN` for 0.

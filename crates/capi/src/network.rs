@@ -94,8 +94,9 @@ pub const TC_EVENT_NETWORK_CLOSED: u32 = 9;
 /// An event of a kind this version of the header does not name.
 pub const TC_EVENT_OTHER: u32 = 255;
 
+/// A limit that `TC_FOREVER` switches off.
 fn ms(ms: u64) -> Option<Duration> {
-    (ms != TC_FOREVER).then(|| Duration::from_millis(ms))
+    (ms != TC_FOREVER).then(|| crate::ffi::duration(ms))
 }
 
 /// Runs `set` on the options behind `options`.
@@ -367,8 +368,7 @@ pub unsafe extern "C" fn tc_network_options_set_attach(
     // SAFETY: as the caller promised.
     unsafe {
         with_options("tc_network_options_set_attach", options, |o| {
-            let limit = self::ms(ms).unwrap_or(Duration::from_secs(365 * 24 * 3600));
-            o.attach = Some((text(path, "path")?.into(), limit));
+            o.attach = Some((text(path, "path")?.into(), crate::ffi::duration(ms)));
             Ok(())
         })
     }
@@ -386,7 +386,7 @@ pub unsafe extern "C" fn tc_network_options_set_startup_timeout(
     // SAFETY: as the caller promised.
     unsafe {
         with_options("tc_network_options_set_startup_timeout", options, |o| {
-            o.startup_timeout = self::ms(ms);
+            o.startup_timeout = Some(crate::ffi::duration(ms));
             Ok(())
         })
     }

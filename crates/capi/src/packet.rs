@@ -59,7 +59,7 @@ impl tc_packet {
     }
 }
 
-/// A string as C reads it: cut at a NUL inside it (the length getters give the whole).
+/// A string as C reads it: cut at a NUL inside it (data holding NUL goes as `%b`).
 fn c_string(s: &str) -> CString {
     CString::new(s.split('\0').next().unwrap_or_default()).unwrap_or_default()
 }

@@ -57,6 +57,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Ends a request's task: a request still under way then (its task panicked) fails
+/// with `TC_ERR_PANIC`, waiters are woken, and the next request of its kind starts.
+struct Finish {
+    state: Arc<Mutex<State>>,
+    turns: Arc<Turns>,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        {
+            let mut s = lock(&self.state);
+            if !matches!(*s, State::Done(_)) {
+                let panic =
+                    "the request's task stopped without an outcome (a bug in treecast; please report it)";
+                *s = State::Done(Err(Failure::new(tc_result::TC_ERR_PANIC, panic)));
+            }
+        }
+        FINISHED.notify_waiters();
+        self.turns.serving.send_modify(|s| *s += 1);
+    }
+}
+
 fn cancelled() -> Failure {
     Failure::new(tc_result::TC_ERR_CANCELLED, "the request was cancelled")
 }
@@ -72,6 +94,8 @@ impl tc_request {
         let stop = Arc::new(Notify::new());
         let (task_state, task_stop, turns) = (state.clone(), stop.clone(), turns.clone());
         runtime()?.spawn(async move {
+            // Whatever happens below, even a panic, the request ends and its turn passes.
+            let _finish = Finish { state: task_state.clone(), turns: turns.clone() };
             let mut serving = turns.serving.subscribe();
             // Waits for its turn even when cancelled meanwhile, so later ones keep theirs.
             let _ = serving.wait_for(|s| *s == ticket).await;
@@ -92,9 +116,7 @@ impl tc_request {
                     () = stopped => Err(cancelled()),
                 };
                 *lock(&task_state) = State::Done(outcome);
-                FINISHED.notify_waiters();
             }
-            turns.serving.send_modify(|s| *s += 1);
         });
         Ok(tc_request { state, stop })
     }

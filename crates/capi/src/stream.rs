@@ -239,6 +239,12 @@ pub unsafe extern "C" fn tc_stream_recv(
 /// `stream` is NULL or a stream not freed yet, used by no other thread.
 #[no_mangle]
 pub unsafe extern "C" fn tc_stream_free(stream: *mut tc_stream) {
-    // SAFETY: as the caller promised.
-    quiet((), || drop(unsafe { take(stream) }));
+    quiet((), || {
+        // SAFETY: as the caller promised.
+        if let Some(s) = unsafe { take(stream) } {
+            // Closed now, not when the last request holding its receiver goes: those
+            // requests end with TC_ERR_CLOSED.
+            s.sender.close();
+        }
+    });
 }

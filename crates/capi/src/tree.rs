@@ -8,7 +8,7 @@ use std::time::Duration;
 use treecast_api::SpawnOptions;
 
 use crate::error::{guard, quiet, tc_result, Failure};
-use crate::ffi::{arg, block_on, handle, out_ok, put, text, TC_FOREVER};
+use crate::ffi::{arg, block_on, handle, out_ok, put, text};
 use crate::network::{tc_communicator, tc_network};
 
 /// Hands a string to C, to be freed with `tc_string_free`.
@@ -18,10 +18,7 @@ fn c_string(s: String) -> *mut c_char {
 
 /// The time limit `ms` as a duration (`TC_FOREVER`: a year).
 fn limit(ms: u64) -> Duration {
-    match ms {
-        TC_FOREVER => Duration::from_secs(365 * 24 * 3600),
-        _ => Duration::from_millis(ms),
-    }
+    crate::ffi::duration(ms)
 }
 
 /// Frees a string the library handed out; NULL is ignored.

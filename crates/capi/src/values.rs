@@ -139,7 +139,15 @@ pub(crate) unsafe fn from_c(format: &str, values: *const tc_value, n: usize) -> 
             return Err(mismatch(format!("its kind is {}, the format says {}", kind_name(v.kind), t.spec())));
         }
         // SAFETY: as the caller promised for each value.
-        out.push(unsafe { one(*t, v) }.map_err(mismatch)?);
+        match unsafe { one(*t, v) } {
+            Ok(value) => out.push(value),
+            Err(Bad::Range(why)) => {
+                let mut f = mismatch(why);
+                f.code = tc_result::TC_ERR_RANGE;
+                return Err(f);
+            }
+            Err(Bad::Value(why)) => return Err(mismatch(why)),
+        }
     }
     Ok(out)
 }
@@ -151,13 +159,21 @@ fn kind_name(kind: u32) -> String {
         .map_or_else(|| format!("the unknown code {kind}"), |t| t.spec().to_owned())
 }
 
+/// Why one C value cannot be taken.
+enum Bad {
+    /// A number that does not fit its type (`TC_ERR_RANGE`).
+    Range(String),
+    /// A NULL, a string that is not UTF-8 (`TC_ERR_FORMAT`).
+    Value(String),
+}
+
 /// Converts one C value of type `t` (its kind already checked).
 ///
 /// # Safety
 /// As [`from_c`].
-unsafe fn one(t: ValueType, v: &tc_value) -> Result<Value, String> {
-    let int = |what: &str| format!("{} does not fit in {what}", v.i);
-    let uint = |what: &str| format!("{} does not fit in {what}", v.u);
+unsafe fn one(t: ValueType, v: &tc_value) -> Result<Value, Bad> {
+    let int = |what: &str| Bad::Range(format!("{} does not fit in {what}", v.i));
+    let uint = |what: &str| Bad::Range(format!("{} does not fit in {what}", v.u));
     Ok(match t {
         ValueType::Scalar(s) => match s {
             ScalarType::Char => Value::Char(v.i.try_into().map_err(|_| int("8 bits"))?),
@@ -171,12 +187,12 @@ unsafe fn one(t: ValueType, v: &tc_value) -> Result<Value, String> {
             ScalarType::Float => Value::Float(v.d as f32),
             ScalarType::Double => Value::Double(v.d),
             // SAFETY: as the caller promised.
-            ScalarType::Str => Value::Str(unsafe { c_str(v.ptr.cast()) }?),
+            ScalarType::Str => Value::Str(unsafe { c_str(v.ptr.cast()) }.map_err(Bad::Value)?),
         },
         // SAFETY: as the caller promised.
-        ValueType::Bytes => Value::Bytes(unsafe { slice::<u8>(v) }?.to_vec()),
+        ValueType::Bytes => Value::Bytes(unsafe { slice::<u8>(v) }.map_err(Bad::Value)?.to_vec()),
         // SAFETY: as the caller promised.
-        ValueType::Array(s) => unsafe { array(s, v) }?,
+        ValueType::Array(s) => unsafe { array(s, v) }.map_err(Bad::Value)?,
     })
 }
 

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 use treecast_filters::{FilterRegistry, TransformKind};
 use treecast_wire::{
     encode_values, AttachPoint, ControlMsg, FilterSpec, Frame, FrameHeader, Grant, LaunchPlan, MemberPlan,
-    RankSet,
-    StreamSpec, SyncMode, Value, Window,
+    RankSet, StreamSpec, SyncMode, Value, Window,
 };
 
 use super::*;
