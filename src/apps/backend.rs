@@ -269,6 +269,12 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
             be.send(stream, tag, "%aud %ad", &[Value::UIntArray(vec![rank]), Value::IntArray(vec![x])]).await
         }
         TAG_SINK => be.send(stream, tag, "%d", &[Value::Int(1)]).await,
+        TAG_STACK => {
+            let v = p.unpack("%ud %ud")?;
+            let (depth, classes) = (v[0].as_u64().unwrap_or(1) as u32, v[1].as_u64().unwrap_or(1) as u32);
+            be.send(stream, tag, "%as", &[Value::StrArray(synthetic_stack(rank, depth.min(256), classes))])
+                .await
+        }
         TAG_SPAWN_HELPERS => {
             let v = p.unpack("%ud")?;
             let [Value::UInt(n)] = v[..] else { return Ok(()) };

@@ -329,6 +329,10 @@ pub enum BenchCommand {
     /// same tree in the same run (back-ends send `%d`; the plug-in must add them, as
     /// examples/filters/sum.c does), rounds alternating; prints both and the ratio.
     Filter(BenchFilterArgs),
+    /// A STAT-like merge of call-graph prefix trees (examples/filters/prefix_tree.cpp)
+    /// at every comm node, time per wave, against the same merge done by the
+    /// front-end alone over a flat tree of the same back-ends, in the same run.
+    PrefixTree(BenchPrefixTreeArgs),
     /// The protocol cores of a whole tree in one process, with virtual time: work and
     /// bytes per node per wave at each level, and the wall time per wave.
     Sim(SimArgs),
@@ -656,6 +660,29 @@ pub struct BenchFilterArgs {
     /// The plug-in: its shared object and the filter's name.
     #[arg(value_name = "PATH:NAME")]
     pub filter: String,
+}
+
+/// Flags of `treecast bench prefix-tree`.
+#[derive(Debug, Args)]
+pub struct BenchPrefixTreeArgs {
+    /// Back-ends on this host.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub local: usize,
+    /// Tree shape the merge runs in (the reference is always flat).
+    #[arg(long, value_name = "SPEC", default_value = "kary:16")]
+    pub topology: String,
+    /// Waves timed on each tree (after one to warm up).
+    #[arg(long, default_value_t = 20)]
+    pub waves: usize,
+    /// Frames in each back-end's stack.
+    #[arg(long, default_value_t = 8)]
+    pub depth: u32,
+    /// Distinct stacks among the back-ends (ranks with equal rank % CLASSES share one).
+    #[arg(long, default_value_t = 16)]
+    pub classes: u32,
+    /// The prefix-tree plug-in, built as examples/filters/prefix_tree.cpp says.
+    #[arg(value_name = "PLUGIN.so")]
+    pub plugin: std::path::PathBuf,
 }
 
 /// Flags of `treecast bench microbench`.

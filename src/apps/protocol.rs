@@ -7,6 +7,23 @@
 
 pub use treecast_wire::requests::{TAG_ADD_RANK, TAG_BURST, TAG_BURST_BYTES, TAG_RANK};
 
+/// `%ud depth %ud classes` → `%as`: a synthetic call stack of `depth` frames,
+/// outermost first, shared by the ranks equal modulo `classes` and branching one
+/// level further down for each bit of that class (`bench prefix-tree`).
+pub const TAG_STACK: i32 = 22;
+
+/// The stack [`TAG_STACK`] answers for `rank`: `main`, then frames that tell more
+/// classes apart the deeper they are.
+pub fn synthetic_stack(rank: u32, depth: u32, classes: u32) -> Vec<String> {
+    let class = rank % classes.max(1);
+    let mut frames = vec!["main".to_owned()];
+    for k in 1..depth {
+        let bits = k.min(31);
+        frames.push(format!("f{k}_{}", class & ((1u32 << bits) - 1)));
+    }
+    frames
+}
+
 /// Run a command: [`RUN_REQUEST`] → [`RUN_ANSWER`].
 pub const TAG_RUN: i32 = 1;
 /// What [`TAG_RUN`] asks: argv, time limit in ms (0 for none), bytes of each output

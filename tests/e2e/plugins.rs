@@ -217,6 +217,31 @@ fn run_with_a_filter_sums_the_number_every_host_printed_at_every_node() {
     assert!(stderr.contains("sum_outputs") && stderr.contains("median"), "{stderr}");
 }
 
+/// `treecast bench prefix-tree` runs the C++ merge in a tree and at a flat front-end,
+/// checks both merged the same prefix tree over every rank, and prints the ratio.
+#[test]
+fn bench_prefix_tree_merges_in_the_tree_and_at_the_front_end_alone() {
+    let dir = TestDir::new("plugins-bench-prefix");
+    let so = compiled(&dir, "c++", "prefix_tree.cpp", &["-std=c++17"]);
+    let tag = format!("{}", std::process::id());
+    let out = Command::new(TREECAST)
+        .args(["bench", "prefix-tree", "--local", "12", "--topology", "kary:3", "--waves", "2"])
+        .args(["--depth", "5", "--classes", "6"])
+        .arg(&so)
+        .env("TREECAST_TEST_TAG", &tag)
+        .output()
+        .unwrap();
+    assert_no_leftovers(&format!("TREECAST_TEST_TAG={tag}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // Six classes: main, two at f1, four at f2, six at f3 and f4 (19 paths).
+    assert!(stdout.contains("12 back-ends") && stdout.contains("(19 call paths)"), "{stdout}");
+    assert!(
+        stdout.contains("kary:3") && stdout.contains("flat") && stdout.contains("merged in the tree"),
+        "{stdout}"
+    );
+}
+
 #[tokio::test]
 async fn a_cpp_filter_merges_call_graph_prefix_trees_at_every_node() {
     let dir = TestDir::new("plugins-stat");

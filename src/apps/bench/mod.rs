@@ -12,6 +12,7 @@ pub mod chaos;
 pub mod collectives;
 pub mod joincost;
 pub mod microbench;
+pub mod prefix_tree;
 pub mod route;
 pub mod route_live;
 pub mod shared;
@@ -24,6 +25,7 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchCommand::Microbench(m) => microbench::microbench(m).await,
         BenchCommand::Run(r) => microbench::bench_run(r).await,
         BenchCommand::Filter(f) => microbench::bench_filter(f).await,
+        BenchCommand::PrefixTree(p) => prefix_tree::main(p).await,
         BenchCommand::Sim(s) => sim::main(s),
         BenchCommand::Route(r) => route::main(r).await,
         BenchCommand::Bcast(b) => bcast::main(b).await,
