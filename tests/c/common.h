@@ -12,7 +12,7 @@
 #define TAG_SCALE 1 /* "%d" v: answers "%d" v * (rank + 1) on the same stream */
 #define TAG_DIE 2   /* exits at once with status 3, as a crash would */
 #define TAG_ECHO 4  /* answers with the packet's values as they came */
-#define TAG_STALL 5 /* reads nothing for 2 s, as a back-end stuck in its own work */
+#define TAG_STALL 5 /* reads nothing until the file $TC_TEST_RELEASE exists (60 s at most) */
 
 #define CHECK(call)                                                                     \
   do {                                                                                  \

@@ -87,8 +87,12 @@ static void without_a_network(void) {
 }
 
 static void with_a_network(const char *argv0) {
+  char release[] = "/tmp/tc-release-XXXXXX";
+  int release_fd = mkstemp(release);
+  EXPECT(release_fd >= 0 && close(release_fd) == 0 && unlink(release) == 0);
   tc_network_options *o = tc_test_options("flat", 2, argv0);
   CHECK(tc_network_options_set_send_timeout(o, 300));
+  CHECK(tc_network_options_set_env(o, "TC_TEST_RELEASE", release));
   tc_network *net = NULL;
   CHECK(tc_network_launch(o, &net));
   tc_network_options_free(o);
@@ -155,8 +159,11 @@ static void with_a_network(const char *argv0) {
   for (int k = 0; k < 200 && r == TC_OK; k++) r = tc_stream_send(stuck, 99, "%b", blob, (uint32_t)sizeof blob);
   EXPECT(r == TC_ERR_TIMEOUT);
   EXPECT(strstr(tc_last_error(), "window stayed full for 300 ms") != NULL);
+  FILE *go = fopen(release, "w"); /* the back-end reads again */
+  EXPECT(go != NULL && fclose(go) == 0);
   tc_stream_free(stuck);
   tc_communicator_free(zero);
+  EXPECT(unlink(release) == 0);
   tc_stream_free(s);
   tc_communicator_free(comm);
   tc_network_free(net);

@@ -171,6 +171,14 @@ impl FeTool {
         }
     }
 
+    /// Wakes every task waiting to receive on or send to `stream` (it was closed here,
+    /// and the core tells no one of a close it was asked for).
+    pub(crate) fn wake_stream(&mut self, stream: u32) {
+        for ws in [self.readers.remove(&stream), self.writers.remove(&stream)].into_iter().flatten() {
+            ws.into_iter().for_each(Waker::wake);
+        }
+    }
+
     /// Waits for a packet (or the end) on `stream`.
     pub(crate) fn wait_readable(&mut self, stream: u32, cx: &Context<'_>) {
         register(self.readers.entry(stream).or_default(), cx);

@@ -398,6 +398,8 @@ impl StreamSender {
         if d.core().has_stream(self.id) {
             let _ = d.command(Command::CloseStream(self.id));
         }
+        // A receive already waiting on another thread must see the end now.
+        d.tool().wake_stream(self.id);
     }
 
     fn params_command(&self, values: &[Value], down: bool) -> Result<(), ApiError> {

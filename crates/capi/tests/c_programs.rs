@@ -23,7 +23,7 @@ fn lib_dir() -> PathBuf {
         exe.parent().and_then(Path::parent).unwrap_or_else(|| panic!("{} has no grandparent", exe.display()));
     assert!(
         dir.join("libtreecast.so").exists() && dir.join("libtreecast.a").exists(),
-        "libtreecast.so and libtreecast.a are not in {}: build them with `cargo build -p treecast-capi`",
+        "libtreecast.so and libtreecast.a are not in {}: build them with `cargo build -p treecast-capi` (tools/test, the README's test command, does)",
         dir.display()
     );
     dir.to_path_buf()
