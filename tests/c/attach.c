@@ -59,13 +59,7 @@ int main(int argc, char **argv) {
   tc_stream *sum = NULL;
   CHECK(tc_network_broadcast_communicator(net, &all));
   CHECK(tc_stream_new(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &sum));
-  CHECK(tc_stream_send(sum, TAG_SCALE, "%d", 3));
-  tc_packet *p = NULL;
-  CHECK(tc_stream_recv(sum, 30000, &p));
-  int32_t total = 0;
-  CHECK(tc_packet_unpack(p, "%d", &total));
-  EXPECT(total == 3 * (1 + 2 + 3 + 4));
-  tc_packet_free(p);
+  EXPECT(tc_test_scaled(sum, 3) == 3 * (1 + 2 + 3 + 4));
   tc_stream_free(sum);
   tc_communicator_free(all);
   tc_network_free(net);

@@ -88,6 +88,16 @@ int tc_test_role(int argc, char **argv) {
   return -1;
 }
 
+int32_t tc_test_scaled(const tc_stream *s, int32_t v) {
+  CHECK(tc_stream_send(s, TAG_SCALE, "%d", v));
+  tc_packet *p = NULL;
+  CHECK(tc_stream_recv(s, 30000, &p));
+  int32_t total = 0;
+  CHECK(tc_packet_unpack(p, "%d", &total));
+  tc_packet_free(p);
+  return total;
+}
+
 tc_network_options *tc_test_options(const char *spec, uint32_t backends, const char *argv0) {
   static char self[PATH_MAX];
   EXPECT(realpath(argv0, self) != NULL);

@@ -37,6 +37,9 @@
  * front-end, else the exit status. */
 int tc_test_role(int argc, char **argv);
 
+/* Sends TAG_SCALE v down `s` and returns the reduction that comes back (30 s at most). */
+int32_t tc_test_scaled(const tc_stream *s, int32_t v);
+
 /* Launch options for a local tree of `spec` whose comm nodes and back-ends are this
  * program itself (`argv0`, its argv[0]), with `backends` back-ends (0: as `spec` says). */
 tc_network_options *tc_test_options(const char *spec, uint32_t backends, const char *argv0);

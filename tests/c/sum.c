@@ -21,13 +21,7 @@ int main(int argc, char **argv) {
   tc_stream *sum = NULL;
   CHECK(tc_stream_new(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &sum));
   for (int32_t v = 1; v <= 5; v++) {
-    CHECK(tc_stream_send(sum, TAG_SCALE, "%d", v));
-    tc_packet *p = NULL;
-    CHECK(tc_stream_recv(sum, 30000, &p));
-    int32_t total = 0;
-    CHECK(tc_packet_unpack(p, "%d", &total));
-    EXPECT(total == v * (1 + 2 + 3 + 4));
-    tc_packet_free(p);
+    EXPECT(tc_test_scaled(sum, v) == v * (1 + 2 + 3 + 4));
   }
 
   /* Values of every kind, one back-end at a time (point to point). */
@@ -78,12 +72,7 @@ int main(int argc, char **argv) {
     }
     tc_event_free(e);
   }
-  CHECK(tc_stream_send(sum, TAG_SCALE, "%d", 1));
-  CHECK(tc_stream_recv(sum, 30000, &p));
-  int32_t total = 0;
-  CHECK(tc_packet_unpack(p, "%d", &total));
-  EXPECT(total == 1 + 2 + 3);
-  tc_packet_free(p);
+  EXPECT(tc_test_scaled(sum, 1) == 1 + 2 + 3);
 
   tc_stream_free(die);
   tc_communicator_free(three);

@@ -36,13 +36,7 @@ int main(int argc, char **argv) {
 
   CHECK(tc_network_monitor_start(net, 7));
   for (int32_t v = 1; v <= 3; v++) {
-    CHECK(tc_stream_send(sum, TAG_SCALE, "%d", v));
-    tc_packet *p = NULL;
-    CHECK(tc_stream_recv(sum, 30000, &p));
-    int32_t total = 0;
-    CHECK(tc_packet_unpack(p, "%d", &total));
-    EXPECT(total == v * (5 + 6));
-    tc_packet_free(p);
+    EXPECT(tc_test_scaled(sum, v) == v * (5 + 6));
   }
   CHECK(tc_network_monitor_stop(net));
   char *report = NULL;
@@ -73,13 +67,7 @@ int main(int argc, char **argv) {
   tc_communicator *all = NULL;
   CHECK(tc_network_broadcast_communicator(net, &all));
   CHECK(tc_stream_new(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &sum));
-  CHECK(tc_stream_send(sum, TAG_SCALE, "%d", 1));
-  tc_packet *p = NULL;
-  CHECK(tc_stream_recv(sum, 30000, &p));
-  int32_t total = 0;
-  CHECK(tc_packet_unpack(p, "%d", &total));
-  EXPECT(total == 1 + 2 + 3);
-  tc_packet_free(p);
+  EXPECT(tc_test_scaled(sum, 1) == 1 + 2 + 3);
   tc_stream_free(sum);
   tc_communicator_free(all);
   tc_network_free(net);

@@ -335,18 +335,7 @@ const treecast_filter_table *treecast_filter_v1(void) { return &table; }
 #[tokio::test]
 async fn packets_a_comm_node_filter_sends_down_reach_its_back_ends_and_their_answers_come_up() {
     let dir = TestDir::new("plugins-down");
-    let src = dir.path("ask_again.c");
-    std::fs::write(&src, ASK_AGAIN_C).unwrap();
-    let so = dir.path("libask_again.so");
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-I"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
-        .arg("-o")
-        .arg(&so)
-        .arg(&src)
-        .status()
-        .expect("a C compiler (`cc`)");
-    assert!(status.success());
+    let so = c_source(&dir, "ask_again", ASK_AGAIN_C);
     let net = launch_with("balanced:2x2", &[]).await;
     net.load_filter(&so).await.unwrap();
     let mut s = net.new_stream(&net.broadcast_communicator(), options("ask_again", &[])).await.unwrap();
@@ -451,18 +440,7 @@ const treecast_filter_table *treecast_filter_v1(void) {
 #[tokio::test]
 async fn load_filter_returns_once_every_comm_node_loaded_it_or_names_the_one_that_refused() {
     let dir = TestDir::new("plugins-refused");
-    let src = dir.path("picky.c");
-    std::fs::write(&src, PICKY_C).unwrap();
-    let picky = dir.path("libpicky.so");
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-I"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
-        .arg("-o")
-        .arg(&picky)
-        .arg(&src)
-        .status()
-        .expect("a C compiler (`cc`)");
-    assert!(status.success());
+    let picky = c_source(&dir, "picky", PICKY_C);
     // Comm nodes 1, 2, 5, 8, 9 and 12; node 5 is at the second level.
     let net = launch_with("balanced:2x2x2", &[]).await;
     let err = net.load_filter(&picky).await.unwrap_err();

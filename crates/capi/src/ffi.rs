@@ -1,7 +1,7 @@
 //! What every entry point needs: the runtime blocking calls run on, and checked
 //! conversions of C arguments (pointers, strings, time limits, out-parameters).
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, CStr, CString};
 use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -104,6 +104,31 @@ pub(crate) unsafe fn opt_text<'a>(p: *const c_char, name: &str) -> Result<Option
         // SAFETY: as the caller promised.
         false => unsafe { text(p, name) }.map(Some),
     }
+}
+
+/// A command line from C, `argv[0..argc]`, as owned strings.
+///
+/// # Safety
+/// `argv` is NULL or points to `argc` NULL-or-NUL-terminated strings.
+pub(crate) unsafe fn command(argv: *const *const c_char, argc: usize) -> Result<Vec<String>, Failure> {
+    if argc == 0 {
+        return Err(Failure::new(tc_result::TC_ERR_INVALID, "argc is 0: a command needs a program"));
+    }
+    if argv.is_null() {
+        return Err(null("argv"));
+    }
+    // SAFETY: as the caller promised.
+    let args = unsafe { std::slice::from_raw_parts(argv, argc) };
+    args.iter()
+        .enumerate()
+        // SAFETY: as the caller promised, for each string.
+        .map(|(i, a)| unsafe { text(*a, &format!("argv[{i}]")) }.map(str::to_owned))
+        .collect()
+}
+
+/// Text for C, owned: a NUL inside it (which C cannot hold) becomes a space.
+pub(crate) fn c_text(s: &str) -> CString {
+    CString::new(s.replace('\0', " ")).unwrap_or_default()
 }
 
 /// Checks that an out-parameter can be written, before the call does anything.

@@ -7,7 +7,7 @@ use std::path::Path;
 use treecast_files::{bcast_files, FileEntry, FileOptions, FileReport, Outcome, Progress, WriteMode};
 
 use crate::error::{guard, quiet, tc_result, Failure};
-use crate::ffi::{arg, block_on, handle, opt_text, out_ok, put, take, text};
+use crate::ffi::{arg, block_on, c_text, handle, opt_text, out_ok, put, take, text};
 use crate::network::{tc_communicator, tc_network};
 
 /// Keep a destination that exists (the default).
@@ -42,20 +42,16 @@ pub struct tc_file_report {
     message: CString,
 }
 
-fn c_text(s: String) -> CString {
-    CString::new(s.replace('\0', " ")).unwrap_or_default()
-}
-
 impl tc_file_report {
     fn new(report: FileReport) -> tc_file_report {
         let mut skipped = report.ranks_with(Outcome::SkippedShared);
         skipped.union_with(&report.ranks_with(Outcome::SkippedLeave));
         skipped.union_with(&report.ranks_with(Outcome::SkippedOlder));
         let ranks = [
-            c_text(report.ranks_with(Outcome::Written).to_string()),
-            c_text(skipped.to_string()),
-            c_text(report.ranks_with(Outcome::Failed).to_string()),
-            c_text(report.lost_ranks().to_string()),
+            c_text(&report.ranks_with(Outcome::Written).to_string()),
+            c_text(&skipped.to_string()),
+            c_text(&report.ranks_with(Outcome::Failed).to_string()),
+            c_text(&report.lost_ranks().to_string()),
         ];
         let mut lines: Vec<String> = report
             .outcomes
@@ -64,7 +60,7 @@ impl tc_file_report {
             .map(|o| format!("ranks {}: {}", o.ranks, o.detail))
             .collect();
         lines.extend(report.lost.iter().map(|(r, why)| format!("ranks {r} lost: {why}")));
-        tc_file_report { report, ranks, message: c_text(lines.join("\n")) }
+        tc_file_report { report, ranks, message: c_text(&lines.join("\n")) }
     }
 }
 

@@ -11,7 +11,7 @@ use treecast_api::{
 };
 
 use crate::error::{guard, quiet, tc_result, Failure};
-use crate::ffi::{arg, block_on, block_on_for, handle, out_ok, put, ran_out, take, text, TC_FOREVER};
+use crate::ffi::{arg, block_on, block_on_for, c_text, handle, out_ok, put, ran_out, take, text, TC_FOREVER};
 
 /// How a tree is to be launched: made by `tc_network_options_new`, set by the
 /// `tc_network_options_set_*` calls, read by `tc_network_launch`, freed by
@@ -253,18 +253,7 @@ pub unsafe extern "C" fn tc_network_options_set_backend(
     // SAFETY: as the caller promised.
     unsafe {
         with_options("tc_network_options_set_backend", options, |o| {
-            if argc == 0 {
-                return Err(Failure::new(tc_result::TC_ERR_INVALID, "argc is 0: a command needs a program"));
-            }
-            if argv.is_null() {
-                return Err(crate::ffi::null("argv"));
-            }
-            let args = std::slice::from_raw_parts(argv, argc);
-            let mut command = Vec::with_capacity(argc);
-            for (i, a) in args.iter().enumerate() {
-                command.push(text(*a, &format!("argv[{i}]"))?.to_owned());
-            }
-            o.backend = command;
+            o.backend = crate::ffi::command(argv, argc)?;
             Ok(())
         })
     }
@@ -667,11 +656,7 @@ pub unsafe extern "C" fn tc_network_next_event(
             })?;
         let ranks = event_ranks(&event).map(|r| r.to_string()).unwrap_or_default();
         let text = event.to_string();
-        let e = tc_event {
-            event,
-            ranks: CString::new(ranks).unwrap_or_default(),
-            text: CString::new(text.replace('\0', " ")).unwrap_or_default(),
-        };
+        let e = tc_event { event, ranks: c_text(&ranks), text: c_text(&text) };
         // SAFETY: checked not NULL.
         unsafe { put(out, handle(e)) };
         Ok(())

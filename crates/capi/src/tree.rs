@@ -3,22 +3,16 @@
 //! format, in strings the caller frees with `tc_string_free`.
 
 use std::ffi::{c_char, CString};
-use std::time::Duration;
 
 use treecast_api::SpawnOptions;
 
 use crate::error::{guard, quiet, tc_result, Failure};
-use crate::ffi::{arg, block_on, handle, out_ok, put, text};
+use crate::ffi::{arg, block_on, c_text, duration, handle, out_ok, put};
 use crate::network::{tc_communicator, tc_network};
 
 /// Hands a string to C, to be freed with `tc_string_free`.
 fn c_string(s: String) -> *mut c_char {
-    CString::new(s.replace('\0', " ")).unwrap_or_default().into_raw()
-}
-
-/// The time limit `ms` as a duration (`TC_FOREVER`: a year).
-fn limit(ms: u64) -> Duration {
-    crate::ffi::duration(ms)
+    c_text(&s).into_raw()
 }
 
 /// Frees a string the library handed out; NULL is ignored.
@@ -81,16 +75,8 @@ pub unsafe extern "C" fn tc_network_spawn(
         let net = unsafe { arg(net, "net") }?;
         out_ok(group, "group")?;
         out_ok(out, "out")?;
-        if argc == 0 || argv.is_null() {
-            return Err(Failure::new(tc_result::TC_ERR_INVALID, "no command: argv needs a program"));
-        }
         // SAFETY: as the caller promised.
-        let args = unsafe { std::slice::from_raw_parts(argv, argc) };
-        let mut command = Vec::with_capacity(argc);
-        for (i, a) in args.iter().enumerate() {
-            // SAFETY: as the caller promised.
-            command.push(unsafe { text(*a, &format!("argv[{i}]")) }?.to_owned());
-        }
+        let command = unsafe { crate::ffi::command(argv, argc) }?;
         let g = block_on(net.net.spawn(n, &command, &SpawnOptions::default()))??;
         let ranks = g.ranks().iter().copied().collect();
         let comm = net.net.communicator(ranks)?;
@@ -122,7 +108,7 @@ pub unsafe extern "C" fn tc_network_clock(
         out_ok(out, "out")?;
         let clocks = match rounds {
             0 => n.net.clock(),
-            r => block_on(n.net.wait_clock(r, limit(timeout_ms)))??,
+            r => block_on(n.net.wait_clock(r, duration(timeout_ms)))??,
         };
         let rows: Vec<serde_json::Value> = clocks
             .iter()
@@ -186,7 +172,7 @@ pub unsafe extern "C" fn tc_network_monitor_collect(
         // SAFETY: as the caller promised.
         let n = unsafe { arg(net, "net") }?;
         out_ok(out, "out")?;
-        let collection = block_on(n.net.monitor_collect(per_node, limit(timeout_ms)))??;
+        let collection = block_on(n.net.monitor_collect(per_node, duration(timeout_ms)))??;
         let json = serde_json::to_string(&collection)
             .map_err(|e| Failure::new(tc_result::TC_ERR_OTHER, format!("writing the report as JSON: {e}")))?;
         // SAFETY: checked not NULL.
