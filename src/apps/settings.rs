@@ -14,6 +14,10 @@ use treecast_api::NetworkBuilder;
 use treecast_driver::env;
 use treecast_transport::mcast::UDP_VARIABLES;
 
+/// The program comm nodes run (as `<program> node`), and a comm node its children
+/// on its host: the `treecast` binary, or a wrapper standing in for it.
+pub const TREECAST_PATH: &str = "TREECAST_PATH";
+
 /// What the environment asks of a network, each `None` when its variable is unset.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EnvSettings {
@@ -37,6 +41,10 @@ pub struct EnvSettings {
     pub udp: Vec<(String, String)>,
     /// `TREECAST_CLOCK_*`: the global clock's settings (unset ones keep their defaults).
     pub clock: treecast_api::ClockPlan,
+    /// `TREECAST_PATH`: the program comm nodes run.
+    pub treecast_path: Option<std::path::PathBuf>,
+    /// `TREECAST_ZERO_COPY_MIN` (`Some(None)`: `off`).
+    pub zero_copy_min: Option<Option<usize>>,
 }
 
 impl EnvSettings {
@@ -95,6 +103,10 @@ impl EnvSettings {
         };
         let udp = UDP_VARIABLES.iter().filter_map(|&k| lookup(k).map(|v| (k.to_owned(), v))).collect();
         let clock = env::clock_plan_from(&lookup).map_err(anyhow::Error::msg)?;
+        let zero_copy_min = lookup(env::ZERO_COPY_MIN)
+            .map(|t| env::zero_copy_min_in(&t))
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
         Ok(EnvSettings {
             startup_timeout,
             max_frame,
@@ -106,6 +118,8 @@ impl EnvSettings {
             log: lookup(env::LOG),
             udp,
             clock,
+            treecast_path: lookup(TREECAST_PATH).filter(|p| !p.is_empty()).map(Into::into),
+            zero_copy_min,
         })
     }
 
@@ -137,6 +151,12 @@ impl EnvSettings {
         }
         for (name, value) in &self.udp {
             builder = builder.udp_setting(name.clone(), value.clone());
+        }
+        if let Some(path) = &self.treecast_path {
+            builder = builder.treecast_path(path);
+        }
+        if let Some(bytes) = self.zero_copy_min {
+            builder = builder.zero_copy_min(bytes);
         }
         builder.clock(self.clock.clone())
     }
@@ -212,8 +232,13 @@ mod tests {
             ("TREECAST_LISTEN", "10.1.2.3"),
             ("TREECAST_STARTUP_TIMEOUT", "12"),
             ("TREECAST_MAX_CONTROL", "1048576"),
+            ("TREECAST_PATH", "/opt/wrapper"),
+            ("TREECAST_ZERO_COPY_MIN", "65536"),
         ])
         .unwrap();
+        assert_eq!(s.treecast_path, Some("/opt/wrapper".into()));
+        assert_eq!(s.zero_copy_min, Some(Some(65536)));
+        assert_eq!(read(&[("TREECAST_ZERO_COPY_MIN", "off")]).unwrap().zero_copy_min, Some(None));
         assert_eq!(s.max_control, Some(1 << 20));
         assert_eq!(s.dead_after, Some(None));
         assert_eq!(s.rejoin_within, Some(Some(Duration::from_millis(2500))));
@@ -256,6 +281,8 @@ mod tests {
             ("TREECAST_CLOCK_PROBE_BURST", "2000"),
             ("TREECAST_CLOCK_PROBE_GAP_MS", "-1"),
             ("TREECAST_CLOCK_DISTORT", "seed:1,skew:3"),
+            ("TREECAST_ZERO_COPY_MIN", "100"),
+            ("TREECAST_ZERO_COPY_MIN", "big"),
         ] {
             let e = read(&[(var, value)]).unwrap_err().to_string();
             assert!(e.contains(var) && e.contains(value), "{var}={value}: {e}");

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 9 (launch plan version 6, member plan version 1).
+protocol version 9 (launch plan version 7, member plan version 2).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -291,8 +291,8 @@ def enc_flag(v):
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
 LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
-PLAN_VERSION = 6
-MEMBER_PLAN_VERSION = 1
+PLAN_VERSION = 7
+MEMBER_PLAN_VERSION = 2
 CLOCK_FIELDS = ["resync_ms", "probes", "probe_burst", "probe_gap_us"]
 
 
@@ -323,7 +323,7 @@ def enc_plan(p, version=PLAN_VERSION):
         out += u32(len(udp)) + b"".join(enc_str(k) + enc_str(v) for k, v in udp)
     out += u32(p.get("depth", 0)) + enc_strings(p.get("filters", []))
     out += u32(p["max_control"])
-    return out + enc_clock(p.get("clock", {}))
+    return out + enc_clock(p.get("clock", {})) + u32(p.get("zero_copy_min", 0))
 
 
 def enc_clock(c):
@@ -342,7 +342,7 @@ def enc_member_plan(p, version=MEMBER_PLAN_VERSION):
     if group is not None:
         out += u32(group["group"]) + u32(group["rank"]) + u32(group["size"])
     out += u32(p["heartbeat_ms"]) + u32(p["dead_after_ms"]) + u32(p["rejoin_ms"])
-    return out + enc_clock(p.get("clock", {}))
+    return out + enc_clock(p.get("clock", {})) + u32(p.get("zero_copy_min", 0))
 
 
 def enc_filter(f):
@@ -479,6 +479,7 @@ PLAN_SSH = {
     "filters": ["/opt/tool/libhistogram.so"],
     "max_control": 1 << 20,
     "clock": {"resync_ms": 60000, "probe_burst": 4, "probe_gap_us": 0, "distort": "seed:3,offset_us:500"},
+    "zero_copy_min": 1 << 20,
 }
 
 MEMBER_PLAN_SPAWNED = {
@@ -491,6 +492,7 @@ MEMBER_PLAN_SPAWNED = {
     "dead_after_ms": 1000,
     "rejoin_ms": 0,
     "clock": {"probes": 4294967295, "distort": "-200,5"},
+    "zero_copy_min": 4294967295,
 }
 
 MEMBER_PLAN_MINIMAL = {
@@ -794,21 +796,25 @@ INVALID_CASES = [
     # plan
     ("control", "plan version 4 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=4), "Invalid"),
     ("control", "plan version 5 (before the control frame limit and the clock settings)", bytes([1]) + enc_plan(PLAN_SSH, version=5), "Invalid"),
-    ("control", "plan version 7", bytes([1]) + enc_plan(PLAN_SSH, version=7), "Invalid"),
+    ("control", "plan version 6 (before the zero-copy threshold)", bytes([1]) + enc_plan(PLAN_SSH, version=6), "Invalid"),
+    ("control", "plan version 8", bytes([1]) + enc_plan(PLAN_SSH, version=8), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
     # The plan ends with the control frame limit (4 bytes) and the clock settings (24
     # bytes when none is set).
-    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-29], "Truncated"),
-    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-25], "Truncated"),
-    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
-    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-24] + bytes([2]) + enc_plan(PLAN_LOCAL)[-23:], "Invalid"),
+    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-33], "Truncated"),
+    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-29], "Truncated"),
+    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5], "Truncated"),
+    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-28] + bytes([2]) + enc_plan(PLAN_LOCAL)[-27:], "Invalid"),
+    ("control", "plan cut inside its zero-copy threshold", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
     # member plan
-    ("control", "member plan version 2", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=2), "Invalid"),
+    ("control", "member plan version 1 (before the zero-copy threshold)", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=1), "Invalid"),
+    ("control", "member plan version 3", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=3), "Invalid"),
     ("control", "member plan version 0", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL, version=0), "Invalid"),
     ("control", "member plan cut inside its version", bytes([32, MEMBER_PLAN_VERSION]), "Truncated"),
-    ("control", "member plan without its clock", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:-24], "Truncated"),
+    ("control", "member plan without its clock", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:-28], "Truncated"),
+    ("control", "member plan without its zero-copy threshold", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:-4], "Truncated"),
     ("control", "member plan trailing byte", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL) + b"\x00", "TrailingBytes"),
     (
         "control",

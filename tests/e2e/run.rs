@@ -27,6 +27,37 @@ fn run_groups_outputs_by_equivalence_class() {
     assert!(stdout.contains("8 back-ends; exit 0: 8 [0-7]"), "{stdout}");
 }
 
+/// `TREECAST_ZERO_COPY_MIN` reaches every process through the plans: large outputs
+/// come up as memory files and arrive whole; a malformed value stops the command
+/// before anything starts, naming the variable.
+#[test]
+fn the_zero_copy_threshold_travels_in_the_plans_and_a_bad_one_is_refused_by_name() {
+    let run = |value: &str| {
+        let t = tag();
+        let (k, v) = t.split_once('=').unwrap();
+        let out = std::process::Command::new(TREECAST)
+            .args(["run", "--local", "4", "--topology", "balanced:2x2", "--"])
+            .args(["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x; echo"])
+            .env(k, v)
+            .env("TREECAST_ZERO_COPY_MIN", value)
+            .output()
+            .unwrap();
+        crate::common::assert_no_leftovers(&t);
+        out
+    };
+    let out = run("4096");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains(&format!("---- [0-3] (4 ranks) ----\n{}\n", "x".repeat(100_000))),
+        "{stdout:.300}"
+    );
+    let out = run("100");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("TREECAST_ZERO_COPY_MIN=\"100\""), "{stderr}");
+}
+
 /// Back-ends whose environment holds only their parent, node id, session and secret
 /// still run with their rank and the network's size: both come in their plan, and
 /// the command is given them as `TREECAST_RANK` and `TREECAST_SIZE`.

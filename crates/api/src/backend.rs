@@ -4,10 +4,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
-use treecast_driver::{connect_to, env, read_secret, DEFAULT_MAX_FRAME};
-use treecast_driver::{drive, lock, Driver, Launching, Shared, Tool, LAST_FLUSH};
+use treecast_driver::{drive, lock, Launching, Shared, Tool, LAST_FLUSH};
+use treecast_driver::{env, read_secret, DEFAULT_MAX_FRAME};
 use treecast_filters::{FilterRegistry, RegistryError};
-use treecast_proto::{Command, Delivery, EndReason, Event, Node, NodeConfig, Peer, Role};
+use treecast_proto::{Command, Delivery, EndReason, Event, Node, NodeConfig, Role};
 use treecast_transport::Secret;
 use treecast_wire::{Frame, FrameHeader, Value, Window};
 
@@ -557,10 +557,6 @@ impl BackEnd {
         announced: bool,
         options: JoinOptions,
     ) -> Result<BackEnd, ApiError> {
-        let stream = connect_to(parent, node_id, secret, CONNECT_LIMIT).await.map_err(ApiError::Join)?;
-        let socket = stream
-            .into_socket()
-            .map_err(|source| ApiError::Link { what: "taking over the parent link", source })?;
         let mut core = Node::new(NodeConfig {
             // Who it is comes with the member plan.
             role: Role::BackEnd { rank: RANK_NOT_KNOWN, size: 0 },
@@ -572,12 +568,11 @@ impl BackEnd {
         if announced {
             core.set_announced();
         }
-        core.set_clock(env::system_clock(), treecast_proto::ClockConfig::default());
         let launching = Launching::new(secret.clone(), std::path::PathBuf::new());
-        let mut driver = Driver::new(core, BeTool::default(), launching, DEFAULT_MAX_FRAME);
-        driver
-            .add_link(socket, Peer::Parent, format!("parent {parent}"))
-            .map_err(|source| ApiError::Link { what: "registering the parent link", source })?;
+        let driver =
+            treecast_driver::join_parent(parent, core, BeTool::default(), launching, DEFAULT_MAX_FRAME)
+                .await
+                .map_err(ApiError::Join)?;
         let shared = std::sync::Arc::new(std::sync::Mutex::new(driver));
         let task = tokio::spawn(drive(shared.clone()));
         match placed(&shared, parent).await {

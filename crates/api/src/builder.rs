@@ -58,6 +58,8 @@ pub struct NetworkBuilder {
     log: String,
     /// The global clock's settings, for every node.
     clock: ClockPlan,
+    /// Payload size from which frames between processes of one host go as memory files.
+    zero_copy_min: Option<usize>,
 }
 
 impl NetworkBuilder {
@@ -93,6 +95,7 @@ impl NetworkBuilder {
             udp_settings: Vec::new(),
             log: String::new(),
             clock: ClockPlan::default(),
+            zero_copy_min: None,
         }
     }
 
@@ -196,9 +199,11 @@ impl NetworkBuilder {
     /// The program comm nodes run, as `<program> node`: the `treecast` binary, or this
     /// tool's own program if it calls [`crate::run_comm_node`] when started that way.
     ///
-    /// Default: `TREECAST_PATH`; else this program if its file is named `treecast`;
-    /// else a file named `treecast` in this program's folder or the one above it
-    /// (where cargo puts a workspace's examples and tests); else `treecast` on `PATH`.
+    /// Default: this program if its file is named `treecast`; else a file named
+    /// `treecast` in this program's folder or the one above it (where cargo puts a
+    /// workspace's examples and tests); else `treecast` on `PATH`, as `execvp` would
+    /// find it. The library reads no `TREECAST_PATH`: the `treecast` command and
+    /// the C API apply it here; a Rust tool that wants it reads it itself.
     /// [`NetworkBuilder::launch`] fails with [`ApiError::NoBinary`] when none is found.
     pub fn treecast_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.treecast_path = Some(path.into());
@@ -242,6 +247,15 @@ impl NetworkBuilder {
     /// [`NetworkBuilder::MIN_MAX_CONTROL`].
     pub fn max_control(mut self, bytes: usize) -> Self {
         self.max_control = bytes.clamp(1, MAX_PAYLOAD_LEN);
+        self
+    }
+
+    /// Sends payloads of at least `bytes` bytes between processes of one host as
+    /// sealed memory files instead of through their socket, in every process of the
+    /// tree (default `None`: never, the socket was faster wherever it was measured;
+    /// docs/processes.md). The `treecast` command applies `TREECAST_ZERO_COPY_MIN`.
+    pub fn zero_copy_min(mut self, bytes: Option<usize>) -> Self {
+        self.zero_copy_min = bytes;
         self
     }
 
@@ -312,6 +326,7 @@ impl NetworkBuilder {
         plan.rejoin_ms = self.rejoin.map_or(0, ms);
         plan.udp = self.udp_route.then(|| self.udp_settings());
         plan.clock = self.clock.clone();
+        plan.zero_copy_min = self.zero_copy_min.map_or(0, |n| n.clamp(1, u32::MAX as usize) as u32);
         plan
     }
 
@@ -412,11 +427,8 @@ fn resolve_treecast(explicit: Option<&Path>) -> Result<PathBuf, ApiError> {
     if let Some(p) = explicit {
         return Ok(p.to_path_buf());
     }
-    if let Some(p) = std::env::var_os("TREECAST_PATH").filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
-    }
     let me = std::env::current_exe().map_err(|e| {
-        ApiError::NoBinary(format!("TREECAST_PATH is not set, and this program's own path is unknown ({e})"))
+        ApiError::NoBinary(format!("none was named, and this program's own path is unknown ({e})"))
     })?;
     find_treecast(&me, std::env::var_os("PATH").as_deref())
 }
@@ -436,7 +448,7 @@ fn find_treecast(me: &Path, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, A
     }
     let near: Vec<String> = near.iter().map(|d| d.display().to_string()).collect();
     Err(ApiError::NoBinary(format!(
-        "TREECAST_PATH is not set, this program ({}) is not named treecast, and no file named treecast \
+        "none was named, this program ({}) is not named treecast, and no file named treecast \
          is in {} or on PATH",
         me.display(),
         near.join(" or ")
@@ -464,7 +476,10 @@ mod tests {
         assert!(shown.starts_with("cannot find the treecast binary that comm nodes run"), "{shown}");
         assert!(shown.contains(&format!("this program ({})", me.display())), "{shown}");
         assert!(shown.contains(&bin.join("examples").display().to_string()), "{shown}");
-        assert!(shown.contains("set TREECAST_PATH") && shown.contains("run_comm_node"), "{shown}");
+        assert!(
+            shown.contains("NetworkBuilder::treecast_path") && shown.contains("run_comm_node"),
+            "{shown}"
+        );
         assert_eq!(shown, err.to_string());
 
         std::fs::write(elsewhere.join("treecast"), "").unwrap();

@@ -179,9 +179,9 @@ pub enum ApiError {
     /// The `treecast` binary for comm nodes could not be found; the text says where
     /// it was looked for.
     #[error(
-        "cannot find the treecast binary that comm nodes run: {0}; set TREECAST_PATH to its full path, \
-         call NetworkBuilder::treecast_path, or make this program its own comm node (see \
-         treecast_api::run_comm_node)"
+        "cannot find the treecast binary that comm nodes run: {0}; name its full path with \
+         NetworkBuilder::treecast_path (a tool may take it from TREECAST_PATH, as the treecast command \
+         does), or make this program its own comm node (see treecast_api::run_comm_node)"
     )]
     NoBinary(String),
     /// Ranks asked for are not back-ends of this network.

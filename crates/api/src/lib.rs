@@ -20,8 +20,8 @@
 //! then [`Value::as_i64`], [`Value::as_str`], [`Value::as_array`] and their kin.
 //!
 //! Comm nodes run the `treecast` binary (`treecast node`): the one
-//! [`NetworkBuilder::treecast_path`] names, else `TREECAST_PATH`, else one found
-//! beside this program or on `PATH`. A tool can instead be its own comm node, and
+//! [`NetworkBuilder::treecast_path`] names, else one found beside this program or
+//! on `PATH` (the library reads no `TREECAST_*` variable; the `treecast` command does). A tool can instead be its own comm node, and
 //! ship one program:
 //!
 //! ```no_run

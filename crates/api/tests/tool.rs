@@ -230,7 +230,7 @@ fn a_tool_is_its_own_comm_node() -> Outcome {
     })
 }
 
-/// Without `TREECAST_PATH` and no `treecast` anywhere, what `main` prints
+/// With no `treecast` named or anywhere, what `main` prints
 /// (the error's Debug form) says what failed and what to do.
 fn a_missing_binary_says_what_to_do() -> Outcome {
     // A copy of this program where no `treecast` is beside it, with an empty PATH.
@@ -251,7 +251,7 @@ fn a_missing_binary_says_what_to_do() -> Outcome {
     check!(!out.status.success(), "{stderr}");
     check!(stderr.starts_with("Error: cannot find the treecast binary that comm nodes run"), "{stderr}");
     check!(stderr.contains(&format!("this program ({})", alone.display())), "{stderr}");
-    check!(stderr.contains("set TREECAST_PATH to its full path"), "{stderr}");
+    check!(stderr.contains("name its full path with NetworkBuilder::treecast_path"), "{stderr}");
     check!(stderr.contains("run_comm_node"), "{stderr}");
     check!(!stderr.contains("NoBinary"), "the Debug form is the message: {stderr}");
     Ok(())

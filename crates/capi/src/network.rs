@@ -450,7 +450,10 @@ fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
     if !o.backend.is_empty() {
         b = b.backend_command(o.backend.iter().cloned());
     }
-    if let Some(path) = &o.treecast_path {
+    // The C API, like the `treecast` command, honours TREECAST_PATH: C tools are
+    // configured from their environment (the library below reads none).
+    let from_env = std::env::var_os("TREECAST_PATH").filter(|p| !p.is_empty()).map(PathBuf::from);
+    if let Some(path) = o.treecast_path.as_ref().or(from_env.as_ref()) {
         b = b.treecast_path(path);
     }
     if let Some(limit) = o.dead_after {

@@ -7,7 +7,8 @@ use treecast_filters::FilterRegistry;
 use treecast_transport::{handshake, Secret, Stream, TransportError};
 use treecast_wire::{Window, MAX_PAYLOAD_LEN};
 
-use crate::driver::{drive, Driver, Launching, NoTool};
+use crate::driver::node_route::NodeRoute;
+use crate::driver::{drive, Driver, Launching, NoTool, Tool};
 use crate::{env, NodeError};
 use treecast_proto::{Node, NodeConfig, Peer, Role};
 
@@ -90,19 +91,6 @@ pub async fn connect_to(
 /// tool that serves as its own comm node (it then calls [`run_comm_node`]).
 pub const COMM_NODE_ARG: &str = "node";
 
-/// The `treecast` binary to start children with: `TREECAST_PATH` (so a wrapper, a
-/// profiler or a debugger, can stand in), else this program.
-///
-/// # Errors
-/// The running program cannot be found.
-pub fn treecast_exe() -> Result<std::path::PathBuf, NodeError> {
-    match std::env::var_os("TREECAST_PATH") {
-        Some(p) => Ok(p.into()),
-        None => std::env::current_exe()
-            .map_err(|source| NodeError::Io { what: "finding the treecast binary".into(), source }),
-    }
-}
-
 /// Loads a plug-in filter (named by the plan, or shipped down the tree) into `registry`.
 fn load_plugin(
     source: treecast_proto::PluginSource<'_>,
@@ -126,8 +114,9 @@ fn load_plugin(
     plugin.map(|p| p.register(registry)).map_err(|e| e.to_string())
 }
 
-/// Runs a comm node with the built-in filters: connect to the parent named in the
-/// environment, then drive the node until its parent goes away or shuts the tree down.
+/// Runs a comm node with the built-in filters, starting its children on this host
+/// with this program: connect to the parent named in the environment, then drive
+/// the node until its parent goes away or shuts the tree down.
 ///
 /// # Errors
 /// Failures before the node is linked to its parent (after that, failures are
@@ -142,12 +131,25 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
 /// # Errors
 /// As [`run_comm_node`].
 pub async fn run_comm_node_with(registry: FilterRegistry) -> Result<(), NodeError> {
+    let me = std::env::current_exe()
+        .map_err(|source| NodeError::Io { what: "finding this program's own path".into(), source })?;
+    run_comm_node_as(registry, me).await
+}
+
+/// As [`run_comm_node_with`], starting the children on this host with `program`
+/// (as `<program> node` and `<program> backend`): the `treecast` command passes
+/// `TREECAST_PATH` here, so that a wrapper (a profiler, a debugger) stands in at
+/// every level.
+///
+/// # Errors
+/// As [`run_comm_node`].
+pub async fn run_comm_node_as(
+    registry: FilterRegistry,
+    program: std::path::PathBuf,
+) -> Result<(), NodeError> {
     let parent: String = env_var(env::PARENT)?;
     let node_id: u32 = env_parse(env::NODE_ID)?;
     let secret = read_secret()?;
-    let stream = connect_to(&parent, node_id, &secret, CONNECT_LIMIT).await?;
-    let io = |what: &'static str| move |source| NodeError::Io { what: what.into(), source };
-    let socket = stream.into_socket().map_err(io("taking over the parent link"))?;
     let mut core = Node::new(NodeConfig {
         role: Role::CommNode,
         node_id,
@@ -155,15 +157,37 @@ pub async fn run_comm_node_with(registry: FilterRegistry) -> Result<(), NodeErro
         registry,
         tool_window: Window { packets: 1, bytes: 1 },
     });
-    // The schedule's settings come with the plan.
-    core.set_clock(env::system_clock(), treecast_proto::ClockConfig::default());
     core.set_plugin_loader(std::sync::Arc::new(load_plugin));
     core.set_parent_address(parent.clone());
-    let launching = Launching::new(secret, treecast_exe()?);
-    let mut driver = Driver::new(core, NoTool, launching, DEFAULT_MAX_FRAME.min(MAX_PAYLOAD_LEN));
+    let launching = Launching::new(secret, program);
+    let driver =
+        join_parent(&parent, core, NoTool, launching, DEFAULT_MAX_FRAME.min(MAX_PAYLOAD_LEN)).await?;
+    drive(std::sync::Arc::new(std::sync::Mutex::new(driver))).await;
+    Ok(())
+}
+
+/// Links `core` (a comm node or a back-end, not yet started) to its parent at
+/// `parent`: connects, authenticates as the core's node with the secret in
+/// `launching`, and hands back its driver with the parent link in place. The
+/// schedule's settings come later, with the plan.
+///
+/// # Errors
+/// The parent cannot be reached or refuses the handshake, or the link cannot be
+/// registered with the reactor.
+pub async fn join_parent<T: Tool>(
+    parent: &str,
+    mut core: Node,
+    tool: T,
+    launching: Launching,
+    max_frame: usize,
+) -> Result<Driver<T, NodeRoute>, NodeError> {
+    let stream = connect_to(parent, core.node_id(), &launching.secret, CONNECT_LIMIT).await?;
+    let io = |what: &'static str| move |source| NodeError::Io { what: what.into(), source };
+    let socket = stream.into_socket().map_err(io("taking over the parent link"))?;
+    core.set_clock(env::system_clock(), treecast_proto::ClockConfig::default());
+    let mut driver = Driver::new(core, tool, launching, max_frame);
     driver
         .add_link(socket, Peer::Parent, format!("parent {parent}"))
         .map_err(io("registering the parent link"))?;
-    drive(std::sync::Arc::new(std::sync::Mutex::new(driver))).await;
-    Ok(())
+    Ok(driver)
 }

@@ -4,9 +4,10 @@
 //! Inputs a process started by treecast reads: [`PARENT`], [`NODE_ID`], [`SESSION`]
 //! and (in [`treecast_transport::SECRET_ENV`], never on a command line) the secret;
 //! a back-end started for a light join also [`JOIN_ANNOUNCE`], its parent's second
-//! address, and every process the log filter [`LOG`] and [`ZERO_COPY_MIN`] for what
-//! it sends. Everything else a comm node or a back-end needs (launcher, routes, time
-//! limits, rank, size, group, clock settings) arrives from its parent in its plan
+//! address, and the `treecast` binary (not the library) the log filter [`LOG`], which
+//! must hold before the plan arrives. Everything else a comm node or a back-end needs
+//! (launcher, routes, time limits, zero-copy threshold, rank, size, group, clock
+//! settings) arrives from its parent in its plan
 //! (`LaunchPlan`, `MemberPlan`), attach mode included. [`RANK`], [`SIZE`], [`GROUP`],
 //! [`GROUP_RANK`] and [`GROUP_SIZE`] are set for the back-end's command as
 //! information only (scripts read `$TREECAST_RANK`); the back-end library does not
@@ -48,29 +49,28 @@ pub const MAX_FRAME: &str = "TREECAST_MAX_FRAME";
 pub const MAX_CONTROL: &str = "TREECAST_MAX_CONTROL";
 /// Bytes from which a payload goes between two processes of one host as a sealed
 /// memory file instead of through their Unix socket; unset or `off`: never (the
-/// socket was faster wherever it was measured). Read by every process for what it
-/// sends.
+/// socket was faster wherever it was measured). Read by the `treecast` command; the
+/// plans carry it to every process, for what it sends.
 pub const ZERO_COPY_MIN: &str = "TREECAST_ZERO_COPY_MIN";
 
-/// The smallest size `TREECAST_ZERO_COPY_MIN` may ask for.
-const ZERO_COPY_FLOOR: usize = 4096;
+/// The smallest size `TREECAST_ZERO_COPY_MIN` may ask for: smaller payloads cost
+/// less to copy than to pass as a file.
+pub const ZERO_COPY_FLOOR: usize = 4096;
 
-/// The size `TREECAST_ZERO_COPY_MIN` asks for (at least 4096); `None` when it is unset, `off`, or not
-/// a number of bytes (said as a warning).
-pub fn zero_copy_min_from_env() -> Option<usize> {
-    let text = std::env::var(ZERO_COPY_MIN).ok()?;
+/// The size [`ZERO_COPY_MIN`]'s value `text` asks for; `None` for `off`.
+///
+/// # Errors
+/// Not `off` nor a number of bytes from [`ZERO_COPY_FLOOR`] to 4 GiB, said with the variable.
+pub fn zero_copy_min_in(text: &str) -> Result<Option<usize>, String> {
     match text.trim() {
-        "off" => None,
-        t => match t.parse::<usize>() {
-            Ok(n) if n >= ZERO_COPY_FLOOR => Some(n),
-            Ok(_) => {
-                tracing::warn!("{ZERO_COPY_MIN}={text:?} is under {ZERO_COPY_FLOOR} bytes, which cost less to copy than to pass as a file; using {ZERO_COPY_FLOOR}");
-                Some(ZERO_COPY_FLOOR)
-            }
-            Err(_) => {
-                tracing::warn!("{ZERO_COPY_MIN}={text:?} is not a number of bytes or `off`; large payloads go through the socket");
-                None
-            }
+        "off" => Ok(None),
+        t => match t.parse::<u32>() {
+            Ok(n) if n as usize >= ZERO_COPY_FLOOR => Ok(Some(n as usize)),
+            _ => Err(format!(
+                "{ZERO_COPY_MIN}={text:?} is not `off` or a number of bytes from {ZERO_COPY_FLOOR} \
+                 (smaller payloads cost less to copy than to pass as a file) to {}",
+                u32::MAX
+            )),
         },
     }
 }

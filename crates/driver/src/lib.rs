@@ -19,7 +19,7 @@ pub mod env;
 mod error;
 
 pub use commnode::{
-    connect_to, read_secret, run_comm_node, run_comm_node_with, treecast_exe, COMM_NODE_ARG,
+    connect_to, join_parent, read_secret, run_comm_node, run_comm_node_as, run_comm_node_with, COMM_NODE_ARG,
     DEFAULT_MAX_FRAME,
 };
 pub use driver::node_route::{NodeRoute, Shared};

@@ -183,6 +183,8 @@ pub(crate) struct StartupState {
     /// Back-end: its join went ahead of its link as an announcement (a light
     /// join), so its first link does not send it again.
     pub(crate) announced: bool,
+    /// Back-end: its member plan's zero-copy threshold, for the driver's route.
+    pub(crate) zero_copy_min: Option<usize>,
 }
 
 /// Start-up bookkeeping, dropped once the node runs.
@@ -234,10 +236,18 @@ fn member_plan(plan: &LaunchPlan, launch: &ChildLaunch) -> ControlMsg {
         dead_after_ms: if plan.heartbeat_ms == 0 { 0 } else { plan.dead_after_ms },
         rejoin_ms: plan.rejoin_ms,
         clock: plan.clock.clone(),
+        zero_copy_min: plan.zero_copy_min,
     }))
 }
 
 impl Node {
+    /// Back-end: the size from which its member plan has it send frames to a peer on
+    /// its host as memory files (`None`: never, or no plan yet). The driver hands it
+    /// to its route when [`crate::Event::Placed`] comes out.
+    pub fn zero_copy_min(&self) -> Option<usize> {
+        self.start.zero_copy_min
+    }
+
     /// The parent link is up: the node waits for its plan (a comm node's launch plan,
     /// a back-end's member plan), which its parent sends first.
     pub(super) fn parent_up(&mut self, link: LinkId) {
@@ -265,6 +275,7 @@ impl Node {
         self.liveness.configure(LivenessLimits::from_ms(plan.heartbeat_ms, plan.dead_after_ms), now);
         self.set_rejoin(Some(ms(plan.rejoin_ms)));
         self.apply_clock_plan(&plan.clock);
+        self.start.zero_copy_min = plan.zero_copy_min();
         if !self.start.announced {
             self.out.control(link, &ControlMsg::Join { ranks: RankSet::single(plan.rank), commnodes: 0 });
         }

@@ -45,6 +45,7 @@ fn member(node_id: u32, rank: u32, size: u32, rejoin_ms: u32) -> MemberPlan {
         dead_after_ms: 0,
         rejoin_ms,
         clock: Default::default(),
+        zero_copy_min: 0,
     }
 }
 
@@ -1580,6 +1581,8 @@ fn a_backend_holds_its_join_until_its_member_plan_and_takes_rank_and_limits_from
     plan.group = Some(treecast_wire::GroupPlace { group: 1, rank: 0, size: 2 });
     (plan.heartbeat_ms, plan.dead_after_ms) = (250, 1_000);
     plan.clock.probes = Some(4);
+    plan.zero_copy_min = 65_536;
+    assert_eq!(be.zero_copy_min(), None);
     be.handle_frame(parent, control(&ControlMsg::MemberPlan(Box::new(plan.clone()))), now);
     let sent: Vec<_> =
         transmits(&mut be).iter().map(|t| ControlMsg::decode(&t.frame.payload).unwrap()).collect();
@@ -1589,6 +1592,7 @@ fn a_backend_holds_its_join_until_its_member_plan_and_takes_rank_and_limits_from
     assert_eq!(be.rejoin_limit(), Some(Duration::from_secs(2)));
     assert_eq!(be.liveness(), LivenessLimits::from_ms(250, 1_000));
     assert_eq!(be.clock.config.probes, 4);
+    assert_eq!(be.zero_copy_min(), Some(65_536), "for the driver's route");
     assert!(events(&mut be).contains(&Event::Placed { rank: 3, size: 8, group: plan.group }));
 }
 
@@ -1617,6 +1621,7 @@ fn a_parent_sends_each_backend_child_its_member_plan_first() {
     let mut p = plan("h:0 => h:1 h:2 ;", 0, false);
     (p.heartbeat_ms, p.dead_after_ms, p.rejoin_ms) = (500, 2_000, 3_000);
     p.clock.distort = "seed:1,offset_us:10".into();
+    p.zero_copy_min = 1 << 20;
     fe.handle_command(Command::Launch(Box::new(p)), now).unwrap();
     events(&mut fe);
     let link = ids(2)[1];
@@ -1628,4 +1633,5 @@ fn a_parent_sends_each_backend_child_its_member_plan_first() {
     assert_eq!((plan.node_id, plan.rank, plan.size, plan.group), (2, 1, 2, None));
     assert_eq!((plan.heartbeat_ms, plan.dead_after_ms, plan.rejoin_ms), (500, 2_000, 3_000));
     assert_eq!(plan.clock.distort, "seed:1,offset_us:10");
+    assert_eq!(plan.zero_copy_min, 1 << 20);
 }

@@ -96,6 +96,11 @@ pub trait Route: Send + std::fmt::Debug {
     /// route's settings, when it multicasts).
     fn apply_plan(&mut self, plan: &LaunchPlan);
 
+    /// Sends payloads of at least `bytes` bytes to peers on this host as memory files
+    /// (a back-end's member plan says so; a comm node's launch plan does it through
+    /// [`Route::apply_plan`]). Routes with no such path ignore it.
+    fn set_zero_copy_min(&mut self, _bytes: Option<usize>) {}
+
     /// Bytes written that the peers have not acknowledged yet: a process must not
     /// exit before this is 0, or the kernel's reset may throw those bytes away.
     fn unacknowledged(&self) -> usize;

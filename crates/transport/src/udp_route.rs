@@ -425,6 +425,10 @@ impl<R: MonitoredRoute> Route for UdpRoute<R> {
         self.links.apply_plan(plan);
     }
 
+    fn set_zero_copy_min(&mut self, bytes: Option<usize>) {
+        self.links.set_zero_copy_min(bytes);
+    }
+
     fn unacknowledged(&self) -> usize {
         self.links.unacknowledged()
     }

@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 6;
+pub const PLAN_VERSION: u16 = 7;
 
 /// Default of [`LaunchPlan::max_control`] (4 MiB per back-end a child reaches): a
 /// back-end's own monitoring report at its cell limit stays under it, and what a
@@ -16,7 +16,7 @@ pub const PLAN_VERSION: u16 = 6;
 /// as its legitimate reports (joins, attach points, monitoring) do.
 pub const DEFAULT_MAX_CONTROL: u32 = 4 << 20;
 /// Version of the [`MemberPlan`] layout this build writes and reads.
-pub const MEMBER_PLAN_VERSION: u16 = 1;
+pub const MEMBER_PLAN_VERSION: u16 = 2;
 
 /// Settings of the global clock a node measures with; `None`: the node's default.
 /// The front-end's user sets them, and every plan carries them down.
@@ -67,6 +67,8 @@ pub struct MemberPlan {
     pub rejoin_ms: u32,
     /// The global clock's settings.
     pub clock: ClockPlan,
+    /// Frames of at least this many bytes go to a local peer as a memory file (0: never).
+    pub zero_copy_min: u32,
 }
 
 /// Links between processes of one host: abstract Unix sockets or loopback TCP.
@@ -159,6 +161,9 @@ pub struct LaunchPlan {
     pub max_control: u32,
     /// The global clock's settings, for the receiver and everything below it.
     pub clock: ClockPlan,
+    /// Frames of at least this many bytes go to a peer on the same host as a memory
+    /// file instead of through the socket (0: never), for every node below.
+    pub zero_copy_min: u32,
 }
 
 fn put_strings(out: &mut Vec<u8>, items: &[String]) {
@@ -228,7 +233,13 @@ impl LaunchPlan {
             filters: Vec::new(),
             max_control: DEFAULT_MAX_CONTROL,
             clock: ClockPlan::default(),
+            zero_copy_min: 0,
         }
+    }
+
+    /// [`LaunchPlan::zero_copy_min`] as a size, `None` when off.
+    pub fn zero_copy_min(&self) -> Option<usize> {
+        zero_copy(self.zero_copy_min)
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -271,6 +282,7 @@ impl LaunchPlan {
         put_strings(out, &self.filters);
         out.extend_from_slice(&self.max_control.to_le_bytes());
         self.clock.encode(out);
+        out.extend_from_slice(&self.zero_copy_min.to_le_bytes());
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -361,6 +373,7 @@ impl LaunchPlan {
                 }
             },
             clock: ClockPlan::decode(r)?,
+            zero_copy_min: r.u32("zero-copy threshold")?,
         })
     }
 }
@@ -395,7 +408,17 @@ impl ClockPlan {
     }
 }
 
+/// A zero-copy threshold of the plans as a size (0: off).
+fn zero_copy(bytes: u32) -> Option<usize> {
+    (bytes > 0).then_some(bytes as usize)
+}
+
 impl MemberPlan {
+    /// [`MemberPlan::zero_copy_min`] as a size, `None` when off.
+    pub fn zero_copy_min(&self) -> Option<usize> {
+        zero_copy(self.zero_copy_min)
+    }
+
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&MEMBER_PLAN_VERSION.to_le_bytes());
         for v in [self.node_id, self.rank, self.size] {
@@ -411,6 +434,7 @@ impl MemberPlan {
             out.extend_from_slice(&v.to_le_bytes());
         }
         self.clock.encode(out);
+        out.extend_from_slice(&self.zero_copy_min.to_le_bytes());
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<MemberPlan, DecodeError> {
@@ -438,6 +462,7 @@ impl MemberPlan {
             dead_after_ms: r.u32("silence limit")?,
             rejoin_ms: r.u32("rejoin limit")?,
             clock: ClockPlan::decode(r)?,
+            zero_copy_min: r.u32("zero-copy threshold")?,
         })
     }
 }
@@ -480,6 +505,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         filters: vec!["/opt/tool/libhistogram.so".into()],
         max_control: 1 << 20,
         clock: sample_clock(),
+        zero_copy_min: 1 << 20,
     }
 }
 
@@ -506,6 +532,7 @@ pub(crate) fn sample_member_plan() -> MemberPlan {
         dead_after_ms: 1_000,
         rejoin_ms: 0,
         clock: sample_clock(),
+        zero_copy_min: 65_536,
     }
 }
 

@@ -169,6 +169,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
         ),
         1..=(treecast_wire::MAX_PAYLOAD_LEN as u32),
         clock_plan(),
+        any::<u32>(),
     )
         .prop_map(
             |(
@@ -178,6 +179,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 (heartbeat_ms, dead_after_ms, rejoin_ms, udp, depth, filters),
                 max_control,
                 clock,
+                zero_copy_min,
             )| LaunchPlan {
                 session,
                 node_id,
@@ -203,6 +205,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 filters,
                 max_control,
                 clock,
+                zero_copy_min,
             },
         )
 }
@@ -225,16 +228,19 @@ fn member_plan() -> impl Strategy<Value = MemberPlan> {
         rank,
         size,
     }));
-    (any::<[u32; 6]>(), group, clock_plan()).prop_map(
-        |([node_id, rank, size, heartbeat_ms, dead_after_ms, rejoin_ms], group, clock)| MemberPlan {
-            node_id,
-            rank,
-            size,
-            group,
-            heartbeat_ms,
-            dead_after_ms,
-            rejoin_ms,
-            clock,
+    (any::<[u32; 7]>(), group, clock_plan()).prop_map(
+        |([node_id, rank, size, heartbeat_ms, dead_after_ms, rejoin_ms, zero_copy_min], group, clock)| {
+            MemberPlan {
+                node_id,
+                rank,
+                size,
+                group,
+                heartbeat_ms,
+                dead_after_ms,
+                rejoin_ms,
+                clock,
+                zero_copy_min,
+            }
         },
     )
 }

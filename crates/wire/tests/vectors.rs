@@ -279,6 +279,7 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         filters: m.get("filters").map_or_else(Vec::new, |_| strings_of(m, "filters")),
         max_control: u32_of(m, "max_control"),
         clock: clock_from_json(m),
+        zero_copy_min: m.get("zero_copy_min").map_or(0, |v| u32::try_from(v.as_u64().unwrap()).unwrap()),
     }
 }
 
@@ -308,6 +309,7 @@ fn member_plan_from_json(m: &Json) -> MemberPlan {
         dead_after_ms: u32_of(m, "dead_after_ms"),
         rejoin_ms: u32_of(m, "rejoin_ms"),
         clock: clock_from_json(m),
+        zero_copy_min: m.get("zero_copy_min").map_or(0, |v| u32::try_from(v.as_u64().unwrap()).unwrap()),
     }
 }
 

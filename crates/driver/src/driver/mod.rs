@@ -466,6 +466,10 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
                 let _ = self.core.handle_command(Command::MonitorLocal { id, report }, Instant::now());
             }
             Event::ParentChanged { .. } => self.tool.event(event),
+            Event::Placed { .. } => {
+                self.route.set_zero_copy_min(self.core.zero_copy_min());
+                self.tool.event(event);
+            }
             Event::Shutdown { .. } | Event::StartupFailed { .. } => {
                 self.begin_end();
                 self.tool.event(event);

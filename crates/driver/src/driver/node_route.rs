@@ -21,8 +21,7 @@ impl<T: Tool> Driver<T, NodeRoute> {
     /// A driver for `core` over a [`NodeRoute`]; frames over `max_frame` bytes close
     /// their link.
     pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
-        let mut links = StreamRoute::new(max_frame);
-        links.set_zero_copy_min(crate::env::zero_copy_min_from_env());
+        let links = StreamRoute::new(max_frame);
         let route = UdpRoute::new(links, McastKey::new(&launching.secret), core.node_id());
         Driver::with_route(core, tool, launching, route)
     }

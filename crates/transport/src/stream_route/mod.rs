@@ -222,17 +222,6 @@ impl StreamRoute {
         self.conns.remove(link)
     }
 
-    /// Sends payloads of at least `bytes` bytes to links within this host as sealed
-    /// memory files instead of through the socket; `None` (until set) never does.
-    /// Off by default: on the machines measured the socket was faster at every
-    /// size (docs/processes.md, "Large messages within a host").
-    pub fn set_zero_copy_min(&mut self, bytes: Option<usize>) {
-        if bytes.is_some() {
-            shared_payload::raise_file_limit();
-        }
-        self.zero_copy_min = bytes;
-    }
-
     /// Refuses frames over `max_frame` bytes from now on (a node learns its limit from its plan).
     pub fn set_max_frame(&mut self, max_frame: usize) {
         self.max_frame = max_frame;
@@ -481,6 +470,18 @@ impl Route for StreamRoute {
     fn apply_plan(&mut self, plan: &LaunchPlan) {
         self.set_max_frame(plan.max_frame as usize);
         self.set_max_control(plan.max_control as usize);
+        self.set_zero_copy_min(plan.zero_copy_min());
+    }
+
+    /// Sends payloads of at least `bytes` bytes to links within this host as sealed
+    /// memory files instead of through the socket; `None` (until set) never does.
+    /// Off by default: on the machines measured the socket was faster at every
+    /// size (docs/processes.md, "Large messages within a host").
+    fn set_zero_copy_min(&mut self, bytes: Option<usize>) {
+        if bytes.is_some() {
+            shared_payload::raise_file_limit();
+        }
+        self.zero_copy_min = bytes;
     }
 
     fn unacknowledged(&self) -> usize {
