@@ -31,7 +31,9 @@ pub const ANNOUNCE_LEN: usize = MAGIC.len() + 1 + 4 + 4 + NONCE + MAC;
 pub struct Announce {
     /// The node id the process was started as.
     pub node_id: u32,
-    /// Its back-end rank.
+    /// The back-end rank it announces: a back-end learns its rank only from its
+    /// member plan, after announcing, so it sends "not known" and its parent takes
+    /// the rank it started that node id as.
     pub rank: u32,
 }
 
