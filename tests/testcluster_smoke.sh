@@ -66,10 +66,26 @@ ok "up is idempotent"
 [[ $(ip netns list | grep -c "^treecast-${prefix}[0-9]") -eq 2 ]] || fail "up 2 did not shrink the cluster"
 ok "up with another N rebuilds"
 
+"$tc" up 2 --prefix "$prefix" --rate 1gbit --rails 2 >/dev/null 2>&1 || fail "up 2 --rate 1gbit --rails 2"
+for dev in eth0 eth1; do
+    ip netns exec "treecast-${prefix}1" tc qdisc show dev "$dev" | grep -q "tbf.*rate 1Gbit" ||
+        fail "${prefix}1 $dev is not shaped to 1 Gbit/s"
+done
+for link in "${prefix}v1" "${prefix}w2"; do
+    tc qdisc show dev "$link" | grep -q "tbf.*rate 1Gbit" || fail "bridge port $link is not shaped"
+done
+addr2r=$(awk -v h="${prefix}2-r2" '$1 == h {print $2}' "$state/hosts-rail2")
+[[ -n $addr2r ]] || fail "no rail-2 address for ${prefix}2 in hosts-rail2"
+got=$(ssh -F "$cfg" "${prefix}1" "ssh -F $cfg ${prefix}2-r2 hostname") || fail "ssh ${prefix}1 -> ${prefix}2-r2 ($addr2r)"
+[[ $got == "${prefix}2" ]] || fail "ssh ${prefix}2-r2 hostname gave '$got'"
+ok "--rate shapes both ends of both rails, rail 2 carries traffic"
+"$tc" wire --prefix "$prefix" --mib 20 | grep -q "rail 2 .* % of the rate" || fail "wire"
+ok "wire measures both rails"
+
 "$tc" down --prefix "$prefix" >/dev/null 2>&1 || fail "down"
 "$tc" down --prefix "$prefix" >/dev/null 2>&1 || fail "second down"
 ! ip netns list | grep -q "^treecast-${prefix}[0-9]" || fail "namespaces left"
-! ip -o link show | grep -Eq ": (${prefix}br0|${prefix}[vp][0-9]+)[@:]" || fail "links left"
+! ip -o link show | grep -Eq ": (${prefix}br[01]|${prefix}[vpwq][0-9]+)[@:]" || fail "links left"
 [[ ! -e $state ]] || fail "state dir left"
 ! pgrep -f "$state/nodes/" >/dev/null || fail "sshd left running"
 ok "down leaves nothing behind"
