@@ -233,6 +233,9 @@ pub(super) struct ClockSync {
     pub(super) config: ClockConfig,
     /// Per child index.
     children: BTreeMap<usize, ChildClock>,
+    /// Children the timer's work visited so far (the deadline query included), for
+    /// `treecast bench sim`'s per-node costs.
+    pub(super) visits: std::cell::Cell<u64>,
     /// Front-end: the latest sample of every node, and how many rounds it has.
     samples: BTreeMap<u32, (ClockSample, u32)>,
 }
@@ -274,6 +277,11 @@ impl Node {
         }
     }
 
+    /// Children the clock's timer work visited so far.
+    pub(super) fn clock_visits(&self) -> u64 {
+        self.clock.visits.get()
+    }
+
     /// The clock the driver gave the node, if any (the route stamps frames with it).
     pub fn clock_source(&self) -> Option<ClockSource> {
         self.clock.source
@@ -297,6 +305,7 @@ impl Node {
         }
         let config = self.clock.config;
         for c in 0..self.children.len() {
+            self.clock.visits.set(self.clock.visits.get() + 1);
             let Some(link) = self.children[c].link.filter(|_| self.children[c].state == ChildState::Joined)
             else {
                 self.clock.children.remove(&c);
@@ -328,6 +337,7 @@ impl Node {
         self.clock
             .children
             .values()
+            .inspect(|_| self.clock.visits.set(self.clock.visits.get() + 1))
             .filter_map(|s| match s.in_flight {
                 Some((_, at)) => Some(at + limit),
                 None => s.next_send,

@@ -12,6 +12,7 @@
 //! none (its checks switched off, or an older build) is never cut off for silence, so
 //! the two ends need not agree on the setting.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use treecast_wire::{Frame, FrameKind, Grant};
@@ -74,6 +75,9 @@ fn is_heartbeat(frame: &Frame) -> bool {
 pub(super) struct Liveness {
     limits: Option<LivenessLimits>,
     links: LinkMap<LinkTimes>,
+    /// Links visited so far by the timer's work (the deadline query included), for
+    /// `treecast bench sim`'s per-node costs.
+    visits: Cell<u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -119,6 +123,7 @@ impl Liveness {
         self.links
             .iter()
             .filter_map(|(link, t)| {
+                self.visit();
                 let silent = now.saturating_duration_since(t.heard);
                 (t.armed && silent >= limits.dead_after).then_some((link, silent))
             })
@@ -130,6 +135,7 @@ impl Liveness {
         let Some(limits) = self.limits else { return Vec::new() };
         let mut due = Vec::new();
         for (link, t) in self.links.iter_mut() {
+            self.visits.set(self.visits.get() + 1);
             if t.next_beat <= now {
                 t.next_beat = now + limits.heartbeat;
                 due.push(link);
@@ -143,8 +149,21 @@ impl Liveness {
         let limits = self.limits?;
         self.links
             .iter()
-            .map(|(_, t)| if t.armed { t.next_beat.min(t.heard + limits.dead_after) } else { t.next_beat })
+            .map(|(_, t)| {
+                self.visit();
+                t
+            })
+            .map(|t| if t.armed { t.next_beat.min(t.heard + limits.dead_after) } else { t.next_beat })
             .min()
+    }
+
+    fn visit(&self) {
+        self.visits.set(self.visits.get() + 1);
+    }
+
+    /// Links the timer's work visited so far.
+    pub(super) fn visits(&self) -> u64 {
+        self.visits.get()
     }
 }
 
