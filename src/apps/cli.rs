@@ -591,6 +591,11 @@ pub struct SimArgs {
     /// Waves (a broadcast and a sum reduction each) to run.
     #[arg(long, default_value_t = 10)]
     pub waves: usize,
+    /// Also watch the same tree idle, with heartbeats and the global clock on, for
+    /// this many virtual seconds: timer wake-ups and links visited per node per
+    /// second (0: not measured).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub idle: u64,
     /// One JSON object instead of text.
     #[arg(long)]
     pub json: bool,

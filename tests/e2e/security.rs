@@ -287,3 +287,90 @@ fn a_flood_of_bad_connections_neither_stops_start_up_nor_floods_the_terminal() {
     let warnings = stderr.lines().filter(|l| l.contains("refused")).count();
     assert!(warnings <= 4, "{opened} bad connections gave {warnings} warning lines: {stderr}");
 }
+
+#[test]
+fn a_comm_node_expecting_200_children_admits_them_all_at_once_with_no_warning() {
+    // Regression: the flood guard ran 64 handshakes per listener whatever the plan,
+    // so a comm node with more children turned its own away ("no handshake before
+    // newer connections needed its place", one warning line per comm node) and they
+    // came back after a back-off: seen at 1,000 back-ends in balanced:10x100 and at
+    // 10,000 in balanced:10x10x100.
+    const CHILDREN: usize = 200;
+    let dir = TestDir::new("admission");
+    let topo = dir.path("one-comm-node.top");
+    let leaves: Vec<String> = (2..CHILDREN + 2).map(|i| format!("localhost:{i}")).collect();
+    std::fs::write(&topo, format!("localhost:0 => localhost:1 ;\nlocalhost:1 => {} ;\n", leaves.join(" ")))
+        .unwrap();
+    // The comm node says its pid. Every back-end says it started, waits for one line
+    // from the FIFO (a shell's `read` takes no more than its line), says it goes on.
+    let (pid_file, started, released, gate) =
+        (dir.path("pid"), dir.path("started"), dir.path("released"), dir.path("gate"));
+    let made = Command::new("mkfifo").arg(&gate).status().unwrap();
+    assert!(made.success(), "mkfifo {}", gate.display());
+    let wrapper = dir.path("treecast");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = backend ]; then echo >> {s}; read _ < {g}; echo >> {r}; \
+             else echo $$ > {p}; fi\nexec {t} \"$@\"\n",
+            s = started.display(),
+            g = gate.display(),
+            r = released.display(),
+            p = pid_file.display(),
+            t = TREECAST
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let t = tag();
+    let (k, v) = t.split_once('=').unwrap();
+    let topo_arg = topo.display().to_string();
+    let child = Command::new(TREECAST)
+        .args(["run", "--topology", &topo_arg, "--", "true"])
+        .env(k, v)
+        .env("TREECAST_PATH", &wrapper)
+        .env_remove("TREECAST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = |f: &std::path::Path| std::fs::read_to_string(f).unwrap_or_default().lines().count();
+    let deadline = Instant::now() + LIMIT;
+    while lines(&started) < CHILDREN {
+        assert!(Instant::now() < deadline, "not every back-end started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The comm node is stopped while its children connect: they all wait in its
+    // listener's queue, and it takes them in one go when it continues.
+    let comm_node = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    let signal = |sig: &str| {
+        let _ = Command::new("kill").args([sig, &comm_node]).status();
+    };
+    struct Continue<F: Fn()>(F);
+    impl<F: Fn()> Drop for Continue<F> {
+        fn drop(&mut self) {
+            (self.0)();
+        }
+    }
+    let continued = Continue(|| signal("-CONT"));
+    signal("-STOP");
+    // Held open until the run ends: a back-end that opens the FIFO late still finds
+    // its line there.
+    let mut gate = std::fs::OpenOptions::new().write(true).open(&gate).unwrap();
+    std::io::Write::write_all(&mut gate, "\n".repeat(CHILDREN).as_bytes()).unwrap();
+    while lines(&released) < CHILDREN {
+        assert!(Instant::now() < deadline, "not every back-end went on");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Time to connect (a back-end still on its way connects a little later: the
+    // test is no weaker than without the stop then).
+    std::thread::sleep(Duration::from_millis(500));
+    drop(continued);
+    let out = child.wait_with_output().unwrap();
+    drop(gate);
+    assert_no_leftovers(&t);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "start-up failed: {stdout}\n{stderr}");
+    assert!(stdout.contains(&format!("({CHILDREN} ranks)")), "{stdout}");
+    assert!(!stderr.contains("refused"), "the comm node turned its own children away: {stderr}");
+}

@@ -221,6 +221,18 @@ struct ChildClock {
     drift_error_ppb: u64,
     /// When the next probe goes (the next of a round, or the first of the next round).
     next_send: Option<Instant>,
+    /// Its entry in [`ClockSync::due`]: when the timer must look at it next.
+    scheduled: Option<Instant>,
+}
+
+impl ChildClock {
+    /// When the timer must look at this child: its probe's limit, or its next probe.
+    fn deadline(&self, probe_limit: Duration) -> Option<Instant> {
+        match self.in_flight {
+            Some((_, at)) => Some(at + probe_limit),
+            None => self.next_send,
+        }
+    }
 }
 
 /// Most probes per round, and per burst, a plan may ask for.
@@ -233,6 +245,12 @@ pub(super) struct ClockSync {
     pub(super) config: ClockConfig,
     /// Per child index.
     children: BTreeMap<usize, ChildClock>,
+    /// Each child's next deadline, earliest first: the timer looks at the children
+    /// due and no other, and the next deadline is the first entry (a parent of a
+    /// thousand children walks none of them per wake-up).
+    due: std::collections::BTreeSet<(Instant, usize)>,
+    /// Children the timer looked at so far, for `treecast bench sim`'s per-node costs.
+    pub(super) visits: u64,
     /// Front-end: the latest sample of every node, and how many rounds it has.
     samples: BTreeMap<u32, (ClockSample, u32)>,
 }
@@ -274,6 +292,11 @@ impl Node {
         }
     }
 
+    /// Children the clock's timer work visited so far.
+    pub(super) fn clock_visits(&self) -> u64 {
+        self.clock.visits
+    }
+
     /// The clock the driver gave the node, if any (the route stamps frames with it).
     pub fn clock_source(&self) -> Option<ClockSource> {
         self.clock.source
@@ -296,7 +319,22 @@ impl Node {
             return;
         }
         let config = self.clock.config;
-        for c in 0..self.children.len() {
+        let mut due: Vec<usize> = Vec::new();
+        while let Some(&(at, c)) = self.clock.due.first() {
+            if at > now {
+                break;
+            }
+            self.clock.due.pop_first();
+            if let Some(state) = self.clock.children.get_mut(&c) {
+                state.scheduled = None;
+            }
+            due.push(c);
+        }
+        // In child order, as one walk over the children would take them.
+        due.sort_unstable();
+        due.dedup();
+        for c in due {
+            self.clock.visits += 1;
             let Some(link) = self.children[c].link.filter(|_| self.children[c].state == ChildState::Joined)
             else {
                 self.clock.children.remove(&c);
@@ -316,7 +354,25 @@ impl Node {
                 state.next_send = None;
                 self.send_probe(c, link, now);
             }
+            self.clock_reschedule(c);
         }
+    }
+
+    /// Puts child `c`'s next deadline (if any) in the timer's order, in place of its last.
+    fn clock_reschedule(&mut self, c: usize) {
+        let limit = self.clock.config.probe_limit;
+        let Some(state) = self.clock.children.get_mut(&c) else { return };
+        let next = state.deadline(limit);
+        if next == state.scheduled {
+            return;
+        }
+        if let Some(at) = state.scheduled.take() {
+            self.clock.due.remove(&(at, c));
+        }
+        if let Some(at) = next {
+            self.clock.due.insert((at, c));
+        }
+        state.scheduled = next;
     }
 
     /// When [`Node::clock_timeout`] must run next.
@@ -324,15 +380,7 @@ impl Node {
         if self.clock.source.is_none() || !self.is_running() {
             return None;
         }
-        let limit = self.clock.config.probe_limit;
-        self.clock
-            .children
-            .values()
-            .filter_map(|s| match s.in_flight {
-                Some((_, at)) => Some(at + limit),
-                None => s.next_send,
-            })
-            .min()
+        self.clock.due.first().map(|&(at, _)| at)
     }
 
     /// Child `c` joined: its first round is scheduled.
@@ -346,7 +394,10 @@ impl Node {
             config.first_round_after.mul_f64(4.0 * f64::from(node_id.wrapping_mul(7919) % 1000) / 1000.0);
         let first =
             ChildClock { next_send: Some(now + config.first_round_after + stagger), ..ChildClock::default() };
-        self.clock.children.insert(c, first);
+        if let Some(old) = self.clock.children.insert(c, first).and_then(|old| old.scheduled) {
+            self.clock.due.remove(&(old, c));
+        }
+        self.clock_reschedule(c);
     }
 
     fn send_probe(&mut self, c: usize, link: LinkId, now: Instant) {
@@ -356,6 +407,7 @@ impl Node {
         state.next_seq = seq.wrapping_add(1);
         state.in_flight = Some((seq, now));
         self.out.control_timed(link, &ControlMsg::ClockProbe { seq, sent_ns: source.read(now) });
+        self.clock_reschedule(c);
     }
 
     /// A probe from the parent, sent when the parent's clock read `sent_ns` (the
@@ -372,6 +424,12 @@ impl Node {
     /// write of the answer. The child's time between the two is no part of the round
     /// trip (the four-stamp form of Cristian's method, as in NTP).
     pub(super) fn on_clock_reply(&mut self, c: usize, seq: u32, stamps: (i64, i64, i64), now: Instant) {
+        self.clock_round(c, seq, stamps, now);
+        self.clock_reschedule(c);
+    }
+
+    /// [`Node::on_clock_reply`]'s measurement; the caller reschedules the child.
+    fn clock_round(&mut self, c: usize, seq: u32, stamps: (i64, i64, i64), now: Instant) {
         let (sent_ns, child_ns, answered_ns) = stamps;
         let Some(source) = self.clock.source else { return };
         let config = self.clock.config;

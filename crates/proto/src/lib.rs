@@ -299,6 +299,13 @@ impl Node {
         self.liveness.limits()
     }
 
+    /// Links and children the timer's work visited so far (heartbeats, silence
+    /// checks, clock rounds, the next-deadline query): what the node's wake-ups cost,
+    /// shown per node by `treecast bench sim`.
+    pub fn timer_visits(&self) -> u64 {
+        self.liveness.visits() + self.clock_visits()
+    }
+
     /// Lets a comm node load the plug-in filters its plan names
     /// ([`treecast_wire::LaunchPlan::filters`]) when the plan arrives, before it joins;
     /// one that fails to load fails the node's start-up with the reason. Without a

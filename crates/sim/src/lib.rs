@@ -61,6 +61,10 @@ pub struct SimConfig {
     pub delay: (Duration, Duration),
     /// Time from a parent's start request to the child's link being up.
     pub launch_delay: Duration,
+    /// Each child's link comes up later by up to this much more, drawn per child:
+    /// real processes connect one after another, so a parent's links do not share a
+    /// phase. Zero (the default) draws nothing.
+    pub launch_spread: Duration,
     /// Start-up time limit per level.
     pub startup_timeout: Duration,
     /// Start without children that fail.
@@ -111,6 +115,7 @@ impl SimConfig {
             seed,
             delay: (Duration::from_micros(5), Duration::from_micros(50)),
             launch_delay: Duration::from_millis(2),
+            launch_spread: Duration::ZERO,
             startup_timeout: Duration::from_secs(30),
             allow_missing: false,
             attach: None,
@@ -148,6 +153,11 @@ pub struct NodeStats {
     pub bytes_out: u64,
     /// Most payload bytes held at once (what flow control bounds).
     pub max_held_bytes: u64,
+    /// Times its timer fired (the node woke for a deadline: heartbeats, silence
+    /// limits, clock rounds, wave time-outs).
+    pub wakeups: u64,
+    /// Links and children its timer work visited ([`Node::timer_visits`]).
+    pub timer_visits: u64,
 }
 
 #[derive(Debug)]
@@ -396,7 +406,7 @@ impl Sim {
 
     /// Counters of node `id`, if it was ever started.
     pub fn stats(&self, id: usize) -> Option<NodeStats> {
-        self.nodes.get(id)?.as_ref().map(|n| n.stats)
+        self.nodes.get(id)?.as_ref().map(|n| NodeStats { timer_visits: n.core.timer_visits(), ..n.stats })
     }
 
     /// The core of node `id`, if it was started.
@@ -738,6 +748,7 @@ impl Sim {
                     return;
                 };
                 n.stats.inputs += 1;
+                n.stats.wakeups += 1;
                 n.core.handle_timeout(now);
                 self.drain(node);
             }
@@ -1066,7 +1077,10 @@ impl Sim {
                 });
                 self.attach_waiting.push((parent, child));
             } else {
-                let at = self.now + self.config.launch_delay;
+                let mut at = self.now + self.config.launch_delay;
+                if !self.config.launch_spread.is_zero() {
+                    at += self.rng.gen_range(Duration::ZERO..=self.config.launch_spread);
+                }
                 self.schedule(at, Action::Connect { parent, child });
             }
         }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use serde::Serialize;
 use treecast_api::{TransformKind, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW};
-use treecast_proto::{Command, Delivery};
-use treecast_sim::{request, NodeStats, Sim, SimConfig, TAG_ADD_RANK};
+use treecast_proto::{ClockConfig, Command, Delivery, LivenessLimits};
+use treecast_sim::{request, NodeStats, Sim, SimClocks, SimConfig, TAG_ADD_RANK};
 use treecast_topology::Topology;
 use treecast_wire::{decode_values, FilterSpec, RankSet, StreamSpec, SyncMode};
 
@@ -36,6 +36,11 @@ pub struct LevelFigures {
     pub bytes_in: f64,
     /// Payload bytes sent.
     pub bytes_out: f64,
+    /// Idle tree with heartbeats and the global clock on (`--idle`): timer wake-ups
+    /// per node per second of virtual time.
+    pub wakeups_per_s: f64,
+    /// Idle tree: links and children its timer work visited per node per second.
+    pub visits_per_s: f64,
 }
 
 /// The whole run.
@@ -59,6 +64,8 @@ pub struct SimFigures {
     pub wave_wall_ms_median: f64,
     /// Virtual time per wave (link delays of 5-50 µs), microseconds, mean.
     pub wave_virtual_us_mean: f64,
+    /// Virtual seconds the idle tree was watched for its wake-ups (0: not measured).
+    pub idle_s: u64,
     /// Per level, per node, per wave.
     pub levels: Vec<LevelFigures>,
 }
@@ -68,7 +75,10 @@ pub fn main(args: SimArgs) -> anyhow::Result<ExitCode> {
     ensure!(args.backends > 0 && args.waves > 0, "--backends and --waves need at least 1");
     let topo = Topology::from_spec(&args.topology, Some(args.backends))
         .with_context(|| format!("topology {:?}", args.topology))?;
-    let figures = run(&args.topology, topo, args.waves)?;
+    let mut figures = run(&args.topology, topo.clone(), args.waves)?;
+    if args.idle > 0 {
+        idle(&mut figures, topo, args.idle)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string(&figures)?);
     } else {
@@ -128,6 +138,8 @@ fn run(spec: &str, topo: Topology, waves: usize) -> anyhow::Result<SimFigures> {
             frames_out: 0.0,
             bytes_in: 0.0,
             bytes_out: 0.0,
+            wakeups_per_s: 0.0,
+            visits_per_s: 0.0,
         })
         .collect();
     for id in 0..nodes {
@@ -159,8 +171,47 @@ fn run(spec: &str, topo: Topology, waves: usize) -> anyhow::Result<SimFigures> {
         wave_wall_ms_mean: walls.iter().sum::<f64>() / walls.len() as f64,
         wave_wall_ms_median: sorted[sorted.len() / 2],
         wave_virtual_us_mean,
+        idle_s: 0,
         levels,
     })
+}
+
+/// What a node's timers cost while nothing else happens: the same tree launched
+/// apart, with heartbeats (the defaults: 1 s, cut off after 30 s) and the global clock
+/// on, its children connecting over a second, as a real tree runs; its first clock
+/// rounds are let pass, then `secs` virtual seconds are watched. The waves' figures are measured without them.
+fn idle(figures: &mut SimFigures, topo: Topology, secs: u64) -> anyhow::Result<()> {
+    let nodes = topo.len();
+    let depths: Vec<usize> = (0..nodes).map(|id| topo.node_depth(id)).collect();
+    let mut config = SimConfig::new(topo, 1);
+    config.liveness = Some(LivenessLimits::default());
+    config.clocks = Some(SimClocks { knob: String::new(), config: ClockConfig::default() });
+    // Children connect over a second, as real processes do: their links' phases differ.
+    config.launch_spread = Duration::from_secs(1);
+    let mut sim = Sim::new(config);
+    let missing = sim.launch().map_err(anyhow::Error::msg).context("building the idle tree")?;
+    ensure!(missing.is_empty(), "ranks missing at launch of the idle tree: {missing:?}");
+    // The first two clock rounds (drift measured after 2 s) are over by then.
+    sim.settle(Duration::from_secs(6));
+    let before: Vec<NodeStats> = (0..nodes).map(|id| sim.stats(id).unwrap_or_default()).collect();
+    sim.settle(Duration::from_secs(secs));
+    for l in &mut figures.levels {
+        (l.wakeups_per_s, l.visits_per_s) = (0.0, 0.0);
+    }
+    for id in 0..nodes {
+        let (a, b) = (before[id], sim.stats(id).unwrap_or_default());
+        if let Some(l) = figures.levels.get_mut(depths[id]) {
+            l.wakeups_per_s += (b.wakeups - a.wakeups) as f64;
+            l.visits_per_s += (b.timer_visits - a.timer_visits) as f64;
+        }
+    }
+    for l in &mut figures.levels {
+        let per = (l.nodes as f64 * secs as f64).max(1.0);
+        l.wakeups_per_s /= per;
+        l.visits_per_s /= per;
+    }
+    figures.idle_s = secs;
+    Ok(())
 }
 
 fn render(f: &SimFigures) -> String {
@@ -169,7 +220,7 @@ fn render(f: &SimFigures) -> String {
          launch          {:.3} s wall, {:.3} s virtual\n  \
          per wave        {:.2} ms wall (median {:.2} ms), {:.0} us virtual (broadcast + sum)\n  \
          per node per wave, by level:\n  \
-         level    nodes  back-ends   inputs  frames in  frames out   bytes in  bytes out\n",
+         level    nodes  back-ends   inputs  frames in  frames out   bytes in  bytes out  wake-ups/s  visits/s\n",
         f.topology,
         f.backends,
         f.nodes,
@@ -181,9 +232,20 @@ fn render(f: &SimFigures) -> String {
         f.wave_virtual_us_mean,
     );
     for l in &f.levels {
+        let idle = match f.idle_s {
+            0 => format!("{:>11} {:>9}", "-", "-"),
+            _ => format!("{:>11.1} {:>9.1}", l.wakeups_per_s, l.visits_per_s),
+        };
         out.push_str(&format!(
-            "  {:>5} {:>8} {:>10} {:>8.1} {:>10.1} {:>11.1} {:>10.1} {:>10.1}\n",
+            "  {:>5} {:>8} {:>10} {:>8.1} {:>10.1} {:>11.1} {:>10.1} {:>10.1} {idle}\n",
             l.level, l.nodes, l.backends, l.inputs, l.frames_in, l.frames_out, l.bytes_in, l.bytes_out
+        ));
+    }
+    if f.idle_s > 0 {
+        out.push_str(&format!(
+            "  wake-ups/s, visits/s: per node per virtual second of an idle tree (heartbeats, \
+             global clock) over {} s\n",
+            f.idle_s
         ));
     }
     out
@@ -205,5 +267,19 @@ mod tests {
         let root = &f.levels[0];
         assert_eq!((root.frames_in, root.frames_out), (4.0, 4.0), "{root:?}");
         assert!(render(&f).contains("per node per wave"));
+    }
+
+    #[test]
+    fn an_idle_tree_counts_its_timer_wake_ups_per_node() {
+        let topo = Topology::from_spec("balanced:2x8", None).unwrap();
+        let mut f = run("balanced:2x8", topo.clone(), 1).unwrap();
+        idle(&mut f, topo, 3).unwrap();
+        assert_eq!(f.idle_s, 3);
+        // Every node with links sends heartbeats, so its timer fires.
+        for l in &f.levels {
+            assert!(l.wakeups_per_s > 0.0, "{l:?}");
+            assert!(l.visits_per_s > 0.0, "{l:?}");
+        }
+        assert!(render(&f).contains("wake-ups/s"));
     }
 }

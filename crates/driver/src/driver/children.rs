@@ -7,7 +7,7 @@
 //! protocol decisions (who is expected, deadlines, what a failure means) are the
 //! core's; this task only does the I/O.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,10 +25,21 @@ use super::Launching;
 use crate::{env, NodeError};
 use treecast_proto::ChildLaunch;
 
+/// Handshakes under way a listener admits while `awaited` of this node's children have
+/// not linked yet: one place for each of them, and [`MAX_PENDING_HANDSHAKES`] more
+/// (strangers, children that retry). A node with more children than the margin
+/// (kary:32 at 10,000 back-ends, a flat tree of 1,000) must not turn its own children
+/// away as a flood while they all connect at once; strangers still hold at most this
+/// many places, a number the plan sets and not they.
+fn admission_capacity(awaited: usize) -> usize {
+    MAX_PENDING_HANDSHAKES.saturating_add(awaited)
+}
+
 /// Time allowed for one handshake.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
-/// Handshakes a listener runs at once; a new connection past this closes the oldest
-/// one still under way. Bounds the descriptors and memory strangers can hold.
+/// Handshakes a listener runs at once beyond the children it still expects; a new
+/// connection past [`admission_capacity`] closes the oldest one still under way.
+/// Bounds the descriptors and memory strangers can hold.
 const MAX_PENDING_HANDSHAKES: usize = 64;
 /// Time a retired child has to exit on its own before it is killed.
 const RETIRE_GRACE: Duration = Duration::from_secs(2);
@@ -126,11 +137,15 @@ struct Running {
     join: Option<JoinSocket>,
     /// Light-joining children not heard from yet: node id to rank.
     announcing: HashMap<u32, u32>,
+    /// Children started (or waiting to attach) whose link is not up yet: each has a
+    /// place among the handshakes under way ([`admission_capacity`]).
+    awaited: HashSet<u32>,
 }
 
 impl Running {
     /// Stops one child's process.
     fn stop(&mut self, node_id: u32) {
+        self.awaited.remove(&node_id);
         if let Some(stop) = self.watched.iter_mut().find(|w| w.node_id == node_id).and_then(|w| w.stop.take())
         {
             let _ = stop.send(());
@@ -181,6 +196,7 @@ impl ChildrenTask {
             retiring: JoinSet::new(),
             join: None,
             announcing: HashMap::new(),
+            awaited: HashSet::new(),
         };
         let children = std::mem::take(&mut self.children);
         let own_points = self.start(&mut running, children).await;
@@ -250,6 +266,7 @@ impl ChildrenTask {
                 }
                 None => continue,
             };
+            running.awaited.insert(child.node_id);
             if child.attach {
                 own_points.push(AttachPoint { rank: child.first_rank, node_id: child.node_id, address });
                 continue;
@@ -274,6 +291,7 @@ impl ChildrenTask {
                 }
                 Err(e) => {
                     running.announcing.remove(&child.node_id);
+                    running.awaited.remove(&child.node_id);
                     self.not_started(child.node_id, e.to_string()).await;
                 }
             }
@@ -332,7 +350,7 @@ impl ChildrenTask {
                 accepted = accept(running.listeners.as_ref()) => match accepted {
                     Ok((mut stream, peer)) => {
                         pending.retain(|(_, h)| !h.is_finished());
-                        if pending.len() >= MAX_PENDING_HANDSHAKES {
+                        if pending.len() >= admission_capacity(running.awaited.len()) {
                             if let Some((evict, _)) = pending.pop_front() {
                                 let _ = evict.send(());
                             }
@@ -371,6 +389,7 @@ impl ChildrenTask {
                         .and_then(|id| Ok((id, stream.into_socket().map_err(|e| e.to_string())?)));
                     match linked {
                         Ok((node_id, socket)) => {
+                            running.awaited.remove(&node_id);
                             if self.news.send(ChildNews::Connected { node_id, socket, peer }).await.is_err() {
                                 return;
                             }
@@ -650,5 +669,18 @@ impl Listeners {
             (None, None) => std::future::pending().await,
         };
         Ok(r?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admission_has_a_place_for_every_awaited_child_and_the_strangers_margin() {
+        assert_eq!(admission_capacity(0), MAX_PENDING_HANDSHAKES, "no child awaited: the flood guard alone");
+        assert_eq!(admission_capacity(200), 200 + MAX_PENDING_HANDSHAKES);
+        assert_eq!(admission_capacity(10_000), 10_000 + MAX_PENDING_HANDSHAKES, "kary:32's leaves at 10k");
+        assert_eq!(admission_capacity(usize::MAX), usize::MAX);
     }
 }
