@@ -59,6 +59,9 @@ def _build_binary() -> None:
     tmp = dest / "treecast.tmp"
     shutil.copy2(built, tmp)
     tmp.chmod(0o755)
+    if profile == "dev" and shutil.which("strip"):
+        # Unoptimised builds carry ~100 MB of debug information: not worth a wheel.
+        subprocess.run(["strip", "--strip-debug", str(tmp)], check=True)
     tmp.replace(dest / "treecast")
 
 

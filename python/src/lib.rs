@@ -286,6 +286,8 @@ struct PyPacket {
     stream: u32,
     /// Its values, as Python objects (for an `eqclass` packet, `[]`).
     values: Py<PyList>,
+    /// The format string of its values (`"%d %s"`): what sends them on again.
+    format: String,
     /// For the output of the `eqclass` filter: `[(values, RankSet), ...]`; else None.
     eq_classes: Option<Py<PyList>>,
 }
@@ -305,6 +307,7 @@ impl PyPacket {
 
 /// The Python packet of a received one.
 fn packet_to_py(py: Python<'_>, p: Packet) -> PyResult<Py<PyAny>> {
+    let mut format = String::new();
     let (values, eq) = if p.is_eq_classes() {
         let classes = p.eq_classes().map_err(|e| Fail::from(e).into_pyerr(py))?;
         let list = PyList::empty(py);
@@ -316,9 +319,11 @@ fn packet_to_py(py: Python<'_>, p: Packet) -> PyResult<Py<PyAny>> {
         (PyList::empty(py).unbind(), Some(list.unbind()))
     } else {
         let values = p.values().map_err(|e| Fail::from(e).into_pyerr(py))?;
+        format = Format::of(&values).to_string();
         (convert::values_to_py(py, &values)?.unbind(), None)
     };
-    let packet = PyPacket { tag: p.tag(), rank: p.rank(), stream: p.stream(), values, eq_classes: eq };
+    let packet =
+        PyPacket { tag: p.tag(), rank: p.rank(), stream: p.stream(), values, format, eq_classes: eq };
     Ok(Py::new(py, packet)?.into_any())
 }
 
@@ -1384,14 +1389,25 @@ impl PyBackEnd {
         slf
     }
 
+    /// Leaves the tree cleanly, unless an exception is on its way out: then the
+    /// back-end drops its link without a word, and the tree reports it lost with the
+    /// end of its stderr (the traceback's last lines) once the process exits.
     fn __exit__(
         &self,
         py: Python<'_>,
-        _t: Option<&Bound<'_, PyAny>>,
+        t: Option<&Bound<'_, PyAny>>,
         _v: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        self.close(py)?;
+        if t.is_some_and(|t| !t.is_none()) {
+            let be = self.be.clone();
+            wait(py, async move {
+                drop(be.lock().await.take());
+                Ok(())
+            })?;
+        } else {
+            self.close(py)?;
+        }
         Ok(false)
     }
 
