@@ -13,7 +13,7 @@ import atexit
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union, cast
 
 from . import _native, hosts
 from ._native import (
@@ -185,7 +185,7 @@ class Network:
     @classmethod
     async def launch_async(cls, local: Optional[int] = None, **options: Any) -> "Network":
         """Awaitable constructor: ``net = await Network.launch_async(local=4)``."""
-        args = _launch_args(dict(options, local=local, **{k: None for k in ()}))
+        args = _launch_args(dict(options, local=local))
         native = await _native.Network.launch(binary(), is_async=True, **args)
         return cls(_native_net=native)
 
@@ -246,7 +246,7 @@ class Network:
         coming up are reduced by ``filter`` (sum, min, max, avg, concat, eqclass,
         null, or a plug-in's name) in waves grouped by ``sync`` (``wait_for_all``,
         ``do_not_wait``, ``timeout:MS``)."""
-        return self._net.stream(filter, sync, _ranks(ranks), down_filter)
+        return cast(Stream, self._net.stream(filter, sync, _ranks(ranks), down_filter))
 
     async def stream_async(
         self,
@@ -256,7 +256,7 @@ class Network:
         down_filter: Optional[str] = None,
     ) -> Stream:
         """Awaitable :meth:`stream`."""
-        return await self._net.stream(filter, sync, _ranks(ranks), down_filter, is_async=True)
+        return cast(Stream, await self._net.stream(filter, sync, _ranks(ranks), down_filter, is_async=True))
 
     def bcast_file(
         self,
@@ -286,11 +286,11 @@ class Network:
     def spawn(self, n: int, command: Optional[Sequence[str]] = None) -> RankSet:
         """Starts ``n`` more back-ends while the tree runs (running ``command``, or
         the launch's back-end); returns their ranks."""
-        return self._net.spawn(n, list(command or []))
+        return cast(RankSet, self._net.spawn(n, list(command or [])))
 
     async def spawn_async(self, n: int, command: Optional[Sequence[str]] = None) -> RankSet:
         """Awaitable :meth:`spawn`."""
-        return await self._net.spawn(n, list(command or []), is_async=True)
+        return cast(RankSet, await self._net.spawn(n, list(command or []), is_async=True))
 
     def events(self) -> list[dict[str, Any]]:
         """The events so far, oldest first (lost ranks, rejoins, filter errors): dicts
@@ -299,11 +299,11 @@ class Network:
 
     def next_event(self, timeout: Optional[float] = None) -> Optional[dict[str, Any]]:
         """The next event, waiting up to ``timeout`` seconds; None if none came."""
-        return self._net.next_event(timeout)
+        return cast(Optional[dict[str, Any]], self._net.next_event(timeout))
 
     async def next_event_async(self, timeout: Optional[float] = None) -> Optional[dict[str, Any]]:
         """Awaitable :meth:`next_event`."""
-        return await self._net.next_event(timeout, is_async=True)
+        return cast(Optional[dict[str, Any]], await self._net.next_event(timeout, is_async=True))
 
     def clock(self) -> list[dict[str, Any]]:
         """The global clock table: every node's offset to the front-end's clock."""
@@ -311,7 +311,7 @@ class Network:
 
     def lost_ranks(self) -> RankSet:
         """Ranks lost so far."""
-        return self._net.lost_ranks()
+        return cast(RankSet, self._net.lost_ranks())
 
     def close(self) -> None:
         """Shuts the tree down and waits for its processes; again: nothing."""
