@@ -1045,7 +1045,14 @@ impl PyStream {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (fmt, vals) = values_for(fmt, values)?;
         let sender = self.sender.clone();
-        let fut = async move { Ok::<(), Fail>(sender.send(tag, &fmt, &vals).await?) };
+        // The stream lives until its send is done, even if Python drops it at once
+        // (`net.stream().send(...)`): dropping a stream closes it.
+        let keep = self.stream.clone();
+        let fut = async move {
+            let sent = sender.send(tag, &fmt, &vals).await;
+            drop(keep);
+            Ok::<(), Fail>(sent?)
+        };
         if is_async {
             return awaitable(py, fut, none);
         }
@@ -1121,7 +1128,12 @@ impl PyStream {
     ) -> PyResult<()> {
         let (fmt, vals) = values_for(fmt, values)?;
         let sender = self.sender.clone();
-        wait(py, async move { Ok::<(), Fail>(sender.send_to(rank, tag, &fmt, &vals).await?) })
+        let keep = self.stream.clone();
+        wait(py, async move {
+            let sent = sender.send_to(rank, tag, &fmt, &vals).await;
+            drop(keep);
+            Ok::<(), Fail>(sent?)
+        })
     }
 
     /// The next packet (a reduction of a wave); `timeout` seconds at most (None: no limit).
