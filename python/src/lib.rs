@@ -1450,5 +1450,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hosts_fold, m)?)?;
     m.add_function(wrap_pyfunction!(_resolve, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Requests the generic back-end answers: for python/bench.py, which measures the
+    // same protocol as `treecast bench microbench`.
+    m.add("_TAG_ADD_RANK", treecast::apps::protocol::TAG_ADD_RANK)?;
+    m.add("_TAG_BURST", treecast::apps::protocol::TAG_BURST)?;
     Ok(())
 }

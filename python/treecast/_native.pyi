@@ -6,6 +6,8 @@ from builtins import TimeoutError as builtins_TimeoutError
 from typing import Any, Awaitable, Optional, Union, final
 
 __version__: str
+_TAG_ADD_RANK: int
+_TAG_BURST: int
 __all__ = [
     "BackEnd",
     "BackEndStream",
@@ -20,6 +22,8 @@ __all__ = [
     "Stream",
     "TimeoutError",
     "__version__",
+    "_TAG_ADD_RANK",
+    "_TAG_BURST",
     "_resolve",
     "hosts_fold",
     "hosts_list",
