@@ -1,7 +1,7 @@
 //! `treecast._native`: the Python binding of the treecast API (PyO3).
 //!
 //! Every blocking call runs its future on one tokio runtime of the module's, and
-//! waits for it with the GIL released, in slices of [`SLICE`], checking for signals
+//! waits for it with the GIL released, in slices of 50 ms, checking for signals
 //! between them: Ctrl-C raises `KeyboardInterrupt` at once and drops the future.
 //! Every `*_async` twin spawns the same future and resolves an asyncio future from
 //! the runtime's thread (`loop.call_soon_threadsafe`); cancelling it aborts the task.

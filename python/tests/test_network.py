@@ -158,3 +158,47 @@ def test_a_network_left_open_is_closed_when_collected():
     net = treecast.Network(local=2, topology="flat")
     assert not net.closed
     del net  # the fixture checks that its processes went away
+
+
+def test_backends_started_elsewhere_attach_through_a_file(tmp_path, backend):
+    import threading
+    import time
+
+    path = tmp_path / "tree.attach"
+    got: dict[str, object] = {}
+
+    def launch() -> None:
+        try:
+            got["net"] = treecast.Network(local=2, topology="flat", attach=path, attach_timeout=60)
+        except BaseException as e:  # noqa: BLE001  (reported below)
+            got["error"] = e
+
+    t = threading.Thread(target=launch)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not path.exists() and time.monotonic() < deadline and t.is_alive():
+        time.sleep(0.05)
+    code = (
+        "import sys, treecast\n"
+        "be = treecast.BackEnd(attach=sys.argv[1], rank=int(sys.argv[2]))\n"
+        "stream, pkt = be.recv()\n"
+        "stream.send(pkt.tag, '%ld', (be.rank + 1) * pkt.values[0])\n"
+        "be.close()\n"
+    )
+    children = [subprocess.Popen([sys.executable, "-c", code, str(path), str(r)]) for r in range(2)]
+    try:
+        t.join(60)
+        assert "error" not in got, got.get("error")
+        net = got["net"]
+        assert isinstance(net, treecast.Network)
+        with net:
+            s = net.stream(filter="sum")
+            s.send(4, "%ld", 10)
+            assert s.recv(timeout=30).values == [30]
+        for c in children:
+            assert c.wait(timeout=30) == 0
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+                c.wait()
