@@ -9,7 +9,7 @@
    and warm: the tree already up) against ClusterShell's ``Task.run`` with its
    ``exec`` worker (the same 64 commands run locally), both as a script writes them.
 
-    python bench.py [--local 16] [--topology balanced:4x4] [--rt 1000] [--tp 2000] [--runs 5] [--json]
+    python bench.py [--local 16] [--topology balanced:4x4] [--rt 1000] [--tp 2000] [--rounds 3] [--runs 5] [--json]
 
 Needs ClusterShell for part 2 (pip install ClusterShell); without it that part
 says so and is left out.
@@ -126,16 +126,22 @@ def main() -> int:
     p.add_argument("--rt", type=int, default=1000)
     p.add_argument("--tp", type=int, default=2000)
     p.add_argument("--run-backends", type=int, default=64)
-    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--runs", type=int, default=5, help="runs of each command on the 64 back-ends")
+    p.add_argument("--rounds", type=int, default=3, help="alternated Python and Rust measurements")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
 
-    py = python_microbench(a.local, a.topology, a.rt, a.tp)
-    rs = rust_microbench(a.local, a.topology, a.rt, a.tp)
+    # Alternated, medians of each figure: a shared machine's load drifts during a run.
+    pys, rss = [], []
+    for _ in range(a.rounds):
+        pys.append(python_microbench(a.local, a.topology, a.rt, a.tp))
+        rss.append(rust_microbench(a.local, a.topology, a.rt, a.tp))
+    py = {k: statistics.median(r[k] for r in pys) for k in pys[0]}
+    rs = {k: statistics.median(r[k] for r in rss) for k in rss[0]}
     tc = treecast_run(a.run_backends, a.runs)
     cs = clustershell_run(a.run_backends, a.runs)
     report = {
-        "tree": {"local": a.local, "topology": a.topology, "rt": a.rt, "tp": a.tp},
+        "tree": {"local": a.local, "topology": a.topology, "rt": a.rt, "tp": a.tp, "rounds": a.rounds},
         "python": py,
         "rust": rs,
         "rtt_ratio": py["rtt_us_mean"] / rs["rtt_us_mean"],
@@ -145,7 +151,8 @@ def main() -> int:
     if a.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"tree {a.topology}, {a.local} back-ends; {a.rt} round trips, {a.tp} reductions")
+    print(f"tree {a.topology}, {a.local} back-ends; {a.rt} round trips, {a.tp} reductions; "
+          f"medians of {a.rounds} alternated rounds")
     print(f"  round trip, mean (median): Python {py['rtt_us_mean']:.1f} us ({py['rtt_us_median']:.1f}), "
           f"Rust {rs['rtt_us_mean']:.1f} us ({rs['rtt_us_median']:.1f}): {report['rtt_ratio']:.2f}x")
     print(f"  reductions/s: Python {py['reductions_per_s']:.0f}, Rust {rs['reductions_per_s']:.0f}: "
