@@ -1056,6 +1056,31 @@ impl PyStream {
         Ok(py.None().into_bound(py))
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn send_to_impl<'py>(
+        &self,
+        py: Python<'py>,
+        rank: u32,
+        tag: i32,
+        fmt: &str,
+        values: &Bound<'py, PyTuple>,
+        is_async: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (fmt, vals) = values_for(fmt, values)?;
+        let sender = self.sender.clone();
+        let keep = self.stream.clone();
+        let fut = async move {
+            let sent = sender.send_to(rank, tag, &fmt, &vals).await;
+            drop(keep);
+            Ok::<(), Fail>(sent?)
+        };
+        if is_async {
+            return awaitable(py, fut, none);
+        }
+        wait(py, fut)?;
+        Ok(py.None().into_bound(py))
+    }
+
     fn recv_impl<'py>(
         &self,
         py: Python<'py>,
@@ -1122,14 +1147,20 @@ impl PyStream {
         fmt: &str,
         values: &Bound<'py, PyTuple>,
     ) -> PyResult<()> {
-        let (fmt, vals) = values_for(fmt, values)?;
-        let sender = self.sender.clone();
-        let keep = self.stream.clone();
-        wait(py, async move {
-            let sent = sender.send_to(rank, tag, &fmt, &vals).await;
-            drop(keep);
-            Ok::<(), Fail>(sent?)
-        })
+        self.send_to_impl(py, rank, tag, fmt, values, false).map(drop)
+    }
+
+    /// Awaitable `send_to`.
+    #[pyo3(signature = (rank, tag, fmt, *values))]
+    fn send_to_async<'py>(
+        &self,
+        py: Python<'py>,
+        rank: u32,
+        tag: i32,
+        fmt: &str,
+        values: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.send_to_impl(py, rank, tag, fmt, values, true)
     }
 
     /// The next packet (a reduction of a wave); `timeout` seconds at most (None: no limit).
@@ -1378,9 +1409,22 @@ impl PyBackEnd {
         fmt: &str,
         values: &Bound<'_, PyTuple>,
     ) -> PyResult<()> {
-        let (fmt, vals) = values_for(fmt, values)?;
-        let sender = self.sender.clone();
-        wait(py, async move { Ok::<(), Fail>(sender.send(stream, tag, &fmt, &vals).await?) })
+        PyBackEndStream { id: stream, sender: self.sender.clone() }
+            .send_impl(py, tag, fmt, values, false)
+            .map(drop)
+    }
+
+    /// Awaitable `send`.
+    #[pyo3(signature = (stream, tag, fmt, *values))]
+    fn send_async<'py>(
+        &self,
+        py: Python<'py>,
+        stream: u32,
+        tag: i32,
+        fmt: &str,
+        values: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        PyBackEndStream { id: stream, sender: self.sender.clone() }.send_impl(py, tag, fmt, values, true)
     }
 
     /// Leaves the tree; again: nothing.

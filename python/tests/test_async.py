@@ -41,3 +41,14 @@ async def test_a_cancelled_recv_leaves_the_stream_usable(backend):
         assert (await s.recv_async(timeout=30)).values == [6]
         with pytest.raises(treecast.TimeoutError):
             await s.recv_async(timeout=0.1)
+
+
+@pytest.mark.asyncio
+async def test_send_to_one_rank_and_backend_send_async(backend):
+    async with await treecast.Network.launch_async(local=3, topology="flat", backend=backend) as net:
+        s = await net.stream_async(sync="do_not_wait")
+        await s.send_to_async(2, 2, "%s", "only you")
+        pkt = await s.recv_async(timeout=30)
+        assert (pkt.rank, pkt.values) == (2, ["only you"])
+        s.send_to(1, 2, "%d", 5)
+        assert (s.recv(timeout=30).rank, s.recv_async is not None) == (1, True)
