@@ -107,6 +107,57 @@ impl Canceller {
     }
 }
 
+/// Whether the interpreter is shutting down, and how many of the runtime's threads
+/// are calling into Python now: see [`Entered`] and `_at_exit`.
+static PYTHON_CALLS: std::sync::Mutex<(bool, usize)> = std::sync::Mutex::new((false, 0));
+/// Signalled when a runtime thread is done with Python.
+static PYTHON_CALLS_DONE: std::sync::Condvar = std::sync::Condvar::new();
+
+/// A runtime thread's leave to call into Python, until dropped; none once the
+/// interpreter is shutting down.
+struct Entered;
+
+impl Entered {
+    fn new() -> Option<Entered> {
+        let mut calls = PYTHON_CALLS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if calls.0 {
+            return None;
+        }
+        calls.1 += 1;
+        Some(Entered)
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let mut calls = PYTHON_CALLS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        calls.1 -= 1;
+        PYTHON_CALLS_DONE.notify_all();
+    }
+}
+
+/// Run at exit (registered at import): no runtime thread calls into Python after it
+/// returns, and those calling now finish first (a thread the interpreter stops
+/// while it holds the GIL aborts the process).
+#[pyfunction]
+fn _at_exit(py: Python<'_>) {
+    py.detach(|| {
+        let mut calls = PYTHON_CALLS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        calls.0 = true;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while calls.1 > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            calls = match PYTHON_CALLS_DONE.wait_timeout(calls, left) {
+                Ok((c, _)) => c,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    });
+}
+
 /// Spawns `fut` and returns an asyncio future of the running loop that `convert`
 /// resolves with its value, or with the exception its failure makes.
 fn awaitable<'py, T: Send + 'static>(
@@ -120,6 +171,9 @@ fn awaitable<'py, T: Send + 'static>(
     let (lp_owned, fut_owned) = (lp.unbind(), pyfut.clone().unbind());
     let handle = rt.spawn(async move {
         let out = fut.await;
+        // Nobody awaits anything once the interpreter is shutting down; a thread
+        // that took the GIL then would be stopped inside it.
+        let Some(_entered) = Entered::new() else { return };
         Python::attach(|py| {
             let result = match out {
                 Ok(v) => convert(py, v),
@@ -1489,6 +1543,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hosts_list, m)?)?;
     m.add_function(wrap_pyfunction!(hosts_fold, m)?)?;
     m.add_function(wrap_pyfunction!(_resolve, m)?)?;
+    m.add_function(wrap_pyfunction!(_at_exit, m)?)?;
+    py.import("atexit")?.call_method1("register", (m.getattr("_at_exit")?,))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Requests the generic back-end answers: for python/bench.py, which measures the
     // same protocol as `treecast bench microbench`.
