@@ -305,6 +305,20 @@ fn hosts_topology(hosts: &str, fanout: usize, args: &TreeArgs) -> anyhow::Result
 /// # Errors
 /// Bad flags or a failed start-up.
 pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
+    Ok(builder(args, None)?.launch().await?)
+}
+
+/// The builder of the network the tree flags describe, its comm nodes (and Slurm
+/// steps) running the `treecast` binary at `treecast`, or, when `None`, the one
+/// `NetworkBuilder` finds (this program under Slurm): what a binding that ships its
+/// own binary (the Python package) starts trees with, so they behave as the CLI's.
+///
+/// # Errors
+/// Bad flags.
+pub fn builder(
+    args: &TreeArgs,
+    treecast: Option<&std::path::Path>,
+) -> anyhow::Result<treecast_api::NetworkBuilder> {
     let topology = topology_of(args)?;
     let backends = topology.backends();
     let mut builder = super::settings::builder_unless(topology, &overridden(args))?
@@ -338,6 +352,9 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
         );
         builder = builder.attach(file, limit);
     }
+    if let Some(path) = treecast {
+        builder = builder.treecast_path(path);
+    }
     match args.launcher {
         LauncherKind::Local => {}
         LauncherKind::Ssh => {
@@ -356,12 +373,15 @@ pub async fn launch(args: &TreeArgs) -> anyhow::Result<Network> {
             builder = builder.ssh(ssh);
         }
         LauncherKind::Slurm => {
-            let me = std::env::current_exe().context("finding this treecast binary")?;
+            let me = match treecast {
+                Some(path) => path.to_path_buf(),
+                None => std::env::current_exe().context("finding this treecast binary")?,
+            };
             let path = args.remote_path.clone().unwrap_or_else(|| me.to_string_lossy().into_owned());
             builder = builder.slurm(SrunOptions::from_env(path)?);
         }
     }
-    Ok(builder.launch().await?)
+    Ok(builder)
 }
 
 /// The `TREECAST_*` variables that flags given in `args` replace.

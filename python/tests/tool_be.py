@@ -1,0 +1,32 @@
+"""A Python back-end for the tests: answers by tag.
+
+1: sends (rank + 1) * value back (a sum over ranks 0..N-1 is value * N(N+1)/2)
+2: echoes the packet's values with their own format
+3: raises (the tree reports the rank lost, with the traceback's last line)
+99: leaves
+argv[1] == "raise": raises before joining.
+"""
+
+import sys
+
+import treecast
+
+if len(sys.argv) > 1 and sys.argv[1] == "raise":
+    raise ValueError("boom before joining")
+
+be = treecast.BackEnd()
+try:
+    while True:
+        stream, pkt = be.recv()
+        if pkt.tag == 1:
+            stream.send(1, "%ld", (be.rank + 1) * pkt.values[0])
+        elif pkt.tag == 2:
+            stream.send(2, pkt.format, *pkt.values)
+        elif pkt.tag == 3:
+            raise RuntimeError(f"rank {be.rank} was asked to fail")
+        elif pkt.tag == 99:
+            break
+except treecast.NetworkClosed:
+    pass
+else:
+    be.close()
