@@ -335,8 +335,8 @@ impl Node {
         due.dedup();
         for c in due {
             self.clock.visits += 1;
-            let Some(link) = self.children[c].link.filter(|_| self.children[c].state == ChildState::Joined)
-            else {
+            let joined = self.children.get(c).filter(|ch| ch.state == ChildState::Joined);
+            let Some(link) = joined.and_then(|ch| ch.link) else {
                 self.clock.children.remove(&c);
                 continue;
             };
