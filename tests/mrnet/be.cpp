@@ -21,13 +21,17 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rank = (int)net->get_LocalRank();
+    int closed = 0; /* streams the front-end closed, as recv told */
     bool done = false;
     while (!done) {
         int tag = 0;
         PacketPtr p;
         Stream *s = NULL;
         int rc = net->recv(&tag, p, &s);
-        if (rc == 0) continue; /* a stream closed */
+        if (rc == 0) { /* a stream closed */
+            if (s && s->is_Closed()) closed++;
+            continue;
+        }
         if (rc < 0) break;
         int x = 0;
         switch (tag) {
@@ -81,7 +85,7 @@ int main(int argc, char **argv) {
         case TAG_DIE:
             _exit(0);
         case TAG_EXIT:
-            s->send(tag, "%d", 0);
+            s->send(tag, "%d", closed);
             done = true;
             break;
         default:

@@ -2,6 +2,9 @@
  * API (include/treecast.h). See docs/mrnet-compat.md for what differs from MRNet. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -179,6 +182,39 @@ static PacketPtr from_tc(const tc_packet *tp) {
         p->add_DataElement(e);
     }
     return p;
+}
+
+/* A host this process can start processes on itself (MRNet forks those). */
+static bool is_local_host(const std::string &host) {
+    std::string me = local_host_name();
+    if (host == "localhost" || host == me || me.compare(0, host.size() + 1, host + ".") == 0 ||
+        host.compare(0, me.size() + 1, me + ".") == 0)
+        return true;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    if (getaddrinfo(host.c_str(), NULL, &hints, &res) != 0 || !res) return false;
+    bool loopback = (ntohl(((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    freeaddrinfo(res);
+    return loopback;
+}
+
+/* Whether every host a topology file names is this one. */
+static bool all_hosts_local(const char *path) {
+    std::ifstream f(path ? path : "");
+    std::string line;
+    while (std::getline(f, line)) {
+        std::string::size_type hash = line.find('#');
+        if (hash != std::string::npos) line.erase(hash);
+        std::istringstream words(line);
+        std::string w;
+        while (words >> w) {
+            std::string::size_type colon = w.rfind(':');
+            if (colon == std::string::npos || colon == 0) continue;
+            if (!is_local_host(w.substr(0, colon))) return false;
+        }
+    }
+    return true;
 }
 
 /* Waits up to `ms` for `fd` to be readable. */
@@ -437,7 +473,13 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
     if (!comm.empty()) tc_network_options_set_treecast_path(o, comm.c_str());
     if (getenv("MRNET_STARTUP_TIMEOUT"))
         tc_network_options_set_startup_timeout(o, (uint64_t)atoi(getenv("MRNET_STARTUP_TIMEOUT")) * 1000);
-    if (getenv("XPLAT_RSH")) tc_network_options_set_launcher(o, "ssh");
+    /* Hosts other than this one: treecast's ssh launcher (XPLAT_RSH_ARGS as its
+     * options unless TREECAST_SSH_ARGS says otherwise). */
+    if (!all_hosts_local(itopology)) {
+        if (getenv("XPLAT_RSH_ARGS") && !getenv("TREECAST_SSH_ARGS"))
+            setenv("TREECAST_SSH_ARGS", getenv("XPLAT_RSH_ARGS"), 0);
+        tc_network_options_set_launcher(o, "ssh");
+    }
     tc_result r = tc_network_launch(o, &impl->net);
     tc_network_options_free(o);
     if (r != TC_OK) {
@@ -927,6 +969,8 @@ Event *Network::next_Event() {
 }
 
 int Network::get_EventNotificationFd(EventClass etyp) {
+    /* data: treecast's own descriptor, readable when a packet arrives on any stream */
+    if (etyp == Event::DATA_EVENT) return _impl->data_fd;
     std::lock_guard<std::mutex> g(_impl->mu);
     std::map<EventClass, int[2]>::iterator it = _impl->pipes.find(etyp);
     if (it != _impl->pipes.end()) return it->second[0];
@@ -942,6 +986,11 @@ int Network::get_EventNotificationFd(EventClass etyp) {
 }
 
 void Network::clear_EventNotificationFd(EventClass etyp) {
+    if (etyp == Event::DATA_EVENT) {
+        if (_impl->net) tc_network_fd_clear(_impl->net);
+        if (_impl->be) tc_backend_fd_clear(_impl->be);
+        return;
+    }
     std::lock_guard<std::mutex> g(_impl->mu);
     std::map<EventClass, int[2]>::iterator it = _impl->pipes.find(etyp);
     if (it == _impl->pipes.end()) return;
@@ -951,6 +1000,7 @@ void Network::clear_EventNotificationFd(EventClass etyp) {
 }
 
 void Network::close_EventNotificationFd(EventClass etyp) {
+    if (etyp == Event::DATA_EVENT) return; /* the network's own: it stays open */
     std::lock_guard<std::mutex> g(_impl->mu);
     std::map<EventClass, int[2]>::iterator it = _impl->pipes.find(etyp);
     if (it == _impl->pipes.end()) return;

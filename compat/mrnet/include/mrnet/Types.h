@@ -4,6 +4,7 @@
 #define MRNET_TYPES_H 1
 
 #include "xplat/Types.h"
+#include <cassert>
 #include <cstdio>
 #include <map>
 #include <vector>
