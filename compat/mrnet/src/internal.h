@@ -26,6 +26,11 @@ const char *tc_spec(DataType t);
 /* The treecast format of a packet's values ("%d %as"), built from its elements. */
 std::string tc_format(const Packet &p);
 
+/* The types a format string names, in order; false on an unknown specifier. */
+bool format_types(const char *fmt, std::vector<DataType> &out);
+/* Whether an array type carries a 64-bit length (%A...). */
+bool is_large_array(DataType t);
+
 /* A packet's values as treecast's typed-value payload. */
 void encode_payload(const Packet &p, std::vector<uint8_t> &out);
 /* A packet from a typed-value payload; NULL (with `err`) when it is malformed. */

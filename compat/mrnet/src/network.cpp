@@ -1190,12 +1190,71 @@ int Stream::send_packet(Packet &p) {
     return 0;
 }
 
+/* The values of MRNet-style variadic arguments, straight into treecast's value array
+ * (no Packet on the way: sends are the hot path); false on an unknown specifier. */
+static bool va_values(const char *fmt, va_list *ap, std::vector<tc_value> &vals, std::string &tcfmt) {
+    std::vector<DataType> types;
+    if (!format_types(fmt, types)) return false;
+    vals.resize(types.size());
+    for (size_t i = 0; i < types.size(); i++) {
+        DataType t = types[i];
+        tc_value &v = vals[i];
+        memset(&v, 0, sizeof v);
+        v.kind = tc_code(t);
+        if (i) tcfmt += ' ';
+        tcfmt += tc_spec(t);
+        switch (t) {
+        case CHAR_T: v.i = (char)va_arg(*ap, int); break;
+        case UCHAR_T: v.u = (unsigned char)va_arg(*ap, unsigned int); break;
+        case INT16_T: v.i = (int16_t)va_arg(*ap, int); break;
+        case UINT16_T: v.u = (uint16_t)va_arg(*ap, unsigned int); break;
+        case INT32_T: v.i = va_arg(*ap, int32_t); break;
+        case UINT32_T: v.u = va_arg(*ap, uint32_t); break;
+        case INT64_T: v.i = va_arg(*ap, int64_t); break;
+        case UINT64_T: v.u = va_arg(*ap, uint64_t); break;
+        case FLOAT_T: v.d = (float)va_arg(*ap, double); break;
+        case DOUBLE_T: v.d = va_arg(*ap, double); break;
+        case STRING_T: {
+            const char *str = va_arg(*ap, const char *);
+            v.ptr = str ? str : "";
+            break;
+        }
+        default:
+            v.ptr = va_arg(*ap, const void *);
+            v.len = is_large_array(t) ? (size_t)va_arg(*ap, uint64_t) : (size_t)va_arg(*ap, uint32_t);
+            if (!v.ptr && v.len == 0) v.ptr = "";
+        }
+    }
+    return true;
+}
+
 int Stream::send(int itag, const char *iformat_str, ...) {
+    NetworkImpl *impl = _network->_impl;
+    std::vector<tc_value> vals;
+    std::string fmt;
     va_list ap;
     va_start(ap, iformat_str);
-    Packet p(iformat_str, ap, _id, itag);
+    bool ok = va_values(iformat_str, &ap, vals, fmt);
     va_end(ap);
-    return send_packet(p);
+    if (!ok) {
+        _network->error(ERR_FORMATSTR, UnknownRank, "send: bad format string \"%s\"",
+                        iformat_str ? iformat_str : "(null)");
+        return -1;
+    }
+    const tc_value *v = vals.empty() ? NULL : &vals[0];
+    tc_result r;
+    if (impl->fe) {
+        if (!ensure()) return -1;
+        r = tc_stream_send_values(_tc, itag, fmt.c_str(), v, vals.size());
+    } else {
+        if (!impl->be) return -1;
+        r = tc_backend_send_values(impl->be, _id, itag, fmt.c_str(), v, vals.size());
+    }
+    if (r != TC_OK) {
+        fail(_network, ERR_NETWORK_FAILURE, "sending on a stream");
+        return -1;
+    }
+    return 0;
 }
 
 int Stream::send(const char *idata_fmt, va_list idata, int itag) {

@@ -202,6 +202,19 @@ static bool tokens(const char *fmt, std::vector<std::string> &out) {
 
 using namespace compat;
 
+bool compat::is_large_array(DataType t) { return is_large(t); }
+
+bool compat::format_types(const char *fmt, std::vector<DataType> &out) {
+    std::vector<std::string> toks;
+    if (!tokens(fmt, toks)) return false;
+    for (size_t i = 0; i < toks.size(); i++) {
+        DataType t = Fmt2Type(toks[i].c_str());
+        if (t == UNKNOWN_T) return false;
+        out.push_back(t);
+    }
+    return true;
+}
+
 DataType Fmt2Type(const char *cur_fmt) {
     if (!cur_fmt) return UNKNOWN_T;
     if (*cur_fmt == '%') cur_fmt++;

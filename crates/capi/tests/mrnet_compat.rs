@@ -3,6 +3,8 @@
 //! (a front-end, a back-end and a filter function, written against MRNet 5.0.1's headers)
 //! are compiled with g++ against it as MRNet tools are, and run on a local tree of 2 comm
 //! nodes over 4 back-ends: once linked to libmrnet.so, once to the static libraries.
+//! Then back-ends given MRNet's arguments join a tree in attach mode through its
+//! attach file (`tests/mrnet/attach.cpp`).
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -157,4 +159,14 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
         let out = run_front_end(front_end, &[&topology, &be, &filter, dir], dir);
         assert!(out.contains("mrnet-compat: ok"), "{} printed:\n{out}", front_end.display());
     }
+    let attach = dir.join("attach");
+    let mut c = gxx(&prefix);
+    c.arg(format!("-I{}", root().join("include").display()))
+        .arg("-o")
+        .arg(&attach)
+        .arg(src.join("attach.cpp"));
+    shared(&mut c);
+    must(c.arg("-lpthread"), "compiling tests/mrnet/attach.cpp");
+    let out = run_front_end(&attach, &[&be, &prefix.join("bin/mrnet_commnode"), dir], dir);
+    assert!(out.contains("mrnet-attach: ok"), "attach printed:\n{out}");
 }
