@@ -217,6 +217,22 @@ static bool all_hosts_local(const char *path) {
     return true;
 }
 
+/* The data descriptor, made when first asked for (until then no packet pays for
+ * signalling it); -1 if it cannot be made. */
+static int data_fd(NetworkImpl *impl) {
+    std::lock_guard<std::mutex> g(impl->mu);
+    if (impl->data_fd < 0) {
+        int fd = -1;
+        if (impl->net && tc_network_fd(impl->net, &fd) == TC_OK) impl->data_fd = fd;
+        if (impl->be && tc_backend_fd(impl->be, &fd) == TC_OK) impl->data_fd = fd;
+    }
+    return impl->data_fd;
+}
+
+/* How long a blocking back-end receive waits at a time: a stream closed meanwhile is
+ * reported within this (ms). */
+static const uint64_t BE_SLICE_MS = 200;
+
 /* Waits up to `ms` for `fd` to be readable. */
 static void wait_fd(int fd, int ms) {
     struct pollfd pfd = {fd, POLLIN, 0};
@@ -471,6 +487,8 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
     std::string own = std::string(MRN_PREFIX) + "/bin/mrnet_commnode";
     if (comm.empty() && *MRN_PREFIX && stat(own.c_str(), &st) == 0) comm = own;
     if (!comm.empty()) tc_network_options_set_treecast_path(o, comm.c_str());
+    /* MRNet's sends wait as long as it takes (and need no timer then) */
+    tc_network_options_set_send_timeout(o, TC_FOREVER);
     if (getenv("MRNET_STARTUP_TIMEOUT"))
         tc_network_options_set_startup_timeout(o, (uint64_t)atoi(getenv("MRNET_STARTUP_TIMEOUT")) * 1000);
     /* Hosts other than this one: treecast's ssh launcher (XPLAT_RSH_ARGS as its
@@ -487,7 +505,6 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
         impl->net = NULL;
         return n;
     }
-    tc_network_fd(impl->net, &impl->data_fd);
     impl->topo = new NetworkTopology();
     char *text = NULL;
     if (tc_network_topology(impl->net, &text) == TC_OK) {
@@ -498,8 +515,15 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
     for (Rank i = 0; i < tc_network_backends(impl->net); i++) all.insert(i);
     impl->bcast = new Communicator(n, all);
     impl->comms.push_back(impl->bcast);
-    impl->events = std::thread(event_loop, n, impl);
     return n;
+}
+
+/* Starts the thread that reads treecast's events, once, when the tool first wants
+ * events (a callback, a descriptor, the queue): until then they wait in treecast's
+ * queue, and a tool that wants none pays nothing for them. */
+static void want_events(Network *n, NetworkImpl *impl) {
+    std::lock_guard<std::mutex> g(impl->mu);
+    if (impl->net && !impl->events.joinable() && !impl->stop) impl->events = std::thread(event_loop, n, impl);
 }
 
 Network *Network::CreateNetworkBE(int argc, char *argv[]) {
@@ -530,7 +554,8 @@ Network *Network::CreateNetworkBE(int argc, char *argv[]) {
         return n;
     }
     impl->rank = tc_backend_rank(impl->be);
-    tc_backend_fd(impl->be, &impl->data_fd);
+    /* MRNet's sends wait as long as it takes */
+    tc_backend_set_send_timeout(impl->be, TC_FOREVER);
     impl->topo = new NetworkTopology();
     return n;
 }
@@ -591,6 +616,7 @@ void Network::waitfor_ShutDown(void) const {
                 impl->shutdown = true;
             }
         } else if (impl->net) {
+            want_events(const_cast<Network *>(this), impl);
             usleep(SLICE_MS * 1000);
         } else {
             return;
@@ -732,7 +758,7 @@ Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
 
 /* Back-end: takes what arrived without waiting: closed streams and one packet.
  * 1: a packet (in `out`); 0: nothing; 2: a stream closed (`closed`); -1: the end. */
-static int be_poll(NetworkImpl *impl, PacketPtr &out, unsigned int &closed) {
+int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms) {
     if (impl->data_fd >= 0) tc_backend_fd_clear(impl->be);
     uint32_t id;
     if (tc_backend_next_closed(impl->be, &id) == TC_OK) {
@@ -740,10 +766,19 @@ static int be_poll(NetworkImpl *impl, PacketPtr &out, unsigned int &closed) {
         return 2;
     }
     tc_packet *p = NULL;
-    tc_result r = tc_backend_recv(impl->be, 0, &p);
+    tc_result r = tc_backend_recv(impl->be, wait_ms, &p);
     if (r == TC_OK) {
         out = from_tc(p);
         tc_packet_free(p);
+        /* a closing that came while waiting came before this packet: it goes first */
+        if (wait_ms && tc_backend_next_closed(impl->be, &id) == TC_OK) {
+            Stream *s = be_stream(n, impl, out->get_StreamId());
+            std::lock_guard<std::mutex> g(impl->mu);
+            s->_pending.push_back(out);
+            out.reset();
+            closed = id;
+            return 2;
+        }
         return 1;
     }
     if (r == TC_ERR_AGAIN || r == TC_ERR_TIMEOUT) return 0;
@@ -771,7 +806,7 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
             }
             PacketPtr p;
             unsigned int closed = 0;
-            int got = be_poll(impl, p, closed);
+            int got = be_poll(this, impl, p, closed, iblocking ? BE_SLICE_MS : 0);
             if (got == 1) {
                 opacket = p;
                 if (otag) *otag = p->get_Tag();
@@ -785,8 +820,10 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                 return 0;
             }
             if (got < 0) return -1;
+            if (!iblocking) return 0;
+            continue;
         } else {
-            if (impl->data_fd >= 0) tc_network_fd_clear(impl->net);
+            if (data_fd(impl) >= 0) tc_network_fd_clear(impl->net);
             std::vector<Stream *> live;
             {
                 std::lock_guard<std::mutex> g(impl->mu);
@@ -809,6 +846,17 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                 if (r == TC_ERR_CLOSED) s->_closed = true;
             }
             if (impl->shutdown) return -1;
+            {
+                /* every stream closed under it: the tree is over */
+                std::lock_guard<std::mutex> g(impl->mu);
+                bool any = false, open = false;
+                for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end();
+                     ++it) {
+                    any = true;
+                    open = open || !it->second->_closed;
+                }
+                if (any && !open && tc_network_backends(impl->net) > 0 && live.size() > 0) return -1;
+            }
         }
         if (!iblocking) return 0;
         wait_fd(impl->data_fd, (int)SLICE_MS);
@@ -947,6 +995,7 @@ static void event_loop(Network *net, NetworkImpl *impl) {
 }
 
 void Network::clear_Events() {
+    want_events(this, _impl);
     std::lock_guard<std::mutex> g(_impl->mu);
     for (std::list<Event *>::iterator it = _impl->queue.begin(); it != _impl->queue.end(); ++it) {
         delete (*it)->get_Data();
@@ -956,11 +1005,13 @@ void Network::clear_Events() {
 }
 
 unsigned int Network::num_EventsPending() {
+    want_events(this, _impl);
     std::lock_guard<std::mutex> g(_impl->mu);
     return (unsigned int)_impl->queue.size();
 }
 
 Event *Network::next_Event() {
+    want_events(this, _impl);
     std::lock_guard<std::mutex> g(_impl->mu);
     if (_impl->queue.empty()) return NULL;
     Event *e = _impl->queue.front();
@@ -970,7 +1021,8 @@ Event *Network::next_Event() {
 
 int Network::get_EventNotificationFd(EventClass etyp) {
     /* data: treecast's own descriptor, readable when a packet arrives on any stream */
-    if (etyp == Event::DATA_EVENT) return _impl->data_fd;
+    if (etyp == Event::DATA_EVENT) return data_fd(_impl);
+    want_events(this, _impl);
     std::lock_guard<std::mutex> g(_impl->mu);
     std::map<EventClass, int[2]>::iterator it = _impl->pipes.find(etyp);
     if (it != _impl->pipes.end()) return it->second[0];
@@ -1012,8 +1064,11 @@ void Network::close_EventNotificationFd(EventClass etyp) {
 bool Network::register_EventCallback(EventClass iclass, EventType ityp, evt_cb_func ifunc, void *idata,
                                      bool onetime) {
     if (!ifunc) return false;
-    std::lock_guard<std::mutex> g(_impl->mu);
-    _impl->callbacks[iclass][ityp].push_back(evt_cb_info(ifunc, idata, onetime));
+    {
+        std::lock_guard<std::mutex> g(_impl->mu);
+        _impl->callbacks[iclass][ityp].push_back(evt_cb_info(ifunc, idata, onetime));
+    }
+    want_events(this, _impl);
     return true;
 }
 
@@ -1193,16 +1248,33 @@ int Stream::send_packet(Packet &p) {
 /* The values of MRNet-style variadic arguments, straight into treecast's value array
  * (no Packet on the way: sends are the hot path); false on an unknown specifier. */
 static bool va_values(const char *fmt, va_list *ap, std::vector<tc_value> &vals, std::string &tcfmt) {
-    std::vector<DataType> types;
-    if (!format_types(fmt, types)) return false;
+    /* A tool sends with the same few format strings: the last one's reading is kept
+     * per thread. */
+    static thread_local std::string last_fmt, last_tc;
+    static thread_local std::vector<DataType> last_types;
+    static thread_local bool have_last = false;
+    if (!fmt) return false;
+    if (!have_last || last_fmt != fmt) {
+        std::vector<DataType> types;
+        if (!format_types(fmt, types)) return false;
+        std::string tc;
+        for (size_t i = 0; i < types.size(); i++) {
+            if (i) tc += ' ';
+            tc += tc_spec(types[i]);
+        }
+        last_fmt = fmt;
+        last_tc.swap(tc);
+        last_types.swap(types);
+        have_last = true;
+    }
+    const std::vector<DataType> &types = last_types;
+    tcfmt = last_tc;
     vals.resize(types.size());
     for (size_t i = 0; i < types.size(); i++) {
         DataType t = types[i];
         tc_value &v = vals[i];
         memset(&v, 0, sizeof v);
         v.kind = tc_code(t);
-        if (i) tcfmt += ' ';
-        tcfmt += tc_spec(t);
         switch (t) {
         case CHAR_T: v.i = (char)va_arg(*ap, int); break;
         case UCHAR_T: v.u = (unsigned char)va_arg(*ap, unsigned int); break;
@@ -1303,7 +1375,7 @@ int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
         }
         PacketPtr p;
         unsigned int closed = 0;
-        int got = be_poll(impl, p, closed);
+        int got = be_poll(_network, impl, p, closed, iblocking ? BE_SLICE_MS : 0);
         if (got == 1) {
             if (p->get_StreamId() == _id) {
                 opacket = p;
@@ -1322,7 +1394,6 @@ int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
         }
         if (got < 0) return -1;
         if (!iblocking) return 0;
-        wait_fd(impl->data_fd, (int)SLICE_MS);
     }
 }
 
@@ -1335,7 +1406,7 @@ bool Stream::has_Data(void) {
     return false;
 }
 
-int Stream::get_DataNotificationFd(void) { return _network->_impl->data_fd; }
+int Stream::get_DataNotificationFd(void) { return data_fd(_network->_impl); }
 
 void Stream::clear_DataNotificationFd(void) {
     NetworkImpl *impl = _network->_impl;
@@ -1413,7 +1484,7 @@ bool Stream::is_Closed(void) const {
         for (;;) {
             PacketPtr p;
             unsigned int closed = 0;
-            int got = be_poll(impl, p, closed);
+            int got = be_poll(_network, impl, p, closed, 0);
             if (got == 1) {
                 Stream *s = be_stream(_network, impl, p->get_StreamId());
                 std::lock_guard<std::mutex> g(impl->mu);

@@ -19,6 +19,8 @@ struct NetworkImpl;
 class Stream;
 /* The layer's own: a back-end's Stream of an id, made when first seen. */
 Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
+/* The layer's own: a back-end takes what arrived (waiting up to wait_ms). */
+int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms);
 
 typedef enum { FILTER_DOWNSTREAM_TRANS, FILTER_UPSTREAM_TRANS, FILTER_UPSTREAM_SYNC } FilterType;
 
@@ -27,6 +29,7 @@ typedef enum { FILTER_DOWNSTREAM_TRANS, FILTER_UPSTREAM_TRANS, FILTER_UPSTREAM_S
 class Stream {
     friend class Network;
     friend Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
+    friend int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms);
 
  public:
     int send(int itag, const char *iformat_str, ...);
