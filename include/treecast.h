@@ -292,6 +292,14 @@ enum tc_result tc_backend_send_values(const struct tc_backend *be,
                                       const struct tc_value *values,
                                       size_t count);
 
+// Takes the id of the oldest stream the front-end closed that was not taken yet,
+// into `stream`; `TC_ERR_AGAIN` when there is none. A closing also makes the
+// back-end's descriptor readable (MRNet tools learn of closed streams this way).
+//
+// # Safety
+// `be` is NULL or live; `stream` is NULL or writable.
+enum tc_result tc_backend_next_closed(const struct tc_backend *be, uint32_t *stream);
+
 // Leaves the tree in order (the front-end sees the rank leave, not fail) after what
 // was sent is delivered, and frees the back-end; NULL is ignored.
 //
@@ -800,6 +808,24 @@ enum tc_result tc_stream_new(const struct tc_network *net,
                              uint32_t sync,
                              uint32_t sync_timeout_ms,
                              struct tc_stream **out);
+
+// As `tc_stream_new`, with parameters for the `up` filter from its creation on,
+// typed as `format` says: every node's instance is made with them (a plug-in's
+// `create` gets them), so no wave is ever reduced without them.
+//
+// # Safety
+// As `tc_stream_new`; `format` is NULL or NUL-terminated; `values` points to
+// `count` values valid as `tc_value` says.
+enum tc_result tc_stream_new_params(const struct tc_network *net,
+                                    const struct tc_communicator *comm,
+                                    const char *up,
+                                    const char *down,
+                                    uint32_t sync,
+                                    uint32_t sync_timeout_ms,
+                                    const char *format,
+                                    const struct tc_value *values,
+                                    size_t count,
+                                    struct tc_stream **out);
 
 // The stream's id, as packets carry it (0 for NULL).
 //

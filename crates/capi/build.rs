@@ -6,7 +6,7 @@ use std::process::Command;
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-env-changed=PATH");
-    let found = [("has_valgrind", runs("valgrind")), ("has_cxx", runs("c++"))];
+    let found = [("has_valgrind", runs("valgrind")), ("has_cxx", runs("c++")), ("has_gxx", runs("g++"))];
     for (name, present) in found {
         println!("cargo::rustc-check-cfg=cfg({name})");
         if present {

@@ -77,6 +77,8 @@ static void without_a_network(void) {
   tc_backend *be = NULL;
   FAILS(tc_backend_connect(&be), TC_ERR_NOT_LAUNCHED, "TREECAST_");
   EXPECT(be == NULL);
+  uint32_t closed_id = 0;
+  FAILS(tc_backend_next_closed(NULL, &closed_id), TC_ERR_NULL, "be is NULL");
 
   FAILS(tc_format_types("%d %q", types, 4, &count), TC_ERR_FORMAT, "%q");
   pthread_t t;
@@ -104,6 +106,14 @@ static void with_a_network(const char *argv0) {
   CHECK(tc_network_broadcast_communicator(net, &comm));
   tc_stream *s = NULL;
   FAILS(tc_stream_new(net, comm, "sum", NULL, 7, 0, &s), TC_ERR_INVALID, "no sync mode 7");
+  /* Creation parameters are checked against their format; the sum takes none. */
+  tc_value param = {0};
+  param.kind = TC_TYPE_DOUBLE;
+  FAILS(tc_stream_new_params(net, comm, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, "%d", &param, 1, &s), TC_ERR_FORMAT,
+        "value 1 (%d)");
+  FAILS(tc_stream_new_params(net, comm, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, NULL, NULL, 0, &s), TC_ERR_NULL,
+        "format is NULL");
+  EXPECT(s == NULL);
   CHECK(tc_stream_new(net, comm, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &s));
 
   /* A bad format string, the wrong kind of value, a value that does not fit. */

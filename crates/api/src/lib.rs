@@ -90,6 +90,7 @@ pub use treecast_plugin::{Plugin, PluginError};
 pub use treecast_proto::{CommandError, EndReason, LostRanks};
 pub use treecast_topology::{Topology, TopologyError};
 pub use treecast_wire::{
-    ArrayElement, ClockPlan, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader, GroupPlace,
-    RankSet, ScalarType, SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW,
+    encode_values, ArrayElement, ClockPlan, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader,
+    GroupPlace, RankSet, ScalarType, SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW,
+    DEFAULT_UP_WINDOW,
 };

@@ -35,6 +35,8 @@ pub struct tc_backend {
     pub(crate) ready: Arc<ReadySlot>,
     /// How long a blocking send waits for room, milliseconds.
     send_limit_ms: AtomicU64,
+    /// Streams the front-end closed, oldest first, until `tc_backend_next_closed` takes them.
+    closed: Arc<std::sync::Mutex<std::collections::VecDeque<u32>>>,
 }
 
 /// Packets the receiving task holds for the tool before it stops reading the link.
@@ -47,6 +49,7 @@ async fn receive(
     mut be: BackEnd,
     out: mpsc::Sender<Result<Packet, Failure>>,
     ready: Arc<ReadySlot>,
+    closed: Arc<std::sync::Mutex<std::collections::VecDeque<u32>>>,
     mut stop: oneshot::Receiver<()>,
 ) -> (BackEnd, Option<FileWorker>) {
     let mut files: Option<FileWorker> = None;
@@ -71,6 +74,8 @@ async fn receive(
                         tracing::warn!("the file writer is gone: {e}");
                     }
                 }
+                closed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push_back(id);
+                signal();
                 continue;
             }
             Ok(_) => continue,
@@ -122,7 +127,8 @@ fn wrap(be: BackEnd) -> tc_backend {
     let (stop_tx, stop_rx) = oneshot::channel();
     let ready = Arc::new(ReadySlot::new());
     let (sender, rank) = (be.sender(), be.rank());
-    let task = tokio::spawn(receive(be, tx, ready.clone(), stop_rx));
+    let closed = Arc::default();
+    let task = tokio::spawn(receive(be, tx, ready.clone(), Arc::clone(&closed), stop_rx));
     tc_backend {
         sender,
         rank,
@@ -131,6 +137,7 @@ fn wrap(be: BackEnd) -> tc_backend {
         task: Some(task),
         ready,
         send_limit_ms: AtomicU64::new(crate::ffi::TC_DEFAULT_SEND_TIMEOUT_MS),
+        closed,
     }
 }
 
@@ -266,6 +273,30 @@ pub unsafe extern "C" fn tc_backend_send_values(
         // SAFETY: as the caller promised.
         let values = unsafe { from_c(format, values, count) }?;
         send_within(b.send_limit_ms.load(Ordering::Relaxed), b.sender.send(stream, tag, format, &values))
+    })
+}
+
+/// Takes the id of the oldest stream the front-end closed that was not taken yet,
+/// into `stream`; `TC_ERR_AGAIN` when there is none. A closing also makes the
+/// back-end's descriptor readable (MRNet tools learn of closed streams this way).
+///
+/// # Safety
+/// `be` is NULL or live; `stream` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_backend_next_closed(be: *const tc_backend, stream: *mut u32) -> tc_result {
+    guard("tc_backend_next_closed", || {
+        // SAFETY: as the caller promised.
+        let b = unsafe { arg(be, "be") }?;
+        out_ok(stream, "stream")?;
+        let id = b.closed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
+        match id {
+            // SAFETY: checked not NULL.
+            Some(id) => unsafe { put(stream, id) },
+            None => {
+                return Err(Failure::new(tc_result::TC_ERR_AGAIN, "no stream was closed since the last call"))
+            }
+        }
+        Ok(())
     })
 }
 

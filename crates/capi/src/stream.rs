@@ -79,26 +79,81 @@ pub unsafe extern "C" fn tc_stream_new(
 ) -> tc_result {
     guard("tc_stream_new", || {
         // SAFETY: as the caller promised.
-        let (n, c) = unsafe { (arg(net, "net")?, arg(comm, "comm")?) };
-        // SAFETY: as the caller promised.
-        let (up, down) = unsafe { (opt(up, "up")?, opt(down, "down")?) };
-        out_ok(out, "out")?;
-        let mut options = StreamOptions::reduce(TransformKind::Null);
-        options.up = filter(n, up.unwrap_or("null"));
-        options.down = filter(n, down.unwrap_or("null"));
-        options.sync = sync_mode(sync, sync_timeout_ms)?;
-        let stream = block_on(n.net.new_stream(&c.comm, options))??;
-        let s = tc_stream {
-            sender: stream.sender(),
-            receiver: Arc::new(AsyncMutex::new(stream)),
-            send_turns: Arc::default(),
-            recv_turns: Arc::default(),
-            send_limit_ms: n.send_limit_ms,
-        };
-        // SAFETY: checked not NULL.
-        unsafe { put(out, handle(s)) };
-        Ok(())
+        unsafe { new_stream(net, comm, up, down, sync, sync_timeout_ms, None, out) }
     })
+}
+
+/// As `tc_stream_new`, with parameters for the `up` filter from its creation on,
+/// typed as `format` says: every node's instance is made with them (a plug-in's
+/// `create` gets them), so no wave is ever reduced without them.
+///
+/// # Safety
+/// As `tc_stream_new`; `format` is NULL or NUL-terminated; `values` points to
+/// `count` values valid as `tc_value` says.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn tc_stream_new_params(
+    net: *const tc_network,
+    comm: *const tc_communicator,
+    up: *const c_char,
+    down: *const c_char,
+    sync: u32,
+    sync_timeout_ms: u32,
+    format: *const c_char,
+    values: *const tc_value,
+    count: usize,
+    out: *mut *mut tc_stream,
+) -> tc_result {
+    guard("tc_stream_new_params", || {
+        // SAFETY: as the caller promised.
+        let format = unsafe { text(format, "format") }?;
+        // SAFETY: as the caller promised.
+        let values = unsafe { from_c(format, values, count) }?;
+        let mut params = Vec::new();
+        treecast_api::encode_values(&values, &mut params);
+        // SAFETY: as the caller promised.
+        unsafe { new_stream(net, comm, up, down, sync, sync_timeout_ms, Some(params), out) }
+    })
+}
+
+/// The work of `tc_stream_new` and `tc_stream_new_params` (`params`: the up filter's).
+///
+/// # Safety
+/// As `tc_stream_new`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn new_stream(
+    net: *const tc_network,
+    comm: *const tc_communicator,
+    up: *const c_char,
+    down: *const c_char,
+    sync: u32,
+    sync_timeout_ms: u32,
+    params: Option<Vec<u8>>,
+    out: *mut *mut tc_stream,
+) -> Result<(), Failure> {
+    // SAFETY: as the caller promised.
+    let (n, c) = unsafe { (arg(net, "net")?, arg(comm, "comm")?) };
+    // SAFETY: as the caller promised.
+    let (up, down) = unsafe { (opt(up, "up")?, opt(down, "down")?) };
+    out_ok(out, "out")?;
+    let mut options = StreamOptions::reduce(TransformKind::Null);
+    options.up = filter(n, up.unwrap_or("null"));
+    if let Some(p) = params {
+        options.up.params = p;
+    }
+    options.down = filter(n, down.unwrap_or("null"));
+    options.sync = sync_mode(sync, sync_timeout_ms)?;
+    let stream = block_on(n.net.new_stream(&c.comm, options))??;
+    let s = tc_stream {
+        sender: stream.sender(),
+        receiver: Arc::new(AsyncMutex::new(stream)),
+        send_turns: Arc::default(),
+        recv_turns: Arc::default(),
+        send_limit_ms: n.send_limit_ms,
+    };
+    // SAFETY: checked not NULL.
+    unsafe { put(out, handle(s)) };
+    Ok(())
 }
 
 /// # Safety

@@ -1,0 +1,75 @@
+/* mrnet/Stream.h: a communicator bound to filters, over a treecast stream. */
+#if !defined(__stream_h)
+#define __stream_h 1
+
+#include <cstdarg>
+#include <deque>
+#include <set>
+#include <vector>
+
+#include "mrnet/FilterIds.h"
+#include "mrnet/Network.h"
+#include "mrnet/Packet.h"
+
+struct tc_stream;
+
+namespace MRN {
+
+struct NetworkImpl;
+class Stream;
+/* The layer's own: a back-end's Stream of an id, made when first seen. */
+Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
+/* The layer's own: a back-end takes what arrived (waiting up to wait_ms). */
+int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms);
+
+typedef enum { FILTER_DOWNSTREAM_TRANS, FILTER_UPSTREAM_TRANS, FILTER_UPSTREAM_SYNC } FilterType;
+
+#define INVALID_STREAM_ID ((unsigned int)-1)
+
+class Stream {
+    friend class Network;
+    friend Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
+    friend int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms);
+
+ public:
+    int send(int itag, const char *iformat_str, ...);
+    int send(const char *idata_fmt, va_list idata, int itag);
+    int send(int itag, const void **idata, const char *iformat_str);
+    int send(PacketPtr &ipacket);
+    int flush(void) const;
+    int recv(int *otag, PacketPtr &opacket, bool iblocking = true);
+    const std::set<Rank> &get_EndPoints(void) const { return _ranks; }
+    unsigned int get_Id(void) const;
+    unsigned int size(void) const { return (unsigned int)_ranks.size(); }
+    bool has_Data(void);
+    int get_DataNotificationFd(void);
+    void clear_DataNotificationFd(void);
+    void close_DataNotificationFd(void);
+    int set_FilterParameters(FilterType ftype, const char *format_str, ...) const;
+    int set_FilterParameters(const char *params_fmt, va_list params, FilterType ftype) const;
+    bool enable_PerformanceData(perfdata_metric_t, perfdata_context_t) { return false; }
+    bool disable_PerformanceData(perfdata_metric_t, perfdata_context_t) { return false; }
+    bool is_Closed(void) const;
+    bool is_ShutDown(void) const { return is_Closed(); }
+    ~Stream();
+
+ private:
+    Stream(Network *net, unsigned int id, const std::set<Rank> &ranks, int us, int sync, int ds);
+    /* Makes the treecast stream at first use (so that filter parameters and the
+     * time-out set before it are part of its creation); false on failure. */
+    bool ensure(void) const;
+    int send_packet(Packet &p);
+    Network *_network;
+    mutable struct tc_stream *_tc;
+    mutable unsigned int _id;
+    std::set<Rank> _ranks;
+    int _us_filter, _sync_filter, _ds_filter;
+    mutable uint32_t _sync_timeout_ms;
+    mutable PacketPtr _up_params, _down_params;
+    mutable bool _closed;
+    std::deque<PacketPtr> _pending; /* back-end: packets received for this stream */
+};
+
+} /* namespace MRN */
+
+#endif /* __stream_h */

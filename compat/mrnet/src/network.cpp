@@ -1,0 +1,1503 @@
+/* network.cpp: Network, Stream, Communicator and NetworkTopology over treecast's C
+ * API (include/treecast.h). See docs/mrnet-compat.md for what differs from MRNet. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <atomic>
+#include <fstream>
+#include <list>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "internal.h"
+#include "mrnet/MRNet.h"
+#include "treecast.h"
+
+#ifndef MRN_PREFIX
+#define MRN_PREFIX ""
+#endif
+
+namespace MRN {
+
+using namespace compat;
+
+/* Ranks of the front-end and comm nodes: this plus their pre-order node id, so that
+ * they never meet the back-ends' ranks (0 .. N-1, treecast's). */
+static const Rank INTERNAL_RANK_BASE = 1000000;
+/* First id of a filter loaded by load_FilterFunc. */
+static const int FIRST_LOADED_FILTER = 100;
+/* How long one wait lasts before a blocking call looks again (ms). */
+static const uint64_t SLICE_MS = 1000;
+
+/* An MRNet filter function loaded by load_FilterFunc. */
+struct LoadedFilter {
+    std::string func;
+    std::string identity;
+    std::vector<uint8_t> bytes;
+};
+
+struct NetworkImpl {
+    bool fe;
+    tc_network *net;
+    tc_backend *be;
+    int data_fd;
+    Rank rank;
+    std::string host;
+    std::mutex mu;
+    std::map<unsigned int, Stream *> streams; /* made (front-end) or seen (back-end) */
+    std::list<Stream *> all_streams;          /* front-end: every live Stream object */
+    std::list<Communicator *> comms;
+    Communicator *bcast;
+    NetworkTopology *topo;
+    std::vector<LoadedFilter> filters;
+    bool adapter_loaded;
+    Stream *p2p; /* front-end: the stream of Network::send to one rank */
+    size_t next_stream;
+    std::atomic<bool> shutdown;
+    std::atomic<bool> stop;
+    std::thread events;
+    std::list<Event *> queue;
+    std::map<EventClass, std::map<EventType, evt_cb_list> > callbacks;
+    std::map<EventClass, int[2]> pipes;
+
+    NetworkImpl()
+        : fe(false), net(NULL), be(NULL), data_fd(-1), rank(UnknownRank), bcast(NULL), topo(NULL),
+          adapter_loaded(false), p2p(NULL), next_stream(0), shutdown(false), stop(false) {}
+};
+
+/* ---- helpers ---- */
+
+static void fail(const Error *who, ErrorCode code, const char *what) {
+    const char *why = tc_last_error();
+    who->error(code, UnknownRank, "%s: %s", what, why && *why ? why : "no reason given");
+    if (CUR_OUTPUT_LEVEL >= 1) fprintf(stderr, "mrnet: %s: %s\n", what, why && *why ? why : "no reason given");
+}
+
+static std::string local_host_name() {
+    char buf[XPLAT_MAX_HOSTNAME_LEN + 1] = {0};
+    if (gethostname(buf, XPLAT_MAX_HOSTNAME_LEN) != 0) return "localhost";
+    return buf;
+}
+
+/* "0-3,8": a rank set as treecast's calls take it. */
+static std::string fold(const std::set<Rank> &ranks) {
+    std::string out;
+    std::set<Rank>::const_iterator it = ranks.begin();
+    while (it != ranks.end()) {
+        Rank first = *it, last = *it;
+        ++it;
+        while (it != ranks.end() && *it == last + 1) last = *it++;
+        char buf[32];
+        if (first == last)
+            snprintf(buf, sizeof buf, "%u", first);
+        else
+            snprintf(buf, sizeof buf, "%u-%u", first, last);
+        if (!out.empty()) out += ',';
+        out += buf;
+    }
+    return out;
+}
+
+/* Every value of `p`, as treecast's value array; borrowed from `p`. */
+static void to_values(const Packet &p, std::vector<tc_value> &vals) {
+    vals.resize(p.get_NumDataElements());
+    for (unsigned int i = 0; i < p.get_NumDataElements(); i++) {
+        const DataElement *e = p[i];
+        tc_value &v = vals[i];
+        memset(&v, 0, sizeof v);
+        DataType t = e->get_Type();
+        v.kind = tc_code(t);
+        switch (t) {
+        case CHAR_T: v.i = e->get_char(); break;
+        case UCHAR_T: v.u = e->get_uchar(); break;
+        case INT16_T: v.i = e->get_int16_t(); break;
+        case UINT16_T: v.u = e->get_uint16_t(); break;
+        case INT32_T: v.i = e->get_int32_t(); break;
+        case UINT32_T: v.u = e->get_uint32_t(); break;
+        case INT64_T: v.i = e->get_int64_t(); break;
+        case UINT64_T: v.u = e->get_uint64_t(); break;
+        case FLOAT_T: v.d = e->get_float(); break;
+        case DOUBLE_T: v.d = e->get_double(); break;
+        case STRING_T: v.ptr = e->get_string(); break;
+        default: {
+            uint64_t n = 0;
+            v.ptr = e->get_array(NULL, &n);
+            v.len = (size_t)n;
+        }
+        }
+    }
+}
+
+/* A packet from a treecast packet (which the caller still frees). */
+static PacketPtr from_tc(const tc_packet *tp) {
+    PacketPtr p(new Packet(tc_packet_rank(tp), tc_packet_stream(tp), tc_packet_tag(tp)));
+    size_t n = tc_packet_count(tp);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t code = tc_packet_type(tp, i);
+        DataType t = from_tc_code(code);
+        DataElement *e = new DataElement;
+        int64_t s = 0;
+        uint64_t u = 0;
+        double d = 0;
+        switch (t) {
+        case CHAR_T: tc_packet_get_i64(tp, i, &s); e->set_char((char)s); break;
+        case UCHAR_T: tc_packet_get_u64(tp, i, &u); e->set_uchar((unsigned char)u); break;
+        case INT16_T: tc_packet_get_i64(tp, i, &s); e->set_int16_t((int16_t)s); break;
+        case UINT16_T: tc_packet_get_u64(tp, i, &u); e->set_uint16_t((uint16_t)u); break;
+        case INT32_T: tc_packet_get_i64(tp, i, &s); e->set_int32_t((int32_t)s); break;
+        case UINT32_T: tc_packet_get_u64(tp, i, &u); e->set_uint32_t((uint32_t)u); break;
+        case INT64_T: tc_packet_get_i64(tp, i, &s); e->set_int64_t(s); break;
+        case UINT64_T: tc_packet_get_u64(tp, i, &u); e->set_uint64_t(u); break;
+        case FLOAT_T: tc_packet_get_f64(tp, i, &d); e->set_float((float)d); break;
+        case DOUBLE_T: tc_packet_get_f64(tp, i, &d); e->set_double(d); break;
+        case STRING_T: {
+            const char *str = "";
+            tc_packet_get_string(tp, i, &str, NULL);
+            e->set_string(str);
+            break;
+        }
+        default: {
+            const void *data = NULL;
+            size_t len = 0;
+            tc_packet_get_array(tp, i, NULL, &data, &len);
+            e->set_array(data, t, (uint64_t)len);
+        }
+        }
+        p->add_DataElement(e);
+    }
+    return p;
+}
+
+/* A host this process can start processes on itself (MRNet forks those). */
+static bool is_local_host(const std::string &host) {
+    std::string me = local_host_name();
+    if (host == "localhost" || host == me || me.compare(0, host.size() + 1, host + ".") == 0 ||
+        host.compare(0, me.size() + 1, me + ".") == 0)
+        return true;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    if (getaddrinfo(host.c_str(), NULL, &hints, &res) != 0 || !res) return false;
+    bool loopback = (ntohl(((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    freeaddrinfo(res);
+    return loopback;
+}
+
+/* Whether every host a topology file names is this one. */
+static bool all_hosts_local(const char *path) {
+    std::ifstream f(path ? path : "");
+    std::string line;
+    while (std::getline(f, line)) {
+        std::string::size_type hash = line.find('#');
+        if (hash != std::string::npos) line.erase(hash);
+        std::istringstream words(line);
+        std::string w;
+        while (words >> w) {
+            std::string::size_type colon = w.rfind(':');
+            if (colon == std::string::npos || colon == 0) continue;
+            if (!is_local_host(w.substr(0, colon))) return false;
+        }
+    }
+    return true;
+}
+
+/* The data descriptor, made when first asked for (until then no packet pays for
+ * signalling it); -1 if it cannot be made. */
+static int data_fd(NetworkImpl *impl) {
+    std::lock_guard<std::mutex> g(impl->mu);
+    if (impl->data_fd < 0) {
+        int fd = -1;
+        if (impl->net && tc_network_fd(impl->net, &fd) == TC_OK) impl->data_fd = fd;
+        if (impl->be && tc_backend_fd(impl->be, &fd) == TC_OK) impl->data_fd = fd;
+    }
+    return impl->data_fd;
+}
+
+/* How long a blocking back-end receive waits at a time: a stream closed meanwhile is
+ * reported within this (ms). */
+static const uint64_t BE_SLICE_MS = 200;
+
+/* Waits up to `ms` for `fd` to be readable. */
+static void wait_fd(int fd, int ms) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (fd < 0) {
+        usleep((useconds_t)ms * 1000);
+        return;
+    }
+    poll(&pfd, 1, ms);
+}
+
+/* ---- Communicator ---- */
+
+Communicator::Communicator(Network *net, const std::set<Rank> &ranks) : _network(net) {
+    for (std::set<Rank>::const_iterator it = ranks.begin(); it != ranks.end(); ++it) add_EndPoint(*it);
+}
+
+Communicator::~Communicator() {
+    for (std::set<CommunicationNode *>::iterator it = _back_ends.begin(); it != _back_ends.end(); ++it) delete *it;
+    if (_network && _network->_impl) {
+        std::lock_guard<std::mutex> g(_network->_impl->mu);
+        _network->_impl->comms.remove(this);
+        if (_network->_impl->bcast == this) _network->_impl->bcast = NULL;
+    }
+}
+
+bool Communicator::add_EndPoint(Rank irank) {
+    if (_ranks.count(irank)) return true;
+    std::string host = "localhost";
+    if (_network && _network->_impl && _network->_impl->topo) {
+        NetworkTopology::Node *n = _network->_impl->topo->find_Node(irank);
+        if (n) host = n->get_HostName();
+    }
+    _ranks.insert(irank);
+    _back_ends.insert(new CommunicationNode(host, UnknownPort, irank));
+    return true;
+}
+
+bool Communicator::add_EndPoint(CommunicationNode *n) { return n ? add_EndPoint(n->get_Rank()) : false; }
+
+/* ---- NetworkTopology ---- */
+
+NetworkTopology::NetworkTopology() : _root(NULL) {}
+NetworkTopology::~NetworkTopology(void) { clear(); }
+
+void NetworkTopology::clear(void) {
+    for (size_t i = 0; i < _nodes.size(); i++) delete _nodes[i];
+    _nodes.clear();
+    _root = NULL;
+}
+
+unsigned int NetworkTopology::Node::find_SubTreeHeight(void) {
+    unsigned int h = 0;
+    for (std::set<Node *>::iterator it = _children.begin(); it != _children.end(); ++it)
+        h = std::max(h, (*it)->find_SubTreeHeight() + 1);
+    return h;
+}
+
+/* "host:index" -> host, port-less; the index is the file's. */
+static std::string host_of(const std::string &key) {
+    size_t colon = key.rfind(':');
+    return colon == std::string::npos ? key : key.substr(0, colon);
+}
+
+bool NetworkTopology::parse(const std::string &text, bool leaves_are_backends) {
+    clear();
+    _text = text;
+    std::map<std::string, std::vector<std::string> > kids;
+    std::string first;
+    std::string stmt;
+    std::istringstream in(text);
+    std::string tok;
+    std::vector<std::string> words;
+    while (in >> tok) {
+        if (tok == ";" || (tok.size() > 1 && tok[tok.size() - 1] == ';')) {
+            if (tok != ";") words.push_back(tok.substr(0, tok.size() - 1));
+            if (!words.empty()) {
+                if (first.empty()) first = words[0];
+                if (words.size() > 2 && words[1] == "=>")
+                    kids[words[0]].assign(words.begin() + 2, words.end());
+            }
+            words.clear();
+        } else {
+            words.push_back(tok);
+        }
+    }
+    if (first.empty()) return false;
+    /* pre-order walk: ids as treecast numbers nodes, leaves ranked in order */
+    Rank next_leaf = 0;
+    unsigned int next_id = 0;
+    std::vector<std::pair<std::string, Node *> > stack;
+    stack.push_back(std::make_pair(first, (Node *)NULL));
+    while (!stack.empty()) {
+        std::pair<std::string, Node *> top = stack.back();
+        stack.pop_back();
+        std::map<std::string, std::vector<std::string> >::iterator k = kids.find(top.first);
+        bool leaf = k == kids.end() || k->second.empty();
+        bool be = leaf && leaves_are_backends && top.second != NULL;
+        unsigned int id = next_id++;
+        Rank r = be ? next_leaf++ : INTERNAL_RANK_BASE + id;
+        Node *n = new Node(host_of(top.first), UnknownPort, r, be);
+        n->_parent = top.second;
+        if (top.second) top.second->_children.insert(n);
+        _nodes.push_back(n);
+        if (!_root) _root = n;
+        if (!leaf)
+            for (size_t i = k->second.size(); i-- > 0;) stack.push_back(std::make_pair(k->second[i], n));
+    }
+    return true;
+}
+
+void NetworkTopology::print_TopologyFile(const char *filename) const {
+    FILE *f = filename ? fopen(filename, "w") : NULL;
+    if (!f) return;
+    fputs(_text.c_str(), f);
+    fclose(f);
+}
+
+void NetworkTopology::print_DOTGraph(const char *filename) const {
+    FILE *f = filename ? fopen(filename, "w") : NULL;
+    if (!f) return;
+    fprintf(f, "digraph tree {\n");
+    for (size_t i = 0; i < _nodes.size(); i++)
+        for (std::set<Node *>::iterator it = _nodes[i]->_children.begin(); it != _nodes[i]->_children.end(); ++it)
+            fprintf(f, "  \"%s:%u\" -> \"%s:%u\";\n", _nodes[i]->_hostname.c_str(), _nodes[i]->_rank,
+                    (*it)->_hostname.c_str(), (*it)->_rank);
+    fprintf(f, "}\n");
+    fclose(f);
+}
+
+void NetworkTopology::print(FILE *f) const { fputs(_text.c_str(), f ? f : stdout); }
+unsigned int NetworkTopology::get_NumNodes(void) const { return (unsigned int)_nodes.size(); }
+
+unsigned int NetworkTopology::depth_of(Node *n) const {
+    unsigned int d = 0;
+    while (n && n->_parent) {
+        n = n->_parent;
+        d++;
+    }
+    return d;
+}
+
+void NetworkTopology::get_TreeStatistics(unsigned int &onum_nodes, unsigned int &odepth, unsigned int &omin_fanout,
+                                         unsigned &omax_fanout, double &oavg_fanout, double &ostddev_fanout) {
+    onum_nodes = (unsigned int)_nodes.size();
+    odepth = 0;
+    omin_fanout = 0;
+    omax_fanout = 0;
+    std::vector<unsigned int> fans;
+    for (size_t i = 0; i < _nodes.size(); i++) {
+        odepth = std::max(odepth, depth_of(_nodes[i]));
+        if (!_nodes[i]->_children.empty()) fans.push_back((unsigned int)_nodes[i]->_children.size());
+    }
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < fans.size(); i++) {
+        omin_fanout = i == 0 ? fans[i] : std::min(omin_fanout, fans[i]);
+        omax_fanout = std::max(omax_fanout, fans[i]);
+        sum += fans[i];
+    }
+    oavg_fanout = fans.empty() ? 0 : sum / fans.size();
+    for (size_t i = 0; i < fans.size(); i++) sq += (fans[i] - oavg_fanout) * (fans[i] - oavg_fanout);
+    ostddev_fanout = fans.empty() ? 0 : sqrt(sq / fans.size());
+}
+
+NetworkTopology::Node *NetworkTopology::find_Node(Rank r) const {
+    for (size_t i = 0; i < _nodes.size(); i++)
+        if (_nodes[i]->_rank == r) return _nodes[i];
+    return NULL;
+}
+
+void NetworkTopology::get_Leaves(std::vector<Node *> &leaves) const {
+    for (size_t i = 0; i < _nodes.size(); i++)
+        if (_nodes[i]->_children.empty()) leaves.push_back(_nodes[i]);
+}
+
+void NetworkTopology::get_ParentNodes(std::set<Node *> &out) const {
+    for (size_t i = 0; i < _nodes.size(); i++)
+        if (!_nodes[i]->_children.empty()) out.insert(_nodes[i]);
+}
+
+void NetworkTopology::get_OrphanNodes(std::set<Node *> &) const {}
+
+void NetworkTopology::get_BackEndNodes(std::set<Node *> &out) const {
+    for (size_t i = 0; i < _nodes.size(); i++)
+        if (_nodes[i]->_is_backend) out.insert(_nodes[i]);
+}
+
+size_t NetworkTopology::num_BackEndNodes(void) const {
+    std::set<Node *> s;
+    get_BackEndNodes(s);
+    return s.size();
+}
+
+size_t NetworkTopology::num_InternalNodes(void) const { return _nodes.size() - num_BackEndNodes(); }
+
+void NetworkTopology::get_Descendants(Node *n, std::vector<Node *> &out) const {
+    if (!n) return;
+    for (std::set<Node *>::iterator it = n->_children.begin(); it != n->_children.end(); ++it) {
+        out.push_back(*it);
+        get_Descendants(*it, out);
+    }
+}
+
+void NetworkTopology::get_LeafDescendants(Node *n, std::vector<Node *> &out) const {
+    std::vector<Node *> all;
+    get_Descendants(n, all);
+    for (size_t i = 0; i < all.size(); i++)
+        if (all[i]->_children.empty()) out.push_back(all[i]);
+}
+
+std::string NetworkTopology::get_TopologyString(void) { return _text; }
+
+/* ---- Network ---- */
+
+Network::Network(void) : _impl(new NetworkImpl) {}
+
+static void event_loop(Network *net, NetworkImpl *impl);
+
+Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_exe, const char **ibackend_argv,
+                                  const std::map<std::string, std::string> *attrs, bool, bool) {
+    Network *n = new Network();
+    NetworkImpl *impl = n->_impl;
+    impl->fe = true;
+    impl->host = local_host_name();
+    impl->rank = INTERNAL_RANK_BASE;
+    const char *level = getenv("MRNET_OUTPUT_LEVEL");
+    if (level) set_OutputLevel(atoi(level));
+    if (!ibackend_exe || !*ibackend_exe) {
+        n->error(ERR_INTERNAL, UnknownRank,
+                 "a network without a back-end program (MRNet's attach mode) is not supported by treecast's "
+                 "MRNet layer yet: give the back-end program, or use treecast's attach files "
+                 "(docs/mrnet-compat.md)");
+        return n;
+    }
+    tc_network_options *o = tc_network_options_new();
+    if (tc_network_options_set_topology_file(o, itopology) != TC_OK) {
+        fail(n, ERR_TOPOLOGY_FORMAT, "reading the topology file");
+        tc_network_options_free(o);
+        return n;
+    }
+    std::vector<const char *> argv;
+    argv.push_back(ibackend_exe);
+    for (const char **a = ibackend_argv; a && *a; a++) argv.push_back(*a);
+    tc_network_options_set_backend(o, &argv[0], argv.size());
+    /* The comm node program: MRNET_COMM_PATH, the attribute, then the prefix's own. */
+    std::string comm;
+    if (getenv("MRNET_COMM_PATH")) comm = getenv("MRNET_COMM_PATH");
+    if (comm.empty() && attrs) {
+        std::map<std::string, std::string>::const_iterator it = attrs->find("MRNET_COMMNODE_PATH");
+        if (it != attrs->end()) comm = it->second;
+    }
+    struct stat st;
+    std::string own = std::string(MRN_PREFIX) + "/bin/mrnet_commnode";
+    if (comm.empty() && *MRN_PREFIX && stat(own.c_str(), &st) == 0) comm = own;
+    if (!comm.empty()) tc_network_options_set_treecast_path(o, comm.c_str());
+    /* MRNet's sends wait as long as it takes (and need no timer then) */
+    tc_network_options_set_send_timeout(o, TC_FOREVER);
+    if (getenv("MRNET_STARTUP_TIMEOUT"))
+        tc_network_options_set_startup_timeout(o, (uint64_t)atoi(getenv("MRNET_STARTUP_TIMEOUT")) * 1000);
+    /* Hosts other than this one: treecast's ssh launcher (XPLAT_RSH_ARGS as its
+     * options unless TREECAST_SSH_ARGS says otherwise). */
+    if (!all_hosts_local(itopology)) {
+        if (getenv("XPLAT_RSH_ARGS") && !getenv("TREECAST_SSH_ARGS"))
+            setenv("TREECAST_SSH_ARGS", getenv("XPLAT_RSH_ARGS"), 0);
+        tc_network_options_set_launcher(o, "ssh");
+    }
+    tc_result r = tc_network_launch(o, &impl->net);
+    tc_network_options_free(o);
+    if (r != TC_OK) {
+        fail(n, ERR_NETWORK_FAILURE, "launching the network");
+        impl->net = NULL;
+        return n;
+    }
+    impl->topo = new NetworkTopology();
+    char *text = NULL;
+    if (tc_network_topology(impl->net, &text) == TC_OK) {
+        impl->topo->parse(text, true);
+        tc_string_free(text);
+    }
+    std::set<Rank> all;
+    for (Rank i = 0; i < tc_network_backends(impl->net); i++) all.insert(i);
+    impl->bcast = new Communicator(n, all);
+    impl->comms.push_back(impl->bcast);
+    return n;
+}
+
+/* Starts the thread that reads treecast's events, once, when the tool first wants
+ * events (a callback, a descriptor, the queue): until then they wait in treecast's
+ * queue, and a tool that wants none pays nothing for them. */
+static void want_events(Network *n, NetworkImpl *impl) {
+    std::lock_guard<std::mutex> g(impl->mu);
+    if (impl->net && !impl->events.joinable() && !impl->stop) impl->events = std::thread(event_loop, n, impl);
+}
+
+Network *Network::CreateNetworkBE(int argc, char *argv[]) {
+    Network *n = new Network();
+    NetworkImpl *impl = n->_impl;
+    impl->fe = false;
+    impl->host = local_host_name();
+    const char *level = getenv("MRNET_OUTPUT_LEVEL");
+    if (level) set_OutputLevel(atoi(level));
+    tc_result r;
+    if (getenv("TREECAST_PARENT")) {
+        r = tc_backend_connect(&impl->be);
+    } else if (argc >= 6) {
+        /* MRNet's convention: ... parent host, parent port, parent rank, own host,
+         * own rank. The parent's address and the secret come from the attach file
+         * (TREECAST_ATTACH): never from the command line. */
+        long rank = strtol(argv[argc - 1], NULL, 10);
+        r = tc_backend_attach(NULL, rank, &impl->be);
+    } else {
+        n->error(ERR_INTERNAL, UnknownRank,
+                 "this back-end was not started by treecast (no TREECAST_PARENT) and has no MRNet-style "
+                 "arguments (parent host, port, rank, own host, rank)");
+        return n;
+    }
+    if (r != TC_OK) {
+        fail(n, ERR_NETWORK_FAILURE, "joining the network as a back-end");
+        impl->be = NULL;
+        return n;
+    }
+    impl->rank = tc_backend_rank(impl->be);
+    /* MRNet's sends wait as long as it takes */
+    tc_backend_set_send_timeout(impl->be, TC_FOREVER);
+    impl->topo = new NetworkTopology();
+    return n;
+}
+
+Network::~Network() {
+    NetworkImpl *impl = _impl;
+    impl->stop = true;
+    if (impl->events.joinable()) impl->events.join();
+    std::vector<Stream *> streams;
+    {
+        std::lock_guard<std::mutex> g(impl->mu);
+        if (impl->fe)
+            streams.assign(impl->all_streams.begin(), impl->all_streams.end());
+        else
+            for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end(); ++it)
+                streams.push_back(it->second);
+    }
+    for (size_t i = 0; i < streams.size(); i++) delete streams[i];
+    std::vector<Communicator *> comms(impl->comms.begin(), impl->comms.end());
+    for (size_t i = 0; i < comms.size(); i++) delete comms[i];
+    if (impl->net) tc_network_free(impl->net);
+    if (impl->be) {
+        if (impl->shutdown)
+            tc_backend_free(impl->be);
+        else
+            tc_backend_close(impl->be);
+    }
+    for (std::map<EventClass, int[2]>::iterator it = impl->pipes.begin(); it != impl->pipes.end(); ++it) {
+        close(it->second[0]);
+        close(it->second[1]);
+    }
+    for (std::list<Event *>::iterator it = impl->queue.begin(); it != impl->queue.end(); ++it) {
+        delete (*it)->get_Data();
+        delete *it;
+    }
+    delete impl->topo;
+    _impl = NULL;
+    delete impl;
+}
+
+NetworkTopology *Network::get_NetworkTopology(void) const { return _impl->topo; }
+bool Network::is_ShutDown(void) const { return _impl->shutdown; }
+
+void Network::waitfor_ShutDown(void) const {
+    NetworkImpl *impl = _impl;
+    while (!impl->shutdown) {
+        if (impl->be) {
+            tc_packet *p = NULL;
+            tc_result r = tc_backend_recv(impl->be, SLICE_MS, &p);
+            if (r == TC_OK) {
+                /* a packet nobody will read now: keep it for its stream */
+                PacketPtr pk = from_tc(p);
+                tc_packet_free(p);
+                std::lock_guard<std::mutex> g(impl->mu);
+                std::map<unsigned int, Stream *>::iterator it = impl->streams.find(pk->get_StreamId());
+                if (it != impl->streams.end()) it->second->_pending.push_back(pk);
+            } else if (r != TC_ERR_TIMEOUT && r != TC_ERR_AGAIN) {
+                impl->shutdown = true;
+            }
+        } else if (impl->net) {
+            want_events(const_cast<Network *>(this), impl);
+            usleep(SLICE_MS * 1000);
+        } else {
+            return;
+        }
+    }
+}
+
+void Network::print_error(const char *s) { perror(s); }
+std::string Network::get_LocalHostName(void) const { return _impl->host; }
+Port Network::get_LocalPort(void) const { return UnknownPort; }
+Rank Network::get_LocalRank(void) const { return _impl->rank; }
+bool Network::is_LocalNodeChild(void) const { return !_impl->fe; }
+bool Network::is_LocalNodeParent(void) const { return _impl->fe; }
+bool Network::is_LocalNodeInternal(void) const { return false; }
+bool Network::is_LocalNodeFrontEnd(void) const { return _impl->fe; }
+bool Network::is_LocalNodeBackEnd(void) const { return !_impl->fe; }
+Communicator *Network::get_BroadcastCommunicator(void) const { return _impl->bcast; }
+
+Communicator *Network::new_Communicator(void) {
+    Communicator *c = new Communicator(this, std::set<Rank>());
+    std::lock_guard<std::mutex> g(_impl->mu);
+    _impl->comms.push_back(c);
+    return c;
+}
+
+Communicator *Network::new_Communicator(Communicator &o) { return new_Communicator(o._ranks); }
+
+Communicator *Network::new_Communicator(const std::set<Rank> &ranks) {
+    Communicator *c = new Communicator(this, ranks);
+    std::lock_guard<std::mutex> g(_impl->mu);
+    _impl->comms.push_back(c);
+    return c;
+}
+
+Communicator *Network::new_Communicator(std::set<CommunicationNode *> &nodes) {
+    std::set<Rank> ranks;
+    for (std::set<CommunicationNode *>::iterator it = nodes.begin(); it != nodes.end(); ++it)
+        ranks.insert((*it)->get_Rank());
+    return new_Communicator(ranks);
+}
+
+CommunicationNode *Network::get_EndPoint(Rank r) const {
+    if (!_impl->bcast) return NULL;
+    const std::set<CommunicationNode *> &eps = _impl->bcast->get_EndPoints();
+    for (std::set<CommunicationNode *>::const_iterator it = eps.begin(); it != eps.end(); ++it)
+        if ((*it)->get_Rank() == r) return *it;
+    return NULL;
+}
+
+/* The adapter plug-in's bytes, built into this library (src/adapter_blob.S). */
+extern "C" const unsigned char mrn_adapter_start[];
+extern "C" const unsigned char mrn_adapter_end[];
+
+/* Loads the adapter plug-in into the network (once): its bytes go to a memory file
+ * that treecast loads and ships down the tree. */
+static bool load_adapter(Network *n, NetworkImpl *impl) {
+    if (impl->adapter_loaded) return true;
+    size_t len = (size_t)(mrn_adapter_end - mrn_adapter_start);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/mrnet-filter-adapter-XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        n->error(ERR_SYSTEM, UnknownRank, "writing the filter adapter to a temporary file: %s", strerror(errno));
+        return false;
+    }
+    ssize_t w = write(fd, mrn_adapter_start, len);
+    close(fd);
+    if (w != (ssize_t)len) {
+        unlink(path);
+        n->error(ERR_SYSTEM, UnknownRank, "writing the filter adapter to %s: short write", path);
+        return false;
+    }
+    tc_result r = tc_network_load_filter(impl->net, path);
+    unlink(path);
+    if (r != TC_OK) {
+        fail(n, ERR_INTERNAL, "loading the MRNet filter adapter into the tree");
+        return false;
+    }
+    impl->adapter_loaded = true;
+    return true;
+}
+
+int Network::load_FilterFunc(const char *so_file, const char *func) {
+    if (!_impl->fe || !_impl->net || !so_file || !func) {
+        error(ERR_INTERNAL, UnknownRank, "load_FilterFunc: only at a running front-end, with a file and a name");
+        return -1;
+    }
+    std::ifstream f(so_file, std::ios::binary);
+    if (!f) {
+        error(ERR_SYSTEM, UnknownRank, "load_FilterFunc: cannot read %s: %s", so_file, strerror(errno));
+        return -1;
+    }
+    LoadedFilter lf;
+    lf.func = func;
+    lf.bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    /* FNV-1a of the bytes names the object at every node (each loads it once). */
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < lf.bytes.size(); i++) h = (h ^ lf.bytes[i]) * 1099511628211ULL;
+    char id[32];
+    snprintf(id, sizeof id, "%016llx", (unsigned long long)h);
+    lf.identity = id;
+    /* Check here, where the tool can be told, that the object has the function. */
+    if (!load_adapter(this, _impl)) return -1;
+    std::lock_guard<std::mutex> g(_impl->mu);
+    _impl->filters.push_back(lf);
+    return FIRST_LOADED_FILTER + (int)_impl->filters.size() - 1;
+}
+
+int Network::load_FilterFuncs(const char *so_file, const std::vector<const char *> &functions,
+                              std::vector<int> &filter_ids) {
+    int ok = 0;
+    for (size_t i = 0; i < functions.size(); i++) {
+        int id = load_FilterFunc(so_file, functions[i]);
+        filter_ids.push_back(id);
+        if (id >= 0) ok++;
+    }
+    return ok;
+}
+
+Stream *Network::new_Stream(Communicator *comm, int us, int sync, int ds) {
+    if (!_impl->fe || !_impl->net || !comm) {
+        error(ERR_INTERNAL, UnknownRank, "new_Stream: only at a running front-end, over a communicator");
+        return NULL;
+    }
+    Stream *s = new Stream(this, INVALID_STREAM_ID, comm->_ranks, us, sync, ds);
+    std::lock_guard<std::mutex> g(_impl->mu);
+    _impl->all_streams.push_back(s);
+    return s;
+}
+
+Stream *Network::get_Stream(unsigned int iid) const {
+    std::lock_guard<std::mutex> g(_impl->mu);
+    std::map<unsigned int, Stream *>::const_iterator it = _impl->streams.find(iid);
+    return it == _impl->streams.end() ? NULL : it->second;
+}
+
+/* Back-end: the Stream of `id`, made when first seen. */
+Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
+
+/* Back-end: takes what arrived without waiting: closed streams and one packet.
+ * 1: a packet (in `out`); 0: nothing; 2: a stream closed (`closed`); -1: the end. */
+int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms) {
+    if (impl->data_fd >= 0) tc_backend_fd_clear(impl->be);
+    uint32_t id;
+    if (tc_backend_next_closed(impl->be, &id) == TC_OK) {
+        closed = id;
+        return 2;
+    }
+    tc_packet *p = NULL;
+    tc_result r = tc_backend_recv(impl->be, wait_ms, &p);
+    if (r == TC_OK) {
+        out = from_tc(p);
+        tc_packet_free(p);
+        /* a closing that came while waiting came before this packet: it goes first */
+        if (wait_ms && tc_backend_next_closed(impl->be, &id) == TC_OK) {
+            Stream *s = be_stream(n, impl, out->get_StreamId());
+            std::lock_guard<std::mutex> g(impl->mu);
+            s->_pending.push_back(out);
+            out.reset();
+            closed = id;
+            return 2;
+        }
+        return 1;
+    }
+    if (r == TC_ERR_AGAIN || r == TC_ERR_TIMEOUT) return 0;
+    impl->shutdown = true;
+    return -1;
+}
+
+int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblocking) {
+    NetworkImpl *impl = _impl;
+    if (!impl->net && !impl->be) return -1;
+    for (;;) {
+        if (impl->be) {
+            {
+                std::lock_guard<std::mutex> g(impl->mu);
+                for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end();
+                     ++it) {
+                    if (!it->second->_pending.empty()) {
+                        opacket = it->second->_pending.front();
+                        it->second->_pending.pop_front();
+                        if (otag) *otag = opacket->get_Tag();
+                        if (ostream) *ostream = it->second;
+                        return 1;
+                    }
+                }
+            }
+            PacketPtr p;
+            unsigned int closed = 0;
+            int got = be_poll(this, impl, p, closed, iblocking ? BE_SLICE_MS : 0);
+            if (got == 1) {
+                opacket = p;
+                if (otag) *otag = p->get_Tag();
+                if (ostream) *ostream = be_stream(this, impl, p->get_StreamId());
+                return 1;
+            }
+            if (got == 2) {
+                Stream *s = be_stream(this, impl, closed);
+                s->_closed = true;
+                if (ostream) *ostream = s;
+                return 0;
+            }
+            if (got < 0) return -1;
+            if (!iblocking) return 0;
+            continue;
+        } else {
+            if (data_fd(impl) >= 0) tc_network_fd_clear(impl->net);
+            std::vector<Stream *> live;
+            {
+                std::lock_guard<std::mutex> g(impl->mu);
+                for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end();
+                     ++it)
+                    if (!it->second->_closed) live.push_back(it->second);
+            }
+            for (size_t k = 0; k < live.size(); k++) {
+                Stream *s = live[(impl->next_stream + k) % live.size()];
+                tc_packet *p = NULL;
+                tc_result r = tc_stream_recv(s->_tc, 0, &p);
+                if (r == TC_OK) {
+                    impl->next_stream = (impl->next_stream + k + 1) % live.size();
+                    opacket = from_tc(p);
+                    tc_packet_free(p);
+                    if (otag) *otag = opacket->get_Tag();
+                    if (ostream) *ostream = s;
+                    return 1;
+                }
+                if (r == TC_ERR_CLOSED) s->_closed = true;
+            }
+            if (impl->shutdown) return -1;
+            {
+                /* every stream closed under it: the tree is over */
+                std::lock_guard<std::mutex> g(impl->mu);
+                bool any = false, open = false;
+                for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end();
+                     ++it) {
+                    any = true;
+                    open = open || !it->second->_closed;
+                }
+                if (any && !open && tc_network_backends(impl->net) > 0 && live.size() > 0) return -1;
+            }
+        }
+        if (!iblocking) return 0;
+        wait_fd(impl->data_fd, (int)SLICE_MS);
+    }
+}
+
+int Network::send(Rank ibe, int itag, const char *iformat_str, ...) {
+    va_list ap;
+    va_start(ap, iformat_str);
+    PacketPtr p(new Packet(iformat_str, ap, 0, itag));
+    va_end(ap);
+    return send(ibe, p);
+}
+
+int Network::send(Rank ibe, PacketPtr &ipacket) {
+    NetworkImpl *impl = _impl;
+    if (!impl->fe || !impl->net || !ipacket || ipacket->has_Error()) return -1;
+    if (!impl->p2p) {
+        impl->p2p = new_Stream(impl->bcast, TFILTER_NULL, SFILTER_DONTWAIT, TFILTER_NULL);
+        if (!impl->p2p || !impl->p2p->ensure()) return -1;
+    }
+    std::vector<tc_value> vals;
+    to_values(*ipacket, vals);
+    std::string fmt = tc_format(*ipacket);
+    if (tc_stream_send_values_to(impl->p2p->_tc, ibe, ipacket->get_Tag(), fmt.c_str(),
+                                 vals.empty() ? NULL : &vals[0], vals.size()) != TC_OK) {
+        fail(this, ERR_NETWORK_FAILURE, "sending to one back-end");
+        return -1;
+    }
+    return 0;
+}
+
+int Network::flush(void) const { return 0; }
+
+/* ---- events ---- */
+
+static void deliver(Network *net, NetworkImpl *impl, EventClass cls, EventType typ, EventData *data) {
+    std::vector<evt_cb_info> run;
+    {
+        std::lock_guard<std::mutex> g(impl->mu);
+        EventClass classes[2] = {cls, Event::EVENT_CLASS_ALL};
+        for (int c = 0; c < 2; c++) {
+            std::map<EventClass, std::map<EventType, evt_cb_list> >::iterator ci = impl->callbacks.find(classes[c]);
+            if (ci == impl->callbacks.end()) continue;
+            EventType types[2] = {typ, Event::EVENT_TYPE_ALL};
+            for (int t = 0; t < 2; t++) {
+                std::map<EventType, evt_cb_list>::iterator ti = ci->second.find(types[t]);
+                if (ti == ci->second.end()) continue;
+                for (evt_cb_list::iterator it = ti->second.begin(); it != ti->second.end();) {
+                    run.push_back(*it);
+                    if (it->onetime)
+                        it = ti->second.erase(it);
+                    else
+                        ++it;
+                }
+            }
+        }
+        if (impl->queue.size() < 4096) impl->queue.push_back(new Event(cls, typ, data));
+        EventClass notify[2] = {cls, Event::EVENT_CLASS_ALL};
+        for (int c = 0; c < 2; c++) {
+            std::map<EventClass, int[2]>::iterator pi = impl->pipes.find(notify[c]);
+            if (pi != impl->pipes.end()) {
+                char b = 1;
+                if (write(pi->second[1], &b, 1) < 0) { /* full: it is readable anyway */
+                }
+            }
+        }
+    }
+    (void)net;
+    Event ev(cls, typ, data);
+    for (size_t i = 0; i < run.size(); i++) run[i].func(&ev, run[i].data);
+}
+
+/* "0-3,8" -> every rank. */
+static std::vector<Rank> unfold(const char *s) {
+    std::vector<Rank> out;
+    while (s && *s) {
+        char *end = NULL;
+        unsigned long a = strtoul(s, &end, 10);
+        unsigned long b = a;
+        if (end == s) break;
+        if (*end == '-') {
+            const char *t = end + 1;
+            b = strtoul(t, &end, 10);
+        }
+        for (unsigned long r = a; r <= b && out.size() < 1000000; r++) out.push_back((Rank)r);
+        s = *end == ',' ? end + 1 : end;
+        if (*s && *s != ',' && !(*s >= '0' && *s <= '9')) break;
+    }
+    return out;
+}
+
+static void event_loop(Network *net, NetworkImpl *impl) {
+    while (!impl->stop) {
+        tc_event *ev = NULL;
+        tc_result r = tc_network_next_event(impl->net, 200, &ev);
+        if (r == TC_ERR_TIMEOUT || r == TC_ERR_AGAIN) continue;
+        if (r != TC_OK) {
+            impl->shutdown = true;
+            return;
+        }
+        uint32_t kind = tc_event_kind(ev);
+        std::vector<Rank> ranks = unfold(tc_event_ranks(ev));
+        std::string msg = tc_event_message(ev);
+        if (CUR_OUTPUT_LEVEL >= 2) fprintf(stderr, "mrnet: event: %s\n", msg.c_str());
+        switch (kind) {
+        case TC_EVENT_RANKS_LOST:
+        case TC_EVENT_RANKS_LEFT:
+        case TC_EVENT_NODE_LOST:
+            if (ranks.empty()) ranks.push_back(UnknownRank);
+            for (size_t i = 0; i < ranks.size(); i++)
+                deliver(net, impl, Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_REMOVE_NODE,
+                        new TopologyEvent::TopolEventData(ranks[i], UnknownRank));
+            break;
+        case TC_EVENT_RANKS_REJOINED:
+            for (size_t i = 0; i < ranks.size(); i++)
+                deliver(net, impl, Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_CHANGE_PARENT,
+                        new TopologyEvent::TopolEventData(ranks[i], UnknownRank));
+            break;
+        case TC_EVENT_RANKS_JOINED:
+            for (size_t i = 0; i < ranks.size(); i++)
+                deliver(net, impl, Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_ADD_BE,
+                        new TopologyEvent::TopolEventData(ranks[i], UnknownRank));
+            break;
+        case TC_EVENT_FILTER_ERROR:
+        case TC_EVENT_STREAM_REFUSED:
+            deliver(net, impl, Event::ERROR_EVENT, ErrorEvent::ERROR_INTERNAL,
+                    new ErrorEvent::ErrorEventData(tc_event_rank(ev), msg));
+            break;
+        default:
+            deliver(net, impl, Event::ERROR_EVENT, ErrorEvent::ERROR_SYSTEM,
+                    new ErrorEvent::ErrorEventData(tc_event_rank(ev), msg));
+        }
+        tc_event_free(ev);
+    }
+}
+
+void Network::clear_Events() {
+    want_events(this, _impl);
+    std::lock_guard<std::mutex> g(_impl->mu);
+    for (std::list<Event *>::iterator it = _impl->queue.begin(); it != _impl->queue.end(); ++it) {
+        delete (*it)->get_Data();
+        delete *it;
+    }
+    _impl->queue.clear();
+}
+
+unsigned int Network::num_EventsPending() {
+    want_events(this, _impl);
+    std::lock_guard<std::mutex> g(_impl->mu);
+    return (unsigned int)_impl->queue.size();
+}
+
+Event *Network::next_Event() {
+    want_events(this, _impl);
+    std::lock_guard<std::mutex> g(_impl->mu);
+    if (_impl->queue.empty()) return NULL;
+    Event *e = _impl->queue.front();
+    _impl->queue.pop_front();
+    return e;
+}
+
+int Network::get_EventNotificationFd(EventClass etyp) {
+    /* data: treecast's own descriptor, readable when a packet arrives on any stream */
+    if (etyp == Event::DATA_EVENT) return data_fd(_impl);
+    want_events(this, _impl);
+    std::lock_guard<std::mutex> g(_impl->mu);
+    std::map<EventClass, int[2]>::iterator it = _impl->pipes.find(etyp);
+    if (it != _impl->pipes.end()) return it->second[0];
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+    _impl->pipes[etyp][0] = fds[0];
+    _impl->pipes[etyp][1] = fds[1];
+    return fds[0];
+}
+
+void Network::clear_EventNotificationFd(EventClass etyp) {
+    if (etyp == Event::DATA_EVENT) {
+        if (_impl->net) tc_network_fd_clear(_impl->net);
+        if (_impl->be) tc_backend_fd_clear(_impl->be);
+        return;
+    }
+    std::lock_guard<std::mutex> g(_impl->mu);
+    std::map<EventClass, int[2]>::iterator it = _impl->pipes.find(etyp);
+    if (it == _impl->pipes.end()) return;
+    char buf[256];
+    while (read(it->second[0], buf, sizeof buf) > 0) {
+    }
+}
+
+void Network::close_EventNotificationFd(EventClass etyp) {
+    if (etyp == Event::DATA_EVENT) return; /* the network's own: it stays open */
+    std::lock_guard<std::mutex> g(_impl->mu);
+    std::map<EventClass, int[2]>::iterator it = _impl->pipes.find(etyp);
+    if (it == _impl->pipes.end()) return;
+    close(it->second[0]);
+    close(it->second[1]);
+    _impl->pipes.erase(it);
+}
+
+bool Network::register_EventCallback(EventClass iclass, EventType ityp, evt_cb_func ifunc, void *idata,
+                                     bool onetime) {
+    if (!ifunc) return false;
+    {
+        std::lock_guard<std::mutex> g(_impl->mu);
+        _impl->callbacks[iclass][ityp].push_back(evt_cb_info(ifunc, idata, onetime));
+    }
+    want_events(this, _impl);
+    return true;
+}
+
+bool Network::remove_EventCallback(evt_cb_func func, EventClass iclass, EventType ityp) {
+    std::lock_guard<std::mutex> g(_impl->mu);
+    evt_cb_list &l = _impl->callbacks[iclass][ityp];
+    size_t before = l.size();
+    for (evt_cb_list::iterator it = l.begin(); it != l.end();)
+        if (it->func == func)
+            it = l.erase(it);
+        else
+            ++it;
+    return l.size() != before;
+}
+
+bool Network::remove_EventCallbacks(EventClass iclass, EventType ityp) {
+    std::lock_guard<std::mutex> g(_impl->mu);
+    _impl->callbacks[iclass][ityp].clear();
+    return true;
+}
+
+bool Network::set_FailureRecovery(bool) { return true; }
+
+/* ---- Stream ---- */
+
+Stream::Stream(Network *net, unsigned int id, const std::set<Rank> &ranks, int us, int sync, int ds)
+    : _network(net), _tc(NULL), _id(id), _ranks(ranks), _us_filter(us), _sync_filter(sync), _ds_filter(ds),
+      _sync_timeout_ms(1000), _closed(false) {}
+
+Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id) {
+    std::lock_guard<std::mutex> g(impl->mu);
+    std::map<unsigned int, Stream *>::iterator it = impl->streams.find(id);
+    if (it != impl->streams.end()) return it->second;
+    Stream *s = new Stream(n, id, std::set<Rank>(), TFILTER_NULL, SFILTER_WAITFORALL, TFILTER_NULL);
+    impl->streams[id] = s;
+    return s;
+}
+
+Stream::~Stream() {
+    NetworkImpl *impl = _network ? _network->_impl : NULL;
+    if (impl) {
+        std::lock_guard<std::mutex> g(impl->mu);
+        impl->all_streams.remove(this);
+        std::map<unsigned int, Stream *>::iterator it = impl->streams.find(_id);
+        if (it != impl->streams.end() && it->second == this) impl->streams.erase(it);
+        if (impl->p2p == this) impl->p2p = NULL;
+    }
+    if (_tc) tc_stream_free(_tc);
+}
+
+/* The treecast name of a built-in filter id; NULL for a loaded one or an unknown id. */
+static const char *builtin(int id) {
+    if (id == TFILTER_NULL) return "null";
+    if (id == TFILTER_SUM) return "sum";
+    if (id == TFILTER_AVG) return "avg";
+    if (id == TFILTER_MIN) return "min";
+    if (id == TFILTER_MAX) return "max";
+    if (id == TFILTER_ARRAY_CONCAT) return "concat";
+    if (id == TFILTER_INT_EQ_CLASS) return "eqclass";
+    return NULL;
+}
+
+/* The adapter's parameters: the function, the object's identity and bytes (only at
+ * creation), then the tool's own. */
+static void adapter_params(const LoadedFilter &lf, bool with_bytes, const Packet *user, std::string &fmt,
+                           std::vector<tc_value> &vals) {
+    vals.clear();
+    tc_value v;
+    memset(&v, 0, sizeof v);
+    v.kind = TC_TYPE_STRING;
+    v.ptr = lf.func.c_str();
+    vals.push_back(v);
+    v.ptr = lf.identity.c_str();
+    vals.push_back(v);
+    v.kind = TC_TYPE_BYTES;
+    v.ptr = with_bytes && !lf.bytes.empty() ? &lf.bytes[0] : (const void *)"";
+    v.len = with_bytes ? lf.bytes.size() : 0;
+    vals.push_back(v);
+    fmt = "%s %s %b";
+    if (user && user->get_NumDataElements()) {
+        std::vector<tc_value> more;
+        to_values(*user, more);
+        vals.insert(vals.end(), more.begin(), more.end());
+        fmt += " " + tc_format(*user);
+    }
+}
+
+bool Stream::ensure(void) const {
+    if (_tc) return true;
+    NetworkImpl *impl = _network->_impl;
+    if (!impl->fe || !impl->net) return false;
+    const LoadedFilter *up = NULL, *down = NULL;
+    {
+        std::lock_guard<std::mutex> g(impl->mu);
+        int u = _us_filter - FIRST_LOADED_FILTER, d = _ds_filter - FIRST_LOADED_FILTER;
+        if (u >= 0 && (size_t)u < impl->filters.size()) up = &impl->filters[u];
+        if (d >= 0 && (size_t)d < impl->filters.size()) down = &impl->filters[d];
+    }
+    const char *up_name = up ? ADAPTER_NAME : builtin(_us_filter);
+    const char *down_name = down ? ADAPTER_NAME : builtin(_ds_filter);
+    if (!up_name || !down_name) {
+        _network->error(ERR_INTERNAL, UnknownRank, "new_Stream: no filter has id %d",
+                        up_name ? _ds_filter : _us_filter);
+        return false;
+    }
+    uint32_t sync = TC_SYNC_WAIT_FOR_ALL;
+    if (_sync_filter == SFILTER_DONTWAIT) sync = TC_SYNC_DO_NOT_WAIT;
+    if (_sync_filter == SFILTER_TIMEOUT) sync = TC_SYNC_TIME_OUT;
+    tc_communicator *comm = NULL;
+    std::string ranks = fold(_ranks);
+    if (tc_communicator_new(impl->net, ranks.c_str(), &comm) != TC_OK) {
+        fail(_network, ERR_INTERNAL, "making the stream's communicator");
+        return false;
+    }
+    tc_result r;
+    std::string fmt;
+    std::vector<tc_value> vals;
+    if (up) {
+        adapter_params(*up, true, _up_params.get(), fmt, vals);
+        r = tc_stream_new_params(impl->net, comm, up_name, down_name, sync, _sync_timeout_ms, fmt.c_str(), &vals[0],
+                                 vals.size(), &_tc);
+    } else if (_up_params && _up_params->get_NumDataElements()) {
+        to_values(*_up_params, vals);
+        fmt = tc_format(*_up_params);
+        r = tc_stream_new_params(impl->net, comm, up_name, down_name, sync, _sync_timeout_ms, fmt.c_str(), &vals[0],
+                                 vals.size(), &_tc);
+    } else {
+        r = tc_stream_new(impl->net, comm, up_name, down_name, sync, _sync_timeout_ms, &_tc);
+    }
+    tc_communicator_free(comm);
+    if (r != TC_OK) {
+        _tc = NULL;
+        fail(_network, ERR_INTERNAL, "making the stream");
+        return false;
+    }
+    if (down) {
+        adapter_params(*down, true, _down_params.get(), fmt, vals);
+        if (tc_stream_set_down_params_values(_tc, fmt.c_str(), &vals[0], vals.size()) != TC_OK)
+            fail(_network, ERR_INTERNAL, "setting the downstream filter");
+    }
+    _id = tc_stream_id(_tc);
+    std::lock_guard<std::mutex> g(impl->mu);
+    impl->streams[_id] = const_cast<Stream *>(this);
+    return true;
+}
+
+unsigned int Stream::get_Id(void) const {
+    if (_network->_impl->fe) ensure();
+    return _id;
+}
+
+int Stream::send_packet(Packet &p) {
+    NetworkImpl *impl = _network->_impl;
+    if (p.has_Error()) {
+        _network->error(p.get_Error(), UnknownRank, "send: the values do not match the format string");
+        return -1;
+    }
+    std::vector<tc_value> vals;
+    to_values(p, vals);
+    std::string fmt = tc_format(p);
+    tc_result r;
+    if (impl->fe) {
+        if (!ensure()) return -1;
+        r = tc_stream_send_values(_tc, p.get_Tag(), fmt.c_str(), vals.empty() ? NULL : &vals[0], vals.size());
+    } else {
+        if (!impl->be) return -1;
+        r = tc_backend_send_values(impl->be, _id, p.get_Tag(), fmt.c_str(), vals.empty() ? NULL : &vals[0],
+                                   vals.size());
+    }
+    if (r != TC_OK) {
+        fail(_network, ERR_NETWORK_FAILURE, "sending on a stream");
+        return -1;
+    }
+    return 0;
+}
+
+/* The values of MRNet-style variadic arguments, straight into treecast's value array
+ * (no Packet on the way: sends are the hot path); false on an unknown specifier. */
+static bool va_values(const char *fmt, va_list *ap, std::vector<tc_value> &vals, std::string &tcfmt) {
+    /* A tool sends with the same few format strings: the last one's reading is kept
+     * per thread. */
+    static thread_local std::string last_fmt, last_tc;
+    static thread_local std::vector<DataType> last_types;
+    static thread_local bool have_last = false;
+    if (!fmt) return false;
+    if (!have_last || last_fmt != fmt) {
+        std::vector<DataType> types;
+        if (!format_types(fmt, types)) return false;
+        std::string tc;
+        for (size_t i = 0; i < types.size(); i++) {
+            if (i) tc += ' ';
+            tc += tc_spec(types[i]);
+        }
+        last_fmt = fmt;
+        last_tc.swap(tc);
+        last_types.swap(types);
+        have_last = true;
+    }
+    const std::vector<DataType> &types = last_types;
+    tcfmt = last_tc;
+    vals.resize(types.size());
+    for (size_t i = 0; i < types.size(); i++) {
+        DataType t = types[i];
+        tc_value &v = vals[i];
+        memset(&v, 0, sizeof v);
+        v.kind = tc_code(t);
+        switch (t) {
+        case CHAR_T: v.i = (char)va_arg(*ap, int); break;
+        case UCHAR_T: v.u = (unsigned char)va_arg(*ap, unsigned int); break;
+        case INT16_T: v.i = (int16_t)va_arg(*ap, int); break;
+        case UINT16_T: v.u = (uint16_t)va_arg(*ap, unsigned int); break;
+        case INT32_T: v.i = va_arg(*ap, int32_t); break;
+        case UINT32_T: v.u = va_arg(*ap, uint32_t); break;
+        case INT64_T: v.i = va_arg(*ap, int64_t); break;
+        case UINT64_T: v.u = va_arg(*ap, uint64_t); break;
+        case FLOAT_T: v.d = (float)va_arg(*ap, double); break;
+        case DOUBLE_T: v.d = va_arg(*ap, double); break;
+        case STRING_T: {
+            const char *str = va_arg(*ap, const char *);
+            v.ptr = str ? str : "";
+            break;
+        }
+        default:
+            v.ptr = va_arg(*ap, const void *);
+            v.len = is_large_array(t) ? (size_t)va_arg(*ap, uint64_t) : (size_t)va_arg(*ap, uint32_t);
+            if (!v.ptr && v.len == 0) v.ptr = "";
+        }
+    }
+    return true;
+}
+
+int Stream::send(int itag, const char *iformat_str, ...) {
+    NetworkImpl *impl = _network->_impl;
+    std::vector<tc_value> vals;
+    std::string fmt;
+    va_list ap;
+    va_start(ap, iformat_str);
+    bool ok = va_values(iformat_str, &ap, vals, fmt);
+    va_end(ap);
+    if (!ok) {
+        _network->error(ERR_FORMATSTR, UnknownRank, "send: bad format string \"%s\"",
+                        iformat_str ? iformat_str : "(null)");
+        return -1;
+    }
+    const tc_value *v = vals.empty() ? NULL : &vals[0];
+    tc_result r;
+    if (impl->fe) {
+        if (!ensure()) return -1;
+        r = tc_stream_send_values(_tc, itag, fmt.c_str(), v, vals.size());
+    } else {
+        if (!impl->be) return -1;
+        r = tc_backend_send_values(impl->be, _id, itag, fmt.c_str(), v, vals.size());
+    }
+    if (r != TC_OK) {
+        fail(_network, ERR_NETWORK_FAILURE, "sending on a stream");
+        return -1;
+    }
+    return 0;
+}
+
+int Stream::send(const char *idata_fmt, va_list idata, int itag) {
+    Packet p(idata_fmt, idata, _id, itag);
+    return send_packet(p);
+}
+
+int Stream::send(int itag, const void **idata, const char *iformat_str) {
+    Packet p(_id, itag, idata, iformat_str);
+    return send_packet(p);
+}
+
+int Stream::send(PacketPtr &ipacket) { return ipacket ? send_packet(*ipacket) : -1; }
+
+int Stream::flush(void) const { return 0; }
+
+int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
+    NetworkImpl *impl = _network->_impl;
+    if (impl->fe) {
+        if (!ensure()) return -1;
+        for (;;) {
+            tc_packet *p = NULL;
+            tc_result r = tc_stream_recv(_tc, iblocking ? SLICE_MS : 0, &p);
+            if (r == TC_OK) {
+                opacket = from_tc(p);
+                tc_packet_free(p);
+                if (otag) *otag = opacket->get_Tag();
+                return 1;
+            }
+            if (r == TC_ERR_AGAIN || (r == TC_ERR_TIMEOUT && !iblocking)) return 0;
+            if (r == TC_ERR_TIMEOUT || r == TC_ERR_NO_ANSWER) continue;
+            if (r == TC_ERR_CLOSED) _closed = true;
+            fail(_network, ERR_NETWORK_FAILURE, "receiving on a stream");
+            return -1;
+        }
+    }
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            if (!_pending.empty()) {
+                opacket = _pending.front();
+                _pending.pop_front();
+                if (otag) *otag = opacket->get_Tag();
+                return 1;
+            }
+        }
+        PacketPtr p;
+        unsigned int closed = 0;
+        int got = be_poll(_network, impl, p, closed, iblocking ? BE_SLICE_MS : 0);
+        if (got == 1) {
+            if (p->get_StreamId() == _id) {
+                opacket = p;
+                if (otag) *otag = p->get_Tag();
+                return 1;
+            }
+            Stream *other = be_stream(_network, impl, p->get_StreamId());
+            std::lock_guard<std::mutex> g(impl->mu);
+            other->_pending.push_back(p);
+            continue;
+        }
+        if (got == 2) {
+            be_stream(_network, impl, closed)->_closed = true;
+            if (closed == _id) return -1;
+            continue;
+        }
+        if (got < 0) return -1;
+        if (!iblocking) return 0;
+    }
+}
+
+bool Stream::has_Data(void) {
+    NetworkImpl *impl = _network->_impl;
+    if (!impl->fe) {
+        std::lock_guard<std::mutex> g(impl->mu);
+        return !_pending.empty();
+    }
+    return false;
+}
+
+int Stream::get_DataNotificationFd(void) { return data_fd(_network->_impl); }
+
+void Stream::clear_DataNotificationFd(void) {
+    NetworkImpl *impl = _network->_impl;
+    if (impl->net) tc_network_fd_clear(impl->net);
+    if (impl->be) tc_backend_fd_clear(impl->be);
+}
+
+void Stream::close_DataNotificationFd(void) {}
+
+int Stream::set_FilterParameters(FilterType ftype, const char *format_str, ...) const {
+    va_list ap;
+    va_start(ap, format_str);
+    int r = set_FilterParameters(format_str, ap, ftype);
+    va_end(ap);
+    return r;
+}
+
+int Stream::set_FilterParameters(const char *params_fmt, va_list params, FilterType ftype) const {
+    NetworkImpl *impl = _network->_impl;
+    if (!impl->fe) return -1;
+    PacketPtr p(new Packet(params_fmt, params, _id, 0));
+    if (p->has_Error()) return -1;
+    if (ftype == FILTER_UPSTREAM_SYNC) {
+        const DataElement *e = (*p)[0];
+        if (!e || _tc) {
+            _network->error(ERR_INTERNAL, UnknownRank,
+                            "set_FilterParameters(FILTER_UPSTREAM_SYNC): give the time-out (ms) before the "
+                            "stream's first use; treecast fixes it when the stream is made");
+            return -1;
+        }
+        uint64_t ms = 0;
+        switch (e->get_Type()) {
+        case INT32_T: ms = (uint64_t)std::max(0, e->get_int32_t()); break;
+        case UINT32_T: ms = e->get_uint32_t(); break;
+        case INT64_T: ms = (uint64_t)std::max<int64_t>(0, e->get_int64_t()); break;
+        case UINT64_T: ms = e->get_uint64_t(); break;
+        default: return -1;
+        }
+        _sync_timeout_ms = (uint32_t)ms;
+        return 0;
+    }
+    bool up = ftype == FILTER_UPSTREAM_TRANS;
+    if (!_tc) {
+        (up ? _up_params : _down_params) = p;
+        return 0;
+    }
+    const LoadedFilter *lf = NULL;
+    {
+        std::lock_guard<std::mutex> g(impl->mu);
+        int k = (up ? _us_filter : _ds_filter) - FIRST_LOADED_FILTER;
+        if (k >= 0 && (size_t)k < impl->filters.size()) lf = &impl->filters[k];
+    }
+    std::string fmt;
+    std::vector<tc_value> vals;
+    if (lf) {
+        adapter_params(*lf, false, p.get(), fmt, vals);
+    } else {
+        to_values(*p, vals);
+        fmt = tc_format(*p);
+    }
+    tc_result r = up ? tc_stream_set_params_values(_tc, fmt.c_str(), vals.empty() ? NULL : &vals[0], vals.size())
+                     : tc_stream_set_down_params_values(_tc, fmt.c_str(), vals.empty() ? NULL : &vals[0], vals.size());
+    if (r != TC_OK) {
+        fail(_network, ERR_INTERNAL, "setting filter parameters");
+        return -1;
+    }
+    return 0;
+}
+
+bool Stream::is_Closed(void) const {
+    NetworkImpl *impl = _network->_impl;
+    if (_closed || impl->shutdown) return true;
+    if (impl->be) {
+        /* look at what arrived, keeping packets for their streams */
+        for (;;) {
+            PacketPtr p;
+            unsigned int closed = 0;
+            int got = be_poll(_network, impl, p, closed, 0);
+            if (got == 1) {
+                Stream *s = be_stream(_network, impl, p->get_StreamId());
+                std::lock_guard<std::mutex> g(impl->mu);
+                s->_pending.push_back(p);
+            } else if (got == 2) {
+                be_stream(_network, impl, closed)->_closed = true;
+            } else {
+                break;
+            }
+        }
+        return _closed || impl->shutdown;
+    }
+    return false;
+}
+
+}  // namespace MRN

@@ -1,0 +1,172 @@
+//! MRNet's interface over treecast (compat/mrnet, docs/mrnet-compat.md): `tools/mrnet-prefix`
+//! lays out an install prefix from this build, the MRNet-style programs of `tests/mrnet`
+//! (a front-end, a back-end and a filter function, written against MRNet 5.0.1's headers)
+//! are compiled with g++ against it as MRNet tools are, and run on a local tree of 2 comm
+//! nodes over 4 back-ends: once linked to libmrnet.so, once to the static libraries.
+//! Then back-ends given MRNet's arguments join a tree in attach mode through its
+//! attach file (`tests/mrnet/attach.cpp`).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest one program may run before it counts as hung.
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// The repository's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Where cargo put libtreecast.a and the treecast binary (this test runs from
+/// `<target>/<profile>/deps`).
+fn cargo_out() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("finding this test's path: {e}"));
+    let dir =
+        exe.parent().and_then(Path::parent).unwrap_or_else(|| panic!("{} has no grandparent", exe.display()));
+    for f in ["libtreecast.a", "treecast"] {
+        assert!(
+            dir.join(f).exists(),
+            "{f} is not in {}: build the workspace first (tools/test, the README's test command, does)",
+            dir.display()
+        );
+    }
+    dir.to_path_buf()
+}
+
+/// Runs `cmd` to its end, failing with its output unless it exits 0.
+fn must(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// g++ with the prefix's headers, as an MRNet tool's build runs it.
+fn gxx(prefix: &Path) -> Command {
+    let mut c = Command::new("g++");
+    c.args(["-std=c++11", "-g", "-Wall", "-Wextra", "-Werror"])
+        .arg(format!("-I{}/include", prefix.display()));
+    c
+}
+
+/// Runs the front-end in a process group of its own (its tree with it), output to
+/// files in `dir`; kills the group when it ends or hangs. Returns its stdout.
+fn run_front_end(fe: &Path, args: &[&Path], dir: &Path) -> String {
+    let (out, err) = (dir.join("fe.out"), dir.join("fe.err"));
+    let file =
+        |p: &Path| std::fs::File::create(p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
+    let mut child = Command::new(fe)
+        .args(args)
+        .stdout(Stdio::from(file(&out)))
+        .stderr(Stdio::from(file(&err)))
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", fe.display()));
+    let group = format!("-{}", child.id());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap_or_else(|e| panic!("waiting for {}: {e}", fe.display())) {
+            break Some(s);
+        }
+        if started.elapsed() > LIMIT {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever is left of the tree goes with the group.
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
+    let _ = child.wait();
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    match status {
+        None => panic!("{} ran past {LIMIT:?} and was killed; stderr:\n{}", fe.display(), read(&err)),
+        Some(s) => assert!(
+            s.success(),
+            "{} failed ({s}):\nstdout:\n{}\nstderr:\n{}",
+            fe.display(),
+            read(&out),
+            read(&err)
+        ),
+    }
+    read(&out)
+}
+
+#[test]
+#[cfg_attr(not(has_gxx), ignore = "no g++ to build MRNet-style programs with")]
+fn mrnet_style_programs_build_against_the_prefix_and_run() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary folder: {e}"));
+    let dir = tmp.path();
+    let prefix = dir.join("prefix");
+    must(
+        Command::new(root().join("tools/mrnet-prefix")).arg("--from").arg(cargo_out()).arg(&prefix),
+        "tools/mrnet-prefix",
+    );
+    for f in [
+        "include/mrnet/MRNet.h",
+        "include/xplat/NetUtils.h",
+        "lib/libmrnet.so",
+        "lib/libmrnet.a",
+        "lib/libxplat.so",
+        "lib/libxplat.a",
+        "bin/mrnet_commnode",
+    ] {
+        assert!(prefix.join(f).exists(), "the prefix has no {f}");
+    }
+    let src = root().join("tests/mrnet");
+    let lib = prefix.join("lib");
+    let shared = |c: &mut Command| {
+        c.arg(format!("-L{}", lib.display()))
+            .args(["-lmrnet", "-lxplat"])
+            .arg(format!("-Wl,-rpath,{}", lib.display()));
+    };
+    let (fe, fe_static, be, filter) =
+        (dir.join("fe"), dir.join("fe_static"), dir.join("be"), dir.join("filter.so"));
+    let mut c = gxx(&prefix);
+    c.arg("-o").arg(&fe).arg(src.join("fe.cpp"));
+    shared(&mut c);
+    must(&mut c, "compiling tests/mrnet/fe.cpp against libmrnet.so");
+    let mut c = gxx(&prefix);
+    c.arg("-o").arg(&be).arg(src.join("be.cpp"));
+    shared(&mut c);
+    must(&mut c, "compiling tests/mrnet/be.cpp against libmrnet.so");
+    // Built as MRNet's filters are: a shared object linking nothing.
+    must(
+        gxx(&prefix).args(["-fPIC", "-shared"]).arg("-o").arg(&filter).arg(src.join("filter.cpp")),
+        "compiling tests/mrnet/filter.cpp",
+    );
+    must(
+        gxx(&prefix)
+            .arg("-o")
+            .arg(&fe_static)
+            .arg(src.join("fe.cpp"))
+            .arg(format!("-L{}", lib.display()))
+            .args(["-Wl,-Bstatic", "-lmrnet", "-lxplat", "-Wl,-Bdynamic", "-lpthread", "-ldl", "-lm"]),
+        "compiling tests/mrnet/fe.cpp against libmrnet.a",
+    );
+    let topology = dir.join("topology");
+    std::fs::write(
+        &topology,
+        "# 2 comm nodes over 4 back-ends\nlocalhost:0 => localhost:1 localhost:2 ;\n\
+         localhost:1 => localhost:3 localhost:4 ;\nlocalhost:2 => localhost:5 localhost:6 ;\n",
+    )
+    .unwrap_or_else(|e| panic!("writing the topology file: {e}"));
+    for front_end in [&fe, &fe_static] {
+        let out = run_front_end(front_end, &[&topology, &be, &filter, dir], dir);
+        assert!(out.contains("mrnet-compat: ok"), "{} printed:\n{out}", front_end.display());
+    }
+    let attach = dir.join("attach");
+    let mut c = gxx(&prefix);
+    c.arg(format!("-I{}", root().join("include").display()))
+        .arg("-o")
+        .arg(&attach)
+        .arg(src.join("attach.cpp"));
+    shared(&mut c);
+    must(c.arg("-lpthread"), "compiling tests/mrnet/attach.cpp");
+    let out = run_front_end(&attach, &[&be, &prefix.join("bin/mrnet_commnode"), dir], dir);
+    assert!(out.contains("mrnet-attach: ok"), "attach printed:\n{out}");
+}
