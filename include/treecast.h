@@ -292,6 +292,15 @@ enum tc_result tc_backend_send_values(const struct tc_backend *be,
                                       const struct tc_value *values,
                                       size_t count);
 
+// Waits until everything this back-end sent is written out to its link (MRNet's
+// `flush`), at most `timeout_ms` (`TC_FOREVER`: no limit). Sends go out as soon as
+// the kernel takes them, so this waits only while the link is full.
+// `TC_ERR_TIMEOUT` when it stayed full that long (the parent is not reading).
+//
+// # Safety
+// `be` is NULL or live.
+enum tc_result tc_backend_flush(const struct tc_backend *be, uint64_t timeout_ms);
+
 // Takes the id of the oldest stream the front-end closed that was not taken yet,
 // into `stream`; `TC_ERR_AGAIN` when there is none. A closing also makes the
 // back-end's descriptor readable (MRNet tools learn of closed streams this way).
@@ -524,6 +533,15 @@ uint32_t tc_network_backends(const struct tc_network *net);
 // # Safety
 // `net` is NULL or a live network.
 uint32_t tc_network_commnodes(const struct tc_network *net);
+
+// Waits until everything the front-end sent (packets, stream commands) is written
+// out to its links (MRNet's `flush`), at most `timeout_ms` (`TC_FOREVER`: no
+// limit). Sends go out as soon as the kernel takes them, so this waits only while
+// a link is full. `TC_ERR_TIMEOUT` when one stayed full that long.
+//
+// # Safety
+// `net` is NULL or a live network.
+enum tc_result tc_network_flush(const struct tc_network *net, uint64_t timeout_ms);
 
 // Loads the plug-in filter at `path` here and ships its bytes down the tree (no
 // shared file system needed); streams then name it by the name it exports.

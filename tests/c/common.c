@@ -47,6 +47,7 @@ static int backend(int use_poll) {
       int32_t v = 0;
       CHECK(tc_packet_unpack(p, "%d", &v));
       CHECK(tc_backend_send(be, stream, TAG_SCALE, "%d", v * (int32_t)(rank + 1)));
+      CHECK(tc_backend_flush(be, 30000));
       break;
     }
     case TAG_DIE:
