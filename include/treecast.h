@@ -623,6 +623,26 @@ uint32_t tc_event_rank(const struct tc_event *event);
 // `event` is NULL or an event not freed yet, used by no other thread.
 void tc_event_free(struct tc_event *event);
 
+// The number of classes in an equivalence-class table (what the `eqclass` filter
+// sends up); 0 for any other packet, or NULL.
+//
+// # Safety
+// `packet` is NULL or a live packet.
+size_t tc_packet_class_count(const struct tc_packet *packet);
+
+// Class `index` of an equivalence-class table: the ranks that sent the same values,
+// as text (`"0-3,8"`, freed with `tc_string_free`), and those values as a packet
+// of the same stream, tag and rank (read with `tc_packet_unpack` and the getters,
+// freed with `tc_packet_free`). Either out-parameter may be NULL when not wanted.
+// `TC_ERR_FORMAT` for a packet that is no such table, `TC_ERR_RANGE` past its classes.
+//
+// # Safety
+// `packet` is NULL or a live packet; `ranks` and `values` are NULL or writable.
+enum tc_result tc_packet_class(const struct tc_packet *packet,
+                               size_t index,
+                               char **ranks,
+                               struct tc_packet **values);
+
 // Frees a packet; NULL is ignored.
 //
 // # Safety
