@@ -292,6 +292,15 @@ enum tc_result tc_backend_send_values(const struct tc_backend *be,
                                       const struct tc_value *values,
                                       size_t count);
 
+// Waits until everything this back-end sent is written out to its link (MRNet's
+// `flush`), at most `timeout_ms` (`TC_FOREVER`: no limit). Sends go out as soon as
+// the kernel takes them, so this waits only while the link is full.
+// `TC_ERR_TIMEOUT` when it stayed full that long (the parent is not reading).
+//
+// # Safety
+// `be` is NULL or live.
+enum tc_result tc_backend_flush(const struct tc_backend *be, uint64_t timeout_ms);
+
 // Takes the id of the oldest stream the front-end closed that was not taken yet,
 // into `stream`; `TC_ERR_AGAIN` when there is none. A closing also makes the
 // back-end's descriptor readable (MRNet tools learn of closed streams this way).
@@ -525,6 +534,15 @@ uint32_t tc_network_backends(const struct tc_network *net);
 // `net` is NULL or a live network.
 uint32_t tc_network_commnodes(const struct tc_network *net);
 
+// Waits until everything the front-end sent (packets, stream commands) is written
+// out to its links (MRNet's `flush`), at most `timeout_ms` (`TC_FOREVER`: no
+// limit). Sends go out as soon as the kernel takes them, so this waits only while
+// a link is full. `TC_ERR_TIMEOUT` when one stayed full that long.
+//
+// # Safety
+// `net` is NULL or a live network.
+enum tc_result tc_network_flush(const struct tc_network *net, uint64_t timeout_ms);
+
 // Loads the plug-in filter at `path` here and ships its bytes down the tree (no
 // shared file system needed); streams then name it by the name it exports.
 //
@@ -604,6 +622,26 @@ uint32_t tc_event_rank(const struct tc_event *event);
 // # Safety
 // `event` is NULL or an event not freed yet, used by no other thread.
 void tc_event_free(struct tc_event *event);
+
+// The number of classes in an equivalence-class table (what the `eqclass` filter
+// sends up); 0 for any other packet, or NULL.
+//
+// # Safety
+// `packet` is NULL or a live packet.
+size_t tc_packet_class_count(const struct tc_packet *packet);
+
+// Class `index` of an equivalence-class table: the ranks that sent the same values,
+// as text (`"0-3,8"`, freed with `tc_string_free`), and those values as a packet
+// of the same stream, tag and rank (read with `tc_packet_unpack` and the getters,
+// freed with `tc_packet_free`). Either out-parameter may be NULL when not wanted.
+// `TC_ERR_FORMAT` for a packet that is no such table, `TC_ERR_RANGE` past its classes.
+//
+// # Safety
+// `packet` is NULL or a live packet; `ranks` and `values` are NULL or writable.
+enum tc_result tc_packet_class(const struct tc_packet *packet,
+                               size_t index,
+                               char **ranks,
+                               struct tc_packet **values);
 
 // Frees a packet; NULL is ignored.
 //

@@ -47,6 +47,7 @@ static int backend(int use_poll) {
       int32_t v = 0;
       CHECK(tc_packet_unpack(p, "%d", &v));
       CHECK(tc_backend_send(be, stream, TAG_SCALE, "%d", v * (int32_t)(rank + 1)));
+      CHECK(tc_backend_flush(be, 30000));
       break;
     }
     case TAG_DIE:
@@ -60,6 +61,9 @@ static int backend(int use_poll) {
       }
       break;
     }
+    case TAG_PARITY:
+      CHECK(tc_backend_send(be, stream, TAG_PARITY, "%d %s", (int32_t)(rank % 2), rank % 2 ? "odd" : "even"));
+      break;
     case TAG_ECHO: {
       int32_t n = 0;
       const double *xs = NULL;

@@ -13,6 +13,7 @@
 #define TAG_DIE 2   /* exits at once with status 3, as a crash would */
 #define TAG_ECHO 4  /* answers with the packet's values as they came */
 #define TAG_STALL 5 /* reads nothing until the file $TC_TEST_RELEASE exists (60 s at most) */
+#define TAG_PARITY 6 /* answers "%d %s" rank % 2 and "even" or "odd": two equivalence classes */
 
 #define CHECK(call)                                                                     \
   do {                                                                                  \

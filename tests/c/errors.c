@@ -79,6 +79,8 @@ static void without_a_network(void) {
   EXPECT(be == NULL);
   uint32_t closed_id = 0;
   FAILS(tc_backend_next_closed(NULL, &closed_id), TC_ERR_NULL, "be is NULL");
+  FAILS(tc_backend_flush(NULL, 0), TC_ERR_NULL, "be is NULL");
+  FAILS(tc_network_flush(NULL, 0), TC_ERR_NULL, "net is NULL");
 
   FAILS(tc_format_types("%d %q", types, 4, &count), TC_ERR_FORMAT, "%q");
   pthread_t t;
@@ -171,6 +173,7 @@ static void with_a_network(const char *argv0) {
   EXPECT(strstr(tc_last_error(), "window stayed full for 300 ms") != NULL);
   FILE *go = fopen(release, "w"); /* the back-end reads again */
   EXPECT(go != NULL && fclose(go) == 0);
+  CHECK(tc_network_flush(net, 30000)); /* what the window let through is written out */
   tc_stream_free(stuck);
   tc_communicator_free(zero);
   EXPECT(unlink(release) == 0);

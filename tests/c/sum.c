@@ -24,6 +24,32 @@ int main(int argc, char **argv) {
     EXPECT(tc_test_scaled(sum, v) == v * (1 + 2 + 3 + 4));
   }
 
+  /* Equivalence classes: the ranks grouped by the values they sent, each class's
+   * values read as a packet of their own. */
+  tc_stream *classes = NULL;
+  CHECK(tc_stream_new(net, all, "eqclass", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &classes));
+  CHECK(tc_stream_send(classes, TAG_PARITY, ""));
+  tc_packet *table = NULL;
+  CHECK(tc_stream_recv(classes, 30000, &table));
+  EXPECT(tc_packet_class_count(table) == 2);
+  for (size_t i = 0; i < 2; i++) {
+    char *ranks = NULL;
+    tc_packet *values = NULL;
+    CHECK(tc_packet_class(table, i, &ranks, &values));
+    int32_t parity = -1;
+    const char *word = NULL;
+    CHECK(tc_packet_unpack(values, "%d %s", &parity, &word));
+    EXPECT(tc_packet_tag(values) == TAG_PARITY && tc_packet_stream(values) == tc_packet_stream(table));
+    EXPECT(strcmp(ranks, parity ? "1,3" : "0,2") == 0);
+    EXPECT(strcmp(word, parity ? "odd" : "even") == 0);
+    tc_string_free(ranks);
+    tc_packet_free(values);
+  }
+  EXPECT(tc_packet_class(table, 2, NULL, NULL) == TC_ERR_RANGE);
+  EXPECT(strstr(tc_last_error(), "has 2 classes") != NULL);
+  tc_packet_free(table);
+  tc_stream_free(classes);
+
   /* Values of every kind, one back-end at a time (point to point). */
   tc_communicator *two = NULL;
   CHECK(tc_communicator_new(net, "2", &two));
@@ -50,6 +76,9 @@ int main(int argc, char **argv) {
   EXPECT(strcmp(s, "héllo") == 0);
   EXPECT(got_len == 3 && strcmp(got[0], "alpha") == 0 && strcmp(got[1], "") == 0 &&
          strcmp(got[2], "gamma delta") == 0);
+  EXPECT(tc_packet_class_count(p) == 0);
+  EXPECT(tc_packet_class(p, 0, NULL, NULL) == TC_ERR_FORMAT);
+  EXPECT(strstr(tc_last_error(), "not an equivalence-class table") != NULL);
   tc_packet_free(p);
   tc_stream_free(echo);
   tc_communicator_free(two);

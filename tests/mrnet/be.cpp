@@ -92,7 +92,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "be: unknown tag %d\n", tag);
             return 5;
         }
-        s->flush();
+        if (s->flush() != 0) {
+            fprintf(stderr, "be: Stream::flush failed\n");
+            return 6;
+        }
     }
     net->waitfor_ShutDown();
     delete net;

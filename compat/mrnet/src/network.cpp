@@ -889,7 +889,19 @@ int Network::send(Rank ibe, PacketPtr &ipacket) {
     return 0;
 }
 
-int Network::flush(void) const { return 0; }
+/* Sends go out as soon as the kernel takes them; a flush waits while a link is
+ * full, at most this long (MRNet's flush has no limit, but a peer that stopped
+ * reading must not hang the tool). */
+static const uint64_t FLUSH_LIMIT_MS = 60000;
+
+int Network::flush(void) const {
+    tc_result r = _impl->fe ? tc_network_flush(_impl->net, FLUSH_LIMIT_MS) : tc_backend_flush(_impl->be, FLUSH_LIMIT_MS);
+    if (r != TC_OK) {
+        fail(this, ERR_NETWORK_FAILURE, "flushing");
+        return -1;
+    }
+    return 0;
+}
 
 /* ---- events ---- */
 
@@ -1341,7 +1353,7 @@ int Stream::send(int itag, const void **idata, const char *iformat_str) {
 
 int Stream::send(PacketPtr &ipacket) { return ipacket ? send_packet(*ipacket) : -1; }
 
-int Stream::flush(void) const { return 0; }
+int Stream::flush(void) const { return _network->flush(); }
 
 int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
     NetworkImpl *impl = _network->_impl;

@@ -197,6 +197,16 @@ impl BackEndSender {
         .await
     }
 
+    /// Waits until everything this back-end sent so far is written out to its link
+    /// (MRNet's `flush`). Sends go out as soon as the kernel takes them, so this only
+    /// waits while the link is full; bound it with a timeout, as a parent that stops
+    /// reading never lets it end.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn flush(&self) {
+        std::future::poll_fn(|cx| lock(&self.shared).poll_flushed(cx)).await
+    }
+
     /// Sends values upstream on `stream`: queued at once, written to the link as the
     /// kernel takes it (see [`BackEnd`] for what closing and dropping guarantee).
     ///
@@ -657,6 +667,13 @@ impl BackEnd {
     /// Cancel safety: cancel safe.
     pub async fn next_event(&mut self) -> Result<BackEndEvent, ApiError> {
         std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    /// Waits until everything sent so far is written out; see [`BackEndSender::flush`].
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn flush(&self) {
+        self.sender.flush().await
     }
 
     /// Sends values upstream on `stream`; see [`BackEndSender::send`].

@@ -365,6 +365,16 @@ impl Network {
         Ok(plugin)
     }
 
+    /// Waits until everything sent so far (packets, stream commands) is written out
+    /// to the links: what MRNet's `flush` promises. Sends go out as soon as the
+    /// kernel takes them, so this only waits where a link is full (a peer reading
+    /// slowly); bound it with a timeout, as a peer that stops reading never lets it end.
+    ///
+    /// Cancel safety: cancel safe.
+    pub async fn flush(&self) {
+        std::future::poll_fn(|cx| lock(&self.shared).poll_flushed(cx)).await
+    }
+
     /// Payload bytes the front-end holds now: reductions the tool has not read, and
     /// packets from its children waiting for their wave or for the tool to read.
     /// Flow control bounds it by the receive window plus one upward window per child

@@ -85,6 +85,17 @@ impl Packet {
         Ok(values)
     }
 
+    /// A packet of `values` from the same stream, tag and rank: one class of an
+    /// equivalence-class table as a plain packet, for code that reads packets by
+    /// format (the C API's class reader).
+    pub fn with_values(&self, values: &[Value]) -> Packet {
+        let mut payload = Vec::new();
+        treecast_wire::encode_values(values, &mut payload);
+        let mut header = self.frame.header;
+        header.flags &= !FLAG_EQCLASS;
+        Packet { frame: Frame::new(header, payload) }
+    }
+
     /// Reads a packet produced by the equivalence-class filter.
     ///
     /// # Errors
@@ -116,5 +127,8 @@ mod tests {
         assert!(err.to_string().contains("read it with Packet::eq_classes()"), "{err}");
         let classes = p.eq_classes().unwrap();
         assert_eq!(classes, [EqClass { values: vec![Value::Int(4)], ranks: RankSet::range(0, 4) }]);
+        let one = p.with_values(&classes[0].values);
+        assert!(!one.is_eq_classes());
+        assert_eq!((one.stream(), one.unpack("%d").unwrap()), (3, vec![Value::Int(4)]));
     }
 }

@@ -276,6 +276,22 @@ pub unsafe extern "C" fn tc_backend_send_values(
     })
 }
 
+/// Waits until everything this back-end sent is written out to its link (MRNet's
+/// `flush`), at most `timeout_ms` (`TC_FOREVER`: no limit). Sends go out as soon as
+/// the kernel takes them, so this waits only while the link is full.
+/// `TC_ERR_TIMEOUT` when it stayed full that long (the parent is not reading).
+///
+/// # Safety
+/// `be` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn tc_backend_flush(be: *const tc_backend, timeout_ms: u64) -> tc_result {
+    guard("tc_backend_flush", || {
+        // SAFETY: as the caller promised.
+        let b = unsafe { arg(be, "be") }?;
+        crate::ffi::flush_within(timeout_ms, b.sender.flush(), "the parent comm node")
+    })
+}
+
 /// Takes the id of the oldest stream the front-end closed that was not taken yet,
 /// into `stream`; `TC_ERR_AGAIN` when there is none. A closing also makes the
 /// back-end's descriptor readable (MRNet tools learn of closed streams this way).

@@ -59,6 +59,21 @@ pub(crate) fn duration(ms: u64) -> Duration {
     Duration::from_millis(ms.min(LONGEST_MS))
 }
 
+/// Waits for `flush` at most `ms` milliseconds: `TC_ERR_TIMEOUT` when a link stayed
+/// full that long (`TC_ERR_AGAIN` for 0), naming `whose` peer that is not reading.
+pub(crate) fn flush_within(ms: u64, flush: impl Future<Output = ()>, whose: &str) -> Result<(), Failure> {
+    match block_on_for(ms, flush)? {
+        Some(()) => Ok(()),
+        None => Err(Failure::new(
+            if ms == 0 { tc_result::TC_ERR_AGAIN } else { tc_result::TC_ERR_TIMEOUT },
+            format!(
+                "what was sent is not all written out after {ms} ms: {whose} is not reading; \
+                 wait longer, or go on (it is still sent when the link drains)"
+            ),
+        )),
+    }
+}
+
 /// The failure of a call whose time limit of `ms` ran out: `TC_ERR_AGAIN` for 0.
 pub(crate) fn ran_out(ms: u64, what: &str) -> Failure {
     match ms {

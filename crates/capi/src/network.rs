@@ -556,6 +556,22 @@ pub unsafe extern "C" fn tc_network_commnodes(net: *const tc_network) -> u32 {
     quiet(0, || unsafe { net.as_ref() }.map_or(0, |n| n.net.commnodes()))
 }
 
+/// Waits until everything the front-end sent (packets, stream commands) is written
+/// out to its links (MRNet's `flush`), at most `timeout_ms` (`TC_FOREVER`: no
+/// limit). Sends go out as soon as the kernel takes them, so this waits only while
+/// a link is full. `TC_ERR_TIMEOUT` when one stayed full that long.
+///
+/// # Safety
+/// `net` is NULL or a live network.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_flush(net: *const tc_network, timeout_ms: u64) -> tc_result {
+    guard("tc_network_flush", || {
+        // SAFETY: as the caller promised.
+        let n = unsafe { arg(net, "net") }?;
+        crate::ffi::flush_within(timeout_ms, n.net.flush(), "a child comm node or back-end")
+    })
+}
+
 /// Loads the plug-in filter at `path` here and ships its bytes down the tree (no
 /// shared file system needed); streams then name it by the name it exports.
 ///

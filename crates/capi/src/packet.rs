@@ -71,6 +71,70 @@ fn wrong_type(index: usize, v: &Value, wanted: &str) -> Failure {
     )
 }
 
+/// The number of classes in an equivalence-class table (what the `eqclass` filter
+/// sends up); 0 for any other packet, or NULL.
+///
+/// # Safety
+/// `packet` is NULL or a live packet.
+#[no_mangle]
+pub unsafe extern "C" fn tc_packet_class_count(packet: *const tc_packet) -> usize {
+    quiet(0, || {
+        // SAFETY: as the caller promised.
+        let p = unsafe { packet.as_ref() }.filter(|p| p.packet.is_eq_classes());
+        p.and_then(|p| p.packet.eq_classes().ok()).map_or(0, |c| c.len())
+    })
+}
+
+/// Class `index` of an equivalence-class table: the ranks that sent the same values,
+/// as text (`"0-3,8"`, freed with `tc_string_free`), and those values as a packet
+/// of the same stream, tag and rank (read with `tc_packet_unpack` and the getters,
+/// freed with `tc_packet_free`). Either out-parameter may be NULL when not wanted.
+/// `TC_ERR_FORMAT` for a packet that is no such table, `TC_ERR_RANGE` past its classes.
+///
+/// # Safety
+/// `packet` is NULL or a live packet; `ranks` and `values` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_packet_class(
+    packet: *const tc_packet,
+    index: usize,
+    ranks: *mut *mut c_char,
+    values: *mut *mut tc_packet,
+) -> tc_result {
+    guard("tc_packet_class", || {
+        // SAFETY: as the caller promised.
+        let p = unsafe { arg(packet, "packet") }?;
+        if !p.packet.is_eq_classes() {
+            return Err(Failure::new(
+                tc_result::TC_ERR_FORMAT,
+                "the packet is not an equivalence-class table (a stream with the eqclass filter sends those); \
+                 read it with tc_packet_unpack",
+            ));
+        }
+        let classes = p.packet.eq_classes().map_err(Failure::from)?;
+        let n = classes.len();
+        let class = classes.into_iter().nth(index).ok_or_else(|| {
+            Failure::new(
+                tc_result::TC_ERR_RANGE,
+                format!("the table has {n} classes; index {index} is past them"),
+            )
+        })?;
+        let made = match values.is_null() {
+            true => None,
+            false => Some(tc_packet::new(p.packet.with_values(&class.values))?),
+        };
+        // SAFETY: each written only when not NULL.
+        unsafe {
+            if !ranks.is_null() {
+                put(ranks, crate::ffi::c_text(&class.ranks.to_string()).into_raw());
+            }
+            if let Some(made) = made {
+                put(values, crate::ffi::handle(made));
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Frees a packet; NULL is ignored.
 ///
 /// # Safety

@@ -102,6 +102,8 @@ pub struct Driver<T: Tool, R: MonitoredRoute> {
     children_task: Option<JoinHandle<()>>,
     /// The driving task, to wake after the tool gave the core something to do.
     task: Option<Waker>,
+    /// Tools waiting until what they sent is written out ([`Driver::poll_flushed`]).
+    flush_waiters: Vec<Waker>,
     /// The node is over: links are flushed and closed, children are stopped.
     ending: bool,
     /// When a peer that does not read stops holding up the end: what is still queued
@@ -173,6 +175,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             orders: None,
             children_task: None,
             task: None,
+            flush_waiters: Vec::new(),
             ending: false,
             flush_deadline: None,
             flush_timer: None,
@@ -201,6 +204,24 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
     /// Front-end: takes monitoring collection `id` once complete.
     pub fn take_monitor_collection(&mut self, id: u32) -> Option<treecast_monitor::Collection> {
         self.core.take_monitor_collection(id)
+    }
+
+    /// Ready once everything the tool sent so far is written to the kernel (or its
+    /// link is gone): a tool's flush. Otherwise `cx` is woken when the driving task
+    /// has written it; a peer that stops reading keeps it pending, so callers bound
+    /// the wait.
+    pub fn poll_flushed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.drain();
+        if self.route.is_flushed() {
+            return Poll::Ready(());
+        }
+        if !self.flush_waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            self.flush_waiters.push(cx.waker().clone());
+        }
+        if let Some(task) = &self.task {
+            task.wake_by_ref();
+        }
+        Poll::Pending
     }
 
     /// The tool.
@@ -603,6 +624,9 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             if !progressed {
                 break;
             }
+        }
+        if !self.flush_waiters.is_empty() && self.route.is_flushed() {
+            self.flush_waiters.drain(..).for_each(Waker::wake);
         }
         self.arm_timer(cx);
         if self.close_after_multicast && (self.route.is_settled() || self.flush_expired(cx)) {
