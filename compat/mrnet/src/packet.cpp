@@ -598,6 +598,10 @@ static DataElement *read_value(Cursor &c, std::string &err) {
     } else if (code & 0x40 || code == 0x20) {
         uint32_t n = 0;
         ok = c.take(&n, 4);
+        /* the count comes from the wire: every element takes at least 4 bytes (a
+         * string's length) or its size, so a count the payload cannot hold is refused
+         * before anything is allocated for it */
+        if (ok && t == STRING_ARRAY_T && n > c.left / 4) ok = false;
         if (ok && t == STRING_ARRAY_T) {
             std::vector<std::string> strs(n);
             std::vector<const char *> ptrs(n);
