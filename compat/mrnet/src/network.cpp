@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <atomic>
 #include <fstream>
 #include <list>
@@ -65,7 +66,8 @@ struct NetworkImpl {
     std::list<Communicator *> comms;
     Communicator *bcast;
     NetworkTopology *topo;
-    std::vector<LoadedFilter> filters;
+    /* a deque: streams keep pointers to its entries while load_FilterFunc adds more */
+    std::deque<LoadedFilter> filters;
     bool adapter_loaded;
     Stream *p2p; /* front-end: the stream of Network::send to one rank */
     size_t next_stream;
@@ -926,20 +928,32 @@ static void deliver(Network *net, NetworkImpl *impl, EventClass cls, EventType t
                 }
             }
         }
-        if (impl->queue.size() < 4096) impl->queue.push_back(new Event(cls, typ, data));
-        EventClass notify[2] = {cls, Event::EVENT_CLASS_ALL};
-        for (int c = 0; c < 2; c++) {
-            std::map<EventClass, int[2]>::iterator pi = impl->pipes.find(notify[c]);
-            if (pi != impl->pipes.end()) {
-                char b = 1;
-                if (write(pi->second[1], &b, 1) < 0) { /* full: it is readable anyway */
-                }
+    }
+    (void)net;
+    /* The callbacks run before the event is queued: once queued, a tool thread may
+     * take it (next_Event) or free it (clear_Events) at any time. */
+    Event ev(cls, typ, data);
+    for (size_t i = 0; i < run.size(); i++) {
+        try {
+            run[i].func(&ev, run[i].data);
+        } catch (...) {
+            if (CUR_OUTPUT_LEVEL >= 1) fprintf(stderr, "mrnet: an event callback threw an exception: ignored\n");
+        }
+    }
+    std::lock_guard<std::mutex> g(impl->mu);
+    if (impl->queue.size() < 4096)
+        impl->queue.push_back(new Event(cls, typ, data));
+    else
+        delete data; /* the queue is full and nobody reads it */
+    EventClass notify[2] = {cls, Event::EVENT_CLASS_ALL};
+    for (int c = 0; c < 2; c++) {
+        std::map<EventClass, int[2]>::iterator pi = impl->pipes.find(notify[c]);
+        if (pi != impl->pipes.end()) {
+            char b = 1;
+            if (write(pi->second[1], &b, 1) < 0) { /* full: it is readable anyway */
             }
         }
     }
-    (void)net;
-    Event ev(cls, typ, data);
-    for (size_t i = 0; i < run.size(); i++) run[i].func(&ev, run[i].data);
 }
 
 /* "0-3,8" -> every rank. */
