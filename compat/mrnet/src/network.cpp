@@ -873,6 +873,16 @@ int Network::send(Rank ibe, int itag, const char *iformat_str, ...) {
     return send(ibe, p);
 }
 
+int Network::send(Rank ibe, const char *idata_fmt, va_list idata, int itag) {
+    PacketPtr p(new Packet(idata_fmt, idata, 0, itag));
+    return send(ibe, p);
+}
+
+int Network::send(Rank ibe, int itag, const void **idata, const char *iformat_str) {
+    PacketPtr p(new Packet(0, itag, idata, iformat_str));
+    return send(ibe, p);
+}
+
 int Network::send(Rank ibe, PacketPtr &ipacket) {
     NetworkImpl *impl = _impl;
     if (!impl->fe || !impl->net || !ipacket || ipacket->has_Error()) return -1;

@@ -75,6 +75,8 @@ class Network : public Error {
      * closed (back-end), -1 on failure or once the tree is over. */
     int recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblocking = true);
     int send(Rank ibe, int itag, const char *iformat_str, ...);
+    int send(Rank ibe, const char *idata_fmt, va_list idata, int itag);
+    int send(Rank ibe, int itag, const void **idata, const char *iformat_str);
     int send(Rank ibe, PacketPtr &ipacket);
     int flush(void) const;
 
