@@ -57,10 +57,11 @@ struct NetworkImpl {
     bool fe;
     tc_network *net;
     tc_backend *be;
-    int data_fd;
+    std::atomic<int> data_fd; /* set under mu, read by receives without it */
     Rank rank;
     std::string host;
     std::mutex mu;
+    std::mutex make_mu; /* one thread at a time makes a front-end stream (Stream::ensure) */
     std::map<unsigned int, Stream *> streams; /* made (front-end) or seen (back-end) */
     std::list<Stream *> all_streams;          /* front-end: every live Stream object */
     std::list<Communicator *> comms;
@@ -1193,8 +1194,10 @@ static void adapter_params(const LoadedFilter &lf, bool with_bytes, const Packet
 }
 
 bool Stream::ensure(void) const {
-    if (_tc) return true;
     NetworkImpl *impl = _network->_impl;
+    /* two tool threads sending on a new stream must not both make it */
+    std::lock_guard<std::mutex> making(impl->make_mu);
+    if (_tc) return true;
     if (!impl->fe || !impl->net) return false;
     const LoadedFilter *up = NULL, *down = NULL;
     {
