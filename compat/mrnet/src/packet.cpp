@@ -289,6 +289,11 @@ void DataElement::set_array(const void *p, DataType t, uint64_t len) {
     release();
     type = t;
     array_len = len;
+    if (!is_array(t)) { /* no array type (a kind this layer does not know): no data, so no leak */
+        array_len = 0;
+        val.p = NULL;
+        return;
+    }
     if (t == STRING_ARRAY_T || t == STRING_LRG_ARRAY_T) {
         char **out = (char **)calloc(len ? len : 1, sizeof(char *));
         const char *const *in = (const char *const *)p;
