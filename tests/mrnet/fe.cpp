@@ -247,6 +247,7 @@ int main(int argc, char **argv) {
     check(cb_flag == 1 && removed_rank == 3, "the TOPOL_REMOVE_NODE callback named rank 3");
     Event *e = net->next_Event();
     check(e && e->get_Class() == Event::TOPOLOGY_EVENT, "next_Event");
+    delete e->get_Data();
     delete e;
 
     /* the others end */

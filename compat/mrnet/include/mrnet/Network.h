@@ -85,6 +85,8 @@ class Network : public Error {
 
     void clear_Events();
     unsigned int num_EventsPending();
+    /* The oldest queued event, now the caller's: `delete e->get_Data(); delete e;`
+     * (as in MRNet, ~Event leaves its data alone). NULL when none. */
     Event *next_Event();
     int get_EventNotificationFd(EventClass etyp);
     void clear_EventNotificationFd(EventClass etyp);
