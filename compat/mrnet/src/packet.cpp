@@ -301,7 +301,8 @@ void DataElement::set_array(const void *p, DataType t, uint64_t len) {
         val.p = out;
     } else {
         size_t n = (size_t)len * elem_size(t);
-        void *out = malloc(n ? n : 1);
+        /* zeroed: a NULL array with a length must not send what the heap held */
+        void *out = calloc(n ? n : 1, 1);
         if (out && n && p) memcpy(out, p, n);
         val.p = out;
     }
