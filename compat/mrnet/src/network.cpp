@@ -1,5 +1,6 @@
 /* network.cpp: Network, Stream, Communicator and NetworkTopology over treecast's C
  * API (include/treecast.h). See docs/mrnet-compat.md for what differs from MRNet. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -721,7 +722,21 @@ int Network::load_FilterFunc(const char *so_file, const char *func) {
     char id[32];
     snprintf(id, sizeof id, "%016llx", (unsigned long long)h);
     lf.identity = id;
-    /* Check here, where the tool can be told, that the object has the function. */
+    /* Check here, where the tool can be told, that the object has the function (as
+     * MRNet's front-end does). An object this process cannot load at all (a static
+     * front-end without -rdynamic leaves its packet code unresolved) is left to the
+     * nodes, which report it when a stream uses it. */
+    std::string path = strchr(so_file, '/') ? so_file : std::string("./") + so_file; /* the file read above */
+    void *obj = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+    if (obj) {
+        bool has = dlsym(obj, func) != NULL;
+        dlclose(obj);
+        if (!has) {
+            error(ERR_SYSTEM, UnknownRank, "load_FilterFunc: %s has no function %s (declare it extern \"C\")",
+                  so_file, func);
+            return -1;
+        }
+    }
     if (!load_adapter(this, _impl)) return -1;
     std::lock_guard<std::mutex> g(_impl->mu);
     _impl->filters.push_back(lf);
