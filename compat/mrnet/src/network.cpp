@@ -865,7 +865,8 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
             }
             if (impl->shutdown) return -1;
             {
-                /* every stream closed under it: the tree is over */
+                /* every stream closed (in this call or before): the tree is over, and
+                 * nothing could ever arrive to end a blocking wait */
                 std::lock_guard<std::mutex> g(impl->mu);
                 bool any = false, open = false;
                 for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end();
@@ -873,7 +874,7 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                     any = true;
                     open = open || !it->second->_closed;
                 }
-                if (any && !open && tc_network_backends(impl->net) > 0 && live.size() > 0) return -1;
+                if (any && !open && tc_network_backends(impl->net) > 0) return -1;
             }
         }
         if (!iblocking) return 0;
