@@ -1427,6 +1427,8 @@ int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
                 if (otag) *otag = opacket->get_Tag();
                 return 1;
             }
+            /* its closing was taken before (by another call): nothing more can come */
+            if (_closed) return -1;
         }
         PacketPtr p;
         unsigned int closed = 0;
