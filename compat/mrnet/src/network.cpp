@@ -1013,7 +1013,8 @@ static void event_loop(Network *net, NetworkImpl *impl) {
         }
         uint32_t kind = tc_event_kind(ev);
         std::vector<Rank> ranks = unfold(tc_event_ranks(ev));
-        std::string msg = tc_event_message(ev);
+        const char *text = tc_event_message(ev); /* NULL only if the C API failed inside */
+        std::string msg = text ? text : "";
         if (CUR_OUTPUT_LEVEL >= 2) fprintf(stderr, "mrnet: event: %s\n", msg.c_str());
         switch (kind) {
         case TC_EVENT_RANKS_LOST:
