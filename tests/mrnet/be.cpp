@@ -29,7 +29,16 @@ int main(int argc, char **argv) {
         Stream *s = NULL;
         int rc = net->recv(&tag, p, &s);
         if (rc == 0) { /* a stream closed */
-            if (s && s->is_Closed()) closed++;
+            if (s && s->is_Closed()) {
+                closed++;
+                /* its closing was taken: a blocking receive on it ends, it does not wait */
+                PacketPtr none;
+                int t = 0;
+                if (s->recv(&t, none, true) != -1) {
+                    fprintf(stderr, "be: Stream::recv on a closed stream did not return -1\n");
+                    return 7;
+                }
+            }
             continue;
         }
         if (rc < 0) break;

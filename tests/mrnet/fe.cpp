@@ -227,6 +227,7 @@ int main(int argc, char **argv) {
     /* an MRNet filter function: parameters at creation, then changed; packets sent down */
     int filter = net->load_FilterFunc(argv[3], "ScaledSum");
     check(filter >= 0, "load_FilterFunc");
+    check(net->load_FilterFunc(argv[3], "NoSuchFilter") == -1, "load_FilterFunc refuses a function the object lacks");
     Stream *scaled = net->new_Stream(all, filter, SFILTER_WAITFORALL);
     check(scaled->set_FilterParameters(FILTER_UPSTREAM_TRANS, "%d", 10) == 0, "set_FilterParameters before use");
     check(scaled->send(TAG_ECHO, "") == 0, "send on the filter's stream");
@@ -247,6 +248,7 @@ int main(int argc, char **argv) {
     check(cb_flag == 1 && removed_rank == 3, "the TOPOL_REMOVE_NODE callback named rank 3");
     Event *e = net->next_Event();
     check(e && e->get_Class() == Event::TOPOLOGY_EVENT, "next_Event");
+    delete e->get_Data();
     delete e;
 
     /* the others end */

@@ -12,6 +12,7 @@
 
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -115,6 +116,10 @@ int32_t take_params(Instance *inst, const uint8_t *params, size_t len, char *err
         uint64_t n = 0;
         DataType t;
         const void *bytes = (*all)[2]->get_array(&t, &n);
+        if (t != UCHAR_ARRAY_T && t != CHAR_ARRAY_T) {
+            say(err, err_len, "mrnet_filter " + func + ": the object's bytes (third parameter) are not %b");
+            return TREECAST_ERR_PARAMS;
+        }
         void *h = library((*all)[1]->get_string(), (const uint8_t *)bytes, (size_t)n, why);
         if (!h) {
             say(err, err_len, "mrnet_filter " + func + ": " + why);
@@ -137,19 +142,20 @@ int32_t take_params(Instance *inst, const uint8_t *params, size_t len, char *err
 int32_t create(const uint8_t *params, size_t params_len, const treecast_place *, void **state, char *err,
                size_t err_len) {
     try {
-        Instance *inst = new Instance();
+        /* owned here until it is handed over, so a throw on the way frees it */
+        std::unique_ptr<Instance> inst(new Instance());
         inst->fn = NULL;
         inst->state = NULL;
         inst->params = PacketPtr(new Packet(UnknownRank, 0u, 0));
-        int32_t r = take_params(inst, params, params_len, err, err_len);
-        if (r != TREECAST_OK) {
-            delete inst;
-            return r;
-        }
-        *state = inst;
+        int32_t r = take_params(inst.get(), params, params_len, err, err_len);
+        if (r != TREECAST_OK) return r;
+        *state = inst.release();
         return TREECAST_OK;
     } catch (const std::exception &e) {
         say(err, err_len, std::string("mrnet_filter: ") + e.what());
+        return TREECAST_ERR_PARAMS;
+    } catch (...) {
+        say(err, err_len, "mrnet_filter: an exception while reading the parameters");
         return TREECAST_ERR_PARAMS;
     }
 }
@@ -213,6 +219,9 @@ int32_t set_params(void *state, const uint8_t *params, size_t params_len, char *
         return take_params((Instance *)state, params, params_len, err, err_len);
     } catch (const std::exception &e) {
         say(err, err_len, std::string("mrnet_filter: ") + e.what());
+        return TREECAST_ERR_PARAMS;
+    } catch (...) {
+        say(err, err_len, "mrnet_filter: an exception while reading the parameters");
         return TREECAST_ERR_PARAMS;
     }
 }

@@ -1,5 +1,6 @@
 /* network.cpp: Network, Stream, Communicator and NetworkTopology over treecast's C
  * API (include/treecast.h). See docs/mrnet-compat.md for what differs from MRNet. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <atomic>
 #include <fstream>
 #include <list>
@@ -56,16 +58,18 @@ struct NetworkImpl {
     bool fe;
     tc_network *net;
     tc_backend *be;
-    int data_fd;
+    std::atomic<int> data_fd; /* set under mu, read by receives without it */
     Rank rank;
     std::string host;
     std::mutex mu;
+    std::mutex make_mu; /* one thread at a time makes a front-end stream (Stream::ensure) */
     std::map<unsigned int, Stream *> streams; /* made (front-end) or seen (back-end) */
     std::list<Stream *> all_streams;          /* front-end: every live Stream object */
     std::list<Communicator *> comms;
     Communicator *bcast;
     NetworkTopology *topo;
-    std::vector<LoadedFilter> filters;
+    /* a deque: streams keep pointers to its entries while load_FilterFunc adds more */
+    std::deque<LoadedFilter> filters;
     bool adapter_loaded;
     Stream *p2p; /* front-end: the stream of Network::send to one rank */
     size_t next_stream;
@@ -718,7 +722,21 @@ int Network::load_FilterFunc(const char *so_file, const char *func) {
     char id[32];
     snprintf(id, sizeof id, "%016llx", (unsigned long long)h);
     lf.identity = id;
-    /* Check here, where the tool can be told, that the object has the function. */
+    /* Check here, where the tool can be told, that the object has the function (as
+     * MRNet's front-end does). An object this process cannot load at all (a static
+     * front-end without -rdynamic leaves its packet code unresolved) is left to the
+     * nodes, which report it when a stream uses it. */
+    std::string path = strchr(so_file, '/') ? so_file : std::string("./") + so_file; /* the file read above */
+    void *obj = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+    if (obj) {
+        bool has = dlsym(obj, func) != NULL;
+        dlclose(obj);
+        if (!has) {
+            error(ERR_SYSTEM, UnknownRank, "load_FilterFunc: %s has no function %s (declare it extern \"C\")",
+                  so_file, func);
+            return -1;
+        }
+    }
     if (!load_adapter(this, _impl)) return -1;
     std::lock_guard<std::mutex> g(_impl->mu);
     _impl->filters.push_back(lf);
@@ -847,7 +865,8 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
             }
             if (impl->shutdown) return -1;
             {
-                /* every stream closed under it: the tree is over */
+                /* every stream closed (in this call or before): the tree is over, and
+                 * nothing could ever arrive to end a blocking wait */
                 std::lock_guard<std::mutex> g(impl->mu);
                 bool any = false, open = false;
                 for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end();
@@ -855,7 +874,7 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                     any = true;
                     open = open || !it->second->_closed;
                 }
-                if (any && !open && tc_network_backends(impl->net) > 0 && live.size() > 0) return -1;
+                if (any && !open && tc_network_backends(impl->net) > 0) return -1;
             }
         }
         if (!iblocking) return 0;
@@ -868,6 +887,16 @@ int Network::send(Rank ibe, int itag, const char *iformat_str, ...) {
     va_start(ap, iformat_str);
     PacketPtr p(new Packet(iformat_str, ap, 0, itag));
     va_end(ap);
+    return send(ibe, p);
+}
+
+int Network::send(Rank ibe, const char *idata_fmt, va_list idata, int itag) {
+    PacketPtr p(new Packet(idata_fmt, idata, 0, itag));
+    return send(ibe, p);
+}
+
+int Network::send(Rank ibe, int itag, const void **idata, const char *iformat_str) {
+    PacketPtr p(new Packet(0, itag, idata, iformat_str));
     return send(ibe, p);
 }
 
@@ -926,20 +955,32 @@ static void deliver(Network *net, NetworkImpl *impl, EventClass cls, EventType t
                 }
             }
         }
-        if (impl->queue.size() < 4096) impl->queue.push_back(new Event(cls, typ, data));
-        EventClass notify[2] = {cls, Event::EVENT_CLASS_ALL};
-        for (int c = 0; c < 2; c++) {
-            std::map<EventClass, int[2]>::iterator pi = impl->pipes.find(notify[c]);
-            if (pi != impl->pipes.end()) {
-                char b = 1;
-                if (write(pi->second[1], &b, 1) < 0) { /* full: it is readable anyway */
-                }
+    }
+    (void)net;
+    /* The callbacks run before the event is queued: once queued, a tool thread may
+     * take it (next_Event) or free it (clear_Events) at any time. */
+    Event ev(cls, typ, data);
+    for (size_t i = 0; i < run.size(); i++) {
+        try {
+            run[i].func(&ev, run[i].data);
+        } catch (...) {
+            if (CUR_OUTPUT_LEVEL >= 1) fprintf(stderr, "mrnet: an event callback threw an exception: ignored\n");
+        }
+    }
+    std::lock_guard<std::mutex> g(impl->mu);
+    if (impl->queue.size() < 4096)
+        impl->queue.push_back(new Event(cls, typ, data));
+    else
+        delete data; /* the queue is full and nobody reads it */
+    EventClass notify[2] = {cls, Event::EVENT_CLASS_ALL};
+    for (int c = 0; c < 2; c++) {
+        std::map<EventClass, int[2]>::iterator pi = impl->pipes.find(notify[c]);
+        if (pi != impl->pipes.end()) {
+            char b = 1;
+            if (write(pi->second[1], &b, 1) < 0) { /* full: it is readable anyway */
             }
         }
     }
-    (void)net;
-    Event ev(cls, typ, data);
-    for (size_t i = 0; i < run.size(); i++) run[i].func(&ev, run[i].data);
 }
 
 /* "0-3,8" -> every rank. */
@@ -972,7 +1013,8 @@ static void event_loop(Network *net, NetworkImpl *impl) {
         }
         uint32_t kind = tc_event_kind(ev);
         std::vector<Rank> ranks = unfold(tc_event_ranks(ev));
-        std::string msg = tc_event_message(ev);
+        const char *text = tc_event_message(ev); /* NULL only if the C API failed inside */
+        std::string msg = text ? text : "";
         if (CUR_OUTPUT_LEVEL >= 2) fprintf(stderr, "mrnet: event: %s\n", msg.c_str());
         switch (kind) {
         case TC_EVENT_RANKS_LOST:
@@ -1169,8 +1211,10 @@ static void adapter_params(const LoadedFilter &lf, bool with_bytes, const Packet
 }
 
 bool Stream::ensure(void) const {
-    if (_tc) return true;
     NetworkImpl *impl = _network->_impl;
+    /* two tool threads sending on a new stream must not both make it */
+    std::lock_guard<std::mutex> making(impl->make_mu);
+    if (_tc) return true;
     if (!impl->fe || !impl->net) return false;
     const LoadedFilter *up = NULL, *down = NULL;
     {
@@ -1384,6 +1428,8 @@ int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
                 if (otag) *otag = opacket->get_Tag();
                 return 1;
             }
+            /* its closing was taken before (by another call): nothing more can come */
+            if (_closed) return -1;
         }
         PacketPtr p;
         unsigned int closed = 0;

@@ -289,6 +289,11 @@ void DataElement::set_array(const void *p, DataType t, uint64_t len) {
     release();
     type = t;
     array_len = len;
+    if (!is_array(t)) { /* no array type (a kind this layer does not know): no data, so no leak */
+        array_len = 0;
+        val.p = NULL;
+        return;
+    }
     if (t == STRING_ARRAY_T || t == STRING_LRG_ARRAY_T) {
         char **out = (char **)calloc(len ? len : 1, sizeof(char *));
         const char *const *in = (const char *const *)p;
@@ -296,7 +301,8 @@ void DataElement::set_array(const void *p, DataType t, uint64_t len) {
         val.p = out;
     } else {
         size_t n = (size_t)len * elem_size(t);
-        void *out = malloc(n ? n : 1);
+        /* zeroed: a NULL array with a length must not send what the heap held */
+        void *out = calloc(n ? n : 1, 1);
         if (out && n && p) memcpy(out, p, n);
         val.p = out;
     }
@@ -598,6 +604,10 @@ static DataElement *read_value(Cursor &c, std::string &err) {
     } else if (code & 0x40 || code == 0x20) {
         uint32_t n = 0;
         ok = c.take(&n, 4);
+        /* the count comes from the wire: every element takes at least 4 bytes (a
+         * string's length) or its size, so a count the payload cannot hold is refused
+         * before anything is allocated for it */
+        if (ok && t == STRING_ARRAY_T && n > c.left / 4) ok = false;
         if (ok && t == STRING_ARRAY_T) {
             std::vector<std::string> strs(n);
             std::vector<const char *> ptrs(n);

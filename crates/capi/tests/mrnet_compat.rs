@@ -170,3 +170,33 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
     let out = run_front_end(&attach, &[&be, &prefix.join("bin/mrnet_commnode"), dir], dir);
     assert!(out.contains("mrnet-attach: ok"), "attach printed:\n{out}");
 }
+
+#[test]
+#[cfg_attr(not(has_gxx), ignore = "no g++ to build MRNet-style programs with")]
+fn malformed_payloads_are_refused_not_crashed_on() {
+    // The filter adapter reads every packet from the wire with this code at each comm
+    // node: bad bytes must be refused, never crash it or allocate what they claim.
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary folder: {e}"));
+    let exe = tmp.path().join("decode");
+    let layer = root().join("compat/mrnet");
+    must(
+        Command::new("g++")
+            .args(["-std=c++11", "-g", "-Wall", "-Wextra", "-Werror"])
+            .arg(format!("-I{}", layer.join("include").display()))
+            .arg(format!("-I{}", layer.join("src").display()))
+            .arg(format!("-I{}", root().join("include").display()))
+            .arg("-o")
+            .arg(&exe)
+            .arg(root().join("tests/mrnet/decode.cpp"))
+            .arg(layer.join("src/packet.cpp")),
+        "compiling tests/mrnet/decode.cpp",
+    );
+    let out = Command::new(&exe).output().unwrap_or_else(|e| panic!("running {}: {e}", exe.display()));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("mrnet-decode: ok"),
+        "decode ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -75,6 +75,8 @@ class Network : public Error {
      * closed (back-end), -1 on failure or once the tree is over. */
     int recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblocking = true);
     int send(Rank ibe, int itag, const char *iformat_str, ...);
+    int send(Rank ibe, const char *idata_fmt, va_list idata, int itag);
+    int send(Rank ibe, int itag, const void **idata, const char *iformat_str);
     int send(Rank ibe, PacketPtr &ipacket);
     int flush(void) const;
 
@@ -83,6 +85,8 @@ class Network : public Error {
 
     void clear_Events();
     unsigned int num_EventsPending();
+    /* The oldest queued event, now the caller's: `delete e->get_Data(); delete e;`
+     * (as in MRNet, ~Event leaves its data alone). NULL when none. */
     Event *next_Event();
     int get_EventNotificationFd(EventClass etyp);
     void clear_EventNotificationFd(EventClass etyp);
