@@ -299,9 +299,13 @@ impl PyRankSet {
         u32::try_from(rank).is_ok_and(|r| self.inner.contains(r))
     }
 
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let all: Vec<u32> = self.inner.iter().collect();
-        PyList::new(py, all)?.try_iter().map(Bound::into_any)
+    fn __iter__(&self) -> PyRankSetIter {
+        // Lazy: "0-4294967295" is a valid set, and a list of it would not fit in memory.
+        PyRankSetIter {
+            ranges: self.inner.ranges().to_vec(),
+            range: 0,
+            next: self.inner.ranges().first().map(|r| r.0),
+        }
     }
 
     fn __hash__(&self) -> u64 {
@@ -330,13 +334,44 @@ impl PyRankSet {
     }
 
     /// The ranks as a sorted list.
-    fn to_list(&self) -> Vec<u32> {
-        self.inner.iter().collect()
+    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // Through Python's list(): a set too large to list raises MemoryError there,
+        // where a Rust Vec would abort the interpreter.
+        py.import("builtins")?.getattr("list")?.call1((Py::new(py, self.__iter__())?,))
     }
 
     /// The ranges `(first, last)`, inclusive.
     fn ranges(&self) -> Vec<(u32, u32)> {
         self.inner.ranges().to_vec()
+    }
+}
+
+/// An iterator over a rank set's ranks, range by range, without listing them.
+#[pyclass(module = "treecast._native", name = "RankSetIterator")]
+struct PyRankSetIter {
+    ranges: Vec<(u32, u32)>,
+    /// The range `next` is in.
+    range: usize,
+    /// The next rank to give, if any.
+    next: Option<u32>,
+}
+
+#[pymethods]
+impl PyRankSetIter {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self) -> Option<u32> {
+        let rank = self.next?;
+        let hi = self.ranges.get(self.range)?.1;
+        self.next = if rank < hi {
+            Some(rank + 1)
+        } else {
+            self.range += 1;
+            self.ranges.get(self.range).map(|r| r.0)
+        };
+        Some(rank)
     }
 }
 
