@@ -753,7 +753,20 @@ async fn run_on(
 }
 
 async fn close_network(net: Arc<RwLock<Option<RustNetwork>>>) -> Result<(), Fail> {
-    let taken = net.write().await.take();
+    // Calls in flight end once `closing` is set, but one paused in its wait (a
+    // bcast_file whose progress callback calls close()) holds the lock until it
+    // goes on: a bounded wait, not a hang.
+    let mut guard = tokio::time::timeout(SHUTDOWN_LIMIT, net.write()).await.map_err(|_| {
+        Fail::new(
+            Kind::Error,
+            format!(
+                "close: the network is still in use after {SHUTDOWN_LIMIT:?} by a call that does not end \
+                 (close() called from a bcast_file progress callback?); close it once that call returned"
+            ),
+        )
+    })?;
+    let taken = guard.take();
+    drop(guard);
     if let Some(n) = taken {
         n.shutdown_with(SHUTDOWN_LIMIT).await;
     }
