@@ -72,4 +72,3 @@ async def test_close_async_ends_a_pending_recv_async(backend):
     with pytest.raises(treecast.NetworkClosed):
         await asyncio.wait_for(pending, 30)
     await asyncio.wait_for(net.close_async(), 30)
-
