@@ -214,6 +214,42 @@ async fn within<T>(limit: Option<Duration>, fut: impl Future<Output = Result<T, 
     }
 }
 
+/// Runs a flush within `limit`, failing as timed out with what it waited for.
+async fn flushed_within(
+    limit: Option<Duration>,
+    fut: impl Future<Output = Result<(), Fail>>,
+) -> Result<(), Fail> {
+    let Some(l) = limit else { return fut.await };
+    tokio::time::timeout(l, fut).await.map_err(|_| {
+        Fail::new(
+            Kind::Timeout,
+            format!(
+                "flush: what was sent was not written out within {l:?}: a peer is not reading; \
+                 give a longer timeout, or look for a stuck node in events()"
+            ),
+        )
+    })?
+}
+
+/// Set by `close` before it waits for the handle's lock, so that a call waiting
+/// without a limit (`recv()`, `next_event()`, `run()`) ends instead of keeping the
+/// close waiting for ever; dropped with the handle, which ends them too.
+type Closing = tokio::sync::watch::Sender<bool>;
+
+/// Runs `fut` until `closing` is set (or dropped): then fails as closed, naming `what`.
+async fn until_closed<T>(
+    mut closing: tokio::sync::watch::Receiver<bool>,
+    what: &str,
+    fut: impl Future<Output = Result<T, Fail>>,
+) -> Result<T, Fail> {
+    tokio::select! {
+        r = fut => r,
+        _ = closing.wait_for(|c| *c) => {
+            Err(Fail::new(Kind::Closed, format!("the {what} is closed: close() was called")))
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Rank sets and host lists
 
@@ -263,9 +299,13 @@ impl PyRankSet {
         u32::try_from(rank).is_ok_and(|r| self.inner.contains(r))
     }
 
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let all: Vec<u32> = self.inner.iter().collect();
-        PyList::new(py, all)?.try_iter().map(Bound::into_any)
+    fn __iter__(&self) -> PyRankSetIter {
+        // Lazy: "0-4294967295" is a valid set, and a list of it would not fit in memory.
+        PyRankSetIter {
+            ranges: self.inner.ranges().to_vec(),
+            range: 0,
+            next: self.inner.ranges().first().map(|r| r.0),
+        }
     }
 
     fn __hash__(&self) -> u64 {
@@ -294,13 +334,44 @@ impl PyRankSet {
     }
 
     /// The ranks as a sorted list.
-    fn to_list(&self) -> Vec<u32> {
-        self.inner.iter().collect()
+    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // Through Python's list(): a set too large to list raises MemoryError there,
+        // where a Rust Vec would abort the interpreter.
+        py.import("builtins")?.getattr("list")?.call1((Py::new(py, self.__iter__())?,))
     }
 
     /// The ranges `(first, last)`, inclusive.
     fn ranges(&self) -> Vec<(u32, u32)> {
         self.inner.ranges().to_vec()
+    }
+}
+
+/// An iterator over a rank set's ranks, range by range, without listing them.
+#[pyclass(module = "treecast._native", name = "RankSetIterator")]
+struct PyRankSetIter {
+    ranges: Vec<(u32, u32)>,
+    /// The range `next` is in.
+    range: usize,
+    /// The next rank to give, if any.
+    next: Option<u32>,
+}
+
+#[pymethods]
+impl PyRankSetIter {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self) -> Option<u32> {
+        let rank = self.next?;
+        let hi = self.ranges.get(self.range)?.1;
+        self.next = if rank < hi {
+            Some(rank + 1)
+        } else {
+            self.range += 1;
+            self.ranges.get(self.range).map(|r| r.0)
+        };
+        Some(rank)
     }
 }
 
@@ -392,6 +463,7 @@ fn values_for(format: &str, values: &Bound<'_, PyTuple>) -> PyResult<(String, Ve
 #[pyclass(module = "treecast._native", name = "Network", frozen)]
 struct PyNetwork {
     net: Arc<RwLock<Option<RustNetwork>>>,
+    closing: Closing,
     session: String,
     backends: u32,
     commnodes: u32,
@@ -479,6 +551,7 @@ fn network_to_py(py: Python<'_>, net: RustNetwork) -> PyResult<Py<PyAny>> {
         backends: net.backends(),
         commnodes: net.commnodes(),
         net: Arc::new(RwLock::new(Some(net))),
+        closing: tokio::sync::watch::channel(false).0,
     };
     Ok(Py::new(py, handle)?.into_any())
 }
@@ -645,7 +718,9 @@ fn stream_to_py(py: Python<'_>, s: RustStream) -> PyResult<Py<PyAny>> {
     let sender = s.sender();
     let id = s.id();
     let ranks = PyRankSet { inner: s.communicator().ranks().clone() };
-    Ok(Py::new(py, PyStream { id, sender, ranks, stream: Arc::new(AsyncMutex::new(Some(s))) })?.into_any())
+    let stream = Arc::new(AsyncMutex::new(Some(s)));
+    let closing = tokio::sync::watch::channel(false).0;
+    Ok(Py::new(py, PyStream { id, sender, ranks, stream, closing })?.into_any())
 }
 
 async fn open_stream(
@@ -678,7 +753,20 @@ async fn run_on(
 }
 
 async fn close_network(net: Arc<RwLock<Option<RustNetwork>>>) -> Result<(), Fail> {
-    let taken = net.write().await.take();
+    // Calls in flight end once `closing` is set, but one paused in its wait (a
+    // bcast_file whose progress callback calls close()) holds the lock until it
+    // goes on: a bounded wait, not a hang.
+    let mut guard = tokio::time::timeout(SHUTDOWN_LIMIT, net.write()).await.map_err(|_| {
+        Fail::new(
+            Kind::Error,
+            format!(
+                "close: the network is still in use after {SHUTDOWN_LIMIT:?} by a call that does not end \
+                 (close() called from a bcast_file progress callback?); close it once that call returned"
+            ),
+        )
+    })?;
+    let taken = guard.take();
+    drop(guard);
     if let Some(n) = taken {
         n.shutdown_with(SHUTDOWN_LIMIT).await;
     }
@@ -881,7 +969,7 @@ impl PyNetwork {
             return Err(Fail::new(Kind::Value, "run([]) names no command".to_owned()).into_pyerr(py));
         }
         let limit = limit_of(timeout)?;
-        let fut = run_on(self.net.clone(), command, limit, output_limit);
+        let fut = self.until_closed(run_on(self.net.clone(), command, limit, output_limit));
         if is_async {
             return awaitable(py, fut, run_report_to_py);
         }
@@ -902,7 +990,7 @@ impl PyNetwork {
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = stream_options(filter, sync, down_filter).map_err(|f| f.into_pyerr(py))?;
         let ranks = ranks.map(|r| PyRankSet::new(Some(r)).map(|s| s.inner)).transpose()?;
-        let fut = open_stream(self.net.clone(), options, ranks);
+        let fut = self.until_closed(open_stream(self.net.clone(), options, ranks));
         if is_async {
             return awaitable(py, fut, stream_to_py);
         }
@@ -927,12 +1015,12 @@ impl PyNetwork {
         let mode = write_mode(mode)?;
         let ranks = ranks.map(|r| PyRankSet::new(Some(r)).map(|s| s.inner)).transpose()?;
         if is_async {
-            let fut = bcast_on(self.net.clone(), src, dst, mode, ranks, None);
+            let fut = self.until_closed(bcast_on(self.net.clone(), src, dst, mode, ranks, None));
             return awaitable(py, fut, file_report_to_py);
         }
         let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, u64)>(64);
         let tx = progress.as_ref().map(|_| tx);
-        let fut = bcast_on(self.net.clone(), src, dst, mode, ranks, tx);
+        let fut = self.until_closed(bcast_on(self.net.clone(), src, dst, mode, ranks, tx));
         let mut tick = |py: Python<'_>| -> PyResult<()> {
             while let Ok((sent, size)) = rx.try_recv() {
                 if let Some(cb) = &progress {
@@ -954,7 +1042,7 @@ impl PyNetwork {
         command: Vec<String>,
         is_async: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let fut = spawn_on(self.net.clone(), n, command);
+        let fut = self.until_closed(spawn_on(self.net.clone(), n, command));
         if is_async {
             return awaitable(py, fut, rankset_to_py);
         }
@@ -985,12 +1073,35 @@ impl PyNetwork {
         timeout: Option<f64>,
         is_async: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let fut = next_event(self.net.clone(), limit_of(timeout)?);
+        let fut = self.until_closed(next_event(self.net.clone(), limit_of(timeout)?));
         if is_async {
             return awaitable(py, fut, event_or_none);
         }
         let e = wait(py, fut)?;
         Ok(event_or_none(py, e)?.into_bound(py))
+    }
+
+    /// Waits until everything sent so far is written out to the links, `timeout`
+    /// seconds at most (None: no limit): a peer that stops reading never lets it end.
+    #[pyo3(signature = (timeout=60.0, is_async=false))]
+    fn flush<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        is_async: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let limit = limit_of(timeout)?;
+        let net = self.net.clone();
+        let fut = self.until_closed(flushed_within(limit, async move {
+            let guard = net.read().await;
+            open(&guard)?.flush().await;
+            Ok(())
+        }));
+        if is_async {
+            return awaitable(py, fut, none);
+        }
+        wait(py, fut)?;
+        Ok(py.None().into_bound(py))
     }
 
     /// Every node's clock against the front-end's, as dicts.
@@ -1028,12 +1139,23 @@ impl PyNetwork {
     /// Shuts the tree down and waits for its processes; again: nothing.
     #[pyo3(signature = (is_async=false))]
     fn close<'py>(&self, py: Python<'py>, is_async: bool) -> PyResult<Bound<'py, PyAny>> {
+        self.closing.send_replace(true);
         let fut = close_network(self.net.clone());
         if is_async {
             return awaitable(py, fut, none);
         }
         wait(py, fut)?;
         Ok(py.None().into_bound(py))
+    }
+}
+
+impl PyNetwork {
+    /// `fut`, ended as closed when `close` is called meanwhile.
+    fn until_closed<T: 'static>(
+        &self,
+        fut: impl Future<Output = Result<T, Fail>> + Send + 'static,
+    ) -> impl Future<Output = Result<T, Fail>> + Send + 'static {
+        until_closed(self.closing.subscribe(), "network", fut)
     }
 }
 
@@ -1059,6 +1181,7 @@ struct PyStream {
     sender: StreamSender,
     ranks: PyRankSet,
     stream: Arc<AsyncMutex<Option<RustStream>>>,
+    closing: Closing,
 }
 
 async fn recv_stream(
@@ -1141,7 +1264,11 @@ impl PyStream {
         timeout: Option<f64>,
         is_async: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let fut = recv_stream(self.stream.clone(), limit_of(timeout)?);
+        let fut = until_closed(
+            self.closing.subscribe(),
+            "stream",
+            recv_stream(self.stream.clone(), limit_of(timeout)?),
+        );
         if is_async {
             return awaitable(py, fut, packet_to_py);
         }
@@ -1150,6 +1277,7 @@ impl PyStream {
     }
 
     fn close_impl<'py>(&self, py: Python<'py>, is_async: bool) -> PyResult<Bound<'py, PyAny>> {
+        self.closing.send_replace(true);
         let fut = close_stream(self.stream.clone());
         if is_async {
             return awaitable(py, fut, none);
@@ -1269,6 +1397,7 @@ struct PyBackEnd {
     size: u32,
     sender: BackEndSender,
     be: Arc<AsyncMutex<Option<RustBackEnd>>>,
+    closing: Closing,
 }
 
 /// A back-end's side of one stream: what a received packet can be answered on.
@@ -1342,6 +1471,7 @@ fn backend_of(be: RustBackEnd) -> PyBackEnd {
         size: be.size(),
         sender: be.sender(),
         be: Arc::new(AsyncMutex::new(Some(be))),
+        closing: tokio::sync::watch::channel(false).0,
     }
 }
 
@@ -1389,7 +1519,8 @@ impl PyBackEnd {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (be, sender) = (self.be.clone(), self.sender.clone());
         let limit = limit_of(timeout)?;
-        let fut = async move { Ok(Received { packet: recv_backend(be, limit).await?, sender }) };
+        let packet = until_closed(self.closing.subscribe(), "back-end", recv_backend(be, limit));
+        let fut = async move { Ok(Received { packet: packet.await?, sender }) };
         if is_async {
             return awaitable(py, fut, received_to_py);
         }
@@ -1397,7 +1528,27 @@ impl PyBackEnd {
         Ok(received_to_py(py, r)?.into_bound(py))
     }
 
+    fn flush_impl<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        is_async: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let sender = self.sender.clone();
+        let flushed = flushed_within(limit_of(timeout)?, async move {
+            sender.flush().await;
+            Ok(())
+        });
+        let fut = until_closed(self.closing.subscribe(), "back-end", flushed);
+        if is_async {
+            return awaitable(py, fut, none);
+        }
+        wait(py, fut)?;
+        Ok(py.None().into_bound(py))
+    }
+
     fn close_impl<'py>(&self, py: Python<'py>, is_async: bool) -> PyResult<Bound<'py, PyAny>> {
+        self.closing.send_replace(true);
         let fut = close_backend(self.be.clone());
         if is_async {
             return awaitable(py, fut, none);
@@ -1491,6 +1642,20 @@ impl PyBackEnd {
         self.close_impl(py, true)
     }
 
+    /// Waits until everything this back-end sent is written out to its link,
+    /// `timeout` seconds at most (None: no limit): a parent that stops reading never
+    /// lets it end.
+    #[pyo3(signature = (timeout=60.0))]
+    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        self.flush_impl(py, timeout, false).map(drop)
+    }
+
+    /// Awaitable `flush`.
+    #[pyo3(signature = (timeout=60.0))]
+    fn flush_async<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+        self.flush_impl(py, timeout, true)
+    }
+
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
@@ -1506,6 +1671,7 @@ impl PyBackEnd {
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         if t.is_some_and(|t| !t.is_none()) {
+            self.closing.send_replace(true);
             let be = self.be.clone();
             wait(py, async move {
                 drop(be.lock().await.take());

@@ -202,3 +202,14 @@ def test_backends_started_elsewhere_attach_through_a_file(tmp_path, backend):
             if c.poll() is None:
                 c.kill()
                 c.wait()
+
+
+def test_a_rank_set_too_large_to_list_iterates_lazily():
+    import itertools
+
+    whole = treecast.RankSet("0-4294967295")
+    assert len(whole) == 2**32 and 4294967295 in whole
+    assert list(itertools.islice(whole, 3)) == [0, 1, 2]
+    r = treecast.RankSet("2-3,7,4294967294-4294967295")
+    assert list(r) == r.to_list() == [2, 3, 7, 4294967294, 4294967295]
+    assert list(treecast.RankSet()) == [] and treecast.RankSet().to_list() == []

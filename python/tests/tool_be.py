@@ -3,6 +3,7 @@
 1: sends (rank + 1) * value back (a sum over ranks 0..N-1 is value * N(N+1)/2)
 2: echoes the packet's values with their own format
 3: raises (the tree reports the rank lost, with the traceback's last line)
+4: sends 1 back, then flushes (be.flush)
 99: leaves
 argv[1] == "raise": raises before joining.
 """
@@ -22,6 +23,9 @@ try:
             stream.send(1, "%ld", (be.rank + 1) * pkt.values[0])
         elif pkt.tag == 2:
             stream.send(2, pkt.format, *pkt.values)
+        elif pkt.tag == 4:
+            stream.send(4, "%d", 1)
+            be.flush(timeout=30)
         elif pkt.tag == 3:
             raise RuntimeError(f"rank {be.rank} was asked to fail")
         elif pkt.tag == 99:

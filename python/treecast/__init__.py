@@ -313,6 +313,16 @@ class Network:
         """Ranks lost so far."""
         return cast(RankSet, self._net.lost_ranks())
 
+    def flush(self, timeout: Optional[float] = 60.0) -> None:
+        """Waits until everything sent so far (packets, stream commands) is written
+        out to the links, ``timeout`` seconds at most (None: no limit); raises
+        :class:`TimeoutError` when a peer stops reading."""
+        self._net.flush(timeout)
+
+    async def flush_async(self, timeout: Optional[float] = 60.0) -> None:
+        """Awaitable :meth:`flush`."""
+        await self._net.flush(timeout, is_async=True)
+
     def close(self) -> None:
         """Shuts the tree down and waits for its processes; again: nothing."""
         self._net.close()
