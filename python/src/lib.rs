@@ -1065,7 +1065,8 @@ impl PyNetwork {
     }
 
     /// The next event, waiting up to `timeout` seconds (None: until one comes); None
-    /// when none came or the network ended.
+    /// when none came or the network ended by itself; `NetworkClosed` when the tool
+    /// closed it meanwhile.
     #[pyo3(signature = (timeout=None, is_async=false))]
     fn next_event<'py>(
         &self,

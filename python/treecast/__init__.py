@@ -298,7 +298,8 @@ class Network:
         return list(self._net.events())
 
     def next_event(self, timeout: Optional[float] = None) -> Optional[dict[str, Any]]:
-        """The next event, waiting up to ``timeout`` seconds; None if none came."""
+        """The next event, waiting up to ``timeout`` seconds; None if none came or the
+        network ended by itself; raises NetworkClosed if it was closed meanwhile."""
         return cast(Optional[dict[str, Any]], self._net.next_event(timeout))
 
     async def next_event_async(self, timeout: Optional[float] = None) -> Optional[dict[str, Any]]:
