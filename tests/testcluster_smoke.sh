@@ -71,7 +71,7 @@ for dev in eth0 eth1; do
     ip netns exec "treecast-${prefix}1" tc qdisc show dev "$dev" | grep -q "tbf.*rate 1Gbit" ||
         fail "${prefix}1 $dev is not shaped to 1 Gbit/s"
 done
-for link in "${prefix}v1" "${prefix}w2"; do
+for link in "${prefix}v1" "${prefix}w2" "${prefix}br0" "${prefix}br1"; do
     tc qdisc show dev "$link" | grep -q "tbf.*rate 1Gbit" || fail "bridge port $link is not shaped"
 done
 addr2r=$(awk -v h="${prefix}2-r2" '$1 == h {print $2}' "$state/hosts-rail2")
