@@ -7,7 +7,9 @@ use std::collections::BTreeSet;
 use crate::common::local::*;
 use crate::common::tree::finish;
 use treecast::apps::protocol::*;
-use treecast_api::{ApiError, Event, RankSet, StreamOptions, SyncMode, Topology, TransformKind, Value};
+use treecast_api::{
+    ApiError, Event, Match, RankSet, Request, StreamOptions, SyncMode, Topology, TransformKind, Value,
+};
 
 async fn sum_waves(spec: &str, n: usize) {
     let net = launch(spec, n).await;
@@ -197,4 +199,78 @@ async fn a_backend_that_returns_right_after_sending_loses_nothing() {
         }
         finish(net).await;
     }
+}
+
+/// Receives that match on tag and source rank, and sends and receives as requests:
+/// a matched receive skips what it does not take without losing it, a cancelled
+/// request takes nothing, and every packet arrives exactly once.
+#[tokio::test]
+async fn matched_receives_and_requests_skip_nothing_and_lose_nothing() {
+    let net = launch("balanced:2x2", 4).await;
+    let mut s = net.new_stream(&net.broadcast_communicator(), StreamOptions::default()).await.unwrap();
+    // Posted before anything arrives: one that never matches, one for a single packet.
+    let never = s.irecv(Match::tag(999));
+    let last = s.irecv(Match::tag(101).and_rank(3));
+    // The test back-end echoes unknown tags: every rank answers each send once.
+    let sends =
+        vec![s.isend(100, "%d", &[Value::Int(7)]).unwrap(), s.isend(101, "%d", &[Value::Int(8)]).unwrap()];
+    for outcome in Request::wait_all(sends).await {
+        outcome.unwrap();
+    }
+    let p = tokio::time::timeout(LIMIT, last).await.unwrap().unwrap();
+    assert_eq!((p.tag(), p.rank(), int(&p)), (101, 3, 8));
+    never.cancel();
+    assert!(matches!(never.await, Err(ApiError::Cancelled)));
+    let mut seen = BTreeSet::from([(101, 3)]);
+    let p = tokio::time::timeout(LIMIT, s.recv_matching(Match::tag(100).and_rank(2))).await.unwrap().unwrap();
+    assert_eq!((p.tag(), p.rank(), int(&p)), (100, 2, 7));
+    seen.insert((100, 2));
+    for _ in 0..6 {
+        let p = s.recv_timeout(LIMIT).await.unwrap();
+        assert!(seen.insert((p.tag(), p.rank())), "{} from rank {} came twice", p.tag(), p.rank());
+        assert_eq!(int(&p), if p.tag() == 100 { 7 } else { 8 });
+    }
+    assert_eq!(seen.len(), 8);
+    assert!(s.try_recv().is_none());
+    finish(net).await;
+}
+
+/// Requests made and waited for on several threads at once, each receiving only the
+/// packets its match names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_from_several_threads_each_get_their_own_packets() {
+    let net = launch("balanced:2x2", 4).await;
+    let s = net.new_stream(&net.broadcast_communicator(), StreamOptions::default()).await.unwrap();
+    let runtime = tokio::runtime::Handle::current();
+    let got = tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4u32)
+                .map(|i| {
+                    let (s, runtime) = (&s, runtime.clone());
+                    scope.spawn(move || {
+                        let _inside = runtime.enter();
+                        let tag = 200 + i as i32;
+                        let mine: Vec<_> =
+                            (0..4).map(|rank| s.irecv(Match::tag(tag).and_rank(rank))).collect();
+                        runtime.block_on(s.isend(tag, "%d", &[Value::Int(i as i32)]).unwrap()).unwrap();
+                        let packets = runtime.block_on(async {
+                            tokio::time::timeout(LIMIT, Request::wait_all(mine)).await.unwrap()
+                        });
+                        packets
+                            .into_iter()
+                            .map(|p| p.unwrap())
+                            .map(|p| (p.tag(), p.rank(), int(&p)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
+        })
+    });
+    for (i, packets) in got.iter().enumerate() {
+        let want: Vec<_> = (0..4).map(|rank| (200 + i as i32, rank, i as i64)).collect();
+        assert_eq!(packets, &want, "thread {i}");
+    }
+    drop(s);
+    finish(net).await;
 }

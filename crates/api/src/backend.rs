@@ -150,6 +150,8 @@ impl Default for JoinOptions {
 pub struct BackEnd {
     sender: BackEndSender,
     task: Option<JoinHandle<()>>,
+    /// Packets a matched receive skipped, in arrival order, for the next receives.
+    held: std::collections::VecDeque<Packet>,
 }
 
 /// Sends packets up the tree from a back-end; cheap to clone.
@@ -586,9 +588,11 @@ impl BackEnd {
         let shared = std::sync::Arc::new(std::sync::Mutex::new(driver));
         let task = tokio::spawn(drive(shared.clone()));
         match placed(&shared, parent).await {
-            Ok(Placed { rank, size, group }) => {
-                Ok(BackEnd { sender: BackEndSender { rank, size, group, shared }, task: Some(task) })
-            }
+            Ok(Placed { rank, size, group }) => Ok(BackEnd {
+                sender: BackEndSender { rank, size, group, shared },
+                task: Some(task),
+                held: std::collections::VecDeque::new(),
+            }),
             Err(e) => {
                 task.abort();
                 Err(e)
@@ -632,9 +636,34 @@ impl BackEnd {
     ///
     /// Cancel safety: cancel safe.
     pub async fn recv(&mut self) -> Result<Packet, ApiError> {
+        self.recv_matching(crate::Match::any()).await
+    }
+
+    /// Waits for the next packet that `m` matches (stream, tag, source rank); the
+    /// packets it skips are kept, in order, for later receives and events.
+    /// Messages from other back-ends are read and dropped, as by [`BackEnd::recv`].
+    ///
+    /// # Errors
+    /// As [`BackEnd::recv`]; [`ApiError::Unmatched`] when [`crate::HELD_LIMIT`]
+    /// skipped packets are held and none matches.
+    ///
+    /// Cancel safety: cancel safe: a packet read while waiting is kept, not lost.
+    pub async fn recv_matching(&mut self, m: crate::Match) -> Result<Packet, ApiError> {
+        if let Some(p) = self.held.iter().position(|p| m.accepts(p)).and_then(|i| self.held.remove(i)) {
+            return Ok(p);
+        }
         loop {
-            if let BackEndEvent::Packet(p) = self.next_event().await? {
-                return Ok(p);
+            if self.held.len() >= crate::HELD_LIMIT {
+                let stream = m.stream.unwrap_or(0);
+                return Err(ApiError::Unmatched { stream, held: self.held.len() });
+            }
+            // Straight from the driver, not through `next_event`, which would hand
+            // the held packets back first.
+            if let BackEndEvent::Packet(p) = std::future::poll_fn(|cx| self.poll_event(cx)).await? {
+                if m.accepts(&p) {
+                    return Ok(p);
+                }
+                self.held.push_back(p);
             }
         }
     }
@@ -666,6 +695,9 @@ impl BackEnd {
     ///
     /// Cancel safety: cancel safe.
     pub async fn next_event(&mut self) -> Result<BackEndEvent, ApiError> {
+        if let Some(p) = self.held.pop_front() {
+            return Ok(BackEndEvent::Packet(p));
+        }
         std::future::poll_fn(|cx| self.poll_event(cx)).await
     }
 

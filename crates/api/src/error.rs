@@ -215,6 +215,21 @@ pub enum ApiError {
     /// A receive did not complete in time.
     #[error("nothing arrived within {0:?}")]
     Timeout(Duration),
+    /// A request ([`crate::Request`]) was cancelled before it completed.
+    #[error("the request was cancelled before it completed")]
+    Cancelled,
+    /// A request's task panicked (a bug in treecast: please report it with this message).
+    #[error("the request's task ended in a panic ({0}); this is a bug in treecast, please report it")]
+    RequestPanicked(String),
+    /// A matched receive found nothing it takes among the packets held for later
+    /// receives, and may hold no more.
+    #[error("stream {stream}: {held} packets that no receive matched are held; receive them (recv, or a wider match) before waiting for others")]
+    Unmatched {
+        /// The stream.
+        stream: u32,
+        /// How many packets are held.
+        held: usize,
+    },
     /// [`crate::Network::wait_clock`] ran out of time.
     #[error("the global clock measured {missing} nodes fewer than {rounds} times within {secs:.1} s; wait longer, or check that every node runs this treecast version")]
     ClockTimeout {

@@ -9,9 +9,14 @@
 //! * [`Stream::send`] multicasts typed values (`"%d %s"`) down;
 //!   [`Stream::recv`] returns reductions ([`Packet`]) coming up.
 //! * [`Network::next_event`] reports lost ranks and filter errors ([`Event`]).
+//! * [`Stream::recv_matching`] takes only packets of a tag or source rank
+//!   ([`Match`]) and keeps what it skips for later receives; [`Stream::isend`] and
+//!   [`Stream::irecv`] start a send or a receive as a [`Request`] (test, wait,
+//!   `wait_any`, `wait_all`, cancel; a future too), as MPI's and CoR's handles.
 //!
 //! Back-end side: [`BackEnd::connect`] joins the tree using the environment the
-//! launcher set; [`BackEnd::recv`] returns packets of any stream; [`BackEnd::send`]
+//! launcher set; [`BackEnd::recv`] returns packets of any stream
+//! ([`BackEnd::recv_matching`]: of one stream, tag or source rank); [`BackEnd::send`]
 //! sends up.
 //!
 //! Values: a format string such as `"%d %as"` names the types of a packet's values,
@@ -60,6 +65,7 @@ mod monitor;
 mod network;
 mod packet;
 mod remote;
+mod request;
 mod spawn;
 mod stream;
 
@@ -76,6 +82,7 @@ pub use monitor::MONITOR_ORDER_LIMIT;
 pub use network::{Communicator, Event, Network, FRONT_END_RANK};
 pub use packet::{EqClass, Packet};
 pub use remote::{NetworkPort, RemoteNetwork, DEFAULT_NETWORK_LIMIT};
+pub use request::{Match, Request, HELD_LIMIT};
 pub use spawn::{Group, JoinMode, Placement, SpawnOptions, DEFAULT_SPAWN_LIMIT, LIGHT_JOIN_UP_TO};
 pub use stream::{Stream, StreamOptions, StreamSender};
 pub use treecast_filters::{

@@ -1,7 +1,8 @@
 //! Streams at the front-end: a communicator bound to filters, sending down and
 //! receiving reductions.
 
-use std::task::Poll;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use treecast_driver::{lock, Shared, Tool};
@@ -13,6 +14,7 @@ use treecast_wire::{
 };
 
 use crate::frontend::FeTool;
+use crate::request::{InOrder, Item, Mailbox, Match, Request};
 use crate::{ApiError, Communicator, Packet, FRONT_END_RANK};
 
 /// How a stream's packets are filtered, and how much each link holds for it.
@@ -64,13 +66,49 @@ impl Default for StreamOptions {
 /// A stream: a communicator bound to filters.
 ///
 /// `recv` takes `&mut self`; to send from other tasks or threads while one receives,
-/// clone a [`StreamSender`].
+/// clone a [`StreamSender`]. Receives may match on tag and source rank
+/// ([`Stream::recv_matching`]) and run as requests ([`Stream::irecv`]); what one
+/// skips waits for the next.
 #[derive(Debug)]
 pub struct Stream {
     sender: StreamSender,
     options: StreamOptions,
-    /// The tool saw its end (or closed it).
-    ended: bool,
+    /// What arrived and was not taken, the receives posted, and the end once seen;
+    /// shared with the stream's receive requests.
+    recv: Arc<Mutex<RecvSide>>,
+}
+
+/// How a stream ended, as its receives report it.
+#[derive(Debug, Clone)]
+enum End {
+    /// Closed by the tool, or every member is gone.
+    Closed,
+    /// A node could not make its filters.
+    Refused(String),
+}
+
+/// A stream's receive side.
+#[derive(Debug, Default)]
+struct RecvSide {
+    mail: Mailbox,
+    end: Option<End>,
+}
+
+/// A receive posted on a stream; withdrawn when dropped (a receive that completed,
+/// timed out or was cancelled), which hands what it skipped to the next ones.
+struct Posted {
+    recv: Arc<Mutex<RecvSide>>,
+    id: u64,
+}
+
+impl Drop for Posted {
+    fn drop(&mut self) {
+        lock_recv(&self.recv).mail.unpost(self.id);
+    }
+}
+
+fn lock_recv(recv: &Mutex<RecvSide>) -> std::sync::MutexGuard<'_, RecvSide> {
+    recv.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Sends down one stream, from any task or thread; cheap to clone. Sending on a
@@ -81,6 +119,8 @@ pub struct StreamSender {
     shared: Shared<FeTool>,
     comm: Communicator,
     backends: u32,
+    /// Orders the stream's send requests (shared by every clone).
+    sends: Arc<InOrder>,
 }
 
 /// A tool that can wait for room to send on a stream.
@@ -136,7 +176,12 @@ impl Stream {
         options: StreamOptions,
         backends: u32,
     ) -> Self {
-        Stream { sender: StreamSender { id, shared, comm, backends }, options, ended: false }
+        let sends = Arc::new(InOrder::default());
+        Stream {
+            sender: StreamSender { id, shared, comm, backends, sends },
+            options,
+            recv: Arc::new(Mutex::new(RecvSide::default())),
+        }
     }
 
     /// The stream id.
@@ -216,39 +261,6 @@ impl Stream {
         self.sender.set_down_params(values)
     }
 
-    fn poll_packet(&mut self, cx: Option<&std::task::Context<'_>>) -> Poll<Result<Packet, ApiError>> {
-        if self.ended {
-            return Poll::Ready(Err(ApiError::StreamClosed(self.sender.id)));
-        }
-        let id = self.sender.id;
-        let mut d = lock(&self.sender.shared);
-        match d.deliver(Some(id)) {
-            Some(Delivery::Packet(f)) => return Poll::Ready(Ok(Packet::from_frame(f))),
-            Some(Delivery::NoAnswer(id)) => return Poll::Ready(Err(ApiError::NoAnswer(id))),
-            Some(Delivery::StreamClosed(_)) => {
-                self.ended = true;
-                return Poll::Ready(Err(match d.tool().refused.get(&self.sender.id) {
-                    Some(reason) => {
-                        ApiError::StreamRefused { stream: self.sender.id, reason: reason.clone() }
-                    }
-                    None => ApiError::StreamClosed(self.sender.id),
-                }));
-            }
-            None => {}
-        }
-        if let Some(reason) = &d.tool().over {
-            return Poll::Ready(Err(ApiError::Closed(reason.clone())));
-        }
-        if !d.core().has_stream(self.sender.id) {
-            self.ended = true;
-            return Poll::Ready(Err(ApiError::StreamClosed(self.sender.id)));
-        }
-        if let Some(cx) = cx {
-            d.tool().wait_readable(self.sender.id, cx);
-        }
-        Poll::Pending
-    }
-
     /// Waits for the next packet (a reduction result, or a back-end's packet with the null filter).
     ///
     /// # Errors
@@ -258,7 +270,19 @@ impl Stream {
     ///
     /// Cancel safety: cancel safe.
     pub async fn recv(&mut self) -> Result<Packet, ApiError> {
-        std::future::poll_fn(|cx| self.poll_packet(Some(cx))).await
+        self.recv_matching(Match::any()).await
+    }
+
+    /// Waits for the next packet that `m` matches (tag, source rank; its stream field
+    /// is ignored). Packets it skips are kept, in order, for later receives.
+    ///
+    /// # Errors
+    /// As [`Stream::recv`]; [`ApiError::Unmatched`] when [`crate::HELD_LIMIT`]
+    /// skipped packets are held and none matches.
+    ///
+    /// Cancel safety: cancel safe: a cancelled receive took nothing.
+    pub async fn recv_matching(&mut self, m: Match) -> Result<Packet, ApiError> {
+        receive(self.recv.clone(), self.sender.clone(), m).await
     }
 
     /// [`Stream::recv`] with a time limit.
@@ -273,10 +297,32 @@ impl Stream {
 
     /// Returns a packet if one is queued.
     pub fn try_recv(&mut self) -> Option<Packet> {
-        match self.poll_packet(None) {
+        let posted = post(&self.recv, Match::any());
+        match poll_receive(&posted, &self.sender, None) {
             Poll::Ready(Ok(p)) => Some(p),
             _ => None,
         }
+    }
+
+    /// Starts a receive of the next packet `m` matches, as a request (see
+    /// [`Stream::recv_matching`]); receives take packets in the order they were
+    /// started. Call inside a tokio runtime.
+    pub fn irecv(&self, m: Match) -> Request<Packet> {
+        let posted = post(&self.recv, m);
+        let sender = self.sender.clone();
+        Request::spawn(
+            async move { std::future::poll_fn(|cx| poll_receive(&posted, &sender, Some(cx))).await },
+            true,
+        )
+    }
+
+    /// Starts a send of values to every back-end of the stream, as a request that
+    /// completes once the frame is written to the links; see [`StreamSender::isend`].
+    ///
+    /// # Errors
+    /// As [`StreamSender::isend`].
+    pub fn isend(&self, tag: i32, format: &str, values: &[Value]) -> Result<Request<()>, ApiError> {
+        self.sender.isend(tag, format, values)
     }
 
     /// Closes the stream in the whole tree (after what was sent on it).
@@ -287,7 +333,7 @@ impl Stream {
     }
 
     fn close_now(&mut self) {
-        self.ended = true;
+        lock_recv(&self.recv).end.get_or_insert(End::Closed);
         let mut d = lock(&self.sender.shared);
         if d.core().has_stream(self.sender.id) {
             let _ = d.command(Command::CloseStream(self.sender.id));
@@ -314,6 +360,33 @@ impl StreamSender {
     pub async fn send(&self, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
         let (_, payload) = encode_checked(format, values)?;
         self.send_frame(Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload)).await
+    }
+
+    /// Starts a send of values to every back-end of the stream, as a request: it
+    /// completes once the frame, and everything queued before it, is written to the
+    /// links (waiting for the stream's window first, as [`StreamSender::send`]). Send
+    /// requests of one stream go out in the order they were started. Call inside a
+    /// tokio runtime.
+    ///
+    /// # Errors
+    /// A malformed format or values that do not match it, at once; the send's own
+    /// errors come with the request.
+    pub fn isend(&self, tag: i32, format: &str, values: &[Value]) -> Result<Request<()>, ApiError> {
+        let (_, payload) = encode_checked(format, values)?;
+        let frame = Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload);
+        let (turn, done) = self.sends.next();
+        let sender = self.clone();
+        Ok(Request::spawn(
+            async move {
+                turn.come().await;
+                sender.send_frame(frame).await?;
+                // The next send may go: the core holds this frame, in order.
+                drop(done);
+                std::future::poll_fn(|cx| lock(&sender.shared).poll_flushed(cx)).await;
+                Ok(())
+            },
+            false,
+        ))
     }
 
     /// Multicasts a payload that is already encoded (by the wire crate's encoders, as
@@ -420,4 +493,74 @@ impl Drop for Stream {
         // A stream the tool no longer holds must not keep packets coming up.
         self.close_now();
     }
+}
+
+/// Posts a receive on `recv`.
+fn post(recv: &Arc<Mutex<RecvSide>>, m: Match) -> Posted {
+    let id = lock_recv(recv).mail.post(m);
+    Posted { recv: recv.clone(), id }
+}
+
+async fn receive(recv: Arc<Mutex<RecvSide>>, sender: StreamSender, m: Match) -> Result<Packet, ApiError> {
+    let posted = post(&recv, m);
+    std::future::poll_fn(|cx| poll_receive(&posted, &sender, Some(cx))).await
+}
+
+/// Reads what the core has for the stream into its mailbox, then gives `posted` the
+/// first item that is its own (see [`Mailbox`]), or the stream's end.
+fn poll_receive(
+    posted: &Posted,
+    sender: &StreamSender,
+    cx: Option<&Context<'_>>,
+) -> Poll<Result<Packet, ApiError>> {
+    let id = sender.id;
+    // Lock order: a stream's receive side, then the driver.
+    let mut side = lock_recv(&posted.recv);
+    let mut d = None;
+    // One item at a time, so that what the tool has not asked for stays in the core,
+    // under its flow control.
+    loop {
+        if let Some(item) = side.mail.take_for(posted.id) {
+            return Poll::Ready(match item {
+                Item::Packet(p) => Ok(p),
+                Item::NoAnswer(stream) => Err(ApiError::NoAnswer(stream)),
+            });
+        }
+        if side.end.is_some() || side.mail.is_full() {
+            break;
+        }
+        let d = d.get_or_insert_with(|| lock(&sender.shared));
+        match d.deliver(Some(id)) {
+            Some(Delivery::Packet(f)) => side.mail.hold(Item::Packet(Packet::from_frame(f))),
+            Some(Delivery::NoAnswer(stream)) => side.mail.hold(Item::NoAnswer(stream)),
+            Some(Delivery::StreamClosed(_)) => {
+                side.end = Some(match d.tool().refused.get(&id) {
+                    Some(reason) => End::Refused(reason.clone()),
+                    None => End::Closed,
+                });
+            }
+            None => break,
+        }
+    }
+    if side.end.is_none() {
+        let d = d.get_or_insert_with(|| lock(&sender.shared));
+        if let Some(reason) = &d.tool().over {
+            return Poll::Ready(Err(ApiError::Closed(reason.clone())));
+        }
+        if !d.core().has_stream(id) {
+            side.end = Some(End::Closed);
+        } else if side.mail.is_full() {
+            return Poll::Ready(Err(ApiError::Unmatched { stream: id, held: side.mail.held() }));
+        } else {
+            if let Some(cx) = cx {
+                d.tool().wait_readable(id, cx);
+                side.mail.wait(cx);
+            }
+            return Poll::Pending;
+        }
+    }
+    Poll::Ready(Err(match side.end.clone() {
+        Some(End::Refused(reason)) => ApiError::StreamRefused { stream: id, reason },
+        _ => ApiError::StreamClosed(id),
+    }))
 }
