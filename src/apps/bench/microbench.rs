@@ -10,6 +10,7 @@ use anyhow::{ensure, Context};
 use serde::Serialize;
 use treecast_api::{Network, StreamOptions, Topology, TransformKind, Value};
 
+use super::costs::{PerRound, RoundCosts, Snapshot};
 use super::shared::STEP_LIMIT;
 use crate::apps::cli::MicrobenchArgs;
 use crate::apps::protocol::{TAG_ADD_RANK, TAG_BURST};
@@ -67,6 +68,10 @@ pub struct MicrobenchResult {
     /// Median round trip of the same tree made of raw relay processes (a byte down,
     /// a byte up, no protocol), measured in the same run, microseconds.
     pub raw_tree_us: f64,
+    /// CPU time and wake-ups per round trip of each level of the tree.
+    pub round_costs: RoundCosts,
+    /// The same of the raw tree.
+    pub raw_round_costs: RoundCosts,
 }
 
 /// Runs `treecast bench microbench`.
@@ -191,8 +196,10 @@ async fn run_case(
     result.hops = hops;
     result.floor_us = result.floor_one_way_us * hops as f64;
     let rounds = args.rt;
-    let raw = tokio::task::spawn_blocking(move || raw_tree_round_trip(&raw_text, rounds)).await??;
+    let (raw, raw_costs) =
+        tokio::task::spawn_blocking(move || raw_tree_round_trip(&raw_text, rounds)).await??;
     result.raw_tree_us = raw.as_secs_f64() * 1e6;
+    result.raw_round_costs = raw_costs;
     Ok(result)
 }
 
@@ -483,19 +490,22 @@ fn relay_round(children: &mut RelayChildren) -> std::io::Result<()> {
 
 /// Median round trip of `tree` built from raw relays: the same processes and links
 /// as the tree, doing nothing but pass one byte down and one up.
-fn raw_tree_round_trip(tree: &str, rounds: usize) -> anyhow::Result<Duration> {
+fn raw_tree_round_trip(tree: &str, rounds: usize) -> anyhow::Result<(Duration, RoundCosts)> {
     let mut children = start_relays(tree)?;
     for _ in 0..WARMUP {
         relay_round(&mut children).context("the raw tree failed")?;
     }
+    let rounds = rounds.max(1);
+    let before = Snapshot::of_relays(RELAY_TREE);
     let mut times = Vec::with_capacity(rounds);
-    for _ in 0..rounds.max(1) {
+    for _ in 0..rounds {
         let t = Instant::now();
         relay_round(&mut children).context("the raw tree failed")?;
         times.push(t.elapsed());
     }
+    let costs = before.per_round(&Snapshot::of_relays(RELAY_TREE), rounds);
     times.sort();
-    Ok(times[times.len() / 2])
+    Ok((times[times.len() / 2], costs))
 }
 
 /// `treecast bench relay`: one process of the raw tree.
@@ -567,7 +577,11 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
     let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
     let expected = n * (n - 1) / 2;
     let mut rtts = Vec::with_capacity(args.rt);
+    let mut before = None;
     for i in 0..WARMUP + args.rt {
+        if i == WARMUP {
+            before = Some(Snapshot::of_session(net.session()));
+        }
         let t = Instant::now();
         stream.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await?;
         let p = stream.recv_timeout(STEP_LIMIT).await?;
@@ -581,6 +595,8 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
             rtts.push(elapsed.as_secs_f64() * 1e6);
         }
     }
+    let round_costs =
+        before.map(|b| b.per_round(&Snapshot::of_session(net.session()), args.rt)).unwrap_or_default();
     let count = i32::try_from(args.tp).context("--tp is too large")?;
     let t = Instant::now();
     stream.send(TAG_BURST, "%d", &[Value::Int(count)]).await?;
@@ -607,6 +623,8 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
         hops: 0,
         floor_us: 0.0,
         raw_tree_us: 0.0,
+        round_costs,
+        raw_round_costs: RoundCosts::default(),
     })
 }
 
@@ -748,6 +766,7 @@ fn render(r: &MicrobenchResult) -> String {
          round trip      mean {mean:.1} us, median {med:.1} us, p99 {p99:.1} us ({rt} broadcasts + sum reductions)\n  \
          floor           {floor:.1} us = {one_way:.1} us one way (raw Unix-socket ping-pong) x {hops} hops; round trip {ratio:.1}x the floor\n  \
          raw tree        {raw:.1} us median round trip of the same tree of processes relaying one byte; round trip {raw_ratio:.2}x the raw tree\n  \
+         per round trip  {costs}\n  \
          throughput      {tp:.0} reductions/s ({tpn} back-to-back)\n  \
          peak RSS        front-end {fe} KiB, {cn_rss}back-end max {bem} KiB\n",
         topo = r.topology,
@@ -764,6 +783,7 @@ fn render(r: &MicrobenchResult) -> String {
         ratio = r.rtt_us_median / r.floor_us,
         raw = r.raw_tree_us,
         raw_ratio = r.rtt_us_median / r.raw_tree_us,
+        costs = render_costs(r),
         tp = r.reductions_per_s,
         tpn = r.tp_iterations,
         fe = r.peak_rss_kb.frontend,
@@ -778,6 +798,23 @@ fn render(r: &MicrobenchResult) -> String {
         },
         bem = r.peak_rss_kb.backend_max,
     )
+}
+
+/// CPU time and wake-ups per round trip, level by level, the raw tree's beside.
+fn render_costs(r: &MicrobenchResult) -> String {
+    let level = |name: &str, tree: &PerRound, raw: &PerRound| {
+        format!(
+            "{name} {:.1} us CPU, {:.1} wake-ups (raw {:.1} us, {:.1})",
+            tree.cpu_us, tree.wakeups, raw.cpu_us, raw.wakeups
+        )
+    };
+    let (t, raw) = (&r.round_costs, &r.raw_round_costs);
+    let mut parts = vec![level("front-end", &t.frontend, &raw.frontend)];
+    if r.commnodes > 0 {
+        parts.push(level("comm node (mean)", &t.inner, &raw.inner));
+    }
+    parts.push(level("back-end (mean)", &t.leaf, &raw.leaf));
+    parts.join("; ")
 }
 
 fn render_ratios(tree: &MicrobenchResult, reference: &MicrobenchResult) -> String {
@@ -813,6 +850,8 @@ mod tests {
             hops: 2,
             floor_us: 10.0,
             raw_tree_us: 20.0,
+            round_costs: RoundCosts::default(),
+            raw_round_costs: RoundCosts::default(),
         }
     }
 
@@ -822,6 +861,16 @@ mod tests {
         let text = render(&result(0));
         assert!(text.contains("0 comm nodes") && !text.contains("comm node max"), "{text}");
         assert!(render(&result(4)).contains("comm node max 200 KiB (private 50 KiB at the end)"));
+    }
+
+    #[test]
+    fn the_costs_line_puts_each_level_beside_its_raw_relay() {
+        let mut r = result(4);
+        r.round_costs.inner = PerRound { cpu_us: 12.34, wakeups: 2.5 };
+        r.raw_round_costs.inner = PerRound { cpu_us: 3.0, wakeups: 1.0 };
+        let text = render(&r);
+        assert!(text.contains("comm node (mean) 12.3 us CPU, 2.5 wake-ups (raw 3.0 us, 1.0)"), "{text}");
+        assert!(!render(&result(0)).contains("comm node (mean)"));
     }
 
     fn overhead(rtt_on: f64, rtt_change: f64) -> Overhead {

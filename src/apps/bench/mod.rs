@@ -10,6 +10,7 @@ use super::cli::{BenchArgs, BenchCommand};
 pub mod bcast;
 pub mod chaos;
 pub mod collectives;
+pub mod costs;
 pub mod joincost;
 pub mod microbench;
 pub mod prefix_tree;
