@@ -18,9 +18,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tokio::sync::{Mutex as AsyncMutex, RwLock};
 use treecast_api::{
-    ApiError, BackEnd as RustBackEnd, BackEndSender, FilterSpec, Format, Network as RustNetwork, Packet,
-    RankSet as RustRankSet, Stream as RustStream, StreamOptions, StreamSender, SyncMode, TransformKind,
-    Value,
+    ApiError, BackEnd as RustBackEnd, BackEndSender, FilterSpec, Format, Match, Network as RustNetwork,
+    Packet, RankSet as RustRankSet, Stream as RustStream, StreamOptions, StreamSender, SyncMode,
+    TransformKind, Value,
 };
 
 mod convert;
@@ -1188,15 +1188,13 @@ struct PyStream {
 async fn recv_stream(
     stream: Arc<AsyncMutex<Option<RustStream>>>,
     limit: Option<Duration>,
+    only: Match,
 ) -> Result<Packet, Fail> {
     let mut guard = stream.lock().await;
     let s = guard
         .as_mut()
         .ok_or_else(|| Fail::new(Kind::Closed, "the stream is closed: close() was called".into()))?;
-    match limit {
-        None => Ok(s.recv().await?),
-        Some(l) => Ok(s.recv_timeout(l).await?),
-    }
+    within(limit, async { Ok(s.recv_matching(only).await?) }).await
 }
 
 async fn close_stream(stream: Arc<AsyncMutex<Option<RustStream>>>) -> Result<(), Fail> {
@@ -1263,12 +1261,13 @@ impl PyStream {
         &self,
         py: Python<'py>,
         timeout: Option<f64>,
+        only: Match,
         is_async: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let fut = until_closed(
             self.closing.subscribe(),
             "stream",
-            recv_stream(self.stream.clone(), limit_of(timeout)?),
+            recv_stream(self.stream.clone(), limit_of(timeout)?, only),
         );
         if is_async {
             return awaitable(py, fut, packet_to_py);
@@ -1346,16 +1345,30 @@ impl PyStream {
         self.send_to_impl(py, rank, tag, fmt, values, true)
     }
 
-    /// The next packet (a reduction of a wave); `timeout` seconds at most (None: no limit).
-    #[pyo3(signature = (timeout=None))]
-    fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
-        self.recv_impl(py, timeout, false)
+    /// The next packet (a reduction of a wave); `timeout` seconds at most (None: no
+    /// limit). With `tag` or `rank`, the next packet with that tag or from that rank:
+    /// the packets it skips wait, in order, for later receives.
+    #[pyo3(signature = (timeout=None, *, tag=None, rank=None))]
+    fn recv<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        tag: Option<i32>,
+        rank: Option<u32>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.recv_impl(py, timeout, Match { tag, rank, stream: None }, false)
     }
 
     /// Awaitable `recv`.
-    #[pyo3(signature = (timeout=None))]
-    fn recv_async<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
-        self.recv_impl(py, timeout, true)
+    #[pyo3(signature = (timeout=None, *, tag=None, rank=None))]
+    fn recv_async<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        tag: Option<i32>,
+        rank: Option<u32>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.recv_impl(py, timeout, Match { tag, rank, stream: None }, true)
     }
 
     /// Closes the stream at every node; again: nothing.
@@ -1483,12 +1496,13 @@ fn backend_to_py(py: Python<'_>, be: RustBackEnd) -> PyResult<Py<PyAny>> {
 async fn recv_backend(
     be: Arc<AsyncMutex<Option<RustBackEnd>>>,
     limit: Option<Duration>,
+    only: Match,
 ) -> Result<Packet, Fail> {
     let mut guard = be.lock().await;
     let b = guard
         .as_mut()
         .ok_or_else(|| Fail::new(Kind::Closed, "the back-end is closed: close() was called".into()))?;
-    within(limit, async { Ok(b.recv().await?) }).await
+    within(limit, async { Ok(b.recv_matching(only).await?) }).await
 }
 
 async fn close_backend(be: Arc<AsyncMutex<Option<RustBackEnd>>>) -> Result<(), Fail> {
@@ -1516,11 +1530,12 @@ impl PyBackEnd {
         &self,
         py: Python<'py>,
         timeout: Option<f64>,
+        only: Match,
         is_async: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (be, sender) = (self.be.clone(), self.sender.clone());
         let limit = limit_of(timeout)?;
-        let packet = until_closed(self.closing.subscribe(), "back-end", recv_backend(be, limit));
+        let packet = until_closed(self.closing.subscribe(), "back-end", recv_backend(be, limit, only));
         let fut = async move { Ok(Received { packet: packet.await?, sender }) };
         if is_async {
             return awaitable(py, fut, received_to_py);
@@ -1593,16 +1608,32 @@ impl PyBackEnd {
         self.size
     }
 
-    /// The next packet of any stream, with that stream: `(stream, packet)`.
-    #[pyo3(signature = (timeout=None))]
-    fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
-        self.recv_impl(py, timeout, false)
+    /// The next packet of any stream, with that stream: `(stream, packet)`. With
+    /// `stream`, `tag` or `rank`, the next packet that has them: the packets it skips
+    /// wait, in order, for later receives.
+    #[pyo3(signature = (timeout=None, *, stream=None, tag=None, rank=None))]
+    fn recv<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        stream: Option<u32>,
+        tag: Option<i32>,
+        rank: Option<u32>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.recv_impl(py, timeout, Match { stream, tag, rank }, false)
     }
 
     /// Awaitable `recv`.
-    #[pyo3(signature = (timeout=None))]
-    fn recv_async<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
-        self.recv_impl(py, timeout, true)
+    #[pyo3(signature = (timeout=None, *, stream=None, tag=None, rank=None))]
+    fn recv_async<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        stream: Option<u32>,
+        tag: Option<i32>,
+        rank: Option<u32>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.recv_impl(py, timeout, Match { stream, tag, rank }, true)
     }
 
     /// Sends up stream `stream` (an id).

@@ -61,6 +61,27 @@ def test_a_reduction_through_the_tree_with_python_backends(backend):
         s.send(99, "")
 
 
+def test_a_matched_recv_skips_packets_without_losing_them(backend):
+    with treecast.Network(local=4, topology="balanced:2x2", backend=backend) as net:
+        s = net.stream()  # the null filter: every back-end's answer comes up alone
+        s.send(1, "%d", 10)  # answered with tag 1, (rank + 1) * 10
+        s.send(2, "%d", 5)  # echoed with tag 2
+        pkt = s.recv(timeout=30, tag=2, rank=3)
+        assert (pkt.tag, pkt.rank, pkt.values) == (2, 3, [5])
+        pkt = s.recv(timeout=30, tag=1, rank=0)
+        assert (pkt.tag, pkt.rank, pkt.values) == (1, 0, [10])
+        seen = {(2, 3), (1, 0)}
+        for _ in range(6):
+            pkt = s.recv(timeout=30)
+            assert (pkt.tag, pkt.rank) not in seen
+            seen.add((pkt.tag, pkt.rank))
+            assert pkt.values == ([(pkt.rank + 1) * 10] if pkt.tag == 1 else [5])
+        assert len(seen) == 8
+        with pytest.raises(treecast.TimeoutError):
+            s.recv(timeout=0.2, tag=7)
+        s.send(99, "")
+
+
 def test_values_of_every_kind_come_back_as_python_objects(backend):
     with treecast.Network(local=1, topology="flat", backend=backend) as net:
         s = net.stream()
