@@ -62,7 +62,8 @@ class Stream {
     Network *_network;
     mutable struct tc_stream *_tc;
     mutable unsigned int _id;
-    std::set<Rank> _ranks;
+    mutable std::set<Rank> _ranks; /* a broadcast stream's: taken when it is made */
+    bool _broadcast;               /* over the broadcast communicator (grows in attach mode) */
     int _us_filter, _sync_filter, _ds_filter;
     mutable uint32_t _sync_timeout_ms;
     mutable PacketPtr _up_params, _down_params;

@@ -1,0 +1,150 @@
+/* attach_fe.cpp: MRNet's attach mode as STAT uses it. CreateNetworkFE with no back-end
+ * program builds the tree of comm nodes; the tool reads the leaves (host, port, rank),
+ * starts its back-ends itself with fork/exec and MRNet's five arguments (parent host,
+ * parent port, parent rank, own host, own rank), waits until every one attached (the
+ * TOPOL_ADD_BE callback and get_BackEndNodes), then sums over the broadcast
+ * communicator. The back-ends are tests/mrnet/be.cpp; they find the secret through
+ * TREECAST_ATTACH, which the front-end exported into its own environment (none of it
+ * is on their command line). Usage: attach_fe TOPOLOGY BACKEND N, with
+ * TREECAST_MRNET_BACKENDS=N set as a job script would. Prints "mrnet-attach-fe: ok". */
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mrnet/MRNet.h"
+#include "protocol.h"
+
+using namespace MRN;
+
+static Network *net = NULL;
+static std::vector<pid_t> pids;
+
+static void check(bool ok, const char *what) {
+    if (ok) return;
+    fprintf(stderr, "attach_fe: FAILED: %s\n", what);
+    if (net && net->has_Error()) net->perror("attach_fe: last error");
+    for (size_t i = 0; i < pids.size(); i++) kill(pids[i], SIGKILL);
+    exit(1);
+}
+
+static std::atomic<int> added(0);
+static void on_added(Event *e, void *) {
+    if (e->get_Class() == Event::TOPOLOGY_EVENT && e->get_Type() == TopologyEvent::TOPOL_ADD_BE) added++;
+}
+
+/* Whether something accepts TCP connections at host:port. */
+static bool listening(const std::string &host, Port port) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    std::string service = std::to_string(port);
+    if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0 || !res) return false;
+    int fd = socket(res->ai_family, res->ai_socktype, 0);
+    bool ok = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s TOPOLOGY BACKEND N\n", argv[0]);
+        return 2;
+    }
+    const int n = atoi(argv[3]);
+    net = Network::CreateNetworkFE(argv[1], NULL, NULL);
+    check(net && !net->has_Error(), "CreateNetworkFE in attach mode");
+    check(net->register_EventCallback(Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_ADD_BE, on_added, NULL),
+          "register_EventCallback(TOPOL_ADD_BE)");
+    NetworkTopology *topo = net->get_NetworkTopology();
+    check(topo != NULL, "get_NetworkTopology");
+    std::vector<NetworkTopology::Node *> leaves;
+    topo->get_Leaves(leaves);
+    check(leaves.size() == 2, "the leaves are the topology's 2 comm nodes");
+    std::set<NetworkTopology::Node *> bes;
+    topo->get_BackEndNodes(bes);
+    check(bes.empty(), "no back-end before the tool starts them");
+    for (size_t i = 0; i < leaves.size(); i++) {
+        check(!leaves[i]->is_BackEnd() && leaves[i]->get_Rank() != UnknownRank, "a leaf is a ranked comm node");
+        check(leaves[i]->get_Port() != UnknownPort && leaves[i]->get_Port() > 0, "a leaf has a port");
+        check(listening(leaves[i]->get_HostName(), leaves[i]->get_Port()), "a leaf's host and port take connections");
+    }
+    check(getenv("TREECAST_ATTACH") != NULL, "the front-end exported TREECAST_ATTACH for its children");
+
+    /* As STAT does: each back-end gets its leaf's host, port and rank, and its own
+     * rank; leaves take the ranks in blocks, in get_Leaves' order. */
+    int next = 0;
+    for (size_t l = 0; l < leaves.size(); l++) {
+        int count = n / (int)leaves.size() + ((int)l < n % (int)leaves.size() ? 1 : 0);
+        for (int k = 0; k < count; k++, next++) {
+            std::string host = leaves[l]->get_HostName(), port = std::to_string(leaves[l]->get_Port()),
+                        prank = std::to_string(leaves[l]->get_Rank()), rank = std::to_string(next);
+            pid_t pid = fork();
+            check(pid >= 0, "fork");
+            if (pid == 0) {
+                execl(argv[2], argv[2], host.c_str(), port.c_str(), prank.c_str(), "localhost", rank.c_str(),
+                      (char *)NULL);
+                _exit(127);
+            }
+            pids.push_back(pid);
+        }
+    }
+
+    /* MRNet's attach flow: wait until every back-end attached. */
+    for (int i = 0; i < 1200 && added < n; i++) usleep(50000);
+    check(added == n, "a TOPOL_ADD_BE event for each back-end");
+    bes.clear();
+    topo->get_BackEndNodes(bes);
+    check((int)bes.size() == n, "get_BackEndNodes has every attached back-end");
+    next = 0;
+    for (size_t l = 0; l < leaves.size(); l++) {
+        int count = n / (int)leaves.size() + ((int)l < n % (int)leaves.size() ? 1 : 0);
+        check((int)leaves[l]->get_NumChildren() == count, "each leaf has its back-ends as children");
+        for (int k = 0; k < count; k++, next++) {
+            NetworkTopology::Node *be = topo->find_Node((Rank)next);
+            check(be && be->is_BackEnd() && be->get_Parent() == leaves[l]->get_Rank(),
+                  "a back-end under the leaf it was given");
+        }
+    }
+    Communicator *all = net->get_BroadcastCommunicator();
+    check(all && (int)all->get_EndPoints().size() == n, "the broadcast communicator covers every back-end");
+
+    Stream *sum = net->new_Stream(all, TFILTER_SUM, SFILTER_WAITFORALL, TFILTER_NULL);
+    check(sum != NULL, "new_Stream(sum)");
+    check(sum->send(TAG_VALUE, "%d", 1) == 0 && sum->flush() == 0, "send");
+    int tag = 0, v = 0;
+    PacketPtr p;
+    check(sum->recv(&tag, p) == 1 && tag == TAG_VALUE, "recv the sum");
+    check(p->unpack("%d", &v) == 0 && v == n * (n + 1) / 2, "the sum over every attached back-end");
+    check(sum->send(TAG_EXIT, "%d", 0) == 0 && sum->flush() == 0, "send the exit");
+    check(sum->recv(&tag, p) == 1 && tag == TAG_EXIT, "the exit's answer");
+    delete net;
+    net = NULL;
+    bool clean = true;
+    for (size_t i = 0; i < pids.size(); i++) {
+        int status = 0;
+        for (int t = 0; t < 300 && waitpid(pids[i], &status, WNOHANG) == 0; t++) usleep(100000);
+        if (waitpid(pids[i], &status, WNOHANG) == 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], &status, 0);
+            clean = false;
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            clean = false;
+        }
+    }
+    pids.clear();
+    check(clean, "every back-end ended by itself with status 0");
+    printf("mrnet-attach-fe: ok\n");
+    return 0;
+}
