@@ -3,7 +3,8 @@
  * starts its back-ends itself with fork/exec and MRNet's five arguments (parent host,
  * parent port, parent rank, own host, own rank), waits until every one attached (the
  * TOPOL_ADD_BE callback and get_BackEndNodes), then sums over the broadcast
- * communicator. The back-ends are tests/mrnet/be.cpp; they find the secret through
+ * communicator; then the back-ends end and a blocking Network::recv with no stream
+ * left returns -1. The back-ends are tests/mrnet/be.cpp; they find the secret through
  * TREECAST_ATTACH, which the front-end exported into its own environment (none of it
  * is on their command line). Usage: attach_fe TOPOLOGY BACKEND N, with
  * TREECAST_MRNET_BACKENDS=N set as a job script would. Prints "mrnet-attach-fe: ok". */
@@ -37,9 +38,11 @@ static void check(bool ok, const char *what) {
     exit(1);
 }
 
-static std::atomic<int> added(0);
-static void on_added(Event *e, void *) {
-    if (e->get_Class() == Event::TOPOLOGY_EVENT && e->get_Type() == TopologyEvent::TOPOL_ADD_BE) added++;
+static std::atomic<int> added(0), removed(0);
+static void on_topology(Event *e, void *) {
+    if (e->get_Class() != Event::TOPOLOGY_EVENT) return;
+    if (e->get_Type() == TopologyEvent::TOPOL_ADD_BE) added++;
+    if (e->get_Type() == TopologyEvent::TOPOL_REMOVE_NODE) removed++;
 }
 
 /* Whether something accepts TCP connections at host:port. */
@@ -65,8 +68,9 @@ int main(int argc, char **argv) {
     const int n = atoi(argv[3]);
     net = Network::CreateNetworkFE(argv[1], NULL, NULL);
     check(net && !net->has_Error(), "CreateNetworkFE in attach mode");
-    check(net->register_EventCallback(Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_ADD_BE, on_added, NULL),
-          "register_EventCallback(TOPOL_ADD_BE)");
+    check(net->register_EventCallback(Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_ADD_BE, on_topology, NULL) &&
+              net->register_EventCallback(Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_REMOVE_NODE, on_topology, NULL),
+          "register_EventCallback(TOPOL_ADD_BE, TOPOL_REMOVE_NODE)");
     NetworkTopology *topo = net->get_NetworkTopology();
     check(topo != NULL, "get_NetworkTopology");
     std::vector<NetworkTopology::Node *> leaves;
@@ -127,8 +131,14 @@ int main(int argc, char **argv) {
     PacketPtr p;
     check(sum->recv(&tag, p) == 1 && tag == TAG_VALUE, "recv the sum");
     check(p->unpack("%d", &v) == 0 && v == n * (n + 1) / 2, "the sum over every attached back-end");
-    check(sum->send(TAG_EXIT, "%d", 0) == 0 && sum->flush() == 0, "send the exit");
-    check(sum->recv(&tag, p) == 1 && tag == TAG_EXIT, "the exit's answer");
+    /* Every back-end ends without leaving, and no stream is left: a blocking receive
+     * must see the tree over (-1), not wait for ever. */
+    check(sum->send(TAG_DIE, "%d", 0) == 0 && sum->flush() == 0, "send the end");
+    for (int i = 0; i < 1200 && removed < n; i++) usleep(50000);
+    check(removed == n, "a TOPOL_REMOVE_NODE event for each back-end that ended");
+    delete sum;
+    Stream *from = NULL;
+    check(net->recv(&tag, p, &from, true) == -1, "Network::recv with no stream once every back-end is gone");
     delete net;
     net = NULL;
     bool clean = true;

@@ -79,8 +79,14 @@ struct NetworkImpl {
     /* a deque: streams keep pointers to its entries while load_FilterFunc adds more */
     std::deque<LoadedFilter> filters;
     bool adapter_loaded;
-    Stream *p2p; /* front-end: the stream of Network::send to one rank */
-    size_t next_stream;
+    /* front-end: the stream of Network::send to one rank. Made once, under p2p_mu (so
+     * two sending threads make one); the pointer is read and cleared under mu. */
+    Stream *p2p;
+    std::mutex p2p_mu;
+    /* front-end: where Network::recv looks first (a fairness hint: any value is safe) */
+    std::atomic<size_t> next_stream;
+    /* front-end: back-ends lost or gone for good (from the event thread, under mu) */
+    std::set<Rank> gone;
     std::atomic<bool> shutdown;
     std::atomic<bool> stop;
     std::thread events;
@@ -1221,12 +1227,13 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                      ++it)
                     if (!it->second->_closed) live.push_back(it->second);
             }
+            size_t first = impl->next_stream.load();
             for (size_t k = 0; k < live.size(); k++) {
-                Stream *s = live[(impl->next_stream + k) % live.size()];
+                Stream *s = live[(first + k) % live.size()];
                 tc_packet *p = NULL;
                 tc_result r = tc_stream_recv(s->_tc, 0, &p);
                 if (r == TC_OK) {
-                    impl->next_stream = (impl->next_stream + k + 1) % live.size();
+                    impl->next_stream.store((first + k + 1) % live.size());
                     opacket = from_tc(p);
                     tc_packet_free(p);
                     if (otag) *otag = opacket->get_Tag();
@@ -1247,7 +1254,18 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                     open = open || !it->second->_closed;
                 }
                 if (any && !open && tc_network_backends(impl->net) > 0) return -1;
+                /* no stream open: nothing tells this loop that the tree ended but the
+                 * events (the network closed, or every back-end lost or gone) */
+                if (!open && iblocking && !impl->events_wanted) {
+                    impl->events_wanted = true;
+                    start_events(this, impl);
+                }
+                size_t backends = tc_network_backends(impl->net), lost = 0;
+                for (std::set<Rank>::iterator it = impl->gone.begin(); it != impl->gone.end(); ++it)
+                    if (*it < backends) lost++;
+                if (!open && backends > 0 && lost >= backends) return -1;
             }
+            if (impl->shutdown) return -1;
         }
         if (!iblocking) return 0;
         wait_fd(impl->data_fd, (int)SLICE_MS);
@@ -1275,14 +1293,26 @@ int Network::send(Rank ibe, int itag, const void **idata, const char *iformat_st
 int Network::send(Rank ibe, PacketPtr &ipacket) {
     NetworkImpl *impl = _impl;
     if (!impl->fe || !impl->net || !ipacket || ipacket->has_Error()) return -1;
-    if (!impl->p2p) {
-        impl->p2p = new_Stream(impl->bcast, TFILTER_NULL, SFILTER_DONTWAIT, TFILTER_NULL);
-        if (!impl->p2p || !impl->p2p->ensure()) return -1;
+    Stream *p2p = NULL;
+    {
+        /* one stream for every thread's sends to one rank: made once */
+        std::lock_guard<std::mutex> making(impl->p2p_mu);
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            p2p = impl->p2p;
+        }
+        if (!p2p) {
+            p2p = new_Stream(impl->bcast, TFILTER_NULL, SFILTER_DONTWAIT, TFILTER_NULL);
+            if (!p2p) return -1;
+            std::lock_guard<std::mutex> g(impl->mu);
+            impl->p2p = p2p;
+        }
     }
+    if (!p2p->ensure()) return -1;
     std::vector<tc_value> vals;
     to_values(*ipacket, vals);
     std::string fmt = tc_format(*ipacket);
-    if (tc_stream_send_values_to(impl->p2p->_tc, ibe, ipacket->get_Tag(), fmt.c_str(),
+    if (tc_stream_send_values_to(p2p->_tc, ibe, ipacket->get_Tag(), fmt.c_str(),
                                  vals.empty() ? NULL : &vals[0], vals.size()) != TC_OK) {
         fail(this, ERR_NETWORK_FAILURE, "sending to one back-end");
         return -1;
@@ -1393,6 +1423,10 @@ static void event_loop(Network *net, NetworkImpl *impl) {
         case TC_EVENT_RANKS_LOST:
         case TC_EVENT_RANKS_LEFT:
         case TC_EVENT_NODE_LOST:
+            if (kind != TC_EVENT_NODE_LOST) { /* a lost node's back-ends may rejoin */
+                std::lock_guard<std::mutex> g(impl->mu);
+                impl->gone.insert(ranks.begin(), ranks.end());
+            }
             if (ranks.empty()) ranks.push_back(UnknownRank);
             for (size_t i = 0; i < ranks.size(); i++)
                 deliver(net, impl, Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_REMOVE_NODE,

@@ -2,6 +2,7 @@
 #if !defined(__stream_h)
 #define __stream_h 1
 
+#include <atomic>
 #include <cstdarg>
 #include <deque>
 #include <set>
@@ -67,7 +68,8 @@ class Stream {
     int _us_filter, _sync_filter, _ds_filter;
     mutable uint32_t _sync_timeout_ms;
     mutable PacketPtr _up_params, _down_params;
-    mutable bool _closed;
+    /* set by whichever thread sees the closing (a receive, is_Closed), read by any */
+    mutable std::atomic<bool> _closed;
     std::deque<PacketPtr> _pending; /* back-end: packets received for this stream */
 };
 
