@@ -179,7 +179,7 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
     let mut c = gxx(&prefix);
     c.arg("-o").arg(&attach_fe).arg(src.join("attach_fe.cpp"));
     shared(&mut c);
-    must(&mut c, "compiling tests/mrnet/attach_fe.cpp");
+    must(c.arg("-lpthread"), "compiling tests/mrnet/attach_fe.cpp");
     let leaves = dir.join("leaves");
     std::fs::write(
         &leaves,
