@@ -895,7 +895,28 @@ Network *Network::CreateNetworkBE(int argc, char *argv[]) {
         /* MRNet's convention: ... parent host, parent port, parent rank, own host,
          * own rank. The parent's address and the secret come from the attach file
          * (TREECAST_ATTACH): never from the command line. */
-        long rank = strtol(argv[argc - 1], NULL, 10);
+        char *end = NULL;
+        long rank = strtol(argv[argc - 1], &end, 10);
+        const char *file = getenv("TREECAST_ATTACH");
+        if (!*argv[argc - 1] || *end || rank < 0) {
+            n->error(ERR_INTERNAL, UnknownRank, "the own-rank argument \"%s\" is not a rank (0, 1, ...)",
+                     argv[argc - 1]);
+            return n;
+        }
+        if (!file || !*file) {
+            n->error(ERR_INTERNAL, UnknownRank,
+                     "this back-end has MRNet's arguments but no TREECAST_ATTACH in its environment: the front-end "
+                     "exports it; whatever started this back-end must pass it on (docs/mrnet-compat.md)");
+            return n;
+        }
+        /* the place of this rank is in the file; a parent port given otherwise is
+         * only noted (the tool paired ranks with leaves otherwise than in blocks) */
+        std::vector<std::pair<Rank, Port> > ports = attach_ports(file);
+        Port given = (Port)strtoul(argv[argc - 4], NULL, 10);
+        for (size_t i = 0; i < ports.size(); i++)
+            if (ports[i].first == (Rank)rank && ports[i].second != given && CUR_OUTPUT_LEVEL >= 1)
+                fprintf(stderr, "mrnet: rank %ld joins under the leaf at port %u, its rank's place, not %s\n", rank,
+                        (unsigned)ports[i].second, argv[argc - 4]);
         r = tc_backend_attach(NULL, rank, &impl->be);
     } else {
         n->error(ERR_INTERNAL, UnknownRank,
