@@ -193,6 +193,15 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
         dir,
     );
     assert!(out.contains("mrnet-attach-fe: ok"), "attach_fe printed:\n{out}");
+    // Fewer back-ends than announced: the launch gives up at its limit and the tool
+    // is told (an error event, a failing receive), not left waiting.
+    let out = run_front_end(
+        &attach_fe,
+        &[&leaves, &be, Path::new("3"), Path::new("short")],
+        &[("TREECAST_MRNET_BACKENDS", "4"), ("MRNET_STARTUP_TIMEOUT", "3")],
+        dir,
+    );
+    assert!(out.contains("mrnet-attach-fe: short: ok"), "attach_fe short printed:\n{out}");
 }
 
 #[test]
