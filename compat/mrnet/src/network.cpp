@@ -834,6 +834,9 @@ bool Network::create_attached(const char *itopology, const std::map<std::string,
     impl->comms.push_back(impl->bcast);
     impl->attach = ATTACH_WAITING;
     impl->attach_backends = count;
+    /* Exported before the launch starts threads that could read the environment while
+     * it changes (setenv is not safe then); it stays set after the network ends. */
+    setenv("TREECAST_ATTACH", file.c_str(), 1);
     impl->launching = std::thread(attach_launch, this, impl, o);
     /* the file is written once every comm node listens */
     struct stat st;
@@ -857,7 +860,6 @@ bool Network::create_attached(const char *itopology, const std::map<std::string,
         return false;
     }
     for (size_t i = 0; i < ports.size(); i++) impl->topo->set_ParentPort(ports[i].first, ports[i].second);
-    setenv("TREECAST_ATTACH", file.c_str(), 1);
     return true;
 }
 
@@ -976,8 +978,6 @@ Network::~Network() {
     delete impl->topo;
     if (!impl->attach_dir.empty()) {
         std::string file = impl->attach_dir + "/attach";
-        const char *exported = getenv("TREECAST_ATTACH");
-        if (exported && file == exported) unsetenv("TREECAST_ATTACH");
         unlink(file.c_str());
         unlink((impl->attach_dir + "/topology").c_str());
         rmdir(impl->attach_dir.c_str());
