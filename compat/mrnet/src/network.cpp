@@ -87,6 +87,9 @@ struct NetworkImpl {
     std::atomic<size_t> next_stream;
     /* front-end: back-ends lost or gone for good (from the event thread, under mu) */
     std::set<Rank> gone;
+    /* back-end: closings taken from treecast that go after the packet taken with them
+     * (under mu) */
+    std::deque<unsigned int> closed_later;
     std::atomic<bool> shutdown;
     std::atomic<bool> stop;
     std::thread events;
@@ -1172,6 +1175,14 @@ Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
 int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms) {
     if (impl->data_fd >= 0) tc_backend_fd_clear(impl->be);
     uint32_t id;
+    {
+        std::lock_guard<std::mutex> g(impl->mu);
+        if (!impl->closed_later.empty()) {
+            closed = impl->closed_later.front();
+            impl->closed_later.pop_front();
+            return 2;
+        }
+    }
     if (tc_backend_next_closed(impl->be, &id) == TC_OK) {
         closed = id;
         return 2;
@@ -1181,8 +1192,16 @@ int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed,
     if (r == TC_OK) {
         out = from_tc(p);
         tc_packet_free(p);
-        /* a closing that came while waiting came before this packet: it goes first */
         if (wait_ms && tc_backend_next_closed(impl->be, &id) == TC_OK) {
+            /* the closing of this packet's own stream came after it (the front-end
+             * sends nothing on a stream it closed): the packet goes first */
+            if (id == out->get_StreamId()) {
+                std::lock_guard<std::mutex> g(impl->mu);
+                impl->closed_later.push_back(id);
+                return 1;
+            }
+            /* another stream's closing that came while waiting came before this
+             * packet: it goes first */
             Stream *s = be_stream(n, impl, out->get_StreamId());
             std::lock_guard<std::mutex> g(impl->mu);
             s->_pending.push_back(out);
