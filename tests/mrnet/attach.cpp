@@ -1,7 +1,7 @@
 /* attach.cpp: back-ends started by someone else, with MRNet's arguments (parent host,
  * parent port, parent rank, own host, own rank), join a tree through its attach file
  * (TREECAST_ATTACH): the secret never is on their command line. The front-end here is
- * treecast's C API in attach mode (the MRNet layer's front-end has no attach mode yet);
+ * treecast's C API in attach mode (tests/mrnet/attach_fe.cpp is the MRNet front-end's own);
  * the back-ends are tests/mrnet/be.cpp. Usage: attach BACKEND COMMNODE DIR; prints
  * "mrnet-attach: ok". */
 #include <signal.h>

@@ -18,6 +18,8 @@
 #include <cmath>
 #include <deque>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <list>
 #include <map>
@@ -54,9 +56,15 @@ struct LoadedFilter {
     std::vector<uint8_t> bytes;
 };
 
+/* Front-end attach mode (CreateNetworkFE without a back-end program): where the
+ * launch stands. */
+enum AttachState { ATTACH_NONE, ATTACH_WAITING, ATTACH_DONE, ATTACH_FAILED };
+
 struct NetworkImpl {
     bool fe;
-    tc_network *net;
+    /* Set once: by CreateNetworkFE, or in attach mode by the launching thread when the
+     * last back-end attached; read without the lock. */
+    std::atomic<tc_network *> net;
     tc_backend *be;
     std::atomic<int> data_fd; /* set under mu, read by receives without it */
     Rank rank;
@@ -71,19 +79,52 @@ struct NetworkImpl {
     /* a deque: streams keep pointers to its entries while load_FilterFunc adds more */
     std::deque<LoadedFilter> filters;
     bool adapter_loaded;
-    Stream *p2p; /* front-end: the stream of Network::send to one rank */
-    size_t next_stream;
+    /* front-end: the stream of Network::send to one rank. Made once, under p2p_mu (so
+     * two sending threads make one); the pointer is read and cleared under mu. */
+    Stream *p2p;
+    std::mutex p2p_mu;
+    /* front-end: where Network::recv looks first (a fairness hint: any value is safe) */
+    std::atomic<size_t> next_stream;
+    /* front-end: back-ends lost or gone for good (from the event thread, under mu) */
+    std::set<Rank> gone;
+    /* back-end: closings taken from treecast that go after the packet taken with them
+     * (under mu) */
+    std::deque<unsigned int> closed_later;
     std::atomic<bool> shutdown;
     std::atomic<bool> stop;
     std::thread events;
     std::list<Event *> queue;
     std::map<EventClass, std::map<EventType, evt_cb_list> > callbacks;
     std::map<EventClass, int[2]> pipes;
+    bool events_wanted; /* under mu: the event thread starts when the network is there */
+    /* Attach mode: the thread that runs treecast's launch until every back-end attached
+     * (state under mu, waited for on `attached`), the private folder of the attach
+     * file, the number of back-ends and how long they may take. */
+    std::thread launching;
+    AttachState attach;
+    std::condition_variable attached;
+    std::string attach_dir, attach_error;
+    uint32_t attach_backends;
+    uint64_t attach_ms;
 
     NetworkImpl()
         : fe(false), net(NULL), be(NULL), data_fd(-1), rank(UnknownRank), bcast(NULL), topo(NULL),
-          adapter_loaded(false), p2p(NULL), next_stream(0), shutdown(false), stop(false) {}
+          adapter_loaded(false), p2p(NULL), next_stream(0), shutdown(false), stop(false), events_wanted(false),
+          attach(ATTACH_NONE), attach_backends(0), attach_ms(0) {}
 };
+
+/* Attach mode: waits until every back-end attached (or the launch failed); true when
+ * the network is there. Outside attach mode: whether there is a network. */
+static bool wait_attached(NetworkImpl *impl) {
+    std::unique_lock<std::mutex> g(impl->mu);
+    /* the launch ends by itself within its limit; this bound only guards against a
+     * launch that never returns */
+    std::chrono::steady_clock::time_point until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(impl->attach_ms + 120000);
+    while (impl->attach == ATTACH_WAITING && !impl->stop)
+        if (impl->attached.wait_until(g, until) == std::cv_status::timeout) break;
+    return impl->net.load() != NULL;
+}
 
 /* ---- helpers ---- */
 
@@ -282,8 +323,11 @@ NetworkTopology::NetworkTopology() : _root(NULL) {}
 NetworkTopology::~NetworkTopology(void) { clear(); }
 
 void NetworkTopology::clear(void) {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     for (size_t i = 0; i < _nodes.size(); i++) delete _nodes[i];
     _nodes.clear();
+    for (std::map<Rank, Node *>::iterator it = _held.begin(); it != _held.end(); ++it) delete it->second;
+    _held.clear();
     _root = NULL;
 }
 
@@ -301,6 +345,7 @@ static std::string host_of(const std::string &key) {
 }
 
 bool NetworkTopology::parse(const std::string &text, bool leaves_are_backends) {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     clear();
     _text = text;
     std::map<std::string, std::vector<std::string> > kids;
@@ -348,6 +393,7 @@ bool NetworkTopology::parse(const std::string &text, bool leaves_are_backends) {
 }
 
 void NetworkTopology::print_TopologyFile(const char *filename) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     FILE *f = filename ? fopen(filename, "w") : NULL;
     if (!f) return;
     fputs(_text.c_str(), f);
@@ -355,6 +401,7 @@ void NetworkTopology::print_TopologyFile(const char *filename) const {
 }
 
 void NetworkTopology::print_DOTGraph(const char *filename) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     FILE *f = filename ? fopen(filename, "w") : NULL;
     if (!f) return;
     fprintf(f, "digraph tree {\n");
@@ -366,10 +413,18 @@ void NetworkTopology::print_DOTGraph(const char *filename) const {
     fclose(f);
 }
 
-void NetworkTopology::print(FILE *f) const { fputs(_text.c_str(), f ? f : stdout); }
-unsigned int NetworkTopology::get_NumNodes(void) const { return (unsigned int)_nodes.size(); }
+void NetworkTopology::print(FILE *f) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
+    fputs(_text.c_str(), f ? f : stdout);
+}
+
+unsigned int NetworkTopology::get_NumNodes(void) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
+    return (unsigned int)_nodes.size();
+}
 
 unsigned int NetworkTopology::depth_of(Node *n) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     unsigned int d = 0;
     while (n && n->_parent) {
         n = n->_parent;
@@ -380,6 +435,7 @@ unsigned int NetworkTopology::depth_of(Node *n) const {
 
 void NetworkTopology::get_TreeStatistics(unsigned int &onum_nodes, unsigned int &odepth, unsigned int &omin_fanout,
                                          unsigned &omax_fanout, double &oavg_fanout, double &ostddev_fanout) {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     onum_nodes = (unsigned int)_nodes.size();
     odepth = 0;
     omin_fanout = 0;
@@ -401,17 +457,20 @@ void NetworkTopology::get_TreeStatistics(unsigned int &onum_nodes, unsigned int 
 }
 
 NetworkTopology::Node *NetworkTopology::find_Node(Rank r) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     for (size_t i = 0; i < _nodes.size(); i++)
         if (_nodes[i]->_rank == r) return _nodes[i];
     return NULL;
 }
 
 void NetworkTopology::get_Leaves(std::vector<Node *> &leaves) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     for (size_t i = 0; i < _nodes.size(); i++)
         if (_nodes[i]->_children.empty()) leaves.push_back(_nodes[i]);
 }
 
 void NetworkTopology::get_ParentNodes(std::set<Node *> &out) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     for (size_t i = 0; i < _nodes.size(); i++)
         if (!_nodes[i]->_children.empty()) out.insert(_nodes[i]);
 }
@@ -419,6 +478,7 @@ void NetworkTopology::get_ParentNodes(std::set<Node *> &out) const {
 void NetworkTopology::get_OrphanNodes(std::set<Node *> &) const {}
 
 void NetworkTopology::get_BackEndNodes(std::set<Node *> &out) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     for (size_t i = 0; i < _nodes.size(); i++)
         if (_nodes[i]->_is_backend) out.insert(_nodes[i]);
 }
@@ -429,9 +489,13 @@ size_t NetworkTopology::num_BackEndNodes(void) const {
     return s.size();
 }
 
-size_t NetworkTopology::num_InternalNodes(void) const { return _nodes.size() - num_BackEndNodes(); }
+size_t NetworkTopology::num_InternalNodes(void) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
+    return _nodes.size() - num_BackEndNodes();
+}
 
 void NetworkTopology::get_Descendants(Node *n, std::vector<Node *> &out) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     if (!n) return;
     for (std::set<Node *>::iterator it = n->_children.begin(); it != n->_children.end(); ++it) {
         out.push_back(*it);
@@ -440,13 +504,49 @@ void NetworkTopology::get_Descendants(Node *n, std::vector<Node *> &out) const {
 }
 
 void NetworkTopology::get_LeafDescendants(Node *n, std::vector<Node *> &out) const {
+    std::lock_guard<std::recursive_mutex> g(_mu);
     std::vector<Node *> all;
     get_Descendants(n, all);
     for (size_t i = 0; i < all.size(); i++)
         if (all[i]->_children.empty()) out.push_back(all[i]);
 }
 
-std::string NetworkTopology::get_TopologyString(void) { return _text; }
+std::string NetworkTopology::get_TopologyString(void) {
+    std::lock_guard<std::recursive_mutex> g(_mu);
+    return _text;
+}
+
+void NetworkTopology::hold_BackEnds(void) {
+    std::lock_guard<std::recursive_mutex> g(_mu);
+    std::vector<Node *> kept;
+    for (size_t i = 0; i < _nodes.size(); i++) {
+        Node *n = _nodes[i];
+        if (!n->_is_backend) {
+            kept.push_back(n);
+            continue;
+        }
+        if (n->_parent) n->_parent->_children.erase(n);
+        _held[n->_rank] = n;
+    }
+    _nodes.swap(kept);
+}
+
+void NetworkTopology::set_ParentPort(Rank held, Port port) {
+    std::lock_guard<std::recursive_mutex> g(_mu);
+    std::map<Rank, Node *>::iterator it = _held.find(held);
+    if (it != _held.end() && it->second->_parent) it->second->_parent->_port = port;
+}
+
+bool NetworkTopology::attach_BackEnd(Rank r) {
+    std::lock_guard<std::recursive_mutex> g(_mu);
+    std::map<Rank, Node *>::iterator it = _held.find(r);
+    if (it == _held.end()) return false;
+    Node *n = it->second;
+    _held.erase(it);
+    if (n->_parent) n->_parent->_children.insert(n);
+    _nodes.push_back(n);
+    return true;
+}
 
 /* ---- Network ---- */
 
@@ -454,33 +554,10 @@ Network::Network(void) : _impl(new NetworkImpl) {}
 
 static void event_loop(Network *net, NetworkImpl *impl);
 
-Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_exe, const char **ibackend_argv,
-                                  const std::map<std::string, std::string> *attrs, bool, bool) {
-    Network *n = new Network();
-    NetworkImpl *impl = n->_impl;
-    impl->fe = true;
-    impl->host = local_host_name();
-    impl->rank = INTERNAL_RANK_BASE;
-    const char *level = getenv("MRNET_OUTPUT_LEVEL");
-    if (level) set_OutputLevel(atoi(level));
-    if (!ibackend_exe || !*ibackend_exe) {
-        n->error(ERR_INTERNAL, UnknownRank,
-                 "a network without a back-end program (MRNet's attach mode) is not supported by treecast's "
-                 "MRNet layer yet: give the back-end program, or use treecast's attach files "
-                 "(docs/mrnet-compat.md)");
-        return n;
-    }
-    tc_network_options *o = tc_network_options_new();
-    if (tc_network_options_set_topology_file(o, itopology) != TC_OK) {
-        fail(n, ERR_TOPOLOGY_FORMAT, "reading the topology file");
-        tc_network_options_free(o);
-        return n;
-    }
-    std::vector<const char *> argv;
-    argv.push_back(ibackend_exe);
-    for (const char **a = ibackend_argv; a && *a; a++) argv.push_back(*a);
-    tc_network_options_set_backend(o, &argv[0], argv.size());
-    /* The comm node program: MRNET_COMM_PATH, the attribute, then the prefix's own. */
+/* The options both launch modes share: the comm node program (MRNET_COMM_PATH, the
+ * attribute, then the prefix's own), time limits, and ssh for other hosts. */
+static void common_options(tc_network_options *o, const char *itopology,
+                           const std::map<std::string, std::string> *attrs) {
     std::string comm;
     if (getenv("MRNET_COMM_PATH")) comm = getenv("MRNET_COMM_PATH");
     if (comm.empty() && attrs) {
@@ -502,24 +579,291 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
             setenv("TREECAST_SSH_ARGS", getenv("XPLAT_RSH_ARGS"), 0);
         tc_network_options_set_launcher(o, "ssh");
     }
-    tc_result r = tc_network_launch(o, &impl->net);
+}
+
+/* How many back-ends attach-mode tools start: TREECAST_MRNET_BACKENDS (environment or
+ * attribute); 0 when not given or not a number. */
+static uint32_t attach_count(const std::map<std::string, std::string> *attrs) {
+    std::string v;
+    if (getenv("TREECAST_MRNET_BACKENDS")) v = getenv("TREECAST_MRNET_BACKENDS");
+    if (v.empty() && attrs) {
+        std::map<std::string, std::string>::const_iterator it = attrs->find("TREECAST_MRNET_BACKENDS");
+        if (it != attrs->end()) v = it->second;
+    }
+    char *end = NULL;
+    unsigned long n = strtoul(v.c_str(), &end, 10);
+    if (v.empty() || *end || n == 0 || n > 1000000) return 0;
+    return (uint32_t)n;
+}
+
+/* Attach mode's tree as an MRNet topology text: the file's nodes, with `n` back-end
+ * places under its leaves (in blocks, leaves in pre-order, the first ones taking one
+ * more), named on each leaf's host with indices the file does not use. Empty, with
+ * `err`, when the file cannot be read or has fewer back-ends than leaves. */
+static std::string attach_topology(const char *path, uint32_t n, std::string &err) {
+    std::ifstream f(path ? path : "");
+    if (!f) {
+        err = std::string("cannot read the topology file ") + (path ? path : "(null)");
+        return "";
+    }
+    std::string text, line;
+    while (std::getline(f, line)) {
+        std::string::size_type hash = line.find('#');
+        if (hash != std::string::npos) line.erase(hash);
+        text += line + "\n";
+    }
+    /* statements: `parent => child ... ;` or a lone `node ;` */
+    std::map<std::string, std::vector<std::string> > kids;
+    std::map<std::string, unsigned long> top_index; /* highest index per host */
+    std::string root, out;
+    std::string::size_type at = 0;
+    while (at < text.size()) {
+        std::string::size_type semi = text.find(';', at);
+        std::string stmt = text.substr(at, semi == std::string::npos ? std::string::npos : semi - at);
+        at = semi == std::string::npos ? text.size() : semi + 1;
+        std::istringstream words(stmt);
+        std::vector<std::string> w;
+        std::string t;
+        while (words >> t) w.push_back(t);
+        if (w.empty()) continue;
+        for (size_t i = 0; i < w.size(); i++) {
+            if (w[i] == "=>") continue;
+            std::string::size_type colon = w[i].rfind(':');
+            if (colon == std::string::npos) continue;
+            unsigned long idx = strtoul(w[i].c_str() + colon + 1, NULL, 10);
+            std::string host = w[i].substr(0, colon);
+            if (!top_index.count(host) || top_index[host] < idx) top_index[host] = idx;
+        }
+        if (root.empty()) root = w[0];
+        if (w.size() > 2 && w[1] == "=>") {
+            kids[w[0]].insert(kids[w[0]].end(), w.begin() + 2, w.end());
+            out += stmt + " ;\n";
+        }
+    }
+    if (root.empty()) {
+        err = std::string("the topology file ") + path + " names no node";
+        return "";
+    }
+    std::vector<std::string> leaves, stack(1, root);
+    while (!stack.empty()) {
+        std::string node = stack.back();
+        stack.pop_back();
+        std::map<std::string, std::vector<std::string> >::iterator k = kids.find(node);
+        if (k == kids.end() || k->second.empty()) {
+            leaves.push_back(node);
+            continue;
+        }
+        for (size_t i = k->second.size(); i-- > 0;) stack.push_back(k->second[i]);
+    }
+    if (n < leaves.size()) {
+        std::ostringstream m;
+        m << "TREECAST_MRNET_BACKENDS is " << n << " but the topology has " << leaves.size()
+          << " leaves: attach mode needs at least one back-end under each";
+        err = m.str();
+        return "";
+    }
+    for (size_t i = 0; i < leaves.size(); i++) {
+        size_t count = n / leaves.size() + (i < n % leaves.size() ? 1 : 0);
+        std::string host = host_of(leaves[i]);
+        out += leaves[i] + " =>";
+        for (size_t k = 0; k < count; k++) {
+            std::ostringstream name;
+            name << " " << host << ":" << ++top_index[host];
+            out += name.str();
+        }
+        out += " ;\n";
+    }
+    return out;
+}
+
+/* Attach mode: the port of each back-end's place, from the attach file treecast wrote
+ * (this user's, mode 0600): `rank R NODE HOST:PORT` lines. */
+static std::vector<std::pair<Rank, Port> > attach_ports(const std::string &file) {
+    std::vector<std::pair<Rank, Port> > out;
+    std::ifstream f(file.c_str());
+    std::string line;
+    while (std::getline(f, line)) {
+        std::istringstream words(line);
+        std::string kw, addr;
+        unsigned long rank = 0, node = 0;
+        if (!(words >> kw) || kw != "rank" || !(words >> rank >> node >> addr)) continue;
+        std::string::size_type colon = addr.rfind(':');
+        if (colon == std::string::npos || addr.compare(0, 5, "unix:") == 0) continue;
+        out.push_back(std::make_pair((Rank)rank, (Port)strtoul(addr.c_str() + colon + 1, NULL, 10)));
+    }
+    return out;
+}
+
+static void start_events(Network *n, NetworkImpl *impl);
+static void deliver(Network *net, NetworkImpl *impl, EventClass cls, EventType typ, EventData *data);
+
+/* Attach mode: runs treecast's launch until every back-end attached; then they join
+ * the topology and the broadcast communicator, and the tool hears of each
+ * (TOPOL_ADD_BE). A failed launch is an ERROR_SYSTEM event and ends the network. */
+static void attach_launch(Network *n, NetworkImpl *impl, tc_network_options *o) {
+    tc_network *net = NULL;
+    tc_result r = tc_network_launch(o, &net);
+    tc_network_options_free(o);
+    if (r != TC_OK) {
+        const char *why = tc_last_error();
+        std::string msg = std::string("the back-ends did not all attach: ") + (why && *why ? why : "no reason given");
+        if (CUR_OUTPUT_LEVEL >= 1) fprintf(stderr, "mrnet: %s\n", msg.c_str());
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            impl->attach = ATTACH_FAILED;
+            impl->attach_error = msg;
+            impl->shutdown = true;
+        }
+        impl->attached.notify_all();
+        deliver(n, impl, Event::ERROR_EVENT, ErrorEvent::ERROR_SYSTEM, new ErrorEvent::ErrorEventData(UnknownRank, msg));
+        return;
+    }
+    std::vector<std::pair<Rank, Rank> > joined; /* rank, parent rank */
+    {
+        std::lock_guard<std::mutex> g(impl->mu);
+        impl->net = net;
+        for (Rank i = 0; i < tc_network_backends(net); i++) {
+            if (!impl->topo->attach_BackEnd(i)) continue;
+            NetworkTopology::Node *be = impl->topo->find_Node(i);
+            joined.push_back(std::make_pair(i, be ? be->get_Parent() : UnknownRank));
+            if (impl->bcast) impl->bcast->add_EndPoint(i);
+        }
+        impl->attach = ATTACH_DONE;
+        if (impl->events_wanted) start_events(n, impl);
+    }
+    impl->attached.notify_all();
+    for (size_t i = 0; i < joined.size(); i++)
+        deliver(n, impl, Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_ADD_BE,
+                new TopologyEvent::TopolEventData(joined[i].first, joined[i].second));
+}
+
+Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_exe, const char **ibackend_argv,
+                                  const std::map<std::string, std::string> *attrs, bool, bool) {
+    Network *n = new Network();
+    NetworkImpl *impl = n->_impl;
+    impl->fe = true;
+    impl->host = local_host_name();
+    impl->rank = INTERNAL_RANK_BASE;
+    const char *level = getenv("MRNET_OUTPUT_LEVEL");
+    if (level) set_OutputLevel(atoi(level));
+    if (!ibackend_exe || !*ibackend_exe) {
+        n->create_attached(itopology, attrs);
+        return n;
+    }
+    tc_network_options *o = tc_network_options_new();
+    if (tc_network_options_set_topology_file(o, itopology) != TC_OK) {
+        fail(n, ERR_TOPOLOGY_FORMAT, "reading the topology file");
+        tc_network_options_free(o);
+        return n;
+    }
+    std::vector<const char *> argv;
+    argv.push_back(ibackend_exe);
+    for (const char **a = ibackend_argv; a && *a; a++) argv.push_back(*a);
+    tc_network_options_set_backend(o, &argv[0], argv.size());
+    common_options(o, itopology, attrs);
+    tc_network *net = NULL;
+    tc_result r = tc_network_launch(o, &net);
     tc_network_options_free(o);
     if (r != TC_OK) {
         fail(n, ERR_NETWORK_FAILURE, "launching the network");
-        impl->net = NULL;
         return n;
     }
+    impl->net = net;
     impl->topo = new NetworkTopology();
     char *text = NULL;
-    if (tc_network_topology(impl->net, &text) == TC_OK) {
+    if (tc_network_topology(net, &text) == TC_OK) {
         impl->topo->parse(text, true);
         tc_string_free(text);
     }
     std::set<Rank> all;
-    for (Rank i = 0; i < tc_network_backends(impl->net); i++) all.insert(i);
+    for (Rank i = 0; i < tc_network_backends(net); i++) all.insert(i);
     impl->bcast = new Communicator(n, all);
     impl->comms.push_back(impl->bcast);
     return n;
+}
+
+/* Attach mode (no back-end program): launches the comm nodes of the file's tree with
+ * TREECAST_MRNET_BACKENDS places under its leaves, waits until they listen, gives the
+ * leaves their ports and exports the attach file's path (TREECAST_ATTACH) so that the
+ * back-ends the tool starts inherit it; the launch goes on in a thread until every
+ * back-end attached. */
+bool Network::create_attached(const char *itopology, const std::map<std::string, std::string> *attrs) {
+    NetworkImpl *impl = _impl;
+    uint32_t count = attach_count(attrs);
+    if (count == 0) {
+        error(ERR_INTERNAL, UnknownRank,
+              "attach mode (no back-end program): treecast needs the number of back-ends the tool will start, "
+              "in TREECAST_MRNET_BACKENDS (docs/mrnet-compat.md)");
+        return false;
+    }
+    std::string err;
+    std::string text = attach_topology(itopology, count, err);
+    if (text.empty()) {
+        error(ERR_TOPOLOGY_FORMAT, UnknownRank, "attach mode: %s", err.c_str());
+        return false;
+    }
+    char dir[] = "/tmp/mrnet-attach-XXXXXX";
+    if (!mkdtemp(dir)) {
+        error(ERR_SYSTEM, UnknownRank, "attach mode: making a private folder in /tmp: %s", strerror(errno));
+        return false;
+    }
+    impl->attach_dir = dir;
+    std::string topo_file = impl->attach_dir + "/topology", file = impl->attach_dir + "/attach";
+    {
+        std::ofstream t(topo_file.c_str());
+        t << text;
+        if (!t) {
+            error(ERR_SYSTEM, UnknownRank, "attach mode: writing %s", topo_file.c_str());
+            return false;
+        }
+    }
+    tc_network_options *o = tc_network_options_new();
+    if (tc_network_options_set_topology_file(o, topo_file.c_str()) != TC_OK) {
+        fail(this, ERR_TOPOLOGY_FORMAT, "reading the topology file");
+        tc_network_options_free(o);
+        return false;
+    }
+    common_options(o, itopology, attrs);
+    /* the leaves' own hosts: each listens on its loopback address with a port that a
+     * back-end there is given (get_Leaves), not on a Unix socket */
+    tc_network_options_set_route(o, "tcp");
+    impl->attach_ms = 300000;
+    if (getenv("MRNET_STARTUP_TIMEOUT")) impl->attach_ms = (uint64_t)atoi(getenv("MRNET_STARTUP_TIMEOUT")) * 1000;
+    tc_network_options_set_attach(o, file.c_str(), impl->attach_ms);
+    impl->topo = new NetworkTopology();
+    impl->topo->parse(text, true);
+    impl->topo->hold_BackEnds();
+    impl->bcast = new Communicator(this, std::set<Rank>());
+    impl->comms.push_back(impl->bcast);
+    impl->attach = ATTACH_WAITING;
+    impl->attach_backends = count;
+    /* Exported before the launch starts threads that could read the environment while
+     * it changes (setenv is not safe then); it stays set after the network ends. */
+    setenv("TREECAST_ATTACH", file.c_str(), 1);
+    impl->launching = std::thread(attach_launch, this, impl, o);
+    /* the file is written once every comm node listens */
+    struct stat st;
+    for (uint64_t waited = 0; stat(file.c_str(), &st) != 0; waited += 20) {
+        std::string why;
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            if (impl->attach == ATTACH_FAILED) why = impl->attach_error;
+        }
+        if (why.empty() && waited > impl->attach_ms) why = "the comm nodes did not start in time";
+        if (!why.empty()) {
+            error(ERR_NETWORK_FAILURE, UnknownRank, "attach mode: %s", why.c_str());
+            return false;
+        }
+        usleep(20000);
+    }
+    std::vector<std::pair<Rank, Port> > ports = attach_ports(file);
+    if (ports.size() != count) {
+        error(ERR_NETWORK_FAILURE, UnknownRank, "attach mode: the attach file %s names %u places, not %u",
+              file.c_str(), (unsigned)ports.size(), count);
+        return false;
+    }
+    for (size_t i = 0; i < ports.size(); i++) impl->topo->set_ParentPort(ports[i].first, ports[i].second);
+    return true;
 }
 
 /* Starts the thread that reads treecast's events, once, when the tool first wants
@@ -527,7 +871,19 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
  * queue, and a tool that wants none pays nothing for them. */
 static void want_events(Network *n, NetworkImpl *impl) {
     std::lock_guard<std::mutex> g(impl->mu);
+    impl->events_wanted = true;
+    start_events(n, impl);
+}
+
+/* Starts the event thread if there is a network and none runs; under impl->mu. */
+static void start_events(Network *n, NetworkImpl *impl) {
     if (impl->net && !impl->events.joinable() && !impl->stop) impl->events = std::thread(event_loop, n, impl);
+}
+
+/* Attach mode: whether the back-ends are still attaching. */
+static bool attaching(NetworkImpl *impl) {
+    std::lock_guard<std::mutex> g(impl->mu);
+    return impl->attach == ATTACH_WAITING;
 }
 
 Network *Network::CreateNetworkBE(int argc, char *argv[]) {
@@ -544,7 +900,28 @@ Network *Network::CreateNetworkBE(int argc, char *argv[]) {
         /* MRNet's convention: ... parent host, parent port, parent rank, own host,
          * own rank. The parent's address and the secret come from the attach file
          * (TREECAST_ATTACH): never from the command line. */
-        long rank = strtol(argv[argc - 1], NULL, 10);
+        char *end = NULL;
+        long rank = strtol(argv[argc - 1], &end, 10);
+        const char *file = getenv("TREECAST_ATTACH");
+        if (!*argv[argc - 1] || *end || rank < 0) {
+            n->error(ERR_INTERNAL, UnknownRank, "the own-rank argument \"%s\" is not a rank (0, 1, ...)",
+                     argv[argc - 1]);
+            return n;
+        }
+        if (!file || !*file) {
+            n->error(ERR_INTERNAL, UnknownRank,
+                     "this back-end has MRNet's arguments but no TREECAST_ATTACH in its environment: the front-end "
+                     "exports it; whatever started this back-end must pass it on (docs/mrnet-compat.md)");
+            return n;
+        }
+        /* the place of this rank is in the file; a parent port given otherwise is
+         * only noted (the tool paired ranks with leaves otherwise than in blocks) */
+        std::vector<std::pair<Rank, Port> > ports = attach_ports(file);
+        Port given = (Port)strtoul(argv[argc - 4], NULL, 10);
+        for (size_t i = 0; i < ports.size(); i++)
+            if (ports[i].first == (Rank)rank && ports[i].second != given && CUR_OUTPUT_LEVEL >= 1)
+                fprintf(stderr, "mrnet: rank %ld joins under the leaf at port %u, its rank's place, not %s\n", rank,
+                        (unsigned)ports[i].second, argv[argc - 4]);
         r = tc_backend_attach(NULL, rank, &impl->be);
     } else {
         n->error(ERR_INTERNAL, UnknownRank,
@@ -566,7 +943,13 @@ Network *Network::CreateNetworkBE(int argc, char *argv[]) {
 
 Network::~Network() {
     NetworkImpl *impl = _impl;
-    impl->stop = true;
+    {
+        std::lock_guard<std::mutex> g(impl->mu);
+        impl->stop = true;
+    }
+    impl->attached.notify_all();
+    /* attach mode: the launch ends when the last back-end attached or at its limit */
+    if (impl->launching.joinable()) impl->launching.join();
     if (impl->events.joinable()) impl->events.join();
     std::vector<Stream *> streams;
     {
@@ -596,6 +979,12 @@ Network::~Network() {
         delete *it;
     }
     delete impl->topo;
+    if (!impl->attach_dir.empty()) {
+        std::string file = impl->attach_dir + "/attach";
+        unlink(file.c_str());
+        unlink((impl->attach_dir + "/topology").c_str());
+        rmdir(impl->attach_dir.c_str());
+    }
     _impl = NULL;
     delete impl;
 }
@@ -619,7 +1008,7 @@ void Network::waitfor_ShutDown(void) const {
             } else if (r != TC_ERR_TIMEOUT && r != TC_ERR_AGAIN) {
                 impl->shutdown = true;
             }
-        } else if (impl->net) {
+        } else if (impl->net || attaching(impl)) {
             want_events(const_cast<Network *>(this), impl);
             usleep(SLICE_MS * 1000);
         } else {
@@ -677,6 +1066,9 @@ extern "C" const unsigned char mrn_adapter_end[];
 /* Loads the adapter plug-in into the network (once): its bytes go to a memory file
  * that treecast loads and ships down the tree. */
 static bool load_adapter(Network *n, NetworkImpl *impl) {
+    /* a tool thread loading a filter and one making a stream must not both load it */
+    static std::mutex loading;
+    std::lock_guard<std::mutex> one(loading);
     if (impl->adapter_loaded) return true;
     size_t len = (size_t)(mrn_adapter_end - mrn_adapter_start);
     char path[64];
@@ -704,7 +1096,7 @@ static bool load_adapter(Network *n, NetworkImpl *impl) {
 }
 
 int Network::load_FilterFunc(const char *so_file, const char *func) {
-    if (!_impl->fe || !_impl->net || !so_file || !func) {
+    if (!_impl->fe || (!_impl->net && !attaching(_impl)) || !so_file || !func) {
         error(ERR_INTERNAL, UnknownRank, "load_FilterFunc: only at a running front-end, with a file and a name");
         return -1;
     }
@@ -737,7 +1129,8 @@ int Network::load_FilterFunc(const char *so_file, const char *func) {
             return -1;
         }
     }
-    if (!load_adapter(this, _impl)) return -1;
+    /* attach mode: the adapter goes into the tree with the first stream using it */
+    if (_impl->net && !load_adapter(this, _impl)) return -1;
     std::lock_guard<std::mutex> g(_impl->mu);
     _impl->filters.push_back(lf);
     return FIRST_LOADED_FILTER + (int)_impl->filters.size() - 1;
@@ -755,12 +1148,15 @@ int Network::load_FilterFuncs(const char *so_file, const std::vector<const char 
 }
 
 Stream *Network::new_Stream(Communicator *comm, int us, int sync, int ds) {
-    if (!_impl->fe || !_impl->net || !comm) {
+    if (!_impl->fe || (!_impl->net && !attaching(_impl)) || !comm) {
         error(ERR_INTERNAL, UnknownRank, "new_Stream: only at a running front-end, over a communicator");
         return NULL;
     }
-    Stream *s = new Stream(this, INVALID_STREAM_ID, comm->_ranks, us, sync, ds);
     std::lock_guard<std::mutex> g(_impl->mu);
+    Stream *s = new Stream(this, INVALID_STREAM_ID, comm->_ranks, us, sync, ds);
+    /* attach mode: the broadcast communicator grows until every back-end attached;
+     * the stream takes its ranks when it is made */
+    s->_broadcast = comm == _impl->bcast;
     _impl->all_streams.push_back(s);
     return s;
 }
@@ -779,6 +1175,14 @@ Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
 int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms) {
     if (impl->data_fd >= 0) tc_backend_fd_clear(impl->be);
     uint32_t id;
+    {
+        std::lock_guard<std::mutex> g(impl->mu);
+        if (!impl->closed_later.empty()) {
+            closed = impl->closed_later.front();
+            impl->closed_later.pop_front();
+            return 2;
+        }
+    }
     if (tc_backend_next_closed(impl->be, &id) == TC_OK) {
         closed = id;
         return 2;
@@ -788,8 +1192,16 @@ int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed,
     if (r == TC_OK) {
         out = from_tc(p);
         tc_packet_free(p);
-        /* a closing that came while waiting came before this packet: it goes first */
         if (wait_ms && tc_backend_next_closed(impl->be, &id) == TC_OK) {
+            /* the closing of this packet's own stream came after it (the front-end
+             * sends nothing on a stream it closed): the packet goes first */
+            if (id == out->get_StreamId()) {
+                std::lock_guard<std::mutex> g(impl->mu);
+                impl->closed_later.push_back(id);
+                return 1;
+            }
+            /* another stream's closing that came while waiting came before this
+             * packet: it goes first */
             Stream *s = be_stream(n, impl, out->get_StreamId());
             std::lock_guard<std::mutex> g(impl->mu);
             s->_pending.push_back(out);
@@ -806,6 +1218,12 @@ int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed,
 
 int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblocking) {
     NetworkImpl *impl = _impl;
+    if (impl->fe && !impl->net) {
+        /* attach mode: nothing can arrive before the back-ends attached */
+        if (!attaching(impl)) return -1;
+        if (!iblocking) return 0;
+        if (!wait_attached(impl)) return -1;
+    }
     if (!impl->net && !impl->be) return -1;
     for (;;) {
         if (impl->be) {
@@ -849,12 +1267,13 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                      ++it)
                     if (!it->second->_closed) live.push_back(it->second);
             }
+            size_t first = impl->next_stream.load();
             for (size_t k = 0; k < live.size(); k++) {
-                Stream *s = live[(impl->next_stream + k) % live.size()];
+                Stream *s = live[(first + k) % live.size()];
                 tc_packet *p = NULL;
                 tc_result r = tc_stream_recv(s->_tc, 0, &p);
                 if (r == TC_OK) {
-                    impl->next_stream = (impl->next_stream + k + 1) % live.size();
+                    impl->next_stream.store((first + k + 1) % live.size());
                     opacket = from_tc(p);
                     tc_packet_free(p);
                     if (otag) *otag = opacket->get_Tag();
@@ -875,7 +1294,18 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                     open = open || !it->second->_closed;
                 }
                 if (any && !open && tc_network_backends(impl->net) > 0) return -1;
+                /* no stream open: nothing tells this loop that the tree ended but the
+                 * events (the network closed, or every back-end lost or gone) */
+                if (!open && iblocking && !impl->events_wanted) {
+                    impl->events_wanted = true;
+                    start_events(this, impl);
+                }
+                size_t backends = tc_network_backends(impl->net), lost = 0;
+                for (std::set<Rank>::iterator it = impl->gone.begin(); it != impl->gone.end(); ++it)
+                    if (*it < backends) lost++;
+                if (!open && backends > 0 && lost >= backends) return -1;
             }
+            if (impl->shutdown) return -1;
         }
         if (!iblocking) return 0;
         wait_fd(impl->data_fd, (int)SLICE_MS);
@@ -903,14 +1333,26 @@ int Network::send(Rank ibe, int itag, const void **idata, const char *iformat_st
 int Network::send(Rank ibe, PacketPtr &ipacket) {
     NetworkImpl *impl = _impl;
     if (!impl->fe || !impl->net || !ipacket || ipacket->has_Error()) return -1;
-    if (!impl->p2p) {
-        impl->p2p = new_Stream(impl->bcast, TFILTER_NULL, SFILTER_DONTWAIT, TFILTER_NULL);
-        if (!impl->p2p || !impl->p2p->ensure()) return -1;
+    Stream *p2p = NULL;
+    {
+        /* one stream for every thread's sends to one rank: made once */
+        std::lock_guard<std::mutex> making(impl->p2p_mu);
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            p2p = impl->p2p;
+        }
+        if (!p2p) {
+            p2p = new_Stream(impl->bcast, TFILTER_NULL, SFILTER_DONTWAIT, TFILTER_NULL);
+            if (!p2p) return -1;
+            std::lock_guard<std::mutex> g(impl->mu);
+            impl->p2p = p2p;
+        }
     }
+    if (!p2p->ensure()) return -1;
     std::vector<tc_value> vals;
     to_values(*ipacket, vals);
     std::string fmt = tc_format(*ipacket);
-    if (tc_stream_send_values_to(impl->p2p->_tc, ibe, ipacket->get_Tag(), fmt.c_str(),
+    if (tc_stream_send_values_to(p2p->_tc, ibe, ipacket->get_Tag(), fmt.c_str(),
                                  vals.empty() ? NULL : &vals[0], vals.size()) != TC_OK) {
         fail(this, ERR_NETWORK_FAILURE, "sending to one back-end");
         return -1;
@@ -924,6 +1366,7 @@ int Network::send(Rank ibe, PacketPtr &ipacket) {
 static const uint64_t FLUSH_LIMIT_MS = 60000;
 
 int Network::flush(void) const {
+    if (_impl->fe && !_impl->net) return attaching(_impl) ? 0 : -1; /* attach mode: nothing was sent yet */
     tc_result r = _impl->fe ? tc_network_flush(_impl->net, FLUSH_LIMIT_MS) : tc_backend_flush(_impl->be, FLUSH_LIMIT_MS);
     if (r != TC_OK) {
         fail(this, ERR_NETWORK_FAILURE, "flushing");
@@ -1020,6 +1463,10 @@ static void event_loop(Network *net, NetworkImpl *impl) {
         case TC_EVENT_RANKS_LOST:
         case TC_EVENT_RANKS_LEFT:
         case TC_EVENT_NODE_LOST:
+            if (kind != TC_EVENT_NODE_LOST) { /* a lost node's back-ends may rejoin */
+                std::lock_guard<std::mutex> g(impl->mu);
+                impl->gone.insert(ranks.begin(), ranks.end());
+            }
             if (ranks.empty()) ranks.push_back(UnknownRank);
             for (size_t i = 0; i < ranks.size(); i++)
                 deliver(net, impl, Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_REMOVE_NODE,
@@ -1031,9 +1478,13 @@ static void event_loop(Network *net, NetworkImpl *impl) {
                         new TopologyEvent::TopolEventData(ranks[i], UnknownRank));
             break;
         case TC_EVENT_RANKS_JOINED:
-            for (size_t i = 0; i < ranks.size(); i++)
+            for (size_t i = 0; i < ranks.size(); i++) {
+                /* attach mode: the launch's back-ends were announced when they attached */
+                NetworkTopology::Node *known = impl->topo ? impl->topo->find_Node(ranks[i]) : NULL;
+                if (known && known->is_BackEnd()) continue;
                 deliver(net, impl, Event::TOPOLOGY_EVENT, TopologyEvent::TOPOL_ADD_BE,
                         new TopologyEvent::TopolEventData(ranks[i], UnknownRank));
+            }
             break;
         case TC_EVENT_FILTER_ERROR:
         case TC_EVENT_STREAM_REFUSED:
@@ -1149,7 +1600,7 @@ bool Network::set_FailureRecovery(bool) { return true; }
 /* ---- Stream ---- */
 
 Stream::Stream(Network *net, unsigned int id, const std::set<Rank> &ranks, int us, int sync, int ds)
-    : _network(net), _tc(NULL), _id(id), _ranks(ranks), _us_filter(us), _sync_filter(sync), _ds_filter(ds),
+    : _network(net), _tc(NULL), _id(id), _ranks(ranks), _broadcast(false), _us_filter(us), _sync_filter(sync), _ds_filter(ds),
       _sync_timeout_ms(1000), _closed(false) {}
 
 Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id) {
@@ -1215,14 +1666,26 @@ bool Stream::ensure(void) const {
     /* two tool threads sending on a new stream must not both make it */
     std::lock_guard<std::mutex> making(impl->make_mu);
     if (_tc) return true;
-    if (!impl->fe || !impl->net) return false;
+    if (!impl->fe) return false;
+    /* attach mode: a stream is made once every back-end attached */
+    if (!wait_attached(impl)) {
+        std::string why;
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            why = impl->attach_error.empty() ? "the network is not running" : impl->attach_error;
+        }
+        _network->error(ERR_NETWORK_FAILURE, UnknownRank, "making a stream: %s", why.c_str());
+        return false;
+    }
     const LoadedFilter *up = NULL, *down = NULL;
     {
         std::lock_guard<std::mutex> g(impl->mu);
         int u = _us_filter - FIRST_LOADED_FILTER, d = _ds_filter - FIRST_LOADED_FILTER;
         if (u >= 0 && (size_t)u < impl->filters.size()) up = &impl->filters[u];
         if (d >= 0 && (size_t)d < impl->filters.size()) down = &impl->filters[d];
+        if (_broadcast && impl->bcast) _ranks = impl->bcast->_ranks;
     }
+    if ((up || down) && !load_adapter(_network, impl)) return false;
     const char *up_name = up ? ADAPTER_NAME : builtin(_us_filter);
     const char *down_name = down ? ADAPTER_NAME : builtin(_ds_filter);
     if (!up_name || !down_name) {

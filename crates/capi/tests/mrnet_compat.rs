@@ -4,7 +4,8 @@
 //! are compiled with g++ against it as MRNet tools are, and run on a local tree of 2 comm
 //! nodes over 4 back-ends: once linked to libmrnet.so, once to the static libraries.
 //! Then back-ends given MRNet's arguments join a tree in attach mode through its
-//! attach file (`tests/mrnet/attach.cpp`).
+//! attach file (`tests/mrnet/attach.cpp`), and an MRNet front-end in attach mode starts
+//! its back-ends itself under the leaves it reads, as STAT does (`tests/mrnet/attach_fe.cpp`).
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -56,13 +57,15 @@ fn gxx(prefix: &Path) -> Command {
 }
 
 /// Runs the front-end in a process group of its own (its tree with it), output to
-/// files in `dir`; kills the group when it ends or hangs. Returns its stdout.
-fn run_front_end(fe: &Path, args: &[&Path], dir: &Path) -> String {
+/// files in `dir`, with `env` added to its environment; kills the group when it ends
+/// or hangs. Returns its stdout.
+fn run_front_end(fe: &Path, args: &[&Path], env: &[(&str, &str)], dir: &Path) -> String {
     let (out, err) = (dir.join("fe.out"), dir.join("fe.err"));
     let file =
         |p: &Path| std::fs::File::create(p).unwrap_or_else(|e| panic!("creating {}: {e}", p.display()));
     let mut child = Command::new(fe)
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::from(file(&out)))
         .stderr(Stdio::from(file(&err)))
         .process_group(0)
@@ -156,7 +159,7 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
     )
     .unwrap_or_else(|e| panic!("writing the topology file: {e}"));
     for front_end in [&fe, &fe_static] {
-        let out = run_front_end(front_end, &[&topology, &be, &filter, dir], dir);
+        let out = run_front_end(front_end, &[&topology, &be, &filter, dir], &[], dir);
         assert!(out.contains("mrnet-compat: ok"), "{} printed:\n{out}", front_end.display());
     }
     let attach = dir.join("attach");
@@ -167,8 +170,38 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
         .arg(src.join("attach.cpp"));
     shared(&mut c);
     must(c.arg("-lpthread"), "compiling tests/mrnet/attach.cpp");
-    let out = run_front_end(&attach, &[&be, &prefix.join("bin/mrnet_commnode"), dir], dir);
+    let out = run_front_end(&attach, &[&be, &prefix.join("bin/mrnet_commnode"), dir], &[], dir);
     assert!(out.contains("mrnet-attach: ok"), "attach printed:\n{out}");
+
+    // MRNet's attach mode at the front-end: comm nodes only, then back-ends the tool
+    // starts itself with MRNet's arguments (5 under 2 leaves: 3 and 2).
+    let attach_fe = dir.join("attach_fe");
+    let mut c = gxx(&prefix);
+    c.arg("-o").arg(&attach_fe).arg(src.join("attach_fe.cpp"));
+    shared(&mut c);
+    must(c.arg("-lpthread"), "compiling tests/mrnet/attach_fe.cpp");
+    let leaves = dir.join("leaves");
+    std::fs::write(
+        &leaves,
+        "# 2 comm nodes; back-ends attach under them\nlocalhost:0 => localhost:1 localhost:2 ;\n",
+    )
+    .unwrap_or_else(|e| panic!("writing the attach-mode topology file: {e}"));
+    let out = run_front_end(
+        &attach_fe,
+        &[&leaves, &be, Path::new("5")],
+        &[("TREECAST_MRNET_BACKENDS", "5"), ("MRNET_STARTUP_TIMEOUT", "60")],
+        dir,
+    );
+    assert!(out.contains("mrnet-attach-fe: ok"), "attach_fe printed:\n{out}");
+    // Fewer back-ends than announced: the launch gives up at its limit and the tool
+    // is told (an error event, a failing receive), not left waiting.
+    let out = run_front_end(
+        &attach_fe,
+        &[&leaves, &be, Path::new("3"), Path::new("short")],
+        &[("TREECAST_MRNET_BACKENDS", "4"), ("MRNET_STARTUP_TIMEOUT", "3")],
+        dir,
+    );
+    assert!(out.contains("mrnet-attach-fe: short: ok"), "attach_fe short printed:\n{out}");
 }
 
 #[test]

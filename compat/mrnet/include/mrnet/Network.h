@@ -31,7 +31,9 @@ class Network : public Error {
  public:
     /* Launches the tree of `itopology` (an MRNet topology file) with `ibackend_exe`
      * and its arguments (NULL-terminated) at the leaves. A NULL back-end is attach
-     * mode: not supported yet (docs/mrnet-compat.md), has_Error() says so. */
+     * mode: the comm nodes only; the tool starts the back-ends under the leaves
+     * (get_Leaves) with MRNet's arguments, TREECAST_MRNET_BACKENDS of them
+     * (docs/mrnet-compat.md). */
     static Network *CreateNetworkFE(const char *itopology, const char *ibackend_exe, const char **ibackend_argv,
                                     const std::map<std::string, std::string> *attrs = NULL,
                                     bool irank_backends = true, bool iusing_mem_buf = false);
@@ -105,6 +107,8 @@ class Network : public Error {
     Network(void);
     Network(const Network &);
     Network &operator=(const Network &);
+    /* CreateNetworkFE without a back-end program; false (with the error set) on failure. */
+    bool create_attached(const char *itopology, const std::map<std::string, std::string> *attrs);
     NetworkImpl *_impl;
 };
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -69,12 +70,23 @@ class NetworkTopology : public Error {
     std::string get_TopologyString(void);
     ~NetworkTopology(void);
 
+    /* The layer's own (front-end attach mode): takes the back-ends out of the tree
+     * until they attach; puts one back under its parent (false if none is held);
+     * sets the port of a held back-end's parent, where it attaches. */
+    void hold_BackEnds(void);
+    bool attach_BackEnd(Rank r);
+    void set_ParentPort(Rank held, Port port);
+
  private:
     NetworkTopology();
     /* Reads `host:index => child:index ... ;` lines; back-ends are the leaves. */
     bool parse(const std::string &text, bool leaves_are_backends);
     void clear(void);
     unsigned int depth_of(Node *) const;
+    /* Back-ends held until they attach. */
+    std::map<Rank, Node *> _held;
+    /* The tree grows while the tool reads it (attach mode): every query holds this. */
+    mutable std::recursive_mutex _mu;
     Node *_root;
     std::vector<Node *> _nodes;
     std::string _text;

@@ -2,6 +2,7 @@
 #if !defined(__stream_h)
 #define __stream_h 1
 
+#include <atomic>
 #include <cstdarg>
 #include <deque>
 #include <set>
@@ -62,11 +63,13 @@ class Stream {
     Network *_network;
     mutable struct tc_stream *_tc;
     mutable unsigned int _id;
-    std::set<Rank> _ranks;
+    mutable std::set<Rank> _ranks; /* a broadcast stream's: taken when it is made */
+    bool _broadcast;               /* over the broadcast communicator (grows in attach mode) */
     int _us_filter, _sync_filter, _ds_filter;
     mutable uint32_t _sync_timeout_ms;
     mutable PacketPtr _up_params, _down_params;
-    mutable bool _closed;
+    /* set by whichever thread sees the closing (a receive, is_Closed), read by any */
+    mutable std::atomic<bool> _closed;
     std::deque<PacketPtr> _pending; /* back-end: packets received for this stream */
 };
 
