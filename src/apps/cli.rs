@@ -365,6 +365,24 @@ pub enum BenchCommand {
     /// a byte back up once each child answered.
     #[command(hide = true)]
     Relay,
+    /// Internal: one process of `bench bcast`'s floor: copies a file as a back-end
+    /// writes one (chunk by chunk), then syncs it.
+    #[command(hide = true)]
+    Write(WriteFloorArgs),
+}
+
+/// Flags of the hidden `treecast bench write`.
+#[derive(Debug, Args)]
+pub struct WriteFloorArgs {
+    /// The file to copy.
+    #[arg(long, value_name = "PATH")]
+    pub src: std::path::PathBuf,
+    /// The copy, made anew.
+    #[arg(long, value_name = "PATH")]
+    pub dst: std::path::PathBuf,
+    /// Bytes per write.
+    #[arg(long, value_name = "BYTES")]
+    pub chunk: usize,
 }
 
 /// Flags of `treecast bench bcast`.

@@ -253,6 +253,9 @@ fn the_bcast_benchmark_times_warm_transfers_and_reports_the_route() {
     // The reference measured in the same run: the same transfers over TCP.
     let (tcp, ratio) = (b["tcp_median_s"].as_f64().unwrap(), b["vs_tcp"].as_f64().unwrap());
     assert!(tcp > 0.0 && (ratio - b["median_s"].as_f64().unwrap() / tcp).abs() < 1e-9, "{b}");
+    // The floor of a local tree, in the same run: as many processes copying and syncing the file.
+    let (floor, vs_floor) = (b["floor_median_s"].as_f64().unwrap(), b["vs_floor"].as_f64().unwrap());
+    assert!(floor > 0.0 && (vs_floor - b["median_s"].as_f64().unwrap() / floor).abs() < 1e-9, "{b}");
 }
 
 /// A bad `TREECAST_UDP_*` value stops the launch, naming the variable and its range,

@@ -15,7 +15,9 @@ use treecast_api::Network;
 use treecast_files::{bcast_files, FileEntry, FileOptions};
 use treecast_monitor::RouteReport;
 
-use crate::apps::cli::{BenchBcastArgs, RouteKind, TreeArgs};
+use std::path::Path;
+
+use crate::apps::cli::{BenchBcastArgs, RouteKind, TreeArgs, WriteFloorArgs};
 
 /// The figures of one `treecast bench bcast`.
 #[derive(Debug, Clone, Serialize)]
@@ -43,6 +45,12 @@ pub struct BcastBench {
     pub tcp_median_s: Option<f64>,
     /// This route's median over the TCP one.
     pub vs_tcp: Option<f64>,
+    /// The floor, for a local tree: the median time of as many processes as there
+    /// are back-ends each copying the file chunk by chunk and syncing it, with no
+    /// network, in the same run.
+    pub floor_median_s: Option<f64>,
+    /// The median over the floor.
+    pub vs_floor: Option<f64>,
 }
 
 /// One tree's transfers.
@@ -79,6 +87,11 @@ pub async fn main(args: BenchBcastArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    // The floor goes to the same file system the back-ends wrote to, after the trees are gone.
+    let floor = match args.tree.local {
+        Some(_) => Some(write_floor(&src, work.path(), m.backends, args.chunk, args.runs)?),
+        None => None,
+    };
     let median_s = m.median_s();
     let sent: u64 = m.routes.iter().map(|r| r.fragments).sum();
     let resent: u64 = m.routes.iter().map(|r| r.retransmitted).sum();
@@ -94,6 +107,8 @@ pub async fn main(args: BenchBcastArgs) -> anyhow::Result<ExitCode> {
         routes: m.routes,
         tcp_median_s: reference,
         vs_tcp: reference.map(|tcp| median_s / tcp),
+        floor_median_s: floor,
+        vs_floor: floor.map(|f| median_s / f),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&bench)?);
@@ -148,6 +163,65 @@ async fn transfers(
     Ok((runs, cpu))
 }
 
+/// Times `runs` rounds of `writers` processes (`treecast bench write`) each copying
+/// `src` into a fresh folder under `work` and syncing it; returns the median seconds.
+fn write_floor(src: &Path, work: &Path, writers: u32, chunk: usize, runs: usize) -> anyhow::Result<f64> {
+    let me = std::env::current_exe().context("finding this program for the floor's writers")?;
+    let mut times = Vec::with_capacity(runs);
+    for run in 0..runs {
+        let dir = work.join(format!("floor{run}"));
+        std::fs::create_dir(&dir)?;
+        let t0 = Instant::now();
+        let children = (0..writers)
+            .map(|i| {
+                std::process::Command::new(&me)
+                    .args(["bench", "write", "--chunk", &chunk.to_string(), "--src"])
+                    .arg(src)
+                    .arg("--dst")
+                    .arg(dir.join(format!("copy{i}.bin")))
+                    .spawn()
+                    .context("starting a writer of the floor")
+            })
+            .collect::<anyhow::Result<Vec<_>>>();
+        // Reaps every writer started, even when a later one could not start.
+        let mut failed = None;
+        for mut child in children? {
+            match child.wait() {
+                Ok(status) if status.success() => {}
+                Ok(status) => failed = Some(format!("a writer of the floor ended with {status}")),
+                Err(e) => failed = Some(format!("waiting for a writer of the floor: {e}")),
+            }
+        }
+        times.push(t0.elapsed().as_secs_f64());
+        std::fs::remove_dir_all(&dir)?;
+        if let Some(why) = failed {
+            anyhow::bail!(why);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// `treecast bench write`: one writer of the floor.
+pub(super) fn write_floor_worker(args: &WriteFloorArgs) -> anyhow::Result<ExitCode> {
+    use std::io::{Read, Write};
+    ensure!(args.chunk > 0, "--chunk needs at least 1 byte");
+    let mut input =
+        std::fs::File::open(&args.src).with_context(|| format!("opening {}", args.src.display()))?;
+    let mut output =
+        std::fs::File::create(&args.dst).with_context(|| format!("creating {}", args.dst.display()))?;
+    let mut block = vec![0u8; args.chunk];
+    loop {
+        let n = input.read(&mut block)?;
+        if n == 0 {
+            break;
+        }
+        output.write_all(&block[..n])?;
+    }
+    output.sync_all().with_context(|| format!("syncing {}", args.dst.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn write_random(path: &std::path::Path, bytes: u64) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
@@ -190,6 +264,13 @@ fn render(b: &BcastBench) -> String {
         out.push_str(&format!(
             "reference, the same over TCP in this run: median {tcp:.3} s; udp/tcp {ratio:.2}x\n"
         ));
+    }
+    match (b.floor_median_s, b.vs_floor) {
+        (Some(floor), Some(ratio)) => out.push_str(&format!(
+            "floor, in this run: {} local processes each copying the file and syncing it, no network: median {floor:.3} s; push/floor {ratio:.2}x\n",
+            b.backends
+        )),
+        _ => out.push_str("floor: measured for a --local tree only (the back-ends' disks are elsewhere)\n"),
     }
     out.push_str(&format!("front-end CPU: {:.2} s in all runs\n", b.front_end_cpu_s));
     if let Some(f) = b.fragments_per_fragment {

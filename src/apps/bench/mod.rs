@@ -36,5 +36,6 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchCommand::Chaos(c) => chaos::main(c).await,
         BenchCommand::Echo => microbench::echo(),
         BenchCommand::Relay => microbench::relay(),
+        BenchCommand::Write(w) => bcast::write_floor_worker(&w),
     }
 }
