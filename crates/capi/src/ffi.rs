@@ -62,6 +62,9 @@ pub(crate) struct Driver {
     idle_cv: Condvar,
     /// Whether the background driver waits on `idle_cv`.
     waiting: AtomicBool,
+    /// Whether the background driver holds the runtime now (it then runs what a
+    /// call queued without driving).
+    driving: AtomicBool,
 }
 
 /// How long no blocking call must have started before the background thread drives
@@ -87,6 +90,7 @@ impl Driver {
             idle: Mutex::new(()),
             idle_cv: Condvar::new(),
             waiting: AtomicBool::new(false),
+            driving: AtomicBool::new(false),
         })
     }
 
@@ -94,6 +98,7 @@ impl Driver {
     /// comes, and takes over again after a quiet spell.
     fn background(&'static self) {
         loop {
+            self.driving.store(true, SeqCst);
             self.rt.block_on(async {
                 loop {
                     let wanted = self.wanted.notified();
@@ -105,6 +110,7 @@ impl Driver {
                     wanted.await;
                 }
             });
+            self.driving.store(false, SeqCst);
             let mut nap = QUIET;
             loop {
                 {
@@ -172,7 +178,10 @@ pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output, Failure> {
     let d = driver()?;
     let mut fut = std::pin::pin!(fut);
     match look_once(d, fut.as_mut()) {
-        Some(out) => Ok(out),
+        Some(out) => {
+            d.calls.fetch_add(1, SeqCst);
+            Ok(out)
+        }
         None => Ok(d.drive(fut)),
     }
 }
@@ -188,6 +197,13 @@ pub(crate) fn block_on_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Outpu
     let d = driver()?;
     let mut fut = std::pin::pin!(fut);
     if let Some(out) = look_once(d, fut.as_mut()) {
+        if ms != 0 {
+            // A tool that would have waited is busy calling: the background thread
+            // stays away, or a burst of receives would hand the runtime back and
+            // forth each time the queue runs dry. A look with limit 0 (a `poll`
+            // loop's) leaves it driving.
+            d.calls.fetch_add(1, SeqCst);
+        }
         return Ok(Some(out));
     }
     match ms {
@@ -222,6 +238,21 @@ fn look_once<F: Future>(d: &Driver, fut: std::pin::Pin<&mut F>) -> Option<F::Out
 /// Longest finite time limit taken as it is; larger ones wait this long (a year), so
 /// that no deadline computed from one overflows.
 const LONGEST_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// Writes out what a call queued without driving (a send that found room in its
+/// window), unless the background thread holds the runtime and does it: a send's
+/// frame leaves on the sender's thread, as in a Rust program's loop, instead of
+/// waiting for the next call.
+fn write_out() {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return;
+    }
+    if let Ok(d) = driver() {
+        if !d.driving.load(SeqCst) {
+            d.drive(std::future::ready(()));
+        }
+    }
+}
 
 /// A time limit in milliseconds as a duration: `TC_FOREVER` and anything over a
 /// year is a year.
@@ -361,7 +392,11 @@ where
     Failure: From<E>,
 {
     match block_on_for(ms, send)? {
-        Some(done) => Ok(done?),
+        Some(done) => {
+            done?;
+            write_out();
+            Ok(())
+        }
         None => Err(Failure::new(
             tc_result::TC_ERR_TIMEOUT,
             format!(
