@@ -61,6 +61,9 @@ static int backend(int use_poll) {
       }
       break;
     }
+    case TAG_PID:
+      CHECK(tc_backend_send(be, stream, TAG_PID, "%d", (int32_t)getpid()));
+      break;
     case TAG_PARITY:
       CHECK(tc_backend_send(be, stream, TAG_PARITY, "%d %s", (int32_t)(rank % 2), rank % 2 ? "odd" : "even"));
       break;

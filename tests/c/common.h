@@ -14,6 +14,7 @@
 #define TAG_ECHO 4  /* answers with the packet's values as they came */
 #define TAG_STALL 5 /* reads nothing until the file $TC_TEST_RELEASE exists (60 s at most) */
 #define TAG_PARITY 6 /* answers "%d %s" rank % 2 and "even" or "odd": two equivalence classes */
+#define TAG_PID 7    /* answers "%d" with the back-end's process id */
 
 #define CHECK(call)                                                                     \
   do {                                                                                  \

@@ -2,6 +2,7 @@
  * out-parameter, and leaves a message on this thread only. */
 #define _DEFAULT_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -17,6 +18,52 @@
       exit(1);                                                                          \
     }                                                                                   \
   } while (0)
+
+/* A back-end this test stopped, let go again at exit whatever happens, so that no
+ * process of the tree stays stopped behind a failed check. */
+static pid_t stopped = 0;
+
+static void let_go(void) {
+  if (stopped > 0) kill(stopped, SIGCONT);
+  stopped = 0;
+}
+
+/* A flush whose peer takes nothing runs out of time with TC_ERR_TIMEOUT and says
+ * what to do. Rank 0's process is stopped (SIGSTOP), so no byte leaves the kernel's
+ * buffers of its link; streams to it are filled to their windows until the buffers
+ * cannot hold what was sent (a flush of 100 ms that still succeeds only means they
+ * could: then one more stream is filled). The timeout firing is what is tested, not
+ * a sleep's length. */
+static void flush_runs_out_of_time(tc_network *net, tc_communicator *zero, tc_stream *to_zero) {
+  CHECK(tc_stream_send(to_zero, TAG_PID, ""));
+  tc_packet *p = NULL;
+  CHECK(tc_stream_recv(to_zero, 30000, &p));
+  int32_t pid = 0;
+  CHECK(tc_packet_unpack(p, "%d", &pid));
+  tc_packet_free(p);
+  EXPECT(pid > 0);
+  enum { STREAMS = 12 }; /* 12 windows of 8 MiB: more than any loopback link buffers */
+  tc_stream *more[STREAMS] = {0};
+  for (int k = 0; k < STREAMS; k++) CHECK(tc_stream_new(net, zero, NULL, NULL, TC_SYNC_DO_NOT_WAIT, 0, &more[k]));
+  EXPECT(atexit(let_go) == 0);
+  stopped = (pid_t)pid;
+  EXPECT(kill(stopped, SIGSTOP) == 0);
+  static unsigned char blob[512 * 1024];
+  tc_result flushed = TC_OK;
+  for (int k = 0; k < STREAMS && flushed == TC_OK; k++) {
+    tc_result r = TC_OK;
+    for (int i = 0; i < 64 && r == TC_OK; i++) r = tc_stream_send(more[k], 99, "%b", blob, (uint32_t)sizeof blob);
+    EXPECT(r == TC_ERR_TIMEOUT); /* the stream's window is full */
+    flushed = tc_network_flush(net, 100);
+  }
+  EXPECT(flushed == TC_ERR_TIMEOUT);
+  EXPECT(strstr(tc_last_error(), "not all written out after 100 ms") != NULL);
+  EXPECT(strstr(tc_last_error(), "is not reading; wait longer, or go on") != NULL);
+  FAILS(tc_network_flush(net, 0), TC_ERR_AGAIN, "not all written out after 0 ms");
+  let_go();
+  CHECK(tc_network_flush(net, 60000)); /* the back-end reads again: everything goes out */
+  for (int k = 0; k < STREAMS; k++) tc_stream_free(more[k]);
+}
 
 static void *other_thread(void *arg) {
   (void)arg;
@@ -174,6 +221,7 @@ static void with_a_network(const char *argv0) {
   FILE *go = fopen(release, "w"); /* the back-end reads again */
   EXPECT(go != NULL && fclose(go) == 0);
   CHECK(tc_network_flush(net, 30000)); /* what the window let through is written out */
+  flush_runs_out_of_time(net, zero, stuck);
   tc_stream_free(stuck);
   tc_communicator_free(zero);
   EXPECT(unlink(release) == 0);

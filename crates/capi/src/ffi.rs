@@ -3,7 +3,9 @@
 
 use std::ffi::{c_char, CStr, CString};
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::error::{tc_result, Failure};
@@ -12,46 +14,245 @@ use crate::error::{tc_result, Failure};
 /// and 0 means "do not wait".
 pub const TC_FOREVER: u64 = u64::MAX;
 
-/// The runtime every handle's tasks and every blocking call run on: two worker
-/// threads, made at the first call that needs it.
+/// The runtime every handle's tasks run on (see [`Driver`]), made at the first call
+/// that needs it, with its background thread.
 pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime, Failure> {
-    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-    RUNTIME
+    driver().map(|d| &d.rt)
+}
+
+/// The runtime's [`Driver`], its background thread started.
+fn driver() -> Result<&'static Driver, Failure> {
+    static DRIVER: OnceLock<Result<Driver, String>> = OnceLock::new();
+    static BACKGROUND: OnceLock<Result<(), String>> = OnceLock::new();
+    let cannot =
+        |e: &String| Failure::new(tc_result::TC_ERR_OTHER, format!("cannot start treecast's threads: {e}"));
+    let d: &'static Driver = DRIVER.get_or_init(Driver::new).as_ref().map_err(cannot)?;
+    BACKGROUND
         .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("treecast")
-                .enable_all()
-                .build()
+            std::thread::Builder::new()
+                .name("treecast".into())
+                .spawn(move || d.background())
+                .map(drop)
                 .map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|e| Failure::new(tc_result::TC_ERR_OTHER, format!("cannot start treecast's threads: {e}")))
+        .map_err(cannot)?;
+    Ok(d)
 }
 
-/// Runs `fut` to its end on the runtime, from a thread of the caller's.
+/// The runtime every handle's tasks run on, and who drives it.
+///
+/// One current-thread runtime: a blocking call drives it on the caller's own thread
+/// while it waits (its sends are written and its answers read there, with no hand-over
+/// between threads: what the Rust API's own loop does), and a thread of the library's,
+/// `treecast`, drives it while no call does, so that the descriptors of `tc_*_fd`
+/// still become readable when data comes between calls. Several callers at once take
+/// turns driving (tokio hands the runtime's core from one `block_on` to the next);
+/// the others wait for their own futures on their own threads.
+pub(crate) struct Driver {
+    rt: tokio::runtime::Runtime,
+    /// Blocking calls under way (driving or waiting for the core).
+    callers: AtomicUsize,
+    /// Blocking calls started since the library began, to see a quiet spell.
+    calls: AtomicU64,
+    /// Tells the background driver to hand the core to a caller.
+    wanted: tokio::sync::Notify,
+    /// Guards the background driver's wait for `callers` to reach 0.
+    idle: Mutex<()>,
+    idle_cv: Condvar,
+    /// Whether the background driver waits on `idle_cv`.
+    waiting: AtomicBool,
+    /// Whether the background driver holds the runtime now (it then runs what a
+    /// call queued without driving).
+    driving: AtomicBool,
+}
+
+/// How long no blocking call must have started before the background thread drives
+/// again: calls that follow one another closer than this (a round trip's send and
+/// receive) keep the core on the callers' threads and never wake it.
+const QUIET: Duration = Duration::from_micros(200);
+
+/// The longest the background thread sleeps between looks while calls keep coming
+/// (the quiet spell doubles from [`QUIET`] up to this): what arrives after a tool's
+/// last blocking call waits at most about this long to be read, and a tool making
+/// calls all the time wakes the thread a few hundred times a second, not thousands.
+const LONGEST_NAP: Duration = Duration::from_millis(2);
+
+impl Driver {
+    fn new() -> Result<Driver, String> {
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        Ok(Driver {
+            rt,
+            callers: AtomicUsize::new(0),
+            calls: AtomicU64::new(0),
+            wanted: tokio::sync::Notify::new(),
+            idle: Mutex::new(()),
+            idle_cv: Condvar::new(),
+            waiting: AtomicBool::new(false),
+            driving: AtomicBool::new(false),
+        })
+    }
+
+    /// The background thread: drives while no caller does, steps aside as soon as one
+    /// comes, and takes over again after a quiet spell.
+    fn background(&'static self) {
+        loop {
+            self.driving.store(true, SeqCst);
+            self.rt.block_on(async {
+                loop {
+                    let wanted = self.wanted.notified();
+                    tokio::pin!(wanted);
+                    wanted.as_mut().enable();
+                    if self.callers.load(SeqCst) > 0 {
+                        return;
+                    }
+                    wanted.await;
+                }
+            });
+            self.driving.store(false, SeqCst);
+            let mut nap = QUIET;
+            loop {
+                {
+                    let mut g = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                    self.waiting.store(true, SeqCst);
+                    while self.callers.load(SeqCst) > 0 {
+                        g = self.idle_cv.wait(g).unwrap_or_else(PoisonError::into_inner);
+                    }
+                    self.waiting.store(false, SeqCst);
+                }
+                let seen = self.calls.load(SeqCst);
+                std::thread::sleep(nap);
+                if self.callers.load(SeqCst) == 0 && self.calls.load(SeqCst) == seen {
+                    break;
+                }
+                // Calls keep coming: look less often, up to LONGEST_NAP.
+                nap = (nap * 2).min(LONGEST_NAP);
+            }
+        }
+    }
+
+    /// Runs `fut` to its end, driving the runtime on this thread when no other caller
+    /// is, then runs what became ready meanwhile (a frame to write) before returning.
+    fn drive<F: Future>(&self, fut: F) -> F::Output {
+        /// Counts the caller out, even on a panic.
+        struct Out<'a>(&'a Driver);
+        impl Drop for Out<'_> {
+            fn drop(&mut self) {
+                // The background thread is woken only when it waits for the last caller.
+                if self.0.callers.fetch_sub(1, SeqCst) == 1 && self.0.waiting.load(SeqCst) {
+                    let _g = self.0.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                    self.0.idle_cv.notify_one();
+                }
+            }
+        }
+        self.calls.fetch_add(1, SeqCst);
+        self.callers.fetch_add(1, SeqCst);
+        let _out = Out(self);
+        self.wanted.notify_waiters();
+        self.rt.block_on(async {
+            let out = fut.await;
+            tokio::task::yield_now().await;
+            out
+        })
+    }
+}
+
+/// The failure of a blocking call made where it would wait on itself.
+fn nested() -> Failure {
+    Failure::new(
+        tc_result::TC_ERR_INVALID,
+        "a blocking treecast call was made from one of treecast's own threads (a callback); \
+         call it from a thread of the tool's",
+    )
+}
+
+/// Runs `fut` to its end: looked at once on this thread first (a packet already
+/// queued, a send with room in its window: no thread is woken and the runtime stays
+/// with whoever drives it), then, if it must wait, driving the runtime on this thread
+/// (see [`Driver`]).
 pub(crate) fn block_on<F: Future>(fut: F) -> Result<F::Output, Failure> {
     if tokio::runtime::Handle::try_current().is_ok() {
-        return Err(Failure::new(
-            tc_result::TC_ERR_INVALID,
-            "a blocking treecast call was made from one of treecast's own threads (a callback); \
-             call it from a thread of the tool's",
-        ));
+        return Err(nested());
     }
-    Ok(runtime()?.block_on(fut))
+    let d = driver()?;
+    let mut fut = std::pin::pin!(fut);
+    match look_once(d, fut.as_mut()) {
+        Some(out) => {
+            d.calls.fetch_add(1, SeqCst);
+            Ok(out)
+        }
+        None => Ok(d.drive(fut)),
+    }
 }
 
-/// Runs `fut` with the time limit `ms` (see [`TC_FOREVER`]); `Ok(None)` when it ran out.
+/// Runs `fut` with the time limit `ms` (see [`TC_FOREVER`]); `Ok(None)` when it ran
+/// out. A limit of 0 looks once and drives nothing, so a tool's `poll` loop that
+/// receives what its descriptor announced leaves the runtime to the thread driving it
+/// between calls.
 pub(crate) fn block_on_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, Failure> {
-    if ms == TC_FOREVER {
-        return block_on(fut).map(Some);
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(nested());
     }
-    block_on(async move { tokio::time::timeout(duration(ms), fut).await.ok() })
+    let d = driver()?;
+    let mut fut = std::pin::pin!(fut);
+    if let Some(out) = look_once(d, fut.as_mut()) {
+        if ms != 0 {
+            // A tool that would have waited is busy calling: the background thread
+            // stays away, or a burst of receives would hand the runtime back and
+            // forth each time the queue runs dry. A look with limit 0 (a `poll`
+            // loop's) leaves it driving.
+            d.calls.fetch_add(1, SeqCst);
+        }
+        return Ok(Some(out));
+    }
+    match ms {
+        0 => Ok(None),
+        TC_FOREVER => Ok(Some(d.drive(fut))),
+        _ => Ok(d.drive(async move { tokio::time::timeout(duration(ms), fut).await.ok() })),
+    }
+}
+
+/// The functions of a waker that does nothing, for [`look_once`]: whoever polls the
+/// future next registers its own. No allocation, so nothing for a leak checker to
+/// report.
+const NO_WAKE: std::task::RawWakerVTable = std::task::RawWakerVTable::new(
+    |_| std::task::RawWaker::new(std::ptr::null(), &NO_WAKE),
+    |_| {},
+    |_| {},
+    |_| {},
+);
+
+/// Polls `fut` once on this thread, in the runtime's context: its output if ready.
+fn look_once<F: Future>(d: &Driver, fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    // SAFETY: every function of the table ignores its (null) data pointer and does
+    // nothing, which is all a waker's contract asks of them.
+    let waker = unsafe { std::task::Waker::from_raw(std::task::RawWaker::new(std::ptr::null(), &NO_WAKE)) };
+    let _context = d.rt.enter();
+    match fut.poll(&mut std::task::Context::from_waker(&waker)) {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => None,
+    }
 }
 
 /// Longest finite time limit taken as it is; larger ones wait this long (a year), so
 /// that no deadline computed from one overflows.
 const LONGEST_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// Writes out what a call queued without driving (a send that found room in its
+/// window), unless the background thread holds the runtime and does it: a send's
+/// frame leaves on the sender's thread, as in a Rust program's loop, instead of
+/// waiting for the next call.
+fn write_out() {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return;
+    }
+    if let Ok(d) = driver() {
+        if !d.driving.load(SeqCst) {
+            d.drive(std::future::ready(()));
+        }
+    }
+}
 
 /// A time limit in milliseconds as a duration: `TC_FOREVER` and anything over a
 /// year is a year.
@@ -191,7 +392,11 @@ where
     Failure: From<E>,
 {
     match block_on_for(ms, send)? {
-        Some(done) => Ok(done?),
+        Some(done) => {
+            done?;
+            write_out();
+            Ok(())
+        }
         None => Err(Failure::new(
             tc_result::TC_ERR_TIMEOUT,
             format!(
