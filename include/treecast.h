@@ -84,6 +84,12 @@
 // Every packet is a wave of its own.
 #define TC_SYNC_DO_NOT_WAIT 2
 
+// Matches any tag in `tc_stream_recv_match` and `tc_stream_irecv_match`.
+#define TC_ANY_TAG INT32_MIN
+
+// Matches any source rank in `tc_stream_recv_match` and `tc_stream_irecv_match`.
+#define TC_ANY_RANK -1
+
 // `%c`: a signed 8-bit integer.
 #define TC_TYPE_CHAR 1
 
@@ -777,6 +783,19 @@ enum tc_result tc_stream_isend_values(const struct tc_stream *stream,
 // `stream` is NULL or live; `out` is NULL or writable.
 enum tc_result tc_stream_irecv(const struct tc_stream *stream, struct tc_request **out);
 
+// As `tc_stream_irecv`, but the request takes only a packet with tag `tag`
+// (`TC_ANY_TAG`: any) from rank `rank` (`TC_ANY_RANK`: any); packets it skips stay,
+// in order, for later receives. Receive requests of one stream start in the order
+// they were made, matched or not: one that may never match holds the later ones
+// back until it is cancelled (a blocking `tc_stream_recv_match` does not).
+//
+// # Safety
+// `stream` is NULL or live; `out` is NULL or writable.
+enum tc_result tc_stream_irecv_match(const struct tc_stream *stream,
+                                     int32_t tag,
+                                     int64_t rank,
+                                     struct tc_request **out);
+
 // Whether the request completed, into `done`, without waiting. `TC_OK` also when it
 // completed with a failure: `tc_request_wait` then returns that failure.
 //
@@ -924,6 +943,18 @@ enum tc_result tc_stream_set_down_params_values(const struct tc_stream *stream,
 enum tc_result tc_stream_recv(const struct tc_stream *stream,
                               uint64_t timeout_ms,
                               struct tc_packet **out);
+
+// As `tc_stream_recv`, but takes only a packet with tag `tag` (`TC_ANY_TAG`: any)
+// from rank `rank` (`TC_ANY_RANK`: any; for a reduction, the lowest rank of its
+// wave); the packets it skips stay, in order, for later receives.
+//
+// # Safety
+// `stream` is NULL or live; `out` is NULL or writable.
+enum tc_result tc_stream_recv_match(const struct tc_stream *stream,
+                                    int32_t tag,
+                                    int64_t rank,
+                                    uint64_t timeout_ms,
+                                    struct tc_packet **out);
 
 // Closes the stream in the whole tree (after what was sent on it) and frees it;
 // NULL is ignored.

@@ -91,6 +91,41 @@ int main(int argc, char **argv) {
   EXPECT(tc_request_wait(orphan, 30000) == TC_ERR_CLOSED);
   tc_request_free(orphan);
 
+  /* Matched receives on a stream with the null filter (every rank's answer comes up
+   * alone): each takes only its tag and rank, and what it skips is still there. */
+  tc_stream *each = NULL;
+  CHECK(tc_stream_new(net, all, NULL, NULL, TC_SYNC_DO_NOT_WAIT, 0, &each));
+  tc_request *odd3 = NULL;
+  CHECK(tc_stream_irecv_match(each, TAG_PARITY, 3, &odd3));
+  CHECK(tc_stream_send(each, TAG_SCALE, "%d", 3));
+  CHECK(tc_stream_send(each, TAG_PARITY, "%d", 0));
+  CHECK(tc_request_wait(odd3, 30000));
+  CHECK(tc_request_packet(odd3, &p));
+  const char *parity = NULL;
+  CHECK(tc_packet_unpack(p, "%d %s", &v, &parity));
+  EXPECT(tc_packet_tag(p) == TAG_PARITY && tc_packet_rank(p) == 3 && v == 1 && strcmp(parity, "odd") == 0);
+  tc_packet_free(p);
+  tc_request_free(odd3);
+  CHECK(tc_stream_recv_match(each, TAG_SCALE, 2, 30000, &p));
+  CHECK(tc_packet_unpack(p, "%d", &v));
+  EXPECT(tc_packet_tag(p) == TAG_SCALE && tc_packet_rank(p) == 2 && v == 3 * 3);
+  tc_packet_free(p);
+  p = NULL;
+  EXPECT(tc_stream_recv_match(each, 12345, TC_ANY_RANK, 50, &p) == TC_ERR_TIMEOUT && p == NULL);
+  EXPECT(tc_stream_recv_match(each, TC_ANY_TAG, -7, 50, &p) == TC_ERR_INVALID);
+  unsigned seen = 0; /* bit (tag == TAG_PARITY) * 4 + rank */
+  seen |= 1u << (4 + 3);
+  seen |= 1u << 2;
+  for (int k = 0; k < 6; k++) {
+    CHECK(tc_stream_recv_match(each, TC_ANY_TAG, TC_ANY_RANK, 30000, &p));
+    unsigned bit = (tc_packet_tag(p) == TAG_PARITY ? 4u : 0u) + tc_packet_rank(p);
+    EXPECT(!(seen & (1u << bit)));
+    seen |= 1u << bit;
+    tc_packet_free(p);
+  }
+  EXPECT(seen == 0xff);
+  tc_stream_free(each);
+
   /* A send refused at once (the wrong kind of value) fails at its start. */
   tc_request *bad = NULL;
   EXPECT(tc_stream_isend(sum, TAG_SCALE, &bad, "%d %", 1) == TC_ERR_FORMAT && bad == NULL);

@@ -220,6 +220,36 @@ pub unsafe extern "C" fn tc_stream_irecv(stream: *const tc_stream, out: *mut *mu
     })
 }
 
+/// As `tc_stream_irecv`, but the request takes only a packet with tag `tag`
+/// (`TC_ANY_TAG`: any) from rank `rank` (`TC_ANY_RANK`: any); packets it skips stay,
+/// in order, for later receives. Receive requests of one stream start in the order
+/// they were made, matched or not: one that may never match holds the later ones
+/// back until it is cancelled (a blocking `tc_stream_recv_match` does not).
+///
+/// # Safety
+/// `stream` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_irecv_match(
+    stream: *const tc_stream,
+    tag: i32,
+    rank: i64,
+    out: *mut *mut tc_request,
+) -> tc_result {
+    guard("tc_stream_irecv_match", || {
+        // SAFETY: as the caller promised.
+        let s = unsafe { arg(stream, "stream") }?;
+        out_ok(out, "out")?;
+        let only = crate::stream::receive_match(tag, rank)?;
+        let receiver = s.receiver.clone();
+        let request = tc_request::start(&s.recv_turns, async move {
+            receiver.lock().await.recv_matching(only).await.map(Some).map_err(Failure::from)
+        })?;
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(request)) };
+        Ok(())
+    })
+}
+
 /// Whether the request completed, into `done`, without waiting. `TC_OK` also when it
 /// completed with a failure: `tc_request_wait` then returns that failure.
 ///

@@ -287,6 +287,55 @@ pub unsafe extern "C" fn tc_stream_recv(
     })
 }
 
+/// Matches any tag in `tc_stream_recv_match` and `tc_stream_irecv_match`.
+pub const TC_ANY_TAG: i32 = i32::MIN;
+/// Matches any source rank in `tc_stream_recv_match` and `tc_stream_irecv_match`.
+pub const TC_ANY_RANK: i64 = -1;
+
+/// What a matched receive takes: `tag` (`TC_ANY_TAG`: any) from `rank`
+/// (`TC_ANY_RANK`: any; else a rank, 0 to 2^32 - 1).
+pub(crate) fn receive_match(tag: i32, rank: i64) -> Result<treecast_api::Match, Failure> {
+    let rank = match rank {
+        TC_ANY_RANK => None,
+        r => Some(u32::try_from(r).map_err(|_| {
+            Failure::new(
+                tc_result::TC_ERR_INVALID,
+                format!("rank {r} is not a rank: give 0 to 4294967295, or TC_ANY_RANK for any"),
+            )
+        })?),
+    };
+    let tag = (tag != TC_ANY_TAG).then_some(tag);
+    Ok(treecast_api::Match { tag, rank, stream: None })
+}
+
+/// As `tc_stream_recv`, but takes only a packet with tag `tag` (`TC_ANY_TAG`: any)
+/// from rank `rank` (`TC_ANY_RANK`: any; for a reduction, the lowest rank of its
+/// wave); the packets it skips stay, in order, for later receives.
+///
+/// # Safety
+/// `stream` is NULL or live; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tc_stream_recv_match(
+    stream: *const tc_stream,
+    tag: i32,
+    rank: i64,
+    timeout_ms: u64,
+    out: *mut *mut tc_packet,
+) -> tc_result {
+    guard("tc_stream_recv_match", || {
+        // SAFETY: as the caller promised.
+        let s = unsafe { arg(stream, "stream") }?;
+        out_ok(out, "out")?;
+        let only = receive_match(tag, rank)?;
+        let packet = block_on_for(timeout_ms, async { s.receiver.lock().await.recv_matching(only).await })?
+            .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
+        let p = tc_packet::new(packet)?;
+        // SAFETY: checked not NULL.
+        unsafe { put(out, handle(p)) };
+        Ok(())
+    })
+}
+
 /// Closes the stream in the whole tree (after what was sent on it) and frees it;
 /// NULL is ignored.
 ///
