@@ -37,6 +37,7 @@ mod plan;
 mod rankset;
 pub mod requests;
 mod routemsg;
+mod stripe;
 mod value;
 
 pub use codec::Reader;
@@ -72,6 +73,7 @@ pub use plan::{
 };
 pub use rankset::RankSet;
 pub use routemsg::{McastOffer, RouteMsg, MAX_DECLINE_REASON};
+pub use stripe::{PieceHeader, MAX_PIECE, PIECE_HEADER_LEN};
 pub use value::{
     decode_values, encode_bytes_head, encode_values, ArrayElement, ScalarType, Value, ValueType,
 };
