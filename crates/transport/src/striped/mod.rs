@@ -43,6 +43,7 @@
 mod pieces;
 #[cfg(test)]
 mod tests;
+mod with;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -58,6 +59,7 @@ use tokio::task::JoinHandle;
 use treecast_wire::{cut_frames, Frame, LaunchPlan, PieceHeader, HEADER_LEN, PIECE_HEADER_LEN};
 
 use pieces::{cuts, Incoming, Outgoing};
+pub use with::WithStriped;
 
 use crate::handshake::{self, TOKEN};
 use crate::recording::{LinkPlace, NodeClock, PeerClock};
