@@ -324,7 +324,7 @@ def enc_plan(p, version=PLAN_VERSION):
     out += u32(p.get("depth", 0)) + enc_strings(p.get("filters", []))
     out += u32(p["max_control"])
     out += enc_clock(p.get("clock", {})) + u32(p.get("zero_copy_min", 0))
-    return out + bytes([p.get("stripes", 0)])
+    return out + bytes([p.get("stripes", 0)]) + enc_flag(p.get("mptcp", False))
 
 
 def enc_clock(c):
@@ -482,6 +482,7 @@ PLAN_SSH = {
     "clock": {"resync_ms": 60000, "probe_burst": 4, "probe_gap_us": 0, "distort": "seed:3,offset_us:500"},
     "zero_copy_min": 1 << 20,
     "stripes": 2,
+    "mptcp": True,
 }
 
 MEMBER_PLAN_SPAWNED = {
@@ -799,20 +800,23 @@ INVALID_CASES = [
     ("control", "plan version 4 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=4), "Invalid"),
     ("control", "plan version 5 (before the control frame limit and the clock settings)", bytes([1]) + enc_plan(PLAN_SSH, version=5), "Invalid"),
     ("control", "plan version 6 (before the zero-copy threshold)", bytes([1]) + enc_plan(PLAN_SSH, version=6), "Invalid"),
-    ("control", "plan version 7 (before the connections per link)", bytes([1]) + enc_plan(PLAN_SSH, version=7), "Invalid"),
+    ("control", "plan version 7 (before the connections per link and Multipath TCP)", bytes([1]) + enc_plan(PLAN_SSH, version=7), "Invalid"),
     ("control", "plan version 9", bytes([1]) + enc_plan(PLAN_SSH, version=9), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
     # The plan ends with the control frame limit (4 bytes), the clock settings (24
-    # bytes when none is set), the zero-copy threshold (4) and the connections per link (1).
-    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-34], "Truncated"),
-    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-30], "Truncated"),
-    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-6], "Truncated"),
-    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-29] + bytes([2]) + enc_plan(PLAN_LOCAL)[-28:], "Invalid"),
-    ("control", "plan cut inside its zero-copy threshold", bytes([1]) + enc_plan(PLAN_LOCAL)[:-2], "Truncated"),
-    ("control", "plan without its connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
-    ("control", "plan with 17 connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1] + bytes([17]), "Invalid"),
+    # bytes when none is set), the zero-copy threshold (4), the connections per link (1)
+    # and the Multipath TCP flag (1).
+    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-35], "Truncated"),
+    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-31], "Truncated"),
+    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-7], "Truncated"),
+    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-30] + bytes([2]) + enc_plan(PLAN_LOCAL)[-29:], "Invalid"),
+    ("control", "plan cut inside its zero-copy threshold", bytes([1]) + enc_plan(PLAN_LOCAL)[:-3], "Truncated"),
+    ("control", "plan without its connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-2], "Truncated"),
+    ("control", "plan with 17 connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-2] + bytes([17, 0]), "Invalid"),
+    ("control", "plan without its Multipath TCP flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
+    ("control", "plan Multipath TCP flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1] + bytes([2]), "Invalid"),
     # member plan
     ("control", "member plan version 1 (before the zero-copy threshold)", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=1), "Invalid"),
     ("control", "member plan version 3", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=3), "Invalid"),

@@ -41,7 +41,7 @@ mod udp_route;
 pub use alloc::keep_large_buffers;
 
 pub use error::TransportError;
-pub use net::{Listener, Stream};
+pub use net::{is_mptcp, Listener, Stream, MPTCP_PREFIX};
 pub use route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent};
 pub use secret::{Secret, SECRET_ENV};
 pub use socket::Socket;

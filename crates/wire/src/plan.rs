@@ -167,6 +167,9 @@ pub struct LaunchPlan {
     /// Connections per link between the receiver and its children, and between
     /// them and theirs (0 or 1: one; more: striped links, up to [`MAX_STRIPES`]).
     pub stripes: u8,
+    /// Links between the receiver and its children, and below, are opened as
+    /// Multipath TCP where the kernel takes it (plain TCP where it refuses).
+    pub mptcp: bool,
 }
 
 /// Most connections one striped link may have.
@@ -241,6 +244,7 @@ impl LaunchPlan {
             clock: ClockPlan::default(),
             zero_copy_min: 0,
             stripes: 0,
+            mptcp: false,
         }
     }
 
@@ -291,6 +295,7 @@ impl LaunchPlan {
         self.clock.encode(out);
         out.extend_from_slice(&self.zero_copy_min.to_le_bytes());
         out.push(self.stripes);
+        out.push(u8::from(self.mptcp));
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -393,6 +398,7 @@ impl LaunchPlan {
                     })
                 }
             },
+            mptcp: decode_bool(r, "Multipath TCP flag")?,
         })
     }
 }
@@ -526,6 +532,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         clock: sample_clock(),
         zero_copy_min: 1 << 20,
         stripes: 2,
+        mptcp: true,
     }
 }
 
