@@ -35,6 +35,9 @@
 //!   stops its readers, and so its peers). The bookkeeping has no I/O and is tested
 //!   on its own; the piece header is encoded in `treecast_wire`.
 //!
+//! For tests, [`CUT_ENV`] makes a process cut one connection of each of its
+//! striped links mid-transfer.
+//!
 //! Not done here: monitoring (a striped link records no latency samples, and a
 //! frame keeps the stamp it was queued with), payload files between processes of
 //! one host, and a limit on how long a connection that stops reading, without
@@ -76,6 +79,9 @@ const MAX_HELD: usize = 1 << 30;
 const EVENTS: usize = 256;
 /// Events taken per pass before other work gets a turn.
 const EVENTS_PER_PASS: usize = 1024;
+/// Fault injection for tests: after this many pieces of a link arrived in order,
+/// this side cuts the link's connection 1 as [`StripedRoute::break_connection`] does.
+pub const CUT_ENV: &str = "TREECAST_STRIPE_CUT";
 /// Small pieces written in one system call, bytes.
 const BATCH: usize = 64 << 10;
 
@@ -177,6 +183,8 @@ struct Link {
     /// Closed by this side: reported to nobody when its connections end.
     closing: bool,
     ack_due: bool,
+    /// Connection 1 was cut by [`CUT_ENV`].
+    cut: bool,
 }
 
 impl Link {
@@ -215,6 +223,8 @@ pub struct StripedRoute {
     /// Links closed while sending, reported by the next `poll_recv`.
     broken: Vec<(LinkId, Option<String>)>,
     max_frame: usize,
+    /// [`CUT_ENV`], read once.
+    cut_after: Option<u64>,
 }
 
 impl std::fmt::Debug for StripedRoute {
@@ -363,6 +373,7 @@ impl StripedRoute {
             wake: Arc::default(),
             broken: Vec::new(),
             max_frame,
+            cut_after: std::env::var(CUT_ENV).ok().and_then(|v| v.parse().ok()),
         }
     }
 
@@ -399,6 +410,7 @@ impl StripedRoute {
             rbuf: BytesMut::new(),
             closing: false,
             ack_due: false,
+            cut: false,
         };
         self.links.insert(link, link_state);
         Ok(())
@@ -450,6 +462,11 @@ impl StripedRoute {
                     return;
                 }
                 l.ack_due = true;
+                if self.cut_after.is_some_and(|n| l.inc.in_order() >= n) && !l.cut && l.conns.len() > 1 {
+                    l.cut = true;
+                    tracing::warn!(peer = %l.name, "{CUT_ENV}: cutting connection 1 of the striped link");
+                    l.conns[1].ctl.shutdown(std::net::Shutdown::Both);
+                }
                 let mut failure = l.inc.piece(seq, data, &mut l.rbuf).err().map(|e| e.to_string());
                 if failure.is_none() {
                     match cut_frames(&mut l.rbuf, self.max_frame) {

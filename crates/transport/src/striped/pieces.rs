@@ -142,7 +142,6 @@ impl Incoming {
     }
 
     /// The next piece in order: how many arrived in order so far.
-    #[cfg(test)]
     pub(crate) fn in_order(&self) -> u64 {
         self.next
     }
