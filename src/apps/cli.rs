@@ -614,6 +614,14 @@ pub struct RouteBenchArgs {
     /// real sockets.
     #[arg(long)]
     pub sim: bool,
+    /// Between two hosts: answer clients at ADDR (treecast links) and its port + 1
+    /// (the raw TCP floor) until killed; the secret comes from TREECAST_SECRET.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["sim", "to"])]
+    pub serve: Option<String>,
+    /// Between two hosts: measure tcp, the raw TCP floor and --route (default
+    /// striped:2 and mptcp) against a `--serve` at ADDR (one per rail, comma-separated).
+    #[arg(long, value_name = "ADDR[,ADDR]", conflicts_with = "sim")]
+    pub to: Option<String>,
     /// Real sockets: round trips timed per row (fewer for messages over 8 MiB).
     #[arg(long, default_value_t = 20)]
     pub rounds: usize,

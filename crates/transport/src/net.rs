@@ -203,14 +203,24 @@ impl Listener {
     /// # Errors
     /// The OS refused to bind.
     pub fn mptcp(ip: IpAddr) -> Result<Listener, TransportError> {
-        Self::mptcp_with(ip, IPPROTO_MPTCP)
+        Self::mptcp_with(SocketAddr::new(ip, 0), IPPROTO_MPTCP)
     }
 
-    fn mptcp_with(ip: IpAddr, protocol: i32) -> Result<Listener, TransportError> {
-        let io = |source| TransportError::Io { what: format!("listening on {ip} by Multipath TCP"), source };
-        let addr = SocketAddr::new(ip, 0);
+    /// [`Listener::mptcp`] on a given port (a benchmark's server, whose clients
+    /// know its port).
+    ///
+    /// # Errors
+    /// The OS refused to bind.
+    pub fn mptcp_at(addr: SocketAddr) -> Result<Listener, TransportError> {
+        Self::mptcp_with(addr, IPPROTO_MPTCP)
+    }
+
+    fn mptcp_with(addr: SocketAddr, protocol: i32) -> Result<Listener, TransportError> {
+        let io =
+            |source| TransportError::Io { what: format!("listening on {addr} by Multipath TCP"), source };
         let socket = mptcp_socket(&addr, protocol).map_err(io)?;
         socket.set_nonblocking(true).map_err(io)?;
+        socket.set_reuse_address(true).map_err(io)?;
         socket.bind(&addr.into()).map_err(io)?;
         socket.listen(1024).map_err(io)?;
         TcpListener::from_std(std::net::TcpListener::from(socket)).map(Listener::Tcp).map_err(io)
@@ -356,7 +366,7 @@ mod tests {
     #[tokio::test]
     async fn where_the_kernel_refuses_mptcp_links_fall_back_to_tcp() {
         // A protocol no kernel has stands for a kernel without MPTCP.
-        let listener = Listener::mptcp_with("127.0.0.1".parse().unwrap(), 253).unwrap();
+        let listener = Listener::mptcp_with("127.0.0.1:0".parse().unwrap(), 253).unwrap();
         let Listener::Tcp(l) = &listener else { panic!() };
         let addr = l.local_addr().unwrap();
         let server = tokio::spawn(async move { listener.accept().await.unwrap().0 });

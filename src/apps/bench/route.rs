@@ -58,6 +58,12 @@ pub struct RouteRow {
 
 /// Runs the benchmark.
 pub async fn main(args: RouteBenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(addr) = &args.serve {
+        return super::route_pair::serve(addr).await;
+    }
+    if let Some(to) = &args.to {
+        return super::route_pair::client(&args, to).await;
+    }
     if !args.sim {
         return super::route_live::main(args).await;
     }
