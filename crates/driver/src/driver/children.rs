@@ -353,7 +353,9 @@ impl ChildrenTask {
                 accepted = accept(running.listeners.as_ref()) => match accepted {
                     Ok((mut stream, peer)) => {
                         pending.retain(|(_, h)| !h.is_finished());
-                        if pending.len() >= admission_capacity(running.awaited.len()) {
+                        // A child on striped links makes one handshake per connection.
+                        let per_child = usize::from(self.plan.stripes.max(1));
+                        if pending.len() >= admission_capacity(running.awaited.len() * per_child) {
                             if let Some((evict, _)) = pending.pop_front() {
                                 let _ = evict.send(());
                             }
