@@ -190,8 +190,10 @@ pub struct TreeArgs {
     /// How large downstream frames (file chunks, big multicasts) reach the children of
     /// each node: over each child's link (tcp), or by reliable UDP multicast to the
     /// children on the node's subnet, one datagram for all (udp; TREECAST_UDP_*
-    /// variables tune it, see docs/multicast.md).
-    #[arg(long, value_enum, default_value_t = RouteKind::Tcp)]
+    /// variables tune it, see docs/multicast.md); over N connections per link, large
+    /// frames cut across them (striped:N, N from 2 to 16; docs/routes.md); or over
+    /// Multipath TCP links, plain TCP where the kernel refuses it (mptcp).
+    #[arg(long, default_value_t = RouteKind::Tcp)]
     pub route: RouteKind,
 }
 
@@ -624,12 +626,20 @@ pub struct SimArgs {
 pub struct RouteBenchArgs {
     /// The route to measure (default: both on real sockets, the TCP rows being the
     /// reference of the UDP rows; udp with --sim).
-    #[arg(long, value_enum)]
+    #[arg(long)]
     pub route: Option<RouteKind>,
     /// Run the protocol in a simulated LAN (virtual time) instead of a local tree on
     /// real sockets.
     #[arg(long)]
     pub sim: bool,
+    /// Between two hosts: answer clients at ADDR (treecast links) and its port + 1
+    /// (the raw TCP floor) until killed; the secret comes from TREECAST_SECRET.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["sim", "to"])]
+    pub serve: Option<String>,
+    /// Between two hosts: measure tcp, the raw TCP floor and --route (default
+    /// striped:2 and mptcp) against a `--serve` at ADDR (one per rail, comma-separated).
+    #[arg(long, value_name = "ADDR[,ADDR]", conflicts_with = "sim")]
+    pub to: Option<String>,
     /// Real sockets: round trips timed per row (fewer for messages over 8 MiB).
     #[arg(long, default_value_t = 20)]
     pub rounds: usize,
@@ -656,13 +666,55 @@ pub struct RouteBenchArgs {
     pub json: bool,
 }
 
-/// A route `treecast bench route` measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// A route a tree's links take (`--route`), and that `treecast bench route` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouteKind {
     /// One TCP (or Unix) connection per child.
     Tcp,
     /// The reliable multicast route over UDP.
     Udp,
+    /// N connections per link (`striped:N`), large frames cut across them.
+    Striped(u8),
+    /// One Multipath TCP connection per child (plain TCP where the kernel refuses it).
+    Mptcp,
+}
+
+impl std::str::FromStr for RouteKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "tcp" => Ok(RouteKind::Tcp),
+            "udp" => Ok(RouteKind::Udp),
+            "mptcp" => Ok(RouteKind::Mptcp),
+            _ => match s.strip_prefix("striped:").map(str::parse::<u8>) {
+                Some(Ok(n)) if (2..=treecast_wire::MAX_STRIPES).contains(&n) => Ok(RouteKind::Striped(n)),
+                Some(_) => Err(format!("{s:?}: striped:N takes N from 2 to {}", treecast_wire::MAX_STRIPES)),
+                None => Err(format!("{s:?} is not a route: tcp, udp, striped:N or mptcp")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for RouteKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RouteKind::Tcp => f.write_str("tcp"),
+            RouteKind::Udp => f.write_str("udp"),
+            RouteKind::Striped(n) => write!(f, "striped:{n}"),
+            RouteKind::Mptcp => f.write_str("mptcp"),
+        }
+    }
+}
+
+impl RouteKind {
+    /// Connections per link in the launch plan (0: one).
+    pub fn stripes(self) -> u8 {
+        match self {
+            RouteKind::Striped(n) => n,
+            _ => 0,
+        }
+    }
 }
 
 /// Flags of `treecast bench filter`.

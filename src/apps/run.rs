@@ -323,7 +323,9 @@ pub fn builder(
     let backends = topology.backends();
     let mut builder = super::settings::builder_unless(topology, &overridden(args))?
         .allow_missing(args.allow_missing)
-        .udp_route(args.route == super::cli::RouteKind::Udp);
+        .udp_route(args.route == super::cli::RouteKind::Udp)
+        .stripes(args.route.stripes())
+        .mptcp(args.route == super::cli::RouteKind::Mptcp);
     if let Some(secs) = args.dead_after {
         // Shorter, and scheduling delays alone would cut healthy nodes off.
         anyhow::ensure!(

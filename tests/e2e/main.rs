@@ -30,3 +30,4 @@ mod slurm;
 mod spawn;
 mod startup;
 mod streams;
+mod striped;

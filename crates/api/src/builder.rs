@@ -53,6 +53,8 @@ pub struct NetworkBuilder {
     liveness: Option<LivenessLimits>,
     rejoin: Option<Duration>,
     udp_route: bool,
+    stripes: u8,
+    mptcp: bool,
     udp_settings: Vec<(String, String)>,
     /// The log filter every process of the tree uses (`TREECAST_LOG`'s syntax).
     log: String,
@@ -92,6 +94,8 @@ impl NetworkBuilder {
             liveness: Some(LivenessLimits::default()),
             rejoin: Some(env::DEFAULT_REJOIN_WITHIN),
             udp_route: false,
+            stripes: 0,
+            mptcp: false,
             udp_settings: Vec::new(),
             log: String::new(),
             clock: ClockPlan::default(),
@@ -284,6 +288,21 @@ impl NetworkBuilder {
         self
     }
 
+    /// Carries every link of the tree over `n` connections to the same peer (a
+    /// striped link: large frames cut across them, a failed one's share sent on
+    /// the others; docs/routes.md); 0 or 1: one connection. At most 16.
+    pub fn stripes(mut self, n: u8) -> Self {
+        self.stripes = n.min(treecast_wire::MAX_STRIPES);
+        self
+    }
+
+    /// Opens the tree's TCP links by Multipath TCP, plain TCP where the kernel
+    /// refuses it (logged once; docs/routes.md).
+    pub fn mptcp(mut self, yes: bool) -> Self {
+        self.mptcp = yes;
+        self
+    }
+
     /// Sets one `TREECAST_UDP_*` setting of the UDP route for every node
     /// (docs/multicast.md lists them).
     pub fn udp_setting(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
@@ -325,6 +344,8 @@ impl NetworkBuilder {
             self.liveness.map_or((0, 0), |l| (ms(l.heartbeat), ms(l.dead_after)));
         plan.rejoin_ms = self.rejoin.map_or(0, ms);
         plan.udp = self.udp_route.then(|| self.udp_settings());
+        plan.stripes = self.stripes;
+        plan.mptcp = self.mptcp;
         plan.clock = self.clock.clone();
         plan.zero_copy_min = self.zero_copy_min.map_or(0, |n| n.clamp(1, u32::MAX as usize) as u32);
         plan

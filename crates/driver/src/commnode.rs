@@ -56,6 +56,50 @@ pub fn read_secret() -> Result<Secret, NodeError> {
     }
 }
 
+/// Prefix of a parent address whose children link over several connections.
+const STRIPED_PREFIX: &str = "striped:";
+
+/// The parent address a child is given: `addr` as it is, or with `stripes` > 1
+/// `striped:N@addr`, which makes the child open a striped link of N connections.
+pub fn striped_address(stripes: u8, addr: String) -> String {
+    match stripes {
+        0 | 1 => addr,
+        n => format!("{STRIPED_PREFIX}{n}@{addr}"),
+    }
+}
+
+/// The parent address a child of a node with launch plan `plan` is given: with
+/// `plan.mptcp` a TCP address as `mptcp:ADDR`, with `plan.stripes` > 1 as
+/// [`striped_address`] says.
+pub fn child_parent_address(plan: &treecast_wire::LaunchPlan, addr: String) -> String {
+    let addr = match plan.mptcp && !addr.starts_with("unix:") {
+        true => format!("{}{addr}", treecast_transport::MPTCP_PREFIX),
+        false => addr,
+    };
+    striped_address(plan.stripes, addr)
+}
+
+/// A striped parent address: the connections per link and the parent's address
+/// on each of its rails (comma-separated). `None` for a plain address.
+///
+/// # Errors
+/// A `striped:` address with no count from 1 to 16, or no address.
+pub fn parse_striped(addr: &str) -> Result<Option<(u8, Vec<String>)>, NodeError> {
+    let Some(rest) = addr.strip_prefix(STRIPED_PREFIX) else { return Ok(None) };
+    let bad = |reason: &str| NodeError::Env { var: env::PARENT, reason: format!("{addr:?}: {reason}") };
+    let (count, addrs) = rest.split_once('@').ok_or_else(|| bad("no '@' after the connection count"))?;
+    let count: u8 = count
+        .parse()
+        .ok()
+        .filter(|n| (1..=treecast_wire::MAX_STRIPES).contains(n))
+        .ok_or_else(|| bad("the connection count is not a number from 1 to 16"))?;
+    let addrs: Vec<String> = addrs.split(',').filter(|a| !a.is_empty()).map(str::to_owned).collect();
+    if addrs.is_empty() {
+        return Err(bad("no address after '@'"));
+    }
+    Ok(Some((count, addrs)))
+}
+
 /// Connects to a parent at `addr` and authenticates as `node_id`.
 ///
 /// # Errors
@@ -70,6 +114,13 @@ pub async fn connect_to(
     secret: &Secret,
     limit: Duration,
 ) -> Result<Stream, NodeError> {
+    // A striped parent address: one plain connection to its first address (a
+    // rejoin, a tool's own connection).
+    let first = match parse_striped(addr)? {
+        Some((_, addrs)) => addrs.into_iter().next(),
+        None => None,
+    };
+    let addr = first.as_deref().unwrap_or(addr);
     let deadline = tokio::time::Instant::now() + limit;
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -181,13 +232,27 @@ pub async fn join_parent<T: Tool>(
     launching: Launching,
     max_frame: usize,
 ) -> Result<Driver<T, NodeRoute>, NodeError> {
-    let stream = connect_to(parent, core.node_id(), &launching.secret, CONNECT_LIMIT).await?;
     let io = |what: &'static str| move |source| NodeError::Io { what: what.into(), source };
-    let socket = stream.into_socket().map_err(io("taking over the parent link"))?;
+    let sockets = match parse_striped(parent)? {
+        Some((count, addrs)) => {
+            treecast_transport::striped::connect(
+                &addrs,
+                count,
+                core.node_id(),
+                &launching.secret,
+                CONNECT_LIMIT,
+            )
+            .await?
+        }
+        None => {
+            let stream = connect_to(parent, core.node_id(), &launching.secret, CONNECT_LIMIT).await?;
+            vec![stream.into_socket().map_err(io("taking over the parent link"))?]
+        }
+    };
     core.set_clock(env::system_clock(), treecast_proto::ClockConfig::default());
     let mut driver = Driver::new(core, tool, launching, max_frame);
     driver
-        .add_link(socket, Peer::Parent, format!("parent {parent}"))
+        .add_links(sockets, Peer::Parent, format!("parent {parent}"))
         .map_err(io("registering the parent link"))?;
     Ok(driver)
 }

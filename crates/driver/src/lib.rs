@@ -19,8 +19,8 @@ pub mod env;
 mod error;
 
 pub use commnode::{
-    connect_to, join_parent, read_secret, run_comm_node, run_comm_node_as, run_comm_node_with, COMM_NODE_ARG,
-    DEFAULT_MAX_FRAME,
+    child_parent_address, connect_to, join_parent, parse_striped, read_secret, run_comm_node,
+    run_comm_node_as, run_comm_node_with, striped_address, COMM_NODE_ARG, DEFAULT_MAX_FRAME,
 };
 pub use driver::node_route::{NodeRoute, Shared};
 pub use driver::{

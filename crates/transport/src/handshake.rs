@@ -9,7 +9,20 @@
 //! ```
 //!
 //! Both sides prove they hold the secret, fresh nonces defeat replay, and the
-//! child's claimed node id is covered by its MAC. A parent that rejects a child
+//! child's claimed node id is covered by its MAC.
+//!
+//! A connection that is one of the `count` connections of a striped link (see
+//! `crate::striped`) answers with version 2 and says which link and which place:
+//!
+//! ```text
+//! child  -> parent: "TCST" 2 node_id:u32 token[16] index:u8 count:u8 nonce_c[32] mac_c[32]
+//!                   mac_c = HMAC(secret, "treecast rail" nonce_p nonce_c node_id token index count)
+//! ```
+//!
+//! The token is drawn by the child once per striped link and is the same on all its
+//! connections, so the parent ties them together; each connection proves the
+//! secret on its own. The parent's proof is as for a plain link. [`accept`] refuses
+//! version 2; [`accept_any`] takes both. A parent that rejects a child
 //! closes the connection without answering; nothing the child sends after the
 //! handshake is read.
 
@@ -24,6 +37,10 @@ use crate::{Secret, TransportError};
 
 const MAGIC: &[u8; 4] = b"TCST";
 const VERSION: u8 = 1;
+/// The version byte of a child's answer for one connection of a striped link.
+const RAIL_VERSION: u8 = 2;
+/// Bytes of the token that ties the connections of one striped link together.
+pub const TOKEN: usize = 16;
 const NONCE: usize = 32;
 const MAC: usize = 32;
 
@@ -134,6 +151,17 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     peer: &str,
     limit: Duration,
 ) -> Result<(), TransportError> {
+    answer_and_check(stream, secret, node_id, None, peer, limit).await
+}
+
+async fn answer_and_check<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    node_id: u32,
+    rail: Option<([u8; TOKEN], u8, u8)>,
+    peer: &str,
+    limit: Duration,
+) -> Result<(), TransportError> {
     timed(limit, &format!("handshake with {peer}"), async {
         let mut hello = [0u8; 4 + 1 + NONCE];
         stream.read_exact(&mut hello).await.map_err(io_err(peer, "reading challenge"))?;
@@ -145,13 +173,27 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         }
         let nonce_p = &hello[5..];
         let nonce_c = nonce();
-        let mac_c = mac(secret, b"treecast child", nonce_p, &nonce_c, node_id).finalize().into_bytes();
-        let mut answer = Vec::with_capacity(4 + 1 + 4 + NONCE + MAC);
+        let mut answer = Vec::with_capacity(4 + 1 + 4 + TOKEN + 2 + NONCE + MAC);
         answer.extend_from_slice(MAGIC);
-        answer.push(VERSION);
-        answer.extend_from_slice(&node_id.to_le_bytes());
-        answer.extend_from_slice(&nonce_c);
-        answer.extend_from_slice(&mac_c);
+        match rail {
+            None => {
+                answer.push(VERSION);
+                answer.extend_from_slice(&node_id.to_le_bytes());
+                answer.extend_from_slice(&nonce_c);
+                answer.extend_from_slice(
+                    &mac(secret, b"treecast child", nonce_p, &nonce_c, node_id).finalize().into_bytes(),
+                );
+            }
+            Some((token, index, count)) => {
+                answer.push(RAIL_VERSION);
+                answer.extend_from_slice(&node_id.to_le_bytes());
+                answer.extend_from_slice(&token);
+                answer.extend_from_slice(&[index, count]);
+                answer.extend_from_slice(&nonce_c);
+                let m = rail_mac(secret, nonce_p, &nonce_c, node_id, &token, [index, count]);
+                answer.extend_from_slice(&m.finalize().into_bytes());
+            }
+        }
         stream.write_all(&answer).await.map_err(io_err(peer, "answering challenge"))?;
         let mut mac_p = [0u8; MAC];
         let read = stream.read_exact(&mut mac_p).await;
@@ -175,6 +217,120 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         })
     })
     .await
+}
+
+/// What a child's answer said it is (see [`accept_any`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// A link of its own.
+    Link {
+        /// The child's node id.
+        node_id: u32,
+    },
+    /// Connection `index` of the `count` connections of the striped link `token`.
+    Rail {
+        /// The child's node id.
+        node_id: u32,
+        /// Names the striped link, the same on all its connections.
+        token: [u8; TOKEN],
+        /// This connection's place, from 0.
+        index: u8,
+        /// How many connections the link has.
+        count: u8,
+    },
+}
+
+fn rail_mac(
+    secret: &Secret,
+    nonce_p: &[u8],
+    nonce_c: &[u8],
+    node_id: u32,
+    token: &[u8],
+    place: [u8; 2],
+) -> HmacSha256 {
+    let mut m = mac(secret, b"treecast rail", nonce_p, nonce_c, node_id);
+    m.update(token);
+    m.update(&place);
+    m
+}
+
+/// Parent side: as [`accept`], and also takes a connection of a striped link
+/// ([`connect_rail`]), saying which.
+///
+/// # Errors
+/// As [`accept`]; also a rail whose index is not below its count.
+///
+/// Cancel safety: not cancel safe; drop the stream if cancelled.
+pub async fn accept_any<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    peer: &str,
+    limit: Duration,
+) -> Result<Accepted, TransportError> {
+    timed(limit, &format!("handshake with {peer}"), async {
+        let nonce_p = nonce();
+        let mut hello = Vec::with_capacity(4 + 1 + NONCE);
+        hello.extend_from_slice(MAGIC);
+        hello.push(VERSION);
+        hello.extend_from_slice(&nonce_p);
+        stream.write_all(&hello).await.map_err(io_err(peer, "sending challenge"))?;
+
+        let mut head = [0u8; 4 + 1 + 4];
+        stream.read_exact(&mut head).await.map_err(io_err(peer, "reading challenge answer"))?;
+        let refuse = |reason: &str| TransportError::Auth { peer: peer.to_owned(), reason: reason.to_owned() };
+        if &head[..4] != MAGIC || !(head[4] == VERSION || head[4] == RAIL_VERSION) {
+            return Err(refuse("the peer does not speak the treecast handshake (wrong program or version)"));
+        }
+        let node_id = u32::from_le_bytes([head[5], head[6], head[7], head[8]]);
+        let rail = head[4] == RAIL_VERSION;
+        let mut place = [0u8; TOKEN + 2];
+        if rail {
+            stream.read_exact(&mut place).await.map_err(io_err(peer, "reading challenge answer"))?;
+        }
+        let mut rest = [0u8; NONCE + MAC];
+        stream.read_exact(&mut rest).await.map_err(io_err(peer, "reading challenge answer"))?;
+        let (nonce_c, mac_c) = rest.split_at(NONCE);
+        let (token, index_count) = place.split_at(TOKEN);
+        let expected = match rail {
+            true => rail_mac(secret, &nonce_p, nonce_c, node_id, token, [index_count[0], index_count[1]]),
+            false => mac(secret, b"treecast child", &nonce_p, nonce_c, node_id),
+        };
+        expected
+            .verify_slice(mac_c)
+            .map_err(|_| refuse(&format!("node id {node_id} did not prove the session secret")))?;
+        let (index, count) = (index_count[0], index_count[1]);
+        if rail && index >= count {
+            return Err(refuse(&format!("connection {index} of a striped link of {count} connections")));
+        }
+        let mac_p = mac(secret, b"treecast parent", nonce_c, &nonce_p, node_id).finalize().into_bytes();
+        stream.write_all(&mac_p).await.map_err(io_err(peer, "sending challenge response"))?;
+        let mut t = [0u8; TOKEN];
+        t.copy_from_slice(token);
+        Ok(match rail {
+            true => Accepted::Rail { node_id, token: t, index, count },
+            false => Accepted::Link { node_id },
+        })
+    })
+    .await
+}
+
+/// Child side: answers the parent's challenge as connection `index` of the `count`
+/// connections of the striped link `token`, and checks the parent's proof.
+///
+/// # Errors
+/// As [`connect`].
+///
+/// Cancel safety: not cancel safe; drop the stream if cancelled.
+pub async fn connect_rail<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    node_id: u32,
+    token: [u8; TOKEN],
+    (index, count): (u8, u8),
+    peer: &str,
+    limit: Duration,
+) -> Result<(), TransportError> {
+    answer_and_check(stream, secret, node_id, Some((token, index, count)), peer, limit).await
 }
 
 #[cfg(test)]
@@ -237,6 +393,37 @@ mod tests {
         });
         let err = accept(&mut a, &Secret::generate(), "child", LIMIT).await.unwrap_err();
         assert!(err.to_string().contains("does not speak"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_rail_is_accepted_with_its_token_and_place_and_refused_by_plain_accept() {
+        let s = Secret::generate();
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let s2 = s.clone();
+        let child =
+            tokio::spawn(
+                async move { connect_rail(&mut b, &s2, 9, [7; TOKEN], (1, 2), "parent", LIMIT).await },
+            );
+        let got = accept_any(&mut a, &s, "child", LIMIT).await.unwrap();
+        assert_eq!(got, Accepted::Rail { node_id: 9, token: [7; TOKEN], index: 1, count: 2 });
+        child.await.unwrap().unwrap();
+
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let s2 = s.clone();
+        tokio::spawn(async move { connect_rail(&mut b, &s2, 9, [7; TOKEN], (0, 2), "parent", LIMIT).await });
+        assert!(accept(&mut a, &s, "child", LIMIT).await.is_err());
+
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let s2 = s.clone();
+        tokio::spawn(async move { connect(&mut b, &s2, 4, "parent", LIMIT).await });
+        assert_eq!(accept_any(&mut a, &s, "child", LIMIT).await.unwrap(), Accepted::Link { node_id: 4 });
+
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        tokio::spawn(async move {
+            connect_rail(&mut b, &Secret::generate(), 9, [7; TOKEN], (0, 2), "parent", LIMIT).await
+        });
+        let err = accept_any(&mut a, &s, "child", LIMIT).await.unwrap_err();
+        assert!(err.to_string().contains("did not prove"), "{err}");
     }
 
     #[tokio::test]

@@ -12,6 +12,9 @@
 //!   [`StreamRoute`] carries TCP and Unix-socket links behind it, all driven from
 //!   one task (per-link wakers, no reader or writer tasks, batched writes);
 //!   [`UdpRoute`] wraps it and multicasts to children what pays to.
+//! * [`striped`]: one link over several connections to the same peer (rails),
+//!   [`StripedRoute`], with pieces numbered, acknowledged and sent again on the
+//!   others when a connection fails.
 //! * [`mcast`]: the reliable UDP multicast protocol (sender and receiver state
 //!   machines with no I/O, datagram authentication).
 //! * [`announce`]: the one authenticated datagram a spawned process may announce
@@ -32,16 +35,18 @@ mod secret;
 mod shared_payload;
 mod socket;
 mod stream_route;
+pub mod striped;
 mod udp_route;
 
 pub use alloc::keep_large_buffers;
 
 pub use error::TransportError;
-pub use net::{Listener, Stream};
+pub use net::{is_mptcp, Listener, Stream, MPTCP_PREFIX};
 pub use route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent};
 pub use secret::{Secret, SECRET_ENV};
 pub use socket::Socket;
 pub use stream_route::StreamRoute;
+pub use striped::StripedRoute;
 pub use treecast_wire::{LinkId, LinkMap, LinkTable};
 pub use udp_route::UdpRoute;
 

@@ -18,6 +18,63 @@ use crate::{tune_tcp, TransportError};
 
 /// Prefix of Unix socket addresses.
 const UNIX_PREFIX: &str = "unix:";
+/// Prefix of TCP addresses to reach by Multipath TCP (`mptcp:10.0.0.1:4000`).
+pub const MPTCP_PREFIX: &str = "mptcp:";
+/// `IPPROTO_MPTCP` (Linux 5.6 and later).
+const IPPROTO_MPTCP: i32 = 262;
+/// `TCP_IS_MPTCP`: whether a socket opened as MPTCP still is (Linux 5.16 and later).
+const TCP_IS_MPTCP: libc::c_int = 43;
+
+/// Logs once per process that the kernel refused Multipath TCP.
+fn mptcp_refused(e: &std::io::Error) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        tracing::warn!(
+            "the kernel refuses Multipath TCP ({e}); links use plain TCP (sysctl net.mptcp.enabled=1 turns it on)"
+        );
+    });
+}
+
+/// A TCP socket for `addr` opened with `protocol` (MPTCP), or a plain one where the
+/// kernel refuses it (logged once).
+fn mptcp_socket(addr: &SocketAddr, protocol: i32) -> std::io::Result<socket2::Socket> {
+    let domain = socket2::Domain::for_address(*addr);
+    match socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::from(protocol))) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            mptcp_refused(&e);
+            socket2::Socket::new(domain, socket2::Type::STREAM, None)
+        }
+    }
+}
+
+/// Connects to `addr` by Multipath TCP, or plain TCP where the kernel refuses it.
+async fn connect_mptcp(addr: SocketAddr, protocol: i32) -> std::io::Result<TcpStream> {
+    let socket = mptcp_socket(&addr, protocol)?;
+    socket.set_nonblocking(true)?;
+    let socket = tokio::net::TcpSocket::from_std_stream(std::net::TcpStream::from(socket));
+    socket.connect(addr).await
+}
+
+/// True when `stream` runs Multipath TCP (opened so, and neither end fell back).
+pub fn is_mptcp(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut on: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid descriptor, and `on`/`len` are a c_int and its size, as
+    // getsockopt expects; it writes at most `len` bytes.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_TCP,
+            TCP_IS_MPTCP,
+            std::ptr::addr_of_mut!(on).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && on != 0
+}
 
 /// A connected byte stream over one of the routes.
 #[derive(Debug)]
@@ -41,11 +98,19 @@ impl Stream {
             match addr.strip_prefix(UNIX_PREFIX) {
                 Some(name) => connect_unix(name).await.map(Stream::Unix).map_err(io),
                 None => {
-                    let sock: SocketAddr = addr.parse().map_err(|e| TransportError::Io {
+                    let (tcp, mptcp) = match addr.strip_prefix(MPTCP_PREFIX) {
+                        Some(tcp) => (tcp, true),
+                        None => (addr, false),
+                    };
+                    let sock: SocketAddr = tcp.parse().map_err(|e| TransportError::Io {
                         what: format!("parsing address {addr:?}"),
                         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
                     })?;
-                    let s = TcpStream::connect(sock).await.map_err(io)?;
+                    let s = match mptcp {
+                        true => connect_mptcp(sock, IPPROTO_MPTCP).await,
+                        false => TcpStream::connect(sock).await,
+                    }
+                    .map_err(io)?;
                     tune_tcp(&s)?;
                     Ok(Stream::Tcp(s))
                 }
@@ -129,6 +194,36 @@ impl Listener {
             .await
             .map(Listener::Tcp)
             .map_err(|source| TransportError::Io { what: format!("listening on {ip}"), source })
+    }
+
+    /// Listens on an ephemeral port of `ip` by Multipath TCP (it takes plain TCP
+    /// peers too), or plain TCP where the kernel refuses it (logged once). Children
+    /// reach it at `mptcp:` and [`Listener::address`].
+    ///
+    /// # Errors
+    /// The OS refused to bind.
+    pub fn mptcp(ip: IpAddr) -> Result<Listener, TransportError> {
+        Self::mptcp_with(SocketAddr::new(ip, 0), IPPROTO_MPTCP)
+    }
+
+    /// [`Listener::mptcp`] on a given port (a benchmark's server, whose clients
+    /// know its port).
+    ///
+    /// # Errors
+    /// The OS refused to bind.
+    pub fn mptcp_at(addr: SocketAddr) -> Result<Listener, TransportError> {
+        Self::mptcp_with(addr, IPPROTO_MPTCP)
+    }
+
+    fn mptcp_with(addr: SocketAddr, protocol: i32) -> Result<Listener, TransportError> {
+        let io =
+            |source| TransportError::Io { what: format!("listening on {addr} by Multipath TCP"), source };
+        let socket = mptcp_socket(&addr, protocol).map_err(io)?;
+        socket.set_nonblocking(true).map_err(io)?;
+        socket.set_reuse_address(true).map_err(io)?;
+        socket.bind(&addr.into()).map_err(io)?;
+        socket.listen(1024).map_err(io)?;
+        TcpListener::from_std(std::net::TcpListener::from(socket)).map(Listener::Tcp).map_err(io)
     }
 
     /// Listens on a new abstract Unix socket (Linux): nothing in the file system,
@@ -242,6 +337,42 @@ mod tests {
         let unix = Listener::unix().unwrap();
         assert!(unix.address().unwrap().starts_with("unix:@treecast-"));
         echo_once(unix).await;
+    }
+
+    fn mptcp_enabled() -> bool {
+        std::fs::read_to_string("/proc/sys/net/mptcp/enabled").is_ok_and(|s| s.trim() == "1")
+    }
+
+    #[tokio::test]
+    async fn mptcp_links_carry_bytes_and_say_whether_they_run_mptcp() {
+        let listener = Listener::mptcp("127.0.0.1".parse().unwrap()).unwrap();
+        let addr = format!("{MPTCP_PREFIX}{}", listener.address().unwrap());
+        let server = tokio::spawn(async move { listener.accept().await.unwrap().0 });
+        let Stream::Tcp(c) = Stream::connect(&addr, Duration::from_secs(5)).await.unwrap() else { panic!() };
+        let Stream::Tcp(s) = server.await.unwrap() else { panic!() };
+        // Where the kernel has it on, both ends run it; elsewhere both fell back.
+        assert_eq!(is_mptcp(&c), mptcp_enabled());
+        assert_eq!(is_mptcp(&s), mptcp_enabled());
+        // An MPTCP client reaches a plain listener too (it falls back).
+        echo_once(Listener::tcp("127.0.0.1".parse().unwrap()).await.unwrap()).await;
+        let plain = Listener::tcp("127.0.0.1".parse().unwrap()).await.unwrap();
+        let addr = format!("{MPTCP_PREFIX}{}", plain.address().unwrap());
+        let server = tokio::spawn(async move { plain.accept().await.unwrap().0 });
+        let Stream::Tcp(c) = Stream::connect(&addr, Duration::from_secs(5)).await.unwrap() else { panic!() };
+        drop(server.await.unwrap());
+        assert!(!is_mptcp(&c), "a plain listener answers plain TCP");
+    }
+
+    #[tokio::test]
+    async fn where_the_kernel_refuses_mptcp_links_fall_back_to_tcp() {
+        // A protocol no kernel has stands for a kernel without MPTCP.
+        let listener = Listener::mptcp_with("127.0.0.1:0".parse().unwrap(), 253).unwrap();
+        let Listener::Tcp(l) = &listener else { panic!() };
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(async move { listener.accept().await.unwrap().0 });
+        let c = connect_mptcp(addr, 253).await.unwrap();
+        let Stream::Tcp(s) = server.await.unwrap() else { panic!() };
+        assert!(!is_mptcp(&c) && !is_mptcp(&s));
     }
 
     #[tokio::test]

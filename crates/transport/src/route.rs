@@ -5,7 +5,7 @@
 //! [`crate::StreamRoute`] is the one for TCP and Unix-socket links (one connection per
 //! link); [`crate::UdpRoute`] wraps another route and reaches a set of children with
 //! one multicast datagram. A new route (striped links) is one more type behind the
-//! same traits.
+//! same traits: [`crate::striped::WithStriped`] carries striped links beside another route's.
 
 use std::io;
 use std::task::Context;
@@ -64,6 +64,28 @@ pub trait Route: Send + std::fmt::Debug {
     /// # Errors
     /// The socket could not be registered with the reactor (call inside a tokio runtime).
     fn add_link(&mut self, link: LinkId, socket: Socket, peer: LinkPeer, name: String) -> io::Result<()>;
+
+    /// Carries `link` over several connections to the same peer (a striped link,
+    /// see `crate::striped`); one socket is [`Route::add_link`].
+    ///
+    /// # Errors
+    /// As [`Route::add_link`]; a route that carries one connection per link refuses
+    /// more ([`io::ErrorKind::Unsupported`]).
+    fn add_links(
+        &mut self,
+        link: LinkId,
+        mut sockets: Vec<Socket>,
+        peer: LinkPeer,
+        name: String,
+    ) -> io::Result<()> {
+        match (sockets.pop(), sockets.is_empty()) {
+            (Some(socket), true) => self.add_link(link, socket, peer, name),
+            _ => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this route carries one connection per link; a striped link needs the striped route",
+            )),
+        }
+    }
 
     /// Queues `frame` for each of `links` (links this route does not carry are skipped).
     fn send(&mut self, links: &[LinkId], frame: &Frame);

@@ -37,6 +37,7 @@ mod plan;
 mod rankset;
 pub mod requests;
 mod routemsg;
+mod stripe;
 mod value;
 
 pub use codec::Reader;
@@ -68,10 +69,11 @@ pub use mcast::{
 pub use peer::{decode_ack, decode_multi, encode_ack, encode_multi, FLAG_PEER_MULTI, PEER_ACK_LEN};
 pub use plan::{
     ClockPlan, GroupPlace, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, MemberPlan,
-    DEFAULT_MAX_CONTROL, MEMBER_PLAN_VERSION, PLAN_VERSION,
+    DEFAULT_MAX_CONTROL, MAX_STRIPES, MEMBER_PLAN_VERSION, PLAN_VERSION,
 };
 pub use rankset::RankSet;
 pub use routemsg::{McastOffer, RouteMsg, MAX_DECLINE_REASON};
+pub use stripe::{PieceHeader, MAX_PIECE, PIECE_HEADER_LEN};
 pub use value::{
     decode_values, encode_bytes_head, encode_values, ArrayElement, ScalarType, Value, ValueType,
 };

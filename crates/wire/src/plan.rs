@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 7;
+pub const PLAN_VERSION: u16 = 8;
 
 /// Default of [`LaunchPlan::max_control`] (4 MiB per back-end a child reaches): a
 /// back-end's own monitoring report at its cell limit stays under it, and what a
@@ -164,7 +164,16 @@ pub struct LaunchPlan {
     /// Frames of at least this many bytes go to a peer on the same host as a memory
     /// file instead of through the socket (0: never), for every node below.
     pub zero_copy_min: u32,
+    /// Connections per link between the receiver and its children, and between
+    /// them and theirs (0 or 1: one; more: striped links, up to [`MAX_STRIPES`]).
+    pub stripes: u8,
+    /// Links between the receiver and its children, and below, are opened as
+    /// Multipath TCP where the kernel takes it (plain TCP where it refuses).
+    pub mptcp: bool,
 }
+
+/// Most connections one striped link may have.
+pub const MAX_STRIPES: u8 = 16;
 
 fn put_strings(out: &mut Vec<u8>, items: &[String]) {
     out.extend_from_slice(&(items.len() as u32).to_le_bytes());
@@ -234,6 +243,8 @@ impl LaunchPlan {
             max_control: DEFAULT_MAX_CONTROL,
             clock: ClockPlan::default(),
             zero_copy_min: 0,
+            stripes: 0,
+            mptcp: false,
         }
     }
 
@@ -283,6 +294,8 @@ impl LaunchPlan {
         out.extend_from_slice(&self.max_control.to_le_bytes());
         self.clock.encode(out);
         out.extend_from_slice(&self.zero_copy_min.to_le_bytes());
+        out.push(self.stripes);
+        out.push(u8::from(self.mptcp));
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -374,6 +387,18 @@ impl LaunchPlan {
             },
             clock: ClockPlan::decode(r)?,
             zero_copy_min: r.u32("zero-copy threshold")?,
+            stripes: match r.u8("connections per link")? {
+                n @ 0..=MAX_STRIPES => n,
+                n => {
+                    return Err(DecodeError::Invalid {
+                        what: "launch plan",
+                        detail: format!(
+                            "{n} connections per link is over the {MAX_STRIPES} a striped link may have"
+                        ),
+                    })
+                }
+            },
+            mptcp: decode_bool(r, "Multipath TCP flag")?,
         })
     }
 }
@@ -506,6 +531,8 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         max_control: 1 << 20,
         clock: sample_clock(),
         zero_copy_min: 1 << 20,
+        stripes: 2,
+        mptcp: true,
     }
 }
 

@@ -169,7 +169,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
         ),
         1..=(treecast_wire::MAX_PAYLOAD_LEN as u32),
         clock_plan(),
-        any::<u32>(),
+        (any::<u32>(), 0..=treecast_wire::MAX_STRIPES, any::<bool>()),
     )
         .prop_map(
             |(
@@ -179,7 +179,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 (heartbeat_ms, dead_after_ms, rejoin_ms, udp, depth, filters),
                 max_control,
                 clock,
-                zero_copy_min,
+                (zero_copy_min, stripes, mptcp),
             )| LaunchPlan {
                 session,
                 node_id,
@@ -206,6 +206,8 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 max_control,
                 clock,
                 zero_copy_min,
+                stripes,
+                mptcp,
             },
         )
 }

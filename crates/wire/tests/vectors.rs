@@ -280,6 +280,8 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         max_control: u32_of(m, "max_control"),
         clock: clock_from_json(m),
         zero_copy_min: m.get("zero_copy_min").map_or(0, |v| u32::try_from(v.as_u64().unwrap()).unwrap()),
+        stripes: m.get("stripes").map_or(0, |v| u8::try_from(v.as_u64().unwrap()).unwrap()),
+        mptcp: m.get("mptcp").is_some_and(|v| v.as_bool().unwrap()),
     }
 }
 

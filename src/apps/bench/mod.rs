@@ -16,6 +16,7 @@ pub mod microbench;
 pub mod prefix_tree;
 pub mod route;
 pub mod route_live;
+pub mod route_pair;
 pub mod shared;
 pub mod sim;
 pub mod spawn;

@@ -58,11 +58,17 @@ pub struct RouteRow {
 
 /// Runs the benchmark.
 pub async fn main(args: RouteBenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(addr) = &args.serve {
+        return super::route_pair::serve(addr).await;
+    }
+    if let Some(to) = &args.to {
+        return super::route_pair::client(&args, to).await;
+    }
     if !args.sim {
         return super::route_live::main(args).await;
     }
     ensure!(
-        args.route != Some(RouteKind::Tcp),
+        matches!(args.route, None | Some(RouteKind::Udp)),
         "--sim models the UDP multicast route only; per-child TCP copies are the model column of each row"
     );
     ensure!((0.0..1.0).contains(&args.loss), "--loss {} must be at least 0 and below 1", args.loss);

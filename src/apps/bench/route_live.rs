@@ -31,7 +31,7 @@ const MAX_MESSAGE: u64 = 64 << 20;
 #[derive(Debug, Clone, Serialize)]
 pub struct LiveRow {
     /// `tcp` or `udp`.
-    pub route: &'static str,
+    pub route: String,
     /// Receivers (back-ends under the front-end).
     pub receivers: usize,
     /// Message bytes.
@@ -67,6 +67,8 @@ pub async fn main(args: RouteBenchArgs) -> anyhow::Result<ExitCode> {
     let routes = match args.route {
         Some(RouteKind::Tcp) => vec![RouteKind::Tcp],
         Some(RouteKind::Udp) => vec![RouteKind::Udp],
+        // TCP first, the reference of the other route's rows.
+        Some(other) => vec![RouteKind::Tcp, other],
         None => vec![RouteKind::Tcp, RouteKind::Udp],
     };
     if !args.json {
@@ -75,7 +77,7 @@ pub async fn main(args: RouteBenchArgs) -> anyhow::Result<ExitCode> {
              summed up; rate = messages back to back"
         );
         println!(
-            "{:>5} {:>5} {:>10} {:>12} {:>6} {:>10} {:>7} {:>10} {:>7} {:>9} {:>9}",
+            "{:>10} {:>5} {:>10} {:>12} {:>6} {:>10} {:>7} {:>10} {:>7} {:>9} {:>9}",
             "route",
             "recv",
             "bytes",
@@ -117,6 +119,8 @@ async fn launch(route: RouteKind, receivers: usize) -> anyhow::Result<Network> {
     // Every message goes by multicast on the udp route, however small, even to one child.
     let builder = crate::apps::settings::builder(topology)?
         .udp_route(route == RouteKind::Udp)
+        .stripes(route.stripes())
+        .mptcp(route == RouteKind::Mptcp)
         .udp_setting("TREECAST_UDP_MIN_FRAME", "0")
         .udp_setting("TREECAST_UDP_MIN_MEMBERS", "1");
     builder.launch().await.with_context(|| format!("starting {receivers} back-ends"))
@@ -154,7 +158,7 @@ async fn measure_sizes(
         let rate_time = started.elapsed().as_secs_f64();
         let after = front_end_route(net).await;
         rows.push(LiveRow {
-            route: if route == RouteKind::Udp { "udp" } else { "tcp" },
+            route: route.to_string(),
             receivers,
             bytes,
             rtt_us: times[times.len() / 2] * 1e6,
@@ -201,7 +205,7 @@ fn print_row(r: &LiveRow, json: bool) -> anyhow::Result<()> {
     }
     let ratio = |x: Option<f64>| x.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}x"));
     println!(
-        "{:>5} {:>5} {:>10} {:>12.1} {:>6} {:>10.1} {:>7} {:>10} {:>7} {:>9} {:>9}",
+        "{:>10} {:>5} {:>10} {:>12.1} {:>6} {:>10.1} {:>7} {:>10} {:>7} {:>9} {:>9}",
         r.route,
         r.receivers,
         r.bytes,

@@ -17,6 +17,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 use treecast_launch::{Launched, Launcher, LocalHosts, LocalLauncher, ProcessSpec};
 use treecast_transport::announce::{Announce, JoinSocket};
+use treecast_transport::handshake::Accepted;
+use treecast_transport::striped::Rails;
 use treecast_transport::{handshake, Listener, Secret, Socket, TransportError, SECRET_ENV};
 use treecast_wire::{AttachPoint, LaunchPlan, LocalRoute};
 
@@ -53,8 +55,8 @@ pub(crate) enum ChildNews {
     Connected {
         /// The id it proved.
         node_id: u32,
-        /// Its socket.
-        socket: Socket,
+        /// Its connections: one, or those of a striped link.
+        sockets: Vec<Socket>,
         /// Who it is, for logs.
         peer: String,
     },
@@ -345,12 +347,15 @@ impl ChildrenTask {
         let mut refusals = Refusals::connections();
         let mut refused_announcements = Refusals::announcements();
         let mut accept_failures = Refusals::accepts();
+        let mut rails = Rails::default();
         loop {
             tokio::select! {
                 accepted = accept(running.listeners.as_ref()) => match accepted {
                     Ok((mut stream, peer)) => {
                         pending.retain(|(_, h)| !h.is_finished());
-                        if pending.len() >= admission_capacity(running.awaited.len()) {
+                        // A child on striped links makes one handshake per connection.
+                        let per_child = usize::from(self.plan.stripes.max(1));
+                        if pending.len() >= admission_capacity(running.awaited.len() * per_child) {
                             if let Some((evict, _)) = pending.pop_front() {
                                 let _ = evict.send(());
                             }
@@ -359,7 +364,7 @@ impl ChildrenTask {
                         let (evict, evicted) = oneshot::channel::<()>();
                         let handle = handshakes.spawn(async move {
                             let id = tokio::select! {
-                                id = handshake::accept(&mut stream, &secret, &peer, HANDSHAKE_LIMIT) => id,
+                                id = handshake::accept_any(&mut stream, &secret, &peer, HANDSHAKE_LIMIT) => id,
                                 Ok(()) = evicted => {
                                     handshake::turn_away(&mut stream).await;
                                     Err(TransportError::Busy { peer: peer.clone() })
@@ -387,10 +392,19 @@ impl ChildrenTask {
                             other => other.to_string(),
                         })
                         .and_then(|id| Ok((id, stream.into_socket().map_err(|e| e.to_string())?)));
+                    // A striped link's connections wait here until the last one comes.
+                    rails.expire(Instant::now() - HANDSHAKE_LIMIT);
+                    let linked = linked.map(|(accepted, socket)| match accepted {
+                        Accepted::Link { node_id } => (node_id, Some(vec![socket])),
+                        Accepted::Rail { node_id, token, index, count } => {
+                            (node_id, rails.arrived((node_id, token), (index, count), socket, Instant::now()))
+                        }
+                    });
                     match linked {
-                        Ok((node_id, socket)) => {
+                        Ok((_, None)) => {}
+                        Ok((node_id, Some(sockets))) => {
                             running.awaited.remove(&node_id);
-                            if self.news.send(ChildNews::Connected { node_id, socket, peer }).await.is_err() {
+                            if self.news.send(ChildNews::Connected { node_id, sockets, peer }).await.is_err() {
                                 return;
                             }
                         }
@@ -466,7 +480,7 @@ impl ChildrenTask {
     ) -> ProcessSpec {
         let plan = &self.plan;
         let mut envs = vec![
-            (env::PARENT.to_owned(), parent),
+            (env::PARENT.to_owned(), crate::child_parent_address(plan, parent)),
             (env::NODE_ID.to_owned(), child.node_id.to_string()),
             (env::SESSION.to_owned(), plan.session.clone()),
         ];
@@ -597,6 +611,7 @@ impl Listeners {
         let local = match children.iter().any(|c| is_local(&c.host)) {
             false => None,
             true if plan.local_route == LocalRoute::Unix => Some(Listener::unix()?),
+            true if plan.mptcp => Some(Listener::mptcp(listen)?),
             true => Some(Listener::tcp(listen).await?),
         };
         let remote_hosts: Vec<&str> =
@@ -612,7 +627,13 @@ impl Listeners {
             Err(_) => remote_address(remote, &remote_hosts).await,
         };
         match ip {
-            Ok(ip) => Ok(Listeners { local, remote: Some(Listener::tcp(ip).await?), remote_error: None }),
+            Ok(ip) => {
+                let remote = match plan.mptcp {
+                    true => Listener::mptcp(ip)?,
+                    false => Listener::tcp(ip).await?,
+                };
+                Ok(Listeners { local, remote: Some(remote), remote_error: None })
+            }
             Err(e) if plan.allow_missing => Ok(Listeners { local, remote: None, remote_error: Some(e) }),
             Err(e) => Err(e),
         }

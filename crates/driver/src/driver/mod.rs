@@ -234,8 +234,18 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
     /// # Errors
     /// The socket could not be registered with the runtime.
     pub fn add_link(&mut self, socket: Socket, peer: Peer, name: String) -> std::io::Result<LinkId> {
+        self.add_links(vec![socket], peer, name)
+    }
+
+    /// Links `sockets` (each authenticated already, all to `peer`) as one striped
+    /// link; one socket is a plain link.
+    ///
+    /// # Errors
+    /// The sockets could not be registered with the runtime, or the route carries
+    /// one connection per link.
+    pub fn add_links(&mut self, sockets: Vec<Socket>, peer: Peer, name: String) -> std::io::Result<LinkId> {
         let link = self.links.insert(());
-        if let Err(e) = self.attach_socket(link, socket, peer, name) {
+        if let Err(e) = self.attach_socket(link, sockets, peer, name) {
             self.links.remove(link);
             return Err(e);
         }
@@ -257,7 +267,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
     fn attach_socket(
         &mut self,
         link: LinkId,
-        socket: Socket,
+        sockets: Vec<Socket>,
         peer: Peer,
         name: String,
     ) -> std::io::Result<()> {
@@ -281,7 +291,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             }
         };
         // The route's own first frames (a multicast offer) go ahead of the core's.
-        self.route.add_link(link, socket, to, name)?;
+        self.route.add_links(link, sockets, to, name)?;
         self.route.place_link(link, place);
         Ok(())
     }
@@ -305,12 +315,12 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
 
     /// A child connected: an announced one's link gets its socket and what waited
     /// for it, in order; any other is a new link.
-    fn child_connected(&mut self, node_id: u32, socket: Socket, peer: String) -> std::io::Result<()> {
+    fn child_connected(&mut self, node_id: u32, sockets: Vec<Socket>, peer: String) -> std::io::Result<()> {
         let Some((link, awaited)) = self.awaited_link(node_id).and_then(|l| self.awaiting.remove_entry(&l))
         else {
-            return self.add_link(socket, Peer::Child { node_id }, peer).map(drop);
+            return self.add_links(sockets, Peer::Child { node_id }, peer).map(drop);
         };
-        if let Err(e) = self.attach_socket(link, socket, Peer::Child { node_id }, peer) {
+        if let Err(e) = self.attach_socket(link, sockets, Peer::Child { node_id }, peer) {
             self.links.remove(link);
             self.core.handle_link_closed(
                 link,
@@ -667,8 +677,8 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
         let now = Instant::now();
         match news {
             ChildNews::Announced { node_id, rank } => self.child_announced(node_id, rank),
-            ChildNews::Connected { node_id, socket, peer } => {
-                if let Err(e) = self.child_connected(node_id, socket, peer) {
+            ChildNews::Connected { node_id, sockets, peer } => {
+                if let Err(e) = self.child_connected(node_id, sockets, peer) {
                     let reason = format!("its link could not be taken over: {e}");
                     let _ = self.core.handle_command(Command::ChildNotStarted { node_id, reason }, now);
                 }

@@ -1,18 +1,19 @@
 //! The route every node runs, chosen once at start-up: TCP and Unix-socket links
 //! ([`StreamRoute`]) inside the UDP multicast route ([`UdpRoute`]), which multicasts
 //! only when the launch plan says so but joins any group its parent offers.
-//! A route of another kind (striped links) is chosen here.
+//! Striped links (several connections each) go beside them ([`WithStriped`]).
 
 use std::sync::{Arc, Mutex};
 
 use treecast_proto::Node;
 use treecast_transport::mcast::McastKey;
+use treecast_transport::striped::WithStriped;
 use treecast_transport::{StreamRoute, UdpRoute};
 
 use super::{Driver, Launching, Tool};
 
-/// The route of every node.
-pub type NodeRoute = UdpRoute<StreamRoute>;
+/// The route of every node: striped links (the plan's `stripes`) beside the others.
+pub type NodeRoute = WithStriped<UdpRoute<StreamRoute>>;
 
 /// A driver shared with the tool (front-end, back-end).
 pub type Shared<T> = Arc<Mutex<Driver<T, NodeRoute>>>;
@@ -23,6 +24,6 @@ impl<T: Tool> Driver<T, NodeRoute> {
     pub fn new(core: Node, tool: T, launching: Launching, max_frame: usize) -> Self {
         let links = StreamRoute::new(max_frame);
         let route = UdpRoute::new(links, McastKey::new(&launching.secret), core.node_id());
-        Driver::with_route(core, tool, launching, route)
+        Driver::with_route(core, tool, launching, WithStriped::new(route, max_frame))
     }
 }
