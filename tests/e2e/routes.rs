@@ -113,6 +113,31 @@ async fn at_one_five_and_twenty_percent_loss_every_byte_arrives() {
     }
 }
 
+/// Many messages under way at once (small chunks, a window of 16 messages) while
+/// the knob drops 5 % of the datagrams: repairs of older messages interleave with
+/// later ones, and every byte still arrives, in order, at every rank.
+#[tokio::test]
+async fn several_messages_in_flight_at_five_percent_loss_every_byte_arrives() {
+    let dir = TestDir::new("udp-in-flight");
+    let settings = [
+        ("TREECAST_UDP_DROP", "0.05,4"),
+        ("TREECAST_UDP_FRAGMENT", "1432"),
+        ("TREECAST_UDP_IN_FLIGHT", "16"),
+        ("TREECAST_UDP_MIN_FRAME", "0"),
+    ];
+    let mut net = launch(&dir, "flat", 4, &settings).await;
+    let data = random_bytes((3 << 20) + 17);
+    let report = send(&mut net, &dir, "copy", &data, 32 << 10).await;
+    assert!(report.ok(), "{report:?}");
+    assert_copies(&dir, 0..4, "copy", &data);
+    let routes = route_reports(&net).await;
+    let r = &routes[0];
+    assert_eq!(r.udp_children, [1, 2, 3, 4]);
+    assert!(r.messages > 16, "several windows of messages: {r:?}");
+    assert!(r.not_sent > 0 && r.retransmitted > 0, "the knob dropped nothing: {r:?}");
+    finish(net).await;
+}
+
 #[tokio::test]
 async fn a_rank_killed_mid_transfer_is_lost_and_the_others_complete() {
     let dir = TestDir::new("udp-killed");

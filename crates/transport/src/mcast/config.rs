@@ -27,8 +27,23 @@ pub struct McastConfig {
     pub fragment: u32,
     /// `fragment` was set (`TREECAST_UDP_FRAGMENT`), not left to the interface's MTU.
     pub fragment_set: bool,
-    /// Congestion window a message starts with, fragments.
+    /// Congestion window the sender starts with, fragments. `TREECAST_UDP_INITIAL_CWND`.
     pub initial_cwnd: f64,
+    /// Messages under way at once at most: the next message starts once the one
+    /// before is all sent, without waiting for its acknowledgements, while fewer
+    /// than this many wait for theirs. `TREECAST_UDP_IN_FLIGHT` (1 to [`MAX_IN_FLIGHT`]).
+    pub in_flight: u32,
+    /// A receiver that finds a gap waits a random time up to this long before it
+    /// NACKs, and does not NACK when the repair another receiver asked for fills
+    /// the gap meanwhile. `TREECAST_UDP_NACK_BACKOFF_US`.
+    pub nack_backoff: Duration,
+    /// Send with UDP segmentation offload (many datagrams per system call), falling
+    /// back to one datagram per call where the kernel refuses. `TREECAST_UDP_GSO=on|off`.
+    pub gso: bool,
+    /// The first port of the nodes' groups: node N's group uses this port plus N
+    /// (wrapping within the ports from this one up), so a firewall can open a range;
+    /// 0 (the default) lets each node's system pick a free port. `TREECAST_UDP_PORT`.
+    pub port: u16,
     /// Slow-start threshold, fragments: below it the window grows by one per ACK,
     /// above by 1/cwnd. `TREECAST_UDP_SSTHRESH`.
     pub ssthresh: f64,
@@ -81,8 +96,13 @@ pub struct McastConfig {
 /// of a site, and the datagrams' TTL of 1 keeps them on the LAN anyway.
 pub const DEFAULT_GROUP: IpAddr = IpAddr::V4(Ipv4Addr::new(239, 255, 84, 67));
 
+/// Messages a receiver assembles at once at most, and so the most a sender may have
+/// under way (`TREECAST_UDP_IN_FLIGHT`): a datagram of a message further ahead means
+/// the sender went on without the receiver.
+pub const MAX_IN_FLIGHT: u32 = 64;
+
 /// Every variable [`McastConfig::from_env`] reads: what a front-end passes down the tree.
-pub const UDP_VARIABLES: [&str; 15] = [
+pub const UDP_VARIABLES: [&str; 20] = [
     "TREECAST_UDP_FRAGMENT",
     "TREECAST_UDP_SSTHRESH",
     "TREECAST_UDP_MAX_CWND",
@@ -98,6 +118,11 @@ pub const UDP_VARIABLES: [&str; 15] = [
     "TREECAST_UDP_MIN_FRAME",
     "TREECAST_UDP_MIN_MEMBERS",
     "TREECAST_UDP_GROUP",
+    "TREECAST_UDP_INITIAL_CWND",
+    "TREECAST_UDP_IN_FLIGHT",
+    "TREECAST_UDP_NACK_BACKOFF_US",
+    "TREECAST_UDP_GSO",
+    "TREECAST_UDP_PORT",
 ];
 
 impl Default for McastConfig {
@@ -106,6 +131,10 @@ impl Default for McastConfig {
             fragment: 1432,
             fragment_set: false,
             initial_cwnd: 1.0,
+            in_flight: 8,
+            nack_backoff: Duration::from_micros(200),
+            gso: true,
+            port: 0,
             ssthresh: 8.0,
             max_cwnd: 256.0,
             receiver_timeout: Duration::from_millis(100),
@@ -133,6 +162,9 @@ impl McastConfig {
         const DAY: Duration = Duration::from_secs(86_400);
         McastConfig {
             fragment: self.fragment.max(1),
+            initial_cwnd: self.initial_cwnd.max(1.0),
+            in_flight: self.in_flight.clamp(1, MAX_IN_FLIGHT),
+            nack_backoff: self.nack_backoff.min(DAY),
             receiver_timeout: self.receiver_timeout.min(DAY),
             sender_timeout: self.sender_timeout.min(DAY),
             nack_coalesce: self.nack_coalesce.min(DAY),
@@ -168,6 +200,27 @@ impl McastConfig {
         }
         if let Some(v) = number("TREECAST_UDP_MAX_CWND", 1, 65_536)? {
             c.max_cwnd = v as f64;
+        }
+        if let Some(v) = number("TREECAST_UDP_INITIAL_CWND", 1, 65_536)? {
+            c.initial_cwnd = v as f64;
+        }
+        if let Some(v) = number("TREECAST_UDP_IN_FLIGHT", 1, u64::from(MAX_IN_FLIGHT))? {
+            c.in_flight = v as u32;
+        }
+        if let Some(v) = number("TREECAST_UDP_NACK_BACKOFF_US", 0, 1_000_000)? {
+            c.nack_backoff = Duration::from_micros(v);
+        }
+        if let Some(v) = number("TREECAST_UDP_PORT", 0, 65_535)? {
+            c.port = v as u16;
+        }
+        if let Some(text) = lookup("TREECAST_UDP_GSO") {
+            c.gso = match text.trim() {
+                "on" | "1" => true,
+                "off" | "0" => false,
+                _ => {
+                    return Err(TransportError::Config(format!("TREECAST_UDP_GSO={text:?}: write on or off")))
+                }
+            };
         }
         let ms = |d: &mut Duration, name, min, max| -> Result<(), TransportError> {
             if let Some(v) = number(name, min, max)? {
@@ -243,8 +296,17 @@ mod tests {
             ("TREECAST_UDP_RECEIVER_TIMEOUT_MS", "250"),
             ("TREECAST_UDP_NACK_COALESCE_US", "0"),
             ("TREECAST_UDP_DROP", "0.05,7"),
+            ("TREECAST_UDP_INITIAL_CWND", "16"),
+            ("TREECAST_UDP_IN_FLIGHT", "4"),
+            ("TREECAST_UDP_NACK_BACKOFF_US", "0"),
+            ("TREECAST_UDP_GSO", "off"),
+            ("TREECAST_UDP_PORT", "40000"),
         ]))
         .unwrap();
+        assert_eq!(
+            (c.initial_cwnd, c.in_flight, c.nack_backoff, c.gso, c.port),
+            (16.0, 4, Duration::ZERO, false, 40000)
+        );
         assert_eq!(c.fragment, 8000);
         assert_eq!(c.receiver_timeout, Duration::from_millis(250));
         assert_eq!(c.nack_coalesce, Duration::ZERO);
@@ -254,5 +316,9 @@ mod tests {
         assert!(err.contains("TREECAST_UDP_DROP=\"5%\": write P or P,SEED"), "{err}");
         let err = McastConfig::from_env(env(&[("TREECAST_UDP_FRAGMENT", "9")])).unwrap_err().to_string();
         assert!(err.contains("TREECAST_UDP_FRAGMENT=\"9\": write a whole number from 64 to 65000"), "{err}");
+        let err = McastConfig::from_env(env(&[("TREECAST_UDP_IN_FLIGHT", "65")])).unwrap_err().to_string();
+        assert!(err.contains("TREECAST_UDP_IN_FLIGHT=\"65\": write a whole number from 1 to 64"), "{err}");
+        let err = McastConfig::from_env(env(&[("TREECAST_UDP_GSO", "yes")])).unwrap_err().to_string();
+        assert!(err.contains("TREECAST_UDP_GSO=\"yes\": write on or off"), "{err}");
     }
 }

@@ -20,17 +20,17 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use socket2::{Domain, Protocol, SockAddr, Socket as RawSocket, Type};
-use tokio::io::ReadBuf;
 use tokio::net::UdpSocket;
 use treecast_monitor::RouteReport;
 use treecast_wire::{decode_batch, Frame, FrameHeader, FrameKind, McastOffer, RouteMsg, FLAG_DIRECT};
 
-use super::udp::{Sealer, MAX_DATAGRAM};
+use super::batch::{enable_gro, Gso, RecvBatch, SendBatch};
+use super::udp::Sealer;
 use super::{McastConfig, McastKey, Receiver, ReceiverEvent, Sender, SenderEvent};
 use crate::{LinkId, TransportError};
 
@@ -94,51 +94,6 @@ fn into_tokio(sock: RawSocket, addr: SocketAddr) -> Result<UdpSocket, TransportE
     UdpSocket::from_std(sock.into()).map_err(io_error(format!("registering UDP {addr} with the runtime")))
 }
 
-/// What one non-blocking read found.
-enum Read {
-    /// A datagram of this many bytes, from this address.
-    Datagram(usize, SocketAddr),
-    /// A read error, which for UDP concerns one datagram (an ICMP error for an
-    /// earlier send): the socket is still good.
-    Error,
-    /// Nothing to read now; the waker is registered.
-    Nothing,
-}
-
-/// Reads what `socket` has now, at most [`READ_BUDGET`] datagrams, handing each to
-/// `each` with its sender; true when any came.
-fn read_each(
-    socket: &UdpSocket,
-    cx: &mut Context<'_>,
-    buf: &mut [u8],
-    mut each: impl FnMut(&[u8], SocketAddr),
-) -> bool {
-    let mut any = false;
-    for _ in 0..READ_BUDGET {
-        match try_read(socket, cx, buf) {
-            Read::Datagram(n, from) => {
-                any = true;
-                each(&buf[..n], from);
-            }
-            Read::Error => {}
-            Read::Nothing => break,
-        }
-    }
-    any
-}
-
-fn try_read(socket: &UdpSocket, cx: &mut Context<'_>, buf: &mut [u8]) -> Read {
-    let mut rb = ReadBuf::new(buf);
-    match socket.poll_recv_from(cx, &mut rb) {
-        Poll::Ready(Ok(from)) => Read::Datagram(rb.filled().len(), from),
-        Poll::Ready(Err(e)) => {
-            tracing::debug!("UDP read: {e}");
-            Read::Error
-        }
-        Poll::Pending => Read::Nothing,
-    }
-}
-
 /// The group address of node `node`: a multicast group of its own within the /16
 /// of `base` (so that switches snooping IGMP send each host only its parent's
 /// group), or `base` itself when it is a broadcast address. On the loopback
@@ -156,6 +111,16 @@ fn group_address(base: IpAddr, node: u32, interface: Ipv4Addr) -> Ipv4Addr {
     }
     let b = u32::from(base);
     Ipv4Addr::from((b & 0xffff_0000) | (b.wrapping_add(node) & 0xffff))
+}
+
+/// The port of node `node`'s group: `base` plus the node's id, wrapping within the
+/// ports from `base` up; 0 (any free port) when `base` is 0.
+fn node_port(base: u16, node: u32) -> u16 {
+    if base == 0 {
+        return 0;
+    }
+    let span = 65_536 - u32::from(base);
+    (u32::from(base) + node % span) as u16
 }
 
 /// A child offered a place, as the sender knows it.
@@ -178,7 +143,10 @@ pub struct GroupSender {
     local: SocketAddr,
     members: BTreeMap<LinkId, Joiner>,
     timer: Timer,
-    inbuf: Vec<u8>,
+    inbuf: RecvBatch,
+    /// Datagrams sealed and waiting to go out in one segmented send.
+    batch: SendBatch,
+    gso: Gso,
     report: RouteReport,
 }
 
@@ -214,7 +182,7 @@ impl GroupSender {
                 config.fragment = fragment_for_mtu(mtu);
             }
         }
-        let sock = udp_socket(SocketAddr::new(interface, 0), false)?;
+        let sock = udp_socket(SocketAddr::new(interface, node_port(config.port, node)), false)?;
         // A window of large fragments (loopback's MTU is 64 KiB) must still fit half a
         // member's socket buffer, or the kernel drops what the window lets through.
         // Members on hosts like this one get what this socket got (the kernel caps
@@ -244,7 +212,9 @@ impl GroupSender {
             local,
             members: BTreeMap::new(),
             timer: Timer::default(),
-            inbuf: vec![0; MAX_DATAGRAM],
+            inbuf: RecvBatch::new(4),
+            batch: SendBatch::default(),
+            gso: Gso::new(config.gso),
             report: RouteReport { node, group: group.to_string(), ..RouteReport::default() },
         })
     }
@@ -352,7 +322,7 @@ impl GroupSender {
     pub fn poll(&mut self, cx: &mut Context<'_>, lost: &mut dyn FnMut(LinkId, String)) -> bool {
         let (sealer, sender, members, report) =
             (&mut self.sealer, &mut self.sender, &self.members, &mut self.report);
-        let mut any = read_each(&self.socket, cx, &mut self.inbuf, |bytes, from| {
+        let mut any = self.inbuf.read_each(&self.socket, cx, READ_BUDGET, |bytes, from| {
             let Some((header, _)) = sealer.open(bytes, from) else { return };
             if members.values().any(|j| j.node == header.rank && j.answers_from == Some(from)) {
                 sender.handle_answer(&header, Instant::now());
@@ -394,16 +364,21 @@ impl GroupSender {
                 self.report.not_sent += 1;
                 continue;
             }
-            match self.socket.try_send_to(self.sealer.sealed(), self.group) {
-                Ok(_) => self.sealer.stats.sent += 1,
-                Err(e) => {
-                    // Lost like a datagram lost on the wire: the protocol resends it.
-                    self.report.not_sent += 1;
-                    tracing::trace!("UDP datagram to {} not sent: {e}", self.group);
-                }
+            if !self.batch.fits(self.sealer.sealed().len()) {
+                self.flush();
             }
+            self.batch.push(self.sealer.sealed());
         }
+        self.flush();
         any
+    }
+
+    /// Sends the datagrams batched so far; one the kernel refuses is lost like one
+    /// lost on the wire: the protocol resends it.
+    fn flush(&mut self) {
+        let (sent, failed) = self.gso.send(&self.socket, &mut self.batch, self.group);
+        self.sealer.stats.sent += sent;
+        self.report.not_sent += failed;
     }
 
     /// What the route did so far (the children outside the group are the driver's to add).
@@ -452,7 +427,7 @@ pub struct GroupMember {
     /// The last message completed, to notice a placeholder whose message was not for us.
     last_message: Option<u32>,
     timer: Timer,
-    inbuf: Vec<u8>,
+    inbuf: RecvBatch,
 }
 
 impl std::fmt::Debug for GroupMember {
@@ -510,6 +485,8 @@ impl GroupMember {
                 .map_err(io_error(format!("joining multicast group {group_ip} on {ip}")))?;
         }
         let data = into_tokio(data, offer.group)?;
+        // Coalesced reads where the kernel offers them; without, one datagram per buffer.
+        let _ = enable_gro(&data);
         let answer_addr = SocketAddr::new(interface, 0);
         let answers = into_tokio(udp_socket(answer_addr, false)?, answer_addr)?;
         let answers_from = answers.local_addr().map_err(io_error("reading a UDP address".into()))?;
@@ -538,7 +515,7 @@ impl GroupMember {
             waiting_since: None,
             last_message: None,
             timer: Timer::default(),
-            inbuf: vec![0; MAX_DATAGRAM],
+            inbuf: RecvBatch::new(16),
         };
         Ok((member, answers_from))
     }
@@ -627,7 +604,7 @@ impl GroupMember {
     pub fn poll(&mut self, cx: &mut Context<'_>, deliver: &mut dyn FnMut(Frame)) -> Result<bool, String> {
         let Some(receiver) = self.receiver.as_mut() else { return Ok(false) };
         let (sealer, waiting_since, sender) = (&mut self.sealer, &mut self.waiting_since, self.sender);
-        let mut any = read_each(&self.data, cx, &mut self.inbuf, |bytes, from| {
+        let mut any = self.inbuf.read_each(&self.data, cx, READ_BUDGET, |bytes, from| {
             if from != sender {
                 return;
             }
@@ -810,6 +787,15 @@ mod tests {
         assert_eq!(fragment_for_mtu(9000), 8932, "jumbo frames");
         assert_eq!(fragment_for_mtu(65_536), 65_000, "loopback");
         assert_eq!(fragment_for_mtu(0), 64);
+    }
+
+    #[test]
+    fn each_node_gets_a_port_of_its_own_from_the_base_or_any_port() {
+        assert_eq!(node_port(0, 7), 0);
+        assert_eq!(node_port(40_000, 0), 40_000);
+        assert_eq!(node_port(40_000, 7), 40_007);
+        assert_eq!(node_port(65_535, 7), 65_535, "one port: every node on it");
+        assert_eq!(node_port(65_530, 6), 65_530, "wraps within the range");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! payload under a key derived from the session secret ([`McastKey`]); the driver
 //! drops a datagram whose tag does not match before it reaches the protocol.
 
+mod batch;
 mod config;
 mod group;
 mod receiver;
@@ -24,7 +25,7 @@ mod sender;
 pub mod sim;
 mod udp;
 
-pub use config::{McastConfig, Repair, DEFAULT_GROUP, UDP_VARIABLES};
+pub use config::{McastConfig, Repair, DEFAULT_GROUP, MAX_IN_FLIGHT, UDP_VARIABLES};
 pub use group::{route_frame, shares_subnet, GroupMember, GroupSender};
 pub use receiver::{Receiver, ReceiverEvent, ReceiverStats};
 pub use sender::{Sender, SenderEvent, SenderStats};

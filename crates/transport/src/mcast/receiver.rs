@@ -1,13 +1,16 @@
 //! The receiving side: one child assembling its parent's multicast messages in
-//! order, NACKing what it misses and ACKing what it must.
+//! order (several at once, as the sender has several under way), NACKing what it
+//! misses after a random back-off and ACKing what it must.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use treecast_wire::{McastHeader, McastKind};
 
-use super::McastConfig;
+use super::{McastConfig, MAX_IN_FLIGHT};
 
 /// What the receiver hands its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,29 +68,58 @@ pub struct ReceiverStats {
     pub invalid: u64,
 }
 
+/// One message being assembled.
+#[derive(Debug, Default)]
+struct Assembly {
+    /// Its bytes so far, from the start.
+    buf: BytesMut,
+    /// Its length, once its last fragment arrived.
+    end: Option<u32>,
+    /// Fragments past the first gap, by offset, kept until the gap is filled.
+    ahead: BTreeMap<u32, Bytes>,
+    ahead_bytes: usize,
+    /// A fragment of it arrived: the receiver time-out runs while it is not whole.
+    started: bool,
+    /// Whole, with its stream: it waits for the messages before it.
+    whole: Option<u32>,
+    /// The last NACK: its offset and when, so that it is not repeated too soon.
+    last_nack: Option<(u32, Instant)>,
+    /// A gap was seen: the NACK is due then, unless a repair fills the gap first.
+    nack_at: Option<Instant>,
+}
+
+impl Assembly {
+    fn have(&self) -> u32 {
+        self.buf.len() as u32
+    }
+
+    fn in_progress(&self) -> bool {
+        self.started && self.whole.is_none()
+    }
+
+    /// Something past the bytes held arrived: a gap.
+    fn has_gap(&self) -> bool {
+        self.whole.is_none() && (!self.ahead.is_empty() || self.end.is_some_and(|e| e > self.have()))
+    }
+}
+
 /// The receiver of one group's messages at one child.
 #[derive(Debug)]
 pub struct Receiver {
     config: McastConfig,
     me: u32,
     group: u32,
-    /// Next message to assemble.
+    /// Next message to hand on: the first of `slots`.
     expect: u32,
-    /// Its bytes so far, from the start.
-    buf: BytesMut,
-    /// Its length, once its last fragment arrived.
-    end: Option<u32>,
-    /// Fragments past the first gap, by offset, kept until the gap is filled.
-    ahead: std::collections::BTreeMap<u32, Bytes>,
-    ahead_bytes: usize,
-    /// A fragment of `expect` arrived: the receiver time-out runs.
-    in_message: bool,
+    /// Messages `expect`, `expect + 1`, … being assembled (the sender has up to
+    /// `in_flight` under way, at most [`MAX_IN_FLIGHT`]).
+    slots: VecDeque<Assembly>,
     last_data: Option<Instant>,
-    /// When data of the current message last came (the time-out's NACKs do not
+    /// When data of a message in progress last came (the time-out's NACKs do not
     /// move it), for giving up on a silent sender.
     heard_data: Option<Instant>,
-    /// The last NACK: its offset and when, so that it is not repeated too soon.
-    last_nack: Option<(u32, u32, Instant)>,
+    /// Draws the NACK back-off.
+    rng: StdRng,
     out: VecDeque<McastHeader>,
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
@@ -102,14 +134,10 @@ impl Receiver {
             me,
             group,
             expect: first,
-            buf: BytesMut::new(),
-            end: None,
-            ahead: std::collections::BTreeMap::new(),
-            ahead_bytes: 0,
-            in_message: false,
+            slots: VecDeque::new(),
             last_data: None,
             heard_data: None,
-            last_nack: None,
+            rng: StdRng::seed_from_u64((u64::from(group) << 32) | u64::from(me)),
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
@@ -126,22 +154,37 @@ impl Receiver {
             self.stats.invalid += 1;
             return;
         }
-        let ahead = m.wrapping_sub(self.expect);
-        if ahead != 0 && ahead < u32::MAX / 2 {
-            // The sender completed messages without this receiver.
-            self.events.push_back(ReceiverEvent::Missed { from: self.expect, to: m });
-            self.restart(m);
-        } else if ahead != 0 {
+        let end = offset.saturating_add(payload.len() as u32);
+        let mut ahead = m.wrapping_sub(self.expect);
+        if ahead >= u32::MAX / 2 {
             // An old message: its last fragment again means the final ACK was lost.
             if !header.more() {
-                let end = offset.saturating_add(payload.len() as u32);
                 self.answer(McastKind::Ack, m, end);
             }
             return;
         }
-        let end = offset.saturating_add(payload.len() as u32);
-        let have = self.buf.len() as u32;
-        let end_moved = match (header.more(), self.end) {
+        if ahead >= MAX_IN_FLIGHT {
+            // The sender completed messages without this receiver.
+            self.events.push_back(ReceiverEvent::Missed { from: self.expect, to: m });
+            self.restart(m);
+            ahead = 0;
+        }
+        let i = ahead as usize;
+        if self.slots.len() <= i {
+            self.slots.resize_with(i + 1, Assembly::default);
+        }
+        let slot = &mut self.slots[i];
+        if slot.whole.is_some() {
+            // Whole, waiting for the messages before it: a duplicate.
+            self.stats.duplicates += 1;
+            let have = slot.have();
+            if !header.more() || header.rank == self.me {
+                self.answer(McastKind::Ack, m, have);
+            }
+            return;
+        }
+        let have = slot.have();
+        let end_moved = match (header.more(), slot.end) {
             (false, Some(known)) => known != end,
             (false, None) => end < have,
             (true, Some(known)) => end >= known,
@@ -152,9 +195,9 @@ impl Receiver {
             return;
         }
         if !header.more() {
-            self.end = Some(end);
+            slot.end = Some(end);
         }
-        self.in_message = true;
+        slot.started = true;
         self.last_data = Some(now);
         self.heard_data = Some(now);
         if offset > have {
@@ -162,12 +205,14 @@ impl Receiver {
             self.stats.out_of_order += 1;
             // Not the last fragment, which the sender resends on its own to ask for
             // answers: kept, it would make every later fragment look like a gap.
-            let keep = header.more() && self.ahead_bytes + payload.len() <= self.ahead_limit();
-            if keep && !self.ahead.contains_key(&offset) {
-                self.ahead_bytes += payload.len();
-                self.ahead.insert(offset, Bytes::copy_from_slice(payload));
+            let limit = self.ahead_limit();
+            let slot = &mut self.slots[i];
+            let keep = header.more() && slot.ahead_bytes + payload.len() <= limit;
+            if keep && !slot.ahead.contains_key(&offset) {
+                slot.ahead_bytes += payload.len();
+                slot.ahead.insert(offset, Bytes::copy_from_slice(payload));
             }
-            self.nack(have, now);
+            self.gap(i, now);
             return;
         }
         let empty_end = payload.is_empty() && !header.more() && offset == have;
@@ -178,60 +223,90 @@ impl Receiver {
             }
             return;
         }
-        if !self.take(m, &payload[(have - offset) as usize..]) {
+        if !self.take(i, m, &payload[(have - offset) as usize..]) {
             return;
         }
         self.stats.fragments += 1;
-        if !self.take_ahead(m) {
+        if !self.take_ahead(i, m) {
             return;
         }
-        let have = self.buf.len() as u32;
-        if self.end == Some(have) {
-            let data = std::mem::take(&mut self.buf).freeze();
-            self.events.push_back(ReceiverEvent::Message { stream: header.stream, message: m, data });
+        let slot = &mut self.slots[i];
+        let have = slot.have();
+        if slot.end == Some(have) {
+            slot.whole = Some(header.stream);
+            slot.nack_at = None;
             self.answer(McastKind::Ack, m, have);
-            self.restart(m.wrapping_add(1));
-        } else if !self.ahead.is_empty() {
+            self.hand_on();
+        } else if slot.has_gap() {
             // Fragments past `have` are here: the next gap is known at once.
-            self.nack(have, now);
+            self.gap(i, now);
         } else if header.rank == self.me {
+            slot.nack_at = None;
             self.answer(McastKind::Ack, m, have);
         }
     }
 
-    /// Bytes kept past a gap at most: twice the largest window.
+    /// Hands on, in order, the whole messages at the front.
+    fn hand_on(&mut self) {
+        while let Some(stream) = self.slots.front().and_then(|s| s.whole) {
+            if let Some(slot) = self.slots.pop_front() {
+                let data = slot.buf.freeze();
+                self.events.push_back(ReceiverEvent::Message { stream, message: self.expect, data });
+            }
+            self.expect = self.expect.wrapping_add(1);
+        }
+    }
+
+    /// Message `expect + i` has a gap: NACK it now, or after a random back-off
+    /// during which the repair another receiver asked for may fill it.
+    fn gap(&mut self, i: usize, now: Instant) {
+        let backoff = self.config.nack_backoff;
+        if backoff.is_zero() {
+            let have = self.slots[i].have();
+            return self.nack(i, have, now);
+        }
+        if self.slots[i].nack_at.is_none() {
+            let wait = backoff.mul_f64(self.rng.gen::<f64>());
+            self.slots[i].nack_at = Some(now + wait);
+        }
+    }
+
+    /// Bytes kept past a gap at most, per message: twice the largest window.
     fn ahead_limit(&self) -> usize {
         (self.config.max_cwnd as usize).saturating_mul(self.config.fragment as usize).saturating_mul(2)
     }
 
-    /// Appends `fresh` to message `m`; false (and the message dropped) past the size limit.
-    fn take(&mut self, m: u32, fresh: &[u8]) -> bool {
-        let total = self.buf.len() as u64 + fresh.len() as u64;
+    /// Appends `fresh` to message `m` (slot `i`); false (and every message dropped)
+    /// past the size limit.
+    fn take(&mut self, i: usize, m: u32, fresh: &[u8]) -> bool {
+        let slot = &mut self.slots[i];
+        let total = slot.buf.len() as u64 + fresh.len() as u64;
         if total > u64::from(self.config.max_message) {
             self.events.push_back(ReceiverEvent::TooLarge { message: m, bytes: total });
             self.restart(m.wrapping_add(1));
             return false;
         }
-        self.buf.extend_from_slice(fresh);
+        slot.buf.extend_from_slice(fresh);
         true
     }
 
     /// Appends the fragments kept past the gap that now follow on; false when the
     /// message was dropped for its size.
-    fn take_ahead(&mut self, m: u32) -> bool {
-        while let Some(entry) = self.ahead.first_entry() {
-            let have = self.buf.len() as u32;
+    fn take_ahead(&mut self, i: usize, m: u32) -> bool {
+        loop {
+            let slot = &mut self.slots[i];
+            let have = slot.have();
+            let Some(entry) = slot.ahead.first_entry() else { return true };
             if *entry.key() > have {
                 return true;
             }
             let (offset, bytes) = entry.remove_entry();
-            self.ahead_bytes -= bytes.len();
+            slot.ahead_bytes -= bytes.len();
             let end = offset.saturating_add(bytes.len() as u32);
-            if end > have && !self.take(m, &bytes[(have - offset) as usize..]) {
+            if end > have && !self.take(i, m, &bytes[(have - offset) as usize..]) {
                 return false;
             }
         }
-        true
     }
 
     /// The shape every sender's fragment has: on a fragment boundary, full unless
@@ -244,21 +319,19 @@ impl Receiver {
 
     fn restart(&mut self, next: u32) {
         self.expect = next;
-        self.buf = BytesMut::new();
-        self.end = None;
-        self.ahead.clear();
-        self.ahead_bytes = 0;
-        self.in_message = false;
-        self.last_nack = None;
+        self.slots.clear();
     }
 
-    fn nack(&mut self, have: u32, now: Instant) {
-        let repeat = self.last_nack.is_some_and(|(m, o, at)| {
-            m == self.expect && o == have && now.saturating_duration_since(at) < self.config.nack_repeat
-        });
+    fn nack(&mut self, i: usize, have: u32, now: Instant) {
+        let message = self.expect.wrapping_add(i as u32);
+        let slot = &mut self.slots[i];
+        slot.nack_at = None;
+        let repeat = slot
+            .last_nack
+            .is_some_and(|(o, at)| o == have && now.saturating_duration_since(at) < self.config.nack_repeat);
         if !repeat {
-            self.last_nack = Some((self.expect, have, now));
-            self.answer(McastKind::Nack, self.expect, have);
+            slot.last_nack = Some((have, now));
+            self.answer(McastKind::Nack, message, have);
         }
     }
 
@@ -271,33 +344,57 @@ impl Receiver {
         self.out.push_back(McastHeader::answer(kind, self.group, self.me, 0, message, offset));
     }
 
-    /// The receiver time-out: in the middle of a message and nothing heard, it NACKs
-    /// what it misses (which also tells the sender it is alive).
+    fn in_message(&self) -> bool {
+        self.slots.iter().any(Assembly::in_progress)
+    }
+
+    /// Timers: the NACK back-off, and the receiver time-out: in the middle of a
+    /// message and nothing heard, it NACKs what it misses (which also tells the
+    /// sender it is alive).
     pub fn handle_timeout(&mut self, now: Instant) {
         let silent =
             self.heard_data.is_some_and(|t| now.saturating_duration_since(t) >= self.config.silent_limit);
-        if self.in_message && silent {
-            self.events.push_back(ReceiverEvent::SenderSilent { message: self.expect });
-            self.in_message = false;
-            return;
+        if silent {
+            if let Some(i) = self.slots.iter().position(Assembly::in_progress) {
+                let message = self.expect.wrapping_add(i as u32);
+                self.events.push_back(ReceiverEvent::SenderSilent { message });
+                for s in &mut self.slots {
+                    s.started = false;
+                    s.nack_at = None;
+                }
+                return;
+            }
         }
-        if let Some(at) = self.deadline() {
-            if now >= at {
-                self.last_data = Some(now);
-                self.last_nack = None;
-                self.stats.timeouts += 1;
-                let have = self.buf.len() as u32;
-                self.nack(have, now);
+        for i in 0..self.slots.len() {
+            if self.slots[i].nack_at.is_some_and(|at| at <= now) {
+                self.slots[i].nack_at = None;
+                if self.slots[i].has_gap() {
+                    let have = self.slots[i].have();
+                    self.nack(i, have, now);
+                }
+            }
+        }
+        let timed_out =
+            self.in_message() && self.last_data.is_some_and(|t| now >= t + self.config.receiver_timeout);
+        if timed_out {
+            self.last_data = Some(now);
+            self.stats.timeouts += 1;
+            for i in 0..self.slots.len() {
+                if self.slots[i].in_progress() {
+                    self.slots[i].last_nack = None;
+                    let have = self.slots[i].have();
+                    self.nack(i, have, now);
+                }
             }
         }
     }
 
     /// When [`Receiver::handle_timeout`] must run next.
     pub fn deadline(&self) -> Option<Instant> {
-        if !self.in_message {
-            return None;
-        }
-        self.last_data.map(|t| t + self.config.receiver_timeout)
+        let backoff = self.slots.iter().filter_map(|s| s.nack_at).min();
+        let timeout =
+            if self.in_message() { self.last_data.map(|t| t + self.config.receiver_timeout) } else { None };
+        [backoff, timeout].into_iter().flatten().min()
     }
 
     /// Next ACK or NACK to send to the sender by unicast.
@@ -336,7 +433,8 @@ mod tests {
 
     #[test]
     fn a_gap_is_nacked_once_per_repeat_interval_and_the_acker_acks_every_fragment() {
-        let config = McastConfig { fragment: 4, ..McastConfig::default() };
+        let config =
+            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         r.handle_data(&data(0, 0, true, 9), b"abcd", now);
@@ -362,7 +460,8 @@ mod tests {
 
     #[test]
     fn fragments_of_a_shape_no_sender_makes_are_dropped_and_counted() {
-        let config = McastConfig { fragment: 4, ..McastConfig::default() };
+        let config =
+            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         // Empty or short fragments with "more", off a boundary, or a last one too long.
@@ -371,7 +470,7 @@ mod tests {
         r.handle_data(&data(0, 6, true, 9), b"abcd", now);
         r.handle_data(&data(0, 8, false, 9), b"abcde", now);
         assert_eq!(r.stats().invalid, 4);
-        assert!(r.ahead.is_empty() && answers(&mut r).is_empty());
+        assert!(r.slots.iter().all(|s| s.ahead.is_empty()) && answers(&mut r).is_empty());
         // A last fragment fixes the end; another end for the same message is refused.
         r.handle_data(&data(0, 8, false, 9), b"ij", now);
         r.handle_data(&data(0, 8, false, 9), b"i", now);
@@ -381,7 +480,8 @@ mod tests {
 
     #[test]
     fn a_sender_silent_past_the_limit_in_the_middle_of_a_message_is_reported() {
-        let config = McastConfig { fragment: 4, ..McastConfig::default() };
+        let config =
+            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         r.handle_data(&data(0, 0, true, 9), b"abcd", now);
@@ -400,7 +500,8 @@ mod tests {
 
     #[test]
     fn silence_in_the_middle_of_a_message_is_nacked_and_idle_silence_is_not() {
-        let config = McastConfig { fragment: 4, ..McastConfig::default() };
+        let config =
+            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         assert_eq!(r.deadline(), None);
@@ -413,17 +514,98 @@ mod tests {
 
     #[test]
     fn a_skipped_message_or_an_oversized_one_is_reported() {
-        let config = McastConfig { fragment: 4, max_message: 6, ..McastConfig::default() };
+        let config = McastConfig {
+            fragment: 4,
+            nack_backoff: std::time::Duration::ZERO,
+            max_message: 6,
+            ..McastConfig::default()
+        };
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
-        r.handle_data(&data(2, 0, false, 9), b"ab", now);
-        assert_eq!(r.poll_event(), Some(ReceiverEvent::Missed { from: 0, to: 2 }));
-        assert!(matches!(r.poll_event(), Some(ReceiverEvent::Message { message: 2, .. })));
-        r.handle_data(&data(3, 0, true, 9), b"abcd", now);
-        r.handle_data(&data(3, 4, true, 9), b"efgh", now);
-        assert_eq!(r.poll_event(), Some(ReceiverEvent::TooLarge { message: 3, bytes: 8 }));
-        // Another group's datagrams are not for it.
-        r.handle_data(&McastHeader::data(2, 0, 4, 0, false, 9), b"x", now);
+        // A message as far ahead as the sender may have under way waits its turn.
+        r.handle_data(&data(MAX_IN_FLIGHT - 1, 0, false, 9), b"ab", now);
         assert_eq!(r.poll_event(), None);
+        // One further means the sender went on without this receiver.
+        let far = MAX_IN_FLIGHT + 2;
+        r.handle_data(&data(far, 0, false, 9), b"ab", now);
+        assert_eq!(r.poll_event(), Some(ReceiverEvent::Missed { from: 0, to: far }));
+        assert!(matches!(r.poll_event(), Some(ReceiverEvent::Message { message, .. }) if message == far));
+        r.handle_data(&data(far + 1, 0, true, 9), b"abcd", now);
+        r.handle_data(&data(far + 1, 4, true, 9), b"efgh", now);
+        assert_eq!(r.poll_event(), Some(ReceiverEvent::TooLarge { message: far + 1, bytes: 8 }));
+        // Another group's datagrams are not for it.
+        r.handle_data(&McastHeader::data(2, 0, far + 2, 0, false, 9), b"x", now);
+        assert_eq!(r.poll_event(), None);
+    }
+
+    #[test]
+    fn later_messages_are_assembled_meanwhile_and_handed_on_in_order() {
+        let config =
+            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
+        let now = Instant::now();
+        let mut r = Receiver::new(config, 5, 1, 0);
+        // Message 0 misses its first fragment; 1 and 2 arrive whole meanwhile.
+        r.handle_data(&data(0, 4, false, 9), b"ef", now);
+        assert_eq!(answers(&mut r), [(McastKind::Nack, 0, 0)]);
+        r.handle_data(&data(1, 0, false, 9), b"xy", now);
+        r.handle_data(&data(2, 0, true, 9), b"1234", now);
+        r.handle_data(&data(2, 4, false, 9), b"5", now);
+        assert_eq!(answers(&mut r), [(McastKind::Ack, 1, 2), (McastKind::Ack, 2, 5)], "acked whole at once");
+        assert_eq!(r.poll_event(), None, "but they wait for message 0");
+        // Message 1's end again: acknowledged again while it waits.
+        r.handle_data(&data(1, 0, false, 9), b"xy", now);
+        assert_eq!(answers(&mut r), [(McastKind::Ack, 1, 2)]);
+        r.handle_data(&data(0, 0, true, 9), b"abcd", now);
+        // The last fragment past the gap was not kept (the sender resends it on its own).
+        assert_eq!(answers(&mut r), [(McastKind::Nack, 0, 4)]);
+        assert_eq!(r.poll_event(), None);
+        r.handle_data(&data(0, 4, false, 9), b"ef", now);
+        assert_eq!(answers(&mut r), [(McastKind::Ack, 0, 6)]);
+        let got: Vec<(u32, Bytes)> = std::iter::from_fn(|| r.poll_event())
+            .map(|e| match e {
+                ReceiverEvent::Message { message, data, .. } => (message, data),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, Bytes::from_static(b"abcdef")),
+                (1, Bytes::from_static(b"xy")),
+                (2, Bytes::from_static(b"12345"))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_nack_waits_a_random_back_off_and_a_repair_meanwhile_suppresses_it() {
+        let backoff = std::time::Duration::from_millis(2);
+        let config = McastConfig { fragment: 4, nack_backoff: backoff, ..McastConfig::default() };
+        let now = Instant::now();
+        let mut r = Receiver::new(config, 5, 1, 0);
+        r.handle_data(&data(0, 0, true, 9), b"abcd", now);
+        r.handle_data(&data(0, 8, true, 9), b"ijkl", now);
+        assert!(answers(&mut r).is_empty(), "no NACK at once");
+        let at = r.deadline().unwrap();
+        assert!(at <= now + backoff, "within the back-off");
+        // Another receiver's NACK brought the repair before the back-off ended.
+        r.handle_data(&data(0, 4, true, 9), b"efgh", now);
+        r.handle_timeout(at);
+        assert!(answers(&mut r).is_empty(), "suppressed: the gap is filled");
+        assert_eq!(r.stats().nacks, 0);
+        // A gap nobody repairs is NACKed once the back-off is over.
+        r.handle_data(&data(0, 20, true, 9), b"uvwx", now);
+        let at = r.deadline().unwrap();
+        r.handle_timeout(at);
+        assert_eq!(answers(&mut r), [(McastKind::Nack, 0, 12)]);
+        // Receivers draw different back-offs.
+        let draws: std::collections::BTreeSet<Instant> = (0..8)
+            .map(|me| {
+                let mut r = Receiver::new(config, me, 1, 0);
+                r.handle_data(&data(0, 8, true, 9), b"ijkl", now);
+                r.deadline().unwrap()
+            })
+            .collect();
+        assert!(draws.len() > 4, "{draws:?}");
     }
 }

@@ -1,5 +1,6 @@
-//! The sending side: one node multicasting messages to its children, one message at
-//! a time, paced by a congestion window that the acker's ACKs open.
+//! The sending side: one node multicasting messages to its children, several under
+//! way at once (a window over messages that the receivers' final ACKs release),
+//! paced by one congestion window over all their fragments that the acker's ACKs open.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -51,10 +52,6 @@ pub struct SenderStats {
 /// A receiver as the sender knows it.
 #[derive(Debug, Clone, Copy)]
 struct Member {
-    /// Bytes of the current message it holds from the start, as it last said.
-    holds: u32,
-    /// It acknowledged the whole current message.
-    done: bool,
     /// When it was last heard from.
     heard: Option<Instant>,
     /// Since when an answer from it is due and has not come: the first last
@@ -69,7 +66,7 @@ struct Member {
 
 impl Member {
     fn new(heard: Option<Instant>) -> Member {
-        Member { holds: 0, done: false, heard, asked: None, asked_as_acker: None }
+        Member { heard, asked: None, asked_as_acker: None }
     }
 
     /// Since when it has owed an answer.
@@ -78,15 +75,26 @@ impl Member {
     }
 }
 
-/// The message being sent.
+/// How far a receiver a message waits for got with it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
+    /// Bytes of the message it holds from the start, as it last said.
+    holds: u32,
+    /// It acknowledged the whole message.
+    done: bool,
+}
+
+/// A message under way.
 #[derive(Debug)]
 struct Current {
     id: u32,
     stream: u32,
     data: Bytes,
+    /// The receivers it waits for: the members when it started.
+    waiting: BTreeMap<u32, Progress>,
     /// Next byte offset to multicast.
     next: u32,
-    /// Bytes the acker holds from the start: the window's left edge.
+    /// Bytes the acker holds from the start: the window's left edge in this message.
     acked: u32,
     /// Which fragments went out at least once, by index.
     sent: Vec<bool>,
@@ -94,10 +102,10 @@ struct Current {
     last_send: Instant,
     /// NACKs gathered: the lowest offset asked for, and when the gathering ends.
     pending_nack: Option<(u32, Instant)>,
+    /// Time-outs of this message in a row with no answer about it in between.
+    unanswered: u32,
     /// Selective repair: when each fragment was last resent.
     repaired: std::collections::HashMap<u32, Instant>,
-    /// When the window was last halved.
-    last_cut: Option<Instant>,
 }
 
 impl Current {
@@ -113,6 +121,15 @@ impl Current {
             self.next >= self.len()
         }
     }
+
+    fn complete(&self) -> bool {
+        self.waiting.values().all(|p| p.done)
+    }
+
+    /// Fragments sent and not yet held by the acker.
+    fn outstanding(&self, fragment: u32) -> u32 {
+        self.next.saturating_sub(self.acked).div_ceil(fragment)
+    }
 }
 
 /// The sender of one group: the messages of one node to its children.
@@ -121,14 +138,17 @@ pub struct Sender {
     config: McastConfig,
     group: u32,
     members: BTreeMap<u32, Member>,
-    /// Receivers that joined while a message was under way: members from the next.
+    /// Receivers that joined while messages were under way: members from the next.
     joining: Vec<u32>,
     queue: VecDeque<(u32, Bytes)>,
-    current: Option<Current>,
+    /// Messages under way, oldest first: at most `in_flight`.
+    flight: VecDeque<Current>,
     next_id: u32,
     cwnd: f64,
     ssthresh: f64,
     ignore_acks: u32,
+    /// When the window was last halved.
+    last_cut: Option<Instant>,
     acker: Option<u32>,
     acker_since: Option<Instant>,
     out: VecDeque<(McastHeader, Bytes)>,
@@ -149,11 +169,12 @@ impl Sender {
             members,
             joining: Vec::new(),
             queue: VecDeque::new(),
-            current: None,
+            flight: VecDeque::new(),
             next_id: 0,
             cwnd: config.initial_cwnd,
             ssthresh: config.ssthresh,
             ignore_acks: 0,
+            last_cut: None,
             acker,
             acker_since: None,
             out: VecDeque::new(),
@@ -164,7 +185,8 @@ impl Sender {
     }
 
     /// Queues a message of `stream`; returns its id. Messages go out in order, each
-    /// once the one before completed.
+    /// once the one before is all sent, with at most `in_flight` waiting for their
+    /// acknowledgements.
     ///
     /// # Errors
     /// The message is longer than an offset can name (4 GiB).
@@ -176,7 +198,7 @@ impl Sender {
                 self.config.max_message
             )));
         }
-        // `next_id` is the id of the next message to start: the one under way has one already.
+        // `next_id` is the id of the next message to start: those under way have theirs.
         let id = self.next_id.wrapping_add(self.queue.len() as u32);
         self.queue.push_back((stream, data));
         self.advance(now);
@@ -184,9 +206,9 @@ impl Sender {
     }
 
     /// A receiver joins the group; returns the first message it is a member for: the
-    /// next one to start. The message under way, if any, does not wait for it.
+    /// next one to start. Messages under way do not wait for it.
     pub fn add_receiver(&mut self, receiver: u32) -> u32 {
-        if self.current.is_some() {
+        if !self.flight.is_empty() {
             if !self.members.contains_key(&receiver) && !self.joining.contains(&receiver) {
                 self.joining.push(receiver);
             }
@@ -212,37 +234,40 @@ impl Sender {
         }
         let Some(member) = self.members.get_mut(&header.rank) else { return };
         member.heard = Some(now);
-        if self.current.as_ref().is_some_and(|c| c.id == header.message) {
-            // Only an answer about the message under way is the answer owed.
-            member.asked = None;
-            member.asked_as_acker = None;
-            self.rtt.backoff = 0;
-        }
-        let Some(cur) = self.current.as_mut() else { return };
-        if header.message != cur.id || header.offset > cur.len() {
+        let Some(i) = self.flight.iter().position(|c| c.id == header.message) else { return };
+        let cur = &mut self.flight[i];
+        let len = cur.len();
+        cur.unanswered = 0;
+        let Some(progress) = cur.waiting.get_mut(&header.rank) else { return };
+        // Only an answer about a message that waits for it is the answer owed.
+        member.asked = None;
+        member.asked_as_acker = None;
+        self.rtt.backoff = 0;
+        if header.offset > len {
             return;
         }
-        member.holds = member.holds.max(header.offset);
+        progress.holds = progress.holds.max(header.offset);
         match header.kind {
-            McastKind::Ack => self.on_ack(header.rank, header.offset, now),
-            McastKind::Nack => self.on_nack(header.rank, header.offset, now),
+            McastKind::Ack => self.on_ack(i, header.rank, header.offset, now),
+            McastKind::Nack => self.on_nack(i, header.rank, header.offset, now),
             McastKind::Data => {}
         }
         self.advance(now);
     }
 
-    fn on_ack(&mut self, from: u32, offset: u32, now: Instant) {
+    fn on_ack(&mut self, i: usize, from: u32, offset: u32, now: Instant) {
         self.stats.acks += 1;
-        let Some(cur) = self.current.as_mut() else { return };
-        if Some(from) == self.acker {
+        let acker = self.acker;
+        let cur = &mut self.flight[i];
+        if Some(from) == acker {
             self.rtt.acked(cur.id, offset, now);
         }
         if offset == cur.len() {
-            if let Some(m) = self.members.get_mut(&from) {
-                m.done = true;
+            if let Some(p) = cur.waiting.get_mut(&from) {
+                p.done = true;
             }
         }
-        if Some(from) == self.acker && offset > cur.acked {
+        if Some(from) == acker && offset > cur.acked {
             cur.acked = offset;
             self.grow_window();
         }
@@ -259,14 +284,14 @@ impl Sender {
         self.cwnd = self.cwnd.min(self.config.max_cwnd);
     }
 
-    fn on_nack(&mut self, from: u32, offset: u32, now: Instant) {
+    fn on_nack(&mut self, i: usize, from: u32, offset: u32, now: Instant) {
         self.stats.nacks += 1;
-        if self.current.as_ref().is_some_and(|cur| offset >= cur.next) {
+        if offset >= self.flight[i].next {
             // It misses nothing that was sent (a receiver time-out, or a fragment it
             // keeps from far ahead, such as a resent last one): as good as an ACK.
             // Counted as a loss, it would pin the window at one (found by the route
             // benchmark at 5 % loss).
-            return self.on_ack(from, offset, now);
+            return self.on_ack(i, from, offset, now);
         }
         // The slowest receiver sets the pace: it becomes the acker, at most once per hold.
         let held =
@@ -276,15 +301,17 @@ impl Sender {
             self.acker = Some(from);
             self.acker_since = Some(now);
             self.stats.acker_changes += 1;
+            // The window's edge in every message is where the new acker is.
+            for c in &mut self.flight {
+                if let Some(p) = c.waiting.get(&from) {
+                    c.acked = p.holds.min(c.next);
+                }
+            }
         }
-        let Some(cur) = self.current.as_mut() else { return };
+        let cur = &mut self.flight[i];
         if Some(from) == self.acker {
             // Its NACK says what it holds: the window's edge moves to it.
             cur.acked = offset;
-        }
-        if offset >= cur.next {
-            // Nothing sent is missing there (a receiver time-out while the window is shut).
-            return;
         }
         match self.config.repair {
             Repair::GoBackN => {
@@ -293,27 +320,28 @@ impl Sender {
                     None => (offset, now + self.config.nack_coalesce),
                 });
             }
-            Repair::Selective => self.repair(offset, now),
+            Repair::Selective => self.repair(i, offset, now),
         }
     }
 
-    /// Selective repair: resends the fragment at `offset` unless it was resent
-    /// within the coalescing interval (other receivers' NACKs of the same loss).
-    fn repair(&mut self, offset: u32, now: Instant) {
+    /// Selective repair: resends the fragment at `offset` of message `i` unless it
+    /// was resent within the coalescing interval (other receivers' NACKs of the
+    /// same loss).
+    fn repair(&mut self, i: usize, offset: u32, now: Instant) {
         let coalesce = self.config.nack_coalesce;
         let fragment = self.config.fragment;
-        let Some(cur) = self.current.as_mut() else { return };
+        let cur = &mut self.flight[i];
         let start = offset - offset % fragment;
         if cur.repaired.get(&start).is_some_and(|&at| now.saturating_duration_since(at) < coalesce) {
             return;
         }
         cur.repaired.insert(start, now);
-        let cut = cur.last_cut.map_or(true, |t| now.saturating_duration_since(t) >= coalesce);
+        let cut = self.last_cut.map_or(true, |t| now.saturating_duration_since(t) >= coalesce);
         if cut {
-            cur.last_cut = Some(now);
+            self.last_cut = Some(now);
         }
-        let header = self.fragment_at(start);
-        self.queue_fragment(header, start, now);
+        let header = self.fragment_at(i, start);
+        self.queue_fragment(i, header, start, now);
         if cut {
             self.halve_window();
         }
@@ -326,20 +354,29 @@ impl Sender {
         self.ignore_acks = (self.cwnd / 2.0) as u32;
     }
 
-    /// Starts the gathered go-back once its wait is over: resend from the lowest
+    /// Starts the gathered go-backs whose wait is over: resend from the lowest
     /// offset asked for, with the window halved once for all the NACKs gathered.
     fn go_back(&mut self, now: Instant) {
-        let Some(cur) = self.current.as_mut() else { return };
-        let Some((offset, until)) = cur.pending_nack else { return };
-        if now < until {
-            return;
-        }
-        cur.pending_nack = None;
         let fragment = self.config.fragment;
-        cur.next = cur.next.min(offset - offset % fragment);
-        // The window restarts at the resend point, so the resend is paced too.
-        cur.acked = cur.acked.min(cur.next);
-        self.halve_window();
+        let acker = self.acker;
+        let mut halve = false;
+        for cur in &mut self.flight {
+            let Some((offset, until)) = cur.pending_nack else { continue };
+            if now < until {
+                continue;
+            }
+            cur.pending_nack = None;
+            cur.next = cur.next.min(offset - offset % fragment);
+            // The window restarts at the resend point, so the resend is paced too;
+            // an acker that holds more (or all: it says nothing more about a
+            // message it completed) leaves nothing outstanding there.
+            let holds = acker.and_then(|a| cur.waiting.get(&a)).map_or(0, |p| p.holds);
+            cur.acked = cur.acked.min(cur.next).max(holds.min(cur.next));
+            halve = true;
+        }
+        if halve {
+            self.halve_window();
+        }
     }
 
     /// Timers: the NACK gathering, the sender time-out and silent receivers.
@@ -348,46 +385,65 @@ impl Sender {
         // The go-back's first fragments go now, before the time-out below looks.
         self.fill(now);
         self.check_silent(now);
-        if let Some(cur) = self.current.as_mut() {
-            // Nothing went out for the time-out: everything is sent and final ACKs are
-            // missing, or the window stays shut because the acker's ACKs were lost (and
-            // a receiver that holds the whole message says nothing until asked).
-            let stuck = cur.pending_nack.is_none();
-            if stuck && now.saturating_duration_since(cur.last_send) >= self.rtt.timeout(&self.config) {
-                // The last fragment again makes every receiver either ACK the whole
-                // message or NACK what it misses. While the window is shut, the
-                // acker's first missing fragment goes instead, which saves the acker a
-                // round trip; if that goes unanswered, the last fragment goes with it,
-                // as an acker whose final ACK was lost answers no other fragment
-                // (found by the property test).
-                let fragment = self.config.fragment;
-                let last = if cur.data.is_empty() { 0 } else { (cur.len() - 1) / fragment * fragment };
-                let first_missing = cur.acked / fragment * fragment;
-                let shut = !cur.all_sent() && first_missing < last;
-                self.rtt.backoff = self.rtt.backoff.saturating_add(1);
-                self.stats.timeouts += 1;
-                if shut {
-                    let header = self.fragment_at(first_missing);
-                    self.queue_fragment(header, first_missing, now);
-                }
-                if !shut || self.rtt.backoff > 1 {
-                    let header = self.fragment_at(last);
-                    self.queue_fragment(header, last, now);
-                }
+        let timeout = self.rtt.timeout(&self.config);
+        // Nothing went out for a message for the time-out: everything is sent and
+        // final ACKs are missing, or the window stays shut because the acker's ACKs
+        // were lost (and a receiver that holds the whole message says nothing until
+        // asked).
+        let stuck: Vec<usize> = (0..self.flight.len())
+            .filter(|&i| {
+                let c = &self.flight[i];
+                c.pending_nack.is_none() && now.saturating_duration_since(c.last_send) >= timeout
+            })
+            .collect();
+        if !stuck.is_empty() {
+            self.rtt.backoff = self.rtt.backoff.saturating_add(1);
+            self.stats.timeouts += 1;
+        }
+        for i in stuck {
+            // The last fragment again makes every receiver either ACK the whole
+            // message or NACK what it misses. While the window is shut, the acker's
+            // first missing fragment goes instead, which saves the acker a round
+            // trip; if that goes unanswered, the last fragment goes with it, as an
+            // acker whose final ACK was lost answers no other fragment (found by the
+            // property test).
+            let fragment = self.config.fragment;
+            let cur = &mut self.flight[i];
+            // Counted per message: answers about other messages under way do not
+            // say that this one's resends were heard (found by the property test:
+            // the last fragment was never resent while a later message answered).
+            cur.unanswered = cur.unanswered.saturating_add(1);
+            let unanswered = cur.unanswered;
+            let last = if cur.data.is_empty() { 0 } else { (cur.len() - 1) / fragment * fragment };
+            let first_missing = cur.acked / fragment * fragment;
+            let shut = !cur.all_sent() && first_missing < last;
+            if shut {
+                let header = self.fragment_at(i, first_missing);
+                self.queue_fragment(i, header, first_missing, now);
+            }
+            if !shut || unanswered > 1 {
+                let header = self.fragment_at(i, last);
+                self.queue_fragment(i, header, last, now);
             }
         }
         self.advance(now);
     }
 
+    /// Receivers that a message under way still waits for.
+    fn awaited(&self) -> std::collections::BTreeSet<u32> {
+        self.flight.iter().flat_map(|c| c.waiting.iter().filter(|(_, p)| !p.done).map(|(&r, _)| r)).collect()
+    }
+
     fn check_silent(&mut self, now: Instant) {
-        let Some(cur) = self.current.as_ref() else { return };
+        let Some(message) = self.flight.front().map(|c| c.id) else { return };
         let limit = self.config.silent_limit;
-        let message = cur.id;
+        let awaited = self.awaited();
         let silent: Vec<u32> = self
             .members
             .iter()
-            .filter(|(_, m)| {
-                !m.done && m.owes_since().is_some_and(|t| now.saturating_duration_since(t) >= limit)
+            .filter(|(r, m)| {
+                awaited.contains(r)
+                    && m.owes_since().is_some_and(|t| now.saturating_duration_since(t) >= limit)
             })
             .map(|(&r, _)| r)
             .collect();
@@ -414,13 +470,21 @@ impl Sender {
     }
 
     fn after_leave(&mut self, receiver: u32, now: Instant) {
+        for c in &mut self.flight {
+            c.waiting.remove(&receiver);
+        }
         if self.acker == Some(receiver) {
-            // The receiver holding the least still sets the pace.
-            self.acker =
-                self.members.iter().filter(|(_, m)| !m.done).min_by_key(|(_, m)| m.holds).map(|(&r, _)| r);
+            // The receiver holding the least of the oldest message still sets the pace.
+            self.acker = self.flight.front().and_then(|c| {
+                c.waiting.iter().filter(|(_, p)| !p.done).min_by_key(|(_, p)| p.holds).map(|(&r, _)| r)
+            });
             self.acker = self.acker.or_else(|| self.members.keys().next().copied());
-            if let (Some(a), Some(cur)) = (self.acker, self.current.as_mut()) {
-                cur.acked = self.members.get(&a).map_or(0, |m| m.holds);
+            if let Some(a) = self.acker {
+                for c in &mut self.flight {
+                    if let Some(p) = c.waiting.get(&a) {
+                        c.acked = p.holds.min(c.next);
+                    }
+                }
             }
             self.acker_since = Some(now);
             self.stats.acker_changes += 1;
@@ -430,16 +494,23 @@ impl Sender {
 
     /// When [`Sender::handle_timeout`] must run next.
     pub fn deadline(&self) -> Option<Instant> {
-        let cur = self.current.as_ref()?;
+        if self.flight.is_empty() {
+            return None;
+        }
+        let awaited = self.awaited();
         let silent = self
             .members
-            .values()
-            .filter(|m| !m.done)
-            .filter_map(Member::owes_since)
+            .iter()
+            .filter(|(r, _)| awaited.contains(r))
+            .filter_map(|(_, m)| m.owes_since())
             .min()
             .map(|t| t + self.config.silent_limit);
-        let resend = cur.pending_nack.is_none().then(|| cur.last_send + self.rtt.timeout(&self.config));
-        [cur.pending_nack.map(|(_, until)| until), resend, silent].into_iter().flatten().min()
+        let timeout = self.rtt.timeout(&self.config);
+        let timers = self.flight.iter().map(|c| match c.pending_nack {
+            Some((_, until)) => until,
+            None => c.last_send + timeout,
+        });
+        timers.chain(silent).min()
     }
 
     /// Next datagram to multicast to the group: a header and the fragment's bytes.
@@ -472,79 +543,106 @@ impl Sender {
         self.acker
     }
 
-    /// Nothing queued, nothing in flight.
-    pub fn is_idle(&self) -> bool {
-        self.current.is_none() && self.queue.is_empty()
+    /// Messages under way (started, not yet acknowledged by every receiver).
+    pub fn in_flight(&self) -> usize {
+        self.flight.len()
     }
 
-    /// Completes the current message if nobody waits for it, starts the next one,
-    /// and sends what the window allows.
+    /// Nothing queued, nothing in flight.
+    pub fn is_idle(&self) -> bool {
+        self.flight.is_empty() && self.queue.is_empty()
+    }
+
+    /// Completes, in order, the messages nobody waits for any more, and sends what
+    /// the window allows.
     fn advance(&mut self, now: Instant) {
-        loop {
-            if let Some(cur) = &self.current {
-                if !self.members.values().all(|m| m.done) {
-                    break;
-                }
+        while self.flight.front().is_some_and(Current::complete) {
+            if let Some(cur) = self.flight.pop_front() {
                 self.events.push_back(SenderEvent::Completed { message: cur.id, stream: cur.stream });
                 self.stats.messages += 1;
-                self.current = None;
+                if self.rtt.timing.is_some_and(|(m, _, _)| m == cur.id) {
+                    self.rtt.timing = None;
+                }
             }
-            let Some((stream, data)) = self.queue.pop_front() else { return };
-            let id = self.next_id;
-            self.next_id = id.wrapping_add(1);
-            for m in self.members.values_mut() {
-                *m = Member::new(m.heard);
+        }
+        // A receiver every message under way holds owes nothing.
+        let awaited = self.awaited();
+        for (r, m) in &mut self.members {
+            if !awaited.contains(r) {
+                m.asked = None;
+                m.asked_as_acker = None;
             }
-            for r in self.joining.drain(..) {
-                self.members.entry(r).or_insert_with(|| Member::new(None));
-            }
-            if !self.acker.is_some_and(|a| self.members.contains_key(&a)) {
-                self.acker = self.members.keys().next().copied();
-            }
-            self.current = Some(Current {
-                id,
-                stream,
-                data,
-                next: 0,
-                acked: 0,
-                sent: Vec::new(),
-                last_send: now,
-                pending_nack: None,
-                repaired: std::collections::HashMap::new(),
-                last_cut: None,
-            });
         }
         self.fill(now);
     }
 
-    /// Sends fragments while the window has room.
+    /// Starts the next queued message.
+    fn start(&mut self, now: Instant) -> bool {
+        let Some((stream, data)) = self.queue.pop_front() else { return false };
+        let id = self.next_id;
+        self.next_id = id.wrapping_add(1);
+        for r in self.joining.drain(..) {
+            self.members.entry(r).or_insert_with(|| Member::new(None));
+        }
+        if !self.acker.is_some_and(|a| self.members.contains_key(&a)) {
+            self.acker = self.members.keys().next().copied();
+        }
+        let waiting = self.members.keys().map(|&r| (r, Progress::default())).collect();
+        self.flight.push_back(Current {
+            id,
+            stream,
+            data,
+            waiting,
+            next: 0,
+            acked: 0,
+            sent: Vec::new(),
+            last_send: now,
+            pending_nack: None,
+            unanswered: 0,
+            repaired: std::collections::HashMap::new(),
+        });
+        true
+    }
+
+    /// Sends fragments while the window has room, starting messages as the ones
+    /// before are all sent and fewer than `in_flight` are under way.
     fn fill(&mut self, now: Instant) {
         let fragment = self.config.fragment;
         loop {
-            let Some(cur) = self.current.as_ref() else { return };
-            if cur.all_sent() || cur.pending_nack.is_some() {
+            // A message nobody waits for (an empty group) completes at once.
+            if self.flight.front().is_some_and(Current::complete) {
+                return self.advance(now);
+            }
+            let outstanding: u32 = self.flight.iter().map(|c| c.outstanding(fragment)).sum();
+            if f64::from(outstanding) >= self.cwnd.floor().max(1.0) {
                 return;
             }
-            let in_flight = cur.next.saturating_sub(cur.acked).div_ceil(fragment);
-            if f64::from(in_flight) >= self.cwnd.floor().max(1.0) {
-                return;
-            }
-            let offset = cur.next;
-            let header = self.fragment_at(offset);
-            self.queue_fragment(header, offset, now);
+            let i = match self.flight.iter().position(|c| !c.all_sent()) {
+                Some(i) if self.flight[i].pending_nack.is_some() => return,
+                Some(i) => i,
+                None => {
+                    if self.flight.len() >= self.config.in_flight as usize || !self.start(now) {
+                        return;
+                    }
+                    self.flight.len() - 1
+                }
+            };
+            let offset = self.flight[i].next;
+            let header = self.fragment_at(i, offset);
+            self.queue_fragment(i, header, offset, now);
         }
     }
 
-    fn fragment_at(&self, offset: u32) -> McastHeader {
+    fn fragment_at(&self, i: usize, offset: u32) -> McastHeader {
         let fragment = self.config.fragment;
-        let (id, stream, len) = self.current.as_ref().map_or((0, 0, 0), |c| (c.id, c.stream, c.len()));
+        let (id, stream, len) = self.flight.get(i).map_or((0, 0, 0), |c| (c.id, c.stream, c.len()));
         let more = offset.saturating_add(fragment) < len;
         McastHeader::data(self.group, stream, id, offset, more, self.acker.unwrap_or(u32::MAX))
     }
 
-    fn queue_fragment(&mut self, header: McastHeader, offset: u32, now: Instant) {
+    fn queue_fragment(&mut self, i: usize, header: McastHeader, offset: u32, now: Instant) {
         let fragment = self.config.fragment;
-        let Some(cur) = self.current.as_mut() else { return };
+        let Some(cur) = self.flight.get_mut(i) else { return };
         let end = offset.saturating_add(fragment).min(cur.len());
         let bytes = cur.data.slice(offset as usize..end as usize);
         let index = (offset / fragment) as usize;
@@ -567,11 +665,12 @@ impl Sender {
         cur.last_send = now;
         self.stats.fragments += 1;
         let last = !header.more();
-        for (&r, m) in self.members.iter_mut().filter(|(_, m)| !m.done) {
+        for (r, _) in cur.waiting.iter().filter(|(_, p)| !p.done) {
+            let Some(m) = self.members.get_mut(r) else { continue };
             if last {
                 m.asked.get_or_insert(now);
             }
-            if Some(r) == self.acker {
+            if Some(*r) == self.acker {
                 m.asked_as_acker.get_or_insert(now);
             }
         }
@@ -596,7 +695,7 @@ impl RttEstimate {
     fn acked(&mut self, message: u32, offset: u32, now: Instant) {
         let Some((timed, end, sent)) = self.timing else { return };
         if timed != message {
-            self.timing = None;
+            // An ACK about another message under way: the timed one may follow.
             return;
         }
         if offset < end {

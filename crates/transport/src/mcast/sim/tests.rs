@@ -264,3 +264,53 @@ fn a_receiver_that_joins_mid_message_is_waited_for_from_the_next_message_on() {
     // Joining an idle group counts from the next message to be sent.
     assert_eq!(sender.add_receiver(12), 2);
 }
+
+#[test]
+fn several_messages_are_under_way_at_once_and_final_acks_release_the_window_in_order() {
+    let now = std::time::Instant::now();
+    let ack = |message, offset| McastHeader::answer(treecast_wire::McastKind::Ack, 1, 10, 0, message, offset);
+    let config = McastConfig { in_flight: 3, initial_cwnd: 64.0, ..config() };
+    let mut sender = Sender::new(config, 1, [10]);
+    for i in 0..5 {
+        sender.send(0, message(150, i), now).unwrap();
+    }
+    let sent = |s: &mut Sender| -> Vec<(u32, u32)> {
+        std::iter::from_fn(|| s.poll_datagram()).map(|(h, _)| (h.message, h.offset)).collect()
+    };
+    // Three messages go out whole with no answer yet; the fourth waits.
+    assert_eq!(sent(&mut sender), [(0, 0), (0, 100), (1, 0), (1, 100), (2, 0), (2, 100)]);
+    assert_eq!(sender.in_flight(), 3);
+    // Message 1 acknowledged first completes nothing: message 0 comes first.
+    sender.handle_answer(&ack(1, 150), now);
+    assert_eq!(sender.poll_event(), None);
+    assert!(sent(&mut sender).is_empty());
+    sender.handle_answer(&ack(0, 150), now);
+    let events: Vec<SenderEvent> = std::iter::from_fn(|| sender.poll_event()).collect();
+    assert_eq!(
+        events,
+        [SenderEvent::Completed { message: 0, stream: 0 }, SenderEvent::Completed { message: 1, stream: 0 }]
+    );
+    assert_eq!(sent(&mut sender), [(3, 0), (3, 100), (4, 0), (4, 100)], "two places free");
+}
+
+#[test]
+fn several_messages_in_flight_take_less_time_than_one_at_a_time_and_deliver_the_same() {
+    let messages: Vec<Bytes> = (0..40).map(|i| message(1_000, i)).collect();
+    let run = |in_flight: u32, loss: f64| {
+        let config = McastConfig { in_flight, ..config() };
+        let mut lan = Lan::new(config, 4, lan(Faults { loss, duplicate: 0.0, reorder: 0.0 }, 5));
+        send_all(&mut lan, &messages);
+        let outcome = lan.run(Duration::from_secs(60));
+        assert!(outcome.settled, "{outcome:?}");
+        for got in &lan.delivered {
+            assert_eq!(got, &messages);
+        }
+        assert_eq!(lan.completed, (0..40).collect::<Vec<u32>>());
+        outcome.elapsed
+    };
+    // Virtual time of the simulated LAN, the same on every run.
+    for loss in [0.0, 0.05] {
+        let (one, eight) = (run(1, loss), run(8, loss));
+        assert!(eight < one, "loss {loss}: 8 in flight {eight:?}, 1 at a time {one:?}");
+    }
+}
