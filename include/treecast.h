@@ -758,6 +758,25 @@ enum tc_result tc_backend_fd(const struct tc_backend *be, int *fd);
 // `be` is NULL or live.
 enum tc_result tc_backend_fd_clear(const struct tc_backend *be);
 
+// A stream's own descriptor: readable once a packet for this stream is queued (and
+// when the stream or the tree ends), so that a `poll` loop over several streams
+// learns which one has data; it stays the stream's (do not close it; it is closed
+// when the stream is freed and nothing polls it). When it polls readable: call
+// `tc_stream_fd_clear`, then `tc_stream_recv` with a time limit of 0 until it says
+// `TC_ERR_AGAIN`.
+//
+// # Safety
+// `stream` is NULL or live; `fd` is NULL or writable.
+enum tc_result tc_stream_fd(const struct tc_stream *stream, int *fd);
+
+// Makes the stream's descriptor unreadable until the next packet for it is queued;
+// if packets for it are still queued, it stays readable (so a loop that takes one
+// packet per wake-up misses none). Call it before the receives that follow a wake-up.
+//
+// # Safety
+// `stream` is NULL or live.
+enum tc_result tc_stream_fd_clear(const struct tc_stream *stream);
+
 // Starts multicasting `values[0..count]` on `stream` (as `tc_stream_send_values`);
 // the values are copied before this returns.
 //

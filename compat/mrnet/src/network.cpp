@@ -1273,6 +1273,7 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                 tc_packet *p = NULL;
                 tc_result r = tc_stream_recv(s->_tc, 0, &p);
                 if (r == TC_OK) {
+                    tc_stream_fd_clear(s->_tc); /* readable only while packets are queued */
                     impl->next_stream.store((first + k + 1) % live.size());
                     opacket = from_tc(p);
                     tc_packet_free(p);
@@ -1870,6 +1871,8 @@ int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
             tc_packet *p = NULL;
             tc_result r = tc_stream_recv(_tc, iblocking ? SLICE_MS : 0, &p);
             if (r == TC_OK) {
+                /* the stream's descriptor stays readable only while packets are queued */
+                tc_stream_fd_clear(_tc);
                 opacket = from_tc(p);
                 tc_packet_free(p);
                 if (otag) *otag = opacket->get_Tag();
@@ -1927,11 +1930,29 @@ bool Stream::has_Data(void) {
     return false;
 }
 
-int Stream::get_DataNotificationFd(void) { return data_fd(_network->_impl); }
+/* The front-end: the stream's own descriptor, readable once a packet for this stream
+ * is queued (the stream is made in the tree now if it was not yet). A back-end: the
+ * network's, as its packets for every stream come through one receive. */
+int Stream::get_DataNotificationFd(void) {
+    NetworkImpl *impl = _network->_impl;
+    if (!impl->fe) return data_fd(impl);
+    if (!ensure()) return -1;
+    int fd = -1;
+    if (tc_stream_fd(_tc, &fd) != TC_OK) {
+        fail(_network, ERR_SYSTEM, "making the stream's data descriptor");
+        return -1;
+    }
+    return fd;
+}
 
+/* As MRNet's: unreadable until the next packet for the stream (at the front-end it
+ * stays readable while packets for the stream are still queued). */
 void Stream::clear_DataNotificationFd(void) {
     NetworkImpl *impl = _network->_impl;
-    if (impl->net) tc_network_fd_clear(impl->net);
+    if (impl->fe) {
+        if (_tc) tc_stream_fd_clear(_tc);
+        return;
+    }
     if (impl->be) tc_backend_fd_clear(impl->be);
 }
 
