@@ -442,7 +442,8 @@ enum tc_result tc_network_options_set_backend(struct tc_network_options *options
                                               size_t argc);
 
 // The `treecast` program comm nodes run (default: `TREECAST_PATH`, then beside
-// this program, then on `PATH`).
+// this program, then on `PATH`); with the ssh or Slurm launcher, the same path on
+// every host (default there: `treecast` on the remote `PATH`).
 //
 // # Safety
 // `options` is NULL or live options; `path` is NULL or NUL-terminated.
@@ -455,6 +456,19 @@ enum tc_result tc_network_options_set_treecast_path(struct tc_network_options *o
 // `options` is NULL or live options; `name` is NULL or NUL-terminated.
 enum tc_result tc_network_options_set_launcher(struct tc_network_options *options,
                                                const char *name);
+
+// Starts processes on other hosts through `program` (NULL or empty: `ssh`) with
+// `args` before the host (NULL: none; split as a shell would, so quoted words with
+// spaces stay whole), at every level of the tree; selects the `"ssh"` launcher. The
+// program is called as ssh is: `program -o BatchMode=yes -o ConnectTimeout=10 ARGS
+// -- HOST COMMAND` (and `... -G -- HOST` to learn the host's address), so a
+// stand-in must accept those.
+//
+// # Safety
+// `options` is NULL or live options; `program` and `args` are NULL or NUL-terminated.
+enum tc_result tc_network_options_set_ssh(struct tc_network_options *options,
+                                          const char *program,
+                                          const char *args);
 
 // Cuts off a node silent for `ms` milliseconds (`TC_FOREVER`: never; default 30 s).
 //

@@ -554,9 +554,20 @@ Network::Network(void) : _impl(new NetworkImpl) {}
 
 static void event_loop(Network *net, NetworkImpl *impl);
 
+/* An MRNet setting: CreateNetworkFE's attribute of that name, else the environment
+ * variable; empty when neither is set. */
+static std::string setting(const std::map<std::string, std::string> *attrs, const char *name) {
+    if (attrs) {
+        std::map<std::string, std::string>::const_iterator it = attrs->find(name);
+        if (it != attrs->end()) return it->second;
+    }
+    const char *v = getenv(name);
+    return v ? v : "";
+}
+
 /* The options both launch modes share: the comm node program (MRNET_COMM_PATH, the
  * attribute, then the prefix's own), time limits, and ssh for other hosts. */
-static void common_options(tc_network_options *o, const char *itopology,
+static bool common_options(tc_network_options *o, const char *itopology,
                            const std::map<std::string, std::string> *attrs) {
     std::string comm;
     if (getenv("MRNET_COMM_PATH")) comm = getenv("MRNET_COMM_PATH");
@@ -572,13 +583,15 @@ static void common_options(tc_network_options *o, const char *itopology,
     tc_network_options_set_send_timeout(o, TC_FOREVER);
     if (getenv("MRNET_STARTUP_TIMEOUT"))
         tc_network_options_set_startup_timeout(o, (uint64_t)atoi(getenv("MRNET_STARTUP_TIMEOUT")) * 1000);
-    /* Hosts other than this one: treecast's ssh launcher (XPLAT_RSH_ARGS as its
-     * options unless TREECAST_SSH_ARGS says otherwise). */
+    /* Hosts other than this one: treecast's ssh launcher through MRNet's remote shell,
+     * XPLAT_RSH (default ssh) with XPLAT_RSH_ARGS before the host (else
+     * TREECAST_SSH_ARGS), each from CreateNetworkFE's attributes, then the environment. */
     if (!all_hosts_local(itopology)) {
-        if (getenv("XPLAT_RSH_ARGS") && !getenv("TREECAST_SSH_ARGS"))
-            setenv("TREECAST_SSH_ARGS", getenv("XPLAT_RSH_ARGS"), 0);
-        tc_network_options_set_launcher(o, "ssh");
+        std::string rsh = setting(attrs, "XPLAT_RSH"), args = setting(attrs, "XPLAT_RSH_ARGS");
+        if (args.empty() && getenv("TREECAST_SSH_ARGS")) args = getenv("TREECAST_SSH_ARGS");
+        if (tc_network_options_set_ssh(o, rsh.empty() ? NULL : rsh.c_str(), args.c_str()) != TC_OK) return false;
     }
+    return true;
 }
 
 /* How many back-ends attach-mode tools start: TREECAST_MRNET_BACKENDS (environment or
@@ -760,7 +773,11 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
     argv.push_back(ibackend_exe);
     for (const char **a = ibackend_argv; a && *a; a++) argv.push_back(*a);
     tc_network_options_set_backend(o, &argv[0], argv.size());
-    common_options(o, itopology, attrs);
+    if (!common_options(o, itopology, attrs)) {
+        fail(n, ERR_SYSTEM, "the remote shell settings (XPLAT_RSH, XPLAT_RSH_ARGS)");
+        tc_network_options_free(o);
+        return n;
+    }
     tc_network *net = NULL;
     tc_result r = tc_network_launch(o, &net);
     tc_network_options_free(o);
@@ -823,7 +840,11 @@ bool Network::create_attached(const char *itopology, const std::map<std::string,
         tc_network_options_free(o);
         return false;
     }
-    common_options(o, itopology, attrs);
+    if (!common_options(o, itopology, attrs)) {
+        fail(this, ERR_SYSTEM, "the remote shell settings (XPLAT_RSH, XPLAT_RSH_ARGS)");
+        tc_network_options_free(o);
+        return false;
+    }
     /* the leaves' own hosts: each listens on its loopback address with a port that a
      * back-end there is given (get_Leaves), not on a Unix socket */
     tc_network_options_set_route(o, "tcp");
