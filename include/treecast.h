@@ -462,13 +462,17 @@ enum tc_result tc_network_options_set_launcher(struct tc_network_options *option
 // spaces stay whole), at every level of the tree; selects the `"ssh"` launcher. The
 // program is called as ssh is: `program -o BatchMode=yes -o ConnectTimeout=10 ARGS
 // -- HOST COMMAND` (and `... -G -- HOST` to learn the host's address), so a
-// stand-in must accept those.
+// stand-in must accept those. `remote_prefix` (NULL or empty: none) is shell text
+// the remote command runs first, a wrapper that runs the program (MRNet's
+// `XPLAT_REMCMD`): `exec PREFIX env VAR=... PROGRAM ARGS`.
 //
 // # Safety
-// `options` is NULL or live options; `program` and `args` are NULL or NUL-terminated.
+// `options` is NULL or live options; `program`, `args` and `remote_prefix` are NULL
+// or NUL-terminated.
 enum tc_result tc_network_options_set_ssh(struct tc_network_options *options,
                                           const char *program,
-                                          const char *args);
+                                          const char *args,
+                                          const char *remote_prefix);
 
 // Cuts off a node silent for `ms` milliseconds (`TC_FOREVER`: never; default 30 s).
 //

@@ -585,11 +585,14 @@ static bool common_options(tc_network_options *o, const char *itopology,
         tc_network_options_set_startup_timeout(o, (uint64_t)atoi(getenv("MRNET_STARTUP_TIMEOUT")) * 1000);
     /* Hosts other than this one: treecast's ssh launcher through MRNet's remote shell,
      * XPLAT_RSH (default ssh) with XPLAT_RSH_ARGS before the host (else
-     * TREECAST_SSH_ARGS), each from CreateNetworkFE's attributes, then the environment. */
+     * TREECAST_SSH_ARGS), and XPLAT_REMCMD run on the remote host before the program;
+     * each from CreateNetworkFE's attributes, then the environment. */
     if (!all_hosts_local(itopology)) {
         std::string rsh = setting(attrs, "XPLAT_RSH"), args = setting(attrs, "XPLAT_RSH_ARGS");
+        std::string remcmd = setting(attrs, "XPLAT_REMCMD");
         if (args.empty() && getenv("TREECAST_SSH_ARGS")) args = getenv("TREECAST_SSH_ARGS");
-        if (tc_network_options_set_ssh(o, rsh.empty() ? NULL : rsh.c_str(), args.c_str()) != TC_OK) return false;
+        if (tc_network_options_set_ssh(o, rsh.empty() ? NULL : rsh.c_str(), args.c_str(), remcmd.c_str()) != TC_OK)
+            return false;
     }
     return true;
 }
@@ -774,7 +777,7 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
     for (const char **a = ibackend_argv; a && *a; a++) argv.push_back(*a);
     tc_network_options_set_backend(o, &argv[0], argv.size());
     if (!common_options(o, itopology, attrs)) {
-        fail(n, ERR_SYSTEM, "the remote shell settings (XPLAT_RSH, XPLAT_RSH_ARGS)");
+        fail(n, ERR_SYSTEM, "the remote shell settings (XPLAT_RSH, XPLAT_RSH_ARGS, XPLAT_REMCMD)");
         tc_network_options_free(o);
         return n;
     }
@@ -841,7 +844,7 @@ bool Network::create_attached(const char *itopology, const std::map<std::string,
         return false;
     }
     if (!common_options(o, itopology, attrs)) {
-        fail(this, ERR_SYSTEM, "the remote shell settings (XPLAT_RSH, XPLAT_RSH_ARGS)");
+        fail(this, ERR_SYSTEM, "the remote shell settings (XPLAT_RSH, XPLAT_RSH_ARGS, XPLAT_REMCMD)");
         tc_network_options_free(o);
         return false;
     }

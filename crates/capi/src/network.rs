@@ -29,8 +29,9 @@ pub struct tc_network_options {
     env: Vec<(String, String)>,
     plugins: Vec<PathBuf>,
     launcher: Launcher,
-    /// The ssh launcher's program and extra arguments (`tc_network_options_set_ssh`).
-    ssh: Option<(String, Vec<String>)>,
+    /// The ssh launcher's program, extra arguments and remote prefix
+    /// (`tc_network_options_set_ssh`).
+    ssh: Option<(String, Vec<String>, String)>,
     unix_links: Option<bool>,
     udp_route: bool,
     send_limit_ms: Option<u64>,
@@ -314,15 +315,19 @@ pub unsafe extern "C" fn tc_network_options_set_launcher(
 /// spaces stay whole), at every level of the tree; selects the `"ssh"` launcher. The
 /// program is called as ssh is: `program -o BatchMode=yes -o ConnectTimeout=10 ARGS
 /// -- HOST COMMAND` (and `... -G -- HOST` to learn the host's address), so a
-/// stand-in must accept those.
+/// stand-in must accept those. `remote_prefix` (NULL or empty: none) is shell text
+/// the remote command runs first, a wrapper that runs the program (MRNet's
+/// `XPLAT_REMCMD`): `exec PREFIX env VAR=... PROGRAM ARGS`.
 ///
 /// # Safety
-/// `options` is NULL or live options; `program` and `args` are NULL or NUL-terminated.
+/// `options` is NULL or live options; `program`, `args` and `remote_prefix` are NULL
+/// or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn tc_network_options_set_ssh(
     options: *mut tc_network_options,
     program: *const c_char,
     args: *const c_char,
+    remote_prefix: *const c_char,
 ) -> tc_result {
     // SAFETY: as the caller promised.
     unsafe {
@@ -335,7 +340,8 @@ pub unsafe extern "C" fn tc_network_options_set_ssh(
                 })?,
                 None => Vec::new(),
             };
-            o.ssh = Some((program.to_owned(), args));
+            let prefix = crate::ffi::opt_text(remote_prefix, "remote_prefix")?.unwrap_or("");
+            o.ssh = Some((program.to_owned(), args, prefix.to_owned()));
             o.launcher = Launcher::Ssh;
             Ok(())
         })
@@ -520,9 +526,10 @@ fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
         Launcher::Local => b,
         Launcher::Ssh => {
             let mut ssh = SshOptions::default();
-            if let Some((program, args)) = &o.ssh {
+            if let Some((program, args, prefix)) = &o.ssh {
                 ssh.program.clone_from(program);
                 ssh.args.clone_from(args);
+                ssh.remote_prefix.clone_from(prefix);
             }
             // The program the comm nodes run, at the same path on every host.
             if let Some(path) = &o.treecast_path {

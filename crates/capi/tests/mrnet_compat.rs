@@ -205,7 +205,8 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
 
     // Other hosts through MRNet's remote shell: XPLAT_RSH names a stand-in for ssh
     // that records its arguments and runs the command here, XPLAT_RSH_ARGS its
-    // arguments (split as a shell would).
+    // arguments (split as a shell would), XPLAT_REMCMD a wrapper the remote command
+    // runs the program through (it records its first argument, then runs the rest).
     let rsh_fe = dir.join("rsh_fe");
     let mut c = gxx(&prefix);
     c.arg("-o").arg(&rsh_fe).arg(src.join("rsh_fe.cpp"));
@@ -220,15 +221,28 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
     )
     .unwrap_or_else(|e| panic!("writing the made-up hosts' topology file: {e}"));
     let program = rsh.program.display().to_string();
+    let (wrapper, wrapped) = (dir.join("wrapper"), dir.join("wrapped.log"));
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nprintf '%s\\n' \"$1\" >> {}\nshift\nexec \"$@\"\n", wrapped.display()),
+    )
+    .unwrap_or_else(|e| panic!("writing {}: {e}", wrapper.display()));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("making {} executable: {e}", wrapper.display()));
+    }
+    let remcmd = format!("{} 'two words'", wrapper.display());
     let out = run_front_end(
         &rsh_fe,
         &[&hosts, &be],
-        &[("XPLAT_RSH", &program), ("XPLAT_RSH_ARGS", "-x -o 'SendEnv=A B'")],
+        &[("XPLAT_RSH", &program), ("XPLAT_RSH_ARGS", "-x -o 'SendEnv=A B'"), ("XPLAT_REMCMD", &remcmd)],
         dir,
     );
     assert!(out.contains("mrnet-rsh: ok"), "rsh_fe printed:\n{out}");
     let calls = rsh.calls();
     let mut started = std::collections::BTreeSet::new();
+    let mut starts = 0;
     for call in &calls {
         let dash = call.iter().position(|a| a == "--").unwrap_or_else(|| panic!("no `--`: {call:?}"));
         let before = &call[..dash];
@@ -237,13 +251,20 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
             "XPLAT_RSH_ARGS are not before the host: {call:?}"
         );
         if let [command] = &call[dash + 2..] {
-            assert!(command.starts_with("exec "), "{call:?}");
+            assert!(
+                command.starts_with(&format!("exec {remcmd} env ")),
+                "XPLAT_REMCMD is not first: {call:?}"
+            );
             started.insert(call[dash + 1].clone());
+            starts += 1;
         }
     }
     // The front-end starts the comm nodes, which start the back-ends on their hosts.
     let want: std::collections::BTreeSet<String> = ["n1", "n2", "n3", "n4"].map(String::from).into();
     assert_eq!(started, want, "the remote shell started processes on: {calls:?}");
+    // Every process started through it ran through the wrapper, its argument whole.
+    let runs = std::fs::read_to_string(&wrapped).unwrap_or_else(|e| panic!("the wrapper never ran: {e}"));
+    assert_eq!(runs.lines().collect::<Vec<_>>(), vec!["two words"; starts], "the wrapper's runs");
 }
 
 /// A stand-in for MRNet's remote shell (`XPLAT_RSH`): records each call's arguments,

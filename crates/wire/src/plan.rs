@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 7;
+pub const PLAN_VERSION: u16 = 8;
 
 /// Default of [`LaunchPlan::max_control`] (4 MiB per back-end a child reaches): a
 /// back-end's own monitoring report at its cell limit stays under it, and what a
@@ -104,6 +104,9 @@ pub struct LauncherSpec {
     pub connect_timeout_s: u32,
     /// Path of `treecast` on other hosts.
     pub remote_path: String,
+    /// Shell text run on other hosts before the program, as a wrapper that runs it
+    /// (MRNet's `XPLAT_REMCMD`); empty: none.
+    pub remote_prefix: String,
 }
 
 /// What a parent hands a new comm node.
@@ -200,6 +203,7 @@ impl LauncherSpec {
             args: Vec::new(),
             connect_timeout_s: 0,
             remote_path: String::new(),
+            remote_prefix: String::new(),
         }
     }
 }
@@ -283,6 +287,7 @@ impl LaunchPlan {
         out.extend_from_slice(&self.max_control.to_le_bytes());
         self.clock.encode(out);
         out.extend_from_slice(&self.zero_copy_min.to_le_bytes());
+        put_string(out, &self.launcher.remote_prefix);
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -325,8 +330,10 @@ impl LaunchPlan {
             args: strings(r, "launcher argument")?,
             connect_timeout_s: r.u32("launcher")?,
             remote_path: r.string("remote path")?,
+            // The last field of the plan: read in place below.
+            remote_prefix: String::new(),
         };
-        Ok(LaunchPlan {
+        let mut plan = LaunchPlan {
             session,
             node_id,
             first_rank,
@@ -374,7 +381,9 @@ impl LaunchPlan {
             },
             clock: ClockPlan::decode(r)?,
             zero_copy_min: r.u32("zero-copy threshold")?,
-        })
+        };
+        plan.launcher.remote_prefix = r.string("remote prefix")?;
+        Ok(plan)
     }
 }
 
@@ -494,6 +503,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
             args: vec!["-o".into(), "ProxyCommand=ssh -W %h:%p gateway".into()],
             connect_timeout_s: 10,
             remote_path: "/opt/treecast".into(),
+            remote_prefix: "/usr/bin/wrap --with 'two words'".into(),
         },
         max_frame: 64 << 20,
         log: "warn".into(),
