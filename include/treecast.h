@@ -448,7 +448,8 @@ enum tc_result tc_network_options_set_backend(struct tc_network_options *options
                                               size_t argc);
 
 // The `treecast` program comm nodes run (default: `TREECAST_PATH`, then beside
-// this program, then on `PATH`).
+// this program, then on `PATH`); with the ssh or Slurm launcher, the same path on
+// every host (default there: `treecast` on the remote `PATH`).
 //
 // # Safety
 // `options` is NULL or live options; `path` is NULL or NUL-terminated.
@@ -461,6 +462,23 @@ enum tc_result tc_network_options_set_treecast_path(struct tc_network_options *o
 // `options` is NULL or live options; `name` is NULL or NUL-terminated.
 enum tc_result tc_network_options_set_launcher(struct tc_network_options *options,
                                                const char *name);
+
+// Starts processes on other hosts through `program` (NULL or empty: `ssh`) with
+// `args` before the host (NULL: none; split as a shell would, so quoted words with
+// spaces stay whole), at every level of the tree; selects the `"ssh"` launcher. The
+// program is called as ssh is: `program -o BatchMode=yes -o ConnectTimeout=10 ARGS
+// -- HOST COMMAND` (and `... -G -- HOST` to learn the host's address), so a
+// stand-in must accept those. `remote_prefix` (NULL or empty: none) is shell text
+// the remote command runs first, a wrapper that runs the program (MRNet's
+// `XPLAT_REMCMD`): `exec PREFIX env VAR=... PROGRAM ARGS`.
+//
+// # Safety
+// `options` is NULL or live options; `program`, `args` and `remote_prefix` are NULL
+// or NUL-terminated.
+enum tc_result tc_network_options_set_ssh(struct tc_network_options *options,
+                                          const char *program,
+                                          const char *args,
+                                          const char *remote_prefix);
 
 // Cuts off a node silent for `ms` milliseconds (`TC_FOREVER`: never; default 30 s).
 //
@@ -763,6 +781,25 @@ enum tc_result tc_backend_fd(const struct tc_backend *be, int *fd);
 // # Safety
 // `be` is NULL or live.
 enum tc_result tc_backend_fd_clear(const struct tc_backend *be);
+
+// A stream's own descriptor: readable once a packet for this stream is queued (and
+// when the stream or the tree ends), so that a `poll` loop over several streams
+// learns which one has data; it stays the stream's (do not close it; it is closed
+// when the stream is freed and nothing polls it). When it polls readable: call
+// `tc_stream_fd_clear`, then `tc_stream_recv` with a time limit of 0 until it says
+// `TC_ERR_AGAIN`.
+//
+// # Safety
+// `stream` is NULL or live; `fd` is NULL or writable.
+enum tc_result tc_stream_fd(const struct tc_stream *stream, int *fd);
+
+// Makes the stream's descriptor unreadable until the next packet for it is queued;
+// if packets for it are still queued, it stays readable (so a loop that takes one
+// packet per wake-up misses none). Call it before the receives that follow a wake-up.
+//
+// # Safety
+// `stream` is NULL or live.
+enum tc_result tc_stream_fd_clear(const struct tc_stream *stream);
 
 // Starts multicasting `values[0..count]` on `stream` (as `tc_stream_send_values`);
 // the values are copied before this returns.

@@ -291,7 +291,7 @@ def enc_flag(v):
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
 LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
-PLAN_VERSION = 8
+PLAN_VERSION = 9
 MEMBER_PLAN_VERSION = 2
 CLOCK_FIELDS = ["resync_ms", "probes", "probe_burst", "probe_gap_us"]
 
@@ -324,7 +324,7 @@ def enc_plan(p, version=PLAN_VERSION):
     out += u32(p.get("depth", 0)) + enc_strings(p.get("filters", []))
     out += u32(p["max_control"])
     out += enc_clock(p.get("clock", {})) + u32(p.get("zero_copy_min", 0))
-    return out + bytes([p.get("stripes", 0)]) + enc_flag(p.get("mptcp", False))
+    return out + bytes([p.get("stripes", 0)]) + enc_flag(p.get("mptcp", False)) + enc_str(la.get("remote_prefix", ""))
 
 
 def enc_clock(c):
@@ -469,6 +469,7 @@ PLAN_SSH = {
         "args": ["-o", "ProxyCommand=ssh -W %h:%p gw", "-o", "BatchMode=yes"],
         "connect_timeout_s": 10,
         "remote_path": "/opt/treecast/bin/treecast",
+        "remote_prefix": "/usr/bin/wrap --with 'two words'",
     },
     "max_frame": 64 << 20,
     "log": "warn",
@@ -800,23 +801,25 @@ INVALID_CASES = [
     ("control", "plan version 4 (an older build)", bytes([1]) + enc_plan(PLAN_SSH, version=4), "Invalid"),
     ("control", "plan version 5 (before the control frame limit and the clock settings)", bytes([1]) + enc_plan(PLAN_SSH, version=5), "Invalid"),
     ("control", "plan version 6 (before the zero-copy threshold)", bytes([1]) + enc_plan(PLAN_SSH, version=6), "Invalid"),
-    ("control", "plan version 7 (before the connections per link and Multipath TCP)", bytes([1]) + enc_plan(PLAN_SSH, version=7), "Invalid"),
-    ("control", "plan version 9", bytes([1]) + enc_plan(PLAN_SSH, version=9), "Invalid"),
+    ("control", "plan version 7 (before the connections per link, Multipath TCP and the remote prefix)", bytes([1]) + enc_plan(PLAN_SSH, version=7), "Invalid"),
+    ("control", "plan version 8 (before the remote prefix)", bytes([1]) + enc_plan(PLAN_SSH, version=8), "Invalid"),
+    ("control", "plan version 10", bytes([1]) + enc_plan(PLAN_SSH, version=10), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
     # The plan ends with the control frame limit (4 bytes), the clock settings (24
-    # bytes when none is set), the zero-copy threshold (4), the connections per link (1)
-    # and the Multipath TCP flag (1).
-    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-35], "Truncated"),
-    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-31], "Truncated"),
-    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-7], "Truncated"),
-    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-30] + bytes([2]) + enc_plan(PLAN_LOCAL)[-29:], "Invalid"),
-    ("control", "plan cut inside its zero-copy threshold", bytes([1]) + enc_plan(PLAN_LOCAL)[:-3], "Truncated"),
-    ("control", "plan without its connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-2], "Truncated"),
-    ("control", "plan with 17 connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-2] + bytes([17, 0]), "Invalid"),
-    ("control", "plan without its Multipath TCP flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
-    ("control", "plan Multipath TCP flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1] + bytes([2]), "Invalid"),
+    # bytes when none is set), the zero-copy threshold (4), the connections per link (1),
+    # the Multipath TCP flag (1) and the remote prefix (4 when empty).
+    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-39], "Truncated"),
+    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-35], "Truncated"),
+    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-11], "Truncated"),
+    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-34] + bytes([2]) + enc_plan(PLAN_LOCAL)[-33:], "Invalid"),
+    ("control", "plan cut inside its zero-copy threshold", bytes([1]) + enc_plan(PLAN_LOCAL)[:-7], "Truncated"),
+    ("control", "plan without its connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-6], "Truncated"),
+    ("control", "plan with 17 connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-6] + bytes([17]) + enc_plan(PLAN_LOCAL)[-5:], "Invalid"),
+    ("control", "plan without its Multipath TCP flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5], "Truncated"),
+    ("control", "plan Multipath TCP flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5] + bytes([2]) + enc_plan(PLAN_LOCAL)[-4:], "Invalid"),
+    ("control", "plan cut inside its remote prefix", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
     # member plan
     ("control", "member plan version 1 (before the zero-copy threshold)", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=1), "Invalid"),
     ("control", "member plan version 3", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=3), "Invalid"),
@@ -857,7 +860,7 @@ INVALID_CASES = [
         "control",
         "v1 Subtree layout",
         # The string's length is read as the plan version: it must not be a current one.
-        bytes([1]) + enc_str("host:10 ;") + u32(0) * 3 + u32(0) + u32(0) + u32(0),
+        bytes([1]) + enc_str("host:0 ;") + u32(0) * 3 + u32(0) + u32(0) + u32(0),
         "Invalid",
     ),
     # new stream

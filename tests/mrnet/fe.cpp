@@ -124,6 +124,42 @@ int main(int argc, char **argv) {
     sum->clear_DataNotificationFd();
     check(recv_int(sum, TAG_VALUE) == 2 * (1 + 2 + 3 + 4), "TFILTER_SUM");
 
+    /* per-stream data descriptors: two streams in one poll loop, only the one a
+     * packet is queued for is readable */
+    {
+        Stream *busy = net->new_Stream(all, TFILTER_SUM, SFILTER_WAITFORALL);
+        Stream *idle = net->new_Stream(all, TFILTER_SUM, SFILTER_WAITFORALL);
+        check(busy != NULL && idle != NULL, "new_Stream: two streams for the descriptors");
+        int bfd = busy->get_DataNotificationFd(), ifd = idle->get_DataNotificationFd();
+        check(bfd >= 0 && ifd >= 0 && bfd != ifd, "each stream has a data descriptor of its own");
+        struct pollfd both[2] = {{bfd, POLLIN, 0}, {ifd, POLLIN, 0}};
+        check(poll(both, 2, 0) == 0, "no stream's descriptor is readable before data");
+        check(busy->send(TAG_VALUE, "%d", 3) == 0, "send on the busy stream");
+        check(poll(both, 2, 60000) == 1, "one of the two descriptors became readable");
+        check((both[0].revents & POLLIN) && !(both[1].revents & POLLIN),
+              "the busy stream's descriptor is readable, the idle one's is not");
+        busy->clear_DataNotificationFd();
+        struct pollfd one = {bfd, POLLIN, 0};
+        check(poll(&one, 1, 0) == 1, "cleared with a packet still queued: still readable");
+        check(recv_int(busy, TAG_VALUE) == 3 * (1 + 2 + 3 + 4), "the busy stream's sum");
+        check(poll(&one, 1, 0) == 0, "the packet taken: the busy descriptor is not readable");
+        /* two waves, taken one per wake-up: the second one wakes the loop too */
+        check(busy->send(TAG_VALUE, "%d", 1) == 0 && busy->send(TAG_VALUE, "%d", 2) == 0, "two sends");
+        int got = 0;
+        for (int k = 0; k < 2; k++) {
+            one.revents = 0;
+            check(poll(&one, 1, 60000) == 1, "the busy descriptor woke for each wave");
+            busy->clear_DataNotificationFd();
+            got += recv_int(busy, TAG_VALUE);
+        }
+        check(got == 3 * (1 + 2 + 3 + 4), "both waves of the busy stream");
+        check(poll(&one, 1, 0) == 0, "both taken: not readable");
+        struct pollfd quiet = {ifd, POLLIN, 0};
+        check(poll(&quiet, 1, 0) == 0, "the idle stream's descriptor stayed unreadable");
+        delete busy;
+        delete idle;
+    }
+
     /* max; Network::recv over any stream */
     Stream *max = net->new_Stream(all, TFILTER_MAX, SFILTER_WAITFORALL);
     check(max->send(TAG_VALUE, "%d", 5) == 0, "send on the max stream");
@@ -254,8 +290,9 @@ int main(int argc, char **argv) {
     /* the others end */
     Stream *ctl = net->new_Stream(all, TFILTER_MAX, SFILTER_WAITFORALL);
     check(ctl->send(TAG_EXIT, "") == 0, "send of the exit");
-    /* each back-end answers the number of streams it saw closed: the filter's */
-    check(recv_int(ctl, TAG_EXIT) == 1, "the exit wave, without the lost rank, after one stream closed");
+    /* each back-end answers the number of streams it saw closed: the two of the
+     * descriptor check and the filter's */
+    check(recv_int(ctl, TAG_EXIT) == 3, "the exit wave, without the lost rank, after three streams closed");
     delete ctl;
     delete net;
     net = NULL;

@@ -554,9 +554,20 @@ Network::Network(void) : _impl(new NetworkImpl) {}
 
 static void event_loop(Network *net, NetworkImpl *impl);
 
+/* An MRNet setting: CreateNetworkFE's attribute of that name, else the environment
+ * variable; empty when neither is set. */
+static std::string setting(const std::map<std::string, std::string> *attrs, const char *name) {
+    if (attrs) {
+        std::map<std::string, std::string>::const_iterator it = attrs->find(name);
+        if (it != attrs->end()) return it->second;
+    }
+    const char *v = getenv(name);
+    return v ? v : "";
+}
+
 /* The options both launch modes share: the comm node program (MRNET_COMM_PATH, the
  * attribute, then the prefix's own), time limits, and ssh for other hosts. */
-static void common_options(tc_network_options *o, const char *itopology,
+static bool common_options(tc_network_options *o, const char *itopology,
                            const std::map<std::string, std::string> *attrs) {
     std::string comm;
     if (getenv("MRNET_COMM_PATH")) comm = getenv("MRNET_COMM_PATH");
@@ -572,13 +583,18 @@ static void common_options(tc_network_options *o, const char *itopology,
     tc_network_options_set_send_timeout(o, TC_FOREVER);
     if (getenv("MRNET_STARTUP_TIMEOUT"))
         tc_network_options_set_startup_timeout(o, (uint64_t)atoi(getenv("MRNET_STARTUP_TIMEOUT")) * 1000);
-    /* Hosts other than this one: treecast's ssh launcher (XPLAT_RSH_ARGS as its
-     * options unless TREECAST_SSH_ARGS says otherwise). */
+    /* Hosts other than this one: treecast's ssh launcher through MRNet's remote shell,
+     * XPLAT_RSH (default ssh) with XPLAT_RSH_ARGS before the host (else
+     * TREECAST_SSH_ARGS), and XPLAT_REMCMD run on the remote host before the program;
+     * each from CreateNetworkFE's attributes, then the environment. */
     if (!all_hosts_local(itopology)) {
-        if (getenv("XPLAT_RSH_ARGS") && !getenv("TREECAST_SSH_ARGS"))
-            setenv("TREECAST_SSH_ARGS", getenv("XPLAT_RSH_ARGS"), 0);
-        tc_network_options_set_launcher(o, "ssh");
+        std::string rsh = setting(attrs, "XPLAT_RSH"), args = setting(attrs, "XPLAT_RSH_ARGS");
+        std::string remcmd = setting(attrs, "XPLAT_REMCMD");
+        if (args.empty() && getenv("TREECAST_SSH_ARGS")) args = getenv("TREECAST_SSH_ARGS");
+        if (tc_network_options_set_ssh(o, rsh.empty() ? NULL : rsh.c_str(), args.c_str(), remcmd.c_str()) != TC_OK)
+            return false;
     }
+    return true;
 }
 
 /* How many back-ends attach-mode tools start: TREECAST_MRNET_BACKENDS (environment or
@@ -760,7 +776,11 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
     argv.push_back(ibackend_exe);
     for (const char **a = ibackend_argv; a && *a; a++) argv.push_back(*a);
     tc_network_options_set_backend(o, &argv[0], argv.size());
-    common_options(o, itopology, attrs);
+    if (!common_options(o, itopology, attrs)) {
+        fail(n, ERR_SYSTEM, "the remote shell settings (XPLAT_RSH, XPLAT_RSH_ARGS, XPLAT_REMCMD)");
+        tc_network_options_free(o);
+        return n;
+    }
     tc_network *net = NULL;
     tc_result r = tc_network_launch(o, &net);
     tc_network_options_free(o);
@@ -823,7 +843,11 @@ bool Network::create_attached(const char *itopology, const std::map<std::string,
         tc_network_options_free(o);
         return false;
     }
-    common_options(o, itopology, attrs);
+    if (!common_options(o, itopology, attrs)) {
+        fail(this, ERR_SYSTEM, "the remote shell settings (XPLAT_RSH, XPLAT_RSH_ARGS, XPLAT_REMCMD)");
+        tc_network_options_free(o);
+        return false;
+    }
     /* the leaves' own hosts: each listens on its loopback address with a port that a
      * back-end there is given (get_Leaves), not on a Unix socket */
     tc_network_options_set_route(o, "tcp");
@@ -1273,6 +1297,7 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                 tc_packet *p = NULL;
                 tc_result r = tc_stream_recv(s->_tc, 0, &p);
                 if (r == TC_OK) {
+                    tc_stream_fd_clear(s->_tc); /* readable only while packets are queued */
                     impl->next_stream.store((first + k + 1) % live.size());
                     opacket = from_tc(p);
                     tc_packet_free(p);
@@ -1870,6 +1895,8 @@ int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
             tc_packet *p = NULL;
             tc_result r = tc_stream_recv(_tc, iblocking ? SLICE_MS : 0, &p);
             if (r == TC_OK) {
+                /* the stream's descriptor stays readable only while packets are queued */
+                tc_stream_fd_clear(_tc);
                 opacket = from_tc(p);
                 tc_packet_free(p);
                 if (otag) *otag = opacket->get_Tag();
@@ -1927,11 +1954,29 @@ bool Stream::has_Data(void) {
     return false;
 }
 
-int Stream::get_DataNotificationFd(void) { return data_fd(_network->_impl); }
+/* The front-end: the stream's own descriptor, readable once a packet for this stream
+ * is queued (the stream is made in the tree now if it was not yet). A back-end: the
+ * network's, as its packets for every stream come through one receive. */
+int Stream::get_DataNotificationFd(void) {
+    NetworkImpl *impl = _network->_impl;
+    if (!impl->fe) return data_fd(impl);
+    if (!ensure()) return -1;
+    int fd = -1;
+    if (tc_stream_fd(_tc, &fd) != TC_OK) {
+        fail(_network, ERR_SYSTEM, "making the stream's data descriptor");
+        return -1;
+    }
+    return fd;
+}
 
+/* As MRNet's: unreadable until the next packet for the stream (at the front-end it
+ * stays readable while packets for the stream are still queued). */
 void Stream::clear_DataNotificationFd(void) {
     NetworkImpl *impl = _network->_impl;
-    if (impl->net) tc_network_fd_clear(impl->net);
+    if (impl->fe) {
+        if (_tc) tc_stream_fd_clear(_tc);
+        return;
+    }
     if (impl->be) tc_backend_fd_clear(impl->be);
 }
 

@@ -150,6 +150,7 @@ impl NetworkBuilder {
             args: options.args,
             connect_timeout_s: options.connect_timeout,
             remote_path: options.remote_path,
+            remote_prefix: options.remote_prefix,
         };
         self
     }
@@ -163,6 +164,7 @@ impl NetworkBuilder {
             args: options.args,
             connect_timeout_s: 0,
             remote_path: options.remote_path,
+            remote_prefix: String::new(),
         };
         self
     }

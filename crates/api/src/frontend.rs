@@ -92,6 +92,8 @@ pub(crate) struct FeTool {
     pub(crate) remotes: crate::remote::RemoteNumbers,
     /// Told of every packet, event and end, for a tool's own event loop.
     pub(crate) ready: Option<ReadyHook>,
+    /// Per stream: told when a packet for that stream is queued, and at the end.
+    pub(crate) stream_ready: HashMap<u32, ReadyHook>,
 }
 
 /// A back-end's request for a spawn ([`crate::BackEnd::spawn`]).
@@ -133,6 +135,7 @@ impl FeTool {
             spawn_waker: None,
             remotes: crate::remote::RemoteNumbers::default(),
             ready: None,
+            stream_ready: HashMap::new(),
             over: None,
             refused: HashMap::new(),
         };
@@ -272,6 +275,7 @@ impl Tool for FeTool {
             CoreEvent::AttachPoints(points) => self.write_attach_file(points),
             CoreEvent::Readable { stream: Some(id) } => {
                 self.readers.remove(&id).into_iter().flatten().for_each(Waker::wake);
+                ReadyHook::call(&self.stream_ready.get(&id).cloned());
                 ReadyHook::call(&self.ready);
             }
             CoreEvent::Writable { stream } => {
@@ -324,6 +328,7 @@ impl Tool for FeTool {
             CoreEvent::Shutdown { reason } => {
                 self.over = Some(reason);
                 self.wake_all();
+                self.stream_ready.values().for_each(|h| (h.0)());
                 ReadyHook::call(&self.ready);
             }
             other => tracing::debug!("front-end: {other:?}"),

@@ -338,6 +338,7 @@ impl Stream {
         if d.core().has_stream(self.sender.id) {
             let _ = d.command(Command::CloseStream(self.sender.id));
         }
+        d.tool().stream_ready.remove(&self.sender.id);
     }
 }
 
@@ -473,6 +474,25 @@ impl StreamSender {
         }
         // A receive already waiting on another thread must see the end now.
         d.tool().wake_stream(self.id);
+        d.tool().stream_ready.remove(&self.id);
+    }
+
+    /// Calls `hook` whenever a packet for this stream is queued where none was, when
+    /// the stream ends and when the network ends, so that a tool's own event loop can
+    /// wait on one descriptor per stream (see [`crate::Network::on_ready`] for the
+    /// whole network). It runs on the network's task: it must return at once (write
+    /// to an eventfd) and not call into the network. Replaces any hook set before on
+    /// this stream; [`StreamSender::close`] removes it.
+    pub fn on_ready(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let hook = crate::frontend::ReadyHook(Arc::new(hook));
+        lock(&self.shared).tool().stream_ready.insert(self.id, hook);
+    }
+
+    /// True when a packet (or the stream's end) waits in the network for this
+    /// stream's receives: a tool's event loop that cleared its descriptor looks again.
+    pub fn has_queued(&self) -> bool {
+        let mut d = lock(&self.shared);
+        d.core().has_delivery(Some(self.id)) || d.tool().over.is_some()
     }
 
     fn params_command(&self, values: &[Value], down: bool) -> Result<(), ApiError> {

@@ -29,6 +29,9 @@ pub struct tc_network_options {
     env: Vec<(String, String)>,
     plugins: Vec<PathBuf>,
     launcher: Launcher,
+    /// The ssh launcher's program, extra arguments and remote prefix
+    /// (`tc_network_options_set_ssh`).
+    ssh: Option<(String, Vec<String>, String)>,
     unix_links: Option<bool>,
     udp_route: bool,
     send_limit_ms: Option<u64>,
@@ -260,7 +263,8 @@ pub unsafe extern "C" fn tc_network_options_set_backend(
 }
 
 /// The `treecast` program comm nodes run (default: `TREECAST_PATH`, then beside
-/// this program, then on `PATH`).
+/// this program, then on `PATH`); with the ssh or Slurm launcher, the same path on
+/// every host (default there: `treecast` on the remote `PATH`).
 ///
 /// # Safety
 /// `options` is NULL or live options; `path` is NULL or NUL-terminated.
@@ -301,6 +305,44 @@ pub unsafe extern "C" fn tc_network_options_set_launcher(
                     ))
                 }
             };
+            Ok(())
+        })
+    }
+}
+
+/// Starts processes on other hosts through `program` (NULL or empty: `ssh`) with
+/// `args` before the host (NULL: none; split as a shell would, so quoted words with
+/// spaces stay whole), at every level of the tree; selects the `"ssh"` launcher. The
+/// program is called as ssh is: `program -o BatchMode=yes -o ConnectTimeout=10 ARGS
+/// -- HOST COMMAND` (and `... -G -- HOST` to learn the host's address), so a
+/// stand-in must accept those. `remote_prefix` (NULL or empty: none) is shell text
+/// the remote command runs first, a wrapper that runs the program (MRNet's
+/// `XPLAT_REMCMD`): `exec PREFIX env VAR=... PROGRAM ARGS`.
+///
+/// # Safety
+/// `options` is NULL or live options; `program`, `args` and `remote_prefix` are NULL
+/// or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_ssh(
+    options: *mut tc_network_options,
+    program: *const c_char,
+    args: *const c_char,
+    remote_prefix: *const c_char,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_ssh", options, |o| {
+            let program =
+                crate::ffi::opt_text(program, "program")?.filter(|p| !p.is_empty()).unwrap_or("ssh");
+            let args = match crate::ffi::opt_text(args, "args")? {
+                Some(text) => treecast_launch::split_args(text).map_err(|e| {
+                    Failure::new(tc_result::TC_ERR_INVALID, e.from("the ssh arguments").to_string())
+                })?,
+                None => Vec::new(),
+            };
+            let prefix = crate::ffi::opt_text(remote_prefix, "remote_prefix")?.unwrap_or("");
+            o.ssh = Some((program.to_owned(), args, prefix.to_owned()));
+            o.launcher = Launcher::Ssh;
             Ok(())
         })
     }
@@ -482,7 +524,19 @@ fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
     }
     Ok(match o.launcher {
         Launcher::Local => b,
-        Launcher::Ssh => b.ssh(SshOptions::default()),
+        Launcher::Ssh => {
+            let mut ssh = SshOptions::default();
+            if let Some((program, args, prefix)) = &o.ssh {
+                ssh.program.clone_from(program);
+                ssh.args.clone_from(args);
+                ssh.remote_prefix.clone_from(prefix);
+            }
+            // The program the comm nodes run, at the same path on every host.
+            if let Some(path) = &o.treecast_path {
+                ssh.remote_path = path.display().to_string();
+            }
+            b.ssh(ssh)
+        }
         Launcher::Slurm => {
             // Slurm clusters share their file systems: the nodes run the same program.
             let remote_path =

@@ -34,6 +34,8 @@ pub struct tc_stream {
     pub(crate) recv_turns: Arc<crate::requests::Turns>,
     /// How long a blocking send waits for room in the window, milliseconds.
     send_limit_ms: u64,
+    /// The stream's own descriptor (`tc_stream_fd`), made when first asked for.
+    pub(crate) ready: crate::pollfd::ReadySlot,
 }
 
 /// A filter named by `name`: a built-in (`sum`, `min`, `max`, `avg`, `concat`,
@@ -150,6 +152,7 @@ unsafe fn new_stream(
         send_turns: Arc::default(),
         recv_turns: Arc::default(),
         send_limit_ms: n.send_limit_ms,
+        ready: Default::default(),
     };
     // SAFETY: checked not NULL.
     unsafe { put(out, handle(s)) };

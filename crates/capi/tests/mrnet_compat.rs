@@ -202,6 +202,107 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
         dir,
     );
     assert!(out.contains("mrnet-attach-fe: short: ok"), "attach_fe short printed:\n{out}");
+
+    // Other hosts through MRNet's remote shell: XPLAT_RSH names a stand-in for ssh
+    // that records its arguments and runs the command here, XPLAT_RSH_ARGS its
+    // arguments (split as a shell would), XPLAT_REMCMD a wrapper the remote command
+    // runs the program through (it records its first argument, then runs the rest).
+    let rsh_fe = dir.join("rsh_fe");
+    let mut c = gxx(&prefix);
+    c.arg("-o").arg(&rsh_fe).arg(src.join("rsh_fe.cpp"));
+    shared(&mut c);
+    must(&mut c, "compiling tests/mrnet/rsh_fe.cpp");
+    let rsh = FakeRsh::new(dir);
+    let hosts = dir.join("hosts");
+    std::fs::write(
+        &hosts,
+        "# 2 comm nodes over 4 back-ends, on made-up hosts\nlocalhost:0 => n1:1 n2:2 ;\n\
+         n1:1 => n3:3 n3:4 ;\nn2:2 => n4:5 n4:6 ;\n",
+    )
+    .unwrap_or_else(|e| panic!("writing the made-up hosts' topology file: {e}"));
+    let program = rsh.program.display().to_string();
+    let (wrapper, wrapped) = (dir.join("wrapper"), dir.join("wrapped.log"));
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nprintf '%s\\n' \"$1\" >> {}\nshift\nexec \"$@\"\n", wrapped.display()),
+    )
+    .unwrap_or_else(|e| panic!("writing {}: {e}", wrapper.display()));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("making {} executable: {e}", wrapper.display()));
+    }
+    let remcmd = format!("{} 'two words'", wrapper.display());
+    let out = run_front_end(
+        &rsh_fe,
+        &[&hosts, &be],
+        &[("XPLAT_RSH", &program), ("XPLAT_RSH_ARGS", "-x -o 'SendEnv=A B'"), ("XPLAT_REMCMD", &remcmd)],
+        dir,
+    );
+    assert!(out.contains("mrnet-rsh: ok"), "rsh_fe printed:\n{out}");
+    let calls = rsh.calls();
+    let mut started = std::collections::BTreeSet::new();
+    let mut starts = 0;
+    for call in &calls {
+        let dash = call.iter().position(|a| a == "--").unwrap_or_else(|| panic!("no `--`: {call:?}"));
+        let before = &call[..dash];
+        assert!(
+            before.windows(3).any(|w| w == ["-x", "-o", "SendEnv=A B"]),
+            "XPLAT_RSH_ARGS are not before the host: {call:?}"
+        );
+        if let [command] = &call[dash + 2..] {
+            assert!(
+                command.starts_with(&format!("exec {remcmd} env ")),
+                "XPLAT_REMCMD is not first: {call:?}"
+            );
+            started.insert(call[dash + 1].clone());
+            starts += 1;
+        }
+    }
+    // The front-end starts the comm nodes, which start the back-ends on their hosts.
+    let want: std::collections::BTreeSet<String> = ["n1", "n2", "n3", "n4"].map(String::from).into();
+    assert_eq!(started, want, "the remote shell started processes on: {calls:?}");
+    // Every process started through it ran through the wrapper, its argument whole.
+    let runs = std::fs::read_to_string(&wrapped).unwrap_or_else(|e| panic!("the wrapper never ran: {e}"));
+    assert_eq!(runs.lines().collect::<Vec<_>>(), vec!["two words"; starts], "the wrapper's runs");
+}
+
+/// A stand-in for MRNet's remote shell (`XPLAT_RSH`): records each call's arguments,
+/// one per line, in a file `call.*` of its own; answers ssh's `-G` with `hostname
+/// localhost`; runs the remote command here (so made-up hosts run on this machine).
+struct FakeRsh {
+    program: PathBuf,
+    calls: PathBuf,
+}
+
+impl FakeRsh {
+    fn new(dir: &Path) -> FakeRsh {
+        use std::os::unix::fs::PermissionsExt;
+        let calls = dir.join("rsh-calls");
+        std::fs::create_dir_all(&calls).unwrap_or_else(|e| panic!("creating {}: {e}", calls.display()));
+        let program = dir.join("fake-rsh");
+        let script = format!(
+            "#!/bin/sh\nf=$(mktemp {}/call.XXXXXX)\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$f\"\n\
+             for a in \"$@\"; do\n  [ \"$a\" = -- ] && break\n  [ \"$a\" = -G ] && {{ echo 'hostname localhost'; exit 0; }}\n\
+             done\nfor last; do :; done\nexec sh -c \"$last\"\n",
+            calls.display()
+        );
+        std::fs::write(&program, script).unwrap_or_else(|e| panic!("writing {}: {e}", program.display()));
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("making {} executable: {e}", program.display()));
+        FakeRsh { program, calls }
+    }
+
+    /// Every call's arguments.
+    fn calls(&self) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.calls).unwrap_or_else(|e| panic!("reading the calls: {e}")) {
+            let path = entry.unwrap_or_else(|e| panic!("reading the calls: {e}")).path();
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            out.push(text.lines().map(str::to_owned).collect());
+        }
+        out
+    }
 }
 
 #[test]

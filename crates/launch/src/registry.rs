@@ -33,6 +33,7 @@ impl LauncherRegistry {
                 args: spec.args.clone(),
                 connect_timeout: spec.connect_timeout_s,
                 remote_path: spec.remote_path.clone(),
+                remote_prefix: spec.remote_prefix.clone(),
             }))
         });
         registry.register("slurm", |spec| {
@@ -89,6 +90,7 @@ mod tests {
             args: vec!["-x".into()],
             connect_timeout_s: 5,
             remote_path: "/opt/treecast".into(),
+            remote_prefix: String::new(),
         }
     }
 

@@ -47,6 +47,9 @@ pub struct SshOptions {
     pub connect_timeout: u32,
     /// Path of `treecast` on the remote hosts (default: found on the remote `PATH`).
     pub remote_path: String,
+    /// Shell text the remote command runs first, as a wrapper that runs the program
+    /// (`exec PREFIX env ... PROGRAM`; MRNet's `XPLAT_REMCMD`); empty: none.
+    pub remote_prefix: String,
 }
 
 impl Default for SshOptions {
@@ -56,6 +59,7 @@ impl Default for SshOptions {
             args: Vec::new(),
             connect_timeout: 10,
             remote_path: "treecast".into(),
+            remote_prefix: String::new(),
         }
     }
 }
@@ -139,6 +143,15 @@ impl SshOptions {
         words.join(" ")
     }
 
+    /// The remote command line with this launcher's prefix, if any, after `exec`.
+    fn remote_line(&self, spec: &ProcessSpec) -> String {
+        let line = Self::remote_command(spec);
+        match (self.remote_prefix.trim(), line.strip_prefix("exec ")) {
+            ("", _) | (_, None) => line,
+            (prefix, Some(rest)) => format!("exec {prefix} {rest}"),
+        }
+    }
+
     /// Starts `spec` on `spec.host` (`user@host` logs in as `user`) through ssh.
     ///
     /// # Errors
@@ -153,7 +166,7 @@ impl SshOptions {
             });
         }
         let mut cmd = self.command(&spec.host, &[]);
-        cmd.arg(Self::remote_command(spec)).stdin(Stdio::piped()).stdout(Stdio::null());
+        cmd.arg(self.remote_line(spec)).stdin(Stdio::piped()).stdout(Stdio::null());
         let mut launched = spawn(cmd, spec, &self.program)?;
         if let Some(mut stdin) = launched.child.stdin.take() {
             let line = spec.secret.as_ref().map(|(_, v)| format!("{v}\n")).unwrap_or_default();
@@ -240,6 +253,11 @@ mod tests {
         let line = SshOptions::remote_command(&spec);
         assert!(!line.contains("deadbeef"), "{line}");
         assert_eq!(line, "exec env 'TREECAST_NODE_ID=3' TREECAST_SECRET_STDIN=1 /opt/treecast node");
+        let wrapped = SshOptions { remote_prefix: "/usr/bin/wrap -q".into(), ..SshOptions::default() };
+        assert_eq!(
+            wrapped.remote_line(&spec),
+            "exec /usr/bin/wrap -q env 'TREECAST_NODE_ID=3' TREECAST_SECRET_STDIN=1 /opt/treecast node"
+        );
     }
 
     fn argv(cmd: &Command) -> Vec<String> {

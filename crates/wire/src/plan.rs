@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 8;
+pub const PLAN_VERSION: u16 = 9;
 
 /// Default of [`LaunchPlan::max_control`] (4 MiB per back-end a child reaches): a
 /// back-end's own monitoring report at its cell limit stays under it, and what a
@@ -104,6 +104,9 @@ pub struct LauncherSpec {
     pub connect_timeout_s: u32,
     /// Path of `treecast` on other hosts.
     pub remote_path: String,
+    /// Shell text run on other hosts before the program, as a wrapper that runs it
+    /// (MRNet's `XPLAT_REMCMD`); empty: none.
+    pub remote_prefix: String,
 }
 
 /// What a parent hands a new comm node.
@@ -209,6 +212,7 @@ impl LauncherSpec {
             args: Vec::new(),
             connect_timeout_s: 0,
             remote_path: String::new(),
+            remote_prefix: String::new(),
         }
     }
 }
@@ -296,6 +300,7 @@ impl LaunchPlan {
         out.extend_from_slice(&self.zero_copy_min.to_le_bytes());
         out.push(self.stripes);
         out.push(u8::from(self.mptcp));
+        put_string(out, &self.launcher.remote_prefix);
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -338,8 +343,10 @@ impl LaunchPlan {
             args: strings(r, "launcher argument")?,
             connect_timeout_s: r.u32("launcher")?,
             remote_path: r.string("remote path")?,
+            // The last field of the plan: read in place below.
+            remote_prefix: String::new(),
         };
-        Ok(LaunchPlan {
+        let mut plan = LaunchPlan {
             session,
             node_id,
             first_rank,
@@ -399,7 +406,9 @@ impl LaunchPlan {
                 }
             },
             mptcp: decode_bool(r, "Multipath TCP flag")?,
-        })
+        };
+        plan.launcher.remote_prefix = r.string("remote prefix")?;
+        Ok(plan)
     }
 }
 
@@ -519,6 +528,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
             args: vec!["-o".into(), "ProxyCommand=ssh -W %h:%p gateway".into()],
             connect_timeout_s: 10,
             remote_path: "/opt/treecast".into(),
+            remote_prefix: "/usr/bin/wrap --with 'two words'".into(),
         },
         max_frame: 64 << 20,
         log: "warn".into(),
@@ -572,9 +582,9 @@ mod tests {
     #[test]
     fn a_plan_from_another_version_is_refused_by_name() {
         let mut bytes = ControlMsg::Plan(Box::new(sample_plan())).encode();
-        bytes[1] = 9; // the version follows the tag byte
+        bytes[1] = 10; // the version follows the tag byte
         let err = ControlMsg::decode(&bytes).unwrap_err().to_string();
-        assert!(err.contains("version 9 is not supported"), "{err}");
+        assert!(err.contains("version 10 is not supported"), "{err}");
     }
 
     #[test]

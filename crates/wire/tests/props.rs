@@ -133,21 +133,19 @@ fn strings(n: usize) -> impl Strategy<Value = Vec<String>> {
 }
 
 fn plan() -> impl Strategy<Value = LaunchPlan> {
-    let launcher = (
-        proptest::sample::select(vec![LauncherKind::Local, LauncherKind::Ssh, LauncherKind::Slurm]),
-        short_string(),
-        // Arguments with spaces, quotes and `%` must survive as they are.
-        vec(prop_oneof![short_string(), "[ -~]{0,30}"], 0..4),
-        any::<u32>(),
-        short_string(),
-    )
-        .prop_map(|(kind, program, args, connect_timeout_s, remote_path)| LauncherSpec {
-            kind,
-            program,
-            args,
-            connect_timeout_s,
-            remote_path,
-        });
+    let launcher =
+        (
+            proptest::sample::select(vec![LauncherKind::Local, LauncherKind::Ssh, LauncherKind::Slurm]),
+            short_string(),
+            // Arguments with spaces, quotes and `%` must survive as they are.
+            vec(prop_oneof![short_string(), "[ -~]{0,30}"], 0..4),
+            any::<u32>(),
+            short_string(),
+            short_string(),
+        )
+            .prop_map(|(kind, program, args, connect_timeout_s, remote_path, remote_prefix)| {
+                LauncherSpec { kind, program, args, connect_timeout_s, remote_path, remote_prefix }
+            });
     (
         (short_string(), any::<u32>(), any::<u32>(), any::<u32>(), short_string(), strings(4)),
         (vec((short_string(), short_string()), 0..4), any::<u32>(), any::<u32>(), any::<bool>()),

@@ -261,6 +261,7 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
             args: strings_of(launcher, "args"),
             connect_timeout_s: u32_of(launcher, "connect_timeout_s"),
             remote_path: str_of(launcher, "remote_path").to_owned(),
+            remote_prefix: launcher.get("remote_prefix").and_then(Json::as_str).unwrap_or("").to_owned(),
         },
         max_frame: u32_of(m, "max_frame"),
         log: str_of(m, "log").to_owned(),
