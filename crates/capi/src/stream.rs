@@ -276,18 +276,31 @@ pub unsafe extern "C" fn tc_stream_recv(
     timeout_ms: u64,
     out: *mut *mut tc_packet,
 ) -> tc_result {
-    guard("tc_stream_recv", || {
-        // SAFETY: as the caller promised.
-        let s = unsafe { arg(stream, "stream") }?;
-        out_ok(out, "out")?;
-        // A time limit of 0 still looks once: the future is polled before the limit.
-        let packet = block_on_for(timeout_ms, async { s.receiver.lock().await.recv().await })?
-            .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
-        let p = tc_packet::new(packet)?;
-        // SAFETY: checked not NULL.
-        unsafe { put(out, handle(p)) };
-        Ok(())
-    })
+    // SAFETY: as the caller promised.
+    guard("tc_stream_recv", || unsafe { receive_into(stream, treecast_api::Match::any(), timeout_ms, out) })
+}
+
+/// The receive of `tc_stream_recv` and `tc_stream_recv_match`: waits up to
+/// `timeout_ms` for a packet `only` takes and writes it to `out`.
+///
+/// # Safety
+/// `stream` is NULL or live; `out` is NULL or writable.
+unsafe fn receive_into(
+    stream: *const tc_stream,
+    only: treecast_api::Match,
+    timeout_ms: u64,
+    out: *mut *mut tc_packet,
+) -> Result<(), Failure> {
+    // SAFETY: as the caller promised.
+    let s = unsafe { arg(stream, "stream") }?;
+    out_ok(out, "out")?;
+    // A time limit of 0 still looks once: the future is polled before the limit.
+    let packet = block_on_for(timeout_ms, async { s.receiver.lock().await.recv_matching(only).await })?
+        .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
+    let p = tc_packet::new(packet)?;
+    // SAFETY: checked not NULL.
+    unsafe { put(out, handle(p)) };
+    Ok(())
 }
 
 /// Matches any tag in `tc_stream_recv_match` and `tc_stream_irecv_match`.
@@ -326,16 +339,9 @@ pub unsafe extern "C" fn tc_stream_recv_match(
     out: *mut *mut tc_packet,
 ) -> tc_result {
     guard("tc_stream_recv_match", || {
-        // SAFETY: as the caller promised.
-        let s = unsafe { arg(stream, "stream") }?;
-        out_ok(out, "out")?;
         let only = receive_match(tag, rank)?;
-        let packet = block_on_for(timeout_ms, async { s.receiver.lock().await.recv_matching(only).await })?
-            .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
-        let p = tc_packet::new(packet)?;
-        // SAFETY: checked not NULL.
-        unsafe { put(out, handle(p)) };
-        Ok(())
+        // SAFETY: as the caller promised.
+        unsafe { receive_into(stream, only, timeout_ms, out) }
     })
 }
 

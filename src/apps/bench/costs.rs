@@ -18,7 +18,7 @@ struct Used {
 
 /// A process's place in the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Place {
+pub(super) enum Place {
     FrontEnd,
     Inner,
     Leaf,
@@ -53,22 +53,9 @@ pub struct RoundCosts {
 impl Snapshot {
     /// The front-end (this process) and every process of `session`.
     pub(super) fn of_session(session: &str) -> Snapshot {
-        let needle = format!("TREECAST_SESSION={session}");
         let mut snap = Snapshot::default();
         snap.add_self();
-        for pid in all_pids() {
-            let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
-            if !env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
-                continue;
-            }
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let place = if cmdline.ends_with(b"node\0") {
-                Place::Inner
-            } else if cmdline.ends_with(b"backend\0") {
-                Place::Leaf
-            } else {
-                continue;
-            };
+        for (pid, place) in session_processes(session) {
             snap.add(pid, place);
         }
         snap
@@ -132,6 +119,28 @@ impl Snapshot {
         };
         RoundCosts { frontend: mean(Place::FrontEnd), inner: mean(Place::Inner), leaf: mean(Place::Leaf) }
     }
+}
+
+/// The comm nodes (`Inner`) and back-ends (`Leaf`) of `session` on this machine: the
+/// processes whose environment holds its `TREECAST_SESSION`.
+pub(super) fn session_processes(session: &str) -> Vec<(u32, Place)> {
+    let needle = format!("TREECAST_SESSION={session}");
+    all_pids()
+        .filter_map(|pid| {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            if !env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+                return None;
+            }
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline.ends_with(b"node\0") {
+                Some((pid, Place::Inner))
+            } else if cmdline.ends_with(b"backend\0") {
+                Some((pid, Place::Leaf))
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 fn all_pids() -> impl Iterator<Item = u32> {

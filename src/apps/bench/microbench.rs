@@ -10,7 +10,7 @@ use anyhow::{ensure, Context};
 use serde::Serialize;
 use treecast_api::{Network, StreamOptions, Topology, TransformKind, Value};
 
-use super::costs::{PerRound, RoundCosts, Snapshot};
+use super::costs::{session_processes, PerRound, Place, RoundCosts, Snapshot};
 use super::shared::STEP_LIMIT;
 use crate::apps::cli::MicrobenchArgs;
 use crate::apps::protocol::{TAG_ADD_RANK, TAG_BURST};
@@ -722,23 +722,17 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 /// Peak RSS (VmHWM) of this process and of every process of the session.
 fn peak_rss(session: &str) -> PeakRss {
-    let needle = format!("TREECAST_SESSION={session}");
     let mut rss = PeakRss { frontend: vm_hwm("self").unwrap_or(0), ..PeakRss::default() };
-    let Ok(dir) = std::fs::read_dir("/proc") else { return rss };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().filter(|s| s.bytes().all(|b| b.is_ascii_digit())) else { continue };
-        let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
-        if !env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let kb = vm_hwm(pid).unwrap_or(0);
-        if cmdline.ends_with(b"node\0") {
-            rss.commnode_max = rss.commnode_max.max(kb);
-            rss.commnode_private = rss.commnode_private.max(private_kb(pid).unwrap_or(0));
-        } else if cmdline.ends_with(b"backend\0") {
-            rss.backend_max = rss.backend_max.max(kb);
+    for (pid, place) in session_processes(session) {
+        let pid = pid.to_string();
+        let kb = vm_hwm(&pid).unwrap_or(0);
+        match place {
+            Place::Inner => {
+                rss.commnode_max = rss.commnode_max.max(kb);
+                rss.commnode_private = rss.commnode_private.max(private_kb(&pid).unwrap_or(0));
+            }
+            Place::Leaf => rss.backend_max = rss.backend_max.max(kb),
+            Place::FrontEnd => {}
         }
     }
     rss
