@@ -57,7 +57,7 @@ async fn front_end(shape: &str, backends: usize, waves: i32) -> Result<(), Box<d
 
     // A stream over every back-end whose packets are summed at every comm node on the way up.
     let comm = net.broadcast_communicator();
-    let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
+    let stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
     let n = i64::from(net.backends());
     for wave in 1..=waves {
         stream.send(TAG_ADD, "%d", &[Value::Int(wave)]).await?;

@@ -224,7 +224,7 @@ impl Pool {
 
 /// Sends the tiles ordered for one group's workers and hands their pixels back.
 async fn serve(
-    mut stream: Stream,
+    stream: Stream,
     mut orders: mpsc::Receiver<Order>,
     results: mpsc::Sender<Result<Rendered, String>>,
 ) {

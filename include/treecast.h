@@ -814,7 +814,8 @@ enum tc_result tc_stream_isend_values(const struct tc_stream *stream,
                                       struct tc_request **out);
 
 // Starts receiving the stream's next packet; `tc_request_packet` takes it once the
-// request completed.
+// request completed. Receives take packets in the order they were posted, requests
+// and blocking calls alike.
 //
 // # Safety
 // `stream` is NULL or live; `out` is NULL or writable.
@@ -822,9 +823,9 @@ enum tc_result tc_stream_irecv(const struct tc_stream *stream, struct tc_request
 
 // As `tc_stream_irecv`, but the request takes only a packet with tag `tag`
 // (`TC_ANY_TAG`: any) from rank `rank` (`TC_ANY_RANK`: any); packets it skips stay,
-// in order, for later receives. Receive requests of one stream start in the order
-// they were made, matched or not: one that may never match holds the later ones
-// back until it is cancelled (a blocking `tc_stream_recv_match` does not).
+// in order, for later receives. A packet goes to the earliest receive posted on the
+// stream that matches it (requests and blocking calls alike, MPI's rule), so one
+// that never matches holds no later one back.
 //
 // # Safety
 // `stream` is NULL or live; `out` is NULL or writable.

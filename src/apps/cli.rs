@@ -797,10 +797,15 @@ pub struct MicrobenchArgs {
     #[arg(long, requires = "overhead")]
     pub overhead_null: bool,
     /// Run the C API's twin of this benchmark (examples/c/microbench.c, built; see
-    /// tools/microbench-c) on the same shape after the Rust measurement, and print its
+    /// tools/microbench-c) on the same shape beside the Rust measurement, and print its
     /// figures against the Rust API's.
-    #[arg(long, value_name = "PROGRAM", conflicts_with = "overhead")]
+    #[arg(long, value_name = "PROGRAM", conflicts_with_all = ["overhead", "compare", "monitor"])]
     pub c_twin: Option<std::path::PathBuf>,
+    /// With --c-twin: measure both this many times, the C twin first in every other
+    /// round, then print the medians of the rounds' ratios against the C API's
+    /// targets (round trip at most 1.05x, reductions/s at least 0.95x the Rust API's).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "c_twin")]
+    pub twin_rounds: usize,
 }
 
 /// Flags of `treecast bcast`.

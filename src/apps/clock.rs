@@ -74,7 +74,7 @@ pub async fn main(args: ClockArgs) -> anyhow::Result<ExitCode> {
 /// Records `waves` sum requests down every link and their answers up, and returns
 /// each link's shortest net latency both ways.
 async fn cross_check(net: &Network, waves: u32, limit: Duration) -> anyhow::Result<Vec<OneWay>> {
-    let mut stream =
+    let stream =
         net.new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum)).await?;
     let unconfirmed = net.monitor_start(0).await?;
     anyhow::ensure!(unconfirmed.is_empty(), "cross-check: nodes did not start recording: {unconfirmed:?}");

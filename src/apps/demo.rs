@@ -29,7 +29,7 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<ExitCode> {
     );
 
     let comm = net.broadcast_communicator();
-    let mut sum = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
+    let sum = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
     let x = 1000;
     let t = Instant::now();
     sum.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await?;
@@ -41,7 +41,7 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<ExitCode> {
     );
     ensure!(total == expected, "the sum reduction gave {total}, expected {expected}");
 
-    let mut eq = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
+    let eq = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
     eq.send(TAG_WHERE, "", &[]).await?;
     let classes = eq.recv().await?.eq_classes()?;
     println!("  equivalence classes of \"which comm node am I under\" ({} classes):", classes.len());

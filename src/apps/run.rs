@@ -508,7 +508,7 @@ pub async fn run_command_waiting(
 ) -> anyhow::Result<RunReport> {
     let limit = wait.limit;
     let comm = net.broadcast_communicator();
-    let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
+    let stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
     let limit_ms = limit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
     let request = [command.to_vec().into(), Value::ULong(limit_ms), Value::ULong(output_limit)];
     let orphaned_before = net.orphaned().len();
@@ -608,7 +608,7 @@ async fn run_filtered(
         plugin.name()
     );
     let up = treecast_api::FilterSpec::new(name, plugin.version());
-    let mut stream = net
+    let stream = net
         .new_stream(&net.broadcast_communicator(), StreamOptions { up, ..StreamOptions::default() })
         .await?;
     let limit_ms = wait.limit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
@@ -715,7 +715,7 @@ async fn ask_again(
         return None;
     }
     let comm = net.communicator(back).ok()?;
-    let mut again = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await.ok()?;
+    let again = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await.ok()?;
     again.send(TAG_RUN_AGAIN, RUN_AGAIN_REQUEST, &[Value::UInt(stream.id())]).await.ok()?;
     let answer = match wait.total() {
         Some((total, _)) => again.recv_timeout(total).await.ok(),

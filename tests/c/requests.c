@@ -124,6 +124,33 @@ int main(int argc, char **argv) {
     tc_packet_free(p);
   }
   EXPECT(seen == 0xff);
+
+  /* A packet goes to the earliest receive posted that matches it: rank 1's one answer
+   * to the request posted first, not to the blocking call after it; and a request
+   * that never matches holds no later one back. */
+  tc_request *never = NULL, *from1 = NULL;
+  CHECK(tc_stream_irecv_match(each, 12345, TC_ANY_RANK, &never));
+  CHECK(tc_stream_irecv_match(each, TC_ANY_TAG, 1, &from1));
+  CHECK(tc_stream_send(each, TAG_SCALE, "%d", 5));
+  for (int k = 0; k < 3; k++) { /* ranks 0, 2 and 3, whatever their order */
+    CHECK(tc_stream_recv_match(each, TAG_SCALE, TC_ANY_RANK, 30000, &p));
+    EXPECT(tc_packet_rank(p) != 1);
+    tc_packet_free(p);
+  }
+  p = NULL;
+  EXPECT(tc_stream_recv_match(each, TC_ANY_TAG, 1, 200, &p) == TC_ERR_TIMEOUT && p == NULL);
+  CHECK(tc_request_wait(from1, 30000));
+  CHECK(tc_request_packet(from1, &p));
+  CHECK(tc_packet_unpack(p, "%d", &v));
+  EXPECT(tc_packet_rank(p) == 1 && v == 5 * 2);
+  tc_packet_free(p);
+  bool never_done = true;
+  CHECK(tc_request_test(never, &never_done));
+  EXPECT(!never_done);
+  CHECK(tc_request_cancel(never));
+  EXPECT(tc_request_wait(never, 30000) == TC_ERR_CANCELLED);
+  tc_request_free(never);
+  tc_request_free(from1);
   tc_stream_free(each);
 
   /* A send refused at once (the wrong kind of value) fails at its start. */

@@ -28,7 +28,7 @@ async fn attach_and_sum(spec: &str, n: usize, start: impl FnOnce(&Path, &str) ->
     let t = tag();
     let mut launcher = start(&file, &t);
     let net = launching.await.unwrap().unwrap();
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), n as i64 + (0..n as i64).sum::<i64>());
     finish(net).await;

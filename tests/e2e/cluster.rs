@@ -144,7 +144,7 @@ fn multi_host_cluster() {
         let net =
             NetworkBuilder::new(topo).treecast_path(TREECAST).ssh(cluster.ssh()).launch().await.unwrap();
         assert_eq!((net.backends(), net.commnodes()), (6, 2));
-        let mut s = net
+        let s = net
             .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
             .await
             .unwrap();
@@ -186,7 +186,7 @@ fn multi_host_cluster() {
             }
             other => panic!("expected the missing rank as an event, got {other:?}"),
         }
-        let mut s = net
+        let s = net
             .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
             .await
             .unwrap();
@@ -214,7 +214,7 @@ fn multi_host_cluster() {
         let group = net.spawn(2, &[], &options(&format!("{PREFIX}3"))).await.unwrap();
         assert_eq!(group.ranks(), &[2, 3]);
         let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
-        let mut s = net.new_stream(&net.broadcast_communicator(), opts.clone()).await.unwrap();
+        let s = net.new_stream(&net.broadcast_communicator(), opts.clone()).await.unwrap();
         let request = [Value::StrArray(vec!["hostname".into()]), Value::ULong(10_000), Value::ULong(4096)];
         for rank in [2u32, 3] {
             s.send_to(rank, TAG_RUN, RUN_REQUEST, &request).await.unwrap();
@@ -242,7 +242,7 @@ fn multi_host_cluster() {
         let (accepted, mut child) = tokio::join!(net.accept(&port, 1, &there), outsider);
         assert_eq!(accepted.unwrap().ranks(), &[5]);
         // A stream made now reaches it (the one above was made before it joined).
-        let mut s = net.new_stream(&net.broadcast_communicator(), opts.clone()).await.unwrap();
+        let s = net.new_stream(&net.broadcast_communicator(), opts.clone()).await.unwrap();
         s.send_to(5, TAG_RUN, RUN_REQUEST, &request).await.unwrap();
         let p = s.recv_timeout(Duration::from_secs(30)).await.unwrap();
         assert_eq!(p.unpack(RUN_ANSWER).unwrap()[0].as_bytes().unwrap(), format!("{PREFIX}4\n").as_bytes());
@@ -255,7 +255,7 @@ fn multi_host_cluster() {
         let net =
             NetworkBuilder::new(topo).treecast_path(TREECAST).ssh(cluster.ssh()).launch().await.unwrap();
         let group = net.spawn(1, &[], &options(&format!("{PREFIX}5"))).await.unwrap();
-        let mut s = net.new_stream(&net.broadcast_communicator(), opts.clone()).await.unwrap();
+        let s = net.new_stream(&net.broadcast_communicator(), opts.clone()).await.unwrap();
         s.send_to(group.ranks()[0], TAG_RUN, RUN_REQUEST, &request).await.unwrap();
         let p = s.recv_timeout(Duration::from_secs(30)).await.unwrap();
         assert_eq!(p.unpack(RUN_ANSWER).unwrap()[0].as_bytes().unwrap(), format!("{PREFIX}5\n").as_bytes());

@@ -427,7 +427,7 @@ async fn a_rank_that_stops_answering_fails_after_the_time_limit_and_the_others_g
     std::fs::create_dir(&out).unwrap();
     // Rank 1 stops reading for a while; its link stays up.
     let comm = net.broadcast_communicator();
-    let mut stall = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let stall = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
     stall.send(TAG_STALL, "%ad %d", &[Value::IntArray(vec![1]), Value::Int(3000)]).await.unwrap();
     let options = FileOptions { chunk: CHUNK, timeout: Duration::from_millis(500), ..FileOptions::default() };
     let entries = [FileEntry::file(&src, Some(out.join("a")))];

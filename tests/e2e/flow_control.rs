@@ -17,8 +17,8 @@ async fn a_stream_the_tool_does_not_read_holds_up_no_other_stream() {
     let window = treecast_api::Window { packets: 4096, bytes: 64 << 20 };
     let net = builder(topo).receive_window(window).launch().await.unwrap();
     let all = net.broadcast_communicator();
-    let mut unread = net.new_stream(&all, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
-    let mut read = net.new_stream(&all, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let unread = net.new_stream(&all, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let read = net.new_stream(&all, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
     let many = window.packets as i32 + 1000;
     unread.send(TAG_BURST, "%d", &[Value::Int(many)]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -43,7 +43,7 @@ async fn the_tool_can_send_ten_thousand_packets_before_reading() {
     // child's full queue while its siblings starved.
     for (shape, n) in [("balanced:4x4", 16), ("flat", 4), ("balanced:2x2x2", 8)] {
         let net = launch(shape, n).await;
-        let mut s = sum_stream(&net).await;
+        let s = sum_stream(&net).await;
         let ranks: i64 = (0..n as i64).sum();
         for wave in 0..10_000 {
             tokio::time::timeout(LIMIT, s.send(TAG_ADD_RANK, "%d", &[Value::Int(wave % 7)]))
@@ -67,7 +67,7 @@ async fn an_unread_stream_is_bounded_in_bytes_not_packets() {
     let window = treecast_api::Window { packets: 1 << 16, bytes: 4 << 20 };
     let net = builder(topo).receive_window(window).launch().await.unwrap();
     let options = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::default() };
-    let mut s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
+    let s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
     let (count, size) = (200, 16 << 10);
     s.send(TAG_BURST_BYTES, "%d %d", &[Value::Int(count), Value::Int(size)]).await.unwrap();
     // The bound holds at every moment; give the tree time to push what it can.
@@ -112,7 +112,7 @@ async fn a_child_that_stops_reading_holds_up_only_its_own_stream() {
         }
         flood
     });
-    let mut side = net
+    let side = net
         .new_stream(&net.communicator(RankSet::single(1)).unwrap(), StreamOptions::reduce(TransformKind::Sum))
         .await
         .unwrap();

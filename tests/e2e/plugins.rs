@@ -99,7 +99,7 @@ async fn c_and_rust_plugins_reduce_at_every_node_of_a_three_level_tree_with_para
     assert_eq!(net.backends(), 4);
 
     // The C histogram merge, 3 bins.
-    let mut h =
+    let h =
         net.new_stream(&net.broadcast_communicator(), options("histogram", &[Value::UInt(3)])).await.unwrap();
     h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![1, 2, 3])]).await.unwrap();
     let p = h.recv_timeout(LIMIT).await.unwrap();
@@ -122,8 +122,7 @@ async fn c_and_rust_plugins_reduce_at_every_node_of_a_three_level_tree_with_para
     }
 
     // The Rust top-k, k = 2: each node keeps its best values across waves.
-    let mut t =
-        net.new_stream(&net.broadcast_communicator(), options("topk", &[Value::UInt(2)])).await.unwrap();
+    let t = net.new_stream(&net.broadcast_communicator(), options("topk", &[Value::UInt(2)])).await.unwrap();
     for (x, best) in [(100, [103, 102]), (0, [103, 102]), (200, [203, 202])] {
         t.send(TAG_ADD_RANK, "%d", &[Value::Int(x)]).await.unwrap();
         let p = match t.recv_timeout(LIMIT).await {
@@ -179,7 +178,7 @@ async fn a_plugin_shipped_down_the_tree_runs_at_every_level_once_its_file_is_gon
     let plugin = net.load_filter(&histogram).await.unwrap();
     assert_eq!((plugin.name(), plugin.version()), ("histogram", 1));
     std::fs::remove_file(&histogram).unwrap();
-    let mut h =
+    let h =
         net.new_stream(&net.broadcast_communicator(), options("histogram", &[Value::UInt(2)])).await.unwrap();
     h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![1, 5])]).await.unwrap();
     let p = h.recv_timeout(LIMIT).await.unwrap();
@@ -248,7 +247,7 @@ async fn a_cpp_filter_merges_call_graph_prefix_trees_at_every_node() {
     let so = compiled(&dir, "c++", "prefix_tree.cpp", &["-std=c++17"]);
     let net = launch_with("balanced:2x2", &[]).await;
     net.load_filter(&so).await.unwrap();
-    let mut s = net.new_stream(&net.broadcast_communicator(), options("prefix_tree", &[])).await.unwrap();
+    let s = net.new_stream(&net.broadcast_communicator(), options("prefix_tree", &[])).await.unwrap();
     let traces: [&[&str]; 4] = [
         &["main", "solve", "mpi_wait"],
         &["main", "solve", "mpi_wait"],
@@ -338,7 +337,7 @@ async fn packets_a_comm_node_filter_sends_down_reach_its_back_ends_and_their_ans
     let so = c_source(&dir, "ask_again", ASK_AGAIN_C);
     let net = launch_with("balanced:2x2", &[]).await;
     net.load_filter(&so).await.unwrap();
-    let mut s = net.new_stream(&net.broadcast_communicator(), options("ask_again", &[])).await.unwrap();
+    let s = net.new_stream(&net.broadcast_communicator(), options("ask_again", &[])).await.unwrap();
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     let first = s.recv_timeout(LIMIT).await.unwrap();
     assert_eq!((first.tag(), first.values().unwrap()), (TAG_ADD_RANK, vec![Value::Int(6)]));
@@ -456,7 +455,7 @@ async fn load_filter_returns_once_every_comm_node_loaded_it_or_names_the_one_tha
     // One every node loads: once the call returns, a stream finds it everywhere.
     let histogram = histogram_so(&dir);
     net.load_filter(&histogram).await.unwrap();
-    let mut h =
+    let h =
         net.new_stream(&net.broadcast_communicator(), options("histogram", &[Value::UInt(2)])).await.unwrap();
     h.send(TAG_ECHO, "%auld", &[Value::ULongArray(vec![1, 2])]).await.unwrap();
     let p = h.recv_timeout(LIMIT).await.unwrap();
@@ -540,7 +539,7 @@ async fn a_downstream_plugin_transforms_packets_at_every_comm_node_with_paramete
     let mut down = FilterSpec::new("scale", 1);
     down.params = params(&[Value::Int(2)]);
     let opts = StreamOptions { up: FilterSpec::new("sum", 1), down, ..StreamOptions::default() };
-    let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+    let s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
     // Each back-end answers x + rank with x as it reached it: 5 * k * k.
     let wave = |k: i32| i64::from(5 * k * k) * 8 + (0..8).sum::<i64>();
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(5)]).await.unwrap();

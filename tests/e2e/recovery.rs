@@ -16,7 +16,7 @@ use treecast_api::{ApiError, Event, Network, RankSet, StreamOptions, Topology, T
 #[tokio::test]
 async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
     let net = launch("balanced:2x4", 8).await;
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_DIE, "%ad", &[Value::IntArray(vec![5])]).await.unwrap();
     let p = s.recv_timeout(LIMIT).await.unwrap();
     assert_eq!(int(&p), (0..8).sum::<i64>() - 5);
@@ -41,7 +41,7 @@ async fn a_backend_dying_mid_wave_completes_it_with_the_survivors() {
 async fn with_recovery_off_a_comm_node_killed_loses_its_subtree_and_the_rest_goes_on() {
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
     let net = builder(topo).rejoin_within(None).launch().await.unwrap();
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     // Pre-order ids: 0 front-end, 1 first comm node (ranks 0-2), 5 second comm node (ranks 3-5).
     let pid = commnode_pid(net.session(), 5);
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
@@ -98,7 +98,7 @@ async fn backends_keep_the_plans_limits_whatever_their_environment_says() {
         .launch()
         .await
         .unwrap();
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(10, 0..6));
     // Pre-order ids: 0 front-end, 1 first comm node (ranks 0-2), 5 second comm node (ranks 3-5).
@@ -126,7 +126,7 @@ async fn a_level_one_comm_node_killed_mid_stream_its_sub_tree_rejoins_and_sums_g
     // Pre-order ids of balanced:2x2x2: 0 front-end; 1 comm node (ranks 0-3) over comm
     // nodes 2 (ranks 0-1) and 5 (ranks 2-3); 8 comm node (ranks 4-7).
     let mut net = launch_recovering("balanced:2x2x2", 8).await;
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(10, 0..8));
     let before = backend_pids(net.session());
@@ -178,7 +178,7 @@ async fn when_every_rank_is_orphaned_at_once_waves_in_flight_end_and_the_stream_
         "localhost:0 => localhost:1 ;\nlocalhost:1 => localhost:2 localhost:3 localhost:4 localhost:5 ;\n";
     let topo = Topology::parse(text).unwrap();
     let mut net = builder(topo).rejoin_within(Some(REJOIN)).launch().await.unwrap();
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(0, 0..4));
     for x in 1..=20 {
@@ -212,7 +212,7 @@ async fn when_every_rank_is_orphaned_at_once_waves_in_flight_end_and_the_stream_
 #[tokio::test]
 async fn a_level_two_comm_node_killed_its_back_ends_rejoin_its_parent_and_a_new_stream_reaches_them() {
     let mut net = launch_recovering("balanced:2x2x2", 8).await;
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     // Node 9 is the comm node of ranks 4-5, under node 8.
     let pid = commnode_pid(net.session(), 9);
     Command::new("kill").arg("-9").arg(pid.to_string()).status().unwrap();
@@ -236,7 +236,7 @@ async fn a_level_two_comm_node_killed_its_back_ends_rejoin_its_parent_and_a_new_
     }
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), sum_over(1, 0..8));
-    let mut fresh = net
+    let fresh = net
         .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
         .await
         .unwrap();
@@ -250,7 +250,7 @@ async fn a_stopped_comm_node_is_cut_off_and_its_back_ends_rejoin() {
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
     let builder = builder(topo).dead_after(Some(Duration::from_secs(2))).rejoin_within(Some(REJOIN));
     let mut net = builder.launch().await.unwrap();
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     let pid = commnode_pid(net.session(), 5);
     Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap();
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
@@ -288,7 +288,7 @@ async fn with_recovery_off_a_stopped_comm_node_is_cut_off_after_the_silence_limi
     let topo = Topology::from_spec("balanced:2x3", Some(6)).unwrap();
     let builder = builder(topo).dead_after(Some(Duration::from_secs(2))).rejoin_within(None);
     let net = builder.launch().await.unwrap();
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 60 + 15);
     // Comm node 5 (ranks 3-5) stops: it neither reads nor writes, its links stay open.
@@ -322,7 +322,7 @@ async fn with_recovery_off_a_stopped_comm_node_is_cut_off_after_the_silence_limi
 async fn a_stopped_backend_is_cut_off_but_a_busy_one_is_not() {
     let topo = Topology::from_spec("flat", Some(3)).unwrap();
     let net = builder(topo).dead_after(Some(Duration::from_secs(2))).launch().await.unwrap();
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     // Rank 1 stops reading for 3 s but its driver runs: its heartbeats keep it in.
     s.send(TAG_STALL, "%ad %d", &[Value::IntArray(vec![1]), Value::Int(3000)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 3);
@@ -487,7 +487,7 @@ fn chaos_runs_in_the_simulated_tree_from_the_command_line() {
 async fn a_stream_whose_members_are_all_lost_is_closed_not_hung() {
     let net = launch("flat", 3).await;
     let comm = net.communicator(RankSet::single(1)).unwrap();
-    let mut s = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let s = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
     s.send(TAG_DIE, "%ad", &[Value::IntArray(vec![1])]).await.unwrap();
     let err = s.recv_timeout(LIMIT).await.unwrap_err();
     assert!(matches!(err, ApiError::StreamClosed(_)), "{err}");

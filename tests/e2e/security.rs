@@ -53,7 +53,7 @@ async fn a_frame_over_the_size_limit_is_refused_before_it_is_buffered() {
         }
         other => panic!("expected RanksLost, got {other:?}"),
     }
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
     finish(net).await;
@@ -83,7 +83,7 @@ async fn a_childs_control_frame_over_its_limit_closes_its_link_before_it_is_buff
     // the header, and the other ranks go on.
     let mut net = with_rogue_rank_1("control").await;
     rank_1_lost_for_its_control_frame(&mut net).await;
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
     finish(net).await;
@@ -128,7 +128,7 @@ async fn in_attach_mode_a_child_with_an_oversized_control_frame_is_refused_and_t
     };
     rank_1_lost_for_its_control_frame(&mut net).await;
     assert_eq!(net.lost_ranks(), RankSet::single(1));
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
     finish(net).await;
@@ -147,7 +147,7 @@ async fn a_malformed_frame_closes_only_that_link() {
         }
         other => panic!("expected RanksLost, got {other:?}"),
     }
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 2 + 3);
     finish(net).await;
@@ -177,7 +177,7 @@ async fn once_the_tree_is_up_no_process_shows_the_secret_in_proc() {
         }
     }
     // And the tree still works: the secret is gone from the environment only.
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 6);
     finish(net).await;

@@ -21,7 +21,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 /// The sum of `TAG_ADD_RANK` over `ranks`, once: what the back-ends of a stream answer.
 async fn sum_over(net: &Network, ranks: RankSet) -> i64 {
     let comm = net.communicator(ranks).unwrap();
-    let mut s = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let s = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     let p = s.recv_timeout(LIMIT).await.unwrap();
     p.values().unwrap()[0].as_i64().unwrap()
@@ -61,7 +61,7 @@ fn options(placement: Placement) -> SpawnOptions {
 #[tokio::test]
 async fn backends_spawned_while_reductions_run_join_the_next_streams() {
     let net = launch("balanced:2x2", 4).await;
-    let mut running = net
+    let running = net
         .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
         .await
         .unwrap();
@@ -167,7 +167,7 @@ async fn an_announced_backend_joins_before_it_connects_and_then_gets_what_was_se
     let before = sockets_of(pid_of(&net, 4));
     // A stream over it and a wave: what its comm node sends it waits there.
     let comm = net.communicator(RankSet::range(0, 5)).unwrap();
-    let mut s = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let s = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await.unwrap();
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(10)]).await.unwrap();
     std::fs::write(&gate, b"").unwrap();
@@ -370,7 +370,7 @@ async fn backends_of_different_groups_exchange_messages_and_one_for_a_rank_gone_
     let group = net.spawn(2, &[], &options(Placement::LeastLoaded)).await.unwrap();
     assert_eq!(group.ranks(), &[4, 5]);
     let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
-    let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+    let s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
     // Across comm nodes and groups, within one comm node, large and small.
     for (from, to, bytes, rounds) in
         [(0u32, 5u32, 1000u32, 10u32), (1, 4, 300_000, 3), (5, 2, 1, 5), (4, 0, 0, 2)]
@@ -421,7 +421,7 @@ async fn backends_of_different_groups_exchange_messages_and_one_for_a_rank_gone_
 async fn a_backend_spawns_helpers_through_its_parent_and_they_join_the_network() {
     let net = launch("balanced:2x2", 4).await;
     let opts = StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::reduce(TransformKind::Null) };
-    let mut s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
+    let s = net.new_stream(&net.broadcast_communicator(), opts).await.unwrap();
     s.send_to(3, TAG_SPAWN_HELPERS, "%ud", &[Value::UInt(3)]).await.unwrap();
     let p = s.recv_timeout(LIMIT).await.unwrap();
     assert_eq!(p.rank(), 3);

@@ -14,7 +14,7 @@ use treecast_api::{
 async fn sum_waves(spec: &str, n: usize) {
     let net = launch(spec, n).await;
     assert_eq!(net.backends(), n as u32);
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     let ranks: i64 = (0..n as i64).sum();
     for wave in 0..5 {
         s.send(TAG_ADD_RANK, "%d", &[Value::Int(wave)]).await.unwrap();
@@ -45,7 +45,7 @@ async fn sums_are_correct_on_balanced_4x4x4() {
 async fn sums_are_correct_over_tcp_links() {
     let topo = Topology::from_spec("balanced:2x3", None).unwrap();
     let net = builder(topo).unix_links(false).launch().await.unwrap();
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     s.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
     assert_eq!(int(&s.recv_timeout(LIMIT).await.unwrap()), 6 + 15);
     finish(net).await;
@@ -57,13 +57,13 @@ async fn concurrent_streams_with_different_filters_and_communicators() {
     let low = net.communicator(RankSet::range(0, 8)).unwrap();
     let high = net.communicator(RankSet::range(8, 8)).unwrap();
     let all = net.broadcast_communicator();
-    let mut sum = net.new_stream(&low, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
-    let mut max = net.new_stream(&high, StreamOptions::reduce(TransformKind::Max)).await.unwrap();
-    let mut min = net.new_stream(&all, StreamOptions::reduce(TransformKind::Min)).await.unwrap();
-    let mut cat = net.new_stream(&low, StreamOptions::reduce(TransformKind::Concat)).await.unwrap();
-    let mut avg = net.new_stream(&all, StreamOptions::reduce(TransformKind::Avg)).await.unwrap();
-    let mut eq = net.new_stream(&all, StreamOptions::reduce(TransformKind::EqClass)).await.unwrap();
-    let mut raw = net
+    let sum = net.new_stream(&low, StreamOptions::reduce(TransformKind::Sum)).await.unwrap();
+    let max = net.new_stream(&high, StreamOptions::reduce(TransformKind::Max)).await.unwrap();
+    let min = net.new_stream(&all, StreamOptions::reduce(TransformKind::Min)).await.unwrap();
+    let cat = net.new_stream(&low, StreamOptions::reduce(TransformKind::Concat)).await.unwrap();
+    let avg = net.new_stream(&all, StreamOptions::reduce(TransformKind::Avg)).await.unwrap();
+    let eq = net.new_stream(&all, StreamOptions::reduce(TransformKind::EqClass)).await.unwrap();
+    let raw = net
         .new_stream(&high, StreamOptions { sync: SyncMode::DoNotWait, ..StreamOptions::default() })
         .await
         .unwrap();
@@ -100,7 +100,7 @@ async fn a_filter_a_comm_node_lacks_refuses_the_stream_and_names_the_node() {
     let net = builder(topo).filters(registry).launch().await.unwrap();
     let options =
         StreamOptions { up: treecast_api::FilterSpec::new("front-end-only", 1), ..StreamOptions::default() };
-    let mut s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
+    let s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
     match tokio::time::timeout(LIMIT, net.next_event()).await.unwrap() {
         Some(Event::StreamRefused { node, message, .. }) => {
             assert!(node.contains("comm node"), "{node}");
@@ -134,7 +134,7 @@ fn treecast_filters_null() -> Box<dyn treecast_api::Transform> {
 #[tokio::test]
 async fn mismatched_formats_are_reported_and_the_wave_goes_on() {
     let net = launch("flat", 4).await;
-    let mut s = sum_stream(&net).await;
+    let s = sum_stream(&net).await;
     for rank in 0..4u32 {
         if rank == 2 {
             s.send_to(rank, TAG_ECHO, "%lf", &[Value::Double(1.5)]).await.unwrap();
@@ -157,7 +157,7 @@ async fn mismatched_formats_are_reported_and_the_wave_goes_on() {
 async fn time_out_filter_releases_a_partial_wave() {
     let net = launch("flat", 4).await;
     let options = StreamOptions { sync: SyncMode::TimeOut(300), ..StreamOptions::reduce(TransformKind::Sum) };
-    let mut s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
+    let s = net.new_stream(&net.broadcast_communicator(), options).await.unwrap();
     for rank in 0..4u32 {
         let ms = if rank == 3 { 3000 } else { 0 };
         s.send_to(rank, TAG_SLEEP, "%d", &[Value::Int(ms)]).await.unwrap();
@@ -191,7 +191,7 @@ async fn a_backend_that_returns_right_after_sending_loses_nothing() {
         let topo = Topology::from_spec("balanced:4x8", None).unwrap();
         let net = builder(topo).unix_links(unix).backend_command(command.clone()).launch().await.unwrap();
         let n = i64::from(net.backends());
-        let mut s = sum_stream(&net).await;
+        let s = sum_stream(&net).await;
         s.send(TAG_ECHO, "%d", &[Value::Int(PACKETS)]).await.unwrap();
         for wave in 0..PACKETS {
             let p = s.recv_timeout(LIMIT).await.unwrap_or_else(|e| panic!("wave {wave} (unix {unix}): {e}"));
@@ -207,7 +207,7 @@ async fn a_backend_that_returns_right_after_sending_loses_nothing() {
 #[tokio::test]
 async fn matched_receives_and_requests_skip_nothing_and_lose_nothing() {
     let net = launch("balanced:2x2", 4).await;
-    let mut s = net.new_stream(&net.broadcast_communicator(), StreamOptions::default()).await.unwrap();
+    let s = net.new_stream(&net.broadcast_communicator(), StreamOptions::default()).await.unwrap();
     // Posted before anything arrives: one that never matches, one for a single packet.
     let never = s.irecv(Match::tag(999));
     let last = s.irecv(Match::tag(101).and_rank(3));

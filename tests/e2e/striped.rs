@@ -38,7 +38,7 @@ async fn sums_and_64_mib(stripes: u8, mptcp: bool, prelude: &str) -> TestDir {
     let prelude = prelude.replace("DIR", &dir.root().display().to_string());
     let backends = 4;
     let mut net = launch(&dir, backends, stripes, mptcp, &prelude).await;
-    let mut s = net
+    let s = net
         .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
         .await
         .unwrap();

@@ -269,7 +269,7 @@ impl Stream {
     /// [`ApiError::NoAnswer`] for a request no rank answered (the stream goes on).
     ///
     /// Cancel safety: cancel safe.
-    pub async fn recv(&mut self) -> Result<Packet, ApiError> {
+    pub async fn recv(&self) -> Result<Packet, ApiError> {
         self.recv_matching(Match::any()).await
     }
 
@@ -281,8 +281,9 @@ impl Stream {
     /// skipped packets are held and none matches.
     ///
     /// Cancel safety: cancel safe: a cancelled receive took nothing.
-    pub async fn recv_matching(&mut self, m: Match) -> Result<Packet, ApiError> {
-        receive(self.recv.clone(), self.sender.clone(), m).await
+    pub async fn recv_matching(&self, m: Match) -> Result<Packet, ApiError> {
+        let posted = post(&self.recv, m);
+        std::future::poll_fn(|cx| poll_receive(&posted, &self.sender, Some(cx))).await
     }
 
     /// [`Stream::recv`] with a time limit.
@@ -291,16 +292,25 @@ impl Stream {
     /// [`ApiError::Timeout`] or [`ApiError::StreamClosed`].
     ///
     /// Cancel safety: cancel safe.
-    pub async fn recv_timeout(&mut self, limit: Duration) -> Result<Packet, ApiError> {
+    pub async fn recv_timeout(&self, limit: Duration) -> Result<Packet, ApiError> {
         tokio::time::timeout(limit, self.recv()).await.map_err(|_| ApiError::Timeout(limit))?
     }
 
     /// Returns a packet if one is queued.
-    pub fn try_recv(&mut self) -> Option<Packet> {
-        let posted = post(&self.recv, Match::any());
+    pub fn try_recv(&self) -> Option<Packet> {
+        self.try_recv_matching(Match::any()).ok().flatten()
+    }
+
+    /// The next packet `m` matches if one is here now, without waiting; receives
+    /// posted earlier keep their turn (see [`Stream::recv_matching`]).
+    ///
+    /// # Errors
+    /// As [`Stream::recv_matching`], when the stream ended or refused.
+    pub fn try_recv_matching(&self, m: Match) -> Result<Option<Packet>, ApiError> {
+        let posted = post(&self.recv, m);
         match poll_receive(&posted, &self.sender, None) {
-            Poll::Ready(Ok(p)) => Some(p),
-            _ => None,
+            Poll::Ready(result) => result.map(Some),
+            Poll::Pending => Ok(None),
         }
     }
 
@@ -519,11 +529,6 @@ impl Drop for Stream {
 fn post(recv: &Arc<Mutex<RecvSide>>, m: Match) -> Posted {
     let id = lock_recv(recv).mail.post(m);
     Posted { recv: recv.clone(), id }
-}
-
-async fn receive(recv: Arc<Mutex<RecvSide>>, sender: StreamSender, m: Match) -> Result<Packet, ApiError> {
-    let posted = post(&recv, m);
-    std::future::poll_fn(|cx| poll_receive(&posted, &sender, Some(cx))).await
 }
 
 /// Reads what the core has for the stream into its mailbox, then gives `posted` the

@@ -222,7 +222,7 @@ fn a_tool_is_its_own_comm_node() -> Outcome {
             }
         }
         check!(commnodes == 2, "{commnodes} comm nodes found");
-        let mut s = sum_stream(&net).await?;
+        let s = sum_stream(&net).await?;
         s.send(TAG_ADD, "%d", &[Value::Int(10)]).await?;
         let sum = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
         check!(sum == Some(4 * 10 + 6), "{sum:?}");
@@ -262,7 +262,7 @@ fn a_missing_binary_says_what_to_do() -> Outcome {
 fn wrong_type() -> Outcome {
     runtime()?.block_on(async {
         let net = tool_network("balanced:2x2").launch().await?;
-        let mut s = sum_stream(&net).await?;
+        let s = sum_stream(&net).await?;
         s.send(TAG_WRONG_TYPE, "", &[]).await?;
         let event = tokio::time::timeout(LIMIT, net.next_event()).await?;
         let Some(Event::FilterError { stream, rank, message }) = event.clone() else {
@@ -289,7 +289,7 @@ fn classes_and_arrays() -> Outcome {
     runtime()?.block_on(async {
         let net = tool_network("balanced:2x2").launch().await?;
         let comm = net.broadcast_communicator();
-        let mut classes = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
+        let classes = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
         classes.send(TAG_PARITY, "", &[]).await?;
         let p = classes.recv_timeout(LIMIT).await?;
         let err = p.unpack("%d").map(|_| ()).unwrap_err();
@@ -300,7 +300,7 @@ fn classes_and_arrays() -> Outcome {
         let want = vec![(vec![Value::Int(0)], "0,2".to_owned()), (vec![Value::Int(1)], "1,3".to_owned())];
         check!(found == want, "{found:?}");
 
-        let mut sums = sum_stream(&net).await?;
+        let sums = sum_stream(&net).await?;
         sums.send(TAG_ARRAY, "", &[]).await?;
         let values = sums.recv_timeout(LIMIT).await?.unpack("%ad")?;
         check!(values[0].as_array::<i32>() == Some(&[4, 6][..]), "{values:?}");
@@ -315,7 +315,7 @@ fn classes_and_arrays() -> Outcome {
 fn a_lost_rank_says_how() -> Outcome {
     runtime()?.block_on(async {
         let net = tool_network("balanced:2x2").launch().await?;
-        let mut s = sum_stream(&net).await?;
+        let s = sum_stream(&net).await?;
         s.send(TAG_FAIL, "", &[]).await?;
         let sum = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
         check!(sum == Some(2 + 3), "the wave completes without rank 1: {sum:?}");

@@ -61,7 +61,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// with `TC_ERR_PANIC`, waiters are woken, and the next request of its kind starts.
 struct Finish {
     state: Arc<Mutex<State>>,
-    turns: Arc<Turns>,
+    /// The queue whose turn passes (receives have none: see [`tc_request::receive`]).
+    turns: Option<Arc<Turns>>,
 }
 
 impl Drop for Finish {
@@ -75,8 +76,23 @@ impl Drop for Finish {
             }
         }
         FINISHED.notify_waiters();
-        self.turns.serving.send_modify(|s| *s += 1);
+        if let Some(turns) = &self.turns {
+            turns.serving.send_modify(|s| *s += 1);
+        }
     }
+}
+
+/// Runs a started request's `work` until it ends or `stop` tells it to, and records
+/// its outcome.
+async fn run<F: std::future::Future<Output = Outcome>>(state: &Mutex<State>, stop: &Notify, work: F) {
+    let stopped = stop.notified();
+    // A completed receive wins over a stop that comes with it: no packet is lost.
+    let outcome = tokio::select! {
+        biased;
+        done = work => done,
+        () = stopped => Err(cancelled()),
+    };
+    *lock(state) = State::Done(outcome);
 }
 
 fn cancelled() -> Failure {
@@ -95,7 +111,7 @@ impl tc_request {
         let (task_state, task_stop, turns) = (state.clone(), stop.clone(), turns.clone());
         runtime()?.spawn(async move {
             // Whatever happens below, even a panic, the request ends and its turn passes.
-            let _finish = Finish { state: task_state.clone(), turns: turns.clone() };
+            let _finish = Finish { state: task_state.clone(), turns: Some(turns.clone()) };
             let mut serving = turns.serving.subscribe();
             // Waits for its turn even when cancelled meanwhile, so later ones keep theirs.
             let _ = serving.wait_for(|s| *s == ticket).await;
@@ -108,15 +124,29 @@ impl tc_request {
                 go
             };
             if go {
-                let stopped = task_stop.notified();
-                // A completed receive wins over a stop that comes with it: no packet is lost.
-                let outcome = tokio::select! {
-                    biased;
-                    done = work => done,
-                    () = stopped => Err(cancelled()),
-                };
-                *lock(&task_state) = State::Done(outcome);
+                run(&task_state, &task_stop, work).await;
             }
+        });
+        Ok(tc_request { state, stop })
+    }
+
+    /// A receive of the next packet `only` matches on stream `s`, posted now in the
+    /// stream's mailbox: it takes its packet before every receive posted after it,
+    /// blocking or not, and one that never matches holds no later one back.
+    fn receive(s: &tc_stream, only: treecast_api::Match) -> Result<tc_request, Failure> {
+        let rt = runtime()?;
+        let posted = {
+            let _inside = rt.enter();
+            s.receiver.irecv(only)
+        };
+        // Started from the first: there is no queue to wait in, and a cancel goes
+        // through the task, which keeps a packet its receive already took.
+        let state = Arc::new(Mutex::new(State::Started));
+        let stop = Arc::new(Notify::new());
+        let (task_state, task_stop) = (state.clone(), stop.clone());
+        rt.spawn(async move {
+            let _finish = Finish { state: task_state.clone(), turns: None };
+            run(&task_state, &task_stop, async move { posted.await.map(Some).map_err(Failure::from) }).await;
         });
         Ok(tc_request { state, stop })
     }
@@ -200,7 +230,8 @@ pub unsafe extern "C" fn tc_stream_isend_values(
 }
 
 /// Starts receiving the stream's next packet; `tc_request_packet` takes it once the
-/// request completed.
+/// request completed. Receives take packets in the order they were posted, requests
+/// and blocking calls alike.
 ///
 /// # Safety
 /// `stream` is NULL or live; `out` is NULL or writable.
@@ -210,10 +241,7 @@ pub unsafe extern "C" fn tc_stream_irecv(stream: *const tc_stream, out: *mut *mu
         // SAFETY: as the caller promised.
         let s = unsafe { arg(stream, "stream") }?;
         out_ok(out, "out")?;
-        let receiver = s.receiver.clone();
-        let request = tc_request::start(&s.recv_turns, async move {
-            receiver.lock().await.recv().await.map(Some).map_err(Failure::from)
-        })?;
+        let request = tc_request::receive(s, treecast_api::Match::any())?;
         // SAFETY: checked not NULL.
         unsafe { put(out, handle(request)) };
         Ok(())
@@ -222,9 +250,9 @@ pub unsafe extern "C" fn tc_stream_irecv(stream: *const tc_stream, out: *mut *mu
 
 /// As `tc_stream_irecv`, but the request takes only a packet with tag `tag`
 /// (`TC_ANY_TAG`: any) from rank `rank` (`TC_ANY_RANK`: any); packets it skips stay,
-/// in order, for later receives. Receive requests of one stream start in the order
-/// they were made, matched or not: one that may never match holds the later ones
-/// back until it is cancelled (a blocking `tc_stream_recv_match` does not).
+/// in order, for later receives. A packet goes to the earliest receive posted on the
+/// stream that matches it (requests and blocking calls alike, MPI's rule), so one
+/// that never matches holds no later one back.
 ///
 /// # Safety
 /// `stream` is NULL or live; `out` is NULL or writable.
@@ -240,10 +268,7 @@ pub unsafe extern "C" fn tc_stream_irecv_match(
         let s = unsafe { arg(stream, "stream") }?;
         out_ok(out, "out")?;
         let only = crate::stream::receive_match(tag, rank)?;
-        let receiver = s.receiver.clone();
-        let request = tc_request::start(&s.recv_turns, async move {
-            receiver.lock().await.recv_matching(only).await.map(Some).map_err(Failure::from)
-        })?;
+        let request = tc_request::receive(s, only)?;
         // SAFETY: checked not NULL.
         unsafe { put(out, handle(request)) };
         Ok(())

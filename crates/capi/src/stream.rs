@@ -4,11 +4,12 @@
 use std::ffi::c_char;
 use std::sync::Arc;
 
-use tokio::sync::Mutex as AsyncMutex;
 use treecast_api::{FilterSpec, Stream, StreamOptions, StreamSender, SyncMode, TransformKind};
 
 use crate::error::{guard, quiet, tc_result, Failure};
-use crate::ffi::{arg, block_on, block_on_for, handle, out_ok, put, ran_out, send_within, take, text};
+use crate::ffi::{
+    arg, block_on, block_on_for, handle, out_ok, put, ran_out, send_within, take, text, took_without_waiting,
+};
 use crate::network::{tc_communicator, tc_network};
 use crate::packet::tc_packet;
 use crate::values::{from_c, tc_value};
@@ -26,12 +27,11 @@ pub const TC_SYNC_DO_NOT_WAIT: u32 = 2;
 #[allow(non_camel_case_types)]
 pub struct tc_stream {
     pub(crate) sender: StreamSender,
-    /// Shared with the stream's pending `tc_stream_irecv` requests.
-    pub(crate) receiver: Arc<AsyncMutex<Stream>>,
+    /// Its receives: blocking ones and `tc_stream_irecv` requests take packets in the
+    /// order they were posted (the stream's mailbox, see `Stream::recv_matching`).
+    pub(crate) receiver: Stream,
     /// The order of the stream's asynchronous sends.
     pub(crate) send_turns: Arc<crate::requests::Turns>,
-    /// The order of the stream's asynchronous receives.
-    pub(crate) recv_turns: Arc<crate::requests::Turns>,
     /// How long a blocking send waits for room in the window, milliseconds.
     send_limit_ms: u64,
     /// The stream's own descriptor (`tc_stream_fd`), made when first asked for.
@@ -148,9 +148,8 @@ unsafe fn new_stream(
     let stream = block_on(n.net.new_stream(&c.comm, options))??;
     let s = tc_stream {
         sender: stream.sender(),
-        receiver: Arc::new(AsyncMutex::new(stream)),
+        receiver: stream,
         send_turns: Arc::default(),
-        recv_turns: Arc::default(),
         send_limit_ms: n.send_limit_ms,
         ready: Default::default(),
     };
@@ -294,9 +293,16 @@ unsafe fn receive_into(
     // SAFETY: as the caller promised.
     let s = unsafe { arg(stream, "stream") }?;
     out_ok(out, "out")?;
-    // A time limit of 0 still looks once: the future is polled before the limit.
-    let packet = block_on_for(timeout_ms, async { s.receiver.lock().await.recv_matching(only).await })?
-        .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
+    // A packet already here is taken without entering the runtime: the common case
+    // of a tool reading a burst.
+    let packet = match s.receiver.try_recv_matching(only)? {
+        Some(p) => {
+            took_without_waiting(timeout_ms)?;
+            p
+        }
+        None => block_on_for(timeout_ms, s.receiver.recv_matching(only))?
+            .ok_or_else(|| ran_out(timeout_ms, "packet"))??,
+    };
     let p = tc_packet::new(packet)?;
     // SAFETY: checked not NULL.
     unsafe { put(out, handle(p)) };

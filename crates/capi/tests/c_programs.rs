@@ -266,4 +266,30 @@ fn the_microbench_twin_runs() {
     for key in ["instantiation_s", "rtt_us_median", "rtt_us_mean", "rtt_us_p99", "reductions_per_s"] {
         assert!(figures[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {line}");
     }
+
+    // `treecast bench microbench --c-twin` runs it beside the Rust API, in rounds.
+    let treecast = lib.join("treecast");
+    assert!(treecast.exists(), "{} is missing: build it with `cargo build --workspace`", treecast.display());
+    let exe_arg = exe.to_string_lossy();
+    let args = ["bench", "microbench", "--topology", "balanced:2x2", "--rt", "20", "--tp", "50"];
+    let out = run(
+        &[],
+        &treecast,
+        &[&args[..], &["--c-twin", &exe_arg, "--twin-rounds", "2", "--json"]].concat(),
+        &[],
+    );
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?} is not JSON: {e}")))
+        .collect();
+    assert_eq!(lines.len(), 5, "two rounds of two measurements, then the summary:\n{out}");
+    for round in lines[..4].chunks(2) {
+        assert!(round[0]["api"].is_null() && round[1]["api"] == "c", "{out}");
+    }
+    let summary = &lines[4]["summary"];
+    assert_eq!(summary["rounds"], 2, "{out}");
+    for key in ["rtt_ratio", "reductions_ratio", "c_rtt_us_median", "rust_reductions_per_s"] {
+        assert!(summary[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {out}");
+    }
+    assert!(summary["targets_met"].is_boolean(), "{out}");
 }

@@ -84,22 +84,18 @@ pub(super) async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode>
     if let Some(rounds) = args.overhead {
         return monitoring_overhead(spec, topology, &args, rounds).await;
     }
+    if let Some(program) = &args.c_twin {
+        return super::c_twin::against_rust(program, spec, &args).await;
+    }
     let mut results = vec![run_case(spec, topology, &args, args.monitor.as_deref()).await?];
     if let Some(reference) = &args.compare {
         let topology = Topology::from_spec(reference, Some(backends))
             .with_context(|| format!("topology {reference:?}"))?;
         results.push(run_case(reference, topology, &args, None).await?);
     }
-    let twin = match &args.c_twin {
-        Some(program) => Some(run_c_twin(program, spec, backends, &args).await?),
-        None => None,
-    };
     if args.json {
         for r in &results {
             println!("{}", serde_json::to_string(r)?);
-        }
-        if let Some(t) = &twin {
-            println!("{}", serde_json::to_string(t)?);
         }
     } else {
         for r in &results {
@@ -108,75 +104,11 @@ pub(super) async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode>
         if let [tree, reference] = results.as_slice() {
             print!("{}", render_ratios(tree, reference));
         }
-        if let Some(t) = &twin {
-            print!("{}", render_twin(t, &results[0]));
-        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The figures the C twin prints (one JSON line).
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-struct TwinResult {
-    api: String,
-    topology: String,
-    backends: u64,
-    instantiation_s: f64,
-    rtt_us_median: f64,
-    rtt_us_mean: f64,
-    rtt_us_p99: f64,
-    reductions_per_s: f64,
-}
-
-/// Runs the C twin on `spec` with the same iterations, over this binary's comm nodes
-/// and back-ends.
-async fn run_c_twin(
-    program: &std::path::Path,
-    spec: &str,
-    backends: usize,
-    args: &MicrobenchArgs,
-) -> anyhow::Result<TwinResult> {
-    let me = std::env::current_exe().context("finding this program, for the C twin's comm nodes")?;
-    let output = tokio::process::Command::new(program)
-        .arg(&me)
-        .arg(spec)
-        .arg(backends.to_string())
-        .arg(args.rt.to_string())
-        .arg(args.tp.to_string())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .with_context(|| format!("starting the C twin {}", program.display()))?;
-    ensure!(
-        output.status.success(),
-        "the C twin {} failed ({}): {}",
-        program.display(),
-        output.status,
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
-    let text = String::from_utf8_lossy(&output.stdout);
-    serde_json::from_str(text.trim())
-        .with_context(|| format!("the C twin printed {:?}, not its JSON line", text.trim()))
-}
-
-fn render_twin(c: &TwinResult, rust: &MicrobenchResult) -> String {
-    format!(
-        "C API ({}, same shape, after the Rust API):\n  \
-         round trip      {:.1} us median ({:.2}x the Rust API's {:.1} us), mean {:.1} us, p99 {:.1} us\n  \
-         throughput      {:.0} reductions/s ({:.2}x the Rust API's {:.0})\n",
-        c.topology,
-        c.rtt_us_median,
-        c.rtt_us_median / rust.rtt_us_median,
-        rust.rtt_us_median,
-        c.rtt_us_mean,
-        c.rtt_us_p99,
-        c.reductions_per_s,
-        c.reductions_per_s / rust.reductions_per_s,
-        rust.reductions_per_s,
-    )
-}
-
-async fn run_case(
+pub(super) async fn run_case(
     spec: &str,
     topology: Topology,
     args: &MicrobenchArgs,
@@ -574,7 +506,7 @@ pub(super) fn echo() -> anyhow::Result<ExitCode> {
 async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Result<MicrobenchResult> {
     let n = i64::from(net.backends());
     let comm = net.broadcast_communicator();
-    let mut stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
+    let stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
     let expected = n * (n - 1) / 2;
     let mut rtts = Vec::with_capacity(args.rt);
     let mut before = None;
@@ -715,7 +647,7 @@ pub(super) async fn bench_run(args: crate::apps::cli::RunArgs) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
-fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(super) fn percentile(sorted: &[f64], q: f64) -> f64 {
     let idx = ((sorted.len() as f64 - 1.0) * q).round() as usize;
     sorted.get(idx).copied().unwrap_or(f64::NAN)
 }
@@ -753,7 +685,7 @@ fn vm_hwm(pid: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn render(r: &MicrobenchResult) -> String {
+pub(super) fn render(r: &MicrobenchResult) -> String {
     format!(
         "microbench {topo}: {be} back-ends, {cn} comm nodes\n  \
          instantiation   {inst:.3} s\n  \

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use super::cli::{BenchArgs, BenchCommand};
 
 pub mod bcast;
+pub mod c_twin;
 pub mod chaos;
 pub mod collectives;
 pub mod costs;

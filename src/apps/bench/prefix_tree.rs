@@ -92,7 +92,7 @@ async fn waves(
     );
     let up = FilterSpec::new("prefix_tree", loaded.version());
     let options = StreamOptions { up, ..StreamOptions::reduce(TransformKind::Null) };
-    let mut stream = net.new_stream(&net.broadcast_communicator(), options).await?;
+    let stream = net.new_stream(&net.broadcast_communicator(), options).await?;
     let expected = expected_paths(args);
     let request = [Value::UInt(args.depth), Value::UInt(args.classes)];
     let mut times = Vec::with_capacity(args.waves);

@@ -501,7 +501,7 @@ async fn measure_merges(
             let t0 = Instant::now();
             let merged = net.merge(&a, &b, false);
             let opts = StreamOptions::reduce(TransformKind::Sum);
-            let mut stream = net.new_stream(&merged.communicator(), opts).await?;
+            let stream = net.new_stream(&merged.communicator(), opts).await?;
             stream.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await?;
             let p = stream.recv_timeout(STEP_LIMIT).await?;
             ms.push(t0.elapsed().as_secs_f64() * 1e3);

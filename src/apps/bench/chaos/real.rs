@@ -149,7 +149,7 @@ impl Trial<'_> {
     /// every rank for `x + rank` through the equivalence-class filter.
     async fn reduce(&mut self, net: &mut Network, victims: &[Victim], strikes: usize) {
         let comm = net.broadcast_communicator();
-        let mut stream = match net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await {
+        let stream = match net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await {
             Ok(s) => s,
             Err(e) => {
                 self.run.wrong += 1;
