@@ -60,7 +60,8 @@ pub(crate) struct Driver {
     /// Guards the background driver's wait for `callers` to reach 0.
     idle: Mutex<()>,
     idle_cv: Condvar,
-    /// Whether the background driver waits on `idle_cv`.
+    /// Whether the background driver waits on `idle_cv` longer than [`LONGEST_NAP`]
+    /// (a call blocked that long): the last call to end then wakes it.
     waiting: AtomicBool,
     /// Whether the background driver holds the runtime now (it then runs what a
     /// call queued without driving).
@@ -77,6 +78,11 @@ const QUIET: Duration = Duration::from_micros(200);
 /// last blocking call waits at most about this long to be read, and a tool making
 /// calls all the time wakes the thread a few hundred times a second, not thousands.
 const LONGEST_NAP: Duration = Duration::from_millis(2);
+
+/// The longest the background thread waits between looks while one blocking call
+/// stays blocked (a tool waiting in a receive): it wakes less and less often, and
+/// that call's end wakes it.
+const LONGEST_WAIT: Duration = Duration::from_millis(100);
 
 impl Driver {
     fn new() -> Result<Driver, String> {
@@ -113,14 +119,7 @@ impl Driver {
             self.driving.store(false, SeqCst);
             let mut nap = QUIET;
             loop {
-                {
-                    let mut g = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-                    self.waiting.store(true, SeqCst);
-                    while self.callers.load(SeqCst) > 0 {
-                        g = self.idle_cv.wait(g).unwrap_or_else(PoisonError::into_inner);
-                    }
-                    self.waiting.store(false, SeqCst);
-                }
+                self.wait_for_no_caller();
                 let seen = self.calls.load(SeqCst);
                 std::thread::sleep(nap);
                 if self.callers.load(SeqCst) == 0 && self.calls.load(SeqCst) == seen {
@@ -132,6 +131,28 @@ impl Driver {
         }
     }
 
+    /// Returns once no blocking call is under way. Looks every [`LONGEST_NAP`] while
+    /// calls come and go (their ends wake nobody: a tool's round trips cost no wake-up
+    /// of this thread); while one call stays blocked the looks grow rarer, up to
+    /// [`LONGEST_WAIT`], and that call's end wakes this thread.
+    fn wait_for_no_caller(&self) {
+        let mut g = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut wait = LONGEST_NAP;
+        let mut seen = self.calls.load(SeqCst);
+        loop {
+            // Stored before `callers` is read: a call ending after that read sees it.
+            self.waiting.store(wait > LONGEST_NAP, SeqCst);
+            if self.callers.load(SeqCst) == 0 {
+                break;
+            }
+            g = self.idle_cv.wait_timeout(g, wait).unwrap_or_else(PoisonError::into_inner).0;
+            let now = self.calls.load(SeqCst);
+            wait = if now == seen { (wait * 2).min(LONGEST_WAIT) } else { LONGEST_NAP };
+            seen = now;
+        }
+        self.waiting.store(false, SeqCst);
+    }
+
     /// Runs `fut` to its end, driving the runtime on this thread when no other caller
     /// is, then runs what became ready meanwhile (a frame to write) before returning.
     fn drive<F: Future>(&self, fut: F) -> F::Output {
@@ -139,7 +160,7 @@ impl Driver {
         struct Out<'a>(&'a Driver);
         impl Drop for Out<'_> {
             fn drop(&mut self) {
-                // The background thread is woken only when it waits for the last caller.
+                // The background thread is woken only when it waits long for the last caller.
                 if self.0.callers.fetch_sub(1, SeqCst) == 1 && self.0.waiting.load(SeqCst) {
                     let _g = self.0.idle.lock().unwrap_or_else(PoisonError::into_inner);
                     self.0.idle_cv.notify_one();
@@ -248,6 +269,27 @@ fn look_once<F: Future>(d: &Driver, fut: std::pin::Pin<&mut F>) -> Option<F::Out
 /// Longest finite time limit taken as it is; larger ones wait this long (a year), so
 /// that no deadline computed from one overflows.
 const LONGEST_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// Runs `fut` with the time limit `ms` as [`block_on_for`] does, then has what it
+/// queued written out (see [`write_out`]). When no thread drives the runtime, this
+/// one drives from the start instead of looking first: what `fut` wakes (the task
+/// writing a frame) then runs right here, with no wake-up through the runtime's
+/// event descriptor.
+fn drive_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, Failure> {
+    if ms == 0 || tokio::runtime::Handle::try_current().is_ok() {
+        let out = block_on_for(ms, fut)?;
+        write_out();
+        return Ok(out);
+    }
+    let d = driver()?;
+    if d.driving.load(SeqCst) {
+        return block_on_for(ms, fut);
+    }
+    Ok(match ms {
+        TC_FOREVER => Some(d.drive(fut)),
+        _ => d.drive(async move { tokio::time::timeout(duration(ms), fut).await.ok() }),
+    })
+}
 
 /// Writes out what a call queued without driving (a send that found room in its
 /// window), unless the background thread holds the runtime and does it: a send's
@@ -401,10 +443,9 @@ where
     F: Future<Output = Result<(), E>>,
     Failure: From<E>,
 {
-    match block_on_for(ms, send)? {
+    match drive_for(ms, send)? {
         Some(done) => {
             done?;
-            write_out();
             Ok(())
         }
         None => Err(Failure::new(

@@ -16,7 +16,8 @@ use crate::values::code;
 pub struct tc_packet {
     packet: Packet,
     values: Vec<Value>,
-    /// NUL-terminated copies of the strings, by value index (empty for other values).
+    /// NUL-terminated copies of the strings, by value index (empty for other values,
+    /// and none at all for a packet without strings).
     strings: Vec<Vec<CString>>,
     /// For each `%as` value, its strings' pointers, as C reads an array of them.
     string_tables: Vec<Vec<*const c_char>>,
@@ -32,21 +33,33 @@ impl tc_packet {
     /// Decodes a packet's values for C.
     pub(crate) fn new(packet: Packet) -> Result<tc_packet, Failure> {
         let values = packet.values().map_err(Failure::from)?;
-        let mut strings = Vec::with_capacity(values.len());
-        let mut string_tables = Vec::with_capacity(values.len());
-        for v in &values {
-            let copies: Vec<CString> = match v {
-                Value::Str(s) => vec![c_string(s)],
-                Value::StrArray(all) => all.iter().map(|s| c_string(s)).collect(),
-                _ => Vec::new(),
-            };
-            string_tables.push(match v {
-                Value::StrArray(_) => copies.iter().map(|c| c.as_ptr()).collect(),
-                _ => Vec::new(),
-            });
-            strings.push(copies);
+        let (mut strings, mut string_tables) = (Vec::new(), Vec::new());
+        // Most packets hold numbers only: no copies, no tables, no allocation for them.
+        if values.iter().any(|v| matches!(v, Value::Str(_) | Value::StrArray(_))) {
+            for v in &values {
+                let copies: Vec<CString> = match v {
+                    Value::Str(s) => vec![c_string(s)],
+                    Value::StrArray(all) => all.iter().map(|s| c_string(s)).collect(),
+                    _ => Vec::new(),
+                };
+                string_tables.push(match v {
+                    Value::StrArray(_) => copies.iter().map(|c| c.as_ptr()).collect(),
+                    _ => Vec::new(),
+                });
+                strings.push(copies);
+            }
         }
         Ok(tc_packet { packet, values, strings, string_tables })
+    }
+
+    /// The NUL-terminated copies of value `index`'s strings (none for other values).
+    fn strings_of(&self, index: usize) -> &[CString] {
+        self.strings.get(index).map_or(&[], Vec::as_slice)
+    }
+
+    /// Value `index`'s table of string pointers (empty for other values).
+    fn string_table(&self, index: usize) -> &[*const c_char] {
+        self.string_tables.get(index).map_or(&[], Vec::as_slice)
     }
 
     fn value(&self, index: usize) -> Result<&Value, Failure> {
@@ -311,7 +324,7 @@ pub unsafe extern "C" fn tc_packet_get_string(
         let p = unsafe { arg(packet, "packet") }?;
         let v = p.value(index)?;
         out_ok(out, "out")?;
-        let (Value::Str(_), Some(s)) = (v, p.strings[index].first()) else {
+        let (Value::Str(_), Some(s)) = (v, p.strings_of(index).first()) else {
             return Err(wrong_type(index, v, "%s"));
         };
         // SAFETY: checked not NULL; `len` only when not NULL.
@@ -375,7 +388,7 @@ fn array_parts(p: &tc_packet, index: usize, v: &Value) -> Option<(u32, *const c_
         Value::ULongArray(a) => of(ScalarType::ULong, a),
         Value::FloatArray(a) => of(ScalarType::Float, a),
         Value::DoubleArray(a) => of(ScalarType::Double, a),
-        Value::StrArray(_) => of(ScalarType::Str, &p.string_tables[index]),
+        Value::StrArray(_) => of(ScalarType::Str, p.string_table(index)),
         Value::Bytes(b) => Some((code(ValueType::Bytes), b.as_ptr().cast(), b.len())),
         _ => None,
     }
