@@ -10,7 +10,7 @@ use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
 use treecast_api::Topology;
 
-use super::microbench::{percentile, render, run_case, MicrobenchResult};
+use super::microbench::{render, run_case, MicrobenchResult};
 use crate::apps::cli::MicrobenchArgs;
 
 /// The C API's reductions/s must be at least this share of the Rust API's.
@@ -171,10 +171,15 @@ fn render_twin(round: &Round) -> String {
     )
 }
 
+/// The middle value; the mean of the two middle ones for an even count.
 fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = values.collect();
     v.sort_by(f64::total_cmp);
-    percentile(&v, 0.5)
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 0 => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        n => v[n / 2],
+    }
 }
 
 fn summarize(spec: &str, rounds: &[Round]) -> Summary {
@@ -219,4 +224,16 @@ fn render_summary(s: &Summary, rounds: &[Round]) -> String {
         s.c_rtt_us_median,
         s.c_reductions_per_s,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median([1.27, 1.10].into_iter()), 1.185);
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), 2.0);
+        assert!(median(std::iter::empty()).is_nan());
+    }
 }

@@ -647,7 +647,7 @@ pub(super) async fn bench_run(args: crate::apps::cli::RunArgs) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
-pub(super) fn percentile(sorted: &[f64], q: f64) -> f64 {
+fn percentile(sorted: &[f64], q: f64) -> f64 {
     let idx = ((sorted.len() as f64 - 1.0) * q).round() as usize;
     sorted.get(idx).copied().unwrap_or(f64::NAN)
 }
