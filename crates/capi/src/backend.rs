@@ -12,6 +12,7 @@ use treecast_files::{FileReceivers, FileWorker};
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{
     arg, block_on, block_on_for, handle, opt_text, out_ok, put, ran_out, send_within, take, text,
+    took_without_waiting,
 };
 use crate::packet::tc_packet;
 use crate::pollfd::ReadySlot;
@@ -237,14 +238,25 @@ pub unsafe extern "C" fn tc_backend_recv(
         // SAFETY: as the caller promised.
         let b = unsafe { arg(be, "be") }?;
         out_ok(out, "out")?;
-        // A time limit of 0 still looks once; a receive cut short loses nothing.
-        let packet = block_on_for(timeout_ms, async {
-            let mut packets = b.packets.lock().await;
-            packets.recv().await.unwrap_or_else(|| {
-                Err(Failure::new(tc_result::TC_ERR_CLOSED, "the network is over for this back-end"))
-            })
-        })?
-        .ok_or_else(|| ran_out(timeout_ms, "packet"))??;
+        let over = || Failure::new(tc_result::TC_ERR_CLOSED, "the network is over for this back-end");
+        // A packet already handed over is taken without entering the runtime.
+        let ready = b.packets.try_lock().ok().and_then(|mut packets| match packets.try_recv() {
+            Ok(packet) => Some(packet),
+            Err(mpsc::error::TryRecvError::Empty) => None,
+            Err(mpsc::error::TryRecvError::Disconnected) => Some(Err(over())),
+        });
+        let packet = match ready {
+            Some(packet) => {
+                took_without_waiting(timeout_ms)?;
+                packet?
+            }
+            // A time limit of 0 still looks once; a receive cut short loses nothing.
+            None => block_on_for(timeout_ms, async {
+                let mut packets = b.packets.lock().await;
+                packets.recv().await.unwrap_or_else(|| Err(over()))
+            })?
+            .ok_or_else(|| ran_out(timeout_ms, "packet"))??,
+        };
         let p = tc_packet::new(packet)?;
         // SAFETY: checked not NULL.
         unsafe { put(out, handle(p)) };

@@ -234,6 +234,20 @@ pub(crate) fn block_on_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Outpu
     }
 }
 
+/// As [`block_on_for`] for a caller that has just looked itself and found nothing:
+/// waits from the start, with no second look (a limit of 0 then gives `Ok(None)`).
+pub(crate) fn wait_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, Failure> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(nested());
+    }
+    let d = driver()?;
+    match ms {
+        0 => Ok(None),
+        TC_FOREVER => Ok(Some(d.drive(fut))),
+        _ => Ok(d.drive(async move { tokio::time::timeout(duration(ms), fut).await.ok() })),
+    }
+}
+
 /// Counts a call with time limit `ms` that found what it wanted without waiting as
 /// [`block_on_for`] counts it: a tool that would have waited is busy calling, so the
 /// background thread stays away.

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_void, CString};
 
-use treecast_api::{Packet, ScalarType, Value, ValueType};
+use treecast_api::{ApiError, Format, Packet, ScalarType, Value, ValueType};
 
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{arg, out_ok, put, take, text};
@@ -222,7 +222,13 @@ pub unsafe extern "C" fn tc_packet_check(packet: *const tc_packet, format: *cons
     guard("tc_packet_check", || {
         // SAFETY: as the caller promised.
         let (p, format) = unsafe { (arg(packet, "packet")?, text(format, "format")?) };
-        p.packet.unpack(format).map(drop).map_err(Failure::from)
+        // As `Packet::unpack`, against the values decoded when the packet came.
+        let format = Format::parse(format).map_err(ApiError::from)?;
+        if p.packet.is_eq_classes() {
+            return Err(ApiError::EqClassPacket { stream: p.packet.stream() }.into());
+        }
+        format.check(&p.values).map_err(ApiError::from)?;
+        Ok(())
     })
 }
 

@@ -8,7 +8,7 @@ use treecast_api::{FilterSpec, Stream, StreamOptions, StreamSender, SyncMode, Tr
 
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{
-    arg, block_on, block_on_for, handle, out_ok, put, ran_out, send_within, take, text, took_without_waiting,
+    arg, block_on, handle, out_ok, put, ran_out, send_within, take, text, took_without_waiting, wait_for,
 };
 use crate::network::{tc_communicator, tc_network};
 use crate::packet::tc_packet;
@@ -300,7 +300,7 @@ unsafe fn receive_into(
             took_without_waiting(timeout_ms)?;
             p
         }
-        None => block_on_for(timeout_ms, s.receiver.recv_matching(only))?
+        None => wait_for(timeout_ms, s.receiver.recv_matching(only))?
             .ok_or_else(|| ran_out(timeout_ms, "packet"))??,
     };
     let p = tc_packet::new(packet)?;
