@@ -433,7 +433,10 @@ enum tc_result tc_network_options_set_hosts(struct tc_network_options *options,
                                             uint32_t per_host);
 
 // How processes on one host link: `"unix"` (Unix sockets, the default) or `"tcp"`;
-// `"udp"` adds the reliable UDP multicast route for files (docs/multicast.md).
+// `"udp"` adds the reliable UDP multicast route for files (docs/multicast.md);
+// `"striped:N"` carries every link over N connections (2 to 16), large frames cut
+// across them, and `"mptcp"` opens links by Multipath TCP, plain TCP where the
+// kernel refuses it (docs/routes.md). Each call sets one of these.
 //
 // # Safety
 // `options` is NULL or live options; `route` is NULL or NUL-terminated.

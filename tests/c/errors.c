@@ -82,7 +82,8 @@ static void without_a_network(void) {
   FAILS(tc_network_options_set_topology(o, "balanced:4y4", 0), TC_ERR_INVALID, "balanced:4y4");
   FAILS(tc_network_options_set_topology(o, NULL, 0), TC_ERR_NULL, "spec is NULL");
   FAILS(tc_network_options_set_launcher(o, "pbs"), TC_ERR_INVALID, "\"local\", \"ssh\" or \"slurm\"");
-  FAILS(tc_network_options_set_route(o, "ib"), TC_ERR_INVALID, "\"unix\", \"tcp\" or \"udp\"");
+  FAILS(tc_network_options_set_route(o, "ib"), TC_ERR_INVALID, "\"striped:N\" or \"mptcp\"");
+  FAILS(tc_network_options_set_route(o, "striped:17"), TC_ERR_INVALID, "N from 2 to 16");
   FAILS(tc_network_options_set_hosts(o, "node[05-01]", 0, 0), TC_ERR_INVALID, "node[05-01]");
   FAILS(tc_network_options_set_backend(o, NULL, 0), TC_ERR_INVALID, "argc is 0");
   const char *bad_utf8[] = {"\xff\xfe"};

@@ -71,6 +71,23 @@ int main(int argc, char **argv) {
   tc_stream_free(sum);
   tc_communicator_free(all);
   tc_network_free(net);
+
+  /* The same over striped links (two connections per link), then over Multipath TCP
+   * (plain TCP where the kernel refuses it). */
+  const char *routes[] = {"striped:2", "mptcp"};
+  for (int i = 0; i < 2; i++) {
+    o = tc_test_options("balanced:2x2", 4, argv[0]);
+    CHECK(tc_network_options_set_route(o, "tcp"));
+    CHECK(tc_network_options_set_route(o, routes[i]));
+    CHECK(tc_network_launch(o, &net));
+    tc_network_options_free(o);
+    CHECK(tc_network_broadcast_communicator(net, &all));
+    CHECK(tc_stream_new(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &sum));
+    EXPECT(tc_test_scaled(sum, 2) == 2 * (1 + 2 + 3 + 4));
+    tc_stream_free(sum);
+    tc_communicator_free(all);
+    tc_network_free(net);
+  }
   printf("tree: ok\n");
   return 0;
 }

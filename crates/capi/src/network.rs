@@ -34,6 +34,9 @@ pub struct tc_network_options {
     ssh: Option<(String, Vec<String>, String)>,
     unix_links: Option<bool>,
     udp_route: bool,
+    /// Connections per link (`"striped:N"`); 0: one.
+    stripes: u8,
+    mptcp: bool,
     send_limit_ms: Option<u64>,
 }
 
@@ -215,7 +218,10 @@ pub unsafe extern "C" fn tc_network_options_set_hosts(
 }
 
 /// How processes on one host link: `"unix"` (Unix sockets, the default) or `"tcp"`;
-/// `"udp"` adds the reliable UDP multicast route for files (docs/multicast.md).
+/// `"udp"` adds the reliable UDP multicast route for files (docs/multicast.md);
+/// `"striped:N"` carries every link over N connections (2 to 16), large frames cut
+/// across them, and `"mptcp"` opens links by Multipath TCP, plain TCP where the
+/// kernel refuses it (docs/routes.md). Each call sets one of these.
 ///
 /// # Safety
 /// `options` is NULL or live options; `route` is NULL or NUL-terminated.
@@ -231,15 +237,27 @@ pub unsafe extern "C" fn tc_network_options_set_route(
                 "unix" => o.unix_links = Some(true),
                 "tcp" => o.unix_links = Some(false),
                 "udp" => o.udp_route = true,
-                other => {
-                    return Err(Failure::new(
-                        tc_result::TC_ERR_INVALID,
-                        format!("no route {other:?}: use \"unix\", \"tcp\" or \"udp\""),
-                    ))
-                }
+                "mptcp" => o.mptcp = true,
+                other => o.stripes = stripes(other)?,
             }
             Ok(())
         })
+    }
+}
+
+/// The N of a `"striped:N"` route, 2 to 16.
+fn stripes(route: &str) -> Result<u8, Failure> {
+    let max = treecast_api::MAX_STRIPES;
+    match route.strip_prefix("striped:").map(str::parse::<u8>) {
+        Some(Ok(n)) if (2..=max).contains(&n) => Ok(n),
+        Some(_) => Err(Failure::new(
+            tc_result::TC_ERR_INVALID,
+            format!("route {route:?}: striped:N takes N from 2 to {max}"),
+        )),
+        None => Err(Failure::new(
+            tc_result::TC_ERR_INVALID,
+            format!("no route {route:?}: use \"unix\", \"tcp\", \"udp\", \"striped:N\" or \"mptcp\""),
+        )),
     }
 }
 
@@ -521,6 +539,12 @@ fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
     }
     if o.udp_route {
         b = b.udp_route(true);
+    }
+    if o.stripes > 1 {
+        b = b.stripes(o.stripes);
+    }
+    if o.mptcp {
+        b = b.mptcp(true);
     }
     Ok(match o.launcher {
         Launcher::Local => b,
