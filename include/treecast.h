@@ -204,8 +204,8 @@ typedef struct tc_packet tc_packet;
 typedef struct tc_request tc_request;
 
 // A stream: a communicator bound to filters. Sends, receives and `tc_stream_id` may
-// run from several threads at once (receives take turns); `tc_stream_free` must be
-// the last call.
+// run from several threads at once (each packet goes to the earliest posted receive
+// that matches it); `tc_stream_free` must be the last call.
 typedef struct tc_stream tc_stream;
 
 // One value handed to a send, of the type its format specifier names (`kind`, a

@@ -135,6 +135,11 @@ impl Mailbox {
         self.held.remove(index)
     }
 
+    /// Wakes every receive waiting on the mailbox (the stream ended).
+    pub(crate) fn wake_all(&mut self) {
+        self.wakers.drain(..).for_each(Waker::wake);
+    }
+
     /// Wakes `cx` when the posted receives change.
     pub(crate) fn wait(&mut self, cx: &Context<'_>) {
         crate::frontend::register(&mut self.wakers, cx);

@@ -1,6 +1,7 @@
 //! Streams at the front-end: a communicator bound to filters, sending down and
 //! receiving reductions.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -318,12 +319,17 @@ impl Stream {
     /// [`Stream::recv_matching`]); receives take packets in the order they were
     /// started. Call inside a tokio runtime.
     pub fn irecv(&self, m: Match) -> Request<Packet> {
+        Request::spawn(self.post_recv(m), true)
+    }
+
+    /// Posts a receive of the next packet `m` matches now (no runtime needed) and
+    /// returns the future that completes it: receives take packets in the order they
+    /// were posted, and dropping the future withdraws the receive at once, leaving
+    /// what it would have taken to the next ones.
+    pub fn post_recv(&self, m: Match) -> impl Future<Output = Result<Packet, ApiError>> + Send + 'static {
         let posted = post(&self.recv, m);
         let sender = self.sender.clone();
-        Request::spawn(
-            async move { std::future::poll_fn(|cx| poll_receive(&posted, &sender, Some(cx))).await },
-            true,
-        )
+        async move { std::future::poll_fn(|cx| poll_receive(&posted, &sender, Some(cx))).await }
     }
 
     /// Starts a send of values to every back-end of the stream, as a request that
@@ -343,7 +349,12 @@ impl Stream {
     }
 
     fn close_now(&mut self) {
-        lock_recv(&self.recv).end.get_or_insert(End::Closed);
+        {
+            let mut side = lock_recv(&self.recv);
+            side.end.get_or_insert(End::Closed);
+            // A receive that looked before the end was set must see it.
+            side.mail.wake_all();
+        }
         let mut d = lock(&self.sender.shared);
         if d.core().has_stream(self.sender.id) {
             let _ = d.command(Command::CloseStream(self.sender.id));

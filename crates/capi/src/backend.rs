@@ -239,6 +239,7 @@ pub unsafe extern "C" fn tc_backend_recv(
         let b = unsafe { arg(be, "be") }?;
         out_ok(out, "out")?;
         let over = || Failure::new(tc_result::TC_ERR_CLOSED, "the network is over for this back-end");
+        took_without_waiting(timeout_ms)?;
         // A packet already handed over is taken without entering the runtime.
         let ready = b.packets.try_lock().ok().and_then(|mut packets| match packets.try_recv() {
             Ok(packet) => Some(packet),
@@ -246,10 +247,7 @@ pub unsafe extern "C" fn tc_backend_recv(
             Err(mpsc::error::TryRecvError::Disconnected) => Some(Err(over())),
         });
         let packet = match ready {
-            Some(packet) => {
-                took_without_waiting(timeout_ms)?;
-                packet?
-            }
+            Some(packet) => packet?,
             // A time limit of 0 still looks once; a receive cut short loses nothing.
             None => block_on_for(timeout_ms, async {
                 let mut packets = b.packets.lock().await;

@@ -248,9 +248,9 @@ pub(crate) fn wait_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, 
     }
 }
 
-/// Counts a call with time limit `ms` that found what it wanted without waiting as
-/// [`block_on_for`] counts it: a tool that would have waited is busy calling, so the
-/// background thread stays away.
+/// Counts a call with time limit `ms` that looks on its own before it waits (and may
+/// find what it wants at once) as [`block_on_for`] counts it: a tool that would have
+/// waited is busy calling, so the background thread stays away.
 pub(crate) fn took_without_waiting(ms: u64) -> Result<(), Failure> {
     if ms != 0 {
         driver()?.calls.fetch_add(1, SeqCst);

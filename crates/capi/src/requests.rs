@@ -82,15 +82,37 @@ impl Drop for Finish {
     }
 }
 
+/// Which of a request's work and its stop wins when both are ready at once.
+#[derive(Clone, Copy)]
+enum Bias {
+    /// A send that completed wins over a cancel that came with it.
+    Work,
+    /// A cancel wins: a receive's packet is taken only when the receive is polled, so
+    /// a receive cancelled first leaves its packet in the stream for the next one
+    /// (nothing is lost even when nobody waits for the cancel, as from a callback).
+    Stop,
+}
+
 /// Runs a started request's `work` until it ends or `stop` tells it to, and records
 /// its outcome.
-async fn run<F: std::future::Future<Output = Outcome>>(state: &Mutex<State>, stop: &Notify, work: F) {
+async fn run<F: std::future::Future<Output = Outcome>>(
+    state: &Mutex<State>,
+    stop: &Notify,
+    work: F,
+    bias: Bias,
+) {
     let stopped = stop.notified();
-    // A completed receive wins over a stop that comes with it: no packet is lost.
-    let outcome = tokio::select! {
-        biased;
-        done = work => done,
-        () = stopped => Err(cancelled()),
+    let outcome = match bias {
+        Bias::Work => tokio::select! {
+            biased;
+            done = work => done,
+            () = stopped => Err(cancelled()),
+        },
+        Bias::Stop => tokio::select! {
+            biased;
+            () = stopped => Err(cancelled()),
+            done = work => done,
+        },
     };
     *lock(state) = State::Done(outcome);
 }
@@ -124,7 +146,7 @@ impl tc_request {
                 go
             };
             if go {
-                run(&task_state, &task_stop, work).await;
+                run(&task_state, &task_stop, work, Bias::Work).await;
             }
         });
         Ok(tc_request { state, stop })
@@ -134,19 +156,15 @@ impl tc_request {
     /// stream's mailbox: it takes its packet before every receive posted after it,
     /// blocking or not, and one that never matches holds no later one back.
     fn receive(s: &tc_stream, only: treecast_api::Match) -> Result<tc_request, Failure> {
-        let rt = runtime()?;
-        let posted = {
-            let _inside = rt.enter();
-            s.receiver.irecv(only)
-        };
-        // Started from the first: there is no queue to wait in, and a cancel goes
-        // through the task, which keeps a packet its receive already took.
+        let work = s.receiver.post_recv(only);
+        // Started from the first: there is no queue to wait in.
         let state = Arc::new(Mutex::new(State::Started));
         let stop = Arc::new(Notify::new());
         let (task_state, task_stop) = (state.clone(), stop.clone());
-        rt.spawn(async move {
+        runtime()?.spawn(async move {
             let _finish = Finish { state: task_state.clone(), turns: None };
-            run(&task_state, &task_stop, async move { posted.await.map(Some).map_err(Failure::from) }).await;
+            let work = async move { work.await.map(Some).map_err(Failure::from) };
+            run(&task_state, &task_stop, work, Bias::Stop).await;
         });
         Ok(tc_request { state, stop })
     }

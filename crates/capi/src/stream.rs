@@ -8,7 +8,8 @@ use treecast_api::{FilterSpec, Stream, StreamOptions, StreamSender, SyncMode, Tr
 
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{
-    arg, block_on, handle, out_ok, put, ran_out, send_within, take, text, took_without_waiting, wait_for,
+    arg, block_on, handle, out_ok, put, ran_out, runtime, send_within, take, text, took_without_waiting,
+    wait_for,
 };
 use crate::network::{tc_communicator, tc_network};
 use crate::packet::tc_packet;
@@ -22,8 +23,8 @@ pub const TC_SYNC_TIME_OUT: u32 = 1;
 pub const TC_SYNC_DO_NOT_WAIT: u32 = 2;
 
 /// A stream: a communicator bound to filters. Sends, receives and `tc_stream_id` may
-/// run from several threads at once (receives take turns); `tc_stream_free` must be
-/// the last call.
+/// run from several threads at once (each packet goes to the earliest posted receive
+/// that matches it); `tc_stream_free` must be the last call.
 #[allow(non_camel_case_types)]
 pub struct tc_stream {
     pub(crate) sender: StreamSender,
@@ -293,13 +294,15 @@ unsafe fn receive_into(
     // SAFETY: as the caller promised.
     let s = unsafe { arg(stream, "stream") }?;
     out_ok(out, "out")?;
-    // A packet already here is taken without entering the runtime: the common case
-    // of a tool reading a burst.
-    let packet = match s.receiver.try_recv_matching(only)? {
-        Some(p) => {
-            took_without_waiting(timeout_ms)?;
-            p
-        }
+    took_without_waiting(timeout_ms)?;
+    // A packet already here is taken without driving the runtime: the common case of
+    // a tool reading a burst. Its context is entered for whatever the delivery wakes.
+    let now = {
+        let _inside = runtime()?.enter();
+        s.receiver.try_recv_matching(only)?
+    };
+    let packet = match now {
+        Some(p) => p,
         None => wait_for(timeout_ms, s.receiver.recv_matching(only))?
             .ok_or_else(|| ran_out(timeout_ms, "packet"))??,
     };
