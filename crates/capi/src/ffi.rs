@@ -153,6 +153,16 @@ impl Driver {
         self.waiting.store(false, SeqCst);
     }
 
+    /// Drives `fut` with the time limit `ms` (see [`TC_FOREVER`]); `None` when it ran
+    /// out, and at once for a limit of 0 (which drives nothing).
+    fn drive_within<F: Future>(&self, ms: u64, fut: F) -> Option<F::Output> {
+        match ms {
+            0 => None,
+            TC_FOREVER => Some(self.drive(fut)),
+            _ => self.drive(async move { tokio::time::timeout(duration(ms), fut).await.ok() }),
+        }
+    }
+
     /// Runs `fut` to its end, driving the runtime on this thread when no other caller
     /// is, then runs what became ready meanwhile (a frame to write) before returning.
     fn drive<F: Future>(&self, fut: F) -> F::Output {
@@ -227,11 +237,7 @@ pub(crate) fn block_on_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Outpu
         }
         return Ok(Some(out));
     }
-    match ms {
-        0 => Ok(None),
-        TC_FOREVER => Ok(Some(d.drive(fut))),
-        _ => Ok(d.drive(async move { tokio::time::timeout(duration(ms), fut).await.ok() })),
-    }
+    Ok(d.drive_within(ms, fut))
 }
 
 /// As [`block_on_for`] for a caller that has just looked itself and found nothing:
@@ -241,11 +247,7 @@ pub(crate) fn wait_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, 
         return Err(nested());
     }
     let d = driver()?;
-    match ms {
-        0 => Ok(None),
-        TC_FOREVER => Ok(Some(d.drive(fut))),
-        _ => Ok(d.drive(async move { tokio::time::timeout(duration(ms), fut).await.ok() })),
-    }
+    Ok(d.drive_within(ms, fut))
 }
 
 /// Counts a call with time limit `ms` that looks on its own before it waits (and may
@@ -299,10 +301,7 @@ fn drive_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, Failure> {
     if d.driving.load(SeqCst) {
         return block_on_for(ms, fut);
     }
-    Ok(match ms {
-        TC_FOREVER => Some(d.drive(fut)),
-        _ => d.drive(async move { tokio::time::timeout(duration(ms), fut).await.ok() }),
-    })
+    Ok(d.drive_within(ms, fut))
 }
 
 /// Writes out what a call queued without driving (a send that found room in its

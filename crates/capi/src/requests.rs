@@ -128,17 +128,15 @@ impl tc_request {
         F: std::future::Future<Output = Outcome> + Send + 'static,
     {
         let ticket = turns.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let state = Arc::new(Mutex::new(State::Waiting));
-        let stop = Arc::new(Notify::new());
-        let (task_state, task_stop, turns) = (state.clone(), stop.clone(), turns.clone());
-        runtime()?.spawn(async move {
+        let turns = turns.clone();
+        tc_request::spawn(State::Waiting, move |state, stop| async move {
             // Whatever happens below, even a panic, the request ends and its turn passes.
-            let _finish = Finish { state: task_state.clone(), turns: Some(turns.clone()) };
+            let _finish = Finish { state: state.clone(), turns: Some(turns.clone()) };
             let mut serving = turns.serving.subscribe();
             // Waits for its turn even when cancelled meanwhile, so later ones keep theirs.
             let _ = serving.wait_for(|s| *s == ticket).await;
             let go = {
-                let mut s = lock(&task_state);
+                let mut s = lock(&state);
                 let go = matches!(*s, State::Waiting);
                 if go {
                     *s = State::Started;
@@ -146,10 +144,9 @@ impl tc_request {
                 go
             };
             if go {
-                run(&task_state, &task_stop, work, Bias::Work).await;
+                run(&state, &stop, work, Bias::Work).await;
             }
-        });
-        Ok(tc_request { state, stop })
+        })
     }
 
     /// A receive of the next packet `only` matches on stream `s`, posted now in the
@@ -158,14 +155,25 @@ impl tc_request {
     fn receive(s: &tc_stream, only: treecast_api::Match) -> Result<tc_request, Failure> {
         let work = s.receiver.post_recv(only);
         // Started from the first: there is no queue to wait in.
-        let state = Arc::new(Mutex::new(State::Started));
-        let stop = Arc::new(Notify::new());
-        let (task_state, task_stop) = (state.clone(), stop.clone());
-        runtime()?.spawn(async move {
-            let _finish = Finish { state: task_state.clone(), turns: None };
+        tc_request::spawn(State::Started, move |state, stop| async move {
+            let _finish = Finish { state: state.clone(), turns: None };
             let work = async move { work.await.map(Some).map_err(Failure::from) };
-            run(&task_state, &task_stop, work, Bias::Stop).await;
-        });
+            run(&state, &stop, work, Bias::Stop).await;
+        })
+    }
+
+    /// A request in state `first` whose task, made by `task` from its state and stop,
+    /// runs on the runtime.
+    fn spawn<T>(
+        first: State,
+        task: impl FnOnce(Arc<Mutex<State>>, Arc<Notify>) -> T,
+    ) -> Result<tc_request, Failure>
+    where
+        T: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let state = Arc::new(Mutex::new(first));
+        let stop = Arc::new(Notify::new());
+        runtime()?.spawn(task(state.clone(), stop.clone()));
         Ok(tc_request { state, stop })
     }
 
