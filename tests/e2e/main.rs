@@ -13,6 +13,7 @@ mod common;
 mod attach;
 mod cli;
 mod cluster;
+mod cluster_rails;
 mod cluster_udp;
 mod files;
 mod flow_control;

@@ -1,7 +1,9 @@
 //! `treecast bench route --serve ADDR` / `--to ADDR[,ADDR]`: one route between two
 //! hosts, measured from the connecting side. The server answers every frame with
-//! an empty one on the same link; the client sends one message of each size at a
-//! time and times it until the answer came (a transfer plus one small frame back).
+//! an empty one on the same link (a frame tagged [`DIGEST_TAG`] with the SHA-256 of
+//! its payload instead, which tests use to check what arrived); the client sends one
+//! message of each size at a time and times it until the answer came (a transfer
+//! plus one small frame back).
 //! Beside each route's rows it prints the raw socket floor: a plain TCP stream
 //! between the same hosts carrying the same bytes, on the server's port + 1.
 //!
@@ -14,6 +16,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
+use sha2::Digest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use treecast_transport::striped::{self, Rails, WithStriped};
 use treecast_transport::{handshake, LinkPeer, Listener, Route, RouteEvent, Secret, Stream, StreamRoute};
@@ -23,6 +26,8 @@ use super::shared::parse_size;
 use crate::apps::cli::{RouteBenchArgs, RouteKind};
 
 const LIMIT: Duration = Duration::from_secs(120);
+/// A frame with this tag is answered with the SHA-256 of its payload.
+pub const DIGEST_TAG: i32 = 8;
 
 /// Serves clients at `addr` (treecast links) and its port + 1 (raw TCP) until killed.
 pub async fn serve(addr: &str) -> anyhow::Result<ExitCode> {
@@ -88,13 +93,19 @@ pub async fn serve(addr: &str) -> anyhow::Result<ExitCode> {
         }
         let mut answers = Vec::new();
         any |= route.poll_recv(cx, &mut |link, e| match e {
-            RouteEvent::Frame(f) | RouteEvent::Timed(f, _) => answers.push((link, f.header.tag)),
+            RouteEvent::Frame(f) | RouteEvent::Timed(f, _) => {
+                let answer = match f.header.tag {
+                    DIGEST_TAG => sha2::Sha256::digest(&f.payload).to_vec(),
+                    _ => Vec::new(),
+                };
+                answers.push((link, f.header.tag, answer));
+            }
             RouteEvent::Closed(_) => {
                 ids.remove(link);
             }
         });
-        for (link, tag) in answers {
-            route.send(&[link], &Frame::new(FrameHeader::data(0, tag, 0), Vec::new()));
+        for (link, tag, answer) in answers {
+            route.send(&[link], &Frame::new(FrameHeader::data(0, tag, 0), answer));
         }
         route.flush();
         if !any {

@@ -30,6 +30,12 @@
 //!   goes again, under its number, on the connections left. The peer drops a piece
 //!   whose number it holds already: nothing is lost or delivered twice. The link
 //!   itself closes when its last connection ends.
+//! * **Stalls.** A rail brought down fails nothing: its connection just stops
+//!   delivering. A task per link ([`stall`]) gives up a connection that held bytes
+//!   without delivering any for [`stall::STALL_ENV`] seconds (5 by default) while
+//!   another connection of the link moved, as if it had failed. When every
+//!   connection stands still the peer is not reading, and the core's heartbeat
+//!   judges the link.
 //! * **I/O.** Each connection has a writer task fed from its queue and a reader task
 //!   that hands whole pieces to the route through one bounded channel (a slow node
 //!   stops its readers, and so its peers). The bookkeeping has no I/O and is tested
@@ -39,11 +45,11 @@
 //! striped links mid-transfer.
 //!
 //! Not done here: monitoring (a striped link records no latency samples, and a
-//! frame keeps the stamp it was queued with), payload files between processes of
-//! one host, and a limit on how long a connection that stops reading, without
-//! failing, holds the pieces queued on it.
+//! frame keeps the stamp it was queued with), and payload files between processes
+//! of one host.
 
 mod pieces;
+pub mod stall;
 #[cfg(test)]
 mod tests;
 mod with;
@@ -62,6 +68,7 @@ use tokio::task::JoinHandle;
 use treecast_wire::{cut_frames, Frame, LaunchPlan, PieceHeader, HEADER_LEN, PIECE_HEADER_LEN};
 
 use pieces::{cuts, Incoming, Outgoing};
+use stall::{Progress, Watched};
 pub use with::WithStriped;
 
 use crate::handshake::{self, TOKEN};
@@ -165,6 +172,16 @@ struct Conn {
     tasks: [JoinHandle<()>; 2],
 }
 
+/// A task that ends with what owns it.
+#[derive(Debug)]
+struct OwnedTask(JoinHandle<()>);
+
+impl Drop for OwnedTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Drop for Conn {
     fn drop(&mut self) {
         for t in &self.tasks {
@@ -185,6 +202,8 @@ struct Link {
     ack_due: bool,
     /// Connection 1 was cut by [`CUT_ENV`].
     cut: bool,
+    /// The stall watch of a link of several connections.
+    _watch: Option<OwnedTask>,
 }
 
 impl Link {
@@ -225,6 +244,8 @@ pub struct StripedRoute {
     max_frame: usize,
     /// [`CUT_ENV`], read once.
     cut_after: Option<u64>,
+    /// How long a connection may hold bytes without delivering any (see [`stall`]).
+    stall_limit: Duration,
 }
 
 impl std::fmt::Debug for StripedRoute {
@@ -267,7 +288,13 @@ fn split(socket: Socket) -> io::Result<(ReadHalf, WriteHalf, Socket)> {
     })
 }
 
-async fn read_pieces(mut r: ReadHalf, link: LinkId, conn: usize, tx: mpsc::Sender<Event>) {
+async fn read_pieces(
+    mut r: ReadHalf,
+    link: LinkId,
+    conn: usize,
+    progress: Arc<Progress>,
+    tx: mpsc::Sender<Event>,
+) {
     let reason = loop {
         let mut head = [0u8; PIECE_HEADER_LEN];
         // A connection may rest for as long as its link does: the core's heartbeats
@@ -291,6 +318,7 @@ async fn read_pieces(mut r: ReadHalf, link: LinkId, conn: usize, tx: mpsc::Sende
                 Event::Piece { link, seq, data: data.freeze() }
             }
         };
+        progress.heard.fetch_add(1, Ordering::Release);
         if tx.send(event).await.is_err() {
             return;
         }
@@ -301,6 +329,7 @@ async fn read_pieces(mut r: ReadHalf, link: LinkId, conn: usize, tx: mpsc::Sende
 async fn write_pieces(
     mut w: WriteHalf,
     queue: Arc<Queue>,
+    progress: Arc<Progress>,
     link: LinkId,
     conn: usize,
     tx: mpsc::Sender<Event>,
@@ -333,6 +362,7 @@ async fn write_pieces(
                 if let Err(e) = w.write_all(&batch).await {
                     break 'run format!("writing: {e}");
                 }
+                progress.written.fetch_add(n as u64, Ordering::Release);
                 batch.clear();
                 queue.pending.fetch_sub(n.min(queue.pending.load(Ordering::Acquire)), Ordering::AcqRel);
             }
@@ -342,6 +372,7 @@ async fn write_pieces(
                 if let Err(e) = w.write_all_buf(&mut chain).await {
                     break 'run format!("writing: {e}");
                 }
+                progress.written.fetch_add(n as u64, Ordering::Release);
                 queue.pending.fetch_sub(n.min(queue.pending.load(Ordering::Acquire)), Ordering::AcqRel);
             }
             Item::Shutdown => {
@@ -374,7 +405,15 @@ impl StripedRoute {
             broken: Vec::new(),
             max_frame,
             cut_after: std::env::var(CUT_ENV).ok().and_then(|v| v.parse().ok()),
+            stall_limit: stall::limit_from_env(),
         }
+    }
+
+    /// Sets how long a connection of a link added from now on may hold bytes without
+    /// delivering any while another one moves, before it is given up (default
+    /// [`stall::STALL_ENV`], else [`stall::DEFAULT_LIMIT`]).
+    pub fn set_stall_limit(&mut self, limit: Duration) {
+        self.stall_limit = limit;
     }
 
     /// Carries `link` over `sockets` (each authenticated already, all to the same
@@ -388,20 +427,28 @@ impl StripedRoute {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a striped link needs a connection"));
         }
         let mut conns = Vec::with_capacity(sockets.len());
+        let mut watched = Vec::with_capacity(sockets.len());
         for (i, s) in sockets.into_iter().enumerate() {
             let (r, w, ctl) = split(s)?;
             let queue = Arc::new(Queue::default());
-            let reader = tokio::spawn(read_pieces(r, link, i, self.events_tx.clone()));
+            let progress = Arc::new(Progress::default());
+            let reader = tokio::spawn(read_pieces(r, link, i, progress.clone(), self.events_tx.clone()));
             let writer = tokio::spawn(write_pieces(
                 w,
                 queue.clone(),
+                progress.clone(),
                 link,
                 i,
                 self.events_tx.clone(),
                 self.wake.clone(),
             ));
+            watched.push(Watched { queue: queue.clone(), progress, ctl: ctl.try_clone()? });
             conns.push(Conn { queue, ctl, alive: true, tasks: [reader, writer] });
         }
+        let watch = (watched.len() > 1).then(|| {
+            let task = stall::watch(watched, link, name.clone(), self.stall_limit, self.events_tx.clone());
+            OwnedTask(tokio::spawn(task))
+        });
         let link_state = Link {
             name,
             conns,
@@ -411,6 +458,7 @@ impl StripedRoute {
             closing: false,
             ack_due: false,
             cut: false,
+            _watch: watch,
         };
         self.links.insert(link, link_state);
         Ok(())

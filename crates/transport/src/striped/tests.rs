@@ -19,6 +19,11 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// Two routes joined by one striped link of `count` connections over loopback TCP,
 /// made through the rail handshake and [`Rails`].
 async fn pair(count: u8) -> (StripedRoute, LinkId, StripedRoute, LinkId) {
+    pair_with(count, stall::DEFAULT_LIMIT).await
+}
+
+/// As [`pair`], both routes giving up a connection that stands still for `stall`.
+async fn pair_with(count: u8, stall: Duration) -> (StripedRoute, LinkId, StripedRoute, LinkId) {
     let secret = Secret::generate();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -43,8 +48,10 @@ async fn pair(count: u8) -> (StripedRoute, LinkId, StripedRoute, LinkId) {
     let mut ids = LinkTable::new();
     let (la, lb) = (ids.insert(()), ids.insert(()));
     let mut a = StripedRoute::default();
+    a.set_stall_limit(stall);
     a.add_striped(la, mine, "b".into()).unwrap();
     let mut b = StripedRoute::default();
+    b.set_stall_limit(stall);
     b.add_striped(lb, theirs, "a".into()).unwrap();
     (a, la, b, lb)
 }
@@ -159,6 +166,24 @@ async fn a_connection_cut_on_the_receiver_mid_transfer_loses_and_duplicates_noth
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_cut_on_the_sender_mid_transfer_loses_and_duplicates_nothing() {
     cut_mid_transfer(false).await;
+}
+
+/// A rail that goes down resets nothing: what is sent on it just stops arriving.
+/// Here the receiver stops reading its connection 1, which leaves the sender's
+/// pieces on it in the kernels' buffers, undelivered, while connection 0 moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_stops_delivering_is_given_up_and_its_pieces_go_on_the_other() {
+    let (mut a, la, mut b, lb) = pair_with(2, Duration::from_millis(300)).await;
+    b.links.get_mut(lb).unwrap().conns[1].tasks[0].abort();
+    let sent = frames(64 << 20);
+    for f in &sent {
+        a.send(&[la], f);
+    }
+    let got = carry(&mut a, &mut b, lb, sent.len(), u64::MAX, |_, _| {}).await;
+    assert_same(&sent, &got);
+    assert_eq!(a.connections(la), 1, "the connection that stood still was given up");
+    assert!(a.resent(la) > 0, "its pieces went again on the other");
+    eprintln!("resent {} pieces, {} copies dropped", a.resent(la), b.duplicates(lb));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
