@@ -66,6 +66,8 @@ struct ConnWatch {
     stuck_since: Instant,
     /// When it last delivered or heard anything.
     moved_at: Instant,
+    /// It holds nothing now.
+    idle: bool,
     given_up: bool,
 }
 
@@ -79,12 +81,15 @@ pub(super) struct StallWatch {
 impl StallWatch {
     /// `count` connections, all taken to have moved at `now`.
     pub(super) fn new(count: usize, limit: Duration, now: Instant) -> Self {
-        let fresh = || ConnWatch { best: 0, heard: 0, stuck_since: now, moved_at: now, given_up: false };
+        let fresh =
+            || ConnWatch { best: 0, heard: 0, stuck_since: now, moved_at: now, idle: true, given_up: false };
         StallWatch { limit, conns: (0..count).map(|_| fresh()).collect() }
     }
 
     /// Takes one look at every connection (`seen`, in connection order); returns
-    /// those to give up now: stuck for the limit while another one moved within it.
+    /// those to give up now: stuck for the limit while another one moved within it,
+    /// or moved after it got stuck and holds nothing now (it delivered all it had:
+    /// the peer reads, and the stuck one's pieces are what it waits for).
     pub(super) fn look(&mut self, seen: &[Seen], now: Instant) -> Vec<usize> {
         for (c, s) in self.conns.iter_mut().zip(seen) {
             if s.delivered > c.best {
@@ -96,7 +101,8 @@ impl StallWatch {
                 c.heard = s.heard;
                 c.moved_at = now;
             }
-            if s.outstanding == 0 {
+            c.idle = s.outstanding == 0;
+            if c.idle {
                 c.stuck_since = now;
             }
         }
@@ -104,13 +110,12 @@ impl StallWatch {
         let stuck: Vec<usize> = (0..self.conns.len())
             .filter(|&i| {
                 let c = &self.conns[i];
+                let moves = |d: &ConnWatch| {
+                    now.duration_since(d.moved_at) < limit || (d.idle && d.moved_at > c.stuck_since)
+                };
                 !c.given_up
                     && now.duration_since(c.stuck_since) >= limit
-                    && self
-                        .conns
-                        .iter()
-                        .enumerate()
-                        .any(|(j, d)| j != i && !d.given_up && now.duration_since(d.moved_at) < limit)
+                    && self.conns.iter().enumerate().any(|(j, d)| j != i && !d.given_up && moves(d))
             })
             .collect();
         for &i in &stuck {
@@ -236,6 +241,18 @@ mod tests {
             given_up.extend(got);
         }
         assert_eq!(given_up, vec![1]);
+    }
+
+    #[test]
+    fn one_stuck_after_the_other_delivered_all_it_had_is_given_up_even_when_looked_at_late() {
+        let t0 = Instant::now();
+        let mut w = StallWatch::new(2, LIMIT, t0);
+        let at = |s| t0 + Duration::from_secs(s);
+        // 1 delivers a little and is stuck from 1 s; 0 delivers until 2 s, then holds nothing.
+        assert!(w.look(&[seen(10, 1000, 0), seen(64, 100, 0)], at(1)).is_empty());
+        assert!(w.look(&[seen(0, 2000, 0), seen(64, 100, 0)], at(2)).is_empty());
+        // A busy machine looks next at 10 s: 0 last moved 8 s ago, but after 1 got stuck.
+        assert_eq!(w.look(&[seen(0, 2000, 0), seen(64, 100, 0)], at(10)), vec![1]);
     }
 
     #[test]
