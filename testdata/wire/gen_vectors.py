@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 9 (launch plan version 8, member plan version 2).
+protocol version 10 (launch plan version 8, member plan version 2).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -133,7 +133,7 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 KINDS = {"data": 1, "control": 2, "credit": 3, "peer": 5}
 
 
@@ -355,12 +355,16 @@ def enc_window(w):
     return u32(w["packets"]) + u64(w["bytes"])
 
 
+STREAM_ROUTES = {"network": 0, "tcp": 1, "udp": 2, "striped": 3}
+
+
 def enc_stream(m):
     out = u32(m["id"]) + enc_ranks(m["ranks"])
     out += bytes([SYNC[m["sync"]]]) + u32(m.get("timeout_ms", 0))
     out += enc_filter(m["up"]) + enc_filter(m["down"])
     out += enc_window(m["up_window"]) + enc_window(m["down_window"])
-    return out + u32(m.get("program", 0))
+    out += u32(m.get("program", 0))
+    return out + bytes([STREAM_ROUTES[m.get("route", "network")]])
 
 
 def enc_control(m):
@@ -617,6 +621,7 @@ CONTROL_CASES = [
             "up_window": {"packets": 4294967295, "bytes": str(U64_MAX)},
             "down_window": WINDOW_DOWN,
             "program": 4294967295,
+            "route": "striped",
         },
     ),
     ("close stream", {"type": "close_stream", "id": 3}),
@@ -770,7 +775,8 @@ INVALID_CASES = [
     ("batch", "version 6 header (an older build)", hdr(version=6), "BadVersion"),
     ("batch", "version 7 header (an older build)", hdr(version=7), "BadVersion"),
     ("batch", "version 8 header (an older build)", hdr(version=8), "BadVersion"),
-    ("batch", "version 10", hdr(version=10), "BadVersion"),
+    ("batch", "version 9 header (an older build)", hdr(version=9), "BadVersion"),
+    ("batch", "version 11", hdr(version=11), "BadVersion"),
     ("batch", "unknown kind", hdr(kind=6), "UnknownKind"),
     ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),
@@ -887,9 +893,11 @@ INVALID_CASES = [
     ("control", "zero up window packets", stream_bytes(with_(NEW_STREAM, up_window__packets=0)), "Invalid"),
     ("control", "zero up window bytes", stream_bytes(with_(NEW_STREAM, up_window__bytes="0")), "Invalid"),
     ("control", "zero down window", stream_bytes(with_(NEW_STREAM, down_window={"packets": 0, "bytes": "0"})), "Invalid"),
-    ("control", "down window truncated", stream_bytes(NEW_STREAM)[:-8], "Truncated"),
-    ("control", "program tag truncated", stream_bytes(NEW_STREAM)[:-1], "Truncated"),
-    ("control", "new stream of version 2 (no program tag)", stream_bytes(NEW_STREAM)[:-4], "Truncated"),
+    ("control", "down window truncated", stream_bytes(NEW_STREAM)[:-13], "Truncated"),
+    ("control", "program tag truncated", stream_bytes(NEW_STREAM)[:-2], "Truncated"),
+    ("control", "new stream of version 2 (no program tag)", stream_bytes(NEW_STREAM)[:-5], "Truncated"),
+    ("control", "new stream of version 9 (no route)", stream_bytes(NEW_STREAM)[:-1], "Truncated"),
+    ("control", "unknown stream route", stream_bytes(NEW_STREAM)[:-1] + b"\x04", "Invalid"),
     ("control", "new stream with a trailing byte", stream_bytes(NEW_STREAM) + b"\x00", "TrailingBytes"),
     # leave
     (

@@ -15,8 +15,10 @@ use std::time::Duration;
 
 use crate::common::copies::{assert_copies, own_dirs, route_reports, send_to_own_dirs};
 use crate::common::{assert_no_leftovers, random_bytes, TestDir};
-use treecast::apps::protocol::TAG_DIE;
-use treecast_api::{Network, NetworkBuilder, RankSet, StreamOptions, Topology, TransformKind, Value};
+use treecast::apps::protocol::{TAG_ADD_RANK, TAG_DIE};
+use treecast_api::{
+    ApiError, Network, NetworkBuilder, RankSet, RouteChoice, StreamOptions, Topology, TransformKind, Value,
+};
 use treecast_files::{bcast_files, FileEntry, FileOptions, FileReport, Outcome, Progress};
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
@@ -87,6 +89,54 @@ async fn every_size_arrives_byte_identical_through_each_nodes_group() {
         // Each node's own group in 239.255.0.0/16.
         assert!(r.group.starts_with("239.255."), "{r:?}");
     }
+    finish(net).await;
+}
+
+/// Frames the network's nodes multicast so far.
+async fn frames_multicast(net: &Network) -> u64 {
+    route_reports(net).await.iter().map(|r| r.frames).sum()
+}
+
+/// Sends three requests on `s` and checks the sums of 4 ranks' answers.
+async fn add_ranks(s: &mut treecast_api::Stream) {
+    for round in 0..3 {
+        s.send(TAG_ADD_RANK, "%d", &[Value::Int(round)]).await.unwrap();
+        let p = s.recv_timeout(LIMIT).await.unwrap();
+        assert_eq!(p.values().unwrap()[0].as_i64(), Some(i64::from(4 * round + 6)), "round {round}");
+    }
+}
+
+/// On a network that multicasts every frame, a stream that chose tcp sends its
+/// frames over the links (the groups' counts do not move) and one that chose udp
+/// multicasts them; on a network without groups, udp and striped are refused.
+#[tokio::test]
+async fn a_stream_that_chose_tcp_goes_over_the_links_and_one_that_chose_udp_multicasts() {
+    let dir = TestDir::new("udp-stream-route");
+    let net = launch(&dir, "kary:2", 4, &[("TREECAST_UDP_MIN_FRAME", "0")]).await;
+    let all = net.communicator(RankSet::range(0, 4)).unwrap();
+    let sum = |route| StreamOptions { route, ..StreamOptions::reduce(TransformKind::Sum) };
+    let before = frames_multicast(&net).await;
+    let mut tcp = net.new_stream(&all, sum(RouteChoice::Tcp)).await.unwrap();
+    add_ranks(&mut tcp).await;
+    assert_eq!(frames_multicast(&net).await, before, "the tcp stream's frames went by multicast");
+    let mut udp = net.new_stream(&all, sum(RouteChoice::Udp)).await.unwrap();
+    add_ranks(&mut udp).await;
+    // Three requests, multicast by the front-end and by both comm nodes.
+    assert!(frames_multicast(&net).await >= before + 9, "the udp stream's frames went over the links");
+    add_ranks(&mut tcp).await;
+    finish(net).await;
+
+    let topo = Topology::from_spec("flat", Some(2)).unwrap();
+    let net = NetworkBuilder::new(topo).treecast_path(TREECAST).launch().await.unwrap();
+    let all = net.communicator(RankSet::range(0, 2)).unwrap();
+    for route in [RouteChoice::Udp, RouteChoice::Striped] {
+        let err = net.new_stream(&all, sum(route)).await.unwrap_err();
+        assert!(matches!(err, ApiError::RouteNotCarried { .. }), "{err}");
+        assert!(err.to_string().contains(&format!("--route {route}")), "{err}");
+    }
+    let tcp = net.new_stream(&all, sum(RouteChoice::Tcp)).await.unwrap();
+    tcp.send(TAG_ADD_RANK, "%d", &[Value::Int(1)]).await.unwrap();
+    assert_eq!(tcp.recv_timeout(LIMIT).await.unwrap().values().unwrap()[0].as_i64(), Some(3));
     finish(net).await;
 }
 

@@ -59,6 +59,7 @@ fn in_the_simulation() -> Vec<String> {
             up_window: DEFAULT_UP_WINDOW,
             down_window: DEFAULT_DOWN_WINDOW,
             program: 0,
+            route: treecast_proto::wire::RouteChoice::Network,
         };
         sim.command(Command::NewStream(spec)).unwrap();
     }

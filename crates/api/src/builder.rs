@@ -430,7 +430,13 @@ impl NetworkBuilder {
             Err(e) => Err(ApiError::Refused(Box::new(e))),
         };
         match outcome {
-            Ok(done) => Ok(Network::new(shared, task, self.topology, session, done, started.elapsed(), lost)),
+            Ok(done) => {
+                let carried = crate::network::Carried { udp: self.udp_route, stripes: self.stripes };
+                let mut net =
+                    Network::new(shared, task, self.topology, session, done, started.elapsed(), lost);
+                net.carried = carried;
+                Ok(net)
+            }
             Err(e) => {
                 // Take down whatever started, and wait for it: nothing is left running.
                 let _ = lock(&shared).command(Command::Shutdown);

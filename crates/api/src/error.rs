@@ -77,6 +77,14 @@ pub enum ApiError {
         /// How long they were awaited.
         limit: std::time::Duration,
     },
+    /// A stream chose a route the network's links do not carry.
+    #[error("a stream cannot take the {route} route: {why}")]
+    RouteNotCarried {
+        /// The route asked for.
+        route: treecast_wire::RouteChoice,
+        /// What the network lacks, and how to launch one that has it.
+        why: &'static str,
+    },
     /// A stream window allows nothing.
     #[error("the {which} window of a stream must allow at least one packet and one byte")]
     EmptyWindow {

@@ -98,6 +98,6 @@ pub use treecast_proto::{CommandError, EndReason, LostRanks};
 pub use treecast_topology::{Topology, TopologyError};
 pub use treecast_wire::{
     encode_values, ArrayElement, ClockPlan, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader,
-    GroupPlace, RankSet, ScalarType, SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW,
+    GroupPlace, RankSet, RouteChoice, ScalarType, SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW,
     DEFAULT_UP_WINDOW, MAX_STRIPES,
 };

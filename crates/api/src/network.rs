@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use treecast_driver::{lock, Shared};
 use treecast_proto::{Command, LostRanks};
 use treecast_topology::Topology;
-use treecast_wire::{FilterSpec, RankSet, StreamSpec, MAX_FILTER_NAME};
+use treecast_wire::{FilterSpec, RankSet, RouteChoice, StreamSpec, MAX_FILTER_NAME};
 
 use crate::frontend::{FeTool, Launched};
 use crate::{ApiError, Stream, StreamOptions};
@@ -176,6 +176,36 @@ pub struct Network {
     /// Ids of monitoring collections.
     pub(crate) next_collect: AtomicU32,
     lost: watch::Receiver<LostRanks>,
+    /// What the links carry besides one connection each (set by the builder).
+    pub(crate) carried: Carried,
+}
+
+/// What the network's links carry besides one connection each, which bounds the
+/// routes a stream may choose.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Carried {
+    /// UDP multicast groups (the udp route).
+    pub(crate) udp: bool,
+    /// Connections per link (striped links when 2 or more).
+    pub(crate) stripes: u8,
+}
+
+impl Carried {
+    /// Refuses a stream route the links cannot take, saying how to launch one that can.
+    fn check(self, route: RouteChoice) -> Result<(), ApiError> {
+        let why = match route {
+            RouteChoice::Udp if !self.udp => {
+                "the network has no multicast groups; launch it with the udp route (--route udp, \
+                 NetworkBuilder::udp_route) and its streams may then choose udp or tcp"
+            }
+            RouteChoice::Striped if self.stripes < 2 => {
+                "the network's links are one connection each; launch it with striped links \
+                 (--route striped:N, NetworkBuilder::stripes) and its streams may then choose striped or tcp"
+            }
+            _ => return Ok(()),
+        };
+        Err(ApiError::RouteNotCarried { route, why })
+    }
 }
 
 impl std::fmt::Debug for Network {
@@ -224,6 +254,7 @@ impl Network {
             next_stream: AtomicU32::new(1),
             next_collect: AtomicU32::new(1),
             lost,
+            carried: Carried::default(),
         }
     }
 
@@ -274,7 +305,9 @@ impl Network {
     ///
     /// # Errors
     /// A filter this front-end does not have or that refuses its parameters, empty
-    /// windows, or [`ApiError::Closed`] when the network is gone. A comm node that
+    /// windows, a route the network's links do not carry
+    /// ([`ApiError::RouteNotCarried`]: udp without the udp route, striped without
+    /// striped links), or [`ApiError::Closed`] when the network is gone. A comm node that
     /// cannot make the filters later refuses the stream: [`Event::StreamRefused`], and
     /// the stream's `recv` fails with [`ApiError::StreamRefused`].
     ///
@@ -287,6 +320,7 @@ impl Network {
                 return Err(ApiError::EmptyWindow { which: what });
             }
         }
+        self.carried.check(options.route)?;
         // The id is taken under the lock: the core wants ids in increasing order, and two
         // calls racing for the lock must not reach it out of order.
         let mut d = lock(&self.shared);
@@ -300,6 +334,7 @@ impl Network {
             up_window: options.up_window,
             down_window: options.down_window,
             program: options.program,
+            route: options.route,
         };
         d.command(Command::NewStream(spec)).map_err(|e| ApiError::from_command(id, e))?;
         drop(d);

@@ -10,7 +10,7 @@ use treecast_driver::{lock, Shared, Tool};
 use treecast_filters::TransformKind;
 use treecast_proto::{Command, CommandError, Delivery};
 use treecast_wire::{
-    encode_values, FilterSpec, Format, Frame, FrameHeader, RankSet, SyncMode, Value, Window,
+    encode_values, FilterSpec, Format, Frame, FrameHeader, RankSet, RouteChoice, SyncMode, Value, Window,
     DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW, FLAG_DIRECT,
 };
 
@@ -35,6 +35,10 @@ pub struct StreamOptions {
     /// tag given to `Network::monitor_start`): keeps two tools or phases that share
     /// the tree apart in the histograms.
     pub program: u32,
+    /// Which of the network's routes carry its frames ([`RouteChoice::Tcp`]: each
+    /// frame whole on one connection, for small-message latency on a network that
+    /// multicasts or stripes its large frames).
+    pub route: RouteChoice,
 }
 
 impl StreamOptions {
@@ -47,6 +51,7 @@ impl StreamOptions {
             up_window: DEFAULT_UP_WINDOW,
             down_window: DEFAULT_DOWN_WINDOW,
             program: 0,
+            route: RouteChoice::Network,
         }
     }
 }

@@ -127,6 +127,8 @@ struct Outputs {
     /// Credit frames go first: they never need to wait behind data.
     credits: VecDeque<Transmit>,
     events: VecDeque<Event>,
+    /// Route choices of streams made or learnt here ([`Node::poll_stream_route`]).
+    routes: VecDeque<(u32, treecast_wire::RouteChoice)>,
 }
 
 impl Outputs {
@@ -729,6 +731,13 @@ impl Node {
         for link in self.liveness.beats_due(now) {
             self.out.credits.push_back(Transmit { to: Destination::Link(link), frame: heartbeat_frame() });
         }
+    }
+
+    /// The route choice of a stream made or learnt since the last call, other than
+    /// the network's: take them all before the transmits, as the stream's first
+    /// frames may be among those. [`Event::StreamRouteEnded`] says when one ends.
+    pub fn poll_stream_route(&mut self) -> Option<(u32, treecast_wire::RouteChoice)> {
+        self.out.routes.pop_front()
     }
 
     /// The next frame to send.

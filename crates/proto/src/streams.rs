@@ -20,7 +20,9 @@ use std::time::Instant;
 use treecast_filters::{
     apply_dropping_bad, FilterContext, FilterPlace, PlaceRole, Synchronizer, Transform, Wave,
 };
-use treecast_wire::{ControlMsg, Frame, FrameKind, Grant, RankSet, StreamSpec, SyncMode, FLAG_DIRECT};
+use treecast_wire::{
+    ControlMsg, Frame, FrameKind, Grant, RankSet, RouteChoice, StreamSpec, SyncMode, FLAG_DIRECT,
+};
 
 use super::handover::Handover;
 use super::startup::{Child, ChildState};
@@ -183,6 +185,12 @@ impl Ctx<'_> {
 
     fn link_of(&self, c: usize) -> Option<LinkId> {
         self.children.get(c).and_then(|ch| ch.link)
+    }
+
+    /// From which payload size `s`'s frames wait to go to its whole group at once:
+    /// never for a stream kept off multicast (its [`treecast_wire::RouteChoice`]).
+    fn together(&self, s: &StreamState) -> Option<usize> {
+        self.together.filter(|_| s.spec.route.multicasts())
     }
 
     /// A report for the parent, or at the front-end an event.
@@ -370,7 +378,7 @@ fn fan_out(
         }
         return;
     }
-    if ctx.together.is_some_and(|min| len >= min) {
+    if ctx.together(s).is_some_and(|min| len >= min) {
         for &c in &s.members {
             if let (Some(_), Some(p)) = (ctx.link_of(c), s.parts.get_mut(c).and_then(Option::as_mut)) {
                 p.queue.push_back((seq, frame.clone(), true));
@@ -507,7 +515,7 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
     }
     let waves = s.sync.child_lost(c, now);
     queue_waves(s, waves, ctx);
-    if ctx.together.is_some() {
+    if ctx.together(s).is_some() {
         // The lost child no longer holds the others back.
         drain_together(s, ctx, out);
     }
@@ -537,6 +545,9 @@ fn forget_stream(
     let s = streams.remove(&id)?;
     if s.spec.program != 0 {
         out.event(Event::StreamProgram { stream: id, program: None });
+    }
+    if s.spec.route != RouteChoice::Network {
+        out.event(Event::StreamRouteEnded { stream: id });
     }
     Some(s)
 }
@@ -721,10 +732,14 @@ impl Node {
     }
 
     /// Keeps a stream made here; one with a program tag of its own has its frames
-    /// recorded under it (the driver tells the route).
+    /// recorded under it, one that chose a route of its own has its frames carried
+    /// so (the driver tells the route).
     fn adopt_stream(&mut self, s: StreamState) {
         if s.spec.program != 0 {
             self.out.event(Event::StreamProgram { stream: s.spec.id, program: Some(s.spec.program) });
+        }
+        if s.spec.route != RouteChoice::Network {
+            self.out.routes.push_back((s.spec.id, s.spec.route));
         }
         self.streams.insert(s.spec.id, s);
     }
@@ -1069,7 +1084,7 @@ impl Node {
             LinkRole::Child(c) => {
                 let Some(part) = s.part(c) else { return };
                 part.down.grant(grant);
-                if ctx.together.is_some() {
+                if ctx.together(s).is_some() {
                     drain_together(s, &ctx, &mut self.out);
                 } else {
                     drain_child(s, c, &ctx, &mut self.out);

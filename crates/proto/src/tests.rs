@@ -92,6 +92,7 @@ fn spec(id: u32, up_window: Window) -> StreamSpec {
         up_window,
         down_window: Window { packets: 4, bytes: 1000 },
         program: 0,
+        route: treecast_wire::RouteChoice::Network,
     }
 }
 

@@ -401,6 +401,7 @@ fn run_inner(config: &ChaosConfig, seed: u64) -> Result<ChaosRun, ChaosError> {
         up_window: DEFAULT_UP_WINDOW,
         down_window: DEFAULT_DOWN_WINDOW,
         program: 0,
+        route: treecast_proto::wire::RouteChoice::Network,
     };
     sim.command(Command::NewStream(spec)).map_err(|e| ChaosError::Stream { seed, source: Box::new(e) })?;
 

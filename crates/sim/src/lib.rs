@@ -928,6 +928,8 @@ impl Sim {
     fn drain(&mut self, id: usize) {
         loop {
             let mut progressed = false;
+            // The simulated links have one route: a stream's choice changes nothing here.
+            while self.nodes[id].as_mut().and_then(|n| n.core.poll_stream_route()).is_some() {}
             while let Some(t) = self.nodes[id].as_mut().and_then(|n| n.core.poll_transmit()) {
                 progressed = true;
                 for &link in t.to.links() {

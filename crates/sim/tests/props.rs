@@ -41,6 +41,7 @@ fn stream(id: u32, n: u32, sync: SyncMode, up: TransformKind) -> StreamSpec {
         up_window: DEFAULT_UP_WINDOW,
         down_window: DEFAULT_DOWN_WINDOW,
         program: 0,
+        route: treecast_proto::wire::RouteChoice::Network,
     }
 }
 

@@ -24,6 +24,7 @@ fn spec(id: u32, ranks: RankSet, up: TransformKind) -> StreamSpec {
         up_window: DEFAULT_UP_WINDOW,
         down_window: DEFAULT_DOWN_WINDOW,
         program: 0,
+        route: treecast_proto::wire::RouteChoice::Network,
     }
 }
 

@@ -11,7 +11,7 @@ use std::io;
 use std::task::Context;
 use std::time::Instant;
 
-use treecast_wire::{Frame, LaunchPlan};
+use treecast_wire::{Frame, LaunchPlan, RouteChoice};
 
 use crate::recording::{LinkPlace, NodeClock, PeerClock};
 use crate::{LinkId, Socket};
@@ -133,6 +133,13 @@ pub trait Route: Send + std::fmt::Debug {
     fn send_together(&self) -> Option<usize> {
         None
     }
+
+    /// Keeps the frames of `stream` to part of the route (`None`: the stream is
+    /// gone, its choice no longer applies): a route that multicasts sends a
+    /// [`RouteChoice::Tcp`] or [`RouteChoice::Striped`] stream's frames over the links,
+    /// one that stripes sends a [`RouteChoice::Tcp`] or [`RouteChoice::Udp`] stream's
+    /// frames whole on one connection. Routes with neither ignore it.
+    fn set_stream_route(&mut self, _stream: u32, _route: Option<RouteChoice>) {}
 
     /// True when what the route carries beside the links (multicast) is held by
     /// every member: closing a link then overtakes nothing sent before it.

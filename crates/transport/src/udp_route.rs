@@ -12,13 +12,13 @@
 //! parent offers, so every node runs this route, multicasting or not: with no group
 //! open, a frame costs one test more than on the links alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::task::Context;
 use std::time::{Duration, Instant};
 
-use treecast_wire::{Frame, FrameKind, LaunchPlan, McastOffer, RouteMsg};
+use treecast_wire::{Frame, FrameKind, LaunchPlan, McastOffer, RouteChoice, RouteMsg};
 
 use crate::mcast::{route_frame, shares_subnet, GroupMember, GroupSender, McastConfig, McastKey};
 use crate::recording::{LinkPlace, NodeClock, PeerClock};
@@ -38,6 +38,8 @@ const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 pub struct UdpRoute<R> {
     links: R,
     groups: Groups,
+    /// Streams whose frames never go by multicast ([`RouteChoice::multicasts`]).
+    over_links: BTreeSet<u32>,
 }
 
 /// The multicast state of one node: its groups, and its parent's.
@@ -89,7 +91,7 @@ impl<R: MonitoredRoute> UdpRoute<R> {
             outbox: Vec::new(),
             broken: Vec::new(),
         };
-        UdpRoute { links, groups }
+        UdpRoute { links, groups, over_links: BTreeSet::new() }
     }
 
     /// The route that carries the links.
@@ -359,7 +361,7 @@ impl<R: MonitoredRoute> Route for UdpRoute<R> {
     /// link when that pays, else over every link.
     fn send(&mut self, links: &[LinkId], frame: &Frame) {
         // Most trees multicast nothing: no clock read and no allocation per frame then.
-        if self.groups.down.is_empty() {
+        if self.groups.down.is_empty() || self.over_links.contains(&frame.header.stream) {
             return self.links.send(links, frame);
         }
         let mut carried_to: Vec<LinkId> = Vec::new();
@@ -435,6 +437,14 @@ impl<R: MonitoredRoute> Route for UdpRoute<R> {
 
     fn send_together(&self) -> Option<usize> {
         self.groups.down.iter().filter_map(GroupSender::multicasts_from).min()
+    }
+
+    fn set_stream_route(&mut self, stream: u32, route: Option<RouteChoice>) {
+        match route {
+            Some(r) if !r.multicasts() => self.over_links.insert(stream),
+            _ => self.over_links.remove(&stream),
+        };
+        self.links.set_stream_route(stream, route);
     }
 
     fn is_settled(&self) -> bool {

@@ -40,6 +40,91 @@ impl SyncMode {
     }
 }
 
+/// Which of the network's routes carry a stream's frames: the network's route is
+/// chosen when it starts (`--route`), and each stream may keep to part of it, as
+/// CoR picks a route per message class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RouteChoice {
+    /// Whatever the network's route does (multicast, striping): the default.
+    #[default]
+    Network,
+    /// Each frame whole, on one connection of each link: no multicast, no striping
+    /// (small-message latency).
+    Tcp,
+    /// Large frames by multicast where the network has UDP groups; never striped.
+    Udp,
+    /// Large frames cut over the connections of striped links; never multicast.
+    Striped,
+}
+
+impl RouteChoice {
+    fn code(self) -> u8 {
+        match self {
+            RouteChoice::Network => 0,
+            RouteChoice::Tcp => 1,
+            RouteChoice::Udp => 2,
+            RouteChoice::Striped => 3,
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        match r.u8("stream route")? {
+            0 => Ok(RouteChoice::Network),
+            1 => Ok(RouteChoice::Tcp),
+            2 => Ok(RouteChoice::Udp),
+            3 => Ok(RouteChoice::Striped),
+            other => {
+                Err(DecodeError::Invalid { what: "stream route", detail: format!("unknown route {other}") })
+            }
+        }
+    }
+
+    /// True when the stream's frames may go by multicast.
+    pub fn multicasts(self) -> bool {
+        matches!(self, RouteChoice::Network | RouteChoice::Udp)
+    }
+
+    /// True when the stream's large frames may be cut over several connections.
+    pub fn stripes(self) -> bool {
+        matches!(self, RouteChoice::Network | RouteChoice::Striped)
+    }
+
+    /// The name a user gives it (`tcp`, `udp`, `striped`; `network` for the default).
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteChoice::Network => "network",
+            RouteChoice::Tcp => "tcp",
+            RouteChoice::Udp => "udp",
+            RouteChoice::Striped => "striped",
+        }
+    }
+}
+
+impl std::fmt::Display for RouteChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for RouteChoice {
+    type Err = String;
+
+    /// `tcp` (or `unix`: one connection per link, whatever its socket), `udp`,
+    /// `striped`, `network`; the socket kind and connection count are the network's.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "network" | "default" => Ok(RouteChoice::Network),
+            "tcp" | "unix" => Ok(RouteChoice::Tcp),
+            "udp" => Ok(RouteChoice::Udp),
+            "striped" => Ok(RouteChoice::Striped),
+            other if other == "mptcp" || other.starts_with("striped:") => Err(format!(
+                "a stream cannot choose '{other}': the socket kind and the connections per link are the                  network's (--route, NetworkBuilder::mptcp/stripes); a stream chooses tcp, udp, striped or network"
+            )),
+            other => Err(format!("unknown stream route '{other}': tcp, udp, striped or network")),
+        }
+    }
+}
+
 /// What a [`ControlMsg::MonitorCollect`] brings back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CollectMode {
@@ -166,6 +251,8 @@ pub struct StreamSpec {
     /// Program tag its frames are recorded under while monitoring (0: the tag of
     /// the recording), so that tools or phases sharing a tree are kept apart.
     pub program: u32,
+    /// Which of the network's routes carry its frames.
+    pub route: RouteChoice,
 }
 
 impl StreamSpec {
@@ -178,6 +265,7 @@ impl StreamSpec {
         self.up_window.encode(out);
         self.down_window.encode(out);
         out.extend_from_slice(&self.program.to_le_bytes());
+        out.push(self.route.code());
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -190,6 +278,7 @@ impl StreamSpec {
             up_window: Window::decode(r, "upward window")?,
             down_window: Window::decode(r, "downward window")?,
             program: r.u32("stream program tag")?,
+            route: RouteChoice::decode(r)?,
         })
     }
 }
@@ -963,6 +1052,7 @@ mod tests {
             up_window: Window { packets: 256, bytes: 4 << 20 },
             down_window: Window { packets: 64, bytes: 8 << 20 },
             program: 0,
+            route: RouteChoice::Tcp,
         }
     }
 

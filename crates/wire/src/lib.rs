@@ -46,8 +46,8 @@ pub use collective::{
     CollectiveHead, CollectiveOp, Combine, FLAG_PEER_COLL, MAX_COLLECTIVE_ERROR,
 };
 pub use control::{
-    AttachPoint, ClockSample, CollectMode, ControlMsg, FilterSpec, SpawnOrder, StreamSpec, SyncMode, Window,
-    MAX_FILTER_NAME,
+    AttachPoint, ClockSample, CollectMode, ControlMsg, FilterSpec, RouteChoice, SpawnOrder, StreamSpec,
+    SyncMode, Window, MAX_FILTER_NAME,
 };
 pub use cut::{cut_frames, cut_frames_into, CutError, NoFiles, PayloadFiles, MAX_FRAMES_GUESS, READ_CHUNK};
 pub use error::{DecodeError, EncodeError, FormatError};

@@ -9,8 +9,8 @@ use treecast_wire::{
     cut_frames, decode_batch, decode_collective, decode_values, encode_batch, encode_collective,
     encode_values, AttachPoint, ClockPlan, CollectiveHead, CollectiveOp, Combine, ControlMsg, CutError,
     DecodeError, FilterSpec, Format, Frame, FrameHeader, FrameKind, Grant, GroupPlace, LaunchPlan,
-    LauncherKind, LauncherSpec, LocalRoute, McastOffer, MemberPlan, RankSet, Reader, RouteMsg, ScalarType,
-    SpawnOrder, StreamSpec, SyncMode, Value, ValueType, Window, FLAG_PAYLOAD_FD, MAX_FILTER_NAME,
+    LauncherKind, LauncherSpec, LocalRoute, McastOffer, MemberPlan, RankSet, Reader, RouteChoice, RouteMsg,
+    ScalarType, SpawnOrder, StreamSpec, SyncMode, Value, ValueType, Window, FLAG_PAYLOAD_FD, MAX_FILTER_NAME,
     MAX_PAYLOAD_LEN, MEMBER_PLAN_VERSION, PLAN_VERSION,
 };
 
@@ -266,8 +266,24 @@ fn window() -> impl Strategy<Value = Window> {
 }
 
 fn stream_spec() -> impl Strategy<Value = StreamSpec> {
-    (any::<u32>(), rank_set(), sync_mode(), filter_spec(), filter_spec(), window(), window(), any::<u32>())
-        .prop_map(|(id, ranks, sync, up, down, up_window, down_window, program)| StreamSpec {
+    let routes = prop_oneof![
+        Just(RouteChoice::Network),
+        Just(RouteChoice::Tcp),
+        Just(RouteChoice::Udp),
+        Just(RouteChoice::Striped)
+    ];
+    (
+        any::<u32>(),
+        rank_set(),
+        sync_mode(),
+        filter_spec(),
+        filter_spec(),
+        window(),
+        window(),
+        any::<u32>(),
+        routes,
+    )
+        .prop_map(|(id, ranks, sync, up, down, up_window, down_window, program, route)| StreamSpec {
             id,
             ranks,
             sync,
@@ -276,6 +292,7 @@ fn stream_spec() -> impl Strategy<Value = StreamSpec> {
             up_window,
             down_window,
             program,
+            route,
         })
 }
 

@@ -12,8 +12,8 @@ use treecast_wire::{
     cut_frames, decode_batch, decode_collective, decode_values, encode_batch, encode_collective,
     encode_values, AttachPoint, ClockPlan, ClockSample, CollectMode, ControlMsg, CutError, DecodeError,
     FilterSpec, Format, Frame, FrameHeader, FrameKind, Grant, GroupPlace, LaunchPlan, LauncherKind,
-    LauncherSpec, LocalRoute, MemberPlan, RankSet, ScalarType, SpawnOrder, StreamSpec, SyncMode, Value,
-    ValueType, Window, FLAG_PAYLOAD_FD, FLAG_PEER_COLL, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
+    LauncherSpec, LocalRoute, MemberPlan, RankSet, RouteChoice, ScalarType, SpawnOrder, StreamSpec, SyncMode,
+    Value, ValueType, Window, FLAG_PAYLOAD_FD, FLAG_PEER_COLL, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
 };
 
 fn load(name: &str) -> Vec<Json> {
@@ -343,6 +343,7 @@ fn stream_from_json(m: &Json) -> StreamSpec {
         up_window: window_from_json(&m["up_window"]),
         down_window: window_from_json(&m["down_window"]),
         program: m.get("program").map_or(0, |_| u32_of(m, "program")),
+        route: m.get("route").map_or(RouteChoice::Network, |_| str_of(m, "route").parse().unwrap()),
     }
 }
 

@@ -108,6 +108,7 @@ fn run(spec: &str, topo: Topology, waves: usize) -> anyhow::Result<SimFigures> {
         up_window: DEFAULT_UP_WINDOW,
         down_window: DEFAULT_DOWN_WINDOW,
         program: 0,
+        route: treecast_wire::RouteChoice::Network,
     };
     sim.command(Command::NewStream(spec_msg)).context("opening the stream")?;
     // Count the waves only: let the stream's announcement reach every node first.

@@ -424,6 +424,10 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             // Members join and leave: frames wait for the whole group only while it multicasts.
             self.core.send_together(self.route.send_together());
             let mut progressed = false;
+            // A new stream's choice before its first frames.
+            while let Some((stream, route)) = self.core.poll_stream_route() {
+                self.route.set_stream_route(stream, Some(route));
+            }
             while let Some(t) = self.core.poll_transmit() {
                 self.transmit(t.to.links(), &t.frame);
                 progressed = true;
@@ -491,6 +495,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             Event::MonitorStart { program } => self.route.monitor_start(program),
             Event::MonitorStop => self.route.monitor_stop(),
             Event::StreamProgram { stream, program } => self.route.set_stream_program(stream, program),
+            Event::StreamRouteEnded { stream } => self.route.set_stream_route(stream, None),
             Event::MonitorCollectLocal { id } => {
                 let report = self.route.monitor_report();
                 // Only the front-end refuses monitoring commands, and not this one.

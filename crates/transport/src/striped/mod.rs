@@ -65,7 +65,9 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
-use treecast_wire::{cut_frames, Frame, LaunchPlan, PieceHeader, HEADER_LEN, PIECE_HEADER_LEN};
+use treecast_wire::{
+    cut_frames, Frame, FrameKind, LaunchPlan, PieceHeader, RouteChoice, HEADER_LEN, PIECE_HEADER_LEN,
+};
 
 use pieces::{cuts, Incoming, Outgoing};
 use stall::{Progress, Watched};
@@ -170,6 +172,7 @@ struct Conn {
     ctl: Socket,
     alive: bool,
     tasks: [JoinHandle<()>; 2],
+    progress: Arc<Progress>,
 }
 
 /// A task that ends with what owns it.
@@ -217,8 +220,9 @@ impl Link {
             .map(|(i, _)| i)
     }
 
-    fn queue_piece(&mut self, data: Bytes) {
-        let Some(c) = self.pick() else { return };
+    /// Queues a piece on connection `on`, else on the one [`Link::pick`] names.
+    fn queue_piece(&mut self, data: Bytes, on: Option<usize>) {
+        let Some(c) = on.or_else(|| self.pick()) else { return };
         let seq = self.out.sent(c, data.clone());
         let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
         self.conns[c].queue.push(Item::Piece(PieceHeader::Data { seq, len }.encode(), data));
@@ -246,6 +250,8 @@ pub struct StripedRoute {
     cut_after: Option<u64>,
     /// How long a connection may hold bytes without delivering any (see [`stall`]).
     stall_limit: Duration,
+    /// Streams whose frames go whole on one connection ([`RouteChoice::stripes`]).
+    whole: std::collections::BTreeSet<u32>,
 }
 
 impl std::fmt::Debug for StripedRoute {
@@ -406,6 +412,7 @@ impl StripedRoute {
             max_frame,
             cut_after: std::env::var(CUT_ENV).ok().and_then(|v| v.parse().ok()),
             stall_limit: stall::limit_from_env(),
+            whole: std::collections::BTreeSet::new(),
         }
     }
 
@@ -442,8 +449,8 @@ impl StripedRoute {
                 self.events_tx.clone(),
                 self.wake.clone(),
             ));
-            watched.push(Watched { queue: queue.clone(), progress, ctl: ctl.try_clone()? });
-            conns.push(Conn { queue, ctl, alive: true, tasks: [reader, writer] });
+            watched.push(Watched { queue: queue.clone(), progress: progress.clone(), ctl: ctl.try_clone()? });
+            conns.push(Conn { queue, ctl, alive: true, tasks: [reader, writer], progress });
         }
         let watch = (watched.len() > 1).then(|| {
             let task = stall::watch(watched, link, name.clone(), self.stall_limit, self.events_tx.clone());
@@ -484,6 +491,13 @@ impl StripedRoute {
     /// Bytes sent on `link` that the peer has not acknowledged yet.
     pub fn unacked(&self, link: LinkId) -> usize {
         self.links.get(link).map_or(0, |l| l.out.unacked_bytes())
+    }
+
+    /// Bytes written so far on each connection of `link`, in connection order.
+    pub fn written(&self, link: LinkId) -> Vec<u64> {
+        self.links.get(link).map_or_else(Vec::new, |l| {
+            l.conns.iter().map(|c| c.progress.written.load(Ordering::Acquire)).collect()
+        })
     }
 
     /// Pieces sent again on `link` so far, after the connection that carried them failed.
@@ -617,11 +631,14 @@ impl Route for StripedRoute {
         let mut head = BytesMut::with_capacity(HEADER_LEN);
         frame.header.encode(len, &mut head);
         let total = HEADER_LEN + len;
+        let whole = frame.header.kind == FrameKind::Data && self.whole.contains(&frame.header.stream);
         for &link in links {
             let Some(l) = self.links.get_mut(link) else { continue };
             if l.closing || l.pick().is_none() {
                 continue;
             }
+            // A stream kept off striping has every piece of a frame on one connection.
+            let on = if whole { l.pick() } else { None };
             for r in cuts(total, SMALL, PIECE) {
                 let data = if r.start >= HEADER_LEN {
                     frame.payload.slice(r.start - HEADER_LEN..r.end - HEADER_LEN)
@@ -633,7 +650,7 @@ impl Route for StripedRoute {
                     }
                     b.freeze()
                 };
-                l.queue_piece(data);
+                l.queue_piece(data, on);
             }
         }
     }
@@ -705,6 +722,13 @@ impl Route for StripedRoute {
 
     fn apply_plan(&mut self, plan: &LaunchPlan) {
         self.max_frame = plan.max_frame as usize;
+    }
+
+    fn set_stream_route(&mut self, stream: u32, route: Option<RouteChoice>) {
+        match route {
+            Some(r) if !r.stripes() => self.whole.insert(stream),
+            _ => self.whole.remove(&stream),
+        };
     }
 
     fn unacknowledged(&self) -> usize {

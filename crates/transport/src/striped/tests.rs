@@ -170,7 +170,8 @@ async fn a_connection_cut_on_the_sender_mid_transfer_loses_and_duplicates_nothin
 
 /// A rail that goes down resets nothing: what is sent on it just stops arriving.
 /// Here the receiver stops reading its connection 1, which leaves the sender's
-/// pieces on it in the kernels' buffers, undelivered, while connection 0 moves.
+/// pieces on it in the kernels' buffers, undelivered, while connection 0 moves. A
+/// small frame every 50 ms stands for the heartbeats that keep a live link moving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_stops_delivering_is_given_up_and_its_pieces_go_on_the_other() {
     let (mut a, la, mut b, lb) = pair_with(2, Duration::from_millis(300)).await;
@@ -179,11 +180,62 @@ async fn a_connection_that_stops_delivering_is_given_up_and_its_pieces_go_on_the
     for f in &sent {
         a.send(&[la], f);
     }
-    let got = carry(&mut a, &mut b, lb, sent.len(), u64::MAX, |_, _| {}).await;
+    let mut got = Vec::new();
+    let mut beats = tokio::time::interval(Duration::from_millis(50));
+    let run = poll_fn(|cx| loop {
+        let mut any = a.poll_recv(cx, &mut |_, e| panic!("the sender got {e:?}"));
+        any |= b.poll_recv(cx, &mut |_, e| match e {
+            RouteEvent::Frame(f) if f.header.stream == 9 => {}
+            RouteEvent::Frame(f) => got.push(f),
+            other => panic!("the receiver got {other:?}"),
+        });
+        if beats.poll_tick(cx).is_ready() {
+            any = true;
+            a.send(&[la], &Frame::new(FrameHeader::data(9, 0, 0), vec![1u8; 8]));
+        }
+        if got.len() >= sent.len() {
+            return Poll::Ready(());
+        }
+        if !any {
+            return Poll::Pending;
+        }
+    });
+    tokio::time::timeout(LIMIT, run).await.expect("the frames did not all arrive within a minute");
     assert_same(&sent, &got);
     assert_eq!(a.connections(la), 1, "the connection that stood still was given up");
     assert!(a.resent(la) > 0, "its pieces went again on the other");
     eprintln!("resent {} pieces, {} copies dropped", a.resent(la), b.duplicates(lb));
+}
+
+/// A stream kept off striping sends all the pieces of a frame on one connection
+/// (the others' go to whichever connection has the fewest bytes queued, which on
+/// loopback may well be one too, so only the kept stream is checked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_chose_tcp_keeps_each_frame_on_one_connection() {
+    let (mut a, la, mut b, lb) = pair(2).await;
+    let payload: Bytes = (0..(8usize << 20)).map(|i| i as u8).collect();
+    // Bytes written on each connection of `a`'s link.
+    let written = |a: &StripedRoute| a.written(la);
+    a.set_stream_route(2, Some(RouteChoice::Tcp));
+    for round in 0..4 {
+        let before = written(&a);
+        let sent = [Frame::new(FrameHeader::data(2, round, 0), payload.clone())];
+        a.send(&[la], &sent[0]);
+        assert_same(&sent, &carry(&mut a, &mut b, lb, 1, u64::MAX, |_, _| {}).await);
+        // The writers count a write once it is done: wait until the frame is all
+        // counted, its header and its pieces' headers too.
+        let frame_len = HEADER_LEN + payload.len();
+        let on_wire = (frame_len + frame_len.div_ceil(PIECE) * PIECE_HEADER_LEN) as u64;
+        let until = Instant::now() + LIMIT;
+        while written(&a).iter().sum::<u64>() - before.iter().sum::<u64>() < on_wire {
+            assert!(Instant::now() < until, "the writers never counted the frame");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let used = written(&a).iter().zip(&before).filter(|(x, y)| x > y).count();
+        assert_eq!(used, 1, "connections that carried frame {round} of the tcp stream");
+    }
+    a.set_stream_route(2, None);
+    assert!(a.whole.is_empty(), "the stream's choice, once gone, still applies");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ use std::io;
 use std::task::Context;
 use std::time::Duration;
 
-use treecast_wire::{Frame, LaunchPlan};
+use treecast_wire::{Frame, LaunchPlan, RouteChoice};
 
 use super::StripedRoute;
 use crate::recording::{LinkPlace, NodeClock, PeerClock};
@@ -86,6 +86,11 @@ impl<R: MonitoredRoute> Route for WithStriped<R> {
 
     fn set_reach(&mut self, link: LinkId, backends: u64) {
         self.plain.set_reach(link, backends);
+    }
+
+    fn set_stream_route(&mut self, stream: u32, route: Option<RouteChoice>) {
+        self.plain.set_stream_route(stream, route);
+        self.striped.set_stream_route(stream, route);
     }
 
     fn apply_plan(&mut self, plan: &LaunchPlan) {
