@@ -907,6 +907,24 @@ enum tc_result tc_stream_new(const struct tc_network *net,
                              uint32_t sync_timeout_ms,
                              struct tc_stream **out);
 
+// As `tc_stream_new`, its frames kept to part of the network's route: `route` is
+// `"tcp"` (each frame whole on one connection of each link: no multicast, no
+// striping), `"udp"` (multicast, needs the udp route), `"striped"` (needs striped
+// links) or `"network"` (NULL too: whatever the network's route does).
+// `TC_ERR_INVALID` for a route the network's links do not carry, naming the
+// route to launch with.
+//
+// # Safety
+// As `tc_stream_new`; `route` is NULL or NUL-terminated.
+enum tc_result tc_stream_new_routed(const struct tc_network *net,
+                                    const struct tc_communicator *comm,
+                                    const char *up,
+                                    const char *down,
+                                    uint32_t sync,
+                                    uint32_t sync_timeout_ms,
+                                    const char *route,
+                                    struct tc_stream **out);
+
 // As `tc_stream_new`, with parameters for the `up` filter from its creation on,
 // typed as `format` says: every node's instance is made with them (a plug-in's
 // `create` gets them), so no wave is ever reduced without them.

@@ -84,6 +84,7 @@ fn kind_of(e: &ApiError) -> Kind {
         | ApiError::Filter { .. }
         | ApiError::FilterRefused { .. }
         | ApiError::FilterName { .. } => Kind::Filter,
+        ApiError::RouteNotCarried { .. } => Kind::Value,
         _ => Kind::Error,
     }
 }

@@ -494,6 +494,7 @@ struct TreeOptions {
     connect_timeout: Option<f64>,
     dead_after: Option<f64>,
     rejoin_within: Option<f64>,
+    route: Option<String>,
 }
 
 impl TreeOptions {
@@ -528,7 +529,12 @@ impl TreeOptions {
             attach_timeout: self.attach_timeout,
             dead_after: self.dead_after,
             rejoin_within: self.rejoin_within,
-            route: RouteKind::Tcp,
+            route: match self.route.as_deref() {
+                None => RouteKind::Tcp,
+                Some(r) => {
+                    r.parse().map_err(|e: String| Fail::new(Kind::Value, format!("route={r:?}: {e}")))?
+                }
+            },
         })
     }
 }
@@ -586,7 +592,12 @@ fn launch_spec(
 }
 
 /// The options of a stream as Python gives them.
-fn stream_options(filter: &str, sync: &str, down: Option<&str>) -> Result<StreamOptions, Fail> {
+fn stream_options(
+    filter: &str,
+    sync: &str,
+    down: Option<&str>,
+    route: Option<&str>,
+) -> Result<StreamOptions, Fail> {
     let spec = |name: &str| match TransformKind::from_name(name) {
         Some(k) => k.spec(),
         // A plug-in filter loaded into the tree, by name (version 1 unless NAME@V).
@@ -608,10 +619,15 @@ fn stream_options(filter: &str, sync: &str, down: Option<&str>) -> Result<Stream
             }
         },
     };
+    let route = match route {
+        None => treecast_api::RouteChoice::Network,
+        Some(r) => r.parse().map_err(|e: String| Fail::new(Kind::Value, format!("route={r:?}: {e}")))?,
+    };
     Ok(StreamOptions {
         sync,
         up: spec(filter),
         down: spec(down.unwrap_or("null")),
+        route,
         ..StreamOptions::default()
     })
 }
@@ -878,7 +894,7 @@ impl PyNetwork {
     #[staticmethod]
     #[pyo3(signature = (treecast, *, local=None, hosts=None, exclude=Vec::new(), fanout=16, user=None, per_host=1,
         topology=None, launcher=None, ssh_args=None, remote_path=None, allow_missing=false, attach=None,
-        attach_timeout=300.0, connect_timeout=None, dead_after=None, rejoin_within=None, backend=None, env=None,
+        attach_timeout=300.0, connect_timeout=None, dead_after=None, rejoin_within=None, route=None, backend=None, env=None,
         plugins=Vec::new(), is_async=false))]
     #[allow(clippy::too_many_arguments)]
     fn launch<'py>(
@@ -900,6 +916,7 @@ impl PyNetwork {
         connect_timeout: Option<f64>,
         dead_after: Option<f64>,
         rejoin_within: Option<f64>,
+        route: Option<String>,
         backend: Option<Vec<String>>,
         env: Option<Vec<(String, String)>>,
         plugins: Vec<PathBuf>,
@@ -922,6 +939,7 @@ impl PyNetwork {
             connect_timeout,
             dead_after,
             rejoin_within,
+            route,
         };
         let spec = launch_spec(treecast, options, backend, env, plugins).map_err(|f| f.into_pyerr(py))?;
         if is_async {
@@ -977,8 +995,10 @@ impl PyNetwork {
         Ok(run_report_to_py(py, r)?.into_bound(py))
     }
 
-    /// Opens a stream to `ranks` (all back-ends when None).
-    #[pyo3(signature = (filter="null", sync="wait_for_all", ranks=None, down_filter=None, is_async=false))]
+    /// Opens a stream to `ranks` (all back-ends when None), its frames on `route`
+    /// (tcp, udp, striped; None: the network's).
+    #[pyo3(signature = (filter="null", sync="wait_for_all", ranks=None, down_filter=None, route=None, is_async=false))]
+    #[allow(clippy::too_many_arguments)]
     fn stream<'py>(
         &self,
         py: Python<'py>,
@@ -986,9 +1006,10 @@ impl PyNetwork {
         sync: &str,
         ranks: Option<&Bound<'py, PyAny>>,
         down_filter: Option<&str>,
+        route: Option<&str>,
         is_async: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let options = stream_options(filter, sync, down_filter).map_err(|f| f.into_pyerr(py))?;
+        let options = stream_options(filter, sync, down_filter, route).map_err(|f| f.into_pyerr(py))?;
         let ranks = ranks.map(|r| PyRankSet::new(Some(r)).map(|s| s.inner)).transpose()?;
         let fut = self.until_closed(open_stream(self.net.clone(), options, ranks));
         if is_async {

@@ -58,7 +58,27 @@ def test_a_reduction_through_the_tree_with_python_backends(backend):
         s2 = net.stream(filter="max", ranks=[1, 2])
         s2.send(1, "%ld", 10)
         assert s2.recv(timeout=30).values == [30]
+        # A stream may keep to part of the network's route, among those it carries.
+        s3 = net.stream(filter="sum", route="tcp")
+        s3.send(1, "%ld", 2)
+        assert s3.recv(timeout=30).values == [2 * (1 + 2 + 3 + 4)]
+        with pytest.raises(ValueError, match="--route udp"):
+            net.stream(filter="sum", route="udp")
+        with pytest.raises(ValueError, match="tcp, udp, striped"):
+            net.stream(filter="sum", route="ib")
         s.send(99, "")
+
+
+def test_streams_choose_among_the_routes_of_a_multicasting_network(backend):
+    with treecast.Network(local=4, topology="balanced:2x2", backend=backend, route="udp") as net:
+        for route in (None, "tcp", "udp"):
+            s = net.stream(filter="sum", route=route)
+            s.send(1, "%ld", 3)
+            assert s.recv(timeout=30).values == [3 * (1 + 2 + 3 + 4)], route
+        with pytest.raises(ValueError, match="--route striped"):
+            net.stream(filter="sum", route="striped")
+    with pytest.raises(ValueError, match="striped:N"):
+        treecast.Network(local=2, route="ib")
 
 
 def test_a_matched_recv_skips_packets_without_losing_them(backend):

@@ -145,7 +145,9 @@ class Network:
 
     ``Network(local=16, topology="balanced:4x4")`` starts comm nodes and 16 local
     back-ends; ``hosts="node[01-64]", fanout=8, launcher="ssh"`` one back-end per
-    host; ``attach=PATH`` waits for back-ends started by another launcher. The
+    host; ``attach=PATH`` waits for back-ends started by another launcher;
+    ``route="udp"`` (multicast), ``"striped:N"`` or ``"mptcp"`` sets the links'
+    route, among which each :meth:`stream` may choose (``route="tcp"``). The
     back-ends run ``backend`` (argv), by default the generic back-end of the
     ``treecast`` binary that came with the package, which :meth:`run` and
     :meth:`bcast_file` need. Use it as a context manager: it is closed on exit.
@@ -170,6 +172,7 @@ class Network:
         connect_timeout: Optional[float] = None,
         dead_after: Optional[float] = None,
         rejoin_within: Optional[float] = None,
+        route: Optional[str] = None,
         backend: Optional[Sequence[str]] = None,
         env: Optional[Mapping[str, str]] = None,
         plugins: Sequence[Union[str, os.PathLike[str]]] = (),
@@ -241,12 +244,16 @@ class Network:
         sync: str = "wait_for_all",
         ranks: Optional[Ranks] = None,
         down_filter: Optional[str] = None,
+        route: Optional[str] = None,
     ) -> Stream:
         """Opens a stream to ``ranks`` (every back-end by default) whose packets
         coming up are reduced by ``filter`` (sum, min, max, avg, concat, eqclass,
         null, or a plug-in's name) in waves grouped by ``sync`` (``wait_for_all``,
-        ``do_not_wait``, ``timeout:MS``)."""
-        return cast(Stream, self._net.stream(filter, sync, _ranks(ranks), down_filter))
+        ``do_not_wait``, ``timeout:MS``). ``route`` keeps its frames to part of the
+        network's route: ``tcp`` (whole, on one connection per link), ``udp``
+        (multicast; needs ``route="udp"`` on the network), ``striped`` (needs
+        striped links); ``None``: whatever the network's route does."""
+        return cast(Stream, self._net.stream(filter, sync, _ranks(ranks), down_filter, route))
 
     async def stream_async(
         self,
@@ -254,9 +261,10 @@ class Network:
         sync: str = "wait_for_all",
         ranks: Optional[Ranks] = None,
         down_filter: Optional[str] = None,
+        route: Optional[str] = None,
     ) -> Stream:
         """Awaitable :meth:`stream`."""
-        return cast(Stream, await self._net.stream(filter, sync, _ranks(ranks), down_filter, is_async=True))
+        return cast(Stream, await self._net.stream(filter, sync, _ranks(ranks), down_filter, route, is_async=True))
 
     def bcast_file(
         self,

@@ -159,6 +159,7 @@ class Network:
         connect_timeout: Optional[float] = None,
         dead_after: Optional[float] = None,
         rejoin_within: Optional[float] = None,
+        route: Optional[str] = None,
         backend: Optional[list[str]] = None,
         env: Optional[list[tuple[str, str]]] = None,
         plugins: list[Union[str, PathLike[str]]] = ...,
@@ -181,6 +182,7 @@ class Network:
         sync: str = "wait_for_all",
         ranks: Any = None,
         down_filter: Optional[str] = None,
+        route: Optional[str] = None,
         is_async: bool = False,
     ) -> Any: ...
     def bcast_file(

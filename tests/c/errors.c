@@ -84,6 +84,10 @@ static void without_a_network(void) {
   FAILS(tc_network_options_set_launcher(o, "pbs"), TC_ERR_INVALID, "\"local\", \"ssh\" or \"slurm\"");
   FAILS(tc_network_options_set_route(o, "ib"), TC_ERR_INVALID, "\"striped:N\" or \"mptcp\"");
   FAILS(tc_network_options_set_route(o, "striped:17"), TC_ERR_INVALID, "N from 2 to 16");
+  /* A stream chooses among the network's routes, not sockets or connection counts. */
+  tc_stream *routed = NULL;
+  FAILS(tc_stream_new_routed(NULL, NULL, NULL, NULL, 0, 0, "mptcp", &routed), TC_ERR_INVALID, "are the network's");
+  FAILS(tc_stream_new_routed(NULL, NULL, NULL, NULL, 0, 0, "ib", &routed), TC_ERR_INVALID, "tcp, udp, striped");
   FAILS(tc_network_options_set_hosts(o, "node[05-01]", 0, 0), TC_ERR_INVALID, "node[05-01]");
   FAILS(tc_network_options_set_backend(o, NULL, 0), TC_ERR_INVALID, "argc is 0");
   const char *bad_utf8[] = {"\xff\xfe"};

@@ -85,6 +85,20 @@ int main(int argc, char **argv) {
     CHECK(tc_stream_new(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, &sum));
     EXPECT(tc_test_scaled(sum, 2) == 2 * (1 + 2 + 3 + 4));
     tc_stream_free(sum);
+    /* A stream that keeps its frames whole on one connection of each link. */
+    CHECK(tc_stream_new_routed(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, "tcp", &sum));
+    EXPECT(tc_test_scaled(sum, 3) == 3 * (1 + 2 + 3 + 4));
+    tc_stream_free(sum);
+    /* Striped links carry a striped stream; no multicast groups, no udp stream. */
+    int striped = i == 0;
+    tc_result r = tc_stream_new_routed(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, "striped", &sum);
+    EXPECT(r == (striped ? TC_OK : TC_ERR_INVALID));
+    if (r == TC_OK) {
+      EXPECT(tc_test_scaled(sum, 4) == 4 * (1 + 2 + 3 + 4));
+      tc_stream_free(sum);
+    }
+    EXPECT(tc_stream_new_routed(net, all, "sum", NULL, TC_SYNC_WAIT_FOR_ALL, 0, "udp", &sum) == TC_ERR_INVALID);
+    EXPECT(strstr(tc_last_error(), "--route udp") != NULL);
     tc_communicator_free(all);
     tc_network_free(net);
   }

@@ -88,6 +88,7 @@ impl From<ApiError> for Failure {
             ApiError::Topology(_)
             | ApiError::FilterName { .. }
             | ApiError::EmptyWindow { .. }
+            | ApiError::RouteNotCarried { .. }
             | ApiError::Source(_)
             | ApiError::Attach(_) => tc_result::TC_ERR_INVALID,
             _ => tc_result::TC_ERR_OTHER,

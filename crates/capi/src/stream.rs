@@ -4,7 +4,7 @@
 use std::ffi::c_char;
 use std::sync::Arc;
 
-use treecast_api::{FilterSpec, Stream, StreamOptions, StreamSender, SyncMode, TransformKind};
+use treecast_api::{FilterSpec, RouteChoice, Stream, StreamOptions, StreamSender, SyncMode, TransformKind};
 
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{
@@ -82,7 +82,40 @@ pub unsafe extern "C" fn tc_stream_new(
 ) -> tc_result {
     guard("tc_stream_new", || {
         // SAFETY: as the caller promised.
-        unsafe { new_stream(net, comm, up, down, sync, sync_timeout_ms, None, out) }
+        unsafe { new_stream(net, comm, up, down, sync, sync_timeout_ms, Extras::default(), out) }
+    })
+}
+
+/// As `tc_stream_new`, its frames kept to part of the network's route: `route` is
+/// `"tcp"` (each frame whole on one connection of each link: no multicast, no
+/// striping), `"udp"` (multicast, needs the udp route), `"striped"` (needs striped
+/// links) or `"network"` (NULL too: whatever the network's route does).
+/// `TC_ERR_INVALID` for a route the network's links do not carry, naming the
+/// route to launch with.
+///
+/// # Safety
+/// As `tc_stream_new`; `route` is NULL or NUL-terminated.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn tc_stream_new_routed(
+    net: *const tc_network,
+    comm: *const tc_communicator,
+    up: *const c_char,
+    down: *const c_char,
+    sync: u32,
+    sync_timeout_ms: u32,
+    route: *const c_char,
+    out: *mut *mut tc_stream,
+) -> tc_result {
+    guard("tc_stream_new_routed", || {
+        // SAFETY: as the caller promised.
+        let route = match unsafe { opt(route, "route") }? {
+            None => RouteChoice::Network,
+            Some(r) => r.parse().map_err(|e: String| Failure::new(tc_result::TC_ERR_INVALID, e))?,
+        };
+        let extras = Extras { params: None, route };
+        // SAFETY: as the caller promised.
+        unsafe { new_stream(net, comm, up, down, sync, sync_timeout_ms, extras, out) }
     })
 }
 
@@ -115,11 +148,21 @@ pub unsafe extern "C" fn tc_stream_new_params(
         let mut params = Vec::new();
         treecast_api::encode_values(&values, &mut params);
         // SAFETY: as the caller promised.
-        unsafe { new_stream(net, comm, up, down, sync, sync_timeout_ms, Some(params), out) }
+        let extras = Extras { params: Some(params), route: RouteChoice::Network };
+        // SAFETY: as the caller promised.
+        unsafe { new_stream(net, comm, up, down, sync, sync_timeout_ms, extras, out) }
     })
 }
 
-/// The work of `tc_stream_new` and `tc_stream_new_params` (`params`: the up filter's).
+/// What some ways of making a stream add to `tc_stream_new`'s arguments.
+#[derive(Default)]
+struct Extras {
+    /// The up filter's parameters.
+    params: Option<Vec<u8>>,
+    route: RouteChoice,
+}
+
+/// The work of `tc_stream_new`, `tc_stream_new_params` and `tc_stream_new_routed`.
 ///
 /// # Safety
 /// As `tc_stream_new`.
@@ -131,7 +174,7 @@ unsafe fn new_stream(
     down: *const c_char,
     sync: u32,
     sync_timeout_ms: u32,
-    params: Option<Vec<u8>>,
+    extras: Extras,
     out: *mut *mut tc_stream,
 ) -> Result<(), Failure> {
     // SAFETY: as the caller promised.
@@ -141,9 +184,10 @@ unsafe fn new_stream(
     out_ok(out, "out")?;
     let mut options = StreamOptions::reduce(TransformKind::Null);
     options.up = filter(n, up.unwrap_or("null"));
-    if let Some(p) = params {
+    if let Some(p) = extras.params {
         options.up.params = p;
     }
+    options.route = extras.route;
     options.down = filter(n, down.unwrap_or("null"));
     options.sync = sync_mode(sync, sync_timeout_ms)?;
     let stream = block_on(n.net.new_stream(&c.comm, options))??;

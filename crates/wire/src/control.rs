@@ -118,7 +118,8 @@ impl std::str::FromStr for RouteChoice {
             "udp" => Ok(RouteChoice::Udp),
             "striped" => Ok(RouteChoice::Striped),
             other if other == "mptcp" || other.starts_with("striped:") => Err(format!(
-                "a stream cannot choose '{other}': the socket kind and the connections per link are the                  network's (--route, NetworkBuilder::mptcp/stripes); a stream chooses tcp, udp, striped or network"
+                "a stream cannot choose '{other}': the socket kind and the connections per link are the \
+                 network's (--route, NetworkBuilder::mptcp/stripes); a stream chooses tcp, udp, striped or network"
             )),
             other => Err(format!("unknown stream route '{other}': tcp, udp, striped or network")),
         }
