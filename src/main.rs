@@ -41,10 +41,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs `fut` on one thread, as a task rather than as `block_on`'s own future: a
+/// task woken by another (the tool by the node's driver, and back) runs in the same
+/// turn of the scheduler, where waking `block_on`'s future costs one more look at
+/// the reactor (a zero-timeout `epoll_wait`) per wake-up.
 fn single_threaded(
-    fut: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
+    fut: impl std::future::Future<Output = anyhow::Result<ExitCode>> + Send + 'static,
 ) -> anyhow::Result<ExitCode> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(fut)
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    match runtime.block_on(async { tokio::spawn(fut).await }) {
+        Ok(outcome) => outcome,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(anyhow::anyhow!("the main task was cancelled: {e}")),
+    }
 }
 
 fn multi_threaded(
