@@ -195,12 +195,14 @@ impl Carried {
     fn check(self, route: RouteChoice) -> Result<(), ApiError> {
         let why = match route {
             RouteChoice::Udp if !self.udp => {
-                "the network has no multicast groups; launch it with the udp route (--route udp, \
-                 NetworkBuilder::udp_route) and its streams may then choose udp or tcp"
+                "the network has no multicast groups; launch it with the udp route (--route udp; \
+                 NetworkBuilder::udp_route, tc_network_options_set_route, Network(route=\"udp\") in \
+                 Python) and its streams may then choose udp or tcp"
             }
             RouteChoice::Striped if self.stripes < 2 => {
                 "the network's links are one connection each; launch it with striped links \
-                 (--route striped:N, NetworkBuilder::stripes) and its streams may then choose striped or tcp"
+                 (--route striped:N; NetworkBuilder::stripes, tc_network_options_set_route, \
+                 Network(route=\"striped:N\") in Python) and its streams may then choose striped or tcp"
             }
             _ => return Ok(()),
         };

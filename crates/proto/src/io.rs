@@ -185,12 +185,6 @@ pub enum Event {
         /// Its program tag.
         program: Option<u32>,
     },
-    /// Driver: `stream`, which kept to part of the network's route
-    /// ([`crate::Node::poll_stream_route`]), is gone here: its choice no longer applies.
-    StreamRouteEnded {
-        /// The stream.
-        stream: u32,
-    },
     /// Driver: hand this node's own report for collection `id` back with
     /// [`Command::MonitorLocal`].
     MonitorCollectLocal {

@@ -127,8 +127,9 @@ struct Outputs {
     /// Credit frames go first: they never need to wait behind data.
     credits: VecDeque<Transmit>,
     events: VecDeque<Event>,
-    /// Route choices of streams made or learnt here ([`Node::poll_stream_route`]).
-    routes: VecDeque<(u32, treecast_wire::RouteChoice)>,
+    /// Route choices of streams made or learnt here, and their ends
+    /// ([`Node::poll_stream_route`]).
+    routes: VecDeque<(u32, Option<treecast_wire::RouteChoice>)>,
 }
 
 impl Outputs {
@@ -734,9 +735,10 @@ impl Node {
     }
 
     /// The route choice of a stream made or learnt since the last call, other than
-    /// the network's: take them all before the transmits, as the stream's first
-    /// frames may be among those. [`Event::StreamRouteEnded`] says when one ends.
-    pub fn poll_stream_route(&mut self) -> Option<(u32, treecast_wire::RouteChoice)> {
+    /// the network's (`None`: a stream that had one is gone here, its choice no
+    /// longer applies), in the order they happened: take them all before the
+    /// transmits, as a new stream's first frames may be among those.
+    pub fn poll_stream_route(&mut self) -> Option<(u32, Option<treecast_wire::RouteChoice>)> {
         self.out.routes.pop_front()
     }
 

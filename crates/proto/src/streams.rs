@@ -547,7 +547,7 @@ fn forget_stream(
         out.event(Event::StreamProgram { stream: id, program: None });
     }
     if s.spec.route != RouteChoice::Network {
-        out.event(Event::StreamRouteEnded { stream: id });
+        out.routes.push_back((id, None));
     }
     Some(s)
 }
@@ -739,7 +739,7 @@ impl Node {
             self.out.event(Event::StreamProgram { stream: s.spec.id, program: Some(s.spec.program) });
         }
         if s.spec.route != RouteChoice::Network {
-            self.out.routes.push_back((s.spec.id, s.spec.route));
+            self.out.routes.push_back((s.spec.id, Some(s.spec.route)));
         }
         self.streams.insert(s.spec.id, s);
     }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use treecast_filters::{FilterRegistry, TransformKind};
 use treecast_wire::{
     encode_values, AttachPoint, ControlMsg, FilterSpec, Frame, FrameHeader, Grant, LaunchPlan, MemberPlan,
-    RankSet, StreamSpec, SyncMode, Value, Window,
+    RankSet, RouteChoice, StreamSpec, SyncMode, Value, Window,
 };
 
 use super::*;
@@ -446,6 +446,25 @@ fn a_stream_with_its_own_program_tag_has_its_frames_recorded_under_it_while_it_l
     assert_eq!(program(&mut be), [(1, Some(42))]);
     be.handle_frame(parent, control(&ControlMsg::CloseStream { id: 1 }), now);
     assert_eq!(program(&mut be), [(1, None)]);
+}
+
+#[test]
+fn a_stream_that_chose_a_route_tells_the_driver_when_it_is_made_and_when_it_ends() {
+    let now = Instant::now();
+    let routes = |n: &mut Node| std::iter::from_fn(|| n.poll_stream_route()).collect::<Vec<_>>();
+    let (mut fe, _) = front_end_with_two_backends();
+    let tcp = StreamSpec { route: RouteChoice::Tcp, ..spec(1, Window { packets: 2, bytes: 1000 }) };
+    fe.handle_command(Command::NewStream(tcp.clone()), now).unwrap();
+    fe.handle_command(Command::NewStream(spec(2, Window { packets: 2, bytes: 1000 })), now).unwrap();
+    assert_eq!(routes(&mut fe), [(1, Some(RouteChoice::Tcp))], "the network's route tells nothing");
+    // A back-end learns it from its parent, and sees the stream closed.
+    let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);
+    let parent = ids(1)[0];
+    be.handle_link_up(parent, Peer::Parent, now);
+    be.handle_frame(parent, control(&ControlMsg::NewStream(tcp)), now);
+    assert_eq!(routes(&mut be), [(1, Some(RouteChoice::Tcp))]);
+    be.handle_frame(parent, control(&ControlMsg::CloseStream { id: 1 }), now);
+    assert_eq!(routes(&mut be), [(1, None)], "its end");
 }
 
 #[test]

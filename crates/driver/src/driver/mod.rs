@@ -426,7 +426,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             let mut progressed = false;
             // A new stream's choice before its first frames.
             while let Some((stream, route)) = self.core.poll_stream_route() {
-                self.route.set_stream_route(stream, Some(route));
+                self.route.set_stream_route(stream, route);
             }
             while let Some(t) = self.core.poll_transmit() {
                 self.transmit(t.to.links(), &t.frame);
@@ -495,7 +495,6 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             Event::MonitorStart { program } => self.route.monitor_start(program),
             Event::MonitorStop => self.route.monitor_stop(),
             Event::StreamProgram { stream, program } => self.route.set_stream_program(stream, program),
-            Event::StreamRouteEnded { stream } => self.route.set_stream_route(stream, None),
             Event::MonitorCollectLocal { id } => {
                 let report = self.route.monitor_report();
                 // Only the front-end refuses monitoring commands, and not this one.

@@ -33,9 +33,10 @@
 //! * **Stalls.** A rail brought down fails nothing: its connection just stops
 //!   delivering. A task per link ([`stall`]) gives up a connection that held bytes
 //!   without delivering any for [`stall::STALL_ENV`] seconds (5 by default) while
-//!   another connection of the link moved, as if it had failed. When every
-//!   connection stands still the peer is not reading, and the core's heartbeat
-//!   judges the link.
+//!   another connection of the link moved, as if it had failed; small frames take
+//!   the connections in turn, so every rail of a quiet link carries something.
+//!   When every connection stands still the peer is not reading, and the core's
+//!   heartbeat judges the link.
 //! * **I/O.** Each connection has a writer task fed from its queue and a reader task
 //!   that hands whole pieces to the route through one bounded channel (a slow node
 //!   stops its readers, and so its peers). The bookkeeping has no I/O and is tested
@@ -111,6 +112,12 @@ enum Event {
         link: LinkId,
         conn: usize,
         reason: Option<String>,
+    },
+    /// The stall watch gives the connection up: it delivers nothing while another moves.
+    Stalled {
+        link: LinkId,
+        conn: usize,
+        reason: String,
     },
 }
 
@@ -207,17 +214,25 @@ struct Link {
     cut: bool,
     /// The stall watch of a link of several connections.
     _watch: Option<OwnedTask>,
+    /// Where [`Link::pick`] starts looking: ties go round, so that small frames
+    /// (heartbeats, acknowledgements) cross every connection and a dead one shows.
+    turn: usize,
 }
 
 impl Link {
-    /// The live connection with the fewest bytes queued.
-    fn pick(&self) -> Option<usize> {
-        self.conns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.alive)
-            .min_by_key(|(_, c)| c.queue.pending.load(Ordering::Acquire))
-            .map(|(i, _)| i)
+    /// The live connection with the fewest bytes queued, ties taken in turn.
+    fn pick(&mut self) -> Option<usize> {
+        let n = self.conns.len();
+        let start = self.turn % n.max(1);
+        self.turn = self.turn.wrapping_add(1);
+        (0..n)
+            .map(|k| (start + k) % n)
+            .filter(|&i| self.conns[i].alive)
+            .min_by_key(|&i| self.conns[i].queue.pending.load(Ordering::Acquire))
+    }
+
+    fn has_live(&self) -> bool {
+        self.conns.iter().any(|c| c.alive)
     }
 
     /// Queues a piece on connection `on`, else on the one [`Link::pick`] names.
@@ -437,6 +452,8 @@ impl StripedRoute {
         let mut watched = Vec::with_capacity(sockets.len());
         for (i, s) in sockets.into_iter().enumerate() {
             let (r, w, ctl) = split(s)?;
+            // Before any task starts: nothing is left running if it fails.
+            let watched_ctl = ctl.try_clone()?;
             let queue = Arc::new(Queue::default());
             let progress = Arc::new(Progress::default());
             let reader = tokio::spawn(read_pieces(r, link, i, progress.clone(), self.events_tx.clone()));
@@ -449,7 +466,7 @@ impl StripedRoute {
                 self.events_tx.clone(),
                 self.wake.clone(),
             ));
-            watched.push(Watched { queue: queue.clone(), progress: progress.clone(), ctl: ctl.try_clone()? });
+            watched.push(Watched { queue: queue.clone(), progress: progress.clone(), ctl: watched_ctl });
             conns.push(Conn { queue, ctl, alive: true, tasks: [reader, writer], progress });
         }
         let watch = (watched.len() > 1).then(|| {
@@ -466,6 +483,7 @@ impl StripedRoute {
             ack_due: false,
             cut: false,
             _watch: watch,
+            turn: 0,
         };
         self.links.insert(link, link_state);
         Ok(())
@@ -553,6 +571,10 @@ impl StripedRoute {
                 }
             }
             Event::Ended { link, conn, reason } => self.conn_ended(link, conn, reason, sink),
+            // A link closing in order keeps its connections until they drain or its
+            // peer goes: giving one up now would drop what it still holds.
+            Event::Stalled { link, .. } if !self.links.get(link).is_some_and(|l| !l.closing) => {}
+            Event::Stalled { link, conn, reason } => self.conn_ended(link, conn, Some(reason), sink),
         }
     }
 
@@ -570,6 +592,7 @@ impl StripedRoute {
             return;
         }
         c.alive = false;
+        c.progress.ended.store(true, Ordering::Release);
         c.ctl.shutdown(std::net::Shutdown::Both);
         c.queue.clear();
         let live: Vec<usize> = l.conns.iter().enumerate().filter(|(_, c)| c.alive).map(|(i, _)| i).collect();
@@ -634,7 +657,7 @@ impl Route for StripedRoute {
         let whole = frame.header.kind == FrameKind::Data && self.whole.contains(&frame.header.stream);
         for &link in links {
             let Some(l) = self.links.get_mut(link) else { continue };
-            if l.closing || l.pick().is_none() {
+            if l.closing || !l.has_live() {
                 continue;
             }
             // A stream kept off striping has every piece of a frame on one connection.

@@ -43,6 +43,8 @@ pub(super) struct Progress {
     pub(super) written: AtomicU64,
     /// Pieces (and acknowledgements) the reader took off the connection.
     pub(super) heard: AtomicU64,
+    /// The route gave the connection up (it failed, or this watch reported it).
+    pub(super) ended: std::sync::atomic::AtomicBool,
 }
 
 /// One look at a connection.
@@ -54,6 +56,8 @@ pub(super) struct Seen {
     pub(super) delivered: u64,
     /// What its reader took so far.
     pub(super) heard: u64,
+    /// The route gave it up.
+    pub(super) ended: bool,
 }
 
 #[derive(Debug)]
@@ -92,6 +96,7 @@ impl StallWatch {
     /// the peer reads, and the stuck one's pieces are what it waits for).
     pub(super) fn look(&mut self, seen: &[Seen], now: Instant) -> Vec<usize> {
         for (c, s) in self.conns.iter_mut().zip(seen) {
+            c.given_up |= s.ended;
             if s.delivered > c.best {
                 c.best = s.delivered;
                 c.stuck_since = now;
@@ -110,8 +115,11 @@ impl StallWatch {
         let stuck: Vec<usize> = (0..self.conns.len())
             .filter(|&i| {
                 let c = &self.conns[i];
+                // One that hears but cannot deliver is stuck too, and proves nothing.
                 let moves = |d: &ConnWatch| {
-                    now.duration_since(d.moved_at) < limit || (d.idle && d.moved_at > c.stuck_since)
+                    let stuck = now.duration_since(d.stuck_since) >= limit;
+                    !stuck
+                        && (now.duration_since(d.moved_at) < limit || (d.idle && d.moved_at > c.stuck_since))
                 };
                 !c.given_up
                     && now.duration_since(c.stuck_since) >= limit
@@ -146,6 +154,7 @@ impl Watched {
             outstanding: self.queue.pending.load(Ordering::Acquire) + held,
             delivered: self.progress.written.load(Ordering::Acquire).saturating_sub(held as u64),
             heard: self.progress.heard.load(Ordering::Acquire),
+            ended: self.progress.ended.load(Ordering::Acquire),
         }
     }
 }
@@ -175,7 +184,7 @@ pub(super) async fn watch(
                 limit.as_secs_f64()
             );
             tracing::warn!(peer = %name, "giving up connection {conn} of a striped link: {reason}");
-            if tx.send(Event::Ended { link, conn, reason: Some(reason) }).await.is_err() {
+            if tx.send(Event::Stalled { link, conn, reason }).await.is_err() {
                 return;
             }
         }
@@ -189,7 +198,7 @@ mod tests {
     const LIMIT: Duration = Duration::from_secs(5);
 
     fn seen(outstanding: usize, delivered: u64, heard: u64) -> Seen {
-        Seen { outstanding, delivered, heard }
+        Seen { outstanding, delivered, heard, ended: false }
     }
 
     #[test]
@@ -253,6 +262,18 @@ mod tests {
         assert!(w.look(&[seen(0, 2000, 0), seen(64, 100, 0)], at(2)).is_empty());
         // A busy machine looks next at 10 s: 0 last moved 8 s ago, but after 1 got stuck.
         assert_eq!(w.look(&[seen(0, 2000, 0), seen(64, 100, 0)], at(10)), vec![1]);
+    }
+
+    #[test]
+    fn an_ended_connection_or_one_that_hears_but_cannot_deliver_proves_nothing() {
+        let t0 = Instant::now();
+        let mut w = StallWatch::new(3, LIMIT, t0);
+        for s in 1..=8u64 {
+            let ended = Seen { outstanding: 0, delivered: s * 1000, heard: s, ended: true };
+            // 0 holds bytes it cannot deliver but hears the peer; 1 holds bytes too.
+            let got = w.look(&[seen(64, 0, s), seen(64, 0, 0), ended], t0 + Duration::from_secs(s));
+            assert!(got.is_empty(), "at {s} s: {got:?}");
+        }
     }
 
     #[test]
