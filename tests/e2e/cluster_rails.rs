@@ -1,8 +1,9 @@
 //! A striped link over the two rails of a shaped test cluster (`tools/testcluster
-//! up 2 --rate 1gbit --rails 2`) with one rail brought down mid-transfer: a rail
-//! that goes down resets nothing, so the link must notice that connection standing
-//! still, give it up, and carry everything on the other rail, nothing lost or
-//! delivered twice. Needs root; without it the test shows as ignored.
+//! up 2 --rate 1gbit --rails 2`) with one rail brought down mid-transfer, then
+//! another under a quiet link: a rail that goes down resets nothing, so the link
+//! must notice that connection standing still, give it up, and carry everything on
+//! the other rail, nothing lost or delivered twice. Needs root; without it the test
+//! shows as ignored.
 //!
 //! The far end is `treecast bench route --serve` in host 2, which answers each frame
 //! tagged `DIGEST_TAG` with the SHA-256 of what arrived; this process is the near
@@ -137,10 +138,7 @@ fn a_rail_brought_down_mid_transfer_leaves_the_other_carrying_everything() {
                 rail_down = true;
                 any = true;
                 // A quarter arrived: rail 2 goes down under the transfer.
-                let ns = format!("treecast-{PREFIX}2");
-                let ok =
-                    Command::new("ip").args(["-n", &ns, "link", "set", "eth1", "down"]).status().unwrap();
-                assert!(ok.success(), "could not bring rail 2 down");
+                set_link(&format!("treecast-{PREFIX}2"), "eth1", "down");
             }
             if answers.len() == payloads.len() {
                 return Poll::Ready(());
@@ -159,5 +157,54 @@ fn a_rail_brought_down_mid_transfer_leaves_the_other_carrying_everything() {
         assert_eq!(s.connections(link), 1, "the connection on the rail that went down was given up");
         assert!(s.resent(link) > 0, "its pieces went again on rail 1");
         eprintln!("{} pieces went again on rail 1", s.resent(link));
+        route.close(link, treecast_transport::Close::Now);
+
+        // A quiet link: only small frames, as heartbeats. Rail 2 comes back, a new
+        // link takes both rails, and rail 1 (connection 0's) goes down under it.
+        set_link(&format!("treecast-{PREFIX}2"), "eth1", "up");
+        let link = LinkTable::<()>::new().insert(());
+        let sockets = striped::connect(&to, 2, 1, &secret, LIMIT).await.unwrap();
+        route.add_links(link, sockets, LinkPeer::Parent, "host 2".into()).unwrap();
+        let beats: Vec<Vec<u8>> = (0..40).map(|_| random_bytes(100)).collect();
+        let mut answers = Vec::new();
+        let mut sent = 0;
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        let run = poll_fn(|cx| loop {
+            let mut any = route.poll_recv(cx, &mut |_, e| match e {
+                RouteEvent::Frame(f) | RouteEvent::Timed(f, _) => answers.push(f),
+                RouteEvent::Closed(why) => panic!("the quiet link closed: {why:?}"),
+            });
+            if sent < beats.len() && tick.poll_tick(cx).is_ready() {
+                any = true;
+                let frame = Frame::new(FrameHeader::data(1, DIGEST_TAG, sent as u32), beats[sent].clone());
+                route.send(&[link], &frame);
+                sent += 1;
+                if sent == 10 {
+                    set_link(&format!("treecast-{PREFIX}2"), "eth0", "down");
+                }
+            }
+            route.flush();
+            if answers.len() == beats.len() {
+                return Poll::Ready(());
+            }
+            if !any {
+                return Poll::Pending;
+            }
+        });
+        tokio::time::timeout(LIMIT, run).await.expect("the quiet link's frames were not all answered");
+        for (i, (answer, sent)) in answers.iter().zip(&beats).enumerate() {
+            assert_eq!(
+                &answer.payload[..],
+                &sha2::Sha256::digest(sent)[..],
+                "small frame {i} arrived changed"
+            );
+        }
+        assert_eq!(route.striped().connections(link), 1, "the connection on rail 1 was given up");
     });
+}
+
+/// Sets `dev` in namespace `ns` up or down.
+fn set_link(ns: &str, dev: &str, state: &str) {
+    let ok = Command::new("ip").args(["-n", ns, "link", "set", dev, state]).status().unwrap();
+    assert!(ok.success(), "could not set {dev} {state} in {ns}");
 }
