@@ -50,6 +50,13 @@
 //!
 //! Every call that waits either has a `_timeout` variant or ends with an error
 //! when the network goes away.
+//!
+//! Runtime: a network or back-end runs its I/O on a task of the tokio runtime it is
+//! made on. On a current-thread runtime, run the tool's own loop as a task too
+//! (`rt.block_on(async { tokio::spawn(tool()).await })`) rather than as `block_on`'s
+//! future: tokio looks at the reactor once more (a zero-timeout `epoll_wait`) each
+//! time a task wakes `block_on`'s own future, and a back-end is woken once per
+//! packet (docs/benchmarks.md, issue 49). The `treecast` binary does so.
 
 #![forbid(unsafe_code)]
 
