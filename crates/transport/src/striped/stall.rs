@@ -6,7 +6,7 @@
 //! is not reading (or every rail is down): that is the heartbeat's to judge, and no
 //! connection is given up here.
 //!
-//! [`StallWatch`] is the judgement, with no I/O; [`watch`] is the task that feeds it
+//! `StallWatch` is the judgement, with no I/O; `watch` is the task that feeds it
 //! what the kernel and the connection's tasks report.
 
 use std::sync::atomic::{AtomicU64, Ordering};
