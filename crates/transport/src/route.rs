@@ -148,6 +148,26 @@ pub trait Route: Send + std::fmt::Debug {
     }
 }
 
+/// The streams that keep to part of a route ([`Route::set_stream_route`]), kept by
+/// the routes that act on the choice.
+#[derive(Debug, Default)]
+pub(crate) struct StreamChoices(std::collections::BTreeMap<u32, RouteChoice>);
+
+impl StreamChoices {
+    /// Takes a stream's choice (`None`: the stream is gone).
+    pub(crate) fn set(&mut self, stream: u32, route: Option<RouteChoice>) {
+        match route {
+            Some(r) => self.0.insert(stream, r),
+            None => self.0.remove(&stream),
+        };
+    }
+
+    /// What `stream`'s frames may take: the network's route unless it chose.
+    pub(crate) fn of(&self, stream: u32) -> RouteChoice {
+        self.0.get(&stream).copied().unwrap_or_default()
+    }
+}
+
 /// A route that stamps the frames it carries and records their latency components
 /// (`crate::recording`): the monitoring calls a node's driver makes on its route.
 pub trait MonitoredRoute: Route {

@@ -12,7 +12,7 @@
 //! parent offers, so every node runs this route, multicasting or not: with no group
 //! open, a frame costs one test more than on the links alone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::task::Context;
@@ -22,7 +22,7 @@ use treecast_wire::{Frame, FrameKind, LaunchPlan, McastOffer, RouteChoice, Route
 
 use crate::mcast::{route_frame, shares_subnet, GroupMember, GroupSender, McastConfig, McastKey};
 use crate::recording::{LinkPlace, NodeClock, PeerClock};
-use crate::route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent};
+use crate::route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent, StreamChoices};
 use crate::{LinkId, Socket};
 
 /// Where a link's ends are: `None` for a Unix socket (this host), else this end's
@@ -38,8 +38,8 @@ const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 pub struct UdpRoute<R> {
     links: R,
     groups: Groups,
-    /// Streams whose frames never go by multicast ([`RouteChoice::multicasts`]).
-    over_links: BTreeSet<u32>,
+    /// Streams that keep to part of the route: some never multicast ([`RouteChoice::multicasts`]).
+    choices: StreamChoices,
 }
 
 /// The multicast state of one node: its groups, and its parent's.
@@ -91,7 +91,7 @@ impl<R: MonitoredRoute> UdpRoute<R> {
             outbox: Vec::new(),
             broken: Vec::new(),
         };
-        UdpRoute { links, groups, over_links: BTreeSet::new() }
+        UdpRoute { links, groups, choices: StreamChoices::default() }
     }
 
     /// The route that carries the links.
@@ -361,7 +361,7 @@ impl<R: MonitoredRoute> Route for UdpRoute<R> {
     /// link when that pays, else over every link.
     fn send(&mut self, links: &[LinkId], frame: &Frame) {
         // Most trees multicast nothing: no clock read and no allocation per frame then.
-        if self.groups.down.is_empty() || self.over_links.contains(&frame.header.stream) {
+        if self.groups.down.is_empty() || !self.choices.of(frame.header.stream).multicasts() {
             return self.links.send(links, frame);
         }
         let mut carried_to: Vec<LinkId> = Vec::new();
@@ -440,10 +440,7 @@ impl<R: MonitoredRoute> Route for UdpRoute<R> {
     }
 
     fn set_stream_route(&mut self, stream: u32, route: Option<RouteChoice>) {
-        match route {
-            Some(r) if !r.multicasts() => self.over_links.insert(stream),
-            _ => self.over_links.remove(&stream),
-        };
+        self.choices.set(stream, route);
         self.links.set_stream_route(stream, route);
     }
 

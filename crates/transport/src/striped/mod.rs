@@ -76,7 +76,7 @@ pub use with::WithStriped;
 
 use crate::handshake::{self, TOKEN};
 use crate::recording::{LinkPlace, NodeClock, PeerClock};
-use crate::route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent};
+use crate::route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent, StreamChoices};
 use crate::{LinkId, LinkMap, Secret, Socket, Stream, TransportError};
 
 /// Frames of at most this many bytes (header included) travel as one piece.
@@ -175,11 +175,26 @@ impl WakeSlot {
 #[derive(Debug)]
 struct Conn {
     queue: Arc<Queue>,
-    /// A duplicate of the socket, to shut it and to ask the kernel what it holds.
-    ctl: Socket,
-    alive: bool,
-    tasks: [JoinHandle<()>; 2],
+    /// A duplicate of the socket, to shut it and to ask the kernel what it holds
+    /// (shared with the link's stall watch).
+    ctl: Arc<Socket>,
+    /// Its reader and writer.
+    _tasks: [OwnedTask; 2],
+    /// What it moved, and whether it was given up (shared with the stall watch).
     progress: Arc<Progress>,
+}
+
+impl Conn {
+    fn alive(&self) -> bool {
+        !self.progress.ended.load(Ordering::Acquire)
+    }
+
+    /// Shuts it both ways and drops what it had queued; it is not used again.
+    fn end(&self) {
+        self.progress.ended.store(true, Ordering::Release);
+        self.ctl.shutdown(std::net::Shutdown::Both);
+        self.queue.clear();
+    }
 }
 
 /// A task that ends with what owns it.
@@ -189,14 +204,6 @@ struct OwnedTask(JoinHandle<()>);
 impl Drop for OwnedTask {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
     }
 }
 
@@ -227,12 +234,12 @@ impl Link {
         self.turn = self.turn.wrapping_add(1);
         (0..n)
             .map(|k| (start + k) % n)
-            .filter(|&i| self.conns[i].alive)
+            .filter(|&i| self.conns[i].alive())
             .min_by_key(|&i| self.conns[i].queue.pending.load(Ordering::Acquire))
     }
 
     fn has_live(&self) -> bool {
-        self.conns.iter().any(|c| c.alive)
+        self.conns.iter().any(Conn::alive)
     }
 
     /// Queues a piece on connection `on`, else on the one [`Link::pick`] names.
@@ -244,10 +251,8 @@ impl Link {
     }
 
     fn shut_all(&mut self) {
-        for c in &mut self.conns {
-            c.ctl.shutdown(std::net::Shutdown::Both);
-            c.alive = false;
-            c.queue.clear();
+        for c in &self.conns {
+            c.end();
         }
     }
 }
@@ -265,8 +270,9 @@ pub struct StripedRoute {
     cut_after: Option<u64>,
     /// How long a connection may hold bytes without delivering any (see [`stall`]).
     stall_limit: Duration,
-    /// Streams whose frames go whole on one connection ([`RouteChoice::stripes`]).
-    whole: std::collections::BTreeSet<u32>,
+    /// Streams that keep to part of the route: some keep each frame on one
+    /// connection ([`RouteChoice::stripes`]).
+    choices: StreamChoices,
 }
 
 impl std::fmt::Debug for StripedRoute {
@@ -427,7 +433,7 @@ impl StripedRoute {
             max_frame,
             cut_after: std::env::var(CUT_ENV).ok().and_then(|v| v.parse().ok()),
             stall_limit: stall::limit_from_env(),
-            whole: std::collections::BTreeSet::new(),
+            choices: StreamChoices::default(),
         }
     }
 
@@ -452,8 +458,7 @@ impl StripedRoute {
         let mut watched = Vec::with_capacity(sockets.len());
         for (i, s) in sockets.into_iter().enumerate() {
             let (r, w, ctl) = split(s)?;
-            // Before any task starts: nothing is left running if it fails.
-            let watched_ctl = ctl.try_clone()?;
+            let ctl = Arc::new(ctl);
             let queue = Arc::new(Queue::default());
             let progress = Arc::new(Progress::default());
             let reader = tokio::spawn(read_pieces(r, link, i, progress.clone(), self.events_tx.clone()));
@@ -466,8 +471,8 @@ impl StripedRoute {
                 self.events_tx.clone(),
                 self.wake.clone(),
             ));
-            watched.push(Watched { queue: queue.clone(), progress: progress.clone(), ctl: watched_ctl });
-            conns.push(Conn { queue, ctl, alive: true, tasks: [reader, writer], progress });
+            watched.push(Watched { queue: queue.clone(), progress: progress.clone(), ctl: ctl.clone() });
+            conns.push(Conn { queue, ctl, _tasks: [OwnedTask(reader), OwnedTask(writer)], progress });
         }
         let watch = (watched.len() > 1).then(|| {
             let task = stall::watch(watched, link, name.clone(), self.stall_limit, self.events_tx.clone());
@@ -493,8 +498,8 @@ impl StripedRoute {
     /// what the kernel held for it thrown away on the peer's side or ours): for
     /// failure drills and tests. False when there is no such live connection.
     pub fn break_connection(&mut self, link: LinkId, index: usize) -> bool {
-        let Some(c) = self.links.get_mut(link).and_then(|l| l.conns.get_mut(index)) else { return false };
-        if !c.alive {
+        let Some(c) = self.links.get(link).and_then(|l| l.conns.get(index)) else { return false };
+        if !c.alive() {
             return false;
         }
         c.ctl.shutdown(std::net::Shutdown::Both);
@@ -503,7 +508,7 @@ impl StripedRoute {
 
     /// Live connections of `link`.
     pub fn connections(&self, link: LinkId) -> usize {
-        self.links.get(link).map_or(0, |l| l.conns.iter().filter(|c| c.alive).count())
+        self.links.get(link).map_or(0, |l| l.conns.iter().filter(|c| c.alive()).count())
     }
 
     /// Bytes sent on `link` that the peer has not acknowledged yet.
@@ -587,15 +592,13 @@ impl StripedRoute {
         sink: &mut dyn FnMut(LinkId, RouteEvent),
     ) {
         let Some(l) = self.links.get_mut(link) else { return };
-        let Some(c) = l.conns.get_mut(conn) else { return };
-        if !c.alive {
+        let Some(c) = l.conns.get(conn) else { return };
+        if !c.alive() {
             return;
         }
-        c.alive = false;
-        c.progress.ended.store(true, Ordering::Release);
-        c.ctl.shutdown(std::net::Shutdown::Both);
-        c.queue.clear();
-        let live: Vec<usize> = l.conns.iter().enumerate().filter(|(_, c)| c.alive).map(|(i, _)| i).collect();
+        c.end();
+        let live: Vec<usize> =
+            l.conns.iter().enumerate().filter(|(_, c)| c.alive()).map(|(i, _)| i).collect();
         if live.is_empty() {
             let Some(l) = self.links.remove(link) else { return };
             if !l.closing {
@@ -654,7 +657,7 @@ impl Route for StripedRoute {
         let mut head = BytesMut::with_capacity(HEADER_LEN);
         frame.header.encode(len, &mut head);
         let total = HEADER_LEN + len;
-        let whole = frame.header.kind == FrameKind::Data && self.whole.contains(&frame.header.stream);
+        let whole = frame.header.kind == FrameKind::Data && !self.choices.of(frame.header.stream).stripes();
         for &link in links {
             let Some(l) = self.links.get_mut(link) else { continue };
             if l.closing || !l.has_live() {
@@ -721,7 +724,7 @@ impl Route for StripedRoute {
             Close::Flush => {
                 let Some(l) = self.links.get_mut(link) else { return };
                 l.closing = true;
-                for c in l.conns.iter().filter(|c| c.alive) {
+                for c in l.conns.iter().filter(|c| c.alive()) {
                     c.queue.push(Item::Shutdown);
                 }
             }
@@ -731,7 +734,7 @@ impl Route for StripedRoute {
     fn is_flushed(&self) -> bool {
         self.links
             .iter()
-            .all(|(_, l)| l.conns.iter().all(|c| !c.alive || c.queue.pending.load(Ordering::Acquire) == 0))
+            .all(|(_, l)| l.conns.iter().all(|c| !c.alive() || c.queue.pending.load(Ordering::Acquire) == 0))
     }
 
     /// Waits, sleeping, for the writer tasks: they run only on a runtime with
@@ -748,16 +751,13 @@ impl Route for StripedRoute {
     }
 
     fn set_stream_route(&mut self, stream: u32, route: Option<RouteChoice>) {
-        match route {
-            Some(r) if !r.stripes() => self.whole.insert(stream),
-            _ => self.whole.remove(&stream),
-        };
+        self.choices.set(stream, route);
     }
 
     fn unacknowledged(&self) -> usize {
         self.links
             .iter()
-            .flat_map(|(_, l)| l.conns.iter().filter(|c| c.alive))
+            .flat_map(|(_, l)| l.conns.iter().filter(|c| c.alive()))
             .map(|c| c.queue.pending.load(Ordering::Acquire) + c.ctl.unacknowledged().unwrap_or(0))
             .sum()
     }

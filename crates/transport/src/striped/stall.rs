@@ -143,8 +143,8 @@ impl StallWatch {
 pub(super) struct Watched {
     pub(super) queue: Arc<Queue>,
     pub(super) progress: Arc<Progress>,
-    /// A duplicate of the socket, to ask the kernel what it holds.
-    pub(super) ctl: Socket,
+    /// The connection's socket, to ask the kernel what it holds.
+    pub(super) ctl: Arc<Socket>,
 }
 
 impl Watched {

@@ -175,7 +175,7 @@ async fn a_connection_cut_on_the_sender_mid_transfer_loses_and_duplicates_nothin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_stops_delivering_is_given_up_and_its_pieces_go_on_the_other() {
     let (mut a, la, mut b, lb) = pair_with(2, Duration::from_millis(300)).await;
-    b.links.get_mut(lb).unwrap().conns[1].tasks[0].abort();
+    b.links.get_mut(lb).unwrap().conns[1]._tasks[0].0.abort();
     let sent = frames(64 << 20);
     for f in &sent {
         a.send(&[la], f);
@@ -235,7 +235,7 @@ async fn a_stream_that_chose_tcp_keeps_each_frame_on_one_connection() {
         assert_eq!(used, 1, "connections that carried frame {round} of the tcp stream");
     }
     a.set_stream_route(2, None);
-    assert!(a.whole.is_empty(), "the stream's choice, once gone, still applies");
+    assert_eq!(a.choices.of(2), RouteChoice::Network, "the stream's choice, once gone, still applies");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
