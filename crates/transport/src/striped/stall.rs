@@ -28,12 +28,20 @@ pub const DEFAULT_LIMIT: Duration = Duration::from_secs(5);
 
 /// [`STALL_ENV`] when it holds a positive number of seconds, else [`DEFAULT_LIMIT`].
 pub(super) fn limit_from_env() -> Duration {
-    std::env::var(STALL_ENV)
+    let Ok(text) = std::env::var(STALL_ENV) else { return DEFAULT_LIMIT };
+    let limit = text
+        .trim()
+        .parse::<f64>()
         .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .unwrap_or(DEFAULT_LIMIT)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok());
+    limit.unwrap_or_else(|| {
+        tracing::warn!(
+            "{STALL_ENV}={text:?} is not a positive number of seconds; using {} s",
+            DEFAULT_LIMIT.as_secs()
+        );
+        DEFAULT_LIMIT
+    })
 }
 
 /// What a connection's tasks moved so far, counted as they go.
