@@ -101,6 +101,8 @@ impl Serialize for OutputClass {
 pub struct Lost {
     /// Ranks, compact.
     pub ranks: String,
+    /// The hosts those ranks ran on, as a compact host list (what pdsh and clush name).
+    pub hosts: String,
     /// Why, as the node that noticed said it.
     pub reason: String,
 }
@@ -179,7 +181,7 @@ pub async fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         net.shutdown().await;
         return reduced;
     }
-    let report = run_command_waiting(&mut net, &args.command, wait, args.output_limit).await;
+    let report = run_command_waiting(&net, &args.command, wait, args.output_limit).await;
     net.shutdown().await;
     let mut report = report?;
     if let Some(g) = spawned {
@@ -416,12 +418,12 @@ pub fn secs_flag(flag: &str, secs: f64, min: f64, max: f64) -> anyhow::Result<Du
 /// # Errors
 /// The stream could not be used or answers were malformed.
 pub async fn run_on(
-    mut net: Network,
+    net: Network,
     command: &[String],
     limit: Option<Duration>,
     output_limit: u64,
 ) -> anyhow::Result<RunReport> {
-    let report = run_command_keeping(&mut net, command, limit, output_limit).await?;
+    let report = run_command_keeping(&net, command, limit, output_limit).await?;
     net.shutdown().await;
     Ok(report)
 }
@@ -436,7 +438,7 @@ pub async fn run_on(
 /// # Errors
 /// The stream could not be used or answers were malformed.
 pub async fn run_command(
-    net: &mut Network,
+    net: &Network,
     command: &[String],
     limit: Option<Duration>,
 ) -> anyhow::Result<RunReport> {
@@ -449,7 +451,7 @@ pub async fn run_command(
 /// # Errors
 /// The stream could not be used or answers were malformed.
 pub async fn run_command_keeping(
-    net: &mut Network,
+    net: &Network,
     command: &[String],
     limit: Option<Duration>,
     output_limit: u64,
@@ -501,7 +503,7 @@ impl AnswerWait {
 /// # Errors
 /// The stream could not be used or answers were malformed.
 pub async fn run_command_waiting(
-    net: &mut Network,
+    net: &Network,
     command: &[String],
     wait: AnswerWait,
     output_limit: u64,
@@ -517,6 +519,7 @@ pub async fn run_command_waiting(
         Some((total, _)) => stream.recv_timeout(total).await,
         None => stream.recv().await,
     };
+    let answer_came = answer.is_ok();
     let mut raw: Vec<(RankSet, Vec<Value>)> = Vec::new();
     if let Ok(packet) = answer {
         add_classes(&mut raw, &packet)?;
@@ -541,6 +544,16 @@ pub async fn run_command_waiting(
             }
         }
     }
+    if answer_came {
+        // The answer came without these ranks: their links closed (or their comm
+        // node's, whose orphans were handled above), and the news of their loss,
+        // which waits for how each process ended, follows.
+        let mut gone = comm.ranks().difference(&answered);
+        for (ranks, _) in net.orphaned().into_iter().skip(orphaned_before) {
+            gone = gone.difference(&ranks);
+        }
+        await_loss_news(net, &gone).await;
+    }
     // A tree that takes nothing more is left as it is; the caller shuts it down.
     let _ = tokio::time::timeout(CLOSE_LIMIT, stream.close()).await;
     let mut classes = Vec::new();
@@ -552,7 +565,11 @@ pub async fn run_command_waiting(
     let mut lost: Vec<Lost> = known_lost
         .among(&missing)
         .into_iter()
-        .map(|(ranks, reason)| Lost { ranks: ranks.to_string(), reason })
+        .map(|(ranks, reason)| Lost {
+            hosts: hosts_of(net.topology(), &ranks),
+            ranks: ranks.to_string(),
+            reason,
+        })
         .collect();
     let mut silent = missing.difference(known_lost.ranks());
     for (ranks, why) in net.orphaned().into_iter().skip(orphaned_before) {
@@ -564,7 +581,7 @@ pub async fn run_command_waiting(
             } else {
                 format!("{why}; their answers were lost with it")
             };
-            lost.push(Lost { ranks: mine.to_string(), reason });
+            lost.push(Lost { hosts: hosts_of(net.topology(), &mine), ranks: mine.to_string(), reason });
         }
     }
     let mut no_answer = Vec::new();
@@ -576,7 +593,7 @@ pub async fn run_command_waiting(
             ),
             None => "no answer (still connected: the command or the back-end hangs?)".to_owned(),
         };
-        no_answer.push(Lost { ranks: silent.to_string(), reason });
+        no_answer.push(Lost { hosts: hosts_of(net.topology(), &silent), ranks: silent.to_string(), reason });
     }
     let ok = lost.is_empty() && no_answer.is_empty() && classes.iter().all(|c| c.exit_code == 0);
     let worst = classes.iter().map(|c| u8::try_from(c.exit_code.clamp(0, 255)).unwrap_or(u8::MAX)).max();
@@ -727,6 +744,22 @@ async fn ask_again(
 
 /// Time past the rejoin limit for the news that an orphan rejoined or was lost.
 const REJOIN_MARGIN: Duration = Duration::from_secs(2);
+
+/// How long a run waits, once its answer came without some ranks, for the news that
+/// they were lost: a node holds that report up to `treecast_proto::EXIT_WAIT` (0.5 s)
+/// to say how the process ended, and it may cross comm nodes on its way up.
+const LOSS_NEWS_WAIT: Duration = Duration::from_secs(3);
+
+/// Waits (at most [`LOSS_NEWS_WAIT`]) until every rank of `ranks` is among the lost:
+/// a rank whose answer is missing is then reported lost with why, not as silent.
+async fn await_loss_news(net: &Network, ranks: &RankSet) {
+    if ranks.is_empty() {
+        return;
+    }
+    let mut lost = net.lost_watch();
+    let _ =
+        tokio::time::timeout(LOSS_NEWS_WAIT, lost.wait_for(|l| ranks.difference(l.ranks()).is_empty())).await;
+}
 
 /// The hosts that run `ranks`, as a compact host list.
 fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
@@ -1011,7 +1044,7 @@ mod tests {
             backends: 3,
             groups: Vec::new(),
             classes: vec![class("0,2", b"a\nb\n", b"", 0), class("1", b"c", b"oops\n", 3)],
-            lost: vec![Lost { ranks: "3".into(), reason: "gone".into() }],
+            lost: vec![Lost { ranks: "3".into(), hosts: "n04".into(), reason: "gone".into() }],
             no_answer: Vec::new(),
             ok: false,
             exit_status: 255,
@@ -1048,6 +1081,7 @@ mod tests {
         let lost = |ranks: &str, node: u32, secs: &str| {
             Lost {
             ranks: ranks.into(),
+            hosts: "localhost".into(),
             reason: format!("comm node localhost:{node} (node {node}): nothing arrived for {secs} s, not even a heartbeat"),
         }
         };
@@ -1058,9 +1092,17 @@ mod tests {
             lost: vec![
                 lost("3-4", 2, "5.0"),
                 lost("5", 3, "5.1"),
-                Lost { ranks: "6".into(), reason: "back-end rank 6 exited".into() },
+                Lost {
+                    ranks: "6".into(),
+                    hosts: "localhost".into(),
+                    reason: "back-end rank 6 exited".into(),
+                },
             ],
-            no_answer: vec![Lost { ranks: "7-9".into(), reason: "no answer within 15 s".into() }],
+            no_answer: vec![Lost {
+                ranks: "7-9".into(),
+                hosts: "localhost".into(),
+                reason: "no answer within 15 s".into(),
+            }],
             ok: false,
             exit_status: 255,
         };

@@ -460,7 +460,7 @@ async fn a_rank_missing_at_launch_is_reported_lost_at_once_not_waited_for() {
     std::fs::create_dir(&out).unwrap();
     let script = format!("if [ \"$TREECAST_RANK\" = 1 ]; then exit 1; fi; exec {TREECAST} backend");
     let topo = Topology::from_spec("flat", Some(2)).unwrap();
-    let mut net = NetworkBuilder::new(topo)
+    let net = NetworkBuilder::new(topo)
         .treecast_path(TREECAST)
         .startup_timeout(LIMIT)
         .allow_missing(true)
@@ -471,7 +471,7 @@ async fn a_rank_missing_at_launch_is_reported_lost_at_once_not_waited_for() {
     assert_eq!(net.lost_ranks(), RankSet::single(1));
     // The directory step of `bcast -r` runs first; it must leave what it learns for the files.
     let true_ = ["true".to_owned()];
-    let run = treecast::apps::run::run_command(&mut net, &true_, Some(LIMIT)).await.unwrap();
+    let run = treecast::apps::run::run_command(&net, &true_, Some(LIMIT)).await.unwrap();
     assert_eq!(run.lost.len(), 1, "{run:?}");
     assert!(run.no_answer.is_empty(), "{run:?}");
     let src = dir.path("src");

@@ -132,13 +132,13 @@ async fn processes_started_by_commands_die_when_the_network_shuts_down_under_the
 #[tokio::test]
 async fn a_command_cut_off_is_answered_even_if_a_process_that_left_its_group_holds_its_output() {
     let dir = TestDir::new("escaped");
-    let mut net = launch("flat", 1).await;
+    let net = launch("flat", 1).await;
     // `setsid` takes the sleep out of the command's process group; it keeps stdout open.
     let pidfile = dir.path("pid");
     let script = format!("setsid sleep 30 & echo $! > {}; sleep 60; true", pidfile.display());
     let argv = ["sh".to_owned(), "-c".to_owned(), script];
     let started = Instant::now();
-    let report = treecast::apps::run::run_command(&mut net, &argv, Some(Duration::from_secs(1))).await;
+    let report = treecast::apps::run::run_command(&net, &argv, Some(Duration::from_secs(1))).await;
     let escaped = std::fs::read_to_string(&pidfile).unwrap();
     Command::new("kill").args(["-9", escaped.trim()]).status().unwrap();
     let report = report.unwrap();

@@ -185,6 +185,29 @@ fn run_exits_with_the_largest_status_and_names_signals() {
 }
 
 #[test]
+fn a_backend_killed_under_its_command_is_reported_lost_with_how_it_ended_and_its_host() {
+    // Regression: the answer came up without the rank as soon as its link closed, and
+    // the run reported it "still connected" before the news of its loss (which waits
+    // for the exit status) arrived.
+    let t = tag();
+    // The guard's parent is the back-end ($PPID is the guard).
+    let script = "[ $TREECAST_RANK = 2 ] && { read -r _ _ _ be _ < /proc/$PPID/stat; kill -KILL $be; }; true";
+    for topology in ["flat", "balanced:2x2"] {
+        let out = treecast(
+            &t,
+            &["run", "--local", "4", "--topology", topology, "--json", "--", "sh", "-c", script],
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["no_answer"], serde_json::json!([]), "{topology}: {report}");
+        assert_eq!(report["lost"][0]["ranks"], "2", "{topology}: {report}");
+        assert_eq!(report["lost"][0]["hosts"], "localhost", "{topology}: {report}");
+        let reason = report["lost"][0]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("killed by signal 9"), "{topology}: {reason}");
+        assert_eq!(out.status.code(), Some(255), "{topology}: a lost rank");
+    }
+}
+
+#[test]
 fn run_with_a_timeout_cuts_off_a_stopped_comm_node_and_shows_the_ranks_that_answered() {
     let t = tag();
     // Rank 0's command stops its back-end's comm node (the back-end is the guard's parent).

@@ -615,13 +615,13 @@ pub(super) async fn bench_filter(args: crate::apps::cli::BenchFilterArgs) -> any
 /// three times on the running tree.
 pub(super) async fn bench_run(args: crate::apps::cli::RunArgs) -> anyhow::Result<ExitCode> {
     let t = Instant::now();
-    let mut net = crate::apps::run::launch(&args.tree).await?;
-    let first = crate::apps::run::run_command(&mut net, &args.command, None).await?;
+    let net = crate::apps::run::launch(&args.tree).await?;
+    let first = crate::apps::run::run_command(&net, &args.command, None).await?;
     let cold = t.elapsed().as_secs_f64();
     let mut warm = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
-        let again = crate::apps::run::run_command(&mut net, &args.command, None).await?;
+        let again = crate::apps::run::run_command(&net, &args.command, None).await?;
         warm.push(t.elapsed().as_secs_f64());
         ensure!(again.ok, "a later command failed on the running tree");
     }
