@@ -37,7 +37,7 @@ def main() -> int:
             sys.stdout.write(c.stderr.decode("utf-8", "replace"))
     failed = res.failed()
     if failed:
-        print(f"failed: ranks {failed}", file=sys.stderr)
+        print(f"failed: hosts {res.failed_hosts()} (ranks {failed})", file=sys.stderr)
         for ranks, why in res.lost + res.no_answer:
             print(f"  {ranks}: {why}", file=sys.stderr)
     return res.max_status

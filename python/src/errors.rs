@@ -24,7 +24,7 @@ pub(crate) enum Kind {
     Launch,
     /// `treecast.FilterError`: a filter is unknown, refused, or refused a packet.
     Filter,
-    /// Python's `ValueError`: an argument the binding itself refuses.
+    /// `treecast.ArgumentError` (also a `ValueError`): an argument treecast refuses.
     Value,
 }
 
@@ -50,9 +50,6 @@ impl Fail {
 
     /// The exception, with the GIL.
     pub(crate) fn into_pyerr(self, py: Python<'_>) -> PyErr {
-        if self.kind == Kind::Value {
-            return PyValueError::new_err(self.message);
-        }
         match crate::EXCEPTIONS.get(py) {
             Some(c) => match c.of(self.kind).bind(py).cast::<pyo3::types::PyType>() {
                 Ok(t) => PyErr::from_type(t.clone(), self.message),
@@ -104,6 +101,13 @@ pub(crate) struct Classes {
     closed: Py<PyAny>,
     launch: Py<PyAny>,
     filter: Py<PyAny>,
+    argument: Py<PyAny>,
+}
+
+/// `treecast.ArgumentError` saying `message`: an argument of a call that treecast
+/// refuses, caught by `except treecast.Error` and by `except ValueError` alike.
+pub(crate) fn argument_error(message: String) -> PyErr {
+    Python::attach(|py| Fail::new(Kind::Value, message).into_pyerr(py))
 }
 
 impl Classes {
@@ -142,12 +146,17 @@ impl Classes {
                 vec![e()],
                 "A filter is unknown or was refused, or it refused a packet.",
             )?,
+            argument: class(
+                "ArgumentError",
+                vec![e(), py.get_type::<PyValueError>().into_any()],
+                "An argument treecast refuses: a route, a sync mode, a time limit, a rank set, a mode.",
+            )?,
             error,
         })
     }
 
     /// The classes with their names, for the module.
-    pub(crate) fn named(&self) -> [(&'static str, &Py<PyAny>); 6] {
+    pub(crate) fn named(&self) -> [(&'static str, &Py<PyAny>); 7] {
         [
             ("Error", &self.error),
             ("FormatError", &self.format),
@@ -155,6 +164,7 @@ impl Classes {
             ("NetworkClosed", &self.closed),
             ("LaunchError", &self.launch),
             ("FilterError", &self.filter),
+            ("ArgumentError", &self.argument),
         ]
     }
 
@@ -166,7 +176,8 @@ impl Classes {
             Kind::Closed => &self.closed,
             Kind::Launch => &self.launch,
             Kind::Filter => &self.filter,
-            Kind::Error | Kind::Value => &self.error,
+            Kind::Value => &self.argument,
+            Kind::Error => &self.error,
         }
     }
 }

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -201,7 +200,7 @@ fn limit_of(timeout: Option<f64>) -> PyResult<Option<Duration>> {
         None => Ok(None),
         Some(s) if s.is_finite() && (0.0..=1e9).contains(&s) => Ok(Some(Duration::from_secs_f64(s))),
         Some(s) => {
-            Err(PyValueError::new_err(format!("timeout={s} is not a number of seconds from 0 to 1e9")))
+            Err(errors::argument_error(format!("timeout={s} is not a number of seconds from 0 to 1e9")))
         }
     }
 }
@@ -271,7 +270,7 @@ impl PyRankSet {
             if let Ok(text) = r.extract::<String>() {
                 inner = text
                     .parse::<RustRankSet>()
-                    .map_err(|e| PyValueError::new_err(format!("rank set {text:?}: {e}")))?;
+                    .map_err(|e| errors::argument_error(format!("rank set {text:?}: {e}")))?;
             } else if let Ok(other) = r.cast::<PyRankSet>() {
                 inner = other.get().inner.clone();
             } else {
@@ -531,9 +530,7 @@ impl TreeOptions {
             rejoin_within: self.rejoin_within,
             route: match self.route.as_deref() {
                 None => RouteKind::Tcp,
-                Some(r) => {
-                    r.parse().map_err(|e: String| Fail::new(Kind::Value, format!("route={r:?}: {e}")))?
-                }
+                Some(r) => parse_route(r)?,
             },
         })
     }
@@ -621,7 +618,7 @@ fn stream_options(
     };
     let route = match route {
         None => treecast_api::RouteChoice::Network,
-        Some(r) => r.parse().map_err(|e: String| Fail::new(Kind::Value, format!("route={r:?}: {e}")))?,
+        Some(r) => parse_route(r)?,
     };
     Ok(StreamOptions {
         sync,
@@ -630,6 +627,11 @@ fn stream_options(
         route,
         ..StreamOptions::default()
     })
+}
+
+/// A `route=` argument, of a network (`RouteKind`) or of a stream (`RouteChoice`).
+fn parse_route<R: std::str::FromStr<Err = String>>(r: &str) -> Result<R, Fail> {
+    r.parse().map_err(|e: String| Fail::new(Kind::Value, format!("route={r:?}: {e}")))
 }
 
 /// What `run` found, as Python sees it.
@@ -661,10 +663,30 @@ fn run_report_to_py(py: Python<'_>, r: treecast::apps::run::RunReport) -> PyResu
     };
     d.set_item("lost", lost_list(&r.lost)?)?;
     d.set_item("no_answer", lost_list(&r.no_answer)?)?;
+    let missing_hosts: Vec<&str> = r.lost.iter().chain(&r.no_answer).map(|x| x.hosts.as_str()).collect();
+    d.set_item("missing_hosts", missing_hosts)?;
     d.set_item("ok", r.ok)?;
     d.set_item("max_status", r.exit_status)?;
     d.set_item("backends", r.backends)?;
     Ok(d.into_any().unbind())
+}
+
+/// The global clock table as a list of dicts, one per node.
+fn clock_to_py(py: Python<'_>, table: Vec<treecast_api::NodeClock>) -> PyResult<Py<PyAny>> {
+    let out = PyList::empty(py);
+    for c in table {
+        let d = PyDict::new(py);
+        d.set_item("node_id", c.node_id)?;
+        d.set_item("name", c.name)?;
+        d.set_item("offset_ns", c.offset_ns)?;
+        d.set_item("drift_ppm", c.drift_ppm)?;
+        d.set_item("error_ns", c.error_ns)?;
+        d.set_item("rtt_ns", c.rtt_ns)?;
+        d.set_item("age_s", c.age_s)?;
+        d.set_item("rounds", c.rounds)?;
+        out.append(d)?;
+    }
+    Ok(out.into_any().unbind())
 }
 
 /// An event of the network as a dict: `kind`, `message` and the fields it has.
@@ -759,10 +781,9 @@ async fn run_on(
     limit: Option<Duration>,
     output_limit: u64,
 ) -> Result<treecast::apps::run::RunReport, Fail> {
-    let mut guard = net.write().await;
-    let n = guard
-        .as_mut()
-        .ok_or_else(|| Fail::new(Kind::Closed, "the network is closed: close() was called".to_owned()))?;
+    // A read lock: events, the clock and streams stay usable from other threads meanwhile.
+    let guard = net.read().await;
+    let n = open(&guard)?;
     treecast::apps::run::run_command_keeping(n, &command, limit, output_limit)
         .await
         .map_err(|e| Fail::from_anyhow(Kind::Error, e))
@@ -884,7 +905,7 @@ fn write_mode(mode: &str) -> PyResult<treecast_files::WriteMode> {
         .into_iter()
         .find(|m| m.name() == mode)
         .ok_or_else(|| {
-            PyValueError::new_err(format!("mode={mode:?} is not \"leave\", \"overwrite\" or \"newer\""))
+            errors::argument_error(format!("mode={mode:?} is not \"leave\", \"overwrite\" or \"newer\""))
         })
 }
 
@@ -1074,8 +1095,7 @@ impl PyNetwork {
     /// The events that happened so far (lost ranks, rejoins, filter errors), as dicts.
     fn events(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         let guard = self.net.try_read().map_err(|_| {
-            Fail::new(Kind::Error, "the network is busy (a run or close is under way)".to_owned())
-                .into_pyerr(py)
+            Fail::new(Kind::Error, "the network is busy (a close is under way)".to_owned()).into_pyerr(py)
         })?;
         let n = open(&guard).map_err(|f| f.into_pyerr(py))?;
         let mut out = Vec::new();
@@ -1127,33 +1147,41 @@ impl PyNetwork {
     }
 
     /// Every node's clock against the front-end's, as dicts.
-    fn clock(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+    fn clock(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let guard = self.net.try_read().map_err(|_| {
-            Fail::new(Kind::Error, "the network is busy (a run or close is under way)".to_owned())
-                .into_pyerr(py)
+            Fail::new(Kind::Error, "the network is busy (a close is under way)".to_owned()).into_pyerr(py)
         })?;
         let n = open(&guard).map_err(|f| f.into_pyerr(py))?;
-        let mut out = Vec::new();
-        for c in n.clock() {
-            let d = PyDict::new(py);
-            d.set_item("node_id", c.node_id)?;
-            d.set_item("name", c.name)?;
-            d.set_item("offset_ns", c.offset_ns)?;
-            d.set_item("drift_ppm", c.drift_ppm)?;
-            d.set_item("error_ns", c.error_ns)?;
-            d.set_item("rtt_ns", c.rtt_ns)?;
-            d.set_item("age_s", c.age_s)?;
-            d.set_item("rounds", c.rounds)?;
-            out.push(d.into_any().unbind());
+        clock_to_py(py, n.clock())
+    }
+
+    /// Waits until every reachable node's clock was measured in `rounds` rounds (2
+    /// gives the drift), `timeout` seconds at most; then the table as `clock` gives it.
+    #[pyo3(signature = (rounds=2, timeout=30.0, is_async=false))]
+    fn wait_clock<'py>(
+        &self,
+        py: Python<'py>,
+        rounds: u32,
+        timeout: f64,
+        is_async: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let limit = limit_of(Some(timeout))?.unwrap_or_default();
+        let net = self.net.clone();
+        let fut = self.until_closed(async move {
+            let guard = net.read().await;
+            Ok(open(&guard)?.wait_clock(rounds, limit).await?)
+        });
+        if is_async {
+            return awaitable(py, fut, clock_to_py);
         }
-        Ok(out)
+        let table = wait(py, fut)?;
+        Ok(clock_to_py(py, table)?.into_bound(py))
     }
 
     /// Ranks lost so far.
     fn lost_ranks(&self, py: Python<'_>) -> PyResult<PyRankSet> {
         let guard = self.net.try_read().map_err(|_| {
-            Fail::new(Kind::Error, "the network is busy (a run or close is under way)".to_owned())
-                .into_pyerr(py)
+            Fail::new(Kind::Error, "the network is busy (a close is under way)".to_owned()).into_pyerr(py)
         })?;
         Ok(PyRankSet { inner: open(&guard).map_err(|f| f.into_pyerr(py))?.lost_ranks() })
     }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -169,17 +172,98 @@ def test_a_backend_that_raises_before_joining_fails_the_launch_with_its_tracebac
         treecast.Network(local=2, topology="flat", backend=backend + ["raise"])
 
 
-def test_spawn_events_and_clock(backend):
+def next_of_kind(net: treecast.Network, kind: str, limit: float = 30.0) -> dict:
+    """The next event of ``kind``, skipping others; fails after ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while (left := deadline - time.monotonic()) > 0:
+        event = net.next_event(timeout=left)
+        if event is not None and event["kind"] == kind:
+            return event
+    raise AssertionError(f"no {kind} event within {limit} s")
+
+
+def test_spawn_events_and_clock():
     with treecast.Network(local=2, topology="flat") as net:
         ranks = net.spawn(2)
         assert str(ranks) == "2-3"
+        joined = treecast.RankSet()
+        while joined != ranks:  # one event per batch of ranks that joined
+            joined = joined | next_of_kind(net, "ranks_joined")["ranks"]
         res = net.run(["true"], timeout=30)
         assert str(res.classes[0].ranks) == "0-3"
-        assert any(e["kind"] == "ranks_joined" for e in net.events()) or True
-        table = net.clock()
-        assert isinstance(table, list)
+        table = net.wait_clock(rounds=1, timeout=30)
+        assert table, "an empty clock table"
         for row in table:
-            assert {"node_id", "name", "offset_ns", "error_ns"} <= row.keys()
+            assert {"node_id", "name", "offset_ns", "error_ns", "drift_ppm", "rounds"} <= row.keys()
+            assert row["rounds"] >= 1 and row["name"], row
+        assert {row["node_id"] for row in net.clock()} >= {row["node_id"] for row in table}
+        with pytest.raises(treecast.TimeoutError, match="clock"):
+            net.wait_clock(rounds=10_000, timeout=0.2)
+
+
+def test_spawn_with_a_command_joins_python_backends_to_the_reduction(backend):
+    with treecast.Network(local=2, topology="flat", backend=backend) as net:
+        assert str(net.spawn(2, backend)) == "2-3"
+        s = net.stream(filter="sum")
+        s.send(1, "%ld", 1)
+        assert s.recv(timeout=30).values == [1 + 2 + 3 + 4]
+        s.send(99, "")
+
+
+def test_run_reports_timeouts_lost_ranks_and_their_hosts():
+    with treecast.Network(local=3, topology="flat") as net:
+        # Rank 1 outlives the time limit: the back-end kills it, status 124.
+        res = net.run(["sh", "-c", 'if [ "$TREECAST_RANK" = 1 ]; then sleep 60; fi'], timeout=1)
+        assert res.max_status == 124 and str(res.failed()) == "1", res.classes
+        assert res.failed_hosts() == "localhost"
+        # Rank 2's back-end (the parent of the command's parent) dies under its
+        # command: the rank is lost, status 255.
+        die = 'if [ "$TREECAST_RANK" = 2 ]; then read -r _ _ _ be _ < /proc/$PPID/stat; kill -9 "$be"; fi'
+        res = net.run(["sh", "-c", die], timeout=30)
+        assert res.max_status == 255 and str(res.failed()) == "2"
+        assert [str(r) for r, _ in res.lost] == ["2"], res.lost
+        assert res.failed_hosts() == "localhost"
+        # Later runs name the lost rank again, at once.
+        again = net.run(["true"], timeout=30)
+        assert str(again.classes[0].ranks) == "0-1" and [str(r) for r, _ in again.lost] == ["2"]
+    with treecast.Network(local=2, topology="flat") as net:
+        assert net.run(["true"], timeout=30).failed_hosts() == ""
+
+
+def test_a_plugin_filter_is_used_by_name_and_its_errors_are_events(backend, tmp_path):
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build examples/filters/sum.c")
+    root = Path(__file__).resolve().parents[2]
+    so = tmp_path / "libsum.so"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-I", str(root / "include"), "-o", str(so),
+         str(root / "examples" / "filters" / "sum.c")],
+        check=True,
+    )
+    with treecast.Network(local=4, topology="balanced:2x2", backend=backend, plugins=[so]) as net:
+        s = net.stream(filter="plugin_sum")
+        s.send(2, "%d", 5)  # echoed by every back-end, added by the plug-in at each level
+        assert s.recv(timeout=30).values == [20]
+        s.send(2, "%s", "five")  # not what plugin_sum takes: it refuses, an event says so
+        event = next_of_kind(net, "filter_error")
+        assert event["stream"] == s.id and "expected" in event["reason"], event
+        with pytest.raises(treecast.FilterError, match="no-such-plugin"):
+            net.stream(filter="no-such-plugin@2")
+        s.send(99, "")
+
+
+def test_bad_arguments_are_treecast_errors_and_value_errors():
+    with pytest.raises(treecast.ArgumentError, match='launcher="pbs"') as e:
+        treecast.Network(local=2, launcher="pbs")
+    assert isinstance(e.value, ValueError) and isinstance(e.value, treecast.Error)
+    with pytest.raises(treecast.ArgumentError, match="rank set"):
+        treecast.RankSet("x-y")
+    with treecast.Network(local=1, topology="flat") as net:
+        with pytest.raises(treecast.ArgumentError, match="timeout="):
+            net.run(["true"], timeout=-1)
+        with pytest.raises(treecast.ArgumentError, match="names no command"):
+            net.run([])
 
 
 def test_bcast_file_writes_on_every_backend(tmp_path):

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union, 
 
 from . import _native, hosts
 from ._native import (
+    ArgumentError,
     BackEnd,
     BackEndStream,
     Error,
@@ -31,6 +32,7 @@ from ._native import (
 )
 
 __all__ = [
+    "ArgumentError",
     "BackEnd",
     "BackEndStream",
     "Error",
@@ -99,6 +101,7 @@ class RunResult:
         #: was lost or did not answer and none is larger (as pdsh -S and clush report).
         self.max_status: int = raw["max_status"]
         self.backends: int = raw["backends"]
+        self._missing_hosts: list[str] = list(raw["missing_hosts"])
 
     def groups(self) -> Iterator[tuple[str, RankSet]]:
         """``(output, ranks)`` for each distinct output (stdout as text), like
@@ -116,6 +119,14 @@ class RunResult:
         for ranks, _ in self.lost + self.no_answer:
             out = out | ranks
         return out
+
+    def failed_hosts(self) -> str:
+        """The hosts of :meth:`failed` as a folded host list (``node[03,07]``), as
+        pdsh and clush name them: hosts whose command failed, were lost or did not
+        answer. Empty when every rank succeeded."""
+        names = [c.hosts for c in self.classes if c.exit_code != 0 and c.hosts]
+        names += [h for h in self._missing_hosts if h]
+        return hosts.fold(names) if names else ""
 
     def __repr__(self) -> str:
         return f"RunResult(classes={len(self.classes)}, lost={len(self.lost)}, max_status={self.max_status})"
@@ -317,6 +328,16 @@ class Network:
     def clock(self) -> list[dict[str, Any]]:
         """The global clock table: every node's offset to the front-end's clock."""
         return list(self._net.clock())
+
+    def wait_clock(self, rounds: int = 2, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Waits until every reachable node's clock was measured in ``rounds`` rounds
+        (2 gives the drift), ``timeout`` seconds at most (:class:`TimeoutError`
+        naming how many nodes are missing), then returns :meth:`clock`'s table."""
+        return list(self._net.wait_clock(rounds, timeout))
+
+    async def wait_clock_async(self, rounds: int = 2, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Awaitable :meth:`wait_clock`."""
+        return list(await self._net.wait_clock(rounds, timeout, is_async=True))
 
     def lost_ranks(self) -> RankSet:
         """Ranks lost so far."""
