@@ -97,6 +97,42 @@ async fn every_node_records_its_links_while_asked_and_the_front_end_collects_the
     assert_no_leftovers(&needle);
 }
 
+/// Striped links record too: every link of the tree runs over two connections, and
+/// each frame's net latency and delivery are counted at its receiver as on a TCP
+/// link (the sender's queue and send are not split on a striped link).
+#[tokio::test]
+async fn striped_links_record_net_and_deliver_for_every_frame() {
+    let topo = Topology::from_spec("balanced:2x2", Some(4)).unwrap();
+    let net = NetworkBuilder::new(topo.clone())
+        .treecast_path(TREECAST)
+        .startup_timeout(LIMIT)
+        .unix_links(false)
+        .stripes(2)
+        .launch()
+        .await
+        .unwrap();
+    let mut s = net
+        .new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum))
+        .await
+        .unwrap();
+    assert!(net.monitor_start(9).await.unwrap().is_empty());
+    sums(&net, &mut s, 20).await;
+    assert!(net.monitor_stop().await.unwrap().is_empty());
+    let all = net.monitor_collect(true, LIMIT).await.unwrap().merged().unwrap();
+    let links = (topo.len() - 1) as u64;
+    for component in [LatencyComponent::Net, LatencyComponent::Deliver] {
+        for up in [false, true] {
+            assert_eq!(samples(&all, component, TAG_ADD_RANK, up), 20 * links, "{component:?} up={up}");
+        }
+    }
+    for component in [LatencyComponent::Queue, LatencyComponent::Send] {
+        assert_eq!(samples(&all, component, TAG_ADD_RANK, true), 0, "{component:?}");
+    }
+    let needle = format!("TREECAST_SESSION={}", net.session());
+    net.shutdown().await;
+    assert_no_leftovers(&needle);
+}
+
 #[tokio::test]
 async fn two_workloads_running_at_once_are_kept_apart_by_their_streams_program_tags() {
     let (net, topo) = launch("balanced:2x2", 4).await;

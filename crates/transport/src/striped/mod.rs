@@ -45,9 +45,15 @@
 //! For tests, [`CUT_ENV`] makes a process cut one connection of each of its
 //! striped links mid-transfer.
 //!
-//! Not done here: monitoring (a striped link records no latency samples, and a
-//! frame keeps the stamp it was queued with), and payload files between processes
-//! of one host.
+//! * **Monitoring.** While the node records, and for every clock probe, a frame's
+//!   header is stamped when it is cut into pieces (there is no staging: that is
+//!   when it leaves the node's hands), and the receiver records the frame's net
+//!   latency, from that stamp to the handling of the piece that completed it, and
+//!   its delivery to the core. The sender records no queue or send component: its
+//!   pieces are written by the connections' tasks, so a striped link's net holds
+//!   the time in the writers' queues and writes too (`docs/monitoring.md`).
+//!
+//! Not done here: payload files between processes of one host.
 
 mod pieces;
 pub mod stall;
@@ -67,7 +73,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use treecast_wire::{
-    cut_frames, Frame, FrameKind, LaunchPlan, PieceHeader, RouteChoice, HEADER_LEN, PIECE_HEADER_LEN,
+    cut_frames, Frame, FrameHeader, FrameKind, LaunchPlan, PieceHeader, RouteChoice, FLAG_STAMPED,
+    HEADER_LEN, PIECE_HEADER_LEN,
 };
 
 use pieces::{cuts, Incoming, Outgoing};
@@ -75,7 +82,9 @@ use stall::{Progress, Watched};
 pub use with::WithStriped;
 
 use crate::handshake::{self, TOKEN};
-use crate::recording::{LinkPlace, NodeClock, PeerClock};
+use crate::recording::{
+    LinkPlace, LinkTiming, Monitoring, NodeClock, PeerClock, Waiting as Sample, MAX_DEFERRED,
+};
 use crate::route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent, StreamChoices};
 use crate::{LinkId, LinkMap, Secret, Socket, Stream, TransportError};
 
@@ -224,6 +233,8 @@ struct Link {
     /// Where [`Link::pick`] starts looking: ties go round, so that small frames
     /// (heartbeats, acknowledgements) cross every connection and a dead one shows.
     turn: usize,
+    /// The link's part of the monitoring state.
+    timing: LinkTiming,
 }
 
 impl Link {
@@ -273,6 +284,8 @@ pub struct StripedRoute {
     /// Streams that keep to part of the route: some keep each frame on one
     /// connection ([`RouteChoice::stripes`]).
     choices: StreamChoices,
+    /// Stamps and the received frames' samples (see the module documentation).
+    monitor: Monitoring,
 }
 
 impl std::fmt::Debug for StripedRoute {
@@ -434,6 +447,7 @@ impl StripedRoute {
             cut_after: std::env::var(CUT_ENV).ok().and_then(|v| v.parse().ok()),
             stall_limit: stall::limit_from_env(),
             choices: StreamChoices::default(),
+            monitor: Monitoring::new(),
         }
     }
 
@@ -489,6 +503,7 @@ impl StripedRoute {
             cut: false,
             _watch: watch,
             turn: 0,
+            timing: LinkTiming::default(),
         };
         self.links.insert(link, link_state);
         Ok(())
@@ -555,15 +570,7 @@ impl StripedRoute {
                 let mut failure = l.inc.piece(seq, data, &mut l.rbuf).err().map(|e| e.to_string());
                 if failure.is_none() {
                     match cut_frames(&mut l.rbuf, self.max_frame) {
-                        Ok(frames) => {
-                            for f in frames {
-                                if f.header.is_timed() {
-                                    sink(link, RouteEvent::Timed(f, Instant::now()));
-                                } else {
-                                    sink(link, RouteEvent::Frame(f));
-                                }
-                            }
-                        }
+                        Ok(frames) => deliver(&mut self.monitor, link, frames, sink),
                         Err(e) => failure = Some(e.to_string()),
                     }
                 }
@@ -655,7 +662,7 @@ impl Route for StripedRoute {
     fn send(&mut self, links: &[LinkId], frame: &Frame) {
         let len = frame.payload.len();
         let mut head = BytesMut::with_capacity(HEADER_LEN);
-        frame.header.encode(len, &mut head);
+        stamped(&mut self.monitor, frame.header).encode(len, &mut head);
         let total = HEADER_LEN + len;
         let whole = frame.header.kind == FrameKind::Data && !self.choices.of(frame.header.stream).stripes();
         for &link in links {
@@ -711,12 +718,14 @@ impl Route for StripedRoute {
             cx.waker().wake_by_ref();
         }
         self.send_acks();
+        self.record_deferred();
         any
     }
 
     fn close(&mut self, link: LinkId, how: Close) {
         match how {
             Close::Now => {
+                self.record_deferred();
                 if let Some(mut l) = self.links.remove(link) {
                     l.shut_all();
                 }
@@ -763,18 +772,115 @@ impl Route for StripedRoute {
     }
 }
 
-/// Striped links record no samples (see the module documentation): these calls do nothing.
+/// What a striped link records (see the module documentation): the receiving side's
+/// net and deliver; the stamps of the sending side.
 impl MonitoredRoute for StripedRoute {
-    fn set_clock(&mut self, _clock: NodeClock) {}
-    fn place_link(&mut self, _link: LinkId, _place: LinkPlace) {}
-    fn set_peer_clock(&mut self, _link: LinkId, _clock: PeerClock) {}
-    fn monitor_start(&mut self, _program: u32) {}
-    fn monitor_stop(&mut self) {}
-    fn set_stream_program(&mut self, _stream: u32, _program: Option<u32>) {}
-    fn monitor_report(&mut self) -> treecast_monitor::Report {
-        treecast_monitor::Report::default()
+    fn set_clock(&mut self, clock: NodeClock) {
+        self.monitor.clock = clock;
     }
-    fn monitor_clear(&mut self) {}
+
+    fn place_link(&mut self, link: LinkId, place: LinkPlace) {
+        // Samples taken before keep the name they were taken under.
+        self.record_deferred();
+        if let Some(l) = self.links.get_mut(link) {
+            l.timing.set_place(place);
+        }
+    }
+
+    fn set_peer_clock(&mut self, link: LinkId, clock: PeerClock) {
+        // Reads waiting are turned to net with the offset in effect when taken.
+        self.record_deferred();
+        if let Some(l) = self.links.get_mut(link) {
+            l.timing.peer_clock = clock;
+        }
+    }
+
+    fn monitor_start(&mut self, program: u32) {
+        // Samples taken before keep the program tag they were taken under.
+        self.record_deferred();
+        self.monitor.start(program);
+    }
+
+    fn monitor_stop(&mut self) {
+        self.monitor.recording = false;
+    }
+
+    fn set_stream_program(&mut self, stream: u32, program: Option<u32>) {
+        self.record_deferred();
+        self.monitor.set_stream_program(stream, program);
+    }
+
+    fn monitor_report(&mut self) -> treecast_monitor::Report {
+        self.record_deferred();
+        self.monitor.report()
+    }
+
+    fn monitor_clear(&mut self) {
+        self.record_deferred();
+        self.monitor.clear();
+    }
+}
+
+impl StripedRoute {
+    /// Counts the samples taken since the last time (see `recording::Deferred`),
+    /// before a link they name goes.
+    fn record_deferred(&mut self) {
+        if self.monitor.deferred.is_empty() {
+            return;
+        }
+        let mut deferred = std::mem::take(&mut self.monitor.deferred);
+        for Sample(link, sample) in deferred.drain(..) {
+            if let Some(l) = self.links.get_mut(link) {
+                self.monitor.count_deferred(&mut l.timing, sample);
+            }
+        }
+        // The list keeps its room from pass to pass, unless one pass made it large.
+        if deferred.capacity() <= MAX_DEFERRED {
+            self.monitor.deferred = deferred;
+        }
+    }
+}
+
+/// `header` as this hop sends it: stamped now while recording or for a clock probe
+/// ([`treecast_wire::FLAG_STAMPED`]), else without the stamp of an earlier hop.
+fn stamped(monitor: &mut Monitoring, mut header: FrameHeader) -> FrameHeader {
+    if monitor.recording || header.is_timed() {
+        let now = monitor.ticker.now();
+        header.timestamp_ns = monitor.stamp(now);
+        header.flags |= FLAG_STAMPED;
+    } else {
+        header.flags &= !FLAG_STAMPED;
+        header.timestamp_ns = 0;
+    }
+    header
+}
+
+/// Hands `frames`, completed by the piece just handled, to the core: a clock probe
+/// with the instant, the others as they are; while recording, their samples are
+/// taken (counted at the end of the pass).
+fn deliver(
+    monitor: &mut Monitoring,
+    link: LinkId,
+    frames: Vec<Frame>,
+    sink: &mut dyn FnMut(LinkId, RouteEvent),
+) {
+    if frames.is_empty() {
+        return;
+    }
+    let record = monitor.recording;
+    let at = record.then(|| monitor.ticker.now());
+    let kept = record.then(|| frames.clone());
+    for f in frames {
+        if f.header.is_timed() {
+            sink(link, RouteEvent::Timed(f, Instant::now()));
+        } else {
+            sink(link, RouteEvent::Frame(f));
+        }
+    }
+    if let (Some(at), Some(kept)) = (at, kept) {
+        let handed = monitor.ticker.now();
+        monitor.read_deferred(link, &kept, at, handed);
+    }
 }
 
 /// Opens the `count` connections of one striped link to the peer at `addrs` (one

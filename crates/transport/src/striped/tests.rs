@@ -9,6 +9,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use treecast_monitor::Component;
 use treecast_wire::{FrameHeader, LinkTable};
 
 use super::*;
@@ -275,4 +276,42 @@ fn rails_group_a_links_connections_and_drop_stale_groups() {
     let (z, _w) = std::os::unix::net::UnixStream::pair().unwrap();
     assert_eq!(rails.arrived((1, [1; TOKEN]), (0, 2), Socket::Unix(z), now).map(|g| g.len()), Some(2));
     assert_eq!(rails.expire(now + Duration::from_secs(1)), 1);
+}
+
+/// While recording, a striped link stamps its frames and the receiver counts each
+/// frame's net latency and delivery, keyed like a TCP link's; stopped, a frame that
+/// came with an earlier hop's stamp leaves without it (the stamp is per hop).
+#[tokio::test]
+async fn recording_stamps_the_frames_and_the_receiver_counts_net_and_deliver() {
+    let (mut a, la, mut b, lb) = pair(2).await;
+    // b is the parent: the frames go up the link of node 3.
+    b.place_link(lb, LinkPlace { lower_node: 3, to_parent: false });
+    a.monitor_start(7);
+    b.monitor_start(7);
+    let sent: Vec<Frame> = (0..5u8).map(|i| Frame::new(FrameHeader::data(4, 9, 0), vec![i; 100])).collect();
+    for f in &sent {
+        a.send(&[la], f);
+    }
+    let got = carry(&mut a, &mut b, lb, sent.len(), u64::MAX, |_, _| {}).await;
+    assert!(got.iter().all(|f| f.header.stamp().is_some()), "every frame stamped while recording");
+    let report = b.monitor_report();
+    for component in [Component::Net, Component::Deliver] {
+        let cell = report
+            .cells
+            .iter()
+            .find(|c| c.component == component && c.link == 3 && c.up && c.tag == 9 && c.program == 7)
+            .unwrap_or_else(|| panic!("no {component:?} cell in {:?}", report.cells));
+        assert_eq!(cell.count, 5, "{component:?}");
+    }
+    assert!(a.monitor_report().cells.is_empty(), "the sender records no queue or send of its own");
+
+    a.monitor_stop();
+    b.monitor_stop();
+    let mut forwarded = Frame::new(FrameHeader::data(4, 9, 0), vec![1; 10]);
+    forwarded.header.flags |= FLAG_STAMPED;
+    forwarded.header.timestamp_ns = 12_345;
+    a.send(&[la], &forwarded);
+    let got = carry(&mut a, &mut b, lb, 1, u64::MAX, |_, _| {}).await;
+    assert_eq!(got[0].header.stamp(), None, "an earlier hop's stamp is not this hop's");
+    assert_eq!(got[0].payload, forwarded.payload);
 }

@@ -118,26 +118,43 @@ impl<R: MonitoredRoute> Route for WithStriped<R> {
 impl<R: MonitoredRoute> MonitoredRoute for WithStriped<R> {
     fn set_clock(&mut self, clock: NodeClock) {
         self.plain.set_clock(clock);
+        self.striped.set_clock(clock);
     }
     fn place_link(&mut self, link: LinkId, place: LinkPlace) {
         self.plain.place_link(link, place);
+        self.striped.place_link(link, place);
     }
     fn set_peer_clock(&mut self, link: LinkId, clock: PeerClock) {
         self.plain.set_peer_clock(link, clock);
+        self.striped.set_peer_clock(link, clock);
     }
     fn monitor_start(&mut self, program: u32) {
         self.plain.monitor_start(program);
+        self.striped.monitor_start(program);
     }
     fn monitor_stop(&mut self) {
         self.plain.monitor_stop();
+        self.striped.monitor_stop();
     }
     fn set_stream_program(&mut self, stream: u32, program: Option<u32>) {
         self.plain.set_stream_program(stream, program);
+        self.striped.set_stream_program(stream, program);
     }
     fn monitor_report(&mut self) -> treecast_monitor::Report {
-        self.plain.monitor_report()
+        let plain = self.plain.monitor_report();
+        let striped = self.striped.monitor_report();
+        if striped.cells.is_empty() {
+            return plain;
+        }
+        // Both count under the same keys and size classes, so they merge as a comm
+        // node merges its children's reports.
+        treecast_monitor::Report::merged([&plain, &striped]).unwrap_or_else(|e| {
+            tracing::warn!("the striped links' samples were left out of the report: {e}");
+            plain
+        })
     }
     fn monitor_clear(&mut self) {
         self.plain.monitor_clear();
+        self.striped.monitor_clear();
     }
 }
