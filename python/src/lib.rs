@@ -663,8 +663,7 @@ fn run_report_to_py(py: Python<'_>, r: treecast::apps::run::RunReport) -> PyResu
     };
     d.set_item("lost", lost_list(&r.lost)?)?;
     d.set_item("no_answer", lost_list(&r.no_answer)?)?;
-    let missing_hosts: Vec<&str> = r.lost.iter().chain(&r.no_answer).map(|x| x.hosts.as_str()).collect();
-    d.set_item("missing_hosts", missing_hosts)?;
+    d.set_item("failed_hosts", r.failed_hosts())?;
     d.set_item("ok", r.ok)?;
     d.set_item("max_status", r.exit_status)?;
     d.set_item("backends", r.backends)?;
@@ -1095,7 +1094,8 @@ impl PyNetwork {
     /// The events that happened so far (lost ranks, rejoins, filter errors), as dicts.
     fn events(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         let guard = self.net.try_read().map_err(|_| {
-            Fail::new(Kind::Error, "the network is busy (a close is under way)".to_owned()).into_pyerr(py)
+            Fail::new(Kind::Closed, "the network is being closed: close() was called".to_owned())
+                .into_pyerr(py)
         })?;
         let n = open(&guard).map_err(|f| f.into_pyerr(py))?;
         let mut out = Vec::new();
@@ -1149,7 +1149,8 @@ impl PyNetwork {
     /// Every node's clock against the front-end's, as dicts.
     fn clock(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let guard = self.net.try_read().map_err(|_| {
-            Fail::new(Kind::Error, "the network is busy (a close is under way)".to_owned()).into_pyerr(py)
+            Fail::new(Kind::Closed, "the network is being closed: close() was called".to_owned())
+                .into_pyerr(py)
         })?;
         let n = open(&guard).map_err(|f| f.into_pyerr(py))?;
         clock_to_py(py, n.clock())
@@ -1161,10 +1162,14 @@ impl PyNetwork {
     fn wait_clock<'py>(
         &self,
         py: Python<'py>,
-        rounds: u32,
+        rounds: i64,
         timeout: f64,
         is_async: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let rounds = u32::try_from(rounds)
+            .ok()
+            .filter(|&r| r >= 1)
+            .ok_or_else(|| errors::argument_error(format!("rounds={rounds} is not a count from 1 up")))?;
         let limit = limit_of(Some(timeout))?.unwrap_or_default();
         let net = self.net.clone();
         let fut = self.until_closed(async move {
@@ -1181,7 +1186,8 @@ impl PyNetwork {
     /// Ranks lost so far.
     fn lost_ranks(&self, py: Python<'_>) -> PyResult<PyRankSet> {
         let guard = self.net.try_read().map_err(|_| {
-            Fail::new(Kind::Error, "the network is busy (a close is under way)".to_owned()).into_pyerr(py)
+            Fail::new(Kind::Closed, "the network is being closed: close() was called".to_owned())
+                .into_pyerr(py)
         })?;
         Ok(PyRankSet { inner: open(&guard).map_err(|f| f.into_pyerr(py))?.lost_ranks() })
     }

@@ -101,7 +101,7 @@ class RunResult:
         #: was lost or did not answer and none is larger (as pdsh -S and clush report).
         self.max_status: int = raw["max_status"]
         self.backends: int = raw["backends"]
-        self._missing_hosts: list[str] = list(raw["missing_hosts"])
+        self._failed_hosts: str = raw["failed_hosts"]
 
     def groups(self) -> Iterator[tuple[str, RankSet]]:
         """``(output, ranks)`` for each distinct output (stdout as text), like
@@ -123,10 +123,9 @@ class RunResult:
     def failed_hosts(self) -> str:
         """The hosts of :meth:`failed` as a folded host list (``node[03,07]``), as
         pdsh and clush name them: hosts whose command failed, were lost or did not
-        answer. Empty when every rank succeeded."""
-        names = [c.hosts for c in self.classes if c.exit_code != 0 and c.hosts]
-        names += [h for h in self._missing_hosts if h]
-        return hosts.fold(names) if names else ""
+        answer, each once. Empty when every rank succeeded. Ranks spawned while the
+        tree ran add no host (they are not in the launch's topology)."""
+        return self._failed_hosts
 
     def __repr__(self) -> str:
         return f"RunResult(classes={len(self.classes)}, lost={len(self.lost)}, max_status={self.max_status})"

@@ -98,10 +98,13 @@ impl Serialize for OutputClass {
 
 /// Ranks that never answered.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Lost {
     /// Ranks, compact.
     pub ranks: String,
-    /// The hosts those ranks ran on, as a compact host list (what pdsh and clush name).
+    /// The hosts those ranks ran on, as a compact host list (what pdsh and clush
+    /// name); ranks spawned while the tree ran are not in the launch's topology,
+    /// and add no host here.
     pub hosts: String,
     /// Why, as the node that noticed said it.
     pub reason: String,
@@ -137,6 +140,21 @@ pub struct RunReport {
     /// for a signal), or [`EXIT_LOST`] if a rank was lost or did not answer and no
     /// rank's status is larger.
     pub exit_status: u8,
+}
+
+impl RunReport {
+    /// The hosts of the ranks that failed, were lost or did not answer, as one
+    /// compact host list (`node[03,07]`), each host once: what pdsh and clush name.
+    pub fn failed_hosts(&self) -> String {
+        let failed = self.classes.iter().filter(|c| c.exit_code != 0).map(|c| c.hosts.as_str());
+        let missing = self.lost.iter().chain(&self.no_answer).map(|l| l.hosts.as_str());
+        let hosts: std::collections::BTreeSet<String> = failed
+            .chain(missing)
+            .filter(|h| !h.is_empty())
+            .flat_map(|h| hostlist::expand(h).unwrap_or_else(|_| vec![h.to_owned()]))
+            .collect();
+        hostlist::compress(&hosts.into_iter().collect::<Vec<_>>())
+    }
 }
 
 /// `treecast run`'s exit status when a rank was lost or did not answer (as ssh, pdsh
@@ -509,7 +527,7 @@ pub async fn run_command_waiting(
     output_limit: u64,
 ) -> anyhow::Result<RunReport> {
     let limit = wait.limit;
-    let comm = net.broadcast_communicator();
+    let comm = net.communicator(present_ranks(net))?;
     let stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::EqClass)).await?;
     let limit_ms = limit.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
     let request = [command.to_vec().into(), Value::ULong(limit_ms), Value::ULong(output_limit)];
@@ -519,7 +537,9 @@ pub async fn run_command_waiting(
         Some((total, _)) => stream.recv_timeout(total).await,
         None => stream.recv().await,
     };
-    let answer_came = answer.is_ok();
+    // Ranks whose links closed leave the wave at once: an answer without them, or a
+    // stream ended because none was left, comes before the news of their loss.
+    let answer_came = !matches!(answer, Err(treecast_api::ApiError::Timeout(_)));
     let mut raw: Vec<(RankSet, Vec<Value>)> = Vec::new();
     if let Ok(packet) = answer {
         add_classes(&mut raw, &packet)?;
@@ -761,18 +781,23 @@ async fn await_loss_news(net: &Network, ranks: &RankSet) {
         tokio::time::timeout(LOSS_NEWS_WAIT, lost.wait_for(|l| ranks.difference(l.ranks()).is_empty())).await;
 }
 
+/// The ranks a run asks: those launched and those spawned that joined, less those
+/// that left the tree (they answer nothing, and are no news); lost ones stay, to be
+/// reported lost.
+fn present_ranks(net: &Network) -> RankSet {
+    let mut ranks = net.launch_group().rank_set();
+    ranks.union_with(&net.joined_ranks());
+    ranks.difference(&net.left_ranks())
+}
+
 /// The hosts that run `ranks`, as a compact host list.
 fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
-    let mut hosts: Vec<String> = Vec::new();
-    for r in ranks.iter() {
-        if let Some(leaf) = topo.leaf_of_rank(r) {
-            let h = hostlist::bare_host(&topo.node(leaf).host).to_owned();
-            if !hosts.contains(&h) {
-                hosts.push(h);
-            }
-        }
-    }
-    hostlist::compress(&hosts)
+    let hosts: std::collections::BTreeSet<String> = ranks
+        .iter()
+        .filter_map(|r| topo.leaf_of_rank(r))
+        .map(|leaf| hostlist::bare_host(&topo.node(leaf).host).to_owned())
+        .collect();
+    hostlist::compress(&hosts.into_iter().collect::<Vec<_>>())
 }
 
 /// What `--lines` writes before each line of a rank: its host, or `HOST#RANK` where a

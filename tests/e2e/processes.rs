@@ -147,3 +147,24 @@ async fn a_command_cut_off_is_answered_even_if_a_process_that_left_its_group_hol
     assert!(report.classes[0].stderr_text().contains("was killed"), "{report:?}");
     finish(net).await;
 }
+
+#[tokio::test]
+async fn a_run_asks_only_the_ranks_still_in_the_tree_and_calls_none_that_left_silent() {
+    // Regression: ranks that left in order (a stopped group) counted among the
+    // broadcast's, so a later run waited for news of them and reported them "still
+    // connected" without an answer.
+    let net = launch("flat", 2).await;
+    let group = net.spawn(2, &[], &treecast_api::SpawnOptions::default()).await.unwrap();
+    net.stop(&group, "done with them").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while net.left_ranks() != group.rank_set() {
+        assert!(Instant::now() < deadline, "the stopped group did not leave: {:?}", net.left_ranks());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let argv = ["true".to_owned()];
+    let report = treecast::apps::run::run_command(&net, &argv, Some(Duration::from_secs(30))).await.unwrap();
+    assert!(report.lost.is_empty() && report.no_answer.is_empty(), "{report:?}");
+    assert_eq!(report.classes.len(), 1, "{report:?}");
+    assert_eq!(report.classes[0].ranks, "0-1", "{report:?}");
+    finish(net).await;
+}

@@ -205,6 +205,15 @@ fn a_backend_killed_under_its_command_is_reported_lost_with_how_it_ended_and_its
         assert!(reason.contains("killed by signal 9"), "{topology}: {reason}");
         assert_eq!(out.status.code(), Some(255), "{topology}: a lost rank");
     }
+    // Every back-end dies: the stream ends with no member left, before any news.
+    let every = "read -r _ _ _ be _ < /proc/$PPID/stat; kill -KILL $be; true";
+    let out = treecast(&t, &["run", "--local", "2", "--json", "--", "sh", "-c", every]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["no_answer"], serde_json::json!([]), "{report}");
+    let mut lost: Vec<&str> =
+        report["lost"].as_array().unwrap().iter().map(|l| l["ranks"].as_str().unwrap()).collect();
+    lost.sort_unstable();
+    assert_eq!(lost, ["0", "1"], "one entry per loss: {report}");
 }
 
 #[test]

@@ -79,6 +79,8 @@ pub(crate) struct FeTool {
     pub(crate) rejoined: watch::Sender<(u64, RankSet)>,
     /// Every rank that joined while the tree runs (spawned), for spawns to wait on.
     pub(crate) joined: watch::Sender<RankSet>,
+    /// Every rank that left the tree in order ([`Event::RanksLeft`]): gone, not lost.
+    pub(crate) left: RankSet,
     /// Where back-ends accepted while the tree runs connect, as the comm nodes report it.
     pub(crate) port_points: watch::Sender<Vec<treecast_wire::AttachPoint>>,
     /// The session, for port files.
@@ -128,6 +130,7 @@ impl FeTool {
             orphaned: Vec::new(),
             rejoined: watch::Sender::new((0, RankSet::new())),
             joined: watch::Sender::new(RankSet::new()),
+            left: RankSet::new(),
             port_points: watch::Sender::new(Vec::new()),
             session,
             secret,
@@ -285,7 +288,10 @@ impl Tool for FeTool {
                 self.record_lost(&ranks, &reason);
                 self.push(Event::RanksLost { ranks, reason });
             }
-            CoreEvent::RanksLeft { ranks, reason } => self.push(Event::RanksLeft { ranks, reason }),
+            CoreEvent::RanksLeft { ranks, reason } => {
+                self.left.union_with(&ranks);
+                self.push(Event::RanksLeft { ranks, reason })
+            }
             CoreEvent::RanksJoined { ranks } => {
                 self.joined.send_modify(|all| all.union_with(&ranks));
                 self.push(Event::RanksJoined { ranks });

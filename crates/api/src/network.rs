@@ -443,6 +443,18 @@ impl Network {
         lock(&self.shared).tool().rejoined.borrow().1.clone()
     }
 
+    /// Every rank spawned while the tree runs that joined it, whoever read the events
+    /// ([`Event::RanksJoined`]).
+    pub fn joined_ranks(&self) -> RankSet {
+        lock(&self.shared).tool().joined.borrow().clone()
+    }
+
+    /// Every rank that left the tree in order, whoever read the events
+    /// ([`Event::RanksLeft`]): they are gone, not lost, and answer nothing.
+    pub fn left_ranks(&self) -> RankSet {
+        lock(&self.shared).tool().left.clone()
+    }
+
     /// A receiver that sees each rejoin: their count and every rank that rejoined.
     pub fn rejoined_watch(&self) -> watch::Receiver<(u64, RankSet)> {
         lock(&self.shared).tool().rejoined.subscribe()
