@@ -16,6 +16,11 @@
 //! (`streams.rs`), failure reports and shutdown, cutting off peers that hang
 //! (`liveness.rs`), and orphans rejoining the tree when a comm node is lost
 //! (`recovery.rs`).
+//!
+//! What a module keeps on [`Node`] lives in a `state.rs` beside it (`startup/state.rs`,
+//! `streams/state.rs`, …), which imports neither this file nor the module's
+//! behaviour: this file's `Node` depends only on those, and the modules' `impl Node`
+//! blocks on `Node`, so the files import one way (`tools/import-cycles` checks it).
 
 mod clock;
 mod collective;
