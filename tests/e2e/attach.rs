@@ -130,40 +130,42 @@ fn the_front_end_stops_at_once_when_it_cannot_write_the_attach_file() {
 }
 
 #[test]
-fn a_backend_refuses_an_attach_file_others_can_read_or_another_user_owns() {
+fn a_backend_refuses_an_attach_file_others_can_read() {
     let dir = TestDir::new("attach-untrusted");
+    let file = untrusted_attach_file(&dir);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = attach_backend(&file, "mode 0644");
+    assert!(err.contains("has mode 0644") && err.contains("chmod 600"), "{err}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Trusted now: it gets as far as connecting to the (missing) parent.
+    let err = attach_backend(&file, "private");
+    assert!(err.contains("/nonexistent/s"), "{err}");
+}
+
+#[test]
+#[cfg_attr(not(has_root), ignore = "needs root (changing a file's owner)")]
+fn a_backend_refuses_an_attach_file_another_user_owns() {
+    let dir = TestDir::new("attach-other-owner");
+    let file = untrusted_attach_file(&dir);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&file, Some(1), None).unwrap();
+    let err = attach_backend(&file, "owned by uid 1");
+    assert!(err.contains("owned by uid 1"), "{err}");
+}
+
+/// An attach file for one back-end whose parent address does not exist.
+fn untrusted_attach_file(dir: &TestDir) -> std::path::PathBuf {
     let file = dir.path("attach");
     let text =
         format!("version 1\nsession s\nsecret {}\nsize 1\nrank 0 1 unix:/nonexistent/s\n", "ab".repeat(32));
     std::fs::write(&file, text).unwrap();
-    let attach = |what: &str| {
-        let out =
-            Command::new(TREECAST).args(["backend", "--rank", "0", "--attach"]).arg(&file).output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
-        err
-    };
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let err = attach("mode 0644");
-    assert!(err.contains("has mode 0644") && err.contains("chmod 600"), "{err}");
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    // Trusted now: it gets as far as connecting to the (missing) parent.
-    let err = attach("private");
-    assert!(err.contains("/nonexistent/s"), "{err}");
-    if !is_root() {
-        eprintln!("skipped the other-owner case: changing a file's owner needs root");
-        return;
-    }
-    std::os::unix::fs::chown(&file, Some(1), None).unwrap();
-    let err = attach("owned by uid 1");
-    assert!(err.contains("owned by uid 1"), "{err}");
+    file
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
-        .unwrap()
+/// Starts back-end rank 0 from `file`, expects it to refuse (exit 2), and returns its stderr.
+fn attach_backend(file: &Path, what: &str) -> String {
+    let out = Command::new(TREECAST).args(["backend", "--rank", "0", "--attach"]).arg(file).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+    err
 }

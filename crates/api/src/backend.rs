@@ -1,18 +1,20 @@
 //! The back-end side: join the tree, receive on any stream, send up.
 
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
-use treecast_driver::{drive, lock, Launching, Shared, Tool, LAST_FLUSH};
+use treecast_driver::{drive, lock, Launching, Shared, LAST_FLUSH};
 use treecast_driver::{env, read_secret, DEFAULT_MAX_FRAME};
 use treecast_filters::{FilterRegistry, RegistryError};
-use treecast_proto::{Command, Delivery, EndReason, Event, Node, NodeConfig, Role};
+use treecast_proto::{Command, Delivery, Node, NodeConfig, Role};
 use treecast_transport::Secret;
 use treecast_wire::{Frame, FrameHeader, Value, Window};
 
-use crate::collective::{self, Collected, ReduceOp, Request};
-use crate::stream::{encode_checked, send_with_credit, WaitsForCredit};
+use crate::betool::{BeTool, Placed};
+use crate::collective::{Collected, ReduceOp, Request};
+use crate::collective_run as collective;
+use crate::stream::{encode_checked, send_with_credit};
 use crate::{rank_from_env, ApiError, AttachError, AttachInfo, Group, Packet};
 use treecast_wire::{CollectiveOp, Combine};
 
@@ -37,87 +39,6 @@ pub enum BackEndEvent {
     /// The front-end closed this stream: nothing more arrives on it, and state kept
     /// for it (a `treecast_files::FileReceivers` transfer, say) can go.
     StreamClosed(u32),
-}
-
-/// The back-end's tool state, inside its driver.
-#[derive(Debug, Default)]
-pub(crate) struct BeTool {
-    reader: Option<Waker>,
-    writers: std::collections::HashMap<u32, Vec<Waker>>,
-    /// Tasks awaiting [`BackEndSender::closed`].
-    closers: Vec<Waker>,
-    pub(crate) over: Option<EndReason>,
-    /// Collective operations: results until taken, series numbers.
-    pub(crate) collectives: crate::collective::CollectiveBook,
-    /// Answers to this back-end's spawn requests, by request number, until taken.
-    spawn_replies: std::collections::HashMap<u32, SpawnAnswer>,
-    /// Tasks awaiting a spawn answer.
-    spawn_waiters: Vec<Waker>,
-    /// The next spawn request's number.
-    next_spawn: u32,
-    /// Told of every packet and of the end, for a tool's own event loop.
-    ready: Option<crate::frontend::ReadyHook>,
-    /// Who this back-end is, once its member plan arrived.
-    placed: Option<Placed>,
-    /// The task awaiting the member plan.
-    placer: Option<Waker>,
-}
-
-/// What a back-end's member plan says it is.
-#[derive(Debug, Clone, Copy)]
-struct Placed {
-    rank: u32,
-    size: u32,
-    group: Option<treecast_wire::GroupPlace>,
-}
-
-/// The front-end's answer to a spawn request: the group, or why not.
-type SpawnAnswer = Result<crate::Group, String>;
-
-impl WaitsForCredit for BeTool {
-    fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
-        crate::frontend::register(self.writers.entry(stream).or_default(), cx);
-    }
-}
-
-impl Tool for BeTool {
-    fn event(&mut self, event: Event) {
-        match event {
-            Event::Readable { .. } => {
-                if let Some(w) = self.reader.take() {
-                    w.wake();
-                }
-                crate::frontend::ReadyHook::call(&self.ready);
-            }
-            Event::Writable { stream } => {
-                self.writers.remove(&stream).into_iter().flatten().for_each(Waker::wake);
-            }
-            Event::SpawnReplied { id, group, ranks, error } => {
-                let answer = match error.is_empty() {
-                    true => Ok(crate::Group::new(group, ranks.iter().collect())),
-                    false => Err(error),
-                };
-                self.spawn_replies.insert(id, answer);
-                self.spawn_waiters.drain(..).for_each(Waker::wake);
-            }
-            Event::CollectiveDone { context, seq, frame } => self.collectives.arrived(context, seq, frame),
-            Event::Placed { rank, size, group } => {
-                self.placed = Some(Placed { rank, size, group });
-                self.placer.take().into_iter().for_each(Waker::wake);
-            }
-            Event::Shutdown { reason } => {
-                self.over = Some(reason);
-                self.placer.take().into_iter().for_each(Waker::wake);
-                self.collectives.wake_all();
-                self.spawn_waiters.drain(..).for_each(Waker::wake);
-                self.reader.take().into_iter().for_each(Waker::wake);
-                self.writers.drain().flat_map(|(_, w)| w).for_each(Waker::wake);
-                self.closers.drain(..).for_each(Waker::wake);
-                crate::frontend::ReadyHook::call(&self.ready);
-            }
-            other => tracing::debug!("back-end: {other:?}"),
-        }
-    }
 }
 
 /// What a back-end brings to the tree beyond what its launcher tells it.
@@ -191,7 +112,7 @@ impl BackEndSender {
             match &tool.over {
                 Some(reason) => Poll::Ready(ApiError::Closed(reason.clone())),
                 None => {
-                    crate::frontend::register(&mut tool.closers, cx);
+                    crate::request::register(&mut tool.closers, cx);
                     Poll::Pending
                 }
             }
@@ -308,7 +229,7 @@ impl BackEndSender {
             if let Some(reason) = &tool.over {
                 return Poll::Ready(Err(ApiError::Closed(reason.clone())));
             }
-            crate::frontend::register(&mut tool.spawn_waiters, cx);
+            crate::request::register(&mut tool.spawn_waiters, cx);
             Poll::Pending
         });
         match tokio::time::timeout(limit, answer).await {

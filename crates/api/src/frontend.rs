@@ -12,6 +12,7 @@ use treecast_transport::Secret;
 use treecast_wire::RankSet;
 
 use crate::attach::AttachFile;
+use crate::request::register;
 use crate::{ApiError, AttachInfo, Event};
 
 /// Events buffered for the tool; past this, events are logged and dropped.
@@ -63,7 +64,7 @@ pub(crate) struct FeTool {
     /// it ends, as stream handles may keep this state alive longer).
     pub(crate) attach_written: Option<AttachFile>,
     readers: HashMap<u32, Vec<Waker>>,
-    writers: HashMap<u32, Vec<Waker>>,
+    pub(crate) writers: HashMap<u32, Vec<Waker>>,
     events: VecDeque<Event>,
     /// Tasks awaiting an event (several threads of a C tool may wait at once).
     event_wakers: Vec<Waker>,
@@ -91,7 +92,7 @@ pub(crate) struct FeTool {
     spawn_requests: VecDeque<SpawnRequest>,
     spawn_waker: Option<Waker>,
     /// The numbers given to the networks linked to this one.
-    pub(crate) remotes: crate::remote::RemoteNumbers,
+    pub(crate) remotes: crate::remote_numbers::RemoteNumbers,
     /// Told of every packet, event and end, for a tool's own event loop.
     pub(crate) ready: Option<ReadyHook>,
     /// Per stream: told when a packet for that stream is queued, and at the end.
@@ -136,7 +137,7 @@ impl FeTool {
             secret,
             spawn_requests: VecDeque::new(),
             spawn_waker: None,
-            remotes: crate::remote::RemoteNumbers::default(),
+            remotes: crate::remote_numbers::RemoteNumbers::default(),
             ready: None,
             stream_ready: HashMap::new(),
             over: None,
@@ -241,20 +242,6 @@ impl FeTool {
             // Back-ends that cannot know where to connect would only be waited for in vain.
             Err(e) => self.finish_launch(Err(e.into())),
         }
-    }
-}
-
-impl crate::stream::WaitsForCredit for FeTool {
-    fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
-        register(self.writers.entry(stream).or_default(), cx);
-    }
-}
-
-/// Adds `cx`'s waker to `wakers` unless one that wakes the same task is there: a
-/// call polled again and again (in a `select!`, with a time-out) adds it once.
-pub(crate) fn register(wakers: &mut Vec<Waker>, cx: &Context<'_>) {
-    if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
-        wakers.push(cx.waker().clone());
     }
 }
 

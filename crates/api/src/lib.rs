@@ -62,16 +62,22 @@
 
 mod attach;
 mod backend;
+mod betool;
 mod builder;
 mod clock;
 mod collective;
+mod collective_run;
 mod commnode;
+mod communicator;
 mod error;
+mod event;
 mod frontend;
 mod monitor;
 mod network;
+mod network_spawn;
 mod packet;
 mod remote;
+mod remote_numbers;
 mod request;
 mod spawn;
 mod stream;
@@ -82,11 +88,12 @@ pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
 pub use clock::{compose as compose_clock, NodeClock};
 pub use collective::{Collected, ReduceOp, DEFAULT_COLLECTIVE_LIMIT};
 pub use commnode::{run_comm_node, run_comm_node_with, started_as_comm_node, NodeError, COMM_NODE_ARG};
+pub use communicator::{Communicator, FRONT_END_RANK};
 pub use error::{
     file_kind, ApiError, AttachError, SourceError, DEFAULT_CHUNK, DEFAULT_TIMEOUT, MAX_CHUNK, MAX_TIMEOUT,
 };
-pub use monitor::MONITOR_ORDER_LIMIT;
-pub use network::{Communicator, Event, Network, FRONT_END_RANK};
+pub use event::Event;
+pub use network::{Network, MONITOR_ORDER_LIMIT};
 pub use packet::{EqClass, Packet};
 pub use remote::{NetworkPort, RemoteNetwork, DEFAULT_NETWORK_LIMIT};
 pub use request::{Match, Request, HELD_LIMIT};

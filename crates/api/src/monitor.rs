@@ -8,11 +8,7 @@ use treecast_driver::lock;
 use treecast_proto::Command;
 use treecast_wire::CollectMode;
 
-use crate::{ApiError, Network};
-
-/// How long [`Network::monitor_start`] and [`Network::monitor_stop`] wait for every
-/// node to confirm.
-pub const MONITOR_ORDER_LIMIT: Duration = Duration::from_secs(10);
+use crate::{ApiError, Network, MONITOR_ORDER_LIMIT};
 
 /// How often a collection in progress is looked at.
 const POLL: Duration = Duration::from_millis(5);

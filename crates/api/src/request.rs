@@ -142,7 +142,7 @@ impl Mailbox {
 
     /// Wakes `cx` when the posted receives change.
     pub(crate) fn wait(&mut self, cx: &Context<'_>) {
-        crate::frontend::register(&mut self.wakers, cx);
+        register(&mut self.wakers, cx);
     }
 }
 
@@ -304,6 +304,14 @@ impl Turn {
             // An error only says the previous one ended without a word: the turn passes.
             let _ = previous.await;
         }
+    }
+}
+
+/// Adds `cx`'s waker to `wakers` unless one that wakes the same task is there: a
+/// call polled again and again (in a `select!`, with a time-out) adds it once.
+pub(crate) fn register(wakers: &mut Vec<Waker>, cx: &Context<'_>) {
+    if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+        wakers.push(cx.waker().clone());
     }
 }
 

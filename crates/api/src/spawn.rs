@@ -17,9 +17,9 @@ use treecast_topology::hostlist::bare_host;
 use treecast_topology::Topology;
 use treecast_wire::{RankSet, SpawnOrder};
 
-use crate::{ApiError, Communicator, Network};
+use crate::{ApiError, Communicator};
 
-/// How long [`Network::spawn`] waits for every new process to join, by default.
+/// How long [`Network::spawn`](crate::Network::spawn) waits for every new process to join, by default.
 pub const DEFAULT_SPAWN_LIMIT: Duration = Duration::from_secs(30);
 
 /// Which comm nodes start the processes of a spawn.
@@ -90,8 +90,8 @@ impl JoinMode {
 /// The order is the group's own: the process at index `i` has group rank `i`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group {
-    id: u32,
-    ranks: Vec<u32>,
+    pub(crate) id: u32,
+    pub(crate) ranks: Vec<u32>,
 }
 
 impl Group {
@@ -134,7 +134,7 @@ impl Group {
     /// Splits the group as `MPI_Comm_split` does: one group per colour that
     /// `colour_of(group rank, rank)` gives, in order of colour, each keeping this
     /// group's order; members given `None` are in none. The new groups' ids are
-    /// `first_id`, `first_id + 1`, … (use [`Network::split`] to have the network
+    /// `first_id`, `first_id + 1`, … (use [`Network::split`](crate::Network::split) to have the network
     /// give them out).
     pub fn split_with(
         &self,
@@ -357,8 +357,8 @@ impl SpawnBook {
     }
 }
 
-/// `a` and `b` in one group named `id`; see [`Network::merge`].
-fn merged(a: &Group, b: &Group, a_high: bool, id: u32) -> Group {
+/// `a` and `b` in one group named `id`; see [`Network::merge`](crate::Network::merge).
+pub(crate) fn merged(a: &Group, b: &Group, a_high: bool, id: u32) -> Group {
     let (first, second) = if a_high { (b, a) } else { (a, b) };
     let mut ranks = first.ranks.clone();
     ranks.extend(second.ranks.iter().filter(|r| !first.ranks.contains(r)));
@@ -366,7 +366,7 @@ fn merged(a: &Group, b: &Group, a_high: bool, id: u32) -> Group {
 }
 
 impl Spawner {
-    /// See [`Network::spawn`].
+    /// See [`Network::spawn`](crate::Network::spawn).
     pub(crate) async fn spawn(
         &self,
         n: u32,
@@ -376,7 +376,7 @@ impl Spawner {
         self.start(n, command, options, None).await
     }
 
-    /// See [`Network::accept`].
+    /// See [`Network::accept`](crate::Network::accept).
     pub(crate) async fn accept(
         &self,
         port: &Path,
@@ -551,7 +551,7 @@ impl Spawner {
     }
 
     /// Stops `ranks` and forgets them for placement.
-    fn stop(&self, ranks: &RankSet, reason: &str) -> Result<(), ApiError> {
+    pub(crate) fn stop(&self, ranks: &RankSet, reason: &str) -> Result<(), ApiError> {
         lock(&self.shared)
             .command(Command::Stop { ranks: ranks.clone(), reason: reason.to_owned() })
             .map_err(|e| ApiError::from_command(0, e))?;
@@ -590,79 +590,6 @@ pub(crate) async fn serve_requests(spawner: Spawner) {
             let reply = Command::SpawnReply { id: req.id, rank: req.rank, group, ranks, error };
             let _ = lock(&spawner.shared).command(reply);
         });
-    }
-}
-
-impl Network {
-    /// Starts `n` new back-ends running `command` (program first; empty: the
-    /// launch's back-end command) while the tree runs, under the comm nodes
-    /// `options.placement` picks, and waits until every one has joined. Their ranks
-    /// follow the highest given so far; streams can be created over them at once.
-    /// Each process finds its group in `TREECAST_GROUP`, `TREECAST_GROUP_RANK` and
-    /// `TREECAST_GROUP_SIZE`, besides the usual `TREECAST_RANK` and `TREECAST_SIZE`.
-    ///
-    /// # Errors
-    /// [`ApiError::Placement`] when no comm node fits the placement;
-    /// [`ApiError::SpawnFailed`] naming each process that did not join (a bad
-    /// command, a process that exited, the time limit), after stopping the others of
-    /// the spawn, so that nothing of a failed spawn is left running.
-    ///
-    /// Cancel safety: not cancel safe: processes of a spawn dropped while it waits
-    /// stay in the tree.
-    pub async fn spawn(&self, n: u32, command: &[String], options: &SpawnOptions) -> Result<Group, ApiError> {
-        self.spawner.spawn(n, command, options).await
-    }
-
-    /// Accepts `n` back-ends started by someone else (another job, a debugger, a batch
-    /// system) as a new group: it places them like a spawn, writes a port file at
-    /// `port` (private to this user: it holds the session secret, and no secret
-    /// goes on a command line) once the comm nodes chosen listen for them, and
-    /// waits until every one has joined (`options.limit`). Each process joins with
-    /// `BackEnd::connect_port(port, index)`, its index 0 to n-1 given or read from
-    /// its launcher's environment (`OMPI_COMM_WORLD_RANK`, `PMI_RANK`, …). The file
-    /// is removed when this returns. Processes must run on the hosts placed: those of
-    /// the comm nodes chosen, or the hosts [`Placement::Hosts`] names.
-    ///
-    /// # Errors
-    /// As [`Network::spawn`]; [`ApiError::Attach`] when the port file cannot be
-    /// written; [`ApiError::Timeout`] when the comm nodes did not say where to
-    /// connect within the limit.
-    ///
-    /// Cancel safety: not cancel safe.
-    pub async fn accept(&self, port: &Path, n: u32, options: &SpawnOptions) -> Result<Group, ApiError> {
-        self.spawner.accept(port, n, options).await
-    }
-
-    /// Stops every process of `group` (a pool that shrinks); their ranks leave the
-    /// streams gracefully ([`crate::Event::RanksLeft`]), not as failures.
-    ///
-    /// # Errors
-    /// [`ApiError::Closed`] when the network is gone.
-    pub fn stop(&self, group: &Group, reason: &str) -> Result<(), ApiError> {
-        self.spawner.stop(&group.rank_set(), reason)
-    }
-
-    /// One group of `a`'s and `b`'s processes, as `MPI_Intercomm_merge` orders them:
-    /// `a`'s first unless `a_high`, then `b`'s first. A process in both is kept once,
-    /// where it comes first.
-    pub fn merge(&self, a: &Group, b: &Group, a_high: bool) -> Group {
-        merged(a, b, a_high, self.spawner.group_id())
-    }
-
-    /// Splits `group` by colour (see [`Group::split_with`]), with new group ids. A
-    /// group is a plain value: dropping one frees it; its processes run on until
-    /// they are stopped or leave.
-    pub fn split(&self, group: &Group, colour_of: impl Fn(usize, u32) -> Option<u32>) -> Vec<(u32, Group)> {
-        let mut parts = group.split_with(0, colour_of);
-        for (_, g) in &mut parts {
-            g.id = self.spawner.group_id();
-        }
-        parts
-    }
-
-    /// The back-ends of the launch as a group (id 0), to merge spawned groups with.
-    pub fn launch_group(&self) -> Group {
-        Group { id: 0, ranks: (0..self.topology().backends() as u32).collect() }
     }
 }
 

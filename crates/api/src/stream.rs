@@ -15,7 +15,7 @@ use treecast_wire::{
 };
 
 use crate::frontend::FeTool;
-use crate::request::{InOrder, Item, Mailbox, Match, Request};
+use crate::request::{register, InOrder, Item, Mailbox, Match, Request};
 use crate::{ApiError, Communicator, Packet, FRONT_END_RANK};
 
 /// How a stream's packets are filtered, and how much each link holds for it.
@@ -133,6 +133,12 @@ pub struct StreamSender {
 pub(crate) trait WaitsForCredit: Tool {
     /// Wakes `cx` once `stream` can take a frame again.
     fn wait_writable(&mut self, stream: u32, cx: &std::task::Context<'_>);
+}
+
+impl WaitsForCredit for FeTool {
+    fn wait_writable(&mut self, stream: u32, cx: &Context<'_>) {
+        register(self.writers.entry(stream).or_default(), cx);
+    }
 }
 
 /// Gives the core a frame to send, waiting while its stream has no credit.

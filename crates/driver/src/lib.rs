@@ -17,13 +17,14 @@ mod commnode;
 mod driver;
 pub mod env;
 mod error;
+mod join;
 
 pub use commnode::{
-    child_parent_address, connect_to, join_parent, parse_striped, read_secret, run_comm_node,
-    run_comm_node_as, run_comm_node_with, striped_address, COMM_NODE_ARG, DEFAULT_MAX_FRAME,
+    join_parent, read_secret, run_comm_node, run_comm_node_as, run_comm_node_with, DEFAULT_MAX_FRAME,
 };
 pub use driver::node_route::{NodeRoute, Shared};
 pub use driver::{
     drive, lock, Driver, Launching, NoTool, Tool, LAST_FLUSH, MAX_AWAITING_BYTES, SHUTDOWN_GRACE,
 };
 pub use error::NodeError;
+pub use join::{child_parent_address, connect_to, parse_striped, striped_address, COMM_NODE_ARG};

@@ -12,14 +12,16 @@
 //! The core reads no clock: a node's clock is a [`ClockSource`] its driver sets, a
 //! function of the `now` every input carries.
 
-use std::collections::BTreeMap;
+pub(crate) mod state;
+
 use std::time::{Duration, Instant};
 
 use treecast_wire::{ClockSample, ControlMsg};
 
-use treecast_monitor::clock::{drifted, Mono, NodeClock, PeerClock};
+use treecast_monitor::clock::{drifted, PeerClock};
 
 use super::{ChildState, Event, LinkId, Node, Role};
+use state::{ChildClock, ClockConfig, ClockSource, Distortion, Probe};
 
 /// Most earlier rounds kept per child for the drift (an hour of rounds at the
 /// default resync is 13).
@@ -30,132 +32,6 @@ const MAX_HISTORY: usize = 64;
 /// back-to-back probes lasts about a millisecond, which this turns into half a
 /// microsecond of bound.
 const UNKNOWN_DRIFT_PPB: u64 = 500_000;
-
-/// How a node reads its clock: a time base plus, for tests, a distortion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClockSource {
-    /// The instant the base was read at.
-    pub base: Instant,
-    /// The clock at `base`, nanoseconds (CLOCK_REALTIME for real processes).
-    pub base_ns: i64,
-    /// What a test adds to the true clock (none for a true clock).
-    pub distortion: Distortion,
-}
-
-/// A distortion of a node's clock, a test knob: a fixed offset plus a drift that
-/// accumulates from an epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Distortion {
-    /// Added offset, nanoseconds.
-    pub offset_ns: i64,
-    /// Added rate, parts per billion.
-    pub drift_ppb: i64,
-    /// Clock reading (nanoseconds since the Unix epoch) from which the drift accumulates.
-    pub epoch_ns: i64,
-}
-
-impl Distortion {
-    /// What it adds to the true clock when that reads `true_ns`.
-    pub fn at(&self, true_ns: i64) -> i64 {
-        drifted(self.offset_ns, self.drift_ppb, i128::from(true_ns) - i128::from(self.epoch_ns))
-    }
-}
-
-impl ClockSource {
-    /// An undistorted clock that read `base_ns` at `base`.
-    pub fn new(base: Instant, base_ns: i64) -> ClockSource {
-        ClockSource { base, base_ns, distortion: Distortion::default() }
-    }
-
-    /// The clock at `now`, nanoseconds.
-    pub fn read(&self, now: Instant) -> i64 {
-        let true_ns = match now.checked_duration_since(self.base) {
-            Some(d) => self.base_ns.saturating_add(duration_ns(d)),
-            None => self.base_ns.saturating_sub(duration_ns(self.base.duration_since(now))),
-        };
-        true_ns.saturating_add(self.distortion.at(true_ns))
-    }
-}
-
-impl ClockSource {
-    /// The clock at monotonic reading `now`, nanoseconds, where `base_mono` is the
-    /// monotonic reading at `base`: what the route stamps frames with while
-    /// recording. It agrees with [`ClockSource::read`] within the error of
-    /// `base_mono` (tens of nanoseconds when read beside an `Instant`).
-    pub fn read_mono(&self, base_mono: Mono, now: Mono) -> i64 {
-        self.node_clock(base_mono).at(now)
-    }
-
-    /// This clock as the route reads it, where `base_mono` is the monotonic reading
-    /// at `base` (see [`ClockSource::read_mono`]).
-    pub fn node_clock(&self, base_mono: Mono) -> NodeClock {
-        let d = self.distortion;
-        NodeClock {
-            base: base_mono,
-            base_ns: self.base_ns,
-            offset_ns: d.offset_ns,
-            drift_ppb: d.drift_ppb,
-            epoch_ns: d.epoch_ns,
-        }
-    }
-}
-
-fn duration_ns(d: Duration) -> i64 {
-    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
-}
-
-/// When and how often a parent probes its children.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClockConfig {
-    /// Probes per round; the one with the shortest round trip counts.
-    pub probes: u32,
-    /// Time from the first round to the second, which measures the drift.
-    pub drift_after: Duration,
-    /// Time between later rounds.
-    pub resync: Duration,
-    /// The drift is measured from the oldest round at most this old: a longer
-    /// baseline divides the offsets' errors by more, while a clock whose rate wanders
-    /// (with temperature, over hours) is followed still.
-    pub drift_window: Duration,
-    /// A round whose answer does not come within this is given up (tried again later).
-    pub probe_limit: Duration,
-    /// Probes sent back to back, each as soon as the last is answered: the first
-    /// of a burst finds the ends asleep and waking them takes longer one way than
-    /// the other, the next ones find both awake.
-    pub probe_burst: u32,
-    /// Time between bursts: spread out, they are more likely to catch a moment when
-    /// neither end waits for a CPU.
-    pub probe_gap: Duration,
-    /// Time from a child joining to its first round (the start-up traffic is over by
-    /// then); each child also waits up to as long again, by its node id, so that the
-    /// children of one parent are not probed all at once.
-    pub first_round_after: Duration,
-}
-
-impl Default for ClockConfig {
-    fn default() -> Self {
-        ClockConfig {
-            probes: 32,
-            drift_after: Duration::from_secs(2),
-            resync: Duration::from_secs(300),
-            drift_window: Duration::from_secs(3600),
-            probe_limit: Duration::from_secs(5),
-            probe_burst: 32,
-            probe_gap: Duration::from_millis(2),
-            first_round_after: Duration::from_millis(50),
-        }
-    }
-}
-
-/// One answered probe: its round trip (the child's time between read and answer
-/// left out), the child's clock minus the parent's, and the parent's clock at the
-/// round trip's midpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Probe {
-    rtt: i64,
-    offset: i64,
-    midpoint: i64,
-}
 
 /// What a round of probes says of a child's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,58 +78,8 @@ fn estimate(samples: &[Probe], drift_ppb: i64, drift_error_ppb: u64) -> Option<E
     Some(Estimate { rtt: best.rtt, offset, midpoint: best.midpoint, error })
 }
 
-/// A parent's measurement of one child.
-#[derive(Debug, Default)]
-struct ChildClock {
-    rounds: u32,
-    /// The probe sent and not yet answered: its number and when it left.
-    in_flight: Option<(u32, Instant)>,
-    /// Number of the next probe; never reused, so a late answer to a probe given up
-    /// on cannot pass for the answer to a later one.
-    next_seq: u32,
-    probes_done: u32,
-    /// The probes of the round answered so far.
-    samples: Vec<Probe>,
-    /// Earlier rounds within the drift window, oldest first: offset, midpoint and
-    /// error bound, for the drift.
-    history: std::collections::VecDeque<(i64, i64, i64)>,
-    drift_ppb: i64,
-    drift_error_ppb: u64,
-    /// When the next probe goes (the next of a round, or the first of the next round).
-    next_send: Option<Instant>,
-    /// Its entry in [`ClockSync::due`]: when the timer must look at it next.
-    scheduled: Option<Instant>,
-}
-
-impl ChildClock {
-    /// When the timer must look at this child: its probe's limit, or its next probe.
-    fn deadline(&self, probe_limit: Duration) -> Option<Instant> {
-        match self.in_flight {
-            Some((_, at)) => Some(at + probe_limit),
-            None => self.next_send,
-        }
-    }
-}
-
 /// Most probes per round, and per burst, a plan may ask for.
 pub const MAX_PROBES: u32 = 1024;
-
-/// A node's part of the global clock.
-#[derive(Debug, Default)]
-pub(super) struct ClockSync {
-    source: Option<ClockSource>,
-    pub(super) config: ClockConfig,
-    /// Per child index.
-    children: BTreeMap<usize, ChildClock>,
-    /// Each child's next deadline, earliest first: the timer looks at the children
-    /// due and no other, and the next deadline is the first entry (a parent of a
-    /// thousand children walks none of them per wake-up).
-    due: std::collections::BTreeSet<(Instant, usize)>,
-    /// Children the timer looked at so far, for `treecast bench sim`'s per-node costs.
-    pub(super) visits: u64,
-    /// Front-end: the latest sample of every node, and how many rounds it has.
-    samples: BTreeMap<u32, (ClockSample, u32)>,
-}
 
 impl Node {
     /// Gives the node its clock, which switches the global clock on: it answers its

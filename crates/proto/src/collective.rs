@@ -29,7 +29,8 @@
 //! [`COLLECTIVE_EXPIRY`] (members that never entered) ends with an error to the
 //! members below.
 
-use std::collections::BTreeMap;
+pub(crate) mod state;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -42,6 +43,7 @@ use treecast_wire::{
 };
 
 use super::{ChildState, CommandError, Event, LinkId, LinkRole, Node, Role};
+use state::{Open, Origin, SentUp};
 
 /// Most collective operations open at one node at once.
 pub const MAX_OPEN_COLLECTIVES: usize = 4096;
@@ -49,57 +51,6 @@ pub const MAX_OPEN_COLLECTIVES: usize = 4096;
 pub const MAX_RESULT: usize = 64 << 20;
 /// How long a node keeps an operation open for members that have not entered.
 pub const COLLECTIVE_EXPIRY: Duration = Duration::from_secs(900);
-
-/// Where a result being routed came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Origin {
-    /// Computed here (this node is the members' common ancestor).
-    Here,
-    /// Down from the parent.
-    Parent,
-    /// Up from this child (on its way to a root elsewhere).
-    Child(usize),
-}
-
-/// An operation this node has contributions for and has not passed on yet.
-#[derive(Debug)]
-struct Open {
-    /// The head of the first contribution (its contributors and error are this
-    /// node's running ones).
-    head: CollectiveHead,
-    /// The body in parts, shared with the frames they came in: one part, folded
-    /// so far (reductions), or each child's entries (gathers), joined once sent.
-    parts: Vec<Bytes>,
-    /// The members below this node it waited for at its last check.
-    awaited: RankSet,
-    /// Members not waited for any more: they dropped out from below meanwhile.
-    excused: RankSet,
-    /// When it ends with an error if still open.
-    expires: Instant,
-}
-
-/// A node's open collective operations, by (context, number).
-#[derive(Debug, Default)]
-pub(super) struct Collectives {
-    open: BTreeMap<(u64, u32), Open>,
-    /// Back-end: its contributions not yet answered, sent again after a rejoin (a
-    /// lost comm node may have held them).
-    unanswered: BTreeMap<(u64, u32), Frame>,
-    /// Comm node: partials sent up whose result has not come down through here,
-    /// sent again to a new parent after a rejoin; forgotten at expiry.
-    sent_up: BTreeMap<(u64, u32), SentUp>,
-}
-
-/// A partial sent up, kept until its result passes on the way down.
-#[derive(Debug)]
-struct SentUp {
-    /// Every partial of it sent up (more than one when ranks joined below late).
-    partials: Vec<Frame>,
-    /// The ranks in it.
-    contributors: RankSet,
-    /// When it is forgotten.
-    expires: Instant,
-}
 
 /// Most operations a back-end may be in at once.
 pub const MAX_ENTERED: usize = 64;

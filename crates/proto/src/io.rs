@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use treecast_filters::RegistryError;
-use treecast_wire::{AttachPoint, Frame, LaunchPlan, LinkId, RankSet, StreamSpec};
+use treecast_wire::{AttachPoint, ControlMsg, Frame, FrameHeader, LaunchPlan, LinkId, RankSet, StreamSpec};
 
 use crate::{ChildLaunch, RemoteSpec};
 
@@ -561,4 +561,9 @@ impl LostRanks {
         }
         out
     }
+}
+
+/// Encodes a control message as a frame.
+pub fn control_frame(msg: &ControlMsg) -> Frame {
+    Frame::new(FrameHeader::control(), msg.encode())
 }

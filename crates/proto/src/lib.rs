@@ -16,6 +16,11 @@
 //! (`streams.rs`), failure reports and shutdown, cutting off peers that hang
 //! (`liveness.rs`), and orphans rejoining the tree when a comm node is lost
 //! (`recovery.rs`).
+//!
+//! What a module keeps on [`Node`] lives in a `state.rs` beside it (`startup/state.rs`,
+//! `streams/state.rs`, …), which imports neither this file nor the module's
+//! behaviour: this file's `Node` depends only on those, and the modules' `impl Node`
+//! blocks on `Node`, so the files import one way (`tools/import-cycles` checks it).
 
 mod clock;
 mod collective;
@@ -34,16 +39,21 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use treecast_filters::FilterRegistry;
-use treecast_wire::{ControlMsg, Frame, FrameHeader, FrameKind, RankSet, Window};
+use treecast_wire::{ControlMsg, Frame, FrameKind, RankSet, Window};
 
-pub use clock::{clock_distortion, ClockConfig, ClockSource, Distortion, CLOCK_DISTORT, MAX_PROBES};
+pub use clock::state::{ClockConfig, ClockSource, Distortion};
+pub use clock::{clock_distortion, CLOCK_DISTORT, MAX_PROBES};
 pub use collective::{COLLECTIVE_EXPIRY, MAX_ENTERED, MAX_OPEN_COLLECTIVES, MAX_RESULT};
-pub use io::{Command, CommandError, Delivery, Destination, EndReason, Event, LostRanks, Peer, Transmit};
+pub use io::{
+    control_frame, Command, CommandError, Delivery, Destination, EndReason, Event, LostRanks, Peer, Transmit,
+};
 pub use liveness::{heartbeat_frame, LivenessLimits, DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT};
-pub use peer::{PEER_CREDIT, PEER_WINDOW};
+pub use peer::state::PEER_WINDOW;
+pub use peer::PEER_CREDIT;
 pub use recovery::DEFAULT_REJOIN_WITHIN;
-pub use remote::{remote_base, RemoteError, RemoteSpec, MAX_REMOTES, REMOTE_BASE, REMOTE_SPAN};
-pub use startup::{ChildLaunch, MAX_SPAWN};
+pub use remote::state::{remote_base, RemoteError, RemoteSpec, MAX_REMOTES, REMOTE_BASE, REMOTE_SPAN};
+pub use startup::state::ChildLaunch;
+pub use startup::MAX_SPAWN;
 pub use treecast_wire::{LinkId, LinkMap, LinkTable};
 
 /// The layers below the core, as the core sees them: a simulated tree or a driver
@@ -54,8 +64,8 @@ pub use {
 };
 
 use liveness::Liveness;
-use startup::{Child, ChildState, StartupState};
-use streams::StreamState;
+use startup::state::{Child, ChildState, StartupState};
+use streams::state::StreamState;
 
 /// How long a node holds the report of a child whose link closed while the tree
 /// runs, waiting for the driver's [`Command::ChildExited`], so that the report says
@@ -164,11 +174,6 @@ fn write_stamp(frame: &Frame) -> Option<i64> {
     frame.header.stamp().and_then(|ns| i64::try_from(ns).ok())
 }
 
-/// Encodes a control message as a frame.
-pub fn control_frame(msg: &ControlMsg) -> Frame {
-    Frame::new(FrameHeader::control(), msg.encode())
-}
-
 /// Loads a plug-in filter into a registry (see [`Node::set_plugin_loader`]); the error
 /// says why it could not.
 pub type PluginLoader = dyn Fn(PluginSource<'_>, &mut FilterRegistry) -> Result<(), String> + Send + Sync;
@@ -234,20 +239,20 @@ pub struct Node {
     /// Heartbeats sent and heard on every link.
     liveness: Liveness,
     /// The global clock: probes of the children, samples going up.
-    clock: clock::ClockSync,
-    monitor: monitoring::MonitorRequests,
+    clock: clock::state::ClockSync,
+    monitor: monitoring::state::MonitorRequests,
     /// Orphans rejoining: this node's fallback, its search for a new parent, the
     /// ranks of lost children awaited back.
-    recovery: recovery::Recovery,
+    recovery: recovery::state::Recovery,
     /// Frames for a stream's whole group wait until every member can take them (a
     /// multicasting route): those of at least this many payload bytes; see
     /// [`Node::send_together`].
     send_together: Option<usize>,
     /// Messages between back-ends: a back-end's window, a parent's unanswered ones.
-    peer: peer::PeerState,
-    collectives: collective::Collectives,
+    peer: peer::state::PeerState,
+    collectives: collective::state::Collectives,
     /// Front-end: the other networks linked to this one.
-    remotes: Vec<remote::RemoteNet>,
+    remotes: Vec<remote::state::RemoteNet>,
     out: Outputs,
 }
 
@@ -274,17 +279,17 @@ impl Node {
             parent: None,
             children: Vec::new(),
             start: StartupState::default(),
-            recovery: recovery::Recovery::default(),
+            recovery: recovery::state::Recovery::default(),
             streams: BTreeMap::new(),
             max_stream: 0,
             deliveries: VecDeque::new(),
             lost: LostRanks::default(),
             liveness: Liveness::default(),
-            clock: clock::ClockSync::default(),
-            monitor: monitoring::MonitorRequests::default(),
+            clock: clock::state::ClockSync::default(),
+            monitor: monitoring::state::MonitorRequests::default(),
             send_together: None,
-            peer: peer::PeerState::default(),
-            collectives: collective::Collectives::default(),
+            peer: peer::state::PeerState::default(),
+            collectives: collective::state::Collectives::default(),
             remotes: Vec::new(),
             out: Outputs::default(),
         }

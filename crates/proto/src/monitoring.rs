@@ -4,33 +4,15 @@
 //! up, so the front-end receives one report per sub-tree of its own children, not one
 //! per node. The recording itself happens in the driver's route (`treecast_transport::recording`).
 
+pub(crate) mod state;
+
 use std::time::{Duration, Instant};
 
 use treecast_monitor::{Collection, Report};
 use treecast_wire::{CollectMode, ControlMsg};
 
 use super::{ChildState, Event, Node, Role};
-
-/// A collection this node takes part in, waiting for its answers.
-#[derive(Debug)]
-pub(super) struct PendingCollect {
-    id: u32,
-    mode: CollectMode,
-    /// Children (by index) whose answer has not come.
-    waiting: Vec<usize>,
-    /// Its own report is in.
-    own: bool,
-    gathered: Collection,
-    deadline: Instant,
-    limit: Duration,
-}
-
-/// A node's monitoring requests under way, and at the front-end, those finished.
-#[derive(Debug, Default)]
-pub(super) struct MonitorRequests {
-    pending: Vec<PendingCollect>,
-    done: Vec<(u32, Collection)>,
-}
+use state::PendingCollect;
 
 /// Finished collections the front-end keeps for their callers, oldest dropped first.
 const MAX_UNTAKEN: usize = 16;

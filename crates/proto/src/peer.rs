@@ -16,44 +16,22 @@
 //! lost) acknowledges what it had passed to it unanswered; what a comm node held
 //! when it was lost is not acknowledged by anyone.
 
+pub(crate) mod state;
+
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use treecast_wire::{
-    decode_ack, decode_multi, encode_ack, encode_multi, Frame, FrameHeader, Grant, RankSet, Window,
-    FLAG_PEER_ACK, FLAG_PEER_COLL, FLAG_PEER_MULTI,
+    decode_ack, decode_multi, encode_ack, encode_multi, Frame, FrameHeader, Grant, RankSet, FLAG_PEER_ACK,
+    FLAG_PEER_COLL, FLAG_PEER_MULTI,
 };
 
-use super::window::Budget;
 use super::{ChildState, CommandError, Delivery, Event, LinkId, LinkRole, Node, Role};
+use state::PEER_WINDOW;
 
-/// What a back-end may have sent to other back-ends and not yet seen read.
-pub const PEER_WINDOW: Window = Window { packets: 64, bytes: 16 << 20 };
 /// The stream id that [`Event::Writable`] names when a back-end may send peer
 /// messages again (no stream has it: stream ids are allocated from 1 up).
 pub const PEER_CREDIT: u32 = u32::MAX;
-
-/// A node's side of peer messages.
-#[derive(Debug)]
-pub(super) struct PeerState {
-    /// Back-end: what its messages may still take.
-    budget: Budget,
-    /// Back-end: acknowledgements of messages read while it had no parent.
-    held_acks: Vec<Frame>,
-    /// Messages passed to each back-end child and not yet acknowledged by it, by
-    /// node id: (sender, the child's rank, bytes), in order.
-    unanswered: std::collections::BTreeMap<u32, VecDeque<(u32, u32, u64)>>,
-}
-
-impl Default for PeerState {
-    fn default() -> Self {
-        PeerState {
-            budget: Budget::new(PEER_WINDOW),
-            held_acks: Vec::new(),
-            unanswered: std::collections::BTreeMap::new(),
-        }
-    }
-}
 
 /// An acknowledgement to `to` from `from` of `messages` messages and `bytes` bytes.
 pub(super) fn ack(to: u32, from: u32, messages: u32, bytes: u64) -> Frame {

@@ -22,50 +22,21 @@
 //! wave that answers the first request it gets (`Synchronizer::add_child_from`),
 //! and drops its answers to the requests it got before (`up_from` in streams.rs).
 
+pub(crate) mod state;
+
 use std::time::{Duration, Instant};
 
 use treecast_wire::{ControlMsg, RankSet};
 
-use super::startup::{Child, ChildState};
 use super::{EndReason, Event, LinkId, LinkRole, Node, Phase, Role};
+use crate::startup::state::{Child, ChildState};
+use state::Awaited;
 
 /// How long the children of a lost comm node have to rejoin, by default.
 pub const DEFAULT_REJOIN_WITHIN: Duration = Duration::from_secs(10);
 
-/// A node's part in orphans rejoining the tree: where it and its children go when a
-/// parent is lost, and what it awaits back from its own lost children.
-#[derive(Debug, Default)]
-pub(crate) struct Recovery {
-    /// How long orphans have to rejoin (`None`: no recovery).
-    pub(crate) rejoin: Option<Duration>,
-    /// Where this node reached its parent (its children's fallback).
-    pub(crate) parent_address: Option<String>,
-    /// Where this node rejoins if its parent is lost (from the parent).
-    pub(crate) fallback: Option<String>,
-    /// Looking for a new parent until then.
-    pub(crate) rejoining: Option<Instant>,
-    /// Ranks of lost comm-node children awaited back.
-    pub(crate) awaiting: Vec<Awaited>,
-    /// Stops for ranks awaited back (their comm node was lost), with why: they
-    /// are passed on once the ranks have rejoined.
-    pub(crate) pending_stops: Vec<(RankSet, String)>,
-    /// Front-end: every rank awaited back anywhere in the tree.
-    pub(crate) orphaned: RankSet,
-}
-
 /// How long an orphan that connected has to say which ranks it brings back.
 const REJOIN_HELLO: Duration = Duration::from_secs(5);
-
-/// Ranks of a lost comm node's sub-tree, awaited back for a while.
-#[derive(Debug)]
-pub(crate) struct Awaited {
-    /// Those not back yet.
-    ranks: RankSet,
-    /// Why they were orphaned, naming the lost node.
-    why: String,
-    /// When those still missing are reported lost.
-    until: Instant,
-}
 
 impl Node {
     /// How long the children of a lost comm node have to rejoin (`None`: no

@@ -13,139 +13,21 @@
 //! (at the front-end, the tool's reading) gives credit. A child's frames count
 //! against its window until their wave is reduced and sent on.
 
+pub(crate) mod state;
+
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Instant;
 
-use treecast_filters::{
-    apply_dropping_bad, FilterContext, FilterPlace, PlaceRole, Synchronizer, Transform, Wave,
-};
+use treecast_filters::{apply_dropping_bad, FilterContext, FilterPlace, PlaceRole, Synchronizer, Wave};
 use treecast_wire::{
     ControlMsg, Frame, FrameKind, Grant, RankSet, RouteChoice, StreamSpec, SyncMode, FLAG_DIRECT,
 };
 
-use super::handover::Handover;
-use super::startup::{Child, ChildState};
 use super::window::{Budget, Ledger};
 use super::{CommandError, Delivery, Destination, Event, LinkId, LinkRole, Node, Outputs, Role, Transmit};
-
-/// One child's share of a stream.
-#[derive(Debug)]
-struct ChildPart {
-    /// What the child sent up and has not been given back.
-    up: Ledger,
-    /// What this node may still send the child.
-    down: Budget,
-    /// Frames waiting for the child's credit, with the sequence number of their input,
-    /// and whether the frame is for the stream's whole group (see [`drain_together`]).
-    queue: VecDeque<(u64, Frame, bool)>,
-    /// A close of the stream waits behind the queue.
-    close_pending: bool,
-}
-
-/// A stream at one node.
-pub(crate) struct StreamState {
-    pub(crate) spec: StreamSpec,
-    sync: Synchronizer,
-    /// The reduction (none at a back-end).
-    pub(crate) up_filter: Option<Box<dyn Transform>>,
-    /// Its state, reported up and taken over from lost children (recovery).
-    pub(crate) handover: Handover,
-    /// The downstream filter (comm nodes only, and only a real one).
-    down_filter: Option<Box<dyn Transform>>,
-    /// Child indices taking part, increasing.
-    members: Vec<usize>,
-    /// Their links, in the same order.
-    targets: Arc<[LinkId]>,
-    /// Per child index.
-    parts: Vec<Option<ChildPart>>,
-    /// What may still go up (to the parent, or at the front-end into the tool's queue).
-    up_budget: Budget,
-    /// Complete waves waiting for up credit.
-    held: VecDeque<Wave>,
-    /// Frames a reduced wave produced that wait for up credit (a wave may yield
-    /// several, one per child with the null filter; each needs a credit of its own).
-    pending_up: VecDeque<Frame>,
-    /// What the source of downward frames (parent or tool) has outstanding here.
-    down_ledger: Ledger,
-    next_seq: u64,
-    /// Inputs not yet handed to every child: sequence number and payload length.
-    in_node: VecDeque<(u64, usize)>,
-    /// Front-end: reductions the tool has not read; `None` stands for a wave no rank
-    /// answered (see `queue_waves`).
-    ready: VecDeque<Option<Frame>>,
-    /// Front-end: waves numbered below this are queued for the tool, or were read.
-    queued_through: u64,
-    /// Front-end: frames from the tool held while no member is linked but ranks of the
-    /// stream may still rejoin; they go down, in order, to the first that does.
-    waiting_down: VecDeque<Frame>,
-    /// A send from the tool was refused for lack of credit.
-    blocked: bool,
-    /// Closed: upward frames are dropped, closes wait behind the children's queues.
-    closing: bool,
-    /// Front-end: no more packets will come (no member left, or refused).
-    over: bool,
-    /// Front-end: the tool has seen the end (or closed the stream itself).
-    tool_done: bool,
-    /// Requests: data frames sent down to every member (not to one rank), counted
-    /// where they enter this node. A request's number is the number of the wave that
-    /// answers it, here and at the parent (see `member_joined`).
-    requests: u64,
-    /// Back-end: packets the tool sent up, the number of the next one.
-    sent_up: u64,
-    /// The first wave (back-end: the first packet) whose answer goes up: earlier ones
-    /// answer requests sent before this node rejoined its parent, whose waves went on
-    /// without it.
-    up_from: u64,
-    /// Comm node: the first wave formed after every member left; from it on, nothing
-    /// goes up until the parent takes this node back into the stream (its waves go on
-    /// without this node meanwhile, see `remove_member`).
-    detached_from: Option<u64>,
-}
-
-impl StreamState {
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        if self.closing {
-            return None;
-        }
-        self.sync.next_deadline()
-    }
-
-    pub(crate) fn held_packets(&self) -> usize {
-        self.sync.queued()
-            + self.held.iter().map(|w| w.frames.len()).sum::<usize>()
-            + self.pending_up.len()
-            + self.ready.len()
-            + self.in_node.len()
-            + self.waiting_down.len()
-    }
-
-    pub(crate) fn held_bytes(&self) -> u64 {
-        let up: u64 = self.parts.iter().flatten().map(|p| p.up.held().1).sum();
-        let out: u64 =
-            self.ready.iter().flatten().chain(&self.pending_up).map(|f| f.payload.len() as u64).sum();
-        up + out + self.down_ledger.held().1
-    }
-
-    /// Front-end: a packet or the stream's end waits for the tool.
-    pub(crate) fn tool_has_something(&self) -> bool {
-        !self.ready.is_empty() || (self.over && !self.tool_done)
-    }
-
-    fn part(&mut self, c: usize) -> Option<&mut ChildPart> {
-        self.parts.get_mut(c).and_then(Option::as_mut)
-    }
-
-    /// True once nothing is left to do for the tree: closes sent, or over at the front-end.
-    fn finished(&self) -> bool {
-        let closes_sent = self.parts.iter().flatten().all(|p| !p.close_pending);
-        self.closing && closes_sent && (self.tool_done || !self.over)
-    }
-
-    fn rebuild_targets(&mut self, children: &[Child]) {
-        self.targets = self.members.iter().filter_map(|&c| children[c].link).collect();
-    }
-}
+use crate::handover::state::Handover;
+use crate::startup::state::{Child, ChildState};
+use state::{ChildPart, StreamState};
 
 /// The [`Ctx`] of a node, borrowing only the fields it names (so the node's streams
 /// and outputs stay free to borrow mutably beside it).

@@ -243,6 +243,30 @@ fn statements(text: &str, nodes: &mut Interner) -> Result<Vec<Statement>, Topolo
     Ok(out)
 }
 
+impl Topology {
+    /// Parses the MRNet text format; see the crate documentation and
+    /// `docs/topology-format.md`.
+    ///
+    /// # Errors
+    ///
+    /// Returns an error naming the line and column of the offending token for syntax
+    /// errors (missing `=>` or `;`, a bad index, an empty or bad host name), a node with
+    /// two parents or listed twice, a node starting two statements, a cycle, no root or
+    /// more than one root, a statement not connected to the root, and more than
+    /// [`MAX_NODES`] nodes; [`TopologyError::Empty`] for a text without statements.
+    pub fn parse(text: &str) -> Result<Topology, TopologyError> {
+        parse(text)
+    }
+}
+impl std::str::FromStr for Topology {
+    type Err = TopologyError;
+
+    /// The same as [`Topology::parse`].
+    fn from_str(s: &str) -> Result<Topology, TopologyError> {
+        Topology::parse(s)
+    }
+}
+
 /// Parses and validates topology text.
 pub(crate) fn parse(text: &str) -> Result<Topology, TopologyError> {
     let mut names = Interner::default();

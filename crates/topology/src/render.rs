@@ -1,6 +1,7 @@
 //! The human-readable picture of a tree.
 
 use std::collections::BTreeSet;
+use std::fmt;
 use std::fmt::Write as _;
 
 use crate::Topology;
@@ -19,6 +20,21 @@ fn label(t: &Topology, id: usize) -> String {
 
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
+}
+
+impl Topology {
+    /// A human-readable picture of the tree for people, ending with the line
+    /// `N back-ends, M comm nodes, depth D`. Trees of up to 200 nodes are drawn node by
+    /// node; larger ones are summarised per level (node counts and fan-outs).
+    pub fn render(&self) -> String {
+        render(self)
+    }
+}
+impl fmt::Display for Topology {
+    /// The same text as [`Topology::render`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render())
+    }
 }
 
 pub(crate) fn render(t: &Topology) -> String {

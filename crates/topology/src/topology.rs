@@ -3,8 +3,6 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::TopologyError;
-
 /// The largest tree this crate builds or accepts, in nodes. It protects the front-end
 /// against hostile or mistyped specs such as `balanced:1000x1000x1000`.
 pub const MAX_NODES: usize = 1_000_000;
@@ -124,20 +122,6 @@ impl Topology {
             }
         }
         Topology::from_preorder(nodes)
-    }
-
-    /// Parses the MRNet text format; see the crate documentation and
-    /// `docs/topology-format.md`.
-    ///
-    /// # Errors
-    ///
-    /// Returns an error naming the line and column of the offending token for syntax
-    /// errors (missing `=>` or `;`, a bad index, an empty or bad host name), a node with
-    /// two parents or listed twice, a node starting two statements, a cycle, no root or
-    /// more than one root, a statement not connected to the root, and more than
-    /// [`MAX_NODES`] nodes; [`TopologyError::Empty`] for a text without statements.
-    pub fn parse(text: &str) -> Result<Topology, TopologyError> {
-        crate::parse::parse(text)
     }
 
     /// All nodes, in pre-order; index 0 is the root.
@@ -317,28 +301,5 @@ impl Topology {
             out.push_str(" ;\n");
         }
         out
-    }
-
-    /// A human-readable picture of the tree for people, ending with the line
-    /// `N back-ends, M comm nodes, depth D`. Trees of up to 200 nodes are drawn node by
-    /// node; larger ones are summarised per level (node counts and fan-outs).
-    pub fn render(&self) -> String {
-        crate::render::render(self)
-    }
-}
-
-impl fmt::Display for Topology {
-    /// The same text as [`Topology::render`].
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.render())
-    }
-}
-
-impl std::str::FromStr for Topology {
-    type Err = TopologyError;
-
-    /// The same as [`Topology::parse`].
-    fn from_str(s: &str) -> Result<Topology, TopologyError> {
-        Topology::parse(s)
     }
 }

@@ -22,8 +22,8 @@ use treecast_transport::striped::Rails;
 use treecast_transport::{handshake, Listener, Secret, Socket, TransportError, SECRET_ENV};
 use treecast_wire::{AttachPoint, LaunchPlan, LocalRoute};
 
+use super::launching::Launching;
 use super::refusals::Refusals;
-use super::Launching;
 use crate::{env, NodeError};
 use treecast_proto::ChildLaunch;
 
@@ -480,7 +480,7 @@ impl ChildrenTask {
     ) -> ProcessSpec {
         let plan = &self.plan;
         let mut envs = vec![
-            (env::PARENT.to_owned(), crate::child_parent_address(plan, parent)),
+            (env::PARENT.to_owned(), crate::join::child_parent_address(plan, parent)),
             (env::NODE_ID.to_owned(), child.node_id.to_string()),
             (env::SESSION.to_owned(), plan.session.clone()),
         ];
@@ -515,7 +515,7 @@ impl ChildrenTask {
                 None => (exe, vec!["backend".to_owned()]),
             }
         } else {
-            (exe, vec![crate::COMM_NODE_ARG.to_owned()])
+            (exe, vec![crate::join::COMM_NODE_ARG.to_owned()])
         };
         ProcessSpec {
             name: child.name.clone(),

@@ -13,6 +13,7 @@
 //! itself goes to the role's [`Tool`].
 
 pub(crate) mod children;
+mod launching;
 pub(crate) mod node_route;
 mod refusals;
 
@@ -26,11 +27,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use treecast_transport::recording::{mono_now, LinkPlace, Mono};
-use treecast_transport::{Close, LinkId, LinkPeer, LinkTable, MonitoredRoute, RouteEvent, Secret, Socket};
+use treecast_transport::{Close, LinkId, LinkPeer, LinkTable, MonitoredRoute, RouteEvent, Socket};
 
 use treecast_wire::{ControlMsg, Frame, FrameKind, RankSet};
 
 use children::{ChildNews, ChildOrder, ChildrenTask};
+pub use launching::Launching;
 use treecast_proto::{control_frame, Command, CommandError, EndReason, Event, Node, Peer};
 
 /// How long a node waits for its children to exit after a shutdown before killing them.
@@ -60,24 +62,6 @@ impl Tool for NoTool {
             Event::Shutdown { reason } => tracing::info!("shutting down: {reason}"),
             other => tracing::debug!("{other:?}"),
         }
-    }
-}
-
-/// What the driver needs to start children.
-#[derive(Debug, Clone)]
-pub struct Launching {
-    /// The session secret children authenticate with.
-    pub secret: Secret,
-    /// The `treecast` binary comm nodes (and generic back-ends) run on this host.
-    pub treecast_exe: std::path::PathBuf,
-    /// The launchers the plan may name; the node builds the one it names once.
-    pub launchers: treecast_launch::LauncherRegistry,
-}
-
-impl Launching {
-    /// What a node needs to start children with the built-in launchers.
-    pub fn new(secret: Secret, treecast_exe: std::path::PathBuf) -> Launching {
-        Launching { secret, treecast_exe, launchers: treecast_launch::LauncherRegistry::builtin() }
     }
 }
 
@@ -521,7 +505,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
         let limit = self.core.rejoin_limit().unwrap_or(crate::env::DEFAULT_REJOIN_WITHIN);
         let to = address.clone();
         let task = tokio::spawn(async move {
-            let linked = match crate::connect_to(&to, node_id, &secret, limit).await {
+            let linked = match crate::join::connect_to(&to, node_id, &secret, limit).await {
                 Ok(stream) => stream.into_socket().map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };

@@ -10,7 +10,8 @@ use treecast_transport::mcast::McastKey;
 use treecast_transport::striped::WithStriped;
 use treecast_transport::{StreamRoute, UdpRoute};
 
-use super::{Driver, Launching, Tool};
+use super::launching::Launching;
+use super::{Driver, Tool};
 
 /// The route of every node: striped links (the plan's `stripes`) beside the others.
 pub type NodeRoute = WithStriped<UdpRoute<StreamRoute>>;

@@ -1,0 +1,38 @@
+//! What [`crate::Node`] keeps for orphans rejoining: the state, apart from the behaviour
+//! (`recovery.rs`) that changes it, so that the node's definition imports no behaviour.
+
+use std::time::{Duration, Instant};
+
+use treecast_wire::RankSet;
+
+/// A node's part in orphans rejoining the tree: where it and its children go when a
+/// parent is lost, and what it awaits back from its own lost children.
+#[derive(Debug, Default)]
+pub(crate) struct Recovery {
+    /// How long orphans have to rejoin (`None`: no recovery).
+    pub(crate) rejoin: Option<Duration>,
+    /// Where this node reached its parent (its children's fallback).
+    pub(crate) parent_address: Option<String>,
+    /// Where this node rejoins if its parent is lost (from the parent).
+    pub(crate) fallback: Option<String>,
+    /// Looking for a new parent until then.
+    pub(crate) rejoining: Option<Instant>,
+    /// Ranks of lost comm-node children awaited back.
+    pub(crate) awaiting: Vec<Awaited>,
+    /// Stops for ranks awaited back (their comm node was lost), with why: they
+    /// are passed on once the ranks have rejoined.
+    pub(crate) pending_stops: Vec<(RankSet, String)>,
+    /// Front-end: every rank awaited back anywhere in the tree.
+    pub(crate) orphaned: RankSet,
+}
+
+/// Ranks of a lost comm node's sub-tree, awaited back for a while.
+#[derive(Debug)]
+pub(crate) struct Awaited {
+    /// Those not back yet.
+    pub(super) ranks: RankSet,
+    /// Why they were orphaned, naming the lost node.
+    pub(super) why: String,
+    /// When those still missing are reported lost.
+    pub(super) until: Instant,
+}
