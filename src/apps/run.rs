@@ -790,14 +790,18 @@ fn present_ranks(net: &Network) -> RankSet {
     ranks.difference(&net.left_ranks())
 }
 
-/// The hosts that run `ranks`, as a compact host list.
+/// The hosts that run `ranks`, as a compact host list, in the order of their
+/// lowest rank.
 fn hosts_of(topo: &Topology, ranks: &RankSet) -> String {
-    let hosts: std::collections::BTreeSet<String> = ranks
+    let mut seen = std::collections::HashSet::new();
+    let hosts: Vec<String> = ranks
         .iter()
         .filter_map(|r| topo.leaf_of_rank(r))
-        .map(|leaf| hostlist::bare_host(&topo.node(leaf).host).to_owned())
+        .map(|leaf| hostlist::bare_host(&topo.node(leaf).host))
+        .filter(|h| seen.insert(*h))
+        .map(str::to_owned)
         .collect();
-    hostlist::compress(&hosts.into_iter().collect::<Vec<_>>())
+    hostlist::compress(&hosts)
 }
 
 /// What `--lines` writes before each line of a rank: its host, or `HOST#RANK` where a
