@@ -451,7 +451,8 @@ enum tc_result tc_network_options_set_backend(struct tc_network_options *options
                                               size_t argc);
 
 // The `treecast` program comm nodes run (default: `TREECAST_PATH`, then beside
-// this program, then on `PATH`); with the ssh or Slurm launcher, the same path on
+// this program, then on `PATH`; a `TREECAST_PATH` set but empty makes
+// tc_network_launch fail with TC_ERR_INVALID, naming it); with the ssh or Slurm launcher, the same path on
 // every host (default there: `treecast` on the remote `PATH`).
 //
 // # Safety

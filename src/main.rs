@@ -16,7 +16,13 @@ fn main() -> ExitCode {
     treecast_transport::keep_large_buffers();
     quiet_on_closed_output();
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_with_tip(e));
-    init_logging(cli.verbose);
+    // Every process of the tree, comm nodes and back-ends included, refuses a
+    // malformed log filter or test hook before it starts, naming the variable.
+    let checked = init_logging(cli.verbose).and_then(|()| Ok(treecast_transport::testing::check()?));
+    if let Err(e) = checked {
+        eprintln!("treecast: error: {}", chain(&e));
+        return ExitCode::from(2);
+    }
     let outcome = match cli.command {
         // Comm nodes and back-ends are many per machine: one thread each keeps them light.
         Command::Node => single_threaded(apps::node::main()),
@@ -142,13 +148,21 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-fn init_logging(verbose: u8) {
+/// Logs to stderr through `TREECAST_LOG`'s filter, else by `-v`.
+///
+/// # Errors
+/// `TREECAST_LOG` holds a directive the filter syntax refuses (never dropped silently).
+fn init_logging(verbose: u8) -> anyhow::Result<()> {
     let default = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
     };
-    let filter = std::env::var("TREECAST_LOG").unwrap_or_else(|_| default.to_owned());
+    let filter = match std::env::var(treecast_driver::env::LOG) {
+        Ok(text) => apps::settings::log_filter(&text)?,
+        Err(_) => default.to_owned(),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)?;
     // Colour codes only for a person watching a terminal, never in a pipe or a log file.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // A comm node's or back-end's stderr is a pipe to its parent. An orphan that
@@ -156,9 +170,10 @@ fn init_logging(verbose: u8) {
     // not panic it (the subscriber's own error report would print to stderr again).
     let _ = tracing_subscriber::fmt()
         .log_internal_errors(false)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .with_target(false)
         .try_init();
+    Ok(())
 }

@@ -380,7 +380,8 @@ pub fn builder(
     match args.launcher {
         LauncherKind::Local => {}
         LauncherKind::Ssh => {
-            let mut ssh = SshOptions::from_env().map_err(anyhow::Error::msg)?;
+            let text = super::settings::var(treecast_launch::SSH_ARGS_ENV)?;
+            let mut ssh = SshOptions::with_args(text.as_deref()).map_err(anyhow::Error::msg)?;
             if let Some(extra) = &args.ssh_args {
                 ssh.args =
                     treecast_launch::split_args(extra).map_err(|e| anyhow::anyhow!("--ssh-args: {e}"))?;
@@ -400,7 +401,8 @@ pub fn builder(
                 None => std::env::current_exe().context("finding this treecast binary")?,
             };
             let path = args.remote_path.clone().unwrap_or_else(|| me.to_string_lossy().into_owned());
-            builder = builder.slurm(SrunOptions::from_env(path)?);
+            let text = super::settings::var(treecast_launch::SRUN_ARGS_ENV)?;
+            builder = builder.slurm(SrunOptions::with_args(path, text.as_deref())?);
         }
     }
     Ok(builder)

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use treecast_api::NetworkBuilder;
 use treecast_driver::env;
-use treecast_transport::mcast::UDP_VARIABLES;
+use treecast_transport::mcast::{McastConfig, UDP_VARIABLES};
+use treecast_transport::striped::stall;
 
 /// The program comm nodes run (as `<program> node`), and a comm node its children
 /// on its host: the `treecast` binary, or a wrapper standing in for it.
@@ -45,6 +46,8 @@ pub struct EnvSettings {
     pub treecast_path: Option<std::path::PathBuf>,
     /// `TREECAST_ZERO_COPY_MIN` (`Some(None)`: `off`).
     pub zero_copy_min: Option<Option<usize>>,
+    /// `TREECAST_STRIPE_STALL`: how long a connection of a striped link may stall.
+    pub stripe_stall: Option<Duration>,
 }
 
 impl EnvSettings {
@@ -62,6 +65,7 @@ impl EnvSettings {
     /// # Errors
     /// As [`EnvSettings::read`].
     pub fn read_unless(overridden: &[&str]) -> anyhow::Result<EnvSettings> {
+        unreadable()?;
         EnvSettings::from_lookup(|var| match overridden.contains(&var) {
             true => None,
             false => std::env::var(var).ok(),
@@ -101,7 +105,18 @@ impl EnvSettings {
                 )
             })?),
         };
-        let udp = UDP_VARIABLES.iter().filter_map(|&k| lookup(k).map(|v| (k.to_owned(), v))).collect();
+        let udp: Vec<(String, String)> =
+            UDP_VARIABLES.iter().filter_map(|&k| lookup(k).map(|v| (k.to_owned(), v))).collect();
+        // Checked here, naming the variable, rather than when the network launches.
+        McastConfig::from_env(|k| udp.iter().find(|(s, _)| s == k).map(|(_, v)| v.clone()))
+            .map_err(anyhow::Error::msg)?;
+        let log = lookup(env::LOG).map(|text| log_filter(&text)).transpose()?;
+        let treecast_path = match lookup(TREECAST_PATH) {
+            Some(p) if p.is_empty() => anyhow::bail!(
+                "{TREECAST_PATH} is set but empty: name the program comm nodes run, or unset it"
+            ),
+            p => p.map(Into::into),
+        };
         let clock = env::clock_plan_from(&lookup).map_err(anyhow::Error::msg)?;
         let zero_copy_min = lookup(env::ZERO_COPY_MIN)
             .map(|t| env::zero_copy_min_in(&t))
@@ -115,11 +130,12 @@ impl EnvSettings {
             rejoin_within,
             unix_links,
             remote_listen,
-            log: lookup(env::LOG),
+            log,
             udp,
             clock,
-            treecast_path: lookup(TREECAST_PATH).filter(|p| !p.is_empty()).map(Into::into),
+            treecast_path,
             zero_copy_min,
+            stripe_stall: stripe_stall_from(&lookup)?,
         })
     }
 
@@ -158,7 +174,65 @@ impl EnvSettings {
         if let Some(bytes) = self.zero_copy_min {
             builder = builder.zero_copy_min(bytes);
         }
+        if let Some(limit) = self.stripe_stall {
+            builder = builder.stripe_stall(limit);
+        }
         builder.clock(self.clock.clone())
+    }
+}
+
+/// The value of the variable `name`, `None` when unset.
+///
+/// # Errors
+/// It is set but not UTF-8 text (never taken for unset).
+pub fn var(name: &str) -> anyhow::Result<Option<String>> {
+    match std::env::var(name) {
+        Ok(text) => Ok(Some(text)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("{name} is set but is not UTF-8 text"),
+    }
+}
+
+/// Refuses a `TREECAST_*` variable whose value is not UTF-8, which reading it as
+/// text would take for unset.
+fn unreadable() -> anyhow::Result<()> {
+    for (name, value) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("TREECAST_")) && value.to_str().is_none() {
+            anyhow::bail!("{} is set but is not UTF-8 text", name.to_string_lossy());
+        }
+    }
+    Ok(())
+}
+
+/// `TREECAST_STRIPE_STALL` through `lookup`, as the time it asks for; `None` when unset.
+///
+/// # Errors
+/// Not a number of seconds in [`stall::LIMIT_RANGE`], said with the variable.
+pub fn stripe_stall_from(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<Duration>> {
+    let Some(text) = lookup(stall::STALL_ENV) else { return Ok(None) };
+    let (min, max) = (stall::LIMIT_RANGE.start().as_secs_f64(), stall::LIMIT_RANGE.end().as_secs_f64());
+    env::secs_in(stall::STALL_ENV, &text, min..=max, false).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}: how long a connection of a striped link may hold bytes without delivering any \
+                 while another one moves (default {} s)",
+            stall::DEFAULT_LIMIT.as_secs()
+        )
+    })
+}
+
+/// `TREECAST_LOG`'s value, checked as a whole: a directive the filter cannot parse
+/// is an error, not dropped (the filter every process of the tree is started with).
+///
+/// # Errors
+/// A directive tracing's filter syntax refuses, named with the variable.
+pub fn log_filter(text: &str) -> anyhow::Result<String> {
+    match tracing_subscriber::EnvFilter::try_new(text) {
+        Ok(_) => Ok(text.to_owned()),
+        Err(e) => anyhow::bail!(
+            "{}={text:?} is not a log filter ({e}); write levels and targets such as `warn` or \
+             `info,treecast_driver=debug`",
+            env::LOG
+        ),
     }
 }
 
@@ -245,6 +319,10 @@ mod tests {
         assert_eq!(s.unix_links, Some(false));
         assert_eq!(s.remote_listen, Some("10.1.2.3".parse().unwrap()));
         assert_eq!(s.startup_timeout, Some(Duration::from_secs(12)));
+        let s = read(&[("TREECAST_STRIPE_STALL", "1.5"), ("TREECAST_LOG", "info,treecast_driver=debug")])
+            .unwrap();
+        assert_eq!(s.stripe_stall, Some(Duration::from_millis(1500)));
+        assert_eq!(s.log.as_deref(), Some("info,treecast_driver=debug"));
     }
 
     #[test]
@@ -283,6 +361,13 @@ mod tests {
             ("TREECAST_CLOCK_DISTORT", "seed:1,skew:3"),
             ("TREECAST_ZERO_COPY_MIN", "100"),
             ("TREECAST_ZERO_COPY_MIN", "big"),
+            ("TREECAST_STRIPE_STALL", "soon"),
+            ("TREECAST_STRIPE_STALL", "0"),
+            ("TREECAST_STRIPE_STALL", "1e9"),
+            ("TREECAST_LOG", "info,[{"),
+            ("TREECAST_UDP_FRAGMENT", "9"),
+            ("TREECAST_UDP_GSO", "yes"),
+            ("TREECAST_PATH", ""),
         ] {
             let e = read(&[(var, value)]).unwrap_err().to_string();
             assert!(e.contains(var) && e.contains(value), "{var}={value}: {e}");

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 10 (launch plan version 8, member plan version 2).
+protocol version 10 (launch plan version 11, member plan version 3).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -290,9 +290,8 @@ def enc_flag(v):
 
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
-LAUNCHERS = {"local": 0, "ssh": 1, "slurm": 2}
-PLAN_VERSION = 9
-MEMBER_PLAN_VERSION = 2
+PLAN_VERSION = 11
+MEMBER_PLAN_VERSION = 3
 CLOCK_FIELDS = ["resync_ms", "probes", "probe_burst", "probe_gap_us"]
 
 
@@ -312,7 +311,7 @@ def enc_plan(p, version=PLAN_VERSION):
     out += bytes([ROUTES.get(p["local_route"], p["local_route"])])
     out += enc_str(p["listen"]) + enc_str(p["remote_listen"])
     la = p["launcher"]
-    out += bytes([LAUNCHERS.get(la["kind"], la["kind"])])
+    out += enc_str(la["name"])
     out += enc_str(la["program"]) + enc_strings(la["args"]) + u32(la["connect_timeout_s"])
     out += enc_str(la["remote_path"])
     out += u32(p["max_frame"]) + enc_str(p["log"])
@@ -324,7 +323,8 @@ def enc_plan(p, version=PLAN_VERSION):
     out += u32(p.get("depth", 0)) + enc_strings(p.get("filters", []))
     out += u32(p["max_control"])
     out += enc_clock(p.get("clock", {})) + u32(p.get("zero_copy_min", 0))
-    return out + bytes([p.get("stripes", 0)]) + enc_flag(p.get("mptcp", False)) + enc_str(la.get("remote_prefix", ""))
+    out += bytes([p.get("stripes", 0)]) + enc_flag(p.get("mptcp", False)) + enc_str(la.get("remote_prefix", ""))
+    return out + u32(p.get("stripe_stall_ms", 0))
 
 
 def enc_clock(c):
@@ -343,7 +343,8 @@ def enc_member_plan(p, version=MEMBER_PLAN_VERSION):
     if group is not None:
         out += u32(group["group"]) + u32(group["rank"]) + u32(group["size"])
     out += u32(p["heartbeat_ms"]) + u32(p["dead_after_ms"]) + u32(p["rejoin_ms"])
-    return out + enc_clock(p.get("clock", {})) + u32(p.get("zero_copy_min", 0))
+    out += enc_clock(p.get("clock", {})) + u32(p.get("zero_copy_min", 0))
+    return out + u32(p.get("stripe_stall_ms", 0))
 
 
 def enc_filter(f):
@@ -468,7 +469,7 @@ PLAN_SSH = {
     "listen": "127.0.0.1",
     "remote_listen": "",
     "launcher": {
-        "kind": "ssh",
+        "name": "ssh",
         "program": "ssh",
         "args": ["-o", "ProxyCommand=ssh -W %h:%p gw", "-o", "BatchMode=yes"],
         "connect_timeout_s": 10,
@@ -488,6 +489,7 @@ PLAN_SSH = {
     "zero_copy_min": 1 << 20,
     "stripes": 2,
     "mptcp": True,
+    "stripe_stall_ms": 1500,
 }
 
 MEMBER_PLAN_SPAWNED = {
@@ -501,6 +503,7 @@ MEMBER_PLAN_SPAWNED = {
     "rejoin_ms": 0,
     "clock": {"probes": 4294967295, "distort": "-200,5"},
     "zero_copy_min": 4294967295,
+    "stripe_stall_ms": 4294967295,
 }
 
 MEMBER_PLAN_MINIMAL = {
@@ -528,7 +531,7 @@ PLAN_LOCAL = {
     "local_route": "unix",
     "listen": "",
     "remote_listen": "",
-    "launcher": {"kind": "local", "program": "", "args": [], "connect_timeout_s": 0, "remote_path": ""},
+    "launcher": {"name": "local", "program": "", "args": [], "connect_timeout_s": 0, "remote_path": ""},
     "max_frame": 1,
     "log": "",
     "heartbeat_ms": 0,
@@ -553,7 +556,7 @@ PLAN_SLURM = {
     "listen": "0.0.0.0",
     "remote_listen": "10.1.2.3:7000",
     "launcher": {
-        "kind": "slurm",
+        "name": "slurm",
         "program": "srun",
         "args": ["--overlap", "--cpu-bind=none"],
         "connect_timeout_s": 30,
@@ -725,7 +728,7 @@ def hdr(kind=1, length=0, version=PROTOCOL_VERSION, tag=0):
 
 
 def with_(base, **changes):
-    """A copy of a message with some fields changed; `launcher__kind=3` reaches into nested dicts."""
+    """A copy of a message with some fields changed; `launcher__name="x"` reaches into nested dicts."""
     m = json.loads(json.dumps(base))
     for key, value in changes.items():
         d = m
@@ -809,30 +812,36 @@ INVALID_CASES = [
     ("control", "plan version 6 (before the zero-copy threshold)", bytes([1]) + enc_plan(PLAN_SSH, version=6), "Invalid"),
     ("control", "plan version 7 (before the connections per link, Multipath TCP and the remote prefix)", bytes([1]) + enc_plan(PLAN_SSH, version=7), "Invalid"),
     ("control", "plan version 8 (before the remote prefix)", bytes([1]) + enc_plan(PLAN_SSH, version=8), "Invalid"),
-    ("control", "plan version 10", bytes([1]) + enc_plan(PLAN_SSH, version=10), "Invalid"),
+    ("control", "plan version 9 (before the stripe stall limit)", bytes([1]) + enc_plan(PLAN_SSH, version=9), "Invalid"),
+    ("control", "plan version 10 (before the launcher by name)", bytes([1]) + enc_plan(PLAN_SSH, version=10), "Invalid"),
+    ("control", "plan version 12", bytes([1]) + enc_plan(PLAN_SSH, version=12), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
     # The plan ends with the control frame limit (4 bytes), the clock settings (24
     # bytes when none is set), the zero-copy threshold (4), the connections per link (1),
-    # the Multipath TCP flag (1) and the remote prefix (4 when empty).
-    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-39], "Truncated"),
-    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-35], "Truncated"),
-    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-11], "Truncated"),
-    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-34] + bytes([2]) + enc_plan(PLAN_LOCAL)[-33:], "Invalid"),
-    ("control", "plan cut inside its zero-copy threshold", bytes([1]) + enc_plan(PLAN_LOCAL)[:-7], "Truncated"),
-    ("control", "plan without its connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-6], "Truncated"),
-    ("control", "plan with 17 connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-6] + bytes([17]) + enc_plan(PLAN_LOCAL)[-5:], "Invalid"),
-    ("control", "plan without its Multipath TCP flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5], "Truncated"),
-    ("control", "plan Multipath TCP flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5] + bytes([2]) + enc_plan(PLAN_LOCAL)[-4:], "Invalid"),
-    ("control", "plan cut inside its remote prefix", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
+    # the Multipath TCP flag (1), the remote prefix (4 when empty) and the stripe
+    # stall limit (4).
+    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-43], "Truncated"),
+    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-39], "Truncated"),
+    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-15], "Truncated"),
+    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-38] + bytes([2]) + enc_plan(PLAN_LOCAL)[-37:], "Invalid"),
+    ("control", "plan cut inside its zero-copy threshold", bytes([1]) + enc_plan(PLAN_LOCAL)[:-11], "Truncated"),
+    ("control", "plan without its connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-10], "Truncated"),
+    ("control", "plan with 17 connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-10] + bytes([17]) + enc_plan(PLAN_LOCAL)[-9:], "Invalid"),
+    ("control", "plan without its Multipath TCP flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-9], "Truncated"),
+    ("control", "plan Multipath TCP flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-9] + bytes([2]) + enc_plan(PLAN_LOCAL)[-8:], "Invalid"),
+    ("control", "plan cut inside its remote prefix", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5], "Truncated"),
+    ("control", "plan cut inside its stripe stall limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
     # member plan
     ("control", "member plan version 1 (before the zero-copy threshold)", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=1), "Invalid"),
-    ("control", "member plan version 3", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=3), "Invalid"),
+    ("control", "member plan version 2 (before the stripe stall limit)", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=2), "Invalid"),
+    ("control", "member plan version 4", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=4), "Invalid"),
     ("control", "member plan version 0", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL, version=0), "Invalid"),
     ("control", "member plan cut inside its version", bytes([32, MEMBER_PLAN_VERSION]), "Truncated"),
-    ("control", "member plan without its clock", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:-28], "Truncated"),
-    ("control", "member plan without its zero-copy threshold", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:-4], "Truncated"),
+    ("control", "member plan without its clock", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:-32], "Truncated"),
+    ("control", "member plan without its zero-copy threshold", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:-8], "Truncated"),
+    ("control", "member plan cut inside its stripe stall limit", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL)[:-1], "Truncated"),
     ("control", "member plan trailing byte", bytes([32]) + enc_member_plan(MEMBER_PLAN_MINIMAL) + b"\x00", "TrailingBytes"),
     (
         "control",
@@ -844,7 +853,8 @@ INVALID_CASES = [
     ("control", "plan trailing byte", bytes([1]) + enc_plan(PLAN_LOCAL) + b"\x00", "TrailingBytes"),
     ("control", "plan allow missing 2", bytes([1]) + enc_plan(with_(PLAN_LOCAL, allow_missing=2)), "Invalid"),
     ("control", "plan local route 2", bytes([1]) + enc_plan(with_(PLAN_SSH, local_route=2)), "Invalid"),
-    ("control", "plan launcher 3", bytes([1]) + enc_plan(with_(PLAN_SSH, launcher__kind=3)), "Invalid"),
+    ("control", "plan with an empty launcher name", bytes([1]) + enc_plan(with_(PLAN_SSH, launcher__name="")), "Invalid"),
+    ("control", "plan with a launcher name of 65 bytes", bytes([1]) + enc_plan(with_(PLAN_SSH, launcher__name="x" * 65)), "Invalid"),
     ("control", "plan largest frame 0", bytes([1]) + enc_plan(with_(PLAN_SSH, max_frame=0)), "Invalid"),
     ("control", "plan largest frame over 256 MiB", bytes([1]) + enc_plan(with_(PLAN_SSH, max_frame=(256 << 20) + 1)), "Invalid"),
     ("control", "plan largest control frame 0", bytes([1]) + enc_plan(with_(PLAN_SSH, max_control=0)), "Invalid"),

@@ -101,6 +101,13 @@ fn bad_input_from_the_environment_flags_and_files_gets_a_clear_error_and_no_pani
         ),
         ("TREECAST_REJOIN_WITHIN", "nan", "TREECAST_REJOIN_WITHIN=\"nan\" is not 0 (off)"),
         ("TREECAST_MAX_FRAME", "1", "TREECAST_MAX_FRAME=\"1\" is not a number of bytes from 1114112"),
+        // Regression: these were dropped or taken for their defaults in silence.
+        ("TREECAST_STRIPE_STALL", "soon", "TREECAST_STRIPE_STALL=\"soon\" is not a number of seconds"),
+        ("TREECAST_LOG", "info,[{", "TREECAST_LOG=\"info,[{\" is not a log filter"),
+        ("TREECAST_UDP_GSO", "yes", "TREECAST_UDP_GSO=\"yes\": write on or off"),
+        ("TREECAST_STRIPE_CUT", "sixty", "TREECAST_STRIPE_CUT=\"sixty\" (a test hook)"),
+        ("TREECAST_UDP_DROP", "5%", "TREECAST_UDP_DROP=\"5%\": write P or P,SEED"),
+        ("TREECAST_PATH", "", "TREECAST_PATH is set but empty"),
     ] {
         let (code, stderr) = with_env(var, value, &run);
         assert_eq!(code, Some(2), "{var}={value}: {stderr}");

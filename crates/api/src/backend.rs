@@ -417,7 +417,7 @@ impl BackEnd {
             Err(_) => false,
         };
         if announced {
-            wait_for_gate().await;
+            wait_for_gate().await?;
         }
         Self::join(&parent, node_id, &secret, announced, options).await
     }
@@ -738,20 +738,24 @@ async fn placed(shared: &Shared<BeTool>, parent: &str) -> Result<Placed, ApiErro
     }
 }
 
-/// Test knob (`TREECAST_JOIN_GATE`): a back-end that announced itself waits for
-/// this file to exist before it connects, at most [`CONNECT_LIMIT`], so that a
-/// test can hold its link back and see what its comm node keeps for it meanwhile.
-async fn wait_for_gate() {
-    let Some(gate) = std::env::var_os(JOIN_GATE) else { return };
-    let gate = std::path::PathBuf::from(gate);
+/// Test hook ([`treecast_transport::testing::JOIN_GATE`]): a back-end that announced
+/// itself waits for this file to exist before it connects, at most [`CONNECT_LIMIT`],
+/// so that a test can hold its link back and see what its comm node keeps for it
+/// meanwhile.
+///
+/// # Errors
+/// The hook is set but empty.
+async fn wait_for_gate() -> Result<(), ApiError> {
+    let Some(gate) = treecast_transport::testing::join_gate().map_err(|e| ApiError::Env(e.to_string()))?
+    else {
+        return Ok(());
+    };
     let until = tokio::time::Instant::now() + CONNECT_LIMIT;
     while !gate.exists() && tokio::time::Instant::now() < until {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+    Ok(())
 }
-
-/// See [`wait_for_gate`].
-const JOIN_GATE: &str = "TREECAST_JOIN_GATE";
 
 fn env_u32(var: &'static str) -> Result<u32, ApiError> {
     let text = std::env::var(var).map_err(|_| ApiError::NotLaunched { var })?;

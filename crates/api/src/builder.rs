@@ -10,15 +10,16 @@ use rand::RngCore;
 use treecast_driver::{drive, lock, Driver, Launching};
 use treecast_driver::{env, DEFAULT_MAX_FRAME};
 use treecast_filters::FilterRegistry;
-use treecast_launch::{SrunOptions, SshOptions};
+use treecast_launch::{LauncherRegistry, SrunOptions, SshOptions};
 use treecast_plugin::Plugin;
 use treecast_proto::{Command, LivenessLimits, Node, NodeConfig, Role};
 use treecast_topology::Topology;
 use treecast_transport::mcast::McastConfig;
+use treecast_transport::striped::stall::LIMIT_RANGE as STRIPE_STALL_RANGE;
 use treecast_transport::Secret;
 use treecast_wire::{
-    ClockPlan, LaunchPlan, LauncherKind, LauncherSpec, LocalRoute, Window, DEFAULT_MAX_CONTROL,
-    MAX_PAYLOAD_LEN,
+    ClockPlan, LaunchPlan, LauncherSpec, LocalRoute, Window, DEFAULT_MAX_CONTROL, MAX_PAYLOAD_LEN,
+    SLURM_LAUNCHER, SSH_LAUNCHER,
 };
 
 use crate::frontend::{launched, AttachTarget, FeTool};
@@ -42,6 +43,8 @@ pub struct NetworkBuilder {
     unix_links: bool,
     /// How children on other hosts are started (the plan carries it down the tree).
     launcher: LauncherSpec,
+    /// The launchers the front-end can make, by name.
+    launchers: LauncherRegistry,
     remote_listen: Option<IpAddr>,
     allow_missing: bool,
     attach: Option<(PathBuf, Duration)>,
@@ -62,6 +65,8 @@ pub struct NetworkBuilder {
     clock: ClockPlan,
     /// Payload size from which frames between processes of one host go as memory files.
     zero_copy_min: Option<usize>,
+    /// How long a connection of a striped link may stall while another moves.
+    stripe_stall: Option<Duration>,
 }
 
 impl NetworkBuilder {
@@ -83,6 +88,7 @@ impl NetworkBuilder {
             listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
             unix_links: true,
             launcher: LauncherSpec::local(),
+            launchers: LauncherRegistry::builtin(),
             remote_listen: None,
             allow_missing: false,
             attach: None,
@@ -100,6 +106,7 @@ impl NetworkBuilder {
             log: String::new(),
             clock: ClockPlan::default(),
             zero_copy_min: None,
+            stripe_stall: None,
         }
     }
 
@@ -145,7 +152,7 @@ impl NetworkBuilder {
     /// Starts processes on other hosts of the topology with ssh.
     pub fn ssh(mut self, options: SshOptions) -> Self {
         self.launcher = LauncherSpec {
-            kind: LauncherKind::Ssh,
+            name: SSH_LAUNCHER.into(),
             program: options.program,
             args: options.args,
             connect_timeout_s: options.connect_timeout,
@@ -159,13 +166,32 @@ impl NetworkBuilder {
     /// front-end must run inside the allocation.
     pub fn slurm(mut self, options: SrunOptions) -> Self {
         self.launcher = LauncherSpec {
-            kind: LauncherKind::Slurm,
+            name: SLURM_LAUNCHER.into(),
             program: options.program,
             args: options.args,
             connect_timeout_s: 0,
             remote_path: options.remote_path,
             remote_prefix: String::new(),
         };
+        self
+    }
+
+    /// Starts children with the launcher `spec` names (its name in
+    /// [`NetworkBuilder::launchers`], and its options): a launcher of the tool's own,
+    /// which every comm node must know by the same name
+    /// ([`crate::run_comm_node_with_launchers`]). [`NetworkBuilder::ssh`] and
+    /// [`NetworkBuilder::slurm`] are this for the built-in ones.
+    pub fn launcher(mut self, spec: LauncherSpec) -> Self {
+        self.launcher = spec;
+        self
+    }
+
+    /// The launchers the front-end makes the one [`NetworkBuilder::launcher`] names
+    /// from (default: the built-ins, `local`, `ssh`, `slurm`). A new launcher is one
+    /// type implementing [`crate::Launcher`] and one
+    /// [`LauncherRegistry::register`] call, here and in the tool's comm nodes.
+    pub fn launchers(mut self, registry: LauncherRegistry) -> Self {
+        self.launchers = registry;
         self
     }
 
@@ -208,8 +234,11 @@ impl NetworkBuilder {
     /// Default: this program if its file is named `treecast`; else a file named
     /// `treecast` in this program's folder or the one above it (where cargo puts a
     /// workspace's examples and tests); else `treecast` on `PATH`, as `execvp` would
-    /// find it. The library reads no `TREECAST_PATH`: the `treecast` command and
-    /// the C API apply it here; a Rust tool that wants it reads it itself.
+    /// find it. `PATH` is the one variable the library reads for a setting (the
+    /// system's program search, not a treecast setting; taking it from every caller
+    /// would only move the same lookup into each of them). The library reads no
+    /// `TREECAST_PATH`: the `treecast` command and the C API apply it here; a Rust
+    /// tool that wants it reads it itself.
     /// [`NetworkBuilder::launch`] fails with [`ApiError::NoBinary`] when none is found.
     pub fn treecast_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.treecast_path = Some(path.into());
@@ -298,6 +327,15 @@ impl NetworkBuilder {
         self
     }
 
+    /// Gives up a connection of a striped link ([`NetworkBuilder::stripes`]) that held
+    /// bytes this long without delivering any while another connection of the link
+    /// moved (a rail brought down), at every node; default 5 s (docs/routes.md). The
+    /// `treecast` command reads it from `TREECAST_STRIPE_STALL`.
+    pub fn stripe_stall(mut self, limit: Duration) -> Self {
+        self.stripe_stall = Some(limit);
+        self
+    }
+
     /// Opens the tree's TCP links by Multipath TCP, plain TCP where the kernel
     /// refuses it (logged once; docs/routes.md).
     pub fn mptcp(mut self, yes: bool) -> Self {
@@ -350,6 +388,7 @@ impl NetworkBuilder {
         plan.mptcp = self.mptcp;
         plan.clock = self.clock.clone();
         plan.zero_copy_min = self.zero_copy_min.map_or(0, |n| n.clamp(1, u32::MAX as usize) as u32);
+        plan.stripe_stall_ms = self.stripe_stall.map_or(0, ms);
         plan
     }
 
@@ -382,12 +421,23 @@ impl NetworkBuilder {
                 Self::MIN_MAX_CONTROL
             )));
         }
+        if let Some(limit) = self.stripe_stall.filter(|l| !STRIPE_STALL_RANGE.contains(l)) {
+            return Err(ApiError::Env(format!(
+                "a stripe stall limit of {limit:?} is not from {:?} to {:?} (default {:?})",
+                STRIPE_STALL_RANGE.start(),
+                STRIPE_STALL_RANGE.end(),
+                treecast_transport::striped::stall::DEFAULT_LIMIT
+            )));
+        }
         if self.udp_route {
             // Refused here, once, rather than by every node of the tree.
             let settings = self.udp_settings();
             McastConfig::from_env(|k| settings.iter().find(|(s, _)| s == k).map(|(_, v)| v.clone()))
                 .map_err(|e| ApiError::Env(e.to_string()))?;
         }
+        // Made here once first: a name the front-end does not know stops the launch
+        // before a process starts (each comm node makes its own from the plan).
+        self.launchers.make(&self.launcher)?;
         let exe = resolve_treecast(self.treecast_path.as_deref())?;
         // Loaded here first: a plug-in the front-end cannot load is refused before a
         // process starts. Comm nodes get whole paths, whatever their working folder.
@@ -420,7 +470,7 @@ impl NetworkBuilder {
         });
         // The schedule's settings come with the plan.
         core.set_clock(env::system_clock(), treecast_proto::ClockConfig::default());
-        let launching = Launching::new(secret, exe);
+        let launching = Launching::new(secret, exe).with_launchers(self.launchers.clone());
         let shared = Arc::new(Mutex::new(Driver::new(core, tool, launching, self.max_frame)));
         let task = tokio::spawn(drive(shared.clone()));
         let started = Instant::now();

@@ -2,7 +2,9 @@
 //! [`run_comm_node`] instead of its own code, so that a tool ships one program and
 //! needs no `treecast` binary beside it.
 
-pub use treecast_driver::{run_comm_node, run_comm_node_with, NodeError, COMM_NODE_ARG};
+pub use treecast_driver::{
+    run_comm_node, run_comm_node_with, run_comm_node_with_launchers, NodeError, COMM_NODE_ARG,
+};
 
 /// True when this process was started as a comm node: its first argument is
 /// [`COMM_NODE_ARG`] (`<program> node`). It should then call [`run_comm_node`] and

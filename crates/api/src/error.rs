@@ -18,6 +18,10 @@ pub enum ApiError {
     /// The network could not be started.
     #[error("starting the network failed: {0}")]
     Startup(#[from] treecast_driver::NodeError),
+    /// The launcher the builder names cannot be made (no launcher of that name is
+    /// registered, or it refused its options); nothing was started.
+    #[error("starting the network failed: {0}")]
+    Launcher(#[from] treecast_launch::LaunchError),
     /// A back-end could not join its parent.
     #[error("joining the tree failed: {0}")]
     Join(treecast_driver::NodeError),

@@ -87,7 +87,10 @@ pub use backend::{BackEnd, BackEndEvent, BackEndSender, JoinOptions};
 pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
 pub use clock::{compose as compose_clock, NodeClock};
 pub use collective::{Collected, ReduceOp, DEFAULT_COLLECTIVE_LIMIT};
-pub use commnode::{run_comm_node, run_comm_node_with, started_as_comm_node, NodeError, COMM_NODE_ARG};
+pub use commnode::{
+    run_comm_node, run_comm_node_with, run_comm_node_with_launchers, started_as_comm_node, NodeError,
+    COMM_NODE_ARG,
+};
 pub use communicator::{Communicator, FRONT_END_RANK};
 pub use error::{
     file_kind, ApiError, AttachError, SourceError, DEFAULT_CHUNK, DEFAULT_TIMEOUT, MAX_CHUNK, MAX_TIMEOUT,
@@ -103,13 +106,17 @@ pub use treecast_filters::{
     FilterContext, FilterError, FilterPlace, FilterRegistry, PlaceRole, RegistryError, Transform,
     TransformKind,
 };
-pub use treecast_launch::{SrunOptions, SshOptions};
+pub use treecast_launch::{
+    AddressLookup, LaunchError, Launched, Launcher, LauncherRegistry, LocalLauncher, MakeLauncher,
+    ProcessSpec, RouteError, SrunOptions, SshOptions,
+};
 pub use treecast_monitor::{
     Collection, Component as LatencyComponent, Key as MonitorKey, Report as MonitorReport,
 };
 pub use treecast_plugin::{Plugin, PluginError};
 pub use treecast_proto::{CommandError, EndReason, LostRanks};
 pub use treecast_topology::{Topology, TopologyError};
+pub use treecast_wire::LauncherSpec;
 pub use treecast_wire::{
     encode_values, ArrayElement, ClockPlan, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader,
     GroupPlace, RankSet, RouteChoice, ScalarType, SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW,

@@ -10,12 +10,16 @@
 #![allow(clippy::unwrap_used)]
 
 use std::error::Error;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use treecast_api::{
-    ApiError, BackEnd, Event, Network, NetworkBuilder, StreamOptions, Topology, TransformKind, Value,
+    AddressLookup, ApiError, BackEnd, Event, FilterRegistry, LaunchError, Launched, Launcher,
+    LauncherRegistry, LauncherSpec, LocalLauncher, Network, NetworkBuilder, ProcessSpec, StreamOptions,
+    Topology, TransformKind, Value,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -31,6 +35,60 @@ const TAG_PARITY: i32 = 3;
 const TAG_ARRAY: i32 = 4;
 /// Rank 1 returns an error from `main`, as a tool using `?` does; the others answer `%d` rank.
 const TAG_FAIL: i32 = 5;
+/// → `%d` 1 when [`LAUNCHED_BY`] says two launches of [`WRAPPED`] led to this
+/// back-end (the front-end's, then its comm node's), else 0.
+const TAG_LAUNCHED: i32 = 6;
+
+// ---- a launcher of the tool's own ----
+
+/// The name the tool registers its launcher under, in its front-end and its comm nodes.
+const WRAPPED: &str = "tool-wrapped-local";
+/// What [`Wrapped`] adds to the environment of each process it starts: the marks of
+/// the launches that led to it, one `WRAPPED/` per level.
+const LAUNCHED_BY: &str = "TOOL_TEST_LAUNCHED_BY";
+
+/// A launcher no build of treecast knows: fork/exec on this host, marking each
+/// process it starts. That it takes every child (this host's included, as Slurm
+/// does) and reaches them over TCP on loopback makes every start go through it.
+/// One type and one registration ([`launchers`]): no change to the plan, the wire
+/// or any enum.
+#[derive(Debug)]
+struct Wrapped {
+    /// The program its children run: the plan's `remote_path`.
+    program: String,
+}
+
+impl Launcher for Wrapped {
+    fn launch(&self, spec: &ProcessSpec) -> Result<Launched, LaunchError> {
+        let mut spec = spec.clone();
+        let before = std::env::var(LAUNCHED_BY).unwrap_or_default();
+        spec.env.push((LAUNCHED_BY.into(), format!("{before}{WRAPPED}/")));
+        LocalLauncher.launch(&spec)
+    }
+
+    fn kind(&self) -> &'static str {
+        WRAPPED
+    }
+
+    fn takes_local_hosts(&self) -> bool {
+        true
+    }
+
+    fn remote_path(&self) -> &str {
+        &self.program
+    }
+
+    fn local_address_towards<'a>(&'a self, _host: &'a str) -> AddressLookup<'a> {
+        Box::pin(async { Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)) })
+    }
+}
+
+/// The built-in launchers and [`Wrapped`].
+fn launchers() -> LauncherRegistry {
+    let mut registry = LauncherRegistry::builtin();
+    registry.register(WRAPPED, |spec| Ok(Arc::new(Wrapped { program: spec.remote_path.clone() })));
+    registry
+}
 
 /// Set for the back-ends of a test whose rank 1 panics before it connects.
 const PANIC_VAR: &str = "TOOL_TEST_PANIC";
@@ -43,7 +101,10 @@ type Test = (&'static str, fn() -> Outcome);
 
 fn main() -> Outcome {
     if treecast_api::started_as_comm_node() {
-        return runtime()?.block_on(async { Ok(treecast_api::run_comm_node().await?) });
+        // As a tool with a launcher of its own does: its comm nodes know it too.
+        return runtime()?.block_on(async {
+            Ok(treecast_api::run_comm_node_with_launchers(FilterRegistry::builtin(), launchers()).await?)
+        });
     }
     if std::env::var_os("TREECAST_RANK").is_some() {
         return runtime()?.block_on(back_end());
@@ -97,6 +158,10 @@ async fn back_end() -> Outcome {
             }
             TAG_PARITY => be.send(stream, tag, "%d", &[Value::Int(rank as i32 % 2)]).await?,
             TAG_ARRAY => be.send(stream, tag, "%ad", &[Value::IntArray(vec![1, rank as i32])]).await?,
+            TAG_LAUNCHED => {
+                let twice = std::env::var(LAUNCHED_BY).ok() == Some(format!("{WRAPPED}/{WRAPPED}/"));
+                be.send(stream, tag, "%d", &[Value::Int(i32::from(twice))]).await?
+            }
             TAG_FAIL if rank == 1 => {
                 return Err("rank 1 cannot open /nonexistent/input.dat: No such file or directory".into())
             }
@@ -110,8 +175,9 @@ async fn back_end() -> Outcome {
 fn run_tests() -> Outcome {
     // Comm nodes must come from this program, never from a `treecast` found elsewhere.
     std::env::remove_var("TREECAST_PATH");
-    let tests: [Test; 6] = [
+    let tests: [Test; 7] = [
         ("a_tool_is_its_own_comm_node", a_tool_is_its_own_comm_node),
+        ("a_launcher_of_the_tool_s_own_starts_every_level_by_its_name", a_launcher_of_its_own),
         ("a_missing_comm_node_binary_says_what_to_do_in_main_s_error", a_missing_binary_says_what_to_do),
         ("a_backend_sending_a_wrong_type_sees_it_and_the_front_end_names_it", wrong_type),
         ("equivalence_classes_and_arrays_are_read_as_documented", classes_and_arrays),
@@ -227,6 +293,41 @@ fn a_tool_is_its_own_comm_node() -> Outcome {
         let sum = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
         check!(sum == Some(4 * 10 + 6), "{sum:?}");
         finish(net).await
+    })
+}
+
+/// A launcher registered under a new name, in the front-end (`NetworkBuilder::launchers`)
+/// and in the comm nodes (`run_comm_node_with_launchers`), starts the whole tree:
+/// the comm nodes carry the front-end's mark, the back-ends their comm node's too.
+fn a_launcher_of_its_own() -> Outcome {
+    runtime()?.block_on(async {
+        let spec =
+            LauncherSpec { remote_path: me().to_string_lossy().into_owned(), ..LauncherSpec::named(WRAPPED) };
+        let net = tool_network("balanced:2x2").launchers(launchers()).launcher(spec).launch().await?;
+        check!(net.commnodes() == 2, "{}", net.commnodes());
+        let session = format!("TREECAST_SESSION={}", net.session());
+        let marked = format!("{LAUNCHED_BY}={WRAPPED}/");
+        let mut commnodes = 0;
+        for pid in processes_with_env(&session) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline.ends_with(b"\0node\0") {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                let has = env.split(|b| *b == 0).any(|kv| kv == marked.as_bytes());
+                check!(has, "comm node {pid} was not started by the front-end's {WRAPPED}");
+                commnodes += 1;
+            }
+        }
+        check!(commnodes == 2, "{commnodes} comm nodes found");
+        let s = sum_stream(&net).await?;
+        s.send(TAG_LAUNCHED, "%d", &[Value::Int(0)]).await?;
+        let twice = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
+        check!(twice == Some(4), "{twice:?} of 4 back-ends were started by {WRAPPED} at both levels");
+        finish(net).await?;
+        // A name the front-end does not know stops the launch before a process starts.
+        let unknown = tool_network("balanced:2x2").launcher(LauncherSpec::named("pbs")).launch().await;
+        let said = unknown.err().map(|e| e.to_string()).unwrap_or_default();
+        check!(said.contains("`pbs`") && said.contains("local, ssh, slurm"), "{said}");
+        Ok(())
     })
 }
 

@@ -73,7 +73,9 @@ impl From<ApiError> for Failure {
             | ApiError::Join(_)
             | ApiError::Link { .. }
             | ApiError::NoPlan { .. } => tc_result::TC_ERR_CLOSED,
-            ApiError::Startup(_) | ApiError::NoBinary(_) | ApiError::NoBackends => tc_result::TC_ERR_LAUNCH,
+            ApiError::Startup(_) | ApiError::Launcher(_) | ApiError::NoBinary(_) | ApiError::NoBackends => {
+                tc_result::TC_ERR_LAUNCH
+            }
             ApiError::NotLaunched { .. } | ApiError::BadEnv { .. } | ApiError::NoAttachFile { .. } => {
                 tc_result::TC_ERR_NOT_LAUNCHED
             }

@@ -281,7 +281,8 @@ pub unsafe extern "C" fn tc_network_options_set_backend(
 }
 
 /// The `treecast` program comm nodes run (default: `TREECAST_PATH`, then beside
-/// this program, then on `PATH`); with the ssh or Slurm launcher, the same path on
+/// this program, then on `PATH`; a `TREECAST_PATH` set but empty makes
+/// tc_network_launch fail with TC_ERR_INVALID, naming it); with the ssh or Slurm launcher, the same path on
 /// every host (default there: `treecast` on the remote `PATH`).
 ///
 /// # Safety
@@ -499,6 +500,22 @@ pub unsafe extern "C" fn tc_network_options_add_plugin(
     }
 }
 
+/// The one variable the C API reads, and only when the tool named no program.
+const TREECAST_PATH: &str = "TREECAST_PATH";
+
+/// `TREECAST_PATH`'s value as the program comm nodes run; `None` when unset.
+fn treecast_path_from(value: Option<std::ffi::OsString>) -> Result<Option<PathBuf>, Failure> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Err(Failure::new(
+            tc_result::TC_ERR_INVALID,
+            "TREECAST_PATH is set but empty: name the treecast program comm nodes run \
+             (or call tc_network_options_set_treecast_path), or unset it",
+        )),
+        Some(v) => Ok(Some(v.into())),
+    }
+}
+
 fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
     let topology = o.topology.clone().ok_or_else(|| {
         Failure::new(
@@ -510,10 +527,14 @@ fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
     if !o.backend.is_empty() {
         b = b.backend_command(o.backend.iter().cloned());
     }
-    // The C API, like the `treecast` command, honours TREECAST_PATH: C tools are
-    // configured from their environment (the library below reads none).
-    let from_env = std::env::var_os("TREECAST_PATH").filter(|p| !p.is_empty()).map(PathBuf::from);
-    if let Some(path) = o.treecast_path.as_ref().or(from_env.as_ref()) {
+    // The C API, like the `treecast` command, honours TREECAST_PATH when the tool
+    // named no program: a C tool has no binary in front of it to read its
+    // environment, so this layer does, strictly (the Rust library below reads none).
+    let path = match &o.treecast_path {
+        Some(path) => Some(path.clone()),
+        None => treecast_path_from(std::env::var_os(TREECAST_PATH))?,
+    };
+    if let Some(path) = path {
         b = b.treecast_path(path);
     }
     if let Some(limit) = o.dead_after {
@@ -854,4 +875,19 @@ pub unsafe extern "C" fn tc_event_rank(event: *const tc_event) -> u32 {
 pub unsafe extern "C" fn tc_event_free(event: *mut tc_event) {
     // SAFETY: as the caller promised.
     quiet((), || drop(unsafe { take(event) }));
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn treecast_path_is_read_strictly() {
+        assert_eq!(treecast_path_from(None).unwrap(), None);
+        assert_eq!(treecast_path_from(Some("/opt/tc".into())).unwrap(), Some(PathBuf::from("/opt/tc")));
+        // Regression: an empty TREECAST_PATH was taken as unset.
+        let e = treecast_path_from(Some("".into())).unwrap_err();
+        assert!(e.message.contains("TREECAST_PATH"), "{}", e.message);
+    }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use treecast_filters::FilterRegistry;
+use treecast_launch::LauncherRegistry;
 use treecast_transport::Secret;
 use treecast_wire::{Window, MAX_PAYLOAD_LEN};
 
@@ -97,12 +98,26 @@ pub async fn run_comm_node() -> Result<(), NodeError> {
 /// # Errors
 /// As [`run_comm_node`].
 pub async fn run_comm_node_with(registry: FilterRegistry) -> Result<(), NodeError> {
-    let me = std::env::current_exe()
-        .map_err(|source| NodeError::Io { what: "finding this program's own path".into(), source })?;
-    run_comm_node_as(registry, me).await
+    run_comm_node_with_launchers(registry, LauncherRegistry::builtin()).await
 }
 
-/// As [`run_comm_node_with`], starting the children on this host with `program`
+/// As [`run_comm_node_with`], starting its children with the launcher its plan
+/// names from `launchers`: a tool that registered a launcher of its own for its
+/// front-end (`NetworkBuilder::launchers`) registers it here too, since every comm
+/// node starts its own children.
+///
+/// # Errors
+/// As [`run_comm_node`].
+pub async fn run_comm_node_with_launchers(
+    filters: FilterRegistry,
+    launchers: LauncherRegistry,
+) -> Result<(), NodeError> {
+    let me = std::env::current_exe()
+        .map_err(|source| NodeError::Io { what: "finding this program's own path".into(), source })?;
+    run_comm_node_as(filters, launchers, me).await
+}
+
+/// As [`run_comm_node_with_launchers`], starting the children on this host with `program`
 /// (as `<program> node` and `<program> backend`): the `treecast` command passes
 /// `TREECAST_PATH` here, so that a wrapper (a profiler, a debugger) stands in at
 /// every level.
@@ -111,6 +126,7 @@ pub async fn run_comm_node_with(registry: FilterRegistry) -> Result<(), NodeErro
 /// As [`run_comm_node`].
 pub async fn run_comm_node_as(
     registry: FilterRegistry,
+    launchers: LauncherRegistry,
     program: std::path::PathBuf,
 ) -> Result<(), NodeError> {
     let parent: String = env_var(env::PARENT)?;
@@ -125,7 +141,7 @@ pub async fn run_comm_node_as(
     });
     core.set_plugin_loader(std::sync::Arc::new(load_plugin));
     core.set_parent_address(parent.clone());
-    let launching = Launching::new(secret, program);
+    let launching = Launching::new(secret, program).with_launchers(launchers);
     let driver =
         join_parent(&parent, core, NoTool, launching, DEFAULT_MAX_FRAME.min(MAX_PAYLOAD_LEN)).await?;
     drive(std::sync::Arc::new(std::sync::Mutex::new(driver))).await;

@@ -6,9 +6,10 @@
 //! a back-end started for a light join also [`JOIN_ANNOUNCE`], its parent's second
 //! address, and the `treecast` binary (not the library) the log filter [`LOG`], which
 //! must hold before the plan arrives. Everything else a comm node or a back-end needs
-//! (launcher, routes, time limits, zero-copy threshold, rank, size, group, clock
-//! settings) arrives from its parent in its plan
-//! (`LaunchPlan`, `MemberPlan`), attach mode included. [`RANK`], [`SIZE`], [`GROUP`],
+//! (launcher, routes, time limits, zero-copy threshold, stripe stall limit, rank,
+//! size, group, clock settings) arrives from its parent in its plan
+//! (`LaunchPlan`, `MemberPlan`), attach mode included; the only other variables a
+//! library reads are the per-process test hooks of [`treecast_transport::testing`]. [`RANK`], [`SIZE`], [`GROUP`],
 //! [`GROUP_RANK`] and [`GROUP_SIZE`] are set for the back-end's command as
 //! information only (scripts read `$TREECAST_RANK`); the back-end library does not
 //! read them. The other variables here are read by the `treecast` command, which

@@ -1,9 +1,12 @@
 //! Launchers by name: a node builds the launcher its plan names once, as filters
-//! are made from their names.
+//! are made from their names. A new launcher (Flux, PBS, a container runtime) is
+//! one type implementing [`Launcher`] and one [`LauncherRegistry::register`] call in
+//! every program that starts children (the front-end's `NetworkBuilder::launchers`,
+//! a tool's own comm node); the plan carries its name and options as they are.
 
 use std::sync::Arc;
 
-use treecast_wire::{LauncherKind, LauncherSpec};
+use treecast_wire::{LauncherSpec, LOCAL_LAUNCHER, SLURM_LAUNCHER, SSH_LAUNCHER};
 
 use crate::{LaunchError, Launcher, LocalLauncher, SrunOptions, SshOptions};
 
@@ -13,7 +16,7 @@ pub type MakeLauncher = fn(&LauncherSpec) -> Result<Arc<dyn Launcher>, LaunchErr
 /// The launchers a node can build, by name (`local`, `ssh`, `slurm`).
 #[derive(Debug, Clone)]
 pub struct LauncherRegistry {
-    makers: Vec<(&'static str, MakeLauncher)>,
+    makers: Vec<(String, MakeLauncher)>,
 }
 
 impl Default for LauncherRegistry {
@@ -26,8 +29,8 @@ impl LauncherRegistry {
     /// The launchers treecast ships: fork/exec, the system ssh, Slurm job steps.
     pub fn builtin() -> LauncherRegistry {
         let mut registry = LauncherRegistry { makers: Vec::new() };
-        registry.register("local", |_| Ok(Arc::new(LocalLauncher)));
-        registry.register("ssh", |spec| {
+        registry.register(LOCAL_LAUNCHER, |_| Ok(Arc::new(LocalLauncher)));
+        registry.register(SSH_LAUNCHER, |spec| {
             Ok(Arc::new(SshOptions {
                 program: spec.program.clone(),
                 args: spec.args.clone(),
@@ -36,7 +39,7 @@ impl LauncherRegistry {
                 remote_prefix: spec.remote_prefix.clone(),
             }))
         });
-        registry.register("slurm", |spec| {
+        registry.register(SLURM_LAUNCHER, |spec| {
             Ok(Arc::new(SrunOptions {
                 program: spec.program.clone(),
                 args: spec.args.clone(),
@@ -46,10 +49,17 @@ impl LauncherRegistry {
         registry
     }
 
-    /// Adds (or replaces) the launcher called `name`.
-    pub fn register(&mut self, name: &'static str, make: MakeLauncher) {
+    /// Adds (or replaces) the launcher called `name`: a plan whose
+    /// [`LauncherSpec::name`] is `name` makes its launcher with `make`.
+    pub fn register(&mut self, name: impl Into<String>, make: MakeLauncher) {
+        let name = name.into();
         self.makers.retain(|(n, _)| *n != name);
         self.makers.push((name, make));
+    }
+
+    /// The names registered, in the order they were.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.makers.iter().map(|(n, _)| n.as_str())
     }
 
     /// The launcher `spec` names.
@@ -58,23 +68,13 @@ impl LauncherRegistry {
     /// [`LaunchError::Unknown`] when no launcher of that name is registered, or the
     /// launcher's own error for options it refuses.
     pub fn make(&self, spec: &LauncherSpec) -> Result<Arc<dyn Launcher>, LaunchError> {
-        let name = kind_name(spec.kind);
-        match self.makers.iter().find(|(n, _)| *n == name) {
+        match self.makers.iter().find(|(n, _)| *n == spec.name) {
             Some((_, make)) => make(spec),
             None => Err(LaunchError::Unknown {
-                name: name.to_owned(),
-                known: self.makers.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+                name: spec.name.clone(),
+                known: self.names().collect::<Vec<_>>().join(", "),
             }),
         }
-    }
-}
-
-/// The name a plan's launcher kind is registered under.
-fn kind_name(kind: LauncherKind) -> &'static str {
-    match kind {
-        LauncherKind::Local => "local",
-        LauncherKind::Ssh => "ssh",
-        LauncherKind::Slurm => "slurm",
     }
 }
 
@@ -83,9 +83,9 @@ fn kind_name(kind: LauncherKind) -> &'static str {
 mod tests {
     use super::*;
 
-    fn spec(kind: LauncherKind) -> LauncherSpec {
+    fn spec(name: &str) -> LauncherSpec {
         LauncherSpec {
-            kind,
+            name: name.into(),
             program: "prog".into(),
             args: vec!["-x".into()],
             connect_timeout_s: 5,
@@ -97,17 +97,17 @@ mod tests {
     #[test]
     fn each_builtin_kind_makes_its_launcher_with_the_plans_options() {
         let registry = LauncherRegistry::builtin();
-        let local = registry.make(&spec(LauncherKind::Local)).unwrap();
+        let local = registry.make(&spec("local")).unwrap();
         assert_eq!(
             (local.kind(), local.reaches_other_hosts(), local.takes_local_hosts()),
             ("local", false, false)
         );
-        let ssh = registry.make(&spec(LauncherKind::Ssh)).unwrap();
+        let ssh = registry.make(&spec("ssh")).unwrap();
         assert_eq!(
             (ssh.kind(), ssh.reaches_other_hosts(), ssh.remote_path()),
             ("ssh", true, "/opt/treecast")
         );
-        let slurm = registry.make(&spec(LauncherKind::Slurm)).unwrap();
+        let slurm = registry.make(&spec("slurm")).unwrap();
         assert_eq!((slurm.kind(), slurm.takes_local_hosts()), ("slurm", true));
     }
 
@@ -115,9 +115,34 @@ mod tests {
     fn a_registered_launcher_replaces_the_builtin_and_a_missing_one_is_named() {
         let mut registry = LauncherRegistry::builtin();
         registry.register("ssh", |_| Ok(Arc::new(LocalLauncher)));
-        assert_eq!(registry.make(&spec(LauncherKind::Ssh)).unwrap().kind(), "local");
+        assert_eq!(registry.make(&spec("ssh")).unwrap().kind(), "local");
         let empty = LauncherRegistry { makers: Vec::new() };
-        let e = empty.make(&spec(LauncherKind::Slurm)).unwrap_err().to_string();
+        let e = empty.make(&spec("slurm")).unwrap_err().to_string();
         assert!(e.contains("slurm") && e.contains("no launcher"), "{e}");
+        // A name no build knows is no decoding matter: the registry names what it has.
+        let e = registry.make(&spec("flux")).unwrap_err().to_string();
+        assert!(e.contains("`flux`") && e.contains("local, slurm, ssh"), "{e}");
+    }
+
+    #[test]
+    fn a_new_launcher_is_one_type_and_one_registration() {
+        #[derive(Debug)]
+        struct Pbs(String);
+        impl Launcher for Pbs {
+            fn launch(&self, _spec: &crate::ProcessSpec) -> Result<crate::Launched, LaunchError> {
+                Err(LaunchError::Unknown { name: "not in a unit test".into(), known: String::new() })
+            }
+            fn kind(&self) -> &'static str {
+                "pbs"
+            }
+            fn remote_path(&self) -> &str {
+                &self.0
+            }
+        }
+        let mut registry = LauncherRegistry::builtin();
+        registry.register("pbs", |spec| Ok(Arc::new(Pbs(spec.remote_path.clone()))));
+        let pbs = registry.make(&spec("pbs")).unwrap();
+        assert_eq!((pbs.kind(), pbs.remote_path()), ("pbs", "/opt/treecast"));
+        assert_eq!(registry.names().collect::<Vec<_>>(), ["local", "ssh", "slurm", "pbs"]);
     }
 }

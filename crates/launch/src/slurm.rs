@@ -27,15 +27,16 @@ pub struct SrunOptions {
 }
 
 impl SrunOptions {
-    /// Options with extra arguments from `TREECAST_SRUN_ARGS` (split as a shell would),
-    /// running `remote_path` on the nodes.
+    /// Options with extra arguments `text`, the value of `TREECAST_SRUN_ARGS` the
+    /// `treecast` command read (split as a shell would; `None`: none), running
+    /// `remote_path` on the nodes.
     ///
     /// # Errors
-    /// The variable's quotes do not balance.
-    pub fn from_env(remote_path: String) -> Result<Self, crate::ArgsError> {
-        let args = match std::env::var(SRUN_ARGS_ENV) {
-            Ok(text) => crate::split_args(&text).map_err(|e| e.from(SRUN_ARGS_ENV))?,
-            Err(_) => Vec::new(),
+    /// The quotes do not balance (the error names the variable).
+    pub fn with_args(remote_path: String, text: Option<&str>) -> Result<Self, crate::ArgsError> {
+        let args = match text {
+            Some(text) => crate::split_args(text).map_err(|e| e.from(SRUN_ARGS_ENV))?,
+            None => Vec::new(),
         };
         Ok(SrunOptions { program: "srun".into(), args, remote_path })
     }

@@ -101,14 +101,15 @@ pub fn split_args(text: &str) -> Result<Vec<String>, ArgsError> {
 }
 
 impl SshOptions {
-    /// Options with extra arguments from `TREECAST_SSH_ARGS` (split as a shell would).
+    /// Options with extra arguments `text`, the value of `TREECAST_SSH_ARGS` the
+    /// `treecast` command read (split as a shell would; `None`: none).
     ///
     /// # Errors
-    /// The variable's quotes do not balance.
-    pub fn from_env() -> Result<Self, ArgsError> {
-        let args = match std::env::var(SSH_ARGS_ENV) {
-            Ok(text) => split_args(&text).map_err(|e| e.from(SSH_ARGS_ENV))?,
-            Err(_) => Vec::new(),
+    /// The quotes do not balance (the error names the variable).
+    pub fn with_args(text: Option<&str>) -> Result<Self, ArgsError> {
+        let args = match text {
+            Some(text) => split_args(text).map_err(|e| e.from(SSH_ARGS_ENV))?,
+            None => Vec::new(),
         };
         Ok(SshOptions { args, ..SshOptions::default() })
     }

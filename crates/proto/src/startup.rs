@@ -73,6 +73,7 @@ fn member_plan(plan: &LaunchPlan, launch: &ChildLaunch) -> ControlMsg {
         rejoin_ms: plan.rejoin_ms,
         clock: plan.clock.clone(),
         zero_copy_min: plan.zero_copy_min,
+        stripe_stall_ms: plan.stripe_stall_ms,
     }))
 }
 
@@ -82,6 +83,13 @@ impl Node {
     /// to its route when [`crate::Event::Placed`] comes out.
     pub fn zero_copy_min(&self) -> Option<usize> {
         self.start.zero_copy_min
+    }
+
+    /// Back-end: the stall limit of its striped links, from its member plan (`None`:
+    /// the route's default, or no plan yet). The driver hands it to its route when
+    /// [`crate::Event::Placed`] comes out.
+    pub fn stripe_stall(&self) -> Option<std::time::Duration> {
+        self.start.stripe_stall
     }
 
     /// The parent link is up: the node waits for its plan (a comm node's launch plan,
@@ -112,6 +120,7 @@ impl Node {
         self.set_rejoin(Some(ms(plan.rejoin_ms)));
         self.apply_clock_plan(&plan.clock);
         self.start.zero_copy_min = plan.zero_copy_min();
+        self.start.stripe_stall = plan.stripe_stall();
         if !self.start.announced {
             self.out.control(link, &ControlMsg::Join { ranks: RankSet::single(plan.rank), commnodes: 0 });
         }

@@ -46,6 +46,7 @@ fn member(node_id: u32, rank: u32, size: u32, rejoin_ms: u32) -> MemberPlan {
         rejoin_ms,
         clock: Default::default(),
         zero_copy_min: 0,
+        stripe_stall_ms: 0,
     }
 }
 
@@ -1602,6 +1603,7 @@ fn a_backend_holds_its_join_until_its_member_plan_and_takes_rank_and_limits_from
     (plan.heartbeat_ms, plan.dead_after_ms) = (250, 1_000);
     plan.clock.probes = Some(4);
     plan.zero_copy_min = 65_536;
+    plan.stripe_stall_ms = 1_500;
     assert_eq!(be.zero_copy_min(), None);
     be.handle_frame(parent, control(&ControlMsg::MemberPlan(Box::new(plan.clone()))), now);
     let sent: Vec<_> =
@@ -1613,6 +1615,7 @@ fn a_backend_holds_its_join_until_its_member_plan_and_takes_rank_and_limits_from
     assert_eq!(be.liveness(), LivenessLimits::from_ms(250, 1_000));
     assert_eq!(be.clock.config.probes, 4);
     assert_eq!(be.zero_copy_min(), Some(65_536), "for the driver's route");
+    assert_eq!(be.stripe_stall(), Some(Duration::from_millis(1_500)), "for the driver's route");
     assert!(events(&mut be).contains(&Event::Placed { rank: 3, size: 8, group: plan.group }));
 }
 
@@ -1642,6 +1645,7 @@ fn a_parent_sends_each_backend_child_its_member_plan_first() {
     (p.heartbeat_ms, p.dead_after_ms, p.rejoin_ms) = (500, 2_000, 3_000);
     p.clock.distort = "seed:1,offset_us:10".into();
     p.zero_copy_min = 1 << 20;
+    p.stripe_stall_ms = 2_500;
     fe.handle_command(Command::Launch(Box::new(p)), now).unwrap();
     events(&mut fe);
     let link = ids(2)[1];
@@ -1654,4 +1658,5 @@ fn a_parent_sends_each_backend_child_its_member_plan_first() {
     assert_eq!((plan.heartbeat_ms, plan.dead_after_ms, plan.rejoin_ms), (500, 2_000, 3_000));
     assert_eq!(plan.clock.distort, "seed:1,offset_us:10");
     assert_eq!(plan.zero_copy_min, 1 << 20);
+    assert_eq!(plan.stripe_stall_ms, 2_500);
 }

@@ -36,6 +36,7 @@ mod shared_payload;
 mod socket;
 mod stream_route;
 pub mod striped;
+pub mod testing;
 mod udp_route;
 
 pub use alloc::keep_large_buffers;

@@ -123,6 +123,12 @@ pub trait Route: Send + std::fmt::Debug {
     /// [`Route::apply_plan`]). Routes with no such path ignore it.
     fn set_zero_copy_min(&mut self, _bytes: Option<usize>) {}
 
+    /// Gives up a connection of a striped link that held bytes this long without
+    /// delivering any while another one moved (a back-end's member plan says so; a
+    /// comm node's launch plan does it through [`Route::apply_plan`]). Routes with no
+    /// striped links ignore it.
+    fn set_stripe_stall(&mut self, _limit: std::time::Duration) {}
+
     /// Bytes written that the peers have not acknowledged yet: a process must not
     /// exit before this is 0, or the kernel's reset may throw those bytes away.
     fn unacknowledged(&self) -> usize;

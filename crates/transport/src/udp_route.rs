@@ -282,7 +282,15 @@ impl Groups {
             // On the parent's host: join on the interface the parent sends from.
             _ => offer.sender.ip(),
         };
-        let local = McastConfig::from_env(|k| std::env::var(k).ok()).unwrap_or_default();
+        // Everything but the drop knob comes with the offer (the parent's settings,
+        // from its plan); the knob is this process's own test hook.
+        let local = match crate::testing::udp_drop() {
+            Ok(drop) => {
+                let (drop, drop_seed) = drop.unwrap_or((0.0, 0));
+                McastConfig { drop, drop_seed, ..McastConfig::default() }
+            }
+            Err(e) => return self.give_up_parent(format!("node {}: {e}", self.node_id)),
+        };
         let answer = match GroupMember::join(offer, interface, self.node_id, self.key.clone(), &local) {
             Ok((member, answers_from)) => {
                 self.up = Some(member);

@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 9;
+pub const PLAN_VERSION: u16 = 11;
 
 /// Default of [`LaunchPlan::max_control`] (4 MiB per back-end a child reaches): a
 /// back-end's own monitoring report at its cell limit stays under it, and what a
@@ -16,7 +16,7 @@ pub const PLAN_VERSION: u16 = 9;
 /// as its legitimate reports (joins, attach points, monitoring) do.
 pub const DEFAULT_MAX_CONTROL: u32 = 4 << 20;
 /// Version of the [`MemberPlan`] layout this build writes and reads.
-pub const MEMBER_PLAN_VERSION: u16 = 2;
+pub const MEMBER_PLAN_VERSION: u16 = 3;
 
 /// Settings of the global clock a node measures with; `None`: the node's default.
 /// The front-end's user sets them, and every plan carries them down.
@@ -69,6 +69,9 @@ pub struct MemberPlan {
     pub clock: ClockPlan,
     /// Frames of at least this many bytes go to a local peer as a memory file (0: never).
     pub zero_copy_min: u32,
+    /// Milliseconds a connection of a striped link may hold bytes without delivering
+    /// any while another one moves (0: the route's default).
+    pub stripe_stall_ms: u32,
 }
 
 /// Links between processes of one host: abstract Unix sockets or loopback TCP.
@@ -80,22 +83,20 @@ pub enum LocalRoute {
     Tcp,
 }
 
-/// How children on other hosts are started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LauncherKind {
-    /// This host only: another host name is an error.
-    Local,
-    /// The system `ssh`.
-    Ssh,
-    /// Slurm job steps (`srun`), for every child.
-    Slurm,
-}
+/// Name of the fork/exec launcher, this host only: another host name is an error.
+pub const LOCAL_LAUNCHER: &str = "local";
+/// Name of the launcher through the system `ssh`.
+pub const SSH_LAUNCHER: &str = "ssh";
+/// Name of the launcher by Slurm job steps (`srun`), for every child.
+pub const SLURM_LAUNCHER: &str = "slurm";
 
 /// The launcher a node uses for its children, with its options.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LauncherSpec {
-    /// Which launcher.
-    pub kind: LauncherKind,
+    /// Which launcher, by the name every node's launcher registry knows it by
+    /// ([`LOCAL_LAUNCHER`], [`SSH_LAUNCHER`], [`SLURM_LAUNCHER`], or one a tool
+    /// registered): a new launcher is a name, not a change to the plan.
+    pub name: String,
     /// The program (`ssh`, `srun`); empty for the local launcher.
     pub program: String,
     /// Extra arguments, already split (each survives every level as it is).
@@ -173,7 +174,14 @@ pub struct LaunchPlan {
     /// Links between the receiver and its children, and below, are opened as
     /// Multipath TCP where the kernel takes it (plain TCP where it refuses).
     pub mptcp: bool,
+    /// Milliseconds a connection of a striped link may hold bytes without delivering
+    /// any while another connection of the link moves, before it is given up, for
+    /// every node below (0: the route's default).
+    pub stripe_stall_ms: u32,
 }
+
+/// Longest launcher name a plan carries, bytes.
+pub const MAX_LAUNCHER_NAME: usize = 64;
 
 /// Most connections one striped link may have.
 pub const MAX_STRIPES: u8 = 16;
@@ -206,8 +214,13 @@ fn strings(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<String>, Decode
 impl LauncherSpec {
     /// Fork/exec on this host only: the embedded default.
     pub fn local() -> LauncherSpec {
+        LauncherSpec::named(LOCAL_LAUNCHER)
+    }
+
+    /// The launcher registered as `name`, with no options.
+    pub fn named(name: impl Into<String>) -> LauncherSpec {
         LauncherSpec {
-            kind: LauncherKind::Local,
+            name: name.into(),
             program: String::new(),
             args: Vec::new(),
             connect_timeout_s: 0,
@@ -249,12 +262,18 @@ impl LaunchPlan {
             zero_copy_min: 0,
             stripes: 0,
             mptcp: false,
+            stripe_stall_ms: 0,
         }
     }
 
     /// [`LaunchPlan::zero_copy_min`] as a size, `None` when off.
     pub fn zero_copy_min(&self) -> Option<usize> {
         zero_copy(self.zero_copy_min)
+    }
+
+    /// [`LaunchPlan::stripe_stall_ms`] as a time, `None` for the route's default.
+    pub fn stripe_stall(&self) -> Option<std::time::Duration> {
+        stall(self.stripe_stall_ms)
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -275,11 +294,7 @@ impl LaunchPlan {
         });
         put_string(out, &self.listen);
         put_string(out, &self.remote_listen);
-        out.push(match self.launcher.kind {
-            LauncherKind::Local => 0,
-            LauncherKind::Ssh => 1,
-            LauncherKind::Slurm => 2,
-        });
+        put_string(out, &self.launcher.name);
         put_string(out, &self.launcher.program);
         put_strings(out, &self.launcher.args);
         out.extend_from_slice(&self.launcher.connect_timeout_s.to_le_bytes());
@@ -301,6 +316,7 @@ impl LaunchPlan {
         out.push(self.stripes);
         out.push(u8::from(self.mptcp));
         put_string(out, &self.launcher.remote_prefix);
+        out.extend_from_slice(&self.stripe_stall_ms.to_le_bytes());
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -331,14 +347,15 @@ impl LaunchPlan {
         };
         let listen = r.string("listen address")?;
         let remote_listen = r.string("remote listen address")?;
-        let kind = match r.u8("launcher")? {
-            0 => LauncherKind::Local,
-            1 => LauncherKind::Ssh,
-            2 => LauncherKind::Slurm,
-            other => return Err(invalid("launcher", other)),
-        };
+        let name = r.string("launcher name")?;
+        if name.is_empty() || name.len() > MAX_LAUNCHER_NAME {
+            return Err(DecodeError::Invalid {
+                what: "launcher name",
+                detail: format!("{} bytes, not 1 to {MAX_LAUNCHER_NAME}", name.len()),
+            });
+        }
         let launcher = LauncherSpec {
-            kind,
+            name,
             program: r.string("launcher program")?,
             args: strings(r, "launcher argument")?,
             connect_timeout_s: r.u32("launcher")?,
@@ -406,8 +423,10 @@ impl LaunchPlan {
                 }
             },
             mptcp: decode_bool(r, "Multipath TCP flag")?,
+            stripe_stall_ms: 0,
         };
         plan.launcher.remote_prefix = r.string("remote prefix")?;
+        plan.stripe_stall_ms = r.u32("stripe stall limit")?;
         Ok(plan)
     }
 }
@@ -442,6 +461,11 @@ impl ClockPlan {
     }
 }
 
+/// A stripe stall limit of the plans as a time (0: the route's default).
+fn stall(ms: u32) -> Option<std::time::Duration> {
+    (ms > 0).then(|| std::time::Duration::from_millis(ms.into()))
+}
+
 /// A zero-copy threshold of the plans as a size (0: off).
 fn zero_copy(bytes: u32) -> Option<usize> {
     (bytes > 0).then_some(bytes as usize)
@@ -451,6 +475,11 @@ impl MemberPlan {
     /// [`MemberPlan::zero_copy_min`] as a size, `None` when off.
     pub fn zero_copy_min(&self) -> Option<usize> {
         zero_copy(self.zero_copy_min)
+    }
+
+    /// [`MemberPlan::stripe_stall_ms`] as a time, `None` for the route's default.
+    pub fn stripe_stall(&self) -> Option<std::time::Duration> {
+        stall(self.stripe_stall_ms)
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -469,6 +498,7 @@ impl MemberPlan {
         }
         self.clock.encode(out);
         out.extend_from_slice(&self.zero_copy_min.to_le_bytes());
+        out.extend_from_slice(&self.stripe_stall_ms.to_le_bytes());
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<MemberPlan, DecodeError> {
@@ -497,6 +527,7 @@ impl MemberPlan {
             rejoin_ms: r.u32("rejoin limit")?,
             clock: ClockPlan::decode(r)?,
             zero_copy_min: r.u32("zero-copy threshold")?,
+            stripe_stall_ms: r.u32("stripe stall limit")?,
         })
     }
 }
@@ -523,7 +554,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         listen: "127.0.0.1".into(),
         remote_listen: String::new(),
         launcher: LauncherSpec {
-            kind: LauncherKind::Ssh,
+            name: SSH_LAUNCHER.into(),
             program: "ssh".into(),
             args: vec!["-o".into(), "ProxyCommand=ssh -W %h:%p gateway".into()],
             connect_timeout_s: 10,
@@ -543,6 +574,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         zero_copy_min: 1 << 20,
         stripes: 2,
         mptcp: true,
+        stripe_stall_ms: 1_500,
     }
 }
 
@@ -570,6 +602,7 @@ pub(crate) fn sample_member_plan() -> MemberPlan {
         rejoin_ms: 0,
         clock: sample_clock(),
         zero_copy_min: 65_536,
+        stripe_stall_ms: 250,
     }
 }
 
@@ -585,6 +618,23 @@ mod tests {
         bytes[1] = 10; // the version follows the tag byte
         let err = ControlMsg::decode(&bytes).unwrap_err().to_string();
         assert!(err.contains("version 10 is not supported"), "{err}");
+    }
+
+    #[test]
+    fn a_launcher_is_named_by_any_name_its_registry_may_know() {
+        let mut plan = sample_plan();
+        plan.launcher = LauncherSpec::named("flux");
+        let ControlMsg::Plan(back) =
+            ControlMsg::decode(&ControlMsg::Plan(Box::new(plan.clone())).encode()).unwrap()
+        else {
+            panic!("not a plan")
+        };
+        assert_eq!(back.launcher.name, "flux");
+        for bad in [String::new(), "x".repeat(MAX_LAUNCHER_NAME + 1)] {
+            plan.launcher.name = bad;
+            let err = ControlMsg::decode(&ControlMsg::Plan(Box::new(plan.clone())).encode()).unwrap_err();
+            assert!(err.to_string().contains("launcher name"), "{err}");
+        }
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub struct McastOffer {
     pub silent_limit_ms: u32,
     /// Largest message the child assembles, bytes.
     pub max_message: u32,
+    /// Longest random wait before the child NACKs a gap, microseconds (0: at once).
+    pub nack_backoff_us: u32,
 }
 
 /// A route message; see the module documentation.
@@ -96,6 +98,7 @@ impl RouteMsg {
                     o.nack_repeat_us,
                     o.silent_limit_ms,
                     o.max_message,
+                    o.nack_backoff_us,
                 ] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
@@ -142,6 +145,7 @@ impl RouteMsg {
                     nack_repeat_us: r.u32("offer")?,
                     silent_limit_ms: r.u32("offer")?,
                     max_message: r.u32("offer")?,
+                    nack_backoff_us: r.u32("offer")?,
                 };
                 if offer.fragment == 0 {
                     return Err(DecodeError::Invalid {
@@ -240,6 +244,7 @@ mod tests {
             nack_repeat_us: 1000,
             silent_limit_ms: 10_000,
             max_message: 1 << 28,
+            nack_backoff_us: 200,
         })
     }
 

@@ -9,8 +9,8 @@ use treecast_wire::{
     cut_frames, decode_batch, decode_collective, decode_values, encode_batch, encode_collective,
     encode_values, AttachPoint, ClockPlan, CollectiveHead, CollectiveOp, Combine, ControlMsg, CutError,
     DecodeError, FilterSpec, Format, Frame, FrameHeader, FrameKind, Grant, GroupPlace, LaunchPlan,
-    LauncherKind, LauncherSpec, LocalRoute, McastOffer, MemberPlan, RankSet, Reader, RouteChoice, RouteMsg,
-    ScalarType, SpawnOrder, StreamSpec, SyncMode, Value, ValueType, Window, FLAG_PAYLOAD_FD, MAX_FILTER_NAME,
+    LauncherSpec, LocalRoute, McastOffer, MemberPlan, RankSet, Reader, RouteChoice, RouteMsg, ScalarType,
+    SpawnOrder, StreamSpec, SyncMode, Value, ValueType, Window, FLAG_PAYLOAD_FD, MAX_FILTER_NAME,
     MAX_PAYLOAD_LEN, MEMBER_PLAN_VERSION, PLAN_VERSION,
 };
 
@@ -135,7 +135,7 @@ fn strings(n: usize) -> impl Strategy<Value = Vec<String>> {
 fn plan() -> impl Strategy<Value = LaunchPlan> {
     let launcher =
         (
-            proptest::sample::select(vec![LauncherKind::Local, LauncherKind::Ssh, LauncherKind::Slurm]),
+            "[a-z][a-z0-9-]{0,63}",
             short_string(),
             // Arguments with spaces, quotes and `%` must survive as they are.
             vec(prop_oneof![short_string(), "[ -~]{0,30}"], 0..4),
@@ -143,8 +143,8 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
             short_string(),
             short_string(),
         )
-            .prop_map(|(kind, program, args, connect_timeout_s, remote_path, remote_prefix)| {
-                LauncherSpec { kind, program, args, connect_timeout_s, remote_path, remote_prefix }
+            .prop_map(|(name, program, args, connect_timeout_s, remote_path, remote_prefix)| {
+                LauncherSpec { name, program, args, connect_timeout_s, remote_path, remote_prefix }
             });
     (
         (short_string(), any::<u32>(), any::<u32>(), any::<u32>(), short_string(), strings(4)),
@@ -167,7 +167,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
         ),
         1..=(treecast_wire::MAX_PAYLOAD_LEN as u32),
         clock_plan(),
-        (any::<u32>(), 0..=treecast_wire::MAX_STRIPES, any::<bool>()),
+        (any::<u32>(), 0..=treecast_wire::MAX_STRIPES, any::<bool>(), any::<u32>()),
     )
         .prop_map(
             |(
@@ -177,7 +177,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 (heartbeat_ms, dead_after_ms, rejoin_ms, udp, depth, filters),
                 max_control,
                 clock,
-                (zero_copy_min, stripes, mptcp),
+                (zero_copy_min, stripes, mptcp, stripe_stall_ms),
             )| LaunchPlan {
                 session,
                 node_id,
@@ -206,6 +206,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 zero_copy_min,
                 stripes,
                 mptcp,
+                stripe_stall_ms,
             },
         )
 }
@@ -228,8 +229,12 @@ fn member_plan() -> impl Strategy<Value = MemberPlan> {
         rank,
         size,
     }));
-    (any::<[u32; 7]>(), group, clock_plan()).prop_map(
-        |([node_id, rank, size, heartbeat_ms, dead_after_ms, rejoin_ms, zero_copy_min], group, clock)| {
+    (any::<[u32; 8]>(), group, clock_plan()).prop_map(
+        |(
+            [node_id, rank, size, heartbeat_ms, dead_after_ms, rejoin_ms, zero_copy_min, stripe_stall_ms],
+            group,
+            clock,
+        )| {
             MemberPlan {
                 node_id,
                 rank,
@@ -240,6 +245,7 @@ fn member_plan() -> impl Strategy<Value = MemberPlan> {
                 rejoin_ms,
                 clock,
                 zero_copy_min,
+                stripe_stall_ms,
             }
         },
     )
@@ -398,13 +404,13 @@ fn socket_addr() -> impl Strategy<Value = std::net::SocketAddr> {
 }
 
 fn route_msg() -> impl Strategy<Value = RouteMsg> {
-    let offer = (socket_addr(), socket_addr(), any::<[u32; 2]>(), 1..=u32::MAX, any::<[u32; 4]>()).prop_map(
+    let offer = (socket_addr(), socket_addr(), any::<[u32; 2]>(), 1..=u32::MAX, any::<[u32; 5]>()).prop_map(
         |(
             group,
             sender,
             [node, max_cwnd],
             fragment,
-            [receiver_timeout_us, nack_repeat_us, silent_limit_ms, max_message],
+            [receiver_timeout_us, nack_repeat_us, silent_limit_ms, max_message, nack_backoff_us],
         )| {
             RouteMsg::Offer(McastOffer {
                 group,
@@ -416,6 +422,7 @@ fn route_msg() -> impl Strategy<Value = RouteMsg> {
                 nack_repeat_us,
                 silent_limit_ms,
                 max_message,
+                nack_backoff_us,
             })
         },
     );

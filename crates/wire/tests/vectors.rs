@@ -11,9 +11,9 @@ use serde_json::Value as Json;
 use treecast_wire::{
     cut_frames, decode_batch, decode_collective, decode_values, encode_batch, encode_collective,
     encode_values, AttachPoint, ClockPlan, ClockSample, CollectMode, ControlMsg, CutError, DecodeError,
-    FilterSpec, Format, Frame, FrameHeader, FrameKind, Grant, GroupPlace, LaunchPlan, LauncherKind,
-    LauncherSpec, LocalRoute, MemberPlan, RankSet, RouteChoice, ScalarType, SpawnOrder, StreamSpec, SyncMode,
-    Value, ValueType, Window, FLAG_PAYLOAD_FD, FLAG_PEER_COLL, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
+    FilterSpec, Format, Frame, FrameHeader, FrameKind, Grant, GroupPlace, LaunchPlan, LauncherSpec,
+    LocalRoute, MemberPlan, RankSet, RouteChoice, ScalarType, SpawnOrder, StreamSpec, SyncMode, Value,
+    ValueType, Window, FLAG_PAYLOAD_FD, FLAG_PEER_COLL, HEADER_LEN, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
 };
 
 fn load(name: &str) -> Vec<Json> {
@@ -251,12 +251,7 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         listen: str_of(m, "listen").to_owned(),
         remote_listen: str_of(m, "remote_listen").to_owned(),
         launcher: LauncherSpec {
-            kind: match str_of(launcher, "kind") {
-                "local" => LauncherKind::Local,
-                "ssh" => LauncherKind::Ssh,
-                "slurm" => LauncherKind::Slurm,
-                other => panic!("launcher {other}"),
-            },
+            name: str_of(launcher, "name").to_owned(),
             program: str_of(launcher, "program").to_owned(),
             args: strings_of(launcher, "args"),
             connect_timeout_s: u32_of(launcher, "connect_timeout_s"),
@@ -283,6 +278,7 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         zero_copy_min: m.get("zero_copy_min").map_or(0, |v| u32::try_from(v.as_u64().unwrap()).unwrap()),
         stripes: m.get("stripes").map_or(0, |v| u8::try_from(v.as_u64().unwrap()).unwrap()),
         mptcp: m.get("mptcp").is_some_and(|v| v.as_bool().unwrap()),
+        stripe_stall_ms: m.get("stripe_stall_ms").map_or(0, |v| u32::try_from(v.as_u64().unwrap()).unwrap()),
     }
 }
 
@@ -313,6 +309,7 @@ fn member_plan_from_json(m: &Json) -> MemberPlan {
         rejoin_ms: u32_of(m, "rejoin_ms"),
         clock: clock_from_json(m),
         zero_copy_min: m.get("zero_copy_min").map_or(0, |v| u32::try_from(v.as_u64().unwrap()).unwrap()),
+        stripe_stall_ms: m.get("stripe_stall_ms").map_or(0, |v| u32::try_from(v.as_u64().unwrap()).unwrap()),
     }
 }
 

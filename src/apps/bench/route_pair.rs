@@ -32,6 +32,7 @@ pub const DIGEST_TAG: i32 = 8;
 /// Serves clients at `addr` (treecast links) and its port + 1 (raw TCP) until killed.
 pub async fn serve(addr: &str) -> anyhow::Result<ExitCode> {
     let secret = Secret::from_env()?;
+    let stall = crate::apps::settings::stripe_stall_from(|v| std::env::var(v).ok())?;
     let at: SocketAddr = addr.parse().with_context(|| format!("--serve {addr}"))?;
     // Multipath TCP where the kernel has it: it takes plain TCP clients too.
     let links = Listener::mptcp_at(at)?;
@@ -81,6 +82,9 @@ pub async fn serve(addr: &str) -> anyhow::Result<ExitCode> {
         }
     });
     let mut route = WithStriped::new(StreamRoute::new(MAX_PAYLOAD_LEN), MAX_PAYLOAD_LEN);
+    if let Some(limit) = stall {
+        route.striped().set_stall_limit(limit);
+    }
     let mut ids = LinkTable::new();
     poll_fn(|cx| loop {
         let mut any = false;

@@ -18,4 +18,11 @@ impl Launching {
     pub fn new(secret: Secret, treecast_exe: std::path::PathBuf) -> Launching {
         Launching { secret, treecast_exe, launchers: treecast_launch::LauncherRegistry::builtin() }
     }
+
+    /// The same, making the launcher the plan names from `launchers` (a tool's own
+    /// launchers registered beside, or instead of, the built-ins).
+    pub fn with_launchers(mut self, launchers: treecast_launch::LauncherRegistry) -> Launching {
+        self.launchers = launchers;
+        self
+    }
 }

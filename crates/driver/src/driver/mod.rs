@@ -487,6 +487,9 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             Event::ParentChanged { .. } => self.tool.event(event),
             Event::Placed { .. } => {
                 self.route.set_zero_copy_min(self.core.zero_copy_min());
+                if let Some(limit) = self.core.stripe_stall() {
+                    self.route.set_stripe_stall(limit);
+                }
                 self.tool.event(event);
             }
             Event::Shutdown { .. } | Event::StartupFailed { .. } => {

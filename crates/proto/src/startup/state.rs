@@ -158,6 +158,8 @@ pub(crate) struct StartupState {
     pub(crate) announced: bool,
     /// Back-end: its member plan's zero-copy threshold, for the driver's route.
     pub(crate) zero_copy_min: Option<usize>,
+    /// Back-end: its member plan's stall limit of striped links, for the driver's route.
+    pub(crate) stripe_stall: Option<std::time::Duration>,
 }
 
 /// Start-up bookkeeping, dropped once the node runs.

@@ -239,6 +239,7 @@ impl GroupSender {
             nack_repeat_us: us(self.config.nack_repeat),
             silent_limit_ms: u32::try_from(self.config.silent_limit.as_millis()).unwrap_or(u32::MAX),
             max_message: self.config.max_message,
+            nack_backoff_us: us(self.config.nack_backoff),
         })
     }
 
@@ -498,6 +499,7 @@ impl GroupMember {
             nack_repeat: Duration::from_micros(offer.nack_repeat_us.into()),
             silent_limit: Duration::from_millis(offer.silent_limit_ms.max(10).into()),
             max_message: offer.max_message,
+            nack_backoff: Duration::from_micros(offer.nack_backoff_us.into()),
             ..*local
         }
         .sanitized();

@@ -99,8 +99,9 @@ const EVENTS: usize = 256;
 /// Events taken per pass before other work gets a turn.
 const EVENTS_PER_PASS: usize = 1024;
 /// Fault injection for tests: after this many pieces of a link arrived in order,
-/// this side cuts the link's connection 1 as [`StripedRoute::break_connection`] does.
-pub const CUT_ENV: &str = "TREECAST_STRIPE_CUT";
+/// this side cuts the link's connection 1 as [`StripedRoute::break_connection`] does
+/// (a test hook of [`crate::testing`]).
+pub const CUT_ENV: &str = crate::testing::STRIPE_CUT;
 /// Small pieces written in one system call, bytes.
 const BATCH: usize = 64 << 10;
 
@@ -277,10 +278,12 @@ pub struct StripedRoute {
     /// Links closed while sending, reported by the next `poll_recv`.
     broken: Vec<(LinkId, Option<String>)>,
     max_frame: usize,
-    /// [`CUT_ENV`], read once.
-    cut_after: Option<u64>,
-    /// How long a connection may hold bytes without delivering any (see [`stall`]).
-    stall_limit: Duration,
+    /// [`CUT_ENV`], read once: a malformed value refuses every striped link.
+    cut_after: Result<Option<u64>, String>,
+    /// How long a connection may hold bytes without delivering any (see [`stall`]),
+    /// shared with every link's watch, so that a plan arriving after a link (a
+    /// node's parent link) still sets it.
+    stall_limit: stall::SharedLimit,
     /// Streams that keep to part of the route: some keep each frame on one
     /// connection ([`RouteChoice::stripes`]).
     choices: StreamChoices,
@@ -444,18 +447,19 @@ impl StripedRoute {
             wake: Arc::default(),
             broken: Vec::new(),
             max_frame,
-            cut_after: std::env::var(CUT_ENV).ok().and_then(|v| v.parse().ok()),
-            stall_limit: stall::limit_from_env(),
+            cut_after: crate::testing::stripe_cut().map_err(|e| e.to_string()),
+            stall_limit: stall::SharedLimit::default(),
             choices: StreamChoices::default(),
             monitor: Monitoring::new(),
         }
     }
 
-    /// Sets how long a connection of a link added from now on may hold bytes without
+    /// Sets how long a connection of any of its links may hold bytes without
     /// delivering any while another one moves, before it is given up (default
-    /// [`stall::STALL_ENV`], else [`stall::DEFAULT_LIMIT`]).
+    /// [`stall::DEFAULT_LIMIT`]; the plans carry the front-end's, `--stripe-stall` or
+    /// [`stall::STALL_ENV`] of the `treecast` command).
     pub fn set_stall_limit(&mut self, limit: Duration) {
-        self.stall_limit = limit;
+        self.stall_limit.set(limit);
     }
 
     /// Carries `link` over `sockets` (each authenticated already, all to the same
@@ -467,6 +471,9 @@ impl StripedRoute {
     pub fn add_striped(&mut self, link: LinkId, sockets: Vec<Socket>, name: String) -> io::Result<()> {
         if sockets.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a striped link needs a connection"));
+        }
+        if let Err(e) = &self.cut_after {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, e.clone()));
         }
         let mut conns = Vec::with_capacity(sockets.len());
         let mut watched = Vec::with_capacity(sockets.len());
@@ -489,7 +496,8 @@ impl StripedRoute {
             conns.push(Conn { queue, ctl, _tasks: [OwnedTask(reader), OwnedTask(writer)], progress });
         }
         let watch = (watched.len() > 1).then(|| {
-            let task = stall::watch(watched, link, name.clone(), self.stall_limit, self.events_tx.clone());
+            let task =
+                stall::watch(watched, link, name.clone(), self.stall_limit.clone(), self.events_tx.clone());
             OwnedTask(tokio::spawn(task))
         });
         let link_state = Link {
@@ -562,7 +570,10 @@ impl StripedRoute {
                     return;
                 }
                 l.ack_due = true;
-                if self.cut_after.is_some_and(|n| l.inc.in_order() >= n) && !l.cut && l.conns.len() > 1 {
+                if matches!(self.cut_after, Ok(Some(n)) if l.inc.in_order() >= n)
+                    && !l.cut
+                    && l.conns.len() > 1
+                {
                     l.cut = true;
                     tracing::warn!(peer = %l.name, "{CUT_ENV}: cutting connection 1 of the striped link");
                     l.conns[1].ctl.shutdown(std::net::Shutdown::Both);
@@ -757,6 +768,13 @@ impl Route for StripedRoute {
 
     fn apply_plan(&mut self, plan: &LaunchPlan) {
         self.max_frame = plan.max_frame as usize;
+        if let Some(limit) = plan.stripe_stall() {
+            self.set_stall_limit(limit);
+        }
+    }
+
+    fn set_stripe_stall(&mut self, limit: Duration) {
+        self.set_stall_limit(limit);
     }
 
     fn set_stream_route(&mut self, stream: u32, route: Option<RouteChoice>) {

@@ -20,28 +20,40 @@ use crate::{LinkId, Socket};
 
 /// Seconds a connection of a striped link may hold bytes without any of them
 /// reaching the peer, while another connection of the link moves, before it is
-/// given up and its pieces go on the others (default [`DEFAULT_LIMIT`]).
+/// given up and its pieces go on the others (default [`DEFAULT_LIMIT`]). The
+/// `treecast` command reads it (and `treecast bench route --serve`), checks it is in
+/// [`LIMIT_RANGE`], and the plans carry it to every node; the library reads no
+/// environment ([`StripedRoute::set_stall_limit`](super::StripedRoute::set_stall_limit)).
 pub const STALL_ENV: &str = "TREECAST_STRIPE_STALL";
 /// Far below the core's default silence limit (30 s), far above a live rail's
 /// longest pause (a few retransmission time-outs of a lossy path).
 pub const DEFAULT_LIMIT: Duration = Duration::from_secs(5);
+/// The limits a stall limit may be: the watch looks four times per limit, and not
+/// more often than every 10 ms; past an hour the heartbeat judges the link first.
+pub const LIMIT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(10)..=Duration::from_secs(3600);
 
-/// [`STALL_ENV`] when it holds a positive number of seconds, else [`DEFAULT_LIMIT`].
-pub(super) fn limit_from_env() -> Duration {
-    let Ok(text) = std::env::var(STALL_ENV) else { return DEFAULT_LIMIT };
-    let limit = text
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .and_then(|s| Duration::try_from_secs_f64(s).ok());
-    limit.unwrap_or_else(|| {
-        tracing::warn!(
-            "{STALL_ENV}={text:?} is not a positive number of seconds; using {} s",
-            DEFAULT_LIMIT.as_secs()
-        );
-        DEFAULT_LIMIT
-    })
+/// The stall limit a route shares with the watches of its links, in microseconds:
+/// set after a link came up (a node's parent link comes before its plan), every
+/// watch takes it at its next look.
+#[derive(Debug, Clone)]
+pub(super) struct SharedLimit(Arc<AtomicU64>);
+
+impl Default for SharedLimit {
+    fn default() -> Self {
+        SharedLimit(Arc::new(AtomicU64::new(DEFAULT_LIMIT.as_micros() as u64)))
+    }
+}
+
+impl SharedLimit {
+    pub(super) fn set(&self, limit: Duration) {
+        let clamped = limit.clamp(*LIMIT_RANGE.start(), *LIMIT_RANGE.end());
+        self.0.store(clamped.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub(super) fn get(&self) -> Duration {
+        Duration::from_micros(self.0.load(Ordering::Relaxed))
+    }
 }
 
 /// What a connection's tasks moved so far, counted as they go.
@@ -96,6 +108,11 @@ impl StallWatch {
         let fresh =
             || ConnWatch { best: 0, heard: 0, stuck_since: now, moved_at: now, idle: true, given_up: false };
         StallWatch { limit, conns: (0..count).map(|_| fresh()).collect() }
+    }
+
+    /// Judges by `limit` from the next look on.
+    pub(super) fn set_limit(&mut self, limit: Duration) {
+        self.limit = limit;
     }
 
     /// Takes one look at every connection (`seen`, in connection order); returns
@@ -174,15 +191,22 @@ pub(super) async fn watch(
     conns: Vec<Watched>,
     link: LinkId,
     name: String,
-    limit: Duration,
+    shared: SharedLimit,
     tx: mpsc::Sender<Event>,
 ) {
+    let mut limit = shared.get();
     let mut stall = StallWatch::new(conns.len(), limit, Instant::now());
-    let mut tick =
-        tokio::time::interval((limit / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)));
+    let period = |limit: Duration| (limit / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(period(limit));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stall.is_done() {
         tick.tick().await;
+        if shared.get() != limit {
+            limit = shared.get();
+            stall.set_limit(limit);
+            tick = tokio::time::interval_at(tokio::time::Instant::now() + period(limit), period(limit));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
         let seen: Vec<Seen> = conns.iter().map(Watched::look).collect();
         for conn in stall.look(&seen, Instant::now()) {
             let reason = format!(

@@ -48,12 +48,17 @@ async fn pair_with(count: u8, stall: Duration) -> (StripedRoute, LinkId, Striped
     assert_eq!(theirs.len(), usize::from(count));
     let mut ids = LinkTable::new();
     let (la, lb) = (ids.insert(()), ids.insert(()));
+    // The limit comes after the links, as a node's plan comes after its parent
+    // link: the links' watches take it then (`a` from a plan, `b` as a back-end's
+    // member plan gives it).
     let mut a = StripedRoute::default();
-    a.set_stall_limit(stall);
     a.add_striped(la, mine, "b".into()).unwrap();
+    let mut plan = treecast_wire::LaunchPlan::local("s", String::new(), 1);
+    (plan.max_frame, plan.stripe_stall_ms) = (a.max_frame as u32, stall.as_millis() as u32);
+    Route::apply_plan(&mut a, &plan);
     let mut b = StripedRoute::default();
-    b.set_stall_limit(stall);
     b.add_striped(lb, theirs, "a".into()).unwrap();
+    Route::set_stripe_stall(&mut b, stall);
     (a, la, b, lb)
 }
 

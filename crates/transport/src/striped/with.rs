@@ -102,6 +102,10 @@ impl<R: MonitoredRoute> Route for WithStriped<R> {
         self.plain.set_zero_copy_min(bytes);
     }
 
+    fn set_stripe_stall(&mut self, limit: std::time::Duration) {
+        self.striped.set_stall_limit(limit);
+    }
+
     fn unacknowledged(&self) -> usize {
         self.plain.unacknowledged() + self.striped.unacknowledged()
     }
