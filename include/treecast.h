@@ -490,6 +490,16 @@ enum tc_result tc_network_options_set_ssh(struct tc_network_options *options,
 // `options` is NULL or live options.
 enum tc_result tc_network_options_set_dead_after(struct tc_network_options *options, uint64_t ms);
 
+// On striped links (`tc_network_options_set_route(o, "striped:N")`), gives up a
+// connection that holds bytes and delivers none for `ms` milliseconds while another
+// connection of the link moves (a rail that went down): its pieces go on the
+// others. 10 ms to one hour; default 5 s. Checked when the network is launched
+// (`TC_ERR_INVALID` then, naming the range).
+//
+// # Safety
+// `options` is NULL or live options.
+enum tc_result tc_network_options_set_stripe_stall(struct tc_network_options *options, uint64_t ms);
+
 // How long the orphans of a lost comm node may take to rejoin, in milliseconds
 // (`TC_FOREVER`: recovery off).
 //

@@ -67,6 +67,7 @@ fn kind_of(e: &ApiError) -> Kind {
         ApiError::Timeout(_) | ApiError::ClockTimeout { .. } => Kind::Timeout,
         ApiError::Closed(_) | ApiError::StreamClosed(_) | ApiError::UnknownStream(_) => Kind::Closed,
         ApiError::Startup(_)
+        | ApiError::Launcher(_)
         | ApiError::Join(_)
         | ApiError::NoPlan { .. }
         | ApiError::NoBinary(_)

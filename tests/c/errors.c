@@ -89,6 +89,14 @@ static void without_a_network(void) {
   FAILS(tc_stream_new_routed(NULL, NULL, NULL, NULL, 0, 0, "mptcp", &routed), TC_ERR_INVALID, "are the network's");
   FAILS(tc_stream_new_routed(NULL, NULL, NULL, NULL, 0, 0, "ib", &routed), TC_ERR_INVALID, "tcp, udp, striped");
   FAILS(tc_network_options_set_hosts(o, "node[05-01]", 0, 0), TC_ERR_INVALID, "node[05-01]");
+  /* A stall limit out of range stops the launch before a process starts. */
+  tc_network_options *stall = tc_network_options_new();
+  EXPECT(tc_network_options_set_topology(stall, "flat", 1) == TC_OK);
+  EXPECT(tc_network_options_set_route(stall, "striped:2") == TC_OK);
+  EXPECT(tc_network_options_set_stripe_stall(stall, 1) == TC_OK);
+  FAILS(tc_network_launch(stall, &net), TC_ERR_INVALID, "tc_network_options_set_stripe_stall");
+  EXPECT(net == (tc_network *)0x1);
+  tc_network_options_free(stall);
   FAILS(tc_network_options_set_backend(o, NULL, 0), TC_ERR_INVALID, "argc is 0");
   const char *bad_utf8[] = {"\xff\xfe"};
   FAILS(tc_network_options_set_backend(o, bad_utf8, 1), TC_ERR_INVALID, "argv[0] is not UTF-8");

@@ -423,11 +423,23 @@ impl NetworkBuilder {
         }
         if let Some(limit) = self.stripe_stall.filter(|l| !STRIPE_STALL_RANGE.contains(l)) {
             return Err(ApiError::Env(format!(
-                "a stripe stall limit of {limit:?} is not from {:?} to {:?} (default {:?})",
+                "a stripe stall limit of {limit:?} is not from {:?} to {:?} (default {:?}; set by \
+                 NetworkBuilder::stripe_stall, tc_network_options_set_stripe_stall or TREECAST_STRIPE_STALL)",
                 STRIPE_STALL_RANGE.start(),
                 STRIPE_STALL_RANGE.end(),
                 treecast_transport::striped::stall::DEFAULT_LIMIT
             )));
+        }
+        if !self.log.is_empty() {
+            // Every process of the tree refuses a filter that does not parse: refused
+            // here, before one starts.
+            tracing_subscriber::EnvFilter::try_new(&self.log).map_err(|e| {
+                ApiError::Env(format!(
+                    "the log filter {:?} (NetworkBuilder::log_filter) does not parse ({e}): give one \
+                     as TREECAST_LOG takes it, e.g. \"info\" or \"treecast_driver=debug\"",
+                    self.log
+                ))
+            })?;
         }
         if self.udp_route {
             // Refused here, once, rather than by every node of the tree.
@@ -568,5 +580,19 @@ mod tests {
         assert_eq!(find_treecast(&me, None).unwrap(), bin.join("treecast"), "beside comes first");
         let named = dir.path().join("treecast");
         assert_eq!(find_treecast(&named, None).unwrap(), named, "a program named treecast is its own");
+    }
+
+    /// What every process of the tree would refuse is refused before one starts.
+    #[tokio::test]
+    async fn a_log_filter_or_launcher_name_the_tree_would_refuse_stops_the_launch_first() {
+        let topo = || Topology::from_spec("flat", Some(1)).unwrap();
+        let e = NetworkBuilder::new(topo()).log_filter("info,[{").launch().await.unwrap_err().to_string();
+        assert!(e.contains("log filter") && e.contains("NetworkBuilder::log_filter"), "{e}");
+        let long = "x".repeat(treecast_wire::MAX_LAUNCHER_NAME + 1);
+        let mut launchers = LauncherRegistry::builtin();
+        launchers.register(long.clone(), |_| Ok(std::sync::Arc::new(treecast_launch::LocalLauncher)));
+        let spec = LauncherSpec::named(long);
+        let e = NetworkBuilder::new(topo()).launchers(launchers).launcher(spec).launch().await.unwrap_err();
+        assert!(e.to_string().contains("1 to 64 bytes"), "{e}");
     }
 }

@@ -258,7 +258,8 @@ pub enum ApiError {
     /// An attach file could not be written (front-end) or used (back-end).
     #[error(transparent)]
     Attach(#[from] AttachError),
-    /// The environment set by the launcher is missing or wrong.
+    /// A setting is missing or wrong: one of the builder's (a frame limit, a stall
+    /// limit, a log filter, a UDP setting), or of the environment a launcher set.
     #[error("{0}")]
     Env(String),
     /// Another network's front-end proved the port's secret but cannot be linked.

@@ -92,7 +92,8 @@ impl From<ApiError> for Failure {
             | ApiError::EmptyWindow { .. }
             | ApiError::RouteNotCarried { .. }
             | ApiError::Source(_)
-            | ApiError::Attach(_) => tc_result::TC_ERR_INVALID,
+            | ApiError::Attach(_)
+            | ApiError::Env(_) => tc_result::TC_ERR_INVALID,
             _ => tc_result::TC_ERR_OTHER,
         };
         Failure { code, message: e.to_string() }

@@ -36,6 +36,9 @@ pub struct tc_network_options {
     udp_route: bool,
     /// Connections per link (`"striped:N"`); 0: one.
     stripes: u8,
+    /// How long a striped connection may hold bytes without delivering any while
+    /// another moves (`tc_network_options_set_stripe_stall`).
+    stripe_stall: Option<Duration>,
     mptcp: bool,
     send_limit_ms: Option<u64>,
 }
@@ -385,6 +388,28 @@ pub unsafe extern "C" fn tc_network_options_set_dead_after(
     }
 }
 
+/// On striped links (`tc_network_options_set_route(o, "striped:N")`), gives up a
+/// connection that holds bytes and delivers none for `ms` milliseconds while another
+/// connection of the link moves (a rail that went down): its pieces go on the
+/// others. 10 ms to one hour; default 5 s. Checked when the network is launched
+/// (`TC_ERR_INVALID` then, naming the range).
+///
+/// # Safety
+/// `options` is NULL or live options.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_stripe_stall(
+    options: *mut tc_network_options,
+    ms: u64,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_stripe_stall", options, |o| {
+            o.stripe_stall = Some(Duration::from_millis(ms.min(u64::from(u32::MAX))));
+            Ok(())
+        })
+    }
+}
+
 /// How long the orphans of a lost comm node may take to rejoin, in milliseconds
 /// (`TC_FOREVER`: recovery off).
 ///
@@ -563,6 +588,9 @@ fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
     }
     if o.stripes > 1 {
         b = b.stripes(o.stripes);
+    }
+    if let Some(limit) = o.stripe_stall {
+        b = b.stripe_stall(limit);
     }
     if o.mptcp {
         b = b.mptcp(true);

@@ -8,8 +8,11 @@
 //! must hold before the plan arrives. Everything else a comm node or a back-end needs
 //! (launcher, routes, time limits, zero-copy threshold, stripe stall limit, rank,
 //! size, group, clock settings) arrives from its parent in its plan
-//! (`LaunchPlan`, `MemberPlan`), attach mode included; the only other variables a
-//! library reads are the per-process test hooks of [`treecast_transport::testing`]. [`RANK`], [`SIZE`], [`GROUP`],
+//! (`LaunchPlan`, `MemberPlan`), attach mode included. The other variables a
+//! library reads: the per-process test hooks of [`treecast_transport::testing`],
+//! `TREECAST_SECRET_STDIN` (a process started over ssh reads the secret from its
+//! standard input), `TREECAST_ATTACH` and the rank for `BackEnd::attach`, and
+//! `PATH` where `NetworkBuilder` looks for `treecast`. [`RANK`], [`SIZE`], [`GROUP`],
 //! [`GROUP_RANK`] and [`GROUP_SIZE`] are set for the back-end's command as
 //! information only (scripts read `$TREECAST_RANK`); the back-end library does not
 //! read them. The other variables here are read by the `treecast` command, which

@@ -20,8 +20,8 @@ mod error;
 mod join;
 
 pub use commnode::{
-    join_parent, read_secret, run_comm_node, run_comm_node_as, run_comm_node_with, run_comm_node_with_launchers,
-    DEFAULT_MAX_FRAME,
+    join_parent, read_secret, run_comm_node, run_comm_node_as, run_comm_node_with,
+    run_comm_node_with_launchers, DEFAULT_MAX_FRAME,
 };
 pub use driver::node_route::{NodeRoute, Shared};
 pub use driver::{

@@ -109,6 +109,18 @@ pub enum LaunchError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A launcher's name that the launch plan cannot carry.
+    #[error(
+        "a launcher's name must be 1 to {max} bytes (`{name}` is {len}): register it under a shorter one"
+    )]
+    BadName {
+        /// The name.
+        name: String,
+        /// Its length in bytes.
+        len: usize,
+        /// The longest the plan carries.
+        max: usize,
+    },
     /// The launch plan names a launcher this node does not have.
     #[error("no launcher called `{name}` on this node (it has: {known}); register it in the node's LauncherRegistry")]
     Unknown {

@@ -6,11 +6,14 @@
 
 use std::sync::Arc;
 
-use treecast_wire::{LauncherSpec, LOCAL_LAUNCHER, SLURM_LAUNCHER, SSH_LAUNCHER};
+use treecast_wire::{LauncherSpec, LOCAL_LAUNCHER, MAX_LAUNCHER_NAME, SLURM_LAUNCHER, SSH_LAUNCHER};
 
 use crate::{LaunchError, Launcher, LocalLauncher, SrunOptions, SshOptions};
 
-/// Makes a launcher from the options a launch plan carries.
+/// Makes a launcher from the options a launch plan carries. A plain function: the
+/// launcher takes all it needs from the plan's [`LauncherSpec`] (program, arguments,
+/// time limits), which every comm node receives, and captures nothing of the tool's
+/// process.
 pub type MakeLauncher = fn(&LauncherSpec) -> Result<Arc<dyn Launcher>, LaunchError>;
 
 /// The launchers a node can build, by name (`local`, `ssh`, `slurm`).
@@ -65,9 +68,15 @@ impl LauncherRegistry {
     /// The launcher `spec` names.
     ///
     /// # Errors
-    /// [`LaunchError::Unknown`] when no launcher of that name is registered, or the
-    /// launcher's own error for options it refuses.
+    /// [`LaunchError::BadName`] for a name the plan cannot carry (empty, or over
+    /// [`MAX_LAUNCHER_NAME`] bytes: refused here, at the front-end, before comm nodes
+    /// would refuse the plan), [`LaunchError::Unknown`] when no launcher of that name
+    /// is registered, or the launcher's own error for options it refuses.
     pub fn make(&self, spec: &LauncherSpec) -> Result<Arc<dyn Launcher>, LaunchError> {
+        let len = spec.name.len();
+        if len == 0 || len > MAX_LAUNCHER_NAME {
+            return Err(LaunchError::BadName { name: spec.name.clone(), len, max: MAX_LAUNCHER_NAME });
+        }
         match self.makers.iter().find(|(n, _)| *n == spec.name) {
             Some((_, make)) => make(spec),
             None => Err(LaunchError::Unknown {
@@ -122,6 +131,13 @@ mod tests {
         // A name no build knows is no decoding matter: the registry names what it has.
         let e = registry.make(&spec("flux")).unwrap_err().to_string();
         assert!(e.contains("`flux`") && e.contains("local, slurm, ssh"), "{e}");
+        // A name the plan cannot carry is refused when made, at the front-end.
+        let long = "x".repeat(MAX_LAUNCHER_NAME + 1);
+        registry.register(long.clone(), |_| Ok(Arc::new(LocalLauncher)));
+        let e = registry.make(&spec(&long)).unwrap_err().to_string();
+        assert!(e.contains("1 to 64 bytes") && e.contains("is 65"), "{e}");
+        registry.register("", |_| Ok(Arc::new(LocalLauncher)));
+        assert!(matches!(registry.make(&spec("")), Err(LaunchError::BadName { len: 0, .. })));
     }
 
     #[test]

@@ -159,8 +159,12 @@ pub async fn client(args: &RouteBenchArgs, to: &str) -> anyhow::Result<ExitCode>
         }
         floor.push((bytes, median(&mut times[1..].to_vec())));
     }
+    let stall = crate::apps::settings::stripe_stall_from(|v| std::env::var(v).ok())?;
     for route in routes {
         let mut r = WithStriped::new(StreamRoute::new(MAX_PAYLOAD_LEN), MAX_PAYLOAD_LEN);
+        if let Some(limit) = stall {
+            r.striped().set_stall_limit(limit);
+        }
         let mut ids = LinkTable::new();
         let link = ids.insert(());
         let sockets = match route {

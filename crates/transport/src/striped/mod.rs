@@ -456,8 +456,9 @@ impl StripedRoute {
 
     /// Sets how long a connection of any of its links may hold bytes without
     /// delivering any while another one moves, before it is given up (default
-    /// [`stall::DEFAULT_LIMIT`]; the plans carry the front-end's, `--stripe-stall` or
-    /// [`stall::STALL_ENV`] of the `treecast` command).
+    /// [`stall::DEFAULT_LIMIT`]; the plans carry the front-end's:
+    /// `NetworkBuilder::stripe_stall`, or [`stall::STALL_ENV`] of the `treecast`
+    /// command). Held within 10 ms to one hour (`stall::LIMIT_RANGE`).
     pub fn set_stall_limit(&mut self, limit: Duration) {
         self.stall_limit.set(limit);
     }

@@ -211,7 +211,8 @@ pub(super) async fn watch(
         for conn in stall.look(&seen, Instant::now()) {
             let reason = format!(
                 "{} bytes moved nothing for {:.1} s while another connection of the link moved \
-                 (a rail down, or a path that stalls; {STALL_ENV} sets the limit)",
+                 (a rail down, or a path that stalls; the limit is set by {STALL_ENV} or \
+                 NetworkBuilder::stripe_stall)",
                 seen[conn].outstanding,
                 limit.as_secs_f64()
             );
