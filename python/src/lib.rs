@@ -33,12 +33,18 @@ const SLICE: Duration = Duration::from_millis(50);
 const SHUTDOWN_LIMIT: Duration = Duration::from_secs(15);
 
 /// The runtime every network's tasks and every blocking call run on, made at first use.
+///
+/// One worker thread: a blocking call polls its own future on the caller's thread
+/// (see [`wait_ticking`]), and the networks' drivers run on the worker. With two
+/// workers a round trip from Python cost 1.25 times the Rust API's (median of five
+/// `python bench.py` runs on 2 cores) against 1.07 times with one: the drivers'
+/// frames crossed between the two workers as well.
 fn runtime() -> Result<&'static tokio::runtime::Runtime, Fail> {
     static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
             tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+                .worker_threads(1)
                 .thread_name("treecast")
                 .enable_all()
                 .build()
