@@ -570,10 +570,7 @@ pub async fn run_command_waiting(
         // The answer came without these ranks: their links closed (or their comm
         // node's, whose orphans were handled above), and the news of their loss,
         // which waits for how each process ended, follows.
-        let mut gone = comm.ranks().difference(&answered);
-        for (ranks, _) in net.orphaned().into_iter().skip(orphaned_before) {
-            gone = gone.difference(&ranks);
-        }
+        let gone = comm.ranks().difference(&answered).difference(&orphans);
         await_loss_news(net, &gone).await;
     }
     // A tree that takes nothing more is left as it is; the caller shuts it down.

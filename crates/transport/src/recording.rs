@@ -25,7 +25,7 @@ pub use treecast_monitor::clock::{drifted, LinkPlace, Mono, NodeClock, PeerClock
 use treecast_monitor::{size_class, Component, Key, Recorder, Report, Slot};
 use treecast_wire::{Frame, FLAG_STAMPED};
 
-use crate::LinkId;
+use crate::{LinkId, LinkMap};
 
 /// The monotonic clock now (`CLOCK_MONOTONIC`, the clock `Instant` reads on Linux).
 pub fn mono_now() -> Mono {
@@ -455,6 +455,21 @@ impl Monitoring {
             recorder: Recorder::default(),
             epoch: 0,
             deferred: Vec::new(),
+        }
+    }
+
+    /// Counts every sample deferred so far, each on its link's timing in `links`
+    /// (`timing` finds it); samples of a link gone count nothing. The list keeps its
+    /// room from pass to pass, unless one pass made it large.
+    pub(crate) fn count_waiting<T>(&mut self, links: &mut LinkMap<T>, timing: fn(&mut T) -> &mut LinkTiming) {
+        let mut deferred = std::mem::take(&mut self.deferred);
+        for Waiting(link, sample) in deferred.drain(..) {
+            if let Some(l) = links.get_mut(link) {
+                self.count_deferred(timing(l), sample);
+            }
+        }
+        if deferred.capacity() <= MAX_DEFERRED {
+            self.deferred = deferred;
         }
     }
 

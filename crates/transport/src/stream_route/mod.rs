@@ -36,8 +36,7 @@ use payload::payload_file;
 use ready::{LinkWaker, ReadyList};
 
 use crate::recording::{
-    mono_now, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, Waiting, COUNT_BATCH,
-    MAX_DEFERRED,
+    mono_now, LinkPlace, LinkTiming, Monitoring, Mono, NodeClock, PeerClock, COUNT_BATCH, MAX_DEFERRED,
 };
 use crate::route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent};
 use crate::{shared_payload, LinkId, LinkMap, Socket};
@@ -203,16 +202,7 @@ impl StreamRoute {
     /// [`StreamRoute::record_deferred`], once there is something to count.
     #[inline(never)]
     fn record_deferred_now(&mut self) {
-        let mut deferred = std::mem::take(&mut self.monitor.deferred);
-        for Waiting(link, sample) in deferred.drain(..) {
-            if let Some(c) = self.conns.get_mut(link) {
-                self.monitor.count_deferred(&mut c.timing, sample);
-            }
-        }
-        // The list keeps its room from pass to pass, unless one pass made it large.
-        if deferred.capacity() <= MAX_DEFERRED {
-            self.monitor.deferred = deferred;
-        }
+        self.monitor.count_waiting(&mut self.conns, |c| &mut c.timing);
     }
 
     /// Stops carrying `link`, its samples not counted yet counted first (they would

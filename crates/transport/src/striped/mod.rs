@@ -82,9 +82,7 @@ use stall::{Progress, Watched};
 pub use with::WithStriped;
 
 use crate::handshake::{self, TOKEN};
-use crate::recording::{
-    LinkPlace, LinkTiming, Monitoring, NodeClock, PeerClock, Waiting as Sample, MAX_DEFERRED,
-};
+use crate::recording::{LinkPlace, LinkTiming, Monitoring, NodeClock, PeerClock};
 use crate::route::{Close, LinkPeer, MonitoredRoute, Route, RouteEvent, StreamChoices};
 use crate::{LinkId, LinkMap, Secret, Socket, Stream, TransportError};
 
@@ -844,18 +842,8 @@ impl StripedRoute {
     /// Counts the samples taken since the last time (see `recording::Deferred`),
     /// before a link they name goes.
     fn record_deferred(&mut self) {
-        if self.monitor.deferred.is_empty() {
-            return;
-        }
-        let mut deferred = std::mem::take(&mut self.monitor.deferred);
-        for Sample(link, sample) in deferred.drain(..) {
-            if let Some(l) = self.links.get_mut(link) {
-                self.monitor.count_deferred(&mut l.timing, sample);
-            }
-        }
-        // The list keeps its room from pass to pass, unless one pass made it large.
-        if deferred.capacity() <= MAX_DEFERRED {
-            self.monitor.deferred = deferred;
+        if !self.monitor.deferred.is_empty() {
+            self.monitor.count_waiting(&mut self.links, |l| &mut l.timing);
         }
     }
 }
