@@ -299,8 +299,8 @@ enum tc_result tc_backend_send_values(const struct tc_backend *be,
                                       size_t count);
 
 // Waits until everything this back-end sent is written out to its link (MRNet's
-// `flush`), at most `timeout_ms` (`TC_FOREVER`: no limit). Sends go out as soon as
-// the kernel takes them, so this waits only while the link is full.
+// `flush`), at most `timeout_ms` (`TC_FOREVER`: no limit): the writes sends left for
+// later are done at once; beyond that it waits only while the link is full.
 // `TC_ERR_TIMEOUT` when it stayed full that long (the parent is not reading).
 //
 // # Safety
@@ -574,8 +574,8 @@ uint32_t tc_network_commnodes(const struct tc_network *net);
 
 // Waits until everything the front-end sent (packets, stream commands) is written
 // out to its links (MRNet's `flush`), at most `timeout_ms` (`TC_FOREVER`: no
-// limit). Sends go out as soon as the kernel takes them, so this waits only while
-// a link is full. `TC_ERR_TIMEOUT` when one stayed full that long.
+// limit): the writes sends left for later are done at once; beyond that it waits
+// only while a link is full. `TC_ERR_TIMEOUT` when one stayed full that long.
 //
 // # Safety
 // `net` is NULL or a live network.

@@ -287,8 +287,8 @@ pub unsafe extern "C" fn tc_backend_send_values(
 }
 
 /// Waits until everything this back-end sent is written out to its link (MRNet's
-/// `flush`), at most `timeout_ms` (`TC_FOREVER`: no limit). Sends go out as soon as
-/// the kernel takes them, so this waits only while the link is full.
+/// `flush`), at most `timeout_ms` (`TC_FOREVER`: no limit): the writes sends left for
+/// later are done at once; beyond that it waits only while the link is full.
 /// `TC_ERR_TIMEOUT` when it stayed full that long (the parent is not reading).
 ///
 /// # Safety

@@ -1,8 +1,9 @@
 //! Result codes, the per-thread message of the last error, and the guard every entry
 //! point runs its body in, so that no Rust panic crosses into C.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use treecast_api::ApiError;
@@ -51,11 +52,12 @@ pub enum tc_result {
 #[derive(Debug, Clone)]
 pub(crate) struct Failure {
     pub(crate) code: tc_result,
-    pub(crate) message: String,
+    /// Borrowed when fixed: a poll loop's `TC_ERR_AGAIN` then allocates nothing.
+    pub(crate) message: Cow<'static, str>,
 }
 
 impl Failure {
-    pub(crate) fn new(code: tc_result, message: impl Into<String>) -> Failure {
+    pub(crate) fn new(code: tc_result, message: impl Into<Cow<'static, str>>) -> Failure {
         Failure { code, message: message.into() }
     }
 }
@@ -96,20 +98,31 @@ impl From<ApiError> for Failure {
             | ApiError::Env(_) => tc_result::TC_ERR_INVALID,
             _ => tc_result::TC_ERR_OTHER,
         };
-        Failure { code, message: e.to_string() }
+        Failure { code, message: e.to_string().into() }
     }
 }
 
 thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// The last message as C reads it, NUL-terminated; its buffer is kept from one
+    /// failure to the next.
+    static LAST_ERROR: RefCell<Vec<u8>> = RefCell::new(vec![0]);
 }
 
-fn set_last_error(message: &str) {
-    // A message cannot hold NUL for C: cut there rather than lose it all.
-    let text = message.split('\0').next().unwrap_or_default();
-    let text = CString::new(text).unwrap_or_default();
+/// Makes `parts`, joined, the thread's message.
+fn set_last_error(parts: &[&str]) {
     // A call made while the thread goes away (a TLS destructor) keeps no message.
-    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = text);
+    let _ = LAST_ERROR.try_with(|e| {
+        let mut text = e.borrow_mut();
+        text.clear();
+        for part in parts {
+            text.extend_from_slice(part.as_bytes());
+        }
+        // A message cannot hold NUL for C: cut there rather than lose it all.
+        if let Some(nul) = text.iter().position(|&b| b == 0) {
+            text.truncate(nul);
+        }
+        text.push(0);
+    });
 }
 
 /// Runs `body` for the entry point `what`: its error becomes the returned code and
@@ -118,7 +131,7 @@ pub(crate) fn guard(what: &str, body: impl FnOnce() -> Result<(), Failure>) -> t
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => tc_result::TC_OK,
         Ok(Err(f)) => {
-            set_last_error(&format!("{what}: {}", f.message));
+            set_last_error(&[what, ": ", &f.message]);
             f.code
         }
         Err(panic) => {
@@ -127,9 +140,11 @@ pub(crate) fn guard(what: &str, body: impl FnOnce() -> Result<(), Failure>) -> t
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "no message".to_owned());
-            set_last_error(&format!(
-                "{what}: internal error (a bug in treecast; please report it with this message): {detail}"
-            ));
+            set_last_error(&[
+                what,
+                ": internal error (a bug in treecast; please report it with this message): ",
+                &detail,
+            ]);
             tc_result::TC_ERR_PANIC
         }
     }
@@ -146,7 +161,9 @@ pub(crate) fn quiet<R>(fallback: R, body: impl FnOnce() -> R) -> R {
 /// thread fails; copy the text to keep it.
 #[no_mangle]
 pub extern "C" fn tc_last_error() -> *const c_char {
-    quiet(std::ptr::null(), || LAST_ERROR.try_with(|e| e.borrow().as_ptr()).unwrap_or(c"".as_ptr()))
+    quiet(std::ptr::null(), || {
+        LAST_ERROR.try_with(|e| e.borrow().as_ptr().cast::<c_char>()).unwrap_or(c"".as_ptr())
+    })
 }
 
 /// A static name for a result code, e.g. `"TC_ERR_TIMEOUT"`, for logs.

@@ -66,6 +66,10 @@ pub(crate) struct Driver {
     /// Whether the background driver holds the runtime now (it then runs what a
     /// call queued without driving).
     driving: AtomicBool,
+    /// Whether a send that drove left the tasks it woke scheduled and not run (a
+    /// drive that waits runs them and clears this). Only a hint: wrong either way, a
+    /// send costs one more system call, nothing else.
+    scheduled: AtomicBool,
 }
 
 /// How long no blocking call must have started before the background thread drives
@@ -97,6 +101,7 @@ impl Driver {
             idle_cv: Condvar::new(),
             waiting: AtomicBool::new(false),
             driving: AtomicBool::new(false),
+            scheduled: AtomicBool::new(false),
         })
     }
 
@@ -105,6 +110,7 @@ impl Driver {
     fn background(&'static self) {
         loop {
             self.driving.store(true, SeqCst);
+            self.scheduled.store(false, SeqCst);
             self.rt.block_on(async {
                 loop {
                     let wanted = self.wanted.notified();
@@ -159,7 +165,7 @@ impl Driver {
         match ms {
             0 => None,
             TC_FOREVER => Some(self.drive(fut)),
-            _ => self.drive(async move { tokio::time::timeout(duration(ms), fut).await.ok() }),
+            _ => self.drive(within(ms, fut)),
         }
     }
 
@@ -173,8 +179,10 @@ impl Driver {
         struct Out<'a>(&'a Driver);
         impl Drop for Out<'_> {
             fn drop(&mut self) {
-                // The background thread is woken only when it waits long for the last caller.
-                if self.0.callers.fetch_sub(1, SeqCst) == 1 && self.0.waiting.load(SeqCst) {
+                // The background thread is woken only when it waits long for the last
+                // caller, and once per wait: the flag is taken, so the calls that end
+                // before it runs again (a send loop's hundreds) make no system call.
+                if self.0.callers.fetch_sub(1, SeqCst) == 1 && self.0.waiting.swap(false, SeqCst) {
                     let _g = self.0.idle.lock().unwrap_or_else(PoisonError::into_inner);
                     self.0.idle_cv.notify_one();
                 }
@@ -182,8 +190,14 @@ impl Driver {
         }
         self.calls.fetch_add(1, SeqCst);
         self.callers.fetch_add(1, SeqCst);
+        self.scheduled.store(false, SeqCst);
         let _out = Out(self);
-        self.wanted.notify_waiters();
+        // Counted in before `driving` is read: a background thread that starts driving
+        // after this read sees the caller and steps aside on its own, so only one that
+        // drives already needs telling (a notify takes a lock on every call).
+        if self.driving.load(SeqCst) {
+            self.wanted.notify_waiters();
+        }
         self.rt.block_on(fut)
     }
 }
@@ -285,11 +299,12 @@ fn look_once<F: Future>(d: &Driver, fut: std::pin::Pin<&mut F>) -> Option<F::Out
 /// that no deadline computed from one overflows.
 const LONGEST_MS: u64 = 365 * 24 * 3600 * 1000;
 
-/// Runs `fut` with the time limit `ms` as [`block_on_for`] does, then has what it
-/// queued written out (see [`write_out`]). When no thread drives the runtime, this
-/// one drives from the start instead of looking first: what `fut` wakes (the task
-/// writing a frame) then runs right here, with no wake-up through the runtime's
-/// event descriptor.
+/// Runs a send `fut` with the time limit `ms` as [`block_on_for`] does. When no
+/// thread drives the runtime, the first send after a drive drives from the start
+/// instead of looking first: the task it wakes (the one writing the frame) is then
+/// scheduled on the runtime itself, with no wake-up through its event descriptor,
+/// and runs at the next call that waits or on the background thread. The sends that
+/// follow only look.
 fn drive_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, Failure> {
     if ms == 0 || tokio::runtime::Handle::try_current().is_ok() {
         let out = block_on_for(ms, fut)?;
@@ -297,10 +312,15 @@ fn drive_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, Failure> {
         return Ok(out);
     }
     let d = driver()?;
-    if d.driving.load(SeqCst) {
+    // A burst of sends: the first left the writing task scheduled, so the next ones
+    // only look (waking a scheduled task costs nothing), which spares each of them
+    // entering the runtime.
+    if d.driving.load(SeqCst) || d.scheduled.load(SeqCst) {
         return block_on_for(ms, fut);
     }
-    Ok(d.drive_within(ms, fut))
+    let out = d.drive_within(ms, fut);
+    d.scheduled.store(true, SeqCst);
+    Ok(out)
 }
 
 /// Writes out what a call queued without driving (a send that found room in its
@@ -316,6 +336,22 @@ fn write_out() {
             d.drive(std::future::ready(()));
         }
     }
+}
+
+/// `fut` with the time limit `ms`; `None` when it ran out. The clock is read and the
+/// timer set only once `fut` must wait: a send with room in its window, the common
+/// case, costs no clock read.
+async fn within<F: Future>(ms: u64, fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut limit: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(out) = fut.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Some(out));
+        }
+        let sleep = limit.get_or_insert_with(|| Box::pin(tokio::time::sleep(duration(ms))));
+        sleep.as_mut().poll(cx).map(|()| None)
+    })
+    .await
 }
 
 /// A time limit in milliseconds as a duration: `TC_FOREVER` and anything over a

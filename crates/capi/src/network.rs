@@ -685,8 +685,8 @@ pub unsafe extern "C" fn tc_network_commnodes(net: *const tc_network) -> u32 {
 
 /// Waits until everything the front-end sent (packets, stream commands) is written
 /// out to its links (MRNet's `flush`), at most `timeout_ms` (`TC_FOREVER`: no
-/// limit). Sends go out as soon as the kernel takes them, so this waits only while
-/// a link is full. `TC_ERR_TIMEOUT` when one stayed full that long.
+/// limit): the writes sends left for later are done at once; beyond that it waits
+/// only while a link is full. `TC_ERR_TIMEOUT` when one stayed full that long.
 ///
 /// # Safety
 /// `net` is NULL or a live network.

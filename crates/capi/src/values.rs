@@ -2,7 +2,9 @@
 //! specifier) and the type codes C sees, which are the wire's own
 //! (`docs/wire-format.md`).
 
+use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
+use std::rc::Rc;
 
 use treecast_api::{Format, ScalarType, Value, ValueType};
 
@@ -102,9 +104,23 @@ pub unsafe extern "C" fn tc_format_types(
     })
 }
 
-/// Parses a format string, as a failure C can read.
-pub(crate) fn parse(format: &str) -> Result<Format, Failure> {
-    Format::parse(format).map_err(|e| Failure::new(tc_result::TC_ERR_FORMAT, e.to_string()))
+/// Parses a format string, as a failure C can read. A tool sends and unpacks with a
+/// few format strings over and over, so the last one read on this thread is kept.
+pub(crate) fn parse(format: &str) -> Result<Rc<Format>, Failure> {
+    thread_local! {
+        static LAST: RefCell<Option<(Box<str>, Rc<Format>)>> = const { RefCell::new(None) };
+    }
+    let known = LAST.try_with(|last| match &*last.borrow() {
+        Some((text, fmt)) if **text == *format => Some(Rc::clone(fmt)),
+        _ => None,
+    });
+    if let Ok(Some(fmt)) = known {
+        return Ok(fmt);
+    }
+    let fmt =
+        Rc::new(Format::parse(format).map_err(|e| Failure::new(tc_result::TC_ERR_FORMAT, e.to_string()))?);
+    let _ = LAST.try_with(|last| *last.borrow_mut() = Some((format.into(), Rc::clone(&fmt))));
+    Ok(fmt)
 }
 
 /// The values `values[..n]` as the format `format` names them.
