@@ -93,6 +93,13 @@ int main(int argc, char **argv) {
         }
         case TAG_DIE:
             _exit(0);
+        case TAG_SEND_EXIT:
+            /* MRNet's flush returns before the write; exit() without deleting the
+             * Network still writes it all (the layer drains at exit) */
+            if (p->unpack("%d", &x) != 0) return 8;
+            for (int i = 0; i < x; i++)
+                if (s->send(tag, "%d", i) != 0 || s->flush() != 0) return 9;
+            exit(0);
         case TAG_EXIT:
             s->send(tag, "%d", closed);
             done = true;

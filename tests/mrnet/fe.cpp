@@ -287,6 +287,30 @@ int main(int argc, char **argv) {
     delete e->get_Data();
     delete e;
 
+    /* what a back-end sent and flushed just before exit(), its Network never
+     * deleted, all arrives, in order */
+    {
+        std::set<Rank> two;
+        two.insert(2);
+        Communicator *one = net->new_Communicator(two);
+        Stream *last = net->new_Stream(one, TFILTER_NULL, SFILTER_DONTWAIT);
+        const int n = 2000;
+        check(last->send(TAG_SEND_EXIT, "%d", n) == 0 && last->flush() == 0, "send of the last words");
+        int fd = last->get_DataNotificationFd();
+        for (int i = 0; i < n; i++) {
+            int tag = 0, rc, v = -1;
+            PacketPtr p;
+            while ((rc = last->recv(&tag, p, false)) == 0) {
+                struct pollfd w = {fd, POLLIN, 0};
+                check(poll(&w, 1, 60000) == 1, "the packets sent before exit() kept coming");
+                last->clear_DataNotificationFd();
+            }
+            check(rc == 1 && tag == TAG_SEND_EXIT && p->unpack("%d", &v) == 0 && v == i,
+                  "every packet sent before exit() arrived, in order");
+        }
+        delete last;
+    }
+
     /* the others end */
     Stream *ctl = net->new_Stream(all, TFILTER_MAX, SFILTER_WAITFORALL);
     check(ctl->send(TAG_EXIT, "") == 0, "send of the exit");

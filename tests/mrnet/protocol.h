@@ -11,7 +11,8 @@ enum {
     TAG_ACK,
     TAG_TYPES,                       /* every format code, echoed back unchanged */
     TAG_DIE,                         /* the back-end ends without leaving */
-    TAG_EXIT
+    TAG_EXIT,
+    TAG_SEND_EXIT                    /* "%d" n: the back-end sends 0 .. n-1, flushing each, then calls exit() */
 };
 
 /* Every format code, in the order TAG_TYPES packs them. */
