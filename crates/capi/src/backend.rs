@@ -15,7 +15,7 @@ use crate::ffi::{
     took_without_waiting,
 };
 use crate::packet::tc_packet;
-use crate::pollfd::ReadySlot;
+use crate::readyfd::ReadySlot;
 use crate::values::{from_c, tc_value};
 use std::sync::atomic::{AtomicU64, Ordering};
 

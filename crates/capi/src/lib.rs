@@ -25,9 +25,11 @@ mod files;
 mod network;
 mod packet;
 mod pollfd;
+mod readyfd;
 mod requests;
 mod stream;
 mod tree;
+mod turns;
 mod values;
 
 pub use backend::*;

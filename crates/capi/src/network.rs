@@ -60,7 +60,7 @@ pub struct tc_network {
     /// Versions of the plug-in filters loaded, by name, for streams that name them.
     pub(crate) plugins: Mutex<HashMap<String, u16>>,
     /// The descriptor of `tc_network_fd`, once asked for.
-    pub(crate) ready: crate::pollfd::ReadySlot,
+    pub(crate) ready: crate::readyfd::ReadySlot,
     /// How long a blocking send on one of its streams waits for room, milliseconds.
     pub(crate) send_limit_ms: u64,
 }

@@ -3,49 +3,15 @@
 //! arrives, and when the tree ends.
 
 use std::ffi::c_int;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::{Arc, OnceLock};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
 use crate::backend::tc_backend;
 use crate::error::{guard, tc_result, Failure};
 use crate::ffi::{arg, out_ok, put};
 use crate::network::tc_network;
+use crate::readyfd::{ReadyFd, ReadySlot};
 use crate::stream::tc_stream;
-
-/// An eventfd: readable once signalled, until cleared.
-#[derive(Debug)]
-pub(crate) struct ReadyFd(OwnedFd);
-
-impl ReadyFd {
-    fn new() -> Result<ReadyFd, Failure> {
-        // SAFETY: eventfd takes no pointers; a negative return is an error.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(Failure::new(tc_result::TC_ERR_OTHER, format!("cannot make an eventfd: {e}")));
-        }
-        // SAFETY: a new descriptor this process owns and nothing else holds.
-        Ok(ReadyFd(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    /// Makes the descriptor readable (a full counter is readable already).
-    pub(crate) fn signal(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to a descriptor this owns.
-        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
-    }
-
-    /// Makes the descriptor unreadable until the next signal.
-    fn clear(&self) {
-        let mut count: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from a descriptor this owns; a
-        // non-blocking eventfd read returns EAGAIN when there is nothing to clear.
-        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
-    }
-}
-
-/// The descriptor of a handle, made at the first call that asks for it.
-pub(crate) type ReadySlot = OnceLock<Arc<ReadyFd>>;
 
 /// The slot's descriptor; `install` hands a new one's signal to the handle, and
 /// `queued` says whether something came before the hook was there.
@@ -55,7 +21,7 @@ fn descriptor(
     queued: impl FnOnce() -> bool,
 ) -> Result<c_int, Failure> {
     if let Some(fd) = slot.get() {
-        return Ok(fd.0.as_raw_fd());
+        return Ok(fd.as_raw_fd());
     }
     let fd = Arc::new(ReadyFd::new()?);
     if slot.set(fd.clone()).is_ok() {
@@ -64,7 +30,7 @@ fn descriptor(
             fd.signal();
         }
     }
-    slot.get().map(|f| f.0.as_raw_fd()).ok_or_else(|| Failure::new(tc_result::TC_ERR_OTHER, "no descriptor"))
+    slot.get().map(|f| f.as_raw_fd()).ok_or_else(|| Failure::new(tc_result::TC_ERR_OTHER, "no descriptor"))
 }
 
 /// A descriptor that becomes readable when a packet (on any stream) or an event

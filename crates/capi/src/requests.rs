@@ -4,13 +4,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use treecast_api::Packet;
 
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{arg, block_on, block_on_for, handle, out_ok, put, ran_out, runtime, take, text};
 use crate::packet::tc_packet;
 use crate::stream::tc_stream;
+use crate::turns::Turns;
 use crate::values::{from_c, tc_value};
 
 /// How a request ended: sent, a packet, or why not.
@@ -27,21 +28,6 @@ enum State {
     Started,
     /// Over, with its outcome (taken once by `tc_request_packet` for a packet).
     Done(Outcome),
-}
-
-/// Requests of one kind (sends, or receives) on one stream, started in the order they
-/// were made: MPI's non-overtaking rule, so that two sends posted one after the other
-/// arrive in that order and two receives get packets in the order they were posted.
-#[derive(Debug)]
-pub(crate) struct Turns {
-    next: std::sync::atomic::AtomicU64,
-    serving: watch::Sender<u64>,
-}
-
-impl Default for Turns {
-    fn default() -> Self {
-        Turns { next: std::sync::atomic::AtomicU64::new(0), serving: watch::Sender::new(0) }
-    }
 }
 
 /// A send or receive in flight; freed with `tc_request_free` (which cancels it if it

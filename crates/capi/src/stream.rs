@@ -32,11 +32,11 @@ pub struct tc_stream {
     /// order they were posted (the stream's mailbox, see `Stream::recv_matching`).
     pub(crate) receiver: Stream,
     /// The order of the stream's asynchronous sends.
-    pub(crate) send_turns: Arc<crate::requests::Turns>,
+    pub(crate) send_turns: Arc<crate::turns::Turns>,
     /// How long a blocking send waits for room in the window, milliseconds.
     send_limit_ms: u64,
     /// The stream's own descriptor (`tc_stream_fd`), made when first asked for.
-    pub(crate) ready: crate::pollfd::ReadySlot,
+    pub(crate) ready: crate::readyfd::ReadySlot,
 }
 
 /// A filter named by `name`: a built-in (`sum`, `min`, `max`, `avg`, `concat`,
