@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mrnet/MRNet.h"
@@ -93,13 +94,26 @@ int main(int argc, char **argv) {
         }
         case TAG_DIE:
             _exit(0);
-        case TAG_SEND_EXIT:
+        case TAG_SEND_EXIT: {
             /* MRNet's flush returns before the write; exit() without deleting the
-             * Network still writes it all (the layer drains at exit) */
+             * Network still writes it all (the layer drains at exit). Halfway, a
+             * forked child exits: it inherits the drain but not treecast's threads,
+             * and must neither wait on them nor write what its parent queued. */
             if (p->unpack("%d", &x) != 0) return 8;
-            for (int i = 0; i < x; i++)
+            for (int i = 0; i < x; i++) {
                 if (s->send(tag, "%d", i) != 0 || s->flush() != 0) return 9;
+                if (i != x / 2) continue;
+                pid_t child = fork();
+                if (child == 0) exit(0);
+                int status = 0, waited = 0;
+                while (child > 0 && waitpid(child, &status, WNOHANG) == 0 && waited++ < 1000) usleep(10000);
+                if (child < 0 || waited > 1000) {
+                    fprintf(stderr, "be: a forked child's exit() hung\n");
+                    return 10;
+                }
+            }
             exit(0);
+        }
         case TAG_EXIT:
             s->send(tag, "%d", closed);
             done = true;

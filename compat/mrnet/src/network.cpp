@@ -568,9 +568,14 @@ static std::set<NetworkImpl *> &live() {
     return nets;
 }
 
+/* The process that registered the drain: a child it forks inherits the handler but
+ * not treecast's threads, and must not wait on them. */
+static pid_t drain_owner = 0;
+
 /* Writes out what every live network sent: a tool that flushes and then returns
  * from main (or calls exit) without deleting its Network loses nothing. */
 static void drain_at_exit(void) {
+    if (getpid() != drain_owner) return;
     std::vector<NetworkImpl *> nets;
     {
         std::lock_guard<std::mutex> g(live_mu());
@@ -586,7 +591,10 @@ static void add_live(NetworkImpl *impl) {
     static std::once_flag registered;
     live_mu();
     live();
-    std::call_once(registered, [] { atexit(drain_at_exit); });
+    std::call_once(registered, [] {
+        drain_owner = getpid();
+        atexit(drain_at_exit);
+    });
     std::lock_guard<std::mutex> g(live_mu());
     live().insert(impl);
 }
