@@ -93,6 +93,8 @@ struct NetworkImpl {
     std::deque<unsigned int> closed_later;
     std::atomic<bool> shutdown;
     std::atomic<bool> stop;
+    /* when a flush last waited for the write (steady clock, ns; Network::flush) */
+    std::atomic<int64_t> last_flush_ns;
     std::thread events;
     std::list<Event *> queue;
     std::map<EventClass, std::map<EventType, evt_cb_list> > callbacks;
@@ -111,7 +113,7 @@ struct NetworkImpl {
     NetworkImpl()
         : fe(false), net(NULL), be(NULL), data_fd(-1), rank(UnknownRank), bcast(NULL), topo(NULL),
           adapter_loaded(false), p2p(NULL), next_stream(0), shutdown(false), stop(false), events_wanted(false),
-          attach(ATTACH_NONE), attach_backends(0), attach_ms(0) {}
+          attach(ATTACH_NONE), attach_backends(0), attach_ms(0), last_flush_ns(INT64_MIN / 2) {}
 };
 
 /* Attach mode: waits until every back-end attached (or the launch failed); true when
@@ -573,17 +575,23 @@ static std::set<NetworkImpl *> &live() {
 static pid_t drain_owner = 0;
 
 /* Writes out what every live network sent: a tool that flushes and then returns
- * from main (or calls exit) without deleting its Network loses nothing. */
+ * from main (or calls exit) without deleting its Network loses nothing. exit() has
+ * destroyed the exiting thread's thread-locals (treecast's among them) before it
+ * runs this, so a thread of its own does the writing. The set stays locked, so a
+ * Network deleted meanwhile on another thread waits for the drain. */
 static void drain_at_exit(void) {
     if (getpid() != drain_owner) return;
-    std::vector<NetworkImpl *> nets;
-    {
-        std::lock_guard<std::mutex> g(live_mu());
-        nets.assign(live().begin(), live().end());
-    }
-    for (size_t i = 0; i < nets.size(); i++) {
-        if (nets[i]->be) tc_backend_flush(nets[i]->be, EXIT_DRAIN_MS);
-        if (nets[i]->net) tc_network_flush(nets[i]->net, EXIT_DRAIN_MS);
+    try {
+        std::thread drain([] {
+            std::lock_guard<std::mutex> g(live_mu());
+            for (std::set<NetworkImpl *>::iterator it = live().begin(); it != live().end(); ++it) {
+                if ((*it)->be) tc_backend_flush((*it)->be, EXIT_DRAIN_MS);
+                if ((*it)->net) tc_network_flush((*it)->net, EXIT_DRAIN_MS);
+            }
+        });
+        drain.join();
+    } catch (const std::exception &e) {
+        fprintf(stderr, "mrnet: cannot write out what was sent before exit: %s\n", e.what());
     }
 }
 
@@ -1443,12 +1451,33 @@ int Network::send(Rank ibe, PacketPtr &ipacket) {
 /* MRNet's flush waits until its send thread has written the packets. Here a send
  * is already in treecast's hands, which write it with no further call (at the next
  * call that waits, or from the library's thread within milliseconds once calls
- * stop), so a flush waits for nothing: waiting for each flushed packet's write cost
- * MRNet's own micro-benchmark four fifths of its throughput (docs/mrnet-compat.md).
- * What was sent before exit() is still written (drain_at_exit). */
+ * stop). So a flush waits for the write at most once a millisecond: a burst's
+ * packets share their writes (waiting for each one cost MRNet's own micro-benchmark
+ * four fifths of its throughput, docs/mrnet-compat.md), and a tool that flushes now
+ * and then has each flush written at once. What was sent before exit() is still
+ * written (drain_at_exit). */
+static const int64_t FLUSH_EVERY_NS = 1000000;
+
+/* A flush that waits gives up after this long (MRNet's has no limit, but a peer that
+ * stopped reading must not hang the tool). */
+static const uint64_t FLUSH_LIMIT_MS = 60000;
+
+static int64_t now_ns(void) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
 int Network::flush(void) const {
     if (_impl->fe && !_impl->net) return attaching(_impl) ? 0 : -1; /* attach mode: nothing was sent yet */
     if (!_impl->net && !_impl->be) return -1;
+    int64_t now = now_ns();
+    if (now - _impl->last_flush_ns.load() < FLUSH_EVERY_NS) return 0;
+    tc_result r = _impl->fe ? tc_network_flush(_impl->net, FLUSH_LIMIT_MS) : tc_backend_flush(_impl->be, FLUSH_LIMIT_MS);
+    _impl->last_flush_ns.store(now_ns());
+    if (r != TC_OK) {
+        fail(this, ERR_NETWORK_FAILURE, "flushing");
+        return -1;
+    }
     return 0;
 }
 
