@@ -1453,7 +1453,7 @@ int Network::send(Rank ibe, PacketPtr &ipacket) {
  * is already in treecast's hands, which write it with no further call (at the next
  * call that waits, at a send a millisecond or so later, or from the library's thread
  * within milliseconds once calls stop). So a flush waits for the write at most once
- * a millisecond (once per tick of the coarse clock, 1 to 4 ms): a burst's
+ * a millisecond (once per tick of the coarse clock, at most 4 ms): a burst's
  * packets share their writes (waiting for each one cost MRNet's own micro-benchmark
  * four fifths of its throughput, docs/mrnet-compat.md), and a tool that flushes now
  * and then has each flush written at once. What was sent before exit() is still
@@ -1464,12 +1464,17 @@ static const int64_t FLUSH_EVERY_NS = 1000000;
  * stopped reading must not hang the tool). */
 static const uint64_t FLUSH_LIMIT_MS = 60000;
 
-/* The coarse monotonic clock (ticks of 1 to 4 ms) in ns: read at every flush, where
- * the precise clock's 20 ns were a tenth of a back-end's cost per packet. A burst's
- * flush then waits once per tick, and one after a quiet spell at once. */
+/* A monotonic clock in ns, read at every flush: the coarse one (3 ns a read against
+ * the precise clock's 20, which were a tenth of a back-end's cost per packet) where
+ * its tick is 4 ms or less, else the precise one. A burst's flush then waits once
+ * per tick, and one after a quiet spell at once. */
 static int64_t now_ns(void) {
+    static const bool coarse = [] {
+        struct timespec res;
+        return clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0 && res.tv_nsec <= 4000000;
+    }();
     struct timespec t;
-    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &t) != 0)
+    if (clock_gettime(coarse ? CLOCK_MONOTONIC_COARSE : CLOCK_MONOTONIC, &t) != 0)
         return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count();
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;

@@ -66,7 +66,7 @@ pub(crate) struct Driver {
     /// Whether the background driver holds the runtime now (it then runs what a
     /// call queued without driving).
     driving: AtomicBool,
-    /// Since when (ns on [`coarse_now_ns`]; 0: nothing) a send has left the task
+    /// Since when (ns on [`send_clock_ns`]; 0: nothing) a send has left the task
     /// writing its frame woken and not run: the sends after it only look, and the
     /// first of them a [`WRITE_WITHIN`] later runs it. A drive that waits runs it and
     /// clears this. Only a hint: wrong either way, a send costs one more system call
@@ -76,19 +76,35 @@ pub(crate) struct Driver {
 
 /// How long a frame a send queued may wait for its writer while the tool keeps
 /// calling without ever waiting (a send loop with room in its window): the first
-/// send after this long (on the coarse clock: up to one of its ticks more, 4 ms at
-/// most on Linux) runs the writer on its own thread. Until then the sends of a
-/// burst share their writes.
+/// send after this long (up to one tick of the clock [`send_clock_ns`] reads more)
+/// runs the writer on its own thread. Until then the sends of a burst share their
+/// writes.
 const WRITE_WITHIN: Duration = Duration::from_millis(1);
 
-/// The coarse monotonic clock in ns, never 0. Read on every send of a burst, where
-/// the precise clock's 20 ns were a tenth of a send's cost; its ticks (1 to 4 ms)
-/// are fine enough for [`WRITE_WITHIN`].
-fn coarse_now_ns() -> u64 {
+/// The coarsest tick of the coarse monotonic clock taken for [`send_clock_ns`]:
+/// kernels built with a slower tick (`HZ=100`: 10 ms) use the precise clock.
+const COARSEST_TICK_NS: libc::c_long = 4_000_000;
+
+/// A monotonic clock in ns, never 0, read on every send of a burst: the coarse
+/// clock (3 ns a read against the precise clock's 20, which were a tenth of a
+/// send's cost) where its tick is at most [`COARSEST_TICK_NS`], else the precise
+/// one.
+fn send_clock_ns() -> u64 {
+    static COARSE: OnceLock<bool> = OnceLock::new();
+    let coarse = *COARSE.get_or_init(|| {
+        let mut res = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `res` is a valid timespec for the call to fill.
+        let ok = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut res) } == 0;
+        ok && res.tv_sec == 0 && res.tv_nsec <= COARSEST_TICK_NS
+    });
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid timespec for the call to fill; the clock exists on
-    // every Linux since 2.6.32.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    let clock = if coarse { libc::CLOCK_MONOTONIC_COARSE } else { libc::CLOCK_MONOTONIC };
+    // SAFETY: `t` is a valid timespec for the call to fill.
+    if unsafe { libc::clock_gettime(clock, &mut t) } != 0 {
+        // Never seen on Linux; a clock that stood still would stop the writes.
+        // SAFETY: as above.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    }
     let ns = u64::try_from(t.tv_sec).unwrap_or(0).saturating_mul(1_000_000_000);
     ns.saturating_add(u64::try_from(t.tv_nsec).unwrap_or(0)).max(1)
 }
@@ -135,7 +151,7 @@ impl Driver {
             return;
         }
         let since = self.unwritten_since.load(SeqCst);
-        let now = coarse_now_ns();
+        let now = send_clock_ns();
         if since == 0 {
             self.unwritten_since.store(now, SeqCst);
         } else if now.saturating_sub(since) >= WRITE_WITHIN.as_nanos() as u64 {
@@ -149,6 +165,8 @@ impl Driver {
     /// comes, and takes over again after a quiet spell.
     fn background(&'static self) {
         loop {
+            #[cfg(test)]
+            tests::hold_background();
             self.driving.store(true, SeqCst);
             self.unwritten_since.store(0, SeqCst);
             self.rt.block_on(async {
@@ -354,7 +372,7 @@ fn drive_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, Failure> {
     let d = driver()?;
     if ms != 0 && !d.driving.load(SeqCst) && d.unwritten_since.load(SeqCst) == 0 {
         let out = d.drive_within(ms, fut);
-        d.unwritten_since.store(coarse_now_ns(), SeqCst);
+        d.unwritten_since.store(send_clock_ns(), SeqCst);
         return Ok(out);
     }
     // A burst of sends: waking a task already scheduled costs nothing, so these only
@@ -538,41 +556,68 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::time::Instant;
 
-    /// A stand-in for a stream's writer: a task that counts the wake-ups it ran for.
-    fn writer(d: &Driver) -> (std::sync::Arc<tokio::sync::Notify>, std::sync::Arc<AtomicU64>) {
-        let wake = std::sync::Arc::new(tokio::sync::Notify::new());
-        let ran = std::sync::Arc::new(AtomicU64::new(0));
+    /// Asks the background thread to stay out of the runtime (see [`hold_background`]).
+    static HOLD: AtomicBool = AtomicBool::new(false);
+    /// Whether the background thread is held now.
+    static HELD: AtomicBool = AtomicBool::new(false);
+
+    /// Where the background thread waits, before it drives, while a test asks it to.
+    pub(super) fn hold_background() {
+        while HOLD.load(SeqCst) {
+            HELD.store(true, SeqCst);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        HELD.store(false, SeqCst);
+    }
+
+    /// A stand-in for a stream's writer: a task that counts the times it ran on the
+    /// thread `on` (and not on the background thread).
+    fn writer(d: &Driver, on: std::thread::ThreadId) -> (Arc<tokio::sync::Notify>, Arc<AtomicU64>) {
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let ran = Arc::new(AtomicU64::new(0));
         let (w, r) = (wake.clone(), ran.clone());
         d.rt.spawn(async move {
             loop {
                 w.notified().await;
-                r.fetch_add(1, SeqCst);
+                if std::thread::current().id() == on {
+                    r.fetch_add(1, SeqCst);
+                }
             }
         });
         (wake, ran)
     }
 
-    /// A tool sending all the time with room in its window never waits, so neither a
-    /// waiting call nor the background thread (kept away by the calls) runs the
-    /// writer: its sends must run it themselves, or every frame stays queued until
-    /// the window fills.
+    /// A tool sending all the time with room in its window never waits, so no
+    /// waiting call runs the writer, and the background thread (held away here, as
+    /// the calls would keep it away) does not either: the sends must run it
+    /// themselves, or every frame stays queued until the window fills.
     #[test]
     fn a_send_loop_that_never_waits_still_runs_its_writer() -> Result<(), Failure> {
         let d = driver()?;
-        let (wake, ran) = writer(d);
-        // The background thread drives once it has started; a call that drives
-        // sends it away, and the sends below keep it away.
+        let (wake, ran) = writer(d, std::thread::current().id());
+        /// Lets the background thread go again, even when the test fails.
+        struct Release;
+        impl Drop for Release {
+            fn drop(&mut self) {
+                HOLD.store(false, SeqCst);
+            }
+        }
+        HOLD.store(true, SeqCst);
+        let _release = Release;
         let start = Instant::now();
-        while !d.driving.load(SeqCst) && start.elapsed() < Duration::from_secs(10) {
-            std::thread::yield_now();
+        // A call that drives sends the background thread out of the runtime.
+        while !HELD.load(SeqCst) && start.elapsed() < Duration::from_secs(10) {
+            if d.driving.load(SeqCst) {
+                d.drive(tokio::task::yield_now());
+            } else {
+                std::thread::yield_now();
+            }
         }
-        while d.driving.load(SeqCst) {
-            d.drive(tokio::task::yield_now());
-        }
-        // Without the bound, the writer would run only when the background thread
-        // finds a quiet spell, which this loop never leaves; give up after 10 s.
+        assert!(HELD.load(SeqCst), "the background thread never stepped aside");
+        // Give up after 10 s: without the bound the loop would spin forever.
         while ran.load(SeqCst) == 0 && start.elapsed() < Duration::from_secs(10) {
             let send = async { wake.notify_one() };
             assert_eq!(drive_for(TC_FOREVER, send)?, Some(()));
