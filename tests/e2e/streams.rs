@@ -9,6 +9,7 @@ use crate::common::tree::finish;
 use treecast::apps::protocol::*;
 use treecast_api::{
     ApiError, Event, Match, RankSet, Request, StreamOptions, SyncMode, Topology, TransformKind, Value,
+    HELD_LIMIT,
 };
 
 async fn sum_waves(spec: &str, n: usize) {
@@ -232,6 +233,28 @@ async fn matched_receives_and_requests_skip_nothing_and_lose_nothing() {
     }
     assert_eq!(seen.len(), 8);
     assert!(s.try_recv().is_none());
+    finish(net).await;
+}
+
+/// A matched receive that skips more than the mailbox may hold fails, naming how
+/// many it holds, instead of taking without bound; nothing is lost: what it held and
+/// what stayed in the tree under flow control arrive, once each, to plain receives.
+#[tokio::test]
+async fn a_matched_receive_past_the_held_limit_fails_and_loses_nothing() {
+    let net = launch("flat", 1).await;
+    let s = sum_stream(&net).await;
+    let sent = HELD_LIMIT + 1;
+    s.send(TAG_BURST, "%d", &[Value::Int(i32::try_from(sent).unwrap())]).await.unwrap();
+    let err = tokio::time::timeout(LIMIT * 4, s.recv_matching(Match::tag(TAG_BURST + 1000))).await.unwrap();
+    assert!(
+        matches!(err, Err(ApiError::Unmatched { held, .. }) if held == HELD_LIMIT),
+        "expected Unmatched with {HELD_LIMIT} held, got {err:?}"
+    );
+    for i in 0..sent {
+        let p = s.recv_timeout(LIMIT).await.unwrap_or_else(|e| panic!("packet {i} of {sent}: {e}"));
+        assert_eq!((p.tag(), int(&p)), (TAG_BURST, 1), "packet {i}");
+    }
+    assert!(s.try_recv().is_none(), "a packet came twice");
     finish(net).await;
 }
 

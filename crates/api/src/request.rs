@@ -135,6 +135,18 @@ impl Mailbox {
         self.held.remove(index)
     }
 
+    /// As [`Mailbox::take_for`] for the newest item alone: the one just held, when
+    /// the older ones were looked at already (a receive skipping many packets would
+    /// otherwise look at every held one again for each new one).
+    pub(crate) fn take_newest_for(&mut self, id: u64) -> Option<Item> {
+        let item = self.held.back()?;
+        let (owner, _) = self.posted.iter().find(|(_, m)| item.accepted_by(m))?;
+        match *owner == id {
+            true => self.held.pop_back(),
+            false => None,
+        }
+    }
+
     /// Wakes every receive waiting on the mailbox (the stream ended).
     pub(crate) fn wake_all(&mut self) {
         self.wakers.drain(..).for_each(Waker::wake);
@@ -350,6 +362,24 @@ mod tests {
         // The skipped packet is still there, for the next receive.
         let next = mail.post(Match::any());
         assert_eq!(tag_of(mail.take_for(next)), Some(8));
+    }
+
+    #[test]
+    fn the_newest_item_goes_only_to_its_own_receive() {
+        let mut mail = Mailbox::default();
+        let seven = mail.post(Match::tag(7));
+        let any = mail.post(Match::any());
+        mail.hold(packet(8, 0));
+        // An 8 belongs to the later receive that takes anything: not the tag-7 one's.
+        assert_eq!(tag_of(mail.take_newest_for(seven)), None);
+        mail.hold(packet(7, 0));
+        assert_eq!(tag_of(mail.take_newest_for(any)), None, "the 7 is the earlier receive's");
+        assert_eq!(tag_of(mail.take_newest_for(seven)), Some(7));
+        // Only the newest is looked at: the held 8 waits for a full look.
+        assert_eq!(tag_of(mail.take_newest_for(seven)), None);
+        assert_eq!(tag_of(mail.take_newest_for(any)), Some(8));
+        assert_eq!(mail.held(), 0);
+        assert_eq!(tag_of(mail.take_newest_for(any)), None);
     }
 
     #[test]

@@ -564,15 +564,16 @@ fn poll_receive(
     // Lock order: a stream's receive side, then the driver.
     let mut side = lock_recv(&posted.recv);
     let mut d = None;
+    let taken = |item| match item {
+        Item::Packet(p) => Ok(p),
+        Item::NoAnswer(stream) => Err(ApiError::NoAnswer(stream)),
+    };
+    if let Some(item) = side.mail.take_for(posted.id) {
+        return Poll::Ready(taken(item));
+    }
     // One item at a time, so that what the tool has not asked for stays in the core,
-    // under its flow control.
+    // under its flow control; each new one alone is looked at, the older ones were.
     loop {
-        if let Some(item) = side.mail.take_for(posted.id) {
-            return Poll::Ready(match item {
-                Item::Packet(p) => Ok(p),
-                Item::NoAnswer(stream) => Err(ApiError::NoAnswer(stream)),
-            });
-        }
         if side.end.is_some() || side.mail.is_full() {
             break;
         }
@@ -587,6 +588,9 @@ fn poll_receive(
                 });
             }
             None => break,
+        }
+        if let Some(item) = side.mail.take_newest_for(posted.id) {
+            return Poll::Ready(taken(item));
         }
     }
     if side.end.is_none() {
