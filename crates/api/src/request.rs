@@ -92,9 +92,24 @@ impl Item {
 #[derive(Debug, Default)]
 pub(crate) struct Mailbox {
     held: VecDeque<Item>,
-    posted: Vec<(u64, Match)>,
+    posted: Vec<PostedReceive>,
     next_id: u64,
     wakers: Vec<Waker>,
+    /// Counts the receives withdrawn: each may give a receive an item it already
+    /// looked at and left (the withdrawn one's items go to later ones). Items held,
+    /// taken or receives posted since change no owner for the receives before them.
+    changes: u64,
+}
+
+/// A receive posted on a [`Mailbox`], and how far it has looked.
+#[derive(Debug)]
+struct PostedReceive {
+    id: u64,
+    m: Match,
+    /// The held items, from the first, that this receive looked at and that were
+    /// not its own, as of `Mailbox::changes` equal to the first number: so a receive
+    /// skipping many packets looks at each one once, not once per packet read.
+    looked: (u64, usize),
 }
 
 impl Mailbox {
@@ -102,13 +117,14 @@ impl Mailbox {
     pub(crate) fn post(&mut self, m: Match) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.posted.push((id, m));
+        self.posted.push(PostedReceive { id, m, looked: (self.changes, 0) });
         id
     }
 
     /// Withdraws a receive; what it would have taken goes to the next ones, which are woken.
     pub(crate) fn unpost(&mut self, id: u64) {
-        self.posted.retain(|(p, _)| *p != id);
+        self.posted.retain(|p| p.id != id);
+        self.changes += 1;
         self.wakers.drain(..).for_each(Waker::wake);
     }
 
@@ -127,23 +143,31 @@ impl Mailbox {
         self.held.len()
     }
 
-    /// Takes the first held item whose earliest matching posted receive is `id`.
+    /// Takes the first held item whose earliest matching posted receive is `id`,
+    /// looking only at the items it has not looked at since the last change.
     pub(crate) fn take_for(&mut self, id: u64) -> Option<Item> {
-        let index = self.held.iter().position(|item| {
-            self.posted.iter().find(|(_, m)| item.accepted_by(m)).is_some_and(|(owner, _)| *owner == id)
-        })?;
-        self.held.remove(index)
-    }
-
-    /// As [`Mailbox::take_for`] for the newest item alone: the one just held, when
-    /// the older ones were looked at already (a receive skipping many packets would
-    /// otherwise look at every held one again for each new one).
-    pub(crate) fn take_newest_for(&mut self, id: u64) -> Option<Item> {
-        let item = self.held.back()?;
-        let (owner, _) = self.posted.iter().find(|(_, m)| item.accepted_by(m))?;
-        match *owner == id {
-            true => self.held.pop_back(),
-            false => None,
+        let at = self.posted.iter().position(|p| p.id == id)?;
+        let from = match self.posted[at].looked {
+            (changes, n) if changes == self.changes => n,
+            _ => 0,
+        };
+        let posted = &self.posted;
+        let owner = |item: &Item| posted.iter().find(|p| item.accepted_by(&p.m)).map(|p| p.id);
+        match self.held.iter().skip(from).position(|item| owner(item) == Some(id)) {
+            Some(i) => {
+                let taken = from + i;
+                // The items after it move up one place; no owner changes.
+                for p in &mut self.posted {
+                    if p.looked.0 == self.changes && p.looked.1 > taken {
+                        p.looked.1 -= 1;
+                    }
+                }
+                self.held.remove(taken)
+            }
+            None => {
+                self.posted[at].looked = (self.changes, self.held.len());
+                None
+            }
         }
     }
 
@@ -364,22 +388,65 @@ mod tests {
         assert_eq!(tag_of(mail.take_for(next)), Some(8));
     }
 
+    /// The rule of [`Mailbox::take_for`] with no memory of what was looked at.
+    fn take_naive(held: &mut VecDeque<(i32, u32)>, posted: &[(u64, Match)], id: u64) -> Option<(i32, u32)> {
+        let owner = |&(tag, rank): &(i32, u32)| {
+            let Item::Packet(p) = packet(tag, rank) else { unreachable!() };
+            posted.iter().find(|(_, m)| m.accepts(&p)).map(|(o, _)| *o)
+        };
+        let i = held.iter().position(|item| owner(item) == Some(id))?;
+        held.remove(i)
+    }
+
+    /// What each receive looked at is remembered across holds, takes, posts and
+    /// withdrawals; a long random run of them gives exactly what looking at every
+    /// held item each time gives.
     #[test]
-    fn the_newest_item_goes_only_to_its_own_receive() {
-        let mut mail = Mailbox::default();
-        let seven = mail.post(Match::tag(7));
-        let any = mail.post(Match::any());
-        mail.hold(packet(8, 0));
-        // An 8 belongs to the later receive that takes anything: not the tag-7 one's.
-        assert_eq!(tag_of(mail.take_newest_for(seven)), None);
-        mail.hold(packet(7, 0));
-        assert_eq!(tag_of(mail.take_newest_for(any)), None, "the 7 is the earlier receive's");
-        assert_eq!(tag_of(mail.take_newest_for(seven)), Some(7));
-        // Only the newest is looked at: the held 8 waits for a full look.
-        assert_eq!(tag_of(mail.take_newest_for(seven)), None);
-        assert_eq!(tag_of(mail.take_newest_for(any)), Some(8));
-        assert_eq!(mail.held(), 0);
-        assert_eq!(tag_of(mail.take_newest_for(any)), None);
+    fn remembered_looks_take_what_looking_at_everything_takes() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for run in 0..20 {
+            let mut mail = Mailbox::default();
+            let (mut held, mut posted) = (VecDeque::new(), Vec::<(u64, Match)>::new());
+            for step in 0..5_000 {
+                match next(20) {
+                    0..=7 => {
+                        let item = (next(4) as i32, next(3) as u32);
+                        mail.hold(packet(item.0, item.1));
+                        held.push_back(item);
+                    }
+                    8 | 9 if posted.len() < 5 => {
+                        // Mostly narrow matches: a receive taking anything owns every
+                        // item while it is posted, and the later ones never take.
+                        let m = match next(8) {
+                            0 => Match::any(),
+                            1..=4 => Match::tag(next(4) as i32),
+                            _ => Match::tag(next(4) as i32).and_rank(next(3) as u32),
+                        };
+                        posted.push((mail.post(m), m));
+                    }
+                    10 if !posted.is_empty() => {
+                        let (id, _) = posted.remove(next(posted.len() as u64) as usize);
+                        mail.unpost(id);
+                    }
+                    _ if !posted.is_empty() => {
+                        let id = posted[next(posted.len() as u64) as usize].0;
+                        let got = mail.take_for(id).map(|item| match item {
+                            Item::Packet(p) => (p.tag(), p.rank()),
+                            Item::NoAnswer(_) => unreachable!(),
+                        });
+                        assert_eq!(got, take_naive(&mut held, &posted, id), "run {run}, step {step}");
+                    }
+                    _ => {}
+                }
+                assert_eq!(mail.held(), held.len(), "run {run}, step {step}");
+            }
+        }
     }
 
     #[test]

@@ -568,12 +568,12 @@ fn poll_receive(
         Item::Packet(p) => Ok(p),
         Item::NoAnswer(stream) => Err(ApiError::NoAnswer(stream)),
     };
-    if let Some(item) = side.mail.take_for(posted.id) {
-        return Poll::Ready(taken(item));
-    }
     // One item at a time, so that what the tool has not asked for stays in the core,
-    // under its flow control; each new one alone is looked at, the older ones were.
+    // under its flow control (the mailbox looks at each item once per receive).
     loop {
+        if let Some(item) = side.mail.take_for(posted.id) {
+            return Poll::Ready(taken(item));
+        }
         if side.end.is_some() || side.mail.is_full() {
             break;
         }
@@ -588,9 +588,6 @@ fn poll_receive(
                 });
             }
             None => break,
-        }
-        if let Some(item) = side.mail.take_newest_for(posted.id) {
-            return Poll::Ready(taken(item));
         }
     }
     if side.end.is_none() {
