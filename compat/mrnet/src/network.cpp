@@ -94,7 +94,7 @@ struct NetworkImpl {
     std::deque<unsigned int> closed_later;
     std::atomic<bool> shutdown;
     std::atomic<bool> stop;
-    /* when a flush last waited for the write (steady clock, ns; Network::flush) */
+    /* when a flush last waited for the write (ns on now_ns's clock; Network::flush) */
     std::atomic<int64_t> last_flush_ns;
     std::thread events;
     std::list<Event *> queue;
