@@ -776,6 +776,11 @@ pub struct MicrobenchArgs {
     /// Back-to-back reductions to time.
     #[arg(long, default_value_t = 2000)]
     pub tp: usize,
+    /// Time from right after start-up, while the global clock's first two rounds still
+    /// probe every link (by default the timing waits until they are over: on a large
+    /// tree they take the CPU the first seconds' round trips would need).
+    #[arg(long)]
+    pub at_once: bool,
     /// Measure this shape too, with the same back-ends, and print the ratios (e.g. `flat`).
     #[arg(long, value_name = "SPEC")]
     pub compare: Option<String>,

@@ -4,6 +4,7 @@
 //! frame, or spends more CPU per frame than its raw relay, shows here wherever it runs.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -28,6 +29,12 @@ pub(super) enum Place {
 #[derive(Debug, Default)]
 pub(super) struct Snapshot(HashMap<u32, (Place, Used)>);
 
+/// The processes a window reads, found once before it opens: finding them reads every
+/// process of the host, which at 10,000 back-ends costs the front-end more than the
+/// round trips it would be divided by.
+#[derive(Debug, Default)]
+pub(super) struct Tracked(Vec<(u32, Place)>);
+
 /// Per round trip, per process: CPU microseconds and wake-ups.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct PerRound {
@@ -48,21 +55,20 @@ pub struct RoundCosts {
     pub inner: PerRound,
     /// The mean back-end.
     pub leaf: PerRound,
+    /// Seconds between the two readings: the round trips, and what reading the
+    /// processes took (when it is far above the round trips' sum, idle work such as
+    /// heartbeats weighs in the figures).
+    pub window_s: f64,
 }
 
-impl Snapshot {
-    /// The front-end (this process) and every process of `session`.
-    pub(super) fn of_session(session: &str) -> Snapshot {
-        let mut snap = Snapshot::default();
-        snap.add_self();
-        for (pid, place) in session_processes(session) {
-            snap.add(pid, place);
-        }
-        snap
+impl Tracked {
+    /// The comm nodes and back-ends of `session` on this machine.
+    pub(super) fn session(session: &str) -> Tracked {
+        Tracked(session_processes(session))
     }
 
-    /// This process (the raw tree's root) and the raw tree's relays below it.
-    pub(super) fn of_relays(relay_var: &str) -> Snapshot {
+    /// The raw tree's relays below this process (its root).
+    pub(super) fn relays(relay_var: &str) -> Tracked {
         let me = std::process::id();
         let parents: HashMap<u32, u32> = all_pids().filter_map(|pid| Some((pid, parent(pid)?))).collect();
         let below_me = |mut pid: u32| {
@@ -74,9 +80,8 @@ impl Snapshot {
             }
             false
         };
-        let mut snap = Snapshot::default();
-        snap.add_self();
         let prefix = format!("{relay_var}=");
+        let mut relays = Vec::new();
         for &pid in parents.keys().filter(|&&pid| below_me(pid)) {
             let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
             let Some(tree) = env.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(prefix.as_bytes())) else {
@@ -84,11 +89,42 @@ impl Snapshot {
             };
             // A relay's sub-tree of one node is a leaf.
             let nodes = String::from_utf8_lossy(tree).split_whitespace().filter(|w| w.contains(':')).count();
-            snap.add(pid, if nodes <= 1 { Place::Leaf } else { Place::Inner });
+            relays.push((pid, if nodes <= 1 { Place::Leaf } else { Place::Inner }));
         }
-        snap
+        Tracked(relays)
     }
 
+    /// CPU seconds the tracked processes and this one have used so far, all together.
+    pub(super) fn cpu_so_far_s(&self) -> f64 {
+        let (snap, _) = self.before();
+        snap.0.values().map(|(_, used)| used.cpu_ns as f64 / 1e9).sum()
+    }
+
+    /// Opens a window: the tracked processes first, this one (the front-end) last, so
+    /// that reading them is not counted as the front-end's work.
+    pub(super) fn before(&self) -> (Snapshot, Instant) {
+        let mut snap = Snapshot::default();
+        for &(pid, place) in &self.0 {
+            snap.add(pid, place);
+        }
+        snap.add_self();
+        (snap, Instant::now())
+    }
+
+    /// Closes the window `before` opened: this process first, then the others; what
+    /// each level used per round over `rounds` round trips.
+    pub(super) fn after(&self, (before, opened): &(Snapshot, Instant), rounds: usize) -> RoundCosts {
+        let window = opened.elapsed();
+        let mut snap = Snapshot::default();
+        snap.add_self();
+        for &(pid, place) in &self.0 {
+            snap.add(pid, place);
+        }
+        RoundCosts { window_s: window.as_secs_f64(), ..before.per_round(&snap, rounds) }
+    }
+}
+
+impl Snapshot {
     fn add_self(&mut self) {
         let me = std::process::id();
         self.add(me, Place::FrontEnd);
@@ -101,7 +137,7 @@ impl Snapshot {
     }
 
     /// What each level used per round between `self` and `after`, over `rounds` round trips.
-    pub(super) fn per_round(&self, after: &Snapshot, rounds: usize) -> RoundCosts {
+    fn per_round(&self, after: &Snapshot, rounds: usize) -> RoundCosts {
         let mut sums: HashMap<Place, (Used, u32)> = HashMap::new();
         for (pid, (place, then)) in &self.0 {
             let Some((_, now)) = after.0.get(pid) else { continue };
@@ -117,7 +153,12 @@ impl Snapshot {
                 wakeups: used.wakeups as f64 / f64::from(*n) / rounds,
             })
         };
-        RoundCosts { frontend: mean(Place::FrontEnd), inner: mean(Place::Inner), leaf: mean(Place::Leaf) }
+        RoundCosts {
+            frontend: mean(Place::FrontEnd),
+            inner: mean(Place::Inner),
+            leaf: mean(Place::Leaf),
+            window_s: 0.0,
+        }
     }
 }
 
@@ -189,7 +230,8 @@ mod tests {
 
     #[test]
     fn this_process_is_counted_as_the_front_end_and_its_work_shows() {
-        let before = Snapshot::of_session("no-such-session");
+        let tracked = Tracked::session("no-such-session");
+        let before = tracked.before();
         // Some CPU work and one wait, in this thread.
         let mut x = 0u64;
         for i in 0..2_000_000u64 {
@@ -197,12 +239,13 @@ mod tests {
         }
         std::hint::black_box(x);
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let after = Snapshot::of_session("no-such-session");
-        let costs = before.per_round(&after, 1);
+        let costs = tracked.after(&before, 1);
         assert!(costs.frontend.cpu_us > 0.0, "{costs:?}");
         assert!(costs.frontend.wakeups >= 1.0, "{costs:?}");
         assert_eq!(costs.inner, PerRound::default());
         assert_eq!(costs.leaf, PerRound::default());
+        assert!(costs.window_s >= 0.002, "{costs:?}");
+        assert!(tracked.cpu_so_far_s() > 0.0);
     }
 
     #[test]

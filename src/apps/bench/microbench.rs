@@ -10,7 +10,7 @@ use anyhow::{ensure, Context};
 use serde::Serialize;
 use treecast_api::{Network, StreamOptions, Topology, TransformKind, Value};
 
-use super::costs::{session_processes, PerRound, Place, RoundCosts, Snapshot};
+use super::costs::{session_processes, PerRound, Place, RoundCosts, Tracked};
 use super::shared::STEP_LIMIT;
 use crate::apps::cli::MicrobenchArgs;
 use crate::apps::protocol::{TAG_ADD_RANK, TAG_BURST};
@@ -44,6 +44,13 @@ pub struct MicrobenchResult {
     pub commnodes: u32,
     /// Launch until every back-end reported, seconds.
     pub instantiation_s: f64,
+    /// CPU seconds every process of the tree, the front-end included, had used when
+    /// start-up was over: against `instantiation_s` times the cores, whether start-up
+    /// waits for the CPU or for something else.
+    pub startup_cpu_s: f64,
+    /// Seconds waited after start-up, before the first round trip, for the global
+    /// clock's first two rounds to be over (0 with `--at-once`).
+    pub clock_settle_s: f64,
     /// Round-trip latency (broadcast + sum reduction), mean, microseconds.
     pub rtt_us_mean: f64,
     /// Median round trip, microseconds.
@@ -428,14 +435,15 @@ fn raw_tree_round_trip(tree: &str, rounds: usize) -> anyhow::Result<(Duration, R
         relay_round(&mut children).context("the raw tree failed")?;
     }
     let rounds = rounds.max(1);
-    let before = Snapshot::of_relays(RELAY_TREE);
+    let tracked = Tracked::relays(RELAY_TREE);
+    let before = tracked.before();
     let mut times = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let t = Instant::now();
         relay_round(&mut children).context("the raw tree failed")?;
         times.push(t.elapsed());
     }
-    let costs = before.per_round(&Snapshot::of_relays(RELAY_TREE), rounds);
+    let costs = tracked.after(&before, rounds);
     times.sort();
     Ok((times[times.len() / 2], costs))
 }
@@ -508,11 +516,14 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
     let comm = net.broadcast_communicator();
     let stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
     let expected = n * (n - 1) / 2;
+    let tracked = Tracked::session(net.session());
+    let startup_cpu_s = tracked.cpu_so_far_s();
+    let clock_settle_s = if args.at_once { 0.0 } else { settle_clock(net).await };
     let mut rtts = Vec::with_capacity(args.rt);
     let mut before = None;
     for i in 0..WARMUP + args.rt {
         if i == WARMUP {
-            before = Some(Snapshot::of_session(net.session()));
+            before = Some(tracked.before());
         }
         let t = Instant::now();
         stream.send(TAG_ADD_RANK, "%d", &[Value::Int(0)]).await?;
@@ -527,8 +538,7 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
             rtts.push(elapsed.as_secs_f64() * 1e6);
         }
     }
-    let round_costs =
-        before.map(|b| b.per_round(&Snapshot::of_session(net.session()), args.rt)).unwrap_or_default();
+    let round_costs = before.map(|b| tracked.after(&b, args.rt)).unwrap_or_default();
     let count = i32::try_from(args.tp).context("--tp is too large")?;
     let t = Instant::now();
     stream.send(TAG_BURST, "%d", &[Value::Int(count)]).await?;
@@ -544,6 +554,8 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
         backends: net.backends(),
         commnodes: net.commnodes(),
         instantiation_s: net.startup_time().as_secs_f64(),
+        startup_cpu_s,
+        clock_settle_s,
         rtt_us_mean: rtts.iter().sum::<f64>() / rtts.len() as f64,
         rtt_us_median: percentile(&rtts, 0.5),
         rtt_us_p99: percentile(&rtts, 0.99),
@@ -558,6 +570,20 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
         round_costs,
         raw_round_costs: RoundCosts::default(),
     })
+}
+
+/// How long the global clock's first two rounds may take before the timing starts anyway.
+const CLOCK_SETTLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// Waits until every node's link has been measured in the clock's first two rounds
+/// (each probes every link 32 times: at 10,000 back-ends, seconds of CPU), and returns
+/// the seconds waited; past [`CLOCK_SETTLE_LIMIT`] it says so and returns.
+async fn settle_clock(net: &Network) -> f64 {
+    let t = Instant::now();
+    if let Err(e) = net.wait_clock(2, CLOCK_SETTLE_LIMIT).await {
+        eprintln!("microbench: timing while the clock's first rounds may still run: {e}");
+    }
+    t.elapsed().as_secs_f64()
 }
 
 /// Reductions per second of a plug-in filter against the built-in sum, rounds
@@ -688,7 +714,7 @@ fn vm_hwm(pid: &str) -> Option<u64> {
 pub(super) fn render(r: &MicrobenchResult) -> String {
     format!(
         "microbench {topo}: {be} back-ends, {cn} comm nodes\n  \
-         instantiation   {inst:.3} s\n  \
+         instantiation   {inst:.3} s ({cpu:.2} s of CPU in all processes){settle}\n  \
          round trip      mean {mean:.1} us, median {med:.1} us, p99 {p99:.1} us ({rt} broadcasts + sum reductions)\n  \
          floor           {floor:.1} us = {one_way:.1} us one way (raw Unix-socket ping-pong) x {hops} hops; round trip {ratio:.1}x the floor\n  \
          raw tree        {raw:.1} us median round trip of the same tree of processes relaying one byte; round trip {raw_ratio:.2}x the raw tree\n  \
@@ -699,6 +725,12 @@ pub(super) fn render(r: &MicrobenchResult) -> String {
         be = r.backends,
         cn = r.commnodes,
         inst = r.instantiation_s,
+        cpu = r.startup_cpu_s,
+        settle = if r.clock_settle_s > 0.0 {
+            format!(", then {:.3} s until the clock's first two rounds were over", r.clock_settle_s)
+        } else {
+            String::new()
+        },
         mean = r.rtt_us_mean,
         med = r.rtt_us_median,
         p99 = r.rtt_us_p99,
@@ -740,6 +772,7 @@ fn render_costs(r: &MicrobenchResult) -> String {
         parts.push(level("comm node (mean)", &t.inner, &raw.inner));
     }
     parts.push(level("back-end (mean)", &t.leaf, &raw.leaf));
+    parts.push(format!("read over {:.2} s (raw {:.2} s)", t.window_s, raw.window_s));
     parts.join("; ")
 }
 
@@ -765,6 +798,8 @@ mod tests {
             backends: 16,
             commnodes,
             instantiation_s: 0.1,
+            startup_cpu_s: 0.5,
+            clock_settle_s: 0.0,
             rtt_us_mean: 50.0,
             rtt_us_median: 50.0,
             rtt_us_p99: 60.0,
@@ -794,8 +829,10 @@ mod tests {
         let mut r = result(4);
         r.round_costs.inner = PerRound { cpu_us: 12.34, wakeups: 2.5 };
         r.raw_round_costs.inner = PerRound { cpu_us: 3.0, wakeups: 1.0 };
+        (r.round_costs.window_s, r.raw_round_costs.window_s) = (1.5, 0.25);
         let text = render(&r);
         assert!(text.contains("comm node (mean) 12.3 us CPU, 2.5 wake-ups (raw 3.0 us, 1.0)"), "{text}");
+        assert!(text.contains("read over 1.50 s (raw 0.25 s)"), "{text}");
         assert!(!render(&result(0)).contains("comm node (mean)"));
     }
 
