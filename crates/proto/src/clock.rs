@@ -78,6 +78,11 @@ fn estimate(samples: &[Probe], drift_ppb: i64, drift_error_ppb: u64) -> Option<E
     Some(Estimate { rtt: best.rtt, offset, midpoint: best.midpoint, error })
 }
 
+/// How long after joining a child's first round starts when this node's parent has
+/// not probed it by then (a parent without a clock); once it does, the children's
+/// first rounds are brought forward to [`ClockConfig::first_round_after`] from then.
+pub(crate) const FIRST_ROUND_UNPROBED: Duration = Duration::from_secs(5);
+
 /// Most probes per round, and per burst, a plan may ask for.
 pub const MAX_PROBES: u32 = 1024;
 
@@ -209,21 +214,55 @@ impl Node {
         self.clock.due.first().map(|&(at, _)| at)
     }
 
-    /// Child `c` joined: its first round is scheduled.
+    /// Child `c` joined: its first round is scheduled, soon where this node's own
+    /// clock rounds have begun (or it is the front-end), else once they begin.
     pub(super) fn clock_child_joined(&mut self, c: usize, now: Instant) {
         if self.clock.source.is_none() {
             return;
         }
-        let config = self.clock.config;
-        let node_id = self.children[c].node_id;
-        let stagger =
-            config.first_round_after.mul_f64(4.0 * f64::from(node_id.wrapping_mul(7919) % 1000) / 1000.0);
+        let wait = if self.role == Role::FrontEnd || self.clock.parent_probed {
+            self.clock.config.first_round_after
+        } else {
+            FIRST_ROUND_UNPROBED
+        };
         let first =
-            ChildClock { next_send: Some(now + config.first_round_after + stagger), ..ChildClock::default() };
+            ChildClock { next_send: Some(now + wait + self.first_round_stagger(c)), ..ChildClock::default() };
         if let Some(old) = self.clock.children.insert(c, first).and_then(|old| old.scheduled) {
             self.clock.due.remove(&(old, c));
         }
         self.clock_reschedule(c);
+    }
+
+    /// Up to four times [`ClockConfig::first_round_after`], by child `c`'s node id:
+    /// the children of one parent are not probed all at once.
+    fn first_round_stagger(&self, c: usize) -> Duration {
+        let node_id = self.children[c].node_id;
+        self.clock
+            .config
+            .first_round_after
+            .mul_f64(4.0 * f64::from(node_id.wrapping_mul(7919) % 1000) / 1000.0)
+    }
+
+    /// This node's first probe from its parent: its own rounds have begun, so the
+    /// whole tree is up; its children's first rounds, held until now, start soon.
+    fn clock_parent_began(&mut self, now: Instant) {
+        self.clock.parent_probed = true;
+        let waiting: Vec<usize> = self
+            .clock
+            .children
+            .iter()
+            .filter(|(_, s)| s.rounds == 0 && s.probes_done == 0 && s.in_flight.is_none())
+            .map(|(&c, _)| c)
+            .collect();
+        for c in waiting {
+            let soon = now + self.clock.config.first_round_after + self.first_round_stagger(c);
+            if let Some(state) = self.clock.children.get_mut(&c) {
+                if state.next_send.is_some_and(|t| t > soon) {
+                    state.next_send = Some(soon);
+                }
+            }
+            self.clock_reschedule(c);
+        }
     }
 
     fn send_probe(&mut self, c: usize, link: LinkId, now: Instant) {
@@ -242,6 +281,9 @@ impl Node {
         if let Some(source) = self.clock.source {
             self.out
                 .control_timed(link, &ControlMsg::ClockReply { seq, sent_ns, child_ns: source.read(now) });
+        }
+        if !self.clock.parent_probed {
+            self.clock_parent_began(now);
         }
     }
 

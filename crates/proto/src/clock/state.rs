@@ -102,9 +102,10 @@ pub struct ClockConfig {
     /// Time between bursts: spread out, they are more likely to catch a moment when
     /// neither end waits for a CPU.
     pub probe_gap: Duration,
-    /// Time from a child joining to its first round (the start-up traffic is over by
-    /// then); each child also waits up to as long again, by its node id, so that the
-    /// children of one parent are not probed all at once.
+    /// Time from a child joining to its first round, or, where this node was not
+    /// probed by its parent yet, from its first probe (the whole tree is up by then);
+    /// each child also waits up to four times as long again, by its node id, so that
+    /// the children of one parent are not probed all at once.
     pub first_round_after: Duration,
 }
 
@@ -179,6 +180,10 @@ pub(crate) struct ClockSync {
     pub(super) due: std::collections::BTreeSet<(Instant, usize)>,
     /// Children the timer looked at so far, for `treecast bench sim`'s per-node costs.
     pub(crate) visits: u64,
+    /// Its parent has probed this node: the front-end's first probes go out once the
+    /// whole tree is up, and each node starts its children's first rounds when its
+    /// own began, so that no round takes CPU from a start-up still under way.
+    pub(super) parent_probed: bool,
     /// Front-end: the latest sample of every node, and how many rounds it has.
     pub(super) samples: BTreeMap<u32, (ClockSample, u32)>,
 }
