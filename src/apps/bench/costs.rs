@@ -55,9 +55,9 @@ pub struct RoundCosts {
     pub inner: PerRound,
     /// The mean back-end.
     pub leaf: PerRound,
-    /// Seconds between the two readings: the round trips, and what reading the
-    /// processes took (when it is far above the round trips' sum, idle work such as
-    /// heartbeats weighs in the figures).
+    /// Seconds from the start of the first reading to the end of the second: the
+    /// round trips and the readings (when it is far above the round trips' sum, idle
+    /// work such as heartbeats weighs in the figures).
     pub window_s: f64,
 }
 
@@ -96,31 +96,35 @@ impl Tracked {
 
     /// CPU seconds the tracked processes and this one have used so far, all together.
     pub(super) fn cpu_so_far_s(&self) -> f64 {
-        let (snap, _) = self.before();
+        let mut snap = Snapshot::default();
+        snap.add_self();
+        for &(pid, place) in &self.0 {
+            snap.add(pid, place);
+        }
         snap.0.values().map(|(_, used)| used.cpu_ns as f64 / 1e9).sum()
     }
 
     /// Opens a window: the tracked processes first, this one (the front-end) last, so
     /// that reading them is not counted as the front-end's work.
     pub(super) fn before(&self) -> (Snapshot, Instant) {
+        let opened = Instant::now();
         let mut snap = Snapshot::default();
         for &(pid, place) in &self.0 {
             snap.add(pid, place);
         }
         snap.add_self();
-        (snap, Instant::now())
+        (snap, opened)
     }
 
     /// Closes the window `before` opened: this process first, then the others; what
     /// each level used per round over `rounds` round trips.
     pub(super) fn after(&self, (before, opened): &(Snapshot, Instant), rounds: usize) -> RoundCosts {
-        let window = opened.elapsed();
         let mut snap = Snapshot::default();
         snap.add_self();
         for &(pid, place) in &self.0 {
             snap.add(pid, place);
         }
-        RoundCosts { window_s: window.as_secs_f64(), ..before.per_round(&snap, rounds) }
+        RoundCosts { window_s: opened.elapsed().as_secs_f64(), ..before.per_round(&snap, rounds) }
     }
 }
 
@@ -160,6 +164,11 @@ impl Snapshot {
             window_s: 0.0,
         }
     }
+}
+
+/// CPU seconds this process has used so far.
+pub(super) fn own_cpu_s() -> f64 {
+    used(std::process::id()).map_or(0.0, |u| u.cpu_ns as f64 / 1e9)
 }
 
 /// The comm nodes (`Inner`) and back-ends (`Leaf`) of `session` on this machine: the

@@ -10,7 +10,7 @@ use anyhow::{ensure, Context};
 use serde::Serialize;
 use treecast_api::{Network, StreamOptions, Topology, TransformKind, Value};
 
-use super::costs::{session_processes, PerRound, Place, RoundCosts, Tracked};
+use super::costs::{own_cpu_s, session_processes, PerRound, Place, RoundCosts, Tracked};
 use super::shared::STEP_LIMIT;
 use crate::apps::cli::MicrobenchArgs;
 use crate::apps::protocol::{TAG_ADD_RANK, TAG_BURST};
@@ -44,10 +44,13 @@ pub struct MicrobenchResult {
     pub commnodes: u32,
     /// Launch until every back-end reported, seconds.
     pub instantiation_s: f64,
-    /// CPU seconds every process of the tree, the front-end included, had used when
-    /// start-up was over: against `instantiation_s` times the cores, whether start-up
-    /// waits for the CPU or for something else.
+    /// CPU seconds the tree's processes had used, and the front-end since the launch
+    /// began, read as soon as start-up was over: against `instantiation_s` times the
+    /// cores, whether start-up waited for the CPU. It includes what the tree did
+    /// while it was read (`startup_cpu_read_s`).
     pub startup_cpu_s: f64,
+    /// Seconds from the end of start-up to the end of that reading.
+    pub startup_cpu_read_s: f64,
     /// Seconds waited after start-up, before the first round trip, for the global
     /// clock's first two rounds to be over (0 with `--at-once`).
     pub clock_settle_s: f64,
@@ -123,13 +126,21 @@ pub(super) async fn run_case(
 ) -> anyhow::Result<MicrobenchResult> {
     let hops = 2 * topology.depth();
     let raw_text = topology.to_mrnet();
+    let before_launch = own_cpu_s();
     let net = crate::apps::settings::builder(topology)?.launch().await?;
+    let launched = Instant::now();
+    // At once, before anything else runs on the tree: what it reads is start-up's
+    // work plus what the tree did while it was read.
+    let tracked = Tracked::session(net.session());
+    let startup_cpu_s = tracked.cpu_so_far_s() - before_launch;
+    let startup_cpu_read_s = launched.elapsed().as_secs_f64();
     let outcome = match monitor {
-        Some(path) => measure_monitored(&net, spec, args, path).await,
-        None => measure(&net, spec, args).await,
+        Some(path) => measure_monitored(&net, spec, args, &tracked, path).await,
+        None => measure(&net, spec, args, &tracked).await,
     };
     net.shutdown().await;
     let mut result = outcome?;
+    (result.startup_cpu_s, result.startup_cpu_read_s) = (startup_cpu_s, startup_cpu_read_s);
     let one_way = tokio::task::spawn_blocking(ping_pong_one_way).await??;
     result.floor_one_way_us = one_way.as_secs_f64() * 1e6;
     result.hops = hops;
@@ -150,10 +161,11 @@ async fn measure_monitored(
     net: &treecast_api::Network,
     spec: &str,
     args: &MicrobenchArgs,
+    tracked: &Tracked,
     path: &std::path::Path,
 ) -> anyhow::Result<MicrobenchResult> {
     warn_unconfirmed(net.monitor_start(MICROBENCH_PROGRAM).await?);
-    let result = measure(net, spec, args).await;
+    let result = measure(net, spec, args, tracked).await;
     warn_unconfirmed(net.monitor_stop().await?);
     let collection = net.monitor_collect(true, Duration::from_secs(30)).await?;
     for missing in &collection.missing {
@@ -271,13 +283,14 @@ async fn paired_rounds(
     record: bool,
 ) -> anyhow::Result<Paired> {
     let mut pairs = Paired::default();
+    let tracked = Tracked::session(net.session());
     for round in 0..rounds {
         for (on, before) in pair_plan(round, record) {
             warn_unconfirmed(match before {
                 Order::Start => net.monitor_start(MICROBENCH_PROGRAM).await?,
                 Order::Stop => net.monitor_stop().await?,
             });
-            let result = measure(net, spec, args).await?;
+            let result = measure(net, spec, args, &tracked).await?;
             warn_unconfirmed(net.monitor_stop().await?);
             match on {
                 true => pairs.on.push(result),
@@ -511,13 +524,16 @@ pub(super) fn echo() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Result<MicrobenchResult> {
+async fn measure(
+    net: &Network,
+    spec: &str,
+    args: &MicrobenchArgs,
+    tracked: &Tracked,
+) -> anyhow::Result<MicrobenchResult> {
     let n = i64::from(net.backends());
     let comm = net.broadcast_communicator();
     let stream = net.new_stream(&comm, StreamOptions::reduce(TransformKind::Sum)).await?;
     let expected = n * (n - 1) / 2;
-    let tracked = Tracked::session(net.session());
-    let startup_cpu_s = tracked.cpu_so_far_s();
     let clock_settle_s = if args.at_once { 0.0 } else { settle_clock(net).await };
     let mut rtts = Vec::with_capacity(args.rt);
     let mut before = None;
@@ -554,7 +570,8 @@ async fn measure(net: &Network, spec: &str, args: &MicrobenchArgs) -> anyhow::Re
         backends: net.backends(),
         commnodes: net.commnodes(),
         instantiation_s: net.startup_time().as_secs_f64(),
-        startup_cpu_s,
+        startup_cpu_s: 0.0,
+        startup_cpu_read_s: 0.0,
         clock_settle_s,
         rtt_us_mean: rtts.iter().sum::<f64>() / rtts.len() as f64,
         rtt_us_median: percentile(&rtts, 0.5),
@@ -581,7 +598,7 @@ const CLOCK_SETTLE_LIMIT: Duration = Duration::from_secs(60);
 async fn settle_clock(net: &Network) -> f64 {
     let t = Instant::now();
     if let Err(e) = net.wait_clock(2, CLOCK_SETTLE_LIMIT).await {
-        eprintln!("microbench: timing while the clock's first rounds may still run: {e}");
+        eprintln!("microbench: warning: timing while the clock's first rounds may still run: {e}");
     }
     t.elapsed().as_secs_f64()
 }
@@ -714,7 +731,7 @@ fn vm_hwm(pid: &str) -> Option<u64> {
 pub(super) fn render(r: &MicrobenchResult) -> String {
     format!(
         "microbench {topo}: {be} back-ends, {cn} comm nodes\n  \
-         instantiation   {inst:.3} s ({cpu:.2} s of CPU in all processes){settle}\n  \
+         instantiation   {inst:.3} s ({cpu:.2} s of CPU in all processes, read within {read:.2} s){settle}\n  \
          round trip      mean {mean:.1} us, median {med:.1} us, p99 {p99:.1} us ({rt} broadcasts + sum reductions)\n  \
          floor           {floor:.1} us = {one_way:.1} us one way (raw Unix-socket ping-pong) x {hops} hops; round trip {ratio:.1}x the floor\n  \
          raw tree        {raw:.1} us median round trip of the same tree of processes relaying one byte; round trip {raw_ratio:.2}x the raw tree\n  \
@@ -726,6 +743,7 @@ pub(super) fn render(r: &MicrobenchResult) -> String {
         cn = r.commnodes,
         inst = r.instantiation_s,
         cpu = r.startup_cpu_s,
+        read = r.startup_cpu_read_s,
         settle = if r.clock_settle_s > 0.0 {
             format!(", then {:.3} s until the clock's first two rounds were over", r.clock_settle_s)
         } else {
@@ -799,6 +817,7 @@ mod tests {
             commnodes,
             instantiation_s: 0.1,
             startup_cpu_s: 0.5,
+            startup_cpu_read_s: 0.01,
             clock_settle_s: 0.0,
             rtt_us_mean: 50.0,
             rtt_us_median: 50.0,
