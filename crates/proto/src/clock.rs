@@ -243,10 +243,10 @@ impl Node {
             .mul_f64(4.0 * f64::from(node_id.wrapping_mul(7919) % 1000) / 1000.0)
     }
 
-    /// This node's first probe from its parent: its own rounds have begun, so the
-    /// whole tree is up; its children's first rounds, held until now, start soon.
-    fn clock_parent_began(&mut self, now: Instant) {
-        self.clock.parent_probed = true;
+    /// This node's children may be measured now: the front-end's once every back-end
+    /// has reported, any other node's once its parent first probed it (so the whole
+    /// tree is up). Each child not measured yet starts its first round soon, staggered.
+    pub(super) fn clock_children_begin(&mut self, now: Instant) {
         let waiting: Vec<usize> = self
             .clock
             .children
@@ -257,9 +257,7 @@ impl Node {
         for c in waiting {
             let soon = now + self.clock.config.first_round_after + self.first_round_stagger(c);
             if let Some(state) = self.clock.children.get_mut(&c) {
-                if state.next_send.is_some_and(|t| t > soon) {
-                    state.next_send = Some(soon);
-                }
+                state.next_send = Some(soon);
             }
             self.clock_reschedule(c);
         }
@@ -283,7 +281,8 @@ impl Node {
                 .control_timed(link, &ControlMsg::ClockReply { seq, sent_ns, child_ns: source.read(now) });
         }
         if !self.clock.parent_probed {
-            self.clock_parent_began(now);
+            self.clock.parent_probed = true;
+            self.clock_children_begin(now);
         }
     }
 

@@ -948,7 +948,7 @@ impl Node {
     }
 
     /// Once every child joined or was given up on, the node joins its parent.
-    fn maybe_ready(&mut self, _now: Instant) {
+    fn maybe_ready(&mut self, now: Instant) {
         if self.phase != Phase::Starting {
             return;
         }
@@ -969,6 +969,10 @@ impl Node {
             return self.startup_failed(message);
         }
         self.phase = Phase::Running;
+        if self.role == Role::FrontEnd {
+            // Every child's first round was due at once; spread out instead.
+            self.clock_children_begin(now);
+        }
         let commnodes = self.commnodes_below() + u32::from(self.role == Role::CommNode);
         match self.parent {
             Some(parent) => {

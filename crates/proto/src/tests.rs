@@ -1694,9 +1694,9 @@ fn probes_until(n: &mut Node, link: LinkId, until: Instant) -> usize {
 
 #[test]
 fn a_comm_node_probes_its_children_only_once_its_parent_probed_it() {
-    // Rounds during start-up take the CPU start-up needs: at 1,000 local back-ends,
-    // the first rounds made start-up 60 % longer. The front-end begins once the whole
-    // tree is up, and each level when its own round began.
+    // Rounds during start-up take the CPU start-up needs: at 1,000 local back-ends
+    // on 2 cores, the first rounds made start-up two thirds longer. The front-end
+    // begins once the whole tree is up, and each level when its own round began.
     let t0 = Instant::now();
     let config = ClockConfig::default();
     let usual = config.first_round_after * 5;
@@ -1717,4 +1717,47 @@ fn a_comm_node_probes_its_children_only_once_its_parent_probed_it() {
     let late = t0 + clock::FIRST_ROUND_UNPROBED;
     assert_eq!(probes_until(&mut cn, links[1], late - Duration::from_millis(1)), 0);
     assert_eq!(probes_until(&mut cn, links[1], late + usual), 1);
+}
+
+#[test]
+fn the_front_end_spreads_its_childrens_first_rounds_once_the_tree_is_up() {
+    // Due since they joined, every child's first round went at once when start-up
+    // ended: on a flat tree, every back-end probed in the same instant.
+    let t0 = Instant::now();
+    let config = ClockConfig::default();
+    let mut fe = node(Role::FrontEnd, 0);
+    fe.set_clock(ClockSource::new(t0, 1_000_000_000_000), config);
+    fe.handle_command(Command::Launch(Box::new(plan("h:0 => h:1 h:2 ;", 0, false))), t0).unwrap();
+    let links = ids(2);
+    for (i, &l) in links.iter().enumerate() {
+        fe.handle_link_up(l, Peer::Child { node_id: i as u32 + 1 }, t0);
+    }
+    // Node 1 joins at once, node 2 three seconds later, which ends start-up.
+    let up = t0 + Duration::from_secs(3);
+    for (i, (&l, at)) in links.iter().zip([t0, up]).enumerate() {
+        fe.handle_frame(l, control(&ControlMsg::Join { ranks: RankSet::single(i as u32), commnodes: 0 }), at);
+    }
+    assert!(fe.is_running());
+    // Probes sent per link (node 1's, node 2's) while the timers run up to `until`.
+    let mut probes = |until: Instant| {
+        let mut sent = [0, 0];
+        loop {
+            for t in transmits(&mut fe) {
+                if matches!(ControlMsg::decode(&t.frame.payload), Ok(ControlMsg::ClockProbe { .. })) {
+                    let i = links.iter().position(|l| t.to.links() == [*l]).unwrap();
+                    sent[i] += 1;
+                }
+            }
+            match fe.poll_timeout() {
+                Some(at) if at <= until => fe.handle_timeout(at),
+                _ => return sent,
+            }
+        }
+    };
+    // Node 2's first round starts 50 + 167.6 ms after, node 1's 50 + 183.8 ms after.
+    let node_2 = up + config.first_round_after + Duration::from_micros(167_600);
+    let node_1 = up + config.first_round_after + Duration::from_micros(183_800);
+    assert_eq!(probes(node_2 - Duration::from_micros(100)), [0, 0]);
+    assert_eq!(probes(node_1 - Duration::from_micros(100)), [0, 1]);
+    assert_eq!(probes(node_1 + Duration::from_micros(100)), [1, 0]);
 }
