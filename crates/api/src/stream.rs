@@ -158,7 +158,7 @@ pub(crate) async fn send_with_credit<T: WaitsForCredit>(
     std::future::poll_fn(|cx| {
         let mut d = lock(shared);
         let Some(f) = frame.take() else { return Poll::Ready(Ok(())) };
-        match d.command(Command::Send(f)) {
+        match d.send(f) {
             Ok(()) => Poll::Ready(Ok(())),
             Err(CommandError::Blocked(back)) => {
                 frame = Some(back);

@@ -26,8 +26,9 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 /// `%d x` → `%d` (x + rank); a tag not listed here → `%d` rank.
 const TAG_ADD: i32 = 1;
-/// Rank 2 first sends `%s` (refused at its `send`), then `%d 100` if the refusal said
-/// what it should and `%d -100` if not; the others answer `%d` rank.
+/// Rank 2 first sends `%s` twice (refused at its `send` both times), then `%d` with a
+/// string (refused too), then `%d 100` if every refusal was as it should be and
+/// `%d -100` if not; the others answer `%d` rank.
 const TAG_WRONG_TYPE: i32 = 2;
 /// → `%d` (rank % 2), for the equivalence-class filter.
 const TAG_PARITY: i32 = 3;
@@ -146,14 +147,22 @@ async fn back_end() -> Outcome {
                 be.send(stream, tag, "%d", &[Value::Int(x + rank as i32)]).await?;
             }
             TAG_WRONG_TYPE if rank == 2 => {
-                let refused = be.send(stream, tag, "%s", &[Value::from("two")]).await;
-                let said = refused.map_err(|e| e.to_string()).err().unwrap_or_default();
-                let right = said.starts_with("stream ")
-                    && said.contains("sum cannot add %s")
-                    && said.contains("nothing was sent");
-                if !right {
-                    eprintln!("rank 2's refused send said: {said:?}");
+                // Twice: a refused format is refused again, and the refusal does not
+                // stick to the next send.
+                let mut right = true;
+                for _ in 0..2 {
+                    let refused = be.send(stream, tag, "%s", &[Value::from("two")]).await;
+                    let said = refused.map_err(|e| e.to_string()).err().unwrap_or_default();
+                    let as_it_should = said.starts_with("stream ")
+                        && said.contains("sum cannot add %s")
+                        && said.contains("nothing was sent");
+                    if !as_it_should {
+                        eprintln!("rank 2's refused send said: {said:?}");
+                    }
+                    right &= as_it_should;
                 }
+                let mismatched = be.send(stream, tag, "%d", &[Value::from("x")]).await;
+                right &= mismatched.is_err();
                 be.send(stream, tag, "%d", &[Value::Int(if right { 100 } else { -100 })]).await?;
             }
             TAG_PARITY => be.send(stream, tag, "%d", &[Value::Int(rank as i32 % 2)]).await?,
@@ -376,6 +385,9 @@ fn wrong_type() -> Outcome {
         );
         let shown = event.map(|e| e.to_string()).unwrap_or_default();
         check!(shown.starts_with(&format!("stream {stream}: the packet of rank 2 was refused:")), "{shown}");
+        // The second refusal is reported too.
+        let again = tokio::time::timeout(LIMIT, net.next_event()).await?;
+        check!(matches!(again, Some(Event::FilterError { rank: 2, .. })), "{again:?}");
         // Rank 2 saw the error itself (100, not -100), then sent what the filter takes.
         let sum = s.recv_timeout(LIMIT).await?.unpack("%d")?[0].as_i64();
         check!(sum == Some(1 + 3 + 100), "{sum:?}");

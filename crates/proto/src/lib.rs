@@ -569,6 +569,24 @@ impl Node {
         }
     }
 
+    /// [`Command::Send`]'s frame from the tool: the one command the core takes no time
+    /// for, so that a driver hands the packets of a burst over without reading a clock.
+    ///
+    /// # Errors
+    /// As [`Node::handle_command`] for [`Command::Send`].
+    pub fn handle_send(&mut self, frame: Frame) -> Result<(), CommandError> {
+        if self.phase == Phase::Over {
+            return Err(CommandError::ShutDown);
+        }
+        if frame.header.kind != FrameKind::Peer {
+            self.send_from_tool(frame)
+        } else if frame.header.flags & treecast_wire::FLAG_PEER_COLL != 0 {
+            self.send_collective(frame)
+        } else {
+            self.send_peer(frame)
+        }
+    }
+
     /// A command from the tool or the driver.
     ///
     /// # Errors
@@ -646,14 +664,7 @@ impl Node {
             }
             Command::NewStream(spec) => self.open_stream(spec),
             Command::CloseStream(id) => self.close_stream_from_tool(id),
-            Command::Send(frame)
-                if frame.header.kind == FrameKind::Peer
-                    && frame.header.flags & treecast_wire::FLAG_PEER_COLL != 0 =>
-            {
-                self.send_collective(frame)
-            }
-            Command::Send(frame) if frame.header.kind == FrameKind::Peer => self.send_peer(frame),
-            Command::Send(frame) => self.send_from_tool(frame),
+            Command::Send(frame) => self.handle_send(frame),
             Command::ReportFilterError { stream, message } => {
                 let Role::BackEnd { rank, .. } = self.role else {
                     return Err(CommandError::NotNow("only a back-end reports its own refused packets"));
