@@ -97,9 +97,12 @@ int main(int argc, char **argv) {
 
   // Timed once the global clock's first two rounds are over, as `treecast bench
   // microbench` times: they probe every link and take CPU from the round trips.
-  char *clock = NULL;
-  CHECK(tc_network_clock(net, 2, 60000, &clock));
-  tc_string_free(clock);
+  // Past the limit it times anyway, as the Rust benchmark does, and says so.
+  char *clock_json = NULL;
+  if (tc_network_clock(net, 2, 60000, &clock_json) != TC_OK)
+    fprintf(stderr, "microbench: warning: timing while the clock's first rounds may still run: %s\n",
+            tc_last_error());
+  tc_string_free(clock_json);
 
   int64_t n = tc_network_backends(net);
   tc_communicator *all;

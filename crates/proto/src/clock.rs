@@ -79,8 +79,9 @@ fn estimate(samples: &[Probe], drift_ppb: i64, drift_error_ppb: u64) -> Option<E
 }
 
 /// How long after joining a child's first round starts when this node's parent has
-/// not probed it by then (a parent without a clock); once it does, the children's
-/// first rounds are brought forward to [`ClockConfig::first_round_after`] from then.
+/// not probed it by then (a parent without a clock); once it does, the first rounds
+/// of the children not measured yet start [`ClockConfig::first_round_after`] (and
+/// their stagger) from then.
 pub(crate) const FIRST_ROUND_UNPROBED: Duration = Duration::from_secs(5);
 
 /// Most probes per round, and per burst, a plan may ask for.

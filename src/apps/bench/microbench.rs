@@ -47,7 +47,8 @@ pub struct MicrobenchResult {
     /// CPU seconds the tree's processes had used, and the front-end since the launch
     /// began, read as soon as start-up was over: against `instantiation_s` times the
     /// cores, whether start-up waited for the CPU. It includes what the tree did
-    /// while it was read (`startup_cpu_read_s`).
+    /// while it was read (`startup_cpu_read_s`) and the front-end's search of
+    /// `/proc` for the tree's processes.
     pub startup_cpu_s: f64,
     /// Seconds from the end of start-up to the end of that reading.
     pub startup_cpu_read_s: f64,
