@@ -215,13 +215,13 @@ impl Node {
         self.clock.due.first().map(|&(at, _)| at)
     }
 
-    /// Child `c` joined: its first round is scheduled, soon where this node's own
-    /// clock rounds have begun (or it is the front-end), else once they begin.
+    /// Child `c` joined: its first round is scheduled, soon where this node's
+    /// children may be measured, else once they may ([`Node::clock_children_begin`]).
     pub(super) fn clock_child_joined(&mut self, c: usize, now: Instant) {
         if self.clock.source.is_none() {
             return;
         }
-        let wait = if self.role == Role::FrontEnd || self.clock.parent_probed {
+        let wait = if self.clock.children_may_begin {
             self.clock.config.first_round_after
         } else {
             FIRST_ROUND_UNPROBED
@@ -248,6 +248,7 @@ impl Node {
     /// has reported, any other node's once its parent first probed it (so the whole
     /// tree is up). Each child not measured yet starts its first round soon, staggered.
     pub(super) fn clock_children_begin(&mut self, now: Instant) {
+        self.clock.children_may_begin = true;
         let waiting: Vec<usize> = self
             .clock
             .children
@@ -281,8 +282,7 @@ impl Node {
             self.out
                 .control_timed(link, &ControlMsg::ClockReply { seq, sent_ns, child_ns: source.read(now) });
         }
-        if !self.clock.parent_probed {
-            self.clock.parent_probed = true;
+        if !self.clock.children_may_begin {
             self.clock_children_begin(now);
         }
     }

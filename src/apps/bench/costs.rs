@@ -94,37 +94,44 @@ impl Tracked {
         Tracked(relays)
     }
 
+    /// The tracked processes, each with its place in the tree.
+    pub(super) fn processes(&self) -> &[(u32, Place)] {
+        &self.0
+    }
+
     /// CPU seconds the tracked processes and this one have used so far, all together.
     pub(super) fn cpu_so_far_s(&self) -> f64 {
-        let mut snap = Snapshot::default();
-        snap.add_self();
-        for &(pid, place) in &self.0 {
-            snap.add(pid, place);
-        }
-        snap.0.values().map(|(_, used)| used.cpu_ns as f64 / 1e9).sum()
+        self.read(true).0.values().map(|(_, used)| used.cpu_ns as f64 / 1e9).sum()
     }
 
     /// Opens a window: the tracked processes first, this one (the front-end) last, so
     /// that reading them is not counted as the front-end's work.
     pub(super) fn before(&self) -> (Snapshot, Instant) {
         let opened = Instant::now();
-        let mut snap = Snapshot::default();
-        for &(pid, place) in &self.0 {
-            snap.add(pid, place);
-        }
-        snap.add_self();
-        (snap, opened)
+        (self.read(false), opened)
     }
 
     /// Closes the window `before` opened: this process first, then the others; what
     /// each level used per round over `rounds` round trips.
     pub(super) fn after(&self, (before, opened): &(Snapshot, Instant), rounds: usize) -> RoundCosts {
+        let after = self.read(true);
+        RoundCosts { window_s: opened.elapsed().as_secs_f64(), ..before.per_round(&after, rounds) }
+    }
+
+    /// What this process and the tracked ones have used so far, this one read first
+    /// or last.
+    fn read(&self, front_end_first: bool) -> Snapshot {
         let mut snap = Snapshot::default();
-        snap.add_self();
+        if front_end_first {
+            snap.add_self();
+        }
         for &(pid, place) in &self.0 {
             snap.add(pid, place);
         }
-        RoundCosts { window_s: opened.elapsed().as_secs_f64(), ..before.per_round(&snap, rounds) }
+        if !front_end_first {
+            snap.add_self();
+        }
+        snap
     }
 }
 

@@ -10,7 +10,7 @@ use anyhow::{ensure, Context};
 use serde::Serialize;
 use treecast_api::{Network, StreamOptions, Topology, TransformKind, Value};
 
-use super::costs::{own_cpu_s, session_processes, PerRound, Place, RoundCosts, Tracked};
+use super::costs::{own_cpu_s, PerRound, Place, RoundCosts, Tracked};
 use super::shared::STEP_LIMIT;
 use crate::apps::cli::MicrobenchArgs;
 use crate::apps::protocol::{TAG_ADD_RANK, TAG_BURST};
@@ -578,7 +578,7 @@ async fn measure(
         rtt_us_median: percentile(&rtts, 0.5),
         rtt_us_p99: percentile(&rtts, 0.99),
         reductions_per_s: args.tp as f64 / tp_secs,
-        peak_rss_kb: peak_rss(net.session()),
+        peak_rss_kb: peak_rss(tracked),
         rt_iterations: args.rt,
         tp_iterations: args.tp,
         floor_one_way_us: 0.0,
@@ -696,10 +696,10 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted.get(idx).copied().unwrap_or(f64::NAN)
 }
 
-/// Peak RSS (VmHWM) of this process and of every process of the session.
-fn peak_rss(session: &str) -> PeakRss {
+/// Peak RSS (VmHWM) of this process and of every process of the tree.
+fn peak_rss(tracked: &Tracked) -> PeakRss {
     let mut rss = PeakRss { frontend: vm_hwm("self").unwrap_or(0), ..PeakRss::default() };
-    for (pid, place) in session_processes(session) {
+    for &(pid, place) in tracked.processes() {
         let pid = pid.to_string();
         let kb = vm_hwm(&pid).unwrap_or(0);
         match place {

@@ -180,10 +180,10 @@ pub(crate) struct ClockSync {
     pub(super) due: std::collections::BTreeSet<(Instant, usize)>,
     /// Children the timer looked at so far, for `treecast bench sim`'s per-node costs.
     pub(crate) visits: u64,
-    /// Its parent has probed this node: the front-end's first probes go out once the
-    /// whole tree is up, and each node starts its children's first rounds when its
-    /// own began, so that no round takes CPU from a start-up still under way.
-    pub(super) parent_probed: bool,
+    /// This node's children may be measured: the whole tree is up (the front-end's
+    /// start-up is over, or this node's parent has probed it), so that no round takes
+    /// CPU from a start-up still under way.
+    pub(super) children_may_begin: bool,
     /// Front-end: the latest sample of every node, and how many rounds it has.
     pub(super) samples: BTreeMap<u32, (ClockSample, u32)>,
 }
