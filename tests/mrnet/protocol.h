@@ -2,7 +2,12 @@
 #ifndef TESTS_MRNET_PROTOCOL_H
 #define TESTS_MRNET_PROTOCOL_H
 
+/* The C back-end (be_lightweight.c) takes the tags from the lightweight library's headers. */
+#ifdef __cplusplus
 #include "mrnet/Types.h"
+#else
+#include "mrnet_lightweight/Types.h"
+#endif
 
 enum {
     TAG_VALUE = FirstApplicationTag, /* "%d" x down; each back-end answers (rank + 1) * x */

@@ -113,8 +113,9 @@ struct NetworkImpl {
 
     NetworkImpl()
         : fe(false), net(NULL), be(NULL), data_fd(-1), rank(UnknownRank), bcast(NULL), topo(NULL),
-          adapter_loaded(false), p2p(NULL), next_stream(0), shutdown(false), stop(false), events_wanted(false),
-          attach(ATTACH_NONE), attach_backends(0), attach_ms(0), last_flush_ns(INT64_MIN / 2) {}
+          adapter_loaded(false), p2p(NULL), next_stream(0), shutdown(false), stop(false),
+          last_flush_ns(INT64_MIN / 2), events_wanted(false), attach(ATTACH_NONE), attach_backends(0),
+          attach_ms(0) {}
 };
 
 /* Attach mode: waits until every back-end attached (or the launch failed); true when

@@ -2,7 +2,8 @@
 //! lays out an install prefix from this build, the MRNet-style programs of `tests/mrnet`
 //! (a front-end, a back-end and a filter function, written against MRNet 5.0.1's headers)
 //! are compiled with g++ against it as MRNet tools are, and run on a local tree of 2 comm
-//! nodes over 4 back-ends: once linked to libmrnet.so, once to the static libraries.
+//! nodes over 4 back-ends: once linked to libmrnet.so, once to the static libraries, and
+//! over back-ends written in C on MRNet's lightweight library (`be_lightweight.c`).
 //! Then back-ends given MRNet's arguments join a tree in attach mode through its
 //! attach file (`tests/mrnet/attach.cpp`), and an MRNet front-end in attach mode starts
 //! its back-ends itself under the leaves it reads, as STAT does (`tests/mrnet/attach_fe.cpp`).
@@ -53,6 +54,13 @@ fn gxx(prefix: &Path) -> Command {
     let mut c = Command::new("g++");
     c.args(["-std=c++11", "-g", "-Wall", "-Wextra", "-Werror"])
         .arg(format!("-I{}/include", prefix.display()));
+    c
+}
+
+/// The C compiler with the prefix's headers, as MRNet's lightweight programs are built.
+fn gcc(prefix: &Path) -> Command {
+    let mut c = Command::new("cc");
+    c.args(["-g", "-Wall", "-Wextra", "-Werror"]).arg(format!("-I{}/include", prefix.display()));
     c
 }
 
@@ -116,6 +124,12 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
         "lib/libmrnet.a",
         "lib/libxplat.so",
         "lib/libxplat.a",
+        "include/mrnet_lightweight/MRNet.h",
+        "include/xplat_lightweight/NetUtils.h",
+        "lib/libmrnet_lightweight.so",
+        "lib/libmrnet_lightweight.a",
+        "lib/libxplat_lightweight.so",
+        "lib/libxplat_lightweight.a",
         "bin/mrnet_commnode",
     ] {
         assert!(prefix.join(f).exists(), "the prefix has no {f}");
@@ -161,6 +175,28 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
     for front_end in [&fe, &fe_static] {
         let out = run_front_end(front_end, &[&topology, &be, &filter, dir], &[], dir);
         assert!(out.contains("mrnet-compat: ok"), "{} printed:\n{out}", front_end.display());
+    }
+
+    // The same front-end over back-ends written in C on MRNet's lightweight library,
+    // compiled by a C compiler as MRNet's lightweight programs are: shared, then static.
+    let (be_lw, be_lw_static) = (dir.join("be_lightweight"), dir.join("be_lightweight_static"));
+    let mut c = gcc(&prefix);
+    c.arg("-o").arg(&be_lw).arg(src.join("be_lightweight.c")).arg(format!("-L{}", lib.display()));
+    c.args(["-lmrnet_lightweight", "-lxplat_lightweight"]).arg(format!("-Wl,-rpath,{}", lib.display()));
+    must(&mut c, "compiling tests/mrnet/be_lightweight.c against libmrnet_lightweight.so");
+    let mut c = gcc(&prefix);
+    c.arg("-o").arg(&be_lw_static).arg(src.join("be_lightweight.c")).arg(format!("-L{}", lib.display()));
+    c.args(["-Wl,-Bstatic", "-lmrnet_lightweight", "-lxplat_lightweight", "-Wl,-Bdynamic"]).args([
+        "-lstdc++",
+        "-lpthread",
+        "-ldl",
+        "-lm",
+    ]);
+    must(&mut c, "compiling tests/mrnet/be_lightweight.c against libmrnet_lightweight.a");
+    for back_end in [&be_lw, &be_lw_static] {
+        let args = [topology.as_path(), back_end, filter.as_path(), dir, Path::new("lightweight")];
+        let out = run_front_end(&fe, &args, &[], dir);
+        assert!(out.contains("mrnet-compat: ok"), "fe over {} printed:\n{out}", back_end.display());
     }
     let attach = dir.join("attach");
     let mut c = gxx(&prefix);
