@@ -133,7 +133,7 @@ def gen_values():
     return out
 
 
-PROTOCOL_VERSION = 10
+PROTOCOL_VERSION = 11
 KINDS = {"data": 1, "control": 2, "credit": 3, "peer": 5}
 
 
@@ -404,7 +404,8 @@ def enc_control(m):
             out += i64(s["drift_ppb"]) + u64(s["drift_error_ppb"]) + i64(s["measured_ns"])
         return out
     if t == "fallback":
-        return bytes([14]) + enc_str(m["address"])
+        further = m["further"]
+        return bytes([14]) + enc_str(m["address"]) + u32(len(further)) + b"".join(enc_str(a) for a in further)
     if t == "rejoin":
         out = bytes([15]) + enc_ranks(m["ranks"]) + u32(m["commnodes"]) + enc_str(m["name"])
         return out + u32(len(m["streams"])) + b"".join(u32(i) for i in m["streams"])
@@ -653,8 +654,12 @@ CONTROL_CASES = [
         },
     ),
     ("clock report empty", {"type": "clock_report", "samples": []}),
-    ("fallback", {"type": "fallback", "address": "unix:@treecast-5f3a-1"}),
-    ("fallback nowhere", {"type": "fallback", "address": ""}),
+    ("fallback", {"type": "fallback", "address": "unix:@treecast-5f3a-1", "further": []}),
+    (
+        "fallback with ancestors",
+        {"type": "fallback", "address": "unix:@treecast-5f3a-1", "further": ["10.0.0.2:7000", "10.0.0.1:7000"]},
+    ),
+    ("fallback nowhere", {"type": "fallback", "address": "", "further": []}),
     (
         "rejoin",
         {"type": "rejoin", "ranks": "4-7", "commnodes": 1, "name": "comm node n2 (node 3)", "streams": [1, 4294967295]},

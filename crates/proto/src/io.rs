@@ -161,6 +161,9 @@ pub enum Event {
     Rejoin {
         /// Where the new parent listens.
         address: String,
+        /// How long this try may take before it counts as failed (the core's share
+        /// of the rejoin limit: further ancestors are tried after it).
+        within: Duration,
     },
     /// The global clock measured a link's peer: its clock against this node's, for
     /// the route to correct the net latency of the peer's frames.

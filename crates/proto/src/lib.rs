@@ -498,7 +498,9 @@ impl Node {
                         self.on_clock_reply(c, seq, (sent_ns, child_ns, answered_ns), now)
                     }
                     (LinkRole::Child(_), ControlMsg::ClockReport { samples }) => self.clock_report(samples),
-                    (LinkRole::Parent, ControlMsg::Fallback { address }) => self.on_fallback(address),
+                    (LinkRole::Parent, ControlMsg::Fallback { address, further }) => {
+                        self.on_fallback(address, further)
+                    }
                     (LinkRole::Child(c), ControlMsg::Rejoin { ranks, commnodes, name, streams }) => {
                         self.on_rejoin(c, ranks, commnodes, name, streams, now)
                     }
@@ -543,7 +545,7 @@ impl Node {
                 self.parent = None;
                 if self.recovery.rejoining.is_some() {
                     let why = reason.unwrap_or_else(|| "the new parent closed the link".into());
-                    return self.rejoin_failed(why);
+                    return self.rejoin_failed(why, now);
                 }
                 let why = reason.as_deref().unwrap_or("the parent closed the link");
                 if self.try_rejoin(why, now) {
@@ -659,7 +661,7 @@ impl Node {
             }
             Command::CloseRemote { index } => self.close_remote(index, now),
             Command::RejoinFailed { reason } => {
-                self.rejoin_failed(reason);
+                self.rejoin_failed(reason, now);
                 Ok(())
             }
             Command::NewStream(spec) => self.open_stream(spec),

@@ -26,7 +26,7 @@ pub(crate) mod state;
 
 use std::time::{Duration, Instant};
 
-use treecast_wire::{ControlMsg, RankSet};
+use treecast_wire::{ControlMsg, RankSet, MAX_FALLBACKS};
 
 use super::{EndReason, Event, LinkId, LinkRole, Node, Phase, Role};
 use crate::startup::state::{Child, ChildState};
@@ -65,26 +65,47 @@ impl Node {
     /// The parent link is gone: returns true when this node goes looking for a new
     /// parent (recovery on, a fallback known, the tree running); false to shut down.
     pub(super) fn try_rejoin(&mut self, why: &str, now: Instant) -> bool {
-        let (Some(limit), Some(address)) = (self.recovery.rejoin, self.recovery.fallback.clone()) else {
-            return false;
-        };
-        if address.is_empty() || self.phase != Phase::Running || self.recovery.rejoining.is_some() {
+        let Some(limit) = self.recovery.rejoin else { return false };
+        if self.recovery.fallback.is_empty()
+            || self.phase != Phase::Running
+            || self.recovery.rejoining.is_some()
+        {
             return false;
         }
-        tracing::info!(node = %self.name, "lost the parent ({why}); rejoining at {address}");
+        let mut addresses = self.recovery.fallback.clone();
+        let first = addresses.remove(0);
+        tracing::info!(node = %self.name, "lost the parent ({why}); rejoining at {first}");
         self.recovery.rejoining = Some(now + limit);
+        self.recovery.untried = addresses;
         self.streams_orphaned();
-        self.out.event(Event::Rejoin { address });
+        self.rejoin_at(first, now);
         true
     }
 
-    /// The driver could not reach the fallback address, or the deadline passed.
-    pub(super) fn rejoin_failed(&mut self, reason: String) {
-        if self.recovery.rejoining.take().is_none() {
-            return;
+    /// Asks the driver to connect to `address`, with a share of the time left: when
+    /// the nearest ancestor is stopped (or lost too) a connection to it never ends,
+    /// and the ones above must still get their turn.
+    fn rejoin_at(&mut self, address: String, now: Instant) {
+        let left = self.recovery.rejoining.map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+        let within = left / (1 + self.recovery.untried.len() as u32);
+        self.recovery.trying = Some(address.clone());
+        self.out.event(Event::Rejoin { address, within });
+    }
+
+    /// The driver could not reach the address tried (or its share of the time ran
+    /// out): the next ancestor is tried; with none left, or the deadline passed, this
+    /// node shuts down.
+    pub(super) fn rejoin_failed(&mut self, reason: String, now: Instant) {
+        let Some(deadline) = self.recovery.rejoining else { return };
+        let tried = self.recovery.trying.take().unwrap_or_default();
+        if deadline > now && !self.recovery.untried.is_empty() {
+            let next = self.recovery.untried.remove(0);
+            tracing::info!(node = %self.name, "could not rejoin at {tried} ({reason}); trying {next}");
+            return self.rejoin_at(next, now);
         }
-        let address = self.recovery.fallback.clone().unwrap_or_default();
-        let error = format!("the parent was lost and this node could not rejoin at {address}: {reason}");
+        self.recovery.rejoining = None;
+        self.recovery.untried.clear();
+        let error = format!("the parent was lost and this node could not rejoin at {tried}: {reason}");
         self.shut_down(EndReason::ParentFailed { error });
     }
 
@@ -100,14 +121,24 @@ impl Node {
         streams.sort_unstable();
         let name = self.name.clone();
         self.out.control(link, &ControlMsg::Rejoin { ranks, commnodes, name, streams });
-        self.recovery.parent_address = self.recovery.fallback.clone();
+        self.recovery.parent_address = self.recovery.trying.clone();
     }
 
-    /// The parent says where this node's children rejoin if this node is lost. While
-    /// rejoining, it is also the new parent's welcome.
-    pub(super) fn on_fallback(&mut self, address: String) {
-        self.recovery.fallback = Some(address);
+    /// The parent says where this node's children rejoin if this node is lost (and
+    /// the ancestors above that). While rejoining, it is also the new parent's welcome.
+    pub(super) fn on_fallback(&mut self, address: String, further: Vec<String>) {
+        let fallback: Vec<String> =
+            std::iter::once(address).chain(further).filter(|a| !a.is_empty()).take(MAX_FALLBACKS).collect();
+        let changed = fallback != self.recovery.fallback;
+        self.recovery.fallback = fallback;
+        if self.recovery.rejoining.is_none() && changed {
+            // Children that joined before this node heard its own fallbacks would
+            // otherwise know only this node's parent.
+            self.send_fallback_to_children();
+        }
         if self.recovery.rejoining.take().is_some() {
+            self.recovery.trying = None;
+            self.recovery.untried.clear();
             let parent = self.recovery.parent_address.clone().unwrap_or_default();
             tracing::info!(node = %self.name, "rejoined the tree at {parent}");
             // Until the new parent announces the streams it keeps (next), nothing of
@@ -124,16 +155,24 @@ impl Node {
     pub(super) fn send_fallback_to_children(&mut self) {
         let links: Vec<LinkId> =
             self.children.iter().filter(|c| c.state == ChildState::Joined).filter_map(|c| c.link).collect();
-        let msg = ControlMsg::Fallback { address: self.recovery.parent_address.clone().unwrap_or_default() };
+        let msg = self.fallback_for_children();
         self.control_to(links, &msg);
     }
 
     /// Tells child `c` where to rejoin if this node is lost.
     pub(super) fn send_fallback(&mut self, c: usize) {
         if let Some(link) = self.children[c].link {
-            let address = self.recovery.parent_address.clone().unwrap_or_default();
-            self.out.control(link, &ControlMsg::Fallback { address });
+            let msg = self.fallback_for_children();
+            self.out.control(link, &msg);
         }
+    }
+
+    /// This node's parent, then this node's own fallbacks: its children's ancestors
+    /// above it, nearest first.
+    fn fallback_for_children(&self) -> ControlMsg {
+        let address = self.recovery.parent_address.clone().unwrap_or_default();
+        let further = self.recovery.fallback.iter().take(MAX_FALLBACKS - 1).cloned().collect();
+        ControlMsg::Fallback { address, further }
     }
 
     /// A link proved a node id this node did not start: an orphan of a lost comm
@@ -320,7 +359,8 @@ impl Node {
     pub(super) fn recovery_timeout(&mut self, now: Instant) {
         if self.recovery.rejoining.is_some_and(|d| d <= now) {
             let secs = self.recovery.rejoin.map_or(0.0, |d| d.as_secs_f64());
-            self.rejoin_failed(format!("no new parent within {secs:.1} s"));
+            self.recovery.untried.clear();
+            self.rejoin_failed(format!("no new parent within {secs:.1} s"), now);
             return;
         }
         let due: Vec<Awaited> = {

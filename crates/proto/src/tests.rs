@@ -813,11 +813,12 @@ fn a_backend_that_loses_its_parent_rejoins_at_its_fallback_and_says_what_it_brin
     let t0 = Instant::now();
     let l = ids(2);
     let mut be = placed_backend(member(7, 3, 4, 10_000), l[0], t0);
-    be.handle_frame(l[0], control(&ControlMsg::Fallback { address: "unix:@gp".into() }), t0);
+    be.handle_frame(l[0], control(&fallback("unix:@gp", &[])), t0);
     transmits(&mut be);
     events(&mut be);
     be.handle_link_closed(l[0], None, t0);
-    assert_eq!(events(&mut be), vec![Event::Rejoin { address: "unix:@gp".into() }]);
+    let within = be.rejoin_limit().unwrap();
+    assert_eq!(events(&mut be), vec![Event::Rejoin { address: "unix:@gp".into(), within }]);
     assert!(be.is_rejoining());
     be.handle_link_up(l[1], Peer::Parent, t0);
     let sent = transmits(&mut be);
@@ -825,12 +826,61 @@ fn a_backend_that_loses_its_parent_rejoins_at_its_fallback_and_says_what_it_brin
     assert!(
         matches!(rejoin, ControlMsg::Rejoin { ref ranks, commnodes: 0, .. } if *ranks == RankSet::single(3))
     );
-    be.handle_frame(l[1], control(&ControlMsg::Fallback { address: String::new() }), t0);
+    be.handle_frame(l[1], control(&fallback("", &[])), t0);
     assert!(!be.is_rejoining());
     assert!(events(&mut be).contains(&Event::ParentChanged { parent: "unix:@gp".into() }));
     // With no new parent in time, it ends.
     be.handle_link_closed(l[1], None, t0);
     assert!(be.is_over(), "no fallback: nowhere to rejoin");
+}
+
+/// A parent's `Fallback`: `address`, then the ancestors above it.
+fn fallback(address: &str, further: &[&str]) -> ControlMsg {
+    ControlMsg::Fallback { address: address.into(), further: further.iter().map(|a| a.to_string()).collect() }
+}
+
+#[test]
+fn an_orphan_whose_fallback_does_not_answer_tries_the_ancestors_above_it_in_turn() {
+    // Its grandparent stopped (or was lost) too: the connection to it never ends,
+    // and the time left is shared so that the ancestors above still get their turn.
+    let t0 = Instant::now();
+    let l = ids(2);
+    let mut be = placed_backend(member(7, 3, 4, 10_000), l[0], t0);
+    be.handle_frame(l[0], control(&fallback("unix:@gp", &["unix:@ggp", "unix:@fe"])), t0);
+    transmits(&mut be);
+    events(&mut be);
+    be.handle_link_closed(l[0], None, t0);
+    let limit = be.rejoin_limit().unwrap();
+    assert_eq!(events(&mut be), vec![Event::Rejoin { address: "unix:@gp".into(), within: limit / 3 }]);
+    let t1 = t0 + limit / 3;
+    be.handle_command(Command::RejoinFailed { reason: "no answer".into() }, t1).unwrap();
+    let within = (limit - limit / 3) / 2;
+    assert_eq!(events(&mut be), vec![Event::Rejoin { address: "unix:@ggp".into(), within }]);
+    assert!(be.is_rejoining() && !be.is_over());
+    be.handle_link_up(l[1], Peer::Parent, t1);
+    transmits(&mut be);
+    be.handle_frame(l[1], control(&fallback("unix:@fe", &[])), t1);
+    assert!(events(&mut be).contains(&Event::ParentChanged { parent: "unix:@ggp".into() }));
+    // Where it rejoined is where its children would go now; its own fallbacks are
+    // the new parent's.
+    be.handle_link_closed(l[1], None, t1);
+    assert_eq!(events(&mut be), vec![Event::Rejoin { address: "unix:@fe".into(), within: limit }]);
+    // With none left to try, it ends, naming the last one tried.
+    be.handle_command(Command::RejoinFailed { reason: "connection refused".into() }, t1).unwrap();
+    assert!(be.is_over());
+}
+
+#[test]
+fn an_orphan_gives_up_at_its_rejoin_limit_even_with_ancestors_left_to_try() {
+    let t0 = Instant::now();
+    let l = ids(1);
+    let mut be = placed_backend(member(7, 3, 4, 10_000), l[0], t0);
+    be.handle_frame(l[0], control(&fallback("unix:@gp", &["unix:@ggp"])), t0);
+    transmits(&mut be);
+    be.handle_link_closed(l[0], None, t0);
+    let limit = be.rejoin_limit().unwrap();
+    be.handle_command(Command::RejoinFailed { reason: "late".into() }, t0 + limit).unwrap();
+    assert!(be.is_over(), "past the limit, no further ancestor is tried");
 }
 
 /// A front-end over two joined back-ends (nodes 1 and 2), on links `l[0]`, `l[1]`.
@@ -1110,7 +1160,7 @@ fn a_backend_rejoining_holds_its_messages_instead_of_failing_them() {
     let now = Instant::now();
     let parent = ids(1)[0];
     let mut be = placed_backend(member(1, 0, 2, 10_000), parent, now);
-    be.handle_frame(parent, control(&ControlMsg::Fallback { address: "unix:@gp".into() }), now);
+    be.handle_frame(parent, control(&fallback("unix:@gp", &[])), now);
     transmits(&mut be);
     be.handle_link_closed(parent, Some("the comm node died".into()), now);
     let held = be.handle_command(Command::Send(peer(1, 0, 3)), now);

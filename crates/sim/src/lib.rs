@@ -183,6 +183,9 @@ struct SimNode {
     tool: BackendTool,
     /// The node it is linked under now (a rejoined orphan's new parent), once linked.
     parent: Option<usize>,
+    /// The number of its current try at rejoining; each try that connects or times
+    /// out moves it on, so the other outcome of that try is ignored.
+    rejoin_attempt: u64,
     /// Back-end: answers refused for lack of credit, per stream, to retry when writable.
     outbox: BTreeMap<u32, VecDeque<Frame>>,
     /// Back-end: a slow reader's next read is scheduled.
@@ -206,10 +209,17 @@ enum Action {
         parent: usize,
         child: usize,
     },
-    /// An orphan connects to its fallback address to rejoin the tree.
+    /// An orphan connects to its fallback address to rejoin the tree (its try
+    /// number `attempt`: a try that timed out meanwhile is stale).
     Rejoin {
         parent: usize,
         child: usize,
+        attempt: u64,
+    },
+    /// The time the orphan's driver gives try `attempt` is up.
+    RejoinTimeout {
+        child: usize,
+        attempt: u64,
     },
     Timer {
         node: usize,
@@ -532,6 +542,7 @@ impl Sim {
             timer_gen: 0,
             tool,
             parent: None,
+            rejoin_attempt: 0,
             outbox: BTreeMap::new(),
             read_scheduled: false,
             stats: NodeStats::default(),
@@ -741,7 +752,8 @@ impl Sim {
                 self.drain(node);
             }
             Action::Connect { parent, child } => self.connect(parent, child),
-            Action::Rejoin { parent, child } => self.rejoin(parent, child),
+            Action::Rejoin { parent, child, attempt } => self.rejoin(parent, child, attempt),
+            Action::RejoinTimeout { child, attempt } => self.rejoin_timed_out(child, attempt),
             Action::Timer { node, generation } => {
                 let Some(n) = self.nodes[node].as_mut().filter(|n| n.alive && n.timer_gen == generation)
                 else {
@@ -785,9 +797,10 @@ impl Sim {
             | Action::Read { node }
             | Action::Exited { parent: node, .. } => Some(node).filter(|&n| stopped(n)),
             // Both ends take part in setting up a link.
-            Action::Connect { parent, child } | Action::Rejoin { parent, child } => {
+            Action::Connect { parent, child } | Action::Rejoin { parent, child, .. } => {
                 [parent, child].into_iter().find(|&n| stopped(n))
             }
+            Action::RejoinTimeout { child, .. } => Some(child).filter(|&n| stopped(n)),
             Action::Kill { .. } | Action::Stop { .. } | Action::Cont { .. } => None,
         }
     }
@@ -864,9 +877,10 @@ impl Sim {
 
     /// Orphan `child` reaches its fallback `parent`: linked as a new child there, or
     /// refused at once when nothing runs at that address any more.
-    fn rejoin(&mut self, parent: usize, child: usize) {
-        if !self.alive(child) {
-            return;
+    fn rejoin(&mut self, parent: usize, child: usize, attempt: u64) {
+        match self.nodes[child].as_mut() {
+            Some(c) if c.alive && c.rejoin_attempt == attempt => c.rejoin_attempt += 1,
+            _ => return,
         }
         let open = self.nodes[parent].as_ref().is_some_and(|n| n.alive && !n.core.is_over());
         if open {
@@ -877,6 +891,19 @@ impl Sim {
             let reason = format!("connecting to {}: connection refused", sim_address(parent));
             let _ = c.core.handle_command(Command::RejoinFailed { reason }, now);
         }
+        self.drain(child);
+    }
+
+    /// The orphan's driver gives up try `attempt` (its parent-to-be never answered:
+    /// stopped), unless that try connected meanwhile.
+    fn rejoin_timed_out(&mut self, child: usize, attempt: u64) {
+        let now = self.now;
+        let Some(c) = self.nodes[child].as_mut().filter(|c| c.alive && c.rejoin_attempt == attempt) else {
+            return;
+        };
+        c.rejoin_attempt += 1;
+        let reason = "the authentication got no answer in time".to_owned();
+        let _ = c.core.handle_command(Command::RejoinFailed { reason }, now);
         self.drain(child);
     }
 
@@ -1015,10 +1042,12 @@ impl Sim {
                 self.close_link(id, link, "retired by its parent".into());
                 self.kill_at(node_id as usize, self.config.delay.1 * 2 + Duration::from_millis(1));
             }
-            Event::Rejoin { address } => match parse_sim_address(&address) {
+            Event::Rejoin { address, within } => match parse_sim_address(&address) {
                 Some(parent) => {
                     let at = self.now + self.config.delay.1;
-                    self.schedule(at, Action::Rejoin { parent, child: id });
+                    let attempt = self.nodes[id].as_ref().map_or(0, |n| n.rejoin_attempt);
+                    self.schedule(at, Action::Rejoin { parent, child: id, attempt });
+                    self.schedule(self.now + within, Action::RejoinTimeout { child: id, attempt });
                 }
                 None => {
                     let reason = format!("{address:?} is no address in the simulated tree");

@@ -743,6 +743,37 @@ fn a_stop_for_ranks_awaited_back_is_passed_on_once_they_have_rejoined() {
     assert!(sim.core(0).unwrap().lost().ranks().is_empty(), "{:?}", sim.core(0).unwrap().lost());
 }
 
+/// Regression, found by the real chaos runs (seed 7): a comm node was stopped, then
+/// its child comm node before that child noticed; the grandchildren's only fallback
+/// was the first stopped node, so they waited on it and were reported lost. They now
+/// try the ancestors above it in turn, and rejoin at the front-end.
+#[test]
+fn orphans_whose_fallback_is_stopped_too_rejoin_further_up() {
+    let mut config = SimConfig::new(Topology::from_spec("balanced:2x2x2", None).unwrap(), 5);
+    config.liveness = Some(LivenessLimits::for_dead_after(Duration::from_secs(1)));
+    config.rejoin = Some(Duration::from_secs(10));
+    let mut sim = Sim::new(config);
+    assert!(sim.launch().unwrap().is_empty());
+    let (be0, be1) = (sim.node_of_rank(0).unwrap(), sim.node_of_rank(1).unwrap());
+    let a1 = sim.parent_of(be0).unwrap();
+    let a = sim.parent_of(a1).unwrap();
+    assert_eq!(sim.parent_of(a), Some(0), "a is a child of the front-end");
+    sim.stop_at(a, Duration::ZERO);
+    // a1 is stopped before it notices a's silence: its children's fallback is a.
+    sim.stop_at(a1, Duration::from_millis(100));
+    sim.settle(Duration::from_secs(30));
+    assert!(sim.alive(be0) && sim.alive(be1), "the orphans of a1 gave up: {:#?}", sim.log().events);
+    let mut rejoined = RankSet::new();
+    for e in &sim.log().events {
+        match e {
+            Event::RanksRejoined { ranks, .. } => rejoined.union_with(ranks),
+            Event::RanksLost { ranks, reason } => panic!("ranks {ranks} lost: {reason}"),
+            _ => {}
+        }
+    }
+    assert_eq!(rejoined, RankSet::range(0, 4), "every rank of a's sub-tree rejoined");
+}
+
 /// One run for [`a_seed_repeats_its_run_byte_for_byte`]: four streams with
 /// different filters, collectives among the back-ends, distorted clocks being
 /// measured, jittered links, and a comm node stopped half-way whose orphans rejoin.

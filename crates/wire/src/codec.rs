@@ -105,3 +105,17 @@ pub(crate) fn put_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u32).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
 }
+
+/// Appends a list of strings as `u32` count + each string.
+pub(crate) fn put_strings(out: &mut Vec<u8>, items: &[String]) {
+    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+    for s in items {
+        put_string(out, s);
+    }
+}
+
+/// Reads a list written by [`put_strings`], its count checked against what is left.
+pub(crate) fn strings(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<String>, DecodeError> {
+    let n = r.len_u32(what, r.remaining() / 4)?;
+    (0..n).map(|_| r.string(what)).collect()
+}

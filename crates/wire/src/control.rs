@@ -3,7 +3,7 @@
 //! A control frame's payload is one tag byte followed by the message's fields,
 //! little-endian, strings as `u32` length + UTF-8.
 
-use crate::codec::{put_string, Reader};
+use crate::codec::{put_string, put_strings, strings, Reader};
 use crate::{DecodeError, LaunchPlan, MemberPlan, RankSet};
 
 /// How a node groups packets arriving from its children into waves.
@@ -173,6 +173,10 @@ pub struct FilterSpec {
 
 /// Longest filter name accepted.
 pub const MAX_FILTER_NAME: usize = 256;
+
+/// Most addresses one [`ControlMsg::Fallback`] names, the nearest included: an orphan
+/// tries this many ancestors before it gives up (trees this deep are rare).
+pub const MAX_FALLBACKS: usize = 8;
 
 impl FilterSpec {
     /// A filter by name and version, without parameters.
@@ -476,11 +480,14 @@ pub enum ControlMsg {
         samples: Vec<ClockSample>,
     },
     /// Parent to child: where the child's own children rejoin the tree if the child
-    /// is lost (the parent's parent address; empty: nowhere). Sent when a child joins
-    /// or rejoins, and again when the parent itself moved.
+    /// is lost (the parent's parent address; empty: nowhere), and the addresses above
+    /// that, tried in turn when the nearer ones do not take them. Sent when a child
+    /// joins or rejoins, and again when the parent itself moved.
     Fallback {
         /// The address, as a child connects to it (`unix:@…` or `host:port`).
         address: String,
+        /// The ancestors above it, nearest first (at most [`MAX_FALLBACKS`] in all).
+        further: Vec<String>,
     },
     /// Orphan to its new parent, instead of [`ControlMsg::Join`]: these ranks, lost
     /// with the sender's old parent, are reachable again through the sender.
@@ -833,9 +840,10 @@ impl ControlMsg {
                     out.extend_from_slice(&s.measured_ns.to_le_bytes());
                 }
             }
-            ControlMsg::Fallback { address } => {
+            ControlMsg::Fallback { address, further } => {
                 out.push(FALLBACK);
                 put_string(&mut out, address);
+                put_strings(&mut out, further);
             }
             ControlMsg::Rejoin { ranks, commnodes, name, streams } => {
                 out.push(REJOIN);
@@ -1002,7 +1010,10 @@ impl ControlMsg {
                     .collect::<Result<_, DecodeError>>()?;
                 ControlMsg::ClockReport { samples }
             }
-            FALLBACK => ControlMsg::Fallback { address: r.string("fallback address")? },
+            FALLBACK => ControlMsg::Fallback {
+                address: r.string("fallback address")?,
+                further: strings(&mut r, "further fallback addresses")?,
+            },
             REJOIN => {
                 let ranks = RankSet::decode(&mut r)?;
                 let commnodes = r.u32("rejoin")?;
@@ -1080,7 +1091,11 @@ mod tests {
                 message: "no filter".into(),
             },
             ControlMsg::ClockProbe { seq: 3, sent_ns: -5 },
-            ControlMsg::Fallback { address: "unix:@treecast-1".into() },
+            ControlMsg::Fallback {
+                address: "unix:@treecast-1".into(),
+                further: vec!["10.0.0.1:7000".into()],
+            },
+            ControlMsg::Fallback { address: String::new(), further: Vec::new() },
             ControlMsg::Rejoin {
                 ranks: RankSet::range(4, 4),
                 commnodes: 1,

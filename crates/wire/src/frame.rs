@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use crate::{codec::Reader, DecodeError, Window};
 
 /// Version byte every frame starts with.
-pub const PROTOCOL_VERSION: u8 = 10;
+pub const PROTOCOL_VERSION: u8 = 11;
 /// Size of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 28;
 /// Where the send timestamp sits in an encoded header: a route that encodes a frame

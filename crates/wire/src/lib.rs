@@ -47,7 +47,7 @@ pub use collective::{
 };
 pub use control::{
     AttachPoint, ClockSample, CollectMode, ControlMsg, FilterSpec, RouteChoice, SpawnOrder, StreamSpec,
-    SyncMode, Window, MAX_FILTER_NAME,
+    SyncMode, Window, MAX_FALLBACKS, MAX_FILTER_NAME,
 };
 pub use cut::{cut_frames, cut_frames_into, CutError, NoFiles, PayloadFiles, MAX_FRAMES_GUESS, READ_CHUNK};
 pub use error::{DecodeError, EncodeError, FormatError};

@@ -2,7 +2,7 @@
 //! versioned message, so the environment carries only the secret, the parent's
 //! address and the node's identity.
 
-use crate::codec::{put_string, Reader};
+use crate::codec::{put_string, put_strings, strings, Reader};
 use crate::control::decode_bool;
 use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
@@ -186,13 +186,6 @@ pub const MAX_LAUNCHER_NAME: usize = 64;
 /// Most connections one striped link may have.
 pub const MAX_STRIPES: u8 = 16;
 
-fn put_strings(out: &mut Vec<u8>, items: &[String]) {
-    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
-    for s in items {
-        put_string(out, s);
-    }
-}
-
 fn put_pairs(out: &mut Vec<u8>, pairs: &[(String, String)]) {
     out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
     for (k, v) in pairs {
@@ -204,11 +197,6 @@ fn put_pairs(out: &mut Vec<u8>, pairs: &[(String, String)]) {
 fn pairs(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<(String, String)>, DecodeError> {
     let n = r.len_u32(what, r.remaining() / 8)?;
     (0..n).map(|_| Ok((r.string(what)?, r.string(what)?))).collect()
-}
-
-fn strings(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<String>, DecodeError> {
-    let n = r.len_u32(what, r.remaining() / 4)?;
-    (0..n).map(|_| r.string(what)).collect()
 }
 
 impl LauncherSpec {

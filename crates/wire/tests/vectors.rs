@@ -404,7 +404,15 @@ fn control_from_json(m: &Json) -> ControlMsg {
                 })
                 .collect(),
         },
-        "fallback" => ControlMsg::Fallback { address: str_of(m, "address").to_owned() },
+        "fallback" => ControlMsg::Fallback {
+            address: str_of(m, "address").to_owned(),
+            further: m["further"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_owned())
+                .collect(),
+        },
         "rejoin" => ControlMsg::Rejoin {
             ranks: ranks(m),
             commnodes: u32_of(m, "commnodes"),

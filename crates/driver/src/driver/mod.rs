@@ -486,7 +486,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
                 }
                 self.tool.event(event);
             }
-            Event::Rejoin { address } => self.start_rejoin(address),
+            Event::Rejoin { address, within } => self.start_rejoin(address, within),
             Event::LinkClock { link, clock } => self.route.set_peer_clock(link, clock),
             Event::MonitorStart { program } => self.route.monitor_start(program),
             Event::MonitorStop => self.route.monitor_stop(),
@@ -513,14 +513,13 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
     }
 
     /// Connects to a new parent in a task of its own; [`Driver::poll_rejoin`] takes the link.
-    fn start_rejoin(&mut self, address: String) {
+    fn start_rejoin(&mut self, address: String, within: Duration) {
         let (tx, done) = tokio::sync::oneshot::channel();
         let secret = self.launching.secret.clone();
         let node_id = self.core.node_id();
-        let limit = self.core.rejoin_limit().unwrap_or(crate::env::DEFAULT_REJOIN_WITHIN);
         let to = address.clone();
         let task = tokio::spawn(async move {
-            let linked = match crate::join::connect_to(&to, node_id, &secret, limit).await {
+            let linked = match crate::join::connect_to(&to, node_id, &secret, within).await {
                 Ok(stream) => stream.into_socket().map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };

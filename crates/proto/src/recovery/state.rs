@@ -13,10 +13,14 @@ pub(crate) struct Recovery {
     pub(crate) rejoin: Option<Duration>,
     /// Where this node reached its parent (its children's fallback).
     pub(crate) parent_address: Option<String>,
-    /// Where this node rejoins if its parent is lost (from the parent).
-    pub(crate) fallback: Option<String>,
+    /// Where this node rejoins if its parent is lost (from the parent): its
+    /// grandparent first, then the ancestors above, each tried in turn.
+    pub(crate) fallback: Vec<String>,
     /// Looking for a new parent until then.
     pub(crate) rejoining: Option<Instant>,
+    /// While rejoining: the address being tried, and those left to try after it.
+    pub(crate) trying: Option<String>,
+    pub(crate) untried: Vec<String>,
     /// Ranks of lost comm-node children awaited back.
     pub(crate) awaiting: Vec<Awaited>,
     /// Stops for ranks awaited back (their comm node was lost), with why: they
