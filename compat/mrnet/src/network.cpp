@@ -110,12 +110,16 @@ struct NetworkImpl {
     std::string attach_dir, attach_error;
     uint32_t attach_backends;
     uint64_t attach_ms;
+    /* A comm node (CreateNetworkIN): treecast's comm node runs on this thread until
+     * the tree ends; shutdown is set then. */
+    bool internal;
+    std::thread comm_node;
 
     NetworkImpl()
         : fe(false), net(NULL), be(NULL), data_fd(-1), rank(UnknownRank), bcast(NULL), topo(NULL),
           adapter_loaded(false), p2p(NULL), next_stream(0), shutdown(false), stop(false),
           last_flush_ns(INT64_MIN / 2), events_wanted(false), attach(ATTACH_NONE), attach_backends(0),
-          attach_ms(0) {}
+          attach_ms(0), internal(false) {}
 };
 
 /* Attach mode: waits until every back-end attached (or the launch failed); true when
@@ -1029,8 +1033,36 @@ Network *Network::CreateNetworkBE(int argc, char *argv[]) {
     return n;
 }
 
+Network *Network::CreateNetworkIN(int, char *[]) {
+    Network *n = new Network();
+    NetworkImpl *impl = n->_impl;
+    impl->internal = true;
+    impl->host = local_host_name();
+    const char *level = getenv("MRNET_OUTPUT_LEVEL");
+    if (level) set_OutputLevel(atoi(level));
+    /* treecast starts the comm node program (MRNET_COMM_PATH) as `PROGRAM node`, with
+     * the parent's address and the secret in its environment; the arguments MRNet's
+     * own main strips or passes on play no part. */
+    if (!tc_started_as_comm_node()) {
+        n->error(ERR_INTERNAL, UnknownRank,
+                 "CreateNetworkIN: this process was not started by treecast as a comm node (treecast runs the "
+                 "program MRNET_COMM_PATH names as `PROGRAM node`, its parent's address in the environment)");
+        return n;
+    }
+    impl->comm_node = std::thread([n, impl] {
+        /* prints why on failure (the parent reports the node lost); the tool's main
+         * sees has_Error once waitfor_ShutDown returns */
+        if (tc_run_comm_node() != 0)
+            n->error(ERR_NETWORK_FAILURE, UnknownRank, "the comm node ended on an error (printed above)");
+        impl->shutdown = true;
+    });
+    return n;
+}
+
 Network::~Network() {
     NetworkImpl *impl = _impl;
+    /* a comm node lives until the tree ends, whether or not the tool waited for it */
+    if (impl->comm_node.joinable()) impl->comm_node.join();
     remove_live(impl);
     {
         std::lock_guard<std::mutex> g(impl->mu);
@@ -1100,6 +1132,8 @@ void Network::waitfor_ShutDown(void) const {
         } else if (impl->net || attaching(impl)) {
             want_events(const_cast<Network *>(this), impl);
             usleep(SLICE_MS * 1000);
+        } else if (impl->comm_node.joinable()) {
+            usleep(SLICE_MS * 1000);
         } else {
             return;
         }
@@ -1111,10 +1145,10 @@ std::string Network::get_LocalHostName(void) const { return _impl->host; }
 Port Network::get_LocalPort(void) const { return UnknownPort; }
 Rank Network::get_LocalRank(void) const { return _impl->rank; }
 bool Network::is_LocalNodeChild(void) const { return !_impl->fe; }
-bool Network::is_LocalNodeParent(void) const { return _impl->fe; }
-bool Network::is_LocalNodeInternal(void) const { return false; }
+bool Network::is_LocalNodeParent(void) const { return _impl->fe || _impl->internal; }
+bool Network::is_LocalNodeInternal(void) const { return _impl->internal; }
 bool Network::is_LocalNodeFrontEnd(void) const { return _impl->fe; }
-bool Network::is_LocalNodeBackEnd(void) const { return !_impl->fe; }
+bool Network::is_LocalNodeBackEnd(void) const { return !_impl->fe && !_impl->internal; }
 Communicator *Network::get_BroadcastCommunicator(void) const { return _impl->bcast; }
 
 Communicator *Network::new_Communicator(void) {

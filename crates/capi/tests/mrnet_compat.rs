@@ -198,6 +198,27 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
         let out = run_front_end(&fe, &args, &[], dir);
         assert!(out.contains("mrnet-compat: ok"), "fe over {} printed:\n{out}", back_end.display());
     }
+    // A tool's own comm node program (as MRNet's main is written), named by
+    // MRNET_COMM_PATH: the tree's two comm nodes run it, and the test passes over it.
+    let commnode = dir.join("commnode");
+    let mut c = gxx(&prefix);
+    c.arg("-o").arg(&commnode).arg(src.join("commnode.cpp"));
+    shared(&mut c);
+    must(&mut c, "compiling tests/mrnet/commnode.cpp");
+    let mark = dir.join("commnode.pids");
+    let env = [
+        ("MRNET_COMM_PATH", commnode.to_str().unwrap()),
+        ("MRNET_TEST_COMMNODE_MARK", mark.to_str().unwrap()),
+    ];
+    let out = run_front_end(&fe, &[&topology, &be, &filter, dir], &env, dir);
+    assert!(out.contains("mrnet-compat: ok"), "fe over commnode printed:\n{out}");
+    let pids = std::fs::read_to_string(&mark).unwrap_or_default();
+    assert_eq!(pids.lines().count(), 2, "the comm nodes that ran the tool's program: {pids:?}");
+    // Not started by a tree, CreateNetworkIN fails and says why.
+    let alone = Command::new(&commnode).output().unwrap_or_else(|e| panic!("running commnode: {e}"));
+    let said = String::from_utf8_lossy(&alone.stderr);
+    assert!(!alone.status.success() && said.contains("not started by treecast as a comm node"), "{said}");
+
     let attach = dir.join("attach");
     let mut c = gxx(&prefix);
     c.arg(format!("-I{}", root().join("include").display()))

@@ -41,6 +41,11 @@ class Network : public Error {
      * arguments (parent host, port, rank, own host, own rank) with the secret from
      * the attach file in TREECAST_ATTACH. */
     static Network *CreateNetworkBE(int argc, char *argv[]);
+    /* Runs this process as a comm node, for a tool's own comm node program (named by
+     * MRNET_COMM_PATH; treecast starts it as `PROGRAM node`): treecast's comm node runs
+     * on a thread of its own until the tree ends; waitfor_ShutDown waits for that,
+     * and so does `delete`. The arguments are not read. */
+    static Network *CreateNetworkIN(int argc, char *argv[]);
 
     NetworkTopology *get_NetworkTopology(void) const;
     bool is_ShutDown(void) const;
