@@ -206,10 +206,9 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
     shared(&mut c);
     must(&mut c, "compiling tests/mrnet/commnode.cpp");
     let mark = dir.join("commnode.pids");
-    let env = [
-        ("MRNET_COMM_PATH", commnode.to_str().unwrap()),
-        ("MRNET_TEST_COMMNODE_MARK", mark.to_str().unwrap()),
-    ];
+    let text = |p: &Path| p.to_str().unwrap_or_else(|| panic!("{} is not UTF-8", p.display())).to_owned();
+    let (commnode_path, mark_path) = (text(&commnode), text(&mark));
+    let env = [("MRNET_COMM_PATH", commnode_path.as_str()), ("MRNET_TEST_COMMNODE_MARK", mark_path.as_str())];
     let out = run_front_end(&fe, &[&topology, &be, &filter, dir], &env, dir);
     assert!(out.contains("mrnet-compat: ok"), "fe over commnode printed:\n{out}");
     let pids = std::fs::read_to_string(&mark).unwrap_or_default();
