@@ -36,8 +36,8 @@ static int echo_types(Stream_t *s, Packet_t *p, int tag) {
         return 4;
     }
     Packet_set_Tag(out, tag);
-    int rc = Stream_send_packet(s, out);
-    delete_Packet_t(out);
+    int rc = Stream_send_packet(s, out); /* frees `out` once sent */
+    if (rc != 0) delete_Packet_t(out);
     free(str);
     free(ad);
     free(aud);

@@ -23,12 +23,16 @@ namespace {
  * Packet_t with malloc (uninitialised) and receive into it again and again, so what
  * it holds cannot live in the struct: a stale entry is replaced by the next receive
  * into that address, or ends with the process. */
-std::mutex held_mu;
-std::map<const Packet_t *, MRN::PacketPtr> held;
+typedef std::map<const Packet_t *, MRN::PacketPtr> HeldMap;
+
+/* Never destroyed: a thread still receiving while the process exits must not find
+ * them gone. */
+std::mutex &held_mu = *new std::mutex;
+HeldMap &held = *new HeldMap;
 
 MRN::PacketPtr held_packet(const Packet_t *p) {
     std::lock_guard<std::mutex> g(held_mu);
-    std::map<const Packet_t *, MRN::PacketPtr>::const_iterator it = held.find(p);
+    HeldMap::const_iterator it = held.find(p);
     return it == held.end() ? MRN::PacketPtr() : it->second;
 }
 
@@ -76,6 +80,9 @@ int recv_any(Network_t *net, int *otag, Packet_t *opacket, Stream_t **ostream, b
 
 extern "C" {
 
+const Rank UnknownRank = (Rank)-1;
+const Port UnknownPort = (Port)-1;
+
 void get_Version(int *major, int *minor, int *revision) {
     int a = 0, b = 0, c = 0;
     MRN::get_Version(a, b, c);
@@ -105,8 +112,8 @@ void delete_Network_t(Network_t *net) {
 }
 
 char *Network_get_LocalHostName(Network_t *net) { return net ? const_cast<char *>(net->host.c_str()) : NULL; }
-Port Network_get_LocalPort(Network_t *net) { return net ? net->net->get_LocalPort() : MRN::UnknownPort; }
-Rank Network_get_LocalRank(Network_t *net) { return net ? net->net->get_LocalRank() : MRN::UnknownRank; }
+Port Network_get_LocalPort(Network_t *net) { return net ? net->net->get_LocalPort() : UnknownPort; }
+Rank Network_get_LocalRank(Network_t *net) { return net ? net->net->get_LocalRank() : UnknownRank; }
 char Network_is_ShutDown(Network_t *net) { return !net || net->net->is_ShutDown(); }
 
 void Network_waitfor_ShutDown(Network_t *net) {
@@ -127,6 +134,8 @@ Stream_t *Network_get_Stream(Network_t *net, unsigned int iid) {
 
 int Network_is_LocalNodeBackEnd(Network_t *net) { return net && net->net->is_LocalNodeBackEnd(); }
 void Network_set_OutputLevel(int l) { MRN::set_OutputLevel(l); }
+/* The layer writes no debug logs of its own (treecast's go to stderr). */
+void Network_set_DebugLogDir(char *) {}
 
 unsigned int Stream_get_Id(Stream_t *stream) { return stream ? cxx(stream)->get_Id() : INVALID_STREAM_ID; }
 
@@ -143,7 +152,10 @@ int Stream_send_packet(Stream_t *stream, Packet_t *ipacket) {
     MRN::PacketPtr pkt = held_packet(ipacket);
     if (!stream || !pkt) return -1;
     pkt->set_Tag(ipacket->tag);
-    return cxx(stream)->send(pkt);
+    if (cxx(stream)->send(pkt) != 0) return -1;
+    /* as MRNet's does: a packet sent is the library's, and freed */
+    delete_Packet_t(ipacket);
+    return 0;
 }
 
 int Stream_flush(Stream_t *stream) { return stream ? cxx(stream)->flush() : -1; }
@@ -163,18 +175,26 @@ int Stream_recv(Stream_t *stream, int *otag, Packet_t *opacket, bool_t blocking)
 char Stream_is_Closed(Stream_t *stream) { return !stream || cxx(stream)->is_Closed(); }
 char Stream_is_ShutDown(Stream_t *stream) { return Stream_is_Closed(stream); }
 
-Packet_t *new_Packet_t_2(unsigned int istream_id, int itag, const char *fmt, ...) {
+Packet_t *new_Packet_t(Rank isrc, unsigned int istream_id, int itag, const char *fmt, va_list arg_list) {
     if (!fmt) return NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    MRN::PacketPtr pkt(new MRN::Packet(fmt, ap, istream_id, itag));
-    va_end(ap);
+    MRN::PacketPtr pkt(new MRN::Packet(fmt, arg_list, istream_id, itag));
     if (pkt->has_Error()) return NULL;
+    pkt->set_SourceRank(isrc);
     Packet_t *p = static_cast<Packet_t *>(calloc(1, sizeof(Packet_t)));
     if (!p) return NULL;
     hold(p, pkt);
     return p;
 }
+
+Packet_t *new_Packet_t_2(unsigned int istream_id, int itag, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    Packet_t *p = new_Packet_t(UnknownRank, istream_id, itag, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+void Packet_set_DestroyData(Packet_t *, int) {}
 
 int Packet_get_Tag(Packet_t *packet) { return packet ? packet->tag : -1; }
 

@@ -1974,14 +1974,19 @@ static bool va_values(const char *fmt, va_list *ap, std::vector<tc_value> &vals,
 }
 
 int Stream::send(int itag, const char *iformat_str, ...) {
+    va_list ap;
+    va_start(ap, iformat_str);
+    int rc = send_va(itag, iformat_str, &ap);
+    va_end(ap);
+    return rc;
+}
+
+int Stream::send_va(int itag, const char *iformat_str, va_list *ap) {
     NetworkImpl *impl = _network->_impl;
     /* kept per thread: a send loop allocates nothing here */
     static thread_local std::vector<tc_value> vals;
     static thread_local std::string fmt;
-    va_list ap;
-    va_start(ap, iformat_str);
-    bool ok = va_values(iformat_str, &ap, vals, fmt);
-    va_end(ap);
+    bool ok = va_values(iformat_str, ap, vals, fmt);
     if (!ok) {
         _network->error(ERR_FORMATSTR, UnknownRank, "send: bad format string \"%s\"",
                         iformat_str ? iformat_str : "(null)");
@@ -2004,8 +2009,11 @@ int Stream::send(int itag, const char *iformat_str, ...) {
 }
 
 int Stream::send(const char *idata_fmt, va_list idata, int itag) {
-    Packet p(idata_fmt, idata, _id, itag);
-    return send_packet(p);
+    va_list ap;
+    va_copy(ap, idata);
+    int rc = send_va(itag, idata_fmt, &ap);
+    va_end(ap);
+    return rc;
 }
 
 int Stream::send(int itag, const void **idata, const char *iformat_str) {

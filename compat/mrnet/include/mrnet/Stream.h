@@ -60,6 +60,8 @@ class Stream {
      * time-out set before it are part of its creation); false on failure. */
     bool ensure(void) const;
     int send_packet(Packet &p);
+    /* The variadic send's work: values straight from `ap` into treecast's value array. */
+    int send_va(int itag, const char *iformat_str, va_list *ap);
     Network *_network;
     mutable struct tc_stream *_tc;
     mutable unsigned int _id;

@@ -38,6 +38,9 @@ Stream_t *Network_get_Stream(Network_t *net, unsigned int iid);
 int Network_is_LocalNodeBackEnd(Network_t *net);
 /* MRNet's debug output level, 0 (none) to 5 (MRNET_OUTPUT_LEVEL sets it too). */
 void Network_set_OutputLevel(int l);
+/* Accepted, changes nothing: the layer writes no debug log files (treecast's own
+ * messages go to stderr). */
+void Network_set_DebugLogDir(char *value);
 
 #ifdef __cplusplus
 }

@@ -33,9 +33,14 @@ typedef struct {
 extern "C" {
 #endif
 
-/* A new packet of values typed by `fmt` ("%d %as"), for Stream_send_packet; NULL when
- * `fmt` names an unknown code. Free it with delete_Packet_t. */
+/* A new packet of values typed by `fmt` ("%d %as"), for Stream_send_packet (which
+ * frees it once sent); NULL when `fmt` names an unknown code. Free an unsent one with
+ * delete_Packet_t. */
 Packet_t *new_Packet_t_2(unsigned int istream_id, int itag, const char *fmt, ...);
+/* As new_Packet_t_2, from a va_list, with a source rank. */
+Packet_t *new_Packet_t(Rank isrc, unsigned int istream_id, int itag, const char *fmt, va_list arg_list);
+/* Accepted for MRNet's programs: received values are the caller's copies anyway. */
+void Packet_set_DestroyData(Packet_t *packet, int dd);
 int Packet_get_Tag(Packet_t *packet);
 void Packet_set_Tag(Packet_t *packet, int tag);
 unsigned int Packet_get_StreamId(Packet_t *packet);

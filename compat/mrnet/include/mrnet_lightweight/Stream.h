@@ -19,7 +19,8 @@ unsigned int Stream_get_Id(Stream_t *stream);
 /* Sends values typed by `iformat_str` up the stream; 0, or -1 on failure (waits
  * while the stream's window is full, as MRNet's does). */
 int Stream_send(Stream_t *stream, int itag, const char *iformat_str, ...);
-/* Sends a packet made by new_Packet_t_2 (its tag, this stream); 0 or -1. */
+/* Sends a packet made by new_Packet_t_2 (its tag, this stream); 0, after which the
+ * packet is freed (as MRNet's library does), or -1 (the packet stays the caller's). */
 int Stream_send_packet(Stream_t *stream, Packet_t *ipacket);
 /* Hands what was sent to the writer; 0 or -1 (docs/mrnet-compat.md: flush). */
 int Stream_flush(Stream_t *stream);

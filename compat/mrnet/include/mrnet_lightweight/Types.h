@@ -31,6 +31,10 @@ typedef uint32_t Rank;
 extern "C" {
 #endif
 
+/* A rank or port not known (all bits set). */
+extern const Rank UnknownRank;
+extern const Port UnknownPort;
+
 /* The MRNet version this library stands in for (5.0.1). */
 void get_Version(int *major, int *minor, int *revision);
 
