@@ -524,6 +524,7 @@ impl Node {
             (FrameKind::Peer, role) => self.on_peer(link, role, frame, now),
             (FrameKind::Route, _) => tracing::debug!(node = %self.name, "route frame on {link} ignored"),
         }
+        self.release_reports_after_data();
     }
 
     /// `link` closed: `reason` is `None` for an orderly close, else what broke it.
@@ -534,6 +535,7 @@ impl Node {
     /// the process ended and what it last wrote to stderr.
     pub fn handle_link_closed(&mut self, link: LinkId, reason: Option<String>, now: Instant) {
         self.link_closed(link, reason, now, true);
+        self.release_reports_after_data();
     }
 
     /// `link` closed, by its peer (`by_peer`) or by this node on a protocol error.
@@ -595,6 +597,12 @@ impl Node {
     /// A send without credit hands its frame back ([`CommandError::Blocked`]); stream
     /// commands name what is wrong with the stream.
     pub fn handle_command(&mut self, cmd: Command, now: Instant) -> Result<(), CommandError> {
+        let done = self.run_command(cmd, now);
+        self.release_reports_after_data();
+        done
+    }
+
+    fn run_command(&mut self, cmd: Command, now: Instant) -> Result<(), CommandError> {
         if self.phase == Phase::Over
             && !matches!(cmd, Command::ChildExited { .. } | Command::ChildNotStarted { .. })
         {
@@ -731,6 +739,7 @@ impl Node {
         if self.phase != Phase::Over {
             self.recovery_timeout(now);
         }
+        self.release_reports_after_data();
     }
 
     fn liveness_timeout(&mut self, now: Instant) {

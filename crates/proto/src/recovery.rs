@@ -38,6 +38,11 @@ pub const DEFAULT_REJOIN_WITHIN: Duration = Duration::from_secs(10);
 /// How long an orphan that connected has to say which ranks it brings back.
 const REJOIN_HELLO: Duration = Duration::from_secs(5);
 
+/// How long an orphan waits after trying every fallback in vain before it tries
+/// them again: a fallback that refused at once (it did not await the orphan yet, or
+/// turned its handshake away while busy) may take it a moment later.
+const ROUND_PAUSE: Duration = Duration::from_millis(200);
+
 impl Node {
     /// How long the children of a lost comm node have to rejoin (`None`: no
     /// recovery; a lost comm node's sub-tree is lost with it). Comm nodes and the
@@ -93,8 +98,8 @@ impl Node {
     }
 
     /// The driver could not reach the address tried (or its share of the time ran
-    /// out): the next ancestor is tried; with none left, or the deadline passed, this
-    /// node shuts down.
+    /// out): the next ancestor is tried; after the last one, the round begins again
+    /// after a pause; past the deadline this node shuts down.
     pub(super) fn rejoin_failed(&mut self, reason: String, now: Instant) {
         let Some(deadline) = self.recovery.rejoining else { return };
         let tried = self.recovery.trying.take().unwrap_or_default();
@@ -103,8 +108,15 @@ impl Node {
             tracing::info!(node = %self.name, "could not rejoin at {tried} ({reason}); trying {next}");
             return self.rejoin_at(next, now);
         }
+        if deadline > now + ROUND_PAUSE && !self.recovery.fallback.is_empty() {
+            tracing::info!(node = %self.name, "could not rejoin at {tried} ({reason}); trying every fallback again");
+            self.recovery.untried = self.recovery.fallback.clone();
+            self.recovery.next_round = Some(now + ROUND_PAUSE);
+            return;
+        }
         self.recovery.rejoining = None;
         self.recovery.untried.clear();
+        self.recovery.next_round = None;
         let error = format!("the parent was lost and this node could not rejoin at {tried}: {reason}");
         self.shut_down(EndReason::ParentFailed { error });
     }
@@ -139,6 +151,7 @@ impl Node {
         if self.recovery.rejoining.take().is_some() {
             self.recovery.trying = None;
             self.recovery.untried.clear();
+            self.recovery.next_round = None;
             let parent = self.recovery.parent_address.clone().unwrap_or_default();
             tracing::info!(node = %self.name, "rejoined the tree at {parent}");
             // Until the new parent announces the streams it keeps (next), nothing of
@@ -363,6 +376,11 @@ impl Node {
             self.rejoin_failed(format!("no new parent within {secs:.1} s"), now);
             return;
         }
+        if self.recovery.next_round.is_some_and(|t| t <= now) && !self.recovery.untried.is_empty() {
+            self.recovery.next_round = None;
+            let next = self.recovery.untried.remove(0);
+            self.rejoin_at(next, now);
+        }
         let due: Vec<Awaited> = {
             let (due, keep) =
                 std::mem::take(&mut self.recovery.awaiting).into_iter().partition(|a| a.until <= now);
@@ -379,6 +397,12 @@ impl Node {
 
     /// When [`Node::recovery_timeout`] must run next.
     pub(super) fn recovery_deadline(&self) -> Option<Instant> {
-        self.recovery.awaiting.iter().map(|a| a.until).chain(self.recovery.rejoining).min()
+        self.recovery
+            .awaiting
+            .iter()
+            .map(|a| a.until)
+            .chain(self.recovery.rejoining)
+            .chain(self.recovery.next_round)
+            .min()
     }
 }

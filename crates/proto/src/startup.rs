@@ -451,8 +451,34 @@ impl Node {
                 }
                 other => tracing::debug!("front-end: nothing to report for {other:?}"),
             },
-            (_, Some(parent)) => self.out.control(parent, &msg),
+            (_, Some(parent)) => {
+                // Reports stay in order; a departure or loss also waits for the data
+                // held here for up credit, which its ranks may have sent before it.
+                let ending = matches!(msg, ControlMsg::Leave { .. } | ControlMsg::Orphaned { .. });
+                if !self.recovery.reports_after_data.is_empty() || (ending && self.data_waiting_up()) {
+                    self.recovery.reports_after_data.push_back(msg);
+                } else {
+                    self.out.control(parent, &msg);
+                }
+            }
             (_, None) => {}
+        }
+    }
+
+    /// True while some stream holds reduced data for up credit.
+    fn data_waiting_up(&self) -> bool {
+        self.streams.values().any(|s| s.data_waiting_up())
+    }
+
+    /// Sends the reports held back by [`Node::report_up`] once the data before them
+    /// has gone up.
+    pub(super) fn release_reports_after_data(&mut self) {
+        if self.recovery.reports_after_data.is_empty() || self.data_waiting_up() {
+            return;
+        }
+        let Some(parent) = self.parent.filter(|_| self.recovery.rejoining.is_none()) else { return };
+        while let Some(msg) = self.recovery.reports_after_data.pop_front() {
+            self.out.control(parent, &msg);
         }
     }
 

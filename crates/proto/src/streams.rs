@@ -330,7 +330,9 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
             s.ready.push_back(None);
             continue;
         }
-        let detached = s.detached_from.is_some_and(|d| wave.index >= d);
+        // Do-not-wait waves carry no number (each is index 0): what this node took
+        // in before its last member left still goes up.
+        let detached = s.spec.sync != SyncMode::DoNotWait && s.detached_from.is_some_and(|d| wave.index >= d);
         let earlier = numbered(s) && wave.index < s.up_from;
         let stale = orphan || (ctx.role == Role::CommNode && (earlier || detached));
         for (&c, f) in wave.children.iter().zip(&wave.frames) {

@@ -363,6 +363,62 @@ fn a_comm_node_gets_its_plan_checked_and_hands_sub_plans_down() {
     assert_eq!(up, Some((RankSet::single(0), 2)));
 }
 
+/// What a node sent on `link`: data frames as their value, control messages by kind.
+fn sent_on(sent: &[Transmit], link: LinkId) -> Vec<String> {
+    sent.iter()
+        .filter(|t| matches!(t.to, Destination::Link(l) if l == link))
+        .filter_map(|t| match t.frame.header.kind {
+            FrameKind::Data => {
+                Some(format!("data {:?}", treecast_wire::decode_values(&t.frame.payload).ok()?))
+            }
+            FrameKind::Control => match ControlMsg::decode(&t.frame.payload) {
+                Ok(ControlMsg::Leave { ranks, .. }) => Some(format!("leave {ranks}")),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_comm_node_reports_a_lost_child_only_after_the_data_it_sent_before() {
+    // Regression (an MRNet-style back-end that sent 2,000 packets and exited, the
+    // front-end slow to read them): the loss went up at once, ahead of the data still
+    // waiting here for up credit, and the front-end ended the stream without it.
+    let now = Instant::now();
+    let (parent, child) = (ids(2)[0], ids(2)[1]);
+    let mut cn = node(Role::CommNode, 1);
+    cn.handle_link_up(parent, Peer::Parent, now);
+    cn.handle_frame(parent, control(&ControlMsg::Plan(Box::new(plan("h:1 => h:2 ;", 1, false)))), now);
+    cn.handle_link_up(child, Peer::Child { node_id: 2 }, now);
+    cn.handle_frame(child, control(&ControlMsg::Join { ranks: RankSet::single(0), commnodes: 0 }), now);
+    let mut each = spec(1, Window { packets: 2, bytes: 1000 });
+    (each.ranks, each.sync, each.up) = (RankSet::single(0), SyncMode::DoNotWait, FilterSpec::new("null", 1));
+    cn.handle_frame(parent, control(&ControlMsg::NewStream(each)), now);
+    transmits(&mut cn);
+    // Two frames go up (the window), two more wait here for credit.
+    for v in 0..2 {
+        cn.handle_frame(child, int(1, 0, v), now);
+    }
+    assert_eq!(sent_on(&transmits(&mut cn), parent), ["data [Int(0)]", "data [Int(1)]"]);
+    for v in 2..4 {
+        cn.handle_frame(child, int(1, 0, v), now);
+    }
+    assert!(sent_on(&transmits(&mut cn), parent).is_empty(), "no credit: nothing more goes up");
+    cn.handle_link_closed(child, None, now);
+    cn.handle_command(Command::ChildExited { node_id: 2, detail: "exited with status 0".into() }, now)
+        .unwrap();
+    let sent = transmits(&mut cn);
+    assert!(
+        sent_on(&sent, parent).is_empty(),
+        "nothing may go before the held data: {:?}",
+        sent_on(&sent, parent)
+    );
+    cn.handle_frame(parent, Frame::credit(1, Grant { packets: 2, bytes: 1000 }), now);
+    let sent = transmits(&mut cn);
+    assert_eq!(sent_on(&sent, parent), ["data [Int(2)]", "data [Int(3)]", "leave 0"]);
+}
+
 #[test]
 fn a_credit_reopens_a_blocked_backend_and_a_parent_may_not_overrun_its_window() {
     let now = Instant::now();
@@ -865,9 +921,17 @@ fn an_orphan_whose_fallback_does_not_answer_tries_the_ancestors_above_it_in_turn
     // the new parent's.
     be.handle_link_closed(l[1], None, t1);
     assert_eq!(events(&mut be), vec![Event::Rejoin { address: "unix:@fe".into(), within: limit }]);
-    // With none left to try, it ends, naming the last one tried.
+    // Every fallback tried in vain: a new round begins after a pause (a fallback that
+    // refused may not have noticed the loss yet), until the limit.
     be.handle_command(Command::RejoinFailed { reason: "connection refused".into() }, t1).unwrap();
-    assert!(be.is_over());
+    assert!(be.is_rejoining() && events(&mut be).is_empty());
+    let t2 = t1 + Duration::from_millis(200);
+    assert!(be.poll_timeout().is_some_and(|d| d <= t2), "{:?}", be.poll_timeout());
+    be.handle_timeout(t2);
+    let within = t1 + limit - t2;
+    assert_eq!(events(&mut be), vec![Event::Rejoin { address: "unix:@fe".into(), within }]);
+    be.handle_command(Command::RejoinFailed { reason: "connection refused".into() }, t1 + limit).unwrap();
+    assert!(be.is_over(), "past the limit it ends");
 }
 
 #[test]

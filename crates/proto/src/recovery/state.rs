@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use treecast_wire::RankSet;
+use std::collections::VecDeque;
+
+use treecast_wire::{ControlMsg, RankSet};
 
 /// A node's part in orphans rejoining the tree: where it and its children go when a
 /// parent is lost, and what it awaits back from its own lost children.
@@ -18,9 +20,12 @@ pub(crate) struct Recovery {
     pub(crate) fallback: Vec<String>,
     /// Looking for a new parent until then.
     pub(crate) rejoining: Option<Instant>,
-    /// While rejoining: the address being tried, and those left to try after it.
+    /// While rejoining: the address being tried, and those left to try after it in
+    /// this round.
     pub(crate) trying: Option<String>,
     pub(crate) untried: Vec<String>,
+    /// While rejoining, every fallback tried in vain: when the next round begins.
+    pub(crate) next_round: Option<Instant>,
     /// Ranks of lost comm-node children awaited back.
     pub(crate) awaiting: Vec<Awaited>,
     /// Stops for ranks awaited back (their comm node was lost), with why: they
@@ -28,6 +33,9 @@ pub(crate) struct Recovery {
     pub(crate) pending_stops: Vec<(RankSet, String)>,
     /// Front-end: every rank awaited back anywhere in the tree.
     pub(crate) orphaned: RankSet,
+    /// Reports for the parent held, in order, until the data reduced before them has
+    /// gone up: a rank's departure or loss must not overtake what it sent before.
+    pub(crate) reports_after_data: VecDeque<ControlMsg>,
 }
 
 /// Ranks of a lost comm node's sub-tree, awaited back for a while.

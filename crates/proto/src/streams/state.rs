@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use treecast_filters::{Synchronizer, Transform, Wave};
-use treecast_wire::{Frame, LinkId, StreamSpec};
+use treecast_wire::{Frame, FrameKind, LinkId, StreamSpec};
 
 use crate::handover::state::Handover;
 use crate::startup::state::Child;
@@ -87,6 +87,12 @@ pub(crate) struct StreamState {
 }
 
 impl StreamState {
+    /// True while reduced data waits here for up credit: a report of a loss must not
+    /// go up before it (the parent would end the stream with data still on its way).
+    pub(crate) fn data_waiting_up(&self) -> bool {
+        !self.held.is_empty() || self.pending_up.iter().any(|f| f.header.kind != FrameKind::Control)
+    }
+
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         if self.closing {
             return None;
