@@ -22,6 +22,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rank = (int)net->get_LocalRank();
+    /* MRNet's arguments last: parent host, port, rank, own host, own rank */
+    if (argc != 6 || atoi(argv[5]) != rank) {
+        fprintf(stderr, "be: not started with MRNet's five arguments ending in rank %d (%d arguments)\n", rank,
+                argc - 1);
+        return 1;
+    }
     int closed = 0; /* streams the front-end closed, as recv told */
     bool done = false;
     while (!done) {

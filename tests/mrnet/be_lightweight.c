@@ -107,6 +107,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rank = (int)Network_get_LocalRank(net);
+    /* MRNet's arguments last: parent host, port, rank, own host, own rank */
+    if (argc != 6 || atoi(argv[5]) != rank) {
+        fprintf(stderr, "be_lightweight: not started with MRNet's five arguments ending in rank %d\n", rank);
+        return 1;
+    }
     /* the streams packets came on: closings are no packets here, Stream_is_Closed tells */
     Stream_t *seen[64];
     int n_seen = 0;

@@ -633,6 +633,12 @@ static std::string setting(const std::map<std::string, std::string> *attrs, cons
     return v ? v : "";
 }
 
+/* MRNET_OUTPUT_LEVEL, as every MRNet process reads it when it joins. */
+static void output_level_from_env(void) {
+    const char *level = getenv("MRNET_OUTPUT_LEVEL");
+    if (level) set_OutputLevel(atoi(level));
+}
+
 /* The options both launch modes share: the comm node program (MRNET_COMM_PATH, the
  * attribute, then the prefix's own), time limits, and ssh for other hosts. */
 static bool common_options(tc_network_options *o, const char *itopology,
@@ -828,8 +834,7 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
     impl->fe = true;
     impl->host = local_host_name();
     impl->rank = INTERNAL_RANK_BASE;
-    const char *level = getenv("MRNET_OUTPUT_LEVEL");
-    if (level) set_OutputLevel(atoi(level));
+    output_level_from_env();
     if (!ibackend_exe || !*ibackend_exe) {
         n->create_attached(itopology, attrs);
         return n;
@@ -843,6 +848,10 @@ Network *Network::CreateNetworkFE(const char *itopology, const char *ibackend_ex
     std::vector<const char *> argv;
     argv.push_back(ibackend_exe);
     for (const char **a = ibackend_argv; a && *a; a++) argv.push_back(*a);
+    /* MRNet starts back-ends with five more arguments (parent host, port and rank, own
+     * host and rank), and some check for them: the comm node that starts each one
+     * puts them in place of this argument. */
+    argv.push_back("{treecast:mrnet-backend-args}");
     tc_network_options_set_backend(o, &argv[0], argv.size());
     if (!common_options(o, itopology, attrs)) {
         fail(n, ERR_SYSTEM, "the remote shell settings (XPLAT_RSH, XPLAT_RSH_ARGS, XPLAT_REMCMD)");
@@ -983,8 +992,7 @@ Network *Network::CreateNetworkBE(int argc, char *argv[]) {
     NetworkImpl *impl = n->_impl;
     impl->fe = false;
     impl->host = local_host_name();
-    const char *level = getenv("MRNET_OUTPUT_LEVEL");
-    if (level) set_OutputLevel(atoi(level));
+    output_level_from_env();
     tc_result r;
     if (getenv("TREECAST_PARENT")) {
         r = tc_backend_connect(&impl->be);
@@ -1038,8 +1046,7 @@ Network *Network::CreateNetworkIN(int, char *[]) {
     NetworkImpl *impl = n->_impl;
     impl->internal = true;
     impl->host = local_host_name();
-    const char *level = getenv("MRNET_OUTPUT_LEVEL");
-    if (level) set_OutputLevel(atoi(level));
+    output_level_from_env();
     /* treecast starts the comm node program (MRNET_COMM_PATH) as `PROGRAM node`, with
      * the parent's address and the secret in its environment; the arguments MRNet's
      * own main strips or passes on play no part. */

@@ -3,10 +3,27 @@
 #ifndef XPLAT_TYPES_H
 #define XPLAT_TYPES_H
 
-#include <stdint.h>
+/* What MRNet's xplat/Types.h includes, so that tools relying on it (strdup, memcmp,
+ * sockets, ...) build unchanged. */
+#include <cassert>
+#include <cerrno>
+#include <climits>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
 #include <inttypes.h>
-#include <sys/types.h>
+#include <netdb.h>
+#include <stdint.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/types.h>
 
 typedef int XPlat_Socket;
 typedef uint16_t XPlat_Port;

@@ -479,6 +479,8 @@ impl ChildrenTask {
         launcher: &dyn Launcher,
     ) -> ProcessSpec {
         let plan = &self.plan;
+        let mrnet_args =
+            mrnet_backend_args(&parent, &self.own_host, plan.node_id, &child.host, child.first_rank);
         let mut envs = vec![
             (env::PARENT.to_owned(), crate::join::child_parent_address(plan, parent)),
             (env::NODE_ID.to_owned(), child.node_id.to_string()),
@@ -511,7 +513,7 @@ impl ChildrenTask {
             }
             envs.extend(plan.env.iter().cloned());
             match command.split_first() {
-                Some((prog, args)) => (PathBuf::from(prog), args.to_vec()),
+                Some((prog, args)) => (PathBuf::from(prog), with_mrnet_args(args, &mrnet_args)),
                 None => (exe, vec!["backend".to_owned()]),
             }
         } else {
@@ -693,8 +695,53 @@ impl Listeners {
     }
 }
 
+/// An argument of a back-end command that stands for MRNet's five back-end arguments
+/// (parent host, parent port, parent rank, own host, own rank): MRNet's back-ends are
+/// started with them, and some check for them. The MRNet-compatible layer puts it
+/// last (docs/mrnet-compat.md); the back-end joins by its environment all the same.
+pub(crate) const MRNET_BACKEND_ARGS: &str = "{treecast:mrnet-backend-args}";
+
+/// MRNet's five back-end arguments for a back-end of `rank` on `host`, started by the
+/// comm node `node_id` on `own_host` that listens at `parent` (a Unix socket has no
+/// port: 0).
+fn mrnet_backend_args(parent: &str, own_host: &str, node_id: u32, host: &str, rank: u32) -> [String; 5] {
+    let (parent_host, port) = match parent.rsplit_once(':') {
+        Some((h, p)) if !parent.starts_with("unix:") && p.parse::<u16>().is_ok() => {
+            (h.to_owned(), p.to_owned())
+        }
+        _ => (own_host.to_owned(), "0".to_owned()),
+    };
+    [parent_host, port, node_id.to_string(), host.to_owned(), rank.to_string()]
+}
+
+/// `args` with [`MRNET_BACKEND_ARGS`] replaced by `mrnet`.
+fn with_mrnet_args(args: &[String], mrnet: &[String; 5]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len() + 4);
+    for a in args {
+        match a.as_str() {
+            MRNET_BACKEND_ARGS => out.extend(mrnet.iter().cloned()),
+            _ => out.push(a.clone()),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_mrnet_placeholder_becomes_mrnet_s_five_back_end_arguments() {
+        use super::{mrnet_backend_args, with_mrnet_args, MRNET_BACKEND_ARGS};
+        let tcp = mrnet_backend_args("10.0.0.5:4101", "n1", 3, "n7", 42);
+        assert_eq!(tcp, ["10.0.0.5", "4101", "3", "n7", "42"].map(String::from));
+        let unix = mrnet_backend_args("unix:@treecast-1-3", "n1.cluster", 3, "n1.cluster", 0);
+        assert_eq!(unix, ["n1.cluster", "0", "3", "n1.cluster", "0"].map(String::from));
+        let args = ["-v".to_owned(), MRNET_BACKEND_ARGS.to_owned()];
+        let mut want = vec!["-v".to_owned()];
+        want.extend(tcp.iter().cloned());
+        assert_eq!(with_mrnet_args(&args, &tcp), want);
+        assert_eq!(with_mrnet_args(&args[..1], &tcp), ["-v"], "no placeholder, no arguments added");
+    }
+
     use super::*;
 
     #[test]
