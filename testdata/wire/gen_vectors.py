@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 10 (launch plan version 11, member plan version 3).
+protocol version 11 (launch plan version 11, member plan version 3).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -784,7 +784,8 @@ INVALID_CASES = [
     ("batch", "version 7 header (an older build)", hdr(version=7), "BadVersion"),
     ("batch", "version 8 header (an older build)", hdr(version=8), "BadVersion"),
     ("batch", "version 9 header (an older build)", hdr(version=9), "BadVersion"),
-    ("batch", "version 11", hdr(version=11), "BadVersion"),
+    ("batch", "version 10 header (an older build)", hdr(version=10), "BadVersion"),
+    ("batch", "version 12", hdr(version=12), "BadVersion"),
     ("batch", "unknown kind", hdr(kind=6), "UnknownKind"),
     ("batch", "kind zero", hdr(kind=0), "UnknownKind"),
     ("batch", "payload over 256 MiB", hdr(length=(256 << 20) + 1), "TooLong"),
