@@ -524,7 +524,7 @@ impl Node {
             (FrameKind::Peer, role) => self.on_peer(link, role, frame, now),
             (FrameKind::Route, _) => tracing::debug!(node = %self.name, "route frame on {link} ignored"),
         }
-        self.release_reports_after_data();
+        self.release_reports_after_data(now);
     }
 
     /// `link` closed: `reason` is `None` for an orderly close, else what broke it.
@@ -535,7 +535,7 @@ impl Node {
     /// the process ended and what it last wrote to stderr.
     pub fn handle_link_closed(&mut self, link: LinkId, reason: Option<String>, now: Instant) {
         self.link_closed(link, reason, now, true);
-        self.release_reports_after_data();
+        self.release_reports_after_data(now);
     }
 
     /// `link` closed, by its peer (`by_peer`) or by this node on a protocol error.
@@ -598,7 +598,7 @@ impl Node {
     /// commands name what is wrong with the stream.
     pub fn handle_command(&mut self, cmd: Command, now: Instant) -> Result<(), CommandError> {
         let done = self.run_command(cmd, now);
-        self.release_reports_after_data();
+        self.release_reports_after_data(now);
         done
     }
 
@@ -739,7 +739,7 @@ impl Node {
         if self.phase != Phase::Over {
             self.recovery_timeout(now);
         }
-        self.release_reports_after_data();
+        self.release_reports_after_data(now);
     }
 
     fn liveness_timeout(&mut self, now: Instant) {

@@ -403,6 +403,7 @@ impl Node {
             .map(|a| a.until)
             .chain(self.recovery.rejoining)
             .chain(self.recovery.next_round)
+            .chain(self.recovery.reports_held_until)
             .min()
     }
 }

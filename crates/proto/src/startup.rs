@@ -23,6 +23,10 @@ use super::{
 };
 use state::{Child, ChildLaunch, ChildState, HeldLoss, Startup};
 
+/// Longest a report of departed or lost ranks waits for the data held for up credit
+/// on their streams (see [`Node::report_up`]).
+pub(crate) const REPORT_HOLD: Duration = Duration::from_secs(1);
+
 /// Most back-ends one node starts for one spawn order.
 pub const MAX_SPAWN: u32 = 65_536;
 
@@ -452,10 +456,20 @@ impl Node {
                 other => tracing::debug!("front-end: nothing to report for {other:?}"),
             },
             (_, Some(parent)) => {
-                // Reports stay in order; a departure or loss also waits for the data
-                // held here for up credit, which its ranks may have sent before it.
-                let ending = matches!(msg, ControlMsg::Leave { .. } | ControlMsg::Orphaned { .. });
-                if !self.recovery.reports_after_data.is_empty() || (ending && self.data_waiting_up()) {
+                // A departure or loss waits (a while at most) for the data its ranks'
+                // streams hold here for up credit: ahead of it, that data would reach
+                // a parent that may have ended the stream. Reports stay in order.
+                let ranks = match &msg {
+                    ControlMsg::Leave { ranks, .. } | ControlMsg::Orphaned { ranks, .. } => {
+                        Some(ranks.clone())
+                    }
+                    _ => None,
+                };
+                let waits = ranks.as_ref().is_some_and(|r| self.data_waiting_up(r));
+                if !self.recovery.reports_after_data.is_empty() || waits {
+                    if let Some(r) = &ranks {
+                        self.recovery.reports_held_ranks.union_with(r);
+                    }
                     self.recovery.reports_after_data.push_back(msg);
                 } else {
                     self.out.control(parent, &msg);
@@ -465,21 +479,28 @@ impl Node {
         }
     }
 
-    /// True while some stream holds reduced data for up credit.
-    fn data_waiting_up(&self) -> bool {
-        self.streams.values().any(|s| s.data_waiting_up())
+    /// True while a stream of one of `ranks` holds reduced data for up credit.
+    fn data_waiting_up(&self, ranks: &RankSet) -> bool {
+        self.streams.values().any(|s| s.spec.ranks.intersects(ranks) && s.data_waiting_up())
     }
 
     /// Sends the reports held back by [`Node::report_up`] once the data before them
-    /// has gone up.
-    pub(super) fn release_reports_after_data(&mut self) {
-        if self.recovery.reports_after_data.is_empty() || self.data_waiting_up() {
+    /// has gone up, or once they waited [`REPORT_HOLD`]: a tool that never reads one
+    /// stream must not keep another waiting for a loss for ever.
+    pub(super) fn release_reports_after_data(&mut self, now: Instant) {
+        if self.recovery.reports_after_data.is_empty() {
+            return;
+        }
+        let until = *self.recovery.reports_held_until.get_or_insert(now + REPORT_HOLD);
+        if now < until && self.data_waiting_up(&self.recovery.reports_held_ranks) {
             return;
         }
         let Some(parent) = self.parent.filter(|_| self.recovery.rejoining.is_none()) else { return };
         while let Some(msg) = self.recovery.reports_after_data.pop_front() {
             self.out.control(parent, &msg);
         }
+        self.recovery.reports_held_ranks = RankSet::new();
+        self.recovery.reports_held_until = None;
     }
 
     /// Records lost ranks at the front-end; returns those not known before.

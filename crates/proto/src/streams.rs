@@ -330,9 +330,11 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
             s.ready.push_back(None);
             continue;
         }
-        // Do-not-wait waves carry no number (each is index 0): what this node took
-        // in before its last member left still goes up.
-        let detached = s.spec.sync != SyncMode::DoNotWait && s.detached_from.is_some_and(|d| wave.index >= d);
+        // Do-not-wait waves carry no number (each is index 0): those complete when
+        // this node's last member left still go up, the later ones do not.
+        let kept = s.spec.sync == SyncMode::DoNotWait && s.kept_after_detach > 0;
+        s.kept_after_detach -= usize::from(kept);
+        let detached = !kept && s.detached_from.is_some_and(|d| wave.index >= d);
         let earlier = numbered(s) && wave.index < s.up_from;
         let stale = orphan || (ctx.role == Role::CommNode && (earlier || detached));
         for (&c, f) in wave.children.iter().zip(&wave.frames) {
@@ -408,6 +410,7 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
         // ranks now) and counts its next waves without it; if orphans rejoin here,
         // their answers go up only once the parent takes this node back.
         s.detached_from = Some(s.sync.next_wave());
+        s.kept_after_detach = s.held.len();
     }
     settle_down(s, ctx, out);
     if !s.closing {
@@ -574,6 +577,7 @@ impl Node {
             sent_up: 0,
             up_from: 0,
             detached_from: None,
+            kept_after_detach: 0,
             spec,
         })
     }
@@ -1106,6 +1110,7 @@ impl Node {
         s.handover.parent_changed();
         s.up_from = s.requests;
         s.detached_from = None;
+        s.kept_after_detach = 0;
         if std::mem::take(&mut s.blocked) {
             self.out.event(Event::Writable { stream: id });
         }

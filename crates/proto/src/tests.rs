@@ -10,6 +10,7 @@ use treecast_wire::{
 };
 
 use super::*;
+use crate::startup::REPORT_HOLD;
 
 fn node(role: Role, id: u32) -> Node {
     Node::new(NodeConfig {
@@ -380,12 +381,9 @@ fn sent_on(sent: &[Transmit], link: LinkId) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_comm_node_reports_a_lost_child_only_after_the_data_it_sent_before() {
-    // Regression (an MRNet-style back-end that sent 2,000 packets and exited, the
-    // front-end slow to read them): the loss went up at once, ahead of the data still
-    // waiting here for up credit, and the front-end ended the stream without it.
-    let now = Instant::now();
+/// A comm node over one back-end (rank 0) on a do-not-wait stream of window 2, whose
+/// back-end sent four frames (two went up, two wait for credit) and was then lost.
+fn comm_node_holding_data_of_a_lost_child(now: Instant) -> (Node, LinkId) {
     let (parent, child) = (ids(2)[0], ids(2)[1]);
     let mut cn = node(Role::CommNode, 1);
     cn.handle_link_up(parent, Peer::Parent, now);
@@ -396,7 +394,6 @@ fn a_comm_node_reports_a_lost_child_only_after_the_data_it_sent_before() {
     (each.ranks, each.sync, each.up) = (RankSet::single(0), SyncMode::DoNotWait, FilterSpec::new("null", 1));
     cn.handle_frame(parent, control(&ControlMsg::NewStream(each)), now);
     transmits(&mut cn);
-    // Two frames go up (the window), two more wait here for credit.
     for v in 0..2 {
         cn.handle_frame(child, int(1, 0, v), now);
     }
@@ -408,6 +405,16 @@ fn a_comm_node_reports_a_lost_child_only_after_the_data_it_sent_before() {
     cn.handle_link_closed(child, None, now);
     cn.handle_command(Command::ChildExited { node_id: 2, detail: "exited with status 0".into() }, now)
         .unwrap();
+    (cn, parent)
+}
+
+#[test]
+fn a_comm_node_reports_a_lost_child_only_after_the_data_it_sent_before() {
+    // Regression (an MRNet-style back-end that sent 2,000 packets and exited, the
+    // front-end slow to read them): the loss went up at once, ahead of the data still
+    // waiting here for up credit, and the front-end ended the stream without it.
+    let now = Instant::now();
+    let (mut cn, parent) = comm_node_holding_data_of_a_lost_child(now);
     let sent = transmits(&mut cn);
     assert!(
         sent_on(&sent, parent).is_empty(),
@@ -417,6 +424,19 @@ fn a_comm_node_reports_a_lost_child_only_after_the_data_it_sent_before() {
     cn.handle_frame(parent, Frame::credit(1, Grant { packets: 2, bytes: 1000 }), now);
     let sent = transmits(&mut cn);
     assert_eq!(sent_on(&sent, parent), ["data [Int(2)]", "data [Int(3)]", "leave 0"]);
+}
+
+#[test]
+fn a_lost_child_is_reported_after_a_while_even_if_its_data_never_gets_credit() {
+    // A tool that never reads one stream must not keep the loss from another one.
+    let now = Instant::now();
+    let (mut cn, parent) = comm_node_holding_data_of_a_lost_child(now);
+    transmits(&mut cn);
+    assert!(cn.poll_timeout().is_some_and(|t| t <= now + REPORT_HOLD), "{:?}", cn.poll_timeout());
+    cn.handle_timeout(now + REPORT_HOLD - Duration::from_millis(1));
+    assert!(sent_on(&transmits(&mut cn), parent).is_empty(), "not before the limit");
+    cn.handle_timeout(now + REPORT_HOLD);
+    assert_eq!(sent_on(&transmits(&mut cn), parent), ["leave 0"]);
 }
 
 #[test]

@@ -702,16 +702,28 @@ impl Listeners {
 pub(crate) const MRNET_BACKEND_ARGS: &str = "{treecast:mrnet-backend-args}";
 
 /// MRNet's five back-end arguments for a back-end of `rank` on `host`, started by the
-/// comm node `node_id` on `own_host` that listens at `parent` (a Unix socket has no
-/// port: 0).
+/// comm node `node_id` on `own_host` that listens at `parent`. A Unix socket has no
+/// port (0), and a wildcard address names no host (`own_host` then). The parent's
+/// rank is the MRNet layer's rank of that comm node (compat/mrnet: 1000000 + node id).
 fn mrnet_backend_args(parent: &str, own_host: &str, node_id: u32, host: &str, rank: u32) -> [String; 5] {
-    let (parent_host, port) = match parent.rsplit_once(':') {
+    use treecast_topology::hostlist::bare_host;
+    let (mut parent_host, port) = match parent.rsplit_once(':') {
         Some((h, p)) if !parent.starts_with("unix:") && p.parse::<u16>().is_ok() => {
-            (h.to_owned(), p.to_owned())
+            (h.trim_start_matches('[').trim_end_matches(']').to_owned(), p.to_owned())
         }
         _ => (own_host.to_owned(), "0".to_owned()),
     };
-    [parent_host, port, node_id.to_string(), host.to_owned(), rank.to_string()]
+    if parent_host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified()) {
+        parent_host = own_host.to_owned();
+    }
+    let parent_rank = 1_000_000 + u64::from(node_id);
+    [
+        bare_host(&parent_host).to_owned(),
+        port,
+        parent_rank.to_string(),
+        bare_host(host).to_owned(),
+        rank.to_string(),
+    ]
 }
 
 /// `args` with [`MRNET_BACKEND_ARGS`] replaced by `mrnet`.
@@ -732,9 +744,13 @@ mod tests {
     fn the_mrnet_placeholder_becomes_mrnet_s_five_back_end_arguments() {
         use super::{mrnet_backend_args, with_mrnet_args, MRNET_BACKEND_ARGS};
         let tcp = mrnet_backend_args("10.0.0.5:4101", "n1", 3, "n7", 42);
-        assert_eq!(tcp, ["10.0.0.5", "4101", "3", "n7", "42"].map(String::from));
+        assert_eq!(tcp, ["10.0.0.5", "4101", "1000003", "n7", "42"].map(String::from));
         let unix = mrnet_backend_args("unix:@treecast-1-3", "n1.cluster", 3, "n1.cluster", 0);
-        assert_eq!(unix, ["n1.cluster", "0", "3", "n1.cluster", "0"].map(String::from));
+        assert_eq!(unix, ["n1.cluster", "0", "1000003", "n1.cluster", "0"].map(String::from));
+        let v6 = mrnet_backend_args("[::1]:4101", "n1", 0, "me@n2", 5);
+        assert_eq!(v6, ["::1", "4101", "1000000", "n2", "5"].map(String::from), "no brackets, no user");
+        let any = mrnet_backend_args("0.0.0.0:4101", "n1", 0, "n2", 5);
+        assert_eq!(any[0], "n1", "a wildcard address names no host");
         let args = ["-v".to_owned(), MRNET_BACKEND_ARGS.to_owned()];
         let mut want = vec!["-v".to_owned()];
         want.extend(tcp.iter().cloned());

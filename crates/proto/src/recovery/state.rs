@@ -36,6 +36,9 @@ pub(crate) struct Recovery {
     /// Reports for the parent held, in order, until the data reduced before them has
     /// gone up: a rank's departure or loss must not overtake what it sent before.
     pub(crate) reports_after_data: VecDeque<ControlMsg>,
+    /// The ranks those reports name, and when they go up whatever is held.
+    pub(crate) reports_held_ranks: RankSet,
+    pub(crate) reports_held_until: Option<Instant>,
 }
 
 /// Ranks of a lost comm node's sub-tree, awaited back for a while.

@@ -84,6 +84,9 @@ pub(crate) struct StreamState {
     /// goes up until the parent takes this node back into the stream (its waves go on
     /// without this node meanwhile, see `remove_member`).
     pub(super) detached_from: Option<u64>,
+    /// Do-not-wait waves (which carry no number) complete when this node was
+    /// detached: they still go up; those formed after wait for the parent.
+    pub(super) kept_after_detach: usize,
 }
 
 impl StreamState {
