@@ -77,13 +77,11 @@ impl Node {
         {
             return false;
         }
-        let mut addresses = self.recovery.fallback.clone();
-        let first = addresses.remove(0);
-        tracing::info!(node = %self.name, "lost the parent ({why}); rejoining at {first}");
+        tracing::info!(node = %self.name, "lost the parent ({why}); rejoining at {}", self.recovery.fallback[0]);
         self.recovery.rejoining = Some(now + limit);
-        self.recovery.untried = addresses;
+        self.recovery.untried = self.recovery.fallback.clone();
         self.streams_orphaned();
-        self.rejoin_at(first, now);
+        self.rejoin_at_next(now);
         true
     }
 
@@ -97,6 +95,14 @@ impl Node {
         self.out.event(Event::Rejoin { address, within });
     }
 
+    /// Tries the next address left in this round (there is one).
+    fn rejoin_at_next(&mut self, now: Instant) {
+        if !self.recovery.untried.is_empty() {
+            let next = self.recovery.untried.remove(0);
+            self.rejoin_at(next, now);
+        }
+    }
+
     /// The driver could not reach the address tried (or its share of the time ran
     /// out): the next ancestor is tried; after the last one, the round begins again
     /// after a pause; past the deadline this node shuts down.
@@ -104,9 +110,8 @@ impl Node {
         let Some(deadline) = self.recovery.rejoining else { return };
         let tried = self.recovery.trying.take().unwrap_or_default();
         if deadline > now && !self.recovery.untried.is_empty() {
-            let next = self.recovery.untried.remove(0);
-            tracing::info!(node = %self.name, "could not rejoin at {tried} ({reason}); trying {next}");
-            return self.rejoin_at(next, now);
+            tracing::info!(node = %self.name, "could not rejoin at {tried} ({reason}); trying the next fallback");
+            return self.rejoin_at_next(now);
         }
         if deadline > now + ROUND_PAUSE && !self.recovery.fallback.is_empty() {
             tracing::info!(node = %self.name, "could not rejoin at {tried} ({reason}); trying every fallback again");
@@ -372,14 +377,12 @@ impl Node {
     pub(super) fn recovery_timeout(&mut self, now: Instant) {
         if self.recovery.rejoining.is_some_and(|d| d <= now) {
             let secs = self.recovery.rejoin.map_or(0.0, |d| d.as_secs_f64());
-            self.recovery.untried.clear();
             self.rejoin_failed(format!("no new parent within {secs:.1} s"), now);
             return;
         }
-        if self.recovery.next_round.is_some_and(|t| t <= now) && !self.recovery.untried.is_empty() {
+        if self.recovery.next_round.is_some_and(|t| t <= now) {
             self.recovery.next_round = None;
-            let next = self.recovery.untried.remove(0);
-            self.rejoin_at(next, now);
+            self.rejoin_at_next(now);
         }
         let due: Vec<Awaited> = {
             let (due, keep) =

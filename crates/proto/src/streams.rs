@@ -332,7 +332,7 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
         }
         // Do-not-wait waves carry no number (each is index 0): those complete when
         // this node's last member left still go up, the later ones do not.
-        let kept = s.spec.sync == SyncMode::DoNotWait && s.kept_after_detach > 0;
+        let kept = s.kept_after_detach > 0;
         s.kept_after_detach -= usize::from(kept);
         let detached = !kept && s.detached_from.is_some_and(|d| wave.index >= d);
         let earlier = numbered(s) && wave.index < s.up_from;
@@ -410,7 +410,7 @@ fn remove_member(s: &mut StreamState, c: usize, ctx: &Ctx<'_>, out: &mut Outputs
         // ranks now) and counts its next waves without it; if orphans rejoin here,
         // their answers go up only once the parent takes this node back.
         s.detached_from = Some(s.sync.next_wave());
-        s.kept_after_detach = s.held.len();
+        s.kept_after_detach = if s.spec.sync == SyncMode::DoNotWait { s.held.len() } else { 0 };
     }
     settle_down(s, ctx, out);
     if !s.closing {

@@ -480,9 +480,9 @@ impl ChildrenTask {
     ) -> ProcessSpec {
         let plan = &self.plan;
         let mrnet_args =
-            mrnet_backend_args(&parent, &self.own_host, plan.node_id, &child.host, child.first_rank);
+            || mrnet_backend_args(&parent, &self.own_host, plan.node_id, &child.host, child.first_rank);
         let mut envs = vec![
-            (env::PARENT.to_owned(), crate::join::child_parent_address(plan, parent)),
+            (env::PARENT.to_owned(), crate::join::child_parent_address(plan, parent.clone())),
             (env::NODE_ID.to_owned(), child.node_id.to_string()),
             (env::SESSION.to_owned(), plan.session.clone()),
         ];
@@ -513,7 +513,7 @@ impl ChildrenTask {
             }
             envs.extend(plan.env.iter().cloned());
             match command.split_first() {
-                Some((prog, args)) => (PathBuf::from(prog), with_mrnet_args(args, &mrnet_args)),
+                Some((prog, args)) => (PathBuf::from(prog), with_mrnet_args(args, mrnet_args)),
                 None => (exe, vec!["backend".to_owned()]),
             }
         } else {
@@ -726,8 +726,13 @@ fn mrnet_backend_args(parent: &str, own_host: &str, node_id: u32, host: &str, ra
     ]
 }
 
-/// `args` with [`MRNET_BACKEND_ARGS`] replaced by `mrnet`.
-fn with_mrnet_args(args: &[String], mrnet: &[String; 5]) -> Vec<String> {
+/// `args` with [`MRNET_BACKEND_ARGS`] replaced by what `mrnet` makes (only made when
+/// the placeholder is there: most commands have none).
+fn with_mrnet_args(args: &[String], mrnet: impl FnOnce() -> [String; 5]) -> Vec<String> {
+    if !args.iter().any(|a| a == MRNET_BACKEND_ARGS) {
+        return args.to_vec();
+    }
+    let mrnet = mrnet();
     let mut out = Vec::with_capacity(args.len() + 4);
     for a in args {
         match a.as_str() {
@@ -740,9 +745,10 @@ fn with_mrnet_args(args: &[String], mrnet: &[String; 5]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_mrnet_placeholder_becomes_mrnet_s_five_back_end_arguments() {
-        use super::{mrnet_backend_args, with_mrnet_args, MRNET_BACKEND_ARGS};
         let tcp = mrnet_backend_args("10.0.0.5:4101", "n1", 3, "n7", 42);
         assert_eq!(tcp, ["10.0.0.5", "4101", "1000003", "n7", "42"].map(String::from));
         let unix = mrnet_backend_args("unix:@treecast-1-3", "n1.cluster", 3, "n1.cluster", 0);
@@ -754,11 +760,9 @@ mod tests {
         let args = ["-v".to_owned(), MRNET_BACKEND_ARGS.to_owned()];
         let mut want = vec!["-v".to_owned()];
         want.extend(tcp.iter().cloned());
-        assert_eq!(with_mrnet_args(&args, &tcp), want);
-        assert_eq!(with_mrnet_args(&args[..1], &tcp), ["-v"], "no placeholder, no arguments added");
+        assert_eq!(with_mrnet_args(&args, || tcp.clone()), want);
+        assert_eq!(with_mrnet_args(&args[..1], || tcp.clone()), ["-v"], "no placeholder, no arguments added");
     }
-
-    use super::*;
 
     #[test]
     fn admission_has_a_place_for_every_awaited_child_and_the_strangers_margin() {
