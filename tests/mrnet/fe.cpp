@@ -261,6 +261,26 @@ int main(int argc, char **argv) {
     free(rAld);
     free(rAc);
 
+    /* a back-end's private stream, as MRNet's singlecast: Network::send to a rank, the
+     * answer on get_Stream(rank), whose id is the rank; user streams' ids do not meet ranks */
+    check(max->get_Id() >= USER_STRM_BASE_ID, "a user stream's id is USER_STRM_BASE_ID or more");
+    check(net->send(2, TAG_VALUE, "%d", 5) == 0 && net->send(0, TAG_VALUE, "%d", 1) == 0 && net->flush() == 0,
+          "Network::send to ranks 2 and 0");
+    Stream *two = net->get_Stream(2), *zero = net->get_Stream(0);
+    check(two && zero && two != zero && two->get_Id() == 2 && zero->get_Id() == 0 && net->get_Stream(2) == two,
+          "get_Stream(rank): the back-end's private stream, the same each time");
+    check(net->get_Stream(1000) == NULL, "get_Stream of neither a stream nor a back-end's rank");
+    /* rank 2's answer may come first: the receive on rank 0's stream keeps it for rank 2's */
+    check(zero->recv(&tag, p) == 1 && tag == TAG_VALUE && p->unpack("%d", &v) == 0 && v == 1 &&
+              p->get_StreamId() == 0 && p->get_SourceRank() == 0,
+          "rank 0's answer on its private stream");
+    check(net->recv(&tag, p, &from, true) == 1 && from == two && p->unpack("%d", &v) == 0 && v == 3 * 5 &&
+              p->get_StreamId() == 2,
+          "Network::recv names the private stream of the answer");
+    check(two->send(TAG_VALUE, "%d", 7) == 0 && two->flush() == 0, "send on a private stream");
+    check(recv_int(two, TAG_VALUE) == 3 * 7, "the answer to a send on a private stream");
+    check(two->set_FilterParameters(FILTER_UPSTREAM_TRANS, "%d", 1) == -1, "a private stream has no filter");
+
     /* an MRNet filter function: parameters at creation, then changed; packets sent down */
     int filter = net->load_FilterFunc(argv[3], "ScaledSum");
     check(filter >= 0, "load_FilterFunc");

@@ -187,8 +187,8 @@ int32_t reduce(void *state, const treecast_place *place, const treecast_packet *
         std::vector<PacketPtr> in, out, rev;
         for (size_t i = 0; i < n; i++) {
             std::string why;
-            PacketPtr p = decode_payload(packets[i].payload, packets[i].payload_len, packets[i].rank, place->stream,
-                                         packets[i].tag, why);
+            PacketPtr p = decode_payload(packets[i].payload, packets[i].payload_len, packets[i].rank,
+                                         mrn_stream_id(place->stream), packets[i].tag, why);
             if (!p) {
                 *bad_rank = packets[i].rank;
                 say(err, err_len, "mrnet_filter: a packet's values cannot be read: " + why);
@@ -200,7 +200,7 @@ int32_t reduce(void *state, const treecast_place *place, const treecast_packet *
         TopologyLocalInfo info(rank, place->children, place->depth, place->leaves);
         inst->fn(in, out, rev, &inst->state, inst->params, info);
         for (size_t i = 0; i < out.size(); i++)
-            if (out[i]) out[i]->set_StreamId(place->stream);
+            if (out[i]) out[i]->set_StreamId(mrn_stream_id(place->stream));
         int32_t r = emit_all(out, TREECAST_UP, host, sink, err, err_len);
         return r != TREECAST_OK ? r : emit_all(rev, TREECAST_DOWN, host, sink, err, err_len);
     } catch (const std::exception &e) {

@@ -40,6 +40,15 @@ PacketPtr decode_payload(const uint8_t *data, size_t len, Rank src, unsigned int
 PacketPtr decode_payload_from(const uint8_t *data, size_t len, size_t skip, Rank src, unsigned int stream,
                               int tag, std::string &err);
 
+/* MRNet numbers a user stream from USER_STRM_BASE_ID up and a back-end's private
+ * stream by the back-end's rank, so a stream id and a rank never meet: treecast's
+ * stream id n is the tool's stream id STREAM_ID_BASE + n. */
+const unsigned int STREAM_ID_BASE = (1u << 30) + 10;
+/* The tool's id of treecast's stream `tc`. */
+inline unsigned int mrn_stream_id(uint32_t tc) { return STREAM_ID_BASE + tc; }
+/* treecast's id of the tool's stream `id` (one at or above STREAM_ID_BASE). */
+inline uint32_t tc_stream_id_of(unsigned int id) { return id - STREAM_ID_BASE; }
+
 /* The name of the adapter plug-in, as streams name it. */
 extern const char *const ADAPTER_NAME;
 

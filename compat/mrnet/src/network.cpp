@@ -43,6 +43,10 @@ namespace MRN {
 
 using namespace compat;
 
+const unsigned int CTL_STRM_ID = 1u << 30;
+const unsigned int TOPOL_STRM_ID = (1u << 30) + 1;
+const unsigned int USER_STRM_BASE_ID = STREAM_ID_BASE;
+
 /* Ranks of the front-end and comm nodes: this plus their pre-order node id, so that
  * they never meet the back-ends' ranks (0 .. N-1, treecast's). */
 static const Rank INTERNAL_RANK_BASE = 1000000;
@@ -85,6 +89,9 @@ struct NetworkImpl {
      * two sending threads make one); the pointer is read and cleared under mu. */
     Stream *p2p;
     std::mutex p2p_mu;
+    /* front-end: the back-ends' private streams (get_Stream(rank)), made at first use,
+     * under mu */
+    std::map<Rank, Stream *> privates;
     /* front-end: where Network::recv looks first (a fairness hint: any value is safe) */
     std::atomic<size_t> next_stream;
     /* front-end: back-ends lost or gone for good (from the event thread, under mu) */
@@ -200,7 +207,7 @@ static void to_values(const Packet &p, std::vector<tc_value> &vals) {
 
 /* A packet from a treecast packet (which the caller still frees). */
 static PacketPtr from_tc(const tc_packet *tp) {
-    PacketPtr p(new Packet(tc_packet_rank(tp), tc_packet_stream(tp), tc_packet_tag(tp)));
+    PacketPtr p(new Packet(tc_packet_rank(tp), compat::mrn_stream_id(tc_packet_stream(tp)), tc_packet_tag(tp)));
     size_t n = tc_packet_count(tp);
     for (size_t i = 0; i < n; i++) {
         uint32_t code = tc_packet_type(tp, i);
@@ -1082,9 +1089,11 @@ Network::~Network() {
     std::vector<Stream *> streams;
     {
         std::lock_guard<std::mutex> g(impl->mu);
-        if (impl->fe)
+        if (impl->fe) {
             streams.assign(impl->all_streams.begin(), impl->all_streams.end());
-        else
+            for (std::map<Rank, Stream *>::iterator it = impl->privates.begin(); it != impl->privates.end(); ++it)
+                streams.push_back(it->second);
+        } else
             for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end(); ++it)
                 streams.push_back(it->second);
     }
@@ -1291,10 +1300,54 @@ Stream *Network::new_Stream(Communicator *comm, int us, int sync, int ds) {
     return s;
 }
 
+/* A stream by id; at the front-end, a back-end's rank gives its private stream, as
+ * in MRNet (what Network::send(rank, ...) sent it and what it answered on it). */
 Stream *Network::get_Stream(unsigned int iid) const {
-    std::lock_guard<std::mutex> g(_impl->mu);
-    std::map<unsigned int, Stream *>::const_iterator it = _impl->streams.find(iid);
-    return it == _impl->streams.end() ? NULL : it->second;
+    {
+        std::lock_guard<std::mutex> g(_impl->mu);
+        std::map<unsigned int, Stream *>::const_iterator it = _impl->streams.find(iid);
+        if (it != _impl->streams.end()) return it->second;
+        if (!_impl->fe || iid >= STREAM_ID_BASE || !_impl->bcast || !_impl->bcast->_ranks.count(iid)) return NULL;
+    }
+    return fe_private(const_cast<Network *>(this), _impl, iid);
+}
+
+Stream *p2p_stream(Network *n, NetworkImpl *impl) {
+    Stream *p2p = NULL;
+    {
+        /* one stream for every thread's point-to-point sends: made once */
+        std::lock_guard<std::mutex> making(impl->p2p_mu);
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            p2p = impl->p2p;
+        }
+        if (!p2p) {
+            p2p = n->new_Stream(impl->bcast, TFILTER_NULL, SFILTER_DONTWAIT, TFILTER_NULL);
+            if (!p2p) return NULL;
+            std::lock_guard<std::mutex> g(impl->mu);
+            impl->p2p = p2p;
+        }
+    }
+    return p2p->ensure() ? p2p : NULL;
+}
+
+Stream *fe_private(Network *n, NetworkImpl *impl, Rank rank) {
+    std::lock_guard<std::mutex> g(impl->mu);
+    std::map<Rank, Stream *>::iterator it = impl->privates.find(rank);
+    if (it != impl->privates.end()) return it->second;
+    std::set<Rank> one;
+    one.insert(rank);
+    Stream *s = new Stream(n, rank, one, TFILTER_NULL, SFILTER_DONTWAIT, TFILTER_NULL);
+    s->_private = true;
+    impl->privates[rank] = s;
+    return s;
+}
+
+/* Front-end: the private stream a packet from the point-to-point stream belongs to
+ * (its sender's); the packet takes that stream's id, the rank, as in MRNet. */
+static Stream *private_of(Network *n, NetworkImpl *impl, PacketPtr &p) {
+    p->set_StreamId(p->get_SourceRank());
+    return fe_private(n, impl, p->get_SourceRank());
 }
 
 /* Back-end: the Stream of `id`, made when first seen. */
@@ -1314,7 +1367,7 @@ int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed,
         }
     }
     if (tc_backend_next_closed(impl->be, &id) == TC_OK) {
-        closed = id;
+        closed = compat::mrn_stream_id(id);
         return 2;
     }
     tc_packet *p = NULL;
@@ -1323,11 +1376,12 @@ int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed,
         out = from_tc(p);
         tc_packet_free(p);
         if (wait_ms && tc_backend_next_closed(impl->be, &id) == TC_OK) {
+            unsigned int closing = compat::mrn_stream_id(id);
             /* the closing of this packet's own stream came after it (the front-end
              * sends nothing on a stream it closed): the packet goes first */
-            if (id == out->get_StreamId()) {
+            if (closing == out->get_StreamId()) {
                 std::lock_guard<std::mutex> g(impl->mu);
-                impl->closed_later.push_back(id);
+                impl->closed_later.push_back(closing);
                 return 1;
             }
             /* another stream's closing that came while waiting came before this
@@ -1336,7 +1390,7 @@ int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed,
             std::lock_guard<std::mutex> g(impl->mu);
             s->_pending.push_back(out);
             out.reset();
-            closed = id;
+            closed = closing;
             return 2;
         }
         return 1;
@@ -1391,8 +1445,20 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
         } else {
             if (data_fd(impl) >= 0) tc_network_fd_clear(impl->net);
             std::vector<Stream *> live;
+            Stream *p2p = NULL;
             {
                 std::lock_guard<std::mutex> g(impl->mu);
+                /* a private stream's packets taken by a receive for another one */
+                for (std::map<Rank, Stream *>::iterator it = impl->privates.begin(); it != impl->privates.end(); ++it) {
+                    if (!it->second->_pending.empty()) {
+                        opacket = it->second->_pending.front();
+                        it->second->_pending.pop_front();
+                        if (otag) *otag = opacket->get_Tag();
+                        if (ostream) *ostream = it->second;
+                        return 1;
+                    }
+                }
+                p2p = impl->p2p;
                 for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end();
                      ++it)
                     if (!it->second->_closed) live.push_back(it->second);
@@ -1407,6 +1473,7 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                     impl->next_stream.store((first + k + 1) % live.size());
                     opacket = from_tc(p);
                     tc_packet_free(p);
+                    if (s == p2p) s = private_of(this, impl, opacket);
                     if (otag) *otag = opacket->get_Tag();
                     if (ostream) *ostream = s;
                     return 1;
@@ -1418,23 +1485,27 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                 /* every stream closed (in this call or before): the tree is over, and
                  * nothing could ever arrive to end a blocking wait */
                 std::lock_guard<std::mutex> g(impl->mu);
-                bool any = false, open = false;
+                /* the point-to-point stream is the layer's own: open as long as the
+                 * network, so it waits for answers but does not keep a wait alive once
+                 * every back-end is gone */
+                bool any = false, open = false, tool_open = false;
                 for (std::map<unsigned int, Stream *>::iterator it = impl->streams.begin(); it != impl->streams.end();
                      ++it) {
                     any = true;
                     open = open || !it->second->_closed;
+                    tool_open = tool_open || (!it->second->_closed && it->second != impl->p2p);
                 }
                 if (any && !open && tc_network_backends(impl->net) > 0) return -1;
-                /* no stream open: nothing tells this loop that the tree ended but the
-                 * events (the network closed, or every back-end lost or gone) */
-                if (!open && iblocking && !impl->events_wanted) {
+                /* no stream of the tool's open: nothing tells this loop that the tree
+                 * ended but the events (the network closed, or every back-end lost or gone) */
+                if (!tool_open && iblocking && !impl->events_wanted) {
                     impl->events_wanted = true;
                     start_events(this, impl);
                 }
                 size_t backends = tc_network_backends(impl->net), lost = 0;
                 for (std::set<Rank>::iterator it = impl->gone.begin(); it != impl->gone.end(); ++it)
                     if (*it < backends) lost++;
-                if (!open && backends > 0 && lost >= backends) return -1;
+                if (!tool_open && backends > 0 && lost >= backends) return -1;
             }
             if (impl->shutdown) return -1;
         }
@@ -1464,22 +1535,8 @@ int Network::send(Rank ibe, int itag, const void **idata, const char *iformat_st
 int Network::send(Rank ibe, PacketPtr &ipacket) {
     NetworkImpl *impl = _impl;
     if (!impl->fe || !impl->net || !ipacket || ipacket->has_Error()) return -1;
-    Stream *p2p = NULL;
-    {
-        /* one stream for every thread's sends to one rank: made once */
-        std::lock_guard<std::mutex> making(impl->p2p_mu);
-        {
-            std::lock_guard<std::mutex> g(impl->mu);
-            p2p = impl->p2p;
-        }
-        if (!p2p) {
-            p2p = new_Stream(impl->bcast, TFILTER_NULL, SFILTER_DONTWAIT, TFILTER_NULL);
-            if (!p2p) return -1;
-            std::lock_guard<std::mutex> g(impl->mu);
-            impl->p2p = p2p;
-        }
-    }
-    if (!p2p->ensure()) return -1;
+    Stream *p2p = p2p_stream(this, impl);
+    if (!p2p) return -1;
     std::vector<tc_value> vals;
     to_values(*ipacket, vals);
     std::string fmt = tc_format(*ipacket);
@@ -1762,7 +1819,7 @@ bool Network::set_FailureRecovery(bool) { return true; }
 
 Stream::Stream(Network *net, unsigned int id, const std::set<Rank> &ranks, int us, int sync, int ds)
     : _network(net), _tc(NULL), _id(id), _ranks(ranks), _broadcast(false), _us_filter(us), _sync_filter(sync), _ds_filter(ds),
-      _sync_timeout_ms(1000), _closed(false) {}
+      _sync_timeout_ms(1000), _closed(false), _private(false) {}
 
 Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id) {
     std::lock_guard<std::mutex> g(impl->mu);
@@ -1781,6 +1838,8 @@ Stream::~Stream() {
         std::map<unsigned int, Stream *>::iterator it = impl->streams.find(_id);
         if (it != impl->streams.end() && it->second == this) impl->streams.erase(it);
         if (impl->p2p == this) impl->p2p = NULL;
+        std::map<Rank, Stream *>::iterator p = impl->privates.find(_id);
+        if (_private && p != impl->privates.end() && p->second == this) impl->privates.erase(p);
     }
     if (_tc) tc_stream_free(_tc);
 }
@@ -1824,6 +1883,7 @@ static void adapter_params(const LoadedFilter &lf, bool with_bytes, const Packet
 
 bool Stream::ensure(void) const {
     NetworkImpl *impl = _network->_impl;
+    if (_private) return p2p_stream(_network, impl) != NULL;
     /* two tool threads sending on a new stream must not both make it */
     std::lock_guard<std::mutex> making(impl->make_mu);
     if (_tc) return true;
@@ -1889,7 +1949,7 @@ bool Stream::ensure(void) const {
         if (tc_stream_set_down_params_values(_tc, fmt.c_str(), &vals[0], vals.size()) != TC_OK)
             fail(_network, ERR_INTERNAL, "setting the downstream filter");
     }
-    _id = tc_stream_id(_tc);
+    _id = compat::mrn_stream_id(tc_stream_id(_tc));
     std::lock_guard<std::mutex> g(impl->mu);
     impl->streams[_id] = const_cast<Stream *>(this);
     return true;
@@ -1909,17 +1969,29 @@ int Stream::send_packet(Packet &p) {
     std::vector<tc_value> vals;
     to_values(p, vals);
     std::string fmt = tc_format(p);
-    tc_result r;
-    if (impl->fe) {
-        if (!ensure()) return -1;
-        r = tc_stream_send_values(_tc, p.get_Tag(), fmt.c_str(), vals.empty() ? NULL : &vals[0], vals.size());
-    } else {
-        if (!impl->be) return -1;
-        r = tc_backend_send_values(impl->be, _id, p.get_Tag(), fmt.c_str(), vals.empty() ? NULL : &vals[0],
-                                   vals.size());
-    }
+    if (impl->fe) return fe_send(p.get_Tag(), fmt.c_str(), vals.empty() ? NULL : &vals[0], vals.size());
+    if (!impl->be) return -1;
+    tc_result r = tc_backend_send_values(impl->be, tc_stream_id_of(_id), p.get_Tag(), fmt.c_str(),
+                                         vals.empty() ? NULL : &vals[0], vals.size());
     if (r != TC_OK) {
         fail(_network, ERR_NETWORK_FAILURE, "sending on a stream");
+        return -1;
+    }
+    return 0;
+}
+
+int Stream::fe_send(int itag, const char *fmt, const tc_value *vals, size_t count) {
+    tc_result r;
+    if (_private) {
+        Stream *p2p = p2p_stream(_network, _network->_impl);
+        if (!p2p) return -1;
+        r = tc_stream_send_values_to(p2p->_tc, _id, itag, fmt, vals, count);
+    } else {
+        if (!ensure()) return -1;
+        r = tc_stream_send_values(_tc, itag, fmt, vals, count);
+    }
+    if (r != TC_OK) {
+        fail(_network, ERR_NETWORK_FAILURE, _private ? "sending to one back-end" : "sending on a stream");
         return -1;
     }
     return 0;
@@ -2000,14 +2072,9 @@ int Stream::send_va(int itag, const char *iformat_str, va_list *ap) {
         return -1;
     }
     const tc_value *v = vals.empty() ? NULL : &vals[0];
-    tc_result r;
-    if (impl->fe) {
-        if (!ensure()) return -1;
-        r = tc_stream_send_values(_tc, itag, fmt.c_str(), v, vals.size());
-    } else {
-        if (!impl->be) return -1;
-        r = tc_backend_send_values(impl->be, _id, itag, fmt.c_str(), v, vals.size());
-    }
+    if (impl->fe) return fe_send(itag, fmt.c_str(), v, vals.size());
+    if (!impl->be) return -1;
+    tc_result r = tc_backend_send_values(impl->be, compat::tc_stream_id_of(_id), itag, fmt.c_str(), v, vals.size());
     if (r != TC_OK) {
         fail(_network, ERR_NETWORK_FAILURE, "sending on a stream");
         return -1;
@@ -2032,9 +2099,49 @@ int Stream::send(PacketPtr &ipacket) { return ipacket ? send_packet(*ipacket) : 
 
 int Stream::flush(void) const { return _network->flush(); }
 
+int Stream::private_recv(int *otag, PacketPtr &opacket, bool iblocking) {
+    NetworkImpl *impl = _network->_impl;
+    Stream *p2p = p2p_stream(_network, impl);
+    if (!p2p) return -1;
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            if (!_pending.empty()) {
+                opacket = _pending.front();
+                _pending.pop_front();
+                if (otag) *otag = opacket->get_Tag();
+                return 1;
+            }
+        }
+        /* a short slice: another thread's receive may take this stream's packet */
+        tc_packet *p = NULL;
+        tc_result r = tc_stream_recv(p2p->_tc, iblocking ? BE_SLICE_MS : 0, &p);
+        if (r == TC_OK) {
+            tc_stream_fd_clear(p2p->_tc);
+            PacketPtr pk = from_tc(p);
+            tc_packet_free(p);
+            Stream *owner = private_of(_network, impl, pk);
+            if (owner == this) {
+                opacket = pk;
+                if (otag) *otag = pk->get_Tag();
+                return 1;
+            }
+            std::lock_guard<std::mutex> g(impl->mu);
+            owner->_pending.push_back(pk);
+            continue;
+        }
+        if (r == TC_ERR_AGAIN || (r == TC_ERR_TIMEOUT && !iblocking)) return 0;
+        if (r == TC_ERR_TIMEOUT || r == TC_ERR_NO_ANSWER) continue;
+        if (r == TC_ERR_CLOSED) _closed = true;
+        fail(_network, ERR_NETWORK_FAILURE, "receiving on a back-end's private stream");
+        return -1;
+    }
+}
+
 int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
     NetworkImpl *impl = _network->_impl;
     if (impl->fe) {
+        if (_private) return private_recv(otag, opacket, iblocking);
         if (!ensure()) return -1;
         for (;;) {
             tc_packet *p = NULL;
@@ -2092,7 +2199,7 @@ int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
 
 bool Stream::has_Data(void) {
     NetworkImpl *impl = _network->_impl;
-    if (!impl->fe) {
+    if (!impl->fe || _private) {
         std::lock_guard<std::mutex> g(impl->mu);
         return !_pending.empty();
     }
@@ -2106,8 +2213,11 @@ int Stream::get_DataNotificationFd(void) {
     NetworkImpl *impl = _network->_impl;
     if (!impl->fe) return data_fd(impl);
     if (!ensure()) return -1;
+    /* a private stream: the point-to-point stream's (readable while any back-end's
+     * answer is queued) */
+    Stream *own = _private ? p2p_stream(_network, impl) : this;
     int fd = -1;
-    if (tc_stream_fd(_tc, &fd) != TC_OK) {
+    if (!own || tc_stream_fd(own->_tc, &fd) != TC_OK) {
         fail(_network, ERR_SYSTEM, "making the stream's data descriptor");
         return -1;
     }
@@ -2119,7 +2229,8 @@ int Stream::get_DataNotificationFd(void) {
 void Stream::clear_DataNotificationFd(void) {
     NetworkImpl *impl = _network->_impl;
     if (impl->fe) {
-        if (_tc) tc_stream_fd_clear(_tc);
+        Stream *own = _private ? p2p_stream(_network, impl) : this;
+        if (own && own->_tc) tc_stream_fd_clear(own->_tc);
         return;
     }
     if (impl->be) tc_backend_fd_clear(impl->be);
@@ -2138,6 +2249,12 @@ int Stream::set_FilterParameters(FilterType ftype, const char *format_str, ...) 
 int Stream::set_FilterParameters(const char *params_fmt, va_list params, FilterType ftype) const {
     NetworkImpl *impl = _network->_impl;
     if (!impl->fe) return -1;
+    if (_private) {
+        _network->error(ERR_INTERNAL, UnknownRank,
+                        "set_FilterParameters: a back-end's private stream has no filters (make a stream "
+                        "over a communicator of that rank to filter)");
+        return -1;
+    }
     PacketPtr p(new Packet(params_fmt, params, _id, 0));
     if (p->has_Error()) return -1;
     if (ftype == FILTER_UPSTREAM_SYNC) {

@@ -13,6 +13,7 @@
 #include "mrnet/Packet.h"
 
 struct tc_stream;
+struct tc_value;
 
 namespace MRN {
 
@@ -22,15 +23,27 @@ class Stream;
 Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
 /* The layer's own: a back-end takes what arrived (waiting up to wait_ms). */
 int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms);
+/* The layer's own: the front-end's stream of point-to-point sends, made in the tree once. */
+Stream *p2p_stream(Network *n, NetworkImpl *impl);
+/* The layer's own: the front-end's private stream of a back-end, made at first use. */
+Stream *fe_private(Network *n, NetworkImpl *impl, Rank rank);
 
 typedef enum { FILTER_DOWNSTREAM_TRANS, FILTER_UPSTREAM_TRANS, FILTER_UPSTREAM_SYNC } FilterType;
 
 #define INVALID_STREAM_ID ((unsigned int)-1)
 
+/* As MRNet numbers streams: a user stream's id is USER_STRM_BASE_ID or more; a
+ * back-end's private stream (Network::send to one rank) has the back-end's rank. */
+extern const unsigned int CTL_STRM_ID;
+extern const unsigned int TOPOL_STRM_ID;
+extern const unsigned int USER_STRM_BASE_ID;
+
 class Stream {
     friend class Network;
     friend Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
     friend int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms);
+    friend Stream *p2p_stream(Network *n, NetworkImpl *impl);
+    friend Stream *fe_private(Network *n, NetworkImpl *impl, Rank rank);
 
  public:
     int send(int itag, const char *iformat_str, ...);
@@ -62,6 +75,10 @@ class Stream {
     int send_packet(Packet &p);
     /* The variadic send's work: values straight from `ap` into treecast's value array. */
     int send_va(int itag, const char *iformat_str, va_list *ap);
+    /* The front-end's send of values (to the private stream's rank, or to all). */
+    int fe_send(int itag, const char *fmt, const struct tc_value *vals, size_t count);
+    /* A front-end private stream's receive. */
+    int private_recv(int *otag, PacketPtr &opacket, bool iblocking);
     Network *_network;
     mutable struct tc_stream *_tc;
     mutable unsigned int _id;
@@ -72,7 +89,12 @@ class Stream {
     mutable PacketPtr _up_params, _down_params;
     /* set by whichever thread sees the closing (a receive, is_Closed), read by any */
     mutable std::atomic<bool> _closed;
-    std::deque<PacketPtr> _pending; /* back-end: packets received for this stream */
+    /* front-end: a back-end's private stream (Network::get_Stream(rank)): `_id` is the
+     * rank, and its packets go and come over the network's one point-to-point stream */
+    bool _private;
+    /* back-end: packets received for this stream; front-end: a private stream's packets
+     * taken from the point-to-point stream by a receive for another one */
+    std::deque<PacketPtr> _pending;
 };
 
 } /* namespace MRN */
