@@ -1999,14 +1999,14 @@ int Stream::fe_send(int itag, const char *fmt, const tc_value *vals, size_t coun
 
 /* The values of MRNet-style variadic arguments, straight into treecast's value array
  * (no Packet on the way: sends are the hot path); false on an unknown specifier. */
-static bool va_values(const char *fmt, va_list *ap, std::vector<tc_value> &vals, std::string &tcfmt) {
+static bool va_values(const char *fmt, va_list *ap, std::vector<tc_value> &vals, const char *&tcfmt) {
     /* A tool sends with the same few format strings: the last one's reading is kept
      * per thread. */
     static thread_local std::string last_fmt, last_tc;
     static thread_local std::vector<DataType> last_types;
     static thread_local bool have_last = false;
     if (!fmt) return false;
-    if (!have_last || last_fmt != fmt) {
+    if (!have_last || strcmp(last_fmt.c_str(), fmt) != 0) {
         std::vector<DataType> types;
         if (!format_types(fmt, types)) return false;
         std::string tc;
@@ -2020,7 +2020,7 @@ static bool va_values(const char *fmt, va_list *ap, std::vector<tc_value> &vals,
         have_last = true;
     }
     const std::vector<DataType> &types = last_types;
-    tcfmt = last_tc;
+    tcfmt = last_tc.c_str(); /* the thread's own, until its next send */
     vals.resize(types.size());
     for (size_t i = 0; i < types.size(); i++) {
         DataType t = types[i];
@@ -2064,7 +2064,7 @@ int Stream::send_va(int itag, const char *iformat_str, va_list *ap) {
     NetworkImpl *impl = _network->_impl;
     /* kept per thread: a send loop allocates nothing here */
     static thread_local std::vector<tc_value> vals;
-    static thread_local std::string fmt;
+    const char *fmt = NULL;
     bool ok = va_values(iformat_str, ap, vals, fmt);
     if (!ok) {
         _network->error(ERR_FORMATSTR, UnknownRank, "send: bad format string \"%s\"",
@@ -2072,9 +2072,9 @@ int Stream::send_va(int itag, const char *iformat_str, va_list *ap) {
         return -1;
     }
     const tc_value *v = vals.empty() ? NULL : &vals[0];
-    if (impl->fe) return fe_send(itag, fmt.c_str(), v, vals.size());
+    if (impl->fe) return fe_send(itag, fmt, v, vals.size());
     if (!impl->be) return -1;
-    tc_result r = tc_backend_send_values(impl->be, compat::tc_stream_id_of(_id), itag, fmt.c_str(), v, vals.size());
+    tc_result r = tc_backend_send_values(impl->be, tc_stream_id_of(_id), itag, fmt, v, vals.size());
     if (r != TC_OK) {
         fail(_network, ERR_NETWORK_FAILURE, "sending on a stream");
         return -1;

@@ -4,17 +4,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
-use treecast_driver::{drive, lock, Launching, Shared, LAST_FLUSH};
+use treecast_driver::{drive, lock, Driver, Launching, NodeRoute, Shared, LAST_FLUSH};
 use treecast_driver::{env, read_secret, DEFAULT_MAX_FRAME};
 use treecast_filters::{FilterRegistry, RegistryError};
 use treecast_proto::{Command, Delivery, Node, NodeConfig, Role};
 use treecast_transport::Secret;
-use treecast_wire::{Frame, FrameHeader, Value, Window};
+use treecast_wire::{Format, Frame, FrameHeader, Value, Window};
 
 use crate::betool::{BeTool, Placed};
 use crate::collective::{Collected, ReduceOp, Request};
 use crate::collective_run as collective;
-use crate::stream::{encode_checked, send_with_credit};
+use crate::stream::{encode_checked, send_with_credit, try_send};
 use crate::{rank_from_env, ApiError, AttachError, AttachInfo, Group, Packet};
 use treecast_wire::{CollectiveOp, Combine};
 
@@ -148,11 +148,56 @@ impl BackEndSender {
     /// Cancel safety: cancel safe: a cancelled send sent nothing.
     pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
         let (format, payload) = encode_checked(format, values)?;
-        {
+        self.send_encoded(stream, tag, &format, payload).await
+    }
+
+    /// [`BackEndSender::send`] of values already encoded: `payload` must be the
+    /// encoding (`treecast_wire::encode_values`) of values of `format`, which is what
+    /// the stream's filter is checked against. For bindings that encode their own
+    /// values; a payload that does not match its format is refused by the comm node
+    /// whose filter reads it, which reports this rank.
+    ///
+    /// # Errors
+    /// As [`BackEndSender::send`].
+    ///
+    /// Cancel safety: cancel safe: a cancelled send sent nothing.
+    pub async fn send_encoded(
+        &self,
+        stream: u32,
+        tag: i32,
+        format: &Format,
+        payload: impl Into<bytes::Bytes>,
+    ) -> Result<(), ApiError> {
+        let frame = Frame::new(FrameHeader::data(stream, tag, self.rank), payload);
+        // The check and a first try under one lock: a send with room in its window
+        // takes the lock once.
+        let blocked = {
             let mut d = lock(&self.shared);
+            let known = matches!(&d.tool().checked, Some((s, f)) if *s == stream && f == format);
+            if !known {
+                self.check_filter(&mut d, stream, format)?;
+                d.tool().checked = Some((stream, format.clone()));
+            }
+            try_send(&mut d, frame)?
+        };
+        match blocked {
+            None => Ok(()),
+            Some(frame) => send_with_credit(&self.shared, frame).await,
+        }
+    }
+
+    /// Whether the filter of `stream` takes packets of `format`; a refusal is also
+    /// reported to the front-end.
+    fn check_filter(
+        &self,
+        d: &mut Driver<BeTool, NodeRoute>,
+        stream: u32,
+        format: &Format,
+    ) -> Result<(), ApiError> {
+        {
             let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?;
             // Borrowed: only a refused packet needs the filter's name, copied then.
-            match d.core().registry().check_format(spec, &format) {
+            match d.core().registry().check_format(spec, format) {
                 // Back-ends run no filter: one this back-end does not know (a plug-in the
                 // comm nodes load) is checked where it runs, which names this rank.
                 Ok(()) | Err(RegistryError::Unknown { .. }) => {}
@@ -169,7 +214,7 @@ impl BackEndSender {
                 }
             }
         }
-        send_with_credit(&self.shared, Frame::new(FrameHeader::data(stream, tag, self.rank), payload)).await
+        Ok(())
     }
 
     /// Sends values to back-end `rank` (of any group), outside any stream: it goes up

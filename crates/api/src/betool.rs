@@ -29,6 +29,9 @@ pub(crate) struct BeTool {
     pub(crate) placed: Option<Placed>,
     /// The task awaiting the member plan.
     pub(crate) placer: Option<Waker>,
+    /// The stream and format the last send was checked against its stream's filter:
+    /// a stream's filter never changes, so a send loop checks once.
+    pub(crate) checked: Option<(u32, treecast_wire::Format)>,
 }
 
 /// What a back-end's member plan says it is.

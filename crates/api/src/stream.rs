@@ -158,17 +158,30 @@ pub(crate) async fn send_with_credit<T: WaitsForCredit>(
     std::future::poll_fn(|cx| {
         let mut d = lock(shared);
         let Some(f) = frame.take() else { return Poll::Ready(Ok(())) };
-        match d.send(f) {
-            Ok(()) => Poll::Ready(Ok(())),
-            Err(CommandError::Blocked(back)) => {
+        match try_send(&mut d, f) {
+            Ok(None) => Poll::Ready(Ok(())),
+            Ok(Some(back)) => {
                 frame = Some(back);
                 d.tool().wait_writable(credit, cx);
                 Poll::Pending
             }
-            Err(e) => Poll::Ready(Err(ApiError::from_command(stream, e))),
+            Err(e) => Poll::Ready(Err(e)),
         }
     })
     .await
+}
+
+/// Gives the core a frame if its stream has credit; the frame back when it has none.
+pub(crate) fn try_send<T: WaitsForCredit>(
+    d: &mut treecast_driver::Driver<T, treecast_driver::NodeRoute>,
+    frame: Frame,
+) -> Result<Option<Frame>, ApiError> {
+    let stream = frame.header.stream;
+    match d.send(frame) {
+        Ok(()) => Ok(None),
+        Err(CommandError::Blocked(back)) => Ok(Some(back)),
+        Err(e) => Err(ApiError::from_command(stream, e)),
+    }
 }
 
 /// Encodes `values` after checking them against `format`; returns the parsed format too.

@@ -802,6 +802,11 @@ impl Node {
         self.out.events.pop_front()
     }
 
+    /// Whether [`Node::poll_event`] has an event to give.
+    pub fn has_event(&self) -> bool {
+        !self.out.events.is_empty()
+    }
+
     /// The next thing for the tool to read: on `stream` at the front-end, on any
     /// stream (`None`) at a back-end. Reading gives the flow-control credit back.
     pub fn poll_delivery(&mut self, stream: Option<u32>) -> Option<Delivery> {

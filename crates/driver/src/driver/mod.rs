@@ -428,9 +428,14 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
                 self.transmit(t.to.links(), &t.frame);
                 progressed = true;
             }
-            while let Some(e) = self.core.poll_event() {
-                self.on_event(e);
-                progressed = true;
+            // Outside the runtime (a C caller's send that only looked) events wait
+            // for the driving task, which this input woke: handling some starts tasks
+            // or timers, which need the runtime.
+            if self.core.has_event() && tokio::runtime::Handle::try_current().is_ok() {
+                while let Some(e) = self.core.poll_event() {
+                    self.on_event(e);
+                    progressed = true;
+                }
             }
             if !progressed {
                 return any;

@@ -670,6 +670,11 @@ impl Route for StripedRoute {
     }
 
     fn send(&mut self, links: &[LinkId], frame: &Frame) {
+        // Beside plain links (WithStriped) most frames go to none of these: no header
+        // is encoded, and nothing allocated, for them.
+        if !links.iter().any(|&l| self.links.get(l).is_some()) {
+            return;
+        }
         let len = frame.payload.len();
         let mut head = BytesMut::with_capacity(HEADER_LEN);
         stamped(&mut self.monitor, frame.header).encode(len, &mut head);
