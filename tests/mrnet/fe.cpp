@@ -274,9 +274,15 @@ int main(int argc, char **argv) {
     check(zero->recv(&tag, p) == 1 && tag == TAG_VALUE && p->unpack("%d", &v) == 0 && v == 1 &&
               p->get_StreamId() == 0 && p->get_SourceRank() == 0,
           "rank 0's answer on its private stream");
+    /* taken with rank 0's or still queued, rank 2's answer shows on the descriptor */
+    struct pollfd pfd2 = {two->get_DataNotificationFd(), POLLIN, 0};
+    check(pfd2.fd >= 0 && poll(&pfd2, 1, 60000) == 1, "a private stream's descriptor shows its answer");
     check(net->recv(&tag, p, &from, true) == 1 && from == two && p->unpack("%d", &v) == 0 && v == 3 * 5 &&
               p->get_StreamId() == 2,
           "Network::recv names the private stream of the answer");
+    two->clear_DataNotificationFd();
+    pfd2.revents = 0;
+    check(poll(&pfd2, 1, 0) == 0 && !two->has_Data(), "nothing left: the descriptor is cleared");
     check(two->send(TAG_VALUE, "%d", 7) == 0 && two->flush() == 0, "send on a private stream");
     check(recv_int(two, TAG_VALUE) == 3 * 7, "the answer to a send on a private stream");
     check(two->set_FilterParameters(FILTER_UPSTREAM_TRANS, "%d", 1) == -1, "a private stream has no filter");
@@ -297,12 +303,15 @@ int main(int argc, char **argv) {
     delete scaled;
 
     /* a lost back-end: the callback runs and the event descriptor wakes */
+    Stream *three = net->get_Stream(3);
+    check(three != NULL, "rank 3's private stream");
     check(net->send(3, TAG_DIE, "") == 0 && net->flush() == 0, "Network::send to one rank");
     struct pollfd efd = {event_fd, POLLIN, 0};
     check(poll(&efd, 1, 60000) == 1, "the event descriptor became readable");
     net->clear_EventNotificationFd(Event::TOPOLOGY_EVENT);
     for (int i = 0; i < 600 && !cb_flag; i++) usleep(100000);
     check(cb_flag == 1 && removed_rank == 3, "the TOPOL_REMOVE_NODE callback named rank 3");
+    check(three->recv(&tag, p) == -1, "a lost back-end's private stream ends");
     Event *e = net->next_Event();
     check(e && e->get_Class() == Event::TOPOLOGY_EVENT, "next_Event");
     delete e->get_Data();

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,6 +94,11 @@ struct NetworkImpl {
     /* front-end: the back-ends' private streams (get_Stream(rank)), made at first use,
      * under mu */
     std::map<Rank, Stream *> privates;
+    /* front-end: the private streams' descriptor, an epoll set of the point-to-point
+     * stream's descriptor and `parked_fd`, signalled while a private stream holds a
+     * packet taken from it (made at first use, under mu; -1 until then) */
+    int private_fd;
+    int parked_fd;
     /* front-end: where Network::recv looks first (a fairness hint: any value is safe) */
     std::atomic<size_t> next_stream;
     /* front-end: back-ends lost or gone for good (from the event thread, under mu) */
@@ -124,7 +131,7 @@ struct NetworkImpl {
 
     NetworkImpl()
         : fe(false), net(NULL), be(NULL), data_fd(-1), rank(UnknownRank), bcast(NULL), topo(NULL),
-          adapter_loaded(false), p2p(NULL), next_stream(0), shutdown(false), stop(false),
+          adapter_loaded(false), p2p(NULL), private_fd(-1), parked_fd(-1), next_stream(0), shutdown(false), stop(false),
           last_flush_ns(INT64_MIN / 2), events_wanted(false), attach(ATTACH_NONE), attach_backends(0),
           attach_ms(0), internal(false) {}
 };
@@ -1116,6 +1123,8 @@ Network::~Network() {
         delete *it;
     }
     delete impl->topo;
+    if (impl->private_fd >= 0) close(impl->private_fd);
+    if (impl->parked_fd >= 0) close(impl->parked_fd);
     if (!impl->attach_dir.empty()) {
         std::string file = impl->attach_dir + "/attach";
         unlink(file.c_str());
@@ -1306,7 +1315,8 @@ Stream *Network::get_Stream(unsigned int iid) const {
     {
         std::lock_guard<std::mutex> g(_impl->mu);
         std::map<unsigned int, Stream *>::const_iterator it = _impl->streams.find(iid);
-        if (it != _impl->streams.end()) return it->second;
+        /* the point-to-point stream is the layer's own: its packets are the private streams' */
+        if (it != _impl->streams.end()) return it->second == _impl->p2p ? NULL : it->second;
         if (!_impl->fe || iid >= STREAM_ID_BASE || !_impl->bcast || !_impl->bcast->_ranks.count(iid)) return NULL;
     }
     return fe_private(const_cast<Network *>(this), _impl, iid);
@@ -1331,8 +1341,62 @@ Stream *p2p_stream(Network *n, NetworkImpl *impl) {
     return p2p->ensure() ? p2p : NULL;
 }
 
-Stream *fe_private(Network *n, NetworkImpl *impl, Rank rank) {
+/* The front-end's private streams' bookkeeping (a friend of Stream). */
+struct PrivateStreams {
+    static Stream *make_locked(Network *n, NetworkImpl *impl, Rank rank);
+    static void park(Network *n, NetworkImpl *impl, PacketPtr &p);
+    static void clear_fd(NetworkImpl *impl, Stream *p2p);
+    static bool any_parked(NetworkImpl *impl);
+    static int fd(NetworkImpl *impl, Stream *p2p);
+};
+
+/* Whether a private stream holds a packet; under impl->mu. */
+bool PrivateStreams::any_parked(NetworkImpl *impl) {
+    for (std::map<Rank, Stream *>::iterator it = impl->privates.begin(); it != impl->privates.end(); ++it)
+        if (!it->second->_pending.empty()) return true;
+    return false;
+}
+
+static void signal_fd(int fd) {
+    uint64_t one = 1;
+    if (fd >= 0 && write(fd, &one, sizeof one) < 0) { /* full: already readable */
+    }
+}
+
+static void drain_fd(int fd) {
+    uint64_t n;
+    if (fd >= 0 && read(fd, &n, sizeof n) < 0) { /* nothing to clear */
+    }
+}
+
+/* The private streams' descriptor: readable while treecast holds a point-to-point
+ * packet or a private stream holds one taken from it. -1 on failure. */
+int PrivateStreams::fd(NetworkImpl *impl, Stream *p2p) {
+    int tc_fd = -1;
+    if (tc_stream_fd(p2p->_tc, &tc_fd) != TC_OK) return -1;
     std::lock_guard<std::mutex> g(impl->mu);
+    if (impl->private_fd >= 0) return impl->private_fd;
+    int parked = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.events = b.events = EPOLLIN;
+    a.data.fd = tc_fd;
+    b.data.fd = parked;
+    if (parked < 0 || ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, tc_fd, &a) != 0 ||
+        epoll_ctl(ep, EPOLL_CTL_ADD, parked, &b) != 0) {
+        if (parked >= 0) close(parked);
+        if (ep >= 0) close(ep);
+        return -1;
+    }
+    impl->parked_fd = parked;
+    impl->private_fd = ep;
+    if (any_parked(impl)) signal_fd(parked);
+    return ep;
+}
+
+/* fe_private's work, under impl->mu. */
+Stream *PrivateStreams::make_locked(Network *n, NetworkImpl *impl, Rank rank) {
     std::map<Rank, Stream *>::iterator it = impl->privates.find(rank);
     if (it != impl->privates.end()) return it->second;
     std::set<Rank> one;
@@ -1341,6 +1405,30 @@ Stream *fe_private(Network *n, NetworkImpl *impl, Rank rank) {
     s->_private = true;
     impl->privates[rank] = s;
     return s;
+}
+
+Stream *fe_private(Network *n, NetworkImpl *impl, Rank rank) {
+    std::lock_guard<std::mutex> g(impl->mu);
+    return PrivateStreams::make_locked(n, impl, rank);
+}
+
+/* Front-end: queues a point-to-point packet on its sender's private stream, found
+ * and filled under one lock (a tool thread may delete a private stream meanwhile). */
+void PrivateStreams::park(Network *n, NetworkImpl *impl, PacketPtr &p) {
+    p->set_StreamId(p->get_SourceRank());
+    std::lock_guard<std::mutex> g(impl->mu);
+    make_locked(n, impl, p->get_SourceRank())->_pending.push_back(p);
+    signal_fd(impl->parked_fd);
+}
+
+/* Front-end: clears the point-to-point stream's descriptor unless a private stream
+ * still holds a packet taken from it (the descriptor every private stream hands out
+ * stays readable while any back-end's answer waits). */
+void PrivateStreams::clear_fd(NetworkImpl *impl, Stream *p2p) {
+    std::lock_guard<std::mutex> g(impl->mu);
+    if (any_parked(impl)) return;
+    drain_fd(impl->parked_fd);
+    tc_stream_fd_clear(p2p->_tc);
 }
 
 /* Front-end: the private stream a packet from the point-to-point stream belongs to
@@ -1469,7 +1557,11 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                 tc_packet *p = NULL;
                 tc_result r = tc_stream_recv(s->_tc, 0, &p);
                 if (r == TC_OK) {
-                    tc_stream_fd_clear(s->_tc); /* readable only while packets are queued */
+                    /* readable only while packets are queued */
+                    if (s == p2p)
+                        PrivateStreams::clear_fd(impl, s);
+                    else
+                        tc_stream_fd_clear(s->_tc);
                     impl->next_stream.store((first + k + 1) % live.size());
                     opacket = from_tc(p);
                     tc_packet_free(p);
@@ -1956,7 +2048,7 @@ bool Stream::ensure(void) const {
 }
 
 unsigned int Stream::get_Id(void) const {
-    if (_network->_impl->fe) ensure();
+    if (_network->_impl->fe && !_private) ensure();
     return _id;
 }
 
@@ -2112,22 +2204,32 @@ int Stream::private_recv(int *otag, PacketPtr &opacket, bool iblocking) {
                 if (otag) *otag = opacket->get_Tag();
                 return 1;
             }
+            /* the back-end is lost or gone: nothing more can come from it (the event
+             * thread tells; it runs once a tool waits for what only events tell) */
+            if (impl->gone.count(_id)) {
+                _closed = true;
+                return -1;
+            }
+            if (iblocking && !impl->events_wanted) {
+                impl->events_wanted = true;
+                start_events(_network, impl);
+            }
         }
         /* a short slice: another thread's receive may take this stream's packet */
         tc_packet *p = NULL;
         tc_result r = tc_stream_recv(p2p->_tc, iblocking ? BE_SLICE_MS : 0, &p);
         if (r == TC_OK) {
-            tc_stream_fd_clear(p2p->_tc);
             PacketPtr pk = from_tc(p);
             tc_packet_free(p);
-            Stream *owner = private_of(_network, impl, pk);
-            if (owner == this) {
+            if (pk->get_SourceRank() == _id) {
+                PrivateStreams::clear_fd(impl, p2p);
+                pk->set_StreamId(_id);
                 opacket = pk;
                 if (otag) *otag = pk->get_Tag();
                 return 1;
             }
-            std::lock_guard<std::mutex> g(impl->mu);
-            owner->_pending.push_back(pk);
+            /* another back-end's: kept for its stream, the descriptor left readable */
+            PrivateStreams::park(_network, impl, pk);
             continue;
         }
         if (r == TC_ERR_AGAIN || (r == TC_ERR_TIMEOUT && !iblocking)) return 0;
@@ -2199,6 +2301,20 @@ int Stream::recv(int *otag, PacketPtr &opacket, bool iblocking) {
 
 bool Stream::has_Data(void) {
     NetworkImpl *impl = _network->_impl;
+    if (impl->fe && _private) {
+        /* what treecast holds for any private stream goes to its own */
+        Stream *p2p = NULL;
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            p2p = impl->p2p;
+        }
+        tc_packet *p = NULL;
+        while (p2p && p2p->_tc && tc_stream_recv(p2p->_tc, 0, &p) == TC_OK) {
+            PacketPtr pk = from_tc(p);
+            tc_packet_free(p);
+            PrivateStreams::park(_network, impl, pk);
+        }
+    }
     if (!impl->fe || _private) {
         std::lock_guard<std::mutex> g(impl->mu);
         return !_pending.empty();
@@ -2213,11 +2329,15 @@ int Stream::get_DataNotificationFd(void) {
     NetworkImpl *impl = _network->_impl;
     if (!impl->fe) return data_fd(impl);
     if (!ensure()) return -1;
-    /* a private stream: the point-to-point stream's (readable while any back-end's
-     * answer is queued) */
-    Stream *own = _private ? p2p_stream(_network, impl) : this;
     int fd = -1;
-    if (!own || tc_stream_fd(own->_tc, &fd) != TC_OK) {
+    if (_private) {
+        /* every private stream's: readable while any back-end's answer waits */
+        Stream *p2p = p2p_stream(_network, impl);
+        fd = p2p ? PrivateStreams::fd(impl, p2p) : -1;
+        if (fd < 0) fail(_network, ERR_SYSTEM, "making the private streams' data descriptor");
+        return fd;
+    }
+    if (tc_stream_fd(_tc, &fd) != TC_OK) {
         fail(_network, ERR_SYSTEM, "making the stream's data descriptor");
         return -1;
     }
@@ -2229,8 +2349,17 @@ int Stream::get_DataNotificationFd(void) {
 void Stream::clear_DataNotificationFd(void) {
     NetworkImpl *impl = _network->_impl;
     if (impl->fe) {
-        Stream *own = _private ? p2p_stream(_network, impl) : this;
-        if (own && own->_tc) tc_stream_fd_clear(own->_tc);
+        if (!_private) {
+            if (_tc) tc_stream_fd_clear(_tc);
+            return;
+        }
+        /* nothing made for it: clearing a descriptor that was never handed out */
+        Stream *p2p = NULL;
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            p2p = impl->p2p;
+        }
+        if (p2p && p2p->_tc) PrivateStreams::clear_fd(impl, p2p);
         return;
     }
     if (impl->be) tc_backend_fd_clear(impl->be);

@@ -2,7 +2,8 @@
 //! lays out an install prefix from this build, the MRNet-style programs of `tests/mrnet`
 //! (a front-end, a back-end and a filter function, written against MRNet 5.0.1's headers)
 //! are compiled with g++ against it as MRNet tools are, and run on a local tree of 2 comm
-//! nodes over 4 back-ends: once linked to libmrnet.so, once to the static libraries, and
+//! nodes over 4 back-ends (a topology file MRNet's `BalancedTree` wrote, after
+//! `tests/mrnet/tree.cpp` checked the generators): once linked to libmrnet.so, once to the static libraries, and
 //! over back-ends written in C on MRNet's lightweight library (`be_lightweight.c`).
 //! Then back-ends given MRNet's arguments join a tree in attach mode through its
 //! attach file (`tests/mrnet/attach.cpp`), and an MRNet front-end in attach mode starts
@@ -165,13 +166,16 @@ fn mrnet_style_programs_build_against_the_prefix_and_run() {
             .args(["-Wl,-Bstatic", "-lmrnet", "-lxplat", "-Wl,-Bdynamic", "-lpthread", "-ldl", "-lm"]),
         "compiling tests/mrnet/fe.cpp against libmrnet.a",
     );
-    let topology = dir.join("topology");
-    std::fs::write(
-        &topology,
-        "# 2 comm nodes over 4 back-ends\nlocalhost:0 => localhost:1 localhost:2 ;\n\
-         localhost:1 => localhost:3 localhost:4 ;\nlocalhost:2 => localhost:5 localhost:6 ;\n",
-    )
-    .unwrap_or_else(|e| panic!("writing the topology file: {e}"));
+    // MRNet's topology generators (Tree.h) check what they write, and write the tree
+    // the front-ends run on: 2 comm nodes over 4 back-ends, all on localhost.
+    let (tree, topology) = (dir.join("tree"), dir.join("topology"));
+    let mut c = gxx(&prefix);
+    c.arg("-o").arg(&tree).arg(src.join("tree.cpp"));
+    shared(&mut c);
+    must(&mut c, "compiling tests/mrnet/tree.cpp");
+    must(Command::new(&tree).arg(&topology), "tests/mrnet/tree.cpp");
+    let written = std::fs::read_to_string(&topology).unwrap_or_default();
+    assert!(written.starts_with("localhost:0 =>\n\tlocalhost:1\n\tlocalhost:2 ;"), "{written}");
     for front_end in [&fe, &fe_static] {
         let out = run_front_end(front_end, &[&topology, &be, &filter, dir], &[], dir);
         assert!(out.contains("mrnet-compat: ok"), "{} printed:\n{out}", front_end.display());

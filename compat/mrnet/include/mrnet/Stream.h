@@ -18,6 +18,7 @@ struct tc_value;
 namespace MRN {
 
 struct NetworkImpl;
+struct PrivateStreams;
 class Stream;
 /* The layer's own: a back-end's Stream of an id, made when first seen. */
 Stream *be_stream(Network *n, NetworkImpl *impl, unsigned int id);
@@ -44,6 +45,7 @@ class Stream {
     friend int be_poll(Network *n, NetworkImpl *impl, PacketPtr &out, unsigned int &closed, uint64_t wait_ms);
     friend Stream *p2p_stream(Network *n, NetworkImpl *impl);
     friend Stream *fe_private(Network *n, NetworkImpl *impl, Rank rank);
+    friend struct PrivateStreams;
 
  public:
     int send(int itag, const char *iformat_str, ...);
