@@ -1,12 +1,15 @@
-/* xplat.cpp: XPlat::NetUtils (libxplat): host names kept whole, addresses. */
+/* xplat.cpp: XPlat::NetUtils (libxplat): host names kept whole, addresses; and
+ * XPlat::Thread over POSIX threads. */
 #include <errno.h>
 #include <ifaddrs.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "xplat/NetUtils.h"
+#include "xplat/Thread.h"
 
 namespace XPlat {
 
@@ -106,5 +109,23 @@ bool NetUtils::IsLocalHost(const std::string &host) {
 }
 
 int NetUtils::GetLastError(void) { return last_error; }
+
+static_assert(sizeof(pthread_t) <= sizeof(Thread::Id), "a pthread_t fits in a Thread::Id");
+
+int Thread::Create(Func func, void *data, Id *id) {
+    if (!func || !id) return EINVAL;
+    pthread_t t;
+    int rc = pthread_create(&t, NULL, func, data);
+    if (rc == 0) *id = (Id)t;
+    return rc;
+}
+
+Thread::Id Thread::GetId(void) { return (Id)pthread_self(); }
+
+int Thread::Join(Id joinWith, void **exitValue) { return pthread_join((pthread_t)joinWith, exitValue); }
+
+int Thread::Cancel(Id id) { return pthread_cancel((pthread_t)id); }
+
+void Thread::Exit(void *val) { pthread_exit(val); }
 
 }  // namespace XPlat

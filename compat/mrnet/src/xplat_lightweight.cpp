@@ -1,10 +1,16 @@
-/* xplat_lightweight.cpp: libxplat_lightweight's host names, in C, over XPlat::NetUtils. */
+/* xplat_lightweight.cpp: libxplat_lightweight's host names, in C, over XPlat::NetUtils,
+ * and its threads, over POSIX threads. */
+#include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <string>
 
 #include "xplat/NetUtils.h"
 #include "xplat_lightweight/NetUtils.h"
+#include "xplat_lightweight/Thread.h"
+
+static_assert(sizeof(pthread_t) <= sizeof(Thread_Id), "a pthread_t fits in a Thread_Id");
 
 namespace {
 
@@ -40,5 +46,21 @@ int XPlat_NetUtils_GetLocalHostName(char *this_host) {
 }
 
 int XPlat_NetUtils_GetLastError(void) { return XPlat::NetUtils::GetLastError(); }
+
+int Thread_Create(Thread_Func func, void *data, Thread_Id *id) {
+    if (!func || !id) return EINVAL;
+    pthread_t t;
+    int rc = pthread_create(&t, NULL, func, data);
+    if (rc == 0) *id = (Thread_Id)t;
+    return rc;
+}
+
+Thread_Id Thread_GetId(void) { return (Thread_Id)pthread_self(); }
+
+int Thread_Join(Thread_Id joinWith, void **exitValue) { return pthread_join((pthread_t)joinWith, exitValue); }
+
+int Thread_Cancel(Thread_Id id) { return pthread_cancel((pthread_t)id); }
+
+void Thread_Exit(void *val) { pthread_exit(val); }
 
 }  // extern "C"
