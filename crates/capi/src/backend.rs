@@ -11,12 +11,12 @@ use treecast_files::{FileReceivers, FileWorker};
 
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{
-    arg, block_on, block_on_for, format_text, handle, opt_text, out_ok, put, ran_out, send_within, take,
+    arg, block_on, block_on_for, handle, opt_text, out_ok, put, ran_out, send_within, take,
     took_without_waiting,
 };
 use crate::packet::tc_packet;
 use crate::readyfd::ReadySlot;
-use crate::values::{encode_c, tc_value};
+use crate::values::{encode_c, parse_c, tc_value};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A back-end's connection to the tree. Sends and receives may run from several
@@ -279,12 +279,12 @@ pub unsafe extern "C" fn tc_backend_send_values(
 ) -> tc_result {
     guard("tc_backend_send_values", || {
         // SAFETY: as the caller promised.
-        let (b, format) = unsafe { (arg(be, "be")?, format_text(format)?) };
+        let (b, (format, fmt)) = unsafe { (arg(be, "be")?, parse_c(format)?) };
         // SAFETY: as the caller promised.
-        let (format, payload) = unsafe { encode_c(format, values, count) }?;
+        let payload = unsafe { encode_c(&fmt, format, values, count) }?;
         send_within(
             b.send_limit_ms.load(Ordering::Relaxed),
-            b.sender.send_encoded(stream, tag, &format, payload),
+            b.sender.send_encoded(stream, tag, &fmt, payload),
         )
     })
 }

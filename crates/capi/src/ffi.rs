@@ -503,7 +503,7 @@ pub(crate) unsafe fn format_text<'a>(p: *const c_char) -> Result<&'a str, Failur
 ///
 /// # Safety
 /// `p` is not NULL and NUL-terminated.
-unsafe fn c_equals(p: *const c_char, bytes: &[u8]) -> bool {
+pub(crate) unsafe fn c_equals(p: *const c_char, bytes: &[u8]) -> bool {
     for (i, &b) in bytes.iter().enumerate() {
         // SAFETY: every byte before this one matched a non-NUL byte: still inside the string.
         if unsafe { *p.add(i) } as u8 != b {
