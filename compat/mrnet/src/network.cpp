@@ -2089,36 +2089,47 @@ int Stream::fe_send(int itag, const char *fmt, const tc_value *vals, size_t coun
     return 0;
 }
 
+/* A thread's reading of the last format string it sent with, and the value array its
+ * sends fill: one thread-local (each costs a lookup in a shared library), so a send
+ * loop allocates and parses nothing. */
+struct SendScratch {
+    std::string last_fmt, last_tc;
+    std::vector<DataType> types;
+    std::vector<uint32_t> kinds; /* treecast's type code of each */
+    std::vector<tc_value> vals;
+    bool have_last;
+    SendScratch() : have_last(false) {}
+};
+
 /* The values of MRNet-style variadic arguments, straight into treecast's value array
- * (no Packet on the way: sends are the hot path); false on an unknown specifier. */
-static bool va_values(const char *fmt, va_list *ap, std::vector<tc_value> &vals, const char *&tcfmt) {
-    /* A tool sends with the same few format strings: the last one's reading is kept
-     * per thread. */
-    static thread_local std::string last_fmt, last_tc;
-    static thread_local std::vector<DataType> last_types;
-    static thread_local bool have_last = false;
+ * (no Packet on the way: sends are the hot path), in `sc.vals`, with their treecast
+ * format in `sc.last_tc`; false on an unknown specifier. */
+static bool va_values(const char *fmt, va_list *ap, SendScratch &sc) {
     if (!fmt) return false;
-    if (!have_last || strcmp(last_fmt.c_str(), fmt) != 0) {
+    if (!sc.have_last || strcmp(sc.last_fmt.c_str(), fmt) != 0) {
         std::vector<DataType> types;
         if (!format_types(fmt, types)) return false;
         std::string tc;
+        std::vector<uint32_t> kinds;
         for (size_t i = 0; i < types.size(); i++) {
             if (i) tc += ' ';
             tc += tc_spec(types[i]);
+            kinds.push_back(tc_code(types[i]));
         }
-        last_fmt = fmt;
-        last_tc.swap(tc);
-        last_types.swap(types);
-        have_last = true;
+        sc.last_fmt = fmt;
+        sc.last_tc.swap(tc);
+        sc.types.swap(types);
+        sc.kinds.swap(kinds);
+        sc.have_last = true;
     }
-    const std::vector<DataType> &types = last_types;
-    tcfmt = last_tc.c_str(); /* the thread's own, until its next send */
+    const std::vector<DataType> &types = sc.types;
+    std::vector<tc_value> &vals = sc.vals;
     vals.resize(types.size());
     for (size_t i = 0; i < types.size(); i++) {
         DataType t = types[i];
         tc_value &v = vals[i];
         memset(&v, 0, sizeof v);
-        v.kind = tc_code(t);
+        v.kind = sc.kinds[i];
         switch (t) {
         case CHAR_T: v.i = (char)va_arg(*ap, int); break;
         case UCHAR_T: v.u = (unsigned char)va_arg(*ap, unsigned int); break;
@@ -2154,15 +2165,14 @@ int Stream::send(int itag, const char *iformat_str, ...) {
 
 int Stream::send_va(int itag, const char *iformat_str, va_list *ap) {
     NetworkImpl *impl = _network->_impl;
-    /* kept per thread: a send loop allocates nothing here */
-    static thread_local std::vector<tc_value> vals;
-    const char *fmt = NULL;
-    bool ok = va_values(iformat_str, ap, vals, fmt);
-    if (!ok) {
+    static thread_local SendScratch sc;
+    if (!va_values(iformat_str, ap, sc)) {
         _network->error(ERR_FORMATSTR, UnknownRank, "send: bad format string \"%s\"",
                         iformat_str ? iformat_str : "(null)");
         return -1;
     }
+    const std::vector<tc_value> &vals = sc.vals;
+    const char *fmt = sc.last_tc.c_str();
     const tc_value *v = vals.empty() ? NULL : &vals[0];
     if (impl->fe) return fe_send(itag, fmt, v, vals.size());
     if (!impl->be) return -1;
