@@ -135,6 +135,16 @@ int main(int argc, char **argv) {
     check(gen2.is_Valid(), "GenericTree 2:2x2 over two lists is valid");
     expect(gen2, "fe:0 =>\n\tfe:1\n\tfe:2 ;\n\nfe:1 =>\n\tbe:0\n\tbe:1 ;\n\nfe:2 =>\n\tbe:2\n\tbe:3 ;\n\n",
            "GenericTree 2:2x2: back-ends from their own list");
+    spec = "2:0,3";
+    GenericTree gen0(spec, fe, a, 8);
+    check(gen0.is_Valid(), "GenericTree 2:0,3 (a first child with no children) is valid");
+    expect(gen0, "fe:0 =>\n\ta:0\n\ta:1 ;\n\na:1 =>\n\ta:2\n\ta:3\n\ta:4 ;\n\n", "GenericTree 2:0,3");
+    spec = "2^999999999";
+    BalancedTree deep(spec, fe, a, 8);
+    check(!deep.is_Valid(), "a balanced tree too large to make: no tree, at once");
+    spec = "1:999999999x1";
+    GenericTree wide(spec, fe, a, 8);
+    check(!wide.is_Valid(), "a generic tree too large to make: no tree, at once");
     spec = "2,1:3";
     GenericTree gen3(spec, fe, a, 8);
     check(!gen3.is_Valid(), "a generic first level of two specs: no tree");

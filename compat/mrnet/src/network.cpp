@@ -1348,7 +1348,17 @@ struct PrivateStreams {
     static void clear_fd(NetworkImpl *impl, Stream *p2p);
     static bool any_parked(NetworkImpl *impl);
     static int fd(NetworkImpl *impl, Stream *p2p);
+    static void taken_locked(NetworkImpl *impl);
+    static struct tc_stream *made(NetworkImpl *impl, Stream *p2p);
 };
+
+/* The point-to-point stream's treecast stream once made (NULL before): read under
+ * make_mu, which its making holds. */
+struct tc_stream *PrivateStreams::made(NetworkImpl *impl, Stream *p2p) {
+    if (!p2p) return NULL;
+    std::lock_guard<std::mutex> making(impl->make_mu);
+    return p2p->_tc;
+}
 
 /* Whether a private stream holds a packet; under impl->mu. */
 bool PrivateStreams::any_parked(NetworkImpl *impl) {
@@ -1424,6 +1434,12 @@ void PrivateStreams::park(Network *n, NetworkImpl *impl, PacketPtr &p) {
 /* Front-end: clears the point-to-point stream's descriptor unless a private stream
  * still holds a packet taken from it (the descriptor every private stream hands out
  * stays readable while any back-end's answer waits). */
+/* After a parked packet was taken (under impl->mu): the layer's half of the
+ * descriptor is cleared once none is left (treecast's half stays as treecast keeps it). */
+void PrivateStreams::taken_locked(NetworkImpl *impl) {
+    if (!any_parked(impl)) drain_fd(impl->parked_fd);
+}
+
 void PrivateStreams::clear_fd(NetworkImpl *impl, Stream *p2p) {
     std::lock_guard<std::mutex> g(impl->mu);
     if (any_parked(impl)) return;
@@ -1541,6 +1557,7 @@ int Network::recv(int *otag, PacketPtr &opacket, Stream **ostream, bool iblockin
                     if (!it->second->_pending.empty()) {
                         opacket = it->second->_pending.front();
                         it->second->_pending.pop_front();
+                        PrivateStreams::taken_locked(impl);
                         if (otag) *otag = opacket->get_Tag();
                         if (ostream) *ostream = it->second;
                         return 1;
@@ -2211,23 +2228,26 @@ int Stream::private_recv(int *otag, PacketPtr &opacket, bool iblocking) {
             if (!_pending.empty()) {
                 opacket = _pending.front();
                 _pending.pop_front();
+                PrivateStreams::taken_locked(impl);
                 if (otag) *otag = opacket->get_Tag();
                 return 1;
-            }
-            /* the back-end is lost or gone: nothing more can come from it (the event
-             * thread tells; it runs once a tool waits for what only events tell) */
-            if (impl->gone.count(_id)) {
-                _closed = true;
-                return -1;
             }
             if (iblocking && !impl->events_wanted) {
                 impl->events_wanted = true;
                 start_events(_network, impl);
             }
         }
+        /* the back-end is lost or gone (the event thread tells; it runs once a tool
+         * waits for what only events tell): what it sent before is still taken, then
+         * nothing more can come */
+        bool gone;
+        {
+            std::lock_guard<std::mutex> g(impl->mu);
+            gone = impl->gone.count(_id) > 0;
+        }
         /* a short slice: another thread's receive may take this stream's packet */
         tc_packet *p = NULL;
-        tc_result r = tc_stream_recv(p2p->_tc, iblocking ? BE_SLICE_MS : 0, &p);
+        tc_result r = tc_stream_recv(p2p->_tc, iblocking && !gone ? BE_SLICE_MS : 0, &p);
         if (r == TC_OK) {
             PacketPtr pk = from_tc(p);
             tc_packet_free(p);
@@ -2241,6 +2261,10 @@ int Stream::private_recv(int *otag, PacketPtr &opacket, bool iblocking) {
             /* another back-end's: kept for its stream, the descriptor left readable */
             PrivateStreams::park(_network, impl, pk);
             continue;
+        }
+        if (gone && (r == TC_ERR_AGAIN || r == TC_ERR_TIMEOUT)) {
+            _closed = true;
+            return -1;
         }
         if (r == TC_ERR_AGAIN || (r == TC_ERR_TIMEOUT && !iblocking)) return 0;
         if (r == TC_ERR_TIMEOUT || r == TC_ERR_NO_ANSWER) continue;
@@ -2319,7 +2343,8 @@ bool Stream::has_Data(void) {
             p2p = impl->p2p;
         }
         tc_packet *p = NULL;
-        while (p2p && p2p->_tc && tc_stream_recv(p2p->_tc, 0, &p) == TC_OK) {
+        struct tc_stream *tc = PrivateStreams::made(impl, p2p);
+        while (tc && tc_stream_recv(tc, 0, &p) == TC_OK) {
             PacketPtr pk = from_tc(p);
             tc_packet_free(p);
             PrivateStreams::park(_network, impl, pk);
@@ -2369,7 +2394,7 @@ void Stream::clear_DataNotificationFd(void) {
             std::lock_guard<std::mutex> g(impl->mu);
             p2p = impl->p2p;
         }
-        if (p2p && p2p->_tc) PrivateStreams::clear_fd(impl, p2p);
+        if (PrivateStreams::made(impl, p2p)) PrivateStreams::clear_fd(impl, p2p);
         return;
     }
     if (impl->be) tc_backend_fd_clear(impl->be);

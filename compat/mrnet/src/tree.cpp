@@ -48,14 +48,20 @@ class Places {
     std::map<std::string, unsigned> _next;
 };
 
-/* Parses a decimal number of at least 1 at `s`; false on anything else. */
-bool positive(const std::string &s, unsigned &out) {
+/* Parses a decimal number below 10^9 at `s`; false on anything else. */
+bool number(const std::string &s, unsigned &out) {
     if (s.empty() || s.size() > 9) return false;
     for (size_t i = 0; i < s.size(); i++)
         if (!isdigit((unsigned char)s[i])) return false;
     out = (unsigned)strtoul(s.c_str(), NULL, 10);
-    return out > 0;
+    return true;
 }
+
+/* As number, and at least 1. */
+bool positive(const std::string &s, unsigned &out) { return number(s, out) && out > 0; }
+
+/* The most nodes a generated tree may have. */
+const unsigned long MAX_NODES = 100000000;
 
 bool bad(const std::string &spec, const char *why) {
     fprintf(stderr, "MRNet topology \"%s\": %s\n", spec.c_str(), why);
@@ -232,6 +238,12 @@ bool BalancedTree::parse_Spec() {
         unsigned fanout = 0, depth = 0;
         if (!positive(spec.substr(0, caret), fanout) || !positive(spec.substr(caret + 1), depth))
             return bad(spec, "a balanced tree is FANOUT^DEPTH (e.g. 16^2) or FANOUTxFANOUT... (e.g. 4x8)");
+        if (depth > 1000) return bad(spec, "a depth of more than 1,000");
+        unsigned long width = 1;
+        for (unsigned d = 0; d < depth; d++) {
+            if (width * fanout > MAX_NODES) return bad(spec, "more than 100,000,000 nodes");
+            width *= fanout;
+        }
         _fanouts.assign(depth, fanout);
         return true;
     }
@@ -253,7 +265,7 @@ static bool balanced(Tree *tree, Tree::Node *root, const std::string &spec, cons
                      unsigned &leaves) {
     size_t width = 1, need_internal = 0;
     for (size_t l = 0; l < fanouts.size(); l++) {
-        if (width * fanouts[l] > 100000000) return bad(spec, "more than 100,000,000 nodes");
+        if (width * fanouts[l] > MAX_NODES) return bad(spec, "more than 100,000,000 nodes");
         width *= fanouts[l];
         if (l + 1 < fanouts.size()) need_internal += width;
     }
@@ -281,7 +293,7 @@ BalancedTree::BalancedTree(std::string &topology_spec, std::string &fe_host, Hos
     std::vector<std::string> all = places.take(hosts, max_procs_per_host, BALANCED);
     size_t internal = 0, width = 1;
     for (size_t l = 0; l < _fanouts.size(); l++) {
-        if (width * _fanouts[l] > 100000000) {
+        if (width * _fanouts[l] > MAX_NODES) {
             bad(_topology_spec, "more than 100,000,000 nodes");
             return;
         }
@@ -304,7 +316,7 @@ BalancedTree::BalancedTree(std::string &topology_spec, std::string &fe_host, Hos
     if (!parse_Spec()) return;
     Places places(_fe_host);
     size_t need_internal = 0, width = 1;
-    for (size_t l = 0; l + 1 < _fanouts.size() && width <= 100000000; l++) need_internal += width *= _fanouts[l];
+    for (size_t l = 0; l + 1 < _fanouts.size() && width <= MAX_NODES; l++) need_internal += width *= _fanouts[l];
     /* only the places it needs: a host in both lists keeps the rest for back-ends */
     std::vector<std::string> internal = places.take(internal_hosts, int_procs_per_host, BALANCED, need_internal);
     std::vector<std::string> backends = places.take(backend_hosts, be_procs_per_host, BALANCED);
@@ -385,15 +397,17 @@ bool GenericTree::parse_Spec() {
             /* an item: CHILDREN, or NODESxCHILDREN */
             std::string::size_type x = item.find('x');
             unsigned nodes = 1, children = 0;
-            bool ok = x == std::string::npos ? positive(item, children)
-                                             : positive(item.substr(0, x), nodes) && positive(item.substr(x + 1), children);
+            bool ok = x == std::string::npos ? number(item, children)
+                                             : positive(item.substr(0, x), nodes) && number(item.substr(x + 1), children);
             if (!ok) {
                 fprintf(stderr,
-                        "MRNet topology \"%s\": column %zu: expected CHILDREN or NODESxCHILDREN (e.g. 2:3,1 or "
+                        "MRNet topology \"%s\": column %zu: expected CHILDREN or NODESxCHILDREN (e.g. 2:3,0 or "
                         "4:4x8)\n",
                         spec.c_str(), i + 1);
                 return false;
             }
+            if (level.size() + nodes > MAX_NODES || (unsigned long)nodes * children > MAX_NODES)
+                return bad(spec, "more than 100,000,000 nodes");
             level.insert(level.end(), nodes, children);
             item.clear();
             if (c != ',') {

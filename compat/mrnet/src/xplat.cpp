@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -112,19 +113,37 @@ int NetUtils::GetLastError(void) { return last_error; }
 
 static_assert(sizeof(pthread_t) <= sizeof(Thread::Id), "a pthread_t fits in a Thread::Id");
 
+/* Starts `func(data)` with asynchronous signals blocked, as MRNet's threads start: a
+ * tool's signals go to its own threads, not to the helpers it started. */
+static int start_quiet(pthread_t *t, void *(*func)(void *), void *data) {
+    sigset_t quiet, old;
+    sigfillset(&quiet);
+    const int synchronous[] = {SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGSYS, SIGFPE, SIGPROF, SIGTERM};
+    for (size_t i = 0; i < sizeof synchronous / sizeof synchronous[0]; i++) sigdelset(&quiet, synchronous[i]);
+    pthread_sigmask(SIG_BLOCK, &quiet, &old);
+    int rc = pthread_create(t, NULL, func, data);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
 int Thread::Create(Func func, void *data, Id *id) {
     if (!func || !id) return EINVAL;
     pthread_t t;
-    int rc = pthread_create(&t, NULL, func, data);
+    int rc = start_quiet(&t, func, data);
     if (rc == 0) *id = (Id)t;
     return rc;
 }
 
 Thread::Id Thread::GetId(void) { return (Id)pthread_self(); }
 
-int Thread::Join(Id joinWith, void **exitValue) { return pthread_join((pthread_t)joinWith, exitValue); }
+/* Id 0 (a Create that failed) is refused, as MRNet's: pthread_join would crash on it. */
+int Thread::Join(Id joinWith, void **exitValue) {
+    return joinWith == 0 ? EINVAL : pthread_join((pthread_t)joinWith, exitValue);
+}
 
-int Thread::Cancel(Id id) { return pthread_cancel((pthread_t)id); }
+int Thread::Cancel(Id id) { return id == 0 ? EINVAL : pthread_cancel((pthread_t)id); }
+
+int thread_start_quiet(pthread_t *t, void *(*func)(void *), void *data) { return start_quiet(t, func, data); }
 
 void Thread::Exit(void *val) { pthread_exit(val); }
 

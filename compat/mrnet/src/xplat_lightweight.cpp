@@ -12,6 +12,11 @@
 
 static_assert(sizeof(pthread_t) <= sizeof(Thread_Id), "a pthread_t fits in a Thread_Id");
 
+namespace XPlat {
+/* xplat.cpp's: starts a thread with asynchronous signals blocked. */
+int thread_start_quiet(pthread_t *t, void *(*func)(void *), void *data);
+}
+
 namespace {
 
 /* Copies a host name into a caller's buffer of XPLAT_MAX_HOSTNAME_LEN bytes. */
@@ -50,16 +55,18 @@ int XPlat_NetUtils_GetLastError(void) { return XPlat::NetUtils::GetLastError(); 
 int Thread_Create(Thread_Func func, void *data, Thread_Id *id) {
     if (!func || !id) return EINVAL;
     pthread_t t;
-    int rc = pthread_create(&t, NULL, func, data);
+    int rc = XPlat::thread_start_quiet(&t, func, data);
     if (rc == 0) *id = (Thread_Id)t;
     return rc;
 }
 
 Thread_Id Thread_GetId(void) { return (Thread_Id)pthread_self(); }
 
-int Thread_Join(Thread_Id joinWith, void **exitValue) { return pthread_join((pthread_t)joinWith, exitValue); }
+int Thread_Join(Thread_Id joinWith, void **exitValue) {
+    return joinWith == 0 ? EINVAL : pthread_join((pthread_t)joinWith, exitValue);
+}
 
-int Thread_Cancel(Thread_Id id) { return pthread_cancel((pthread_t)id); }
+int Thread_Cancel(Thread_Id id) { return id == 0 ? EINVAL : pthread_cancel((pthread_t)id); }
 
 void Thread_Exit(void *val) { pthread_exit(val); }
 

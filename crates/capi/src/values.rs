@@ -117,8 +117,12 @@ pub(crate) fn parse(format: &str) -> Result<Rc<Format>, Failure> {
     }
     let fmt =
         Rc::new(Format::parse(format).map_err(|e| Failure::new(tc_result::TC_ERR_FORMAT, e.to_string()))?);
-    let _ =
-        LAST_FORMAT.try_with(|last| *last.borrow_mut() = Some((format.as_bytes().into(), Rc::clone(&fmt))));
+    // parse_c compares the cache with C strings, which hold no NUL (a Rust string
+    // that does is not kept).
+    if !format.as_bytes().contains(&0) {
+        let _ = LAST_FORMAT
+            .try_with(|last| *last.borrow_mut() = Some((format.as_bytes().into(), Rc::clone(&fmt))));
+    }
     Ok(fmt)
 }
 

@@ -73,6 +73,11 @@ class Tree {
 
     virtual ~Tree();
 
+ private:
+    /* A tree owns its nodes: not copied. */
+    Tree(const Tree &);
+    Tree &operator=(const Tree &);
+
  protected:
     Node *root;
     std::map<std::string, Node *> NodesByName;
