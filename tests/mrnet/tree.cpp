@@ -49,6 +49,16 @@ static void expect(Tree &tree, const char *want, const char *what) {
     }
 }
 
+/* A tree of type T over eight places on host "a" from `text`: none must be made. */
+template <typename T>
+static void refused(const char *text, const char *what) {
+    std::string spec = text, fe = "fe";
+    Hosts a;
+    a.push_back(std::make_pair(std::string("a"), 8u));
+    T tree(spec, fe, a, 8);
+    check(!tree.is_Valid(), what);
+}
+
 int main(int argc, char **argv) {
     check(argc == 2, "usage: tree OUT_TOPOLOGY_FILE");
     std::string fe = "fe";
@@ -87,9 +97,7 @@ int main(int argc, char **argv) {
     spec = "3^2";
     BalancedTree big(spec, fe, hosts, 2);
     check(!big.is_Valid() && !big.create_TopologyFile("/tmp/never-written"), "too few hosts: no tree");
-    spec = "2y2";
-    BalancedTree typo(spec, fe, hosts, 2);
-    check(!typo.is_Valid(), "a bad balanced specification: no tree");
+    refused<BalancedTree>("2y2", "a bad balanced specification: no tree");
 
     /* balanced, back-end and internal lists; the front-end's host starts at 1 */
     Hosts be, cp;
@@ -120,9 +128,7 @@ int main(int argc, char **argv) {
            "fe:1 =>\n\tbe:2\n\tbe:3 ;\n\n"
            "fe:2 =>\n\tbe:4\n\tbe:5 ;\n\n",
            "KnomialTree 3@9: the last round's children from the back-end list");
-    spec = "1@4";
-    KnomialTree kn1(spec, fe, a, 8);
-    check(!kn1.is_Valid(), "a k-nomial factor of 1: no tree");
+    refused<KnomialTree>("1@4", "a k-nomial factor of 1: no tree");
 
     /* generic: levels by ':', each node's children by ',', NxC for N nodes of C */
     spec = "2:3,1";
@@ -139,21 +145,13 @@ int main(int argc, char **argv) {
     GenericTree gen0(spec, fe, a, 8);
     check(gen0.is_Valid(), "GenericTree 2:0,3 (a first child with no children) is valid");
     expect(gen0, "fe:0 =>\n\ta:0\n\ta:1 ;\n\na:1 =>\n\ta:2\n\ta:3\n\ta:4 ;\n\n", "GenericTree 2:0,3");
-    spec = "2^999999999";
-    BalancedTree deep(spec, fe, a, 8);
-    check(!deep.is_Valid(), "a balanced tree too large to make: no tree, at once");
-    spec = "1:999999999x1";
-    GenericTree wide(spec, fe, a, 8);
-    check(!wide.is_Valid(), "a generic tree too large to make: no tree, at once");
-    spec = "2,1:3";
-    GenericTree gen3(spec, fe, a, 8);
-    check(!gen3.is_Valid(), "a generic first level of two specs: no tree");
-    spec = "2:3,1,1";
-    GenericTree gen4(spec, fe, a, 8);
-    check(!gen4.is_Valid(), "children for more nodes than the level above has: no tree");
-    spec = "2:3;1";
-    GenericTree gen5(spec, fe, a, 8);
-    check(!gen5.is_Valid(), "a character that is not part of a generic specification: no tree");
+    refused<BalancedTree>("2^999999999", "a balanced tree too large to make: no tree, at once");
+    refused<GenericTree>("1:999999999x1", "a generic tree too large to make: no tree, at once");
+    refused<GenericTree>("2,1:3", "a generic first level of two specs: no tree");
+    refused<GenericTree>("2:3,1,1", "children for more nodes than the level above has: no tree");
+    refused<GenericTree>("2:3;1", "a character that is not part of a generic specification: no tree");
+    refused<GenericTree>("2:3,", "a trailing separator: no tree");
+    refused<KnomialTree>("2@", "a k-nomial tree with no node count: no tree");
 
     /* the tree the test runs a network on: 2 comm nodes over 4 back-ends, all local */
     Hosts local;
