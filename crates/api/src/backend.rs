@@ -175,7 +175,7 @@ impl BackEndSender {
             let mut d = lock(&self.shared);
             let known = matches!(&d.tool().checked, Some((s, f)) if *s == stream && f == format);
             if !known {
-                self.check_filter(&mut d, stream, format)?;
+                Self::check_filter(&mut d, stream, format)?;
                 d.tool().checked = Some((stream, format.clone()));
             }
             try_send(&mut d, frame)?
@@ -188,12 +188,7 @@ impl BackEndSender {
 
     /// Whether the filter of `stream` takes packets of `format`; a refusal is also
     /// reported to the front-end.
-    fn check_filter(
-        &self,
-        d: &mut Driver<BeTool, NodeRoute>,
-        stream: u32,
-        format: &Format,
-    ) -> Result<(), ApiError> {
+    fn check_filter(d: &mut Driver<BeTool, NodeRoute>, stream: u32, format: &Format) -> Result<(), ApiError> {
         {
             let spec = d.core().stream_filter(stream).ok_or(ApiError::UnknownStream(stream))?;
             // Borrowed: only a refused packet needs the filter's name, copied then.

@@ -497,33 +497,6 @@ pub(crate) unsafe fn text<'a>(p: *const c_char, name: &str) -> Result<&'a str, F
     s.to_str().map_err(|e| Failure::new(tc_result::TC_ERR_INVALID, format!("{name} is not UTF-8: {e}")))
 }
 
-/// A send's format string, as [`text`] takes it. A tool sends with the same few
-/// format strings: one equal to the last this thread took is not measured and
-/// checked again (a tenth of what the C API added to a send of one value).
-///
-/// # Safety
-/// As [`text`].
-pub(crate) unsafe fn format_text<'a>(p: *const c_char) -> Result<&'a str, Failure> {
-    thread_local! {
-        /// The last format taken: UTF-8, with no NUL.
-        static LAST: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(Box::default());
-    }
-    if !p.is_null() {
-        // SAFETY: not NULL and NUL-terminated, as the caller promised.
-        let same = LAST.try_with(|last| unsafe { c_equals(p, &last.borrow()) }.then(|| last.borrow().len()));
-        if let Ok(Some(len)) = same {
-            // SAFETY: the `len` bytes at `p` are those of the last format, checked UTF-8.
-            return Ok(unsafe {
-                std::str::from_utf8_unchecked(std::slice::from_raw_parts(p.cast::<u8>(), len))
-            });
-        }
-    }
-    // SAFETY: as the caller promised.
-    let s = unsafe { text(p, "format") }?;
-    let _ = LAST.try_with(|last| *last.borrow_mut() = s.as_bytes().into());
-    Ok(s)
-}
-
 /// Whether the C string at `p` is `bytes` (which hold no NUL); reads no further
 /// than its first difference, so never past the string's NUL.
 ///

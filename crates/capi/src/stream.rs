@@ -8,12 +8,12 @@ use treecast_api::{FilterSpec, RouteChoice, Stream, StreamOptions, StreamSender,
 
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{
-    arg, block_on, format_text, handle, out_ok, put, ran_out, runtime, send_within, take, text,
-    took_without_waiting, wait_for,
+    arg, block_on, handle, out_ok, put, ran_out, runtime, send_within, take, text, took_without_waiting,
+    wait_for,
 };
 use crate::network::{tc_communicator, tc_network};
 use crate::packet::tc_packet;
-use crate::values::{from_c, tc_value};
+use crate::values::{from_c, parse_c, tc_value, values_of};
 
 /// Waves wait for a packet from every live child (the default).
 pub const TC_SYNC_WAIT_FOR_ALL: u32 = 0;
@@ -237,9 +237,9 @@ pub unsafe extern "C" fn tc_stream_send_values(
 ) -> tc_result {
     guard("tc_stream_send_values", || {
         // SAFETY: as the caller promised.
-        let (s, format) = unsafe { (arg(stream, "stream")?, format_text(format)?) };
+        let (s, (format, fmt)) = unsafe { (arg(stream, "stream")?, parse_c(format)?) };
         // SAFETY: as the caller promised.
-        let values = unsafe { from_c(format, values, count) }?;
+        let values = unsafe { values_of(&fmt, format, values, count) }?;
         send_within(s.send_limit_ms, s.sender.send(tag, format, &values))
     })
 }
@@ -259,9 +259,9 @@ pub unsafe extern "C" fn tc_stream_send_values_to(
 ) -> tc_result {
     guard("tc_stream_send_values_to", || {
         // SAFETY: as the caller promised.
-        let (s, format) = unsafe { (arg(stream, "stream")?, format_text(format)?) };
+        let (s, (format, fmt)) = unsafe { (arg(stream, "stream")?, parse_c(format)?) };
         // SAFETY: as the caller promised.
-        let values = unsafe { from_c(format, values, count) }?;
+        let values = unsafe { values_of(&fmt, format, values, count) }?;
         send_within(s.send_limit_ms, s.sender.send_to(rank, tag, format, &values))
     })
 }

@@ -165,10 +165,24 @@ pub(crate) unsafe fn parse_c<'a>(p: *const c_char) -> Result<(&'a str, Rc<Format
 /// # Safety
 /// `values` points to `n` values whose pointers are valid as [`tc_value`] says.
 pub(crate) unsafe fn from_c(format: &str, values: *const tc_value, n: usize) -> Result<Vec<Value>, Failure> {
+    // SAFETY: as the caller promised.
+    unsafe { values_of(&*parse(format)?, format, values, n) }
+}
+
+/// [`from_c`] with the format already read (by [`parse_c`]).
+///
+/// # Safety
+/// As [`from_c`].
+pub(crate) unsafe fn values_of(
+    fmt: &Format,
+    format: &str,
+    values: *const tc_value,
+    n: usize,
+) -> Result<Vec<Value>, Failure> {
     let mut out = Vec::with_capacity(n);
     // SAFETY: as the caller promised (each_c hands over values it checked).
     unsafe {
-        each_c(&*parse(format)?, format, values, n, |t, v| {
+        each_c(fmt, format, values, n, |t, v| {
             out.push(one(t, v)?);
             Ok(())
         })
@@ -189,34 +203,55 @@ pub(crate) unsafe fn encode_c(
     values: *const tc_value,
     n: usize,
 ) -> Result<Bytes, Failure> {
-    let mut payload = ENCODING.try_with(|e| std::mem::take(&mut e.borrow_mut().scratch)).unwrap_or_default();
-    payload.clear();
+    let encoded = ENCODING.try_with(|e| {
+        let Encoding { scratch, arena } = &mut *e.borrow_mut();
+        scratch.clear();
+        // SAFETY: as the caller promised.
+        unsafe { encode_into(fmt, format, values, n, scratch) }?;
+        // A large payload becomes the frame as it is (no copy); the next send starts
+        // a scratch buffer of its own.
+        Ok(match scratch.len() > ARENA_PAYLOAD_MAX {
+            true => Bytes::from(std::mem::take(scratch)),
+            false => cut(arena, scratch),
+        })
+    });
+    encoded.unwrap_or_else(|_| {
+        // Only while the thread's locals are being destroyed: a buffer of its own.
+        let mut payload = Vec::new();
+        // SAFETY: as the caller promised.
+        unsafe { encode_into(fmt, format, values, n, &mut payload) }?;
+        Ok(Bytes::from(payload))
+    })
+}
+
+/// Appends the encoding of the values `values[..n]` of format `fmt` (named `format`
+/// in errors) to `out`.
+///
+/// # Safety
+/// As [`from_c`].
+unsafe fn encode_into(
+    fmt: &Format,
+    format: &str,
+    values: *const tc_value,
+    n: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
     // SAFETY: as the caller promised (each_c hands over values it checked).
     unsafe {
         each_c(fmt, format, values, n, |t, v| match t {
-            ValueType::Scalar(s) if s != ScalarType::Str => encode_scalar(s, v, &mut payload),
+            ValueType::Scalar(s) if s != ScalarType::Str => encode_scalar(s, v, out),
             _ => {
-                encode_values(std::slice::from_ref(&one(t, v)?), &mut payload);
+                encode_values(std::slice::from_ref(&one(t, v)?), out);
                 Ok(())
             }
         })
-    }?;
-    if payload.len() > ARENA_PAYLOAD_MAX {
-        // A large payload becomes the frame as it is (no copy); the next send starts
-        // a scratch buffer of its own.
-        return Ok(Bytes::from(payload));
     }
-    let mut kept = Some(payload);
-    let cut = ENCODING.try_with(|e| {
-        let mut e = e.borrow_mut();
-        let payload = kept.take().unwrap_or_default();
-        let bytes = cut(&mut e.arena, &payload);
-        e.scratch = payload;
-        bytes
-    });
-    // Only while the thread's locals are being destroyed: a copy of its own.
-    Ok(cut.unwrap_or_else(|_| Bytes::copy_from_slice(kept.as_deref().unwrap_or_default())))
 }
+
+/// Payloads up to this size are cut from the thread's arena ([`cut`]).
+const ARENA_PAYLOAD_MAX: usize = 1 << 10;
+/// What a thread's arena takes at a time.
+const ARENA_SIZE: usize = 16 << 10;
 
 /// A thread's buffers for encoding sends (one thread-local: each costs a call in a
 /// shared library).
@@ -230,11 +265,6 @@ struct Encoding {
 thread_local! {
     static ENCODING: RefCell<Encoding> = RefCell::new(Encoding { scratch: Vec::new(), arena: BytesMut::new() });
 }
-
-/// Payloads up to this size are cut from the thread's arena ([`cut`]).
-const ARENA_PAYLOAD_MAX: usize = 1 << 10;
-/// What a thread's arena takes at a time.
-const ARENA_SIZE: usize = 16 << 10;
 
 /// A copy of a small `payload` cut from the calling thread's arena: one buffer that
 /// small payloads share, reused in place once every frame cut from it is dropped
