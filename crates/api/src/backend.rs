@@ -75,6 +75,11 @@ pub struct BackEnd {
     held: std::collections::VecDeque<Packet>,
 }
 
+/// A packet a full window handed back to [`BackEndSender::try_send_encoded`]; nothing
+/// of it was sent.
+#[derive(Debug)]
+pub struct Unsent(Frame);
+
 /// Sends packets up the tree from a back-end; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct BackEndSender {
@@ -168,22 +173,47 @@ impl BackEndSender {
         format: &Format,
         payload: impl Into<bytes::Bytes>,
     ) -> Result<(), ApiError> {
-        let frame = Frame::new(FrameHeader::data(stream, tag, self.rank), payload);
-        // The check and a first try under one lock: a send with room in its window
-        // takes the lock once.
-        let blocked = {
-            let mut d = lock(&self.shared);
-            let known = matches!(&d.tool().checked, Some((s, f)) if *s == stream && f == format);
-            if !known {
-                Self::check_filter(&mut d, stream, format)?;
-                d.tool().checked = Some((stream, format.clone()));
-            }
-            try_send(&mut d, frame)?
-        };
-        match blocked {
+        match self.try_send_encoded(stream, tag, format, payload)? {
             None => Ok(()),
-            Some(frame) => send_with_credit(&self.shared, frame).await,
+            Some(unsent) => self.send_unsent(unsent).await,
         }
+    }
+
+    /// [`BackEndSender::send_encoded`] without waiting, for callers that are not in a
+    /// runtime: `Ok(None)` when the packet went into the stream's window, its
+    /// [`Unsent`] frame when the window is full (then [`BackEndSender::send_unsent`]).
+    /// A binding's send loop then builds no future for a send that has room.
+    ///
+    /// # Errors
+    /// As [`BackEndSender::send`].
+    pub fn try_send_encoded(
+        &self,
+        stream: u32,
+        tag: i32,
+        format: &Format,
+        payload: impl Into<bytes::Bytes>,
+    ) -> Result<Option<Unsent>, ApiError> {
+        let frame = Frame::new(FrameHeader::data(stream, tag, self.rank), payload);
+        // The check and the try under one lock: a send with room in its window takes
+        // the lock once.
+        let mut d = lock(&self.shared);
+        let known = matches!(&d.tool().checked, Some((s, f)) if *s == stream && f == format);
+        if !known {
+            Self::check_filter(&mut d, stream, format)?;
+            d.tool().checked = Some((stream, format.clone()));
+        }
+        Ok(try_send(&mut d, frame)?.map(Unsent))
+    }
+
+    /// Sends what [`BackEndSender::try_send_encoded`] handed back, once its stream's
+    /// window has room.
+    ///
+    /// # Errors
+    /// As [`BackEndSender::send`].
+    ///
+    /// Cancel safety: cancel safe: a cancelled send sent nothing.
+    pub async fn send_unsent(&self, unsent: Unsent) -> Result<(), ApiError> {
+        send_with_credit(&self.shared, unsent.0).await
     }
 
     /// Whether the filter of `stream` takes packets of `format`; a refusal is also

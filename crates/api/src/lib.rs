@@ -83,7 +83,7 @@ mod spawn;
 mod stream;
 
 pub use attach::{rank_from_env, AttachInfo, RANK_VARS};
-pub use backend::{BackEnd, BackEndEvent, BackEndSender, JoinOptions};
+pub use backend::{BackEnd, BackEndEvent, BackEndSender, JoinOptions, Unsent};
 pub use builder::{NetworkBuilder, DEFAULT_RECEIVE_WINDOW};
 pub use clock::{compose as compose_clock, NodeClock};
 pub use collective::{Collected, ReduceOp, DEFAULT_COLLECTIVE_LIMIT};

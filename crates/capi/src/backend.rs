@@ -11,7 +11,7 @@ use treecast_files::{FileReceivers, FileWorker};
 
 use crate::error::{guard, quiet, tc_result, Failure};
 use crate::ffi::{
-    arg, block_on, block_on_for, handle, opt_text, out_ok, put, ran_out, send_within, take,
+    arg, block_on, block_on_for, handle, opt_text, out_ok, put, ran_out, send_now_or_within, take,
     took_without_waiting,
 };
 use crate::packet::tc_packet;
@@ -282,9 +282,10 @@ pub unsafe extern "C" fn tc_backend_send_values(
         let (b, (format, fmt)) = unsafe { (arg(be, "be")?, parse_c(format)?) };
         // SAFETY: as the caller promised.
         let payload = unsafe { encode_c(&fmt, format, values, count) }?;
-        send_within(
+        send_now_or_within(
             b.send_limit_ms.load(Ordering::Relaxed),
-            b.sender.send_encoded(stream, tag, &fmt, payload),
+            || b.sender.try_send_encoded(stream, tag, &fmt, payload),
+            |unsent| b.sender.send_unsent(unsent),
         )
     })
 }

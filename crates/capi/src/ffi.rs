@@ -588,6 +588,43 @@ pub(crate) unsafe fn take<T>(p: *mut T) -> Option<Box<T>> {
 /// back-end that stopped reading fails the send instead of hanging the tool.
 pub const TC_DEFAULT_SEND_TIMEOUT_MS: u64 = 60_000;
 
+/// A send that tries at once on this thread, `try_now` handing back what a full window
+/// refused, and only then waits for room with `later`, at most `ms`, as
+/// [`send_within`] does. In a burst of sends (see [`drive_for`]) a send with room thus
+/// builds no future; the first send after a drive still runs on the runtime.
+pub(crate) fn send_now_or_within<U, E, F>(
+    ms: u64,
+    try_now: impl FnOnce() -> Result<Option<U>, E>,
+    later: impl FnOnce(U) -> F,
+) -> Result<(), Failure>
+where
+    F: Future<Output = Result<(), E>>,
+    Failure: From<E>,
+{
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(nested());
+    }
+    let d = driver()?;
+    if ms != 0 && !d.driving.load(SeqCst) && d.unwritten_since.load(SeqCst) == 0 {
+        return send_within(ms, async move {
+            match try_now()? {
+                None => Ok(()),
+                Some(unsent) => later(unsent).await,
+            }
+        });
+    }
+    match try_now()? {
+        None => {
+            if ms != 0 {
+                d.calls.fetch_add(1, SeqCst);
+            }
+            d.write_if_late();
+            Ok(())
+        }
+        Some(unsent) => send_within(ms, later(unsent)),
+    }
+}
+
 /// Runs a send that may wait for room, at most `ms` (see [`TC_FOREVER`]).
 pub(crate) fn send_within<F, E>(ms: u64, send: F) -> Result<(), Failure>
 where
