@@ -24,7 +24,7 @@ use super::{
 use state::{Child, ChildLaunch, ChildState, HeldLoss, Startup};
 
 /// Longest a report of departed or lost ranks waits for the data held for up credit
-/// on their streams (see [`Node::report_up`]).
+/// on their streams while none of that data goes up (see [`Node::report_up`]).
 pub(crate) const REPORT_HOLD: Duration = Duration::from_secs(1);
 
 /// Most back-ends one node starts for one spawn order.
@@ -456,9 +456,10 @@ impl Node {
                 other => tracing::debug!("front-end: nothing to report for {other:?}"),
             },
             (_, Some(parent)) => {
-                // A departure or loss waits (a while at most) for the data its ranks'
-                // streams hold here for up credit: ahead of it, that data would reach
-                // a parent that may have ended the stream. Reports stay in order.
+                // A departure or loss waits for the data its ranks' streams hold here
+                // for up credit (while that data moves, see REPORT_HOLD): behind it,
+                // that data would reach a parent that may have ended the stream.
+                // Reports stay in order.
                 let ranks = match &msg {
                     ControlMsg::Leave { ranks, .. } | ControlMsg::Orphaned { ranks, .. } => {
                         Some(ranks.clone())
@@ -468,7 +469,7 @@ impl Node {
                 let waits = ranks.as_ref().is_some_and(|r| self.data_waiting_up(r));
                 if !self.recovery.reports_after_data.is_empty() || waits {
                     if let Some(r) = &ranks {
-                        self.recovery.reports_held_ranks.union_with(r);
+                        self.hold_report_behind_data(r);
                     }
                     self.recovery.reports_after_data.push_back(msg);
                 } else {
@@ -484,22 +485,45 @@ impl Node {
         self.streams.values().any(|s| s.spec.ranks.intersects(ranks) && s.data_waiting_up())
     }
 
+    /// Notes, for each stream of `ranks` holding data for up credit, how far it must
+    /// have sent up for that data to be gone: the held reports wait for it.
+    fn hold_report_behind_data(&mut self, ranks: &RankSet) {
+        for s in self.streams.values().filter(|s| s.spec.ranks.intersects(ranks) && s.data_waiting_up()) {
+            let (id, until) = (s.spec.id, s.went_up.wrapping_add(s.frames_waiting_up()));
+            let marks = &mut self.recovery.reports_wait_for;
+            match marks.iter_mut().find(|(stream, _)| *stream == id) {
+                Some(mark) => mark.1 = mark.1.max(until),
+                None => marks.push((id, until)),
+            }
+        }
+    }
+
     /// Sends the reports held back by [`Node::report_up`] once the data before them
-    /// has gone up, or once they waited [`REPORT_HOLD`]: a tool that never reads one
-    /// stream must not keep another waiting for a loss for ever.
+    /// has gone up, or once none of it went up for [`REPORT_HOLD`]: a tool that stops
+    /// reading one stream must not keep another waiting for a loss for ever, while one
+    /// that reads slowly still gets every packet before the loss.
     pub(super) fn release_reports_after_data(&mut self, now: Instant) {
         if self.recovery.reports_after_data.is_empty() {
             return;
         }
-        let until = *self.recovery.reports_held_until.get_or_insert(now + REPORT_HOLD);
-        if now < until && self.data_waiting_up(&self.recovery.reports_held_ranks) {
-            return;
+        let marks = &self.recovery.reports_wait_for;
+        let ahead = marks.iter().filter_map(|(id, until)| Some((self.streams.get(id)?, *until)));
+        if ahead.clone().any(|(s, until)| s.went_up < until && s.data_waiting_up()) {
+            let seen = ahead.fold(0u64, |sum, (s, _)| sum.wrapping_add(s.went_up));
+            let r = &mut self.recovery;
+            if r.reports_held_until.is_none() || seen != r.reports_seen_up {
+                r.reports_seen_up = seen;
+                r.reports_held_until = Some(now + REPORT_HOLD);
+            }
+            if r.reports_held_until.is_some_and(|until| now < until) {
+                return;
+            }
         }
         let Some(parent) = self.parent.filter(|_| self.recovery.rejoining.is_none()) else { return };
         while let Some(msg) = self.recovery.reports_after_data.pop_front() {
             self.out.control(parent, &msg);
         }
-        self.recovery.reports_held_ranks = RankSet::new();
+        self.recovery.reports_wait_for.clear();
         self.recovery.reports_held_until = None;
     }
 

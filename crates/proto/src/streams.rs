@@ -307,6 +307,7 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
                 continue;
             }
             s.up_budget.spend(f.payload.len());
+            s.went_up = s.went_up.wrapping_add(1);
             match (ctx.role, ctx.parent) {
                 (Role::FrontEnd, _) => {
                     if s.ready.is_empty() {
@@ -561,6 +562,7 @@ impl Node {
             targets,
             parts,
             up_budget: Budget::new(up_window),
+            went_up: 0,
             held: VecDeque::new(),
             pending_up: VecDeque::new(),
             down_ledger: Ledger::new(spec.down_window),

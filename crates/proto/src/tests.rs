@@ -440,6 +440,49 @@ fn a_lost_child_is_reported_after_a_while_even_if_its_data_never_gets_credit() {
 }
 
 #[test]
+fn a_lost_child_s_report_waits_while_its_data_still_goes_up_slowly() {
+    // Regression (CI under load: the MRNet-style front-end read a back-end's last
+    // 2,000 packets for more than a second): the loss went up after a second however
+    // much data still followed, and the front-end ended the stream without it.
+    let now = Instant::now();
+    let (mut cn, parent) = comm_node_holding_data_of_a_lost_child(now);
+    transmits(&mut cn);
+    let one = Grant { packets: 1, bytes: 1000 };
+    let later = now + REPORT_HOLD - Duration::from_millis(100);
+    cn.handle_frame(parent, Frame::credit(1, one), later);
+    assert_eq!(sent_on(&transmits(&mut cn), parent), ["data [Int(2)]"]);
+    cn.handle_timeout(now + REPORT_HOLD + Duration::from_millis(500));
+    assert!(sent_on(&transmits(&mut cn), parent).is_empty(), "data moved less than a hold ago");
+    cn.handle_timeout(later + REPORT_HOLD);
+    assert_eq!(sent_on(&transmits(&mut cn), parent), ["leave 0"], "nothing moved for a hold");
+    cn.handle_frame(parent, Frame::credit(1, one), later + REPORT_HOLD);
+    assert_eq!(sent_on(&transmits(&mut cn), parent), ["data [Int(3)]"]);
+}
+
+#[test]
+fn a_lost_child_s_report_follows_its_data_at_once_when_that_data_went_up() {
+    let now = Instant::now();
+    let (mut cn, parent) = comm_node_holding_data_of_a_lost_child(now);
+    transmits(&mut cn);
+    let late = now + REPORT_HOLD * 5;
+    for (k, v) in [(1, 2), (2, 3)] {
+        cn.handle_frame(
+            parent,
+            Frame::credit(1, Grant { packets: 1, bytes: 1000 }),
+            now + REPORT_HOLD * k / 2,
+        );
+        let sent = sent_on(&transmits(&mut cn), parent);
+        let mut want = vec![format!("data [Int({v})]")];
+        if v == 3 {
+            want.push("leave 0".into());
+        }
+        assert_eq!(sent, want);
+    }
+    cn.handle_timeout(late);
+    assert!(sent_on(&transmits(&mut cn), parent).is_empty(), "the report went once");
+}
+
+#[test]
 fn a_credit_reopens_a_blocked_backend_and_a_parent_may_not_overrun_its_window() {
     let now = Instant::now();
     let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);

@@ -36,8 +36,12 @@ pub(crate) struct Recovery {
     /// Reports for the parent held, in order, until the data reduced before them has
     /// gone up: a rank's departure or loss must not overtake what it sent before.
     pub(crate) reports_after_data: VecDeque<ControlMsg>,
-    /// The ranks those reports name, and when they go up whatever is held.
-    pub(crate) reports_held_ranks: RankSet,
+    /// The streams that hold data ahead of those reports, each with the count of its
+    /// frames gone up (`StreamState::went_up`) after which that data has gone.
+    pub(crate) reports_wait_for: Vec<(u32, u64)>,
+    /// What those streams had sent up when last looked at, and when the reports go
+    /// anyway unless more of it goes up by then.
+    pub(crate) reports_seen_up: u64,
     pub(crate) reports_held_until: Option<Instant>,
 }
 

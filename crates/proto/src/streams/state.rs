@@ -44,6 +44,9 @@ pub(crate) struct StreamState {
     pub(super) parts: Vec<Option<ChildPart>>,
     /// What may still go up (to the parent, or at the front-end into the tool's queue).
     pub(super) up_budget: Budget,
+    /// Data frames this node has sent up (at the front-end: queued for the tool), so
+    /// that a report held behind the data before it knows when that has gone.
+    pub(crate) went_up: u64,
     /// Complete waves waiting for up credit.
     pub(super) held: VecDeque<Wave>,
     /// Frames a reduced wave produced that wait for up credit (a wave may yield
@@ -94,6 +97,14 @@ impl StreamState {
     /// go up before it (the parent would end the stream with data still on its way).
     pub(crate) fn data_waiting_up(&self) -> bool {
         !self.held.is_empty() || self.pending_up.iter().any(|f| f.header.kind != FrameKind::Control)
+    }
+
+    /// The most data frames what waits here for up credit can still send: one per
+    /// frame of a held wave (the null filter passes each on) and each frame reduced.
+    pub(crate) fn frames_waiting_up(&self) -> u64 {
+        let held: usize = self.held.iter().map(|w| w.frames.len().max(1)).sum();
+        let pending = self.pending_up.iter().filter(|f| f.header.kind != FrameKind::Control).count();
+        (held + pending) as u64
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
