@@ -500,6 +500,17 @@ enum tc_result tc_network_options_set_dead_after(struct tc_network_options *opti
 // `options` is NULL or live options.
 enum tc_result tc_network_options_set_stripe_stall(struct tc_network_options *options, uint64_t ms);
 
+// On striped links (`tc_network_options_set_route(o, "striped:N")`), spreads each
+// link's connections over `rails`, comma-separated, connection `i` on rail `i`
+// modulo their number: each an IP subnet (`"10.1.0.0/16"`) or an interface name
+// (`"ib1"`) every host of the tree has. Each node listens for children on other
+// hosts on its own address on each rail (docs/routes.md). At most 16; NULL or `""`:
+// one address. `TC_ERR_INVALID` for a rail that is neither.
+//
+// # Safety
+// `options` is NULL or live options; `rails` is NULL or a NUL-terminated string.
+enum tc_result tc_network_options_set_rails(struct tc_network_options *options, const char *rails);
+
 // How long the orphans of a lost comm node may take to rejoin, in milliseconds
 // (`TC_FOREVER`: recovery off).
 //

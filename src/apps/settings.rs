@@ -13,6 +13,7 @@ use std::time::Duration;
 use treecast_api::NetworkBuilder;
 use treecast_driver::env;
 use treecast_transport::mcast::{McastConfig, UDP_VARIABLES};
+use treecast_transport::striped::rails::Rail;
 use treecast_transport::striped::stall;
 
 /// The program comm nodes run (as `<program> node`), and a comm node its children
@@ -48,6 +49,8 @@ pub struct EnvSettings {
     pub zero_copy_min: Option<Option<usize>>,
     /// `TREECAST_STRIPE_STALL`: how long a connection of a striped link may stall.
     pub stripe_stall: Option<Duration>,
+    /// `TREECAST_RAILS`: the rails striped links spread over, comma-separated.
+    pub rails: Vec<String>,
 }
 
 impl EnvSettings {
@@ -136,6 +139,7 @@ impl EnvSettings {
             treecast_path,
             zero_copy_min,
             stripe_stall: stripe_stall_from(&lookup)?,
+            rails: rails_from(&lookup)?,
         })
     }
 
@@ -176,6 +180,9 @@ impl EnvSettings {
         }
         if let Some(limit) = self.stripe_stall {
             builder = builder.stripe_stall(limit);
+        }
+        if !self.rails.is_empty() {
+            builder = builder.rails(self.rails.clone());
         }
         builder.clock(self.clock.clone())
     }
@@ -218,6 +225,28 @@ pub fn stripe_stall_from(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Res
             stall::DEFAULT_LIMIT.as_secs()
         )
     })
+}
+
+/// `TREECAST_RAILS` through `lookup`: the rails, each checked; empty when unset.
+///
+/// # Errors
+/// A rail that is neither a subnet nor an interface name, an empty one, or more
+/// than [`treecast_wire::MAX_RAILS`], said with the variable.
+pub fn rails_from(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<Vec<String>> {
+    let var = env::RAILS;
+    let Some(text) = lookup(var) else { return Ok(Vec::new()) };
+    let rails: Vec<String> = text.split(',').map(|r| r.trim().to_owned()).collect();
+    if rails.len() > treecast_wire::MAX_RAILS || rails.iter().any(String::is_empty) {
+        anyhow::bail!(
+            "{var}={text:?}: give 1 to {} rails, comma-separated, none empty (as \
+             10.1.0.0/16,10.2.0.0/16 or ib0,ib1)",
+            treecast_wire::MAX_RAILS
+        );
+    }
+    for rail in &rails {
+        Rail::parse(rail).map_err(|e| anyhow::anyhow!("{var}: {e}"))?;
+    }
+    Ok(rails)
 }
 
 /// `TREECAST_LOG`'s value, checked as a whole: a directive the filter cannot parse
@@ -290,6 +319,16 @@ mod tests {
 
     fn read(vars: &[(&str, &str)]) -> anyhow::Result<EnvSettings> {
         EnvSettings::from_lookup(|k| vars.iter().find(|(v, _)| *v == k).map(|(_, x)| (*x).to_owned()))
+    }
+
+    #[test]
+    fn rails_are_read_and_a_malformed_one_is_named() {
+        let s = read(&[("TREECAST_RAILS", "10.203.16.0/24, ib1")]).unwrap();
+        assert_eq!(s.rails, ["10.203.16.0/24", "ib1"]);
+        for bad in ["10.1.0.0/40", "ib0,,ib1", "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q"] {
+            let e = read(&[("TREECAST_RAILS", bad)]).unwrap_err().to_string();
+            assert!(e.contains("TREECAST_RAILS"), "{e}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the treecast wire test vectors (values.json, frames.json, control.json, invalid.json),
-protocol version 11 (launch plan version 11, member plan version 3).
+protocol version 11 (launch plan version 12, member plan version 3).
 
 This is an independent reference encoder written from docs/wire-format.md with
 Python's `struct`, NOT a dump of what the Rust code prints: the Rust test
@@ -290,7 +290,7 @@ def enc_flag(v):
 
 SYNC = {"wait_for_all": 0, "timeout": 1, "do_not_wait": 2}
 ROUTES = {"unix": 0, "tcp": 1}
-PLAN_VERSION = 11
+PLAN_VERSION = 12
 MEMBER_PLAN_VERSION = 3
 CLOCK_FIELDS = ["resync_ms", "probes", "probe_burst", "probe_gap_us"]
 
@@ -324,7 +324,8 @@ def enc_plan(p, version=PLAN_VERSION):
     out += u32(p["max_control"])
     out += enc_clock(p.get("clock", {})) + u32(p.get("zero_copy_min", 0))
     out += bytes([p.get("stripes", 0)]) + enc_flag(p.get("mptcp", False)) + enc_str(la.get("remote_prefix", ""))
-    return out + u32(p.get("stripe_stall_ms", 0))
+    out += u32(p.get("stripe_stall_ms", 0))
+    return out + enc_strings(p.get("rails", []))
 
 
 def enc_clock(c):
@@ -491,6 +492,7 @@ PLAN_SSH = {
     "stripes": 2,
     "mptcp": True,
     "stripe_stall_ms": 1500,
+    "rails": ["10.1.0.0/16", "ib1"],
 }
 
 MEMBER_PLAN_SPAWNED = {
@@ -820,7 +822,8 @@ INVALID_CASES = [
     ("control", "plan version 8 (before the remote prefix)", bytes([1]) + enc_plan(PLAN_SSH, version=8), "Invalid"),
     ("control", "plan version 9 (before the stripe stall limit)", bytes([1]) + enc_plan(PLAN_SSH, version=9), "Invalid"),
     ("control", "plan version 10 (before the launcher by name)", bytes([1]) + enc_plan(PLAN_SSH, version=10), "Invalid"),
-    ("control", "plan version 12", bytes([1]) + enc_plan(PLAN_SSH, version=12), "Invalid"),
+    ("control", "plan version 11 (before the rails)", bytes([1]) + enc_plan(PLAN_SSH, version=11), "Invalid"),
+    ("control", "plan version 13", bytes([1]) + enc_plan(PLAN_SSH, version=13), "Invalid"),
     ("control", "plan version 0", bytes([1]) + enc_plan(PLAN_LOCAL, version=0), "Invalid"),
     ("control", "plan with only its version", bytes([1]) + u16(PLAN_VERSION), "Truncated"),
     ("control", "plan cut inside its version", bytes([1, PLAN_VERSION]), "Truncated"),
@@ -828,17 +831,20 @@ INVALID_CASES = [
     # bytes when none is set), the zero-copy threshold (4), the connections per link (1),
     # the Multipath TCP flag (1), the remote prefix (4 when empty) and the stripe
     # stall limit (4).
-    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-43], "Truncated"),
-    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-39], "Truncated"),
-    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-15], "Truncated"),
-    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-38] + bytes([2]) + enc_plan(PLAN_LOCAL)[-37:], "Invalid"),
-    ("control", "plan cut inside its zero-copy threshold", bytes([1]) + enc_plan(PLAN_LOCAL)[:-11], "Truncated"),
-    ("control", "plan without its connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-10], "Truncated"),
-    ("control", "plan with 17 connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-10] + bytes([17]) + enc_plan(PLAN_LOCAL)[-9:], "Invalid"),
-    ("control", "plan without its Multipath TCP flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-9], "Truncated"),
-    ("control", "plan Multipath TCP flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-9] + bytes([2]) + enc_plan(PLAN_LOCAL)[-8:], "Invalid"),
-    ("control", "plan cut inside its remote prefix", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5], "Truncated"),
-    ("control", "plan cut inside its stripe stall limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-1], "Truncated"),
+    ("control", "plan without its plug-in list", bytes([1]) + enc_plan(PLAN_LOCAL)[:-47], "Truncated"),
+    ("control", "plan without its control frame limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-43], "Truncated"),
+    ("control", "plan cut inside its clock settings", bytes([1]) + enc_plan(PLAN_LOCAL)[:-19], "Truncated"),
+    ("control", "plan clock flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-42] + bytes([2]) + enc_plan(PLAN_LOCAL)[-41:], "Invalid"),
+    ("control", "plan cut inside its zero-copy threshold", bytes([1]) + enc_plan(PLAN_LOCAL)[:-15], "Truncated"),
+    ("control", "plan without its connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-14], "Truncated"),
+    ("control", "plan with 17 connections per link", bytes([1]) + enc_plan(PLAN_LOCAL)[:-14] + bytes([17]) + enc_plan(PLAN_LOCAL)[-13:], "Invalid"),
+    ("control", "plan without its Multipath TCP flag", bytes([1]) + enc_plan(PLAN_LOCAL)[:-13], "Truncated"),
+    ("control", "plan Multipath TCP flag 2", bytes([1]) + enc_plan(PLAN_LOCAL)[:-13] + bytes([2]) + enc_plan(PLAN_LOCAL)[-12:], "Invalid"),
+    ("control", "plan cut inside its remote prefix", bytes([1]) + enc_plan(PLAN_LOCAL)[:-9], "Truncated"),
+    ("control", "plan cut inside its stripe stall limit", bytes([1]) + enc_plan(PLAN_LOCAL)[:-5], "Truncated"),
+    ("control", "plan without its rails", bytes([1]) + enc_plan(PLAN_LOCAL)[:-4], "Truncated"),
+    ("control", "plan with 17 rails", bytes([1]) + enc_plan(PLAN_LOCAL)[:-4] + enc_strings(["ib0"] * 17), "Invalid"),
+    ("control", "plan with an empty rail", bytes([1]) + enc_plan(PLAN_LOCAL)[:-4] + enc_strings(["ib0", ""]), "Invalid"),
     # member plan
     ("control", "member plan version 1 (before the zero-copy threshold)", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=1), "Invalid"),
     ("control", "member plan version 2 (before the stripe stall limit)", bytes([32]) + enc_member_plan(MEMBER_PLAN_SPAWNED, version=2), "Invalid"),

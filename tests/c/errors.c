@@ -84,6 +84,11 @@ static void without_a_network(void) {
   FAILS(tc_network_options_set_launcher(o, "pbs"), TC_ERR_INVALID, "\"local\", \"ssh\" or \"slurm\"");
   FAILS(tc_network_options_set_route(o, "ib"), TC_ERR_INVALID, "\"striped:N\" or \"mptcp\"");
   FAILS(tc_network_options_set_route(o, "striped:17"), TC_ERR_INVALID, "N from 2 to 16");
+  /* Rails: subnets or interface names, each checked as it is set. */
+  FAILS(tc_network_options_set_rails(o, "10.1.0.0/33"), TC_ERR_INVALID, "\"10.1.0.0/33\"");
+  FAILS(tc_network_options_set_rails(o, "ib0,10.1.0/16"), TC_ERR_INVALID, "not an IP address");
+  EXPECT(tc_network_options_set_rails(o, "10.1.0.0/16, ib1") == TC_OK);
+  EXPECT(tc_network_options_set_rails(o, NULL) == TC_OK);
   /* A stream chooses among the network's routes, not sockets or connection counts. */
   tc_stream *routed = NULL;
   FAILS(tc_stream_new_routed(NULL, NULL, NULL, NULL, 0, 0, "mptcp", &routed), TC_ERR_INVALID, "are the network's");

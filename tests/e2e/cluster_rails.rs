@@ -2,8 +2,9 @@
 //! up 2 --rate 1gbit --rails 2`) with one rail brought down mid-transfer, then
 //! another under a quiet link: a rail that goes down resets nothing, so the link
 //! must notice that connection standing still, give it up, and carry everything on
-//! the other rail, nothing lost or delivered twice. Needs root; without it the test
-//! shows as ignored.
+//! the other rail, nothing lost or delivered twice. Then a tree whose nodes hand
+//! their children one address per rail (`TREECAST_RAILS`): a file sent to both
+//! hosts crosses both rails. Needs root; without it the tests show as ignored.
 //!
 //! The far end is `treecast bench route --serve` in host 2, which answers each frame
 //! tagged `DIGEST_TAG` with the SHA-256 of what arrived; this process is the near
@@ -21,31 +22,42 @@ use treecast_transport::striped::{self, WithStriped};
 use treecast_transport::{LinkPeer, Route, RouteEvent, Secret, StreamRoute};
 use treecast_wire::{Frame, FrameHeader, LinkTable, MAX_PAYLOAD_LEN};
 
-use crate::common::random_bytes;
+use crate::common::copies::{assert_copies, own_dirs, send_to_own_dirs};
+use crate::common::{self, random_bytes, TestDir};
+use treecast_api::{NetworkBuilder, RankSet, SshOptions, Topology};
+use treecast_files::Outcome;
 
 const TREECAST: &str = env!("CARGO_BIN_EXE_treecast");
 const PREFIX: &str = "trl";
+/// The tree test's own cluster, so that both tests can run at once.
+const TREE_PREFIX: &str = "trt";
 const PORT: u16 = 47300;
 const LIMIT: Duration = Duration::from_secs(120);
 /// How long a connection may stand still while the other moves (both ends).
 const STALL: Duration = Duration::from_secs(1);
 
 /// Two hosts with two 1 Gbit/s rails each, removed when dropped (also on failure).
-struct Cluster;
+struct Cluster {
+    prefix: &'static str,
+}
 
 impl Cluster {
-    fn up() -> Cluster {
+    fn up(prefix: &'static str) -> Cluster {
         let out = Command::new(script())
-            .args(["up", "2", "--prefix", PREFIX, "--rate", "1gbit", "--rails", "2"])
+            .args(["up", "2", "--prefix", prefix, "--rate", "1gbit", "--rails", "2"])
             .output()
             .unwrap();
         assert!(out.status.success(), "testcluster up failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        Cluster
+        Cluster { prefix }
+    }
+
+    fn state(&self) -> String {
+        format!("/tmp/treecast-testcluster-{}", self.prefix)
     }
 
     /// Host `k`'s address on each rail, from the cluster's state files.
     fn addresses(&self, k: usize) -> [String; 2] {
-        let state = format!("/tmp/treecast-testcluster-{PREFIX}");
+        let state = self.state();
         let find = |file: &str, name: String| {
             let text = std::fs::read_to_string(format!("{state}/{file}")).unwrap();
             let line = text.lines().find(|l| l.split_whitespace().next() == Some(&name));
@@ -53,17 +65,34 @@ impl Cluster {
                 .unwrap_or_else(|| panic!("{name} in {file}"))
                 .to_owned()
         };
-        [find("hosts", format!("{PREFIX}{k}")), find("hosts-rail2", format!("{PREFIX}{k}-r2"))]
+        let prefix = self.prefix;
+        [find("hosts", format!("{prefix}{k}")), find("hosts-rail2", format!("{prefix}{k}-r2"))]
+    }
+
+    /// The two rails as subnets (each host's addresses are in a /24).
+    fn rails(&self) -> [String; 2] {
+        self.addresses(1).map(|a| format!("{}.0/24", a.rsplit_once('.').unwrap().0))
+    }
+
+    /// Bytes host `k` received on rail 2 so far.
+    fn rail2_received(&self, k: usize) -> u64 {
+        let ns = format!("treecast-{}{k}", self.prefix);
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "cat", "/sys/class/net/eth1/statistics/rx_bytes"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "reading eth1's counter in {ns}");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = Command::new(script()).args(["down", "--prefix", PREFIX]).status();
+        let _ = Command::new(script()).args(["down", "--prefix", self.prefix]).status();
         let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
         let left = String::from_utf8_lossy(&left.stdout);
         if !std::thread::panicking() {
-            assert!(!left.contains(&format!("treecast-{PREFIX}")), "namespaces left behind: {left}");
+            assert!(!left.contains(&format!("treecast-{}", self.prefix)), "namespaces left behind: {left}");
         }
     }
 }
@@ -95,7 +124,7 @@ fn wait_listening(addr: &str, server: &mut Server) {
 #[test]
 #[cfg_attr(not(has_root), ignore = "needs root (network namespaces)")]
 fn a_rail_brought_down_mid_transfer_leaves_the_other_carrying_everything() {
-    let cluster = Cluster::up();
+    let cluster = Cluster::up(PREFIX);
     let far = cluster.addresses(2);
     let secret = Secret::generate();
     let mut server = Server(
@@ -207,4 +236,53 @@ fn a_rail_brought_down_mid_transfer_leaves_the_other_carrying_everything() {
 fn set_link(ns: &str, dev: &str, state: &str) {
     let ok = Command::new("ip").args(["-n", ns, "link", "set", dev, state]).status().unwrap();
     assert!(ok.success(), "could not set {dev} {state} in {ns}");
+}
+
+#[test]
+#[cfg_attr(not(has_root), ignore = "needs root (network namespaces)")]
+fn a_striped_tree_hands_its_children_one_address_per_rail_and_a_file_crosses_both() {
+    let cluster = Cluster::up(TREE_PREFIX);
+    let sessions = common::OwnSessions::watch(Some(TREE_PREFIX));
+    let dir = TestDir::new("rails");
+    let script = own_dirs(&dir, 2, TREECAST, "");
+    let hosts: Vec<String> = (1..=2).map(|k| format!("{TREE_PREFIX}{k}")).collect();
+    let this_host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let topo = Topology::from_hosts(&hosts, 2, 1, this_host.trim()).unwrap();
+    let ssh = SshOptions {
+        args: vec!["-F".into(), format!("{}/ssh_config", cluster.state())],
+        remote_path: TREECAST.to_owned(),
+        ..SshOptions::default()
+    };
+    let data = random_bytes(64 << 20);
+    let before = [cluster.rail2_received(1), cluster.rail2_received(2)];
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut net = NetworkBuilder::new(topo)
+            .treecast_path(TREECAST)
+            .ssh(ssh)
+            .startup_timeout(Duration::from_secs(60))
+            .backend_command(["/bin/sh", "-c", &script])
+            .stripes(2)
+            .rails(cluster.rails())
+            .launch()
+            .await
+            .unwrap();
+        let report = send_to_own_dirs(&mut net, &dir, "64M", &data, 1 << 20, LIMIT).await;
+        assert!(report.ok(), "{report:?}");
+        assert_eq!(report.ranks_with(Outcome::Written), RankSet::range(0, 2), "{report:?}");
+        net.shutdown().await;
+    });
+    assert_copies(&dir, 0..2, "64M", &data);
+    for (k, before) in [1, 2].into_iter().zip(before) {
+        let on_rail2 = cluster.rail2_received(k) - before;
+        // Connection 1 of each link is on rail 2: about half of each copy.
+        assert!(
+            on_rail2 > (data.len() / 4) as u64,
+            "host {k} received {on_rail2} bytes on rail 2 of a {} byte copy",
+            data.len()
+        );
+        eprintln!("host {k}: {on_rail2} bytes on rail 2 of {}", data.len());
+    }
+    common::assert_no_session_left();
+    drop(sessions);
 }

@@ -67,6 +67,7 @@ pub struct NetworkBuilder {
     zero_copy_min: Option<usize>,
     /// How long a connection of a striped link may stall while another moves.
     stripe_stall: Option<Duration>,
+    rails: Vec<String>,
 }
 
 impl NetworkBuilder {
@@ -107,6 +108,7 @@ impl NetworkBuilder {
             clock: ClockPlan::default(),
             zero_copy_min: None,
             stripe_stall: None,
+            rails: Vec::new(),
         }
     }
 
@@ -336,6 +338,17 @@ impl NetworkBuilder {
         self
     }
 
+    /// Spreads the connections of every striped link ([`NetworkBuilder::stripes`])
+    /// over these rails, connection `i` on rail `i` modulo their number: each an IP
+    /// subnet (`10.1.0.0/16`) or an interface name (`ib1`) that every host of the tree
+    /// has. Each node listens for children on other hosts on its own address on each
+    /// rail and hands them all (docs/routes.md); without rails, one address. At most
+    /// 16. The `treecast` command reads them from `TREECAST_RAILS` (comma-separated).
+    pub fn rails<S: Into<String>>(mut self, rails: impl IntoIterator<Item = S>) -> Self {
+        self.rails = rails.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Opens the tree's TCP links by Multipath TCP, plain TCP where the kernel
     /// refuses it (logged once; docs/routes.md).
     pub fn mptcp(mut self, yes: bool) -> Self {
@@ -364,6 +377,35 @@ impl NetworkBuilder {
         self.udp_settings.clone()
     }
 
+    /// Refuses rails that do not parse, too many, or rails this host has no address
+    /// on when it has children on other hosts to reach over them (each comm node
+    /// checks its own when it starts its children).
+    fn check_rails(&self) -> Result<(), ApiError> {
+        let refuse = |reason: String| {
+            ApiError::Env(format!(
+                "{reason} (NetworkBuilder::rails, tc_network_options_set_rails or TREECAST_RAILS)"
+            ))
+        };
+        if self.rails.len() > treecast_wire::MAX_RAILS {
+            return Err(refuse(format!(
+                "{} rails are more than {}",
+                self.rails.len(),
+                treecast_wire::MAX_RAILS
+            )));
+        }
+        for rail in &self.rails {
+            treecast_transport::striped::rails::Rail::parse(rail).map_err(|e| refuse(e.to_string()))?;
+        }
+        if !self.rails.is_empty() && (self.stripes < 2 || self.mptcp) {
+            tracing::warn!(
+                "{} rails are named but the links are not striped (--route striped:N): each link \
+                 uses one address",
+                self.rails.len()
+            );
+        }
+        Ok(())
+    }
+
     fn plan(&self, session: &str) -> LaunchPlan {
         let ms = |d: Duration| d.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
         let mut plan = LaunchPlan::local(session, self.topology.to_mrnet(), self.topology.backends() as u32);
@@ -389,6 +431,7 @@ impl NetworkBuilder {
         plan.clock = self.clock.clone();
         plan.zero_copy_min = self.zero_copy_min.map_or(0, |n| n.clamp(1, u32::MAX as usize) as u32);
         plan.stripe_stall_ms = self.stripe_stall.map_or(0, ms);
+        plan.rails = self.rails.clone();
         plan
     }
 
@@ -430,6 +473,7 @@ impl NetworkBuilder {
                 treecast_transport::striped::stall::DEFAULT_LIMIT
             )));
         }
+        self.check_rails()?;
         if !self.log.is_empty() {
             // Every process of the tree refuses a filter that does not parse: refused
             // here, before one starts.

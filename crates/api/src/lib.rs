@@ -116,9 +116,10 @@ pub use treecast_monitor::{
 pub use treecast_plugin::{Plugin, PluginError};
 pub use treecast_proto::{CommandError, EndReason, LostRanks};
 pub use treecast_topology::{Topology, TopologyError};
+pub use treecast_transport::striped::rails::Rail;
 pub use treecast_wire::LauncherSpec;
 pub use treecast_wire::{
     encode_values, ArrayElement, ClockPlan, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader,
     GroupPlace, RankSet, RouteChoice, ScalarType, SyncMode, Value, ValueType, Window, DEFAULT_DOWN_WINDOW,
-    DEFAULT_UP_WINDOW, MAX_STRIPES,
+    DEFAULT_UP_WINDOW, MAX_RAILS, MAX_STRIPES,
 };

@@ -11,7 +11,9 @@ use treecast_api::{
 };
 
 use crate::error::{guard, quiet, tc_result, Failure};
-use crate::ffi::{arg, block_on, block_on_for, c_text, handle, out_ok, put, ran_out, take, text, TC_FOREVER};
+use crate::ffi::{
+    arg, block_on, block_on_for, c_text, handle, opt_text, out_ok, put, ran_out, take, text, TC_FOREVER,
+};
 
 /// How a tree is to be launched: made by `tc_network_options_new`, set by the
 /// `tc_network_options_set_*` calls, read by `tc_network_launch`, freed by
@@ -39,6 +41,8 @@ pub struct tc_network_options {
     /// How long a striped connection may hold bytes without delivering any while
     /// another moves (`tc_network_options_set_stripe_stall`).
     stripe_stall: Option<Duration>,
+    /// The rails striped links spread over (`tc_network_options_set_rails`).
+    rails: Vec<String>,
     mptcp: bool,
     send_limit_ms: Option<u64>,
 }
@@ -410,6 +414,42 @@ pub unsafe extern "C" fn tc_network_options_set_stripe_stall(
     }
 }
 
+/// On striped links (`tc_network_options_set_route(o, "striped:N")`), spreads each
+/// link's connections over `rails`, comma-separated, connection `i` on rail `i`
+/// modulo their number: each an IP subnet (`"10.1.0.0/16"`) or an interface name
+/// (`"ib1"`) every host of the tree has. Each node listens for children on other
+/// hosts on its own address on each rail (docs/routes.md). At most 16; NULL or `""`:
+/// one address. `TC_ERR_INVALID` for a rail that is neither.
+///
+/// # Safety
+/// `options` is NULL or live options; `rails` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn tc_network_options_set_rails(
+    options: *mut tc_network_options,
+    rails: *const c_char,
+) -> tc_result {
+    // SAFETY: as the caller promised.
+    unsafe {
+        with_options("tc_network_options_set_rails", options, |o| {
+            let list = opt_text(rails, "rails")?.unwrap_or_default();
+            let rails: Vec<String> =
+                list.split(',').map(str::trim).filter(|r| !r.is_empty()).map(str::to_owned).collect();
+            if rails.len() > treecast_api::MAX_RAILS {
+                return Err(Failure::new(
+                    tc_result::TC_ERR_INVALID,
+                    format!("{} rails are more than {}", rails.len(), treecast_api::MAX_RAILS),
+                ));
+            }
+            for rail in &rails {
+                treecast_api::Rail::parse(rail)
+                    .map_err(|e| Failure::new(tc_result::TC_ERR_INVALID, e.to_string()))?;
+            }
+            o.rails = rails;
+            Ok(())
+        })
+    }
+}
+
 /// How long the orphans of a lost comm node may take to rejoin, in milliseconds
 /// (`TC_FOREVER`: recovery off).
 ///
@@ -591,6 +631,9 @@ fn builder(o: &tc_network_options) -> Result<NetworkBuilder, Failure> {
     }
     if let Some(limit) = o.stripe_stall {
         b = b.stripe_stall(limit);
+    }
+    if !o.rails.is_empty() {
+        b = b.rails(o.rails.clone());
     }
     if o.mptcp {
         b = b.mptcp(true);

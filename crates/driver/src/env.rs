@@ -41,6 +41,9 @@ pub const SESSION: &str = "TREECAST_SESSION";
 pub const JOIN_ANNOUNCE: &str = "TREECAST_JOIN_ANNOUNCE";
 /// Address comm nodes listen on for TCP links within one host (default loopback).
 pub const LISTEN: &str = "TREECAST_LISTEN";
+/// Rails striped links spread their connections over, comma-separated: subnets
+/// (`10.1.0.0/16`) or interface names (`ib1`); read by the `treecast` command.
+pub const RAILS: &str = "TREECAST_RAILS";
 /// Log filter for comm nodes and back-ends (tracing's env-filter syntax).
 pub const LOG: &str = "TREECAST_LOG";
 /// Route within one host: `unix` (default) or `tcp`.

@@ -46,6 +46,14 @@ pub enum TransportError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A rail of `TREECAST_RAILS` is malformed, or this host has no address on it.
+    #[error("rail {rail:?}: {reason}")]
+    Rail {
+        /// The rail as given.
+        rail: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
     /// A setting of the multicast route is out of its range.
     #[error("multicast route setting {0}")]
     Config(String),

@@ -69,8 +69,8 @@ pub use mcast::{
 pub use peer::{decode_ack, decode_multi, encode_ack, encode_multi, FLAG_PEER_MULTI, PEER_ACK_LEN};
 pub use plan::{
     ClockPlan, GroupPlace, LaunchPlan, LauncherSpec, LocalRoute, MemberPlan, DEFAULT_MAX_CONTROL,
-    LOCAL_LAUNCHER, MAX_LAUNCHER_NAME, MAX_STRIPES, MEMBER_PLAN_VERSION, PLAN_VERSION, SLURM_LAUNCHER,
-    SSH_LAUNCHER,
+    LOCAL_LAUNCHER, MAX_LAUNCHER_NAME, MAX_RAILS, MAX_STRIPES, MEMBER_PLAN_VERSION, PLAN_VERSION,
+    SLURM_LAUNCHER, SSH_LAUNCHER,
 };
 pub use rankset::RankSet;
 pub use routemsg::{McastOffer, RouteMsg, MAX_DECLINE_REASON};

@@ -8,7 +8,7 @@ use crate::frame::MAX_PAYLOAD_U32;
 use crate::DecodeError;
 
 /// Version of the [`LaunchPlan`] layout this build writes and reads.
-pub const PLAN_VERSION: u16 = 11;
+pub const PLAN_VERSION: u16 = 12;
 
 /// Default of [`LaunchPlan::max_control`] (4 MiB per back-end a child reaches): a
 /// back-end's own monitoring report at its cell limit stays under it, and what a
@@ -178,7 +178,15 @@ pub struct LaunchPlan {
     /// any while another connection of the link moves, before it is given up, for
     /// every node below (0: the route's default).
     pub stripe_stall_ms: u32,
+    /// The rails a striped link spreads its connections over, for the receiver and
+    /// every node below: each an IP subnet (`10.1.0.0/16`) or an interface name
+    /// (`ib0`) that every host of the tree has; a node listens for its children on
+    /// its own address on each (empty: one address).
+    pub rails: Vec<String>,
 }
+
+/// Most rails a plan may name (one per connection of the widest striped link).
+pub const MAX_RAILS: usize = MAX_STRIPES as usize;
 
 /// Longest launcher name a plan carries, bytes.
 pub const MAX_LAUNCHER_NAME: usize = 64;
@@ -251,6 +259,7 @@ impl LaunchPlan {
             stripes: 0,
             mptcp: false,
             stripe_stall_ms: 0,
+            rails: Vec::new(),
         }
     }
 
@@ -305,6 +314,7 @@ impl LaunchPlan {
         out.push(u8::from(self.mptcp));
         put_string(out, &self.launcher.remote_prefix);
         out.extend_from_slice(&self.stripe_stall_ms.to_le_bytes());
+        put_strings(out, &self.rails);
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<LaunchPlan, DecodeError> {
@@ -412,9 +422,20 @@ impl LaunchPlan {
             },
             mptcp: decode_bool(r, "Multipath TCP flag")?,
             stripe_stall_ms: 0,
+            rails: Vec::new(),
         };
         plan.launcher.remote_prefix = r.string("remote prefix")?;
         plan.stripe_stall_ms = r.u32("stripe stall limit")?;
+        plan.rails = strings(r, "rail")?;
+        if plan.rails.len() > MAX_RAILS || plan.rails.iter().any(String::is_empty) {
+            return Err(DecodeError::Invalid {
+                what: "launch plan",
+                detail: format!(
+                    "{} rails, or an empty one: at most {MAX_RAILS}, none empty",
+                    plan.rails.len()
+                ),
+            });
+        }
         Ok(plan)
     }
 }
@@ -563,6 +584,7 @@ pub(crate) fn sample_plan() -> LaunchPlan {
         stripes: 2,
         mptcp: true,
         stripe_stall_ms: 1_500,
+        rails: vec!["10.1.0.0/16".into(), "ib1".into()],
     }
 }
 

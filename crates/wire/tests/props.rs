@@ -167,7 +167,13 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
         ),
         1..=(treecast_wire::MAX_PAYLOAD_LEN as u32),
         clock_plan(),
-        (any::<u32>(), 0..=treecast_wire::MAX_STRIPES, any::<bool>(), any::<u32>()),
+        (
+            any::<u32>(),
+            0..=treecast_wire::MAX_STRIPES,
+            any::<bool>(),
+            any::<u32>(),
+            vec("[a-z0-9./]{1,12}", 0..=treecast_wire::MAX_RAILS),
+        ),
     )
         .prop_map(
             |(
@@ -177,7 +183,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 (heartbeat_ms, dead_after_ms, rejoin_ms, udp, depth, filters),
                 max_control,
                 clock,
-                (zero_copy_min, stripes, mptcp, stripe_stall_ms),
+                (zero_copy_min, stripes, mptcp, stripe_stall_ms, rails),
             )| LaunchPlan {
                 session,
                 node_id,
@@ -207,6 +213,7 @@ fn plan() -> impl Strategy<Value = LaunchPlan> {
                 stripes,
                 mptcp,
                 stripe_stall_ms,
+                rails,
             },
         )
 }

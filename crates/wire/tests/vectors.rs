@@ -279,6 +279,7 @@ fn plan_from_json(m: &Json) -> LaunchPlan {
         stripes: m.get("stripes").map_or(0, |v| u8::try_from(v.as_u64().unwrap()).unwrap()),
         mptcp: m.get("mptcp").is_some_and(|v| v.as_bool().unwrap()),
         stripe_stall_ms: m.get("stripe_stall_ms").map_or(0, |v| u32::try_from(v.as_u64().unwrap()).unwrap()),
+        rails: m.get("rails").map_or_else(Vec::new, |_| strings_of(m, "rails")),
     }
 }
 

@@ -8,9 +8,11 @@
 //! core's; this task only does the I/O.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
@@ -270,6 +272,8 @@ impl ChildrenTask {
             };
             running.awaited.insert(child.node_id);
             if child.attach {
+                // Back-ends started by someone else connect with one plain link.
+                let address = first_address(&address).to_owned();
                 own_points.push(AttachPoint { rank: child.first_rank, node_id: child.node_id, address });
                 continue;
             }
@@ -479,8 +483,15 @@ impl ChildrenTask {
         launcher: &dyn Launcher,
     ) -> ProcessSpec {
         let plan = &self.plan;
-        let mrnet_args =
-            || mrnet_backend_args(&parent, &self.own_host, plan.node_id, &child.host, child.first_rank);
+        let mrnet_args = || {
+            mrnet_backend_args(
+                first_address(&parent),
+                &self.own_host,
+                plan.node_id,
+                &child.host,
+                child.first_rank,
+            )
+        };
         let mut envs = vec![
             (env::PARENT.to_owned(), crate::join::child_parent_address(plan, parent.clone())),
             (env::NODE_ID.to_owned(), child.node_id.to_string()),
@@ -594,10 +605,34 @@ async fn remote_address(remote: &dyn Launcher, hosts: &[&str]) -> Result<IpAddr,
     Err(NodeError::NoAddress { tried })
 }
 
-/// Where children connect: a local listener for this host, a TCP one for other hosts.
+/// The first of the addresses [`Listeners::address_for`] gives (one per rail).
+fn first_address(addresses: &str) -> &str {
+    addresses.split(',').next().unwrap_or(addresses)
+}
+
+/// Where children on other hosts connect: this host's address on each rail of a
+/// striped plan that names rails ([`LaunchPlan::rails`]), else the plan's remote
+/// address, else the one the route to them leaves from.
+async fn remote_ips(
+    plan: &LaunchPlan,
+    remote: &dyn Launcher,
+    hosts: &[&str],
+) -> Result<Vec<IpAddr>, NodeError> {
+    if plan.stripes > 1 && !plan.rails.is_empty() && !plan.mptcp {
+        return Ok(treecast_transport::striped::rails::rail_addresses(&plan.rails)?);
+    }
+    let ip = match plan.remote_listen.parse::<IpAddr>() {
+        Ok(ip) => ip,
+        Err(_) => remote_address(remote, hosts).await?,
+    };
+    Ok(vec![ip])
+}
+
+/// Where children connect: a local listener for this host, TCP ones for other hosts
+/// (one, or one per rail).
 struct Listeners {
     local: Option<Listener>,
-    remote: Option<Listener>,
+    remote: Vec<Listener>,
     /// Why there is no remote listener although remote children exist.
     remote_error: Option<NodeError>,
 }
@@ -619,24 +654,25 @@ impl Listeners {
         let remote_hosts: Vec<&str> =
             children.iter().map(|c| c.host.as_str()).filter(|h| !is_local(h)).collect();
         let Some(first) = remote_hosts.first() else {
-            return Ok(Listeners { local, remote: None, remote_error: None });
+            return Ok(Listeners { local, remote: Vec::new(), remote_error: None });
         };
         if !remote.reaches_other_hosts() {
             return Err(NodeError::NoLauncher { host: (*first).to_owned() });
         }
-        let ip = match plan.remote_listen.parse::<IpAddr>() {
-            Ok(ip) => Ok(ip),
-            Err(_) => remote_address(remote, &remote_hosts).await,
-        };
-        match ip {
-            Ok(ip) => {
-                let remote = match plan.mptcp {
-                    true => Listener::mptcp(ip)?,
-                    false => Listener::tcp(ip).await?,
-                };
-                Ok(Listeners { local, remote: Some(remote), remote_error: None })
+        match remote_ips(plan, remote, &remote_hosts).await {
+            Ok(ips) => {
+                let mut listeners = Vec::with_capacity(ips.len());
+                for ip in ips {
+                    listeners.push(match plan.mptcp {
+                        true => Listener::mptcp(ip)?,
+                        false => Listener::tcp(ip).await?,
+                    });
+                }
+                Ok(Listeners { local, remote: listeners, remote_error: None })
             }
-            Err(e) if plan.allow_missing => Ok(Listeners { local, remote: None, remote_error: Some(e) }),
+            Err(e) if plan.allow_missing => {
+                Ok(Listeners { local, remote: Vec::new(), remote_error: Some(e) })
+            }
             Err(e) => Err(e),
         }
     }
@@ -657,7 +693,7 @@ impl Listeners {
         };
         let missing: Vec<ChildLaunch> = children
             .iter()
-            .filter(|c| if is_local(&c.host) { have.local.is_none() } else { have.remote.is_none() })
+            .filter(|c| if is_local(&c.host) { have.local.is_none() } else { have.remote.is_empty() })
             .cloned()
             .collect();
         if missing.is_empty() {
@@ -665,32 +701,45 @@ impl Listeners {
         }
         let more = Listeners::open(plan, &missing, is_local, remote).await?;
         have.local = have.local.take().or(more.local);
-        if have.remote.is_none() {
+        if have.remote.is_empty() {
             (have.remote, have.remote_error) = (more.remote, more.remote_error);
         }
         Ok(())
     }
 
+    /// The address a child connects to: one, or for a child on another host one per
+    /// rail, comma-separated (the striped link's connections take them in turn).
     fn address_for(&self, local: bool) -> Result<String, NodeError> {
-        let l = if local { &self.local } else { &self.remote };
-        match (l, &self.remote_error) {
-            (Some(l), _) => Ok(l.address()?),
-            (None, Some(e)) => Err(NodeError::NoListener { reason: e.to_string() }),
-            (None, None) => {
-                Err(NodeError::NoListener { reason: "no child was expected on this route".into() })
-            }
+        let listeners = if local { self.local.as_slice() } else { self.remote.as_slice() };
+        if listeners.is_empty() {
+            return Err(match &self.remote_error {
+                Some(e) => NodeError::NoListener { reason: e.to_string() },
+                None => NodeError::NoListener { reason: "no child was expected on this route".into() },
+            });
         }
+        let addresses: Result<Vec<String>, _> = listeners.iter().map(Listener::address).collect();
+        Ok(addresses?.join(","))
     }
 
     /// Waits for the next connection on any listener.
     ///
     /// Cancel safety: cancel safe.
     async fn accept(&self) -> Result<(treecast_transport::Stream, String), NodeError> {
-        let r = match (&self.local, &self.remote) {
-            (Some(a), Some(b)) => tokio::select! { r = a.accept() => r, r = b.accept() => r },
-            (Some(a), None) | (None, Some(a)) => a.accept().await,
-            (None, None) => std::future::pending().await,
-        };
+        let mut waiting: Vec<_> =
+            self.local.iter().chain(&self.remote).map(|l| Box::pin(l.accept())).collect();
+        if waiting.is_empty() {
+            return std::future::pending().await;
+        }
+        let r = std::future::poll_fn(|cx| {
+            waiting
+                .iter_mut()
+                .find_map(|w| match w.as_mut().poll(cx) {
+                    Poll::Ready(r) => Some(Poll::Ready(r)),
+                    Poll::Pending => None,
+                })
+                .unwrap_or(Poll::Pending)
+        })
+        .await;
         Ok(r?)
     }
 }

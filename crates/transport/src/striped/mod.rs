@@ -56,6 +56,7 @@
 //! Not done here: payload files between processes of one host.
 
 mod pieces;
+pub mod rails;
 pub mod stall;
 #[cfg(test)]
 mod tests;
