@@ -396,6 +396,14 @@ impl NetworkBuilder {
         for rail in &self.rails {
             treecast_transport::striped::rails::Rail::parse(rail).map_err(|e| refuse(e.to_string()))?;
         }
+        if let (false, true, Some(ip)) =
+            (self.rails.is_empty(), self.stripes > 1 && !self.mptcp, self.remote_listen)
+        {
+            tracing::warn!(
+                "the remote listen address {ip} (TREECAST_LISTEN) is not used: with rails, each node \
+                 listens for children on other hosts on its own address on each rail"
+            );
+        }
         if !self.rails.is_empty() && (self.stripes < 2 || self.mptcp) {
             tracing::warn!(
                 "{} rails are named but the links are not striped (--route striped:N): each link \

@@ -489,7 +489,7 @@ impl Node {
     /// have sent up for that data to be gone: the held reports wait for it.
     fn hold_report_behind_data(&mut self, ranks: &RankSet) {
         for s in self.streams.values().filter(|s| s.spec.ranks.intersects(ranks) && s.data_waiting_up()) {
-            let (id, until) = (s.spec.id, s.went_up.wrapping_add(s.frames_waiting_up()));
+            let (id, until) = (s.spec.id, s.up_mark());
             let marks = &mut self.recovery.reports_wait_for;
             match marks.iter_mut().find(|(stream, _)| *stream == id) {
                 Some(mark) => mark.1 = mark.1.max(until),
@@ -506,10 +506,14 @@ impl Node {
         if self.recovery.reports_after_data.is_empty() {
             return;
         }
+        // Only the streams whose data before the reports still waits: one that went
+        // past its mark may keep moving without holding them any longer.
         let marks = &self.recovery.reports_wait_for;
-        let ahead = marks.iter().filter_map(|(id, until)| Some((self.streams.get(id)?, *until)));
-        if ahead.clone().any(|(s, until)| s.went_up < until && s.data_waiting_up()) {
-            let seen = ahead.fold(0u64, |sum, (s, _)| sum.wrapping_add(s.went_up));
+        let ahead = marks.iter().filter_map(|(id, mark)| self.streams.get(id).filter(|s| !s.passed(*mark)));
+        let waiting: Vec<_> = ahead.filter(|s| s.data_waiting_up()).collect();
+        if !waiting.is_empty() {
+            let seen =
+                waiting.iter().fold(0u64, |sum, s| sum.wrapping_add(s.went_up).wrapping_add(s.waves_up));
             let r = &mut self.recovery;
             if r.reports_held_until.is_none() || seen != r.reports_seen_up {
                 r.reports_seen_up = seen;

@@ -323,6 +323,7 @@ fn reduce(s: &mut StreamState, ctx: &Ctx<'_>, out: &mut Outputs) {
             return;
         }
         let Some(wave) = s.held.pop_front() else { return };
+        s.waves_up = s.waves_up.wrapping_add(1);
         if wave.frames.is_empty() {
             // Front-end: a wave nobody is left to answer (see `queue_waves`).
             if s.ready.is_empty() {
@@ -563,6 +564,7 @@ impl Node {
             parts,
             up_budget: Budget::new(up_window),
             went_up: 0,
+            waves_up: 0,
             held: VecDeque::new(),
             pending_up: VecDeque::new(),
             down_ledger: Ledger::new(spec.down_window),

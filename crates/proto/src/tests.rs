@@ -483,6 +483,52 @@ fn a_lost_child_s_report_follows_its_data_at_once_when_that_data_went_up() {
 }
 
 #[test]
+fn a_lost_child_s_report_is_not_held_by_a_stream_that_moves_past_its_data() {
+    // Two streams hold the lost rank 0's data: stream 2 is never read, stream 1 keeps
+    // moving with rank 1's data after its own backlog went. Only the stuck stream
+    // still holds the report, and it lets it go a hold after the last move of data
+    // that was ahead of the report.
+    let now = Instant::now();
+    let (parent, a, b) = (ids(3)[0], ids(3)[1], ids(3)[2]);
+    let mut cn = node(Role::CommNode, 1);
+    cn.handle_link_up(parent, Peer::Parent, now);
+    let topo = "h:1 => h:2 h:3 ;";
+    cn.handle_frame(parent, control(&ControlMsg::Plan(Box::new(plan(topo, 1, false)))), now);
+    for (link, id, rank) in [(a, 2, 0), (b, 3, 1)] {
+        cn.handle_link_up(link, Peer::Child { node_id: id }, now);
+        cn.handle_frame(link, control(&ControlMsg::Join { ranks: RankSet::single(rank), commnodes: 0 }), now);
+    }
+    for (id, ranks) in [(1, RankSet::range(0, 2)), (2, RankSet::single(0))] {
+        let mut each = spec(id, Window { packets: 1, bytes: 1000 });
+        (each.ranks, each.sync, each.up) = (ranks, SyncMode::DoNotWait, FilterSpec::new("null", 1));
+        cn.handle_frame(parent, control(&ControlMsg::NewStream(each)), now);
+    }
+    transmits(&mut cn);
+    for (stream, v) in [(1, 0), (1, 1), (2, 0), (2, 1)] {
+        cn.handle_frame(a, int(stream, 0, v), now);
+    }
+    assert_eq!(sent_on(&transmits(&mut cn), parent), ["data [Int(0)]", "data [Int(0)]"]);
+    cn.handle_link_closed(a, None, now);
+    cn.handle_command(Command::ChildExited { node_id: 2, detail: "exited with status 0".into() }, now)
+        .unwrap();
+    assert!(sent_on(&transmits(&mut cn), parent).is_empty(), "data waits ahead of the report");
+    let one = Grant { packets: 1, bytes: 1000 };
+    // Stream 1's own backlog (rank 0's 1) goes at 0.5 s; then rank 1's data keeps
+    // stream 1 moving every half second (each packet once the last one went up).
+    let step = REPORT_HOLD / 2;
+    let mut sent = Vec::new();
+    for k in 1..6u32 {
+        cn.handle_frame(parent, Frame::credit(1, one), now + step * k);
+        cn.handle_frame(b, int(1, 1, 10 + k as i32), now + step * k);
+        sent.extend(sent_on(&transmits(&mut cn), parent));
+    }
+    let at = |what: &str| sent.iter().position(|s| s == what);
+    let leave = at("leave 0");
+    assert!(leave.is_some(), "the report still waits while stream 1 moves: {sent:?}");
+    assert!(leave > at("data [Int(1)]"), "the report overtook data before it: {sent:?}");
+}
+
+#[test]
 fn a_credit_reopens_a_blocked_backend_and_a_parent_may_not_overrun_its_window() {
     let now = Instant::now();
     let mut be = node(Role::BackEnd { rank: 0, size: 1 }, 1);

@@ -635,6 +635,8 @@ struct Listeners {
     remote: Vec<Listener>,
     /// Why there is no remote listener although remote children exist.
     remote_error: Option<NodeError>,
+    /// Counts accepts, to take the listeners in turn.
+    turn: std::sync::atomic::AtomicUsize,
 }
 
 impl Listeners {
@@ -654,7 +656,7 @@ impl Listeners {
         let remote_hosts: Vec<&str> =
             children.iter().map(|c| c.host.as_str()).filter(|h| !is_local(h)).collect();
         let Some(first) = remote_hosts.first() else {
-            return Ok(Listeners { local, remote: Vec::new(), remote_error: None });
+            return Ok(Listeners { local, remote: Vec::new(), remote_error: None, turn: Default::default() });
         };
         if !remote.reaches_other_hosts() {
             return Err(NodeError::NoLauncher { host: (*first).to_owned() });
@@ -668,10 +670,10 @@ impl Listeners {
                         false => Listener::tcp(ip).await?,
                     });
                 }
-                Ok(Listeners { local, remote: listeners, remote_error: None })
+                Ok(Listeners { local, remote: listeners, remote_error: None, turn: Default::default() })
             }
             Err(e) if plan.allow_missing => {
-                Ok(Listeners { local, remote: Vec::new(), remote_error: Some(e) })
+                Ok(Listeners { local, remote: Vec::new(), remote_error: Some(e), turn: Default::default() })
             }
             Err(e) => Err(e),
         }
@@ -730,6 +732,10 @@ impl Listeners {
         if waiting.is_empty() {
             return std::future::pending().await;
         }
+        // Each call looks at another listener first, so that a flood on one (the
+        // local socket any local user can reach) does not starve the others.
+        let first = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % waiting.len();
+        waiting.rotate_left(first);
         let r = std::future::poll_fn(|cx| {
             waiting
                 .iter_mut()

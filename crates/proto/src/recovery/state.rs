@@ -36,8 +36,8 @@ pub(crate) struct Recovery {
     /// Reports for the parent held, in order, until the data reduced before them has
     /// gone up: a rank's departure or loss must not overtake what it sent before.
     pub(crate) reports_after_data: VecDeque<ControlMsg>,
-    /// The streams that hold data ahead of those reports, each with the count of its
-    /// frames gone up (`StreamState::went_up`) after which that data has gone.
+    /// The streams that hold data ahead of those reports, each with its mark
+    /// (`StreamState::up_mark`): that data has gone once the stream passed it.
     pub(crate) reports_wait_for: Vec<(u32, u64)>,
     /// What those streams had sent up when last looked at, and when the reports go
     /// anyway unless more of it goes up by then.

@@ -44,9 +44,11 @@ pub(crate) struct StreamState {
     pub(super) parts: Vec<Option<ChildPart>>,
     /// What may still go up (to the parent, or at the front-end into the tool's queue).
     pub(super) up_budget: Budget,
-    /// Data frames this node has sent up (at the front-end: queued for the tool), so
-    /// that a report held behind the data before it knows when that has gone.
+    /// Data frames this node has sent up (at the front-end: queued for the tool), and
+    /// waves it took from `held` to reduce: where the upward queue stands, for a
+    /// report held behind the data before it (see [`StreamState::passed`]).
     pub(crate) went_up: u64,
+    pub(crate) waves_up: u64,
     /// Complete waves waiting for up credit.
     pub(super) held: VecDeque<Wave>,
     /// Frames a reduced wave produced that wait for up credit (a wave may yield
@@ -99,12 +101,18 @@ impl StreamState {
         !self.held.is_empty() || self.pending_up.iter().any(|f| f.header.kind != FrameKind::Control)
     }
 
-    /// The most data frames what waits here for up credit can still send: one per
-    /// frame of a held wave (the null filter passes each on) and each frame reduced.
-    pub(crate) fn frames_waiting_up(&self) -> u64 {
-        let held: usize = self.held.iter().map(|w| w.frames.len().max(1)).sum();
-        let pending = self.pending_up.iter().filter(|f| f.header.kind != FrameKind::Control).count();
-        (held + pending) as u64
+    /// The mark a report held behind the data waiting here now takes: the waves to
+    /// take from `held` before that data is gone (see [`StreamState::passed`]).
+    pub(crate) fn up_mark(&self) -> u64 {
+        self.waves_up + self.held.len() as u64
+    }
+
+    /// Whether the data that waited when `mark` was taken has gone up. A wave is
+    /// taken only once `pending_up` has no frame left, so the data is gone once a
+    /// wave past the mark was taken, or the mark's own wave was and its frames left.
+    pub(crate) fn passed(&self, mark: u64) -> bool {
+        self.waves_up > mark
+            || (self.waves_up == mark && !self.pending_up.iter().any(|f| f.header.kind != FrameKind::Control))
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Instant> {

@@ -41,6 +41,12 @@ impl Rail {
             })?;
             return Ok(Rail::Subnet { net, prefix });
         }
+        if let Ok(addr) = text.parse::<IpAddr>() {
+            let whole = if addr.is_ipv4() { 24 } else { 64 };
+            return Err(bad(format!(
+                "an address, not a subnet: give its prefix length too (as {addr}/{whole}), or an interface name"
+            )));
+        }
         let valid = |c: char| c.is_ascii_graphic() && c != '/' && c != ',';
         if text.is_empty() || text.len() > MAX_INTERFACE_NAME || !text.chars().all(valid) {
             return Err(bad(format!(
@@ -180,7 +186,17 @@ mod tests {
 
     #[test]
     fn malformed_rails_say_what_a_rail_is() {
-        for bad in ["10.1.0.0/33", "10.1.0/16", "fd00::/129", "", "a-name-longer-than-15", "x/y", "eth 0"] {
+        for bad in [
+            "10.1.0.0/33",
+            "10.1.0/16",
+            "fd00::/129",
+            "",
+            "a-name-longer-than-15",
+            "x/y",
+            "eth 0",
+            "10.1.0.1",
+            "fd00::1",
+        ] {
             let e = Rail::parse(bad).unwrap_err().to_string();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
