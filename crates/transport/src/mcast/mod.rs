@@ -25,10 +25,10 @@ mod sender;
 pub mod sim;
 mod udp;
 
-pub use config::{McastConfig, Repair, DEFAULT_GROUP, MAX_IN_FLIGHT, UDP_VARIABLES};
+pub use config::{HalveOn, McastConfig, Repair, DEFAULT_GROUP, MAX_IN_FLIGHT, UDP_VARIABLES};
 pub use group::{route_frame, shares_subnet, GroupMember, GroupSender};
 pub use receiver::{Receiver, ReceiverEvent, ReceiverStats};
-pub use sender::{Sender, SenderEvent, SenderStats};
+pub use sender::{Sender, SenderEvent, SenderStats, BURST_LOSSES};
 pub use udp::{drive_receiver, drive_sender, EndpointStats, UdpEndpoint};
 
 use hmac::{Hmac, Mac};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use treecast_wire::{McastHeader, McastKind};
 
-use super::{McastConfig, Repair};
+use super::{HalveOn, McastConfig, Repair};
 
 /// What the sender tells its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,11 +62,43 @@ struct Member {
     /// The same for any fragment sent while it is the acker (which answers them
     /// all); forgotten when it stops being the acker.
     asked_as_acker: Option<Instant>,
+    /// The fragment it last asked for again, to tell a run of losses from one.
+    last_nack: Option<NackRun>,
 }
+
+/// A receiver's latest NACKed fragment and how many fragments in a row, each the
+/// one after the last, it NACKed up to it.
+#[derive(Debug, Clone, Copy)]
+struct NackRun {
+    message: u32,
+    start: u32,
+    at: Instant,
+    run: u32,
+}
+
+/// Fragments in a row one receiver must miss for its losses to count as congestion
+/// (a queue that overflowed, at the sender, on the way or at that receiver) rather
+/// than as scattered losses, which halve nothing: at 5 % random loss a run of 3 is
+/// one loss in 400.
+pub const BURST_LOSSES: u32 = 3;
 
 impl Member {
     fn new(heard: Option<Instant>) -> Member {
-        Member { heard, asked: None, asked_as_acker: None }
+        Member { heard, asked: None, asked_as_acker: None, last_nack: None }
+    }
+
+    /// Notes a NACK of the fragment at `start` of `message`; true when it ends a run
+    /// of [`BURST_LOSSES`] or more. The next fragment of a run is asked for once the
+    /// repair of the one before arrived, so a run continues within `within`.
+    fn note_nack(&mut self, message: u32, start: u32, fragment: u32, within: Duration, now: Instant) -> bool {
+        let recent = |r: &NackRun| r.message == message && now.saturating_duration_since(r.at) <= within;
+        let run = match self.last_nack {
+            Some(r) if recent(&r) && start == r.start => r.run,
+            Some(r) if recent(&r) && Some(start) == r.start.checked_add(fragment) => r.run + 1,
+            _ => 1,
+        };
+        self.last_nack = Some(NackRun { message, start, at: now, run });
+        run >= BURST_LOSSES
     }
 
     /// Since when it has owed an answer.
@@ -308,6 +340,13 @@ impl Sender {
                 }
             }
         }
+        let fragment = self.config.fragment;
+        let within = self.config.nack_repeat.max(self.config.nack_coalesce) * 4;
+        let message = self.flight[i].id;
+        let burst = self
+            .members
+            .get_mut(&from)
+            .is_some_and(|m| m.note_nack(message, offset - offset % fragment, fragment, within, now));
         let cur = &mut self.flight[i];
         if Some(from) == self.acker {
             // Its NACK says what it holds: the window's edge moves to it.
@@ -320,14 +359,18 @@ impl Sender {
                     None => (offset, now + self.config.nack_coalesce),
                 });
             }
-            Repair::Selective => self.repair(i, offset, now),
+            Repair::Selective => {
+                let congested = burst || self.config.halve_on == HalveOn::EveryLoss;
+                self.repair(i, offset, congested, now)
+            }
         }
     }
 
     /// Selective repair: resends the fragment at `offset` of message `i` unless it
     /// was resent within the coalescing interval (other receivers' NACKs of the
-    /// same loss).
-    fn repair(&mut self, i: usize, offset: u32, now: Instant) {
+    /// same loss), and halves the window, at most once per that interval, when the
+    /// loss looks like `congested`.
+    fn repair(&mut self, i: usize, offset: u32, congested: bool, now: Instant) {
         let coalesce = self.config.nack_coalesce;
         let fragment = self.config.fragment;
         let cur = &mut self.flight[i];
@@ -336,7 +379,7 @@ impl Sender {
             return;
         }
         cur.repaired.insert(start, now);
-        let cut = self.last_cut.map_or(true, |t| now.saturating_duration_since(t) >= coalesce);
+        let cut = congested && self.last_cut.map_or(true, |t| now.saturating_duration_since(t) >= coalesce);
         if cut {
             self.last_cut = Some(now);
         }

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use treecast_wire::McastHeader;
 
 use super::*;
-use crate::mcast::Repair;
+use crate::mcast::{HalveOn, Repair};
 
 fn message(len: usize, seed: u8) -> Bytes {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect::<Vec<u8>>().into()
@@ -51,7 +51,7 @@ fn without_faults_every_receiver_gets_every_size_once_and_nothing_is_sent_twice(
 }
 
 #[test]
-fn the_window_opens_by_slow_start_then_grows_slowly_and_halves_on_a_nack() {
+fn the_window_opens_by_slow_start_then_grows_slowly_and_halves_on_a_run_of_losses() {
     let mut lan = Lan::new(config(), 1, lan(Faults::NONE, 2));
     send_all(&mut lan, &[message(100 * 40, 1)]);
     // The window starts at one fragment.
@@ -73,12 +73,87 @@ fn the_window_opens_by_slow_start_then_grows_slowly_and_halves_on_a_nack() {
     let last = *seen.last().unwrap();
     assert!(last > 9.0 && last < 13.0, "{seen:?}");
     assert_eq!(lan.delivered[0].len(), 1);
-    // A NACK (gathered, then acted on) halves it.
+    // One loss is repaired and leaves it as it is; a run of three in a row (the
+    // next fragment asked for once the last one's repair came) halves it once.
     send_all(&mut lan, &[message(100 * 40, 2)]);
-    let nack = McastHeader::answer(treecast_wire::McastKind::Nack, 1, receiver_id(0), 0, 1, 0);
-    lan.sender.handle_answer(&nack, lan.now);
-    lan.sender.handle_timeout(lan.now + config().nack_coalesce);
-    assert!((lan.sender.cwnd() - last / 2.0).abs() < 1e-9);
+    let nack = |offset| McastHeader::answer(treecast_wire::McastKind::Nack, 1, receiver_id(0), 0, 1, offset);
+    let retransmitted = lan.sender.stats().retransmitted;
+    lan.sender.handle_answer(&nack(0), lan.now);
+    assert_eq!(lan.sender.cwnd(), last, "a scattered loss is not congestion");
+    assert_eq!(lan.sender.stats().retransmitted, retransmitted + 1, "it is repaired");
+    lan.sender.handle_answer(&nack(100), lan.now + Duration::from_micros(300));
+    assert_eq!(lan.sender.cwnd(), last, "two in a row are not yet");
+    lan.sender.handle_answer(&nack(200), lan.now + Duration::from_micros(600));
+    assert!((lan.sender.cwnd() - last / 2.0).abs() < 1e-9, "{} from {last}", lan.sender.cwnd());
+}
+
+#[test]
+fn scattered_losses_halve_nothing_and_every_loss_does_when_asked() {
+    let fresh = |halve_on| {
+        let mut lan =
+            Lan::new(McastConfig { halve_on, initial_cwnd: 32.0, ..config() }, 2, lan(Faults::NONE, 9));
+        send_all(&mut lan, &[message(100 * 200, 1)]);
+        lan.collect();
+        lan
+    };
+    let nack = |rank, offset| McastHeader::answer(treecast_wire::McastKind::Nack, 1, rank, 0, 0, offset);
+    // Two receivers each miss fragments far apart, and one misses the same twice
+    // (its repeated NACK): no run, no halving.
+    let mut lan = fresh(HalveOn::Bursts);
+    let start = lan.sender.cwnd();
+    let t = lan.now;
+    for (k, (rank, offset)) in [(0, 300), (1, 500), (0, 300), (0, 900), (1, 1700)].into_iter().enumerate() {
+        lan.sender.handle_answer(&nack(receiver_id(rank), offset), t + Duration::from_millis(k as u64));
+    }
+    assert_eq!(lan.sender.cwnd(), start);
+    // Runs only count within one receiver: fragments 3, 4 and 5 missed by two
+    // different receivers are no run either.
+    for (k, (rank, offset)) in [(0, 1000), (1, 1100), (0, 1200)].into_iter().enumerate() {
+        lan.sender.handle_answer(&nack(receiver_id(rank), offset), t + Duration::from_millis(10 + k as u64));
+    }
+    assert_eq!(lan.sender.cwnd(), start);
+    // A run that stalls longer than the NACKs of one run take starts again.
+    for (k, offset) in [1300, 1400].into_iter().enumerate() {
+        lan.sender.handle_answer(&nack(receiver_id(1), offset), t + Duration::from_millis(20 + k as u64));
+    }
+    lan.sender.handle_answer(&nack(receiver_id(1), 1500), t + Duration::from_millis(40));
+    assert_eq!(lan.sender.cwnd(), start, "a pause of 19 ms ends a run");
+    // The published design halves on every repair, once per coalescing interval.
+    let mut lan = fresh(HalveOn::EveryLoss);
+    lan.sender.handle_answer(&nack(receiver_id(0), 300), lan.now);
+    assert_eq!(lan.sender.cwnd(), start / 2.0);
+}
+
+#[test]
+fn at_five_percent_loss_at_every_receiver_halving_on_runs_alone_is_faster() {
+    // Eight receivers, each losing 5 % of the datagrams on its own, on a 1 Gbit/s
+    // LAN: a third of the fragments are missed somewhere, and every repair goes to
+    // all. Halving the window on every repair holds the sender back more than
+    // halving on runs of losses alone (virtual time: no machine's speed enters).
+    let run = |loss: f64, halve_on| {
+        let config = McastConfig { fragment: 1432, halve_on, ..McastConfig::default() };
+        let faults = Faults { loss, duplicate: 0.0, reorder: 0.0 };
+        let shape = LanConfig { rate_bps: Some(1_000_000_000), ..lan(faults, 11) };
+        let mut lan = Lan::new(config, 8, shape);
+        let messages: Vec<Bytes> = (0..4).map(|i| message(1 << 20, i)).collect();
+        send_all(&mut lan, &messages);
+        let out = lan.run(Duration::from_secs(600));
+        assert!(out.settled, "loss {loss}, {halve_on:?}: {out:?}");
+        for got in &lan.delivered {
+            assert_eq!(got, &messages);
+        }
+        out
+    };
+    let clean = run(0.0, HalveOn::Bursts);
+    let bursts = run(0.05, HalveOn::Bursts);
+    let every = run(0.05, HalveOn::EveryLoss);
+    let ratio = |o: &LanOutcome| o.elapsed.as_secs_f64() / clean.elapsed.as_secs_f64();
+    eprintln!(
+        "5 % loss over none: {:.2} halving on runs, {:.2} on every repair",
+        ratio(&bursts),
+        ratio(&every)
+    );
+    assert!(ratio(&bursts) < ratio(&every), "{bursts:?} against {every:?}");
 }
 
 #[test]
