@@ -84,6 +84,7 @@ pub async fn main(args: RouteBenchArgs) -> anyhow::Result<ExitCode> {
         rate_bps: Some(args.rate_mbit * 1_000_000),
         faults: Faults { loss: args.loss, ..Faults::NONE },
         seed: args.seed,
+        ..LanConfig::default()
     };
     if !args.json {
         print_header(&args, &config);

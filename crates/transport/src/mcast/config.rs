@@ -331,8 +331,10 @@ mod tests {
             ("TREECAST_UDP_NACK_BACKOFF_US", "0"),
             ("TREECAST_UDP_GSO", "off"),
             ("TREECAST_UDP_PORT", "40000"),
+            ("TREECAST_UDP_HALVE_ON", " every-loss "),
         ]))
         .unwrap();
+        assert_eq!((c.halve_on, McastConfig::default().halve_on), (HalveOn::EveryLoss, HalveOn::Bursts));
         assert_eq!(
             (c.initial_cwnd, c.in_flight, c.nack_backoff, c.gso, c.port),
             (16.0, 4, Duration::ZERO, false, 40000)
@@ -350,5 +352,7 @@ mod tests {
         assert!(err.contains("TREECAST_UDP_IN_FLIGHT=\"65\": write a whole number from 1 to 64"), "{err}");
         let err = McastConfig::from_env(env(&[("TREECAST_UDP_GSO", "yes")])).unwrap_err().to_string();
         assert!(err.contains("TREECAST_UDP_GSO=\"yes\": write on or off"), "{err}");
+        let err = McastConfig::from_env(env(&[("TREECAST_UDP_HALVE_ON", "all")])).unwrap_err().to_string();
+        assert!(err.contains("TREECAST_UDP_HALVE_ON=\"all\": write bursts or every-loss"), "{err}");
     }
 }

@@ -47,6 +47,8 @@ pub struct SenderStats {
     pub acker_changes: u64,
     /// Sender time-outs (the last fragment resent because nothing was heard).
     pub timeouts: u64,
+    /// Times the window was halved (losses taken for congestion).
+    pub halvings: u64,
 }
 
 /// A receiver as the sender knows it.
@@ -62,15 +64,12 @@ struct Member {
     /// The same for any fragment sent while it is the acker (which answers them
     /// all); forgotten when it stops being the acker.
     asked_as_acker: Option<Instant>,
-    /// The fragment it last asked for again, to tell a run of losses from one.
-    last_nack: Option<NackRun>,
 }
 
-/// A receiver's latest NACKed fragment and how many fragments in a row, each the
-/// one after the last, it NACKed up to it.
+/// A receiver's latest NACKed fragment of one message, and how many fragments in a
+/// row it missed up to it.
 #[derive(Debug, Clone, Copy)]
 struct NackRun {
-    message: u32,
     start: u32,
     at: Instant,
     run: u32,
@@ -84,21 +83,7 @@ pub const BURST_LOSSES: u32 = 3;
 
 impl Member {
     fn new(heard: Option<Instant>) -> Member {
-        Member { heard, asked: None, asked_as_acker: None, last_nack: None }
-    }
-
-    /// Notes a NACK of the fragment at `start` of `message`; true when it ends a run
-    /// of [`BURST_LOSSES`] or more. The next fragment of a run is asked for once the
-    /// repair of the one before arrived, so a run continues within `within`.
-    fn note_nack(&mut self, message: u32, start: u32, fragment: u32, within: Duration, now: Instant) -> bool {
-        let recent = |r: &NackRun| r.message == message && now.saturating_duration_since(r.at) <= within;
-        let run = match self.last_nack {
-            Some(r) if recent(&r) && start == r.start => r.run,
-            Some(r) if recent(&r) && Some(start) == r.start.checked_add(fragment) => r.run + 1,
-            _ => 1,
-        };
-        self.last_nack = Some(NackRun { message, start, at: now, run });
-        run >= BURST_LOSSES
+        Member { heard, asked: None, asked_as_acker: None }
     }
 
     /// Since when it has owed an answer.
@@ -114,6 +99,26 @@ struct Progress {
     holds: u32,
     /// It acknowledged the whole message.
     done: bool,
+    /// Its latest NACK of the message, to tell a run of losses from one.
+    run: Option<NackRun>,
+}
+
+/// Notes in `run` a receiver's NACK of the fragment at `start`; returns the number
+/// of fragments in a row, each the one after the last, it has missed up to it. The
+/// next fragment of a run is asked for once the repair of the one before arrived,
+/// within `within`. A NACK that skips a fragment ends the run: the fragment may
+/// have come, and counting it would take scattered losses for runs. (A loss all
+/// receivers share can show so, when another receiver's repair filled the fragment
+/// first; its runs are seen less often.)
+fn note_nack(run: &mut Option<NackRun>, start: u32, fragment: u32, within: Duration, now: Instant) -> u32 {
+    let recent = |r: &NackRun| now.saturating_duration_since(r.at) <= within;
+    let length = match *run {
+        Some(r) if recent(&r) && start == r.start => r.run,
+        Some(r) if recent(&r) && Some(start) == r.start.checked_add(fragment) => r.run + 1,
+        _ => 1,
+    };
+    *run = Some(NackRun { start, at: now, run: length });
+    length
 }
 
 /// A message under way.
@@ -341,13 +346,14 @@ impl Sender {
             }
         }
         let fragment = self.config.fragment;
-        let within = self.config.nack_repeat.max(self.config.nack_coalesce) * 4;
-        let message = self.flight[i].id;
-        let burst = self
-            .members
-            .get_mut(&from)
-            .is_some_and(|m| m.note_nack(message, offset - offset % fragment, fragment, within, now));
+        // Two NACKs of a run are a repair apart: its wait behind the window, the
+        // round trip, the receiver's back-off (and its repeat limit).
+        let within =
+            (self.rtt.timeout(&self.config) + self.config.nack_backoff) * 2 + self.config.nack_repeat;
         let cur = &mut self.flight[i];
+        let burst = cur.waiting.get_mut(&from).is_some_and(|p| {
+            note_nack(&mut p.run, offset - offset % fragment, fragment, within, now) >= BURST_LOSSES
+        });
         if Some(from) == self.acker {
             // Its NACK says what it holds: the window's edge moves to it.
             cur.acked = offset;
@@ -373,26 +379,27 @@ impl Sender {
     fn repair(&mut self, i: usize, offset: u32, congested: bool, now: Instant) {
         let coalesce = self.config.nack_coalesce;
         let fragment = self.config.fragment;
+        // Congestion halves the window even when the fragment was just resent for
+        // another receiver (a loss they share is the likeliest to be congestion).
+        let cut = congested && self.last_cut.map_or(true, |t| now.saturating_duration_since(t) >= coalesce);
+        if cut {
+            self.last_cut = Some(now);
+            self.halve_window();
+        }
         let cur = &mut self.flight[i];
         let start = offset - offset % fragment;
         if cur.repaired.get(&start).is_some_and(|&at| now.saturating_duration_since(at) < coalesce) {
             return;
         }
         cur.repaired.insert(start, now);
-        let cut = congested && self.last_cut.map_or(true, |t| now.saturating_duration_since(t) >= coalesce);
-        if cut {
-            self.last_cut = Some(now);
-        }
         let header = self.fragment_at(i, start);
         self.queue_fragment(i, header, start, now);
-        if cut {
-            self.halve_window();
-        }
     }
 
     /// Halves the window (the slow-start threshold stays as configured, so a small
     /// window grows back by one per ACK) and skips the growth of the next cwnd/2 ACKs.
     fn halve_window(&mut self) {
+        self.stats.halvings += 1;
         self.cwnd = (self.cwnd / 2.0).max(1.0);
         self.ignore_acks = (self.cwnd / 2.0) as u32;
     }

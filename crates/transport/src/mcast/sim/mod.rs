@@ -49,11 +49,25 @@ pub struct LanConfig {
     pub faults: Faults,
     /// Seed of every random draw.
     pub seed: u64,
+    /// A receiver slower than the wire: the last receiver (not the first acker)
+    /// takes data at this many bits per second into a socket buffer of
+    /// `slow_buffer` datagrams, and the kernel drops what arrives while it is full
+    /// (congestion at a receiver; `None`: it keeps up).
+    pub slow_receiver_bps: Option<u64>,
+    /// The slow receiver's socket buffer, datagrams.
+    pub slow_buffer: u32,
 }
 
 impl Default for LanConfig {
     fn default() -> Self {
-        LanConfig { latency: Duration::from_micros(50), rate_bps: None, faults: Faults::NONE, seed: 0 }
+        LanConfig {
+            latency: Duration::from_micros(50),
+            rate_bps: None,
+            faults: Faults::NONE,
+            seed: 0,
+            slow_receiver_bps: None,
+            slow_buffer: 64,
+        }
     }
 }
 
@@ -113,6 +127,10 @@ pub struct Lan {
     dead: Vec<bool>,
     /// When each uplink is free again: the sender's, then each receiver's.
     uplink_free: Vec<Instant>,
+    /// When the slow receiver has taken everything in its socket buffer.
+    slow_free: Instant,
+    /// Datagrams the slow receiver's buffer dropped.
+    overrun: u64,
     queue: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
     delivered: Vec<Vec<Bytes>>,
@@ -139,6 +157,8 @@ impl Lan {
             receivers: (0..receivers).map(|i| Receiver::new(config, receiver_id(i), 1, 0)).collect(),
             dead: vec![false; receivers],
             uplink_free: vec![start; receivers + 1],
+            slow_free: start,
+            overrun: 0,
             queue: BinaryHeap::new(),
             seq: 0,
             delivered: vec![Vec::new(); receivers],
@@ -175,6 +195,14 @@ impl Lan {
         if self.rng.gen_bool(faults.loss) {
             return;
         }
+        let slow = self.receivers.len().checked_sub(1);
+        let (left, packet) = match (packet, self.lan.slow_receiver_bps) {
+            (Packet::Data { to, header, payload }, Some(bps)) if Some(to) == slow => {
+                let Some(taken) = self.slow_take(left + self.lan.latency, payload.len(), bps) else { return };
+                (taken - self.lan.latency, Packet::Data { to, header, payload })
+            }
+            (packet, _) => (left, packet),
+        };
         let copies = if self.rng.gen_bool(faults.duplicate) { 2 } else { 1 };
         for _ in 0..copies {
             // A LAN keeps one sender's datagrams in order unless reordering is asked for.
@@ -185,6 +213,25 @@ impl Lan {
             self.seq += 1;
             self.queue.push(Reverse(InFlight { at, seq: self.seq, packet: packet.clone() }));
         }
+    }
+
+    /// When the slow receiver takes a datagram of `payload` bytes that reaches it at
+    /// `at`, or `None` when its full buffer drops it.
+    fn slow_take(&mut self, at: Instant, payload: usize, bps: u64) -> Option<Instant> {
+        let bits = (payload as u64 + (MCAST_HEADER_LEN + MCAST_TAG_LEN) as u64) * 8;
+        let each = Duration::from_nanos(bits.saturating_mul(1_000_000_000) / bps.max(1));
+        let queued = self.slow_free.saturating_duration_since(at).as_nanos() / each.as_nanos().max(1);
+        if queued >= u128::from(self.lan.slow_buffer) {
+            self.overrun += 1;
+            return None;
+        }
+        self.slow_free = self.slow_free.max(at) + each;
+        Some(self.slow_free)
+    }
+
+    /// Datagrams the slow receiver's full buffer dropped so far.
+    pub fn overrun(&self) -> u64 {
+        self.overrun
     }
 
     /// Moves every output of every party onto the network and every event into the record.

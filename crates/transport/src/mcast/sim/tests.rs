@@ -112,12 +112,13 @@ fn scattered_losses_halve_nothing_and_every_loss_does_when_asked() {
         lan.sender.handle_answer(&nack(receiver_id(rank), offset), t + Duration::from_millis(10 + k as u64));
     }
     assert_eq!(lan.sender.cwnd(), start);
-    // A run that stalls longer than the NACKs of one run take starts again.
+    // A run that stalls longer than a repair can take (twice the sender's time-out
+    // and back-off, 100 ms before a round trip is measured) starts again.
     for (k, offset) in [1300, 1400].into_iter().enumerate() {
         lan.sender.handle_answer(&nack(receiver_id(1), offset), t + Duration::from_millis(20 + k as u64));
     }
-    lan.sender.handle_answer(&nack(receiver_id(1), 1500), t + Duration::from_millis(40));
-    assert_eq!(lan.sender.cwnd(), start, "a pause of 19 ms ends a run");
+    lan.sender.handle_answer(&nack(receiver_id(1), 1500), t + Duration::from_millis(300));
+    assert_eq!(lan.sender.cwnd(), start, "a pause of 279 ms ends a run");
     // The published design halves on every repair, once per coalescing interval.
     let mut lan = fresh(HalveOn::EveryLoss);
     lan.sender.handle_answer(&nack(receiver_id(0), 300), lan.now);
@@ -154,6 +155,41 @@ fn at_five_percent_loss_at_every_receiver_halving_on_runs_alone_is_faster() {
         ratio(&every)
     );
     assert!(ratio(&bursts) < ratio(&every), "{bursts:?} against {every:?}");
+}
+
+#[test]
+fn a_receiver_that_overflows_makes_the_sender_halve_and_nothing_collapses() {
+    // Receiver 0 takes 300 Mbit/s from a 1 Gbit/s LAN into a buffer of 64
+    // datagrams: whatever comes while it is full is dropped, in runs. Halving on
+    // runs must see that congestion as the published rule does, and cost no more.
+    let run = |halve_on| {
+        let config = McastConfig { fragment: 1432, halve_on, ..McastConfig::default() };
+        let shape = LanConfig {
+            rate_bps: Some(1_000_000_000),
+            slow_receiver_bps: Some(300_000_000),
+            ..lan(Faults::NONE, 12)
+        };
+        let mut lan = Lan::new(config, 8, shape);
+        let messages: Vec<Bytes> = (0..4).map(|i| message(1 << 20, i)).collect();
+        send_all(&mut lan, &messages);
+        let out = lan.run(Duration::from_secs(600));
+        assert!(out.settled, "{halve_on:?}: {out:?}");
+        for got in &lan.delivered {
+            assert_eq!(got, &messages);
+        }
+        (out, lan.overrun())
+    };
+    let (bursts, overrun) = run(HalveOn::Bursts);
+    let (every, _) = run(HalveOn::EveryLoss);
+    eprintln!("slow receiver: runs rule {bursts:?}, {overrun} overrun; every loss {every:?}");
+    assert!(overrun > 0, "the slow receiver was never overrun: the test shows nothing");
+    assert!(bursts.sender.halvings > 0, "the runs rule never saw the congestion: {bursts:?}");
+    let (fb, fe) = (bursts.sender.fragments as f64, every.sender.fragments as f64);
+    assert!(fb <= 1.25 * fe, "the runs rule sent {fb} fragments against {fe}");
+    assert!(
+        bursts.elapsed.as_secs_f64() <= 1.25 * every.elapsed.as_secs_f64(),
+        "{bursts:?} against {every:?}"
+    );
 }
 
 #[test]
