@@ -13,7 +13,7 @@ use std::time::Duration;
 use treecast_api::NetworkBuilder;
 use treecast_driver::env;
 use treecast_transport::mcast::{McastConfig, UDP_VARIABLES};
-use treecast_transport::striped::rails::Rail;
+use treecast_transport::striped::rails::check_rails;
 use treecast_transport::striped::stall;
 
 /// The program comm nodes run (as `<program> node`), and a comm node its children
@@ -236,16 +236,14 @@ pub fn rails_from(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<Vec
     let var = env::RAILS;
     let Some(text) = lookup(var) else { return Ok(Vec::new()) };
     let rails: Vec<String> = text.split(',').map(|r| r.trim().to_owned()).collect();
-    if rails.len() > treecast_wire::MAX_RAILS || rails.iter().any(String::is_empty) {
+    if rails.iter().any(String::is_empty) {
         anyhow::bail!(
             "{var}={text:?}: give 1 to {} rails, comma-separated, none empty (as \
              10.1.0.0/16,10.2.0.0/16 or ib0,ib1)",
             treecast_wire::MAX_RAILS
         );
     }
-    for rail in &rails {
-        Rail::parse(rail).map_err(|e| anyhow::anyhow!("{var}: {e}"))?;
-    }
+    check_rails(&rails).map_err(|e| anyhow::anyhow!("{var}: {e}"))?;
     Ok(rails)
 }
 

@@ -386,16 +386,7 @@ impl NetworkBuilder {
                 "{reason} (NetworkBuilder::rails, tc_network_options_set_rails or TREECAST_RAILS)"
             ))
         };
-        if self.rails.len() > treecast_wire::MAX_RAILS {
-            return Err(refuse(format!(
-                "{} rails are more than {}",
-                self.rails.len(),
-                treecast_wire::MAX_RAILS
-            )));
-        }
-        for rail in &self.rails {
-            treecast_transport::striped::rails::Rail::parse(rail).map_err(|e| refuse(e.to_string()))?;
-        }
+        treecast_transport::striped::rails::check_rails(&self.rails).map_err(|e| refuse(e.to_string()))?;
         if let (false, true, Some(ip)) =
             (self.rails.is_empty(), self.stripes > 1 && !self.mptcp, self.remote_listen)
         {

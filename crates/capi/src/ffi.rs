@@ -162,6 +162,13 @@ impl Driver {
         })
     }
 
+    /// Whether a send with limit `ms` runs on the runtime from the start rather than
+    /// only looking (see [`drive_for`]): the first send after a drive, when no thread
+    /// drives and nothing sent waits for its writer.
+    fn drives_first(&self, ms: u64) -> bool {
+        ms != 0 && !self.driving.load(SeqCst) && self.unwritten_since.load(SeqCst) == 0
+    }
+
     /// After a send that only looked: notes when its frame began to wait for the
     /// writer, or, when an earlier one has waited [`WRITE_WITHIN`], runs the writer
     /// (and whatever else is ready) now on this thread. Nothing when the background
@@ -409,7 +416,7 @@ fn drive_for<F: Future>(ms: u64, fut: F) -> Result<Option<F::Output>, Failure> {
     }
     let d = driver()?;
     let fut = std::pin::pin!(fut);
-    if ms != 0 && !d.driving.load(SeqCst) && d.unwritten_since.load(SeqCst) == 0 {
+    if d.drives_first(ms) {
         let out = d.drive_within(ms, fut);
         d.unwritten_since.store(send_clock_ns(), SeqCst);
         return Ok(out);
@@ -605,7 +612,7 @@ where
         return Err(nested());
     }
     let d = driver()?;
-    if ms != 0 && !d.driving.load(SeqCst) && d.unwritten_since.load(SeqCst) == 0 {
+    if d.drives_first(ms) {
         return send_within(ms, async move {
             match try_now()? {
                 None => Ok(()),

@@ -434,16 +434,8 @@ pub unsafe extern "C" fn tc_network_options_set_rails(
             let list = opt_text(rails, "rails")?.unwrap_or_default();
             let rails: Vec<String> =
                 list.split(',').map(str::trim).filter(|r| !r.is_empty()).map(str::to_owned).collect();
-            if rails.len() > treecast_api::MAX_RAILS {
-                return Err(Failure::new(
-                    tc_result::TC_ERR_INVALID,
-                    format!("{} rails are more than {}", rails.len(), treecast_api::MAX_RAILS),
-                ));
-            }
-            for rail in &rails {
-                treecast_api::Rail::parse(rail)
-                    .map_err(|e| Failure::new(tc_result::TC_ERR_INVALID, e.to_string()))?;
-            }
+            treecast_api::check_rails(&rails)
+                .map_err(|e| Failure::new(tc_result::TC_ERR_INVALID, e.to_string()))?;
             o.rails = rails;
             Ok(())
         })

@@ -510,10 +510,11 @@ impl Node {
         // past its mark may keep moving without holding them any longer.
         let marks = &self.recovery.reports_wait_for;
         let ahead = marks.iter().filter_map(|(id, mark)| self.streams.get(id).filter(|s| !s.passed(*mark)));
-        let waiting: Vec<_> = ahead.filter(|s| s.data_waiting_up()).collect();
-        if !waiting.is_empty() {
-            let seen =
-                waiting.iter().fold(0u64, |sum, s| sum.wrapping_add(s.went_up).wrapping_add(s.waves_up));
+        // Called on every frame while reports wait: one pass, nothing allocated.
+        let (waiting, seen) = ahead
+            .filter(|s| s.data_waiting_up())
+            .fold((false, 0u64), |(_, sum), s| (true, sum.wrapping_add(s.went_up).wrapping_add(s.waves_up)));
+        if waiting {
             let r = &mut self.recovery;
             if r.reports_held_until.is_none() || seen != r.reports_seen_up {
                 r.reports_seen_up = seen;

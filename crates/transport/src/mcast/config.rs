@@ -258,27 +258,20 @@ impl McastConfig {
         if let Some(v) = number("TREECAST_UDP_MAX_MESSAGE", 1, u64::from(u32::MAX))? {
             c.max_message = v as u32;
         }
-        if let Some(text) = lookup("TREECAST_UDP_REPAIR") {
-            c.repair = match text.trim() {
-                "selective" => Repair::Selective,
-                "go-back-n" => Repair::GoBackN,
-                _ => {
-                    return Err(TransportError::Config(format!(
-                        "TREECAST_UDP_REPAIR={text:?}: write selective or go-back-n"
-                    )))
+        let choice = |name: &str, options: &[&str]| -> Result<Option<usize>, TransportError> {
+            let Some(text) = lookup(name) else { return Ok(None) };
+            match options.iter().position(|o| *o == text.trim()) {
+                Some(i) => Ok(Some(i)),
+                None => {
+                    Err(TransportError::Config(format!("{name}={text:?}: write {}", options.join(" or "))))
                 }
-            };
+            }
+        };
+        if let Some(i) = choice("TREECAST_UDP_REPAIR", &["selective", "go-back-n"])? {
+            c.repair = [Repair::Selective, Repair::GoBackN][i];
         }
-        if let Some(text) = lookup("TREECAST_UDP_HALVE_ON") {
-            c.halve_on = match text.trim() {
-                "bursts" => HalveOn::Bursts,
-                "every-loss" => HalveOn::EveryLoss,
-                _ => {
-                    return Err(TransportError::Config(format!(
-                        "TREECAST_UDP_HALVE_ON={text:?}: write bursts or every-loss"
-                    )))
-                }
-            };
+        if let Some(i) = choice("TREECAST_UDP_HALVE_ON", &["bursts", "every-loss"])? {
+            c.halve_on = [HalveOn::Bursts, HalveOn::EveryLoss][i];
         }
         if let Some(v) = number("TREECAST_UDP_MIN_FRAME", 0, u64::from(u32::MAX))? {
             c.min_frame = v as u32;

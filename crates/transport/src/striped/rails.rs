@@ -80,6 +80,21 @@ fn same_prefix(a: IpAddr, b: IpAddr, prefix: u8) -> bool {
     a & mask == b & mask
 }
 
+/// Checks a list of rails as a plan carries it: at most [`treecast_wire::MAX_RAILS`],
+/// each a subnet or an interface name ([`Rail::parse`]).
+///
+/// # Errors
+/// Too many rails, or the first that does not parse.
+pub fn check_rails(rails: &[String]) -> Result<(), TransportError> {
+    if rails.len() > treecast_wire::MAX_RAILS {
+        return Err(TransportError::Rail {
+            rail: rails.join(","),
+            reason: format!("{} rails are more than {}", rails.len(), treecast_wire::MAX_RAILS),
+        });
+    }
+    rails.iter().try_for_each(|r| Rail::parse(r).map(drop))
+}
+
 /// This host's address on each of `rails`, in order: on an interface, its first
 /// IPv4 address, else its first IPv6 one that is not link-local.
 ///

@@ -125,6 +125,21 @@ fn scattered_losses_halve_nothing_and_every_loss_does_when_asked() {
     assert_eq!(lan.sender.cwnd(), start / 2.0);
 }
 
+/// Four messages of 1 MiB to 8 receivers in MTU-sized fragments on `shape`: what the
+/// run did, once every receiver got every message, and the slow receiver's overruns.
+fn megabytes_to_eight(halve_on: HalveOn, shape: LanConfig) -> (LanOutcome, u64) {
+    let config = McastConfig { fragment: 1432, halve_on, ..McastConfig::default() };
+    let mut lan = Lan::new(config, 8, shape);
+    let messages: Vec<Bytes> = (0..4).map(|i| message(1 << 20, i)).collect();
+    send_all(&mut lan, &messages);
+    let out = lan.run(Duration::from_secs(600));
+    assert!(out.settled, "{halve_on:?}, {shape:?}: {out:?}");
+    for got in &lan.delivered {
+        assert_eq!(got, &messages);
+    }
+    (out, lan.overrun())
+}
+
 #[test]
 fn at_five_percent_loss_at_every_receiver_halving_on_runs_alone_is_faster() {
     // Eight receivers, each losing 5 % of the datagrams on its own, on a 1 Gbit/s
@@ -132,18 +147,9 @@ fn at_five_percent_loss_at_every_receiver_halving_on_runs_alone_is_faster() {
     // all. Halving the window on every repair holds the sender back more than
     // halving on runs of losses alone (virtual time: no machine's speed enters).
     let run = |loss: f64, halve_on| {
-        let config = McastConfig { fragment: 1432, halve_on, ..McastConfig::default() };
         let faults = Faults { loss, duplicate: 0.0, reorder: 0.0 };
         let shape = LanConfig { rate_bps: Some(1_000_000_000), ..lan(faults, 11) };
-        let mut lan = Lan::new(config, 8, shape);
-        let messages: Vec<Bytes> = (0..4).map(|i| message(1 << 20, i)).collect();
-        send_all(&mut lan, &messages);
-        let out = lan.run(Duration::from_secs(600));
-        assert!(out.settled, "loss {loss}, {halve_on:?}: {out:?}");
-        for got in &lan.delivered {
-            assert_eq!(got, &messages);
-        }
-        out
+        megabytes_to_eight(halve_on, shape).0
     };
     let clean = run(0.0, HalveOn::Bursts);
     let bursts = run(0.05, HalveOn::Bursts);
@@ -163,21 +169,12 @@ fn a_receiver_that_overflows_makes_the_sender_halve_and_nothing_collapses() {
     // datagrams: whatever comes while it is full is dropped, in runs. Halving on
     // runs must see that congestion as the published rule does, and cost no more.
     let run = |halve_on| {
-        let config = McastConfig { fragment: 1432, halve_on, ..McastConfig::default() };
         let shape = LanConfig {
             rate_bps: Some(1_000_000_000),
             slow_receiver_bps: Some(300_000_000),
             ..lan(Faults::NONE, 12)
         };
-        let mut lan = Lan::new(config, 8, shape);
-        let messages: Vec<Bytes> = (0..4).map(|i| message(1 << 20, i)).collect();
-        send_all(&mut lan, &messages);
-        let out = lan.run(Duration::from_secs(600));
-        assert!(out.settled, "{halve_on:?}: {out:?}");
-        for got in &lan.delivered {
-            assert_eq!(got, &messages);
-        }
-        (out, lan.overrun())
+        megabytes_to_eight(halve_on, shape)
     };
     let (bursts, overrun) = run(HalveOn::Bursts);
     let (every, _) = run(HalveOn::EveryLoss);
