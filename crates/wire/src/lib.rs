@@ -63,8 +63,8 @@ pub use hello::{
 };
 pub use links::{LinkId, LinkMap, LinkTable};
 pub use mcast::{
-    decode_mcast, encode_mcast, McastDatagram, McastHeader, McastKind, MCAST_HEADER_LEN, MCAST_MORE,
-    MCAST_TAG_LEN, MCAST_VERSION,
+    decode_mcast, encode_mcast, McastAnswer, McastDatagram, McastHeader, McastKind, MCAST_HEADER_LEN,
+    MCAST_MAX_HOLES, MCAST_MORE, MCAST_TAG_LEN, MCAST_VERSION,
 };
 pub use peer::{decode_ack, decode_multi, encode_ack, encode_multi, FLAG_PEER_MULTI, PEER_ACK_LEN};
 pub use plan::{

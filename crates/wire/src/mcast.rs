@@ -2,14 +2,18 @@
 //! message's fragments to all its children at once; they answer with
 //! acknowledgements (ACK) and negative ones (NACK) by unicast.
 //!
-//! A datagram is a fixed 24-byte little-endian header, the payload (data only) and
-//! a 16-byte authentication tag over both. The tag is computed and checked by the
+//! A datagram is a fixed 24-byte little-endian header, the payload and a 16-byte
+//! authentication tag over both. A data datagram's payload is a fragment of the
+//! message; an answer's is a [`McastAnswer`]: how far past any gap the receiver got
+//! and, in a NACK, which fragments to resend. The tag is computed and checked by the
 //! transport layer (it holds the key); this module only places it.
 
 use crate::{DecodeError, Reader};
 
-/// Version byte of every multicast datagram.
-pub const MCAST_VERSION: u8 = 1;
+/// Version byte of every multicast datagram (2: answers carry a [`McastAnswer`]).
+pub const MCAST_VERSION: u8 = 2;
+/// Fragments one NACK asks for at most.
+pub const MCAST_MAX_HOLES: usize = 64;
 /// Bytes of the header.
 pub const MCAST_HEADER_LEN: usize = 24;
 /// Bytes of the authentication tag that ends every datagram.
@@ -24,7 +28,8 @@ pub enum McastKind {
     Data,
     /// A receiver has every byte of the message before `offset`.
     Ack,
-    /// A receiver is missing the bytes from `offset` on: resend from there.
+    /// A receiver has every byte before `offset` and misses the fragments its
+    /// answer lists, starting there.
     Nack,
 }
 
@@ -66,8 +71,8 @@ pub struct McastHeader {
     pub stream: u32,
     /// The message, numbered by the group's sender from 0.
     pub message: u32,
-    /// Data: the fragment's byte offset in the message. ACK: bytes held from the
-    /// start. NACK: the first byte missing.
+    /// Data: the fragment's byte offset in the message. ACK and NACK: bytes held
+    /// from the start (a NACK's first missing byte).
     pub offset: u32,
 }
 
@@ -113,12 +118,82 @@ pub fn encode_mcast(header: &McastHeader, payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&[0; MCAST_TAG_LEN]);
 }
 
+/// The payload of an ACK or NACK: what a sender needs to keep its window open past
+/// a receiver's gaps and to resend only what is missing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McastAnswer {
+    /// End of the furthest fragment the receiver holds, past any gap: at least the
+    /// header's offset.
+    pub furthest: u32,
+    /// NACK: byte offsets of the fragments to resend, ascending, none below the
+    /// header's offset, 1 to [`MCAST_MAX_HOLES`] of them. ACK: none.
+    pub holes: Vec<u32>,
+}
+
+impl McastAnswer {
+    /// Appends the payload's bytes: `furthest`, then each hole, 4 bytes each.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.furthest.to_le_bytes());
+        for hole in &self.holes {
+            out.extend_from_slice(&hole.to_le_bytes());
+        }
+    }
+
+    /// Reads the payload of the answer `header`.
+    ///
+    /// # Errors
+    /// A payload not a whole number of 4-byte values, a `furthest` below the
+    /// header's offset, an ACK with holes, a NACK with none or more than
+    /// [`MCAST_MAX_HOLES`], or holes out of order or below the offset.
+    pub fn decode(header: &McastHeader, payload: &[u8]) -> Result<McastAnswer, DecodeError> {
+        let invalid = |detail: String| DecodeError::Invalid { what: "multicast answer", detail };
+        if payload.len() < 4 || payload.len() % 4 != 0 {
+            return Err(invalid(format!(
+                "{} bytes of payload: an answer carries 4 bytes of progress and 4 per hole",
+                payload.len()
+            )));
+        }
+        let mut r = Reader::new(payload);
+        let furthest = r.u32("multicast answer's furthest byte")?;
+        let count = payload.len() / 4 - 1;
+        let allowed = match header.kind {
+            McastKind::Nack => 1..=MCAST_MAX_HOLES,
+            _ => 0..=0,
+        };
+        if !allowed.contains(&count) {
+            return Err(invalid(format!(
+                "{count} holes in a {:?}: an ACK lists none, a NACK 1 to {MCAST_MAX_HOLES}",
+                header.kind
+            )));
+        }
+        if furthest < header.offset {
+            return Err(invalid(format!(
+                "furthest byte {furthest} is below the bytes held, {}",
+                header.offset
+            )));
+        }
+        let mut holes = Vec::with_capacity(count);
+        for _ in 0..count {
+            let hole = r.u32("multicast answer's hole")?;
+            let floor = holes.last().map_or(Some(header.offset), |&h: &u32| h.checked_add(1));
+            if floor.map_or(true, |f| hole < f) {
+                return Err(invalid(format!(
+                    "hole {hole} out of order (holes ascend from the bytes held, {})",
+                    header.offset
+                )));
+            }
+            holes.push(hole);
+        }
+        Ok(McastAnswer { furthest, holes })
+    }
+}
+
 /// A datagram cut into its parts; nothing is checked against the tag yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct McastDatagram<'a> {
     /// The header.
     pub header: McastHeader,
-    /// The fragment's bytes (empty for ACK and NACK).
+    /// The fragment's bytes, or an answer's [`McastAnswer`] (already checked).
     pub payload: &'a [u8],
     /// What the tag covers: header and payload.
     pub signed: &'a [u8],
@@ -130,8 +205,8 @@ pub struct McastDatagram<'a> {
 ///
 /// # Errors
 /// A datagram shorter than header and tag, another version, an unknown type or
-/// flag, a non-zero reserved byte, or an ACK or NACK that carries a payload or the
-/// "more" flag.
+/// flag, a non-zero reserved byte, or an ACK or NACK with the "more" flag or a
+/// payload that is not a valid [`McastAnswer`].
 pub fn decode_mcast(datagram: &[u8]) -> Result<McastDatagram<'_>, DecodeError> {
     if datagram.len() < MCAST_HEADER_LEN + MCAST_TAG_LEN {
         return Err(DecodeError::Truncated {
@@ -170,14 +245,14 @@ pub fn decode_mcast(datagram: &[u8]) -> Result<McastDatagram<'_>, DecodeError> {
         offset: r.u32("multicast offset")?,
     };
     let payload = &signed[MCAST_HEADER_LEN..];
-    if kind != McastKind::Data && (!payload.is_empty() || header.more()) {
-        return Err(DecodeError::Invalid {
-            what: "multicast answer",
-            detail: format!(
-                "an ACK or NACK carries no payload and no flag ({} bytes, flags {flags})",
-                payload.len()
-            ),
-        });
+    if kind != McastKind::Data {
+        if header.more() {
+            return Err(DecodeError::Invalid {
+                what: "multicast answer",
+                detail: format!("an ACK or NACK carries no flag (flags {flags})"),
+            });
+        }
+        McastAnswer::decode(&header, payload)?;
     }
     Ok(McastDatagram { header, payload, signed, tag })
 }
@@ -203,24 +278,46 @@ mod tests {
         assert_eq!(d.tag, &[0xAB; MCAST_TAG_LEN]);
     }
 
+    fn answer_bytes(header: &McastHeader, answer: &McastAnswer) -> Vec<u8> {
+        let mut payload = Vec::new();
+        answer.encode(&mut payload);
+        let mut out = Vec::new();
+        encode_mcast(header, &payload, &mut out);
+        out
+    }
+
     #[test]
     fn the_byte_layout_is_pinned() {
         let h = McastHeader::answer(McastKind::Nack, 0x0102_0304, 5, 6, 7, 8);
-        let mut out = Vec::new();
-        encode_mcast(&h, &[], &mut out);
-        let hex: String = out[..MCAST_HEADER_LEN].iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(hex, "010200000500000004030201060000000700000008000000");
+        let out = answer_bytes(&h, &McastAnswer { furthest: 20, holes: vec![8, 16] });
+        let hex: String = out[..out.len() - MCAST_TAG_LEN].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "020200000500000004030201060000000700000008000000\
+             140000000800000010000000"
+        );
+    }
+
+    #[test]
+    fn an_answer_reads_back_as_written() {
+        let h = McastHeader::answer(McastKind::Nack, 1, 2, 0, 4, 100);
+        let answer = McastAnswer { furthest: 900, holes: vec![100, 300, 301] };
+        let out = answer_bytes(&h, &answer);
+        let d = decode_mcast(&out).unwrap();
+        assert_eq!(McastAnswer::decode(&d.header, d.payload).unwrap(), answer);
+        let ack = McastHeader::answer(McastKind::Ack, 1, 2, 0, 4, 100);
+        let d = answer_bytes(&ack, &McastAnswer { furthest: 100, holes: vec![] });
+        assert!(decode_mcast(&d).is_ok());
     }
 
     #[test]
     fn bad_datagrams_say_what_is_wrong() {
-        let mut ok = Vec::new();
-        encode_mcast(&McastHeader::answer(McastKind::Ack, 1, 2, 3, 4, 5), &[], &mut ok);
+        let ok = answer_bytes(&McastHeader::answer(McastKind::Ack, 1, 2, 3, 4, 5), &McastAnswer::default());
         let err = |bytes: &[u8]| decode_mcast(bytes).unwrap_err().to_string();
         assert!(err(&ok[..39]).starts_with("truncated multicast datagram"), "{}", err(&ok[..39]));
         let mut v = ok.clone();
-        v[0] = 2;
-        assert!(err(&v).contains("unsupported protocol version 2"));
+        v[0] = 1;
+        assert!(err(&v).contains("unsupported protocol version 1"));
         let mut t = ok.clone();
         t[1] = 3;
         assert!(err(&t).contains("3 is not data (0), ack (1) or nack (2)"));
@@ -229,6 +326,24 @@ mod tests {
         assert!(err(&f).contains("only flag 1"));
         let mut p = ok.clone();
         p.insert(MCAST_HEADER_LEN, 0);
-        assert!(err(&p).contains("carries no payload"));
+        assert!(err(&p).contains("4 bytes of progress and 4 per hole"), "{}", err(&p));
+    }
+
+    #[test]
+    fn answers_that_no_receiver_makes_are_refused() {
+        let nack = McastHeader::answer(McastKind::Nack, 1, 2, 0, 4, 100);
+        let ack = McastHeader::answer(McastKind::Ack, 1, 2, 0, 4, 100);
+        let err = |h: &McastHeader, furthest, holes: &[u32]| {
+            let d = answer_bytes(h, &McastAnswer { furthest, holes: holes.to_vec() });
+            decode_mcast(&d).unwrap_err().to_string()
+        };
+        assert!(err(&ack, 100, &[100]).contains("1 holes in a Ack"), "{}", err(&ack, 100, &[100]));
+        assert!(err(&nack, 200, &[]).contains("0 holes in a Nack"));
+        let many: Vec<u32> = (100..100 + MCAST_MAX_HOLES as u32 + 1).collect();
+        assert!(err(&nack, 500, &many).contains("65 holes"));
+        assert!(err(&nack, 99, &[100]).contains("furthest byte 99 is below the bytes held, 100"));
+        assert!(err(&nack, 500, &[99]).contains("hole 99 out of order"));
+        assert!(err(&nack, 500, &[200, 200]).contains("hole 200 out of order"));
+        assert!(err(&nack, 500, &[200, 150]).contains("hole 150 out of order"));
     }
 }

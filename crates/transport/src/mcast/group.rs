@@ -27,7 +27,9 @@ use bytes::{Buf, Bytes};
 use socket2::{Domain, Protocol, SockAddr, Socket as RawSocket, Type};
 use tokio::net::UdpSocket;
 use treecast_monitor::RouteReport;
-use treecast_wire::{decode_batch, Frame, FrameHeader, FrameKind, McastOffer, RouteMsg, FLAG_DIRECT};
+use treecast_wire::{
+    decode_batch, Frame, FrameHeader, FrameKind, McastAnswer, McastOffer, RouteMsg, FLAG_DIRECT,
+};
 
 use super::batch::{enable_gro, Gso, RecvBatch, SendBatch};
 use super::udp::Sealer;
@@ -324,9 +326,10 @@ impl GroupSender {
         let (sealer, sender, members, report) =
             (&mut self.sealer, &mut self.sender, &self.members, &mut self.report);
         let mut any = self.inbuf.read_each(&self.socket, cx, READ_BUDGET, |bytes, from| {
-            let Some((header, _)) = sealer.open(bytes, from) else { return };
+            let Some((header, payload)) = sealer.open(bytes, from) else { return };
+            let Ok(answer) = McastAnswer::decode(&header, payload) else { return };
             if members.values().any(|j| j.node == header.rank && j.answers_from == Some(from)) {
-                sender.handle_answer(&header, Instant::now());
+                sender.handle_answer(&header, &answer, Instant::now());
             } else {
                 report.rejected += 1;
             }
@@ -646,9 +649,9 @@ impl GroupMember {
 
     fn send_answers(&mut self) -> bool {
         let mut any = false;
-        while let Some(answer) = self.receiver.as_mut().and_then(Receiver::poll_answer) {
+        while let Some((header, answer)) = self.receiver.as_mut().and_then(Receiver::poll_answer) {
             any = true;
-            self.sealer.seal(&answer, &[]);
+            self.sealer.seal_answer(&header, &answer);
             if self.sealer.knob_drops() {
                 continue;
             }

@@ -1,6 +1,7 @@
 //! The receiving side: one child assembling its parent's multicast messages in
-//! order (several at once, as the sender has several under way), NACKing what it
-//! misses after a random back-off and ACKing what it must.
+//! order (several at once, as the sender has several under way), NACKing the
+//! fragments it misses (all it knows of, in one answer) after a random back-off,
+//! and ACKing what it must.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -8,7 +9,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use treecast_wire::{McastHeader, McastKind};
+use treecast_wire::{McastAnswer, McastHeader, McastKind, MCAST_MAX_HOLES};
 
 use super::{McastConfig, MAX_IN_FLIGHT};
 
@@ -82,8 +83,11 @@ struct Assembly {
     started: bool,
     /// Whole, with its stream: it waits for the messages before it.
     whole: Option<u32>,
-    /// The last NACK: its offset and when, so that it is not repeated too soon.
-    last_nack: Option<(u32, Instant)>,
+    /// End of the furthest fragment that arrived, past any gap.
+    furthest: u32,
+    /// Missing fragments asked for, by offset, and when: a fragment is not asked
+    /// for again sooner than the repeat interval.
+    asked: BTreeMap<u32, Instant>,
     /// A gap was seen: the NACK is due then, unless a repair fills the gap first.
     nack_at: Option<Instant>,
 }
@@ -120,7 +124,7 @@ pub struct Receiver {
     heard_data: Option<Instant>,
     /// Draws the NACK back-off.
     rng: StdRng,
-    out: VecDeque<McastHeader>,
+    out: VecDeque<(McastHeader, McastAnswer)>,
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
 }
@@ -159,7 +163,7 @@ impl Receiver {
         if ahead >= u32::MAX / 2 {
             // An old message: its last fragment again means the final ACK was lost.
             if !header.more() {
-                self.answer(McastKind::Ack, m, end);
+                self.answer(McastKind::Ack, m, end, end, Vec::new());
             }
             return;
         }
@@ -179,7 +183,7 @@ impl Receiver {
             self.stats.duplicates += 1;
             let have = slot.have();
             if !header.more() || header.rank == self.me {
-                self.answer(McastKind::Ack, m, have);
+                self.answer(McastKind::Ack, m, have, have, Vec::new());
             }
             return;
         }
@@ -197,6 +201,7 @@ impl Receiver {
         if !header.more() {
             slot.end = Some(end);
         }
+        slot.furthest = slot.furthest.max(end);
         slot.started = true;
         self.last_data = Some(now);
         self.heard_data = Some(now);
@@ -212,6 +217,11 @@ impl Receiver {
                 slot.ahead_bytes += payload.len();
                 slot.ahead.insert(offset, Bytes::copy_from_slice(payload));
             }
+            // The acker answers every fragment, past a gap too: its furthest byte
+            // keeps the sender's window moving while the gap is repaired.
+            if header.rank == self.me {
+                self.ack_progress(i, m);
+            }
             self.gap(i, now);
             return;
         }
@@ -219,7 +229,7 @@ impl Receiver {
         if end <= have && !empty_end {
             self.stats.duplicates += 1;
             if header.rank == self.me {
-                self.answer(McastKind::Ack, m, have);
+                self.ack_progress(i, m);
             }
             return;
         }
@@ -235,15 +245,27 @@ impl Receiver {
         if slot.end == Some(have) {
             slot.whole = Some(header.stream);
             slot.nack_at = None;
-            self.answer(McastKind::Ack, m, have);
+            slot.asked.clear();
+            self.answer(McastKind::Ack, m, have, have, Vec::new());
             self.hand_on();
-        } else if slot.has_gap() {
+            return;
+        }
+        if slot.has_gap() {
             // Fragments past `have` are here: the next gap is known at once.
             self.gap(i, now);
-        } else if header.rank == self.me {
-            slot.nack_at = None;
-            self.answer(McastKind::Ack, m, have);
+        } else {
+            self.slots[i].nack_at = None;
         }
+        if header.rank == self.me {
+            self.ack_progress(i, m);
+        }
+    }
+
+    /// The acker's ACK of message `m` (slot `i`): the bytes held and the furthest.
+    fn ack_progress(&mut self, i: usize, m: u32) {
+        let slot = &self.slots[i];
+        let (have, furthest) = (slot.have(), slot.furthest.max(slot.have()));
+        self.answer(McastKind::Ack, m, have, furthest, Vec::new());
     }
 
     /// Hands on, in order, the whole messages at the front.
@@ -262,8 +284,7 @@ impl Receiver {
     fn gap(&mut self, i: usize, now: Instant) {
         let backoff = self.config.nack_backoff;
         if backoff.is_zero() {
-            let have = self.slots[i].have();
-            return self.nack(i, have, now);
+            return self.nack(i, now);
         }
         if self.slots[i].nack_at.is_none() {
             let wait = backoff.mul_f64(self.rng.gen::<f64>());
@@ -322,26 +343,53 @@ impl Receiver {
         self.slots.clear();
     }
 
-    fn nack(&mut self, i: usize, have: u32, now: Instant) {
+    /// NACKs every fragment of message `expect + i` it knows to be missing (from
+    /// the first byte it lacks to the furthest that arrived, at least the first)
+    /// and did not ask for within the repeat interval, up to [`MCAST_MAX_HOLES`].
+    fn nack(&mut self, i: usize, now: Instant) {
         let message = self.expect.wrapping_add(i as u32);
+        let (fragment, repeat) = (self.config.fragment, self.config.nack_repeat);
+        // A scan no longer than what can be kept past a gap, and the holes asked for.
+        let scan = self.ahead_limit() / fragment as usize + MCAST_MAX_HOLES;
         let slot = &mut self.slots[i];
         slot.nack_at = None;
-        let repeat = slot
-            .last_nack
-            .is_some_and(|(o, at)| o == have && now.saturating_duration_since(at) < self.config.nack_repeat);
-        if !repeat {
-            slot.last_nack = Some((have, now));
-            self.answer(McastKind::Nack, message, have);
+        let have = slot.have();
+        slot.asked.retain(|&offset, _| offset >= have);
+        let furthest = slot.furthest.max(have);
+        // The last fragment came when `end` is known, but is not kept past a gap: it
+        // is asked for once it is the first missing.
+        let last = slot.end.map(|e| e.saturating_sub(1) / fragment * fragment);
+        let mut holes = Vec::new();
+        let mut offset = have;
+        for _ in 0..scan {
+            if holes.len() == MCAST_MAX_HOLES || (offset >= furthest && offset > have) {
+                break;
+            }
+            let asked = slot.asked.get(&offset).is_some_and(|&at| now.saturating_duration_since(at) < repeat);
+            let came = last == Some(offset) && offset > have;
+            if !asked && !came && !slot.ahead.contains_key(&offset) {
+                holes.push(offset);
+            }
+            let Some(next) = offset.checked_add(fragment) else { break };
+            offset = next;
         }
+        if holes.is_empty() {
+            return;
+        }
+        for &hole in &holes {
+            slot.asked.insert(hole, now);
+        }
+        self.answer(McastKind::Nack, message, have, furthest, holes);
     }
 
-    fn answer(&mut self, kind: McastKind, message: u32, offset: u32) {
+    fn answer(&mut self, kind: McastKind, message: u32, offset: u32, furthest: u32, holes: Vec<u32>) {
         match kind {
             McastKind::Ack => self.stats.acks += 1,
             McastKind::Nack => self.stats.nacks += 1,
             McastKind::Data => {}
         }
-        self.out.push_back(McastHeader::answer(kind, self.group, self.me, 0, message, offset));
+        let header = McastHeader::answer(kind, self.group, self.me, 0, message, offset);
+        self.out.push_back((header, McastAnswer { furthest, holes }));
     }
 
     fn in_message(&self) -> bool {
@@ -369,8 +417,7 @@ impl Receiver {
             if self.slots[i].nack_at.is_some_and(|at| at <= now) {
                 self.slots[i].nack_at = None;
                 if self.slots[i].has_gap() {
-                    let have = self.slots[i].have();
-                    self.nack(i, have, now);
+                    self.nack(i, now);
                 }
             }
         }
@@ -381,9 +428,8 @@ impl Receiver {
             self.stats.timeouts += 1;
             for i in 0..self.slots.len() {
                 if self.slots[i].in_progress() {
-                    self.slots[i].last_nack = None;
-                    let have = self.slots[i].have();
-                    self.nack(i, have, now);
+                    self.slots[i].asked.clear();
+                    self.nack(i, now);
                 }
             }
         }
@@ -397,8 +443,8 @@ impl Receiver {
         [backoff, timeout].into_iter().flatten().min()
     }
 
-    /// Next ACK or NACK to send to the sender by unicast.
-    pub fn poll_answer(&mut self) -> Option<McastHeader> {
+    /// Next ACK or NACK to send to the sender by unicast, with its payload.
+    pub fn poll_answer(&mut self) -> Option<(McastHeader, McastAnswer)> {
         self.out.pop_front()
     }
 
@@ -428,7 +474,47 @@ mod tests {
     }
 
     fn answers(r: &mut Receiver) -> Vec<(McastKind, u32, u32)> {
-        std::iter::from_fn(|| r.poll_answer()).map(|h| (h.kind, h.message, h.offset)).collect()
+        std::iter::from_fn(|| r.poll_answer()).map(|(h, _)| (h.kind, h.message, h.offset)).collect()
+    }
+
+    #[test]
+    fn one_nack_asks_for_every_missing_fragment_and_none_again_within_the_repeat_interval() {
+        let config =
+            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
+        let now = Instant::now();
+        let mut r = Receiver::new(config, 5, 1, 0);
+        // Fragments 0, 2 and 5 arrive: 1, 3 and 4 are missing.
+        for (offset, bytes) in [(0, b"abcd"), (8, b"ijkl"), (20, b"uvwx")] {
+            r.handle_data(&data(0, offset, true, 9), bytes, now);
+        }
+        let all: Vec<(McastHeader, McastAnswer)> = std::iter::from_fn(|| r.poll_answer()).collect();
+        let holes: Vec<(u32, u32, Vec<u32>)> =
+            all.iter().map(|(h, a)| (h.offset, a.furthest, a.holes.clone())).collect();
+        // The first NACK came with fragment 2; fragment 5's asks only for what is new.
+        assert_eq!(holes, [(4, 12, vec![4]), (4, 24, vec![12, 16])]);
+        // Within the repeat interval nothing is asked again; after it, all still missing.
+        r.handle_data(&data(0, 24, true, 9), b"yzAB", now);
+        assert!(answers(&mut r).is_empty());
+        r.handle_data(&data(0, 12, true, 9), b"mnop", now + config.nack_repeat);
+        let (h, a) = r.poll_answer().unwrap();
+        assert_eq!((h.kind, h.offset, a.furthest, a.holes), (McastKind::Nack, 4, 28, vec![4, 16]));
+    }
+
+    #[test]
+    fn the_acker_acks_past_a_gap_with_the_furthest_byte_it_holds() {
+        let config = McastConfig {
+            fragment: 4,
+            nack_backoff: std::time::Duration::from_millis(1),
+            ..McastConfig::default()
+        };
+        let now = Instant::now();
+        let mut r = Receiver::new(config, 5, 1, 0);
+        r.handle_data(&data(0, 0, true, 5), b"abcd", now);
+        r.handle_data(&data(0, 8, true, 5), b"ijkl", now);
+        r.handle_data(&data(0, 12, true, 5), b"mnop", now);
+        let acks: Vec<(McastKind, u32, u32)> =
+            std::iter::from_fn(|| r.poll_answer()).map(|(h, a)| (h.kind, h.offset, a.furthest)).collect();
+        assert_eq!(acks, [(McastKind::Ack, 4, 4), (McastKind::Ack, 4, 12), (McastKind::Ack, 4, 16)]);
     }
 
     #[test]

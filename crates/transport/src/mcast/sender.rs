@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use treecast_wire::{McastHeader, McastKind};
+use treecast_wire::{McastAnswer, McastHeader, McastKind};
 
 use super::{HalveOn, McastConfig, Repair};
 
@@ -66,19 +66,10 @@ struct Member {
     asked_as_acker: Option<Instant>,
 }
 
-/// A receiver's latest NACKed fragment of one message, and how many fragments in a
-/// row it missed up to it.
-#[derive(Debug, Clone, Copy)]
-struct NackRun {
-    start: u32,
-    at: Instant,
-    run: u32,
-}
-
-/// Fragments in a row one receiver must miss for its losses to count as congestion
-/// (a queue that overflowed, at the sender, on the way or at that receiver) rather
-/// than as scattered losses, which halve nothing: at 5 % random loss a run of 3 is
-/// one loss in 400.
+/// Fragments in a row one receiver must miss (in one NACK's holes) for its losses to
+/// count as congestion (a queue that overflowed, at the sender, on the way or at
+/// that receiver) rather than as scattered losses, which halve nothing: at 5 %
+/// random loss a run of 3 is one loss in 400.
 pub const BURST_LOSSES: u32 = 3;
 
 impl Member {
@@ -97,28 +88,25 @@ impl Member {
 struct Progress {
     /// Bytes of the message it holds from the start, as it last said.
     holds: u32,
+    /// End of the furthest fragment it holds, past any gap, as it last said.
+    furthest: u32,
     /// It acknowledged the whole message.
     done: bool,
-    /// Its latest NACK of the message, to tell a run of losses from one.
-    run: Option<NackRun>,
 }
 
-/// Notes in `run` a receiver's NACK of the fragment at `start`; returns the number
-/// of fragments in a row, each the one after the last, it has missed up to it. The
-/// next fragment of a run is asked for once the repair of the one before arrived,
-/// within `within`. A NACK that skips a fragment ends the run: the fragment may
-/// have come, and counting it would take scattered losses for runs. (A loss all
-/// receivers share can show so, when another receiver's repair filled the fragment
-/// first; its runs are seen less often.)
-fn note_nack(run: &mut Option<NackRun>, start: u32, fragment: u32, within: Duration, now: Instant) -> u32 {
-    let recent = |r: &NackRun| now.saturating_duration_since(r.at) <= within;
-    let length = match *run {
-        Some(r) if recent(&r) && start == r.start => r.run,
-        Some(r) if recent(&r) && Some(start) == r.start.checked_add(fragment) => r.run + 1,
-        _ => 1,
-    };
-    *run = Some(NackRun { start, at: now, run: length });
-    length
+/// The most fragments in a row, each `fragment` bytes after the one before, among
+/// a NACK's ascending `holes`. (A loss all receivers share can show shorter, when
+/// another receiver's repair filled a fragment first.)
+fn longest_run(holes: &[u32], fragment: u32) -> u32 {
+    let mut longest = 0;
+    let mut run = 0;
+    let mut last: Option<u32> = None;
+    for &hole in holes {
+        run = if last.and_then(|l| l.checked_add(fragment)) == Some(hole) { run + 1 } else { 1 };
+        longest = longest.max(run);
+        last = Some(hole);
+    }
+    longest
 }
 
 /// A message under way.
@@ -131,8 +119,12 @@ struct Current {
     waiting: BTreeMap<u32, Progress>,
     /// Next byte offset to multicast.
     next: u32,
-    /// Bytes the acker holds from the start: the window's left edge in this message.
+    /// Bytes the acker holds from the start.
     acked: u32,
+    /// End of the furthest fragment the acker holds, past its gaps: with selective
+    /// repair the window's left edge (a gap is repaired outside the window, not
+    /// waited for).
+    seen: u32,
     /// Which fragments went out at least once, by index.
     sent: Vec<bool>,
     /// Last multicast, for the sender time-out.
@@ -163,9 +155,14 @@ impl Current {
         self.waiting.values().all(|p| p.done)
     }
 
-    /// Fragments sent and not yet held by the acker.
-    fn outstanding(&self, fragment: u32) -> u32 {
-        self.next.saturating_sub(self.acked).div_ceil(fragment)
+    /// Fragments sent and not yet held by the acker: past the furthest it holds
+    /// under selective repair, past what it holds from the start under go-back-N.
+    fn outstanding(&self, fragment: u32, repair: Repair) -> u32 {
+        let edge = match repair {
+            Repair::Selective => self.acked.max(self.seen),
+            Repair::GoBackN => self.acked,
+        };
+        self.next.saturating_sub(edge).div_ceil(fragment)
     }
 }
 
@@ -264,8 +261,8 @@ impl Sender {
         }
     }
 
-    /// An ACK or NACK from a receiver.
-    pub fn handle_answer(&mut self, header: &McastHeader, now: Instant) {
+    /// An ACK or NACK from a receiver, with its payload.
+    pub fn handle_answer(&mut self, header: &McastHeader, answer: &McastAnswer, now: Instant) {
         if header.group != self.group || header.kind == McastKind::Data {
             return;
         }
@@ -284,28 +281,32 @@ impl Sender {
             return;
         }
         progress.holds = progress.holds.max(header.offset);
+        let furthest = answer.furthest.max(header.offset).min(len);
+        progress.furthest = progress.furthest.max(furthest);
         match header.kind {
-            McastKind::Ack => self.on_ack(i, header.rank, header.offset, now),
-            McastKind::Nack => self.on_nack(i, header.rank, header.offset, now),
+            McastKind::Ack => self.on_ack(i, header.rank, header.offset, furthest, now),
+            McastKind::Nack => self.on_nack(i, header, answer, furthest, now),
             McastKind::Data => {}
         }
         self.advance(now);
     }
 
-    fn on_ack(&mut self, i: usize, from: u32, offset: u32, now: Instant) {
+    fn on_ack(&mut self, i: usize, from: u32, offset: u32, furthest: u32, now: Instant) {
         self.stats.acks += 1;
         let acker = self.acker;
         let cur = &mut self.flight[i];
         if Some(from) == acker {
-            self.rtt.acked(cur.id, offset, now);
+            self.rtt.acked(cur.id, furthest, now);
         }
         if offset == cur.len() {
             if let Some(p) = cur.waiting.get_mut(&from) {
                 p.done = true;
             }
         }
-        if Some(from) == acker && offset > cur.acked {
-            cur.acked = offset;
+        let past_gap = self.config.repair == Repair::Selective && furthest.min(cur.next) > cur.seen;
+        if Some(from) == acker && (offset > cur.acked || past_gap) {
+            cur.acked = cur.acked.max(offset);
+            cur.seen = cur.seen.max(furthest.min(cur.next));
             self.grow_window();
         }
     }
@@ -321,14 +322,15 @@ impl Sender {
         self.cwnd = self.cwnd.min(self.config.max_cwnd);
     }
 
-    fn on_nack(&mut self, i: usize, from: u32, offset: u32, now: Instant) {
+    fn on_nack(&mut self, i: usize, header: &McastHeader, answer: &McastAnswer, furthest: u32, now: Instant) {
         self.stats.nacks += 1;
+        let (from, offset) = (header.rank, header.offset);
         if offset >= self.flight[i].next {
             // It misses nothing that was sent (a receiver time-out, or a fragment it
             // keeps from far ahead, such as a resent last one): as good as an ACK.
             // Counted as a loss, it would pin the window at one (found by the route
             // benchmark at 5 % loss).
-            return self.on_ack(i, from, offset, now);
+            return self.on_ack(i, from, offset, furthest, now);
         }
         // The slowest receiver sets the pace: it becomes the acker, at most once per hold.
         let held =
@@ -342,21 +344,16 @@ impl Sender {
             for c in &mut self.flight {
                 if let Some(p) = c.waiting.get(&from) {
                     c.acked = p.holds.min(c.next);
+                    c.seen = p.furthest.min(c.next);
                 }
             }
         }
         let fragment = self.config.fragment;
-        // Two NACKs of a run are a repair apart: its wait behind the window, the
-        // round trip, the receiver's back-off (and its repeat limit).
-        let within =
-            (self.rtt.timeout(&self.config) + self.config.nack_backoff) * 2 + self.config.nack_repeat;
         let cur = &mut self.flight[i];
-        let burst = cur.waiting.get_mut(&from).is_some_and(|p| {
-            note_nack(&mut p.run, offset - offset % fragment, fragment, within, now) >= BURST_LOSSES
-        });
         if Some(from) == self.acker {
             // Its NACK says what it holds: the window's edge moves to it.
             cur.acked = offset;
+            cur.seen = cur.seen.max(furthest.min(cur.next));
         }
         match self.config.repair {
             Repair::GoBackN => {
@@ -366,17 +363,18 @@ impl Sender {
                 });
             }
             Repair::Selective => {
+                let burst = longest_run(&answer.holes, fragment) >= BURST_LOSSES;
                 let congested = burst || self.config.halve_on == HalveOn::EveryLoss;
-                self.repair(i, offset, congested, now)
+                self.repair(i, &answer.holes, congested, now)
             }
         }
     }
 
-    /// Selective repair: resends the fragment at `offset` of message `i` unless it
-    /// was resent within the coalescing interval (other receivers' NACKs of the
-    /// same loss), and halves the window, at most once per that interval, when the
-    /// loss looks like `congested`.
-    fn repair(&mut self, i: usize, offset: u32, congested: bool, now: Instant) {
+    /// Selective repair: resends each fragment of message `i` at `holes` that went
+    /// out and was not resent within the coalescing interval (other receivers'
+    /// NACKs of the same loss), and halves the window, at most once per that
+    /// interval, when the losses look like `congested`.
+    fn repair(&mut self, i: usize, holes: &[u32], congested: bool, now: Instant) {
         let coalesce = self.config.nack_coalesce;
         let fragment = self.config.fragment;
         // Congestion halves the window even when the fragment was just resent for
@@ -386,14 +384,19 @@ impl Sender {
             self.last_cut = Some(now);
             self.halve_window();
         }
-        let cur = &mut self.flight[i];
-        let start = offset - offset % fragment;
-        if cur.repaired.get(&start).is_some_and(|&at| now.saturating_duration_since(at) < coalesce) {
-            return;
+        for &hole in holes {
+            let Some(cur) = self.flight.get_mut(i) else { return };
+            let start = hole - hole % fragment;
+            let sent = cur.sent.get((start / fragment) as usize).copied().unwrap_or(false);
+            if !sent
+                || cur.repaired.get(&start).is_some_and(|&at| now.saturating_duration_since(at) < coalesce)
+            {
+                continue;
+            }
+            cur.repaired.insert(start, now);
+            let header = self.fragment_at(i, start);
+            self.queue_fragment(i, header, start, now);
         }
-        cur.repaired.insert(start, now);
-        let header = self.fragment_at(i, start);
-        self.queue_fragment(i, header, start, now);
     }
 
     /// Halves the window (the slow-start threshold stays as configured, so a small
@@ -533,6 +536,7 @@ impl Sender {
                 for c in &mut self.flight {
                     if let Some(p) = c.waiting.get(&a) {
                         c.acked = p.holds.min(c.next);
+                        c.seen = p.furthest.min(c.next);
                     }
                 }
             }
@@ -645,6 +649,7 @@ impl Sender {
             waiting,
             next: 0,
             acked: 0,
+            seen: 0,
             sent: Vec::new(),
             last_send: now,
             pending_nack: None,
@@ -663,7 +668,8 @@ impl Sender {
             if self.flight.front().is_some_and(Current::complete) {
                 return self.advance(now);
             }
-            let outstanding: u32 = self.flight.iter().map(|c| c.outstanding(fragment)).sum();
+            let repair = self.config.repair;
+            let outstanding: u32 = self.flight.iter().map(|c| c.outstanding(fragment, repair)).sum();
             if f64::from(outstanding) >= self.cwnd.floor().max(1.0) {
                 return;
             }

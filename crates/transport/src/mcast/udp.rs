@@ -9,7 +9,7 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::net::UdpSocket;
-use treecast_wire::{decode_mcast, encode_mcast, McastHeader};
+use treecast_wire::{decode_mcast, encode_mcast, McastAnswer, McastHeader};
 
 use super::{McastConfig, McastKey, Receiver, ReceiverEvent, Sender, SenderEvent};
 use crate::TransportError;
@@ -38,13 +38,15 @@ pub(crate) struct Sealer {
     /// The drop knob (`TREECAST_UDP_DROP`): a seeded chance to not send a datagram.
     drop: Option<(StdRng, f64)>,
     out: Vec<u8>,
+    /// An answer's payload, before it is sealed.
+    answer_payload: Vec<u8>,
     pub(crate) stats: EndpointStats,
 }
 
 impl Sealer {
     pub(crate) fn new(key: McastKey, config: &McastConfig) -> Sealer {
         let drop = (config.drop > 0.0).then(|| (StdRng::seed_from_u64(config.drop_seed), config.drop));
-        Sealer { key, drop, out: Vec::new(), stats: EndpointStats::default() }
+        Sealer { key, drop, out: Vec::new(), answer_payload: Vec::new(), stats: EndpointStats::default() }
     }
 
     /// Encodes and signs a datagram; send [`Sealer::sealed`] to each destination
@@ -52,6 +54,15 @@ impl Sealer {
     pub(crate) fn seal(&mut self, header: &McastHeader, payload: &[u8]) {
         encode_mcast(header, payload, &mut self.out);
         self.key.sign(&mut self.out);
+    }
+
+    /// Encodes and signs an ACK or NACK with its payload, as [`Sealer::seal`] does.
+    pub(crate) fn seal_answer(&mut self, header: &McastHeader, answer: &McastAnswer) {
+        let mut payload = std::mem::take(&mut self.answer_payload);
+        payload.clear();
+        answer.encode(&mut payload);
+        self.seal(header, &payload);
+        self.answer_payload = payload;
     }
 
     pub(crate) fn sealed(&self) -> &[u8] {
@@ -129,6 +140,16 @@ impl UdpEndpoint {
     /// protocol resends it.
     pub async fn send(&mut self, header: &McastHeader, payload: &[u8], to: &[SocketAddr]) {
         self.sealer.seal(header, payload);
+        self.send_sealed(to).await;
+    }
+
+    /// Sends an ACK or NACK with its payload to `to`, as [`UdpEndpoint::send`] does.
+    pub async fn send_answer(&mut self, header: &McastHeader, answer: &McastAnswer, to: SocketAddr) {
+        self.sealer.seal_answer(header, answer);
+        self.send_sealed(&[to]).await;
+    }
+
+    async fn send_sealed(&mut self, to: &[SocketAddr]) {
         for dest in to {
             if self.sealer.knob_drops() {
                 continue;
@@ -182,8 +203,11 @@ pub async fn drive_sender(
         let deadline = sender.deadline().unwrap_or_else(|| Instant::now() + Duration::from_millis(100));
         tokio::select! {
             got = ep.recv() => {
-                let (header, _, _) = got?;
-                sender.handle_answer(&header, Instant::now());
+                let (header, payload, _) = got?;
+                // The decoder checked every answer's payload: one that fails is not an answer.
+                if let Ok(answer) = McastAnswer::decode(&header, &payload) {
+                    sender.handle_answer(&header, &answer, Instant::now());
+                }
             }
             () = tokio::time::sleep_until(deadline.into()) => sender.handle_timeout(Instant::now()),
         }
@@ -205,8 +229,8 @@ pub async fn drive_receiver(
     // Only this group's data moves it: another group's broadcasts on the subnet do not.
     let mut idle_until = Instant::now() + idle_limit;
     loop {
-        while let Some(answer) = receiver.poll_answer() {
-            ep.send(&answer, &[], &[sender_addr]).await;
+        while let Some((header, answer)) = receiver.poll_answer() {
+            ep.send_answer(&header, &answer, sender_addr).await;
         }
         while let Some(event) = receiver.poll_event() {
             if !on_event(event) {

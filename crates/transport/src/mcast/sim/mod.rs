@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use treecast_wire::{McastHeader, MCAST_HEADER_LEN, MCAST_TAG_LEN};
+use treecast_wire::{McastAnswer, McastHeader, MCAST_HEADER_LEN, MCAST_TAG_LEN};
 
 use super::{McastConfig, Receiver, ReceiverEvent, ReceiverStats, Sender, SenderEvent, SenderStats};
 
@@ -74,7 +74,7 @@ impl Default for LanConfig {
 #[derive(Clone)]
 enum Packet {
     Data { to: usize, header: McastHeader, payload: Bytes },
-    Answer { header: McastHeader },
+    Answer { header: McastHeader, answer: McastAnswer },
 }
 
 struct InFlight {
@@ -249,10 +249,10 @@ impl Lan {
             }
         }
         for i in 0..self.receivers.len() {
-            while let Some(header) = self.receivers[i].poll_answer() {
+            while let Some((header, answer)) = self.receivers[i].poll_answer() {
                 if !self.dead[i] {
-                    let left = self.leave(i + 1, 0);
-                    self.arrive(left, Packet::Answer { header });
+                    let left = self.leave(i + 1, 4 * (1 + answer.holes.len()));
+                    self.arrive(left, Packet::Answer { header, answer });
                 }
             }
             while let Some(e) = self.receivers[i].poll_event() {
@@ -315,7 +315,7 @@ impl Lan {
                     self.receivers[to].handle_data(&header, &payload, now);
                 }
                 Packet::Data { .. } => {}
-                Packet::Answer { header } => self.sender.handle_answer(&header, now),
+                Packet::Answer { header, answer } => self.sender.handle_answer(&header, &answer, now),
             }
         }
         if self.sender.deadline().is_some_and(|t| t <= now) {
