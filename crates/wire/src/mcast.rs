@@ -122,8 +122,8 @@ pub fn encode_mcast(header: &McastHeader, payload: &[u8], out: &mut Vec<u8>) {
 /// a receiver's gaps and to resend only what is missing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct McastAnswer {
-    /// End of the furthest fragment the receiver holds, past any gap: at least the
-    /// header's offset.
+    /// End of the furthest fragment the receiver holds past any gap (or of the
+    /// message's last fragment, once that came): at least the header's offset.
     pub furthest: u32,
     /// NACK: byte offsets of the fragments to resend, ascending, none below the
     /// header's offset, 1 to [`MCAST_MAX_HOLES`] of them. ACK: none.

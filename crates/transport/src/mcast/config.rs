@@ -118,6 +118,9 @@ pub const DEFAULT_GROUP: IpAddr = IpAddr::V4(Ipv4Addr::new(239, 255, 84, 67));
 /// the sender went on without the receiver.
 pub const MAX_IN_FLIGHT: u32 = 64;
 
+/// The least a receiver keeps past a gap in one message, bytes ([`McastConfig::keep_past_gap`]).
+pub const KEEP_PAST_GAP_FLOOR: u64 = 2 << 20;
+
 /// Every variable [`McastConfig::from_env`] reads: what a front-end passes down the tree.
 pub const UDP_VARIABLES: [&str; 21] = [
     "TREECAST_UDP_FRAGMENT",
@@ -174,6 +177,17 @@ impl Default for McastConfig {
 }
 
 impl McastConfig {
+    /// Bytes a receiver keeps past a gap in one message at most: twice the largest
+    /// window, and at least [`KEEP_PAST_GAP_FLOOR`], so that a small window does
+    /// not make receivers drop what comes while their gap is repaired. The sender
+    /// sends no further past the acker's first gap than half of this.
+    pub fn keep_past_gap(&self) -> u64 {
+        (self.max_cwnd.max(1.0) as u64)
+            .saturating_mul(u64::from(self.fragment))
+            .saturating_mul(2)
+            .max(KEEP_PAST_GAP_FLOOR)
+    }
+
     /// The settings made safe to compute with, whoever filled them in: a fragment of
     /// at least one byte, and timers of at most a day (an `Instant` plus more could
     /// overflow).

@@ -25,7 +25,9 @@ mod sender;
 pub mod sim;
 mod udp;
 
-pub use config::{HalveOn, McastConfig, Repair, DEFAULT_GROUP, MAX_IN_FLIGHT, UDP_VARIABLES};
+pub use config::{
+    HalveOn, McastConfig, Repair, DEFAULT_GROUP, KEEP_PAST_GAP_FLOOR, MAX_IN_FLIGHT, UDP_VARIABLES,
+};
 pub use group::{route_frame, shares_subnet, GroupMember, GroupSender};
 pub use receiver::{Receiver, ReceiverEvent, ReceiverStats};
 pub use sender::{Sender, SenderEvent, SenderStats, BURST_LOSSES};

@@ -83,7 +83,8 @@ struct Assembly {
     started: bool,
     /// Whole, with its stream: it waits for the messages before it.
     whole: Option<u32>,
-    /// End of the furthest fragment that arrived, past any gap.
+    /// End of the furthest fragment kept past a gap, or of the last fragment once
+    /// it came (0 before any).
     furthest: u32,
     /// Missing fragments asked for, by offset, and when: a fragment is not asked
     /// for again sooner than the repeat interval.
@@ -201,7 +202,6 @@ impl Receiver {
         if !header.more() {
             slot.end = Some(end);
         }
-        slot.furthest = slot.furthest.max(end);
         slot.started = true;
         self.last_data = Some(now);
         self.heard_data = Some(now);
@@ -216,6 +216,11 @@ impl Receiver {
             if keep && !slot.ahead.contains_key(&offset) {
                 slot.ahead_bytes += payload.len();
                 slot.ahead.insert(offset, Bytes::copy_from_slice(payload));
+            }
+            // What it holds, or the message's end: a fragment dropped for the limit
+            // must not move the sender's window on.
+            if keep || !header.more() {
+                slot.furthest = slot.furthest.max(end);
             }
             // The acker answers every fragment, past a gap too: its furthest byte
             // keeps the sender's window moving while the gap is repaired.
@@ -292,9 +297,9 @@ impl Receiver {
         }
     }
 
-    /// Bytes kept past a gap at most, per message: twice the largest window.
+    /// Bytes kept past a gap at most, per message ([`McastConfig::keep_past_gap`]).
     fn ahead_limit(&self) -> usize {
-        (self.config.max_cwnd as usize).saturating_mul(self.config.fragment as usize).saturating_mul(2)
+        usize::try_from(self.config.keep_past_gap()).unwrap_or(usize::MAX)
     }
 
     /// Appends `fresh` to message `m` (slot `i`); false (and every message dropped)
@@ -344,34 +349,47 @@ impl Receiver {
     }
 
     /// NACKs every fragment of message `expect + i` it knows to be missing (from
-    /// the first byte it lacks to the furthest that arrived, at least the first)
-    /// and did not ask for within the repeat interval, up to [`MCAST_MAX_HOLES`].
+    /// the first byte it lacks to the furthest it holds, at least the first, no
+    /// further than what it may keep past a gap) and did not ask for within the
+    /// repeat interval, up to [`MCAST_MAX_HOLES`].
     fn nack(&mut self, i: usize, now: Instant) {
         let message = self.expect.wrapping_add(i as u32);
         let (fragment, repeat) = (self.config.fragment, self.config.nack_repeat);
-        // A scan no longer than what can be kept past a gap, and the holes asked for.
-        let scan = self.ahead_limit() / fragment as usize + MCAST_MAX_HOLES;
+        let keep_span = u32::try_from(self.ahead_limit()).unwrap_or(u32::MAX);
         let slot = &mut self.slots[i];
         slot.nack_at = None;
         let have = slot.have();
         slot.asked.retain(|&offset, _| offset >= have);
         let furthest = slot.furthest.max(have);
+        // The holes are the spaces between the fragments kept past the gap, walked
+        // in order (no lookup per fragment), up to the furthest.
+        let stop = furthest.min(have.saturating_add(keep_span)).max(have.saturating_add(1));
         // The last fragment came when `end` is known, but is not kept past a gap: it
         // is asked for once it is the first missing.
         let last = slot.end.map(|e| e.saturating_sub(1) / fragment * fragment);
         let mut holes = Vec::new();
-        let mut offset = have;
-        for _ in 0..scan {
-            if holes.len() == MCAST_MAX_HOLES || (offset >= furthest && offset > have) {
-                break;
+        let mut cursor = have;
+        let mut kept = slot.ahead.range(have..).map(|(&o, b)| (o, o.saturating_add(b.len() as u32)));
+        'walk: loop {
+            let next_kept = kept.next();
+            let gap_end = next_kept.map_or(stop, |(o, _)| o.min(stop));
+            while cursor < gap_end {
+                if holes.len() == MCAST_MAX_HOLES {
+                    break 'walk;
+                }
+                let asked =
+                    slot.asked.get(&cursor).is_some_and(|&at| now.saturating_duration_since(at) < repeat);
+                let came = last == Some(cursor) && cursor > have;
+                if !asked && !came {
+                    holes.push(cursor);
+                }
+                let Some(next) = cursor.checked_add(fragment) else { break 'walk };
+                cursor = next;
             }
-            let asked = slot.asked.get(&offset).is_some_and(|&at| now.saturating_duration_since(at) < repeat);
-            let came = last == Some(offset) && offset > have;
-            if !asked && !came && !slot.ahead.contains_key(&offset) {
-                holes.push(offset);
+            match next_kept {
+                Some((_, end)) if end < stop => cursor = cursor.max(end),
+                _ => break,
             }
-            let Some(next) = offset.checked_add(fragment) else { break };
-            offset = next;
         }
         if holes.is_empty() {
             return;

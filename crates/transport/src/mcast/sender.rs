@@ -88,7 +88,8 @@ impl Member {
 struct Progress {
     /// Bytes of the message it holds from the start, as it last said.
     holds: u32,
-    /// End of the furthest fragment it holds, past any gap, as it last said.
+    /// End of the furthest fragment it holds past any gap (or of the message's
+    /// last, once that came), as it last said.
     furthest: u32,
     /// It acknowledged the whole message.
     done: bool,
@@ -157,9 +158,17 @@ impl Current {
 
     /// Fragments sent and not yet held by the acker: past the furthest it holds
     /// under selective repair, past what it holds from the start under go-back-N.
-    fn outstanding(&self, fragment: u32, repair: Repair) -> u32 {
-        let edge = match repair {
-            Repair::Selective => self.acked.max(self.seen),
+    /// The furthest counts no more than half of what a receiver keeps past a gap
+    /// beyond what the acker holds from the start, so with the window on top
+    /// nothing goes further past its gap than it keeps.
+    fn outstanding(&self, config: &McastConfig) -> u32 {
+        let fragment = config.fragment;
+        let edge = match config.repair {
+            Repair::Selective => {
+                let most = config.keep_past_gap() / 2;
+                let cap = u32::try_from(u64::from(self.acked).saturating_add(most)).unwrap_or(u32::MAX);
+                self.acked.max(self.seen.min(cap))
+            }
             Repair::GoBackN => self.acked,
         };
         self.next.saturating_sub(edge).div_ceil(fragment)
@@ -357,9 +366,11 @@ impl Sender {
         }
         match self.config.repair {
             Repair::GoBackN => {
+                // The first hole it lists: its NACKs after the first list only new ones.
+                let from = answer.holes.first().copied().unwrap_or(offset).max(offset);
                 cur.pending_nack = Some(match cur.pending_nack {
-                    Some((lowest, until)) => (lowest.min(offset), until),
-                    None => (offset, now + self.config.nack_coalesce),
+                    Some((lowest, until)) => (lowest.min(from), until),
+                    None => (from, now + self.config.nack_coalesce),
                 });
             }
             Repair::Selective => {
@@ -662,14 +673,13 @@ impl Sender {
     /// Sends fragments while the window has room, starting messages as the ones
     /// before are all sent and fewer than `in_flight` are under way.
     fn fill(&mut self, now: Instant) {
-        let fragment = self.config.fragment;
         loop {
             // A message nobody waits for (an empty group) completes at once.
             if self.flight.front().is_some_and(Current::complete) {
                 return self.advance(now);
             }
-            let repair = self.config.repair;
-            let outstanding: u32 = self.flight.iter().map(|c| c.outstanding(fragment, repair)).sum();
+            let config = &self.config;
+            let outstanding: u32 = self.flight.iter().map(|c| c.outstanding(config)).sum();
             if f64::from(outstanding) >= self.cwnd.floor().max(1.0) {
                 return;
             }

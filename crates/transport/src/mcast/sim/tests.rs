@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use treecast_wire::McastHeader;
 
 use super::*;
-use crate::mcast::{HalveOn, Repair};
+use crate::mcast::{HalveOn, Repair, KEEP_PAST_GAP_FLOOR};
 
 fn message(len: usize, seed: u8) -> Bytes {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect::<Vec<u8>>().into()
@@ -111,23 +111,60 @@ fn the_window_opens_by_slow_start_then_grows_slowly_and_halves_on_a_run_of_losse
 }
 
 #[test]
-fn the_window_stays_open_past_a_gap_of_the_acker_while_it_is_repaired() {
-    // The acker missed fragment 0 of 4 sent: under selective repair the window's
-    // edge is the furthest fragment it holds, so new fragments go beside the
-    // repair; go-back-N waits for what it holds from the start.
-    let sent_after_nack = |repair| {
-        let mut lan =
-            Lan::new(McastConfig { initial_cwnd: 4.0, repair, ..config() }, 1, lan(Faults::NONE, 13));
+fn the_window_stays_open_past_a_gap_of_the_acker_as_far_as_receivers_keep() {
+    // The acker missed fragment 0 of those sent and holds the others: under
+    // selective repair the window's edge is the furthest fragment it holds, so new
+    // fragments go out while the gap is repaired; go-back-N waits for what it
+    // holds from the start.
+    let sent_after_ack = |repair, furthest| {
+        let config = McastConfig { initial_cwnd: 4.0, max_cwnd: 8.0, repair, ..config() };
+        let mut lan = Lan::new(config, 1, lan(Faults::NONE, 13));
         send_all(&mut lan, &[message(100 * 100, 1)]);
         let before = lan.sender.stats().fragments;
-        assert_eq!(before, 4);
-        let nack = McastHeader::answer(treecast_wire::McastKind::Nack, 1, receiver_id(0), 0, 0, 0);
-        lan.sender.handle_answer(&nack, &McastAnswer { furthest: 400, holes: vec![0] }, lan.now);
+        let ack = McastHeader::answer(treecast_wire::McastKind::Ack, 1, receiver_id(0), 0, 0, 0);
+        lan.sender.handle_answer(&ack, &McastAnswer { furthest, holes: vec![] }, lan.now);
         lan.sender.stats().fragments - before
     };
-    // The repair, and the window of 4 again past fragment 4.
-    assert_eq!(sent_after_nack(Repair::Selective), 5);
-    assert_eq!(sent_after_nack(Repair::GoBackN), 0);
+    // A window of 5 (grown by the ACK) past fragment 3.
+    assert_eq!(sent_after_ack(Repair::Selective, 400), 5);
+    assert_eq!(sent_after_ack(Repair::GoBackN, 400), 0);
+    // However far the acker gets past its gap, the edge stops half of what a
+    // receiver keeps past it: fragments of 1 MiB, a largest window of 2 and
+    // receivers keeping 4 MiB (twice the floor) stop at 2 + 2 fragments.
+    let f: u32 = 1 << 20;
+    assert_eq!(
+        McastConfig { fragment: f, max_cwnd: 2.0, ..config() }.keep_past_gap(),
+        2 * KEEP_PAST_GAP_FLOOR
+    );
+    let config = McastConfig { fragment: f, initial_cwnd: 2.0, max_cwnd: 2.0, ..config() };
+    let mut lan = Lan::new(config, 1, lan(Faults::NONE, 13));
+    send_all(&mut lan, &[Bytes::from(vec![7u8; 10 * f as usize])]);
+    for _ in 0..6 {
+        let furthest = lan.sender.stats().fragments as u32 * f;
+        let ack = McastHeader::answer(treecast_wire::McastKind::Ack, 1, receiver_id(0), 0, 0, 0);
+        lan.sender.handle_answer(&ack, &McastAnswer { furthest, holes: vec![] }, lan.now);
+    }
+    assert_eq!(lan.sender.stats().fragments, 4);
+}
+
+#[test]
+fn a_small_window_sends_no_further_past_a_gap_than_receivers_keep() {
+    // With a largest window of 16, receivers keep 32 fragments past a gap: the
+    // sender must not run past them while the acker waits for a repair (fragments
+    // dropped past the limit would be asked for, dropped again, and read as runs).
+    for loss in [0.05, 0.20] {
+        let faults = Faults { loss, duplicate: 0.0, reorder: 0.0 };
+        let config = McastConfig { fragment: 1432, max_cwnd: 16.0, ..McastConfig::default() };
+        let mut lan = Lan::new(config, 8, LanConfig { rate_bps: Some(1_000_000_000), ..lan(faults, 14) });
+        let messages: Vec<Bytes> = (0..4).map(|i| message(1 << 20, i)).collect();
+        send_all(&mut lan, &messages);
+        let out = lan.run(Duration::from_secs(600));
+        assert!(out.settled, "loss {loss}: {out:?}");
+        let per_fragment = out.sender.fragments as f64 / (4.0 * f64::from(1u32 << 20) / 1432.0).ceil();
+        // 1.94 at 5 % before a receiver kept at least 2 MiB past a gap (2.21 at 20 % now).
+        let most = if loss < 0.1 { 1.6 } else { 2.6 };
+        assert!(per_fragment < most, "loss {loss}: {per_fragment} per fragment, {out:?}");
+    }
 }
 
 #[test]
