@@ -383,6 +383,48 @@ proptest! {
         prop_assert!(lan.lost.is_empty(), "{:?}", lan.lost);
         prop_assert!(lan.receiver_events.is_empty(), "{:?}", lan.receiver_events);
     }
+
+    /// A member that says anything at all (any kind, message, offset, furthest byte
+    /// and holes, in any order) panics nothing, and the honest receivers still get
+    /// every message whole and in order.
+    #[test]
+    fn a_member_answering_nonsense_panics_nothing_and_the_others_get_everything(
+        sizes in prop::collection::vec(0usize..2_000, 1..6),
+        lies in prop::collection::vec(
+            (any::<bool>(), 0u32..8, any::<u32>(), any::<u32>(), prop::collection::vec(any::<u32>(), 0..6)),
+            1..200,
+        ),
+        loss in 0.0f64..0.2,
+        seed in any::<u64>(),
+        small in any::<bool>(),
+    ) {
+        let messages: Vec<Bytes> = sizes.iter().enumerate().map(|(i, &n)| message(n, i as u8)).collect();
+        let liar = 3;
+        let mut lan = Lan::new(config(), liar + 1, lan(Faults { loss, duplicate: 0.0, reorder: 0.0 }, seed));
+        lan.dead[liar] = true;
+        send_all(&mut lan, &messages);
+        lan.collect();
+        let mut lies = lies.into_iter();
+        let honest_done = |lan: &Lan| lan.delivered[..liar].iter().all(|got| got.len() == messages.len());
+        while let Some(t) = lan.next_time() {
+            if honest_done(&lan) || t.saturating_duration_since(lan.start) > Duration::from_secs(600) {
+                break;
+            }
+            lan.now = lan.now.max(t);
+            if let Some((nack, message, offset, furthest, holes)) = lies.next() {
+                // Small numbers hit the fragments under way; any number tests the bounds.
+                let shrink = |v: u32| if small { v % 2_500 } else { v };
+                let kind = if nack { treecast_wire::McastKind::Nack } else { treecast_wire::McastKind::Ack };
+                let header = McastHeader::answer(kind, 1, receiver_id(liar), 0, message, shrink(offset));
+                let holes = holes.into_iter().map(shrink).collect();
+                lan.sender.handle_answer(&header, &McastAnswer { furthest: shrink(furthest), holes }, lan.now);
+            }
+            lan.step();
+        }
+        for got in &lan.delivered[..liar] {
+            prop_assert_eq!(got, &messages);
+        }
+    }
 }
 
 #[test]
