@@ -11,7 +11,11 @@ import time
 from conftest import BACKEND, wait_gone
 
 CHILD = r"""
-import sys, treecast
+import signal, sys, treecast
+# A terminal's Ctrl-C, whatever the test was started under: a shell that runs a
+# command in the background without job control (nohup ... &) has it ignore
+# SIGINT, and Python then keeps it ignored instead of raising KeyboardInterrupt.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 backend = sys.argv[1:]
 with treecast.Network(local=2, topology="flat", backend=backend) as net:
     s = net.stream(filter="sum")
