@@ -146,46 +146,52 @@ impl McastAnswer {
     /// header's offset, an ACK with holes, a NACK with none or more than
     /// [`MCAST_MAX_HOLES`], or holes out of order or below the offset.
     pub fn decode(header: &McastHeader, payload: &[u8]) -> Result<McastAnswer, DecodeError> {
-        let invalid = |detail: String| DecodeError::Invalid { what: "multicast answer", detail };
-        if payload.len() < 4 || payload.len() % 4 != 0 {
+        let mut holes = Vec::new();
+        let furthest = read_answer(header, payload, |hole| holes.push(hole))?;
+        Ok(McastAnswer { furthest, holes })
+    }
+}
+
+/// Checks an answer's payload and hands each hole to `each`, in order; returns its
+/// furthest byte. [`decode_mcast`] checks with it and keeps nothing, so a datagram
+/// is not collected twice on its way to [`McastAnswer::decode`].
+fn read_answer(header: &McastHeader, payload: &[u8], mut each: impl FnMut(u32)) -> Result<u32, DecodeError> {
+    let invalid = |detail: String| DecodeError::Invalid { what: "multicast answer", detail };
+    if payload.len() < 4 || payload.len() % 4 != 0 {
+        return Err(invalid(format!(
+            "{} bytes of payload: an answer carries 4 bytes of progress and 4 per hole",
+            payload.len()
+        )));
+    }
+    let mut r = Reader::new(payload);
+    let furthest = r.u32("multicast answer's furthest byte")?;
+    let count = payload.len() / 4 - 1;
+    let allowed = match header.kind {
+        McastKind::Nack => 1..=MCAST_MAX_HOLES,
+        _ => 0..=0,
+    };
+    if !allowed.contains(&count) {
+        return Err(invalid(format!(
+            "{count} holes in a {:?}: an ACK lists none, a NACK 1 to {MCAST_MAX_HOLES}",
+            header.kind
+        )));
+    }
+    if furthest < header.offset {
+        return Err(invalid(format!("furthest byte {furthest} is below the bytes held, {}", header.offset)));
+    }
+    let mut floor = Some(header.offset);
+    for _ in 0..count {
+        let hole = r.u32("multicast answer's hole")?;
+        if floor.map_or(true, |f| hole < f) {
             return Err(invalid(format!(
-                "{} bytes of payload: an answer carries 4 bytes of progress and 4 per hole",
-                payload.len()
-            )));
-        }
-        let mut r = Reader::new(payload);
-        let furthest = r.u32("multicast answer's furthest byte")?;
-        let count = payload.len() / 4 - 1;
-        let allowed = match header.kind {
-            McastKind::Nack => 1..=MCAST_MAX_HOLES,
-            _ => 0..=0,
-        };
-        if !allowed.contains(&count) {
-            return Err(invalid(format!(
-                "{count} holes in a {:?}: an ACK lists none, a NACK 1 to {MCAST_MAX_HOLES}",
-                header.kind
-            )));
-        }
-        if furthest < header.offset {
-            return Err(invalid(format!(
-                "furthest byte {furthest} is below the bytes held, {}",
+                "hole {hole} out of order (holes ascend from the bytes held, {})",
                 header.offset
             )));
         }
-        let mut holes = Vec::with_capacity(count);
-        for _ in 0..count {
-            let hole = r.u32("multicast answer's hole")?;
-            let floor = holes.last().map_or(Some(header.offset), |&h: &u32| h.checked_add(1));
-            if floor.map_or(true, |f| hole < f) {
-                return Err(invalid(format!(
-                    "hole {hole} out of order (holes ascend from the bytes held, {})",
-                    header.offset
-                )));
-            }
-            holes.push(hole);
-        }
-        Ok(McastAnswer { furthest, holes })
+        each(hole);
+        floor = hole.checked_add(1);
     }
+    Ok(furthest)
 }
 
 /// A datagram cut into its parts; nothing is checked against the tag yet.
@@ -252,7 +258,7 @@ pub fn decode_mcast(datagram: &[u8]) -> Result<McastDatagram<'_>, DecodeError> {
                 detail: format!("an ACK or NACK carries no flag (flags {flags})"),
             });
         }
-        McastAnswer::decode(&header, payload)?;
+        read_answer(&header, payload, |_| {})?;
     }
     Ok(McastDatagram { header, payload, signed, tag })
 }

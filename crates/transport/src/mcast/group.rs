@@ -327,8 +327,9 @@ impl GroupSender {
             (&mut self.sealer, &mut self.sender, &self.members, &mut self.report);
         let mut any = self.inbuf.read_each(&self.socket, cx, READ_BUDGET, |bytes, from| {
             let Some((header, payload)) = sealer.open(bytes, from) else { return };
-            let Ok(answer) = McastAnswer::decode(&header, payload) else { return };
             if members.values().any(|j| j.node == header.rank && j.answers_from == Some(from)) {
+                // The decoder checked the payload: an answer that fails is not one.
+                let Ok(answer) = McastAnswer::decode(&header, payload) else { return };
                 sender.handle_answer(&header, &answer, Instant::now());
             } else {
                 report.rejected += 1;

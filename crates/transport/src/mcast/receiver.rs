@@ -487,6 +487,11 @@ impl Receiver {
 mod tests {
     use super::*;
 
+    /// Fragments of 4 bytes, NACKs at once: what most tests here read.
+    fn tiny() -> McastConfig {
+        McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() }
+    }
+
     fn data(message: u32, offset: u32, more: bool, acker: u32) -> McastHeader {
         McastHeader::data(1, 0, message, offset, more, acker)
     }
@@ -497,8 +502,7 @@ mod tests {
 
     #[test]
     fn one_nack_asks_for_every_missing_fragment_and_none_again_within_the_repeat_interval() {
-        let config =
-            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
+        let config = tiny();
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         // Fragments 0, 2 and 5 arrive: 1, 3 and 4 are missing.
@@ -537,8 +541,7 @@ mod tests {
 
     #[test]
     fn a_gap_is_nacked_once_per_repeat_interval_and_the_acker_acks_every_fragment() {
-        let config =
-            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
+        let config = tiny();
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         r.handle_data(&data(0, 0, true, 9), b"abcd", now);
@@ -564,8 +567,7 @@ mod tests {
 
     #[test]
     fn fragments_of_a_shape_no_sender_makes_are_dropped_and_counted() {
-        let config =
-            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
+        let config = tiny();
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         // Empty or short fragments with "more", off a boundary, or a last one too long.
@@ -584,8 +586,7 @@ mod tests {
 
     #[test]
     fn a_sender_silent_past_the_limit_in_the_middle_of_a_message_is_reported() {
-        let config =
-            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
+        let config = tiny();
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         r.handle_data(&data(0, 0, true, 9), b"abcd", now);
@@ -604,8 +605,7 @@ mod tests {
 
     #[test]
     fn silence_in_the_middle_of_a_message_is_nacked_and_idle_silence_is_not() {
-        let config =
-            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
+        let config = tiny();
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         assert_eq!(r.deadline(), None);
@@ -644,8 +644,7 @@ mod tests {
 
     #[test]
     fn later_messages_are_assembled_meanwhile_and_handed_on_in_order() {
-        let config =
-            McastConfig { fragment: 4, nack_backoff: std::time::Duration::ZERO, ..McastConfig::default() };
+        let config = tiny();
         let now = Instant::now();
         let mut r = Receiver::new(config, 5, 1, 0);
         // Message 0 misses its first fragment; 1 and 2 arrive whole meanwhile.

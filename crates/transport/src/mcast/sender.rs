@@ -156,6 +156,22 @@ impl Current {
         self.waiting.values().all(|p| p.done)
     }
 
+    /// The window's edges move to where receiver `p`, the new acker, is.
+    fn edges_to(&mut self, p: Progress) {
+        self.acked = p.holds.min(self.next);
+        self.seen = p.furthest.min(self.next);
+    }
+
+    /// The acker holds `offset` bytes from the start and fragments up to `furthest`;
+    /// true when either edge moved.
+    fn acker_at(&mut self, offset: u32, furthest: u32) -> bool {
+        let seen = furthest.min(self.next);
+        let moved = offset > self.acked || seen > self.seen;
+        self.acked = self.acked.max(offset);
+        self.seen = self.seen.max(seen);
+        moved
+    }
+
     /// Fragments sent and not yet held by the acker: past the furthest it holds
     /// under selective repair, past what it holds from the start under go-back-N.
     /// The furthest counts no more than half of what a receiver keeps past a gap
@@ -312,10 +328,9 @@ impl Sender {
                 p.done = true;
             }
         }
-        let past_gap = self.config.repair == Repair::Selective && furthest.min(cur.next) > cur.seen;
-        if Some(from) == acker && (offset > cur.acked || past_gap) {
-            cur.acked = cur.acked.max(offset);
-            cur.seen = cur.seen.max(furthest.min(cur.next));
+        // Under go-back-N only what the acker holds from the start opens the window.
+        let furthest = if self.config.repair == Repair::Selective { furthest } else { 0 };
+        if Some(from) == acker && cur.acker_at(offset, furthest) {
             self.grow_window();
         }
     }
@@ -351,9 +366,8 @@ impl Sender {
             self.stats.acker_changes += 1;
             // The window's edge in every message is where the new acker is.
             for c in &mut self.flight {
-                if let Some(p) = c.waiting.get(&from) {
-                    c.acked = p.holds.min(c.next);
-                    c.seen = p.furthest.min(c.next);
+                if let Some(&p) = c.waiting.get(&from) {
+                    c.edges_to(p);
                 }
             }
         }
@@ -361,16 +375,15 @@ impl Sender {
         let cur = &mut self.flight[i];
         if Some(from) == self.acker {
             // Its NACK says what it holds: the window's edge moves to it.
-            cur.acked = offset;
-            cur.seen = cur.seen.max(furthest.min(cur.next));
+            cur.acker_at(offset, furthest);
         }
         match self.config.repair {
             Repair::GoBackN => {
                 // The first hole it lists: its NACKs after the first list only new ones.
-                let from = answer.holes.first().copied().unwrap_or(offset).max(offset);
+                let back_to = answer.holes.first().copied().unwrap_or(offset).max(offset);
                 cur.pending_nack = Some(match cur.pending_nack {
-                    Some((lowest, until)) => (lowest.min(from), until),
-                    None => (from, now + self.config.nack_coalesce),
+                    Some((lowest, until)) => (lowest.min(back_to), until),
+                    None => (back_to, now + self.config.nack_coalesce),
                 });
             }
             Repair::Selective => {
@@ -545,9 +558,8 @@ impl Sender {
             self.acker = self.acker.or_else(|| self.members.keys().next().copied());
             if let Some(a) = self.acker {
                 for c in &mut self.flight {
-                    if let Some(p) = c.waiting.get(&a) {
-                        c.acked = p.holds.min(c.next);
-                        c.seen = p.furthest.min(c.next);
+                    if let Some(&p) = c.waiting.get(&a) {
+                        c.edges_to(p);
                     }
                 }
             }
