@@ -123,9 +123,12 @@ const LONGEST_NAP: Duration = Duration::from_millis(2);
 /// The longest the background thread sleeps between looks while the tool is busy
 /// calling: [`BUSY_CALLS`] calls or more in the last look's time (a burst of sends). Each
 /// look wakes the thread for nothing while the calls go on: at 2 ms, a C back-end's
-/// burst of sends lost about a twentieth of its throughput to them. What arrives just
-/// after a busy tool's last call may wait this long to be read.
-const BUSY_NAP: Duration = Duration::from_millis(10);
+/// burst of sends lost about a twentieth of its throughput to them, and at 10 ms the
+/// looks of 64 back-ends sharing two cores with 20 comm nodes still cost that tree
+/// about a twentieth of its reductions/s (docs/mrnet-compat.md). What arrives just
+/// after a busy tool's last call, and what its last sends left unwritten, may wait
+/// this long.
+const BUSY_NAP: Duration = Duration::from_millis(40);
 
 /// Calls in one look's time that make a tool busy (see [`BUSY_NAP`]).
 const BUSY_CALLS: u64 = 100;
@@ -191,9 +194,12 @@ impl Driver {
     /// The background thread: drives while no caller does, steps aside as soon as one
     /// comes, and takes over again after a quiet spell.
     fn background(&'static self) {
+        // Batch while it naps, its own policy while it drives (crate::nap_policy).
+        let mut policy = crate::nap_policy::NapPolicy::for_this_thread();
         loop {
             #[cfg(test)]
             tests::hold_background();
+            policy.driving();
             self.driving.store(true, SeqCst);
             self.unwritten_since.store(0, SeqCst);
             self.rt.block_on(async {
@@ -208,6 +214,7 @@ impl Driver {
                 }
             });
             self.driving.store(false, SeqCst);
+            policy.napping();
             let mut nap = QUIET;
             loop {
                 self.wait_for_no_caller();
@@ -725,5 +732,47 @@ mod tests {
         }
         assert!(ran.load(SeqCst) > 0, "the writer never ran while the sends kept coming");
         Ok(())
+    }
+
+    /// The thread id of the library's background thread, `treecast`.
+    fn background_tid() -> libc::pid_t {
+        let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task lists the threads");
+        tasks
+            .flatten()
+            .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "treecast"))
+            .and_then(|t| t.file_name().to_str()?.parse().ok())
+            .expect("the background thread is running")
+    }
+
+    /// Waits up to 10 s for `done`; whether it came.
+    fn eventually(mut done: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        while !done() {
+            if start.elapsed() > Duration::from_secs(10) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// While a call blocks, the background thread naps, as a batch thread (its looks
+    /// preempt nobody); once calls stop it drives the runtime under the normal policy,
+    /// which the threads and processes a task starts then inherit.
+    #[test]
+    fn the_background_thread_naps_as_batch_and_drives_under_the_normal_policy() {
+        let d = driver().expect("the runtime starts");
+        let tid = background_tid();
+        // SAFETY: a thread id of this process; no pointer is passed.
+        let policy = || unsafe { libc::sched_getscheduler(tid) };
+        let release = Arc::new(tokio::sync::Notify::new());
+        let wait = release.clone();
+        let caller = std::thread::spawn(move || d.drive(async move { wait.notified().await }));
+        let napped_as_batch = eventually(|| policy() == libc::SCHED_BATCH);
+        release.notify_one();
+        caller.join().expect("the blocking call ends");
+        assert!(napped_as_batch, "the background thread never napped as SCHED_BATCH while a call blocked");
+        let drove_as_normal = eventually(|| d.driving.load(SeqCst) && policy() == libc::SCHED_OTHER);
+        assert!(drove_as_normal, "the background thread never drove again under SCHED_OTHER");
     }
 }

@@ -33,6 +33,7 @@ mod commnode;
 mod error;
 mod ffi;
 mod files;
+mod nap_policy;
 mod network;
 mod packet;
 mod pollfd;
