@@ -125,10 +125,10 @@ const LONGEST_NAP: Duration = Duration::from_millis(2);
 /// look wakes the thread for nothing while the calls go on: at 2 ms, a C back-end's
 /// burst of sends lost about a twentieth of its throughput to them, and at 10 ms the
 /// looks of 64 back-ends sharing two cores with 20 comm nodes still cost that tree
-/// about a twentieth of its reductions/s (docs/mrnet-compat.md). What arrives just
+/// a few hundredths of its reductions/s (docs/mrnet-compat.md). What arrives just
 /// after a busy tool's last call, and what its last sends left unwritten, may wait
-/// this long.
-const BUSY_NAP: Duration = Duration::from_millis(40);
+/// up to about twice this: the nap under way, then one more, since that one saw calls.
+const BUSY_NAP: Duration = Duration::from_millis(20);
 
 /// Calls in one look's time that make a tool busy (see [`BUSY_NAP`]).
 const BUSY_CALLS: u64 = 100;
@@ -672,6 +672,13 @@ mod tests {
     /// Whether the background thread is held now.
     static HELD: AtomicBool = AtomicBool::new(false);
 
+    /// Serialises the tests that steer the one background thread: one holds it away
+    /// from the runtime, another waits for it to nap and to drive.
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static ONE: Mutex<()> = Mutex::new(());
+        ONE.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Where the background thread waits, before it drives, while a test asks it to.
     pub(super) fn hold_background() {
         while HOLD.load(SeqCst) {
@@ -704,6 +711,7 @@ mod tests {
     /// themselves, or every frame stays queued until the window fills.
     #[test]
     fn a_send_loop_that_never_waits_still_runs_its_writer() -> Result<(), Failure> {
+        let _alone = one_at_a_time();
         let d = driver()?;
         let (wake, ran) = writer(d, std::thread::current().id());
         /// Lets the background thread go again, even when the test fails.
@@ -734,14 +742,14 @@ mod tests {
         Ok(())
     }
 
-    /// The thread id of the library's background thread, `treecast`.
-    fn background_tid() -> libc::pid_t {
-        let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task lists the threads");
+    /// The thread id of the library's background thread, `treecast`, once it has its
+    /// name (a new thread names itself, a little after it starts).
+    fn background_tid() -> Option<libc::pid_t> {
+        let tasks = std::fs::read_dir("/proc/self/task").ok()?;
         tasks
             .flatten()
             .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "treecast"))
             .and_then(|t| t.file_name().to_str()?.parse().ok())
-            .expect("the background thread is running")
     }
 
     /// Waits up to 10 s for `done`; whether it came.
@@ -761,8 +769,15 @@ mod tests {
     /// which the threads and processes a task starts then inherit.
     #[test]
     fn the_background_thread_naps_as_batch_and_drives_under_the_normal_policy() {
+        let _alone = one_at_a_time();
         let d = driver().expect("the runtime starts");
-        let tid = background_tid();
+        let mut tid = None;
+        let named = eventually(|| {
+            tid = background_tid();
+            tid.is_some()
+        });
+        assert!(named, "no thread named treecast in /proc/self/task");
+        let tid = tid.unwrap_or_default();
         // SAFETY: a thread id of this process; no pointer is passed.
         let policy = || unsafe { libc::sched_getscheduler(tid) };
         let release = Arc::new(tokio::sync::Notify::new());

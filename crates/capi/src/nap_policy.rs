@@ -63,6 +63,7 @@ impl NapPolicy {
 mod tests {
     use super::*;
 
+    /// The scheduling policy the calling thread runs under now.
     fn policy_of_this_thread() -> libc::c_int {
         // SAFETY: as in `for_this_thread`.
         unsafe { libc::sched_getscheduler(0) }
