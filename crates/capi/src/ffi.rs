@@ -754,16 +754,18 @@ mod tests {
             .and_then(|t| t.file_name().to_str()?.parse().ok())
     }
 
-    /// Waits up to 10 s for `done`; whether it came.
-    fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    /// Looks every millisecond, for up to 10 s, until `look` finds something.
+    fn eventually<T>(mut look: impl FnMut() -> Option<T>) -> Option<T> {
         let start = Instant::now();
-        while !done() {
+        loop {
+            if let Some(found) = look() {
+                return Some(found);
+            }
             if start.elapsed() > Duration::from_secs(10) {
-                return false;
+                return None;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        true
     }
 
     /// While a call blocks, the background thread naps, as a batch thread (its looks
@@ -773,23 +775,18 @@ mod tests {
     fn the_background_thread_naps_as_batch_and_drives_under_the_normal_policy() {
         let _alone = one_at_a_time();
         let d = driver().expect("the runtime starts");
-        let mut tid = None;
-        let named = eventually(|| {
-            tid = background_tid();
-            tid.is_some()
-        });
-        assert!(named, "no thread named treecast in /proc/self/task");
-        let tid = tid.unwrap_or_default();
+        let tid = eventually(background_tid).expect("a thread named treecast in /proc/self/task");
         // SAFETY: a thread id of this process; no pointer is passed.
         let policy = || unsafe { libc::sched_getscheduler(tid) };
         let release = Arc::new(tokio::sync::Notify::new());
         let wait = release.clone();
         let caller = std::thread::spawn(move || d.drive(async move { wait.notified().await }));
-        let napped_as_batch = eventually(|| policy() == libc::SCHED_BATCH);
+        let napped_as_batch = eventually(|| (policy() == libc::SCHED_BATCH).then_some(())).is_some();
         release.notify_one();
         caller.join().expect("the blocking call ends");
         assert!(napped_as_batch, "the background thread never napped as SCHED_BATCH while a call blocked");
-        let drove_as_normal = eventually(|| d.driving.load(SeqCst) && policy() == libc::SCHED_OTHER);
+        let drove_as_normal =
+            eventually(|| (d.driving.load(SeqCst) && policy() == libc::SCHED_OTHER).then_some(())).is_some();
         assert!(drove_as_normal, "the background thread never drove again under SCHED_OTHER");
     }
 }
