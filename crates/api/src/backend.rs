@@ -14,7 +14,8 @@ use treecast_wire::{Format, Frame, FrameHeader, Value, Window};
 use crate::betool::{BeTool, Placed};
 use crate::collective::{Collected, ReduceOp, Request};
 use crate::collective_run as collective;
-use crate::stream::{encode_checked, send_with_credit, try_send};
+use crate::encoding::{encode_checked, encode_checked_then};
+use crate::stream::{send_with_credit, try_send};
 use crate::{rank_from_env, ApiError, AttachError, AttachInfo, Group, Packet};
 use treecast_wire::{CollectiveOp, Combine};
 
@@ -152,8 +153,13 @@ impl BackEndSender {
     ///
     /// Cancel safety: cancel safe: a cancelled send sent nothing.
     pub async fn send(&self, stream: u32, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
-        let (format, payload) = encode_checked(format, values)?;
-        self.send_encoded(stream, tag, &format, payload).await
+        let unsent = encode_checked_then(format, values, |format, payload| {
+            self.try_send_encoded(stream, tag, format, payload)
+        })?;
+        match unsent {
+            None => Ok(()),
+            Some(unsent) => self.send_unsent(unsent).await,
+        }
     }
 
     /// [`BackEndSender::send`] of values already encoded: `payload` must be the
@@ -264,7 +270,7 @@ impl BackEndSender {
         format: &str,
         values: &[Value],
     ) -> Result<(), ApiError> {
-        let (_, payload) = encode_checked(format, values)?;
+        let payload = encode_checked(format, values)?;
         send_with_credit(&self.shared, Frame::new(FrameHeader::peer(rank, tag, self.rank), payload)).await
     }
 
@@ -330,7 +336,7 @@ impl BackEndSender {
         if ranks.is_empty() {
             return Err(ApiError::NoSuchRanks { ranks: ranks.clone(), last: self.size.saturating_sub(1) });
         }
-        let (_, payload) = encode_checked(format, values)?;
+        let payload = encode_checked(format, values)?;
         let mut header = FrameHeader::peer(u32::MAX, tag, self.rank);
         header.flags = treecast_wire::FLAG_PEER_MULTI;
         send_with_credit(&self.shared, Frame::new(header, treecast_wire::encode_multi(ranks, &payload))).await

@@ -9,7 +9,8 @@ use treecast_wire::{CollectiveCall, CollectiveOp, Frame};
 
 use crate::betool::BeTool;
 use crate::collective::{check_scatter, context_of, result, Collected, Request};
-use crate::stream::{encode_checked, send_with_credit};
+use crate::encoding::encode_checked;
+use crate::stream::send_with_credit;
 use crate::ApiError;
 
 /// Enters an operation as back-end `rank` and waits for its result.
@@ -85,8 +86,8 @@ async fn enter_and_wait(
     if let Some(req) = member {
         let values = req.values.map_or(&[][..], |(_, v)| v);
         let checked = match req.values {
-            Some((format, values)) => encode_checked(format, values).map(|(_, payload)| payload),
-            None => Ok(Vec::new()),
+            Some((format, values)) => encode_checked(format, values),
+            None => Ok(bytes::Bytes::new()),
         }
         .and_then(|payload| match req.op {
             CollectiveOp::ReduceScatter => check_scatter(values, req.group.size()).map(|()| payload),

@@ -69,6 +69,7 @@ mod collective;
 mod collective_run;
 mod commnode;
 mod communicator;
+pub mod encoding;
 mod error;
 mod event;
 mod frontend;

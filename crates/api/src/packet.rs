@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use treecast_filters::decode_eq_classes;
-use treecast_wire::{decode_values, Format, Frame, RankSet, Value, FLAG_EQCLASS};
+use treecast_wire::{decode_values, Frame, RankSet, Value, FLAG_EQCLASS};
 
 use crate::ApiError;
 
@@ -76,13 +76,14 @@ impl Packet {
     /// the first that does not; [`ApiError::EqClassPacket`] for the output of the
     /// equivalence-class filter, which [`Packet::eq_classes`] reads.
     pub fn unpack(&self, format: &str) -> Result<Vec<Value>, ApiError> {
-        let format = Format::parse(format)?;
-        if self.is_eq_classes() {
-            return Err(ApiError::EqClassPacket { stream: self.stream() });
-        }
-        let values = self.values()?;
-        format.check(&values)?;
-        Ok(values)
+        crate::encoding::with_format(format, |format| {
+            if self.is_eq_classes() {
+                return Err(ApiError::EqClassPacket { stream: self.stream() });
+            }
+            let values = self.values()?;
+            format.check(&values)?;
+            Ok(values)
+        })?
     }
 
     /// A packet of `values` from the same stream, tag and rank: one class of an

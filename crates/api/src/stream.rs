@@ -10,10 +10,11 @@ use treecast_driver::{lock, Shared, Tool};
 use treecast_filters::TransformKind;
 use treecast_proto::{Command, CommandError, Delivery};
 use treecast_wire::{
-    encode_values, FilterSpec, Format, Frame, FrameHeader, RankSet, RouteChoice, SyncMode, Value, Window,
-    DEFAULT_DOWN_WINDOW, DEFAULT_UP_WINDOW, FLAG_DIRECT,
+    FilterSpec, Frame, FrameHeader, RankSet, RouteChoice, SyncMode, Value, Window, DEFAULT_DOWN_WINDOW,
+    DEFAULT_UP_WINDOW, FLAG_DIRECT,
 };
 
+use crate::encoding::encode_checked;
 use crate::frontend::FeTool;
 use crate::request::{register, InOrder, Item, Mailbox, Match, Request};
 use crate::{ApiError, Communicator, Packet, FRONT_END_RANK};
@@ -182,15 +183,6 @@ pub(crate) fn try_send<T: WaitsForCredit>(
         Err(CommandError::Blocked(back)) => Ok(Some(back)),
         Err(e) => Err(ApiError::from_command(stream, e)),
     }
-}
-
-/// Encodes `values` after checking them against `format`; returns the parsed format too.
-pub(crate) fn encode_checked(format: &str, values: &[Value]) -> Result<(Format, Vec<u8>), ApiError> {
-    let fmt = Format::parse(format)?;
-    fmt.check(values)?;
-    let mut payload = Vec::with_capacity(values.len() * 8 + 8);
-    encode_values(values, &mut payload);
-    Ok((fmt, payload))
 }
 
 impl Stream {
@@ -404,7 +396,7 @@ impl StreamSender {
     ///
     /// Cancel safety: cancel safe: a cancelled send sent nothing.
     pub async fn send(&self, tag: i32, format: &str, values: &[Value]) -> Result<(), ApiError> {
-        let (_, payload) = encode_checked(format, values)?;
+        let payload = encode_checked(format, values)?;
         self.send_frame(Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload)).await
     }
 
@@ -418,7 +410,7 @@ impl StreamSender {
     /// A malformed format or values that do not match it, at once; the send's own
     /// errors come with the request.
     pub fn isend(&self, tag: i32, format: &str, values: &[Value]) -> Result<Request<()>, ApiError> {
-        let (_, payload) = encode_checked(format, values)?;
+        let payload = encode_checked(format, values)?;
         let frame = Frame::new(FrameHeader::data(self.id, tag, FRONT_END_RANK), payload);
         let (turn, done) = self.sends.next();
         let sender = self.clone();
@@ -478,7 +470,7 @@ impl StreamSender {
                 last: self.backends.saturating_sub(1),
             });
         }
-        let (_, payload) = encode_checked(format, values)?;
+        let payload = encode_checked(format, values)?;
         let mut header = FrameHeader::data(self.id, tag, rank);
         header.flags |= FLAG_DIRECT;
         self.send_frame(Frame::new(header, payload)).await

@@ -193,7 +193,7 @@ pub(crate) unsafe fn values_of(
 /// The values `values[..n]` as the format `format` names them, encoded as a payload
 /// (`treecast_wire::encode_values`), with the format: a send's work without a list
 /// of values on the way, and, for a small payload, without an allocation of its own
-/// (see [`cut`]).
+/// (see [`treecast_api::encoding::cut`]).
 ///
 /// # Safety
 /// As [`from_c`].
@@ -210,9 +210,9 @@ pub(crate) unsafe fn encode_c(
         unsafe { encode_into(fmt, format, values, n, scratch) }?;
         // A large payload becomes the frame as it is (no copy); the next send starts
         // a scratch buffer of its own.
-        Ok(match scratch.len() > ARENA_PAYLOAD_MAX {
+        Ok(match scratch.len() > treecast_api::encoding::ARENA_PAYLOAD_MAX {
             true => Bytes::from(std::mem::take(scratch)),
-            false => cut(arena, scratch),
+            false => treecast_api::encoding::cut(arena, scratch),
         })
     });
     encoded.unwrap_or_else(|_| {
@@ -248,37 +248,17 @@ unsafe fn encode_into(
     }
 }
 
-/// Payloads up to this size are cut from the thread's arena ([`cut`]).
-const ARENA_PAYLOAD_MAX: usize = 1 << 10;
-/// What a thread's arena takes at a time.
-const ARENA_SIZE: usize = 16 << 10;
-
 /// A thread's buffers for encoding sends (one thread-local: each costs a call in a
 /// shared library).
 struct Encoding {
     /// Where a send encodes, kept between sends.
     scratch: Vec<u8>,
-    /// Where small payloads are cut from ([`cut`]).
+    /// Where small payloads are cut from ([`treecast_api::encoding::cut`]).
     arena: BytesMut,
 }
 
 thread_local! {
     static ENCODING: RefCell<Encoding> = RefCell::new(Encoding { scratch: Vec::new(), arena: BytesMut::new() });
-}
-
-/// A copy of a small `payload` cut from the calling thread's arena: one buffer that
-/// small payloads share, reused in place once every frame cut from it is dropped
-/// (a small frame is copied into its link's write buffer when it is queued, so a send
-/// loop keeps reusing one buffer). Two allocations per send (the payload and the
-/// header `bytes` adds to a vector it takes over) were a tenth of a C back-end's CPU
-/// in a burst of sends.
-fn cut(arena: &mut BytesMut, payload: &[u8]) -> Bytes {
-    if arena.capacity() < payload.len() {
-        // Reclaims the whole buffer when nothing cut from it is alive.
-        arena.reserve(ARENA_SIZE);
-    }
-    arena.extend_from_slice(payload);
-    arena.split().freeze()
 }
 
 /// Hands each of the values `values[..n]`, with the type the format `format` names

@@ -86,6 +86,9 @@ pub struct Driver<T: Tool, R: MonitoredRoute> {
     children_task: Option<JoinHandle<()>>,
     /// The driving task, to wake after the tool gave the core something to do.
     task: Option<Waker>,
+    /// The driving task was woken and has not polled since: a loop of sends wakes
+    /// it once, not once per send (each wake is an atomic update of the task).
+    task_woken: bool,
     /// Tools waiting until what they sent is written out ([`Driver::poll_flushed`]).
     flush_waiters: Vec<Waker>,
     /// The node is over: links are flushed and closed, children are stopped.
@@ -159,6 +162,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
             orders: None,
             children_task: None,
             task: None,
+            task_woken: false,
             flush_waiters: Vec::new(),
             ending: false,
             flush_deadline: None,
@@ -408,8 +412,9 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
     /// in one system call, when it next yields.
     fn after_input(&mut self) {
         self.drain();
-        if let Some(w) = &self.task {
+        if let Some(w) = self.task.as_ref().filter(|_| !self.task_woken) {
             w.wake_by_ref();
+            self.task_woken = true;
         }
     }
 
@@ -598,6 +603,8 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
         if !self.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             self.task = Some(cx.waker().clone());
         }
+        // Under the lock, so input after this poll wakes the task again.
+        self.task_woken = false;
         loop {
             let mut progressed = self.poll_news(cx);
             progressed |= self.poll_rejoin(cx);

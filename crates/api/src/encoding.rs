@@ -1,0 +1,206 @@
+//! What a thread keeps between sends: the readings of its last format strings and
+//! the buffer a payload is encoded in. A loop of sends then parses its format once,
+//! with no reference count to move (atomic operations were the dearest part of a
+//! bursting back-end's send), and allocates its payload once, at its exact size.
+
+use std::cell::RefCell;
+
+use bytes::{Bytes, BytesMut};
+use treecast_wire::{encode_values, Format, FormatError, Value};
+
+use crate::ApiError;
+
+/// Format strings a thread keeps the reading of: a tool that answers in one format
+/// and reads requests in another finds both every time.
+const KNOWN_FORMATS: usize = 4;
+/// Payloads up to this size are cut from an arena ([`cut`]); larger ones are
+/// frames of their own.
+pub const ARENA_PAYLOAD_MAX: usize = 1 << 10;
+/// What an arena takes at a time.
+const ARENA_SIZE: usize = 16 << 10;
+
+/// A thread's recent format strings and their readings, the newest last.
+#[derive(Default)]
+struct KnownFormats {
+    entries: Vec<(Box<str>, Format)>,
+}
+
+impl KnownFormats {
+    fn reading(&mut self, text: &str) -> Result<&Format, FormatError> {
+        let at = match self.entries.iter().rposition(|(known, _)| **known == *text) {
+            Some(at) => at,
+            None => {
+                let fmt = Format::parse(text)?;
+                if self.entries.len() == KNOWN_FORMATS {
+                    self.entries.remove(0);
+                }
+                self.entries.push((text.into(), fmt));
+                self.entries.len() - 1
+            }
+        };
+        Ok(&self.entries[at].1)
+    }
+}
+
+/// A thread's buffers for encoding.
+#[derive(Default)]
+struct Encoding {
+    formats: KnownFormats,
+    /// Where a payload is encoded, kept between sends.
+    scratch: Vec<u8>,
+}
+
+thread_local! {
+    static ENCODING: RefCell<Encoding> = RefCell::new(Encoding::default());
+}
+
+/// Calls `then` with the reading of the format string `text`, parsed once per
+/// thread while it is among the last few used.
+///
+/// # Errors
+/// What [`Format::parse`] finds wrong with `text`.
+pub(crate) fn with_format<R>(text: &str, then: impl FnOnce(&Format) -> R) -> Result<R, FormatError> {
+    with_encoding(|kept| match kept {
+        Some(e) => e.formats.reading(text).map(then),
+        None => Format::parse(text).map(|f| then(&f)),
+    })
+}
+
+/// The encoding ([`encode_values`]) of `values`, checked against the format
+/// `format`: what every send of values does before it queues a frame.
+///
+/// # Errors
+/// A malformed format, or the first value that does not match it.
+pub(crate) fn encode_checked(format: &str, values: &[Value]) -> Result<Bytes, ApiError> {
+    encode_checked_then(format, values, |_, payload| Ok(payload))
+}
+
+/// [`encode_checked`], then `then` with the format's reading and the payload.
+///
+/// # Errors
+/// As [`encode_checked`], and what `then` returns.
+pub(crate) fn encode_checked_then<R>(
+    format: &str,
+    values: &[Value],
+    then: impl FnOnce(&Format, Bytes) -> Result<R, ApiError>,
+) -> Result<R, ApiError> {
+    let encode = |fmt: &Format, scratch: &mut Vec<u8>| -> Result<Bytes, ApiError> {
+        fmt.check(values)?;
+        scratch.clear();
+        encode_values(values, scratch);
+        // At its exact size, a payload is one allocation that its last holder frees
+        // with no atomic operation (a vector with room to spare becomes two, shared).
+        Ok(Bytes::copy_from_slice(scratch))
+    };
+    with_encoding(|kept| match kept {
+        Some(e) => {
+            let fmt = e.formats.reading(format)?;
+            let payload = encode(fmt, &mut e.scratch)?;
+            then(fmt, payload)
+        }
+        None => {
+            let fmt = Format::parse(format)?;
+            let payload = encode(&fmt, &mut Vec::new())?;
+            then(&fmt, payload)
+        }
+    })
+}
+
+/// Calls `work` with the thread's buffers, or with none where they cannot be had:
+/// while the thread's locals are destroyed, or inside a call made from `work` (a
+/// hook the driver calls while a send holds them).
+fn with_encoding<R>(work: impl FnOnce(Option<&mut Encoding>) -> R) -> R {
+    let mut work = Some(work);
+    let done = ENCODING.try_with(|e| {
+        let mut held = e.try_borrow_mut().ok();
+        work.take().map(|w| w(held.as_deref_mut()))
+    });
+    match (done, work) {
+        (Ok(Some(r)), _) => r,
+        (_, Some(w)) => w(None),
+        (_, None) => unreachable!("try_with takes the work only when it runs it"),
+    }
+}
+
+/// A copy of a small `payload` cut from `arena`: one buffer that small payloads
+/// share, reused in place once every frame cut from it is dropped (a small frame is
+/// copied into its link's write buffer when it is queued, so a loop of sends keeps
+/// reusing one buffer). For bindings that keep an arena of their own.
+pub fn cut(arena: &mut BytesMut, payload: &[u8]) -> Bytes {
+    if arena.capacity() < payload.len() {
+        // Reclaims the whole buffer when nothing cut from it is alive.
+        arena.reserve(ARENA_SIZE);
+    }
+    arena.extend_from_slice(payload);
+    arena.split().freeze()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn known() -> Vec<String> {
+        ENCODING.with(|e| e.borrow().formats.entries.iter().map(|(t, _)| t.to_string()).collect())
+    }
+
+    #[test]
+    fn a_format_is_read_once_while_it_is_among_the_last_few_used() {
+        let types = with_format("%d %s", |f| f.types.len()).unwrap();
+        assert_eq!(types, 2);
+        for other in ["%ud", "%lf", "%as", "%d %s"] {
+            with_format(other, |_| ()).unwrap();
+        }
+        assert_eq!(known(), ["%d %s", "%ud", "%lf", "%as"], "a known format is not read again");
+        with_format("%c", |_| ()).unwrap();
+        assert_eq!(known(), ["%ud", "%lf", "%as", "%c"], "the oldest goes");
+    }
+
+    #[test]
+    fn a_malformed_format_is_refused_every_time_and_never_kept() {
+        for _ in 0..2 {
+            assert!(with_format("%q", |_| ()).is_err());
+        }
+        assert!(!known().iter().any(|t| t == "%q"));
+    }
+
+    #[test]
+    fn a_send_made_while_the_buffers_are_held_reads_its_format_afresh() {
+        let inner = encode_checked_then("%d", &[Value::Int(1)], |_, outer| {
+            let inner = encode_checked("%ud", &[Value::UInt(2)])?;
+            Ok((outer, inner))
+        })
+        .unwrap();
+        let mut own = Vec::new();
+        encode_values(&[Value::Int(1)], &mut own);
+        assert_eq!(&inner.0[..], &own[..]);
+        own.clear();
+        encode_values(&[Value::UInt(2)], &mut own);
+        assert_eq!(&inner.1[..], &own[..]);
+    }
+
+    #[test]
+    fn payloads_keep_their_bytes_while_later_ones_are_encoded() {
+        let a = encode_checked("%d", &[Value::Int(7)]).unwrap();
+        let b = encode_checked("%s", &[Value::Str("x".repeat(5000))]).unwrap();
+        let mut own = Vec::new();
+        encode_values(&[Value::Int(7)], &mut own);
+        assert_eq!(&a[..], &own[..]);
+        own.clear();
+        encode_values(&[Value::Str("x".repeat(5000))], &mut own);
+        assert_eq!(&b[..], &own[..]);
+    }
+
+    #[test]
+    fn values_that_do_not_match_the_format_are_refused() {
+        assert!(encode_checked("%d", &[Value::Str("no".into())]).is_err());
+    }
+
+    #[test]
+    fn an_arena_cut_keeps_each_payload_s_bytes() {
+        let mut arena = BytesMut::new();
+        let a = cut(&mut arena, b"one");
+        let b = cut(&mut arena, b"two");
+        assert_eq!((&a[..], &b[..]), (&b"one"[..], &b"two"[..]));
+    }
+}
