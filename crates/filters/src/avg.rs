@@ -143,6 +143,10 @@ pub(crate) struct Avg;
 
 impl Transform for Avg {
     fn apply(&mut self, wave: Vec<Frame>, ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
+        self.apply_borrowed(&wave, ctx)
+    }
+
+    fn apply_borrowed(&mut self, wave: &[Frame], ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
         let Some(first) = wave.first() else { return Ok(Vec::new()) };
         let mut acc = read(first, ctx)?;
         for frame in &wave[1..] {
@@ -184,7 +188,7 @@ impl Transform for Avg {
                 .zip(&acc.sums)
                 .map(|(t, s)| from_f64s(*t, &s.iter().map(|x| x / w).collect::<Vec<_>>()))
                 .collect();
-            Frame::new(output_header(&wave, 0), encode(&values))
+            Frame::new(output_header(wave, 0), encode(&values))
         } else {
             let mut values: Vec<Value> = acc
                 .format
@@ -198,7 +202,7 @@ impl Transform for Avg {
                 .collect();
             values.push(Value::ULong(acc.weight));
             values.push(Value::Str(format_string(&acc.format)));
-            Frame::new(output_header(&wave, FLAG_PARTIAL_AVG), encode(&values))
+            Frame::new(output_header(wave, FLAG_PARTIAL_AVG), encode(&values))
         };
         Ok(vec![out])
     }

@@ -65,12 +65,16 @@ pub(crate) struct Concat;
 
 impl Transform for Concat {
     fn apply(&mut self, wave: Vec<Frame>, ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
+        self.apply_borrowed(&wave, ctx)
+    }
+
+    fn apply_borrowed(&mut self, wave: &[Frame], ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
         if wave.is_empty() {
             return Ok(Vec::new());
         }
         let mut reference: Option<(Format, Vec<Option<ScalarType>>)> = None;
         let mut acc: Vec<Value> = Vec::new();
-        for frame in &wave {
+        for frame in wave {
             let values = decode_frame(frame, NAME, ctx)?;
             let format = Format::of(&values);
             let bases: Vec<_> = format.types.iter().map(|t| base(*t)).collect();
@@ -97,6 +101,6 @@ impl Transform for Concat {
                 debug_assert!(appended, "base types were checked");
             }
         }
-        Ok(vec![Frame::new(output_header(&wave, 0), encode(&acc))])
+        Ok(vec![Frame::new(output_header(wave, 0), encode(&acc))])
     }
 }

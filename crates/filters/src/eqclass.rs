@@ -104,12 +104,16 @@ pub(crate) struct EqClass;
 
 impl Transform for EqClass {
     fn apply(&mut self, wave: Vec<Frame>, _ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
+        self.apply_borrowed(&wave, _ctx)
+    }
+
+    fn apply_borrowed(&mut self, wave: &[Frame], _ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
         if wave.is_empty() {
             return Ok(Vec::new());
         }
         let mut classes: Vec<(Bytes, RankSet)> = Vec::new();
         let mut by_key: HashMap<Bytes, usize> = HashMap::new();
-        for frame in &wave {
+        for frame in wave {
             for (key, set) in decode_eq_classes(frame)? {
                 match by_key.get(&key) {
                     Some(&i) => classes[i].1.union_with(&set),
@@ -121,7 +125,7 @@ impl Transform for EqClass {
             }
         }
         classes.sort_by_key(|(_, s)| s.first());
-        let header = output_header(&wave, FLAG_EQCLASS);
+        let header = output_header(wave, FLAG_EQCLASS);
         let mut out = eq_classes_frame(header.stream, header.tag, &classes);
         out.header.rank = header.rank;
         Ok(vec![out])

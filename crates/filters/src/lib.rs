@@ -102,6 +102,17 @@ pub trait Transform: Send {
     /// A [`FilterError`] naming the source rank of the first offending packet.
     fn apply(&mut self, wave: Vec<Frame>, ctx: &FilterContext) -> Result<Vec<Frame>, FilterError>;
 
+    /// [`Transform::apply`] of a wave the caller keeps, for a retry without a bad
+    /// packet. The default copies the wave; a filter that only reads its packets
+    /// implements it to save the copy (a copy of each packet that its read left
+    /// unshared makes it shared: an allocation and atomic counts per packet).
+    ///
+    /// # Errors
+    /// As [`Transform::apply`].
+    fn apply_borrowed(&mut self, wave: &[Frame], ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
+        self.apply(wave.to_vec(), ctx)
+    }
+
     /// The instance's state as bytes, for a new instance to take over after a
     /// recovery; `None` (the default) for filters that keep none.
     ///
@@ -201,7 +212,7 @@ pub fn apply_dropping_bad(
 ) -> (Vec<Frame>, Vec<FilterError>) {
     let mut errors = Vec::new();
     while !wave.is_empty() {
-        match transform.apply(wave.clone(), ctx) {
+        match transform.apply_borrowed(&wave, ctx) {
             Ok(out) => return (out, errors),
             Err(e) => {
                 let before = wave.len();

@@ -587,9 +587,13 @@ impl PluginTransform {
 
 impl Transform for PluginTransform {
     fn apply(&mut self, wave: Vec<Frame>, ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
+        self.apply_borrowed(&wave, ctx)
+    }
+
+    fn apply_borrowed(&mut self, wave: &[Frame], ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
         self.down.clear();
         let mut formats = Vec::with_capacity(wave.len());
-        for f in &wave {
+        for f in wave {
             let values = decode_values(&f.payload).map_err(|e| {
                 let message = format!("the packet does not decode as typed values: {e}");
                 self.error(ctx.stream, Some(f.header.rank), abi::ERR_PACKET, message)
