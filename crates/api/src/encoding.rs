@@ -13,8 +13,8 @@ use crate::ApiError;
 /// Format strings a thread keeps the reading of: a tool that answers in one format
 /// and reads requests in another finds both every time.
 const KNOWN_FORMATS: usize = 4;
-/// Payloads up to this size are cut from an arena ([`cut`]); larger ones are
-/// frames of their own.
+/// Payloads up to this size are copied out of the buffer they were encoded in (or
+/// cut from an arena, [`cut`]); larger ones become frames as they are.
 pub const ARENA_PAYLOAD_MAX: usize = 1 << 10;
 /// What an arena takes at a time.
 const ARENA_SIZE: usize = 16 << 10;
@@ -28,7 +28,12 @@ struct KnownFormats {
 impl KnownFormats {
     fn reading(&mut self, text: &str) -> Result<&Format, FormatError> {
         let at = match self.entries.iter().rposition(|(known, _)| **known == *text) {
-            Some(at) => at,
+            Some(at) => {
+                // The most recently used last: the first to go is the least used.
+                let used = self.entries.remove(at);
+                self.entries.push(used);
+                self.entries.len() - 1
+            }
             None => {
                 let fmt = Format::parse(text)?;
                 if self.entries.len() == KNOWN_FORMATS {
@@ -88,9 +93,15 @@ pub(crate) fn encode_checked_then<R>(
         fmt.check(values)?;
         scratch.clear();
         encode_values(values, scratch);
-        // At its exact size, a payload is one allocation that its last holder frees
-        // with no atomic operation (a vector with room to spare becomes two, shared).
-        Ok(Bytes::copy_from_slice(scratch))
+        Ok(match scratch.len() > ARENA_PAYLOAD_MAX {
+            // A large payload becomes the frame as it is (no copy, and the thread keeps
+            // no buffer of its size); the next send starts a scratch buffer of its own.
+            true => Bytes::from(std::mem::take(scratch)),
+            // At its exact size, a small payload is one allocation that its last holder
+            // frees with no atomic operation (a vector with room to spare becomes two,
+            // shared).
+            false => Bytes::copy_from_slice(scratch),
+        })
     };
     with_encoding(|kept| match kept {
         Some(e) => {
@@ -145,15 +156,15 @@ mod tests {
     }
 
     #[test]
-    fn a_format_is_read_once_while_it_is_among_the_last_few_used() {
+    fn a_format_is_read_once_while_it_is_among_the_last_few_used_and_the_least_used_goes() {
         let types = with_format("%d %s", |f| f.types.len()).unwrap();
         assert_eq!(types, 2);
         for other in ["%ud", "%lf", "%as", "%d %s"] {
             with_format(other, |_| ()).unwrap();
         }
-        assert_eq!(known(), ["%d %s", "%ud", "%lf", "%as"], "a known format is not read again");
+        assert_eq!(known(), ["%ud", "%lf", "%as", "%d %s"], "a known format is not read again");
         with_format("%c", |_| ()).unwrap();
-        assert_eq!(known(), ["%ud", "%lf", "%as", "%c"], "the oldest goes");
+        assert_eq!(known(), ["%lf", "%as", "%d %s", "%c"], "the least recently used goes");
     }
 
     #[test]

@@ -103,8 +103,8 @@ pub fn eq_classes_frame(stream: u32, tag: i32, classes: &[(Bytes, RankSet)]) -> 
 pub(crate) struct EqClass;
 
 impl Transform for EqClass {
-    fn apply(&mut self, wave: Vec<Frame>, _ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
-        self.apply_borrowed(&wave, _ctx)
+    fn apply(&mut self, wave: Vec<Frame>, ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
+        self.apply_borrowed(&wave, ctx)
     }
 
     fn apply_borrowed(&mut self, wave: &[Frame], _ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
