@@ -107,7 +107,7 @@ impl Synchronizer {
             return self.release_expired(now);
         }
         let mut waves = self.release_expired(now);
-        if !self.lost.contains(&child) && self.expected.insert(child) {
+        if !self.expected.contains(&child) && !self.lost.contains(&child) && self.expected.insert(child) {
             // A newly learnt child: its queue (if any) now counts toward readiness.
             if self.queues.get(&child).is_some_and(|q| !q.is_empty()) {
                 self.ready_children += 1;
@@ -119,8 +119,8 @@ impl Synchronizer {
             self.ready_children += 1;
         }
         self.queued += 1;
-        waves.extend(self.release_complete());
-        waves.extend(self.release_expired(now));
+        append(&mut waves, self.release_complete());
+        append(&mut waves, self.release_expired(now));
         waves
     }
 
@@ -270,7 +270,12 @@ impl Synchronizer {
     }
 
     /// Releases time-out waves whose deadline passed.
+    #[inline]
     fn release_expired(&mut self, now: Instant) -> Vec<Wave> {
+        if !matches!(self.mode, SyncMode::TimeOut(_)) {
+            // Called twice for every packet: the other modes leave at once.
+            return Vec::new();
+        }
         let mut waves = Vec::new();
         while self.next_deadline().is_some_and(|d| d <= now) {
             waves.push(self.take_wave());
@@ -307,6 +312,16 @@ impl Synchronizer {
             self.activate_deferred();
         }
         wave
+    }
+}
+
+/// Adds `more` to `waves`, taking it whole when `waves` is empty (usually): a
+/// packet's one wave is not copied into a second list.
+fn append(waves: &mut Vec<Wave>, more: Vec<Wave>) {
+    if waves.is_empty() {
+        *waves = more;
+    } else {
+        waves.extend(more);
     }
 }
 
