@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use treecast_wire::{encode_values, Format, FormatError, Value};
 
 use crate::ApiError;
@@ -13,11 +13,9 @@ use crate::ApiError;
 /// Format strings a thread keeps the reading of: a tool that answers in one format
 /// and reads requests in another finds both every time.
 const KNOWN_FORMATS: usize = 4;
-/// Payloads up to this size are copied out of the buffer they were encoded in (or
-/// cut from an arena, [`cut`]); larger ones become frames as they are.
-pub const ARENA_PAYLOAD_MAX: usize = 1 << 10;
-/// What an arena takes at a time.
-const ARENA_SIZE: usize = 16 << 10;
+/// Payloads up to this size are copied out of the buffer they were encoded in
+/// ([`payload_from`]); larger ones become frames as they are.
+const COPY_PAYLOAD_MAX: usize = 1 << 10;
 
 /// A thread's recent format strings and their readings, the newest last.
 #[derive(Default)]
@@ -93,15 +91,7 @@ pub(crate) fn encode_checked_then<R>(
         fmt.check(values)?;
         scratch.clear();
         encode_values(values, scratch);
-        Ok(match scratch.len() > ARENA_PAYLOAD_MAX {
-            // A large payload becomes the frame as it is (no copy, and the thread keeps
-            // no buffer of its size); the next send starts a scratch buffer of its own.
-            true => Bytes::from(std::mem::take(scratch)),
-            // At its exact size, a small payload is one allocation that its last holder
-            // frees with no atomic operation (a vector with room to spare becomes two,
-            // shared).
-            false => Bytes::copy_from_slice(scratch),
-        })
+        Ok(payload_from(scratch))
     };
     with_encoding(|kept| match kept {
         Some(e) => {
@@ -133,17 +123,18 @@ fn with_encoding<R>(work: impl FnOnce(Option<&mut Encoding>) -> R) -> R {
     }
 }
 
-/// A copy of a small `payload` cut from `arena`: one buffer that small payloads
-/// share, reused in place once every frame cut from it is dropped (a small frame is
-/// copied into its link's write buffer when it is queued, so a loop of sends keeps
-/// reusing one buffer). For bindings that keep an arena of their own.
-pub fn cut(arena: &mut BytesMut, payload: &[u8]) -> Bytes {
-    if arena.capacity() < payload.len() {
-        // Reclaims the whole buffer when nothing cut from it is alive.
-        arena.reserve(ARENA_SIZE);
+/// The frame payload of what was encoded in `scratch`, a buffer kept for the next
+/// encoding: a large payload is taken as it is (no copy, and the thread keeps no
+/// buffer of its size; `scratch` starts again empty), a small one is copied at its
+/// exact size, one allocation that its last holder frees with no atomic operation
+/// (a vector with room to spare becomes two allocations, shared, and a buffer that
+/// small payloads are cut from counts each one atomically). For bindings that
+/// encode into buffers of their own.
+pub fn payload_from(scratch: &mut Vec<u8>) -> Bytes {
+    match scratch.len() > COPY_PAYLOAD_MAX {
+        true => Bytes::from(std::mem::take(scratch)),
+        false => Bytes::copy_from_slice(scratch),
     }
-    arena.extend_from_slice(payload);
-    arena.split().freeze()
 }
 
 #[cfg(test)]
@@ -208,10 +199,12 @@ mod tests {
     }
 
     #[test]
-    fn an_arena_cut_keeps_each_payload_s_bytes() {
-        let mut arena = BytesMut::new();
-        let a = cut(&mut arena, b"one");
-        let b = cut(&mut arena, b"two");
-        assert_eq!((&a[..], &b[..]), (&b"one"[..], &b"two"[..]));
+    fn a_small_payload_is_copied_and_a_large_one_taken_with_its_buffer() {
+        let mut scratch = vec![1, 2, 3];
+        assert_eq!(&payload_from(&mut scratch)[..], &[1, 2, 3]);
+        assert_eq!(scratch, [1, 2, 3], "the buffer stays for the next encoding");
+        let mut scratch = vec![7; COPY_PAYLOAD_MAX + 1];
+        assert_eq!(payload_from(&mut scratch).len(), COPY_PAYLOAD_MAX + 1);
+        assert_eq!(scratch.capacity(), 0, "the thread keeps no large buffer");
     }
 }

@@ -299,6 +299,9 @@ impl Stream {
     ///
     /// Cancel safety: cancel safe: a cancelled receive took nothing.
     pub async fn recv_matching(&self, m: Match) -> Result<Packet, ApiError> {
+        if let Some(p) = self.try_recv_matching(m)? {
+            return Ok(p);
+        }
         let posted = post(&self.recv, m);
         std::future::poll_fn(|cx| poll_receive(&posted, &self.sender, Some(cx))).await
     }
@@ -324,8 +327,13 @@ impl Stream {
     /// # Errors
     /// As [`Stream::recv_matching`], when the stream ended or refused.
     pub fn try_recv_matching(&self, m: Match) -> Result<Option<Packet>, ApiError> {
-        let posted = post(&self.recv, m);
-        match poll_receive(&posted, &self.sender, None) {
+        // Posted, looked at and withdrawn under one lock: a tool reading a burst
+        // takes each packet with one lock of the receive side and no reference count.
+        let mut side = lock_recv(&self.recv);
+        let id = side.mail.post(m);
+        let polled = poll_side(&mut side, id, &self.sender, None);
+        side.mail.unpost(id);
+        match polled {
             Poll::Ready(result) => result.map(Some),
             Poll::Pending => Ok(None),
         }
@@ -565,9 +573,18 @@ fn poll_receive(
     sender: &StreamSender,
     cx: Option<&Context<'_>>,
 ) -> Poll<Result<Packet, ApiError>> {
-    let id = sender.id;
     // Lock order: a stream's receive side, then the driver.
-    let mut side = lock_recv(&posted.recv);
+    poll_side(&mut lock_recv(&posted.recv), posted.id, sender, cx)
+}
+
+/// [`poll_receive`] for the receive `posted` of the receive side `side`, locked.
+fn poll_side(
+    side: &mut RecvSide,
+    posted: u64,
+    sender: &StreamSender,
+    cx: Option<&Context<'_>>,
+) -> Poll<Result<Packet, ApiError>> {
+    let id = sender.id;
     let mut d = None;
     let taken = |item| match item {
         Item::Packet(p) => Ok(p),
@@ -576,7 +593,7 @@ fn poll_receive(
     // One item at a time, so that what the tool has not asked for stays in the core,
     // under its flow control (the mailbox looks at each item once per receive).
     loop {
-        if let Some(item) = side.mail.take_for(posted.id) {
+        if let Some(item) = side.mail.take_for(posted) {
             return Poll::Ready(taken(item));
         }
         if side.end.is_some() || side.mail.is_full() {

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use treecast_api::{encode_values, Format, ScalarType, Value, ValueType};
 
 use crate::error::{tc_result, Failure};
@@ -192,8 +192,8 @@ pub(crate) unsafe fn values_of(
 
 /// The values `values[..n]` as the format `format` names them, encoded as a payload
 /// (`treecast_wire::encode_values`), with the format: a send's work without a list
-/// of values on the way, and, for a small payload, without an allocation of its own
-/// (see [`treecast_api::encoding::cut`]).
+/// of values on the way, into a buffer the thread keeps (see
+/// [`treecast_api::encoding::payload_from`]).
 ///
 /// # Safety
 /// As [`from_c`].
@@ -204,16 +204,11 @@ pub(crate) unsafe fn encode_c(
     n: usize,
 ) -> Result<Bytes, Failure> {
     let encoded = ENCODING.try_with(|e| {
-        let Encoding { scratch, arena } = &mut *e.borrow_mut();
+        let scratch = &mut e.borrow_mut().scratch;
         scratch.clear();
         // SAFETY: as the caller promised.
         unsafe { encode_into(fmt, format, values, n, scratch) }?;
-        // A large payload becomes the frame as it is (no copy); the next send starts
-        // a scratch buffer of its own.
-        Ok(match scratch.len() > treecast_api::encoding::ARENA_PAYLOAD_MAX {
-            true => Bytes::from(std::mem::take(scratch)),
-            false => treecast_api::encoding::cut(arena, scratch),
-        })
+        Ok(treecast_api::encoding::payload_from(scratch))
     });
     encoded.unwrap_or_else(|_| {
         // Only while the thread's locals are being destroyed: a buffer of its own.
@@ -248,17 +243,14 @@ unsafe fn encode_into(
     }
 }
 
-/// A thread's buffers for encoding sends (one thread-local: each costs a call in a
-/// shared library).
+/// A thread's buffer for encoding sends.
 struct Encoding {
     /// Where a send encodes, kept between sends.
     scratch: Vec<u8>,
-    /// Where small payloads are cut from ([`treecast_api::encoding::cut`]).
-    arena: BytesMut,
 }
 
 thread_local! {
-    static ENCODING: RefCell<Encoding> = RefCell::new(Encoding { scratch: Vec::new(), arena: BytesMut::new() });
+    static ENCODING: RefCell<Encoding> = const { RefCell::new(Encoding { scratch: Vec::new() }) };
 }
 
 /// Hands each of the values `values[..n]`, with the type the format `format` names
