@@ -299,9 +299,6 @@ impl Stream {
     ///
     /// Cancel safety: cancel safe: a cancelled receive took nothing.
     pub async fn recv_matching(&self, m: Match) -> Result<Packet, ApiError> {
-        if let Some(p) = self.try_recv_matching(m)? {
-            return Ok(p);
-        }
         let posted = post(&self.recv, m);
         std::future::poll_fn(|cx| poll_receive(&posted, &self.sender, Some(cx))).await
     }
