@@ -1,11 +1,13 @@
 //! decode_values on arbitrary bytes; accepted payloads must re-encode to the same
 //! bytes (the encoding is canonical) and decode again to the same values.
+//! decode_format must give the decoded values' format, or the same error.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use treecast_wire::{decode_values, encode_values, Format};
+use treecast_wire::{decode_format, decode_values, encode_values, Format};
 
 fuzz_target!(|data: &[u8]| {
+    assert_eq!(decode_format(data), decode_values(data).map(|v| Format::of(&v)));
     if let Ok(values) = decode_values(data) {
         let mut out = Vec::new();
         encode_values(&values, &mut out);

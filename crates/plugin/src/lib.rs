@@ -29,7 +29,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use thiserror::Error;
 use treecast_filter::abi;
-use treecast_wire::{decode_values, Format, Frame, FrameHeader, MAX_FILTER_NAME};
+use treecast_wire::{decode_format, decode_values, Format, Frame, FrameHeader, MAX_FILTER_NAME};
 
 use treecast_filters::{FilterContext, FilterError, FilterPlace, FilterRegistry, PlaceRole, Transform};
 
@@ -592,22 +592,33 @@ impl Transform for PluginTransform {
 
     fn apply_borrowed(&mut self, wave: &[Frame], ctx: &FilterContext) -> Result<Vec<Frame>, FilterError> {
         self.down.clear();
-        let mut formats = Vec::with_capacity(wave.len());
+        // Each distinct format once (a wave's packets mostly share one), read from
+        // the payloads without decoding their values.
+        let mut formats: Vec<(Format, CString)> = Vec::new();
+        let mut format_of = Vec::with_capacity(wave.len());
         for f in wave {
-            let values = decode_values(&f.payload).map_err(|e| {
+            let format = decode_format(&f.payload).map_err(|e| {
                 let message = format!("the packet does not decode as typed values: {e}");
                 self.error(ctx.stream, Some(f.header.rank), abi::ERR_PACKET, message)
             })?;
-            // A canonical format string has no NUL byte.
-            formats.push(CString::new(Format::of(&values).to_string()).unwrap_or_default());
+            let at = match formats.iter().position(|(known, _)| *known == format) {
+                Some(at) => at,
+                None => {
+                    // A canonical format string has no NUL byte.
+                    let text = CString::new(format.to_string()).unwrap_or_default();
+                    formats.push((format, text));
+                    formats.len() - 1
+                }
+            };
+            format_of.push(at);
         }
         let packets: Vec<abi::Packet> = wave
             .iter()
-            .zip(&formats)
-            .map(|(f, format)| abi::Packet {
+            .zip(&format_of)
+            .map(|(f, &at)| abi::Packet {
                 tag: f.header.tag,
                 rank: f.header.rank,
-                format: format.as_ptr(),
+                format: formats[at].1.as_ptr(),
                 payload: f.payload.as_ptr(),
                 payload_len: f.payload.len(),
             })

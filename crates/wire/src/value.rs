@@ -580,10 +580,14 @@ fn read_count(r: &mut Reader<'_>, what: &'static str, min_width: usize) -> Resul
 }
 
 fn read_str(r: &mut Reader<'_>, what: &'static str) -> Result<String, DecodeError> {
+    str_slice(r, what).map(str::to_owned)
+}
+
+fn str_slice<'a>(r: &mut Reader<'a>, what: &'static str) -> Result<&'a str, DecodeError> {
     let len = read_count(r, what, 1)?;
     let offset = r.offset();
     let bytes = r.take(len, what)?;
-    std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| DecodeError::InvalidUtf8 { what, offset })
+    std::str::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8 { what, offset })
 }
 
 macro_rules! get_array {
@@ -650,6 +654,55 @@ fn decode_one(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
             Value::Bytes(r.take(n, "bytes")?.to_vec())
         }
     })
+}
+
+/// Checks the next value as [`decode_one`] reads it, with the same errors, and
+/// returns its type without making the value.
+fn skip_one(r: &mut Reader<'_>) -> Result<ValueType, DecodeError> {
+    let offset = r.offset();
+    let code = r.u8("value type code")?;
+    let Some(ty) = ValueType::from_code(code) else {
+        return Err(DecodeError::UnknownTypeCode { code, offset });
+    };
+    match ty {
+        ValueType::Scalar(ScalarType::Str) => {
+            str_slice(r, "string")?;
+        }
+        ValueType::Scalar(t) => {
+            r.take(t.min_width(), "value")?;
+        }
+        ValueType::Array(ScalarType::Str) => {
+            for _ in 0..read_count(r, "string array", ScalarType::Str.min_width())? {
+                str_slice(r, "string array element")?;
+            }
+        }
+        ValueType::Array(t) => {
+            let w = t.min_width();
+            let n = read_count(r, "array", w)?;
+            // read_count checked that the input holds the n elements.
+            r.take(n.saturating_mul(w), "array")?;
+        }
+        ValueType::Bytes => {
+            let n = read_count(r, "bytes", 1)?;
+            r.take(n, "bytes")?;
+        }
+    }
+    Ok(ty)
+}
+
+/// The format of the values a payload holds, checked as [`decode_values`] checks
+/// it (the same error for the same input) without making the values: for code that
+/// needs a packet's format string but reads its bytes itself (a plug-in filter).
+///
+/// # Errors
+/// As [`decode_values`].
+pub fn decode_format(buf: &[u8]) -> Result<crate::Format, DecodeError> {
+    let mut r = Reader::new(buf);
+    let mut types = Vec::new();
+    while r.remaining() > 0 {
+        types.push(skip_one(&mut r)?);
+    }
+    Ok(crate::Format { types })
 }
 
 /// Decodes a whole payload into values.

@@ -721,6 +721,24 @@ proptest! {
         let _ = decode_batch(Bytes::from(mutate(encode_batch(&frames).to_vec(), &edits, cut)));
     }
 
+    /// A payload's format read without its values is what decoding them gives, and
+    /// a payload that does not decode fails the same way, for encodings, damaged
+    /// encodings and any bytes.
+    #[test]
+    fn a_payload_s_format_read_alone_is_its_values_format(
+        values in vec(value(), 0..6),
+        edits in vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in proptest::option::of(any::<usize>()),
+        bytes in vec(any::<u8>(), 0..64),
+    ) {
+        for payload in [encode(&values), mutate(encode(&values), &edits, cut), bytes.clone()] {
+            prop_assert_eq!(
+                treecast_wire::decode_format(&payload),
+                decode_values(&payload).map(|v| treecast_wire::Format::of(&v))
+            );
+        }
+    }
+
     #[test]
     fn format_parse_never_panics(text in "\\PC{0,40}", grammar in "[%aAbcudhlfs \t]{0,30}") {
         let _ = Format::parse(&text);
