@@ -40,8 +40,17 @@ impl NapPolicy {
     pub(crate) fn driving(&mut self) {
         if self.batch {
             // Switching back between the two normal policies needs no privilege; if
-            // it is refused anyway, the thread stays batch and stops switching.
+            // it is refused anyway (a sandbox's rule), the thread stays batch and stops
+            // switching, so this is said once.
             self.batch = !self.set(libc::SCHED_OTHER);
+            if self.batch {
+                tracing::warn!(
+                    "the library's background thread could not leave SCHED_BATCH ({}): it \
+                     drives as a batch thread, and the threads and processes its tasks start \
+                     inherit batch",
+                    std::io::Error::last_os_error()
+                );
+            }
         }
     }
 
