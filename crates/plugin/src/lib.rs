@@ -998,6 +998,39 @@ mod tests {
         unsafe { Plugin::from_table(&TRICKY, "tricky (in this test)".into()) }.unwrap()
     }
 
+    /// Sends up the format string of every packet of the wave, in order.
+    struct Formats;
+
+    impl Filter for Formats {
+        fn create(_params: &[Value], _place: &Place) -> Result<Self, Error> {
+            Ok(Formats)
+        }
+
+        fn reduce(&mut self, wave: &[Packet<'_>], _place: &Place, out: &mut Output<'_>) -> Result<(), Error> {
+            out.up(0, &[Value::StrArray(wave.iter().map(|p| p.format.to_owned()).collect())])
+        }
+    }
+
+    static FORMATS: abi::FilterTable = treecast_filter::table::<Formats>(c"formats", 4);
+
+    #[test]
+    fn each_packet_of_a_wave_of_mixed_formats_is_given_its_own_format_string() {
+        // SAFETY: a static table of this program, built by `treecast_filter::table`.
+        let plugin = unsafe { Plugin::from_table(&FORMATS, "formats (in this test)".into()) }.unwrap();
+        let place =
+            FilterPlace { stream: 7, rank: 0, role: PlaceRole::CommNode, children: 4, depth: 1, leaves: 4 };
+        let mut t = plugin.instance(&[], &place).unwrap();
+        let wave = vec![
+            frame(0, &[Value::Int(1)]),
+            frame(1, &[Value::Str("a".into()), Value::DoubleArray(vec![1.0])]),
+            frame(2, &[Value::Int(2)]),
+            frame(3, &[]),
+        ];
+        let out = t.apply(wave, &CTX).unwrap();
+        let expected = ["%d", "%s %alf", "%d", ""].map(String::from).to_vec();
+        assert_eq!(values(&out[0]), vec![Value::StrArray(expected)]);
+    }
+
     fn tagged(tag: i32) -> Vec<Frame> {
         let mut f = frame(3, &[Value::Int(1), Value::UIntArray(vec![1])]);
         f.header.tag = tag;
