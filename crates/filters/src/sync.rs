@@ -107,7 +107,9 @@ impl Synchronizer {
             return self.release_expired(now);
         }
         let mut waves = self.release_expired(now);
-        if !self.expected.contains(&child) && !self.lost.contains(&child) && self.expected.insert(child) {
+        let mut expected = self.expected.contains(&child);
+        if !expected && !self.lost.contains(&child) && self.expected.insert(child) {
+            expected = true;
             // A newly learnt child: its queue (if any) now counts toward readiness.
             if self.queues.get(&child).is_some_and(|q| !q.is_empty()) {
                 self.ready_children += 1;
@@ -115,7 +117,7 @@ impl Synchronizer {
         }
         let queue = self.queues.entry(child).or_default();
         queue.push_back((frame, now));
-        if queue.len() == 1 && self.expected.contains(&child) {
+        if queue.len() == 1 && expected {
             self.ready_children += 1;
         }
         self.queued += 1;
