@@ -25,23 +25,19 @@ struct KnownFormats {
 
 impl KnownFormats {
     fn reading(&mut self, text: &str) -> Result<&Format, FormatError> {
-        let at = match self.entries.iter().rposition(|(known, _)| **known == *text) {
-            Some(at) => {
-                // The most recently used last: the first to go is the least used.
-                let used = self.entries.remove(at);
-                self.entries.push(used);
-                self.entries.len() - 1
-            }
+        match self.entries.iter().rposition(|(known, _)| **known == *text) {
+            // The most recently used last: the first to go is the least used.
+            Some(at) => self.entries[at..].rotate_left(1),
             None => {
                 let fmt = Format::parse(text)?;
                 if self.entries.len() == KNOWN_FORMATS {
                     self.entries.remove(0);
                 }
                 self.entries.push((text.into(), fmt));
-                self.entries.len() - 1
             }
-        };
-        Ok(&self.entries[at].1)
+        }
+        let newest = self.entries.len() - 1;
+        Ok(&self.entries[newest].1)
     }
 }
 
@@ -63,10 +59,7 @@ thread_local! {
 /// # Errors
 /// What [`Format::parse`] finds wrong with `text`.
 pub(crate) fn with_format<R>(text: &str, then: impl FnOnce(&Format) -> R) -> Result<R, FormatError> {
-    with_encoding(|kept| match kept {
-        Some(e) => e.formats.reading(text).map(then),
-        None => Format::parse(text).map(|f| then(&f)),
-    })
+    with_encoding(|e| e.formats.reading(text).map(then))
 }
 
 /// The encoding ([`encode_values`]) of `values`, checked against the format
@@ -87,38 +80,28 @@ pub(crate) fn encode_checked_then<R>(
     values: &[Value],
     then: impl FnOnce(&Format, Bytes) -> Result<R, ApiError>,
 ) -> Result<R, ApiError> {
-    let encode = |fmt: &Format, scratch: &mut Vec<u8>| -> Result<Bytes, ApiError> {
+    with_encoding(|e| {
+        let fmt = e.formats.reading(format)?;
         fmt.check(values)?;
-        scratch.clear();
-        encode_values(values, scratch);
-        Ok(payload_from(scratch))
-    };
-    with_encoding(|kept| match kept {
-        Some(e) => {
-            let fmt = e.formats.reading(format)?;
-            let payload = encode(fmt, &mut e.scratch)?;
-            then(fmt, payload)
-        }
-        None => {
-            let fmt = Format::parse(format)?;
-            let payload = encode(&fmt, &mut Vec::new())?;
-            then(&fmt, payload)
-        }
+        e.scratch.clear();
+        encode_values(values, &mut e.scratch);
+        let payload = payload_from(&mut e.scratch);
+        then(fmt, payload)
     })
 }
 
-/// Calls `work` with the thread's buffers, or with none where they cannot be had:
-/// while the thread's locals are destroyed, or inside a call made from `work` (a
-/// hook the driver calls while a send holds them).
-fn with_encoding<R>(work: impl FnOnce(Option<&mut Encoding>) -> R) -> R {
+/// Calls `work` with the thread's buffers, or with fresh ones where those cannot be
+/// had: while the thread's locals are destroyed, or inside a call made from `work`
+/// (a hook the driver calls while a send holds them).
+fn with_encoding<R>(work: impl FnOnce(&mut Encoding) -> R) -> R {
     let mut work = Some(work);
-    let done = ENCODING.try_with(|e| {
-        let mut held = e.try_borrow_mut().ok();
-        work.take().map(|w| w(held.as_deref_mut()))
+    let done = ENCODING.try_with(|e| match e.try_borrow_mut() {
+        Ok(mut held) => work.take().map(|w| w(&mut held)),
+        Err(_) => None,
     });
     match (done, work) {
         (Ok(Some(r)), _) => r,
-        (_, Some(w)) => w(None),
+        (_, Some(w)) => w(&mut Encoding::default()),
         (_, None) => unreachable!("try_with takes the work only when it runs it"),
     }
 }

@@ -7,7 +7,7 @@
 //! half-way up the tree and the result does not depend on the tree's shape; float
 //! sums follow IEEE rules. Float minimum and maximum ignore NaN (`f64::min`).
 
-use treecast_wire::{Format, Frame, ScalarType, Value, ValueType};
+use treecast_wire::{skip_value, Format, Frame, Reader, ScalarType, Value, ValueType};
 
 use crate::spec::{decode_frame, encode, format_string, output_header, type_spec};
 use crate::{FilterContext, FilterError, Transform};
@@ -136,12 +136,12 @@ pub(crate) fn check_numeric(
 }
 
 /// Where one numeric value sits in a payload: its head (type code, and an array's
-/// length) and its elements.
+/// length) from `head` to `data`, its elements from `data` to `end`.
 #[derive(Debug, Clone, Copy)]
 struct Field {
     head: usize,
     data: usize,
-    count: usize,
+    end: usize,
     ty: ScalarType,
 }
 
@@ -155,25 +155,21 @@ const MAX_FIELDS: usize = 1024;
 /// says what is wrong, if anything).
 fn layout(payload: &[u8], fields: &mut Vec<Field>) -> Option<()> {
     fields.clear();
-    let mut at = 0;
-    while let Some(&code) = payload.get(at) {
+    let mut r = Reader::new(payload);
+    while r.remaining() > 0 {
         if fields.len() == MAX_FIELDS {
             return None;
         }
-        let (ty, count, data) = match ValueType::from_code(code)? {
-            ValueType::Scalar(t) => (t, 1, at + 1),
-            ValueType::Array(t) => {
-                let len: [u8; 4] = payload.get(at + 1..at + 5)?.try_into().ok()?;
-                (t, usize::try_from(u32::from_le_bytes(len)).ok()?, at + 5)
-            }
+        let head = r.offset();
+        let (ty, data) = match skip_value(&mut r).ok()? {
+            ValueType::Scalar(t) => (t, head + 1),
+            // The code, then the element count.
+            ValueType::Array(t) => (t, head + 5),
             ValueType::Bytes => return None,
         };
-        let end = data.checked_add(count.checked_mul(ty.width()?)?)?;
-        if end > payload.len() {
-            return None;
-        }
-        fields.push(Field { head: at, data, count, ty });
-        at = end;
+        // Strings have no width: not numbers.
+        ty.width()?;
+        fields.push(Field { head, data, end: r.offset(), ty });
     }
     Some(())
 }
@@ -224,9 +220,8 @@ fn fold_encoded(op: Op, wave: &[Frame], fields: &mut Vec<Field>) -> Option<Vec<u
     let mut acc = first.to_vec();
     for frame in rest {
         for f in fields.iter() {
-            // In bounds: `layout` checked these ends in a payload of this length.
-            let end = f.data + f.count * f.ty.width().unwrap_or(0);
-            fold_bytes(op, f.ty, &mut acc[f.data..end], &frame.payload[f.data..end]);
+            // In bounds: `layout` found these ends in a payload of this length.
+            fold_bytes(op, f.ty, &mut acc[f.data..f.end], &frame.payload[f.data..f.end]);
         }
     }
     Some(acc)

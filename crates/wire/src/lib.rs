@@ -76,6 +76,6 @@ pub use rankset::RankSet;
 pub use routemsg::{McastOffer, RouteMsg, MAX_DECLINE_REASON};
 pub use stripe::{PieceHeader, MAX_PIECE, PIECE_HEADER_LEN};
 pub use value::{
-    decode_format, decode_values, encode_bytes_head, encode_values, ArrayElement, ScalarType, Value,
-    ValueType,
+    decode_format, decode_values, encode_bytes_head, encode_values, skip_value, ArrayElement, ScalarType,
+    Value, ValueType,
 };

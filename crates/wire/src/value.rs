@@ -656,9 +656,14 @@ fn decode_one(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
     })
 }
 
-/// Checks the next value as [`decode_one`] reads it, with the same errors, and
-/// returns its type without making the value.
-fn skip_one(r: &mut Reader<'_>) -> Result<ValueType, DecodeError> {
+/// Checks the next value of a payload as [`decode_values`] reads it, with the same
+/// errors, and returns its type without making the value: `r` is left after it, so
+/// its offsets before and after bound the value (for code that reads the bytes
+/// itself, such as a filter folding numbers where they lie).
+///
+/// # Errors
+/// As [`decode_values`], for this value.
+pub fn skip_value(r: &mut Reader<'_>) -> Result<ValueType, DecodeError> {
     let offset = r.offset();
     let code = r.u8("value type code")?;
     let Some(ty) = ValueType::from_code(code) else {
@@ -700,7 +705,7 @@ pub fn decode_format(buf: &[u8]) -> Result<crate::Format, DecodeError> {
     let mut r = Reader::new(buf);
     let mut types = Vec::new();
     while r.remaining() > 0 {
-        types.push(skip_one(&mut r)?);
+        types.push(skip_value(&mut r)?);
     }
     Ok(crate::Format { types })
 }
