@@ -288,6 +288,10 @@ pub struct StripedRoute {
     choices: StreamChoices,
     /// Stamps and the received frames' samples (see the module documentation).
     monitor: Monitoring,
+    /// A striped link was ever added. Until then nothing can come in, and a poll
+    /// (every node's, several per wake-up, beside plain links) returns at once
+    /// instead of taking the wake slot's lock and polling the events channel.
+    used: bool,
 }
 
 impl std::fmt::Debug for StripedRoute {
@@ -450,6 +454,7 @@ impl StripedRoute {
             stall_limit: stall::SharedLimit::default(),
             choices: StreamChoices::default(),
             monitor: Monitoring::new(),
+            used: false,
         }
     }
 
@@ -475,6 +480,8 @@ impl StripedRoute {
         if let Err(e) = &self.cut_after {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, e.clone()));
         }
+        // Before any task that could send an event is started.
+        self.used = true;
         let mut conns = Vec::with_capacity(sockets.len());
         let mut watched = Vec::with_capacity(sockets.len());
         for (i, s) in sockets.into_iter().enumerate() {
@@ -709,6 +716,9 @@ impl Route for StripedRoute {
     }
 
     fn poll_recv(&mut self, cx: &mut Context<'_>, sink: &mut dyn FnMut(LinkId, RouteEvent)) -> bool {
+        if !self.used {
+            return false;
+        }
         if let Ok(mut w) = self.wake.0.lock() {
             if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                 *w = Some(cx.waker().clone());
