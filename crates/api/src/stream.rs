@@ -114,6 +114,22 @@ impl Drop for Posted {
     }
 }
 
+/// Withdraws a receive posted without a [`Posted`] if the poll that posted it
+/// panics, as dropping a `Posted` would: a receive left posted would keep every
+/// later one from the packets it matches.
+struct UnpostOnUnwind<'a> {
+    recv: &'a Mutex<RecvSide>,
+    id: Option<u64>,
+}
+
+impl Drop for UnpostOnUnwind<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.filter(|_| std::thread::panicking()) {
+            lock_recv(self.recv).mail.unpost(id);
+        }
+    }
+}
+
 fn lock_recv(recv: &Mutex<RecvSide>) -> std::sync::MutexGuard<'_, RecvSide> {
     recv.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -299,8 +315,29 @@ impl Stream {
     ///
     /// Cancel safety: cancel safe: a cancelled receive took nothing.
     pub async fn recv_matching(&self, m: Match) -> Result<Packet, ApiError> {
-        let posted = post(&self.recv, m);
-        std::future::poll_fn(|cx| poll_receive(&posted, &self.sender, Some(cx))).await
+        // The first poll posts, looks and, when it takes a packet, withdraws under one
+        // lock of the receive side (as a posted receive's drop would, right after);
+        // only a receive that waits keeps a `Posted`. A burst's receive otherwise took
+        // the lock three times and counted a reference up and down.
+        let mut posted: Option<Posted> = None;
+        std::future::poll_fn(|cx| {
+            if let Some(p) = &posted {
+                return poll_receive(p, &self.sender, Some(cx));
+            }
+            // Before the lock, so that an unwinding poll unlocks before it withdraws.
+            let mut unwinding = UnpostOnUnwind { recv: &self.recv, id: None };
+            let mut side = lock_recv(&self.recv);
+            let id = side.mail.post(m);
+            unwinding.id = Some(id);
+            let polled = poll_side(&mut side, id, &self.sender, Some(cx));
+            if polled.is_ready() {
+                side.mail.unpost(id);
+            } else {
+                posted = Some(Posted { recv: self.recv.clone(), id });
+            }
+            polled
+        })
+        .await
     }
 
     /// [`Stream::recv`] with a time limit.
