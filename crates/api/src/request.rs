@@ -352,6 +352,14 @@ pub(crate) fn register(wakers: &mut Vec<Waker>, cx: &Context<'_>) {
 }
 
 #[cfg(test)]
+impl Mailbox {
+    /// The posted receives' ids, oldest first.
+    pub(crate) fn posted_ids(&self) -> Vec<u64> {
+        self.posted.iter().map(|p| p.id).collect()
+    }
+}
+
+#[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;

@@ -116,7 +116,9 @@ impl Drop for Posted {
 
 /// Withdraws a receive posted without a [`Posted`] if the poll that posted it
 /// panics, as dropping a `Posted` would: a receive left posted would keep every
-/// later one from the packets it matches.
+/// later one from the packets it matches. Disarmed (`id` taken) once the poll
+/// returned, not by asking whether the thread panics: a receive polled by a `Drop`
+/// during another panic's unwinding must stay posted.
 struct UnpostOnUnwind<'a> {
     recv: &'a Mutex<RecvSide>,
     id: Option<u64>,
@@ -124,7 +126,7 @@ struct UnpostOnUnwind<'a> {
 
 impl Drop for UnpostOnUnwind<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.id.filter(|_| std::thread::panicking()) {
+        if let Some(id) = self.id {
             lock_recv(self.recv).mail.unpost(id);
         }
     }
@@ -330,6 +332,7 @@ impl Stream {
             let id = side.mail.post(m);
             unwinding.id = Some(id);
             let polled = poll_side(&mut side, id, &self.sender, Some(cx));
+            unwinding.id = None;
             if polled.is_ready() {
                 side.mail.unpost(id);
             } else {
@@ -667,4 +670,130 @@ fn poll_side(
         Some(End::Refused(reason)) => ApiError::StreamRefused { stream: id, reason },
         _ => ApiError::StreamClosed(id),
     }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::pin::pin;
+    use std::task::Waker;
+    use treecast_proto::{control_frame, Node, NodeConfig, Peer, Role};
+    use treecast_wire::{ControlMsg, LaunchPlan, LinkTable, StreamSpec};
+
+    /// A front-end's stream 1 over two back-ends (do-not-wait, so each packet is
+    /// delivered as it comes), in a driver with no links, holding one packet from
+    /// rank 0 for each of `tags`.
+    fn stream_with_packets(tags: &[i32]) -> Stream {
+        let now = std::time::Instant::now();
+        let mut core = Node::new(NodeConfig {
+            role: Role::FrontEnd,
+            node_id: 0,
+            name: "fe".into(),
+            registry: treecast_filters::FilterRegistry::builtin(),
+            tool_window: Window { packets: 1000, bytes: 1 << 20 },
+        });
+        let mut plan = LaunchPlan::local("s", "h:0 => h:1 h:2 ;".into(), 2);
+        plan.startup_timeout_ms = 100_000;
+        (plan.heartbeat_ms, plan.dead_after_ms) = (0, 0);
+        plan.rejoin_ms = 0;
+        core.handle_command(Command::Launch(Box::new(plan)), now).unwrap();
+        let mut t = LinkTable::new();
+        let links: Vec<_> = (0..2).map(|_| t.insert(())).collect();
+        for (i, &l) in links.iter().enumerate() {
+            core.handle_link_up(l, Peer::Child { node_id: i as u32 + 1 }, now);
+            core.handle_frame(
+                l,
+                control_frame(&ControlMsg::Join { ranks: RankSet::single(i as u32), commnodes: 0 }),
+                now,
+            );
+        }
+        assert!(core.is_running());
+        let spec = StreamSpec {
+            id: 1,
+            ranks: RankSet::range(0, 2),
+            sync: SyncMode::DoNotWait,
+            up: TransformKind::Null.spec(),
+            down: TransformKind::Null.spec(),
+            up_window: Window { packets: 100, bytes: 100_000 },
+            down_window: Window { packets: 100, bytes: 100_000 },
+            program: 0,
+            route: RouteChoice::Network,
+        };
+        core.handle_command(Command::NewStream(spec), now).unwrap();
+        for &tag in tags {
+            core.handle_frame(links[0], Frame::new(FrameHeader::data(1, tag, 0), Vec::new()), now);
+        }
+        while core.poll_event().is_some() {}
+        while core.poll_transmit().is_some() {}
+        let secret = treecast_transport::Secret::generate();
+        let (tool, _lost) = FeTool::new(None, "s".into(), secret.clone());
+        let driver = treecast_driver::Driver::new(
+            core,
+            tool,
+            treecast_driver::Launching::new(secret, "/bin/false".into()),
+            1 << 20,
+        );
+        let shared = Arc::new(Mutex::new(driver));
+        let comm = crate::communicator::Communicator::over(RankSet::range(0, 2));
+        Stream::new(1, shared, comm, StreamOptions::default(), 2)
+    }
+
+    fn posted(s: &Stream) -> Vec<u64> {
+        lock_recv(&s.recv).mail.posted_ids()
+    }
+
+    #[test]
+    fn a_receive_that_waits_stays_posted() {
+        let s = stream_with_packets(&[5]);
+        let mut f = pin!(s.recv_matching(Match::tag(9)));
+        assert!(f.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+        assert_eq!(posted(&s), vec![0]);
+    }
+
+    /// Polls a receive from its drop, as a tool's guard that drains results while
+    /// a panic unwinds would.
+    struct PollsInDrop<'a>(&'a Stream, &'a Mutex<Vec<u64>>);
+    impl Drop for PollsInDrop<'_> {
+        fn drop(&mut self) {
+            let mut f = pin!(self.0.recv_matching(Match::tag(9)));
+            assert!(f.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+            *self.1.lock().unwrap() = posted(self.0);
+        }
+    }
+
+    #[test]
+    fn a_receive_that_waits_stays_posted_when_polled_during_another_panic() {
+        let s = stream_with_packets(&[5]);
+        let seen = Mutex::new(vec![99]);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _g = PollsInDrop(&s, &seen);
+            panic!("tool failed");
+        }));
+        assert_eq!(*seen.lock().unwrap(), vec![0], "the waiting receive must still be posted");
+    }
+
+    #[test]
+    fn a_receive_that_takes_at_once_leaves_nothing_posted_and_skipped_packets_wait_in_order() {
+        let s = stream_with_packets(&[5, 6]);
+        let mut a = pin!(s.recv_matching(Match::tag(6)));
+        let cx = &mut Context::from_waker(Waker::noop());
+        // A takes 6, skipping 5 (held).
+        match a.as_mut().poll(cx) {
+            Poll::Ready(Ok(p)) => assert_eq!(p.tag(), 6),
+            _ => panic!(),
+        }
+        assert!(posted(&s).is_empty());
+        let mut b = pin!(s.recv_matching(Match::any()));
+        match b.as_mut().poll(cx) {
+            Poll::Ready(Ok(p)) => assert_eq!(p.tag(), 5),
+            _ => panic!(),
+        }
+        let mut c = pin!(s.recv_matching(Match::any()));
+        assert!(c.as_mut().poll(cx).is_pending());
+        assert_eq!(posted(&s).len(), 1);
+        let mut d = pin!(s.recv_matching(Match::any()));
+        assert!(d.as_mut().poll(cx).is_pending());
+        assert_eq!(posted(&s).len(), 2);
+    }
 }
