@@ -274,8 +274,6 @@ pub struct StripedRoute {
     events_tx: mpsc::Sender<Event>,
     events: mpsc::Receiver<Event>,
     wake: Arc<WakeSlot>,
-    /// Links closed while sending, reported by the next `poll_recv`.
-    broken: Vec<(LinkId, Option<String>)>,
     max_frame: usize,
     /// [`CUT_ENV`], read once: a malformed value refuses every striped link.
     cut_after: Result<Option<u64>, String>,
@@ -448,7 +446,6 @@ impl StripedRoute {
             events_tx,
             events,
             wake: Arc::default(),
-            broken: Vec::new(),
             max_frame,
             cut_after: crate::testing::stripe_cut().map_err(|e| e.to_string()),
             stall_limit: stall::SharedLimit::default(),
@@ -725,10 +722,6 @@ impl Route for StripedRoute {
             }
         }
         let mut any = false;
-        for (link, reason) in std::mem::take(&mut self.broken) {
-            any = true;
-            sink(link, RouteEvent::Closed(reason));
-        }
         let mut taken = 0;
         while taken < EVENTS_PER_PASS {
             match self.events.poll_recv(cx) {
