@@ -326,18 +326,8 @@ impl Stream {
             if let Some(p) = &posted {
                 return poll_receive(p, &self.sender, Some(cx));
             }
-            // Before the lock, so that an unwinding poll unlocks before it withdraws.
-            let mut unwinding = UnpostOnUnwind { recv: &self.recv, id: None };
-            let mut side = lock_recv(&self.recv);
-            let id = side.mail.post(m);
-            unwinding.id = Some(id);
-            let polled = poll_side(&mut side, id, &self.sender, Some(cx));
-            unwinding.id = None;
-            if polled.is_ready() {
-                side.mail.unpost(id);
-            } else {
-                posted = Some(Posted { recv: self.recv.clone(), id });
-            }
+            let (polled, waiting) = self.post_and_look(m, Some(cx));
+            posted = waiting.map(|id| Posted { recv: self.recv.clone(), id });
             polled
         })
         .await
@@ -371,16 +361,33 @@ impl Stream {
     /// # Errors
     /// As [`Stream::recv_matching`], when the stream ended or refused.
     pub fn try_recv_matching(&self, m: Match) -> Result<Option<Packet>, ApiError> {
-        // Posted, looked at and withdrawn under one lock: a tool reading a burst
-        // takes each packet with one lock of the receive side and no reference count.
-        let mut side = lock_recv(&self.recv);
-        let id = side.mail.post(m);
-        let polled = poll_side(&mut side, id, &self.sender, None);
-        side.mail.unpost(id);
-        match polled {
+        match self.post_and_look(m, None).0 {
             Poll::Ready(result) => result.map(Some),
             Poll::Pending => Ok(None),
         }
+    }
+
+    /// Posts a receive of what `m` matches, looks for it and, when it found it or
+    /// there is no `cx` to wait with, withdraws it, all under one lock of the receive
+    /// side: a tool reading a burst takes each packet with one lock and no reference
+    /// count. Returns what the look gave and the id of a receive left posted, waiting.
+    fn post_and_look(
+        &self,
+        m: Match,
+        cx: Option<&Context<'_>>,
+    ) -> (Poll<Result<Packet, ApiError>>, Option<u64>) {
+        // Before the lock, so that an unwinding look unlocks before it withdraws.
+        let mut unwinding = UnpostOnUnwind { recv: &self.recv, id: None };
+        let mut side = lock_recv(&self.recv);
+        let id = side.mail.post(m);
+        unwinding.id = Some(id);
+        let polled = poll_side(&mut side, id, &self.sender, cx);
+        unwinding.id = None;
+        if polled.is_ready() || cx.is_none() {
+            side.mail.unpost(id);
+            return (polled, None);
+        }
+        (polled, Some(id))
     }
 
     /// Starts a receive of the next packet `m` matches, as a request (see
