@@ -99,7 +99,10 @@ pub async fn main(args: BackendArgs) -> anyhow::Result<ExitCode> {
         } else {
             // Awaited here, but not past the end of the network: a back-end stalled on
             // purpose must still go when the tree does (its parent no longer kills it).
+            // Biased: the answer, which is usually ready at once, is polled first, so
+            // that most requests never register for the end of the network.
             let answered = tokio::select! {
+                biased;
                 a = answer(&sender, rank, packet) => a,
                 _ = sender.closed() => break,
             };

@@ -608,7 +608,9 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
         loop {
             let mut progressed = self.poll_news(cx);
             progressed |= self.poll_rejoin(cx);
-            let mut now = Instant::now();
+            // Read once per pass, at its first input: a pass that reads nothing (most
+            // passes after the first) reads no clock.
+            let mut now: Option<Instant> = None;
             let core = &mut self.core;
             let links = &mut self.links;
             let mut told = std::mem::take(&mut self.control_from);
@@ -617,17 +619,18 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
                     if frame.header.kind == FrameKind::Control {
                         told.push(link);
                     }
-                    core.handle_frame(link, frame, now)
+                    core.handle_frame(link, frame, *now.get_or_insert_with(Instant::now))
                 }
                 RouteEvent::Timed(frame, read_at) => {
                     // A clock probe is measured from the end of its read; the time the
                     // core sees never goes back.
-                    now = now.max(read_at);
-                    core.handle_frame(link, frame, now)
+                    let at = now.map_or(read_at, |now| now.max(read_at));
+                    now = Some(at);
+                    core.handle_frame(link, frame, at)
                 }
                 RouteEvent::Closed(reason) => {
                     links.remove(link);
-                    core.handle_link_closed(link, reason, now);
+                    core.handle_link_closed(link, reason, *now.get_or_insert_with(Instant::now));
                 }
             });
             // A join or rejoin may have changed what a child reaches.
