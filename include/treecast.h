@@ -90,6 +90,10 @@
 // Matches any source rank in `tc_stream_recv_match` and `tc_stream_irecv_match`.
 #define TC_ANY_RANK -1
 
+// The first of the tags treecast keeps for itself (0x7FFFFF00 and up: the generic
+// back-end's requests, file transfers); a tool's own tags are the ones below it.
+#define TC_FIRST_RESERVED_TAG 2147483392
+
 // `%c`: a signed 8-bit integer.
 #define TC_TYPE_CHAR 1
 

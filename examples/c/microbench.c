@@ -17,8 +17,9 @@
 
 #include "treecast.h"
 
-#define TAG_ADD_RANK 3 /* "%d" x: every back-end answers x + rank (crates/wire/src/requests.rs) */
-#define TAG_BURST 7    /* "%d" n: every back-end answers n packets "%d" 1 */
+/* Requests the generic back-end answers too (crates/wire/src/requests.rs), in treecast's own tags. */
+#define TAG_ADD_RANK (TC_FIRST_RESERVED_TAG + 3) /* "%d" x: every back-end answers x + rank */
+#define TAG_BURST (TC_FIRST_RESERVED_TAG + 7)    /* "%d" n: every back-end answers n packets "%d" 1 */
 #define WARMUP 10
 
 #define CHECK(call)                                                                    \

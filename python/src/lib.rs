@@ -1805,6 +1805,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_at_exit, m)?)?;
     py.import("atexit")?.call_method1("register", (m.getattr("_at_exit")?,))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Tags from here up are treecast's own (the generic back-end's requests, files).
+    m.add("FIRST_RESERVED_TAG", treecast_api::FIRST_RESERVED_TAG)?;
     // Requests the generic back-end answers: for python/bench.py, which measures the
     // same protocol as `treecast bench microbench`.
     m.add("_TAG_ADD_RANK", treecast::apps::protocol::TAG_ADD_RANK)?;

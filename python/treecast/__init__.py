@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union, 
 
 from . import _native, hosts
 from ._native import (
+    FIRST_RESERVED_TAG,
     ArgumentError,
     BackEnd,
     BackEndStream,
@@ -32,6 +33,7 @@ from ._native import (
 )
 
 __all__ = [
+    "FIRST_RESERVED_TAG",
     "ArgumentError",
     "BackEnd",
     "BackEndStream",

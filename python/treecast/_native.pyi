@@ -6,6 +6,7 @@ from builtins import TimeoutError as builtins_TimeoutError
 from typing import Any, Awaitable, Optional, Union, final
 
 __version__: str
+FIRST_RESERVED_TAG: int
 _TAG_ADD_RANK: int
 _TAG_BURST: int
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "BackEnd",
     "BackEndStream",
     "Error",
+    "FIRST_RESERVED_TAG",
     "FilterError",
     "FormatError",
     "LaunchError",

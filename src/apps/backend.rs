@@ -336,7 +336,8 @@ async fn answer(be: &BackEndSender, rank: u32, p: Packet) -> Result<(), ApiError
             tokio::time::sleep(Duration::from_millis(ms)).await;
             be.send(stream, tag, "%d", &[(rank as i32).into()]).await
         }
-        // TAG_ECHO, and any tag this back-end does not know: answer with what arrived.
+        // TAG_ECHO, a tool's own tag (below FIRST_RESERVED_TAG) and a reserved tag this
+        // back-end does not know: answer with what arrived.
         _ => {
             let values = p.values()?;
             let format = values.iter().map(|v| v.spec()).collect::<Vec<_>>().join(" ");

@@ -4,13 +4,17 @@
 //! same tag, so filters reduce the answers on the way up. The requests the simulated
 //! tree's back-ends answer too (`TAG_ADD_RANK`, `TAG_RANK`, `TAG_BURST`,
 //! `TAG_BURST_BYTES`) are defined once, in `treecast_wire::requests`.
+//!
+//! Every request's tag lies in treecast's reserved block (`FIRST_RESERVED_TAG` and
+//! up), so that a tool's own tags reach the generic back-end as plain packets, which
+//! it echoes, and never as a request by accident (tag 5 once made ranks exit).
 
-pub use treecast_wire::requests::{TAG_ADD_RANK, TAG_BURST, TAG_BURST_BYTES, TAG_RANK};
+pub use treecast_wire::requests::{FIRST_RESERVED_TAG, TAG_ADD_RANK, TAG_BURST, TAG_BURST_BYTES, TAG_RANK};
 
 /// `%ud depth %ud classes` → `%as`: a synthetic call stack of `depth` frames,
 /// outermost first, shared by the ranks equal modulo `classes` and branching one
 /// level further down for each bit of that class (`bench prefix-tree`).
-pub const TAG_STACK: i32 = 22;
+pub const TAG_STACK: i32 = FIRST_RESERVED_TAG + 22;
 
 /// The stack [`TAG_STACK`] answers for `rank`: `main`, then frames that tell more
 /// classes apart the deeper they are.
@@ -25,7 +29,7 @@ pub fn synthetic_stack(rank: u32, depth: u32, classes: u32) -> Vec<String> {
 }
 
 /// Run a command: [`RUN_REQUEST`] → [`RUN_ANSWER`].
-pub const TAG_RUN: i32 = 1;
+pub const TAG_RUN: i32 = FIRST_RESERVED_TAG + 1;
 /// What [`TAG_RUN`] asks: argv, time limit in ms (0 for none), bytes of each output
 /// stream to send back.
 pub const RUN_REQUEST: &str = "%as %uld %uld";
@@ -37,37 +41,37 @@ pub const RUN_REQUEST: &str = "%as %uld %uld";
 pub const RUN_ANSWER: &str = "%b %b %d %d %uld %uld %b";
 /// Answer with the values received, unchanged.
 #[allow(dead_code)] // answered by the catch-all arm; named for tools and tests
-pub const TAG_ECHO: i32 = 2;
+pub const TAG_ECHO: i32 = FIRST_RESERVED_TAG + 2;
 /// Answer `%s` naming the parent this back-end is connected to.
-pub const TAG_WHERE: i32 = 4;
+pub const TAG_WHERE: i32 = FIRST_RESERVED_TAG + 4;
 /// `%ad ranks` → the listed ranks exit at once without answering; the others answer `%d` rank.
-pub const TAG_DIE: i32 = 5;
+pub const TAG_DIE: i32 = FIRST_RESERVED_TAG + 5;
 /// `%d ms` → sleep that long, then answer `%d` rank.
-pub const TAG_SLEEP: i32 = 6;
+pub const TAG_SLEEP: i32 = FIRST_RESERVED_TAG + 6;
 
 /// `%ad ranks %d ms` → the listed ranks stop reading packets for `ms` (their links stay
 /// up), then every rank answers `%d` rank: a rank that hangs, for tests of time limits.
-pub const TAG_STALL: i32 = 8;
+pub const TAG_STALL: i32 = FIRST_RESERVED_TAG + 8;
 
 /// `%b data` of any size → `%d 1`: a message taken and acknowledged, for the route
 /// benchmark (`treecast bench route`).
-pub const TAG_SINK: i32 = 10;
+pub const TAG_SINK: i32 = FIRST_RESERVED_TAG + 10;
 
 /// `%ud peer %ud bytes %ud rounds` → this rank sends `bytes` to rank `peer` as a
 /// message (not on a stream) and waits for it back, `rounds` times, then answers
 /// `%lf %ud`: the mean round trip in microseconds and how many echoes came back
 /// identical. Between back-ends the message and its echo carry this tag and
 /// [`TAG_PEER_ECHO`].
-pub const TAG_PEER_PING: i32 = 11;
+pub const TAG_PEER_PING: i32 = FIRST_RESERVED_TAG + 11;
 /// A message's echo (see [`TAG_PEER_PING`]).
-pub const TAG_PEER_ECHO: i32 = 12;
+pub const TAG_PEER_ECHO: i32 = FIRST_RESERVED_TAG + 12;
 /// `%aud ranks %ud bytes` → this rank sends one message of `bytes` to all of
 /// `ranks` at once (`BackEnd::send_to_ranks`); each receiver answers on the
 /// request's stream `%ud %ud`: the sender's rank and the bytes it got.
-pub const TAG_PEER_CAST: i32 = 13;
+pub const TAG_PEER_CAST: i32 = FIRST_RESERVED_TAG + 13;
 /// `%ud n` → this rank asks the front-end to spawn `n` generic back-ends
 /// (`BackEnd::spawn`) and answers `%aud` with their ranks, or `%s` with why not.
-pub const TAG_SPAWN_HELPERS: i32 = 14;
+pub const TAG_SPAWN_HELPERS: i32 = FIRST_RESERVED_TAG + 14;
 
 /// [`COLLECTIVE_REQUEST`] → this rank enters `rounds` collective operations among
 /// back-ends (`op`: 1 reduce, 2 all-reduce, 3 all-gather, 4 reduce-scatter, 5
@@ -76,14 +80,14 @@ pub const TAG_SPAWN_HELPERS: i32 = 14;
 /// [`COLLECTIVE_ANSWER`]: the mean time of one operation in microseconds, the last
 /// result (a gather's arrays one after another), the ranks a gather returned in
 /// order, and how many members contributed; or `%s` with why it failed.
-pub const TAG_COLLECTIVE: i32 = 15;
+pub const TAG_COLLECTIVE: i32 = FIRST_RESERVED_TAG + 15;
 /// `%ud stream` → the [`RUN_ANSWER`] this back-end gave (or gives, once its command
 /// ends) to the [`TAG_RUN`] request of `stream`, answered on the stream this request
 /// came on: `run` asks the orphans of a lost comm node again once they rejoined, since
 /// what they had sent went with that node. Answers are kept until their stream
 /// closes; a back-end the request never reached answers exit 127, saying so.
-/// (16 to 19 are the file transfer's tags.)
-pub const TAG_RUN_AGAIN: i32 = 20;
+/// (`FIRST_RESERVED_TAG` + 16 to 19 are the file transfer's tags.)
+pub const TAG_RUN_AGAIN: i32 = FIRST_RESERVED_TAG + 20;
 /// What [`TAG_RUN_AGAIN`] asks: the stream of the [`TAG_RUN`] request.
 pub const RUN_AGAIN_REQUEST: &str = "%ud";
 

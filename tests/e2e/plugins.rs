@@ -310,10 +310,10 @@ static int32_t reduce(void *s, const treecast_place *place, const treecast_packe
     uint8_t out[5] = {TC_I32};
     memcpy(out + 1, &sum, 4);
     if (host->emit(sink, TREECAST_UP, packets[0].tag, out, 5) != 0) return TREECAST_ERR_FILTER;
-    if (place->role == TREECAST_ROLE_COMM_NODE && packets[0].tag == 3) {
+    if (place->role == TREECAST_ROLE_COMM_NODE && packets[0].tag == TAG_ADD_RANK) {
         int32_t zero = 0;
         memcpy(out + 1, &zero, 4);
-        if (host->emit(sink, TREECAST_DOWN, 6, out, 5) != 0) return TREECAST_ERR_FILTER;
+        if (host->emit(sink, TREECAST_DOWN, TAG_SLEEP, out, 5) != 0) return TREECAST_ERR_FILTER;
     }
     return TREECAST_OK;
 }
@@ -334,7 +334,9 @@ const treecast_filter_table *treecast_filter_v1(void) { return &table; }
 #[tokio::test]
 async fn packets_a_comm_node_filter_sends_down_reach_its_back_ends_and_their_answers_come_up() {
     let dir = TestDir::new("plugins-down");
-    let so = c_source(&dir, "ask_again", ASK_AGAIN_C);
+    // The generic back-end's request tags, as the filter's C knows them.
+    let tags = format!("#define TAG_ADD_RANK {TAG_ADD_RANK}\n#define TAG_SLEEP {TAG_SLEEP}\n");
+    let so = c_source(&dir, "ask_again", &format!("{tags}{ASK_AGAIN_C}"));
     let net = launch_with("balanced:2x2", &[]).await;
     net.load_filter(&so).await.unwrap();
     let s = net.new_stream(&net.broadcast_communicator(), options("ask_again", &[])).await.unwrap();

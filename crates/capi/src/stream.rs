@@ -360,6 +360,9 @@ unsafe fn receive_into(
 pub const TC_ANY_TAG: i32 = i32::MIN;
 /// Matches any source rank in `tc_stream_recv_match` and `tc_stream_irecv_match`.
 pub const TC_ANY_RANK: i64 = -1;
+/// The first of the tags treecast keeps for itself (0x7FFFFF00 and up: the generic
+/// back-end's requests, file transfers); a tool's own tags are the ones below it.
+pub const TC_FIRST_RESERVED_TAG: i32 = 0x7fff_ff00;
 
 /// What a matched receive takes: `tag` (`TC_ANY_TAG`: any) from `rank`
 /// (`TC_ANY_RANK`: any; else a rank, 0 to 2^32 - 1).
@@ -413,4 +416,14 @@ pub unsafe extern "C" fn tc_stream_free(stream: *mut tc_stream) {
             s.sender.close();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    /// The header's constant is a literal (cbindgen reads no other crate's constants):
+    /// it must stay the library's.
+    #[test]
+    fn the_reserved_tags_begin_where_the_library_says() {
+        assert_eq!(super::TC_FIRST_RESERVED_TAG, treecast_api::FIRST_RESERVED_TAG);
+    }
 }
