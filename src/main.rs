@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     treecast_transport::keep_large_buffers();
     quiet_on_closed_output();
     let cli = started_by_parent(std::env::args_os())
-        .unwrap_or_else(|| Cli::try_parse().unwrap_or_else(|e| exit_with_tip(e)));
+        .unwrap_or_else(|| Cli::try_parse().unwrap_or_else(|e| exit_with_tip(e, std::env::args())));
     // Every process of the tree, comm nodes and back-ends included, refuses a
     // malformed log filter or test hook before it starts, naming the variable.
     let checked = init_logging(cli.verbose).and_then(|()| Ok(treecast_transport::testing::check()?));
@@ -84,19 +84,15 @@ fn multi_threaded(
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(fut)
 }
 
-/// Prints clap's error and exits (2 for errors, 0 for --help): for a pdsh or clush
-/// flag treecast does not have, the tip names treecast's flag instead of clap's
-/// "to pass it as a value, use `-- FLAG`", which would hand it to the command.
-fn exit_with_tip(mut e: clap::Error) -> ! {
-    if e.kind() == ErrorKind::UnknownArgument {
-        if let Some(ContextValue::String(flag)) = e.get(ContextKind::InvalidArg) {
-            let tip = match apps::cli::tip_for_unknown_flag(flag) {
-                Some(tip) => tip.to_owned(),
-                None => format!(
-                    "`treecast SUBCOMMAND --help` lists the flags; a flag of the command itself goes \
-                     after `--` (`treecast run -w HOSTS -- CMD {flag}`)"
-                ),
-            };
+/// Prints clap's error and exits (2 for errors, 0 for --help): for an argument clap
+/// does not know, the tip says what to type instead (see
+/// [`apps::cli::unknown_argument_tip`]), unless clap found a flag of a similar name.
+/// `args` is the command line (lossy: only for the tip's text).
+fn exit_with_tip(mut e: clap::Error, args: impl Iterator<Item = String>) -> ! {
+    if e.kind() == ErrorKind::UnknownArgument && e.get(ContextKind::SuggestedArg).is_none() {
+        if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
+            let args: Vec<String> = args.collect();
+            let tip = apps::cli::unknown_argument_tip(arg, &args);
             e.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
         }
     }

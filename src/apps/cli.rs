@@ -266,6 +266,40 @@ pub fn tip_for_unknown_flag(flag: &str) -> Option<&'static str> {
     })
 }
 
+/// The tip for `arg`, an argument clap does not know on the command line `args`
+/// (the program first): treecast's flag for a pdsh or clush one; for a word, the
+/// line again with `--` before it (`treecast run --local 4 hostname` forgot it, and
+/// clap's own tip would hand `hostname` to `--`, not the command); for another flag,
+/// where to read the flags and how to pass one to the command.
+pub fn unknown_argument_tip(arg: &str, args: &[String]) -> String {
+    if let Some(tip) = tip_for_unknown_flag(arg) {
+        return tip.to_owned();
+    }
+    // The subcommand: the first word after the program that is not a flag.
+    let sub = args.iter().skip(1).position(|a| !a.starts_with('-')).map(|i| i + 1);
+    let sub_name = sub.and_then(|i| args.get(i)).map_or("SUBCOMMAND", String::as_str);
+    if arg.starts_with('-') {
+        return format!(
+            "`treecast {sub_name} --help` lists its flags; a flag of the command itself goes after `--` \
+             and the command (`treecast {sub_name} ... -- COMMAND {arg}`)"
+        );
+    }
+    // Where `arg` stands: not as the value of a flag before it (`--local 4 4`), unless
+    // every place is after a flag (`--json hostname`: a flag that takes no value).
+    let places: Vec<usize> =
+        sub.map_or(Vec::new(), |s| (s + 1..args.len()).filter(|&i| args[i] == arg).collect());
+    let after_a_flag = |i: &usize| args[i - 1].starts_with('-');
+    let at = places.iter().find(|i| !after_a_flag(i)).or(places.first()).copied();
+    let Some(at) = at else {
+        return format!("put `--` before the command: `treecast {sub_name} ... -- {arg}`");
+    };
+    let mut line: Vec<&str> =
+        std::iter::once("treecast").chain(args[1..at].iter().map(String::as_str)).collect();
+    line.push("--");
+    line.extend(args[at..].iter().map(String::as_str));
+    format!("put `--` before the command: `{}`", line.join(" "))
+}
+
 /// How processes on other hosts are started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LauncherKind {

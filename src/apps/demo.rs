@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{ensure, Context};
-use treecast_api::{StreamOptions, Topology, TransformKind, Value};
+use anyhow::ensure;
+use treecast_api::{StreamOptions, TransformKind, Value};
 
 use super::cli::DemoArgs;
 use super::protocol::DEFAULT_OUTPUT_LIMIT;
@@ -13,8 +13,7 @@ use super::run::{render, run_on};
 
 /// Starts a local tree, shows a broadcast + sum, equivalence classes and a run.
 pub async fn main(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let topology =
-        Topology::from_spec(&args.topology, None).with_context(|| format!("topology {:?}", args.topology))?;
+    let topology = crate::apps::run::topology_from_spec(&args.topology, None)?;
     let n = topology.backends() as u32;
     println!(
         "treecast demo: starting a local {} tree ({} back-ends, {} comm nodes)",

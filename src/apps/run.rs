@@ -229,6 +229,24 @@ pub fn this_host() -> String {
     treecast_launch::this_host_name()
 }
 
+/// The topology `spec` (a shape or a topology file) makes for `backends`; an error
+/// that does not name the spec already (a back-end count that does not fit, say) is
+/// given it, so that a message never names it twice.
+///
+/// # Errors
+/// As [`Topology::from_spec`].
+pub fn topology_from_spec(spec: &str, backends: Option<usize>) -> anyhow::Result<Topology> {
+    Topology::from_spec(spec, backends).map_err(|e| {
+        let names_it = e.to_string().contains(spec);
+        let e = anyhow::Error::new(e);
+        if names_it {
+            e
+        } else {
+            e.context(format!("topology {spec:?}"))
+        }
+    })
+}
+
 /// The topology the tree flags describe: a topology file alone (it names every host
 /// and its leaves are the back-ends), local back-ends in a generated shape, or a host list.
 ///
@@ -236,7 +254,7 @@ pub fn this_host() -> String {
 /// Bad or contradictory flags, a bad host list, or a bad topology.
 pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
     if args.local == Some(0) {
-        anyhow::bail!("--local needs at least 1 back-end");
+        anyhow::bail!("a local tree needs at least 1 back-end, not 0");
     }
     let shape = args.topology.as_deref().map(|spec| (spec, spec.parse::<Shape>()));
     let is_file = matches!(shape, Some((_, Err(_))));
@@ -256,7 +274,7 @@ pub fn topology_of(args: &TreeArgs) -> anyhow::Result<Topology> {
         (Some((file, Err(_))), None, local) => Ok(Topology::from_spec(file, local)?),
         (shape, None, Some(n)) => {
             let spec = shape.map_or(DEFAULT_TOPOLOGY, |(spec, _)| spec);
-            Topology::from_spec(spec, Some(n)).with_context(|| format!("topology {spec:?}"))
+            topology_from_spec(spec, Some(n))
         }
         (shape, Some(hosts), _) => {
             let fanout = hosts_fanout(shape.map(|(spec, s)| (spec, s.ok())), args.fanout)?;
@@ -1050,6 +1068,34 @@ mod tests {
         assert!(tip_for_unknown_flag("-g").unwrap().contains("--hosts"));
         assert!(tip_for_unknown_flag("-é").is_none());
         assert!(tip_for_unknown_flag("--frobnicate").is_none());
+    }
+
+    #[test]
+    fn a_command_without_its_separator_is_shown_with_one() {
+        use crate::apps::cli::unknown_argument_tip;
+        let line = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            unknown_argument_tip("hostname", &line("/x/treecast run --local 4 hostname -f")),
+            "put `--` before the command: `treecast run --local 4 -- hostname -f`"
+        );
+        assert_eq!(
+            unknown_argument_tip("uname", &line("treecast -v run -w n[1-4] uname")),
+            "put `--` before the command: `treecast -v run -w n[1-4] -- uname`"
+        );
+        // A word that is also the value of a flag before it: the later one is the command.
+        assert_eq!(
+            unknown_argument_tip("4", &line("treecast run --local 4 4")),
+            "put `--` before the command: `treecast run --local 4 -- 4`"
+        );
+        // After a flag that takes no value.
+        assert_eq!(
+            unknown_argument_tip("date", &line("treecast run --json date")),
+            "put `--` before the command: `treecast run --json -- date`"
+        );
+        let flag = unknown_argument_tip("--frob", &line("treecast bcast --frob a b"));
+        assert!(flag.starts_with("`treecast bcast --help` lists its flags"), "{flag}");
+        assert!(flag.contains("-- COMMAND --frob"), "{flag}");
+        assert!(unknown_argument_tip("-R", &line("treecast run -R ssh")).contains("--launcher"));
     }
 
     fn class(ranks: &str, stdout: &[u8], stderr: &[u8], exit_code: i32) -> OutputClass {

@@ -24,6 +24,7 @@ async fn a_backend_that_cannot_start_is_named_with_its_stderr() {
     let topo = Topology::from_spec("flat", Some(2)).unwrap();
     let err = builder(topo).backend_command(["/nonexistent/tool"]).launch().await.unwrap_err().to_string();
     assert!(err.contains("/nonexistent/tool") && err.contains("back-end rank 0"), "{err}");
+    assert_eq!(err.matches("back-end rank 0").count(), 1, "the child is named once: {err}");
 }
 
 #[test]

@@ -98,7 +98,17 @@ impl From<ApiError> for Failure {
             | ApiError::Env(_) => tc_result::TC_ERR_INVALID,
             _ => tc_result::TC_ERR_OTHER,
         };
-        Failure { code, message: e.to_string().into() }
+        let message = match &e {
+            // The library's own text names its Rust calls; a C tool has these.
+            ApiError::NoBinary(looked) => format!(
+                "cannot find the treecast binary that comm nodes run: {looked}; set TREECAST_PATH to its \
+                 full path, or call tc_network_options_set_treecast_path, or make this program its own \
+                 comm node (tc_started_as_comm_node, then tc_run_comm_node, first thing in main; \
+                 docs/c-api.md)"
+            ),
+            _ => e.to_string(),
+        };
+        Failure { code, message: message.into() }
     }
 }
 
@@ -209,6 +219,21 @@ mod tests {
         assert_eq!(last(), "tc_test: value 3 of 2");
         let other = std::thread::spawn(last).join().ok();
         assert_eq!(other.as_deref(), Some(""), "the message is per thread");
+    }
+
+    #[test]
+    fn a_missing_binary_names_the_c_calls_not_the_rust_ones() {
+        let f = Failure::from(ApiError::NoBinary("not beside /x/tool, not on PATH".into()));
+        assert_eq!(f.code, tc_result::TC_ERR_LAUNCH);
+        for part in [
+            "not beside /x/tool",
+            "TREECAST_PATH",
+            "tc_network_options_set_treecast_path",
+            "tc_run_comm_node",
+        ] {
+            assert!(f.message.contains(part), "{part}: {}", f.message);
+        }
+        assert!(!f.message.contains("NetworkBuilder"), "{}", f.message);
     }
 
     /// What the test panics with; the hook below keeps it out of the test output.

@@ -144,6 +144,18 @@ pub enum LaunchError {
     },
 }
 
+impl LaunchError {
+    /// Why the process did not start, without the node's name and host, for a
+    /// message that names them already (a child reported by its parent).
+    pub fn reason(&self) -> String {
+        match self {
+            LaunchError::BadHost { host, reason, .. } => format!("refusing host `{host}`: {reason}"),
+            LaunchError::Spawn { program, source, .. } => format!("{program}: {source}"),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// Why `host` (`host` or `user@host`) must not reach ssh or srun, or `None` when it may:
 /// empty parts, a part starting with `-` (an option), white space or control
 /// characters. Topology files and host lists refuse such names already; this is the

@@ -137,7 +137,12 @@ fn levels(text: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();
     for part in text.split(['x', 'X']) {
         let part = part.trim();
-        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+        if part.is_empty() {
+            return Err(format!(
+                "`{text}` has a level with no fan-out (an `x` at an end, or two together); write fan-outs per level like `4x4x4`"
+            ));
+        }
+        if !part.bytes().all(|b| b.is_ascii_digit()) {
             return Err(format!("`{part}` is not a fan-out; write fan-outs per level like `4x4x4`"));
         }
         out.push(part.parse::<usize>().map_err(|_| format!("fan-out `{part}` is too large"))?);

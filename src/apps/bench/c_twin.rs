@@ -8,7 +8,6 @@ use std::process::ExitCode;
 
 use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
-use treecast_api::Topology;
 
 use super::microbench::{render, run_case, MicrobenchResult};
 use crate::apps::cli::MicrobenchArgs;
@@ -99,7 +98,7 @@ async fn measure_round(
     args: &MicrobenchArgs,
     c_first: bool,
 ) -> anyhow::Result<Round> {
-    let topology = Topology::from_spec(spec, args.local).with_context(|| format!("topology {spec:?}"))?;
+    let topology = crate::apps::run::topology_from_spec(spec, args.local)?;
     let backends = topology.backends();
     let (rust, c) = if c_first {
         let c = run_twin(program, spec, backends, args).await?;

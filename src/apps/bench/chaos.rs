@@ -24,9 +24,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::Context;
 use serde::Serialize;
-use treecast_api::Topology;
 use treecast_sim::chaos::{self as sim_chaos, ChaosConfig, ChaosTrees, FaultPhase};
 
 use crate::apps::cli::{ChaosArgs, ChaosPhase};
@@ -102,7 +100,7 @@ pub async fn main(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     }
     let runs = args.runs.unwrap_or(10);
     let spec = args.topology.clone().unwrap_or_else(|| "kary:4".to_owned());
-    let topology = Topology::from_spec(&spec, args.local).with_context(|| format!("topology {spec:?}"))?;
+    let topology = crate::apps::run::topology_from_spec(&spec, args.local)?;
     let phases = if args.during.is_empty() {
         vec![ChaosPhase::Reduce, ChaosPhase::Bcast, ChaosPhase::Startup]
     } else {
@@ -181,7 +179,7 @@ fn sim_main(args: &ChaosArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.max_nodes >= 2, "--max-nodes needs at least 2 (a front-end and a back-end)");
     let (trees, name, backends) = match &args.topology {
         Some(spec) => {
-            let t = Topology::from_spec(spec, args.local).with_context(|| format!("topology {spec:?}"))?;
+            let t = crate::apps::run::topology_from_spec(spec, args.local)?;
             let backends = t.backends();
             (ChaosTrees::Fixed(t), serde_json::json!(spec), serde_json::json!(backends))
         }

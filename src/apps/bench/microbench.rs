@@ -89,7 +89,7 @@ pub struct MicrobenchResult {
 pub(super) async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode> {
     ensure!(args.rt > 0 && args.tp > 0, "--rt and --tp need at least 1 iteration");
     let spec = args.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY);
-    let topology = Topology::from_spec(spec, args.local).with_context(|| format!("topology {spec:?}"))?;
+    let topology = crate::apps::run::topology_from_spec(spec, args.local)?;
     // The reference shape gets as many back-ends as the tree measured.
     let backends = topology.backends();
     if let Some(rounds) = args.overhead {
@@ -100,8 +100,7 @@ pub(super) async fn microbench(args: MicrobenchArgs) -> anyhow::Result<ExitCode>
     }
     let mut results = vec![run_case(spec, topology, &args, args.monitor.as_deref()).await?];
     if let Some(reference) = &args.compare {
-        let topology = Topology::from_spec(reference, Some(backends))
-            .with_context(|| format!("topology {reference:?}"))?;
+        let topology = crate::apps::run::topology_from_spec(reference, Some(backends))?;
         results.push(run_case(reference, topology, &args, None).await?);
     }
     if args.json {
@@ -613,8 +612,7 @@ pub(super) async fn bench_filter(args: crate::apps::cli::BenchFilterArgs) -> any
             anyhow::anyhow!("{:?} is not PATH:NAME (a shared object and the filter's name)", args.filter)
         })?;
     let spec = args.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY);
-    let topology =
-        Topology::from_spec(spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
+    let topology = crate::apps::run::topology_from_spec(spec, Some(args.local))?;
     let net = crate::apps::settings::builder(topology)?.launch().await?;
     let plugin = net.load_filter(path).await?;
     ensure!(plugin.name() == name, "{path} holds the filter {:?}, not {name:?}", plugin.name());

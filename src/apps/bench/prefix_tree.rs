@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context};
-use treecast_api::{FilterSpec, Network, StreamOptions, Topology, TransformKind, Value};
+use anyhow::ensure;
+use treecast_api::{FilterSpec, Network, StreamOptions, TransformKind, Value};
 
 use super::shared::STEP_LIMIT;
 use crate::apps::cli::BenchPrefixTreeArgs;
@@ -68,8 +68,7 @@ pub async fn main(args: BenchPrefixTreeArgs) -> anyhow::Result<ExitCode> {
 
 /// Launches `spec` over the back-ends, ships the plug-in, and times the waves.
 async fn measure(spec: &str, args: &BenchPrefixTreeArgs) -> anyhow::Result<Measured> {
-    let topology =
-        Topology::from_spec(spec, Some(args.local)).with_context(|| format!("topology {spec:?}"))?;
+    let topology = crate::apps::run::topology_from_spec(spec, Some(args.local))?;
     let net = crate::apps::settings::builder(topology)?.launch().await?;
     let outcome = waves(&net, &args.plugin, args).await;
     let (commnodes, startup) = (net.commnodes(), net.startup_time());

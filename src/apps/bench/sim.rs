@@ -73,8 +73,7 @@ pub struct SimFigures {
 /// Runs `treecast bench sim`.
 pub fn main(args: SimArgs) -> anyhow::Result<ExitCode> {
     ensure!(args.backends > 0 && args.waves > 0, "--backends and --waves need at least 1");
-    let topo = Topology::from_spec(&args.topology, Some(args.backends))
-        .with_context(|| format!("topology {:?}", args.topology))?;
+    let topo = crate::apps::run::topology_from_spec(&args.topology, Some(args.backends))?;
     let mut figures = run(&args.topology, topo.clone(), args.waves)?;
     if args.idle > 0 {
         idle(&mut figures, topo, args.idle)?;

@@ -298,7 +298,8 @@ impl ChildrenTask {
                 Err(e) => {
                     running.announcing.remove(&child.node_id);
                     running.awaited.remove(&child.node_id);
-                    self.not_started(child.node_id, e.to_string()).await;
+                    // The core's report names the child and its host already.
+                    self.not_started(child.node_id, e.reason()).await;
                 }
             }
         }
