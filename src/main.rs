@@ -15,8 +15,11 @@ fn main() -> ExitCode {
     // Front-end, comm node or back-end, this process may move large frames.
     treecast_transport::keep_large_buffers();
     quiet_on_closed_output();
-    let cli = started_by_parent(std::env::args_os())
-        .unwrap_or_else(|| Cli::try_parse().unwrap_or_else(|e| exit_with_tip(e, std::env::args())));
+    let cli = started_by_parent(std::env::args_os()).unwrap_or_else(|| {
+        Cli::try_parse().unwrap_or_else(|e| {
+            exit_with_tip(e, std::env::args_os().map(|a| a.to_string_lossy().into_owned()))
+        })
+    });
     // Every process of the tree, comm nodes and back-ends included, refuses a
     // malformed log filter or test hook before it starts, naming the variable.
     let checked = init_logging(cli.verbose).and_then(|()| Ok(treecast_transport::testing::check()?));
