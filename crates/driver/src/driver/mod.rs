@@ -608,9 +608,7 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
         loop {
             let mut progressed = self.poll_news(cx);
             progressed |= self.poll_rejoin(cx);
-            // Read once per pass, at its first input: a pass that reads nothing (most
-            // passes after the first) reads no clock.
-            let mut now: Option<Instant> = None;
+            let mut now = Instant::now();
             let core = &mut self.core;
             let links = &mut self.links;
             let mut told = std::mem::take(&mut self.control_from);
@@ -619,18 +617,17 @@ impl<T: Tool, R: MonitoredRoute> Driver<T, R> {
                     if frame.header.kind == FrameKind::Control {
                         told.push(link);
                     }
-                    core.handle_frame(link, frame, *now.get_or_insert_with(Instant::now))
+                    core.handle_frame(link, frame, now)
                 }
                 RouteEvent::Timed(frame, read_at) => {
                     // A clock probe is measured from the end of its read; the time the
                     // core sees never goes back.
-                    let at = now.map_or(read_at, |now| now.max(read_at));
-                    now = Some(at);
-                    core.handle_frame(link, frame, at)
+                    now = now.max(read_at);
+                    core.handle_frame(link, frame, now)
                 }
                 RouteEvent::Closed(reason) => {
                     links.remove(link);
-                    core.handle_link_closed(link, reason, *now.get_or_insert_with(Instant::now));
+                    core.handle_link_closed(link, reason, now);
                 }
             });
             // A join or rejoin may have changed what a child reaches.
