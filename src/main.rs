@@ -89,14 +89,20 @@ fn multi_threaded(
 
 /// Prints clap's error and exits (2 for errors, 0 for --help): for an argument clap
 /// does not know, the tip says what to type instead (see
-/// [`apps::cli::unknown_argument_tip`]), unless clap found a flag of a similar name.
+/// [`apps::cli::unknown_argument_tip`]), unless clap found a flag of a similar name
+/// and it is no pdsh or clush flag.
 /// `args` is the command line (lossy: only for the tip's text).
 fn exit_with_tip(mut e: clap::Error, args: impl Iterator<Item = String>) -> ! {
-    if e.kind() == ErrorKind::UnknownArgument && e.get(ContextKind::SuggestedArg).is_none() {
+    if e.kind() == ErrorKind::UnknownArgument {
         if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
-            let args: Vec<String> = args.collect();
-            let tip = apps::cli::unknown_argument_tip(arg, &args);
-            e.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
+            // A pdsh or clush flag keeps its tip even where clap found a similar name
+            // (`--group`: `--route`).
+            let pdsh_flag = apps::cli::tip_for_unknown_flag(arg).is_some();
+            if pdsh_flag || e.get(ContextKind::SuggestedArg).is_none() {
+                let args: Vec<String> = args.collect();
+                let tip = apps::cli::unknown_argument_tip(arg, &args);
+                e.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
+            }
         }
     }
     e.exit()

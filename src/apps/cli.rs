@@ -267,37 +267,70 @@ pub fn tip_for_unknown_flag(flag: &str) -> Option<&'static str> {
 }
 
 /// The tip for `arg`, an argument clap does not know on the command line `args`
-/// (the program first): treecast's flag for a pdsh or clush one; for a word, the
-/// line again with `--` before it (`treecast run --local 4 hostname` forgot it, and
-/// clap's own tip would hand `hostname` to `--`, not the command); for another flag,
-/// where to read the flags and how to pass one to the command.
+/// (the program first): treecast's flag for a pdsh or clush one; for a word given to
+/// a subcommand that runs a command, the line again with `--` before it (`treecast
+/// run --local 4 hostname` forgot it, and clap's own tip would hand `hostname` to
+/// `--`, not the command); else where to read what the subcommand takes.
 pub fn unknown_argument_tip(arg: &str, args: &[String]) -> String {
     if let Some(tip) = tip_for_unknown_flag(arg) {
         return tip.to_owned();
     }
-    // The subcommand: the first word after the program that is not a flag.
-    let sub = args.iter().skip(1).position(|a| !a.starts_with('-')).map(|i| i + 1);
-    let sub_name = sub.and_then(|i| args.get(i)).map_or("SUBCOMMAND", String::as_str);
-    if arg.starts_with('-') {
-        return format!(
-            "`treecast {sub_name} --help` lists its flags; a flag of the command itself goes after `--` \
-             and the command (`treecast {sub_name} ... -- COMMAND {arg}`)"
-        );
+    let (path, end, takes_command) = subcommand_of(args);
+    let name = if path.is_empty() { "treecast".to_owned() } else { format!("treecast {path}") };
+    match (arg.starts_with('-'), takes_command) {
+        (true, true) => {
+            return format!(
+                "`{name} --help` lists its flags; a flag of the command itself goes after `--` and the \
+                 command (`{name} ... -- COMMAND {arg}`)"
+            )
+        }
+        (true, false) => return format!("`{name} --help` lists its flags"),
+        (false, false) => return format!("`{name} --help` says what it takes"),
+        (false, true) => {}
     }
     // Where `arg` stands: not as the value of a flag before it (`--local 4 4`), unless
     // every place is after a flag (`--json hostname`: a flag that takes no value).
-    let places: Vec<usize> =
-        sub.map_or(Vec::new(), |s| (s + 1..args.len()).filter(|&i| args[i] == arg).collect());
+    let places: Vec<usize> = (end..args.len()).filter(|&i| args[i] == arg).collect();
     let after_a_flag = |i: &usize| args[i - 1].starts_with('-');
-    let at = places.iter().find(|i| !after_a_flag(i)).or(places.first()).copied();
-    let Some(at) = at else {
-        return format!("put `--` before the command: `treecast {sub_name} ... -- {arg}`");
+    let Some(at) = places.iter().find(|i| !after_a_flag(i)).or(places.first()).copied() else {
+        return format!("put `--` before the command: `{name} ... -- {}`", shell_word(arg));
     };
-    let mut line: Vec<&str> =
-        std::iter::once("treecast").chain(args[1..at].iter().map(String::as_str)).collect();
-    line.push("--");
-    line.extend(args[at..].iter().map(String::as_str));
+    let mut line: Vec<std::borrow::Cow<'_, str>> = vec!["treecast".into()];
+    line.extend(args[1..at].iter().map(|a| shell_word(a)));
+    line.push("--".into());
+    line.extend(args[at..].iter().map(|a| shell_word(a)));
     format!("put `--` before the command: `{}`", line.join(" "))
+}
+
+/// The subcommand `args` names, as its words (`bench microbench`; empty for none),
+/// the index past its last word, and whether it runs a command given after `--`.
+fn subcommand_of(args: &[String]) -> (String, usize, bool) {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let (mut words, mut end) = (Vec::new(), 1);
+    for (i, arg) in args.iter().enumerate().skip(1) {
+        if arg == "--" {
+            break;
+        }
+        if let Some(sub) = command.find_subcommand(arg).cloned() {
+            words.push(arg.as_str());
+            end = i + 1;
+            command = sub;
+        }
+    }
+    let takes_command = !words.is_empty() && command.get_positionals().any(|a| a.is_last_set());
+    (words.join(" "), end, takes_command)
+}
+
+/// `word` as a shell reads it back: as it is when it holds nothing a shell would
+/// change, else in single quotes.
+fn shell_word(word: &str) -> std::borrow::Cow<'_, str> {
+    let plain =
+        !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"@%+=:,./-_[]^".contains(&b));
+    if plain {
+        word.into()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''")).into()
+    }
 }
 
 /// How processes on other hosts are started.

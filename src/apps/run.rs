@@ -1092,10 +1092,35 @@ mod tests {
             unknown_argument_tip("date", &line("treecast run --json date")),
             "put `--` before the command: `treecast run --json -- date`"
         );
-        let flag = unknown_argument_tip("--frob", &line("treecast bcast --frob a b"));
-        assert!(flag.starts_with("`treecast bcast --help` lists its flags"), "{flag}");
+        // Quoted as the shell must read it back.
+        let args: Vec<String> =
+            ["treecast", "run", "--local", "2", "sh", "-c", "uname -r", "it's"].map(String::from).into();
+        assert_eq!(
+            unknown_argument_tip("sh", &args),
+            r"put `--` before the command: `treecast run --local 2 -- sh -c 'uname -r' 'it'\''s'`"
+        );
+        let flag = unknown_argument_tip("--frob", &line("treecast run --frob a b"));
+        assert!(flag.starts_with("`treecast run --help` lists its flags"), "{flag}");
         assert!(flag.contains("-- COMMAND --frob"), "{flag}");
         assert!(unknown_argument_tip("-R", &line("treecast run -R ssh")).contains("--launcher"));
+    }
+
+    #[test]
+    fn a_subcommand_that_runs_no_command_is_not_told_to_take_one() {
+        use crate::apps::cli::unknown_argument_tip;
+        let line = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            unknown_argument_tip("extra", &line("treecast topo balanced:2x2 extra")),
+            "`treecast topo --help` says what it takes"
+        );
+        assert_eq!(
+            unknown_argument_tip("--frob", &line("treecast bench microbench --frob")),
+            "`treecast bench microbench --help` lists its flags"
+        );
+        assert_eq!(
+            unknown_argument_tip("frob", &line("treecast frob")),
+            "`treecast --help` says what it takes"
+        );
     }
 
     fn class(ranks: &str, stdout: &[u8], stderr: &[u8], exit_code: i32) -> OutputClass {
