@@ -287,8 +287,8 @@ fn bench_filter_compares_a_plugin_sum_with_the_built_in_on_one_tree() {
     );
 }
 
-/// A plug-in that sums `%d` packets and, at a comm node, answers a wave of tag 3
-/// (`TAG_ADD_RANK`) with a packet down: tag 6 (`TAG_SLEEP`), `%d 0`, which the generic
+/// A plug-in that sums `%d` packets and, at a comm node, answers a wave of
+/// `TAG_ADD_RANK` with a packet down: `TAG_SLEEP`, `%d 0`, which the generic
 /// back-ends answer with their rank.
 const ASK_AGAIN_C: &str = r#"
 #include <string.h>

@@ -72,8 +72,10 @@ impl FromStr for Shape {
             None => (s.to_ascii_lowercase(), None),
         };
         let number = |a: Option<&str>| -> Result<usize, TopologyError> {
-            let a = a.ok_or_else(|| bad(&format!("`{kind}` needs a number after `:`")))?;
-            if a.is_empty() || !a.bytes().all(|b| b.is_ascii_digit()) {
+            let a = a
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| bad(&format!("`{kind}` needs a number after `:`")))?;
+            if !a.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(bad(&format!("`{a}` is not a non-negative integer")));
             }
             a.parse().map_err(|_| bad(&format!("`{a}` is too large")))
@@ -94,6 +96,7 @@ impl FromStr for Shape {
             {
                 Ok(Shape::Balanced(levels(&kind).map_err(|r| bad(&r))?))
             }
+            "" => Err(bad("the spec is empty")),
             _ => Err(bad(&match nearest_kind(&kind) {
                 Some(near) => format!("unknown kind `{kind}`; did you mean `{near}`?"),
                 None => format!("unknown kind `{kind}`"),
@@ -134,6 +137,9 @@ fn written_like_a_spec(spec: &str) -> bool {
 
 /// Reads `AxBxC` into fan-outs, dropping MRNet's leading `1` (the front-end).
 fn levels(text: &str) -> Result<Vec<usize>, String> {
+    if text.trim().is_empty() {
+        return Err("no fan-outs given; write fan-outs per level like `4x4x4`".to_owned());
+    }
     let mut out = Vec::new();
     for part in text.split(['x', 'X']) {
         let part = part.trim();

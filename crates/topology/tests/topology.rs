@@ -572,7 +572,13 @@ fn shape_from_str() {
         let e = bad.parse::<Shape>().unwrap_err();
         assert!(matches!(e, TopologyError::BadSpec { .. }), "{bad}: {e:?}");
         assert!(e.to_string().contains("kary:K"), "{e}");
+        // (The empty spec itself is quoted empty; its reason says so.)
+        assert!(bad.is_empty() || !e.to_string().contains("``"), "an empty quote says nothing: {e}");
     }
+    let e = "balanced:4x".parse::<Shape>().unwrap_err().to_string();
+    assert!(e.contains("`4x` has a level with no fan-out"), "{e}");
+    let e = "balanced:".parse::<Shape>().unwrap_err().to_string();
+    assert!(e.contains("no fan-outs given"), "{e}");
 }
 
 #[test]
