@@ -1070,57 +1070,50 @@ mod tests {
         assert!(tip_for_unknown_flag("--frobnicate").is_none());
     }
 
+    /// The tip for `arg` on the command line `line`, its words split at spaces.
+    fn tip(arg: &str, line: &str) -> String {
+        let args: Vec<String> = line.split(' ').map(String::from).collect();
+        crate::apps::cli::unknown_argument_tip(arg, &args)
+    }
+
     #[test]
     fn a_command_without_its_separator_is_shown_with_one() {
-        use crate::apps::cli::unknown_argument_tip;
-        let line = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
-        assert_eq!(
-            unknown_argument_tip("hostname", &line("/x/treecast run --local 4 hostname -f")),
-            "put `--` before the command: `treecast run --local 4 -- hostname -f`"
-        );
-        assert_eq!(
-            unknown_argument_tip("uname", &line("treecast -v run -w n[1-4] uname")),
-            "put `--` before the command: `treecast -v run -w n[1-4] -- uname`"
-        );
-        // A word that is also the value of a flag before it: the later one is the command.
-        assert_eq!(
-            unknown_argument_tip("4", &line("treecast run --local 4 4")),
-            "put `--` before the command: `treecast run --local 4 -- 4`"
-        );
-        // After a flag that takes no value.
-        assert_eq!(
-            unknown_argument_tip("date", &line("treecast run --json date")),
-            "put `--` before the command: `treecast run --json -- date`"
-        );
+        for (arg, line, shown) in [
+            ("hostname", "/x/treecast run --local 4 hostname -f", "treecast run --local 4 -- hostname -f"),
+            ("uname", "treecast -v run -w n[1-4] uname", "treecast -v run -w n[1-4] -- uname"),
+            // A word that is also the value of a flag before it: the later one is the command.
+            ("4", "treecast run --local 4 4", "treecast run --local 4 -- 4"),
+            // After a flag that takes no value.
+            ("date", "treecast run --json date", "treecast run --json -- date"),
+        ] {
+            assert_eq!(tip(arg, line), format!("put `--` before the command: `{shown}`"), "{line}");
+        }
         // Quoted as the shell must read it back.
         let args: Vec<String> =
             ["treecast", "run", "--local", "2", "sh", "-c", "uname -r", "it's"].map(String::from).into();
         assert_eq!(
-            unknown_argument_tip("sh", &args),
+            crate::apps::cli::unknown_argument_tip("sh", &args),
             r"put `--` before the command: `treecast run --local 2 -- sh -c 'uname -r' 'it'\''s'`"
         );
-        let flag = unknown_argument_tip("--frob", &line("treecast run --frob a b"));
+        let flag = tip("--frob", "treecast run --frob a b");
         assert!(flag.starts_with("`treecast run --help` lists its flags"), "{flag}");
         assert!(flag.contains("-- COMMAND --frob"), "{flag}");
-        assert!(unknown_argument_tip("-R", &line("treecast run -R ssh")).contains("--launcher"));
+        assert!(tip("-R", "treecast run -R ssh").contains("--launcher"));
     }
 
     #[test]
     fn a_subcommand_that_runs_no_command_is_not_told_to_take_one() {
-        use crate::apps::cli::unknown_argument_tip;
-        let line = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
-        assert_eq!(
-            unknown_argument_tip("extra", &line("treecast topo balanced:2x2 extra")),
-            "`treecast topo --help` says what it takes"
-        );
-        assert_eq!(
-            unknown_argument_tip("--frob", &line("treecast bench microbench --frob")),
-            "`treecast bench microbench --help` lists its flags"
-        );
-        assert_eq!(
-            unknown_argument_tip("frob", &line("treecast frob")),
-            "`treecast --help` says what it takes"
-        );
+        for (arg, line, said) in [
+            ("extra", "treecast topo balanced:2x2 extra", "`treecast topo --help` says what it takes"),
+            (
+                "--frob",
+                "treecast bench microbench --frob",
+                "`treecast bench microbench --help` lists its flags",
+            ),
+            ("frob", "treecast frob", "`treecast --help` says what it takes"),
+        ] {
+            assert_eq!(tip(arg, line), said, "{line}");
+        }
     }
 
     fn class(ranks: &str, stdout: &[u8], stderr: &[u8], exit_code: i32) -> OutputClass {
