@@ -225,7 +225,10 @@ pub enum ApiError {
     #[error("the file-writing thread of this back-end has ended; no more transfers can be received")]
     FileWorkerGone,
     /// A receive did not complete in time.
-    #[error("nothing arrived within {0:?}")]
+    #[error(
+        "nothing arrived within {0:?}; the network's events say whether a rank was lost or its packet \
+         refused by a filter (next_event)"
+    )]
     Timeout(Duration),
     /// A request ([`crate::Request`]) was cancelled before it completed.
     #[error("the request was cancelled before it completed")]

@@ -12,7 +12,7 @@
 //! * [`Stream::recv_matching`] takes only packets of a tag or source rank
 //!   ([`Match`]) and keeps what it skips for later receives; [`Stream::isend`] and
 //!   [`Stream::irecv`] start a send or a receive as a [`Request`] (test, wait,
-//!   `wait_any`, `wait_all`, cancel; a future too), as MPI's and CoR's handles.
+//!   `wait_any`, `wait_all`, cancel; a future too), as MPI's requests are.
 //!
 //! Back-end side: [`BackEnd::connect`] joins the tree using the environment the
 //! launcher set; [`BackEnd::recv`] returns packets of any stream
@@ -27,25 +27,51 @@
 //! Comm nodes run the `treecast` binary (`treecast node`): the one
 //! [`NetworkBuilder::treecast_path`] names, else one found beside this program or
 //! on `PATH` (the library reads no `TREECAST_*` variable; the `treecast` command does). A tool can instead be its own comm node, and
-//! ship one program:
+//! ship one program. A whole tool, front-end, comm node and back-end in one program
+//! (`examples/integer_addition.rs` is the same, with more comments):
 //!
 //! ```no_run
-//! # async fn tool() -> Result<(), Box<dyn std::error::Error>> {
-//! use treecast_api::{NetworkBuilder, Topology};
+//! use std::time::Duration;
+//! use treecast_api::{ApiError, BackEnd, NetworkBuilder, StreamOptions, Topology, TransformKind, Value};
 //!
-//! if treecast_api::started_as_comm_node() {
-//!     // Started by a parent as `<this program> node`.
-//!     return Ok(treecast_api::run_comm_node().await?);
+//! const TAG_ADD: i32 = 100; // a tool's own tag (treecast's are FIRST_RESERVED_TAG and up)
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     if treecast_api::started_as_comm_node() {
+//!         // Started by a parent as `<this program> node`.
+//!         return Ok(treecast_api::run_comm_node().await?);
+//!     }
+//!     if std::env::var("TREECAST_RANK").is_ok() {
+//!         // Started as a back-end (the launcher sets the rank): answer until the end.
+//!         let mut be = BackEnd::connect().await?;
+//!         loop {
+//!             let packet = match be.recv().await {
+//!                 Ok(p) => p,
+//!                 Err(ApiError::Closed(_)) => return Ok(()), // the front-end shut down
+//!                 Err(e) => return Err(e.into()),
+//!             };
+//!             let x = packet.unpack("%d")?[0].as_i64().unwrap_or_default() as i32;
+//!             be.send(packet.stream(), TAG_ADD, "%d", &[Value::Int(x + be.rank() as i32)]).await?;
+//!         }
+//!     }
+//!     let me = std::env::current_exe()?;
+//!     let net = NetworkBuilder::new(Topology::from_spec("kary:8", Some(64))?)
+//!         .treecast_path(&me) // comm nodes run `<this program> node`
+//!         .backend_command([me.to_string_lossy().into_owned()]) // back-ends run this program too
+//!         .launch()
+//!         .await?;
+//!     let sum = net.new_stream(&net.broadcast_communicator(), StreamOptions::reduce(TransformKind::Sum)).await?;
+//!     sum.send(TAG_ADD, "%d", &[Value::Int(1)]).await?;
+//!     // One packet per wave: the sum over every back-end, added up at the comm nodes.
+//!     let total = sum.recv_timeout(Duration::from_secs(30)).await?.unpack("%d")?[0].as_i64();
+//!     println!("{total:?}"); // Some(64 + (0 + 1 + ... + 63)) = Some(2080)
+//!     while let Some(event) = net.try_event() {
+//!         println!("{event}"); // lost ranks, filter errors: waves complete without them
+//!     }
+//!     net.shutdown().await;
+//!     Ok(())
 //! }
-//! let me = std::env::current_exe()?;
-//! let net = NetworkBuilder::new(Topology::from_spec("kary:8", Some(64))?)
-//!     .treecast_path(&me) // comm nodes run `<this program> node`
-//!     .backend_command([me.to_string_lossy().into_owned()])
-//!     .launch()
-//!     .await?;
-//! # drop(net);
-//! # Ok(())
-//! # }
 //! ```
 //!
 //! Every call that waits either has a `_timeout` variant or ends with an error
@@ -56,7 +82,9 @@
 //! (`rt.block_on(async { tokio::spawn(tool()).await })`) rather than as `block_on`'s
 //! future: tokio looks at the reactor once more (a zero-timeout `epoll_wait`) each
 //! time a task wakes `block_on`'s own future, and a back-end is woken once per
-//! packet (docs/benchmarks.md, issue 49). The `treecast` binary does so.
+//! packet (docs/benchmarks.md). The `treecast` binary does so; the examples keep the
+//! plain `#[tokio::main]` for brevity, which works the same, a system call per packet
+//! slower.
 
 #![forbid(unsafe_code)]
 

@@ -19,8 +19,9 @@ pub const MONITOR_ORDER_LIMIT: Duration = Duration::from_secs(10);
 
 /// A running tree, seen from the front-end that launched it.
 ///
-/// Dropping it kills every process of the tree; [`Network::shutdown`] stops
-/// them in order.
+/// Dropping it kills the processes it started (the tree's first level); the nodes
+/// below find their parent gone and end once their rejoin limit has passed (10 s
+/// by default). [`Network::shutdown`] stops every process at once, in order.
 pub struct Network {
     pub(crate) shared: Shared<FeTool>,
     task: Option<JoinHandle<()>>,
@@ -375,7 +376,8 @@ impl Network {
 }
 
 impl Drop for Network {
-    /// Kills every process of the tree (if still running) and removes the attach file.
+    /// Kills the processes this front-end started (if still running; the rest end
+    /// within their rejoin limit) and removes the attach file.
     fn drop(&mut self) {
         if let Some(server) = self.spawn_server.take() {
             server.abort();

@@ -72,8 +72,8 @@ impl Default for StreamOptions {
 
 /// A stream: a communicator bound to filters.
 ///
-/// `recv` takes `&mut self`; to send from other tasks or threads while one receives,
-/// clone a [`StreamSender`]. Receives may match on tag and source rank
+/// Sends and receives take `&self`; to send from other tasks or threads while one
+/// receives, clone a [`StreamSender`]. Receives may match on tag and source rank
 /// ([`Stream::recv_matching`]) and run as requests ([`Stream::irecv`]); what one
 /// skips waits for the next.
 #[derive(Debug)]
