@@ -146,7 +146,7 @@ pub use treecast_plugin::{Plugin, PluginError};
 pub use treecast_proto::{CommandError, EndReason, LostRanks};
 pub use treecast_topology::{Topology, TopologyError};
 pub use treecast_transport::striped::rails::{check_rails, Rail};
-pub use treecast_wire::requests::{is_reserved_tag, FIRST_RESERVED_TAG};
+pub use treecast_wire::requests::FIRST_RESERVED_TAG;
 pub use treecast_wire::LauncherSpec;
 pub use treecast_wire::{
     encode_values, ArrayElement, ClockPlan, DecodeError, FilterSpec, Format, FormatError, Frame, FrameHeader,

@@ -66,14 +66,16 @@ pub use receive::{Decision, FileAnswer, FileReceiver, FileReceivers};
 pub use send::{bcast_file, bcast_files, FileEntry, Progress};
 pub use worker::FileWorker;
 
+use treecast_wire::requests::FIRST_RESERVED_TAG;
+
 /// Tag of the status packet that opens a transfer, and of every rank's first answer.
-pub const FILE_STATUS: i32 = treecast_wire::requests::FIRST_RESERVED_TAG + 16;
+pub const FILE_STATUS: i32 = FIRST_RESERVED_TAG + 16;
 /// Tag of a data chunk.
-pub const FILE_CHUNK: i32 = treecast_wire::requests::FIRST_RESERVED_TAG + 17;
+pub const FILE_CHUNK: i32 = FIRST_RESERVED_TAG + 17;
 /// Tag of the packet that ends a transfer, and of every receiving rank's final answer.
-pub const FILE_END: i32 = treecast_wire::requests::FIRST_RESERVED_TAG + 18;
+pub const FILE_END: i32 = FIRST_RESERVED_TAG + 18;
 /// Tag of the packet that ends the status phase: which ranks receive, on which stream.
-pub const FILE_OPEN: i32 = treecast_wire::requests::FIRST_RESERVED_TAG + 19;
+pub const FILE_OPEN: i32 = FIRST_RESERVED_TAG + 19;
 // The api's errors name these limits (`SourceError`), and its largest frame is
 // sized to carry a default chunk: they are defined there.
 pub use treecast_api::{DEFAULT_CHUNK, DEFAULT_TIMEOUT, MAX_CHUNK, MAX_TIMEOUT};

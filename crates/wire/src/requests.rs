@@ -14,11 +14,6 @@
 /// generic back-end's requests and file transfers. Any lower tag is the tool's.
 pub const FIRST_RESERVED_TAG: i32 = 0x7fff_ff00;
 
-/// Whether `tag` is one of treecast's own ([`FIRST_RESERVED_TAG`] and up).
-pub const fn is_reserved_tag(tag: i32) -> bool {
-    tag >= FIRST_RESERVED_TAG
-}
-
 /// `%d x` → `%d` (x + rank).
 pub const TAG_ADD_RANK: i32 = FIRST_RESERVED_TAG + 3;
 /// `%d count` → `count` packets `%d 1` back to back (reduction throughput).
