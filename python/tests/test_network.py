@@ -23,6 +23,17 @@ def test_rank_sets_fold_as_the_cli_prints_them():
         treecast.RankSet("x-y")
 
 
+def test_the_generic_backend_echoes_a_tools_own_tags():
+    # Tags below FIRST_RESERVED_TAG are the tool's: tag 1 once ran a command there.
+    assert treecast.FIRST_RESERVED_TAG == 0x7FFFFF00
+    with treecast.Network(local=4, topology="flat") as net:
+        s = net.stream(filter="sum")
+        for tag in (1, 5, 100):
+            s.send(tag, "%d", 5)
+            pkt = s.recv(timeout=30)
+            assert (pkt.tag, pkt.values) == (tag, [20])
+
+
 @pytest.mark.parametrize("hosts", ["node[01-04],node07", "a,b,c[1-3]", "n[1-3]x[1-2]"])
 def test_host_lists_match_treecast_hosts(hosts):
     cli = [treecast.binary(), "hosts"]
